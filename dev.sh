@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README, each self-bootstrapping on a fresh machine:
+#   ./dev.sh demo [ARGS]   daemon + headless sample harness on the embedded default model
+#   ./dev.sh test [PYTEST ARGS]   the whole test suite (Python, C# plugin, C++ plugin)
+# Set-up is idempotent: a venv in .venv (llama-cpp-python 0.3.36 built from source, ~4 min on 2 cores),
+# the default model in the user cache, and for `test` the Debian packages the plugins build with.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${IGI_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+APT_PKGS=(mono-mcs mono-devel libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libssl-dev cmake g++ pkg-config)
+
+ensure_apt() {
+  local missing=()
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "[igi] installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "[igi] creating $VENV"
+    "$PY" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.igi-installed"
+  local want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "[igi] installing igi-sdk and its dependencies (first time builds llama-cpp-python: a few minutes)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+    echo "$want" > "$stamp"
+  fi
+}
+
+ensure_model() {
+  "$VENV/bin/python" -c 'from igi_sdk.model_store import default_model_path as d; print("[igi] default model:", d())'
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  demo)
+    ensure_venv
+    ensure_model
+    exec "$VENV/bin/python" samples/harness.py "$@"
+    ;;
+  test)
+    ensure_apt
+    ensure_venv
+    ensure_model
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh demo [ARGS] | ./dev.sh test [PYTEST ARGS]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,41 @@
+"""Typed errors of the SDK, one tree for every layer.
+
+IgiError
+ +-- ModelError                     a model file cannot be used
+ |    +-- ModelNotFoundError        path missing, or the default model cannot be fetched
+ |    +-- ModelCorruptError         not a GGUF, truncated, or llama.cpp refused to load it
+ |    +-- ModelUnsupportedError     valid GGUF of an architecture/feature the engine cannot run
+ +-- PlacementRejectedError         a Placement names a device the machine does not have, or is invalid
+ +-- EngineError                    llama.cpp failed at run time (decode error, state restore refused, ...)
+ +-- (client side, mapped from wire error codes in igi_sdk.client.errors)
+"""
+
+from __future__ import annotations
+
+
+class IgiError(Exception):
+    """Base of every error the SDK raises on purpose."""
+
+
+class ModelError(IgiError):
+    """A model file cannot be used."""
+
+
+class ModelNotFoundError(ModelError):
+    """The model path does not exist, or the default model could not be fetched."""
+
+
+class ModelCorruptError(ModelError):
+    """The file is not a GGUF, is truncated, or llama.cpp refused to load it."""
+
+
+class ModelUnsupportedError(ModelError):
+    """A valid GGUF that this engine cannot run."""
+
+
+class PlacementRejectedError(IgiError):
+    """A placement that cannot be served on this machine (unknown device, invalid rule)."""
+
+
+class EngineError(IgiError):
+    """llama.cpp failed at run time."""

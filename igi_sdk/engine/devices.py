@@ -1,0 +1,130 @@
+"""Engine layer: the ggml devices of this machine and the buffer types a placement may target.
+
+Only two kinds of buffer type are ever handed to llama.cpp: a device's own buffer type (``CUDA0``) and
+the CPU buffer type. llama.cpp does not validate ``tensor_buft_overrides``; a buffer type that cannot hold
+a tensor crashes the process at load, so anything else is refused here with ``PlacementRejectedError``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from igi_sdk.engine import _ggml
+from igi_sdk.errors import PlacementRejectedError
+from igi_sdk.planner.placement import CPU_DEVICE
+
+DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
+_MIB = 1024 * 1024
+
+
+class DeviceInfo(BaseModel):
+    """One ggml backend device."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str  # "CPU", "CUDA0", ...
+    description: str
+    type: DeviceType
+    free_mib: int
+    total_mib: int
+    memory_source: Literal["nvml", "ggml"]
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.type in ("gpu", "igpu")
+
+
+def _nvml_memory_mib(cuda_index: int) -> tuple[int, int] | None:
+    """(free, total) MiB of the NVIDIA GPU behind ``CUDA<cuda_index>``, or None without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    nvml_index = cuda_index
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if cuda_index >= len(ids) or not ids[cuda_index].isdigit():
+            return None  # UUID-style or hidden: do not guess
+        nvml_index = int(ids[cuda_index])
+    try:
+        pynvml.nvmlInit()
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(nvml_index))
+            return int(mem.free) // _MIB, int(mem.total) // _MIB
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return None
+
+
+def _device(index: int) -> ctypes.c_void_p:
+    return ctypes.c_void_p(_ggml.ggml_backend_dev_get(index))
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every ggml backend device llama.cpp can use, with its memory now.
+
+    NVIDIA GPUs report NVML's device-level numbers when ``pynvml`` works (they include other processes'
+    use); otherwise ggml's own numbers. For the CPU device, memory is the host's RAM.
+    """
+    devices = []
+    for index in range(_ggml.ggml_backend_dev_count()):
+        dev = _device(index)
+        name = (_ggml.ggml_backend_dev_name(dev) or b"").decode()
+        dev_type: DeviceType = _ggml.DEV_TYPE_NAMES.get(_ggml.ggml_backend_dev_type(dev), "accel")  # type: ignore[assignment]
+        nvml = _nvml_memory_mib(int(name[4:])) if name.startswith("CUDA") and name[4:].isdigit() else None
+        if nvml is not None:
+            free_mib, total_mib = nvml
+        else:
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            _ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            free_mib, total_mib = free.value // _MIB, total.value // _MIB
+        devices.append(DeviceInfo(
+            index=index, name=name, description=(_ggml.ggml_backend_dev_description(dev) or b"").decode(),
+            type=dev_type, free_mib=free_mib, total_mib=total_mib,
+            memory_source="nvml" if nvml is not None else "ggml",
+        ))
+    return devices
+
+
+def gpu_devices() -> list[DeviceInfo]:
+    """The GPU devices (dedicated or integrated) among ``list_devices()``."""
+    return [d for d in list_devices() if d.is_gpu]
+
+
+def resolve_buffer_type(device_name: str) -> int:
+    """The ggml buffer type a rule targeting ``device_name`` may use, as a raw pointer.
+
+    ``"CPU"`` gives ``ggml_backend_cpu_buffer_type()`` (llama.cpp then still picks CPU_REPACK where it can);
+    a GPU device name gives that device's own buffer type. Anything else is refused.
+
+    Raises:
+        PlacementRejectedError: the device is unknown or not a GPU/CPU device.
+    """
+    if device_name == CPU_DEVICE:
+        return int(_ggml.ggml_backend_cpu_buffer_type())
+    known = []
+    for index in range(_ggml.ggml_backend_dev_count()):
+        dev = _device(index)
+        name = (_ggml.ggml_backend_dev_name(dev) or b"").decode()
+        known.append(name)
+        if name != device_name:
+            continue
+        if _ggml.DEV_TYPE_NAMES.get(_ggml.ggml_backend_dev_type(dev)) not in ("gpu", "igpu"):
+            raise PlacementRejectedError(f"device {device_name!r} is not a GPU; rules may target only 'CPU' or a GPU")
+        buft = _ggml.ggml_backend_dev_buffer_type(dev)
+        if not buft:
+            raise PlacementRejectedError(f"device {device_name!r} has no buffer type")
+        return int(buft)
+    raise PlacementRejectedError(f"unknown device {device_name!r}; this machine has {known + [CPU_DEVICE]}")
+
+
+def buffer_type_name(buft: int) -> str:
+    """ggml's name of a buffer type pointer (``"CPU"``, ``"CUDA0"``, ``"CUDA_Host"``)."""
+    return (_ggml.ggml_backend_buft_name(ctypes.c_void_p(buft)) or b"").decode()

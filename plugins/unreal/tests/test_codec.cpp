@@ -1,0 +1,134 @@
+// test_codec.cpp - IgiClientCore tests: canonical msgpack encoder/decoder and HMAC signing.
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "igi/errors.hpp"
+#include "igi/msgpack.hpp"
+#include "igi/signing.hpp"
+#include "test_framework.hpp"
+
+#ifdef IGI_HAVE_MSGPACK_CXX
+#include <msgpack.hpp>
+#endif
+
+namespace {
+
+std::string Hex(const std::string& s) { return igi::HexEncode(s); }
+
+}  // namespace
+
+TEST(codec_integers_use_smallest_form) {
+  CHECK_EQ(Hex(igi::Encode(igi::Value(0))), "00");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(127))), "7f");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(128))), "cc80");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(255))), "ccff");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(256))), "cd0100");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(65536))), "ce00010000");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(4294967296LL))), "cf0000000100000000");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(-1))), "ff");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(-32))), "e0");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(-33))), "d0df");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(-129))), "d1ff7f");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(-32769))), "d2ffff7fff");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(std::numeric_limits<long long>::min()))), "d38000000000000000");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(std::numeric_limits<unsigned long long>::max()))), "cfffffffffffffffff");
+}
+
+TEST(codec_floats_are_always_float64) {
+  CHECK_EQ(Hex(igi::Encode(igi::Value(1.5))), "cb3ff8000000000000");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(0.0))), "cb0000000000000000");
+  // float32 on the wire decodes, and re-encodes as float64.
+  igi::Value v = igi::Decode(igi::HexDecode("ca3fc00000"));
+  REQUIRE(v.is_float());
+  CHECK_EQ(v.as_float(), 1.5);
+}
+
+TEST(codec_str_bin_array_map_headers) {
+  CHECK_EQ(Hex(igi::Encode(igi::Value(""))), "a0");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(std::string(31, 'a')))).substr(0, 2), "bf");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(std::string(32, 'a')))).substr(0, 4), "d920");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(std::string(256, 'a')))).substr(0, 6), "da0100");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(igi::Bytes{1, 2}))), "c4020102");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(igi::ValueArray{}))), "90");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(igi::ValueArray(16, igi::Value())))).substr(0, 6), "dc0010");
+  igi::ValueMap m{{"b", 1}, {"a", nullptr}};
+  CHECK_EQ(Hex(igi::Encode(igi::Value(m))), "82a16201a161c0");
+  CHECK_EQ(Hex(igi::Encode(igi::Value(true))), "c3");
+}
+
+TEST(codec_round_trip_preserves_map_order_and_types) {
+  igi::ValueMap inner{{"z", -5}, {"a", 2.25}, {"bin", igi::Bytes{0, 255}}};
+  igi::Value v(igi::ValueMap{{"type", "generate_request"},
+                             {"n", 300},
+                             {"big", std::numeric_limits<unsigned long long>::max()},
+                             {"items", igi::ValueArray{1, "two", nullptr, false}},
+                             {"inner", inner},
+                             {"text", "caf\xc3\xa9 \xf0\x9f\x8e\xae"}});
+  std::string wire = igi::Encode(v);
+  igi::Value back = igi::Decode(wire);
+  CHECK_MSG(back == v, back.ToString());
+  CHECK_EQ(igi::Encode(back), wire);
+  CHECK(back.Find("inner")->as_map()[0].first == "z");
+}
+
+TEST(codec_decoder_rejects_malformed_input) {
+  CHECK_THROWS_AS(igi::Decode(""), igi::DecodeError);
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("c1")), igi::DecodeError);            // never used
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("d40100")), igi::DecodeError);        // fixext1
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("a3616263ff")), igi::DecodeError);    // trailing bytes
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("a4616263")), igi::DecodeError);      // truncated str
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("81010203")), igi::DecodeError);      // int key
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("a2c328")), igi::DecodeError);        // invalid UTF-8
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("dfffffffff")), igi::DecodeError);    // huge map count
+  CHECK_THROWS_AS(igi::Decode(igi::HexDecode("82a16101a16102")), igi::DecodeError);  // duplicate key
+  std::string deep(100, static_cast<char>(0x91));
+  deep += static_cast<char>(0xc0);
+  CHECK_THROWS_AS(igi::Decode(deep), igi::DecodeError);
+}
+
+TEST(codec_wide_int_forms_decode_to_the_same_value) {
+  igi::Value v = igi::Decode(igi::HexDecode("cf0000000000000005"));
+  REQUIRE(v.is_integer());
+  CHECK_EQ(v.as_int(), 5);
+  CHECK_EQ(Hex(igi::Encode(v)), "05");
+  CHECK_EQ(igi::Decode(igi::HexDecode("d0fb")).as_int(), -5);
+}
+
+#ifdef IGI_HAVE_MSGPACK_CXX
+TEST(codec_output_is_read_back_by_msgpack_c) {
+  igi::Value v(igi::ValueMap{{"a", 1}, {"b", -200}, {"c", 0.25}, {"d", "text"}, {"e", igi::ValueArray{nullptr, true}}});
+  std::string wire = igi::Encode(v);
+  msgpack::object_handle oh = msgpack::unpack(wire.data(), wire.size());
+  const msgpack::object& o = oh.get();
+  REQUIRE(o.type == msgpack::type::MAP);
+  REQUIRE(o.via.map.size == 5);
+  CHECK(o.via.map.ptr[0].key.as<std::string>() == "a");
+  CHECK(o.via.map.ptr[1].val.as<int>() == -200);
+  CHECK(o.via.map.ptr[2].val.type == msgpack::type::FLOAT64);
+  CHECK(o.via.map.ptr[3].val.type == msgpack::type::STR);
+  // msgpack-c's own packer picks the same smallest forms for these integers.
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack(-200);
+  CHECK_EQ(Hex(std::string(buf.data(), buf.size())), Hex(igi::Encode(igi::Value(-200))));
+}
+#endif
+
+TEST(signing_matches_rfc4231_case_2) {
+  // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?"
+  CHECK_EQ(igi::SignHex("Jefe", "what do ya want ", "for nothing?"),
+           "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(signing_verify_rejects_tampering) {
+  std::string sig = igi::SignHex("k", "header", "content");
+  CHECK(sig.size() == 64);
+  CHECK(igi::VerifyHex("k", sig, "header", "content"));
+  CHECK(!igi::VerifyHex("k", sig, "header", "contenT"));
+  CHECK(!igi::VerifyHex("other", sig, "header", "content"));
+  CHECK(!igi::VerifyHex("k", sig.substr(1), "header", "content"));
+  std::string upper = sig;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper != sig) CHECK(!igi::VerifyHex("k", upper, "header", "content"));
+}

@@ -1,0 +1,79 @@
+"""IPC layer: nested value objects carried inside messages (sampling, limits, model, plan, usage, throttle).
+
+Field order is wire order: the codec writes map keys exactly in the order the fields are declared here,
+which is the order ``ipc/PROTOCOL.md`` lists them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from igi_sdk.ipc.wire_types import F64, U32, U63, NonNegF64
+
+MAX_STOP_STRINGS = 8
+
+
+class WireModel(BaseModel):
+    """Base of every wire object: frozen, unknown keys ignored (forward compatibility)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Sampling(WireModel):
+    """Sampling parameters of a session or of one generation (llama.cpp sampler vocabulary).
+
+    Example:
+        >>> Sampling(temperature=0.2, seed=7).top_k
+        40
+    """
+
+    temperature: F64 = Field(0.7, ge=0.0, le=5.0, description="0 = greedy")
+    top_p: F64 = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
+    top_k: U63 = Field(40, description="0 = disabled")
+    seed: U32 | None = Field(None, description="uint32 RNG seed; nil = random")
+    max_tokens: U63 = Field(128, ge=1, description="completion tokens per generation")
+    stop: tuple[str, ...] = Field((), max_length=MAX_STOP_STRINGS, description="stop strings")
+
+
+class Limits(WireModel):
+    """Limits the daemon enforces, announced in ``hello_reply``."""
+
+    max_frame_bytes: U63 = Field(1_048_576, ge=1024, description="largest header or content frame")
+    max_prompt_tokens: U63 = Field(4096, ge=1, description="prompt tokens per generation incl. history")
+    max_sessions: U63 = Field(64, ge=1, description="open NPC sessions across all clients")
+    max_queue_depth: U63 = Field(16, ge=1, description="queued generate_requests before busy")
+
+
+class ModelInfo(WireModel):
+    """The loaded model."""
+
+    path: str = Field(description="absolute path of the GGUF file")
+    architecture: str = Field(description="GGUF general.architecture, e.g. 'llama'")
+    n_layer: U63 = Field(description="number of transformer blocks")
+    n_params: U63 | None = Field(None, description="parameter count when known")
+    file_mib: NonNegF64 = Field(description="GGUF file size, MiB")
+    n_ctx: U63 = Field(description="context length the model was loaded with, tokens")
+
+
+class Plan(WireModel):
+    """Summary of the placement plan in force (or proposed)."""
+
+    strategy: str = Field(description="planner strategy name, e.g. 'cpu_only', 'full_gpu', 'layer_split'")
+    gpu_mib: NonNegF64 = Field(description="predicted device memory, MiB")
+    cpu_mib: NonNegF64 = Field(description="predicted host memory, MiB")
+    n_gpu_layers: U63 | None = Field(None, description="llama.cpp n_gpu_layers when the strategy uses it")
+    summary: str = Field("", description="one human-readable line")
+
+
+class Throttle(WireModel):
+    """How the daemon paces token generation to protect the game's frame time."""
+
+    tokens_per_frame: U63 | None = Field(None, description="max tokens per game frame; nil = unlimited")
+    sleep_ms_between_tokens: NonNegF64 = Field(0.0, description="pause between two decoded tokens, ms")
+
+
+class Usage(WireModel):
+    """Token counts of one generation."""
+
+    prompt_tokens: U63 = Field(description="tokens evaluated for the prompt (incl. cached history)")
+    completion_tokens: U63 = Field(description="tokens generated")

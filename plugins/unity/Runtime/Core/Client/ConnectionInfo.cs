@@ -1,0 +1,111 @@
+// Layer: core/client. The daemon's connection file: where to connect and with which key.
+using System;
+using System.Collections.Generic;
+using System.Globalization;
+using System.IO;
+using Igi.Json;
+
+namespace Igi.Client
+{
+    /// <summary>
+    /// Contents of the JSON connection file the daemon writes once it serves:
+    /// <c>{"transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid"}</c>.
+    /// </summary>
+    public sealed class ConnectionInfo
+    {
+        /// <summary>"tcp" or "ipc".</summary>
+        public string Transport { get; private set; }
+        /// <summary>Host address (tcp) or socket path (ipc).</summary>
+        public string Ip { get; private set; }
+        /// <summary>TCP port (0 for ipc).</summary>
+        public int Port { get; private set; }
+        /// <summary>The per-launch HMAC key, hex.</summary>
+        public string KeyHex { get; private set; }
+        /// <summary>Always "hmac-sha256" in protocol 1.x.</summary>
+        public string SignatureScheme { get; private set; }
+        /// <summary>The daemon's protocol version, e.g. "1.0".</summary>
+        public string ProtocolVersion { get; private set; }
+        /// <summary>The daemon's process id (0 when absent).</summary>
+        public int Pid { get; private set; }
+
+        /// <summary>The ZeroMQ endpoint, e.g. <c>tcp://127.0.0.1:5555</c> or <c>ipc:///tmp/igi.sock</c>.</summary>
+        public string Endpoint
+        {
+            get
+            {
+                if (Transport == "ipc") return "ipc://" + Ip;
+                return Transport + "://" + Ip + ":" + Port.ToString(CultureInfo.InvariantCulture);
+            }
+        }
+
+        /// <summary>Reads and validates a connection file.</summary>
+        /// <exception cref="IgiConnectionFileException">Missing, unreadable, not JSON, or a field missing/invalid.</exception>
+        public static ConnectionInfo Load(string path)
+        {
+            string text;
+            try { text = File.ReadAllText(path); }
+            catch (Exception e) when (e is IOException || e is UnauthorizedAccessException || e is ArgumentException || e is NotSupportedException)
+            {
+                throw new IgiConnectionFileException("cannot read connection file '" + path + "': " + e.Message, e);
+            }
+            return Parse(text, path);
+        }
+
+        /// <summary>Parses connection-file JSON text; <paramref name="origin"/> names it in error messages.</summary>
+        public static ConnectionInfo Parse(string json, string origin = "<string>")
+        {
+            Dictionary<string, object> d;
+            try { d = MiniJson.Parse(json) as Dictionary<string, object>; }
+            catch (FormatException e)
+            {
+                throw new IgiConnectionFileException("connection file '" + origin + "' is not valid JSON: " + e.Message, e);
+            }
+            if (d == null) throw new IgiConnectionFileException("connection file '" + origin + "' is not a JSON object");
+            var info = new ConnectionInfo
+            {
+                Transport = RequireString(d, "transport", origin),
+                Ip = RequireString(d, "ip", origin),
+                KeyHex = RequireString(d, "key", origin),
+                SignatureScheme = OptionalString(d, "signature_scheme") ?? "hmac-sha256",
+                ProtocolVersion = OptionalString(d, "protocol_version") ?? "",
+                Port = (int)OptionalLong(d, "port", origin),
+                Pid = (int)OptionalLong(d, "pid", origin),
+            };
+            if (info.Transport != "tcp" && info.Transport != "ipc")
+                throw new IgiConnectionFileException("connection file '" + origin + "': unsupported transport '" + info.Transport + "'");
+            if (info.Transport == "tcp" && (info.Port <= 0 || info.Port > 65535))
+                throw new IgiConnectionFileException("connection file '" + origin + "': port " + info.Port + " out of range");
+            if (info.SignatureScheme != "hmac-sha256")
+                throw new IgiConnectionFileException("connection file '" + origin + "': unsupported signature_scheme '" + info.SignatureScheme + "'");
+            try { Protocol.Hex.Decode(info.KeyHex); }
+            catch (FormatException e)
+            {
+                throw new IgiConnectionFileException("connection file '" + origin + "': key is not hex: " + e.Message, e);
+            }
+            if (info.KeyHex.Length == 0) throw new IgiConnectionFileException("connection file '" + origin + "': empty key");
+            return info;
+        }
+
+        private static string RequireString(Dictionary<string, object> d, string key, string origin)
+        {
+            object v;
+            if (!d.TryGetValue(key, out v) || !(v is string))
+                throw new IgiConnectionFileException("connection file '" + origin + "': missing string field '" + key + "'");
+            return (string)v;
+        }
+
+        private static string OptionalString(Dictionary<string, object> d, string key)
+        {
+            object v;
+            return d.TryGetValue(key, out v) ? v as string : null;
+        }
+
+        private static long OptionalLong(Dictionary<string, object> d, string key, string origin)
+        {
+            object v;
+            if (!d.TryGetValue(key, out v) || v == null) return 0;
+            if (v is long) return (long)v;
+            throw new IgiConnectionFileException("connection file '" + origin + "': field '" + key + "' must be an integer");
+        }
+    }
+}

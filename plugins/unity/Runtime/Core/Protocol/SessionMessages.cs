@@ -1,0 +1,326 @@
+// Layer: core/protocol. NPC session and generation messages.
+using Igi.MsgPack;
+
+namespace Igi.Protocol
+{
+    /// <summary>Generation outcome carried by generate_reply.finish_reason.</summary>
+    public static class FinishReason
+    {
+        /// <summary>End of turn or a stop string.</summary>
+        public const string Stop = "stop";
+        /// <summary>max_tokens reached.</summary>
+        public const string Length = "length";
+        /// <summary>cancel_request (or session close) ended it.</summary>
+        public const string Cancelled = "cancelled";
+        /// <summary>The engine failed mid-generation.</summary>
+        public const string Error = "error";
+
+        /// <summary>True for one of the four values.</summary>
+        public static bool IsValid(string s) { return s == Stop || s == Length || s == Cancelled || s == Error; }
+    }
+
+    /// <summary>Open an NPC session (persona, system prompt, default sampling).</summary>
+    public sealed class CreateSessionRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "create_session_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return CreateSessionReply.TypeName; } }
+        /// <summary>NPC name or role (&lt;= 256 characters).</summary>
+        public string Persona = "";
+        /// <summary>System message of the chat template.</summary>
+        public string SystemPrompt = "";
+        /// <summary>Default sampling of the session.</summary>
+        public Sampling Sampling = new Sampling();
+        /// <summary>-100..100, higher is served first.</summary>
+        public long Priority;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w)
+        {
+            new FieldWriter(w, 4).Str("persona", Persona).Str("system_prompt", SystemPrompt).Obj("sampling", Sampling).Int("priority", Priority);
+        }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r)
+        {
+            return new CreateSessionRequest
+            {
+                Persona = r.Str("persona", maxLength: 256),
+                SystemPrompt = r.Str("system_prompt", maxLength: 65536),
+                Sampling = r.Obj("sampling", Sampling.Read, false, false, () => new Sampling()),
+                Priority = r.Int("priority", false, dflt: 0, min: -100, max: 100).Value,
+            };
+        }
+    }
+
+    /// <summary>The new session; its id is also in the reply header's session_id.</summary>
+    public sealed class CreateSessionReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "create_session_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <summary>The session id.</summary>
+        public string SessionId;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Str("session_id", SessionId); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new CreateSessionReply { SessionId = r.SessionId("session_id") }; }
+    }
+
+    /// <summary>Close the header's session and free its KV state.</summary>
+    public sealed class CloseSessionRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "close_session_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return CloseSessionReply.TypeName; } }
+        /// <inheritdoc/>
+        public override bool RequiresSession { get { return true; } }
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { w.WriteMapHeader(0); }
+    }
+
+    /// <summary>The session is closed.</summary>
+    public sealed class CloseSessionReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "close_session_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { w.WriteMapHeader(0); }
+    }
+
+    /// <summary>One player line for the header's session; answered by token_events then generate_reply.</summary>
+    public sealed class GenerateRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "generate_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return GenerateReply.TypeName; } }
+        /// <inheritdoc/>
+        public override bool RequiresSession { get { return true; } }
+        /// <summary>The player's line (user turn).</summary>
+        public string Text = "";
+        /// <summary>null = session default.</summary>
+        public long? MaxTokens;
+        /// <summary>null = session default.</summary>
+        public Sampling Sampling;
+        /// <summary>null = session priority.</summary>
+        public long? Priority;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w)
+        {
+            new FieldWriter(w, 4).Str("text", Text).Int("max_tokens", MaxTokens).Obj("sampling", Sampling).Int("priority", Priority);
+        }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r)
+        {
+            return new GenerateRequest
+            {
+                Text = r.Str("text", maxLength: 65536),
+                MaxTokens = r.Int("max_tokens", false, true, min: 1),
+                Sampling = r.Obj("sampling", Sampling.Read, false, true),
+                Priority = r.Int("priority", false, true, min: -100, max: 100),
+            };
+        }
+    }
+
+    /// <summary>One generated token (non-terminal).</summary>
+    public sealed class TokenEvent : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "token_event";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override MessageKind Kind { get { return MessageKind.Event; } }
+        /// <summary>0-based position in this generation's output.</summary>
+        public long Index;
+        /// <summary>Detokenized piece (may be empty when a UTF-8 sequence is incomplete).</summary>
+        public string Text = "";
+        /// <summary>Vocabulary id.</summary>
+        public long TokenId;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 3).Int("index", Index).Str("text", Text).Int("token_id", TokenId); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r)
+        {
+            return new TokenEvent { Index = r.Int("index", min: 0).Value, Text = r.Str("text"), TokenId = r.Int("token_id").Value };
+        }
+    }
+
+    /// <summary>Terminal reply of generate_request.</summary>
+    public sealed class GenerateReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "generate_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <summary>One of <see cref="Igi.Protocol.FinishReason"/>.</summary>
+        public string FinishReason;
+        /// <summary>The full completion (concatenation of the token texts).</summary>
+        public string Text = "";
+        /// <summary>Token counts.</summary>
+        public Usage Usage = new Usage();
+        /// <summary>Time to first token, s; null if no token was produced.</summary>
+        public double? TtftS;
+        /// <summary>Decode speed, tokens/s (0 if fewer than 2 tokens).</summary>
+        public double Tps;
+        /// <summary>Model reloads (budget changes) while this generation ran.</summary>
+        public long ReloadsDuring;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w)
+        {
+            new FieldWriter(w, 6).Str("finish_reason", FinishReason).Str("text", Text).Obj("usage", Usage)
+                .F64("ttft_s", TtftS).F64("tps", Tps).Int("reloads_during", ReloadsDuring);
+        }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r)
+        {
+            string reason = r.Str("finish_reason");
+            if (!Protocol.FinishReason.IsValid(reason))
+                throw new IgiProtocolException("invalid generate_reply: field 'finish_reason' has unknown value '" + reason + "'");
+            return new GenerateReply
+            {
+                FinishReason = reason,
+                Text = r.Str("text"),
+                Usage = r.Obj("usage", Usage.Read),
+                TtftS = r.F64("ttft_s", true, true, min: 0.0),
+                Tps = r.F64("tps", min: 0.0).Value,
+                ReloadsDuring = r.Int("reloads_during", false, dflt: 0, min: 0).Value,
+            };
+        }
+    }
+
+    /// <summary>Cancel a queued or running generate_request (priority path).</summary>
+    public sealed class CancelRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "cancel_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return CancelReply.TypeName; } }
+        /// <summary>msg_id of the generate_request to cancel.</summary>
+        public string TargetMsgId;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Str("target_msg_id", TargetMsgId); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new CancelRequest { TargetMsgId = r.MsgId("target_msg_id") }; }
+    }
+
+    /// <summary>Whether the target was found queued or running and is now cancelled.</summary>
+    public sealed class CancelReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "cancel_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <summary>True when the target was found and cancelled.</summary>
+        public bool Cancelled;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Bool("cancelled", Cancelled); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new CancelReply { Cancelled = r.Bool("cancelled").Value }; }
+    }
+
+    /// <summary>Persist the header's session (history + KV state) to a file.</summary>
+    public sealed class SaveSessionRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "save_session_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return SaveSessionReply.TypeName; } }
+        /// <inheritdoc/>
+        public override bool RequiresSession { get { return true; } }
+        /// <summary>File path; null = the daemon's sessions directory.</summary>
+        public string Path;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Str("path", Path); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new SaveSessionRequest { Path = r.Str("path", false, true) }; }
+    }
+
+    /// <summary>Where the session was saved.</summary>
+    public sealed class SaveSessionReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "save_session_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <summary>The file written.</summary>
+        public string Path;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Str("path", Path); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new SaveSessionReply { Path = r.Str("path") }; }
+    }
+
+    /// <summary>Restore a saved session as a new open session.</summary>
+    public sealed class LoadSessionRequest : IgiRequest
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "load_session_request";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <inheritdoc/>
+        public override string ReplyType { get { return LoadSessionReply.TypeName; } }
+        /// <summary>The saved file.</summary>
+        public string Path;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 1).Str("path", Path); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r) { return new LoadSessionRequest { Path = r.Str("path") }; }
+    }
+
+    /// <summary>The restored session.</summary>
+    public sealed class LoadSessionReply : IgiMessage
+    {
+        /// <summary>Wire type.</summary>
+        public const string TypeName = "load_session_reply";
+        /// <inheritdoc/>
+        public override string Type { get { return TypeName; } }
+        /// <summary>The new session id.</summary>
+        public string SessionId;
+        /// <summary>Conversation turns restored.</summary>
+        public long NTurns;
+
+        /// <inheritdoc/>
+        public override void Write(MsgPackWriter w) { new FieldWriter(w, 2).Str("session_id", SessionId).Int("n_turns", NTurns); }
+
+        /// <summary>Reads the content.</summary>
+        public static IgiMessage Read(FieldReader r)
+        {
+            return new LoadSessionReply { SessionId = r.SessionId("session_id"), NTurns = r.Int("n_turns", min: 0).Value };
+        }
+    }
+}

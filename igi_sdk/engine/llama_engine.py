@@ -1,0 +1,350 @@
+"""Engine layer: ``LlamaEngine``, one GGUF model and one llama_context loaded with a ``Placement``.
+
+Loads through llama.cpp's low-level API with the placement's tensor_buft_overrides, captures llama.cpp's
+log during load and context creation (``load_report``), and offers tokenization, the model's own chat
+template, a low-level multi-sequence decode API, streaming generation, and per-sequence state that
+survives ``reload`` with another placement.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+
+import llama_cpp
+import numpy as np
+
+from igi_sdk.engine import _log
+from igi_sdk.engine.chat import render_chat_template
+from igi_sdk.engine.generate import GeneratedToken, generate
+from igi_sdk.engine.gguf_table import read_tensor_table
+from igi_sdk.engine.params import context_params, model_params
+from igi_sdk.engine.reports import LoadReport, parse_load_log
+from igi_sdk.engine.sampler import Sampler
+from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
+from igi_sdk.errors import EngineError, ModelCorruptError
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.tensors import ModelTable
+
+_STATE_MAGIC = b"IGIS"
+_STATE_VERSION = 1
+_STATE_KEYS = ("flash_attn", "type_k", "type_v", "n_seq_max")
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _backend_init() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def _errors_of(lines: Sequence[tuple[str, str]]) -> str:
+    errors = [text for level, text in lines if level == "error"]
+    return "; ".join(errors[-3:]) or "no error logged"
+
+
+class LlamaEngine:
+    """A loaded model + context. Not thread-safe: drive it from one thread.
+
+    Args:
+        model_path: GGUF file (validated with ``read_tensor_table`` before llama.cpp sees it).
+        placement: what to load where and how to size the context.
+        verbose: echo llama.cpp's log to stderr.
+
+    Raises:
+        ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
+        PlacementRejectedError: a rule targets a device this machine cannot serve.
+        EngineError: llama.cpp could not create the context.
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], placement: Placement, *, verbose: bool = False) -> None:
+        self._model_path = Path(model_path)
+        self._verbose = verbose
+        self._table = read_tensor_table(self._model_path)
+        self._stack: ExitStack | None = None
+        self._load(placement)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def _load(self, placement: Placement) -> None:
+        _backend_init()
+        mparams = model_params(placement)  # validates rules before llama.cpp sees them
+        cparams = context_params(placement)
+        stack = ExitStack()
+        t0 = time.perf_counter()
+        try:
+            with _log.capture_log(echo=self._verbose) as cap:
+                model = llama_cpp.llama_model_load_from_file(os.fsencode(self._model_path), mparams.params)
+                if not model:
+                    raise ModelCorruptError(f"llama.cpp could not load {self._model_path}: {_errors_of(cap.lines)}")
+                stack.callback(llama_cpp.llama_model_free, model)
+                ctx = llama_cpp.llama_init_from_model(model, cparams)
+                if not ctx:
+                    raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
+                stack.callback(llama_cpp.llama_free, ctx)
+        except BaseException:
+            stack.close()
+            raise
+        self._load_time_s = time.perf_counter() - t0
+        self._stack = stack
+        self._model, self._ctx = model, ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._placement = placement
+        self._load_report = parse_load_log(cap.text_lines())
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._seqs = BatchDecoder(ctx, placement.n_batch, self._n_vocab, int(llama_cpp.llama_n_ctx_seq(ctx)),
+                                  placement.n_seq_max)
+        stack.callback(self._seqs.free)
+        self.__dict__.pop("eos_token_ids", None)
+
+    def reload(self, placement: Placement) -> None:
+        """Free the context and model, then load again with ``placement``. KV contents are lost: save the
+        sequences you need first (``save_seq_state``) and restore them after."""
+        self._close_handles()
+        self._load(placement)
+
+    def _close_handles(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+    def close(self) -> None:
+        """Free everything (idempotent)."""
+        self._close_handles()
+
+    @property
+    def closed(self) -> bool:
+        return self._stack is None
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _require_open(self) -> None:
+        if self._stack is None:
+            raise EngineError("engine is closed")
+
+    # ---- properties ------------------------------------------------------------------------------
+
+    @property
+    def model_path(self) -> Path:
+        return self._model_path
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
+
+    @property
+    def model_table(self) -> ModelTable:
+        return self._table
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        """Context size of the whole llama_context (all sequences)."""
+        return int(llama_cpp.llama_n_ctx(self._ctx))
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Context available to one sequence (n_ctx / n_seq_max with per-sequence KV streams)."""
+        return self._seqs.n_ctx_seq
+
+    @property
+    def load_report(self) -> LoadReport:
+        return self._load_report
+
+    @property
+    def load_time_s(self) -> float:
+        return self._load_time_s
+
+    @cached_property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, ...)."""
+        return tuple(t for t in range(self._n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    # ---- text ------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Token ids of ``text``. ``add_special`` adds BOS/EOS as the model asks; ``parse_special`` turns
+        control-token text such as ``<|im_start|>`` into the control token."""
+        self._require_open()
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise EngineError(f"llama_tokenize failed ({n})")
+        return list(buf[:n])
+
+    def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes of one token (may be part of a UTF-8 character); control tokens are empty unless
+        ``special``."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:max(n, 0)]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """Text of a token list (invalid UTF-8 replaced)."""
+        return b"".join(self.token_piece(t, special=special) for t in tokens).decode("utf-8", "replace")
+
+    @cached_property
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
+        """Render a conversation with the GGUF's own ``tokenizer.chat_template``.
+
+        Raises:
+            ModelUnsupportedError: the model has no chat template.
+            ValueError: the template rejected the messages.
+        """
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        piece = (lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else "")
+        return render_chat_template(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                                    bos_token=piece(bos), eos_token=piece(eos))
+
+    # ---- low-level sequence API ------------------------------------------------------------------
+
+    def decode(self, batch: Sequence[BatchEntry]) -> dict[int, np.ndarray]:
+        """Evaluate new tokens of one or more sequences in one llama_batch (split into n_batch chunks).
+
+        Args:
+            batch: ``(seq_id, tokens, start_pos, want_logits_for_last)`` per sequence; ``tokens`` go to
+                positions ``start_pos, start_pos + 1, ...`` of that sequence. A seq_id appears at most once.
+
+        Returns:
+            ``{seq_id: logits}`` (float32 array of n_vocab, a copy) for entries that asked for logits.
+
+        Raises:
+            ContextFullError: a sequence would pass its context share.
+            DecodeError: llama_decode returned non-zero (``.code``); earlier chunks stay in the KV cache.
+        """
+        self._require_open()
+        return self._seqs.decode(batch)
+
+    def seq_tokens(self, seq_id: int) -> list[int]:
+        """Tokens the engine knows sequence ``seq_id`` holds at positions 0.. (-1 = unknown)."""
+        return list(self._seqs.tokens.get(seq_id, []))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position of ``seq_id`` in the KV cache (-1 if empty)."""
+        self._require_open()
+        return self._seqs.seq_pos_max(seq_id)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove positions [p0, p1) of a sequence (-1 = open end); False if the memory cannot do it."""
+        self._require_open()
+        return self._seqs.seq_rm(seq_id, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Copy positions [p0, p1) of ``src`` into ``dst`` (shares KV cells, no recompute)."""
+        self._require_open()
+        self._seqs.seq_cp(src, dst, p0, p1)
+
+    def seq_clear(self, seq_id: int) -> None:
+        """Drop everything a sequence holds."""
+        self._require_open()
+        self._seqs.seq_clear(seq_id)
+
+    # ---- generation ------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        seq_id: int,
+        prompt_tokens: Sequence[int],
+        *,
+        max_tokens: int,
+        sampler: Sampler,
+        stop: Sequence[str] = (),
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[GeneratedToken]:
+        """Stream a completion of ``prompt_tokens`` in sequence ``seq_id``.
+
+        The sequence's KV prefix that matches ``prompt_tokens`` is reused; the rest is evaluated. Yields one
+        ``GeneratedToken`` per sampled token, then a final item with ``finish_reason`` ("stop", "length",
+        "cancelled") and ``stats`` (usage, TTFT, decode tokens/s).
+        """
+        self._require_open()
+        return generate(self, seq_id, prompt_tokens, max_tokens=max_tokens, sampler=sampler, stop=stop,
+                        should_cancel=should_cancel)
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    def save_seq_state(self, seq_id: int) -> bytes:
+        """Serialize one sequence (its KV cells and the tokens they hold) for ``restore_seq_state``.
+
+        Raises:
+            EngineError: llama.cpp refused (returned 0).
+        """
+        self._require_open()
+        data = self._seqs.state_get(seq_id)
+        header = json.dumps({
+            "placement": {k: getattr(self._placement, k) for k in _STATE_KEYS},
+            "n_vocab": self._n_vocab, "n_layer": self._table.n_layer, "tokens": self.seq_tokens(seq_id),
+        }).encode()
+        return _STATE_MAGIC + struct.pack("<II", _STATE_VERSION, len(header)) + header + data
+
+    def restore_seq_state(self, seq_id: int, data: bytes) -> int:
+        """Load a ``save_seq_state`` blob into ``seq_id`` (replacing what it held).
+
+        Returns:
+            The number of positions the sequence now holds.
+
+        Raises:
+            EngineError: not a state blob, saved under an incompatible placement (flash_attn, type_k,
+                type_v, n_seq_max differ) or another model, or llama.cpp refused it.
+        """
+        self._require_open()
+        if data[:4] != _STATE_MAGIC or len(data) < 12:
+            raise EngineError("not a sequence state saved by LlamaEngine.save_seq_state")
+        version, header_len = struct.unpack("<II", data[4:12])
+        if version != _STATE_VERSION:
+            raise EngineError(f"sequence state version {version} is not supported (expected {_STATE_VERSION})")
+        header = json.loads(data[12:12 + header_len])
+        saved = self._placement.model_copy(update=header["placement"])
+        if not saved.state_compatible_with(self._placement):
+            now = {k: getattr(self._placement, k) for k in _STATE_KEYS}
+            raise EngineError(
+                f"sequence state was saved with {header['placement']} and cannot be restored under {now}: "
+                "flash_attn, type_k, type_v and n_seq_max must match"
+            )
+        if header["n_vocab"] != self._n_vocab or header["n_layer"] != self._table.n_layer:
+            raise EngineError("sequence state was saved with another model")
+        self._seqs.state_set(seq_id, data[12 + header_len:], header["tokens"])
+        return self.seq_pos_max(seq_id) + 1

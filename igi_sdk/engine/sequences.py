@@ -1,0 +1,164 @@
+"""Engine layer: the low-level sequence API over one llama_context (batched decode, KV sequence edits).
+
+``BatchDecoder.decode`` takes several sequences' tokens at once, builds one ``llama_batch`` with per-token
+``seq_id`` (split into n_batch-sized chunks), and returns the logits row of each sequence's last token.
+It also tracks which tokens each sequence holds in the KV cache, so ``generate`` can reuse a matching
+prefix. Continuous batching builds on this.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+
+from igi_sdk.errors import EngineError
+
+BatchEntry = tuple[int, Sequence[int], int, bool]  # (seq_id, tokens, start_pos, want_logits_for_last)
+
+_DECODE_CODES = {
+    1: "no KV cache slot for the batch (context full or fragmented)",
+    2: "aborted",
+    -1: "invalid input batch",
+}
+
+
+class DecodeError(EngineError):
+    """``llama_decode`` returned non-zero; ``code`` is its return value."""
+
+    def __init__(self, code: int, detail: str = "") -> None:
+        self.code = code
+        why = _DECODE_CODES.get(code, "decode failed")
+        super().__init__(f"llama_decode returned {code}: {why}" + (f" ({detail})" if detail else ""))
+
+
+class ContextFullError(EngineError):
+    """A sequence would grow past its share of the context (n_ctx / n_seq_max tokens)."""
+
+
+class BatchDecoder:
+    """One ``llama_batch`` of n_batch tokens reused for every decode, plus per-sequence token tracking."""
+
+    def __init__(self, ctx: llama_cpp.llama_context_p, n_batch: int, n_vocab: int, n_ctx_seq: int,
+                 n_seq_max: int) -> None:
+        self.ctx = ctx
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.n_batch = n_batch
+        self.n_vocab = n_vocab
+        self.n_ctx_seq = n_ctx_seq
+        self.n_seq_max = n_seq_max
+        self.batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.tokens: dict[int, list[int]] = {}  # seq_id -> tokens at positions 0..n-1 (what the KV holds)
+
+    def free(self) -> None:
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None  # type: ignore[assignment]
+
+    def _check_seq(self, seq_id: int) -> None:
+        if not 0 <= seq_id < self.n_seq_max:
+            raise ValueError(f"seq_id {seq_id} outside 0..{self.n_seq_max - 1} (placement.n_seq_max)")
+
+    def decode(self, entries: Sequence[BatchEntry]) -> dict[int, np.ndarray]:
+        """Evaluate new tokens of several sequences in one pass; see ``LlamaEngine.decode``."""
+        seen: set[int] = set()
+        flat: list[tuple[int, int, int, bool]] = []  # (token, pos, seq, logits)
+        for seq_id, toks, start, want in entries:
+            self._check_seq(seq_id)
+            if seq_id in seen:
+                raise ValueError(f"seq_id {seq_id} appears twice in one decode batch")
+            seen.add(seq_id)
+            if not toks:
+                continue
+            if start < 0 or start + len(toks) > self.n_ctx_seq:
+                raise ContextFullError(
+                    f"sequence {seq_id}: positions {start}..{start + len(toks) - 1} exceed its context of "
+                    f"{self.n_ctx_seq} tokens (n_ctx / n_seq_max)"
+                )
+            for i, tok in enumerate(toks):
+                if not 0 <= tok < self.n_vocab:
+                    raise ValueError(f"token {tok} outside the vocabulary (n_vocab {self.n_vocab})")
+                flat.append((int(tok), start + i, seq_id, want and i == len(toks) - 1))
+        logits: dict[int, np.ndarray] = {}
+        b = self.batch
+        for lo in range(0, len(flat), self.n_batch):
+            chunk = flat[lo:lo + self.n_batch]
+            for i, (tok, pos, seq, want) in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = pos
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = seq
+                b.logits[i] = want
+            b.n_tokens = len(chunk)
+            rc = llama_cpp.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise DecodeError(rc, f"{len(chunk)} tokens in chunk starting at {lo}")
+            for i, (_tok, _pos, seq, want) in enumerate(chunk):
+                if want:
+                    row = llama_cpp.llama_get_logits_ith(self.ctx, i)
+                    if not row:
+                        raise EngineError(f"llama_get_logits_ith({i}) returned NULL")
+                    logits[seq] = np.ctypeslib.as_array(row, shape=(self.n_vocab,)).copy()
+        for seq_id, toks, start, _want in entries:
+            if toks:
+                known = self.tokens.get(seq_id, [])[:start]
+                known += [-1] * (start - len(known))  # positions we did not see (unknown tokens)
+                self.tokens[seq_id] = known + [int(t) for t in toks]
+        return logits
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        self._check_seq(seq_id)
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        self._check_seq(seq_id)
+        ok = bool(llama_cpp.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
+        if ok:
+            known = self.tokens.get(seq_id, [])
+            start = max(p0, 0)
+            if p1 < 0 or p1 >= len(known):
+                self.tokens[seq_id] = known[:start]
+            else:  # a hole in the middle: keep only the contiguous prefix for prefix reuse
+                self.tokens[seq_id] = known[:start]
+        return ok
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self._check_seq(src)
+        self._check_seq(dst)
+        llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+        src_tokens = self.tokens.get(src, [])
+        if p0 <= 0 and not self.tokens.get(dst):
+            self.tokens[dst] = list(src_tokens if p1 < 0 else src_tokens[:p1])
+        else:
+            self.tokens[dst] = []  # layout unknown: disable prefix reuse for dst
+
+    def seq_clear(self, seq_id: int) -> None:
+        self._check_seq(seq_id)
+        llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+        self.tokens[seq_id] = []
+
+    def state_get(self, seq_id: int) -> bytes:
+        self._check_seq(seq_id)
+        size = int(llama_cpp.llama_state_seq_get_size(self.ctx, seq_id))
+        if size == 0:
+            raise EngineError(f"llama_state_seq_get_size({seq_id}) returned 0")
+        buf = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id))
+        if written == 0:
+            raise EngineError(f"llama_state_seq_get_data refused sequence {seq_id} (returned 0)")
+        return bytes(buf[:written])
+
+    def state_set(self, seq_id: int, data: bytes, tokens: list[int]) -> None:
+        self._check_seq(seq_id)
+        self.seq_clear(seq_id)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id))
+        if read == 0:
+            self.tokens[seq_id] = []
+            raise EngineError(
+                f"llama_state_seq_set_data refused the state for sequence {seq_id} (returned 0): flash "
+                "attention, K/V cache types or the KV stream layout (n_seq_max) differ from when it was saved"
+            )
+        self.tokens[seq_id] = list(tokens)

@@ -31,8 +31,9 @@ constexpr CodeEntry kCodes[] = {
 };
 
 template <typename E>
-std::exception_ptr Make(ErrorCode code, std::string_view wire, const std::string& message, const Value& detail) {
-  return std::make_exception_ptr(E(code, std::string(wire), message, detail));
+std::exception_ptr Make(ErrorCode code, std::string_view wire, const std::string& message, const Value& detail,
+                        bool retryable) {
+  return std::make_exception_ptr(E(code, std::string(wire), message, detail, retryable));
 }
 
 }  // namespace
@@ -58,33 +59,43 @@ ErrorCode ParseErrorCode(std::string_view wire) {
   return ErrorCode::kInternal;
 }
 
-RequestError::RequestError(ErrorCode code, std::string wire_code, const std::string& message, Value detail)
-    : IgiError(wire_code + ": " + message), code_(code), wire_code_(std::move(wire_code)), detail_(std::move(detail)) {}
+ProtocolError::ProtocolError(ErrorCode code, const std::string& message)
+    : WireError(std::string(ErrorCodeName(code)) + ": " + message), code_(code) {}
 
-std::exception_ptr MakeRequestError(std::string_view wire_code, const std::string& message, const Value& detail) {
+RequestError::RequestError(ErrorCode code, std::string wire_code, const std::string& message, Value detail,
+                           bool retryable)
+    : IgiError(wire_code + ": " + message),
+      code_(code),
+      wire_code_(std::move(wire_code)),
+      detail_(std::move(detail)),
+      retryable_(retryable) {}
+
+std::exception_ptr MakeRequestError(std::string_view wire_code, const std::string& message, const Value& detail,
+                                    bool retryable) {
   ErrorCode code = ParseErrorCode(wire_code);
   switch (code) {
-    case ErrorCode::kInvalidRequest: return Make<InvalidRequestError>(code, wire_code, message, detail);
-    case ErrorCode::kUnknownType: return Make<UnknownTypeError>(code, wire_code, message, detail);
-    case ErrorCode::kUnsupportedVersion: return Make<UnsupportedVersionError>(code, wire_code, message, detail);
-    case ErrorCode::kTooLarge: return Make<TooLargeError>(code, wire_code, message, detail);
-    case ErrorCode::kBusy: return Make<BusyError>(code, wire_code, message, detail);
-    case ErrorCode::kNotFound: return Make<NotFoundError>(code, wire_code, message, detail);
-    case ErrorCode::kNoModel: return Make<NoModelError>(code, wire_code, message, detail);
-    case ErrorCode::kModelNotFound: return Make<ModelNotFoundError>(code, wire_code, message, detail);
-    case ErrorCode::kModelInvalid: return Make<ModelInvalidError>(code, wire_code, message, detail);
-    case ErrorCode::kBudgetInfeasible: return Make<BudgetInfeasibleError>(code, wire_code, message, detail);
-    case ErrorCode::kEngineFailure: return Make<EngineFailureError>(code, wire_code, message, detail);
-    case ErrorCode::kCancelled: return Make<CancelledError>(code, wire_code, message, detail);
-    case ErrorCode::kTimeout: return Make<DaemonTimeoutError>(code, wire_code, message, detail);
-    case ErrorCode::kShuttingDown: return Make<ShuttingDownError>(code, wire_code, message, detail);
-    case ErrorCode::kInternal: return Make<InternalError>(code, wire_code, message, detail);
+    case ErrorCode::kInvalidRequest: return Make<InvalidRequestError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kUnknownType: return Make<UnknownTypeError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kUnsupportedVersion: return Make<UnsupportedVersionError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kTooLarge: return Make<TooLargeError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kBusy: return Make<BusyError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kNotFound: return Make<NotFoundError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kNoModel: return Make<NoModelError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kModelNotFound: return Make<ModelNotFoundError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kModelInvalid: return Make<ModelInvalidError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kBudgetInfeasible: return Make<BudgetInfeasibleError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kEngineFailure: return Make<EngineFailureError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kCancelled: return Make<CancelledError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kTimeout: return Make<DaemonTimeoutError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kShuttingDown: return Make<ShuttingDownError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInternal: return Make<InternalError>(code, wire_code, message, detail, retryable);
   }
-  return Make<RequestError>(code, wire_code, message, detail);
+  return Make<RequestError>(code, wire_code, message, detail, retryable);
 }
 
-void ThrowRequestError(std::string_view wire_code, const std::string& message, const Value& detail) {
-  std::rethrow_exception(MakeRequestError(wire_code, message, detail));
+void ThrowRequestError(std::string_view wire_code, const std::string& message, const Value& detail,
+                       bool retryable) {
+  std::rethrow_exception(MakeRequestError(wire_code, message, detail, retryable));
 }
 
 }  // namespace igi

@@ -1,16 +1,20 @@
 // igi/errors.hpp - IgiClientCore, shared leaf: the typed error tree of the C++ client.
 //
 //   IgiError                         every error the client raises on purpose
-//    +-- ProtocolError                bytes that do not form a valid protocol message
-//    |    +-- DecodeError             malformed msgpack / missing or mistyped field
-//    |    +-- EncodeError             a value msgpack cannot represent
-//    |    +-- SignatureError          HMAC mismatch or missing signature
+//    +-- WireError                    received frames that do not form a valid message
+//    |    +-- BadFrameError           wrong frame count, magic or signature-frame shape ("bad_frame")
+//    |    +-- BadSignatureError       HMAC mismatch ("bad_signature")
+//    |    +-- ProtocolError           authentic message violating the protocol; carries an ErrorCode
+//    |         +-- DecodeError        malformed msgpack, missing or mistyped field ("invalid_request")
+//    +-- EncodeError                  a value msgpack cannot represent
 //    +-- ConnectionFileError          connection file missing, unreadable or invalid
 //    +-- TransportError               the daemon cannot be reached
 //    |    +-- TimeoutError            no reply within the deadline
-//    |    +-- DaemonUnavailableError  heartbeats stopped / client closed
-//    +-- RequestError                 the daemon answered with error_reply{code, message, detail}
+//    |    +-- DaemonUnavailableError  heartbeats unanswered / client closed
+//    +-- RequestError                 the daemon answered error_reply{code, message, detail, retryable}
 //         one subclass per wire ErrorCode, built by MakeRequestError() (the one mapping place)
+//
+// WireError::classification() is the `expect` string of ipc/vectors/invalid.msgpack.
 #pragma once
 
 #include <exception>
@@ -28,22 +32,29 @@ class IgiError : public std::runtime_error {
   explicit IgiError(const std::string& message) : std::runtime_error(message) {}
 };
 
-class ProtocolError : public IgiError {
+class EncodeError : public IgiError {
  public:
   using IgiError::IgiError;
 };
-class DecodeError : public ProtocolError {
+
+/// Received frames that do not form a valid protocol message.
+class WireError : public IgiError {
  public:
-  using ProtocolError::ProtocolError;
+  using IgiError::IgiError;
+  /// Stable failure name ("bad_frame", "bad_signature" or an error code string).
+  virtual std::string classification() const = 0;
 };
-class EncodeError : public ProtocolError {
+class BadFrameError : public WireError {
  public:
-  using ProtocolError::ProtocolError;
+  using WireError::WireError;
+  std::string classification() const override { return "bad_frame"; }
 };
-class SignatureError : public ProtocolError {
+class BadSignatureError : public WireError {
  public:
-  using ProtocolError::ProtocolError;
+  using WireError::WireError;
+  std::string classification() const override { return "bad_signature"; }
 };
+
 class ConnectionFileError : public IgiError {
  public:
   using IgiError::IgiError;
@@ -87,19 +98,39 @@ bool RetryableByDefault(ErrorCode code);
 /// Parses a wire code; unknown strings give ErrorCode::kInternal (as the Python SDK does).
 ErrorCode ParseErrorCode(std::string_view wire);
 
+/// An authentic message that violates the protocol (the daemon answers these with error_reply).
+class ProtocolError : public WireError {
+ public:
+  ProtocolError(ErrorCode code, const std::string& message);
+  ErrorCode code() const { return code_; }
+  std::string classification() const override { return ErrorCodeName(code_); }
+
+ private:
+  ErrorCode code_;
+};
+
+/// Malformed msgpack or a missing / mistyped / out-of-range field: code invalid_request.
+class DecodeError : public ProtocolError {
+ public:
+  explicit DecodeError(const std::string& message) : ProtocolError(ErrorCode::kInvalidRequest, message) {}
+};
+
 /// The daemon answered a request with error_reply.
 class RequestError : public IgiError {
  public:
-  RequestError(ErrorCode code, std::string wire_code, const std::string& message, Value detail);
+  RequestError(ErrorCode code, std::string wire_code, const std::string& message, Value detail,
+               bool retryable = false);
   ErrorCode code() const { return code_; }
   /// The code exactly as received (differs from ErrorCodeName(code()) only for unknown codes).
   const std::string& wire_code() const { return wire_code_; }
   const Value& detail() const { return detail_; }
+  bool retryable() const { return retryable_; }
 
  private:
   ErrorCode code_;
   std::string wire_code_;
   Value detail_;
+  bool retryable_;
 };
 
 #define IGI_REQUEST_ERROR(Name)                 \
@@ -126,10 +157,10 @@ IGI_REQUEST_ERROR(InternalError)
 
 /// Builds the RequestError subclass for a wire code: the single code -> exception mapping.
 std::exception_ptr MakeRequestError(std::string_view wire_code, const std::string& message,
-                                               const Value& detail);
+                                    const Value& detail, bool retryable = false);
 
 /// Throws the RequestError subclass for a wire code.
 [[noreturn]] void ThrowRequestError(std::string_view wire_code, const std::string& message,
-                                    const Value& detail);
+                                    const Value& detail, bool retryable = false);
 
 }  // namespace igi

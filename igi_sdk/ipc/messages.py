@@ -12,7 +12,19 @@ from pydantic import BeforeValidator, Field
 
 from igi_sdk.ipc.error_codes import ErrorCode, parse_error_code
 from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Usage, WireModel
-from igi_sdk.ipc.wire_types import I64, U63, CounterMap, FreeMap, MsgId, NonNegF64, SessionId, VersionStr
+from igi_sdk.ipc.wire_types import (
+    I64,
+    INT64_MAX,
+    U63,
+    CounterMap,
+    FreeMap,
+    MsgId,
+    NonNegF64,
+    Pct,
+    PosInt,
+    SessionId,
+    VersionStr,
+)
 
 Kind = Literal["request", "reply", "event"]
 FinishReason = Literal["stop", "length", "cancelled", "error"]
@@ -66,7 +78,7 @@ class LoadModelRequest(Message):
 
     type: Literal["load_model_request"] = "load_model_request"
     model_path: str | None = Field(None, description="GGUF path; nil = the embedded default model")
-    n_ctx: U63 = Field(2048, ge=16, description="context length, tokens")
+    n_ctx: int = Field(2048, ge=16, le=INT64_MAX, description="context length, tokens")
     vram_budget_mib: U63 | None = Field(None, description="new VRAM budget, MiB; nil = keep the current one")
 
 
@@ -120,7 +132,7 @@ class FrameStatsRequest(Message):
     frame_time_ms: NonNegF64 = Field(description="last frame time, ms")
     target_frame_time_ms: NonNegF64 = Field(description="frame time the game aims for, ms")
     free_vram_mib: NonNegF64 | None = Field(None, description="free device memory seen by the game, MiB")
-    gpu_busy_pct: NonNegF64 | None = Field(None, le=100.0, description="GPU utilisation seen by the game, %")
+    gpu_busy_pct: Pct | None = Field(None, description="GPU utilisation seen by the game, %")
 
 
 class FrameStatsReply(Message):
@@ -171,7 +183,7 @@ class GenerateRequest(Message):
     REQUIRES_SESSION: ClassVar[bool] = True
     type: Literal["generate_request"] = "generate_request"
     text: str = Field(max_length=MAX_TEXT_CHARS, description="the player's line (user turn)")
-    max_tokens: U63 | None = Field(None, ge=1, description="nil = session default")
+    max_tokens: PosInt | None = Field(None, description="nil = session default")
     sampling: Sampling | None = Field(None, description="nil = session default")
     priority: Priority | None = Field(None, description="nil = session priority")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from igi_sdk.ipc.wire_types import F64, U32, U63, NonNegF64
+from igi_sdk.ipc.wire_types import F64, INT64_MAX, U32, U63, NonNegF64, PosInt
 
 MAX_STOP_STRINGS = 8
 
@@ -16,7 +16,7 @@ MAX_STOP_STRINGS = 8
 class WireModel(BaseModel):
     """Base of every wire object: frozen, unknown keys ignored (forward compatibility)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
 
 
 class Sampling(WireModel):
@@ -31,17 +31,17 @@ class Sampling(WireModel):
     top_p: F64 = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
     top_k: U63 = Field(40, description="0 = disabled")
     seed: U32 | None = Field(None, description="uint32 RNG seed; nil = random")
-    max_tokens: U63 = Field(128, ge=1, description="completion tokens per generation")
+    max_tokens: PosInt = Field(128, description="completion tokens per generation")
     stop: tuple[str, ...] = Field((), max_length=MAX_STOP_STRINGS, description="stop strings")
 
 
 class Limits(WireModel):
     """Limits the daemon enforces, announced in ``hello_reply``."""
 
-    max_frame_bytes: U63 = Field(1_048_576, ge=1024, description="largest header or content frame")
-    max_prompt_tokens: U63 = Field(4096, ge=1, description="prompt tokens per generation incl. history")
-    max_sessions: U63 = Field(64, ge=1, description="open NPC sessions across all clients")
-    max_queue_depth: U63 = Field(16, ge=1, description="queued generate_requests before busy")
+    max_frame_bytes: int = Field(1_048_576, ge=1024, le=INT64_MAX, description="largest header or content frame")
+    max_prompt_tokens: PosInt = Field(4096, description="prompt tokens per generation incl. history")
+    max_sessions: PosInt = Field(64, description="open NPC sessions across all clients")
+    max_queue_depth: PosInt = Field(16, description="queued generate_requests before busy")
 
 
 class ModelInfo(WireModel):

@@ -17,12 +17,20 @@ INT64_MAX = 2**63 - 1
 #: Deepest nesting accepted inside a free-form map (``error_reply.detail``).
 MAX_TREE_DEPTH = 8
 
-#: Finite float64; ints are accepted and converted so re-encoding always writes float64.
-F64 = Annotated[float, Field(allow_inf_nan=False), AfterValidator(float)]
-#: Non-negative finite float64.
-NonNegF64 = Annotated[float, Field(allow_inf_nan=False, ge=0.0), AfterValidator(float)]
+# Constrained aliases are used only where the field adds no constraint of its own: pydantic lets an
+# alias's Field(ge=...) override a field's Field(ge=...), so fields with their own bounds use plain
+# int/float (finiteness comes from WireModel's allow_inf_nan=False).
+
+#: float64; ints are accepted and converted so re-encoding always writes float64 (finite: see WireModel).
+F64 = Annotated[float, AfterValidator(float)]
+#: Non-negative float64.
+NonNegF64 = Annotated[float, Field(ge=0.0), AfterValidator(float)]
+#: A percentage 0..100.
+Pct = Annotated[float, Field(ge=0.0, le=100.0), AfterValidator(float)]
 #: Any integer representable as int64.
 I64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+#: Positive int64 (>= 1).
+PosInt = Annotated[int, Field(ge=1, le=INT64_MAX)]
 #: Unsigned 32-bit integer (llama.cpp seeds).
 U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 #: Non-negative int64.

@@ -1,0 +1,165 @@
+"""IPC layer: the connection file (JSON, mode 0600) that tells clients where the daemon is and its key."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from igi_sdk._version import PROTOCOL_VERSION
+from igi_sdk.ipc.errors import ConnectionFileError
+from igi_sdk.ipc.signing import KEY_BYTES
+from igi_sdk.ipc.values import WireModel
+from igi_sdk.ipc.wire_types import VersionStr
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ConnectionInfo(WireModel):
+    """Where the daemon listens and the HMAC key of this launch.
+
+    For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0.
+
+    Example:
+        >>> info = ConnectionInfo(port=5555, key="ab" * 32, pid=1)
+        >>> info.endpoint, len(info.key_bytes)
+        ('tcp://127.0.0.1:5555', 32)
+    """
+
+    transport: Literal["tcp", "ipc"] = "tcp"
+    ip: str = Field("127.0.0.1", min_length=1, description="loopback address, or the socket path for ipc")
+    port: int = Field(ge=0, le=65535, description="TCP port; 0 for ipc")
+    key: str = Field(pattern=r"^[0-9a-f]{64}$", description="HMAC key, 32 bytes as lowercase hex")
+    signature_scheme: Literal["hmac-sha256"] = "hmac-sha256"
+    protocol_version: VersionStr = PROTOCOL_VERSION
+    pid: int = Field(ge=0, description="process id of the daemon")
+
+    @model_validator(mode="after")
+    def _loopback_only(self) -> ConnectionInfo:
+        if self.transport == "tcp" and self.ip not in LOOPBACK_HOSTS:
+            raise ValueError(f"tcp transport must use a loopback ip, got {self.ip!r}")
+        if self.transport == "tcp" and self.port == 0:
+            raise ValueError("tcp transport needs a port")
+        return self
+
+    @property
+    def key_bytes(self) -> bytes:
+        """The HMAC key as 32 bytes."""
+        return bytes.fromhex(self.key)
+
+    @property
+    def endpoint(self) -> str:
+        """The ZeroMQ endpoint, e.g. ``tcp://127.0.0.1:5555`` or ``ipc:///run/igi.sock``."""
+        if self.transport == "ipc":
+            return f"ipc://{self.ip}"
+        host = f"[{self.ip}]" if ":" in self.ip else self.ip
+        return f"tcp://{host}:{self.port}"
+
+
+def new_key() -> str:
+    """Return a fresh random HMAC key: 32 bytes from ``secrets`` as 64 lowercase hex digits."""
+    return secrets.token_hex(KEY_BYTES)
+
+
+def write_connection_file(
+    path: str | os.PathLike[str],
+    *,
+    port: int,
+    ip: str = "127.0.0.1",
+    transport: Literal["tcp", "ipc"] = "tcp",
+    pid: int | None = None,
+    key: str | None = None,
+) -> ConnectionInfo:
+    """Write a connection file atomically with mode 0600 and a fresh key.
+
+    The file is created as a 0600 temporary in the same directory, fsynced and renamed over ``path``,
+    so a reader never sees a partial file or a wider mode.
+
+    Args:
+        path: where to write.
+        port: the bound TCP port (0 for ipc).
+        ip: loopback address, or the socket path for ipc.
+        transport: "tcp" or "ipc".
+        pid: daemon process id; default this process.
+        key: HMAC key hex (tests); default a fresh random key.
+
+    Returns:
+        The written connection info.
+
+    Raises:
+        ConnectionFileError: invalid values or the file cannot be written.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "igi.json"
+        >>> write_connection_file(p, port=5555).port
+        5555
+    """
+    try:
+        info = ConnectionInfo(
+            transport=transport, ip=ip, port=port, key=key if key is not None else new_key(),
+            pid=os.getpid() if pid is None else pid,
+        )
+    except ValidationError as exc:
+        raise ConnectionFileError(f"invalid connection info: {exc.errors()[0]['msg']}") from None
+    target = Path(path)
+    data = (json.dumps(info.model_dump(mode="json"), indent=1) + "\n").encode("utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            os.fchmod(fd, 0o600)  # mkstemp already creates 0600; be explicit about the contract
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ConnectionFileError(f"cannot write connection file {target}: {exc}") from exc
+    return info
+
+
+def read_connection_file(path: str | os.PathLike[str], *, check_permissions: bool = True) -> ConnectionInfo:
+    """Read and validate a connection file.
+
+    Args:
+        path: the file the daemon wrote.
+        check_permissions: refuse (POSIX) a file that group or others can read or write.
+
+    Returns:
+        The connection info.
+
+    Raises:
+        ConnectionFileError: missing or unreadable file, too-open mode, invalid JSON or fields.
+    """
+    source = Path(path)
+    try:
+        mode = source.stat().st_mode
+        raw = source.read_bytes()
+    except FileNotFoundError:
+        raise ConnectionFileError(f"connection file {source} does not exist (is the daemon running?)") from None
+    except OSError as exc:
+        raise ConnectionFileError(f"cannot read connection file {source}: {exc}") from exc
+    if check_permissions and os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConnectionFileError(f"connection file {source} has mode {stat.S_IMODE(mode):o}; it must be 600")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConnectionFileError(f"connection file {source} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConnectionFileError(f"connection file {source} must hold a JSON object")
+    try:
+        return ConnectionInfo.model_validate(data, strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "<root>"
+        raise ConnectionFileError(f"connection file {source}: {where}: {first['msg']}") from None

@@ -96,7 +96,8 @@ namespace Igi.Protocol
 
         /// <summary>
         /// Checks the frame shape and the signature, then decodes the header and the content.
-        /// Order: frame count and magic, signature-frame shape (bad_frame), HMAC (bad_signature), header, content.
+        /// Order (PROTOCOL.md section 2): frame count, magic and signature-frame shape (bad_frame), HMAC (bad_signature),
+        /// header, known type (unknown_type), session_id when required, content.
         /// </summary>
         /// <exception cref="IgiProtocolException">Any failure; its Classification names the class of failure.</exception>
         public static Envelope Decode(IList<byte[]> frames, Signer signer, int maxFrameBytes = DefaultMaxFrameBytes)
@@ -132,11 +133,9 @@ namespace Igi.Protocol
         public static IgiMessage DecodeContent(Header header, byte[] contentBytes, int maxFrameBytes = DefaultMaxFrameBytes)
         {
             if (!MessageRegistry.IsKnown(header.Type)) throw new IgiUnknownTypeException(header.Type);
-            object content = Unpack(contentBytes, maxFrameBytes);
-            IgiMessage message = MessageRegistry.Read(header.Type, content);
-            if (message.RequiresSession && header.SessionId == null)
+            if (MessageRegistry.RequiresSession(header.Type) && header.SessionId == null)
                 throw new IgiProtocolException(header.Type + " requires header.session_id");
-            return message;
+            return MessageRegistry.Read(header.Type, Unpack(contentBytes, maxFrameBytes));
         }
 
         /// <summary>Decodes one frame with the size limit (too_large) and safe msgpack limits.</summary>

@@ -8,6 +8,7 @@ namespace Igi.Protocol
     /// <summary>Stable error_reply.code strings of protocol 1.x.</summary>
     public static class ErrorCodes
     {
+#pragma warning disable 1591 // the constant names are the wire strings (PROTOCOL.md section 8)
         public const string InvalidRequest = "invalid_request";
         public const string UnknownType = "unknown_type";
         public const string UnsupportedVersion = "unsupported_version";
@@ -23,6 +24,7 @@ namespace Igi.Protocol
         public const string Timeout = "timeout";
         public const string ShuttingDown = "shutting_down";
         public const string Internal = "internal";
+#pragma warning restore 1591
 
         /// <summary>The mapping table: every code and the exception it raises on the client.</summary>
         public static readonly IDictionary<string, Func<ErrorReply, IgiRemoteException>> ExceptionFactories =

@@ -90,6 +90,14 @@ namespace Igi.Protocol
                 { ErrorReply.TypeName, ErrorReply.Read },
             };
 
+        private static readonly HashSet<string> SessionTypes = new HashSet<string>(StringComparer.Ordinal)
+        {
+            CloseSessionRequest.TypeName, GenerateRequest.TypeName, SaveSessionRequest.TypeName,
+        };
+
+        /// <summary>True when messages of this type need header.session_id ("session: required").</summary>
+        public static bool RequiresSession(string type) { return type != null && SessionTypes.Contains(type); }
+
         /// <summary>Every known type string.</summary>
         public static ICollection<string> KnownTypes { get { return Readers.Keys; } }
 

@@ -42,6 +42,7 @@ namespace Igi.Transport
         /// <summary>Size of the opaque zmq_msg_t.</summary>
         public const int ZmqMsgSize = 64;
 
+#pragma warning disable 1591 // raw C API: the libzmq names are the documentation (see zmq.h)
         /// <summary>zmq_pollitem_t on Linux/macOS (fd is int).</summary>
         [StructLayout(LayoutKind.Sequential)]
         public struct PollItemUnix
@@ -125,6 +126,8 @@ namespace Igi.Transport
 
         [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl)]
         public static extern IntPtr zmq_strerror(int errnum);
+
+#pragma warning restore 1591
 
         /// <summary>True on Windows, where zmq_pollitem_t and C long differ.</summary>
         public static readonly bool IsWindows = Environment.OSVersion.Platform == PlatformID.Win32NT;

@@ -1,0 +1,257 @@
+// Unit tests of the msgpack codec, JSON reader, connection file and HMAC signer.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Text;
+using Igi.Client;
+using Igi.Json;
+using Igi.MsgPack;
+using Igi.Protocol;
+
+namespace Igi.Tests
+{
+    public static class CodecTests
+    {
+        private static byte[] B(params int[] bytes)
+        {
+            var r = new byte[bytes.Length];
+            for (int i = 0; i < bytes.Length; i++) r[i] = (byte)bytes[i];
+            return r;
+        }
+
+        private static void RoundTrip(object value, string what)
+        {
+            byte[] data = MsgPackWriter.Encode(value);
+            object back = MsgPackReader.Decode(data);
+            Check.DeepEqual(value, back, what);
+            Check.BytesEqual(data, MsgPackWriter.Encode(back), what + " re-encode");
+        }
+
+        public static void Register(TestRunner t)
+        {
+            t.Add("msgpack:int_smallest_forms", () =>
+            {
+                var cases = new List<KeyValuePair<long, byte[]>>
+                {
+                    new KeyValuePair<long, byte[]>(0, B(0x00)),
+                    new KeyValuePair<long, byte[]>(127, B(0x7f)),
+                    new KeyValuePair<long, byte[]>(128, B(0xcc, 0x80)),
+                    new KeyValuePair<long, byte[]>(255, B(0xcc, 0xff)),
+                    new KeyValuePair<long, byte[]>(256, B(0xcd, 0x01, 0x00)),
+                    new KeyValuePair<long, byte[]>(65535, B(0xcd, 0xff, 0xff)),
+                    new KeyValuePair<long, byte[]>(65536, B(0xce, 0x00, 0x01, 0x00, 0x00)),
+                    new KeyValuePair<long, byte[]>(4294967295L, B(0xce, 0xff, 0xff, 0xff, 0xff)),
+                    new KeyValuePair<long, byte[]>(4294967296L, B(0xcf, 0, 0, 0, 1, 0, 0, 0, 0)),
+                    new KeyValuePair<long, byte[]>(long.MaxValue, B(0xcf, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)),
+                    new KeyValuePair<long, byte[]>(-1, B(0xff)),
+                    new KeyValuePair<long, byte[]>(-32, B(0xe0)),
+                    new KeyValuePair<long, byte[]>(-33, B(0xd0, 0xdf)),
+                    new KeyValuePair<long, byte[]>(-128, B(0xd0, 0x80)),
+                    new KeyValuePair<long, byte[]>(-129, B(0xd1, 0xff, 0x7f)),
+                    new KeyValuePair<long, byte[]>(-32768, B(0xd1, 0x80, 0x00)),
+                    new KeyValuePair<long, byte[]>(-32769, B(0xd2, 0xff, 0xff, 0x7f, 0xff)),
+                    new KeyValuePair<long, byte[]>(int.MinValue, B(0xd2, 0x80, 0, 0, 0)),
+                    new KeyValuePair<long, byte[]>(int.MinValue - 1L, B(0xd3, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff)),
+                    new KeyValuePair<long, byte[]>(long.MinValue, B(0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0)),
+                };
+                foreach (var c in cases)
+                {
+                    Check.BytesEqual(c.Value, MsgPackWriter.Encode(c.Key), "encode " + c.Key);
+                    Check.Equal(c.Key, (long)MsgPackReader.Decode(c.Value), "decode " + c.Key);
+                }
+                Check.BytesEqual(B(0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), MsgPackWriter.Encode(ulong.MaxValue), "uint64 max");
+                Check.Equal(ulong.MaxValue, (ulong)MsgPackReader.Decode(B(0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)), "decode uint64 max");
+            });
+            t.Add("msgpack:non_canonical_ints_decode", () =>
+            {
+                Check.Equal(1L, (long)MsgPackReader.Decode(B(0xce, 0, 0, 0, 1)), "uint32 1");
+                Check.Equal(-1L, (long)MsgPackReader.Decode(B(0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)), "int64 -1");
+                Check.Equal(5L, (long)MsgPackReader.Decode(B(0xd0, 0x05)), "int8 5");
+            });
+            t.Add("msgpack:floats", () =>
+            {
+                Check.BytesEqual(B(0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0), MsgPackWriter.Encode(2.0), "2.0 as float64");
+                Check.BytesEqual(B(0xca, 0x3f, 0xc0, 0, 0), MsgPackWriter.Encode(1.5f), "1.5f as float32");
+                Check.Equal(1.5f, (float)MsgPackReader.Decode(B(0xca, 0x3f, 0xc0, 0, 0)), "decode float32");
+                foreach (double d in new[] { 0.0, -0.0, 1e-300, 1767225600.25, double.MaxValue, double.Epsilon, double.NaN, double.PositiveInfinity })
+                    RoundTrip(d, "float64 " + d);
+            });
+            t.Add("msgpack:str_and_bin_boundaries", () =>
+            {
+                foreach (int n in new[] { 0, 1, 31, 32, 255, 256, 65535, 65536 })
+                {
+                    string s = new string('x', n);
+                    byte[] enc = MsgPackWriter.Encode(s);
+                    int expectedHead = n <= 31 ? 1 : n <= 255 ? 2 : n <= 65535 ? 3 : 5;
+                    Check.Equal(expectedHead + n, enc.Length, "str length " + n);
+                    RoundTrip(s, "str " + n);
+                    var bin = new byte[n];
+                    for (int i = 0; i < n; i++) bin[i] = (byte)i;
+                    byte[] benc = MsgPackWriter.Encode(bin);
+                    Check.Equal((n <= 255 ? 2 : n <= 65535 ? 3 : 5) + n, benc.Length, "bin length " + n);
+                    RoundTrip(bin, "bin " + n);
+                }
+                RoundTrip("héllo クライアント 🎮", "unicode str");
+                Check.BytesEqual(B(0xa2, 0xc3, 0xa9), MsgPackWriter.Encode("é"), "utf-8 bytes");
+            });
+            t.Add("msgpack:containers", () =>
+            {
+                foreach (int n in new[] { 0, 15, 16, 65535, 65536 })
+                {
+                    var list = new List<object>();
+                    for (int i = 0; i < n; i++) list.Add((long)(i % 200));
+                    byte[] enc = MsgPackWriter.Encode(list);
+                    Check.Equal(n <= 15 ? (byte)(0x90 | n) : n <= 65535 ? (byte)0xdc : (byte)0xdd, enc[0], "array header " + n);
+                    RoundTrip(list, "array " + n);
+                }
+                foreach (int n in new[] { 0, 15, 16, 70000 })
+                {
+                    var map = new MsgPackMap();
+                    for (int i = 0; i < n; i++) map.Add("k" + i, (long)i);
+                    byte[] enc = MsgPackWriter.Encode(map);
+                    Check.Equal(n <= 15 ? (byte)(0x80 | n) : n <= 65535 ? (byte)0xde : (byte)0xdf, enc[0], "map header " + n);
+                    RoundTrip(map, "map " + n);
+                }
+                var nested = new MsgPackMap().Add("a", new List<object> { null, true, false, 1L, -2L, 3.5, "s", B(1, 2) })
+                                             .Add("b", new MsgPackMap().Add("c", new MsgPackMap()));
+                RoundTrip(nested, "nested");
+            });
+            t.Add("msgpack:map_keeps_wire_order", () =>
+            {
+                var map = (MsgPackMap)MsgPackReader.Decode(B(0x82, 0xa1, (int)'b', 0x01, 0xa1, (int)'a', 0x02));
+                Check.Equal("b", (string)map.Entries[0].Key, "first key");
+                Check.Equal(2L, (long)map["a"], "lookup");
+            });
+            t.Add("msgpack:every_truncation_is_typed", () =>
+            {
+                var value = new MsgPackMap().Add("text", "hello world").Add("n", 70000L).Add("f", 1.25)
+                    .Add("list", new List<object> { 1L, "two", B(3), new MsgPackMap().Add("x", null) });
+                byte[] full = MsgPackWriter.Encode(value);
+                for (int cut = 0; cut < full.Length; cut++)
+                {
+                    var prefix = new byte[cut];
+                    Buffer.BlockCopy(full, 0, prefix, 0, cut);
+                    var e = Check.Throws<MsgPackException>(() => MsgPackReader.Decode(prefix), "prefix " + cut);
+                    Check.Equal(MsgPackErrorKind.Truncated, e.Kind, "kind at prefix " + cut);
+                }
+            });
+            t.Add("msgpack:malformed_inputs", () =>
+            {
+                Check.Equal(MsgPackErrorKind.Malformed, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(B(0xc1)), "0xc1").Kind, "0xc1");
+                Check.Equal(MsgPackErrorKind.Malformed, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(B(0xd4, 0x01, 0x00)), "fixext1").Kind, "ext");
+                Check.Equal(MsgPackErrorKind.Malformed, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(B(0xc7, 0x01, 0x05, 0x00)), "ext8").Kind, "ext8");
+                Check.Equal(MsgPackErrorKind.TrailingBytes, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(B(0x01, 0x02)), "trailing").Kind, "trailing");
+                Check.Equal(MsgPackErrorKind.InvalidUtf8, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(B(0xa2, 0xc3, 0x28)), "utf8").Kind, "utf8");
+                Check.Equal(MsgPackErrorKind.DuplicateKey, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(B(0x82, 0xa1, (int)'a', 0x01, 0xa1, (int)'a', 0x02)), "dup").Kind, "duplicate key");
+                // A container that claims 2^32-1 items in a 5-byte buffer fails fast, without allocating.
+                Check.Equal(MsgPackErrorKind.TooLarge, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(B(0xdd, 0xff, 0xff, 0xff, 0xff)), "huge array").Kind, "huge array");
+                Check.Equal(MsgPackErrorKind.Truncated, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(B(0xdd, 0x00, 0x0f, 0xff, 0xff)), "long array").Kind, "long array");
+                Check.Equal(MsgPackErrorKind.Truncated, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(B(0xdb, 0x7f, 0xff, 0xff, 0xff)), "long str").Kind, "long str");
+                Check.Throws<MsgPackException>(() => MsgPackReader.Decode(new byte[0]), "empty buffer");
+            });
+            t.Add("msgpack:depth_and_size_limits", () =>
+            {
+                var deep = new byte[40];
+                for (int i = 0; i < 39; i++) deep[i] = 0x91;  // [[[[...]]]]
+                deep[39] = 0x90;
+                Check.Equal(MsgPackErrorKind.TooDeep, Check.Throws<MsgPackException>(() => MsgPackReader.Decode(deep), "deep").Kind, "depth");
+                Check.True(MsgPackReader.Decode(deep, new MsgPackLimits { MaxDepth = 64 }) != null, "deep under a larger limit");
+                Check.Equal(MsgPackErrorKind.TooLarge, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(new byte[2048], new MsgPackLimits { MaxInputBytes = 1024 }), "size").Kind, "size");
+                Check.Equal(MsgPackErrorKind.TooLarge, Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(MsgPackWriter.Encode(new List<object> { 1L, 2L, 3L }), new MsgPackLimits { MaxContainerLength = 2 }), "count").Kind, "count");
+            });
+            t.Add("freeform:keys_sorted_by_utf8_bytes", () =>
+            {
+                var detail = new MsgPackMap().Add("zeta", 1L).Add("Alpha", new MsgPackMap().Add("y", 2L).Add("x", 3L)).Add("é", 4L).Add("a", 5L);
+                var canon = (MsgPackMap)FreeForm.Canonical(detail, 0);
+                Check.Equal("Alpha", (string)canon.Entries[0].Key, "uppercase first");
+                Check.Equal("a", (string)canon.Entries[1].Key, "then a");
+                Check.Equal("zeta", (string)canon.Entries[2].Key, "then zeta");
+                Check.Equal("é", (string)canon.Entries[3].Key, "non-ASCII last");
+                Check.Equal("x", (string)((MsgPackMap)canon["Alpha"]).Entries[0].Key, "nested sorted");
+            });
+            t.Add("hmac:rfc4231_case2", () =>
+            {
+                var signer = new Signer(Encoding.ASCII.GetBytes("Jefe"));
+                byte[] sig = signer.Sign(Encoding.ASCII.GetBytes("what do ya want "), Encoding.ASCII.GetBytes("for nothing?"));
+                Check.Equal("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", Encoding.ASCII.GetString(sig), "digest");
+                Check.True(signer.Verify(sig, Encoding.ASCII.GetBytes("what do ya want "), Encoding.ASCII.GetBytes("for nothing?")), "verify");
+                Check.True(!signer.Verify(sig, Encoding.ASCII.GetBytes("what do ya want"), Encoding.ASCII.GetBytes("for nothing?")), "tampered");
+            });
+            t.Add("json:mini_parser", () =>
+            {
+                var d = (Dictionary<string, object>)MiniJson.Parse("{\"a\": [1, -2.5e3, true, false, null], \"s\": \"x\\u00e9\\n\\\"\", \"o\": {}}");
+                var a = (List<object>)d["a"];
+                Check.Equal(1L, (long)a[0], "int");
+                Check.Equal(-2500.0, (double)a[1], "float");
+                Check.Equal("xé\n\"", (string)d["s"], "escapes");
+                foreach (string bad in new[] { "", "{", "{\"a\":}", "[1,]", "{\"a\":1} x", "\"unterminated", "{'a':1}" })
+                    Check.Throws<FormatException>(() => MiniJson.Parse(bad), "bad json: " + bad);
+            });
+            t.Add("connection_file:parse_and_refuse", () =>
+            {
+                string ok = "{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": 5555, \"key\": \"00ff\", " +
+                            "\"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 42, \"extra\": 1}";
+                var info = ConnectionInfo.Parse(ok);
+                Check.Equal("tcp://127.0.0.1:5555", info.Endpoint, "endpoint");
+                Check.Equal(42, info.Pid, "pid");
+                Check.Equal("ipc:///tmp/igi.sock", ConnectionInfo.Parse(
+                    "{\"transport\": \"ipc\", \"ip\": \"/tmp/igi.sock\", \"port\": 0, \"key\": \"ab\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}").Endpoint, "ipc");
+                foreach (string bad in new[]
+                {
+                    "not json", "[]", "{\"ip\": \"127.0.0.1\", \"port\": 1, \"key\": \"00\"}",
+                    ok.Replace("hmac-sha256", "hmac-md5"), ok.Replace("\"00ff\"", "\"xyz\""), ok.Replace("5555", "70000"),
+                    ok.Replace("\"tcp\"", "\"udp\""), ok.Replace("\"pid\": 42", "\"pid\": \"42\""),
+                })
+                    Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Parse(bad), "refuse: " + bad);
+                Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Load("/nonexistent/igi.json"), "missing file");
+            });
+            t.Add("protocol:typed_round_trip_all_messages", () =>
+            {
+                var signer = new Signer(new byte[32]);
+                var messages = new List<KeyValuePair<string, IgiMessage>>
+                {
+                    Pair(null, new HelloRequest { Capabilities = new List<string> { "token_stream" } }),
+                    Pair("s1", new GenerateRequest { Text = "Hi", MaxTokens = 8, Sampling = Sampling.Greedy(8), Priority = -5 }),
+                    Pair(null, new BudgetAck { RequestedMib = 512, GrantedMib = 256, Plan = new Plan { Strategy = "cpu_only" }, Warning = "deadline_missed" }),
+                    Pair(null, new ErrorReply { Code = ErrorCodes.Busy, Message = "queue full", Detail = new MsgPackMap().Add("limit", "max_queue_depth"), Retryable = true }),
+                    Pair(null, new StatusReply { Counters = new MsgPackMap().Add("tokens_total", 5L).Add("bad_frame", 0L), UptimeS = 1.0 }),
+                };
+                foreach (var kv in messages)
+                {
+                    var header = Header.New(kv.Value.Type, kv.Key);
+                    byte[][] frames = WireCodec.Encode(header, kv.Value, signer);
+                    Envelope env = WireCodec.Decode(frames, signer);
+                    byte[][] again = WireCodec.Encode(env.Header, env.Message, signer);
+                    for (int i = 0; i < 4; i++) Check.BytesEqual(frames[i], again[i], kv.Value.Type + " frame " + i);
+                }
+                var status = (StatusReply)WireCodec.Decode(WireCodec.Encode(Header.New("status_reply"), messages[4].Value, signer), signer).Message;
+                Check.Equal("bad_frame", (string)status.Counters.Entries[0].Key, "counters sorted on the wire");
+            });
+            t.Add("protocol:error_code_table_complete", () =>
+            {
+                foreach (string code in new[] { "invalid_request", "unknown_type", "unsupported_version", "too_large", "busy", "not_found", "no_model",
+                                                "model_not_found", "model_invalid", "budget_infeasible", "engine_failure", "cancelled", "timeout",
+                                                "shutting_down", "internal" })
+                {
+                    var e = ErrorCodes.ToException(new ErrorReply { Code = code, Message = "m" });
+                    Check.Equal(code, e.Code, "code kept");
+                    Check.True(e.GetType() != typeof(IgiRemoteException), "a dedicated exception class for " + code);
+                }
+                Check.Equal(15, ErrorCodes.ExceptionFactories.Count, "table size");
+                Check.True(ErrorCodes.ToException(new ErrorReply { Code = "quota_exceeded", Message = "m" }) is IgiInternalException, "unknown code -> internal");
+                Check.True(ErrorCodes.ToException(new ErrorReply { Code = "busy", Message = "m" }) is IgiBusyException, "busy");
+            });
+        }
+
+        private static KeyValuePair<string, IgiMessage> Pair(string session, IgiMessage m)
+        {
+            return new KeyValuePair<string, IgiMessage>(session, m);
+        }
+    }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the IGI Unity plugin's core library and console tests with Mono's mcs (no Unity needed), then runs them.
+#   plugins/unity/build.sh [--vectors DIR] [--connection-file F] [--filter S] [--no-run]
+# Output: plugins/unity/build/{Igi.Core.dll, Igi.Core.dll.config, Igi.Tests.exe}. Debian: apt-get install mono-mcs mono-runtime libzmq5
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+out="$here/build"
+vectors="$repo/ipc/vectors"
+connection_file="${IGI_CONNECTION_FILE:-}"
+filter=""
+run=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --vectors) vectors="$2"; shift 2 ;;
+    --connection-file) connection_file="$2"; shift 2 ;;
+    --filter) filter="$2"; shift 2 ;;
+    --no-run) run=0; shift ;;
+    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+command -v mcs >/dev/null || { echo "build.sh: mcs not found; install the Debian package mono-mcs (and mono-runtime)" >&2; exit 3; }
+command -v mono >/dev/null || { echo "build.sh: mono not found; install the Debian package mono-runtime" >&2; exit 3; }
+mkdir -p "$out"
+flags=(-langversion:7.2 -sdk:4.5 -warnaserror+ -debug -optimize+)
+mapfile -t core_sources < <(find "$here/Runtime/Core" -name '*.cs' | sort)
+mapfile -t unity_sources < <(find "$here/Runtime/Unity" -name '*.cs' | sort)
+mapfile -t test_sources < <(find "$here/Tests" -name '*.cs' | sort)
+mcs "${flags[@]}" -target:library -doc:"$out/Igi.Core.xml" -out:"$out/Igi.Core.dll" -r:System.dll "${core_sources[@]}"
+# The Unity folder compiles to nothing without UnityEngine (#if UNITY_5_3_OR_NEWER); compiling it proves that.
+if [ ${#unity_sources[@]} -gt 0 ]; then
+  mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Igi.Core.dll" "${unity_sources[@]}"
+fi
+mcs "${flags[@]}" -target:exe -out:"$out/Igi.Tests.exe" -r:"$out/Igi.Core.dll" -r:System.dll "${test_sources[@]}"
+# Standalone Mono resolves DllImport("libzmq") through this map when only the runtime package (libzmq.so.5) is present.
+cat > "$out/Igi.Core.dll.config" <<'XML'
+<configuration>
+  <dllmap dll="libzmq" os="linux" target="libzmq.so.5"/>
+  <dllmap dll="libzmq" os="osx" target="libzmq.5.dylib"/>
+</configuration>
+XML
+echo "built $out/Igi.Core.dll and $out/Igi.Tests.exe"
+[ "$run" = 1 ] || exit 0
+args=()
+[ -n "$vectors" ] && args+=(--vectors "$vectors")
+[ -n "$connection_file" ] && args+=(--connection-file "$connection_file")
+[ -n "$filter" ] && args+=(--filter "$filter")
+cd "$out"
+exec mono --debug Igi.Tests.exe "${args[@]}"

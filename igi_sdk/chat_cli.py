@@ -1,0 +1,58 @@
+"""`igi chat`: answer one NPC prompt in-process (no daemon), streaming, with TTFT and tokens/s.
+
+The smallest end-to-end check that the engine, the default model and a placement work on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from igi_sdk.errors import IgiError
+from igi_sdk.planner.placement import Placement
+
+DEFAULT_SYSTEM = "You are Mira, the blacksmith of Oakvale. You answer travellers briefly and in character."
+DEFAULT_PROMPT = "Hello Mira! What do you sell here?"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="igi chat", description=__doc__)
+    p.add_argument("--model", default="default", help="GGUF path, or 'default' for the embedded SmolLM2 model")
+    p.add_argument("--system", default=DEFAULT_SYSTEM, help="NPC persona / system prompt")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the player's line")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--n-gpu-layers", type=int, default=0, help="llama.cpp semantics: the last N layers on the GPU")
+    return p
+
+
+def run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from igi_sdk.engine import LlamaEngine, Sampler
+    from igi_sdk.model_store import default_model_path
+
+    try:
+        path = default_model_path() if args.model == "default" else args.model
+        placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
+        with LlamaEngine(path, placement) as engine:
+            prompt = engine.apply_chat_template(
+                [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+            )
+            tokens = engine.tokenize(prompt, add_special=False, parse_special=True)
+            sampler = Sampler(temperature=args.temperature, seed=args.seed)
+            print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
+            print(f"player> {args.prompt}\nnpc> ", end="", flush=True)
+            stats = None
+            for item in engine.generate(0, tokens, max_tokens=args.max_tokens, sampler=sampler):
+                print(item.text, end="", flush=True)
+                stats = item.stats or stats
+            print()
+            if stats is not None:
+                print(f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
+                      f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]")
+    except IgiError as exc:
+        print(f"igi chat: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,7 +1,8 @@
 """Engine layer: the only importer of llama_cpp (and of the ctypes ggml bindings).
 
-Importing this package is cheap and pure; names load their module (and llama_cpp) on first use:
-``from igi_sdk.engine import LlamaEngine, Placement`` etc. ``igi_sdk.engine.reports`` never imports
+Importing this package is cheap and pure; names load their module (and llama_cpp) on first use
+(``dry_run`` shares its module's name: import it from ``igi_sdk.engine.dry_run``):
+``from igi_sdk.engine import LlamaEngine, Sampler`` etc. ``igi_sdk.engine.reports`` never imports
 llama_cpp, so the planner may use ``MemoryReport`` without the engine.
 """
 
@@ -21,7 +22,6 @@ _EXPORTS = {
     "list_devices": "igi_sdk.engine.devices",
     "resolve_buffer_type": "igi_sdk.engine.devices",
     "read_tensor_table": "igi_sdk.engine.gguf_table",
-    "dry_run": "igi_sdk.engine.dry_run",
     "MemoryReport": "igi_sdk.engine.reports",
     "LoadReport": "igi_sdk.engine.reports",
 }

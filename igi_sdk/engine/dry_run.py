@@ -1,0 +1,182 @@
+"""Engine layer: what a placement would allocate, without allocating (llama.cpp ``no_alloc``).
+
+llama.cpp loads the model with ``no_alloc=True`` and ``load_mode`` none (no_alloc with mmap aborts the
+process), creates the context, and logs what it would allocate. In 0.3.36 the logged *compute* and
+*output* buffer sizes are the real would-be sizes, but the weight and KV buffers are dummies (0 MiB), so:
+
+- compute / output MiB: parsed from ``sched_reserve: CPU compute buffer size = ...`` (exact);
+- KV MiB per device: the ``llama_kv_cache: size = ...`` summary split over the ``layer N: dev = D`` lines;
+- weights MiB per device: the tensor table summed over llama.cpp's logged decisions (``layer N assigned
+  to device D``, ``tensor T ... buffer type overridden to B``); ``weights_source = "tensor_table"``.
+
+A misstep inside llama.cpp can abort the process, so the work runs in a child process
+(``python -m igi_sdk.engine.dry_run --json``, request on stdin) with a timeout. Results are cached on disk
+by (model file identity, placement, llama-cpp-python version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from igi_sdk.engine.reports import MemoryReport
+from igi_sdk.errors import EngineError
+from igi_sdk.planner.placement import Placement
+
+DEFAULT_TIMEOUT_S = 120.0
+_RESULT_MARKER = "IGI_DRY_RUN_RESULT "
+_CACHE_VERSION = 1
+
+
+def _cache_key(model_path: Path, placement: Placement) -> str:
+    import llama_cpp
+
+    st = model_path.stat()
+    memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
+    ident = {"v": _CACHE_VERSION, "path": str(model_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+             "placement": memory_fields, "llama_cpp": llama_cpp.__version__}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _cache_file(key: str) -> Path:
+    from igi_sdk.model_store import cache_dir
+
+    return cache_dir() / "dry_run" / f"{key}.json"
+
+
+def dry_run(
+    model_path: str | os.PathLike[str],
+    placement: Placement,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    use_cache: bool = True,
+) -> MemoryReport:
+    """Memory a ``LlamaEngine(model_path, placement)`` would use, measured by llama.cpp without allocating.
+
+    Args:
+        model_path: GGUF file.
+        placement: the placement to size.
+        timeout_s: limit for the child process.
+        use_cache: read/write the on-disk cache in ``igi_sdk.model_store.cache_dir() / "dry_run"``.
+
+    Raises:
+        ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
+        PlacementRejectedError: a rule targets a device this machine cannot serve.
+        EngineError: the child failed, crashed or timed out.
+    """
+    from igi_sdk.engine.devices import resolve_buffer_type
+    from igi_sdk.engine.gguf_table import read_tensor_table
+
+    path = Path(model_path)
+    read_tensor_table(path)  # typed model errors here, not in the child
+    for rule in placement.rules:
+        resolve_buffer_type(rule.device)
+    cache_file = _cache_file(_cache_key(path, placement))
+    if use_cache and cache_file.is_file():
+        try:
+            return MemoryReport.model_validate_json(cache_file.read_text())
+        except ValueError:
+            cache_file.unlink(missing_ok=True)
+    request = json.dumps({"model_path": str(path), "placement": placement.model_dump(mode="json")})
+    cmd = [sys.executable, "-m", "igi_sdk.engine.dry_run", "--json"]
+    try:
+        proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise EngineError(f"dry run of {path} timed out after {timeout_s:.0f} s") from exc
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_RESULT_MARKER)]
+    if proc.returncode != 0 or not lines:
+        why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        raise EngineError(f"dry run of {path} failed ({why}): {proc.stderr.strip()[-800:]}")
+    payload = json.loads(lines[-1][len(_RESULT_MARKER):])
+    if "error" in payload:
+        raise _rebuild_error(payload["error"], payload["message"])
+    report = MemoryReport.model_validate(payload["report"])
+    if use_cache:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(report.model_dump_json())
+        os.replace(tmp, cache_file)
+    return report
+
+
+def _rebuild_error(kind: str, message: str) -> Exception:
+    from igi_sdk import errors
+
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.IgiError):
+        return cls(message)
+    return EngineError(f"dry run failed: {kind}: {message}")
+
+
+def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement) -> MemoryReport:
+    """The dry run itself, in *this* process (a llama.cpp abort kills it: prefer ``dry_run``)."""
+    import llama_cpp
+
+    from igi_sdk.engine import _log
+    from igi_sdk.engine.gguf_table import read_tensor_table
+    from igi_sdk.engine.params import context_params, model_params
+    from igi_sdk.engine.reports import device_of_buffer, kv_mib_from_size_lines, parse_load_log
+    from igi_sdk.errors import ModelCorruptError
+
+    path = Path(model_path)
+    table = read_tensor_table(path)
+    mparams = model_params(placement, no_alloc=True)
+    cparams = context_params(placement)
+    llama_cpp.llama_backend_init()
+    with _log.capture_log() as cap:
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(path), mparams.params)
+        if not model:
+            raise ModelCorruptError(f"llama.cpp could not load {path} (dry run)")
+        try:
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            if not ctx:
+                raise EngineError("llama.cpp could not create a context (dry run)")
+            llama_cpp.llama_free(ctx)
+        finally:
+            llama_cpp.llama_model_free(model)
+    lines = cap.text_lines()
+    logged = parse_load_log(lines)
+    weights: dict[str, float] = {}
+    output_dev = logged.layer_devices.get(table.n_layer, "CPU")
+    names = {t.name for t in table.tensors}
+    for t in table.tensors:
+        if t.name in logged.overridden_tensor_targets:
+            dev = device_of_buffer(logged.overridden_tensor_targets[t.name])
+        elif t.layer is not None:
+            dev = logged.layer_devices.get(t.layer, "CPU")
+        elif t.name.startswith("output"):
+            dev = output_dev
+        else:
+            dev = "CPU"  # token_embd and other input-side tensors stay on the host
+        weights[dev] = weights.get(dev, 0) + t.n_bytes
+        if t.name == "token_embd.weight" and "output.weight" not in names and output_dev != "CPU":
+            weights[output_dev] = weights.get(output_dev, 0) + t.n_bytes  # tied head duplicated on the device
+    return MemoryReport(
+        weights_mib={dev: round(n / 1024 / 1024, 2) for dev, n in weights.items()},
+        kv_mib=kv_mib_from_size_lines(lines), compute_mib=logged.compute_mib, output_mib=logged.output_mib,
+        weights_source="tensor_table",
+    )
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m igi_sdk.engine.dry_run --json``: request JSON on stdin, one result line on stdout."""
+    if argv != ["--json"]:
+        print("usage: python -m igi_sdk.engine.dry_run --json  < {model_path, placement}", file=sys.stderr)
+        return 2
+    request = json.loads(sys.stdin.read())
+    try:
+        report = dry_run_in_process(request["model_path"], Placement.model_validate(request["placement"]))
+        payload = {"report": report.model_dump(mode="json")}
+    except Exception as exc:  # reported to the parent as a typed error
+        payload = {"error": type(exc).__name__, "message": str(exc)}
+    sys.stdout.write(_RESULT_MARKER + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

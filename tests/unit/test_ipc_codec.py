@@ -1,0 +1,167 @@
+"""Unit tests of the canonical codec and the typed messages (igi_sdk.ipc.codec / messages)."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import pytest
+
+from igi_sdk.ipc import messages as m
+from igi_sdk.ipc.codec import decode, encode, packb, to_wire, unpackb
+from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode, parse_error_code
+from igi_sdk.ipc.errors import ProtocolError
+from igi_sdk.ipc.vector_cases import SID, VALID_CASES
+
+
+def _header(message: m.Message, session_id: str | None = None) -> Header:
+    return new_header(message.type, session_id=session_id, msg_id="a" * 32, sent_at=1.0)
+
+
+@pytest.mark.parametrize("case", VALID_CASES, ids=[c.name for c in VALID_CASES])
+def test_round_trip_every_case(case) -> None:  # type: ignore[no-untyped-def]
+    header = _header(case.message, case.session_id or SID)
+    header_bytes, content_bytes = encode(header, case.message)
+    decoded_header, decoded = decode(header_bytes, content_bytes)
+    assert decoded_header == header and decoded == case.message
+    assert type(decoded) is type(case.message)
+    assert encode(decoded_header, decoded) == (header_bytes, content_bytes)
+
+
+def test_every_type_is_registered_once_and_round_trips_with_defaults() -> None:
+    assert len(m.MESSAGE_TYPES) == 29
+    for name, cls in m.MESSAGE_TYPES.items():
+        assert cls.model_fields["type"].default == name
+        assert name.endswith(("_request", "_reply", "_event")) or name == "budget_ack"
+        assert cls.model_config["frozen"] and cls.model_config["extra"] == "ignore"
+    for request, reply in m.TERMINAL_REPLY.items():
+        assert m.MESSAGE_TYPES[request].KIND == "request" and m.MESSAGE_TYPES[reply].KIND == "reply"
+    assert m.PRIORITY_TYPES == {"cancel_request", "reclaim_request", "heartbeat_request"}
+
+
+def test_content_is_written_in_field_order_with_nil_optionals() -> None:
+    msg = m.GenerateRequest(text="hi")
+    content = unpackb(encode(_header(msg, SID), msg)[1])
+    assert list(content) == ["text", "max_tokens", "sampling", "priority"]
+    assert content == {"text": "hi", "max_tokens": None, "sampling": None, "priority": None}
+    assert "type" not in content
+
+
+def test_floats_are_float64_and_ints_smallest() -> None:
+    assert packb(to_wire(m.HeartbeatReply(uptime_s=2))) == b"\x81\xa8uptime_s\xcb" + bytes.fromhex("4000000000000000")
+    assert packb({"a": 200}) == b"\x81\xa1a\xcc\xc8"  # uint8, not int16
+    assert packb({"a": -33}) == b"\x81\xa1a\xd0\xdf"  # int8
+    assert packb({"a": 2**63 - 1})[-9:] == b"\xcf\x7f\xff\xff\xff\xff\xff\xff\xff"  # uint64 form
+
+
+def test_int_accepted_for_float_and_converted() -> None:
+    msg = m.FrameStatsRequest(frame_time_ms=16, target_frame_time_ms=16)
+    assert isinstance(msg.frame_time_ms, float)
+    raw = packb({"frame_time_ms": 16, "target_frame_time_ms": 17})
+    _, decoded = decode(encode(_header(msg), msg)[0], raw)
+    assert isinstance(decoded, m.FrameStatsRequest) and decoded.target_frame_time_ms == 17.0
+    assert isinstance(decoded.target_frame_time_ms, float)
+
+
+def test_unknown_fields_are_ignored_at_every_level() -> None:
+    msg = m.CreateSessionRequest(persona="p", system_prompt="s")
+    content = to_wire(msg)
+    content["future"] = [1, 2]
+    content["sampling"]["mirostat"] = 2
+    header = to_wire(_header(msg)) | {"trace_id": "x"}
+    decoded_header, decoded = decode(packb(header), packb(content))
+    assert decoded == msg and decoded_header == _header(msg)
+
+
+def test_unknown_type_raises_unknown_type_with_header() -> None:
+    header = to_wire(_header(m.StatusRequest())) | {"type": "teleport_request"}
+    with pytest.raises(ProtocolError) as info:
+        decode(packb(header), packb({}))
+    assert info.value.code is ErrorCode.UNKNOWN_TYPE
+    assert info.value.header is not None and info.value.header.msg_id == "a" * 32
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ({"vram_budget_mib": "1"}, "vram_budget_mib"),
+        ({"vram_budget_mib": True}, "vram_budget_mib"),
+        ({"vram_budget_mib": 1.0}, "vram_budget_mib"),
+        ({"vram_budget_mib": 2**63}, "vram_budget_mib"),
+        ({"vram_budget_mib": 1, "reason": None}, "reason"),
+        ({}, "vram_budget_mib"),
+    ],
+)
+def test_strict_types_give_invalid_request(content: dict[str, object], fragment: str) -> None:
+    header = _header(m.SetBudgetRequest(vram_budget_mib=1))
+    with pytest.raises(ProtocolError) as info:
+        decode(encode(header, m.SetBudgetRequest(vram_budget_mib=1))[0], packb(content))
+    assert info.value.code is ErrorCode.INVALID_REQUEST and fragment in info.value.message
+    assert info.value.header == header
+
+
+def test_session_required_types_need_header_session_id() -> None:
+    msg = m.GenerateRequest(text="x")
+    with pytest.raises(ProtocolError, match="requires header.session_id"):
+        decode(*encode(_header(msg), msg))
+    assert decode(*encode(_header(msg, SID), msg))[1] == msg
+
+
+def test_encode_refuses_mismatched_header_type() -> None:
+    with pytest.raises(ProtocolError) as info:
+        encode(_header(m.StatusRequest()), m.HeartbeatRequest())
+    assert info.value.code is ErrorCode.INVALID_REQUEST
+
+
+def test_too_large_frame() -> None:
+    msg = m.GenerateRequest(text="x" * 5000)
+    header_bytes, content_bytes = encode(_header(msg, SID), msg)
+    with pytest.raises(ProtocolError) as info:
+        decode(header_bytes, content_bytes, max_frame_bytes=4096)
+    assert info.value.code is ErrorCode.TOO_LARGE and info.value.header is not None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xc1", b"\x81", b"\x80\x80", b"\x91" * 5000, b"\xd6\xff\x00\x00\x00\x00", b"\xa2\xff\xfe",
+     b"\x81\x01\x02", b"\x92\x01\x02"],
+)
+def test_malformed_header_is_invalid_request(data: bytes) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode(data, b"\x80")
+    assert info.value.code is ErrorCode.INVALID_REQUEST and info.value.header is None
+
+
+def test_free_maps_are_sorted_and_checked() -> None:
+    reply = m.ErrorReply(code=ErrorCode.BUSY, message="m", detail={"b": {"y": 1, "x": [1.5]}, "a": None})
+    assert list(reply.detail or {}) == ["a", "b"] and list((reply.detail or {})["b"]) == ["x", "y"]
+    content = unpackb(encode(_header(reply), reply)[1])
+    assert list(content["detail"]) == ["a", "b"]
+    for bad in ({"a": math.inf}, {"a": object()}, {"a": 2**64}, {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h":
+                                                                                                    {"i": 1}}}}}}}}}):
+        with pytest.raises(ValueError):
+            m.ErrorReply(code=ErrorCode.BUSY, message="m", detail=bad)
+    status = m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0,
+                           queue_depth=0, counters={"z": 1, "a": 2}, uptime_s=0)
+    assert list(status.counters) == ["a", "z"]
+
+
+def test_unknown_error_code_maps_to_internal_and_every_code_has_a_default() -> None:
+    assert parse_error_code("from_the_future") is ErrorCode.INTERNAL
+    assert parse_error_code("busy") is ErrorCode.BUSY
+    with pytest.raises(ValueError):
+        parse_error_code(3)
+    assert set(RETRYABLE_BY_DEFAULT) == set(ErrorCode)
+
+
+def test_models_are_frozen() -> None:
+    msg = m.SetBudgetRequest(vram_budget_mib=1)
+    with pytest.raises(Exception):
+        msg.vram_budget_mib = 2  # type: ignore[misc]
+
+
+def test_container_files_use_plain_msgpack() -> None:
+    # The codec's packb is plain msgpack with bin type, so any msgpack library reads it.
+    data = packb({"k": b"\x00", "s": "é", "l": [1, 2.5]})
+    assert msgpack.unpackb(data, raw=False) == {"k": b"\x00", "s": "é", "l": [1, 2.5]}

@@ -1,0 +1,141 @@
+"""LlamaEngine on the real SmolLM2-135M: chat, batched decode, stop strings, cancel, state across reload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from igi_sdk.engine import LlamaEngine, Sampler
+from igi_sdk.engine.sequences import ContextFullError
+from igi_sdk.errors import EngineError
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import Placement
+
+BASE = Placement(n_ctx=1024, n_batch=256, n_ubatch=256, n_seq_max=2)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaEngine]:
+    with LlamaEngine(default_model_path(), BASE) as eng:
+        yield eng
+
+
+def _chat(engine: LlamaEngine, text: str) -> list[int]:
+    return engine.tokenize(engine.apply_chat_template([{"role": "user", "content": text}]))
+
+
+def _run(engine: LlamaEngine, seq: int, tokens: list[int], **kw: object) -> tuple[str, list[int], object]:
+    items = list(engine.generate(seq, tokens, sampler=kw.pop("sampler", Sampler(temperature=0)), **kw))  # type: ignore[arg-type]
+    return "".join(i.text for i in items), [i.token for i in items if i.token is not None], items[-1]
+
+
+def test_chat_answer_is_coherent(engine: LlamaEngine) -> None:
+    prompt = engine.apply_chat_template([{"role": "user", "content": "Name the capital of France."}])
+    assert prompt.endswith("<|im_start|>assistant\n")
+    text, _tokens, last = _run(engine, 0, engine.tokenize(prompt), max_tokens=24)
+    assert "Paris" in text
+    assert last.finish_reason == "stop"  # ended on <|im_end|>, which is not emitted
+    assert "<|im_end|>" not in text
+    assert last.stats.completion_tokens > 3 and last.stats.ttft_s > 0
+
+
+def test_prefix_is_reused_and_output_is_unchanged(engine: LlamaEngine) -> None:
+    tokens = _chat(engine, "What is 2 + 2?")
+    engine.seq_clear(0)
+    first, _, a = _run(engine, 0, tokens, max_tokens=12)
+    again, _, b = _run(engine, 0, tokens, max_tokens=12)
+    assert a.stats.cached_tokens == 0
+    assert b.stats.cached_tokens == len(tokens) - 1
+    assert first == again
+
+
+def test_batched_decode_equals_single_sequence(engine: LlamaEngine) -> None:
+    t0, t1 = _chat(engine, "Hello!"), _chat(engine, "Name a fruit.")
+    engine.seq_clear(0)
+    engine.seq_clear(1)
+    single0 = engine.decode([(0, t0, 0, True)])[0]
+    engine.seq_clear(0)
+    both = engine.decode([(0, t0, 0, True), (1, t1, 0, True)])
+    assert set(both) == {0, 1}
+    np.testing.assert_allclose(both[0], single0, rtol=1e-3, atol=1e-3)
+    assert engine.seq_pos_max(1) == len(t1) - 1
+    engine.seq_clear(0)
+    engine.seq_cp(1, 0)
+    assert engine.seq_tokens(0) == t1 and engine.seq_pos_max(0) == len(t1) - 1
+    nxt = int(np.argmax(both[1]))
+    after_copy = engine.decode([(0, [nxt], len(t1), True), (1, [nxt], len(t1), True)])
+    np.testing.assert_allclose(after_copy[0], after_copy[1], rtol=1e-3, atol=1e-3)
+    engine.seq_clear(0)
+    engine.seq_clear(1)
+    assert engine.seq_pos_max(1) == -1
+
+
+def test_decode_split_over_n_batch_and_context_limit(engine: LlamaEngine) -> None:
+    long = (engine.tokenize("one two three four five six seven eight nine ten. ") * 40)[:400]
+    engine.seq_clear(0)
+    logits = engine.decode([(0, long, 0, True)])[0]  # 400 tokens > n_batch 256: two llama_batch chunks
+    assert logits.shape == (engine.n_vocab,) and np.isfinite(logits).all()
+    assert engine.seq_pos_max(0) == 399
+    with pytest.raises(ContextFullError):
+        engine.decode([(0, long[:200], 400, True)])  # 600 > n_ctx_seq = 1024 / n_seq_max 2
+    engine.seq_clear(0)
+
+
+def test_stop_string_is_not_emitted(engine: LlamaEngine) -> None:
+    tokens = _chat(engine, "Name the capital of France.")
+    full, _, _ = _run(engine, 0, tokens, max_tokens=24)
+    assert "France" in full
+    cut, _, last = _run(engine, 0, tokens, max_tokens=24, stop=["France"])
+    assert last.finish_reason == "stop"
+    assert cut == full[: full.index("France")]
+
+
+def test_cancel_and_length(engine: LlamaEngine) -> None:
+    tokens = _chat(engine, "Tell me a long story about a dragon.")
+    calls = []
+
+    def cancel_after_three() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    _, toks, last = _run(engine, 0, tokens, max_tokens=50, should_cancel=cancel_after_three)
+    assert last.finish_reason == "cancelled" and len(toks) == 3
+    _, toks, last = _run(engine, 0, tokens, max_tokens=5)
+    assert last.finish_reason == "length" and len(toks) == 5 == last.stats.completion_tokens
+
+
+def test_state_survives_reload_with_another_placement() -> None:
+    path = default_model_path()
+    with LlamaEngine(path, BASE) as eng:
+        prompt = _chat(eng, "Write one sentence about the sea.")
+        _, reference, _ = _run(eng, 0, prompt, max_tokens=24)
+        eng.seq_clear(0)
+        _, tokens_a, _ = _run(eng, 0, prompt, max_tokens=8)
+        history = prompt + tokens_a
+        blob = eng.save_seq_state(0)
+        eng.reload(BASE.with_(n_batch=64, n_ubatch=32, n_ctx=2048))
+        assert eng.placement.n_batch == 64 and eng.seq_pos_max(0) == -1
+        n = eng.restore_seq_state(0, blob)
+        assert n == len(history) - 1  # the last sampled token was never evaluated
+        _, tokens_b, last = _run(eng, 0, history, max_tokens=16)
+        assert last.stats.cached_tokens == len(history) - 1
+        assert tokens_a + tokens_b == reference
+        eng.reload(BASE.with_(flash_attn=False))
+        with pytest.raises(EngineError, match="flash_attn"):
+            eng.restore_seq_state(0, blob)
+        with pytest.raises(EngineError):
+            eng.restore_seq_state(0, b"not a state")
+    assert eng.closed
+    with pytest.raises(EngineError, match="closed"):
+        eng.tokenize("x")
+
+
+def test_tokenize_roundtrip_and_eog(engine: LlamaEngine) -> None:
+    text = "Héllo wörld, naïve café! 日本"
+    assert engine.detokenize(engine.tokenize(text)) == text
+    im_end = engine.tokenize("<|im_end|>")
+    assert len(im_end) == 1 and engine.is_eog(im_end[0]) and im_end[0] in engine.eos_token_ids
+    assert len(engine.tokenize("<|im_end|>", parse_special=False)) > 1
+    assert engine.n_vocab == 49152 and engine.n_ctx == 1024 and engine.n_ctx_seq == 512

@@ -1,0 +1,276 @@
+"""Pure planner layer: the cost model. Predicted TTFT, decode TPS and end-to-end latency of a placement.
+
+Roofline per graph segment, in llama.cpp's execution order, on the device where ggml's scheduler runs it:
+
+* weights in VRAM: ``max(flops / gpu_gflops, bytes / gpu_bw) + n_ops * gpu_op_us``
+* weights on the host, batch >= op_offload_min_batch with op_offload: the weight is copied to the GPU every
+  pass: ``copied_bytes / h2d_bw(pinned|pageable) + flops / gpu_gflops + n_ops * gpu_op_us``
+* weights on the host otherwise (decode): ``bytes / cpu_bw(threads) + flops / cpu_gflops + n_ops * cpu_op_us``
+* attention core (FA over the KV cache) on the KV cache's device: ``n_kv * kv_cell_bytes`` read,
+  ``4 * n_tokens * n_kv * n_head * head_dim`` FLOPs
+* every CPU<->GPU hand-over in the graph: ``transition_us + activations / h2d_pinned_bw``
+
+MoE experts touch ``k/E`` of their bytes per token at decode; a pass of b tokens touches the expected
+share of distinct experts ``1 - (1 - k/E)^b`` (uniform routing), which is what op_offload copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from igi_sdk.planner.layout import HEAD_KEY, Layout
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.profile import CpuRate, Profile
+from igi_sdk.planner.summary import EMPTY, GroupStats, ModelSummary
+from igi_sdk.planner.tensors import TensorGroup as G
+from igi_sdk.planner.workload import Objective, Workload
+
+GB = 1e9
+# graph ops per segment of a llama-style layer (norm, matmuls, rope, cache writes, FA, adds, glu, routing)
+OPS_ATTN_PROJ, OPS_ATTN_CORE, OPS_ATTN_OUT = 7, 3, 2
+OPS_FFN, OPS_MOE_ROUTE, OPS_MOE_EXPERTS, OPS_MOE_SHARED, OPS_HEAD = 7, 6, 6, 4, 3
+
+
+class Prediction(BaseModel):
+    """What the cost model predicts for one placement and workload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ttft_s: float
+    decode_tps: float
+    """Tokens/s of one session at the mean reply context."""
+    aggregate_tps: float
+    """Tokens/s of all ``parallel`` sessions decoding together."""
+    e2e_s: float
+    """TTFT + reply_tokens / decode_tps (+ expected reload time)."""
+    reload_s: float
+    """Time to (re)load the model with this placement (page cache warm)."""
+    decode_cpu_s: float
+    decode_gpu_s: float
+    decode_transition_s: float
+    prefill_copy_s: float
+
+
+@dataclass(frozen=True)
+class _Seg:
+    """One segment of a layer's graph: weights of some groups, or the attention core (no weights)."""
+
+    groups: tuple[G, ...]
+    n_ops: int
+
+
+_DENSE_LAYER = (_Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ), _Seg((), OPS_ATTN_CORE), _Seg((G.ATTN,), OPS_ATTN_OUT),
+                _Seg((G.FFN_NORM, G.FFN), OPS_FFN))
+_MOE_LAYER = (_Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ), _Seg((), OPS_ATTN_CORE), _Seg((G.ATTN,), OPS_ATTN_OUT),
+              _Seg((G.FFN_NORM, G.MOE_ROUTER), OPS_MOE_ROUTE), _Seg((G.MOE_EXPERTS,), OPS_MOE_EXPERTS),
+              _Seg((G.MOE_SHARED,), OPS_MOE_SHARED))
+
+
+class CostModel:
+    """Predictions for placements of one model on one machine (profile) at one thread count."""
+
+    def __init__(self, summary: ModelSummary, profile: Profile, *, n_threads: int | None = None,
+                 op_offload_min_batch: int = 32) -> None:
+        self.summary = summary
+        self.profile = profile
+        self.cpu: CpuRate = profile.cpu_rate(n_threads or profile.max_threads)
+        self.min_batch = op_offload_min_batch
+        t = summary.table
+        self.expert_share = (t.n_expert_used / t.n_expert) if t.is_moe and t.n_expert_used else 1.0
+        self.layer_segs = _MOE_LAYER if t.is_moe else _DENSE_LAYER
+        self._layer_stats: list[tuple[GroupStats, ...]] = []
+        self._layer_types: list[dict[G, str]] = []
+        for il in range(t.n_layer):
+            per_seg = []
+            for seg in self.layer_segs:
+                stats = EMPTY
+                for grp in seg.groups:
+                    stats = stats + summary.stats(il, grp)
+                per_seg.append(stats)
+            self._layer_stats.append(tuple(per_seg))
+            self._layer_types.append({g: summary.dominant_type.get((il, g), "default") for seg in self.layer_segs
+                                      for g in seg.groups})
+        self._layer_cache: dict[tuple[object, ...], tuple[float, float, float, bool, bool, int]] = {}
+        sig_ids: dict[tuple[object, ...], int] = {}
+        self._layer_sig = [sig_ids.setdefault((st, tuple(sorted(ty.items()))), len(sig_ids))
+                           for st, ty in zip(self._layer_stats, self._layer_types)]
+        self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int]] = {}
+
+    # -- one segment ------------------------------------------------------------------------------------
+    def _touched(self, group: G, n_tokens: int) -> float:
+        """Share of a group's bytes a pass of ``n_tokens`` reads (experts: distinct experts routed)."""
+        if group is not G.MOE_EXPERTS:
+            return 1.0
+        return 1.0 - (1.0 - self.expert_share) ** n_tokens
+
+    def _weights_time(self, stats: GroupStats, dtype: str, on_gpu: bool, n_tokens: int, touched: float,
+                      flop_share: float, n_ops: int, pinned: bool, op_offload: bool) -> tuple[float, float, float, bool]:
+        """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment."""
+        flops = 2.0 * stats.n_elements * n_tokens * flop_share
+        nbytes = stats.n_bytes * touched
+        gpu = self.profile.gpu
+        if on_gpu and gpu is not None:
+            t = max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + n_ops * gpu.op_overhead_us * 1e-6
+            return 0.0, t, 0.0, True
+        if gpu is not None and op_offload and n_tokens >= self.min_batch:
+            h2d = gpu.h2d_pinned_gbps if pinned else gpu.h2d_pageable_gbps
+            return 0.0, flops / (gpu.gflops * GB) + n_ops * gpu.op_overhead_us * 1e-6, nbytes / (h2d * GB), True
+        bw = self.cpu.decode_gbps * (self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
+        t = max(nbytes / (bw * GB), flops / (self.cpu.gflops(dtype) * GB))
+        return t + n_ops * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0, False
+
+    def _attn_core_time(self, on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int) -> float:
+        """Seconds of the attention core of one layer over ``n_kv`` cached cells per sequence."""
+        t = self.summary.table
+        nbytes = n_seqs * n_kv * cell_bytes
+        flops = 4.0 * n_tokens * n_kv * t.n_head * t.n_embd_head_k
+        gpu = self.profile.gpu
+        if on_gpu and gpu is not None:
+            return max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
+        return (nbytes / (self.cpu.decode_gbps * GB) + flops / (self.cpu.gflops("f16") * GB)
+                + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6)
+
+    def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool,
+               op_offload: bool) -> tuple[float, float, float, bool, bool, int]:
+        """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches) of one layer's weight
+        segments; the attention core counts only for where it runs (its time depends on n_kv)."""
+        key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload)
+        hit = self._layer_cache.get(key)
+        if hit is not None:
+            return hit
+        cpu = gpu = copy = 0.0
+        first: bool | None = None
+        prev: bool | None = None
+        switches = 0
+        for seg, stats, on_gpu in zip(self.layer_segs, self._layer_stats[il], devs):
+            if seg.groups:
+                if not stats.n_bytes:
+                    continue
+                main = seg.groups[-1]
+                share = self.expert_share if main is G.MOE_EXPERTS else 1.0
+                c, g, x, runs = self._weights_time(stats, self._layer_types[il][main], on_gpu, n_tokens,
+                                                   self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload)
+                cpu, gpu, copy = cpu + c, gpu + g, copy + x
+            else:
+                runs = on_gpu
+            if first is None:
+                first = runs
+            elif runs != prev:
+                switches += 1
+            prev = runs
+        out = (cpu, gpu, copy, bool(first), bool(prev), switches)
+        self._layer_cache[key] = out
+        return out
+
+    # -- one pass ---------------------------------------------------------------------------------------
+    def _weights_pass(self, layout: Layout, n_tokens: int, pinned: bool, offload: bool,
+                      with_head: bool, n_seqs: int) -> tuple[float, float, float, int, int]:
+        """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM) of a pass, attention core excluded."""
+        key = (layout, n_tokens, pinned, offload, with_head, n_seqs)
+        hit = self._pass_cache.get(key)
+        if hit is not None:
+            return hit
+        s = self.summary
+        cpu = gpu = copy = 0.0
+        switches = 0
+        prev_gpu = False  # the input embedding (get_rows) runs on the CPU
+        n_kv_gpu = 0
+        keys = layout.gpu_keys
+        for il in range(s.n_layer):
+            kv = layout.kv_on_gpu[il]
+            n_kv_gpu += kv
+            devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs)
+            c, g, x, first, last, inner = self._layer(il, devs, n_tokens, pinned, offload)
+            cpu, gpu, copy = cpu + c, gpu + g, copy + x
+            switches += inner + (first != prev_gpu)
+            prev_gpu = last
+        if with_head:
+            head = s.output_stats + s.stats(None, G.OUTPUT_NORM)
+            resident = layout.on_gpu(*HEAD_KEY)
+            dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, G.TOKEN_EMBD), "default"))
+            c, g, x, runs = self._weights_time(head, dtype, resident, n_seqs, 1.0, 1.0, OPS_HEAD, pinned, offload)
+            cpu, gpu, copy = cpu + c, gpu + g, copy + x
+            switches += int(runs != prev_gpu)
+        out = (cpu, gpu, copy, switches, n_kv_gpu)
+        self._pass_cache[key] = out
+        return out
+
+    def pass_time(self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int,
+                  with_head: bool) -> tuple[float, float, float, float]:
+        """(cpu_s, gpu_s, copy_s, transition_s) of one graph pass of ``n_tokens`` tokens over ``n_kv``
+        cached cells per sequence (``n_seqs`` sequences)."""
+        s = self.summary
+        pinned = placement.load_mode == "pinned"
+        offload = placement.op_offload and self.profile.gpu is not None
+        cpu, gpu, copy, switches, n_kv_gpu = self._weights_pass(layout, n_tokens, pinned, offload, with_head, n_seqs)
+        cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
+        if n_kv_gpu:
+            gpu += n_kv_gpu * self._attn_core_time(True, n_tokens, n_kv, n_seqs, cell_bytes)
+        if s.n_layer - n_kv_gpu:
+            cpu += (s.n_layer - n_kv_gpu) * self._attn_core_time(False, n_tokens, n_kv, n_seqs, cell_bytes)
+        trans = 0.0
+        if self.profile.gpu is not None:
+            act = n_tokens * s.table.n_embd * 4
+            trans = switches * (self.profile.gpu.transition_us * 1e-6 + act / (self.profile.gpu.h2d_pinned_gbps * GB))
+        return cpu, gpu, copy, trans
+
+    def unit_gain(self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool,
+                  op_offload: bool) -> float:
+        """Seconds one pass of ``n_tokens`` saves when ``stats`` (a whole group of one layer, or the head)
+        moves from the host into VRAM, hand-overs included (used to rank promotions by value per MiB)."""
+        share = self.expert_share if group is G.MOE_EXPERTS else 1.0
+        touched = self._touched(group, n_tokens)
+        ops = OPS_HEAD if group is G.OUTPUT else (OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN)
+        offload = op_offload and self.profile.gpu is not None
+        host = self._weights_time(stats, dtype, False, n_tokens, touched, share, ops, pinned, offload)
+        vram = self._weights_time(stats, dtype, True, n_tokens, touched, share, ops, pinned, offload)
+        gain = sum(host[:3]) - sum(vram[:3])
+        if not host[3] and self.profile.gpu is not None:  # ran on the CPU: two hand-overs disappear
+            gain += (1 if group is G.OUTPUT else 2) * self.profile.gpu.transition_us * 1e-6
+        return gain
+
+    # -- a whole request --------------------------------------------------------------------------------
+    def predict(self, layout: Layout, placement: Placement, workload: Workload) -> Prediction:
+        """TTFT of ``prompt_tokens``, decode TPS at the mean reply context, e2e latency, reload time."""
+        ub = max(1, min(placement.n_ubatch, placement.n_batch))
+        ttft = copy_total = 0.0
+        done, remaining = 0, workload.prompt_tokens
+        while remaining > 0:
+            b = min(ub, remaining)
+            c, g, x, tr = self.pass_time(layout, placement, b, done + b / 2.0, 1, with_head=False)
+            ttft += c + g + x + tr
+            copy_total += x
+            done, remaining = done + b, remaining - b
+        c, g, x, tr = self.pass_time(layout, placement, 1, done, 1, with_head=True)  # first token's logits
+        ttft += c + g + x + tr
+        n_seq = workload.parallel
+        ctx = workload.prompt_tokens + workload.reply_tokens / 2.0
+        dc, dg, dx, dtr = self.pass_time(layout, placement, n_seq, ctx, n_seq, with_head=True)
+        step = dc + dg + dx + dtr
+        tps = 1.0 / step
+        reload_s = self.reload_time(layout, placement)
+        e2e = ttft + workload.reply_tokens / tps + workload.reloads_per_request * reload_s
+        return Prediction(ttft_s=ttft, decode_tps=tps, aggregate_tps=n_seq * tps, e2e_s=e2e, reload_s=reload_s,
+                          decode_cpu_s=dc, decode_gpu_s=dg, decode_transition_s=dtr + dx, prefill_copy_s=copy_total)
+
+    def reload_time(self, layout: Layout, placement: Placement) -> float:
+        """Load time with a warm page cache: host weights mapped (mmap) or copied to pinned RAM, GPU weights
+        uploaded from pageable memory."""
+        p = self.profile
+        host = layout.host_total().n_bytes
+        rate = p.pinned_load_gbps if (placement.load_mode == "pinned" and p.gpu is not None) else p.mmap_load_gbps
+        t = host / (rate * GB)
+        if p.gpu is not None:
+            t += layout.gpu_total().n_bytes / (p.gpu.h2d_pageable_gbps * GB)
+        return t
+
+
+def score(pred: Prediction, objective: Objective) -> tuple[float, float]:
+    """Sort key (lower is better) of a prediction under an objective."""
+    if objective == "ttft":
+        return pred.ttft_s, pred.e2e_s
+    if objective == "tps":
+        return -pred.decode_tps, pred.e2e_s
+    return pred.e2e_s, pred.ttft_s

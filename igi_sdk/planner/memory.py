@@ -1,0 +1,220 @@
+"""Pure planner layer: the memory model. VRAM and host bytes of a placement, every term separate.
+
+    VRAM = weights (exact tensor bytes, ggml-cuda row padding, 128 B alignment)
+         + KV of the layers whose cache is on the GPU (rows of type_k/type_v x padded cells)
+         + compute buffer (from a dry run of llama.cpp's allocator, keyed by placement class; else a
+           conservative estimate, flagged)
+         + reserve (CUDA context, cuBLAS, pools: from the profile)
+         + safety margin (option)
+
+Never wrong on the unsafe side: every estimate rounds up.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from igi_sdk.planner.ggml_types import align_up, CUDA_ALIGNMENT_BYTES
+from igi_sdk.planner.layout import HEAD_KEY, Layout
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.summary import EMPTY, ModelSummary
+from igi_sdk.planner.tensors import TensorGroup
+
+MIB = 1024 * 1024
+CTX_PAD = 256  # llama.cpp pads n_ctx (and each stream's n_ctx_seq) to a multiple of 256
+
+PlacementClass = Literal["all_gpu", "head_host", "partial", "cpu_offload", "cpu_only"]
+"""Classes of placement whose compute buffers differ: everything in VRAM; all but the head; some layer
+weights on the host; no weights in VRAM but op_offload on; no GPU use at all."""
+
+_INPUT_GROUPS = frozenset({TensorGroup.TOKEN_EMBD, TensorGroup.OTHER})
+_HEAD_GROUPS = frozenset({TensorGroup.OUTPUT, TensorGroup.OUTPUT_NORM})
+
+
+class ComputeKey(BaseModel):
+    """What a compute buffer size depends on (besides the model)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    placement_class: PlacementClass
+    n_ubatch: int
+    n_ctx: int
+    n_seq_max: int = 1
+    op_offload: bool = True
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+
+class ComputeEntry(BaseModel):
+    """Compute buffer sizes that llama.cpp reported for one key (dry run or real load)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: ComputeKey
+    gpu_bytes: int = Field(ge=0)
+    host_bytes: int = Field(ge=0)
+    staged_tensor_bytes: int = Field(default=0, ge=0, description="largest host weight of the measured placement")
+
+
+class ComputeBufferTable(BaseModel):
+    """Dry-run results the planner receives as data (the edge fills it through ``engine.dry_run``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entries: tuple[ComputeEntry, ...] = ()
+
+    def lookup(self, key: ComputeKey) -> ComputeEntry | None:
+        """The entry for ``key``, or None."""
+        for e in self.entries:
+            if e.key == key:
+                return e
+        return None
+
+    def with_entry(self, entry: ComputeEntry) -> ComputeBufferTable:
+        """A copy with ``entry`` added (replacing one of the same key)."""
+        return ComputeBufferTable(entries=tuple(e for e in self.entries if e.key != entry.key) + (entry,))
+
+
+class MemoryBreakdown(BaseModel):
+    """Every memory term of a plan, MiB."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_weights_mib: float
+    gpu_kv_mib: float
+    gpu_compute_mib: float
+    gpu_reserve_mib: float
+    safety_margin_mib: float
+    host_weights_mib: float
+    host_kv_mib: float
+    host_compute_mib: float
+    host_pinned_mib: float = Field(description="host weights page-locked (load_mode pinned with a GPU)")
+    placement_class: PlacementClass
+    compute_source: Literal["dry_run", "estimate"]
+
+    @property
+    def vram_total_mib(self) -> float:
+        return (self.gpu_weights_mib + self.gpu_kv_mib + self.gpu_compute_mib + self.gpu_reserve_mib
+                + self.safety_margin_mib)
+
+    @property
+    def host_total_mib(self) -> float:
+        return self.host_weights_mib + self.host_kv_mib + self.host_compute_mib
+
+
+def kv_cells(n_ctx: int, n_seq_max: int) -> int:
+    """KV cells llama.cpp allocates: n_ctx padded to 256, split per sequence stream and each padded again."""
+    n_ctx_pad = align_up(n_ctx, CTX_PAD)
+    return align_up(max(n_ctx_pad // n_seq_max, 1), CTX_PAD) * n_seq_max
+
+
+def kv_layer_bytes(summary: ModelSummary, placement: Placement) -> int:
+    """Bytes of one layer's K and V tensors (each aligned) at the placement's n_ctx / n_seq_max."""
+    from igi_sdk.planner.ggml_types import row_bytes
+
+    t = summary.table
+    cells = kv_cells(placement.n_ctx, placement.n_seq_max)
+    k = row_bytes(placement.type_k, t.n_head_kv * t.n_embd_head_k) * cells
+    v = row_bytes(placement.type_v, t.n_head_kv * t.n_embd_head_v) * cells
+    return align_up(k, CUDA_ALIGNMENT_BYTES) + align_up(v, CUDA_ALIGNMENT_BYTES)
+
+
+def placement_class(layout: Layout, placement: Placement, *, has_gpu: bool) -> PlacementClass:
+    """Which compute-buffer class a resolved placement belongs to."""
+    if not has_gpu:
+        return "cpu_only"
+    if not layout.gpu_total().n_bytes:
+        return "cpu_offload" if placement.op_offload else "cpu_only"
+    host_groups = layout.host_groups
+    if host_groups <= _INPUT_GROUPS:
+        return "all_gpu"
+    if host_groups <= _INPUT_GROUPS | _HEAD_GROUPS:
+        return "head_host"
+    return "partial"
+
+
+def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> ComputeKey:
+    """The compute-table key of a resolved placement."""
+    return ComputeKey(placement_class=placement_class(layout, placement, has_gpu=has_gpu),
+                      n_ubatch=min(placement.n_ubatch, placement.n_batch), n_ctx=placement.n_ctx,
+                      n_seq_max=placement.n_seq_max, op_offload=placement.op_offload,
+                      flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v)
+
+
+def largest_host_weight_bytes(summary: ModelSummary, layout: Layout) -> int:
+    """Largest single weight tensor on the host that op_offload may stage in VRAM (token_embd excluded:
+    get_rows is never offloaded)."""
+    best = 0
+    if summary.tied_output and HEAD_KEY in layout.host:
+        best = summary.output_stats.n_bytes
+    for n_bytes, key in summary.by_largest:
+        if n_bytes <= best:
+            break
+        if key[1] not in _INPUT_GROUPS and layout.host.get(key, EMPTY).n_bytes:
+            return n_bytes
+    return best
+
+
+def estimate_compute_bytes(summary: ModelSummary, placement: Placement, cls: PlacementClass,
+                           staged_bytes: int) -> tuple[int, int]:
+    """Conservative (over-)estimate of (GPU, host) compute buffers when no dry run is available.
+
+    Logits of a whole ubatch (llama.cpp reserves for n_outputs = n_ubatch) plus the largest activations,
+    the attention mask / scores over n_ctx, and twice the largest weight op_offload stages, +10 % + 32 MiB.
+    """
+    t = summary.table
+    ub = min(placement.n_ubatch, placement.n_batch)
+    cells = kv_cells(placement.n_ctx, placement.n_seq_max)
+    logits = t.n_vocab * ub * 4
+    ff = max(t.n_ff, 1) * max(t.n_expert_used, 1)
+    act = ub * (ff * 4 * 3 + t.n_embd * 4 * 4)
+    if placement.flash_attn:
+        attn = cells * ub * 2 + ub * t.n_head * t.n_embd_head_k * 4 * 2
+    else:
+        attn = t.n_head * cells * ub * 4 * 2
+    total = max(logits + ub * t.n_embd * 4 * 4, act) + attn
+    if cls in ("partial", "head_host", "cpu_offload") and placement.op_offload:
+        total += 2 * staged_bytes
+    total = int(total * 1.1) + 32 * MIB
+    if cls == "cpu_only":
+        return 0, total
+    host = int((max(logits, act) + attn) * 1.1) + 32 * MIB if cls != "all_gpu" else ub * t.n_embd * 4 * 2
+    return total, host
+
+
+def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compute: ComputeBufferTable, *,
+              reserve_mib: float | None, safety_margin_mib: float) -> MemoryBreakdown:
+    """Every memory term of ``placement`` (already resolved to ``layout``).
+
+    ``reserve_mib`` is the profile's GPU reserve, None on a machine without a GPU (then VRAM terms are 0).
+    """
+    has_gpu = reserve_mib is not None
+    key = compute_key(layout, placement, has_gpu=has_gpu)
+    staged = largest_host_weight_bytes(summary, layout)
+    entry = compute.lookup(key)
+    if entry is not None:
+        gpu_c = entry.gpu_bytes + max(0, staged - entry.staged_tensor_bytes) if key.op_offload else entry.gpu_bytes
+        host_c, source = entry.host_bytes, "dry_run"
+    else:
+        gpu_c, host_c = estimate_compute_bytes(summary, placement, key.placement_class, staged)
+        source = "estimate"
+    kv_layer = kv_layer_bytes(summary, placement)
+    n_kv_gpu = sum(layout.kv_on_gpu)
+    host_w = layout.host_total().host_bytes
+    pinned = host_w if (has_gpu and placement.load_mode == "pinned") else 0
+    return MemoryBreakdown(
+        gpu_weights_mib=layout.gpu_total().cuda_bytes / MIB,
+        gpu_kv_mib=n_kv_gpu * kv_layer / MIB,
+        gpu_compute_mib=gpu_c / MIB if has_gpu else 0.0,
+        gpu_reserve_mib=float(reserve_mib or 0.0),
+        safety_margin_mib=float(safety_margin_mib) if has_gpu else 0.0,
+        host_weights_mib=host_w / MIB,
+        host_kv_mib=(summary.n_layer - n_kv_gpu) * kv_layer / MIB,
+        host_compute_mib=host_c / MIB,
+        host_pinned_mib=pinned / MIB,
+        placement_class=key.placement_class,
+        compute_source=source,
+    )

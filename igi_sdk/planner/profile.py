@@ -1,0 +1,139 @@
+"""Pure planner layer: the benchmark profile of one machine (versioned, JSON-serialisable).
+
+A profile holds the rates the cost model needs. The profiler (``igi_sdk.profiler``) measures them
+through llama.cpp itself; ``reference_profile("h200")`` is a built-in profile calibrated by hand so that
+the cost model reproduces the order of the H200 measurements in ``engine-facts.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROFILE_VERSION = 1
+
+
+class MachineKey(BaseModel):
+    """What identifies a machine for caching its profile."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpu_model: str
+    n_threads: int = Field(ge=1, description="logical CPU threads of the machine")
+    gpu_name: str | None = None
+    driver: str | None = None
+
+    def slug(self) -> str:
+        """A file-name-safe key, e.g. ``amd-epyc-7b13-2t__nvidia-h200-570.86``."""
+        raw = f"{self.cpu_model}-{self.n_threads}t"
+        if self.gpu_name:
+            raw += f"__{self.gpu_name}-{self.driver or 'nodriver'}"
+        out = "".join(c.lower() if c.isalnum() or c in "._" else "-" for c in raw)
+        while "--" in out:
+            out = out.replace("--", "-")
+        return out.strip("-")[:160]
+
+
+class CpuRate(BaseModel):
+    """CPU rates at one thread count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_threads: int = Field(ge=1)
+    decode_gbps: float = Field(gt=0, description="weight bytes streamed per second at batch 1 (GB/s)")
+    op_overhead_us: float = Field(ge=0, description="fixed cost per graph op at batch 1 (thread sync)")
+    prefill_gflops: dict[str, float] = Field(
+        default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too")
+
+    def gflops(self, ggml_type: str) -> float:
+        """Prefill GFLOP/s for a weight type (falls back to 'default', then to the slowest entry)."""
+        key = ggml_type.lower()
+        if key in self.prefill_gflops:
+            return self.prefill_gflops[key]
+        if "default" in self.prefill_gflops:
+            return self.prefill_gflops["default"]
+        return min(self.prefill_gflops.values(), default=50.0)
+
+
+class GpuProfile(BaseModel):
+    """GPU terms; absent on a CPU-only machine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    total_mib: int = Field(ge=0)
+    bandwidth_gbps: float = Field(gt=0, description="effective weight-streaming bandwidth at decode")
+    gflops: float = Field(gt=0, description="effective matmul GFLOP/s at prefill (quantized weights)")
+    op_overhead_us: float = Field(ge=0, description="fixed cost per graph op (kernel launch)")
+    h2d_pinned_gbps: float = Field(gt=0, description="op_offload weight copy rate from pinned (CUDA_Host) memory")
+    h2d_pageable_gbps: float = Field(gt=0, description="op_offload weight copy rate from mmap'd pageable memory")
+    reserve_mib: int = Field(ge=0, description="VRAM the CUDA context, cuBLAS and pools take outside llama.cpp's buffers")
+    transition_us: float = Field(ge=0, description="cost of one CPU<->GPU hand-over in the graph (sync + copy)")
+
+
+class Profile(BaseModel):
+    """Benchmark profile of one machine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = PROFILE_VERSION
+    machine: MachineKey
+    source: str = Field(description="'measured', 'measured-quick' or 'reference:<name>'")
+    host_memory_gbps: float = Field(gt=0, description="host memory read bandwidth (numpy copy)")
+    cpu: tuple[CpuRate, ...] = Field(min_length=1)
+    gpu: GpuProfile | None = None
+    pinned_load_gbps: float = Field(default=1.4, gt=0, description="rate of copying weights into pinned memory at load")
+    mmap_load_gbps: float = Field(default=20.0, gt=0, description="rate of mapping weights from the page cache at load")
+    cpu_pinned_decode_factor: float = Field(default=1.0, gt=0, description="CPU decode speed from pinned vs mmap'd weights")
+
+    def cpu_rate(self, n_threads: int) -> CpuRate:
+        """CPU rates at ``n_threads``: linear between measured thread counts, proportional below the
+        smallest, capped at the largest (more threads than measured gives no more)."""
+        rates = sorted(self.cpu, key=lambda r: r.n_threads)
+        if n_threads <= rates[0].n_threads:
+            r = rates[0]
+            f = n_threads / r.n_threads
+            return CpuRate(n_threads=n_threads, decode_gbps=r.decode_gbps * f, op_overhead_us=r.op_overhead_us,
+                           prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()})
+        for lo, hi in zip(rates, rates[1:]):
+            if n_threads <= hi.n_threads:
+                w = (n_threads - lo.n_threads) / (hi.n_threads - lo.n_threads)
+                keys = set(lo.prefill_gflops) | set(hi.prefill_gflops)
+                return CpuRate(
+                    n_threads=n_threads,
+                    decode_gbps=lo.decode_gbps + w * (hi.decode_gbps - lo.decode_gbps),
+                    op_overhead_us=lo.op_overhead_us + w * (hi.op_overhead_us - lo.op_overhead_us),
+                    prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys})
+        return rates[-1]
+
+    @property
+    def max_threads(self) -> int:
+        return max(r.n_threads for r in self.cpu)
+
+
+def reference_profile(name: str = "h200") -> Profile:
+    """Built-in profiles. ``h200``: 16-core Xeon + H200 (PCIe Gen5), calibrated against engine-facts.md.
+
+    Raises:
+        KeyError: unknown name.
+    """
+    if name == "h200":
+        q = {"q4_0": 660.0, "q4_1": 620.0, "q8_0": 600.0, "f16": 1500.0, "f32": 250.0, "default": 500.0}
+        return Profile(
+            machine=MachineKey(cpu_model="reference 16-core Xeon", n_threads=16, gpu_name="NVIDIA H200", driver=None),
+            source="reference:h200",
+            host_memory_gbps=100.0,
+            cpu=(CpuRate(n_threads=8, decode_gbps=35.0, op_overhead_us=17.0, prefill_gflops={k: v / 2 for k, v in q.items()}),
+                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, prefill_gflops=q)),
+            gpu=GpuProfile(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
+                           op_overhead_us=2.5, h2d_pinned_gbps=20.0, h2d_pageable_gbps=8.4, reserve_mib=560,
+                           transition_us=20.0),
+            pinned_load_gbps=1.4, mmap_load_gbps=30.0, cpu_pinned_decode_factor=1.0)
+    if name == "cpu2":
+        return Profile(
+            machine=MachineKey(cpu_model="reference 2-core", n_threads=2), source="reference:cpu2",
+            host_memory_gbps=12.0,
+            cpu=(CpuRate(n_threads=1, decode_gbps=6.0, op_overhead_us=4.0, prefill_gflops={"default": 40.0}),
+                 CpuRate(n_threads=2, decode_gbps=10.0, op_overhead_us=6.0, prefill_gflops={"default": 75.0})))
+    raise KeyError(f"unknown reference profile {name!r} (known: h200, cpu2)")

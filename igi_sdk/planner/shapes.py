@@ -1,0 +1,76 @@
+"""Pure planner layer: a ModelTable built from a model shape, without writing or reading a file.
+
+``table_from_shape`` lays out the same tensors (names, ggml types, shapes, bytes, order) that
+``igi_sdk.synthetic.write_synthetic_gguf`` writes for a llama-architecture shape, so ``igi plan
+synthetic:llama_8b`` plans an 8B model on a machine that never stored one. Offsets are relative to the
+GGUF data section (32-byte aligned); ``file_bytes`` counts tensor data only.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Protocol
+
+from igi_sdk.planner.ggml_types import align_up, row_bytes
+from igi_sdk.planner.tensors import ModelTable, TensorInfo, classify
+
+GGUF_ALIGNMENT = 32
+
+
+class ShapeLike(Protocol):
+    """What ``table_from_shape`` reads (``igi_sdk.synthetic.SyntheticShape`` satisfies it)."""
+
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    n_ctx_train: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int | None
+
+
+def shape_tensor_specs(shape: ShapeLike, ggml_type: str = "q4_0") -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, ne shape innermost first, ggml type) of every tensor, in GGUF file order."""
+    e, v = shape.n_embd, shape.n_vocab
+    hd = e // shape.n_head
+    q, kv = hd * shape.n_head, hd * shape.n_head_kv
+    moe = shape.n_expert > 0
+    ff = (shape.n_ff_exp or shape.n_ff) if moe else shape.n_ff
+    specs: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (e, v), ggml_type)]
+    for i in range(shape.n_layer):
+        b = f"blk.{i}."
+        specs += [(b + "attn_norm.weight", (e,), "f32"), (b + "attn_q.weight", (e, q), ggml_type),
+                  (b + "attn_k.weight", (e, kv), ggml_type), (b + "attn_v.weight", (e, kv), ggml_type),
+                  (b + "attn_output.weight", (q, e), ggml_type), (b + "ffn_norm.weight", (e,), "f32")]
+        if moe:
+            n = shape.n_expert
+            specs += [(b + "ffn_gate_inp.weight", (e, n), "f32"), (b + "ffn_gate_exps.weight", (e, ff, n), ggml_type),
+                      (b + "ffn_up_exps.weight", (e, ff, n), ggml_type), (b + "ffn_down_exps.weight", (ff, e, n), ggml_type)]
+        else:
+            specs += [(b + "ffn_gate.weight", (e, ff), ggml_type), (b + "ffn_up.weight", (e, ff), ggml_type),
+                      (b + "ffn_down.weight", (ff, e), ggml_type)]
+    specs += [("output_norm.weight", (e,), "f32"), ("output.weight", (e, v), ggml_type)]
+    return specs
+
+
+def table_from_shape(shape: ShapeLike, *, ggml_type: str = "q4_0", name: str = "synthetic") -> ModelTable:
+    """The tensor table of a llama-architecture model of ``shape`` (pure; nothing is written)."""
+    tensors = []
+    offset = 0
+    for tname, ne, ttype in shape_tensor_specs(shape, ggml_type.lower()):
+        n_bytes = row_bytes(ttype, ne[0]) * (prod(ne) // ne[0])
+        layer, group = classify(tname)
+        tensors.append(TensorInfo(name=tname, layer=layer, group=group, ggml_type=ttype, shape=ne,
+                                  n_bytes=n_bytes, file_offset=offset))
+        offset = align_up(offset + n_bytes, GGUF_ALIGNMENT)
+    hd = shape.n_embd // shape.n_head
+    moe = shape.n_expert > 0
+    return ModelTable(
+        path=f"synthetic:{name}", architecture="llama", n_layer=shape.n_layer, n_embd=shape.n_embd,
+        n_head=shape.n_head, n_head_kv=shape.n_head_kv, n_embd_head_k=hd, n_embd_head_v=hd,
+        n_ff=(shape.n_ff_exp or shape.n_ff) if moe else shape.n_ff, n_vocab=shape.n_vocab,
+        n_ctx_train=shape.n_ctx_train, n_expert=shape.n_expert, n_expert_used=shape.n_expert_used,
+        file_bytes=offset, tensors=tuple(tensors))

@@ -44,13 +44,12 @@ class IpcSettings(_Section):
     connection_file: Path | None = Field(
         default=None, description="where to write the connection file (JSON, mode 0600); default: runtime dir/igi-daemon-PID.json"
     )
-    max_frame_kib: int = Field(default=1024, ge=4, description="largest accepted message (sum of frames), KiB; bigger -> too_large")
-    heartbeat_interval_s: float = Field(default=1.0, gt=0, description="heartbeat period advertised to clients, seconds")
+    heartbeat_interval_s: float = Field(default=2.0, gt=0, description="heartbeat period advertised to clients, seconds")
     client_timeout_s: float = Field(
         default=10.0, gt=0, description="a client silent this long is gone: its generations are cancelled, seconds"
     )
     session_ttl_s: float = Field(
-        default=300.0, ge=0, description="sessions of a gone client are kept this long for reconnection, seconds"
+        default=60.0, ge=0, description="sessions of a gone client are kept this long for reconnection, seconds (0 = close at once)"
     )
 
     @field_validator("ip")
@@ -64,6 +63,7 @@ class IpcSettings(_Section):
 class LimitSettings(_Section):
     """Hard limits on what a client may ask; exceeding one gets a typed too_large / busy error."""
 
+    max_frame_bytes: int = Field(default=1_048_576, ge=1024, description="largest accepted header or content frame, bytes; bigger -> too_large")
     max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
     max_queue_depth: int = Field(default=8, ge=1, description="generate requests queued or running, all clients together")
     max_prompt_tokens: int = Field(
@@ -79,6 +79,9 @@ class EngineSettings(_Section):
     n_ctx: int = Field(default=2048, ge=64, description="context size of the worker, tokens")
     n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
     worker_start_timeout_s: float = Field(default=120.0, gt=0, description="time a worker may take to load the model, seconds")
+    always_reload: bool = Field(
+        default=False, description="reload the model on every applied budget change, even when the placement is unchanged (tests, debugging)"
+    )
     max_worker_restarts: int = Field(default=5, ge=0, description="restarts after a worker crash before the daemon gives up")
     session_dir: Path | None = Field(
         default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"

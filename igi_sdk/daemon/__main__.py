@@ -1,0 +1,60 @@
+"""Daemon layer: ``igi-daemon`` / ``python -m igi_sdk.daemon`` / ``igi daemon``: parse flags, load settings, serve.
+
+Every settings field is a flag named after it (``--vram-budget-mib``); ``--config PATH`` names a TOML file.
+Precedence (flags > ``IGI_*`` environment > TOML > defaults) is defined once in ``igi_sdk.config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from igi_sdk.config import DaemonSettings, field_sections, load_settings
+from igi_sdk.daemon.logs import configure_logging
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, one flag per settings field (values are validated by the settings model)."""
+    parser = argparse.ArgumentParser(prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)")
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (sections ipc, limits, engine, budget, log)")
+    for name, section in field_sections().items():
+        section_cls = DaemonSettings.model_fields[section].annotation
+        info = section_cls.model_fields[name]  # type: ignore[union-attr]
+        default = info.get_default(call_default_factory=True)
+        parser.add_argument(
+            "--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS, metavar=name.upper(),
+            help=f"{info.description} [{section}.{name}, default {default}]",
+        )
+    return parser
+
+
+def _cli_values(namespace: argparse.Namespace) -> dict[str, Any]:
+    values = {k: v for k, v in vars(namespace).items() if k != "config"}
+    return {k: (None if isinstance(v, str) and v.lower() == "none" else v) for k, v in values.items()}
+
+
+def run(argv: list[str]) -> int:
+    """Run the daemon with command-line ``argv`` (without the program name). Returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(_cli_values(args), toml_file=args.config)
+    except (ValidationError, ValueError, OSError) as exc:
+        print(f"igi-daemon: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log.log_level, settings.log.log_format, settings.log.log_file)
+    from igi_sdk.daemon.server import DaemonServer
+
+    return DaemonServer(settings).run()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    raise SystemExit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Daemon layer: live budget changes (set_budget, reclaim, deferred growth) and the reloads they cause.
+
+Sequence of one change: policy decision (``policy.budget``) -> plan for the target budget -> if the
+placement differs, send ``reload`` to the worker (it pauses at the next token boundary, saves the sequence
+state, reloads, restores, continues) -> on ``reloaded``, measure VRAM (NVML) and send the ``budget_ack``.
+One reload is in flight at a time; a newer target supersedes a queued one, and every waiting ack is answered
+when the reload that satisfies it completes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.vram import measure_vram_mib
+from igi_sdk.ipc.envelope import Header, new_msg_id
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import BudgetAck
+from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetPolicyState, decide, poll, reclaim
+
+
+@dataclass
+class _Waiter:
+    identity: bytes
+    header: Header
+    requested_mib: int
+    t0_s: float
+    deadline_s: float | None = None
+
+
+@dataclass
+class _Reload:
+    req_id: str
+    outcome: PlanOutcome
+    waiters: list[_Waiter] = field(default_factory=list)
+
+
+class BudgetControl:
+    """Applies budget decisions through worker reloads.
+
+    Args:
+        core: daemon state.
+        planner: budget -> placement.
+        initial: the plan the worker was started with.
+    """
+
+    def __init__(self, core: DaemonCore, planner: PlacementPlanner, initial: PlanOutcome) -> None:
+        self._core = core
+        self._planner = planner
+        budget = core.settings.budget
+        self._config = BudgetPolicyConfig(
+            grow_stable_s=budget.grow_stable_s, grow_min_mib=budget.grow_min_mib, min_grow_interval_s=budget.min_grow_interval_s
+        )
+        self.state = BudgetPolicyState.initial(initial.budget_mib)
+        self.current = initial
+        self._inflight: _Reload | None = None
+        self._queued: _Reload | None = None
+        self.budget_set = False
+
+    # --- requests --------------------------------------------------------------------------------
+    def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
+        """Handle ``set_budget_request``: shrink now, grow with hysteresis."""
+        self.budget_set = True
+        decision = decide(self.state, vram_budget_mib, self._core.clock(), self._config)
+        self._core.log(logging.INFO, "budget_request", requested_mib=vram_budget_mib, action=decision.action, reason=decision.reason)
+        waiter = _Waiter(identity, header, vram_budget_mib, self._core.clock())
+        self._act(decision, waiter)
+
+    def on_reclaim(self, identity: bytes, header: Header, vram_budget_mib: int, deadline_s: float) -> None:
+        """Handle ``reclaim_request`` (priority path): shrink now, whatever is pending."""
+        self.budget_set = True
+        decision = reclaim(self.state, vram_budget_mib, self._core.clock())
+        self._core.counters["reclaims"] += 1
+        waiter = _Waiter(identity, header, vram_budget_mib, self._core.clock(), deadline_s)
+        self._act(decision, waiter, force=False)
+
+    def tick(self) -> None:
+        """Apply a pending growth once it is stable (called every loop iteration)."""
+        if self.state.pending_mib is None:
+            return
+        decision = poll(self.state, self._core.clock(), self._config)
+        if decision.action == "apply":
+            self._core.log(logging.INFO, "budget_growth_applied", target_mib=decision.target_mib)
+            self._act(decision, None)
+
+    # --- worker events ---------------------------------------------------------------------------
+    def on_worker_ready(self) -> None:
+        """A (re)started worker is ready: start a reload that waited for it."""
+        if self._inflight is None and self._queued is not None:
+            self._start(self._queued)
+
+    def on_reloaded(self, event: dict) -> None:
+        """The worker finished a reload (``ok`` or not)."""
+        op = self._inflight
+        if op is None or event.get("req_id") != op.req_id:
+            return
+        self._inflight = None
+        if event.get("ok"):
+            self.current = op.outcome
+            self._core.worker.placement = op.outcome.placement.model_dump()
+            self._core.counters["reloads"] += 1
+            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            for waiter in op.waiters:
+                self._ack(waiter, op.outcome, applied=True, measured=measured)
+            self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, apply_time_s=event.get("apply_time_s"), vram_mib=measured)
+        else:
+            error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.get('message')}")
+            for waiter in op.waiters:
+                self._core.send_error(waiter.identity, waiter.header, error)
+        if self._queued is not None and self._core.worker.ready:
+            self._start(self._queued)
+
+    def on_worker_death(self) -> None:
+        """The worker died: a reload in flight failed; its waiters get ``engine_failure``."""
+        op, self._inflight = self._inflight, None
+        if op is None:
+            return
+        error = RequestError(ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement")
+        for waiter in op.waiters:
+            self._core.send_error(waiter.identity, waiter.header, error)
+
+    # --- internals -------------------------------------------------------------------------------
+    def _act(self, decision: BudgetDecision, waiter: _Waiter | None, force: bool = False) -> None:
+        self.state = decision.state
+        if decision.action != "apply":
+            if waiter is not None:
+                self._ack(waiter, self.current, applied=decision.action == "keep", measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))
+            return
+        outcome = self._planner.plan(decision.target_mib)
+        same = outcome.placement == self.current.placement and not self._core.settings.engine.always_reload
+        if same and self._inflight is None and self._queued is None:
+            self.current = outcome
+            if waiter is not None:
+                self._ack(waiter, outcome, applied=True, measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))
+            return
+        op = _Reload(req_id=new_msg_id(), outcome=outcome, waiters=[] if waiter is None else [waiter])
+        if self._queued is not None:  # a newer target supersedes the queued one; its waiters move along
+            op.waiters = self._queued.waiters + op.waiters
+        if self._inflight is None and self._core.worker.ready:
+            self._queued = None
+            self._start(op)
+        else:
+            self._queued = op
+
+    def _start(self, op: _Reload) -> None:
+        self._queued = None
+        self._inflight = op
+        self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy)
+        self._core.worker.send({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()})
+
+    def _ack(self, waiter: _Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
+        elapsed = self._core.clock() - waiter.t0_s
+        warning = outcome.warning
+        if waiter.deadline_s is not None and elapsed > waiter.deadline_s:
+            warning = "deadline_missed"
+        ack = BudgetAck(
+            requested_mib=waiter.requested_mib,
+            granted_mib=min(waiter.requested_mib, outcome.budget_mib),
+            applied=applied,
+            cpu_fallback=outcome.cpu_fallback,
+            plan=outcome.plan,
+            predicted_ttft_s=outcome.predicted_ttft_s,
+            predicted_tps=outcome.predicted_tps,
+            apply_time_s=elapsed if applied else 0.0,
+            measured_vram_mib=measured,
+            warning=warning,
+        )
+        self._core.send(waiter.identity, ack, waiter.header)

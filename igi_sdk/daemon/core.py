@@ -1,0 +1,160 @@
+"""Daemon layer: the daemon's state (sessions, jobs, clients, counters) and how replies leave it.
+
+Everything here runs on the daemon's single I/O thread; nothing blocks (the engine runs in the worker
+process), so every request, including the priority ones, is served as soon as it is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.sessions import SessionTable
+from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
+from igi_sdk.ipc.frames import pack_message
+from igi_sdk.ipc.messages import ErrorReply, Message
+from igi_sdk.ipc.values import ModelInfo
+
+_log = get_logger("core")
+
+#: Sends ``[identity, m1..m4]`` on the ROUTER socket.
+Outbox = Callable[[bytes, list[bytes]], None]
+
+
+class WorkerPort(Protocol):
+    """The daemon's view of the engine worker (``WorkerSupervisor``; faked in protocol unit tests)."""
+
+    ready: bool
+    restarts: int
+    placement: dict[str, Any]
+
+    def send(self, command: dict[str, Any]) -> None: ...
+    def read_events(self) -> list[dict[str, Any]]: ...
+    def is_dead(self) -> bool: ...
+    def restart(self) -> None: ...
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = 5.0) -> None: ...
+    def fds(self) -> list[int]: ...
+
+
+class RequestError(Exception):
+    """Raised by a handler to answer its request with ``error_reply``."""
+
+    def __init__(self, code: ErrorCode, message: str, detail: dict[str, Any] | None = None, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.detail = code, message, detail
+        self.retryable = RETRYABLE_BY_DEFAULT[code] if retryable is None else retryable
+
+
+@dataclass
+class Job:
+    """A generate request known to the daemon (queued in the worker, or waiting for a worker)."""
+
+    job_id: str
+    identity: bytes
+    session_id: str
+    user_text: str
+    command: dict[str, Any]
+    forwarded: bool = False
+    n_tokens_sent: int = 0
+    text_sent: list[str] = field(default_factory=list)
+    running: bool = False
+
+
+class DaemonCore:
+    """State shared by the handlers.
+
+    Args:
+        settings: the daemon settings.
+        key: the per-launch HMAC key.
+        outbox: sends frames to a client identity.
+        worker: the engine worker port.
+        clock: monotonic clock, seconds (injected for tests).
+    """
+
+    def __init__(
+        self, settings: DaemonSettings, key: bytes, outbox: Outbox, worker: WorkerPort, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings = settings
+        self.key = key
+        self.outbox = outbox
+        self.worker = worker
+        self.clock = clock
+        self.started_s = clock()
+        self.counters: Counter[str] = Counter()
+        self.sessions = SessionTable(settings.limits.max_sessions)
+        self.jobs: dict[str, Job] = {}
+        self.clients: dict[bytes, float] = {}
+        self.model_info: ModelInfo | None = None
+        self.model_file_bytes = 0
+        self.shutting_down = False
+        self.exit_requested = False
+        self.waiting_exports: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self.worker_failures_in_row = 0
+        self.fatal_error: RequestError | None = None
+        self.governor: Any = _make_governor(settings.budget.vram_budget_mib)
+        self.sleep_ms_between_tokens = 0.0
+
+    # --- sending -----------------------------------------------------------------------------------
+    def send(self, identity: bytes, message: Message, parent: Header | None, session_id: str | None = None) -> None:
+        """Sign and send ``message`` to ``identity`` as an answer to ``parent``."""
+        sid = session_id if session_id is not None else (parent.session_id if parent is not None else None)
+        header = new_header(message.type, parent_id=None if parent is None else parent.msg_id, session_id=sid)
+        self.outbox(identity, pack_message(self.key, header, message))
+        self.counters[f"sent_{message.type}"] += 1
+
+    def send_to_job(self, job: Job, message: Message) -> None:
+        """Send a token event or terminal reply of a generate request (nothing if its client is gone)."""
+        if not job.identity:
+            return
+        header = new_header(message.type, parent_id=job.job_id, session_id=job.session_id)
+        self.outbox(job.identity, pack_message(self.key, header, message))
+
+    def send_error(self, identity: bytes, parent: Header | None, error: RequestError) -> None:
+        """Answer ``parent`` with an ``error_reply``."""
+        self.counters[f"error_{error.code.value}"] += 1
+        reply = ErrorReply(code=error.code, message=error.message, detail=error.detail, retryable=error.retryable)
+        self.send(identity, reply, parent)
+
+    # --- bookkeeping -------------------------------------------------------------------------------
+    def uptime_s(self) -> float:
+        """Seconds since the daemon started."""
+        return max(0.0, self.clock() - self.started_s)
+
+    def queue_depth(self) -> int:
+        """Generate requests accepted and not yet running."""
+        return sum(1 for job in self.jobs.values() if not job.running)
+
+    def forward_pending_jobs(self) -> None:
+        """Send jobs that waited for a (re)started worker."""
+        if not self.worker.ready:
+            return
+        for job in self.jobs.values():
+            if not job.forwarded:
+                self.worker.send(job.command)
+                job.forwarded = True
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        """Structured log line from the daemon core."""
+        log_event(_log, level, event, **fields)
+
+
+def info(core: DaemonCore, event: str, **fields: Any) -> None:
+    """Shorthand for an INFO log line."""
+    core.log(logging.INFO, event, **fields)
+
+
+def _make_governor(budget_mib: int) -> Any:
+    """The frame-rate governor of ``igi_sdk.policy.governor`` when it is installed, else None."""
+    try:
+        from igi_sdk.policy.governor import Governor
+    except ImportError:
+        return None
+    return Governor(budget_mib=budget_mib)

@@ -1,0 +1,113 @@
+"""Daemon layer: turns received frames into handler calls; nothing a client sends can kill it.
+
+Order of checks (``ipc/PROTOCOL.md`` section 2): frame shape and signature (failures are dropped and
+counted, never answered), header and content (``error_reply``), protocol major, request kind, then the
+handler. A handler raises :class:`~igi_sdk.daemon.core.RequestError` for a typed error reply; any other
+exception becomes ``error_reply{internal}`` and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from igi_sdk._version import PROTOCOL_VERSION
+from igi_sdk.daemon import handlers_daemon as hd
+from igi_sdk.daemon import handlers_session as hs
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.errors import BadFrame, BadSignature, ProtocolError
+from igi_sdk.ipc.frames import split_routing, unpack_message
+from igi_sdk.ipc.messages import PRIORITY_TYPES, Message
+
+Handler = Callable[[DaemonCore, bytes, Header, Any], None]
+
+
+class Dispatcher:
+    """Routes one client message to its handler.
+
+    Args:
+        core: daemon state.
+        budget: the budget controller.
+    """
+
+    def __init__(self, core: DaemonCore, budget: BudgetControl) -> None:
+        self._core = core
+        self._budget = budget
+        self._handlers: dict[str, Handler] = {
+            "hello_request": hd.hello,
+            "heartbeat_request": hd.heartbeat,
+            "status_request": lambda c, i, h, m: hd.status(c, budget, i, h),
+            "shutdown_request": hd.shutdown,
+            "set_budget_request": lambda c, i, h, m: hd.set_budget(c, budget, i, h, m),
+            "reclaim_request": lambda c, i, h, m: hd.reclaim(c, budget, i, h, m),
+            "frame_stats_request": hd.frame_stats,
+            "load_model_request": hd.load_model,
+            "create_session_request": hs.create_session,
+            "close_session_request": hs.close_session,
+            "generate_request": hs.generate,
+            "cancel_request": hs.cancel,
+            "save_session_request": hs.save_session,
+            "load_session_request": hs.load_session,
+        }
+
+    def decode(self, frames: Sequence[bytes]) -> tuple[bytes, Header, Message] | None:
+        """Check and decode one ROUTER message; answers protocol errors itself and returns None for them."""
+        core = self._core
+        try:
+            identity, message_frames = split_routing(frames)
+        except BadFrame:
+            core.counters["bad_frame"] += 1
+            return None
+        try:
+            header, message = unpack_message(core.key, message_frames, max_frame_bytes=core.settings.limits.max_frame_bytes)
+        except BadSignature:
+            core.counters["bad_signature"] += 1
+            return None
+        except BadFrame:
+            core.counters["bad_frame"] += 1
+            return None
+        except ProtocolError as exc:
+            core.clients[identity] = core.clock()
+            core.counters[f"protocol_{exc.code.value}"] += 1
+            core.send_error(identity, exc.header, RequestError(exc.code, exc.message))
+            return None
+        core.clients[identity] = core.clock()
+        return identity, header, message
+
+    def handle(self, identity: bytes, header: Header, message: Message) -> None:
+        """Run the handler of one decoded message; every failure becomes an error reply."""
+        core = self._core
+        try:
+            if header.major != int(PROTOCOL_VERSION.split(".")[0]):
+                raise hd.unsupported_version(header.protocol_version)
+            if message.KIND != "request":
+                raise RequestError(ErrorCode.INVALID_REQUEST, f"{message.type} is not a request")
+            if core.shutting_down and message.type not in PRIORITY_TYPES:
+                raise RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+            core.counters["requests"] += 1
+            self._handlers[message.type](core, identity, header, message)
+        except RequestError as exc:
+            core.send_error(identity, header, exc)
+        except Exception as exc:  # a daemon bug: answer, log, keep serving
+            core.log(logging.ERROR, "handler_crashed", type=message.type, error=repr(exc), exc=traceback.format_exc())
+            core.send_error(identity, header, RequestError(ErrorCode.INTERNAL, f"internal error handling {message.type}: {exc!r}"))
+
+    def on_batch(self, batch: Sequence[Sequence[bytes]]) -> None:
+        """Decode a batch of received messages and serve the priority ones (cancel, reclaim, heartbeat) first."""
+        decoded = [d for d in (self._safe_decode(frames) for frames in batch) if d is not None]
+        decoded.sort(key=lambda d: d[2].type not in PRIORITY_TYPES)  # stable: arrival order otherwise
+        for identity, header, message in decoded:
+            self.handle(identity, header, message)
+
+    def _safe_decode(self, frames: Sequence[bytes]) -> tuple[bytes, Header, Message] | None:
+        try:
+            return self.decode(frames)
+        except Exception as exc:  # never let one message stop the loop
+            self._core.counters["decode_crashed"] += 1
+            self._core.log(logging.ERROR, "decode_crashed", error=repr(exc), exc=traceback.format_exc())
+            return None

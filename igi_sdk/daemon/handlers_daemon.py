@@ -1,0 +1,142 @@
+"""Daemon layer: handlers of the daemon-wide requests (hello, status, heartbeat, shutdown, budgets, frame stats)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from igi_sdk._version import PROTOCOL_VERSION, __version__
+from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.handlers_session import finish_job
+from igi_sdk.daemon.vram import measure_vram_mib
+from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import (
+    FrameStatsReply,
+    FrameStatsRequest,
+    GenerateReply,
+    HeartbeatReply,
+    HelloReply,
+    HelloRequest,
+    LoadModelRequest,
+    ReclaimRequest,
+    SetBudgetRequest,
+    ShutdownReply,
+    StatusReply,
+)
+from igi_sdk.ipc.values import Limits, Throttle, Usage
+
+if TYPE_CHECKING:
+    from igi_sdk.daemon.budget_control import BudgetControl
+
+CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files")
+SUPPORTED_VERSIONS = (PROTOCOL_VERSION,)
+
+
+def unsupported_version(version: str) -> RequestError:
+    """The error for a peer of another major protocol version."""
+    return RequestError(
+        ErrorCode.UNSUPPORTED_VERSION, f"protocol {version} is not supported", {"supported": list(SUPPORTED_VERSIONS)}
+    )
+
+
+def limits_of(core: DaemonCore) -> Limits:
+    """The limits announced in hello_reply."""
+    limits = core.settings.limits
+    return Limits(
+        max_frame_bytes=limits.max_frame_bytes, max_prompt_tokens=limits.max_prompt_tokens,
+        max_sessions=limits.max_sessions, max_queue_depth=limits.max_queue_depth,
+    )
+
+
+def hello(core: DaemonCore, identity: bytes, header: Header, msg: HelloRequest) -> None:
+    """Handshake: versions, timing rules, limits, the loaded model."""
+    if msg.protocol_version.split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
+        raise unsupported_version(msg.protocol_version)
+    ipc = core.settings.ipc
+    reply = HelloReply(
+        daemon_version=__version__, protocol_version=PROTOCOL_VERSION, capabilities=CAPABILITIES,
+        heartbeat_interval_s=ipc.heartbeat_interval_s, client_timeout_s=ipc.client_timeout_s,
+        limits=limits_of(core), model=core.model_info,
+    )
+    core.send(identity, reply, header)
+
+
+def heartbeat(core: DaemonCore, identity: bytes, header: Header, _msg: object) -> None:
+    """Priority path: liveness."""
+    core.send(identity, HeartbeatReply(uptime_s=core.uptime_s()), header)
+
+
+def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header) -> None:
+    """The daemon's state and counters."""
+    counters = dict(core.counters)
+    counters["worker_restarts"] = core.worker.restarts
+    reply = StatusReply(
+        model=core.model_info,
+        vram_budget_mib=budget.state.applied_mib,
+        plan=budget.current.plan if core.model_info is not None else None,
+        vram_used_mib=measure_vram_mib(getattr(core.worker, "pid", None)),
+        n_sessions=len(core.sessions),
+        queue_depth=core.queue_depth(),
+        counters=counters,
+        uptime_s=core.uptime_s(),
+    )
+    core.send(identity, reply, header)
+
+
+def shutdown(core: DaemonCore, identity: bytes, header: Header, _msg: object) -> None:
+    """Cancel all work, answer, and let the server loop exit."""
+    for job_id in list(core.jobs):
+        job = finish_job(core, job_id)
+        if job is not None:
+            usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
+            core.send_to_job(job, GenerateReply(finish_reason="cancelled", text="".join(job.text_sent), usage=usage, ttft_s=None, tps=0.0))
+    core.shutting_down = True
+    core.exit_requested = True
+    core.send(identity, ShutdownReply(), header)
+
+
+def set_budget(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: SetBudgetRequest) -> None:
+    """Budget change: the ack comes from BudgetControl (now, or after the reload)."""
+    _governor_budget(core, msg.vram_budget_mib)
+    budget.on_set_budget(identity, header, msg.vram_budget_mib)
+
+
+def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: ReclaimRequest) -> None:
+    """Priority path: urgent shrink."""
+    _governor_budget(core, msg.vram_budget_mib)
+    budget.on_reclaim(identity, header, msg.vram_budget_mib, msg.deadline_s)
+
+
+def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
+    """Pacing advice from the governor (no advice without one)."""
+    governor = core.governor
+    if governor is None or msg.target_frame_time_ms <= 0:
+        core.send(identity, FrameStatsReply(throttle=Throttle()), header)
+        return
+    from igi_sdk.policy.governor import FrameSample
+
+    decision = governor.observe(
+        FrameSample(
+            now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
+            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct,
+        )
+    )
+    throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
+    if core.worker.ready and throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
+        core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens
+        core.worker.send({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
+    core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
+
+
+def load_model(core: DaemonCore, identity: bytes, header: Header, msg: LoadModelRequest) -> None:
+    """Replacing the model at run time is not supported by this daemon; it serves the model it started with."""
+    raise RequestError(
+        ErrorCode.INVALID_REQUEST,
+        "this daemon serves the model given at launch (--model); restart it to change models",
+        {"model": None if core.model_info is None else core.model_info.path},
+    )
+
+
+def _governor_budget(core: DaemonCore, budget_mib: int) -> None:
+    if core.governor is not None:
+        core.governor.set_budget(budget_mib, core.clock())

@@ -1,0 +1,199 @@
+"""Daemon layer: handlers of the session requests (create, close, generate, cancel, save, load)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from igi_sdk.daemon.core import DaemonCore, Job, RequestError
+from igi_sdk.daemon.session_file import SessionFileError, SessionSnapshot, read_session_file, write_session_file
+from igi_sdk.daemon.sessions import Session, SessionLimitReached
+from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import (
+    CancelReply,
+    CancelRequest,
+    CloseSessionReply,
+    CreateSessionReply,
+    CreateSessionRequest,
+    GenerateReply,
+    GenerateRequest,
+    LoadSessionReply,
+    LoadSessionRequest,
+    SaveSessionReply,
+    SaveSessionRequest,
+)
+from igi_sdk.ipc.values import Usage
+
+SESSION_FILE_SUFFIX = ".igisession"
+
+
+def require_session(core: DaemonCore, identity: bytes, header: Header) -> Session:
+    """The header's session; claiming it for ``identity`` (reconnection after a client restart).
+
+    Raises:
+        RequestError: ``not_found``.
+    """
+    session = core.sessions.get(header.session_id)
+    if session is None:
+        raise RequestError(ErrorCode.NOT_FOUND, f"unknown session {header.session_id!r}", {"session_id": header.session_id})
+    session.owner, session.orphaned_at_s = identity, None
+    return session
+
+
+def create_session(core: DaemonCore, identity: bytes, header: Header, msg: CreateSessionRequest) -> None:
+    """Open a session and answer with its id."""
+    session = Session(core.sessions.new_id(), msg.persona, msg.system_prompt, msg.sampling, msg.priority, identity)
+    _add(core, session)
+    core.send(identity, CreateSessionReply(session_id=session.session_id), header, session_id=session.session_id)
+
+
+def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: object) -> None:
+    """Close a session: cancel its generation and free its KV state in the worker."""
+    session = require_session(core, identity, header)
+    if session.job_id is not None:
+        cancel_job(core, session.job_id)
+    core.sessions.remove(session.session_id)
+    if core.worker.ready:
+        core.worker.send({"op": "forget", "session_id": session.session_id})
+    core.send(identity, CloseSessionReply(), header)
+
+
+def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateRequest) -> None:
+    """Queue a generation; token events and the terminal reply come from worker events."""
+    if core.model_info is None and not core.worker.ready and core.worker.is_dead():
+        raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
+    session = require_session(core, identity, header)
+    limits = core.settings.limits
+    if header.msg_id in core.jobs:
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}")
+    if session.job_id is not None:
+        raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})
+    if core.queue_depth() >= limits.max_queue_depth:
+        raise RequestError(ErrorCode.BUSY, f"{limits.max_queue_depth} generations are queued", {"limit": "max_queue_depth"})
+    sampling = msg.sampling or session.sampling
+    max_tokens = msg.max_tokens or sampling.max_tokens
+    if max_tokens > limits.max_new_tokens:
+        raise RequestError(
+            ErrorCode.TOO_LARGE, f"max_tokens={max_tokens} exceeds max_new_tokens={limits.max_new_tokens}", {"limit": "max_new_tokens"}
+        )
+    command = {
+        "op": "generate",
+        "job_id": header.msg_id,
+        "session_id": session.session_id,
+        "messages": [list(m) for m in session.messages_for(msg.text)],
+        "max_tokens": max_tokens,
+        "sampling": {
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "seed": sampling.seed, "stop": list(sampling.stop),
+        },
+        "priority": session.priority if msg.priority is None else msg.priority,
+        "kv_state": session.kv_state,
+        "kv_tokens": session.kv_tokens,
+    }
+    job = Job(header.msg_id, identity, session.session_id, msg.text, command)
+    core.jobs[job.job_id] = job
+    session.job_id = job.job_id
+    core.counters["generate_requests"] += 1
+    core.forward_pending_jobs()
+
+
+def cancel(core: DaemonCore, identity: bytes, header: Header, msg: CancelRequest) -> None:
+    """Priority path: cancel a queued or running generation of this client."""
+    job = core.jobs.get(msg.target_msg_id)
+    found = job is not None and job.identity == identity
+    if found:
+        cancel_job(core, msg.target_msg_id)
+        core.counters["cancels"] += 1
+    core.send(identity, CancelReply(cancelled=found), header)
+
+
+def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
+    """Stop a job: a forwarded one at the worker's next token boundary, a waiting one at once."""
+    job = core.jobs.get(job_id)
+    if job is None:
+        return
+    if job.forwarded and core.worker.ready:
+        core.worker.send({"op": "cancel", "job_id": job_id})
+        if not reply:
+            job.identity = b""  # the client is gone: the terminal reply goes nowhere
+        return
+    finish_job(core, job_id)
+    if reply:
+        usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
+        text = "".join(job.text_sent)
+        core.send_to_job(job, GenerateReply(finish_reason="cancelled", text=text, usage=usage, ttft_s=None, tps=0.0))
+
+
+def finish_job(core: DaemonCore, job_id: str) -> Job | None:
+    """Forget a job and free its session for the next generation."""
+    job = core.jobs.pop(job_id, None)
+    if job is not None:
+        session = core.sessions.get(job.session_id)
+        if session is not None and session.job_id == job_id:
+            session.job_id = None
+    return job
+
+
+def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSessionRequest) -> None:
+    """Write the session (history + KV state from the worker when it has one) to a file."""
+    session = require_session(core, identity, header)
+    if session.job_id is not None:
+        raise RequestError(ErrorCode.BUSY, "the session is generating; save it after the reply", {"limit": "session_generating"})
+    path = Path(msg.path) if msg.path else _session_dir(core) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
+
+    def write(tokens: list[int] | None, state: bytes | None) -> None:
+        if state is None and session.kv_state is not None:
+            tokens, state = session.kv_tokens, session.kv_state
+        snap = SessionSnapshot(
+            session.persona, session.system_prompt, session.sampling, session.priority, tuple(session.turns),
+            core.model_info.path if core.model_info else "", core.model_file_bytes,
+            None if tokens is None else tuple(tokens), state,
+        )
+        try:
+            write_session_file(path, snap)
+        except SessionFileError as exc:
+            core.send_error(identity, header, RequestError(ErrorCode.INVALID_REQUEST, str(exc)))
+            return
+        core.log(logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=len(state or b""))
+        core.send(identity, SaveSessionReply(path=str(path.resolve())), header)
+
+    if core.worker.ready:
+        core.waiting_exports[header.msg_id] = lambda ev: write(ev.get("tokens"), ev.get("state"))
+        core.worker.send({"op": "export", "req_id": header.msg_id, "session_id": session.session_id})
+    else:
+        write(None, None)
+
+
+def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSessionRequest) -> None:
+    """Open a new session from a file written by save_session."""
+    path = Path(msg.path)
+    if not path.exists():
+        raise RequestError(ErrorCode.NOT_FOUND, f"session file {path} does not exist", {"path": str(path)})
+    try:
+        snap = read_session_file(path)
+    except SessionFileError as exc:
+        raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), {"path": str(path)}) from None
+    same_model = core.model_info is not None and snap.model_name == core.model_info.path and snap.model_file_bytes == core.model_file_bytes
+    session = Session(
+        core.sessions.new_id(), snap.persona, snap.system_prompt, snap.sampling, snap.priority, identity,
+        turns=list(snap.turns),
+        kv_tokens=list(snap.kv_tokens) if same_model and snap.kv_tokens else None,
+        kv_state=snap.kv_state if same_model else None,
+    )
+    _add(core, session)
+    core.send(identity, LoadSessionReply(session_id=session.session_id, n_turns=session.n_turns), header, session_id=session.session_id)
+
+
+def _add(core: DaemonCore, session: Session) -> None:
+    try:
+        core.sessions.add(session)
+    except SessionLimitReached as exc:
+        raise RequestError(ErrorCode.BUSY, str(exc), {"limit": "max_sessions"}) from None
+
+
+def _session_dir(core: DaemonCore) -> Path:
+    configured = core.settings.engine.session_dir
+    if configured is not None:
+        return configured
+    return Path.home() / ".cache" / "igi-sdk" / "sessions"

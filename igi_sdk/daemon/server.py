@@ -1,0 +1,204 @@
+"""Daemon layer: the daemon process: ROUTER socket, engine worker, connection file, and the I/O loop.
+
+One thread polls the ROUTER socket, the worker's pipe and the worker's process sentinel. Nothing in the
+loop blocks on the engine, so heartbeats, cancels and reclaims are answered within one poll tick even
+while a generation or a reload runs in the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+import zmq
+
+from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.daemon.dispatcher import Dispatcher
+from igi_sdk.daemon.handlers_session import cancel_job
+from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.supervisor import WorkerSupervisor
+from igi_sdk.daemon.worker_events import handle_worker_event, handle_worker_death
+from igi_sdk.ipc.connection import new_key, write_connection_file
+from igi_sdk.ipc.transport import SocketOptions, bind_router
+from igi_sdk.planner.placement import Placement
+
+_log = get_logger("server")
+POLL_TICK_MS = 50
+MAX_BATCH = 256
+
+
+class DaemonStartError(RuntimeError):
+    """The daemon could not start (model unusable, worker never became ready, bind failed)."""
+
+
+def resolve_model_path(model: str) -> Path:
+    """``"default"`` -> the embedded default model (downloaded and verified once), else the given path."""
+    if model == "default":
+        from igi_sdk.model_store import default_model_path
+
+        return Path(default_model_path())
+    return Path(model).expanduser().resolve()
+
+
+def default_connection_file() -> Path:
+    """``<tmp>/igi-daemon-<pid>.json``."""
+    return Path(tempfile.gettempdir()) / f"igi-daemon-{os.getpid()}.json"
+
+
+class DaemonServer:
+    """Runs the daemon until shutdown_request, SIGTERM or SIGINT.
+
+    Args:
+        settings: the validated settings.
+    """
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        self._stop = False
+        self.connection_file = settings.ipc.connection_file or default_connection_file()
+
+    def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
+        """Ask the loop to exit at its next tick (signal handler)."""
+        self._stop = True
+
+    def run(self) -> int:
+        """Start everything, serve, clean up. Returns the process exit code."""
+        settings = self.settings
+        model_path = resolve_model_path(settings.engine.model)
+        if not model_path.is_file():
+            log_event(_log, logging.ERROR, "model_not_found", path=str(model_path))
+            return 2
+        key = new_key()
+        context = zmq.Context()
+        endpoint = self._endpoint()
+        options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes)
+        socket, bound = bind_router(context, endpoint, options)
+        base = Placement(n_ctx=settings.engine.n_ctx, n_threads=settings.engine.n_threads, n_threads_batch=settings.engine.n_threads)
+        planner = PlacementPlanner(model_path, base)
+        initial = planner.plan(settings.budget.vram_budget_mib)
+        worker = WorkerSupervisor(self._worker_config(model_path), initial.placement.model_dump())
+
+        def outbox(identity: bytes, frames: list[bytes]) -> None:
+            try:
+                socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+            except zmq.Again:
+                core.counters["send_dropped"] += 1
+
+        core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
+        budget = BudgetControl(core, planner, initial)
+        dispatcher = Dispatcher(core, budget)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.request_stop)
+        try:
+            worker.start()
+            self._wait_ready(core, budget)
+            self._write_connection_file(bound, key)
+            log_event(_log, logging.INFO, "daemon_ready", endpoint=bound, connection_file=str(self.connection_file),
+                      model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy)
+            self._loop(socket, core, budget, dispatcher)
+            return 0
+        except DaemonStartError as exc:
+            log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
+            return 3
+        finally:
+            self.connection_file.unlink(missing_ok=True)
+            worker.stop(timeout_s=5.0)
+            socket.close(linger=100)
+            context.term()
+            log_event(_log, logging.INFO, "daemon_stopped", counters=dict(core.counters))
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _endpoint(self) -> str:
+        ipc = self.settings.ipc
+        if ipc.transport == "ipc":
+            path = ipc.ipc_path or self.connection_file.with_suffix(".sock")
+            return f"ipc://{path}"
+        return f"tcp://{ipc.ip}:{ipc.port}"
+
+    def _worker_config(self, model_path: Path) -> dict[str, object]:
+        settings = self.settings
+        return {
+            "model_path": str(model_path), "n_ctx": settings.engine.n_ctx, "n_threads": settings.engine.n_threads,
+            "max_prompt_tokens": settings.limits.max_prompt_tokens, "log_level": settings.log.log_level,
+            "log_format": settings.log.log_format, "log_file": settings.log.log_file,
+        }
+
+    def _wait_ready(self, core: DaemonCore, budget: BudgetControl) -> None:
+        deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
+        worker = core.worker
+        while not worker.ready:
+            if self._stop:
+                raise DaemonStartError("stopped before the engine worker was ready")
+            if time.monotonic() > deadline:
+                raise DaemonStartError("the engine worker did not become ready in time")
+            zmq.select(worker.fds(), [], [], 0.1) if worker.fds() else time.sleep(0.1)
+            for event in worker.read_events():
+                handle_worker_event(core, budget, event)
+            if core.fatal_error is not None:
+                raise DaemonStartError(f"the engine worker could not load the model: {core.fatal_error.message}")
+            if worker.is_dead() and not worker.ready:
+                raise DaemonStartError("the engine worker died while loading the model")
+
+    def _write_connection_file(self, bound: str, key: str) -> None:
+        if bound.startswith("ipc://"):
+            write_connection_file(self.connection_file, port=0, ip=bound[len("ipc://"):], transport="ipc", key=key)
+        else:
+            host, port = bound[len("tcp://"):].rsplit(":", 1)
+            write_connection_file(self.connection_file, port=int(port), ip=host.strip("[]"), key=key)
+
+    def _loop(self, socket: zmq.Socket, core: DaemonCore, budget: BudgetControl, dispatcher: Dispatcher) -> None:  # type: ignore[type-arg]
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        registered: list[int] = []
+        while not self._stop and not core.exit_requested:
+            fds = core.worker.fds()
+            if fds != registered:
+                for fd in registered:
+                    poller.unregister(fd)
+                for fd in fds:
+                    poller.register(fd, zmq.POLLIN)
+                registered = fds
+            ready = dict(poller.poll(POLL_TICK_MS))
+            if ready.get(socket):
+                batch = []
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
+                    except zmq.Again:
+                        break
+                dispatcher.on_batch(batch)
+            for event in core.worker.read_events():
+                handle_worker_event(core, budget, event)
+            if core.worker.is_dead() and core.model_info is not None:
+                for fd in registered:
+                    poller.unregister(fd)
+                registered = []
+                handle_worker_death(core, budget)
+            self._housekeeping(core, budget)
+
+    def _housekeeping(self, core: DaemonCore, budget: BudgetControl) -> None:
+        now = core.clock()
+        ipc = self.settings.ipc
+        for identity, last_s in list(core.clients.items()):
+            if now - last_s <= ipc.client_timeout_s:
+                continue
+            del core.clients[identity]
+            for job in [j for j in core.jobs.values() if j.identity == identity]:
+                cancel_job(core, job.job_id, reply=False)
+            orphaned = core.sessions.orphan_owned_by(identity, now)
+            core.counters["clients_timed_out"] += 1
+            log_event(_log, logging.INFO, "client_gone", sessions_orphaned=len(orphaned))
+        for session in core.sessions.expired(now, ipc.session_ttl_s):
+            core.sessions.remove(session.session_id)
+            core.counters["sessions_expired"] += 1
+            if core.worker.ready:
+                core.worker.send({"op": "forget", "session_id": session.session_id})
+        budget.tick()

@@ -1,0 +1,134 @@
+"""Daemon layer: the versioned session file written by save_session and read by load_session.
+
+Layout: ``b"IGISESS1"`` (8 bytes) | SHA-256 of the body (32 bytes) | body (msgpack map)::
+
+    {"format_version": 1, "saved_at": float, "model": {"name": str, "file_bytes": int},
+     "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...]},
+     "kv": {"tokens": [int], "state": bin} | nil}
+
+The KV state is optional: it is only restored into the same model (same file name and size); otherwise the
+conversation is rebuilt by re-prefilling the history. A wrong magic, checksum, version or shape raises
+:class:`SessionFileError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from pydantic import ValidationError
+
+from igi_sdk.errors import IgiError
+from igi_sdk.ipc.values import Sampling
+
+MAGIC = b"IGISESS1"
+FORMAT_VERSION = 1
+MAX_FILE_BYTES = 1 << 30
+
+
+class SessionFileError(IgiError):
+    """A session file that is missing, corrupt, of an unknown version or malformed."""
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """Everything a session file holds."""
+
+    persona: str
+    system_prompt: str
+    sampling: Sampling
+    priority: int
+    turns: tuple[tuple[str, str], ...]
+    model_name: str
+    model_file_bytes: int
+    kv_tokens: tuple[int, ...] | None = None
+    kv_state: bytes | None = None
+
+
+def write_session_file(path: Path, snap: SessionSnapshot) -> None:
+    """Write ``snap`` atomically (temp file + rename), mode 0600.
+
+    Raises:
+        SessionFileError: the file cannot be written.
+    """
+    body = msgpack.packb(
+        {
+            "format_version": FORMAT_VERSION,
+            "saved_at": time.time(),
+            "model": {"name": snap.model_name, "file_bytes": snap.model_file_bytes},
+            "session": {
+                "persona": snap.persona,
+                "system_prompt": snap.system_prompt,
+                "sampling": snap.sampling.model_dump(mode="json"),
+                "priority": snap.priority,
+                "turns": [list(turn) for turn in snap.turns],
+            },
+            "kv": None if snap.kv_state is None else {"tokens": list(snap.kv_tokens or ()), "state": snap.kv_state},
+        },
+        use_bin_type=True,
+    )
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(MAGIC + hashlib.sha256(body).digest() + body)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SessionFileError(f"cannot write session file {path}: {exc}") from exc
+
+
+def read_session_file(path: Path) -> SessionSnapshot:
+    """Read and verify a session file.
+
+    Raises:
+        SessionFileError: missing, unreadable, corrupt (magic, checksum), unknown version, or malformed.
+    """
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SessionFileError(f"session file {path} is larger than {MAX_FILE_BYTES} bytes")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SessionFileError(f"cannot read session file {path}: {exc.strerror}") from exc
+    if data[:8] != MAGIC:
+        raise SessionFileError(f"{path} is not an igi session file (bad magic)")
+    digest, body = data[8:40], data[40:]
+    if hashlib.sha256(body).digest() != digest:
+        raise SessionFileError(f"session file {path} is corrupt (checksum mismatch)")
+    try:
+        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        return _snapshot(raw)
+    except SessionFileError:
+        raise
+    except (ValueError, TypeError, KeyError, ValidationError, msgpack.UnpackException) as exc:
+        raise SessionFileError(f"session file {path} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _snapshot(raw: Any) -> SessionSnapshot:
+    if not isinstance(raw, dict):
+        raise ValueError("body is not a map")
+    if raw.get("format_version") != FORMAT_VERSION:
+        raise SessionFileError(f"unsupported session file version {raw.get('format_version')!r} (expected {FORMAT_VERSION})")
+    session, model, kv = raw["session"], raw["model"], raw.get("kv")
+    turns = tuple((str(role), str(text)) for role, text in session["turns"])
+    if any(role not in ("user", "assistant") for role, _ in turns):
+        raise ValueError("turn roles must be user or assistant")
+    if kv is not None and not (isinstance(kv["state"], bytes) and all(isinstance(t, int) for t in kv["tokens"])):
+        raise ValueError("kv must hold int tokens and bytes state")
+    return SessionSnapshot(
+        persona=str(session["persona"]),
+        system_prompt=str(session["system_prompt"]),
+        sampling=Sampling.model_validate(session["sampling"]),
+        priority=int(session["priority"]),
+        turns=turns,
+        model_name=str(model["name"]),
+        model_file_bytes=int(model["file_bytes"]),
+        kv_tokens=None if kv is None else tuple(kv["tokens"]),
+        kv_state=None if kv is None else kv["state"],
+    )

@@ -1,0 +1,108 @@
+"""Daemon layer: NPC sessions, kept in the daemon process so they survive an engine worker crash.
+
+A session is the conversation of one NPC: persona, system prompt, default sampling and priority, and the
+turns so far. The worker only caches KV state; the history here is the source of truth, so a restarted
+worker rebuilds any session by re-prefilling its rendered history (or restoring saved KV state when a
+session was loaded from a file).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from igi_sdk.ipc.values import Sampling
+
+ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
+
+
+class SessionLimitReached(RuntimeError):
+    """``limits.max_sessions`` sessions are already open."""
+
+
+@dataclass
+class Session:
+    """One NPC conversation.
+
+    Attributes:
+        owner: ROUTER identity of the client that last used the session (None once orphaned).
+        orphaned_at_s: monotonic time the owner disappeared; the session is freed ``session_ttl_s`` later.
+        kv_tokens, kv_state: saved KV state from a session file, offered to the worker on the next generate.
+        job_id: msg_id of the generation running for this session, if any (one at a time).
+    """
+
+    session_id: str
+    persona: str
+    system_prompt: str
+    sampling: Sampling
+    priority: int
+    owner: bytes | None
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    kv_tokens: list[int] | None = None
+    kv_state: bytes | None = None
+    orphaned_at_s: float | None = None
+    job_id: str | None = None
+
+    def system_text(self) -> str:
+        """The system message: the persona line, then the system prompt."""
+        persona = f"You are {self.persona}." if self.persona else ""
+        return "\n".join(part for part in (persona, self.system_prompt) if part)
+
+    def messages_for(self, user_text: str) -> list[tuple[str, str]]:
+        """The chat messages of a new turn: system, history, then the new user line."""
+        system = self.system_text()
+        head = [(ROLE_SYSTEM, system)] if system else []
+        return head + list(self.turns) + [(ROLE_USER, user_text)]
+
+    @property
+    def n_turns(self) -> int:
+        """Completed user/assistant exchanges."""
+        return len(self.turns) // 2
+
+
+class SessionTable:
+    """All open sessions, bounded by ``max_sessions``."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self._max_sessions = max_sessions
+        self._sessions: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._sessions.values()))
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The session, or None."""
+        return None if session_id is None else self._sessions.get(session_id)
+
+    def add(self, session: Session) -> Session:
+        """Register a session.
+
+        Raises:
+            SessionLimitReached: ``max_sessions`` are open.
+        """
+        if len(self._sessions) >= self._max_sessions:
+            raise SessionLimitReached(f"max_sessions={self._max_sessions} sessions are open")
+        self._sessions[session.session_id] = session
+        return session
+
+    def new_id(self) -> str:
+        """A fresh session id (uuid4 hex)."""
+        return uuid.uuid4().hex
+
+    def remove(self, session_id: str) -> Session | None:
+        """Forget a session; returns it if it existed."""
+        return self._sessions.pop(session_id, None)
+
+    def orphan_owned_by(self, owner: bytes, now_s: float) -> list[Session]:
+        """Mark the sessions of a gone client as orphaned; returns them."""
+        orphaned = [s for s in self._sessions.values() if s.owner == owner]
+        for session in orphaned:
+            session.owner, session.orphaned_at_s = None, now_s
+        return orphaned
+
+    def expired(self, now_s: float, ttl_s: float) -> list[Session]:
+        """Orphaned sessions whose TTL has run out."""
+        return [s for s in self._sessions.values() if s.orphaned_at_s is not None and now_s - s.orphaned_at_s >= ttl_s]

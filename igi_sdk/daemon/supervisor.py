@@ -1,0 +1,140 @@
+"""Daemon layer: starts, watches and restarts the engine worker process (llama.cpp lives only there).
+
+The worker is a ``multiprocessing`` *spawn* child connected by a pipe. A llama.cpp crash (segfault, abort,
+kill -9) ends only the child: the daemon sees the pipe close / the process sentinel fire, answers in-flight
+work with ``engine_failure`` and calls :meth:`WorkerSupervisor.restart` with the same placement.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon.logs import get_logger, log_event
+
+_log = get_logger("supervisor")
+
+
+class WorkerGone(RuntimeError):
+    """The worker process is dead or not started."""
+
+
+class WorkerSupervisor:
+    """Owns one engine worker process at a time.
+
+    Args:
+        worker_config: plain dict handed to ``worker_main`` (model path, n_ctx, limits, log settings).
+        placement: the placement (``Placement.model_dump()``) the worker loads.
+    """
+
+    def __init__(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
+        self._config = worker_config
+        self.placement = placement
+        self._ctx = multiprocessing.get_context("spawn")
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._dead = True
+        self.ready = False
+        self.restarts = 0
+        self.started_at_s = 0.0
+        self.last_ready: dict[str, Any] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the current worker."""
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> None:
+        """Spawn a worker with the current placement (it sends ``ready`` once the model is loaded)."""
+        from igi_sdk.daemon.worker_main import worker_main
+
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=worker_main, args=(child_conn, {**self._config, "placement": self.placement}), name="igi-engine-worker", daemon=True
+        )
+        process.start()
+        child_conn.close()
+        self._process, self._conn = process, parent_conn
+        self._dead, self.ready = False, False
+        self.started_at_s = time.monotonic()
+        log_event(_log, logging.INFO, "worker_started", pid=process.pid, restarts=self.restarts)
+
+    def fds(self) -> list[int]:
+        """File descriptors to poll: the pipe and the process sentinel."""
+        if self._conn is None or self._process is None or self._dead:
+            return []
+        return [self._conn.fileno(), self._process.sentinel]
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """Every event the worker has sent so far (non-blocking); marks the worker dead on EOF."""
+        events: list[dict[str, Any]] = []
+        if self._conn is None or self._dead:
+            return events
+        try:
+            while self._conn.poll(0):
+                event = worker_protocol.recv(self._conn)
+                if event.get("ev") == "ready":
+                    self.ready, self.last_ready = True, event
+                events.append(event)
+        except (EOFError, OSError):
+            self._mark_dead()
+        if self._process is not None and self._process.exitcode is not None:
+            self._mark_dead()
+        return events
+
+    def is_dead(self) -> bool:
+        """Whether the worker has exited (checked without blocking)."""
+        if not self._dead and self._process is not None and self._process.exitcode is not None:
+            self._mark_dead()
+        return self._dead
+
+    def send(self, command: dict[str, Any]) -> None:
+        """Send a command to the worker.
+
+        Raises:
+            WorkerGone: the worker is dead.
+        """
+        if self._conn is None or self.is_dead():
+            raise WorkerGone("engine worker is not running")
+        try:
+            worker_protocol.send(self._conn, command)
+        except (OSError, ValueError) as exc:
+            self._mark_dead()
+            raise WorkerGone(f"engine worker pipe closed: {exc}") from exc
+
+    def restart(self) -> None:
+        """Reap the dead worker and start a new one with the same placement."""
+        self.stop(timeout_s=1.0)
+        self.restarts += 1
+        self.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask the worker to exit, then terminate, then kill."""
+        process, conn = self._process, self._conn
+        if process is None:
+            return
+        if not self._dead and conn is not None:
+            try:
+                worker_protocol.send(conn, {"op": "shutdown"})
+            except (OSError, ValueError):
+                pass
+        process.join(timeout_s)
+        if process.is_alive():
+            process.terminate()
+            process.join(2.0)
+        if process.is_alive():
+            process.kill()
+            process.join(2.0)
+        if conn is not None:
+            conn.close()
+        self._process, self._conn, self._dead, self.ready = None, None, True, False
+
+    def _mark_dead(self) -> None:
+        if not self._dead:
+            self._dead, self.ready = True, False
+            code = None if self._process is None else self._process.exitcode
+            log_event(_log, logging.ERROR, "worker_died", pid=self.pid, exitcode=code)

@@ -1,0 +1,109 @@
+"""Daemon layer: what the daemon does with the engine worker's events, and when the worker dies."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.handlers_session import finish_job
+from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_USER
+from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import GenerateReply, TokenEvent
+from igi_sdk.ipc.values import ModelInfo, Usage
+
+
+def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str, Any]) -> None:
+    """Route one worker event to the client that waits for it."""
+    kind = event["ev"]
+    if kind == "token":
+        job = core.jobs.get(event["job_id"])
+        if job is None:
+            return
+        job.running = True
+        job.n_tokens_sent += 1
+        job.text_sent.append(event["text"])
+        core.counters["tokens_total"] += 1
+        core.send_to_job(job, TokenEvent(index=event["index"], text=event["text"], token_id=event["token_id"]))
+    elif kind == "started":
+        job = core.jobs.get(event["job_id"])
+        if job is not None:
+            job.running = True
+    elif kind == "done":
+        _done(core, event)
+    elif kind == "failed":
+        job = finish_job(core, event["job_id"])
+        if job is not None:
+            code = ErrorCode(event["code"])
+            _fail_job(core, job, RequestError(code, event["message"]))
+    elif kind == "reloaded":
+        budget.on_reloaded(event)
+    elif kind == "exported":
+        callback = core.waiting_exports.pop(event["req_id"], None)
+        if callback is not None:
+            callback(event)
+    elif kind == "ready":
+        model = event["model"]
+        core.model_info = ModelInfo.model_validate(model["info"])
+        core.model_file_bytes = int(model["file_bytes"])
+        core.worker_failures_in_row = 0
+        core.log(logging.INFO, "worker_ready", pid=event["pid"], model=core.model_info.path)
+        core.forward_pending_jobs()
+        budget.on_worker_ready()
+    elif kind == "fatal":
+        core.log(logging.ERROR, "worker_fatal", code=event["code"], message=event["message"])
+        core.fatal_error = RequestError(ErrorCode(event["code"]), event["message"])
+
+
+def _done(core: DaemonCore, event: dict[str, Any]) -> None:
+    job = finish_job(core, event["job_id"])
+    if job is None:
+        return
+    reason = event["finish_reason"]
+    session = core.sessions.get(job.session_id)
+    if session is not None and reason in ("stop", "length"):
+        session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, event["text"])]
+        session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
+    core.counters[f"generations_{reason}"] += 1
+    reply = GenerateReply(
+        finish_reason=reason,
+        text=event["text"],
+        usage=Usage(prompt_tokens=event["prompt_tokens"], completion_tokens=event["completion_tokens"]),
+        ttft_s=event["ttft_s"],
+        tps=max(0.0, event["tps"]),
+        reloads_during=event["reloads"],
+    )
+    core.send_to_job(job, reply)
+
+
+def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
+    """Terminal failure: ``generate_reply{error}`` after streaming started, else ``error_reply``."""
+    if job.n_tokens_sent > 0:
+        text = "".join(job.text_sent)
+        usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
+        core.send_to_job(job, GenerateReply(finish_reason="error", text=text, usage=usage, ttft_s=None, tps=0.0))
+    elif job.identity:
+        core.send_error(job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error)
+
+
+def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
+    """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement."""
+    core.counters["worker_crashes"] += 1
+    core.worker_failures_in_row += 1
+    error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")
+    for job_id in [j.job_id for j in core.jobs.values() if j.forwarded]:
+        job = finish_job(core, job_id)
+        if job is not None:
+            _fail_job(core, job, error)
+    for req_id in list(core.waiting_exports):
+        core.waiting_exports.pop(req_id)({"tokens": None, "state": None})
+    budget.on_worker_death()
+    limit = core.settings.engine.max_worker_restarts
+    if core.fatal_error is not None or core.worker_failures_in_row > limit:
+        core.log(logging.ERROR, "worker_given_up", failures_in_row=core.worker_failures_in_row, limit=limit)
+        core.model_info = None
+        return
+    core.worker.restart()
+    core.counters["worker_restarts"] += 1

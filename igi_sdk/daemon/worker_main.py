@@ -1,0 +1,101 @@
+"""Daemon layer (worker process): entry point of the engine worker; the only daemon code that runs llama.cpp.
+
+``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
+reading commands and stepping the :class:`~igi_sdk.daemon.worker_loop.Scheduler`. It exits on ``shutdown``
+or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
+from igi_sdk.daemon.worker_loop import Job, Scheduler
+
+
+def worker_main(conn: Connection, config: dict[str, Any]) -> None:
+    """Run the worker until ``shutdown`` or until the daemon goes away.
+
+    Args:
+        conn: the worker's end of the pipe.
+        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (dict),
+            ``log_level``, ``log_format``, ``log_file``.
+    """
+    configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
+    log = get_logger("worker")
+    from igi_sdk.daemon.engine_adapter import EngineAdapter
+
+    emit = lambda event: worker_protocol.send(conn, event)  # noqa: E731
+    try:
+        engine = EngineAdapter(config["model_path"], config["placement"], n_ctx=config["n_ctx"], n_threads=config.get("n_threads"))
+    except Exception as exc:  # a model that cannot load: tell the daemon, then exit non-zero
+        log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
+        emit({"ev": "fatal", "code": "model_invalid", "message": f"{type(exc).__name__}: {exc}"})
+        raise SystemExit(3) from None
+    emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"]})
+    scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+    try:
+        _serve(conn, scheduler, emit, log)
+    except (EOFError, OSError):
+        log_event(log, logging.WARNING, "worker_daemon_gone")
+    finally:
+        engine.close()
+
+
+def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logger) -> None:
+    while True:
+        # Pacing from the frame governor: wait between tokens on the pipe, so cancel/reload stay immediate.
+        timeout = scheduler.sleep_s_between_tokens if scheduler.has_work() else 1.0
+        while conn.poll(timeout):
+            command = worker_protocol.recv(conn)
+            if command["op"] == "shutdown":
+                return
+            _handle(command, scheduler, emit, log)
+            timeout = 0
+        if scheduler.has_work():
+            scheduler.step()
+
+
+def _handle(command: dict[str, Any], scheduler: Scheduler, emit: Any, log: logging.Logger) -> None:
+    op = command["op"]
+    if op == "generate":
+        kv_tokens = command.get("kv_tokens")
+        scheduler.submit(
+            Job(
+                job_id=command["job_id"],
+                session_id=command["session_id"],
+                messages=[(role, text) for role, text in command["messages"]],
+                max_tokens=int(command["max_tokens"]),
+                sampling=dict(command["sampling"]),
+                priority=int(command.get("priority", 0)),
+                kv_state=command.get("kv_state"),
+                kv_tokens=None if kv_tokens is None else list(kv_tokens),
+            )
+        )
+    elif op == "throttle":
+        scheduler.sleep_s_between_tokens = max(0.0, float(command["sleep_ms"]) / 1000.0)
+    elif op == "cancel":
+        scheduler.cancel(command["job_id"])
+    elif op == "forget":
+        scheduler.forget(command["session_id"])
+    elif op == "export":
+        tokens, state = scheduler.export(command["session_id"])
+        emit({"ev": "exported", "req_id": command["req_id"], "session_id": command["session_id"], "tokens": tokens, "state": state})
+    elif op == "reload":
+        t0 = time.perf_counter()
+        try:
+            scheduler.reload(command["placement"])
+            ok, message = True, ""
+        except Exception as exc:
+            ok, message = False, f"{type(exc).__name__}: {exc}"
+            log_event(log, logging.ERROR, "worker_reload_failed", error=message, exc=traceback.format_exc())
+        emit({"ev": "reloaded", "req_id": command["req_id"], "ok": ok, "message": message,
+              "apply_time_s": time.perf_counter() - t0, "placement": command["placement"]})
+        if not ok:
+            raise SystemExit(4)  # no usable model: the supervisor restarts us with the last good placement

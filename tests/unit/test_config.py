@@ -1,0 +1,76 @@
+"""DaemonSettings: precedence CLI > env > TOML > defaults, validation, and the generated docs table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from igi_sdk.config import DaemonSettings, field_sections, load_settings, nest_flat, settings_reference_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "igi.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_loopback_and_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in field_sections():
+        monkeypatch.delenv(f"IGI_{field_sections()[name].upper()}__{name.upper()}", raising=False)
+    settings = load_settings()
+    assert (settings.ipc.ip, settings.ipc.port, settings.budget.vram_budget_mib) == ("127.0.0.1", 0, 0)
+
+
+def test_precedence_cli_over_env_over_toml_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = _toml(tmp_path, "[ipc]\nport = 1111\nclient_timeout_s = 3.5\n[budget]\ngrow_min_mib = 64\n")
+    monkeypatch.setenv("IGI_IPC__PORT", "2222")
+    monkeypatch.setenv("IGI_BUDGET__GROW_MIN_MIB", "128")
+    settings = load_settings({"port": 3333}, toml_file=toml)
+    assert settings.ipc.port == 3333  # CLI beats env and TOML
+    assert settings.budget.grow_min_mib == 128  # env beats TOML
+    assert settings.ipc.client_timeout_s == 3.5  # TOML beats default
+    assert settings.ipc.heartbeat_interval_s == 1.0  # default
+    assert load_settings(toml_file=toml).ipc.port == 2222  # env beats TOML
+    monkeypatch.delenv("IGI_IPC__PORT")
+    assert load_settings(toml_file=toml).ipc.port == 1111
+
+
+def test_non_loopback_ip_is_refused() -> None:
+    with pytest.raises(ValidationError, match="loopback"):
+        DaemonSettings(ipc={"ip": "0.0.0.0"})
+
+
+def test_unknown_toml_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError):
+        load_settings(toml_file=_toml(tmp_path, "[ipc]\nprot = 1\n"))
+
+
+def test_prompt_limit_must_fit_context() -> None:
+    with pytest.raises(ValidationError, match="n_ctx"):
+        DaemonSettings(engine={"n_ctx": 512}, limits={"max_prompt_tokens": 1024})
+
+
+def test_settings_are_frozen() -> None:
+    settings = DaemonSettings()
+    with pytest.raises(ValidationError):
+        settings.ipc.port = 5  # type: ignore[misc]
+
+
+def test_nest_flat_rejects_unknown_names() -> None:
+    assert nest_flat({"port": 1, "model": "x"}) == {"ipc": {"port": 1}, "engine": {"model": "x"}}
+    with pytest.raises(KeyError):
+        nest_flat({"no_such_setting": 1})
+
+
+def test_every_field_has_a_description() -> None:
+    table = settings_reference_markdown()
+    assert "| None |" not in table
+    assert table.count("\n") == len(field_sections()) + 2
+
+
+def test_docs_config_md_is_generated_from_the_model() -> None:
+    assert settings_reference_markdown() in (REPO / "docs" / "config.md").read_text(encoding="utf-8")

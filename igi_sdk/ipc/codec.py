@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from pydantic import BaseModel, ValidationError
 
 from igi_sdk.ipc.envelope import Header
@@ -52,7 +52,8 @@ def to_wire(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="python")
     if isinstance(model, Message):
         del data["type"]
-    return _plain(data)
+    plain: dict[str, Any] = _plain(data)
+    return plain
 
 
 def _plain(value: Any) -> Any:
@@ -73,7 +74,8 @@ def packb(obj: Any) -> bytes:
         >>> packb({"a": 1.0}).hex()
         '81a161cb3ff0000000000000'
     """
-    return msgpack.packb(obj, use_bin_type=True, use_single_float=False, strict_types=False, datetime=False)
+    packed: bytes = msgpack.packb(obj, use_bin_type=True, use_single_float=False, strict_types=False, datetime=False)
+    return packed
 
 
 def encode(header: Header, message: Message) -> tuple[bytes, bytes]:

@@ -33,7 +33,7 @@ class ConnectionInfo(WireModel):
     """
 
     transport: Literal["tcp", "ipc"] = "tcp"
-    ip: str = Field("127.0.0.1", min_length=1, description="loopback address, or the socket path for ipc")
+    ip: str = Field(default="127.0.0.1", min_length=1, description="loopback address, or the socket path for ipc")
     port: int = Field(ge=0, le=65535, description="TCP port; 0 for ipc")
     key: str = Field(pattern=r"^[0-9a-f]{64}$", description="HMAC key, 32 bytes as lowercase hex")
     signature_scheme: Literal["hmac-sha256"] = "hmac-sha256"

@@ -24,10 +24,10 @@ class Header(WireModel):
     """
 
     msg_id: MsgId = Field(description="uuid4 hex (32 lowercase hex digits), unique per message")
-    parent_id: MsgId | None = Field(None, description="msg_id of the request this message answers")
-    session_id: SessionId | None = Field(None, description="the NPC session the message concerns")
+    parent_id: MsgId | None = Field(default=None, description="msg_id of the request this message answers")
+    session_id: SessionId | None = Field(default=None, description="the NPC session the message concerns")
     type: str = Field(min_length=1, max_length=64, description="message type, e.g. 'generate_request'")
-    protocol_version: VersionStr = Field(PROTOCOL_VERSION, description="'major.minor' of the sender")
+    protocol_version: VersionStr = Field(default=PROTOCOL_VERSION, description="'major.minor' of the sender")
     sent_at: NonNegF64 = Field(description="sender wall clock, unix seconds (float64)")
 
     @property

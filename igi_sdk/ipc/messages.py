@@ -55,7 +55,7 @@ class HelloRequest(Message):
     client_name: str = Field(max_length=256, description="e.g. 'unity-plugin'")
     client_version: str = Field(max_length=64, description="client software version")
     protocol_version: VersionStr = Field(description="protocol version the client speaks, 'major.minor'")
-    capabilities: tuple[str, ...] = Field((), max_length=64, description="optional features the client supports")
+    capabilities: tuple[str, ...] = Field(default=(), max_length=64, description="optional features the client supports")
 
 
 class HelloReply(Message):
@@ -65,7 +65,7 @@ class HelloReply(Message):
     type: Literal["hello_reply"] = "hello_reply"
     daemon_version: str = Field(description="igi_sdk version of the daemon")
     protocol_version: VersionStr = Field(description="protocol version the daemon speaks")
-    capabilities: tuple[str, ...] = Field((), description="optional features the daemon supports")
+    capabilities: tuple[str, ...] = Field(default=(), description="optional features the daemon supports")
     heartbeat_interval_s: NonNegF64 = Field(description="client sends heartbeat_request this often, s")
     client_timeout_s: NonNegF64 = Field(description="silence after which a peer is declared gone, s")
     limits: Limits = Field(description="limits the daemon enforces")
@@ -77,9 +77,9 @@ class LoadModelRequest(Message):
     """Load (or replace) the model."""
 
     type: Literal["load_model_request"] = "load_model_request"
-    model_path: str | None = Field(None, description="GGUF path; nil = the embedded default model")
-    n_ctx: int = Field(2048, ge=16, le=INT64_MAX, description="context length, tokens")
-    vram_budget_mib: U63 | None = Field(None, description="new VRAM budget, MiB; nil = keep the current one")
+    model_path: str | None = Field(default=None, description="GGUF path; nil = the embedded default model")
+    n_ctx: int = Field(default=2048, ge=16, le=INT64_MAX, description="context length, tokens")
+    vram_budget_mib: U63 | None = Field(default=None, description="new VRAM budget, MiB; nil = keep the current one")
 
 
 class LoadModelReply(Message):
@@ -96,7 +96,7 @@ class SetBudgetRequest(Message):
 
     type: Literal["set_budget_request"] = "set_budget_request"
     vram_budget_mib: U63 = Field(description="VRAM the game allows us, MiB (0 = CPU only)")
-    reason: str = Field("", max_length=256, description="free text for logs, e.g. 'entering combat'")
+    reason: str = Field(default="", max_length=256, description="free text for logs, e.g. 'entering combat'")
 
 
 class ReclaimRequest(Message):
@@ -122,7 +122,7 @@ class BudgetAck(Message):
     predicted_tps: NonNegF64 = Field(description="predicted decode speed, tokens/s")
     apply_time_s: NonNegF64 = Field(description="time spent applying the plan (reload), s")
     measured_vram_mib: NonNegF64 | None = Field(description="device memory in use after applying, MiB; nil = no GPU")
-    warning: str | None = Field(None, description="e.g. 'deadline_missed'")
+    warning: str | None = Field(default=None, description="e.g. 'deadline_missed'")
 
 
 class FrameStatsRequest(Message):
@@ -131,8 +131,8 @@ class FrameStatsRequest(Message):
     type: Literal["frame_stats_request"] = "frame_stats_request"
     frame_time_ms: NonNegF64 = Field(description="last frame time, ms")
     target_frame_time_ms: NonNegF64 = Field(description="frame time the game aims for, ms")
-    free_vram_mib: NonNegF64 | None = Field(None, description="free device memory seen by the game, MiB")
-    gpu_busy_pct: Pct | None = Field(None, description="GPU utilisation seen by the game, %")
+    free_vram_mib: NonNegF64 | None = Field(default=None, description="free device memory seen by the game, MiB")
+    gpu_busy_pct: Pct | None = Field(default=None, description="GPU utilisation seen by the game, %")
 
 
 class FrameStatsReply(Message):
@@ -141,7 +141,7 @@ class FrameStatsReply(Message):
     KIND: ClassVar[Kind] = "reply"
     type: Literal["frame_stats_reply"] = "frame_stats_reply"
     throttle: Throttle
-    proposed_budget_mib: U63 | None = Field(None, description="budget the daemon suggests, MiB; nil = none")
+    proposed_budget_mib: U63 | None = Field(default=None, description="budget the daemon suggests, MiB; nil = none")
 
 
 # --- sessions ----------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ class CreateSessionRequest(Message):
     persona: str = Field(max_length=256, description="NPC name or role")
     system_prompt: str = Field(max_length=MAX_TEXT_CHARS, description="system message of the chat template")
     sampling: Sampling = Field(default_factory=Sampling)
-    priority: Priority = Field(0, description="-100..100, higher is served first")
+    priority: Priority = Field(default=0, description="-100..100, higher is served first")
 
 
 class CreateSessionReply(Message):
@@ -183,9 +183,9 @@ class GenerateRequest(Message):
     REQUIRES_SESSION: ClassVar[bool] = True
     type: Literal["generate_request"] = "generate_request"
     text: str = Field(max_length=MAX_TEXT_CHARS, description="the player's line (user turn)")
-    max_tokens: PosInt | None = Field(None, description="nil = session default")
-    sampling: Sampling | None = Field(None, description="nil = session default")
-    priority: Priority | None = Field(None, description="nil = session priority")
+    max_tokens: PosInt | None = Field(default=None, description="nil = session default")
+    sampling: Sampling | None = Field(default=None, description="nil = session default")
+    priority: Priority | None = Field(default=None, description="nil = session priority")
 
 
 class TokenEvent(Message):
@@ -208,7 +208,7 @@ class GenerateReply(Message):
     usage: Usage
     ttft_s: NonNegF64 | None = Field(description="time to first token, s; nil if no token was produced")
     tps: NonNegF64 = Field(description="decode speed, tokens/s (0 if fewer than 2 tokens)")
-    reloads_during: U63 = Field(0, description="model reloads (budget changes) while this generation ran")
+    reloads_during: U63 = Field(default=0, description="model reloads (budget changes) while this generation ran")
 
 
 class CancelRequest(Message):
@@ -232,7 +232,7 @@ class SaveSessionRequest(Message):
 
     REQUIRES_SESSION: ClassVar[bool] = True
     type: Literal["save_session_request"] = "save_session_request"
-    path: str | None = Field(None, description="file path; nil = the daemon's sessions directory")
+    path: str | None = Field(default=None, description="file path; nil = the daemon's sessions directory")
 
 
 class SaveSessionReply(Message):
@@ -316,8 +316,8 @@ class ErrorReply(Message):
     type: Literal["error_reply"] = "error_reply"
     code: Annotated[ErrorCode, BeforeValidator(parse_error_code)]
     message: str = Field(description="human-readable, for logs")
-    detail: FreeMap | None = Field(None, description="structured detail, keys sorted; nil = none")
-    retryable: bool = Field(False, description="the same request may succeed later")
+    detail: FreeMap | None = Field(default=None, description="structured detail, keys sorted; nil = none")
+    retryable: bool = Field(default=False, description="the same request may succeed later")
 
 
 Request = Annotated[

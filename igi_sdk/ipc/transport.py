@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import zmq
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,12 +31,23 @@ class SocketOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    linger_ms: int = Field(100, ge=0, description="ZMQ_LINGER: how long close() may flush pending frames")
-    sndhwm: int = Field(1000, ge=0, description="ZMQ_SNDHWM, messages")
-    rcvhwm: int = Field(1000, ge=0, description="ZMQ_RCVHWM, messages")
+    linger_ms: int = Field(default=100, ge=0, description="ZMQ_LINGER: how long close() may flush pending frames")
+    sndhwm: int = Field(default=1000, ge=0, description="ZMQ_SNDHWM, messages")
+    rcvhwm: int = Field(default=1000, ge=0, description="ZMQ_RCVHWM, messages")
     max_msg_bytes: int = Field(
-        2 * DEFAULT_MAX_FRAME_BYTES, ge=-1, description="ZMQ_MAXMSGSIZE (inbound hard cap per frame, -1 = none)"
+        default=2 * DEFAULT_MAX_FRAME_BYTES, ge=-1, description="ZMQ_MAXMSGSIZE (inbound hard cap per frame, -1 = none)"
     )
+
+
+    @classmethod
+    def for_max_frame_bytes(cls, max_frame_bytes: int, **overrides: int) -> SocketOptions:
+        """Options whose ZMQ_MAXMSGSIZE hard cap is ``2 * max_frame_bytes`` (PROTOCOL.md section 1.4).
+
+        Example:
+            >>> SocketOptions.for_max_frame_bytes(4096, linger_ms=0).max_msg_bytes
+            8192
+        """
+        return cls(max_msg_bytes=2 * max_frame_bytes, **overrides)
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -69,7 +81,8 @@ def check_endpoint(endpoint: str) -> str:
     return f"tcp://{host}:*" if port in ("*", "0") else endpoint
 
 
-def _apply(socket: zmq.Socket, options: SocketOptions, endpoint: str) -> None:  # type: ignore[type-arg]
+def _apply(socket: zmq.Socket[Any], options: SocketOptions | None, endpoint: str) -> None:
+    options = options or SocketOptions()
     socket.setsockopt(zmq.LINGER, options.linger_ms)
     socket.setsockopt(zmq.SNDHWM, options.sndhwm)
     socket.setsockopt(zmq.RCVHWM, options.rcvhwm)
@@ -79,14 +92,14 @@ def _apply(socket: zmq.Socket, options: SocketOptions, endpoint: str) -> None:  
 
 
 def bind_router(
-    context: zmq.Context, endpoint: str, options: SocketOptions = SocketOptions()  # type: ignore[type-arg]
-) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]
+    context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None
+) -> tuple[zmq.Socket[Any], str]:
     """Create the daemon's ROUTER socket and bind it.
 
     Args:
         context: a ``zmq.Context`` (or ``zmq.asyncio.Context`` for an asyncio socket).
         endpoint: see :func:`check_endpoint`; ``tcp://127.0.0.1:0`` binds a free port.
-        options: socket options.
+        options: socket options (default :class:`SocketOptions`).
 
     Returns:
         ``(socket, bound_endpoint)``; the bound endpoint names the real port.
@@ -102,7 +115,7 @@ def bind_router(
         >>> sock.close()
     """
     checked = check_endpoint(endpoint)
-    socket = context.socket(zmq.ROUTER)
+    socket: zmq.Socket[Any] = context.socket(zmq.ROUTER)
     try:
         _apply(socket, options, checked)
         socket.bind(checked)
@@ -114,14 +127,14 @@ def bind_router(
 
 
 def connect_dealer(
-    context: zmq.Context, endpoint: str, options: SocketOptions = SocketOptions()  # type: ignore[type-arg]
-) -> zmq.Socket:  # type: ignore[type-arg]
+    context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None
+) -> zmq.Socket[Any]:
     """Create a client's DEALER socket and connect it (connecting never blocks; the daemon may start later).
 
     Args:
         context: a ``zmq.Context`` or ``zmq.asyncio.Context``.
         endpoint: the daemon's endpoint (a concrete port, not ``*``).
-        options: socket options.
+        options: socket options (default :class:`SocketOptions`).
 
     Returns:
         The connected socket.
@@ -132,7 +145,7 @@ def connect_dealer(
     checked = check_endpoint(endpoint)
     if checked.endswith(":*"):
         raise EndpointError(f"cannot connect to a wildcard port: {endpoint!r}")
-    socket = context.socket(zmq.DEALER)
+    socket: zmq.Socket[Any] = context.socket(zmq.DEALER)
     try:
         _apply(socket, options, checked)
         socket.connect(checked)
@@ -155,8 +168,8 @@ class DealerTransport:
         >>> client.close(); router.close()
     """
 
-    def __init__(self, endpoint: str, *, context: zmq.Context | None = None,  # type: ignore[type-arg]
-                 options: SocketOptions = SocketOptions()) -> None:
+    def __init__(self, endpoint: str, *, context: zmq.Context[Any] | None = None,
+                 options: SocketOptions | None = None) -> None:
         self._socket = connect_dealer(context or zmq.Context.instance(), endpoint, options)
 
     def send(self, frames: Sequence[bytes]) -> None:
@@ -178,12 +191,12 @@ class DealerTransport:
 class RouterTransport:
     """Blocking daemon transport: one bound ROUTER socket; each message is (identity, frames)."""
 
-    def __init__(self, endpoint: str, *, context: zmq.Context | None = None,  # type: ignore[type-arg]
-                 options: SocketOptions = SocketOptions()) -> None:
+    def __init__(self, endpoint: str, *, context: zmq.Context[Any] | None = None,
+                 options: SocketOptions | None = None) -> None:
         self._socket, self.endpoint = bind_router(context or zmq.Context.instance(), endpoint, options)
 
     @property
-    def socket(self) -> zmq.Socket:  # type: ignore[type-arg]
+    def socket(self) -> zmq.Socket[Any]:
         """The underlying socket (for a poller)."""
         return self._socket
 

@@ -27,21 +27,21 @@ class Sampling(WireModel):
         40
     """
 
-    temperature: F64 = Field(0.7, ge=0.0, le=5.0, description="0 = greedy")
-    top_p: F64 = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
-    top_k: U63 = Field(40, description="0 = disabled")
-    seed: U32 | None = Field(None, description="uint32 RNG seed; nil = random")
-    max_tokens: PosInt = Field(128, description="completion tokens per generation")
-    stop: tuple[str, ...] = Field((), max_length=MAX_STOP_STRINGS, description="stop strings")
+    temperature: F64 = Field(default=0.7, ge=0.0, le=5.0, description="0 = greedy")
+    top_p: F64 = Field(default=0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
+    top_k: U63 = Field(default=40, description="0 = disabled")
+    seed: U32 | None = Field(default=None, description="uint32 RNG seed; nil = random")
+    max_tokens: PosInt = Field(default=128, description="completion tokens per generation")
+    stop: tuple[str, ...] = Field(default=(), max_length=MAX_STOP_STRINGS, description="stop strings")
 
 
 class Limits(WireModel):
     """Limits the daemon enforces, announced in ``hello_reply``."""
 
-    max_frame_bytes: int = Field(1_048_576, ge=1024, le=INT64_MAX, description="largest header or content frame")
-    max_prompt_tokens: PosInt = Field(4096, description="prompt tokens per generation incl. history")
-    max_sessions: PosInt = Field(64, description="open NPC sessions across all clients")
-    max_queue_depth: PosInt = Field(16, description="queued generate_requests before busy")
+    max_frame_bytes: int = Field(default=1_048_576, ge=1024, le=INT64_MAX, description="largest header or content frame")
+    max_prompt_tokens: PosInt = Field(default=4096, description="prompt tokens per generation incl. history")
+    max_sessions: PosInt = Field(default=64, description="open NPC sessions across all clients")
+    max_queue_depth: PosInt = Field(default=16, description="queued generate_requests before busy")
 
 
 class ModelInfo(WireModel):
@@ -50,7 +50,7 @@ class ModelInfo(WireModel):
     path: str = Field(description="absolute path of the GGUF file")
     architecture: str = Field(description="GGUF general.architecture, e.g. 'llama'")
     n_layer: U63 = Field(description="number of transformer blocks")
-    n_params: U63 | None = Field(None, description="parameter count when known")
+    n_params: U63 | None = Field(default=None, description="parameter count when known")
     file_mib: NonNegF64 = Field(description="GGUF file size, MiB")
     n_ctx: U63 = Field(description="context length the model was loaded with, tokens")
 
@@ -61,15 +61,15 @@ class Plan(WireModel):
     strategy: str = Field(description="planner strategy name, e.g. 'cpu_only', 'full_gpu', 'layer_split'")
     gpu_mib: NonNegF64 = Field(description="predicted device memory, MiB")
     cpu_mib: NonNegF64 = Field(description="predicted host memory, MiB")
-    n_gpu_layers: U63 | None = Field(None, description="llama.cpp n_gpu_layers when the strategy uses it")
-    summary: str = Field("", description="one human-readable line")
+    n_gpu_layers: U63 | None = Field(default=None, description="llama.cpp n_gpu_layers when the strategy uses it")
+    summary: str = Field(default="", description="one human-readable line")
 
 
 class Throttle(WireModel):
     """How the daemon paces token generation to protect the game's frame time."""
 
-    tokens_per_frame: U63 | None = Field(None, description="max tokens per game frame; nil = unlimited")
-    sleep_ms_between_tokens: NonNegF64 = Field(0.0, description="pause between two decoded tokens, ms")
+    tokens_per_frame: U63 | None = Field(default=None, description="max tokens per game frame; nil = unlimited")
+    sleep_ms_between_tokens: NonNegF64 = Field(default=0.0, description="pause between two decoded tokens, ms")
 
 
 class Usage(WireModel):

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import MAGIC
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Usage
@@ -107,14 +108,14 @@ VALID_CASES: list[Case] = [
     Case("heartbeat_reply", m.HeartbeatReply(uptime_s=12.5), parent=39),
     Case("shutdown_request", m.ShutdownRequest()),
     Case("shutdown_reply", m.ShutdownReply(), parent=41),
-    Case("error_reply_minimal", m.ErrorReply(code=m.ErrorCode.UNKNOWN_TYPE, message="unknown message type "
+    Case("error_reply_minimal", m.ErrorReply(code=ErrorCode.UNKNOWN_TYPE, message="unknown message type "
                                              "'teleport_request'", detail=None, retryable=False), parent=1),
-    Case("error_reply_detail", m.ErrorReply(code=m.ErrorCode.BUDGET_INFEASIBLE, message="budget 64 MiB < minimum",
+    Case("error_reply_detail", m.ErrorReply(code=ErrorCode.BUDGET_INFEASIBLE, message="budget 64 MiB < minimum",
                                             detail={"requested_mib": 64, "minimum_mib": 88.5,
                                                     "devices": ["CUDA0", "CPU"], "nested": {"z": None, "a": -1,
                                                                                             "m": True}},
                                             retryable=False), parent=8),
-    Case("error_reply_busy", m.ErrorReply(code=m.ErrorCode.BUSY, message="queue full", detail={"queue_depth": 16},
+    Case("error_reply_busy", m.ErrorReply(code=ErrorCode.BUSY, message="queue full", detail={"queue_depth": 16},
                                           retryable=True), parent=22, session_id=SID),
 ]
 
@@ -149,7 +150,7 @@ LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message
     ("header_keys_out_of_order_absent_optionals", _H5, {}, _h(_H5), m.StatusRequest()),
     ("unknown_error_code_maps_to_internal", _H6, {"code": "quota_exceeded", "message": "m", "detail": None,
                                                   "retryable": True},
-     _h(_H6), m.ErrorReply(code=m.ErrorCode.INTERNAL, message="m", retryable=True)),
+     _h(_H6), m.ErrorReply(code=ErrorCode.INTERNAL, message="m", retryable=True)),
 ]
 
 

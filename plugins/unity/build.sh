@@ -23,7 +23,7 @@ done
 command -v mcs >/dev/null || { echo "build.sh: mcs not found; install the Debian package mono-mcs (and mono-runtime)" >&2; exit 3; }
 command -v mono >/dev/null || { echo "build.sh: mono not found; install the Debian package mono-runtime" >&2; exit 3; }
 mkdir -p "$out"
-flags=(-langversion:7.2 -sdk:4.5 -warnaserror+ -debug -optimize+)
+flags=(-langversion:7.2 -sdk:4.7.2 -warnaserror+ -debug -optimize+)
 mapfile -t core_sources < <(find "$here/Runtime/Core" -name '*.cs' | sort)
 mapfile -t unity_sources < <(find "$here/Runtime/Unity" -name '*.cs' | sort)
 mapfile -t test_sources < <(find "$here/Tests" -name '*.cs' | sort)

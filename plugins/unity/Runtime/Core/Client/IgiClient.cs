@@ -1,0 +1,255 @@
+// Layer: core/client. The game-facing client: handshake, sessions, streaming generation, budgets, status.
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Threading;
+using System.Threading.Tasks;
+using Igi.Protocol;
+using Igi.Transport;
+
+namespace Igi.Client
+{
+    /// <summary>
+    /// Client of the IGI daemon over one DEALER socket.
+    /// <para>Threading: a background I/O thread owns the socket, sends queued requests, receives replies,
+    /// sends heartbeats and enforces timeouts. Task results complete on thread-pool threads (an <c>await</c>
+    /// in Unity resumes on the main thread). Streaming callbacks (onToken/onDone/onError) and other
+    /// game-facing callbacks are queued and run only inside <see cref="Pump"/>, which the game calls on its
+    /// main thread every frame (Unity: from Update).</para>
+    /// </summary>
+    public sealed partial class IgiClient : IDisposable
+    {
+        private readonly ConnectionInfo _info;
+        private readonly Signer _signer;
+        private readonly IgiClientOptions _options;
+        private readonly IIgiTransport _transport;
+        private readonly CallbackQueue _callbacks = new CallbackQueue();
+        private readonly ConcurrentQueue<byte[][]> _outbox = new ConcurrentQueue<byte[][]>();
+        private readonly Dictionary<string, Pending> _pending = new Dictionary<string, Pending>(StringComparer.Ordinal);
+        private readonly object _lock = new object();
+        private readonly Stopwatch _clock = Stopwatch.StartNew();
+        private readonly Thread _io;
+        private volatile bool _stopping;
+        private volatile bool _daemonAlive = true;
+        private long _droppedMessages;
+
+        private IgiClient(ConnectionInfo info, IgiClientOptions options)
+        {
+            _info = info;
+            _options = options ?? new IgiClientOptions();
+            _signer = Signer.FromHex(info.KeyHex);
+            _transport = _options.TransportFactory();
+            try
+            {
+                _transport.Connect(info.Endpoint);
+            }
+            catch
+            {
+                _transport.Dispose();
+                throw;
+            }
+            _io = new Thread(IoLoop) { IsBackground = true, Name = "IgiClient I/O" };
+            _io.Start();
+        }
+
+        /// <summary>Connects with the daemon's connection file and completes the handshake (blocking, bounded by HelloTimeoutS).</summary>
+        /// <exception cref="IgiConnectionFileException">The file is missing or invalid.</exception>
+        /// <exception cref="IgiTransportException">libzmq is missing or the endpoint is refused.</exception>
+        /// <exception cref="IgiTimeoutException">No hello_reply in time (daemon not running?).</exception>
+        /// <exception cref="IgiRemoteException">The daemon refused the handshake (e.g. unsupported_version).</exception>
+        public static IgiClient Connect(string connectionFile, IgiClientOptions options = null)
+        {
+            return Wait(ConnectAsync(connectionFile, options));
+        }
+
+        /// <summary>Connects and completes the handshake without blocking the caller.</summary>
+        public static Task<IgiClient> ConnectAsync(string connectionFile, IgiClientOptions options = null)
+        {
+            return ConnectAsync(ConnectionInfo.Load(connectionFile), options);
+        }
+
+        /// <summary>Connects to a parsed connection file and completes the handshake.</summary>
+        public static async Task<IgiClient> ConnectAsync(ConnectionInfo info, IgiClientOptions options = null)
+        {
+            var client = new IgiClient(info, options);
+            try
+            {
+                var hello = new HelloRequest
+                {
+                    ClientName = client._options.ClientName,
+                    Capabilities = new List<string>(client._options.Capabilities ?? new string[0]),
+                };
+                var reply = (HelloReply)await client.SendAsync(hello, null, client._options.HelloTimeoutS).ConfigureAwait(false);
+                int major;
+                if (!int.TryParse(reply.ProtocolVersion.Split('.')[0], out major) || major != IgiVersion.ProtocolMajor)
+                    throw new IgiProtocolException("daemon speaks protocol " + reply.ProtocolVersion + ", this plugin " + IgiVersion.Protocol,
+                                                   ErrorCodes.UnsupportedVersion);
+                client.OnHello(reply);
+                return client;
+            }
+            catch
+            {
+                client.Dispose();
+                throw;
+            }
+        }
+
+        /// <summary>The daemon's hello_reply (versions, heartbeat rules, limits, loaded model).</summary>
+        public HelloReply Hello { get; private set; }
+
+        /// <summary>The connection file contents used.</summary>
+        public ConnectionInfo Connection { get { return _info; } }
+
+        /// <summary>False once the daemon stayed silent past client_timeout_s with a heartbeat outstanding, or the client closed.</summary>
+        public bool IsDaemonAlive { get { return _daemonAlive && !_stopping; } }
+
+        /// <summary>Received messages dropped as invalid (bad frame, bad signature, undecodable, unknown type).</summary>
+        public long DroppedMessages { get { return Interlocked.Read(ref _droppedMessages); } }
+
+        /// <summary>Requests awaiting their terminal reply (heartbeats included).</summary>
+        public int PendingRequests { get { lock (_lock) return _pending.Count; } }
+
+        /// <summary>Main-thread callbacks waiting for <see cref="Pump"/>.</summary>
+        public int QueuedCallbacks { get { return _callbacks.Count; } }
+
+        /// <summary>Raised inside <see cref="Pump"/> when a game callback throws (otherwise the exception propagates out of Pump).</summary>
+        public event Action<Exception> CallbackFailed
+        {
+            add { _callbacks.CallbackFailed += value; }
+            remove { _callbacks.CallbackFailed -= value; }
+        }
+
+        /// <summary>Runs queued callbacks on the calling thread (the game's main thread). Call once per frame.</summary>
+        /// <param name="maxCallbacks">Most callbacks to run now (e.g. the throttle's tokens_per_frame).</param>
+        /// <returns>The number of callbacks run.</returns>
+        public int Pump(int maxCallbacks = int.MaxValue) { return _callbacks.Pump(maxCallbacks); }
+
+        /// <summary>Queues a callback for the next <see cref="Pump"/>. Thread-safe.</summary>
+        public void Post(Action callback) { _callbacks.Post(callback); }
+
+        /// <summary>Opens an NPC session; returns its session id.</summary>
+        public async Task<string> CreateSessionAsync(string persona, string systemPrompt, Sampling sampling = null, int priority = 0)
+        {
+            var request = new CreateSessionRequest { Persona = persona ?? "", SystemPrompt = systemPrompt ?? "", Sampling = sampling ?? new Sampling(), Priority = priority };
+            var reply = (CreateSessionReply)await SendAsync(request, null, _options.RequestTimeoutS).ConfigureAwait(false);
+            return reply.SessionId;
+        }
+
+        /// <summary>Closes an NPC session and frees its KV state on the daemon.</summary>
+        public Task CloseSessionAsync(string sessionId)
+        {
+            return SendAsync(new CloseSessionRequest(), RequireSession(sessionId), _options.RequestTimeoutS);
+        }
+
+        /// <summary>
+        /// Streams one player line through an NPC session. Callbacks run inside <see cref="Pump"/>:
+        /// <paramref name="onToken"/> per token_event, then exactly one of <paramref name="onDone"/> (generate_reply, including
+        /// finish_reason "cancelled") or <paramref name="onError"/> (error_reply, timeout, daemon gone, client closed).
+        /// </summary>
+        /// <param name="sessionId">From <see cref="CreateSessionAsync"/>.</param>
+        /// <param name="text">The player's line.</param>
+        /// <param name="onToken">Per token; may be null.</param>
+        /// <param name="onDone">The terminal reply; may be null.</param>
+        /// <param name="onError">The failure; may be null.</param>
+        /// <param name="sampling">null = the session's sampling.</param>
+        /// <param name="maxTokens">null = the sampling's max_tokens.</param>
+        /// <param name="priority">-100..100; null = the session's priority.</param>
+        /// <returns>The handle: msg id, text so far, <see cref="GenerateHandle.Cancel"/>, completion task.</returns>
+        public GenerateHandle Generate(string sessionId, string text, Action<TokenEvent> onToken, Action<GenerateReply> onDone,
+                                       Action<IgiException> onError, Sampling sampling = null, long? maxTokens = null, int? priority = null)
+        {
+            var request = new GenerateRequest { Text = text ?? "", Sampling = sampling, MaxTokens = maxTokens, Priority = priority };
+            var pending = new Pending
+            {
+                IdleTimeout = true,
+                OnToken = onToken,
+                OnDone = onDone,
+                OnError = onError,
+                Tcs = new TaskCompletionSource<IgiMessage>(TaskCreationOptions.RunContinuationsAsynchronously),
+            };
+            Task<GenerateReply> completion = pending.Tcs.Task.ContinueWith(
+                t => (GenerateReply)t.GetAwaiter().GetResult(), CancellationToken.None,
+                TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+            // The callbacks are the primary channel; observe the task so an ignored failure is not reported as unobserved.
+            completion.ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.OnlyOnFaulted);
+            Header header = Header.New(request.Type, RequireSession(sessionId));
+            pending.Handle = new GenerateHandle(this, header.MsgId, sessionId, completion);
+            Enqueue(header, request, pending, _options.GenerateIdleTimeoutS);
+            return pending.Handle;
+        }
+
+        /// <summary>Cancels a generation by its msg id (priority path).</summary>
+        public async Task<CancelReply> CancelAsync(string generateMsgId)
+        {
+            return (CancelReply)await SendAsync(new CancelRequest { TargetMsgId = generateMsgId }, null, _options.RequestTimeoutS).ConfigureAwait(false);
+        }
+
+        /// <summary>Sets the VRAM budget the game allows the daemon (0 = CPU only).</summary>
+        public async Task<BudgetAck> SetBudgetAsync(long vramBudgetMib, string reason = "")
+        {
+            var request = new SetBudgetRequest { VramBudgetMib = vramBudgetMib, Reason = reason ?? "" };
+            return (BudgetAck)await SendAsync(request, null, _options.RequestTimeoutS * 10).ConfigureAwait(false);
+        }
+
+        /// <summary>Urgently shrinks the daemon's VRAM use to <paramref name="vramBudgetMib"/> (priority path).</summary>
+        public async Task<BudgetAck> ReclaimAsync(long vramBudgetMib, double deadlineS)
+        {
+            var request = new ReclaimRequest { VramBudgetMib = vramBudgetMib, DeadlineS = deadlineS };
+            return (BudgetAck)await SendAsync(request, null, Math.Max(_options.RequestTimeoutS, deadlineS * 4)).ConfigureAwait(false);
+        }
+
+        /// <summary>Reports the game's frame timing; the reply carries the pacing the daemon applies.</summary>
+        public async Task<FrameStatsReply> SendFrameStatsAsync(double frameTimeMs, double targetFrameTimeMs, double? freeVramMib = null, double? gpuBusyPct = null)
+        {
+            var request = new FrameStatsRequest { FrameTimeMs = frameTimeMs, TargetFrameTimeMs = targetFrameTimeMs, FreeVramMib = freeVramMib, GpuBusyPct = gpuBusyPct };
+            return (FrameStatsReply)await SendAsync(request, null, _options.RequestTimeoutS).ConfigureAwait(false);
+        }
+
+        /// <summary>Asks for the daemon's state.</summary>
+        public async Task<StatusReply> StatusAsync()
+        {
+            return (StatusReply)await SendAsync(new StatusRequest(), null, _options.RequestTimeoutS).ConfigureAwait(false);
+        }
+
+        /// <summary>Loads (or replaces) the model; null path = the embedded default model.</summary>
+        public async Task<LoadModelReply> LoadModelAsync(string modelPath = null, long nCtx = 2048, long? vramBudgetMib = null)
+        {
+            var request = new LoadModelRequest { ModelPath = modelPath, NCtx = nCtx, VramBudgetMib = vramBudgetMib };
+            return (LoadModelReply)await SendAsync(request, null, _options.RequestTimeoutS * 10).ConfigureAwait(false);
+        }
+
+        /// <summary>
+        /// Sends any request and returns its successful terminal reply; an error_reply faults the task with the
+        /// typed <see cref="IgiRemoteException"/> of its code (see <see cref="ErrorCodes.ExceptionFactories"/>).
+        /// </summary>
+        /// <param name="request">The request.</param>
+        /// <param name="sessionId">header.session_id (required by session requests).</param>
+        /// <param name="timeoutS">Terminal-reply timeout, s.</param>
+        public Task<IgiMessage> SendAsync(IgiRequest request, string sessionId, double timeoutS)
+        {
+            var pending = new Pending { Tcs = new TaskCompletionSource<IgiMessage>(TaskCreationOptions.RunContinuationsAsynchronously) };
+            Enqueue(Header.New(request.Type, sessionId), request, pending, timeoutS);
+            return pending.Tcs.Task;
+        }
+
+        /// <summary>Waits for a task and rethrows its own exception (not an AggregateException).</summary>
+        public static T Wait<T>(Task<T> task) { return task.GetAwaiter().GetResult(); }
+
+        private static string RequireSession(string sessionId)
+        {
+            if (string.IsNullOrEmpty(sessionId)) throw new ArgumentException("a session id is required (CreateSessionAsync)");
+            return sessionId;
+        }
+
+        /// <summary>Stops the I/O thread, closes the socket (linger 0) and fails requests still in flight with <see cref="IgiClientClosedException"/>.</summary>
+        public void Dispose()
+        {
+            if (_stopping) return;
+            _stopping = true;
+            _transport.Wake();
+            if (Thread.CurrentThread != _io) _io.Join(5000);
+            FailAll(() => new IgiClientClosedException("the client was closed with the request in flight"));
+        }
+    }
+}

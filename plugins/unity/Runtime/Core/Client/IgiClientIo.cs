@@ -1,0 +1,304 @@
+// Layer: core/client. IgiClient's I/O thread: send queue, receive and dispatch, timeouts, heartbeats.
+using System;
+using System.Collections.Generic;
+using System.Threading.Tasks;
+using Igi.Protocol;
+
+namespace Igi.Client
+{
+    public sealed partial class IgiClient
+    {
+        private sealed class Pending
+        {
+            public string MsgId;
+            public string RequestType;
+            public string ReplyType;
+            public double TimeoutS;
+            public double DeadlineS;
+            public bool IdleTimeout;
+            public bool IsHeartbeat;
+            public TaskCompletionSource<IgiMessage> Tcs;
+            public GenerateHandle Handle;
+            public Action<TokenEvent> OnToken;
+            public Action<GenerateReply> OnDone;
+            public Action<IgiException> OnError;
+        }
+
+        private const int MaxWaitMs = 100;
+        private const int MaxMessagesPerWake = 256;
+        private double _heartbeatIntervalS;
+        private double _clientTimeoutS;
+        private double _nextHeartbeatS = double.MaxValue;
+        private double _lastReceivedS;
+        private int _maxFrameBytes = WireCodec.DefaultMaxFrameBytes;
+
+        private double NowS { get { return _clock.Elapsed.TotalSeconds; } }
+
+        private void Log(string line)
+        {
+            var log = _options.Log;
+            if (log != null)
+            {
+                try { log(line); } catch (Exception) { /* a failing logger must not kill the I/O thread */ }
+            }
+        }
+
+        private void OnHello(HelloReply reply)
+        {
+            lock (_lock)
+            {
+                Hello = reply;
+                _maxFrameBytes = (int)Math.Min(int.MaxValue, reply.Limits.MaxFrameBytes);
+                _heartbeatIntervalS = reply.HeartbeatIntervalS;
+                _clientTimeoutS = reply.ClientTimeoutS;
+                _nextHeartbeatS = _heartbeatIntervalS > 0 ? NowS + _heartbeatIntervalS : double.MaxValue;
+            }
+            _transport.Wake();
+        }
+
+        private void Enqueue(Header header, IgiRequest request, Pending pending, double timeoutS)
+        {
+            byte[][] frames = WireCodec.Encode(header, request, _signer);
+            pending.MsgId = header.MsgId;
+            pending.RequestType = request.Type;
+            pending.ReplyType = request.ReplyType;
+            pending.TimeoutS = timeoutS;
+            lock (_lock)
+            {
+                if (_stopping) throw new IgiClientClosedException("the client is closed");
+                if (!_daemonAlive) throw new IgiTimeoutException("the daemon stopped answering; reconnect");
+                pending.DeadlineS = NowS + timeoutS;
+                _pending[header.MsgId] = pending;
+            }
+            _outbox.Enqueue(frames);
+            _transport.Wake();
+        }
+
+        private void IoLoop()
+        {
+            try
+            {
+                _lastReceivedS = NowS;
+                while (!_stopping)
+                {
+                    FlushOutbox();
+                    byte[][] frames;
+                    int received = 0;
+                    int waitMs = WaitBudgetMs();
+                    while (received < MaxMessagesPerWake && _transport.TryReceive(received == 0 ? waitMs : 0, out frames))
+                    {
+                        received++;
+                        _lastReceivedS = NowS;
+                        Receive(frames);
+                    }
+                    CheckTimers();
+                }
+            }
+            catch (Exception e)
+            {
+                Log("IgiClient I/O thread failed: " + e);
+                _daemonAlive = false;
+                FailAll(() => new IgiTransportException("the client's I/O thread failed: " + e.Message, e));
+            }
+            finally
+            {
+                _transport.Dispose();
+            }
+        }
+
+        private int WaitBudgetMs()
+        {
+            if (!_outbox.IsEmpty) return 0;
+            double now = NowS;
+            double next = now + MaxWaitMs / 1000.0;
+            lock (_lock)
+            {
+                next = Math.Min(next, _nextHeartbeatS);
+                foreach (var p in _pending.Values) next = Math.Min(next, p.DeadlineS);
+            }
+            return (int)Math.Max(0, Math.Ceiling((next - now) * 1000.0));
+        }
+
+        private void FlushOutbox()
+        {
+            byte[][] frames;
+            while (_outbox.TryDequeue(out frames))
+            {
+                try
+                {
+                    _transport.Send(frames);
+                }
+                catch (IgiTransportException e)
+                {
+                    Pending p = Take(WireCodec.DecodeHeader(frames[2]).MsgId);
+                    if (p != null) Fail(p, e);
+                }
+            }
+        }
+
+        private void Receive(byte[][] frames)
+        {
+            Header header;
+            IgiMessage message;
+            try
+            {
+                WireCodec.CheckFrames(frames);
+                if (!_signer.Verify(frames[1], frames[2], frames[3])) throw new IgiSignatureException("HMAC-SHA256 signature does not match");
+                header = WireCodec.DecodeHeader(frames[2], _maxFrameBytes);
+            }
+            catch (IgiProtocolException e)
+            {
+                Drop(e);
+                return;
+            }
+            try
+            {
+                message = WireCodec.DecodeContent(header, frames[3], _maxFrameBytes);
+            }
+            catch (IgiProtocolException e)
+            {
+                Drop(e);
+                // An authentic reply we cannot read still ends its request, rather than leaving it to time out.
+                if (!(e is IgiUnknownTypeException))
+                {
+                    Pending p = header.ParentId != null ? Take(header.ParentId) : null;
+                    if (p != null) Fail(p, new IgiProtocolException("unreadable " + header.Type + ": " + e.Message, e, e.Classification));
+                }
+                return;
+            }
+            Dispatch(header, message);
+        }
+
+        private void Drop(IgiProtocolException e)
+        {
+            System.Threading.Interlocked.Increment(ref _droppedMessages);
+            Log("dropped a message (" + e.Classification + "): " + e.Message);
+        }
+
+        private void Dispatch(Header header, IgiMessage message)
+        {
+            Pending p;
+            var token = message as TokenEvent;
+            lock (_lock)
+            {
+                if (header.ParentId == null || !_pending.TryGetValue(header.ParentId, out p))
+                {
+                    Log("ignored " + header.Type + " with no request in flight (parent " + (header.ParentId ?? "nil") + ")");
+                    return;
+                }
+                if (token != null && p.Handle != null)
+                {
+                    p.DeadlineS = NowS + p.TimeoutS;  // idle timeout restarts with every token
+                }
+                else
+                {
+                    _pending.Remove(header.ParentId);
+                }
+            }
+            if (token != null)
+            {
+                if (p.Handle == null)
+                {
+                    Take(p.MsgId);
+                    Fail(p, new IgiProtocolException("token_event for a " + p.RequestType));
+                    return;
+                }
+                p.Handle.Append(token);
+                var onToken = p.OnToken;
+                if (onToken != null) _callbacks.Post(() => onToken(token));
+                return;
+            }
+            var error = message as ErrorReply;
+            if (error != null) Fail(p, ErrorCodes.ToException(error));
+            else if (message.Type == p.ReplyType) Complete(p, message);
+            else Fail(p, new IgiProtocolException("expected " + p.ReplyType + " for " + p.RequestType + ", got " + message.Type));
+        }
+
+        private Pending Take(string msgId)
+        {
+            lock (_lock)
+            {
+                Pending p;
+                if (!_pending.TryGetValue(msgId, out p)) return null;
+                _pending.Remove(msgId);
+                return p;
+            }
+        }
+
+        private void Complete(Pending p, IgiMessage reply)
+        {
+            if (p.Tcs != null) p.Tcs.TrySetResult(reply);
+            var onDone = p.OnDone;
+            var generateReply = reply as GenerateReply;
+            if (onDone != null && generateReply != null) _callbacks.Post(() => onDone(generateReply));
+        }
+
+        private void Fail(Pending p, IgiException error)
+        {
+            if (p.Tcs != null) p.Tcs.TrySetException(error);
+            var onError = p.OnError;
+            if (onError != null) _callbacks.Post(() => onError(error));
+        }
+
+        private void FailAll(Func<IgiException> error)
+        {
+            List<Pending> all;
+            lock (_lock)
+            {
+                all = new List<Pending>(_pending.Values);
+                _pending.Clear();
+            }
+            foreach (var p in all) Fail(p, error());
+        }
+
+        private void CheckTimers()
+        {
+            double now = NowS;
+            var expired = new List<Pending>();
+            bool sendHeartbeat = false;
+            lock (_lock)
+            {
+                foreach (var p in _pending.Values) if (now >= p.DeadlineS) expired.Add(p);
+                foreach (var p in expired) _pending.Remove(p.MsgId);
+                if (now >= _nextHeartbeatS)
+                {
+                    sendHeartbeat = true;
+                    _nextHeartbeatS = now + _heartbeatIntervalS;
+                }
+            }
+            foreach (var p in expired)
+            {
+                if (p.IsHeartbeat && now - _lastReceivedS >= _clientTimeoutS)
+                {
+                    _daemonAlive = false;
+                    Log("daemon silent for " + (now - _lastReceivedS).ToString("F1") + " s: declared gone");
+                    FailAll(() => new IgiTimeoutException("the daemon stopped answering (no message for " + _clientTimeoutS + " s)"));
+                    return;
+                }
+                if (p.IsHeartbeat) continue;
+                if (p.Handle != null) TrySend(new CancelRequest { TargetMsgId = p.MsgId });
+                Fail(p, new IgiTimeoutException(p.RequestType + " got no " + (p.Handle != null ? "token or reply" : "reply") +
+                                                " within " + p.TimeoutS + " s"));
+            }
+            if (sendHeartbeat)
+            {
+                var hb = new Pending { IsHeartbeat = true };
+                var header = Header.New(HeartbeatRequest.TypeName);
+                hb.MsgId = header.MsgId;
+                hb.RequestType = HeartbeatRequest.TypeName;
+                hb.ReplyType = HeartbeatReply.TypeName;
+                hb.TimeoutS = _clientTimeoutS > 0 ? _clientTimeoutS : 10.0;
+                hb.DeadlineS = now + hb.TimeoutS;
+                lock (_lock) _pending[hb.MsgId] = hb;
+                _outbox.Enqueue(WireCodec.Encode(header, new HeartbeatRequest(), _signer));
+            }
+        }
+
+        // Fire-and-forget request from the I/O thread (its reply is ignored as having no request in flight).
+        private void TrySend(IgiRequest request)
+        {
+            try { _outbox.Enqueue(WireCodec.Encode(Header.New(request.Type), request, _signer)); }
+            catch (ArgumentException e) { Log("could not encode " + request.Type + ": " + e.Message); }
+        }
+    }
+}

@@ -135,9 +135,7 @@ def kv_mib_from_size_lines(lines: Iterable[str]) -> dict[str, float]:
         elif m := _KV_SIZE_RE.match(line):
             total, n_layers = float(m.group(1)), int(m.group(2))
             devices = pending[-n_layers:] if n_layers and len(pending) >= n_layers else pending
-            if not devices:
-                _add(result, HOST_DEVICE, total)
-            for dev in devices:
-                _add(result, dev, total / len(devices))
+            for dev in devices or [HOST_DEVICE]:
+                result[dev] = result.get(dev, 0.0) + total / max(len(devices), 1)
             pending = []
-    return result
+    return {dev: round(mib, 2) for dev, mib in result.items()}

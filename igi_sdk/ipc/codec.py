@@ -13,13 +13,16 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 from pydantic import BaseModel, ValidationError
 
+from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.errors import ProtocolError
 from igi_sdk.ipc.messages import MESSAGE_TYPES, Message
 from igi_sdk.ipc.values import Limits
 
-DEFAULT_MAX_FRAME_BYTES = Limits.model_fields["max_frame_bytes"].default
+DEFAULT_MAX_FRAME_BYTES: int = Limits.model_fields["max_frame_bytes"].default
+#: Messages whose header names another major version are refused with ``unsupported_version``.
+SUPPORTED_MAJOR = int(PROTOCOL_VERSION.split(".")[0])
 
 #: Every exception msgpack (C extension or fallback) raises for malformed input.
 _MSGPACK_ERRORS = (
@@ -160,9 +163,20 @@ def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRA
 def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
     """Decode and validate the content frame of the type named by ``header``.
 
+    Checks, in order: the header's major version (``unsupported_version``), the type (``unknown_type``),
+    the session requirement and the content (``invalid_request``, ``too_large``).
+
     Raises:
-        ProtocolError: ``unknown_type``, ``too_large`` or ``invalid_request`` (carrying ``header``).
+        ProtocolError: ``unsupported_version``, ``unknown_type``, ``too_large`` or ``invalid_request``
+            (carrying ``header``).
     """
+    if header.major != SUPPORTED_MAJOR:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"protocol {header.protocol_version} is not supported (supported: {PROTOCOL_VERSION})",
+            header,
+            detail={"supported": [PROTOCOL_VERSION]},
+        )
     cls = MESSAGE_TYPES.get(header.type)
     if cls is None:
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {header.type!r}", header)
@@ -171,7 +185,7 @@ def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int
     try:
         raw = unpackb(content_bytes, max_frame_bytes=max_frame_bytes)
     except ProtocolError as exc:
-        raise ProtocolError(exc.code, exc.message, header) from None
+        raise ProtocolError(exc.code, exc.message, header, detail=exc.detail) from None
     if not isinstance(raw, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"content is a {type(raw).__name__}, not a map", header)
     raw = {key: value for key, value in raw.items() if key != "type"}
@@ -195,8 +209,8 @@ def decode(
         ``(header, message)``.
 
     Raises:
-        ProtocolError: with code ``too_large``, ``invalid_request`` or ``unknown_type``; ``.header`` is set
-            whenever the header itself was valid.
+        ProtocolError: with code ``too_large``, ``invalid_request``, ``unsupported_version`` or
+            ``unknown_type``; ``.header`` is set whenever the header itself was valid.
 
     Example:
         >>> from igi_sdk.ipc.envelope import new_header

@@ -10,7 +10,7 @@ ConnectionFileError    a connection file that is missing, unreadable, insecure o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from igi_sdk.errors import IgiError
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -47,13 +47,17 @@ class ProtocolError(WireError):
     Attributes:
         code: the error code to put in the ``error_reply``.
         header: the decoded header when it could be decoded (gives the reply's ``parent_id``), else None.
+        detail: structured detail for ``error_reply.detail`` (e.g. ``{"supported": ["1.0"]}``), or None.
     """
 
-    def __init__(self, code: ErrorCode, message: str, header: Header | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, header: Header | None = None, detail: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message
         self.header = header
+        self.detail = detail
         self.classification = code.value
 
 

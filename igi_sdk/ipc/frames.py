@@ -69,8 +69,8 @@ def unpack_message(
     """Verify and decode the four message frames.
 
     Checks run in this order, and the first failure is raised: shape (``BadFrame``), signature
-    (``BadSignature``), header (``ProtocolError`` without header), type, session and content
-    (``ProtocolError`` carrying the header, so a reply can name its ``parent_id``).
+    (``BadSignature``), header (``ProtocolError`` without header), major version, type, session and
+    content (``ProtocolError`` carrying the header, so a reply can name its ``parent_id``).
 
     Args:
         key: the per-launch HMAC key.
@@ -83,7 +83,7 @@ def unpack_message(
     Raises:
         BadFrame: see :func:`check_frames`.
         BadSignature: see :func:`check_frames`.
-        ProtocolError: ``too_large``, ``invalid_request`` or ``unknown_type``.
+        ProtocolError: ``too_large``, ``invalid_request``, ``unsupported_version`` or ``unknown_type``.
 
     Example:
         >>> from igi_sdk.ipc.envelope import new_header

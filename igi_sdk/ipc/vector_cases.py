@@ -211,6 +211,7 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
         ("generate_request_without_session_id", _signed(key, sess, {"text": "hi", "max_tokens": None,
                                                                     "sampling": None, "priority": None}),
          "invalid_request"),
+        ("header_major_version_2", _signed(key, good_h | {"protocol_version": "2.0"}, good_c), "unsupported_version"),
         ("unknown_type", _signed(key, _raw_header(2006, "teleport_request"), {"where": "moon"}), "unknown_type"),
     ]
 

@@ -165,3 +165,13 @@ def test_container_files_use_plain_msgpack() -> None:
     # The codec's packb is plain msgpack with bin type, so any msgpack library reads it.
     data = packb({"k": b"\x00", "s": "é", "l": [1, 2.5]})
     assert msgpack.unpackb(data, raw=False) == {"k": b"\x00", "s": "é", "l": [1, 2.5]}
+
+
+def test_other_major_is_unsupported_version_before_type_lookup() -> None:
+    header = to_wire(_header(m.StatusRequest())) | {"protocol_version": "2.0", "type": "warp_request"}
+    with pytest.raises(ProtocolError) as info:
+        decode(packb(header), packb({"anything": 1}))
+    assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
+    assert info.value.detail == {"supported": ["1.0"]} and info.value.header is not None
+    newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
+    assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"

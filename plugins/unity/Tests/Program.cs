@@ -25,8 +25,8 @@ namespace Igi.Tests
             }
             var runner = new TestRunner { Filter = filter };
             CodecTests.Register(runner);
-            //TransportTests.Register(runner);
-            //ClientUnitTests.Register(runner);
+            TransportTests.Register(runner);
+            ClientUnitTests.Register(runner);
             if (vectorsDir != null) ConformanceTests.Register(runner, vectorsDir);
             else runner.Skip("conformance", "no --vectors DIR given (ipc/vectors)");
             if (connectionFile == "never") { }

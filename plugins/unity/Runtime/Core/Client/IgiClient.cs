@@ -63,6 +63,12 @@ namespace Igi.Client
             return Wait(ConnectAsync(connectionFile, options));
         }
 
+        /// <summary>Connects to a parsed connection file and completes the handshake (blocking).</summary>
+        public static IgiClient Connect(ConnectionInfo info, IgiClientOptions options = null)
+        {
+            return Wait(ConnectAsync(info, options));
+        }
+
         /// <summary>Connects and completes the handshake without blocking the caller.</summary>
         public static Task<IgiClient> ConnectAsync(string connectionFile, IgiClientOptions options = null)
         {

@@ -225,19 +225,20 @@ namespace Igi.Client
             }
         }
 
+        // Callbacks are queued before the task completes, so a Pump after awaiting the task delivers them.
         private void Complete(Pending p, IgiMessage reply)
         {
-            if (p.Tcs != null) p.Tcs.TrySetResult(reply);
             var onDone = p.OnDone;
             var generateReply = reply as GenerateReply;
             if (onDone != null && generateReply != null) _callbacks.Post(() => onDone(generateReply));
+            if (p.Tcs != null) p.Tcs.TrySetResult(reply);
         }
 
         private void Fail(Pending p, IgiException error)
         {
-            if (p.Tcs != null) p.Tcs.TrySetException(error);
             var onError = p.OnError;
             if (onError != null) _callbacks.Post(() => onError(error));
+            if (p.Tcs != null) p.Tcs.TrySetException(error);
         }
 
         private void FailAll(Func<IgiException> error)

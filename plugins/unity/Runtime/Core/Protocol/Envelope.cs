@@ -97,7 +97,7 @@ namespace Igi.Protocol
         /// <summary>
         /// Checks the frame shape and the signature, then decodes the header and the content.
         /// Order (PROTOCOL.md section 2): frame count, magic and signature-frame shape (bad_frame), HMAC (bad_signature),
-        /// header, known type (unknown_type), session_id when required, content.
+        /// header, major version (unsupported_version), known type (unknown_type), session_id when required, content.
         /// </summary>
         /// <exception cref="IgiProtocolException">Any failure; its Classification names the class of failure.</exception>
         public static Envelope Decode(IList<byte[]> frames, Signer signer, int maxFrameBytes = DefaultMaxFrameBytes)
@@ -129,9 +129,12 @@ namespace Igi.Protocol
             return Header.Read(new FieldReader(Unpack(headerBytes, maxFrameBytes), "header"));
         }
 
-        /// <summary>Decodes and validates the content frame of the header's type.</summary>
+        /// <summary>Checks the header's major version, type and session_id, then decodes the content frame of its type.</summary>
         public static IgiMessage DecodeContent(Header header, byte[] contentBytes, int maxFrameBytes = DefaultMaxFrameBytes)
         {
+            if (header.Major != IgiVersion.ProtocolMajor)
+                throw new IgiProtocolException("header protocol_version " + header.ProtocolVersion + " has another major than " +
+                                               IgiVersion.Protocol, ErrorCodes.UnsupportedVersion);
             if (!MessageRegistry.IsKnown(header.Type)) throw new IgiUnknownTypeException(header.Type);
             if (MessageRegistry.RequiresSession(header.Type) && header.SessionId == null)
                 throw new IgiProtocolException(header.Type + " requires header.session_id");

@@ -18,6 +18,8 @@ namespace Igi.Transport
 
         /// <summary>ZMQ_PAIR socket type.</summary>
         public const int ZMQ_PAIR = 0;
+        /// <summary>ZMQ_ROUTER socket type (the daemon's side; used by tests).</summary>
+        public const int ZMQ_ROUTER = 6;
         /// <summary>ZMQ_DEALER socket type.</summary>
         public const int ZMQ_DEALER = 5;
         /// <summary>ZMQ_DONTWAIT send/recv flag.</summary>
@@ -30,6 +32,8 @@ namespace Igi.Transport
         public const int ZMQ_LINGER = 17;
         /// <summary>ZMQ_MAXMSGSIZE socket option (int64 bytes).</summary>
         public const int ZMQ_MAXMSGSIZE = 22;
+        /// <summary>ZMQ_LAST_ENDPOINT socket option (string).</summary>
+        public const int ZMQ_LAST_ENDPOINT = 32;
         /// <summary>ZMQ_POLLIN poll event.</summary>
         public const short ZMQ_POLLIN = 1;
         /// <summary>errno EINTR.</summary>
@@ -86,6 +90,9 @@ namespace Igi.Transport
 
         [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl)]
         public static extern int zmq_getsockopt(IntPtr socket, int option, ref int value, ref UIntPtr length);
+
+        [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl, EntryPoint = "zmq_getsockopt")]
+        public static extern int zmq_getsockopt_bytes(IntPtr socket, int option, byte[] value, ref UIntPtr length);
 
         [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl)]
         public static extern int zmq_connect(IntPtr socket, [MarshalAs(UnmanagedType.LPStr)] string endpoint);

@@ -1,0 +1,76 @@
+// A raw libzmq ROUTER socket for transport/client tests: it plays the peer's socket, not the daemon's logic.
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+using System.Text;
+using Igi.Transport;
+
+namespace Igi.Tests
+{
+    public sealed class TestRouter : IDisposable
+    {
+        private IntPtr _ctx;
+        private IntPtr _socket;
+
+        public TestRouter()
+        {
+            _ctx = ZmqNative.zmq_ctx_new();
+            _socket = ZmqNative.zmq_socket(_ctx, ZmqNative.ZMQ_ROUTER);
+            int linger = 0;
+            ZmqNative.zmq_setsockopt(_socket, ZmqNative.ZMQ_LINGER, ref linger, (UIntPtr)4);
+            if (ZmqNative.zmq_bind(_socket, "tcp://127.0.0.1:*") != 0) throw ZmqNative.LastError("zmq_bind");
+            var buf = new byte[256];
+            var len = (UIntPtr)buf.Length;
+            if (ZmqNative.zmq_getsockopt_bytes(_socket, ZmqNative.ZMQ_LAST_ENDPOINT, buf, ref len) != 0) throw ZmqNative.LastError("getsockopt");
+            Endpoint = Encoding.ASCII.GetString(buf, 0, (int)(ulong)len).TrimEnd('\0');
+            Port = int.Parse(Endpoint.Substring(Endpoint.LastIndexOf(':') + 1));
+        }
+
+        public string Endpoint { get; private set; }
+        public int Port { get; private set; }
+
+        /// <summary>Receives [identity, frames...] or null on timeout.</summary>
+        public List<byte[]> Receive(int timeoutMs)
+        {
+            var items = new ZmqNative.PollItemUnix[1];
+            items[0].Socket = _socket;
+            items[0].Events = ZmqNative.ZMQ_POLLIN;
+            if (ZmqNative.zmq_poll_unix(items, 1, (IntPtr)timeoutMs) <= 0) return null;
+            var frames = new List<byte[]>();
+            IntPtr msg = Marshal.AllocHGlobal(ZmqNative.ZmqMsgSize);
+            try
+            {
+                bool more = true;
+                while (more)
+                {
+                    ZmqNative.zmq_msg_init(msg);
+                    if (ZmqNative.zmq_msg_recv(msg, _socket, 0) < 0) throw ZmqNative.LastError("zmq_msg_recv");
+                    var data = new byte[(int)(ulong)ZmqNative.zmq_msg_size(msg)];
+                    if (data.Length > 0) Marshal.Copy(ZmqNative.zmq_msg_data(msg), data, 0, data.Length);
+                    frames.Add(data);
+                    more = ZmqNative.zmq_msg_more(msg) != 0;
+                    ZmqNative.zmq_msg_close(msg);
+                }
+            }
+            finally { Marshal.FreeHGlobal(msg); }
+            return frames;
+        }
+
+        public void Send(byte[] identity, IList<byte[]> frames)
+        {
+            var all = new List<byte[]> { identity };
+            all.AddRange(frames);
+            for (int i = 0; i < all.Count; i++)
+            {
+                int flags = i < all.Count - 1 ? ZmqNative.ZMQ_SNDMORE : 0;
+                if (ZmqNative.zmq_send(_socket, all[i], (UIntPtr)all[i].Length, flags) < 0) throw ZmqNative.LastError("zmq_send");
+            }
+        }
+
+        public void Dispose()
+        {
+            if (_socket != IntPtr.Zero) { ZmqNative.zmq_close(_socket); _socket = IntPtr.Zero; }
+            if (_ctx != IntPtr.Zero) { ZmqNative.zmq_ctx_term(_ctx); _ctx = IntPtr.Zero; }
+        }
+    }
+}

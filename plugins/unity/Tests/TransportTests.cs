@@ -1,0 +1,82 @@
+// Tests of the libzmq DEALER transport against a real ROUTER socket over loopback TCP.
+using System;
+using System.Collections.Generic;
+using System.Text;
+using System.Threading;
+using Igi.Transport;
+
+namespace Igi.Tests
+{
+    public static class TransportTests
+    {
+        public static void Register(TestRunner t)
+        {
+            t.Add("transport:libzmq_loads", () =>
+            {
+                string v = ZmqDealerTransport.LibraryVersion();
+                Check.True(v.StartsWith("4."), "libzmq 4.x, got " + v);
+            });
+            t.Add("transport:dealer_router_multipart_round_trip", () =>
+            {
+                using (var router = new TestRouter())
+                using (var dealer = new ZmqDealerTransport())
+                {
+                    dealer.Connect(router.Endpoint);
+                    var sent = new List<byte[]> { Encoding.ASCII.GetBytes("IGI1"), new byte[0], new byte[100000], new byte[] { 0xc0 } };
+                    dealer.Send(sent);
+                    List<byte[]> got = router.Receive(5000);
+                    Check.True(got != null, "router received");
+                    Check.Equal(5, got.Count, "identity + 4 frames");
+                    for (int i = 0; i < 4; i++) Check.BytesEqual(sent[i], got[i + 1], "frame " + i);
+                    router.Send(got[0], new List<byte[]> { Encoding.ASCII.GetBytes("a"), Encoding.ASCII.GetBytes("bc") });
+                    byte[][] reply;
+                    bool ok = false;
+                    for (int i = 0; i < 50 && !ok; i++) ok = dealer.TryReceive(100, out reply) && reply.Length == 2 && reply[1].Length == 2;
+                    Check.True(ok, "dealer received the 2-frame reply");
+                }
+            });
+            t.Add("transport:receive_times_out_without_traffic", () =>
+            {
+                using (var router = new TestRouter())
+                using (var dealer = new ZmqDealerTransport())
+                {
+                    dealer.Connect(router.Endpoint);
+                    byte[][] frames;
+                    Check.True(!dealer.TryReceive(20, out frames), "no message");
+                    Check.True(frames == null, "frames null on timeout");
+                }
+            });
+            t.Add("transport:wake_interrupts_a_blocking_receive", () =>
+            {
+                using (var router = new TestRouter())
+                using (var dealer = new ZmqDealerTransport())
+                {
+                    dealer.Connect(router.Endpoint);
+                    var waker = new Thread(() => { Thread.Sleep(50); dealer.Wake(); });
+                    waker.Start();
+                    byte[][] frames;
+                    // A 60 s wait that returns is the proof; the join below bounds the test.
+                    bool got = dealer.TryReceive(60000, out frames);
+                    waker.Join();
+                    Check.True(!got, "woken without a message");
+                }
+            });
+            t.Add("transport:connect_refuses_bad_endpoint", () =>
+            {
+                using (var dealer = new ZmqDealerTransport())
+                {
+                    var e = Check.Throws<IgiTransportException>(() => dealer.Connect("bogus://nowhere"), "bad endpoint");
+                    Check.True(e.Errno != 0, "errno set");
+                }
+            });
+            t.Add("transport:dispose_is_idempotent_and_final", () =>
+            {
+                var dealer = new ZmqDealerTransport();
+                dealer.Dispose();
+                dealer.Dispose();
+                dealer.Wake();
+                Check.Throws<ObjectDisposedException>(() => dealer.Connect("tcp://127.0.0.1:1"), "use after dispose");
+            });
+        }
+    }
+}

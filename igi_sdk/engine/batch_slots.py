@@ -1,0 +1,93 @@
+"""Engine layer: sequence slots of one llama_context and the sessions that own them (no llama_cpp calls).
+
+A slot is one llama.cpp sequence (``seq_id`` 0..n_seq_max-1). A session keeps its slot between turns, so the
+slot's KV cells still hold the last turn's tokens and the next turn pays only for what is new. When every
+slot is taken and another session needs one, the least recently used idle session is evicted; its state
+bytes are *parked* in host memory (bounded LRU) and restored into a slot on its next turn.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+DEFAULT_MAX_PARKED_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class Slot:
+    """One sequence of the context.
+
+    Attributes:
+        seq_id: the llama.cpp sequence id.
+        session_id: the session whose KV the slot holds (None = free).
+        tokens: the tokens the slot's KV cells hold at positions 0..len-1.
+        busy: a request is running in the slot.
+        last_used: step counter of the last time the slot was bound (LRU eviction).
+    """
+
+    seq_id: int
+    session_id: str | None = None
+    tokens: list[int] = field(default_factory=list)
+    busy: bool = False
+    last_used: int = 0
+
+
+class SlotTable:
+    """``n_slots`` slots, the session -> slot map, and parked session states."""
+
+    def __init__(self, n_slots: int, max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES) -> None:
+        if n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
+        self.slots = [Slot(seq_id=i) for i in range(n_slots)]
+        self.max_parked_bytes = max_parked_bytes
+        self.parked: OrderedDict[str, bytes] = OrderedDict()
+        self.parked_bytes = 0
+
+    def __iter__(self) -> Iterator[Slot]:
+        return iter(self.slots)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def of_session(self, session_id: str) -> Slot | None:
+        """The slot that holds ``session_id``'s KV, if any."""
+        for slot in self.slots:
+            if slot.session_id == session_id:
+                return slot
+        return None
+
+    def claimable(self, protected: set[str]) -> Slot | None:
+        """A slot for a session that has none: a free one (lowest seq_id, so running sequences stay
+        consecutive and llama.cpp's equal split packs them in fewer ubatches), else the least recently
+        used idle one whose session is not in ``protected``."""
+        free = [s for s in self.slots if s.session_id is None]
+        if free:
+            return free[0]
+        idle = [s for s in self.slots if not s.busy and s.session_id not in protected]
+        return min(idle, key=lambda s: s.last_used) if idle else None
+
+    def unbind(self, slot: Slot) -> None:
+        """Forget which session the slot held (the caller clears the KV)."""
+        slot.session_id, slot.tokens, slot.busy = None, [], False
+
+    # ---- parked states ---------------------------------------------------------------------------
+
+    def park(self, session_id: str, state: bytes) -> None:
+        """Keep a session's state bytes in host memory, evicting the oldest past ``max_parked_bytes``."""
+        self.unpark(session_id)
+        if len(state) > self.max_parked_bytes:
+            return
+        self.parked[session_id] = state
+        self.parked_bytes += len(state)
+        while self.parked_bytes > self.max_parked_bytes:
+            _, old = self.parked.popitem(last=False)
+            self.parked_bytes -= len(old)
+
+    def unpark(self, session_id: str) -> bytes | None:
+        """Remove and return a parked state."""
+        state = self.parked.pop(session_id, None)
+        if state is not None:
+            self.parked_bytes -= len(state)
+        return state

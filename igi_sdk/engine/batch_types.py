@@ -1,0 +1,116 @@
+"""Engine layer: the value types of continuous batching (requests, token events, per-request stats, counters).
+
+No llama_cpp here: these travel from ``BatchScheduler`` to its callers (the daemon's worker loop, the
+benchmark, tests). A request's ``sampler`` is the engine's ``Sampler`` (one per request, so batching never
+changes a request's random draws).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from igi_sdk.engine.sampler import Sampler
+from igi_sdk.errors import EngineError
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+PRIORITY_BACKGROUND = 0
+PRIORITY_PLAYER_FACING = 10
+
+
+class SchedulerError(EngineError):
+    """A request the scheduler cannot take (session busy, prompt too long, paused state misuse)."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One generate request for one NPC session.
+
+    Args:
+        session_id: the NPC session; its KV cache stays in a sequence slot between turns.
+        prompt_tokens: the whole prompt of this turn (persona, history, new line). The part the session's
+            slot already holds is not evaluated again.
+        max_tokens: most tokens to sample (an end-of-generation token ends earlier and is not counted).
+        sampler: the request's own sampler (temperature 0 = greedy). Seeded: deterministic.
+        stop: stop strings; generation ends at the first one, which is never emitted.
+        priority: higher first. Decides admission to a slot and prefill order when slots or batch tokens
+            are scarce; running decodes are never starved.
+        prefix_tokens: how many leading prompt tokens form the shareable persona/system prefix. When > 0
+            the scheduler stores that prefix's KV in the prefix cache once and restores it into any slot
+            whose prompt starts with the same tokens (0 = no prefix caching for this request).
+        on_event: called with every ``TokenEvent`` of this request, from ``BatchScheduler.step``.
+        request_id: caller's id (the daemon's job id); a generated one when empty.
+    """
+
+    session_id: str
+    prompt_tokens: Sequence[int]
+    max_tokens: int
+    sampler: Sampler = field(default_factory=lambda: Sampler(temperature=0.0))
+    stop: tuple[str, ...] = ()
+    priority: int = PRIORITY_BACKGROUND
+    prefix_tokens: int = 0
+    on_event: Callable[[TokenEvent], None] | None = None
+    request_id: str = ""
+
+
+class RequestStats(BaseModel):
+    """Usage and timings of one finished request. Times are seconds from ``submit``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    finish_reason: FinishReason
+    prompt_tokens: int = Field(description="length of the prompt given")
+    cached_tokens: int = Field(description="prompt tokens not evaluated (slot KV, parked state or prefix cache)")
+    completion_tokens: int = Field(description="tokens sampled; an end-of-generation token is not counted")
+    queue_s: float = Field(description="submit until a slot was assigned")
+    ttft_s: float | None = Field(description="submit until the first sampled token; None if none was sampled")
+    decode_tok_s: float = Field(description="completion tokens after the first, per second")
+    total_s: float = Field(description="submit until finished")
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One streamed item of a request.
+
+    A token event has ``token`` set and ``text`` = the text this token released (may be empty while a
+    multi-byte character or a possible stop string is held back). The final event has ``token`` None,
+    ``finish_reason`` and ``stats`` set, and ``text`` = whatever was held back until the end.
+    """
+
+    request_id: str
+    session_id: str
+    index: int
+    token: int | None
+    text: str
+    finish_reason: FinishReason | None = None
+    stats: RequestStats | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.finish_reason is not None
+
+
+class BatchCounters(BaseModel):
+    """Cumulative counters of one scheduler (prefill savings, batching shape)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: int = 0
+    requests_finished: int = 0
+    requests_cancelled: int = 0
+    prompt_tokens: int = Field(default=0, description="prompt tokens of all admitted requests")
+    prefill_tokens_evaluated: int = Field(default=0, description="prompt tokens actually run through the model")
+    prefill_tokens_reused_slot: int = Field(default=0, description="kept in the session's own slot since its last turn")
+    prefill_tokens_reused_parked: int = Field(default=0, description="restored from a parked/imported session state")
+    prefill_tokens_reused_prefix: int = Field(default=0, description="restored from the persona prefix cache")
+    decode_tokens: int = Field(default=0, description="sampled tokens fed back through the model")
+    batch_tokens_max: int = Field(default=0, description="largest llama_batch of one step")
+    sequences_per_step_max: int = Field(default=0, description="most sequences in one step's llama_batch")
+
+    @property
+    def prefill_tokens_saved(self) -> int:
+        return self.prefill_tokens_reused_slot + self.prefill_tokens_reused_parked + self.prefill_tokens_reused_prefix

@@ -1,0 +1,476 @@
+"""Engine layer: ``BatchScheduler``, continuous batching of several NPC sessions in one llama_context.
+
+Each ``step`` builds ONE llama_batch (at most ``n_batch`` tokens): one decode token for every running
+sequence (never starved), then prompt tokens of requests still prefilling, highest priority first (FIFO
+within a priority). New requests join between steps: admission to a sequence slot also goes by priority.
+A session keeps its slot (and KV) between turns; a persona prefix is evaluated once and restored from the
+prefix cache into any slot whose prompt starts with it.
+
+Token boundary: a sampled token is emitted at once but decoded (appended to the KV) in the NEXT step. Between
+steps every slot's KV therefore holds exactly the tokens the scheduler recorded, so ``pause`` /
+``export_states`` / reload / ``import_states`` / ``resume`` loses and repeats no token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
+from igi_sdk.engine.batch_types import (
+    BatchCounters,
+    BatchRequest,
+    FinishReason,
+    RequestStats,
+    SchedulerError,
+    TokenEvent,
+)
+from igi_sdk.engine.prefix_cache import PrefixCache
+from igi_sdk.engine.text_stream import TextStream
+from igi_sdk.errors import EngineError
+
+if TYPE_CHECKING:
+    from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.planner.placement import Placement
+
+
+@dataclass
+class RequestHandle:
+    """What ``submit`` returns: the request's events and result so far (filled in by ``step``)."""
+
+    request_id: str
+    session_id: str
+    events: list[TokenEvent] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    stats: RequestStats | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class _Running:
+    req: BatchRequest
+    handle: RequestHandle
+    seq_no: int
+    prompt: list[int]
+    t_submit: float
+    stream: TextStream
+    slot: Slot | None = None
+    prefill_pos: int = 0
+    cached: int = 0
+    max_tokens: int = 0
+    pending: int | None = None
+    t_admit: float | None = None
+    t_first: float | None = None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y or x < 0:
+            break
+        n += 1
+    return n
+
+
+class BatchScheduler:
+    """Continuous batching over one ``LlamaEngine`` with ``placement.n_seq_max`` sequence slots.
+
+    Drive it from the engine's thread: ``submit`` requests, call ``step`` until ``has_work`` is False (or
+    use ``run_until_idle`` / ``stream``). Not thread-safe.
+
+    Args:
+        engine: a loaded engine; its placement's ``n_seq_max`` is the number of slots, ``n_batch`` the
+            most tokens of one step.
+        prefix_cache: shared persona prefixes (a new 256 MiB cache when None).
+        max_parked_bytes: host memory for states of sessions evicted from their slot.
+        clock: monotonic seconds (injected for tests).
+
+    Example:
+        >>> sched = BatchScheduler(engine)
+        >>> h = sched.submit(BatchRequest("guard", engine.tokenize(prompt), max_tokens=32))
+        >>> sched.run_until_idle(); print(h.text, h.stats.ttft_s)
+    """
+
+    def __init__(self, engine: LlamaEngine, *, prefix_cache: PrefixCache | None = None,
+                 max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._engine = engine
+        self._slots = SlotTable(engine.placement.n_seq_max, max_parked_bytes)
+        self._prefix = prefix_cache if prefix_cache is not None else PrefixCache()
+        self._clock = clock
+        self._queue: list[_Running] = []
+        self._running: list[_Running] = []
+        self._ids = itertools.count(1)
+        self._steps = 0
+        self._paused = False
+        self._c: dict[str, int] = dict.fromkeys(BatchCounters.model_fields, 0)
+
+    # ---- introspection ---------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> LlamaEngine:
+        return self._engine
+
+    @property
+    def n_slots(self) -> int:
+        return len(self._slots)
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        return self._prefix
+
+    @property
+    def counters(self) -> BatchCounters:
+        """Cumulative counters (prefill tokens evaluated and saved, batch shapes)."""
+        return BatchCounters(**self._c)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def has_work(self) -> bool:
+        """Whether ``step`` would do something (False while paused)."""
+        return not self._paused and bool(self._queue or self._running)
+
+    def session_tokens(self, session_id: str) -> list[int]:
+        """Tokens a session's slot holds in the KV cache (empty when it has no slot)."""
+        slot = self._slots.of_session(session_id)
+        return list(slot.tokens) if slot is not None else []
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    def submit(self, req: BatchRequest) -> RequestHandle:
+        """Queue a request; it joins the batch at the next ``step`` that has a slot for it.
+
+        Raises:
+            SchedulerError: the session already has a request queued or running, or the prompt is empty
+                or does not fit one sequence's context (n_ctx / n_seq_max).
+        """
+        if not req.prompt_tokens:
+            raise SchedulerError("prompt_tokens is empty")
+        if req.max_tokens < 0:
+            raise SchedulerError("max_tokens must be >= 0")
+        if any(r.req.session_id == req.session_id for r in self._queue + self._running):
+            raise SchedulerError(f"session {req.session_id!r} already has a request in flight")
+        n_ctx_seq = self._engine.n_ctx_seq
+        if len(req.prompt_tokens) >= n_ctx_seq:
+            raise SchedulerError(f"prompt of {len(req.prompt_tokens)} tokens does not fit a sequence's context "
+                                 f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)")
+        seq_no = next(self._ids)
+        request_id = req.request_id or f"req-{seq_no}"
+        run = _Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
+                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=TextStream(req.stop))
+        run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
+        self._queue.append(run)
+        self._queue.sort(key=lambda r: (-r.req.priority, r.seq_no))
+        return run.handle
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel a queued or running request: it ends with ``finish_reason="cancelled"``. A running
+        request's slot is cleared (``seq_rm``) and freed; the other sequences are not touched.
+
+        Returns:
+            Whether the request was found.
+        """
+        for run in self._queue:
+            if run.handle.request_id == request_id:
+                self._queue.remove(run)
+                self._finish(run, "cancelled")
+                return True
+        for run in self._running:
+            if run.handle.request_id == request_id:
+                self._finish(run, "cancelled")
+                return True
+        return False
+
+    def forget(self, session_id: str) -> None:
+        """Drop a closed session's KV (slot and parked state). Its request, if any, is cancelled."""
+        for run in self._queue + self._running:
+            if run.req.session_id == session_id:
+                self.cancel(run.handle.request_id)
+        slot = self._slots.of_session(session_id)
+        if slot is not None:
+            self._engine.seq_clear(slot.seq_id)
+            self._slots.unbind(slot)
+        self._slots.unpark(session_id)
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def step(self) -> list[TokenEvent]:
+        """Admit what fits, run one llama_batch, sample one token per sequence that finished its prompt.
+
+        Returns:
+            The events this step produced (also delivered to each request's ``on_event`` and handle).
+
+        Raises:
+            DecodeError, ContextFullError: llama.cpp failed; the scheduler's state is then undefined.
+        """
+        if self._paused:
+            return []
+        events: list[TokenEvent] = []
+        self._steps += 1
+        self._admit(events)
+        entries, chunks = self._compose()
+        if not entries:
+            return events
+        logits = self._engine.decode(sorted(entries, key=lambda e: e[0]))
+        self._c["steps"] += 1
+        self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(e[1]) for e in entries))
+        self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(entries))
+        for run, tokens in chunks:
+            assert run.slot is not None
+            run.slot.tokens.extend(tokens)
+            if run.pending is not None:
+                run.pending = None
+                self._c["decode_tokens"] += 1
+            else:
+                run.prefill_pos += len(tokens)
+                self._c["prefill_tokens_evaluated"] += len(tokens)
+                self._maybe_cache_prefix(run)
+        for run, _tokens in chunks:
+            row = logits.get(run.slot.seq_id) if run.slot is not None else None
+            if row is not None:
+                self._sample(run, row, events)
+        return events
+
+    def run_until_idle(self) -> list[TokenEvent]:
+        """Step until nothing is queued or running (or paused); returns every event."""
+        events: list[TokenEvent] = []
+        while self.has_work():
+            events += self.step()
+        return events
+
+    def stream(self, handle: RequestHandle) -> Iterator[TokenEvent]:
+        """Step the whole batch until ``handle`` is done, yielding that request's events as they come."""
+        seen = 0
+        while True:
+            while seen < len(handle.events):
+                seen += 1
+                yield handle.events[seen - 1]
+            if handle.done or not self.has_work():
+                return
+            self.step()
+
+    # ---- internals: admission and batch composition -----------------------------------------------
+
+    def _admit(self, events: list[TokenEvent]) -> None:
+        waiting = {r.req.session_id for r in self._queue}
+        for run in list(self._queue):
+            slot = self._slots.of_session(run.req.session_id)
+            if slot is None:
+                slot = self._slots.claimable(protected=waiting)
+                if slot is None:
+                    continue  # no slot now; a session already holding an idle slot may still go
+                self._evict(slot)
+            self._queue.remove(run)
+            self._bind(run, slot)
+            if run.max_tokens <= 0:
+                self._finish(run, "length", events)
+
+    def _evict(self, slot: Slot) -> None:
+        if slot.session_id is not None and slot.tokens:
+            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id))
+        self._engine.seq_clear(slot.seq_id)
+        self._slots.unbind(slot)
+
+    def _bind(self, run: _Running, slot: Slot) -> None:
+        seq, prompt, source = slot.seq_id, run.prompt, "slot"
+        if slot.session_id != run.req.session_id:
+            slot.session_id, slot.tokens = run.req.session_id, []
+            parked = self._slots.unpark(run.req.session_id)
+            if parked is not None and self._restore(seq, parked):
+                slot.tokens, source = self._engine.seq_tokens(seq), "parked"
+        common = min(_common_prefix(slot.tokens, prompt), len(prompt) - 1)  # one token must run for logits
+        if common < len(slot.tokens):
+            if not self._engine.seq_rm(seq, common, -1):
+                self._engine.seq_clear(seq)
+                common = 0
+            del slot.tokens[common:]
+        entry = self._prefix.longest(prompt, at_least=common + 1)
+        if entry is not None:
+            if self._restore(seq, entry.state):
+                slot.tokens, common, source = list(entry.tokens), len(entry.tokens), "prefix"
+            else:  # no longer restores (placement changed): evaluate the prompt from scratch
+                self._prefix.discard(entry.tokens)
+                slot.tokens, common = [], 0
+        slot.busy, slot.last_used = True, self._steps
+        run.slot, run.prefill_pos, run.cached, run.t_admit = slot, common, common, self._clock()
+        self._running.append(run)
+        self._c["prompt_tokens"] += len(prompt)
+        self._c[f"prefill_tokens_reused_{source}"] += common
+
+    def _restore(self, seq_id: int, state: bytes) -> bool:
+        try:
+            self._engine.restore_seq_state(seq_id, state)
+            return True
+        except EngineError:
+            self._engine.seq_clear(seq_id)
+            return False
+
+    def _compose(self) -> tuple[list[tuple[int, list[int], int, bool]], list[tuple[_Running, list[int]]]]:
+        budget = self._engine.placement.n_batch
+        entries: list[tuple[int, list[int], int, bool]] = []
+        chunks: list[tuple[_Running, list[int]]] = []
+        decoding = [r for r in self._running if r.pending is not None]
+        if len(decoding) > budget:  # more sequences than n_batch: rotate so none waits twice in a row
+            shift = self._steps % len(decoding)
+            decoding = decoding[shift:] + decoding[:shift]
+        for run in decoding[:budget]:
+            assert run.slot is not None and run.pending is not None
+            entries.append((run.slot.seq_id, [run.pending], len(run.slot.tokens), True))
+            chunks.append((run, [run.pending]))
+        budget -= len(entries)
+        prefilling = sorted((r for r in self._running if r.prefill_pos < len(r.prompt)),
+                            key=lambda r: (-r.req.priority, r.seq_no))
+        for run in prefilling:
+            if budget <= 0:
+                break
+            assert run.slot is not None
+            end = min(len(run.prompt), run.prefill_pos + budget)
+            boundary = run.req.prefix_tokens
+            if run.prefill_pos < boundary < end and run.prompt[:boundary] not in self._prefix:
+                end = boundary  # stop at the persona boundary so that prefix can be saved on its own
+            tokens = run.prompt[run.prefill_pos:end]
+            entries.append((run.slot.seq_id, tokens, run.prefill_pos, end == len(run.prompt)))
+            chunks.append((run, tokens))
+            budget -= len(tokens)
+        return entries, chunks
+
+    def _maybe_cache_prefix(self, run: _Running) -> None:
+        boundary = run.req.prefix_tokens
+        if 0 < boundary < len(run.prompt) and run.prefill_pos == boundary and self._prefix.max_bytes > 0:
+            prefix = run.prompt[:boundary]
+            if prefix not in self._prefix:
+                assert run.slot is not None
+                self._prefix.put(prefix, self._engine.save_seq_state(run.slot.seq_id))
+
+    # ---- internals: sampling and finishing ---------------------------------------------------------
+
+    def _sample(self, run: _Running, logits: object, events: list[TokenEvent]) -> None:
+        handle = run.handle
+        token = run.req.sampler.sample(logits, run.prompt + handle.tokens)  # type: ignore[arg-type]
+        if run.t_first is None:
+            run.t_first = self._clock()
+        if self._engine.is_eog(token):
+            self._finish(run, "stop", events)
+            return
+        handle.tokens.append(token)
+        text = run.stream.push(self._engine.token_piece(token))
+        self._emit(run, TokenEvent(handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text), events)
+        if run.stream.stopped:
+            self._finish(run, "stop", events)
+        elif len(handle.tokens) >= run.max_tokens:
+            self._finish(run, "length", events)
+        else:
+            run.pending = token
+
+    def _emit(self, run: _Running, event: TokenEvent, events: list[TokenEvent] | None) -> None:
+        run.handle.events.append(event)
+        run.handle.text += event.text
+        if events is not None:
+            events.append(event)
+        if run.req.on_event is not None:
+            run.req.on_event(event)
+
+    def _finish(self, run: _Running, reason: FinishReason, events: list[TokenEvent] | None = None) -> None:
+        if run in self._running:
+            self._running.remove(run)
+        slot = run.slot
+        if slot is not None:
+            slot.busy = False
+            if reason == "cancelled":  # free the slot; other sequences keep their cells
+                self._engine.seq_rm(slot.seq_id, -1, -1)
+                self._slots.unbind(slot)
+        now = self._clock()
+        n_out = len(run.handle.tokens)
+        decode_s = now - run.t_first if run.t_first is not None else 0.0
+        stats = RequestStats(
+            finish_reason=reason, prompt_tokens=len(run.prompt), cached_tokens=run.cached, completion_tokens=n_out,
+            queue_s=(run.t_admit or now) - run.t_submit,
+            ttft_s=None if run.t_first is None else run.t_first - run.t_submit,
+            decode_tok_s=(n_out - 1) / decode_s if n_out > 1 and decode_s > 0 else 0.0, total_s=now - run.t_submit,
+        )
+        tail = run.stream.flush()  # empty after a stop string: it is never emitted
+        run.handle.finish_reason, run.handle.stats = reason, stats
+        self._c["requests_cancelled" if reason == "cancelled" else "requests_finished"] += 1
+        self._emit(run, TokenEvent(run.handle.request_id, run.handle.session_id, n_out, None, tail, reason, stats),
+                   events)
+
+    # ---- pause / state / reload --------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop stepping. Between two steps is always a token boundary, so this takes effect at once."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Step again; in-flight requests continue where they stopped."""
+        self._paused = False
+
+    def export_state(self, session_id: str) -> bytes | None:
+        """One session's KV state (``LlamaEngine.save_seq_state`` bytes), from its slot or parked; None
+        if the scheduler holds nothing for it. This is what the daemon's save_session stores."""
+        slot = self._slots.of_session(session_id)
+        if slot is not None and slot.tokens:
+            return self._engine.save_seq_state(slot.seq_id)
+        return self._slots.parked.get(session_id)
+
+    def export_states(self) -> dict[str, bytes]:
+        """Every session's KV state, in slots and parked. Call while paused before a reload."""
+        states = dict(self._slots.parked)
+        for slot in self._slots:
+            if slot.session_id is not None and slot.tokens:
+                states[slot.session_id] = self._engine.save_seq_state(slot.seq_id)
+        return states
+
+    def import_states(self, states: Mapping[str, bytes]) -> None:
+        """Load session states after the engine was reloaded (or into a fresh scheduler after a daemon
+        restart). A session that owns a slot gets its state back in that slot; any other is parked and
+        restored into a slot on its next request.
+
+        Raises:
+            SchedulerError: the reloaded engine has another n_seq_max, a running request's state is
+                missing, or it no longer restores (placement not state-compatible).
+        """
+        if self._engine.placement.n_seq_max != len(self._slots):
+            raise SchedulerError(f"engine now has n_seq_max={self._engine.placement.n_seq_max}, the scheduler "
+                                 f"{len(self._slots)} slots: keep n_seq_max across reloads")
+        busy = {r.req.session_id for r in self._running}
+        for slot in self._slots:
+            if slot.session_id is None:
+                continue
+            state = states.get(slot.session_id)
+            expected = list(slot.tokens)
+            if state is not None and self._restore(slot.seq_id, state) \
+                    and self._engine.seq_tokens(slot.seq_id) == expected:
+                continue
+            if slot.session_id in busy and expected:
+                raise SchedulerError(f"session {slot.session_id!r} is running but its state did not restore")
+            self._engine.seq_clear(slot.seq_id)
+            slot.tokens = []
+        for session_id, state in states.items():
+            if self._slots.of_session(session_id) is None:
+                self._slots.park(session_id, state)
+
+    def reload(self, placement: Placement) -> float:
+        """Pause, export every session, reload the engine with ``placement``, import, resume.
+
+        Returns:
+            Seconds the whole switch took.
+        """
+        t0 = self._clock()
+        was_paused = self._paused
+        self.pause()
+        states = self.export_states()
+        self._engine.reload(placement)
+        self.import_states(states)
+        if not was_paused:
+            self.resume()
+        return self._clock() - t0

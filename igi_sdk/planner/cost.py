@@ -121,16 +121,23 @@ class CostModel:
         t = max(nbytes / (bw * GB), flops / (self.cpu.gflops(dtype) * GB))
         return t + n_ops * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0, False
 
-    def _attn_core_time(self, on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int) -> float:
-        """Seconds of the attention core of one layer over ``n_kv`` cached cells per sequence."""
+    def _attn_core_time(self, kv_on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int,
+                        offload: bool) -> tuple[float, float, float]:
+        """(cpu_s, gpu_s, copy_s) of one layer's attention core over ``n_kv`` cached cells per sequence.
+
+        Attention of a layer whose KV is on the host runs on the GPU too when op_offload moved the layer's
+        matmuls there (ggml's scheduler extends GPU splits to weight-less ops); its KV is then copied."""
         t = self.summary.table
         nbytes = n_seqs * n_kv * cell_bytes
         flops = 4.0 * n_tokens * n_kv * t.n_head * t.n_embd_head_k
         gpu = self.profile.gpu
+        on_gpu = gpu is not None and (kv_on_gpu or (offload and n_tokens >= self.min_batch))
         if on_gpu and gpu is not None:
-            return max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
-        return (nbytes / (self.cpu.decode_gbps * GB) + flops / (self.cpu.gflops("f16") * GB)
-                + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6)
+            t_gpu = max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
+            copy = 0.0 if kv_on_gpu else n_seqs * (n_kv + n_tokens / 2.0) * cell_bytes / (gpu.h2d_pageable_gbps * GB)
+            return 0.0, t_gpu, copy
+        t_cpu = max(nbytes / (self.cpu.kv_read_gbps * GB), flops / (self.cpu.gflops("f16") * GB))
+        return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 
     def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool,
                op_offload: bool) -> tuple[float, float, float, bool, bool, int]:
@@ -206,10 +213,10 @@ class CostModel:
         offload = placement.op_offload and self.profile.gpu is not None
         cpu, gpu, copy, switches, n_kv_gpu = self._weights_pass(layout, n_tokens, pinned, offload, with_head, n_seqs)
         cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
-        if n_kv_gpu:
-            gpu += n_kv_gpu * self._attn_core_time(True, n_tokens, n_kv, n_seqs, cell_bytes)
-        if s.n_layer - n_kv_gpu:
-            cpu += (s.n_layer - n_kv_gpu) * self._attn_core_time(False, n_tokens, n_kv, n_seqs, cell_bytes)
+        for count, kv_gpu in ((n_kv_gpu, True), (s.n_layer - n_kv_gpu, False)):
+            if count:
+                c, g, x = self._attn_core_time(kv_gpu, n_tokens, n_kv, n_seqs, cell_bytes, offload)
+                cpu, gpu, copy = cpu + count * c, gpu + count * g, copy + count * x
         trans = 0.0
         if self.profile.gpu is not None:
             act = n_tokens * s.table.n_embd * 4

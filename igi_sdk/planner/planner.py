@@ -79,6 +79,38 @@ class PlanResult(BaseModel):
     """CPU-only placement (the engine must hide the GPU to use no VRAM at all)."""
     notes: tuple[str, ...] = ()
 
+    @property
+    def placement(self) -> Placement | None:
+        """The chosen placement (None when infeasible)."""
+        return self.chosen.placement if self.chosen else None
+
+    @property
+    def strategy(self) -> str | None:
+        return self.chosen.strategy if self.chosen else None
+
+    @property
+    def gpu_mib(self) -> float:
+        """Predicted VRAM of the chosen plan, every term included."""
+        return self.chosen.memory.vram_total_mib if self.chosen else 0.0
+
+    @property
+    def cpu_mib(self) -> float:
+        """Predicted host memory of the chosen plan."""
+        return self.chosen.memory.host_total_mib if self.chosen else 0.0
+
+    @property
+    def predicted_ttft_s(self) -> float:
+        return self.chosen.prediction.ttft_s if self.chosen else 0.0
+
+    @property
+    def predicted_tps(self) -> float:
+        return self.chosen.prediction.decode_tps if self.chosen else 0.0
+
+    @property
+    def summary(self) -> str:
+        """One line: strategy and description."""
+        return f"{self.chosen.strategy}: {self.chosen.description}" if self.chosen else "infeasible"
+
 
 @dataclass(frozen=True)
 class _Eval:

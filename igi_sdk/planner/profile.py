@@ -43,8 +43,15 @@ class CpuRate(BaseModel):
     n_threads: int = Field(ge=1)
     decode_gbps: float = Field(gt=0, description="weight bytes streamed per second at batch 1 (GB/s)")
     op_overhead_us: float = Field(ge=0, description="fixed cost per graph op at batch 1 (thread sync)")
+    attn_gbps: float | None = Field(
+        default=None, gt=0, description="KV bytes/s of CPU flash attention at batch 1 (None: decode_gbps / 8)")
     prefill_gflops: dict[str, float] = Field(
         default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too")
+
+    @property
+    def kv_read_gbps(self) -> float:
+        """Effective KV read rate of CPU attention at decode (much below the weight-streaming rate)."""
+        return self.attn_gbps if self.attn_gbps is not None else self.decode_gbps / 8.0
 
     def gflops(self, ggml_type: str) -> float:
         """Prefill GFLOP/s for a weight type (falls back to 'default', then to the slowest entry)."""
@@ -95,7 +102,7 @@ class Profile(BaseModel):
             r = rates[0]
             f = n_threads / r.n_threads
             return CpuRate(n_threads=n_threads, decode_gbps=r.decode_gbps * f, op_overhead_us=r.op_overhead_us,
-                           prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()})
+                           attn_gbps=r.kv_read_gbps * f, prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()})
         for lo, hi in zip(rates, rates[1:]):
             if n_threads <= hi.n_threads:
                 w = (n_threads - lo.n_threads) / (hi.n_threads - lo.n_threads)
@@ -104,6 +111,7 @@ class Profile(BaseModel):
                     n_threads=n_threads,
                     decode_gbps=lo.decode_gbps + w * (hi.decode_gbps - lo.decode_gbps),
                     op_overhead_us=lo.op_overhead_us + w * (hi.op_overhead_us - lo.op_overhead_us),
+                    attn_gbps=lo.kv_read_gbps + w * (hi.kv_read_gbps - lo.kv_read_gbps),
                     prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys})
         return rates[-1]
 
@@ -124,8 +132,9 @@ def reference_profile(name: str = "h200") -> Profile:
             machine=MachineKey(cpu_model="reference 16-core Xeon", n_threads=16, gpu_name="NVIDIA H200", driver=None),
             source="reference:h200",
             host_memory_gbps=100.0,
-            cpu=(CpuRate(n_threads=8, decode_gbps=35.0, op_overhead_us=17.0, prefill_gflops={k: v / 2 for k, v in q.items()}),
-                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, prefill_gflops=q)),
+            cpu=(CpuRate(n_threads=8, decode_gbps=35.0, op_overhead_us=17.0, attn_gbps=4.5,
+                         prefill_gflops={k: v / 2 for k, v in q.items()}),
+                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q)),
             gpu=GpuProfile(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
                            op_overhead_us=2.5, h2d_pinned_gbps=20.0, h2d_pageable_gbps=8.4, reserve_mib=560,
                            transition_us=20.0),

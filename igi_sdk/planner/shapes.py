@@ -11,6 +11,8 @@ from __future__ import annotations
 from math import prod
 from typing import Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 from igi_sdk.planner.ggml_types import align_up, row_bytes
 from igi_sdk.planner.tensors import ModelTable, TensorInfo, classify
 
@@ -30,6 +32,37 @@ class ShapeLike(Protocol):
     n_expert: int
     n_expert_used: int
     n_ff_exp: int | None
+
+
+class ModelShape(BaseModel):
+    """A llama-architecture shape (same fields as ``igi_sdk.synthetic.SyntheticShape``), pure data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    n_ctx_train: int = 4096
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int | None = None
+    tied_embeddings: bool = False
+    """No ``output.weight``: llama.cpp loads ``token_embd.weight`` a second time as the head."""
+
+
+REFERENCE_SHAPES: dict[str, ModelShape] = {
+    "tiny_dense": ModelShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512),
+    "tiny_moe": ModelShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512,
+                           n_expert=4, n_expert_used=2, n_ff_exp=64),
+    "llama_8b": ModelShape(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256,
+                           n_ctx_train=8192),
+    "qwen3_30b_a3b": ModelShape(n_layer=48, n_embd=2048, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
+                                n_ctx_train=32768, n_expert=128, n_expert_used=8, n_ff_exp=768),
+}
+"""The shapes of ``igi_sdk.synthetic.PRESETS`` (kept equal by an integration test)."""
 
 
 def shape_tensor_specs(shape: ShapeLike, ggml_type: str = "q4_0") -> list[tuple[str, tuple[int, ...], str]]:
@@ -52,7 +85,9 @@ def shape_tensor_specs(shape: ShapeLike, ggml_type: str = "q4_0") -> list[tuple[
         else:
             specs += [(b + "ffn_gate.weight", (e, ff), ggml_type), (b + "ffn_up.weight", (e, ff), ggml_type),
                       (b + "ffn_down.weight", (ff, e), ggml_type)]
-    specs += [("output_norm.weight", (e,), "f32"), ("output.weight", (e, v), ggml_type)]
+    specs.append(("output_norm.weight", (e,), "f32"))
+    if not getattr(shape, "tied_embeddings", False):
+        specs.append(("output.weight", (e, v), ggml_type))
     return specs
 
 

@@ -1,0 +1,143 @@
+"""Memory model: exact sizes, llama.cpp placement semantics, dry-run table, conservative estimates."""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.errors import PlacementRejectedError
+from igi_sdk.planner.ggml_types import cuda_alloc_bytes, row_bytes
+from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
+from igi_sdk.planner.memory import (MIB, ComputeBufferTable, ComputeEntry, compute_key, kv_cells, kv_layer_bytes,
+                                    memory_of)
+from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.planner.shapes import table_from_shape
+from igi_sdk.planner.strategies import (attn_first_chain, attn_partial_specs, fixed_specs, n_cpu_moe_specs,
+                                        spec_layout, spec_placement, whole_layer_kv_gpu_specs, whole_layer_specs)
+from igi_sdk.planner.summary import summarize
+from igi_sdk.planner.tensors import TensorGroup
+from igi_sdk.planner.shapes import REFERENCE_SHAPES, ModelShape
+
+TINY_DENSE, TINY_MOE = REFERENCE_SHAPES["tiny_dense"], REFERENCE_SHAPES["tiny_moe"]
+DENSE_8B, MOE_30B = REFERENCE_SHAPES["llama_8b"], REFERENCE_SHAPES["qwen3_30b_a3b"]
+
+
+def tied(shape: ModelShape) -> ModelShape:
+    return shape.model_copy(update={"tied_embeddings": True})
+
+
+def test_row_and_cuda_padding() -> None:
+    assert row_bytes("q4_0", 4096) == 4096 // 32 * 18
+    assert row_bytes("Q8_0", 64) == 68
+    # 4096 is a multiple of 512: only alignment; 576 is not: one partial row of 448 elements added
+    assert cuda_alloc_bytes("q4_0", 4096, 4096 * 4096 // 32 * 18) == 4096 * 4096 // 32 * 18
+    n = 576 * 100 // 32 * 18
+    assert cuda_alloc_bytes("q4_0", 576, n) == (n + 448 // 32 * 18 + 127) // 128 * 128
+    assert cuda_alloc_bytes("f32", 576, 576 * 4) == 2304  # not quantized: no row padding
+
+
+def test_kv_cells_pad_like_llama_cpp() -> None:
+    assert kv_cells(4096, 1) == 4096
+    assert kv_cells(4000, 1) == 4096
+    assert kv_cells(4096, 4) == 4096
+    assert kv_cells(1000, 4) == 4 * 256  # 1024 / 4 = 256 per stream
+    assert kv_cells(300, 2) == 2 * 256  # 512 / 2 = 256
+
+
+def test_ngl_means_last_layers_and_head_only_above_n_layer() -> None:
+    s = summarize(table_from_shape(DENSE_8B))
+    lay = resolve_layout(s, Placement(n_gpu_layers=10), has_gpu=True)
+    gpu_layers = {il for (il, _), st in lay.gpu.items() if il is not None and st.n_bytes}
+    assert gpu_layers == set(range(22, 32))
+    assert lay.kv_on_gpu == tuple(il >= 22 for il in range(32))
+    assert HEAD_KEY in lay.host and HEAD_KEY not in lay.gpu
+    assert (None, TensorGroup.TOKEN_EMBD) in lay.host
+    full = resolve_layout(s, Placement(n_gpu_layers=33), has_gpu=True)
+    assert HEAD_KEY in full.gpu and (None, TensorGroup.TOKEN_EMBD) in full.host
+    assert resolve_layout(s, Placement(n_gpu_layers=-1), has_gpu=True).gpu == full.gpu
+    no_gpu = resolve_layout(s, Placement(n_gpu_layers=99), has_gpu=False)
+    assert not no_gpu.gpu and not any(no_gpu.kv_on_gpu)
+
+
+def test_rules_first_match_wins_and_kv_follows_ngl_not_rules() -> None:
+    s = summarize(table_from_shape(TINY_DENSE))
+    p = Placement(n_gpu_layers=99, rules=(OverrideRule(pattern=r"^blk\.0\.ffn_up\.weight$", device="CUDA0"),
+                                          OverrideRule(pattern=r"^blk\.0\..*$", device="CPU")))
+    lay = resolve_layout(s, p, has_gpu=True)
+    assert lay.gpu[(0, TensorGroup.FFN)].n_tensors == 1 and lay.host[(0, TensorGroup.FFN)].n_tensors == 2
+    assert (0, TensorGroup.ATTN) in lay.host and lay.kv_on_gpu == (True, True)
+    with pytest.raises(PlacementRejectedError):
+        resolve_layout(s, p, has_gpu=False)
+    with pytest.raises(PlacementRejectedError):
+        resolve_layout(s, Placement(rules=(OverrideRule(pattern="(", device="CPU"),)), has_gpu=True)
+
+
+def test_tied_embeddings_load_the_head_twice() -> None:
+    s = summarize(table_from_shape(tied(TINY_DENSE)))
+    assert s.tied_output
+    embd = s.stats(None, TensorGroup.TOKEN_EMBD)
+    lay = resolve_layout(s, Placement(n_gpu_layers=99), has_gpu=True)
+    assert lay.gpu[HEAD_KEY].n_bytes == embd.n_bytes and lay.host[(None, TensorGroup.TOKEN_EMBD)] == embd
+    lay2 = resolve_layout(s, Placement(n_gpu_layers=2), has_gpu=True)
+    assert HEAD_KEY in lay2.host and HEAD_KEY not in lay2.gpu
+
+
+@pytest.mark.parametrize("shape", [TINY_DENSE, TINY_MOE, DENSE_8B, MOE_30B, tied(TINY_DENSE)])
+def test_fast_layout_equals_resolved_rules(shape: object) -> None:
+    s = summarize(table_from_shape(shape))  # type: ignore[arg-type]
+    n = s.n_layer
+    specs = (fixed_specs(s, True) + attn_partial_specs(s) + whole_layer_specs(s) + whole_layer_kv_gpu_specs(s)
+             + attn_first_chain(s, [None, *range(n - 1, -1, -1)]))
+    if s.table.is_moe:
+        specs += n_cpu_moe_specs(s)
+    base = Placement(n_ctx=4096)
+    for spec in specs[:: max(1, len(specs) // 40)] + specs[-3:]:
+        placement = spec_placement(s, spec, base)
+        for rule in placement.rules:
+            assert rule.pattern.startswith("^") and rule.pattern.endswith("$")
+        exact = resolve_layout(s, placement, has_gpu=True)
+        fast = spec_layout(s, spec, has_gpu=True)
+        assert exact.gpu == fast.gpu and exact.host == fast.host and exact.kv_on_gpu == fast.kv_on_gpu, spec
+
+
+def test_memory_terms_exact_weights_and_kv() -> None:
+    t = table_from_shape(DENSE_8B)
+    s = summarize(t)
+    p = Placement(n_gpu_layers=10, n_ctx=4096)
+    lay = resolve_layout(s, p, has_gpu=True)
+    mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=256)
+    layer_bytes = sum(x.n_bytes for x in t.tensors if x.layer is not None and x.layer >= 22)
+    assert mem.gpu_weights_mib * MIB == layer_bytes  # 4096-wide q4_0 rows need no padding; all 128-aligned
+    kv_per_layer = 2 * 4096 * 8 * 128 * 2  # K and V, f16, 8 KV heads x 128
+    assert kv_layer_bytes(s, p) == kv_per_layer
+    assert mem.gpu_kv_mib * MIB == 10 * kv_per_layer and mem.host_kv_mib * MIB == 22 * kv_per_layer
+    assert mem.compute_source == "estimate" and mem.placement_class == "partial"
+    assert mem.vram_total_mib == pytest.approx(mem.gpu_weights_mib + mem.gpu_kv_mib + mem.gpu_compute_mib + 756)
+    assert mem.host_weights_mib * MIB == pytest.approx(t.file_bytes - layer_bytes, abs=64 * len(t.tensors))
+
+
+def test_dry_run_entry_replaces_estimate_and_covers_larger_staging() -> None:
+    s = summarize(table_from_shape(DENSE_8B))
+    p = Placement(n_gpu_layers=33, n_ctx=4096)
+    lay = resolve_layout(s, p, has_gpu=True)
+    key = compute_key(lay, p, has_gpu=True)
+    assert key.placement_class == "all_gpu"
+    est = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=0)
+    table = ComputeBufferTable().with_entry(ComputeEntry(key=key, gpu_bytes=258 * MIB, host_bytes=9 * MIB))
+    dry = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
+    assert dry.compute_source == "dry_run" and dry.gpu_compute_mib == 258 and dry.host_compute_mib == 9
+    assert est.gpu_compute_mib >= dry.gpu_compute_mib  # the estimate errs on the safe side (8B, ub 512: 258 MiB)
+    # a partial placement staging a bigger tensor than the measured one is charged the difference
+    pp = Placement(n_gpu_layers=32, n_ctx=4096)
+    lay_p = resolve_layout(s, pp, has_gpu=True)
+    kp = compute_key(lay_p, pp, has_gpu=True)
+    table = table.with_entry(ComputeEntry(key=kp, gpu_bytes=300 * MIB, host_bytes=0, staged_tensor_bytes=0))
+    m = memory_of(s, lay_p, pp, table, reserve_mib=500, safety_margin_mib=0)
+    assert m.gpu_compute_mib * MIB == 300 * MIB + s.output_stats.n_bytes
+
+
+def test_cpu_only_machine_has_no_vram_terms() -> None:
+    s = summarize(table_from_shape(TINY_MOE))
+    p = Placement(n_gpu_layers=99)
+    lay = resolve_layout(s, p, has_gpu=False)
+    mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=None, safety_margin_mib=256)
+    assert mem.vram_total_mib == 0 and mem.placement_class == "cpu_only" and mem.host_weights_mib > 0

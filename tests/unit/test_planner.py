@@ -1,0 +1,98 @@
+"""The search: feasible plans, strategy choice, infeasible results, baselines, determinism."""
+
+from __future__ import annotations
+
+import math
+
+from igi_sdk.planner import (PlannerOptions, Workload, baseline_placements, plan_placement, reference_profile,
+                             table_from_shape)
+from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
+from igi_sdk.planner.memory import MIB
+from igi_sdk.planner.shapes import REFERENCE_SHAPES
+from igi_sdk.planner.summary import summarize
+
+H200 = reference_profile("h200")
+W = Workload(prompt_tokens=1024, reply_tokens=128, n_ctx=4096)
+DENSE = table_from_shape(REFERENCE_SHAPES["llama_8b"], name="llama_8b")
+MOE = table_from_shape(REFERENCE_SHAPES["qwen3_30b_a3b"], name="qwen3_30b_a3b")
+
+
+def test_large_budget_puts_everything_on_the_gpu() -> None:
+    r = plan_placement(DENSE, 12000, W, H200)
+    assert r.status == "ok" and r.chosen is not None
+    assert r.chosen.strategy in ("full_gpu", "attn_first") and r.chosen.placement.n_gpu_layers == 33
+    assert r.chosen.placement.rules == () and r.chosen.memory.vram_total_mib <= 12000
+    assert r.chosen.memory.placement_class == "all_gpu"
+
+
+def test_moe_small_budget_keeps_experts_on_cpu_and_head_first() -> None:
+    r = plan_placement(MOE, 3300, W, H200)
+    assert r.status == "ok" and r.chosen is not None and r.chosen.strategy in ("attn_first", "n_cpu_moe")
+    s = summarize(MOE)
+    lay = resolve_layout(s, r.chosen.placement, has_gpu=True)
+    assert all(lay.kv_on_gpu) and lay.on_gpu(*HEAD_KEY)  # dense parts + head before experts
+    assert sum(lay.on_gpu(il, "moe_experts") for il in range(48)) < 10
+    base = baseline_placements(MOE, 3300, W, H200)
+    assert base["max_ngl"] is not None and base["max_ngl"].fits
+    assert r.chosen.prediction.e2e_s < base["max_ngl"].prediction.e2e_s
+    assert r.chosen.prediction.decode_tps > 1.5 * base["max_ngl"].prediction.decode_tps
+
+
+def test_infeasible_budget_names_smallest_budget_and_cpu_fallback() -> None:
+    r = plan_placement(DENSE, 300, W, H200)
+    assert r.status == "infeasible" and r.chosen is None and r.placement is None
+    assert r.min_feasible_budget_mib is not None and r.min_feasible_budget_mib > 300
+    assert r.cpu_fallback is not None and r.cpu_fallback.memory.vram_total_mib == 0
+    assert r.cpu_fallback.placement.n_gpu_layers == 0 and not r.cpu_fallback.placement.op_offload
+    ok = plan_placement(DENSE, r.min_feasible_budget_mib, W, H200)
+    assert ok.status == "ok"
+
+
+def test_cpu_only_profile_plans_cpu_only() -> None:
+    r = plan_placement(DENSE, 8000, W, reference_profile("cpu2"))
+    assert r.status == "ok" and r.chosen is not None and r.chosen.strategy == "cpu_only"
+    assert r.chosen.memory.vram_total_mib == 0 and r.notes
+
+
+def test_objectives_differ_and_runner_ups_explain() -> None:
+    churn = W.model_copy(update={"reloads_per_request": 1.0})
+    steady = plan_placement(MOE, 6000, W, H200)
+    churny = plan_placement(MOE, 6000, churn, H200)
+    assert steady.chosen is not None and churny.chosen is not None
+    assert steady.chosen.placement.load_mode == "pinned" and churny.chosen.placement.load_mode == "mmap"
+    limited = plan_placement(MOE, 6000, W, H200, options=PlannerOptions(host_pinned_limit_mib=1024))
+    assert limited.chosen is not None and limited.chosen.memory.host_pinned_mib <= 1024
+    ttft = plan_placement(DENSE, 3500, W, H200, options=PlannerOptions(objective="ttft"))
+    tps = plan_placement(DENSE, 3500, W, H200, options=PlannerOptions(objective="tps"))
+    assert ttft.chosen is not None and tps.chosen is not None
+    assert ttft.chosen.prediction.ttft_s <= tps.chosen.prediction.ttft_s
+    assert tps.chosen.prediction.decode_tps >= ttft.chosen.prediction.decode_tps
+    assert steady.runner_ups and all(ru.reason for ru in steady.runner_ups)
+    assert any("does not fit" in ru.reason for ru in steady.runner_ups)
+
+
+def test_baselines() -> None:
+    base = baseline_placements(DENSE, 3000, W, H200)
+    expect = math.floor(min(1.0, 3000 / (DENSE.file_bytes / MIB)) * 32)
+    assert base["nvigi_linear"] is not None and base["nvigi_linear"].placement.n_gpu_layers == expect
+    assert base["max_ngl"] is not None and base["max_ngl"].fits
+    bigger = base["max_ngl"].placement.n_gpu_layers + 1
+    assert bigger > 32 or not plan_fits_ngl(bigger, 3000)
+    assert base["n_cpu_moe"] is None and base["all_gpu"] is not None and not base["all_gpu"].fits
+    moe = baseline_placements(MOE, 6000, W, H200)
+    assert moe["n_cpu_moe"] is not None and moe["n_cpu_moe"].fits and moe["n_cpu_moe"].placement.n_gpu_layers == 49
+
+
+def plan_fits_ngl(ngl: int, budget: int) -> bool:
+    from igi_sdk.planner.planner import _Search
+    from igi_sdk.planner.strategies import Spec
+
+    s = _Search(DENSE, budget, W, H200, __import__("igi_sdk.planner", fromlist=["ComputeBufferTable"]).ComputeBufferTable(),
+                PlannerOptions())
+    return s.memory(Spec("whole_layers", ngl))[2]
+
+
+def test_deterministic() -> None:
+    a = plan_placement(MOE, 5000, W, H200)
+    b = plan_placement(MOE, 5000, W, H200)
+    assert a.model_dump_json() == b.model_dump_json()

@@ -1,0 +1,332 @@
+"""Client layer: ``AsyncClient``, the asyncio implementation (zmq.asyncio DEALER) of the Python client.
+
+One DEALER socket, one reader task that routes replies to waiting requests by ``parent_id``, one heartbeat
+task that declares the daemon gone after ``client_timeout_s`` of silence. After that, every waiting request
+fails with :class:`DaemonUnavailableError` and the client re-reads the connection file until a daemon
+answers ``hello`` again (automatic reconnect after a daemon restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from igi_sdk._version import PROTOCOL_VERSION, __version__
+from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError, error_from_reply
+from igi_sdk.client.stream import GenerationStream
+from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
+from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.errors import ConnectionFileError, WireError
+from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.messages import (
+    BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
+    FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatReply, HeartbeatRequest, HelloReply, HelloRequest,
+    LoadSessionReply, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply, SaveSessionRequest,
+    SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest,
+)
+from igi_sdk.ipc.transport import SocketOptions, connect_dealer
+from igi_sdk.ipc.values import Sampling
+
+RECONNECT_POLL_S = 0.2
+
+
+class AsyncClient:
+    """Talks to one daemon. Create it with :meth:`connect`.
+
+    Args:
+        connection_file: the daemon's connection file.
+        timeout_s: default timeout of every request (and of the wait between two token events), seconds.
+        reconnect: re-read the connection file and re-handshake after the daemon disappears.
+        client_name: sent in ``hello_request``.
+
+    Example:
+        >>> async def main(path):                                    # doctest: +SKIP
+        ...     async with await AsyncClient.connect(path) as client:
+        ...         sid = await client.create_session("Guard", "You guard the gate.")
+        ...         stream = client.generate(sid, "Who goes there?", max_tokens=16)
+        ...         async for token in stream:
+        ...             print(token.text, end="")
+    """
+
+    def __init__(self, connection_file: str | os.PathLike[str], *, timeout_s: float = 30.0, reconnect: bool = True,
+                 client_name: str = "igi-python") -> None:
+        self.connection_file = Path(connection_file)
+        self.timeout_s = timeout_s
+        self.reconnect = reconnect
+        self.client_name = client_name
+        self.hello: HelloReply | None = None
+        self.info: ConnectionInfo | None = None
+        self._context = zmq.asyncio.Context()
+        self._socket: zmq.asyncio.Socket | None = None
+        self._pending: dict[str, asyncio.Queue[Any]] = {}
+        self._connected = asyncio.Event()
+        self._closed = False
+        self._last_rx_s = time.monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.reconnects = 0
+        self.dropped_frames = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+    @classmethod
+    async def connect(cls, connection_file: str | os.PathLike[str], *, timeout_s: float = 30.0, reconnect: bool = True,
+                      client_name: str = "igi-python") -> AsyncClient:
+        """Read the connection file, connect and handshake (retrying until ``timeout_s``).
+
+        Raises:
+            DaemonUnavailableError: no daemon answered within ``timeout_s``.
+            UnsupportedVersionError: the daemon speaks another major protocol version.
+        """
+        client = cls(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name)
+        deadline = time.monotonic() + timeout_s
+        if not await client._establish(deadline):
+            await client.close()
+            raise DaemonUnavailableError(f"no daemon answered through {connection_file} within {timeout_s} s")
+        client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
+        return client
+
+    async def close(self) -> None:
+        """Stop background tasks, fail waiting requests, close the socket."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._fail_pending(DaemonUnavailableError("the client was closed"))
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+        self._context.term()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether a handshaken daemon is currently answering."""
+        return self._connected.is_set()
+
+    # --- requests ------------------------------------------------------------------------------------
+    async def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None,
+                             priority: int = 0, timeout_s: float | None = None) -> str:
+        """Open an NPC session; returns its id."""
+        request = CreateSessionRequest(persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(), priority=priority)
+        reply = await self.request(request, timeout_s=timeout_s)
+        assert isinstance(reply, CreateSessionReply)
+        return reply.session_id
+
+    async def close_session(self, session_id: str, *, timeout_s: float | None = None) -> None:
+        """Close a session and free its state."""
+        await self.request(CloseSessionRequest(), session_id=session_id, timeout_s=timeout_s)
+
+    def generate(self, session_id: str, text: str, *, max_tokens: int | None = None, sampling: Sampling | None = None,
+                 priority: int | None = None, timeout_s: float | None = None) -> GenerationStream:
+        """Start a generation; iterate the returned stream for token events, then ``await stream.result()``.
+
+        Args:
+            session_id: the NPC session.
+            text: the player's line.
+            max_tokens: completion limit (None = the sampling's).
+            sampling: per-request sampling (None = the session's).
+            priority: per-request priority (None = the session's).
+            timeout_s: longest wait for the next event, seconds.
+        """
+        request = GenerateRequest(text=text, max_tokens=max_tokens, sampling=sampling, priority=priority)
+        header = new_header(request.type, session_id=session_id)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._pending[header.msg_id] = queue
+        send = asyncio.ensure_future(self._send_when_connected(header, request, timeout_s))
+        return GenerationStream(self, header.msg_id, queue, self.timeout_s if timeout_s is None else timeout_s, send)
+
+    async def cancel(self, target_msg_id: str, *, timeout_s: float | None = None) -> bool:
+        """Cancel a generation (priority path); True if it was queued or running."""
+        reply = await self.request(CancelRequest(target_msg_id=target_msg_id), timeout_s=timeout_s)
+        assert isinstance(reply, CancelReply)
+        return reply.cancelled
+
+    async def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
+        """Change the VRAM budget; the ack says whether it was applied or deferred."""
+        reply = await self.request(SetBudgetRequest(vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s)
+        assert isinstance(reply, BudgetAck)
+        return reply
+
+    async def reclaim(self, vram_budget_mib: int, deadline_s: float = 1.0, *, timeout_s: float | None = None) -> BudgetAck:
+        """Urgently shrink the daemon's VRAM (priority path)."""
+        reply = await self.request(ReclaimRequest(vram_budget_mib=vram_budget_mib, deadline_s=deadline_s), timeout_s=timeout_s)
+        assert isinstance(reply, BudgetAck)
+        return reply
+
+    async def frame_stats(self, frame_time_ms: float, target_frame_time_ms: float, *, free_vram_mib: float | None = None,
+                          gpu_busy_pct: float | None = None, timeout_s: float | None = None) -> FrameStatsReply:
+        """Report frame timing; returns the pacing the daemon applies."""
+        request = FrameStatsRequest(frame_time_ms=frame_time_ms, target_frame_time_ms=target_frame_time_ms,
+                                    free_vram_mib=free_vram_mib, gpu_busy_pct=gpu_busy_pct)
+        reply = await self.request(request, timeout_s=timeout_s)
+        assert isinstance(reply, FrameStatsReply)
+        return reply
+
+    async def status(self, *, timeout_s: float | None = None) -> StatusReply:
+        """The daemon's state and counters."""
+        reply = await self.request(StatusRequest(), timeout_s=timeout_s)
+        assert isinstance(reply, StatusReply)
+        return reply
+
+    async def heartbeat(self, *, timeout_s: float | None = None) -> HeartbeatReply:
+        """One liveness round trip."""
+        reply = await self.request(HeartbeatRequest(), timeout_s=timeout_s)
+        assert isinstance(reply, HeartbeatReply)
+        return reply
+
+    async def save_session(self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None) -> str:
+        """Save a session (history + KV state) to a file; returns the path written."""
+        request = SaveSessionRequest(path=None if path is None else str(path))
+        reply = await self.request(request, session_id=session_id, timeout_s=timeout_s)
+        assert isinstance(reply, SaveSessionReply)
+        return reply.path
+
+    async def load_session(self, path: str | os.PathLike[str], *, timeout_s: float | None = None) -> LoadSessionReply:
+        """Open a saved session as a new session (``.session_id``, ``.n_turns``)."""
+        reply = await self.request(LoadSessionRequest(path=str(path)), timeout_s=timeout_s)
+        assert isinstance(reply, LoadSessionReply)
+        return reply
+
+    async def shutdown(self, *, timeout_s: float | None = None) -> None:
+        """Ask the daemon to exit (it answers first)."""
+        await self.request(ShutdownRequest(), timeout_s=timeout_s)
+
+    async def request(self, message: Message, *, session_id: str | None = None, timeout_s: float | None = None) -> Message:
+        """Send any request and wait for its terminal reply.
+
+        Raises:
+            RequestError: the daemon answered ``error_reply`` (a subclass per error code).
+            ClientTimeoutError: no terminal reply within ``timeout_s``.
+            DaemonUnavailableError: the daemon went away.
+        """
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        header = new_header(message.type, session_id=session_id)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._pending[header.msg_id] = queue
+        try:
+            await self._send_when_connected(header, message, timeout)
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout)
+            except asyncio.TimeoutError:
+                raise ClientTimeoutError(f"{message.type} got no reply within {timeout} s") from None
+        finally:
+            self._pending.pop(header.msg_id, None)
+        if isinstance(item, BaseException):
+            raise item
+        _header, reply = item
+        if isinstance(reply, ErrorReply):
+            raise error_from_reply(reply)
+        return reply
+
+    # --- internals -----------------------------------------------------------------------------------
+    async def _send_when_connected(self, header: Any, message: Message, timeout_s: float | None) -> None:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if not self._connected.is_set():
+            try:
+                await asyncio.wait_for(self._connected.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise DaemonUnavailableError(f"no daemon connected within {timeout} s") from None
+        assert self._socket is not None and self.info is not None
+        await self._socket.send_multipart(pack_message(self.info.key_bytes, header, message))
+
+    def _fail_pending(self, error: BaseException) -> None:
+        for queue in self._pending.values():
+            queue.put_nowait(error)
+
+    async def _establish(self, deadline_s: float) -> bool:
+        """Connect and handshake, retrying until ``deadline_s`` (monotonic). True on success."""
+        while not self._closed and time.monotonic() < deadline_s:
+            try:
+                info = read_connection_file(self.connection_file)
+            except ConnectionFileError:
+                await asyncio.sleep(RECONNECT_POLL_S)
+                continue
+            socket = connect_dealer(self._context, info.endpoint, SocketOptions(linger_ms=0))
+            hello = HelloRequest(client_name=self.client_name, client_version=__version__, protocol_version=PROTOCOL_VERSION,
+                                 capabilities=("token_stream",))
+            header = new_header(hello.type)
+            await socket.send_multipart(pack_message(info.key_bytes, header, hello))
+            wait_s = max(0.05, min(2.0, deadline_s - time.monotonic()))
+            if await socket.poll(int(wait_s * 1000)):
+                try:
+                    _h, reply = unpack_message(info.key_bytes, await socket.recv_multipart())
+                except WireError:
+                    reply = None
+                if isinstance(reply, ErrorReply):
+                    socket.close(linger=0)
+                    raise error_from_reply(reply)
+                if isinstance(reply, HelloReply):
+                    self._install(socket, info, reply)
+                    return True
+            socket.close(linger=0)
+            await asyncio.sleep(RECONNECT_POLL_S)
+        return False
+
+    def _install(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, hello: HelloReply) -> None:
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        self._socket, self.info, self.hello = socket, info, hello
+        self._last_rx_s = time.monotonic()
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.create_task(self._reader(socket)))
+        self._connected.set()
+
+    async def _reader(self, socket: zmq.asyncio.Socket) -> None:
+        assert self.info is not None
+        key = self.info.key_bytes
+        while True:
+            try:
+                frames = await socket.recv_multipart()
+            except zmq.ZMQError:
+                return  # socket closed by a reconnect or close()
+            self._last_rx_s = time.monotonic()
+            try:
+                header, message = unpack_message(key, frames)
+            except WireError:
+                self.dropped_frames += 1
+                continue
+            queue = self._pending.get(header.parent_id or "")
+            if queue is not None:
+                queue.put_nowait((header, message))
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._closed:
+            hello = self.hello
+            interval = hello.heartbeat_interval_s if hello else 1.0
+            timeout = hello.client_timeout_s if hello else 10.0
+            await asyncio.sleep(min(interval, timeout / 4))
+            if not self._connected.is_set():
+                continue
+            silent_s = time.monotonic() - self._last_rx_s
+            if silent_s > timeout:
+                await self._on_daemon_gone(f"no message from the daemon for {silent_s:.1f} s")
+                continue
+            if self._socket is not None and self.info is not None:  # always: the daemon times out silent clients
+                beat = HeartbeatRequest()
+                with contextlib.suppress(zmq.ZMQError):
+                    await self._socket.send_multipart(pack_message(self.info.key_bytes, new_header(beat.type), beat))
+
+    async def _on_daemon_gone(self, why: str) -> None:
+        self._connected.clear()
+        self._fail_pending(DaemonUnavailableError(f"the daemon is gone: {why}"))
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+        if not self.reconnect:
+            return
+        while not self._closed and not self._connected.is_set():
+            if await self._establish(time.monotonic() + 5.0):
+                self.reconnects += 1

@@ -1,0 +1,169 @@
+"""Client layer: the typed exceptions of the Python client, and the ONE place error codes map to them.
+
+IgiError
+ +-- ClientError
+      +-- DaemonUnavailableError     no daemon answers (not running, killed, heartbeat timeout)
+      +-- ClientTimeoutError         a request got no terminal reply within its timeout
+      +-- RequestError               the daemon answered error_reply (``.code``, ``.detail``, ``.retryable``)
+           +-- InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError,
+               NotFoundError, NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError,
+               BudgetInfeasibleError, EngineFailureError, RequestCancelledError, DaemonTimeoutError,
+               ShuttingDownError, InternalDaemonError
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from igi_sdk.errors import IgiError
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import ErrorReply
+
+
+class ClientError(IgiError):
+    """Base of every error the client raises."""
+
+
+class DaemonUnavailableError(ClientError):
+    """The daemon is not reachable: not running, killed, or silent past ``client_timeout_s``."""
+
+
+class ClientTimeoutError(ClientError, TimeoutError):
+    """A request got no terminal reply within its timeout."""
+
+
+class RequestError(ClientError):
+    """The daemon answered a request with ``error_reply``.
+
+    Attributes:
+        code: the wire error code.
+        detail: structured detail from the daemon (may be None).
+        retryable: whether the same request may succeed later.
+    """
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None, detail: dict[str, Any] | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.detail = detail
+        self.retryable = retryable
+
+
+class InvalidRequestError(RequestError):
+    """Malformed request, schema violation or bad value."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class UnknownTypeError(RequestError):
+    """The daemon does not know the message type."""
+
+    code = ErrorCode.UNKNOWN_TYPE
+
+
+class UnsupportedVersionError(RequestError):
+    """The daemon speaks another major protocol version."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TooLargeError(RequestError):
+    """A frame or a prompt exceeds the daemon's limits."""
+
+    code = ErrorCode.TOO_LARGE
+
+
+class BusyError(RequestError):
+    """Queue full or session limit reached; retry later (``detail["limit"]`` names it)."""
+
+    code = ErrorCode.BUSY
+
+
+class NotFoundError(RequestError):
+    """Unknown session, or a session file that does not exist."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class NoModelError(RequestError):
+    """No model is loaded."""
+
+    code = ErrorCode.NO_MODEL
+
+
+class RemoteModelNotFoundError(RequestError):
+    """The daemon cannot find the model file."""
+
+    code = ErrorCode.MODEL_NOT_FOUND
+
+
+class RemoteModelInvalidError(RequestError):
+    """The model file is not a usable GGUF."""
+
+    code = ErrorCode.MODEL_INVALID
+
+
+class BudgetInfeasibleError(RequestError):
+    """No placement fits the budget, not even CPU-only."""
+
+    code = ErrorCode.BUDGET_INFEASIBLE
+
+
+class EngineFailureError(RequestError):
+    """llama.cpp failed or the engine worker died; the daemon restarted it (retryable).
+
+    Attributes:
+        partial_text: text streamed before the failure ("" if none).
+    """
+
+    code = ErrorCode.ENGINE_FAILURE
+    partial_text: str = ""
+
+
+class RequestCancelledError(RequestError):
+    """The request was cancelled before it produced anything."""
+
+    code = ErrorCode.CANCELLED
+
+
+class DaemonTimeoutError(RequestError):
+    """The daemon could not finish within its own deadline."""
+
+    code = ErrorCode.TIMEOUT
+
+
+class ShuttingDownError(RequestError):
+    """The daemon is exiting."""
+
+    code = ErrorCode.SHUTTING_DOWN
+
+
+class InternalDaemonError(RequestError):
+    """A bug in the daemon (it logged a traceback), or an error code this client does not know."""
+
+    code = ErrorCode.INTERNAL
+
+
+#: Every wire error code -> its exception class (tests assert the mapping is complete and one-to-one).
+ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError, NotFoundError,
+        NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError, BudgetInfeasibleError, EngineFailureError,
+        RequestCancelledError, DaemonTimeoutError, ShuttingDownError, InternalDaemonError,
+    )
+}
+
+
+def error_from_reply(reply: ErrorReply) -> RequestError:
+    """The typed exception for an ``error_reply``.
+
+    Example:
+        >>> from igi_sdk.ipc.messages import ErrorReply
+        >>> type(error_from_reply(ErrorReply(code="busy", message="queue full"))).__name__
+        'BusyError'
+    """
+    cls = ERROR_CLASSES.get(reply.code, InternalDaemonError)
+    return cls(f"{reply.code.value}: {reply.message}", code=reply.code, detail=reply.detail, retryable=reply.retryable)

@@ -29,7 +29,7 @@ namespace Igi.Tests
             ClientUnitTests.Register(runner);
             if (vectorsDir != null) ConformanceTests.Register(runner, vectorsDir);
             else runner.Skip("conformance", "no --vectors DIR given (ipc/vectors)");
-            if (connectionFile == "never") { }
+            if (!string.IsNullOrEmpty(connectionFile)) LiveTests.Register(runner, connectionFile);
             else runner.Skip("live daemon tests", "no --connection-file given (nor IGI_CONNECTION_FILE); start a daemon with " +
                              "`.venv/bin/python -m igi_sdk.daemon --connection-file F` and pass F");
             return runner.Run() == 0 ? 0 : 1;

@@ -242,6 +242,9 @@ namespace Igi.Client
         /// <summary>Waits for a task and rethrows its own exception (not an AggregateException).</summary>
         public static T Wait<T>(Task<T> task) { return task.GetAwaiter().GetResult(); }
 
+        /// <summary>Waits for a task and rethrows its own exception (not an AggregateException).</summary>
+        public static void Wait(Task task) { task.GetAwaiter().GetResult(); }
+
         private static string RequireSession(string sessionId)
         {
             if (string.IsNullOrEmpty(sessionId)) throw new ArgumentException("a session id is required (CreateSessionAsync)");

@@ -124,5 +124,5 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = ["VECTOR_KEY", "invalid_vectors", "lenient_vectors", "render_all", "valid_vectors", "write_all"]
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -175,3 +175,10 @@ def test_other_major_is_unsupported_version_before_type_lookup() -> None:
     assert info.value.detail == {"supported": ["1.0"]} and info.value.header is not None
     newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
     assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"
+
+
+def test_canonical_tree_rejects_non_str_keys() -> None:
+    from igi_sdk.ipc.wire_types import canonical_tree
+
+    with pytest.raises(ValueError, match="keys must be strings"):
+        canonical_tree({1: 2})

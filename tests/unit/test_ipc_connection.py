@@ -63,3 +63,18 @@ def test_read_errors_are_typed(tmp_path: Path) -> None:
         path.chmod(0o600)
         with pytest.raises(ConnectionFileError, match=fragment):
             read_connection_file(path)
+
+
+def test_os_errors_are_typed(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConnectionFileError, match="cannot write"):
+        write_connection_file(blocker / "igi.json", port=1)  # parent is a file
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(ConnectionFileError, match="cannot write"):
+        write_connection_file(tmp_path / "dir.json", port=1)  # rename over a directory fails
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json", "file"]  # temporary removed
+    with pytest.raises(ConnectionFileError, match="cannot read"):
+        read_connection_file(tmp_path / "dir.json")
+    with pytest.raises(ConnectionFileError, match="needs a port"):
+        write_connection_file(tmp_path / "c.json", port=0)

@@ -39,3 +39,15 @@ def test_schemas_follow_wire_order_without_type() -> None:
 def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"igi_sdk.ipc.{module}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
+
+
+def test_generators_write_the_committed_files(tmp_path: Path) -> None:
+    from igi_sdk.ipc import schemas, vectors
+
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "removed_type.json").write_text("{}")
+    assert schemas.main([str(tmp_path / "schemas")]) == 0
+    assert vectors.main([str(tmp_path / "vectors")]) == 0
+    assert sorted(p.name for p in (tmp_path / "schemas").iterdir()) == sorted(p.name for p in SCHEMA_DIR.iterdir())
+    for name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack", "vectors.json"):
+        assert (tmp_path / "vectors" / name).read_bytes() == (SCHEMA_DIR.parent / "vectors" / name).read_bytes()

@@ -11,7 +11,14 @@ from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.errors import BadSignature, EndpointError
 from igi_sdk.ipc.frames import pack_message, split_routing, unpack_message
-from igi_sdk.ipc.transport import DealerTransport, RouterTransport, SocketOptions, bind_router, check_endpoint
+from igi_sdk.ipc.transport import (
+    DealerTransport,
+    RouterTransport,
+    SocketOptions,
+    _apply,
+    bind_router,
+    check_endpoint,
+)
 
 KEY = bytes(range(32))
 RECV_TIMEOUT_S = 10.0
@@ -105,4 +112,31 @@ def test_oversized_message_disconnects_instead_of_delivering(context: zmq.Contex
         assert received is None or all(len(frame) <= 4096 for frame in received[1])
     finally:
         client.close()
+        daemon.close()
+
+
+def test_connect_dealer_errors_are_typed(context: zmq.Context) -> None:  # type: ignore[type-arg]
+    with pytest.raises(EndpointError, match="wildcard"):
+        DealerTransport("tcp://127.0.0.1:0", context=context)
+    with pytest.raises(EndpointError, match="cannot connect"):
+        DealerTransport("ipc:///tmp/" + "x" * 200, context=context)
+
+
+def test_ipv6_loopback_sets_ipv6_option(context: zmq.Context) -> None:  # type: ignore[type-arg]
+    socket = context.socket(zmq.DEALER)
+    try:
+        _apply(socket, SocketOptions.for_max_frame_bytes(4096, linger_ms=0), check_endpoint("tcp://[::1]:0"))
+        assert socket.getsockopt(zmq.IPV6) == 1 and socket.getsockopt(zmq.MAXMSGSIZE) == 8192
+    finally:
+        socket.close()
+
+
+def test_router_transport_exposes_socket_for_pollers(context: zmq.Context) -> None:  # type: ignore[type-arg]
+    daemon = RouterTransport("inproc://igi-test", context=context, options=SocketOptions(linger_ms=0))
+    try:
+        poller = zmq.Poller()
+        poller.register(daemon.socket, zmq.POLLIN)
+        assert daemon.endpoint == "inproc://igi-test" and dict(poller.poll(0)) == {}
+        assert daemon.recv(0.0) is None
+    finally:
         daemon.close()

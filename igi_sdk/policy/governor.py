@@ -1,0 +1,310 @@
+"""Pure policy layer: the frame-rate governor. Closed loop on the game's measured frame time. No I/O, no clock.
+
+The game reports frame times (``frame_stats_request``); the governor answers how hard the daemon must pace
+token generation and, when pacing alone cannot protect the frame rate, which smaller VRAM budget it proposes.
+
+Two stages, in this order:
+
+1. **Throttle** (AIMD on a generation *allowance* ``a`` in [0, 1], 1 = unthrottled). When the p95 estimate
+   of frame time is above ``target x tighten_above_ratio`` the allowance is cut multiplicatively
+   (``a <- tighten_factor x a``, at most once per ``tighten_interval_s``); after headroom (p95 below
+   ``target x relax_below_ratio``) has lasted ``relax_hold_s`` it grows additively (``a <- a + relax_step``,
+   at most once per ``relax_interval_s``). The band between the two ratios is the hysteresis. The allowance
+   maps to the wire's ``Throttle``: ``sleep_ms_between_tokens = (1 - a) x max_sleep_ms_between_tokens`` and a
+   tokens-per-frame cap.
+2. **Budget.** With the allowance at its floor (0) and frames still over the band for ``budget_shrink_after_s``,
+   the governor proposes ``budget x budget_shrink_factor``; a game reporting less free VRAM than
+   ``vram_reserve_mib`` gets a proposal shrinking by the deficit. Once the throttle is fully relaxed and
+   headroom has lasted ``budget_grow_after_s`` it proposes growing back, never above the game's budget.
+
+An explicit budget from the game (``set_budget_request`` or ``reclaim_request``) always wins: it resets the
+working budget and becomes the ceiling no proposal exceeds. ``docs/governor.md`` has the equations.
+
+Example:
+    >>> gov = Governor(budget_mib=2048)
+    >>> d = None
+    >>> for i in range(40):
+    ...     d = gov.observe(FrameSample(now_s=i / 60, frame_time_ms=25.0, target_frame_time_ms=16.7))
+    >>> d.sleep_ms_between_tokens > 0.0
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from igi_sdk.policy.frame_signal import FrameSignal
+from igi_sdk.policy.governor_params import GovernorParams
+
+ThrottleAction = Literal["warmup", "hold", "tighten", "relax"]
+BudgetAction = Literal["none", "shrink", "grow"]
+
+
+class FrameSample(BaseModel):
+    """One ``frame_stats_request`` as the governor sees it, stamped with the daemon's clock.
+
+    ``frame_time_ms`` is best the time the frame took to *produce* (CPU/GPU work, excluding the wait for
+    vsync or a frame limiter): it reveals headroom. A vsync-locked frame interval works too; the governor
+    then finds headroom by probing (relaxing until frames slip), like TCP's AIMD.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    now_s: float = Field(description="when the daemon received the sample, s (monotonic clock)")
+    frame_time_ms: float = Field(ge=0.0, description="the game's last frame time, ms")
+    target_frame_time_ms: float = Field(gt=0.0, description="frame time the game aims for, ms (16.67 = 60 fps)")
+    free_vram_mib: float | None = Field(None, ge=0.0, description="free device memory seen by the game, MiB")
+    gpu_busy_pct: float | None = Field(None, ge=0.0, le=100.0, description="GPU utilisation seen by the game, %")
+
+
+class GovernorDecision(BaseModel):
+    """What the daemon applies after one sample, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sleep_ms_between_tokens: float = Field(ge=0.0, description="pause after each decoded token, ms")
+    max_tokens_per_frame: int | None = Field(ge=1, description="tokens per target frame, all sessions; None = unlimited")
+    proposed_budget_mib: int | None = Field(ge=0, description="VRAM budget the governor proposes now, MiB; None = no change")
+    throttle_level: float = Field(ge=0.0, le=1.0, description="1 - allowance: 0 = unthrottled, 1 = floor")
+    throttle_action: ThrottleAction
+    budget_action: BudgetAction
+    frame_ms_ewma: float = Field(ge=0.0, description="EWMA of frame time, ms")
+    frame_ms_p95: float = Field(ge=0.0, description="estimated p95 of frame time, ms")
+    reason: str = Field(description="one human-readable line")
+
+
+class GovernorState(BaseModel):
+    """Everything the governor remembers between samples (all times on the caller's clock, s)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    signal: FrameSignal = Field(default_factory=FrameSignal)
+    allowance: float = Field(1.0, ge=0.0, le=1.0, description="share of generation allowed: 1 = unthrottled, 0 = floor")
+    last_tighten_s: float | None = None
+    allowance_too_high: float | None = Field(
+        None, ge=0.0, le=1.0, description="allowance in force at the last tighten (frames were over the band)",
+    )
+    last_relax_s: float | None = None
+    headroom_since_s: float | None = Field(None, description="start of the current headroom stretch")
+    over_at_floor_since_s: float | None = Field(None, description="start of 'over the band with allowance 0'")
+    budget_mib: int | None = Field(None, ge=0, description="working budget (last explicit or proposed), MiB")
+    ceiling_mib: int | None = Field(None, ge=0, description="the game's explicit budget: no proposal above it, MiB")
+    last_budget_change_s: float | None = None
+
+    @classmethod
+    def initial(cls, budget_mib: int | None = None) -> GovernorState:
+        """A fresh, unthrottled state. ``budget_mib`` None disables budget proposals until a budget is set."""
+        return cls(budget_mib=budget_mib, ceiling_mib=budget_mib)
+
+
+class GovernorStep(BaseModel):
+    """Result of :func:`observe`: the next state and the decision to apply."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: GovernorState
+    decision: GovernorDecision
+
+
+def throttle_for(allowance: float, params: GovernorParams) -> tuple[float, int | None]:
+    """Map an allowance to ``(sleep_ms_between_tokens, max_tokens_per_frame)``; both tighten as it falls.
+
+    Example:
+        >>> throttle_for(1.0, GovernorParams())
+        (0.0, None)
+        >>> throttle_for(0.0, GovernorParams())
+        (100.0, 1)
+    """
+    a = min(1.0, max(0.0, allowance))
+    sleep_ms = (1.0 - a) * params.max_sleep_ms_between_tokens
+    cap = None if a >= 1.0 else max(1, math.ceil(params.tokens_per_frame_ceiling * a))
+    return sleep_ms, cap
+
+
+def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> GovernorState:
+    """Fold in an explicit budget from the game (``set_budget_request`` or ``reclaim_request``).
+
+    The explicit budget overrides everything: it becomes the working budget and the ceiling, and the
+    budget timers restart (a fresh budget gets ``budget_shrink_after_s`` / ``budget_grow_interval_s``).
+    The throttle is left alone: pacing and budget are separate knobs.
+    """
+    return state.model_copy(update={
+        "budget_mib": int(budget_mib), "ceiling_mib": int(budget_mib),
+        "last_budget_change_s": now_s, "over_at_floor_since_s": None,
+    })
+
+
+def _since(now_s: float, then_s: float | None) -> float:
+    return math.inf if then_s is None else now_s - then_s
+
+
+def _round_down(mib: float, granularity_mib: int) -> int:
+    return int(math.floor(mib / granularity_mib)) * granularity_mib
+
+
+def _round_up(mib: float, granularity_mib: int) -> int:
+    return int(math.ceil(mib / granularity_mib)) * granularity_mib
+
+
+def _relax_step(state: GovernorState, now_s: float, params: GovernorParams) -> float:
+    """Additive relax step, bisecting towards the allowance of the last tighten while it is remembered."""
+    remembered = state.allowance_too_high is not None and _since(now_s, state.last_tighten_s) < params.probe_memory_s
+    if not remembered or state.allowance_too_high is None:
+        return params.relax_step
+    half_gap = (state.allowance_too_high - state.allowance) / 2.0
+    return min(params.relax_step, half_gap) if half_gap >= params.relax_min_step else 0.0
+
+
+def _propose_budget(
+    state: GovernorState, sample: FrameSample, params: GovernorParams, *, over: bool, headroom: bool,
+) -> tuple[BudgetAction, int | None, str]:
+    """Stage 2: a budget proposal, or ``("none", None, "")``."""
+    budget, ceiling, now = state.budget_mib, state.ceiling_mib, sample.now_s
+    if budget is None:
+        return "none", None, ""
+    since_change = _since(now, state.last_budget_change_s)
+    shrink_to: int | None = None
+    why = ""
+    if since_change >= params.budget_shrink_interval_s:
+        if sample.free_vram_mib is not None and sample.free_vram_mib < params.vram_reserve_mib:
+            deficit = params.vram_reserve_mib - sample.free_vram_mib
+            shrink_to = _round_down(budget - deficit, params.budget_granularity_mib)
+            why = f"free VRAM {sample.free_vram_mib:.0f} MiB < reserve {params.vram_reserve_mib:.0f} MiB"
+        floor_since = state.over_at_floor_since_s
+        if over and floor_since is not None and now - floor_since >= params.budget_shrink_after_s:
+            by_frames = _round_down(budget * params.budget_shrink_factor, params.budget_granularity_mib)
+            if shrink_to is None or by_frames < shrink_to:
+                shrink_to = by_frames
+                why = f"frames over the band for {params.budget_shrink_after_s:g} s with the throttle at its floor"
+    if shrink_to is not None:
+        shrink_to = max(params.budget_floor_mib, shrink_to)
+        if shrink_to < budget:
+            return "shrink", shrink_to, why
+    cap = ceiling if ceiling is not None else budget
+    grow_ready = (
+        headroom and state.allowance >= 1.0 and budget < cap
+        and _since(now, state.headroom_since_s) >= params.budget_grow_after_s
+        and since_change >= params.budget_grow_interval_s
+    )
+    if grow_ready:
+        grow_to = max(budget + params.budget_granularity_mib, _round_up(budget * params.budget_grow_factor,
+                                                                         params.budget_granularity_mib))
+        if sample.free_vram_mib is not None:
+            spare = _round_down(sample.free_vram_mib - params.vram_reserve_mib, params.budget_granularity_mib)
+            grow_to = min(grow_to, budget + max(0, spare))
+        grow_to = min(cap, grow_to)
+        if grow_to > budget:
+            return "grow", grow_to, f"headroom for {params.budget_grow_after_s:g} s with the throttle relaxed"
+    return "none", None, ""
+
+
+def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -> GovernorStep:
+    """Fold one frame sample in and decide the throttle and any budget proposal.
+
+    Args:
+        state: the governor's state (``GovernorState.initial(budget_mib)`` at start).
+        sample: the game's frame stats, stamped with ``now_s`` by the caller.
+        params: the governor's knobs.
+
+    Returns:
+        The next state and the decision. Deterministic: the same inputs give the same outputs.
+    """
+    signal = state.signal.update(sample.frame_time_ms, now_s=sample.now_s, tau_s=params.ewma_tau_s)
+    mean_ms, p95_ms = signal.mean_ms, signal.p95_ms(params.p95_z)
+    target = sample.target_frame_time_ms
+    now = sample.now_s
+    upd: dict[str, object] = {"signal": signal}
+    action: ThrottleAction = "warmup"
+    budget_action: BudgetAction = "none"
+    proposed: int | None = None
+
+    if signal.n_samples < params.warmup_samples:
+        reason = f"warming up ({signal.n_samples}/{params.warmup_samples} samples)"
+    else:
+        over = p95_ms > target * params.tighten_above_ratio
+        gpu_saturated = sample.gpu_busy_pct is not None and sample.gpu_busy_pct >= params.gpu_busy_high_pct
+        headroom = p95_ms < target * params.relax_below_ratio and not gpu_saturated
+        headroom_since = (state.headroom_since_s if state.headroom_since_s is not None else now) if headroom else None
+        upd["headroom_since_s"] = headroom_since
+        allowance = state.allowance
+        action = "hold"
+        reason = f"p95 {p95_ms:.1f} ms within band of target {target:.1f} ms"
+        if over and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
+            upd["allowance_too_high"] = allowance
+            allowance *= params.tighten_factor
+            allowance = 0.0 if allowance < params.allowance_snap else allowance
+            upd["last_tighten_s"] = now
+            action, reason = "tighten", f"p95 {p95_ms:.1f} ms > {params.tighten_above_ratio:g} x target {target:.1f} ms"
+        elif over:
+            reason = f"p95 {p95_ms:.1f} ms over the band" + (" at the throttle floor" if allowance <= 0.0 else "")
+        elif headroom and allowance < 1.0 and headroom_since is not None \
+                and now - headroom_since >= params.relax_hold_s \
+                and _since(now, state.last_tighten_s) >= params.relax_hold_s \
+                and _since(now, state.last_relax_s) >= params.relax_interval_s:
+            step = _relax_step(state, now, params)
+            if step > 0.0:
+                allowance = min(1.0, allowance + step)
+                upd["last_relax_s"] = now
+                action, reason = "relax", f"p95 {p95_ms:.1f} ms < {params.relax_below_ratio:g} x target {target:.1f} ms"
+            else:
+                reason = f"p95 {p95_ms:.1f} ms has headroom; allowance {allowance:.2f} is just under the last over point"
+        upd["allowance"] = allowance
+        at_floor_over = over and allowance <= 0.0
+        upd["over_at_floor_since_s"] = (
+            (state.over_at_floor_since_s if state.over_at_floor_since_s is not None else now) if at_floor_over else None
+        )
+        budget_action, proposed, why = _propose_budget(state.model_copy(update=upd), sample, params,
+                                                       over=over, headroom=headroom)
+        if proposed is not None:
+            upd.update(budget_mib=proposed, last_budget_change_s=now,
+                       over_at_floor_since_s=now if at_floor_over else None)
+            reason = f"{reason}; propose {budget_action} budget to {proposed} MiB: {why}"
+
+    new_state = state.model_copy(update=upd)
+    sleep_ms, cap = throttle_for(new_state.allowance, params)
+    decision = GovernorDecision(
+        sleep_ms_between_tokens=sleep_ms, max_tokens_per_frame=cap, proposed_budget_mib=proposed,
+        throttle_level=1.0 - new_state.allowance, throttle_action=action, budget_action=budget_action,
+        frame_ms_ewma=mean_ms, frame_ms_p95=p95_ms, reason=reason,
+    )
+    return GovernorStep(state=new_state, decision=decision)
+
+
+class Governor:
+    """Mutable holder of one governor's state, for the daemon (one per daemon: frames are global).
+
+    Example:
+        >>> gov = Governor(budget_mib=1024)
+        >>> gov.observe(FrameSample(now_s=0.0, frame_time_ms=10.0, target_frame_time_ms=16.7)).throttle_action
+        'warmup'
+        >>> gov.set_budget(512, now_s=0.1); gov.state.ceiling_mib
+        512
+    """
+
+    def __init__(self, params: GovernorParams | None = None, budget_mib: int | None = None) -> None:
+        self.params = params if params is not None else GovernorParams()
+        self.state = GovernorState.initial(budget_mib)
+        self.decision: GovernorDecision | None = None
+
+    def observe(self, sample: FrameSample) -> GovernorDecision:
+        """Fold one frame sample in; returns (and remembers) the decision to apply."""
+        step = observe(self.state, sample, self.params)
+        self.state, self.decision = step.state, step.decision
+        return step.decision
+
+    def set_budget(self, budget_mib: int, now_s: float) -> None:
+        """An explicit budget from the game (set_budget or reclaim): overrides and caps proposals."""
+        self.state = on_budget_set(self.state, budget_mib, now_s)
+
+    @property
+    def sleep_ms_between_tokens(self) -> float:
+        """The pause the generation loop applies after each token now, ms (0 before any sample)."""
+        return throttle_for(self.state.allowance, self.params)[0]
+
+    @property
+    def max_tokens_per_frame(self) -> int | None:
+        """The tokens-per-frame cap in force now (None = unlimited)."""
+        return throttle_for(self.state.allowance, self.params)[1]

@@ -290,6 +290,9 @@ def group_rows(summary: ModelSummary, layout: Layout) -> tuple[GroupRow, ...]:
 
 def _why_lost(best: PlannedPlacement, other: PlannedPlacement, objective: str) -> str:
     b, o = best.prediction, other.prediction
+    if abs(o.e2e_s - b.e2e_s) < 1e-9 and abs(o.ttft_s - b.ttft_s) < 1e-9:
+        return (f"same prediction ({o.e2e_s:.3f} s e2e); ties break on VRAM "
+                f"({other.memory.vram_total_mib:.0f} vs {best.memory.vram_total_mib:.0f} MiB), then strategy order")
     return (f"predicted e2e {o.e2e_s:.3f} s vs {b.e2e_s:.3f} s (TTFT {o.ttft_s:.3f} vs {b.ttft_s:.3f} s, "
             f"{o.decode_tps:.1f} vs {b.decode_tps:.1f} tok/s; objective {objective}); "
             f"VRAM {other.memory.vram_total_mib:.0f} MiB")

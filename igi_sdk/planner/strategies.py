@@ -174,3 +174,19 @@ def unit_bytes(summary: ModelSummary, unit: int | None) -> int:
     if unit is None:
         return summary.output_stats.cuda_bytes + summary.stats(None, G.OUTPUT_NORM).cuda_bytes
     return summary.stats(unit, ffn_group(summary)).cuda_bytes
+
+
+def representative_spec(summary: ModelSummary, placement_class: str) -> Spec:
+    """The placement the edge dry-runs to measure a compute-buffer class (``memory.PlacementClass``).
+
+    ``partial`` uses the class's worst case for op_offload staging: every FFN/expert tensor and the head
+    on the host; the memory model charges any larger staged tensor on top.
+    """
+    n = summary.n_layer
+    return {
+        "all_gpu": Spec("full_gpu", n + 1),
+        "head_host": Spec("full_gpu_no_output", n),
+        "partial": Spec("attn_first", n, ffn_host_layers=tuple(range(n))),
+        "cpu_offload": Spec("cpu_offload", 0),
+        "cpu_only": Spec("cpu_only", 0, op_offload=False),
+    }[placement_class]

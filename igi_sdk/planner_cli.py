@@ -1,0 +1,143 @@
+"""``igi plan``: print the placement plan for a model under a VRAM budget (edge: reads files, dry-runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from igi_sdk.errors import IgiError
+from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
+                             plan_placement, reference_profile, table_from_shape)
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.summary import summarize
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="igi plan", description="Plan where each tensor goes under a VRAM budget.")
+    p.add_argument("model", help="GGUF path, 'default' (embedded model) or 'synthetic:PRESET' (e.g. synthetic:llama_8b)")
+    p.add_argument("--vram-budget-mib", type=int, required=True)
+    p.add_argument("--ctx", type=int, default=4096, help="n_ctx (all sessions together)")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--reply-tokens", type=int, default=128)
+    p.add_argument("--parallel", type=int, default=1, help="concurrent sessions (n_seq_max)")
+    p.add_argument("--reloads-per-request", type=float, default=0.0, help="expected budget-change reloads per request")
+    p.add_argument("--objective", choices=("e2e", "ttft", "tps"), default="e2e")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads the game leaves us")
+    p.add_argument("--profile", default="auto",
+                   help="'auto' (this machine's cached profile, quick-measured on first use), "
+                        "'reference:h200' / 'reference:cpu2', or a profile JSON path")
+    p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of dry-running")
+    p.add_argument("--json", action="store_true", help="print the PlanResult as JSON")
+    return p
+
+
+def load_model_table(model: str) -> tuple[ModelTable, Path | None]:
+    """The tensor table of MODEL and its file (None for a synthetic preset, planned without a file)."""
+    if model.startswith("synthetic:"):
+        from igi_sdk.synthetic import preset
+
+        name = model.split(":", 1)[1]
+        return table_from_shape(preset(name), name=name), None
+    from igi_sdk.engine.gguf_table import read_tensor_table
+
+    if model == "default":
+        from igi_sdk.model_store import default_model_path
+
+        path = default_model_path()
+    else:
+        path = Path(model)
+    return read_tensor_table(path), path
+
+
+def resolve_profile(spec: str) -> Profile:
+    """A profile from ``--profile``."""
+    if spec.startswith("reference:"):
+        return reference_profile(spec.split(":", 1)[1])
+    if spec == "auto":
+        from igi_sdk.profiler import load_or_create_profile
+
+        return load_or_create_profile(quick=True)
+    return Profile.model_validate_json(Path(spec).read_text())
+
+
+def render(result: PlanResult, console: Console) -> None:
+    """Rich tables of the chosen plan, its memory terms and predictions, and the runner-ups."""
+    w = result.workload
+    console.print(f"[bold]{result.model}[/bold]  budget {result.vram_budget_mib} MiB  objective {result.objective}  "
+                  f"prompt {w.prompt_tokens}  reply {w.reply_tokens}  ctx {w.n_ctx}  parallel {w.parallel}")
+    if result.chosen is None:
+        console.print(f"[red]infeasible[/red]: no GPU placement fits; smallest budget that works: "
+                      f"{result.min_feasible_budget_mib} MiB")
+    chosen = result.chosen or result.cpu_fallback
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if chosen is None:
+        return
+    pl = chosen.placement
+    console.print(f"[bold green]{'fallback' if result.chosen is None else 'plan'}: {chosen.strategy}[/bold green] - "
+                  f"{chosen.description}")
+    console.print(f"n_gpu_layers={pl.n_gpu_layers} n_ubatch={pl.n_ubatch} load_mode={pl.load_mode} "
+                  f"op_offload={pl.op_offload} n_threads={pl.n_threads}")
+    for rule in pl.rules:
+        console.print(f"  override {rule.pattern} -> {rule.device}")
+    groups = Table(title="tensor groups per device")
+    for col in ("group", "VRAM layers", "VRAM MiB", "host layers", "host MiB"):
+        groups.add_column(col, justify="left" if col == "group" else "right")
+    for row in chosen.groups:
+        groups.add_row(row.group, str(row.gpu_layers), f"{row.gpu_mib:.1f}", str(row.host_layers), f"{row.host_mib:.1f}")
+    console.print(groups)
+    m, p = chosen.memory, chosen.prediction
+    mem = Table(title=f"memory (MiB; compute buffer from {m.compute_source})")
+    mem.add_column("term")
+    mem.add_column("VRAM", justify="right")
+    mem.add_column("host", justify="right")
+    for name, gpu, host in (("weights", m.gpu_weights_mib, m.host_weights_mib), ("KV cache", m.gpu_kv_mib, m.host_kv_mib),
+                            ("compute buffers", m.gpu_compute_mib, m.host_compute_mib),
+                            ("CUDA context reserve", m.gpu_reserve_mib, 0.0), ("safety margin", m.safety_margin_mib, 0.0),
+                            ("total", m.vram_total_mib, m.host_total_mib)):
+        mem.add_row(name, f"{gpu:.1f}", f"{host:.1f}")
+    console.print(mem)
+    console.print(f"predicted: TTFT {p.ttft_s:.3f} s  decode {p.decode_tps:.1f} tok/s  e2e {p.e2e_s:.3f} s  "
+                  f"reload {p.reload_s:.2f} s")
+    if result.runner_ups:
+        ru = Table(title="runner-ups")
+        ru.add_column("strategy")
+        ru.add_column("why it lost")
+        for r in result.runner_ups:
+            ru.add_row(r.strategy, r.reason)
+        console.print(ru)
+
+
+def run(argv: list[str]) -> int:
+    """Entry point of ``igi plan``."""
+    args = _parser().parse_args(argv)
+    console = Console(stderr=args.json)
+    try:
+        table, path = load_model_table(args.model)
+        profile = resolve_profile(args.profile)
+        workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
+                            n_ctx=args.ctx, reloads_per_request=args.reloads_per_request)
+        options = PlannerOptions(objective=args.objective, n_threads=args.threads)
+        compute = ComputeBufferTable()
+        if path is not None and not args.no_dry_run:
+            from igi_sdk.profiler.compute_table import fill_compute_table
+
+            base = Placement(n_ctx=workload.n_ctx, n_seq_max=workload.parallel, type_k=options.type_k,
+                             type_v=options.type_v, flash_attn=options.flash_attn)
+            ubs = sorted({min(u, max(workload.n_ctx, 32)) for u in options.n_ubatch_choices})
+            compute, warnings = fill_compute_table(path, summarize(table), base, ubs, has_gpu=profile.gpu is not None)
+            for w in warnings:
+                console.print(f"warning: {w}")
+        result = plan_placement(table, args.vram_budget_mib, workload, profile, compute, options)
+    except (IgiError, KeyError, ValueError, OSError) as exc:
+        print(f"igi plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render(result, console)
+    return 0

@@ -1,0 +1,56 @@
+"""Edge: profiles on disk, ``cache_dir()/profiles/<machine-key>.json``, versioned."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from igi_sdk.model_store import cache_dir
+from igi_sdk.planner.profile import PROFILE_VERSION, MachineKey, Profile
+from igi_sdk.profiler.machine import machine_key
+from igi_sdk.profiler.measure import Progress
+
+
+def profile_path(key: MachineKey) -> Path:
+    """Where the profile of machine ``key`` is cached."""
+    return cache_dir() / "profiles" / f"{key.slug()}.json"
+
+
+def save_profile(profile: Profile) -> Path:
+    """Write ``profile`` atomically to its cache path; returns the path."""
+    path = profile_path(profile.machine)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(profile.model_dump_json(indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def load_profile(key: MachineKey | None = None) -> Profile | None:
+    """The cached profile of this machine (or ``key``), None if absent, unreadable or of another version."""
+    path = profile_path(key or machine_key())
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") != PROFILE_VERSION:
+            return None
+        return Profile.model_validate(data)
+    except (OSError, ValueError):
+        return None
+
+
+def load_or_create_profile(*, quick: bool = False, progress: Progress | None = None) -> Profile:
+    """The cached profile of this machine, measuring and saving it on first use (the daemon calls this).
+
+    A full profile is preferred; a cached quick one is used as is.
+    """
+    from igi_sdk.profiler.build import measure_profile
+
+    cached = load_profile()
+    if cached is not None:
+        return cached
+    profile = measure_profile(quick=quick, progress=progress)
+    save_profile(profile)
+    return profile

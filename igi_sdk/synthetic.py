@@ -139,7 +139,9 @@ def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator) 
         return (rng.standard_normal(math.prod(ne), dtype=np.float32) * 0.02).astype(np.float32)
     block = _BLOCK_BYTES[ggml_type]
     n_blocks = math.prod(ne) // QK
-    raw = np.frombuffer(rng.bytes(n_blocks * block), dtype=np.uint8).reshape(n_blocks, block).copy()
+    n_bytes = n_blocks * block
+    words = rng.bit_generator.random_raw(-(-n_bytes // 8))  # raw 64-bit draws: ~1.5 GB/s with SFC64
+    raw = words.view(np.uint8)[:n_bytes].reshape(n_blocks, block)
     # scale so that a row's dot product with a unit-RMS input stays O(1): 1 / (element std * sqrt(n_in))
     scale = np.float16(1.0 / (_ELEMENT_STD[ggml_type] * math.sqrt(ne[0])))
     raw[:, 0:2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
@@ -197,7 +199,7 @@ def write_synthetic_gguf(
     writer.add_uint32(f"{ARCH}.feed_forward_length", shape.ffn_width)
     writer.add_uint32(f"{ARCH}.attention.head_count", shape.n_head)
     writer.add_uint32(f"{ARCH}.attention.head_count_kv", shape.n_head_kv)
-    writer.add_float32(f"{ARCH}.attention.layer_norm_rms_eps", 1e-5)
+    writer.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", 1e-5)
     writer.add_uint32(f"{ARCH}.rope.dimension_count", shape.n_embd_head)
     writer.add_float32(f"{ARCH}.rope.freq_base", 10000.0)
     writer.add_uint32(f"{ARCH}.vocab_size", shape.n_vocab)
@@ -225,7 +227,7 @@ def write_synthetic_gguf(
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for index, (_name, ne, t) in enumerate(specs):
-            rng = np.random.Generator(np.random.PCG64([seed, index]))
+            rng = np.random.Generator(np.random.SFC64([seed, index]))
             writer.write_tensor_data(_tensor_data(ne, t, rng))
         writer.close()
     except BaseException:

@@ -18,7 +18,8 @@ Two stages, in this order:
    headroom has lasted ``budget_grow_after_s`` it proposes growing back, never above the game's budget.
 
 An explicit budget from the game (``set_budget_request`` or ``reclaim_request``) always wins: it resets the
-working budget and becomes the ceiling no proposal exceeds. ``docs/governor.md`` has the equations.
+working budget and becomes the ceiling no proposal exceeds (a ``set_budget`` equal to the governor's pending
+proposal is read as accepting it, and keeps the ceiling). ``docs/governor.md`` has the equations.
 
 Example:
     >>> gov = Governor(budget_mib=2048)
@@ -125,14 +126,27 @@ def throttle_for(allowance: float, params: GovernorParams) -> tuple[float, int |
 
 
 def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> GovernorState:
-    """Fold in an explicit budget from the game (``set_budget_request`` or ``reclaim_request``).
+    """Fold in a budget from the game (``set_budget_request`` or ``reclaim_request``).
 
-    The explicit budget overrides everything: it becomes the working budget and the ceiling, and the
-    budget timers restart (a fresh budget gets ``budget_shrink_after_s`` / ``budget_grow_interval_s``).
-    The throttle is left alone: pacing and budget are separate knobs.
+    A budget equal to the governor's working budget while that is below the ceiling is the game *accepting*
+    the governor's last proposal: the working budget stands and the game's earlier explicit budget stays the
+    ceiling, so the governor may later grow back to it. Any other value is an explicit override: it becomes
+    the working budget and the ceiling no proposal exceeds. Either way the budget timers restart (a fresh
+    budget waits ``budget_shrink_after_s`` / ``budget_grow_interval_s``). The throttle is left alone: pacing
+    and budget are separate knobs.
+
+    Example:
+        >>> s = GovernorState.initial(2048).model_copy(update={"budget_mib": 1536})  # proposed 1536
+        >>> on_budget_set(s, 1536, now_s=1.0).ceiling_mib   # accepted: the ceiling stays
+        2048
+        >>> on_budget_set(s, 1024, now_s=1.0).ceiling_mib   # override
+        1024
     """
+    budget = int(budget_mib)
+    accepted = (state.budget_mib is not None and state.ceiling_mib is not None
+                and budget == state.budget_mib < state.ceiling_mib)
     return state.model_copy(update={
-        "budget_mib": int(budget_mib), "ceiling_mib": int(budget_mib),
+        "budget_mib": budget, "ceiling_mib": state.ceiling_mib if accepted else budget,
         "last_budget_change_s": now_s, "over_at_floor_since_s": None,
     })
 
@@ -296,7 +310,7 @@ class Governor:
         return step.decision
 
     def set_budget(self, budget_mib: int, now_s: float) -> None:
-        """An explicit budget from the game (set_budget or reclaim): overrides and caps proposals."""
+        """A budget from the game (set_budget or reclaim): accepts a proposal or overrides (see on_budget_set)."""
         self.state = on_budget_set(self.state, budget_mib, now_s)
 
     @property

@@ -206,3 +206,13 @@ def test_governor_holder_tracks_state() -> None:
     assert gov.max_tokens_per_frame == gov.decision.max_tokens_per_frame
     gov.set_budget(256, now_s=1.0)
     assert (gov.state.budget_mib, gov.state.ceiling_mib) == (256, 256)
+
+
+def test_accepting_a_proposal_keeps_the_ceiling() -> None:
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 8.0)
+    proposed = next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None)
+    state = on_budget_set(state, proposed, now_s=8.0)  # the game applies the governor's proposal
+    assert (state.budget_mib, state.ceiling_mib) == (proposed, 2048)
+    state, ds = feed(state, 8.0, 8.0, 80.0)
+    assert state.budget_mib == 2048  # grown back to the game's explicit budget, not above
+    assert max(d.proposed_budget_mib or 0 for d in ds) == 2048

@@ -121,8 +121,9 @@ def test_explicit_budget_is_never_exceeded(samples: list[FrameSample], budgets: 
     sets = dict(zip(positions, budgets))
     for i, sample in enumerate(samples):
         if i in sets:
-            ceiling = sets[i]
-            state = on_budget_set(state, ceiling, sample.now_s)
+            accepted = state.budget_mib == sets[i] and state.ceiling_mib is not None and sets[i] < state.ceiling_mib
+            ceiling = ceiling if accepted else sets[i]
+            state = on_budget_set(state, sets[i], sample.now_s)
         step = observe(state, sample, P)
         state = step.state
         assert step.decision.proposed_budget_mib is None or step.decision.proposed_budget_mib <= ceiling

@@ -94,7 +94,15 @@ Header DecodeHeader(const std::string& header_bytes, std::size_t max_frame_bytes
   }
 }
 
+bool SameMajor(const std::string& version, const std::string& ours) {
+  return version.substr(0, version.find('.')) == ours.substr(0, ours.find('.'));
+}
+
 Value DecodeContent(const Header& header, const std::string& content_bytes, std::size_t max_frame_bytes) {
+  if (!SameMajor(header.protocol_version, kProtocolVersion)) {  // before the type (spec 2, check 4)
+    throw ProtocolError(ErrorCode::kUnsupportedVersion,
+                        "protocol_version " + header.protocol_version + " (supported: " + kProtocolVersion + ")");
+  }
   const MessageTypeInfo* info = FindMessageType(header.type);
   if (info == nullptr) throw ProtocolError(ErrorCode::kUnknownType, "unknown message type '" + header.type + "'");
   if (info->requires_session && !header.session_id) {

@@ -2,7 +2,7 @@
 //
 // A message is [b"IGI1", signature, header, content]. Receive-side checks run in the order the
 // spec gives, and the first failure is thrown: frame shape (BadFrameError), signature
-// (BadSignatureError), header (ProtocolError), then type / session / content (ProtocolError).
+// (BadSignatureError), header, major version, type, session, content (ProtocolError).
 #pragma once
 
 #include <array>
@@ -73,8 +73,11 @@ void CheckFrames(const std::string& key, const std::vector<std::string>& frames)
 /// Decodes and validates the header frame; throws ProtocolError (too_large / invalid_request).
 Header DecodeHeader(const std::string& header_bytes, std::size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
-/// Decodes and validates content for `header.type`; throws ProtocolError (unknown_type, too_large,
-/// invalid_request).
+/// True when two "major.minor" versions share the major.
+bool SameMajor(const std::string& version, const std::string& ours);
+
+/// Checks the header's major version, then decodes and validates content for `header.type`;
+/// throws ProtocolError (unsupported_version, unknown_type, too_large, invalid_request).
 Value DecodeContent(const Header& header, const std::string& content_bytes,
                     std::size_t max_frame_bytes = kDefaultMaxFrameBytes);
 

@@ -1,0 +1,227 @@
+// client_impl.hpp - IgiClientCore, client layer (private): Client::Impl, the I/O thread's state machine.
+//
+// Shared by client.cpp (I/O loop, correlation, deadlines, heartbeats, Pump) and client_requests.cpp
+// (the typed blocking / asynchronous request wrappers).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "igi/client.hpp"
+#include "igi/transport.hpp"
+
+namespace igi {
+namespace detail {
+
+inline double SteadyNow() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline constexpr double kMaxPollWaitS = 0.05;
+
+/// One outstanding request.
+struct Pending {
+  std::string type;
+  bool internal = false;  // heartbeat: no callbacks
+  std::shared_ptr<std::promise<Envelope>> promise;  // blocking call
+  std::function<void(const Envelope&)> on_event;     // async token_event (runs in Pump)
+  std::function<void(const Envelope&)> on_reply;     // async success reply (runs in Pump)
+  ErrorCallback on_error;
+  double deadline = 0.0;
+  double idle_timeout_s = 0.0;  // > 0: each event pushes the deadline out (streaming)
+};
+
+inline void DeliverError(const ErrorCallback& cb, const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const IgiError& e) {
+    if (cb) cb(e);
+  }
+}
+
+inline std::exception_ptr ErrorFromReply(const Envelope& env) {
+  ErrorReply reply = StructFromValue<ErrorReply>(env.content);
+  return MakeRequestError(ErrorCodeName(reply.code), reply.message, reply.detail, reply.retryable);
+}
+
+}  // namespace detail
+
+using detail::DeliverError;
+using detail::ErrorFromReply;
+using detail::kMaxPollWaitS;
+using detail::Pending;
+using detail::SteadyNow;
+
+struct Client::Impl {
+  ConnectionInfo info;
+  ClientOptions options;
+  DealerTransport transport;
+
+  mutable std::mutex mutex;  // guards everything below
+  std::unordered_map<std::string, Pending> pending;
+  std::deque<std::pair<std::string, std::function<void()>>> events;  // (msg_id, callback)
+  HelloReply hello;
+  bool connected = false;
+  bool running = true;
+  ClientCounters counters;
+  double heartbeat_interval_s = 2.0;
+  double client_timeout_s = 10.0;
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  double last_received = 0.0;
+  double last_heartbeat_sent = 0.0;
+  std::function<void(const IgiError&)> on_disconnected;
+
+  std::thread io_thread;
+
+  Impl(ConnectionInfo i, ClientOptions o)
+      : info(std::move(i)), options(std::move(o)), transport(info.Endpoint(), options.linger_ms) {}
+
+  // Registers a request and posts its frames. Returns the msg_id.
+  std::string Send(const std::string& type, const std::optional<std::string>& session_id, const Value& content,
+                   Pending entry, double timeout_s) {
+    Header header = NewHeader(type, std::nullopt, session_id);
+    Frames frames = PackFrames(info.key, header, content);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!running) throw DaemonUnavailableError("client is closed");
+      entry.type = type;
+      entry.deadline = SteadyNow() + timeout_s;
+      pending.emplace(header.msg_id, std::move(entry));
+    }
+    transport.Post(Multipart(frames.begin(), frames.end()));
+    return header.msg_id;
+  }
+
+  // Fails a removed pending entry; caller holds the mutex.
+  void FailLocked(const std::string& id, Pending& p, std::exception_ptr error) {
+    if (p.internal) return;
+    if (p.promise) {
+      p.promise->set_exception(error);
+    } else if (p.on_error) {
+      events.emplace_back(id, [cb = std::move(p.on_error), error] { DeliverError(cb, error); });
+    }
+  }
+
+  void HandleIncoming(const Multipart& frames, double now) {
+    Envelope env;
+    std::lock_guard<std::mutex> lock(mutex);
+    ++counters.messages_received;
+    last_received = now;
+    try {
+      env = UnpackFrames(info.key, frames, max_frame_bytes);
+    } catch (const WireError&) {
+      ++counters.dropped_invalid;  // spec 2: a client drops failing messages
+      return;
+    }
+    auto it = env.header.parent_id ? pending.find(*env.header.parent_id) : pending.end();
+    if (it == pending.end()) {
+      ++counters.dropped_unmatched;
+      return;
+    }
+    Pending& p = it->second;
+    if (env.header.type == TokenEvent::kType) {
+      if (p.idle_timeout_s <= 0.0) {
+        ++counters.dropped_unmatched;
+        return;
+      }
+      p.deadline = now + p.idle_timeout_s;
+      if (p.on_event) events.emplace_back(it->first, [cb = p.on_event, env] { cb(env); });
+      return;
+    }
+    Pending done = std::move(p);
+    std::string id = it->first;
+    pending.erase(it);
+    if (done.internal) return;
+    bool is_error = env.header.type == ErrorReply::kType;
+    if (!is_error && env.header.type != TerminalReplyType(done.type)) {
+      FailLocked(id, done, std::make_exception_ptr(ProtocolError(
+                           ErrorCode::kInvalidRequest, done.type + " answered with " + env.header.type)));
+      return;
+    }
+    if (done.promise) {
+      done.promise->set_value(std::move(env));
+    } else if (is_error) {
+      FailLocked(id, done, ErrorFromReply(env));
+    } else if (done.on_reply) {
+      events.emplace_back(id, [cb = std::move(done.on_reply), env] { cb(env); });
+    }
+  }
+
+  void CheckDeadlinesLocked(double now) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (now < it->second.deadline) {
+        ++it;
+        continue;
+      }
+      Pending p = std::move(it->second);
+      std::string id = it->first;
+      it = pending.erase(it);
+      FailLocked(id, p, std::make_exception_ptr(TimeoutError("no reply to " + p.type + " " + id + " within deadline")));
+    }
+  }
+
+  void DeclareGoneLocked(const std::string& why) {
+    connected = false;
+    auto error = std::make_exception_ptr(DaemonUnavailableError(why));
+    for (auto& [id, p] : pending) FailLocked(id, p, error);
+    pending.clear();
+    if (on_disconnected) events.emplace_back("", [cb = on_disconnected, error] { DeliverError(cb, error); });
+  }
+
+  void Heartbeat(double now) {
+    bool send = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!connected) return;
+      bool outstanding = std::any_of(pending.begin(), pending.end(), [](const auto& kv) { return kv.second.internal; });
+      if (outstanding && now - last_received > client_timeout_s) {
+        DeclareGoneLocked("daemon silent for " + std::to_string(client_timeout_s) + " s with a heartbeat outstanding");
+        return;
+      }
+      send = now - last_heartbeat_sent >= heartbeat_interval_s;
+      if (send) {
+        last_heartbeat_sent = now;
+        ++counters.heartbeats_sent;
+      }
+    }
+    if (send) {
+      Pending hb;
+      hb.internal = true;
+      Send(HeartbeatRequest::kType, std::nullopt, StructToValue(HeartbeatRequest{}), std::move(hb),
+           client_timeout_s + heartbeat_interval_s);
+    }
+  }
+
+  void Run() {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!running) return;
+      }
+      std::vector<Multipart> received;
+      try {
+        received = transport.Poll(kMaxPollWaitS);
+      } catch (const std::exception&) {
+        std::lock_guard<std::mutex> lock(mutex);
+        DeclareGoneLocked("transport failure");
+        running = false;
+        return;
+      }
+      double now = SteadyNow();
+      for (const Multipart& frames : received) HandleIncoming(frames, now);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        CheckDeadlinesLocked(now);
+      }
+      Heartbeat(now);
+    }
+  }
+};
+
+}  // namespace igi

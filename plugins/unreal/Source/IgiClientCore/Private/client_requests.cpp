@@ -1,0 +1,127 @@
+// client_requests.cpp - IgiClientCore, client layer: typed blocking and asynchronous requests.
+#include "igi/client.hpp"
+
+#include "client_impl.hpp"
+
+namespace igi {
+
+using detail::SteadyNow;
+
+HelloReply Client::Connect() {
+  HelloRequest request;
+  request.client_name = impl_->options.client_name;
+  request.client_version = impl_->options.client_version;
+  request.capabilities = impl_->options.capabilities;
+  HelloReply reply = Call<HelloRequest, HelloReply>(request, std::nullopt, impl_->options.connect_timeout_s);
+  if (!SameMajor(reply.protocol_version, kProtocolVersion)) {
+    throw UnsupportedVersionError(ErrorCode::kUnsupportedVersion, "unsupported_version",
+                                  "daemon speaks protocol " + reply.protocol_version + ", client " + kProtocolVersion,
+                                  Value());
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->hello = reply;
+  impl_->connected = true;
+  impl_->heartbeat_interval_s = reply.heartbeat_interval_s > 0 ? reply.heartbeat_interval_s : 2.0;
+  impl_->client_timeout_s = reply.client_timeout_s > 0 ? reply.client_timeout_s : 10.0;
+  impl_->max_frame_bytes = static_cast<std::size_t>(reply.limits.max_frame_bytes);
+  impl_->last_received = SteadyNow();
+  impl_->last_heartbeat_sent = impl_->last_received;
+  return reply;
+}
+
+CreateSessionReply Client::CreateSession(const CreateSessionRequest& request) {
+  return Call<CreateSessionRequest, CreateSessionReply>(request, std::nullopt, impl_->options.request_timeout_s);
+}
+
+void Client::CloseSession(const std::string& session_id) {
+  Call<CloseSessionRequest, CloseSessionReply>(CloseSessionRequest{}, session_id, impl_->options.request_timeout_s);
+}
+
+BudgetAck Client::SetBudget(std::int64_t vram_budget_mib, const std::string& reason) {
+  SetBudgetRequest request{vram_budget_mib, reason};
+  return Call<SetBudgetRequest, BudgetAck>(request, std::nullopt, impl_->options.budget_timeout_s);
+}
+
+BudgetAck Client::Reclaim(std::int64_t vram_budget_mib, double deadline_s) {
+  ReclaimRequest request{vram_budget_mib, deadline_s};
+  return Call<ReclaimRequest, BudgetAck>(request, std::nullopt, impl_->options.budget_timeout_s);
+}
+
+FrameStatsReply Client::SendFrameStats(const FrameStatsRequest& request) {
+  return Call<FrameStatsRequest, FrameStatsReply>(request, std::nullopt, impl_->options.request_timeout_s);
+}
+
+StatusReply Client::Status() {
+  return Call<StatusRequest, StatusReply>(StatusRequest{}, std::nullopt, impl_->options.request_timeout_s);
+}
+
+LoadModelReply Client::LoadModel(const LoadModelRequest& request) {
+  return Call<LoadModelRequest, LoadModelReply>(request, std::nullopt, impl_->options.budget_timeout_s);
+}
+
+namespace {
+
+template <class Reply>
+Pending AsyncEntry(std::function<void(const Reply&)> on_reply, ErrorCallback on_error) {
+  Pending p;
+  if (on_reply) {
+    p.on_reply = [cb = std::move(on_reply)](const Envelope& env) { cb(StructFromValue<Reply>(env.content)); };
+  }
+  p.on_error = std::move(on_error);
+  return p;
+}
+
+}  // namespace
+
+std::string Client::Generate(const std::string& session_id, const GenerateRequest& request,
+                             GenerateCallbacks callbacks) {
+  Pending p = AsyncEntry<GenerateReply>(std::move(callbacks.on_done), std::move(callbacks.on_error));
+  if (callbacks.on_token) {
+    p.on_event = [cb = std::move(callbacks.on_token)](const Envelope& env) {
+      cb(StructFromValue<TokenEvent>(env.content));
+    };
+  }
+  p.idle_timeout_s = impl_->options.generate_idle_timeout_s;
+  return impl_->Send(GenerateRequest::kType, session_id, StructToValue(request), std::move(p),
+                     impl_->options.generate_idle_timeout_s);
+}
+
+std::string Client::Cancel(const std::string& generate_msg_id, std::function<void(const CancelReply&)> on_reply,
+                           ErrorCallback on_error) {
+  CancelRequest request{generate_msg_id};
+  return impl_->Send(CancelRequest::kType, std::nullopt, StructToValue(request),
+                     AsyncEntry<CancelReply>(std::move(on_reply), std::move(on_error)), impl_->options.request_timeout_s);
+}
+
+std::string Client::SetBudgetAsync(std::int64_t vram_budget_mib, const std::string& reason,
+                                   std::function<void(const BudgetAck&)> on_ack, ErrorCallback on_error) {
+  SetBudgetRequest request{vram_budget_mib, reason};
+  return impl_->Send(SetBudgetRequest::kType, std::nullopt, StructToValue(request),
+                     AsyncEntry<BudgetAck>(std::move(on_ack), std::move(on_error)), impl_->options.budget_timeout_s);
+}
+
+std::string Client::FrameStatsAsync(const FrameStatsRequest& request,
+                                    std::function<void(const FrameStatsReply&)> on_reply, ErrorCallback on_error) {
+  return impl_->Send(FrameStatsRequest::kType, std::nullopt, StructToValue(request),
+                     AsyncEntry<FrameStatsReply>(std::move(on_reply), std::move(on_error)),
+                     impl_->options.request_timeout_s);
+}
+
+std::string Client::CreateSessionAsync(const CreateSessionRequest& request,
+                                       std::function<void(const CreateSessionReply&)> on_reply,
+                                       ErrorCallback on_error) {
+  return impl_->Send(CreateSessionRequest::kType, std::nullopt, StructToValue(request),
+                     AsyncEntry<CreateSessionReply>(std::move(on_reply), std::move(on_error)),
+                     impl_->options.request_timeout_s);
+}
+
+std::string Client::CloseSessionAsync(const std::string& session_id, std::function<void()> on_closed,
+                                      ErrorCallback on_error) {
+  std::function<void(const CloseSessionReply&)> wrapped;
+  if (on_closed) wrapped = [cb = std::move(on_closed)](const CloseSessionReply&) { cb(); };
+  return impl_->Send(CloseSessionRequest::kType, session_id, StructToValue(CloseSessionRequest{}),
+                     AsyncEntry<CloseSessionReply>(std::move(wrapped), std::move(on_error)),
+                     impl_->options.request_timeout_s);
+}
+
+}  // namespace igi

@@ -1,0 +1,133 @@
+// igi/client.hpp - IgiClientCore, client layer: igi::Client, the game-side connection to one daemon.
+//
+// Threading: one background I/O thread owns the ZeroMQ DEALER socket (sends, receives, heartbeats,
+// deadlines). Blocking calls (Connect, CreateSession, SetBudget, ...) wait for their reply on the
+// caller's thread with a timeout. Asynchronous calls (Generate, Cancel, *Async) never block: their
+// callbacks are queued by the I/O thread and run only inside Pump(), on the thread that calls it
+// (the game thread). All public methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "igi/connection_file.hpp"
+#include "igi/envelope.hpp"
+#include "igi/errors.hpp"
+#include "igi/messages.hpp"
+
+namespace igi {
+
+/// Tunables of a Client; every wait has a deadline.
+struct ClientOptions {
+  std::string client_name = "unreal-plugin";
+  std::string client_version = "0.1.0";
+  std::vector<std::string> capabilities = {"token_stream", "reclaim", "frame_stats"};
+  double connect_timeout_s = 10.0;   ///< hello_request -> hello_reply
+  double request_timeout_s = 30.0;   ///< any other request -> its terminal reply
+  double budget_timeout_s = 120.0;   ///< set_budget / reclaim / load_model (may reload the model)
+  /// Longest silence between two messages of one generation (queueing + prompt eval + a token).
+  double generate_idle_timeout_s = 120.0;
+  int linger_ms = 0;
+};
+
+/// Callback receiving a typed error (RequestError, TimeoutError, DaemonUnavailableError, ...).
+using ErrorCallback = std::function<void(const IgiError&)>;
+
+/// Callbacks of one streaming generation; each runs inside Pump().
+struct GenerateCallbacks {
+  std::function<void(const TokenEvent&)> on_token;    ///< zero or more times, in index order
+  std::function<void(const GenerateReply&)> on_done;  ///< terminal success (finish_reason may be "cancelled")
+  ErrorCallback on_error;                             ///< terminal failure (error_reply, timeout, daemon gone)
+};
+
+/// Counters of what the client dropped or saw.
+struct ClientCounters {
+  std::uint64_t messages_received = 0;
+  std::uint64_t dropped_invalid = 0;    ///< failed framing, signature or validation (spec 2)
+  std::uint64_t dropped_unmatched = 0;  ///< parent_id of no outstanding request (e.g. after a timeout)
+  std::uint64_t heartbeats_sent = 0;
+};
+
+class Client {
+ public:
+  /// Creates the DEALER socket, connects it to `info.Endpoint()` and starts the I/O thread.
+  /// No message is sent until Connect().
+  explicit Client(ConnectionInfo info, ClientOptions options = {});
+  /// Reads `connection_file` (see ReadConnectionFile) and constructs a Client.
+  static std::unique_ptr<Client> FromConnectionFile(const std::string& connection_file, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // ---- blocking calls: for loading screens / setup, not per frame. Throw IgiError subclasses. ----
+  /// hello handshake; starts heartbeats. Throws UnsupportedVersionError on a different major version.
+  HelloReply Connect();
+  /// Opens an NPC session; returns its id (also in the reply).
+  CreateSessionReply CreateSession(const CreateSessionRequest& request);
+  void CloseSession(const std::string& session_id);
+  BudgetAck SetBudget(std::int64_t vram_budget_mib, const std::string& reason = "");
+  /// Urgent shrink on the daemon's priority path.
+  BudgetAck Reclaim(std::int64_t vram_budget_mib, double deadline_s);
+  FrameStatsReply SendFrameStats(const FrameStatsRequest& request);
+  StatusReply Status();
+  LoadModelReply LoadModel(const LoadModelRequest& request);
+
+  // ---- asynchronous calls: return the request's msg_id; callbacks run inside Pump(). ----
+  /// Streams one NPC reply to `request.text` in `session_id`.
+  std::string Generate(const std::string& session_id, const GenerateRequest& request, GenerateCallbacks callbacks);
+  /// Cancels a generation started with Generate(); its on_done then reports finish_reason "cancelled".
+  std::string Cancel(const std::string& generate_msg_id, std::function<void(const CancelReply&)> on_reply = {},
+                     ErrorCallback on_error = {});
+  std::string SetBudgetAsync(std::int64_t vram_budget_mib, const std::string& reason,
+                             std::function<void(const BudgetAck&)> on_ack, ErrorCallback on_error = {});
+  std::string FrameStatsAsync(const FrameStatsRequest& request, std::function<void(const FrameStatsReply&)> on_reply,
+                              ErrorCallback on_error = {});
+  std::string CreateSessionAsync(const CreateSessionRequest& request,
+                                 std::function<void(const CreateSessionReply&)> on_reply, ErrorCallback on_error = {});
+  std::string CloseSessionAsync(const std::string& session_id, std::function<void()> on_closed = {},
+                                ErrorCallback on_error = {});
+
+  /// Runs queued callbacks on the calling thread (call once per frame from the game thread).
+  /// At most `max_callbacks` run; the rest stay queued. Returns how many ran.
+  std::size_t Pump(std::size_t max_callbacks = SIZE_MAX);
+
+  /// Drops the callbacks of a request (e.g. its owner is being destroyed), including ones already
+  /// queued for Pump(); nothing more is delivered for it. Does not cancel anything on the daemon.
+  void Forget(const std::string& msg_id);
+
+  /// Called (inside Pump) once when heartbeats go unanswered for client_timeout_s.
+  void SetOnDisconnected(std::function<void(const IgiError&)> callback);
+
+  /// Stops the I/O thread and fails every outstanding request with DaemonUnavailableError.
+  void Close();
+
+  bool connected() const;
+  /// The hello_reply of Connect() (default-constructed before).
+  HelloReply hello() const;
+  ClientCounters counters() const;
+  const ConnectionInfo& connection() const;
+
+  /// Sends any typed request and waits for its terminal reply (error_reply is thrown as RequestError).
+  template <class Req, class Reply>
+  Reply Call(const Req& request, const std::optional<std::string>& session_id, double timeout_s) {
+    Envelope env = CallRaw(Req::kType, session_id, StructToValue(request), timeout_s);
+    return StructFromValue<Reply>(env.content);
+  }
+
+  /// Sends a request of any `type` with a raw content map and waits for its terminal reply
+  /// (escape hatch for message types newer than this client; error_reply is thrown).
+  Envelope CallRaw(const std::string& type, const std::optional<std::string>& session_id, Value content,
+                   double timeout_s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace igi

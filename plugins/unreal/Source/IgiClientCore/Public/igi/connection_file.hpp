@@ -1,0 +1,39 @@
+// igi/connection_file.hpp - IgiClientCore, transport layer: the daemon's JSON connection file.
+//
+// {"transport", "ip", "port", "key" (64 hex digits), "signature_scheme": "hmac-sha256",
+//  "protocol_version", "pid"}; unknown fields are ignored (ipc/PROTOCOL.md section 13).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "igi/value.hpp"
+
+namespace igi {
+
+/// What a client needs to reach and authenticate with one daemon launch.
+struct ConnectionInfo {
+  std::string transport;  ///< "tcp" or "ipc"
+  std::string ip;         ///< loopback address, or the socket path for "ipc"
+  std::int64_t port = 0;
+  std::string key;        ///< raw HMAC key (hex-decoded "key", 32 bytes)
+  std::string signature_scheme;
+  std::string protocol_version;
+  std::int64_t pid = 0;
+
+  /// ZeroMQ endpoint: "tcp://ip:port" or "ipc://path".
+  std::string Endpoint() const;
+};
+
+/// Parses connection-file JSON text; throws ConnectionFileError naming the problem.
+ConnectionInfo ParseConnectionInfo(std::string_view json_text);
+
+/// Reads and parses a connection file; on POSIX refuses files accessible by group or others.
+ConnectionInfo ReadConnectionFile(const std::string& path);
+
+/// Minimal JSON reader (objects, arrays, strings, numbers, true/false/null) into a Value;
+/// integers become Int, other numbers Float. Throws ConnectionFileError on invalid JSON.
+Value ParseJson(std::string_view text);
+
+}  // namespace igi

@@ -1,0 +1,90 @@
+// igi/frame_budget.hpp - IgiClientCore, client layer: frame-rate budget helper.
+//
+// FrameBudget is pure logic (no clock, no I/O): it collects frame times, says when a
+// frame_stats_request is due (at most every report_interval_s), keeps the daemon's throttle advice
+// and budget proposal, and decides which VRAM budget to request: an explicit override always wins;
+// otherwise, with accept_proposals, the daemon's proposed_budget_mib. FrameBudgetDriver wires it to
+// a Client: call Tick() once per frame on the game thread, before Client::Pump().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "igi/client.hpp"
+#include "igi/messages.hpp"
+
+namespace igi {
+
+struct FrameBudgetOptions {
+  double target_frame_time_ms = 1000.0 / 60.0;
+  double report_interval_s = 0.5;     ///< spec: frame_stats at most a few times per second
+  std::size_t window_frames = 120;    ///< frames averaged per report
+  bool accept_proposals = true;       ///< follow the daemon's proposed_budget_mib when no override
+};
+
+class FrameBudget {
+ public:
+  explicit FrameBudget(FrameBudgetOptions options = {});
+
+  /// Records one frame's duration.
+  void AddFrame(double frame_time_ms);
+  /// A frame_stats_request when one is due at `now_s` (any monotonic seconds), else nullopt.
+  /// Mean of the window's frames; resets the report timer.
+  std::optional<FrameStatsRequest> PollReport(double now_s);
+  /// Stores the daemon's advice from a frame_stats_reply.
+  void ApplyAdvice(const FrameStatsReply& reply);
+
+  /// Explicit budget (MiB) that overrides proposals; nullopt returns control to the daemon.
+  void SetBudgetOverride(std::optional<std::int64_t> vram_budget_mib);
+  /// The budget to request now, when it differs from the last one requested; else nullopt.
+  std::optional<std::int64_t> TakeBudgetChange();
+  /// Records the daemon's answer to a budget request.
+  void OnBudgetAck(const BudgetAck& ack);
+
+  /// Token callbacks the game should run per frame (0 = unlimited), from throttle.tokens_per_frame.
+  std::size_t TokensPerFrame() const;
+  const Throttle& throttle() const { return throttle_; }
+  std::optional<std::int64_t> proposed_budget_mib() const { return proposed_budget_mib_; }
+  std::optional<std::int64_t> granted_budget_mib() const { return granted_budget_mib_; }
+  double MeanFrameTimeMs() const;
+  const FrameBudgetOptions& options() const { return options_; }
+
+ private:
+  FrameBudgetOptions options_;
+  std::deque<double> frames_ms_;
+  std::optional<double> last_report_s_;
+  Throttle throttle_;
+  std::optional<std::int64_t> proposed_budget_mib_;
+  std::optional<std::int64_t> override_mib_;
+  std::optional<std::int64_t> requested_mib_;
+  std::optional<std::int64_t> granted_budget_mib_;
+};
+
+/// Connects a FrameBudget to a Client: sends frame_stats and budget changes asynchronously.
+class FrameBudgetDriver {
+ public:
+  FrameBudgetDriver(Client& client, FrameBudget& budget) : client_(client), budget_(budget) {}
+  /// Forgets its in-flight requests, so no callback can reach a destroyed driver.
+  ~FrameBudgetDriver();
+  FrameBudgetDriver(const FrameBudgetDriver&) = delete;
+  FrameBudgetDriver& operator=(const FrameBudgetDriver&) = delete;
+  /// Once per frame on the game thread: records the frame, sends a due report or budget change.
+  /// Errors go to `on_error` (inside Client::Pump()).
+  void Tick(double frame_time_ms, double now_s);
+  void SetOnError(ErrorCallback on_error) { on_error_ = std::move(on_error); }
+  void SetOnBudgetAck(std::function<void(const BudgetAck&)> on_ack) { on_ack_ = std::move(on_ack); }
+
+ private:
+  Client& client_;
+  FrameBudget& budget_;
+  std::string report_in_flight_;  ///< msg_id of the outstanding frame_stats_request, "" = none
+  std::string budget_in_flight_;  ///< msg_id of the outstanding set_budget_request, "" = none
+  ErrorCallback on_error_;
+  std::function<void(const BudgetAck&)> on_ack_;
+};
+
+}  // namespace igi

@@ -26,12 +26,13 @@ mkdir -p "$out"
 flags=(-langversion:7.2 -sdk:4.7.2 -warnaserror+ -debug -optimize+)
 mapfile -t core_sources < <(find "$here/Runtime/Core" -name '*.cs' | sort)
 mapfile -t unity_sources < <(find "$here/Runtime/Unity" -name '*.cs' | sort)
-mapfile -t test_sources < <(find "$here/Tests" -name '*.cs' | sort)
+mapfile -t test_sources < <(find "$here/Tests" -name '*.cs' -not -path '*/UnityShim~/*' | sort)
 mcs "${flags[@]}" -target:library -doc:"$out/Igi.Core.xml" -out:"$out/Igi.Core.dll" -r:System.dll "${core_sources[@]}"
-# The Unity folder compiles to nothing without UnityEngine (#if UNITY_5_3_OR_NEWER); compiling it proves that.
-if [ ${#unity_sources[@]} -gt 0 ]; then
-  mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Igi.Core.dll" "${unity_sources[@]}"
-fi
+# Runtime/Unity compiles to nothing without UnityEngine (#if UNITY_5_3_OR_NEWER); compiling it proves that.
+mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Igi.Core.dll" "${unity_sources[@]}"
+# Type-check the MonoBehaviours against a compile-only UnityEngine shim (never run, never shipped).
+mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
+  "${unity_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
 mcs "${flags[@]}" -target:exe -out:"$out/Igi.Tests.exe" -r:"$out/Igi.Core.dll" -r:System.dll "${test_sources[@]}"
 # Standalone Mono resolves DllImport("libzmq") through this map when only the runtime package (libzmq.so.5) is present.
 cat > "$out/Igi.Core.dll.config" <<'XML'

@@ -1,0 +1,90 @@
+// Layer: Unity adapter. Feeds Time.unscaledDeltaTime into the frame budget helper and exposes budget controls.
+#if UNITY_5_3_OR_NEWER
+using Igi.Budget;
+using Igi.Protocol;
+using UnityEngine;
+
+namespace Igi.Unity
+{
+    /// <summary>
+    /// Reports the game's frame times to the daemon (frame_stats_request) and applies its pacing: the
+    /// connection pumps at most tokens_per_frame callbacks per frame. Budgets: an initial budget on connect,
+    /// explicit <see cref="SetBudget"/> / <see cref="Reclaim"/>, and optional automatic acceptance of the
+    /// daemon's proposals within [minBudgetMib, maxBudgetMib].
+    /// </summary>
+    public sealed class IgiBudgetGovernor : MonoBehaviour
+    {
+        [Tooltip("Scene connection; empty = IgiConnection.Instance.")]
+        public IgiConnection connection;
+
+        [Tooltip("Frame rate the game aims for.")]
+        public float targetFrameRate = 60f;
+
+        [Tooltip("Seconds of frames per frame_stats report (a few per second at most).")]
+        public float reportIntervalS = 0.5f;
+
+        [Tooltip("VRAM budget to set once connected, MiB; -1 = leave the daemon's budget.")]
+        public int initialBudgetMib = -1;
+
+        [Tooltip("Apply the daemon's proposed budgets automatically within the range below.")]
+        public bool autoAcceptProposals;
+        public int minBudgetMib;
+        public int maxBudgetMib = 8192;
+
+        /// <summary>The helper, null until connected.</summary>
+        public FrameBudgetHelper Helper { get; private set; }
+
+        /// <summary>The last budget_ack received.</summary>
+        public BudgetAck LastAck { get; private set; }
+
+        private IgiConnection Connection { get { return connection != null ? connection : IgiConnection.Instance; } }
+
+        private void Update()
+        {
+            IgiConnection conn = Connection;
+            if (conn == null || !conn.IsConnected) return;
+            if (Helper == null) CreateHelper(conn);
+            Helper.TargetFrameTimeMs = 1000.0 / Mathf.Max(1f, targetFrameRate);
+            Helper.AutoAcceptProposals = autoAcceptProposals;
+            Helper.MinBudgetMib = minBudgetMib;
+            Helper.MaxBudgetMib = maxBudgetMib;
+            Helper.AddFrame(Time.unscaledDeltaTime);
+            conn.CallbacksPerFrame = Helper.PumpBudget;
+        }
+
+        private void CreateHelper(IgiConnection conn)
+        {
+            Helper = new FrameBudgetHelper(conn.Client, 1000.0 / Mathf.Max(1f, targetFrameRate), Mathf.Max(0.05f, reportIntervalS));
+            Helper.Failed += e => Debug.LogWarning("[IGI] budget: " + e.Message, this);
+            Helper.ThrottleChanged += t => Debug.Log("[IGI] throttle: tokens_per_frame=" + (t.TokensPerFrame.HasValue ? t.TokensPerFrame.Value.ToString() : "unlimited"), this);
+            if (initialBudgetMib >= 0) SetBudget(initialBudgetMib, "initial budget");
+        }
+
+        /// <summary>Sets the VRAM budget the game allows the daemon, MiB (0 = CPU only).</summary>
+        public void SetBudget(int vramBudgetMib, string reason)
+        {
+            if (Helper == null) { Debug.LogWarning("[IGI] SetBudget before the connection is up", this); return; }
+            Helper.SetBudget(vramBudgetMib, reason, ack => LastAck = ack);
+        }
+
+        /// <summary>Urgently shrinks the daemon's VRAM use (e.g. before loading a heavy level). The ack arrives on the main thread.</summary>
+        public void Reclaim(int vramBudgetMib, float deadlineS)
+        {
+            IgiConnection conn = Connection;
+            if (conn == null || conn.Client == null) return;
+            var client = conn.Client;
+            client.ReclaimAsync(vramBudgetMib, deadlineS).ContinueWith(t => client.Post(() =>
+            {
+                if (t.Status == System.Threading.Tasks.TaskStatus.RanToCompletion) LastAck = t.Result;
+                else Debug.LogWarning("[IGI] reclaim failed: " + t.Exception.GetBaseException().Message, this);
+            }));
+        }
+
+        private void OnDisable()
+        {
+            IgiConnection conn = Connection;
+            if (conn != null) conn.CallbacksPerFrame = int.MaxValue;
+        }
+    }
+}
+#endif

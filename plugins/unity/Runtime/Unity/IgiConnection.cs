@@ -1,0 +1,119 @@
+// Layer: Unity adapter. Owns the IgiClient of a scene: connects, pumps callbacks every frame, disposes.
+#if UNITY_5_3_OR_NEWER
+using System;
+using System.IO;
+using System.Threading.Tasks;
+using Igi.Client;
+using UnityEngine;
+using UnityEngine.Events;
+
+namespace Igi.Unity
+{
+    /// <summary>
+    /// Connects to the IGI daemon with its connection file and delivers every client callback on the main
+    /// thread by calling <see cref="IgiClient.Pump"/> from Update. Put one in the scene; NPCs and the budget
+    /// governor find it through <see cref="Instance"/> when not wired in the Inspector.
+    /// </summary>
+    [DefaultExecutionOrder(-100)]
+    [DisallowMultipleComponent]
+    public sealed class IgiConnection : MonoBehaviour
+    {
+        [Tooltip("Daemon connection file. Empty: $IGI_CONNECTION_FILE, else <persistentDataPath>/igi/connection.json")]
+        public string connectionFile = "";
+
+        [Tooltip("Connect in Start (otherwise call ConnectAsync).")]
+        public bool connectOnStart = true;
+
+        [Tooltip("Log dropped messages and late replies to the console.")]
+        public bool verboseLog;
+
+        /// <summary>Raised once connected and the handshake is done.</summary>
+        public UnityEvent onConnected = new UnityEvent();
+
+        /// <summary>Raised with the error message when connecting fails.</summary>
+        public IgiStringEvent onConnectionFailed = new IgiStringEvent();
+
+        /// <summary>The first enabled connection in the scene.</summary>
+        public static IgiConnection Instance { get; private set; }
+
+        /// <summary>The client, null until connected.</summary>
+        public IgiClient Client { get; private set; }
+
+        /// <summary>True once connected and the daemon answers.</summary>
+        public bool IsConnected { get { return Client != null && Client.IsDaemonAlive; } }
+
+        /// <summary>Most callbacks pumped per frame (the budget governor sets it from the daemon's throttle).</summary>
+        public int CallbacksPerFrame { get; set; } = int.MaxValue;
+
+        private Task<IgiClient> _connecting;
+
+        private void OnEnable()
+        {
+            if (Instance == null) Instance = this;
+        }
+
+        private void OnDisable()
+        {
+            if (Instance == this) Instance = null;
+        }
+
+        private async void Start()
+        {
+            if (!connectOnStart) return;
+            try { await ConnectAsync(); }
+            catch (IgiException) { /* reported through onConnectionFailed */ }
+        }
+
+        /// <summary>The connection file path this component uses.</summary>
+        public string ResolveConnectionFile()
+        {
+            if (!string.IsNullOrEmpty(connectionFile)) return connectionFile;
+            string env = Environment.GetEnvironmentVariable("IGI_CONNECTION_FILE");
+            if (!string.IsNullOrEmpty(env)) return env;
+            return Path.Combine(Path.Combine(Application.persistentDataPath, "igi"), "connection.json");
+        }
+
+        /// <summary>Connects (once; later calls return the same task). Resumes on the main thread.</summary>
+        public Task<IgiClient> ConnectAsync()
+        {
+            if (_connecting == null) _connecting = DoConnectAsync();
+            return _connecting;
+        }
+
+        private async Task<IgiClient> DoConnectAsync()
+        {
+            var options = new IgiClientOptions { ClientName = "unity-plugin " + Application.productName };
+            if (verboseLog) options.Log = line => Debug.Log("[IGI] " + line);
+            try
+            {
+                Client = await IgiClient.ConnectAsync(ResolveConnectionFile(), options);
+                Client.CallbackFailed += e => Debug.LogException(e, this);
+                onConnected.Invoke();
+                return Client;
+            }
+            catch (IgiException e)
+            {
+                _connecting = null;
+                Debug.LogWarning("[IGI] cannot connect to the daemon: " + e.Message, this);
+                onConnectionFailed.Invoke(e.Message);
+                throw;
+            }
+        }
+
+        private void Update()
+        {
+            if (Client != null) Client.Pump(CallbacksPerFrame);
+        }
+
+        private void OnDestroy()
+        {
+            if (Client != null) Client.Dispose();
+            Client = null;
+        }
+    }
+
+    /// <summary>A UnityEvent carrying a string (token text, reply text, error message).</summary>
+    [Serializable]
+    public sealed class IgiStringEvent : UnityEvent<string> { }
+}
+#endif

@@ -204,6 +204,9 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     kv_layer = kv_layer_bytes(summary, placement)
     n_kv_gpu = sum(layout.kv_on_gpu)
     host_w = layout.host_total().host_bytes
+    if (summary.tied_output and placement.load_mode == "mmap" and HEAD_KEY in layout.host
+            and (None, TensorGroup.TOKEN_EMBD) in layout.host):
+        host_w -= layout.host[HEAD_KEY].host_bytes  # both map the same file range: mmap'd once
     pinned = host_w if (has_gpu and placement.load_mode == "pinned") else 0
     return MemoryBreakdown(
         gpu_weights_mib=layout.gpu_total().cuda_bytes / MIB,

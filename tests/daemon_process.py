@@ -1,0 +1,133 @@
+"""A real ``python -m igi_sdk.daemon`` process for integration tests (loopback, temp connection file)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
+from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.errors import ConnectionFileError, WireError
+from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.messages import HelloReply, HelloRequest
+
+REPO = Path(__file__).resolve().parents[1]
+_RUNNING: list[DaemonProcess] = []
+
+
+class DaemonProcess:
+    """Starts the daemon, waits until it answers ``hello``, stops it (terminate -> wait -> kill).
+
+    Args:
+        args: extra daemon flags, e.g. ``["--max-queue-depth", "1"]``.
+        connection_file: where the daemon writes it (default: a fresh temp file).
+        log_file: daemon log (default next to the connection file).
+    """
+
+    def __init__(self, args: list[str] | None = None, connection_file: Path | None = None) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
+        self.connection_file = connection_file or self.workdir / "connection.json"
+        self.log_file = self.workdir / "daemon.log"
+        self.args = list(args or [])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The daemon's process id."""
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout_s: float = 90.0) -> DaemonProcess:
+        """Spawn the daemon and wait for the connection file and a hello_reply.
+
+        Raises:
+            RuntimeError: the process died while starting (its log tail is in the message).
+            TimeoutError: it did not answer within ``timeout_s``.
+        """
+        cmd = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(self.connection_file), "--port", "0",
+               "--log-file", str(self.log_file), "--log-format", "kv", "--n-threads", "2", *self.args]
+        self.process = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _RUNNING.append(self)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                raise RuntimeError(f"daemon exited with {self.process.returncode}: {err[-2000:]}\n{self.log_tail()}")
+            info = self._connection_info()
+            if info is not None and info.pid == self.process.pid and self._hello(info):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"daemon did not answer hello within {timeout_s} s\n{self.log_tail()}")
+
+    def info(self) -> ConnectionInfo:
+        """The current connection file."""
+        return read_connection_file(self.connection_file)
+
+    def _connection_info(self) -> ConnectionInfo | None:
+        try:
+            return read_connection_file(self.connection_file)
+        except ConnectionFileError:
+            return None
+
+    def _hello(self, info: ConnectionInfo) -> bool:
+        context = zmq.Context.instance()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(info.endpoint)
+            hello = HelloRequest(client_name="daemon-process", client_version="0", protocol_version="1.0")
+            socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
+            if not socket.poll(1000):
+                return False
+            try:
+                _header, reply = unpack_message(info.key_bytes, socket.recv_multipart())
+            except WireError:
+                return False
+            return isinstance(reply, HelloReply)
+        finally:
+            socket.close(linger=0)
+
+    def log_tail(self, n_chars: int = 3000) -> str:
+        """The end of the daemon's log."""
+        try:
+            return self.log_file.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return "<no log>"
+
+    def kill9(self) -> None:
+        """SIGKILL the daemon (its worker exits when its pipe closes)."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """terminate -> wait -> kill. Returns the exit code."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        if process.stderr is not None:
+            process.stderr.close()
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        return process.returncode
+
+
+def stop_all() -> None:
+    """Stop every daemon started by this test process."""
+    for daemon in list(_RUNNING):
+        daemon.stop()

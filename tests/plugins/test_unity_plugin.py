@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
@@ -81,3 +82,11 @@ def test_unity_live_daemon(tests_exe: Path, running_daemon) -> None:  # noqa: AN
     """Handshake, sessions, greedy streaming, cancel, budgets, errors and frame stats against the real daemon."""
     _, results = _run(tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live:", timeout_s=900)
     assert set(results) == LIVE_TESTS
+
+
+def test_unity_package_meta_files_complete() -> None:
+    """Every asset of the UPM package has its .meta (git-URL installs ignore assets without one)."""
+    proc = subprocess.run(
+        [sys.executable, str(UNITY / "tools~" / "gen_meta.py"), "--check"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, f"run plugins/unity/tools~/gen_meta.py:\n{proc.stdout}{proc.stderr}"

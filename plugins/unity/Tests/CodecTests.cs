@@ -206,7 +206,8 @@ namespace Igi.Tests
                 {
                     "not json", "[]", "{\"ip\": \"127.0.0.1\", \"port\": 1, \"key\": \"00\"}",
                     ok.Replace("hmac-sha256", "hmac-md5"), ok.Replace("\"00ff\"", "\"xyz\""), ok.Replace("5555", "70000"),
-                    ok.Replace("\"tcp\"", "\"udp\""), ok.Replace("\"pid\": 42", "\"pid\": \"42\""),
+                    ok.Replace("\"tcp\"", "\"udp\""), ok.Replace("\"pid\": 42", "\"pid\": \"42\""), ok.Replace(", \"pid\": 42", ""),
+                    ok.Replace("\"signature_scheme\": \"hmac-sha256\", ", ""),
                 })
                     Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Parse(bad), "refuse: " + bad);
                 Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Load("/nonexistent/igi.json"), "missing file");

@@ -38,7 +38,10 @@ namespace Igi.Client
             }
         }
 
-        /// <summary>Reads and validates a connection file.</summary>
+        /// <summary>
+        /// Reads and validates a connection file (every field required, unknown fields ignored, PROTOCOL.md section 13).
+        /// The file-mode check (refuse group/other access) is left to the platform: .NET 4.x has no portable API for it.
+        /// </summary>
         /// <exception cref="IgiConnectionFileException">Missing, unreadable, not JSON, or a field missing/invalid.</exception>
         public static ConnectionInfo Load(string path)
         {
@@ -66,10 +69,10 @@ namespace Igi.Client
                 Transport = RequireString(d, "transport", origin),
                 Ip = RequireString(d, "ip", origin),
                 KeyHex = RequireString(d, "key", origin),
-                SignatureScheme = OptionalString(d, "signature_scheme") ?? "hmac-sha256",
-                ProtocolVersion = OptionalString(d, "protocol_version") ?? "",
-                Port = (int)OptionalLong(d, "port", origin),
-                Pid = (int)OptionalLong(d, "pid", origin),
+                SignatureScheme = RequireString(d, "signature_scheme", origin),
+                ProtocolVersion = RequireString(d, "protocol_version", origin),
+                Port = RequireInt(d, "port", origin),
+                Pid = RequireInt(d, "pid", origin),
             };
             if (info.Transport != "tcp" && info.Transport != "ipc")
                 throw new IgiConnectionFileException("connection file '" + origin + "': unsupported transport '" + info.Transport + "'");
@@ -94,18 +97,12 @@ namespace Igi.Client
             return (string)v;
         }
 
-        private static string OptionalString(Dictionary<string, object> d, string key)
+        private static int RequireInt(Dictionary<string, object> d, string key, string origin)
         {
             object v;
-            return d.TryGetValue(key, out v) ? v as string : null;
-        }
-
-        private static long OptionalLong(Dictionary<string, object> d, string key, string origin)
-        {
-            object v;
-            if (!d.TryGetValue(key, out v) || v == null) return 0;
-            if (v is long) return (long)v;
-            throw new IgiConnectionFileException("connection file '" + origin + "': field '" + key + "' must be an integer");
+            if (!d.TryGetValue(key, out v) || !(v is long) || (long)v < 0 || (long)v > int.MaxValue)
+                throw new IgiConnectionFileException("connection file '" + origin + "': missing or invalid integer field '" + key + "'");
+            return (int)(long)v;
         }
     }
 }

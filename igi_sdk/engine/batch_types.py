@@ -113,4 +113,22 @@ class BatchCounters(BaseModel):
 
     @property
     def prefill_tokens_saved(self) -> int:
+        """Prompt tokens not evaluated thanks to slot reuse, parked states and the prefix cache."""
         return self.prefill_tokens_reused_slot + self.prefill_tokens_reused_parked + self.prefill_tokens_reused_prefix
+
+
+@dataclass
+class RequestHandle:
+    """What ``BatchScheduler.submit`` returns: the request's events and result so far (filled in by ``step``)."""
+
+    request_id: str
+    session_id: str
+    events: list[TokenEvent] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    stats: RequestStats | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None

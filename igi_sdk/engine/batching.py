@@ -16,14 +16,15 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from igi_sdk.engine.batch_compose import Running, admission_order, compose_step
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
 from igi_sdk.engine.batch_types import (
     BatchCounters,
     BatchRequest,
     FinishReason,
+    RequestHandle,
     RequestStats,
     SchedulerError,
     TokenEvent,
@@ -35,40 +36,6 @@ from igi_sdk.errors import EngineError
 if TYPE_CHECKING:
     from igi_sdk.engine.llama_engine import LlamaEngine
     from igi_sdk.planner.placement import Placement
-
-
-@dataclass
-class RequestHandle:
-    """What ``submit`` returns: the request's events and result so far (filled in by ``step``)."""
-
-    request_id: str
-    session_id: str
-    events: list[TokenEvent] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: FinishReason | None = None
-    stats: RequestStats | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None
-
-
-@dataclass
-class _Running:
-    req: BatchRequest
-    handle: RequestHandle
-    seq_no: int
-    prompt: list[int]
-    t_submit: float
-    stream: TextStream
-    slot: Slot | None = None
-    prefill_pos: int = 0
-    cached: int = 0
-    max_tokens: int = 0
-    pending: int | None = None
-    t_admit: float | None = None
-    t_first: float | None = None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -106,8 +73,8 @@ class BatchScheduler:
         self._slots = SlotTable(engine.placement.n_seq_max, max_parked_bytes)
         self._prefix = prefix_cache if prefix_cache is not None else PrefixCache()
         self._clock = clock
-        self._queue: list[_Running] = []
-        self._running: list[_Running] = []
+        self._queue: list[Running] = []
+        self._running: list[Running] = []
         self._ids = itertools.count(1)
         self._steps = 0
         self._paused = False
@@ -166,11 +133,10 @@ class BatchScheduler:
                                  f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)")
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
-        run = _Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
+        run = Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
                        prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=TextStream(req.stop))
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
-        self._queue.append(run)
-        self._queue.sort(key=lambda r: (-r.req.priority, r.seq_no))
+        self._queue = admission_order([*self._queue, run])
         return run.handle
 
     def cancel(self, request_id: str) -> bool:
@@ -218,27 +184,29 @@ class BatchScheduler:
         events: list[TokenEvent] = []
         self._steps += 1
         self._admit(events)
-        entries, chunks = self._compose()
-        if not entries:
+        chunks = compose_step(self._running, self._engine.placement.n_batch, self._steps,
+                              lambda prefix: prefix in self._prefix)
+        if not chunks:
             return events
-        logits = self._engine.decode(sorted(entries, key=lambda e: e[0]))
+        logits = self._engine.decode(sorted((c.entry() for c in chunks), key=lambda e: e[0]))
         self._c["steps"] += 1
-        self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(e[1]) for e in entries))
-        self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(entries))
-        for run, tokens in chunks:
+        self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(c.tokens) for c in chunks))
+        self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
+        for chunk in chunks:
+            run = chunk.run
             assert run.slot is not None
-            run.slot.tokens.extend(tokens)
-            if run.pending is not None:
+            run.slot.tokens.extend(chunk.tokens)
+            if chunk.decode:
                 run.pending = None
                 self._c["decode_tokens"] += 1
             else:
-                run.prefill_pos += len(tokens)
-                self._c["prefill_tokens_evaluated"] += len(tokens)
+                run.prefill_pos += len(chunk.tokens)
+                self._c["prefill_tokens_evaluated"] += len(chunk.tokens)
                 self._maybe_cache_prefix(run)
-        for run, _tokens in chunks:
-            row = logits.get(run.slot.seq_id) if run.slot is not None else None
+        for chunk in chunks:
+            row = logits.get(chunk.seq_id)
             if row is not None:
-                self._sample(run, row, events)
+                self._sample(chunk.run, row, events)
         return events
 
     def run_until_idle(self) -> list[TokenEvent]:
@@ -281,7 +249,7 @@ class BatchScheduler:
         self._engine.seq_clear(slot.seq_id)
         self._slots.unbind(slot)
 
-    def _bind(self, run: _Running, slot: Slot) -> None:
+    def _bind(self, run: Running, slot: Slot) -> None:
         seq, prompt, source = slot.seq_id, run.prompt, "slot"
         if slot.session_id != run.req.session_id:
             slot.session_id, slot.tokens = run.req.session_id, []
@@ -315,36 +283,7 @@ class BatchScheduler:
             self._engine.seq_clear(seq_id)
             return False
 
-    def _compose(self) -> tuple[list[tuple[int, list[int], int, bool]], list[tuple[_Running, list[int]]]]:
-        budget = self._engine.placement.n_batch
-        entries: list[tuple[int, list[int], int, bool]] = []
-        chunks: list[tuple[_Running, list[int]]] = []
-        decoding = [r for r in self._running if r.pending is not None]
-        if len(decoding) > budget:  # more sequences than n_batch: rotate so none waits twice in a row
-            shift = self._steps % len(decoding)
-            decoding = decoding[shift:] + decoding[:shift]
-        for run in decoding[:budget]:
-            assert run.slot is not None and run.pending is not None
-            entries.append((run.slot.seq_id, [run.pending], len(run.slot.tokens), True))
-            chunks.append((run, [run.pending]))
-        budget -= len(entries)
-        prefilling = sorted((r for r in self._running if r.prefill_pos < len(r.prompt)),
-                            key=lambda r: (-r.req.priority, r.seq_no))
-        for run in prefilling:
-            if budget <= 0:
-                break
-            assert run.slot is not None
-            end = min(len(run.prompt), run.prefill_pos + budget)
-            boundary = run.req.prefix_tokens
-            if run.prefill_pos < boundary < end and run.prompt[:boundary] not in self._prefix:
-                end = boundary  # stop at the persona boundary so that prefix can be saved on its own
-            tokens = run.prompt[run.prefill_pos:end]
-            entries.append((run.slot.seq_id, tokens, run.prefill_pos, end == len(run.prompt)))
-            chunks.append((run, tokens))
-            budget -= len(tokens)
-        return entries, chunks
-
-    def _maybe_cache_prefix(self, run: _Running) -> None:
+    def _maybe_cache_prefix(self, run: Running) -> None:
         boundary = run.req.prefix_tokens
         if 0 < boundary < len(run.prompt) and run.prefill_pos == boundary and self._prefix.max_bytes > 0:
             prefix = run.prompt[:boundary]
@@ -354,7 +293,7 @@ class BatchScheduler:
 
     # ---- internals: sampling and finishing ---------------------------------------------------------
 
-    def _sample(self, run: _Running, logits: object, events: list[TokenEvent]) -> None:
+    def _sample(self, run: Running, logits: object, events: list[TokenEvent]) -> None:
         handle = run.handle
         token = run.req.sampler.sample(logits, run.prompt + handle.tokens)  # type: ignore[arg-type]
         if run.t_first is None:
@@ -372,7 +311,7 @@ class BatchScheduler:
         else:
             run.pending = token
 
-    def _emit(self, run: _Running, event: TokenEvent, events: list[TokenEvent] | None) -> None:
+    def _emit(self, run: Running, event: TokenEvent, events: list[TokenEvent] | None) -> None:
         run.handle.events.append(event)
         run.handle.text += event.text
         if events is not None:
@@ -380,7 +319,7 @@ class BatchScheduler:
         if run.req.on_event is not None:
             run.req.on_event(event)
 
-    def _finish(self, run: _Running, reason: FinishReason, events: list[TokenEvent] | None = None) -> None:
+    def _finish(self, run: Running, reason: FinishReason, events: list[TokenEvent] | None = None) -> None:
         if run in self._running:
             self._running.remove(run)
         slot = run.slot

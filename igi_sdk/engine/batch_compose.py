@@ -1,0 +1,110 @@
+"""Engine layer: what one continuous-batching step evaluates (pure policy, no llama_cpp calls).
+
+``compose_step`` decides the content of one llama_batch of at most ``n_batch`` tokens:
+
+1. one decode token for every running sequence that has a sampled token pending (running decodes are
+   never starved; if there are more of them than ``n_batch``, they rotate with the step number);
+2. then prompt tokens of requests still prefilling, highest priority first, FIFO within a priority,
+   each as large a chunk as the remaining budget allows, cut at the persona-prefix boundary when that
+   prefix is not cached yet (so its state can be saved on its own).
+
+``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from igi_sdk.engine.batch_slots import Slot
+from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
+from igi_sdk.engine.text_stream import TextStream
+
+
+@dataclass
+class Running:
+    """Scheduler-side state of one request, from submit to finish."""
+
+    req: BatchRequest
+    handle: RequestHandle
+    seq_no: int
+    prompt: list[int]
+    t_submit: float
+    stream: TextStream
+    slot: Slot | None = None
+    prefill_pos: int = 0
+    cached: int = 0
+    max_tokens: int = 0
+    pending: int | None = None
+    t_admit: float | None = None
+    t_first: float | None = None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.slot is not None and self.prefill_pos < len(self.prompt)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sort key: higher priority first, then earlier submit."""
+        return (-self.req.priority, self.seq_no)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens of one sequence in the step's llama_batch.
+
+    ``decode`` chunks are the one pending sampled token; prefill chunks are prompt tokens. ``want_logits``
+    is set on the last chunk of a prompt and on every decode chunk.
+    """
+
+    run: Running
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    start_pos: int = 0
+    want_logits: bool = False
+    decode: bool = False
+
+    def entry(self) -> tuple[int, list[int], int, bool]:
+        """``LlamaEngine.decode`` batch entry."""
+        return (self.seq_id, self.tokens, self.start_pos, self.want_logits)
+
+
+def admission_order(queue: Sequence[Running]) -> list[Running]:
+    """Queued requests in the order they are offered a slot (priority, then FIFO)."""
+    return sorted(queue, key=lambda r: r.order)
+
+
+def compose_step(running: Sequence[Running], n_batch: int, step_no: int,
+                 prefix_cached: Callable[[list[int]], bool]) -> list[Chunk]:
+    """The chunks of one step's llama_batch, at most ``n_batch`` tokens in all.
+
+    Args:
+        running: requests holding a slot.
+        n_batch: most tokens of one llama_batch (placement.n_batch).
+        step_no: step counter (rotation when decodes alone exceed ``n_batch``).
+        prefix_cached: whether a persona prefix (token list) is already in the prefix cache.
+    """
+    if n_batch < 1:
+        raise ValueError("n_batch must be >= 1")
+    budget = n_batch
+    chunks: list[Chunk] = []
+    decoding = [r for r in running if r.pending is not None and r.slot is not None]
+    if len(decoding) > budget:
+        shift = step_no % len(decoding)
+        decoding = decoding[shift:] + decoding[:shift]
+    for run in decoding[:budget]:
+        assert run.slot is not None and run.pending is not None
+        chunks.append(Chunk(run, run.slot.seq_id, [run.pending], len(run.slot.tokens), True, decode=True))
+    budget -= len(chunks)
+    for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.order):
+        if budget <= 0:
+            break
+        assert run.slot is not None
+        end = min(len(run.prompt), run.prefill_pos + budget)
+        boundary = run.req.prefix_tokens
+        if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
+            end = boundary
+        tokens = run.prompt[run.prefill_pos:end]
+        chunks.append(Chunk(run, run.slot.seq_id, tokens, run.prefill_pos, end == len(run.prompt)))
+        budget -= len(tokens)
+    return chunks

@@ -1,0 +1,136 @@
+"""Continuous batching on the real engine and the real SmolLM2 model (greedy unless a seed is given).
+
+Reference: the same requests served one at a time by a single-sequence engine. Every batched run below
+(concurrent, with a cancel, across a pause/export/reload/import/resume) must reproduce its token ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, TokenEvent
+from igi_sdk.engine.batching import BatchScheduler
+from igi_sdk.engine.llama_engine import LlamaEngine
+from igi_sdk.engine.sampler import Sampler
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import Placement
+
+MAX_TOKENS = 12
+PERSONA = "You are Brom, the village blacksmith in a fantasy game. Answer in one short sentence."
+QUESTIONS = ("Who are you?", "Can you fix my sword?", "Where is the inn?", "What do you think of the king?")
+BATCHED = Placement(n_ctx=2048, n_batch=64, n_ubatch=64, n_seq_max=4, n_threads=2)
+SINGLE = Placement(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=2)
+
+
+def _sampler(i: int) -> Sampler:
+    # three greedy NPCs and one seeded sampling NPC: determinism must hold for both
+    return Sampler(temperature=0.0) if i < 3 else Sampler(temperature=0.8, top_k=40, top_p=0.95, seed=7)
+
+
+def _request(engine: LlamaEngine, i: int, **kw: object) -> BatchRequest:
+    messages = [{"role": "system", "content": PERSONA}, {"role": "user", "content": QUESTIONS[i]}]
+    kw.setdefault("max_tokens", MAX_TOKENS)
+    kw.setdefault("sampler", _sampler(i))
+    return BatchRequest(session_id=f"npc{i}", prompt_tokens=engine.tokenize(engine.apply_chat_template(messages)),
+                        **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaEngine]:
+    with LlamaEngine(default_model_path(), BATCHED) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[list[int]]:
+    """Token ids of each request served alone on a single-sequence engine."""
+    out = []
+    with LlamaEngine(default_model_path(), SINGLE) as eng:
+        for i in range(len(QUESTIONS)):
+            sched = BatchScheduler(eng)
+            handle = sched.submit(_request(eng, i))
+            sched.run_until_idle()
+            assert handle.finish_reason in ("stop", "length")
+            out.append(handle.tokens)
+            eng.seq_clear(0)
+    assert all(out), "every reference request produced tokens"
+    return out
+
+
+def _submit_all(sched: BatchScheduler, engine: LlamaEngine) -> list[RequestHandle]:
+    return [sched.submit(_request(engine, i)) for i in range(len(QUESTIONS))]
+
+
+def _clear(engine: LlamaEngine) -> None:
+    for seq in range(engine.placement.n_seq_max):
+        engine.seq_clear(seq)
+
+
+def test_concurrent_sessions_equal_one_at_a_time(engine: LlamaEngine, reference: list[list[int]]) -> None:
+    _clear(engine)
+    sched = BatchScheduler(engine)
+    streamed: dict[str, list[TokenEvent]] = {}
+    handles = [sched.submit(_request(engine, i, on_event=lambda e: streamed.setdefault(e.session_id, []).append(e)))
+               for i in range(len(QUESTIONS))]
+    sched.run_until_idle()
+    assert [h.tokens for h in handles] == reference
+    counters = sched.counters
+    assert counters.sequences_per_step_max == 4  # the four NPCs really shared llama_batches
+    assert counters.steps < sum(len(r) for r in reference)  # fewer steps than serving them in turn
+    for h in handles:
+        events = streamed[h.session_id]
+        assert [e.token for e in events[:-1]] == h.tokens and events[-1].final
+        assert "".join(e.text for e in events) == h.text
+        assert h.stats is not None and h.stats.ttft_s is not None and h.stats.completion_tokens == len(h.tokens)
+
+
+def test_cancel_one_leaves_the_others_identical(engine: LlamaEngine, reference: list[list[int]]) -> None:
+    _clear(engine)
+    sched = BatchScheduler(engine)
+    handles = _submit_all(sched, engine)
+    while len(handles[1].tokens) < 3:
+        sched.step()
+    assert sched.cancel(handles[1].request_id)
+    cancelled_slot_tokens = sched.session_tokens("npc1")
+    sched.run_until_idle()
+    assert handles[1].finish_reason == "cancelled" and handles[1].events[-1].final
+    assert cancelled_slot_tokens == [] and engine.seq_pos_max(1) == -1  # its slot was cleaned and freed
+    assert [handles[i].tokens for i in (0, 2, 3)] == [reference[i] for i in (0, 2, 3)]
+    assert handles[1].tokens == reference[1][:len(handles[1].tokens)]
+    assert sched.counters.requests_cancelled == 1
+
+
+def test_pause_export_reload_import_resume_keeps_every_session(reference: list[list[int]]) -> None:
+    with LlamaEngine(default_model_path(), BATCHED) as eng:
+        sched = BatchScheduler(eng)
+        handles = _submit_all(sched, eng)
+        while len(handles[0].tokens) < 4:  # mid-generation for all four
+            sched.step()
+        before = [list(h.tokens) for h in handles]
+        sched.pause()
+        assert not sched.has_work() and sched.step() == []
+        states = sched.export_states()
+        assert set(states) == {"npc0", "npc1", "npc2", "npc3"}
+        eng.reload(BATCHED.with_(n_batch=32, n_ubatch=16))  # another placement, same KV layout
+        sched.import_states(states)
+        sched.resume()
+        sched.run_until_idle()
+        assert eng.placement.n_ubatch == 16
+        assert [h.tokens for h in handles] == reference
+        assert all(h.tokens[:len(b)] == b for h, b in zip(handles, before, strict=True))
+
+
+def test_high_priority_request_gets_first_token_first() -> None:
+    for n_seq_max in (4, 2):  # batch tokens scarce (prefill order), then slots scarce (admission)
+        with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=n_seq_max, n_batch=16, n_ubatch=16)) as eng:
+            sched = BatchScheduler(eng)
+            order: list[str] = []
+            note = (lambda e: order.append(e.session_id) if e.index == 0 else None)
+            for i in range(3):
+                sched.submit(_request(eng, i, priority=0, on_event=note, max_tokens=2))
+            sched.submit(_request(eng, 3, priority=10, on_event=note, max_tokens=2))
+            sched.run_until_idle()
+            assert order[0] == "npc3", (n_seq_max, order)
+            assert sorted(order) == ["npc0", "npc1", "npc2", "npc3"]

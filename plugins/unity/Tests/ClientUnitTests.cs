@@ -112,6 +112,31 @@ namespace Igi.Tests
                     }
                 }
             });
+            t.Add("client:sends_heartbeats_and_declares_a_silent_daemon_gone", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router));
+                    byte[] identity;
+                    Envelope hello = ReceiveRequest(router, signer, out identity);
+                    var fast = GoodHello();
+                    fast.HeartbeatIntervalS = 0.05;
+                    fast.ClientTimeoutS = 0.5;
+                    router.Send(identity, Reply(hello, fast, signer));
+                    using (IgiClient client = IgiClient.Wait(connecting))
+                    {
+                        Task<StatusReply> status = client.StatusAsync();  // its own timeout is 30 s
+                        var seen = new List<string>();
+                        while (seen.Count < 3)
+                            seen.Add(ReceiveRequest(router, signer, out identity).Message.Type);
+                        Check.True(seen.Contains(HeartbeatRequest.TypeName), "heartbeats sent: " + string.Join(",", seen));
+                        var e = Check.Throws<IgiTimeoutException>(() => IgiClient.Wait(status), "silent daemon");
+                        Check.True(e.Message.Contains("stopped answering"), "liveness failure, not the request timeout: " + e.Message);
+                        Check.True(!client.IsDaemonAlive, "declared gone");
+                    }
+                }
+            });
             t.Add("client:dispose_fails_requests_in_flight", () =>
             {
                 var signer = Signer.FromHex(KeyHex);

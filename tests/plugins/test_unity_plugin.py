@@ -78,6 +78,7 @@ def test_unity_unit_and_conformance(tests_exe: Path) -> None:
     assert not any(name.startswith("live:") for name in results), "live tests must not run without a connection file"
 
 
+@pytest.mark.slow
 def test_unity_live_daemon(tests_exe: Path, running_daemon) -> None:  # noqa: ANN001 - fixture from tests/conftest.py
     """Handshake, sessions, greedy streaming, cancel, budgets, errors and frame stats against the real daemon."""
     _, results = _run(tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live:", timeout_s=900)

@@ -74,7 +74,10 @@ class Dispatcher:
         except ProtocolError as exc:
             core.clients[identity] = core.clock()
             core.counters[f"protocol_{exc.code.value}"] += 1
-            core.send_error(identity, exc.header, RequestError(exc.code, exc.message))
+            error = RequestError(exc.code, exc.message)
+            if exc.code == ErrorCode.UNSUPPORTED_VERSION:  # the spec asks for detail.supported
+                error = RequestError(exc.code, exc.message, {"supported": list(hd.SUPPORTED_VERSIONS)})
+            core.send_error(identity, exc.header, error)
             return None
         core.clients[identity] = core.clock()
         return identity, header, message

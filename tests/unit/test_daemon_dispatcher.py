@@ -1,0 +1,157 @@
+"""Dispatcher and decoder under random and mutated frames (engine seam faked: no worker process).
+
+Whatever arrives, the dispatcher survives, and every message is either dropped and counted (bad frame,
+bad signature) or answered with exactly one typed reply whose parent_id is the request's msg_id when known.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.daemon.dispatcher import Dispatcher
+from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.ipc.codec import packb, to_wire
+from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.messages import (
+    CreateSessionRequest, ErrorReply, GenerateRequest, HeartbeatRequest, Message, StatusRequest,
+)
+from igi_sdk.ipc.signing import sign
+from igi_sdk.ipc.values import Plan
+from igi_sdk.planner.placement import Placement
+
+KEY = bytes(range(32))
+IDENTITY = b"\x00client"
+
+
+class FakeWorker:
+    """The engine seam: records commands, never runs a model."""
+
+    ready = True
+    restarts = 0
+    pid = None
+
+    def __init__(self) -> None:
+        self.placement: dict[str, Any] = Placement().model_dump()
+        self.commands: list[dict[str, Any]] = []
+
+    def send(self, command: dict[str, Any]) -> None:
+        self.commands.append(command)
+
+    def read_events(self) -> list[dict[str, Any]]:
+        return []
+
+    def is_dead(self) -> bool:
+        return False
+
+    def restart(self) -> None: ...
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = 5.0) -> None: ...
+    def fds(self) -> list[int]:
+        return []
+
+
+class _Planner:
+    def plan(self, budget_mib: int) -> PlanOutcome:
+        return _outcome(budget_mib)
+
+
+def _outcome(budget_mib: int) -> PlanOutcome:
+    return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
+
+
+def _setup() -> tuple[Dispatcher, DaemonCore, list[list[bytes]]]:
+    sent: list[list[bytes]] = []
+    core = DaemonCore(DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0)
+    dispatcher = Dispatcher(core, BudgetControl(core, _Planner(), _outcome(0)))  # type: ignore[arg-type]
+    return dispatcher, core, sent
+
+
+def _frames(message: Message, session_id: str | None = None) -> list[bytes]:
+    return [IDENTITY, *pack_message(KEY, new_header(message.type, session_id=session_id), message)]
+
+
+VALID = [StatusRequest(), HeartbeatRequest(), CreateSessionRequest(persona="p", system_prompt="s")]
+
+
+def _replies(sent: list[list[bytes]]) -> list[tuple[Any, Message]]:
+    return [unpack_message(KEY, frames) for frames in sent]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=80), max_size=6))
+def test_random_frames_never_kill_the_dispatcher(frames: list[bytes]) -> None:
+    dispatcher, core, sent = _setup()
+    dispatcher.on_batch([frames])
+    dropped = core.counters["bad_frame"] + core.counters["bad_signature"]
+    assert dropped + len(sent) == 1  # dropped and counted, or answered exactly once
+    for _header, reply in _replies(sent):
+        assert isinstance(reply, ErrorReply)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(VALID), st.integers(0, 4), st.integers(0, 10_000), st.binary(min_size=1, max_size=4))
+def test_mutated_signed_frames_get_typed_errors_or_are_dropped(message: Message, frame: int, offset: int, junk: bytes) -> None:
+    dispatcher, core, sent = _setup()
+    frames = _frames(message)
+    target = bytearray(frames[frame])
+    position = offset % (len(target) + 1)
+    target[position:position + len(junk)] = junk
+    frames[frame] = bytes(target)
+    if frame in (3, 4):  # re-sign so the mutation reaches the decoder instead of failing the HMAC
+        frames[2] = sign(KEY, frames[3], frames[4])
+    dispatcher.on_batch([frames])
+    dropped = core.counters["bad_frame"] + core.counters["bad_signature"]
+    assert dropped + len(sent) == 1
+    for header, reply in _replies(sent):
+        if isinstance(reply, ErrorReply):
+            assert reply.code in set(ErrorCode) - {ErrorCode.INTERNAL}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(max_size=12), st.one_of(st.none(), st.integers(-5, 2**40), st.text(max_size=20), st.floats(allow_nan=False)), max_size=6))
+def test_random_generate_content_is_answered_once(content: dict[str, Any]) -> None:
+    dispatcher, core, sent = _setup()
+    header = new_header("generate_request", session_id="s1")
+    header_bytes, content_bytes = packb(to_wire(header)), packb(content)
+    dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
+    (reply_header, reply), = _replies(sent)
+    assert reply_header.parent_id == header.msg_id
+    assert isinstance(reply, ErrorReply) and reply.code in (ErrorCode.INVALID_REQUEST, ErrorCode.NOT_FOUND)
+
+
+def test_handler_exception_becomes_internal_error_reply() -> None:
+    dispatcher, core, sent = _setup()
+    dispatcher._handlers["status_request"] = lambda *args: 1 / 0
+    dispatcher.on_batch([_frames(StatusRequest())])
+    (_header, reply), = _replies(sent)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INTERNAL
+    dispatcher.on_batch([_frames(HeartbeatRequest())])  # still serving
+    assert _replies(sent)[-1][1].type == "heartbeat_reply"
+
+
+def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
+    dispatcher, core, sent = _setup()
+    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = _replies(sent)[0][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    assert core.worker.commands[-1]["op"] == "generate"  # type: ignore[attr-defined]
+    assert core.worker.commands[-1]["messages"][-1] == ["user", "hi"]  # type: ignore[attr-defined]
+    dispatcher.on_batch([_frames(GenerateRequest(text="again"), session_id=sid)])
+    assert _replies(sent)[-1][1].code == ErrorCode.BUSY  # type: ignore[attr-defined]
+
+
+def test_other_major_version_is_unsupported() -> None:
+    dispatcher, core, sent = _setup()
+    header = new_header("status_request").model_copy(update={"protocol_version": "2.0"})
+    dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
+    (_h, reply), = _replies(sent)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
+    assert reply.detail == {"supported": ("1.0",)}

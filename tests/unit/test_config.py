@@ -33,7 +33,7 @@ def test_precedence_cli_over_env_over_toml_over_default(tmp_path: Path, monkeypa
     assert settings.ipc.port == 3333  # CLI beats env and TOML
     assert settings.budget.grow_min_mib == 128  # env beats TOML
     assert settings.ipc.client_timeout_s == 3.5  # TOML beats default
-    assert settings.ipc.heartbeat_interval_s == 1.0  # default
+    assert settings.ipc.heartbeat_interval_s == 2.0  # default
     assert load_settings(toml_file=toml).ipc.port == 2222  # env beats TOML
     monkeypatch.delenv("IGI_IPC__PORT")
     assert load_settings(toml_file=toml).ipc.port == 1111

@@ -73,13 +73,13 @@ def test_batched_decode_equals_single_sequence(engine: LlamaEngine) -> None:
 
 
 def test_decode_split_over_n_batch_and_context_limit(engine: LlamaEngine) -> None:
-    long = (engine.tokenize("one two three four five six seven eight nine ten. ") * 40)[:400]
+    long = (engine.tokenize("one two three four five six seven eight nine ten. ") * 30)[:300]
     engine.seq_clear(0)
-    logits = engine.decode([(0, long, 0, True)])[0]  # 400 tokens > n_batch 256: two llama_batch chunks
+    logits = engine.decode([(0, long, 0, True)])[0]  # 300 tokens > n_batch 256: two llama_batch chunks
     assert logits.shape == (engine.n_vocab,) and np.isfinite(logits).all()
-    assert engine.seq_pos_max(0) == 399
+    assert engine.seq_pos_max(0) == 299
     with pytest.raises(ContextFullError):
-        engine.decode([(0, long[:200], 400, True)])  # 600 > n_ctx_seq = 1024 / n_seq_max 2
+        engine.decode([(0, long[:250], 300, True)])  # 550 > n_ctx_seq = 1024 / n_seq_max 2
     engine.seq_clear(0)
 
 

@@ -1,0 +1,206 @@
+"""The game's side of the wire: NPC conversations, frame stats, budget events, status polling.
+
+It runs the real :class:`igi_sdk.client.AsyncClient` on a private asyncio loop in a background thread,
+like a game plugin's I/O thread; the game loop thread only posts work to it and never waits on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Coroutine
+
+from igi_sdk.client import AsyncClient
+from igi_sdk.errors import IgiError
+from igi_sdk.ipc.values import Sampling
+
+from igi_harness.recorder import PhaseRecorder
+from igi_harness.script import NpcPlan, SceneTimes
+
+
+class GameSide:
+    """Wire-facing half of the simulated game (one per phase).
+
+    Attributes:
+        sleep_ms: the daemon's current ``sleep_ms_between_tokens`` (from the last frame_stats reply).
+        tokens_per_frame: the daemon's current tokens-per-frame cap.
+        budget_mib: the budget the game last gave the daemon.
+        last_text: the tail of the most recent NPC line (for the live view).
+    """
+
+    def __init__(self, connection_file: Path, rec: PhaseRecorder, t0: float, *, governor: bool,
+                 budget_mib: int, request_timeout_s: float = 120.0) -> None:
+        self.connection_file, self.rec, self.t0 = connection_file, rec, t0
+        self.governor, self.budget_mib, self.timeout_s = governor, budget_mib, request_timeout_s
+        self.sleep_ms, self.tokens_per_frame = 0.0, None
+        self.last_text = ""
+        self.client: AsyncClient | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="igi-game-io", daemon=True)
+        self._stats_in_flight = False
+        self._npc_tasks: list[asyncio.Task[None]] = []
+        self._streams: set[Any] = set()
+        self._talk_end_s = 0.0
+
+    def now(self) -> float:
+        """Seconds since the phase start."""
+        return time.perf_counter() - self.t0
+
+    def _post(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    def connect(self, timeout_s: float = 60.0) -> None:
+        """Start the I/O thread and connect (handshake) to the daemon."""
+        self._thread.start()
+        self.client = self._post(AsyncClient.connect(self.connection_file, timeout_s=timeout_s,
+                                                     client_name="igi-sample-harness")).result(timeout_s + 5)
+
+    def start_npcs(self, plans: list[NpcPlan], times: SceneTimes, max_tokens: int) -> None:
+        """Open one session per NPC and start their scripted conversations."""
+        self._talk_end_s = times.talk_end_s
+
+        async def start() -> None:
+            assert self.client is not None
+            for i, plan in enumerate(plans):
+                sid = await self.client.create_session(plan.persona.name, plan.persona.system_prompt,
+                                                       sampling=Sampling(temperature=0.7, seed=1000 + i,
+                                                                         max_tokens=max_tokens))
+                self._npc_tasks.append(asyncio.create_task(self._converse(plan, sid, max_tokens)))
+            self._npc_tasks.append(asyncio.create_task(self._poll_status()))
+
+        self._post(start()).result(self.timeout_s)
+
+    def stop(self, *, shutdown_daemon: bool = True) -> None:
+        """Cancel the conversations and in-flight generations, close the client, stop the I/O thread."""
+        async def stop() -> None:
+            for task in self._npc_tasks:
+                task.cancel()
+            for task in self._npc_tasks:
+                with contextlib.suppress(asyncio.CancelledError, IgiError, Exception):
+                    await task
+            if self.client is not None:
+                if shutdown_daemon:
+                    with contextlib.suppress(IgiError, asyncio.TimeoutError):
+                        await self.client.shutdown(timeout_s=10.0)
+                await self.client.close()
+
+        with contextlib.suppress(Exception):
+            self._post(stop()).result(30.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10.0)
+
+    # --- per frame (called from the game loop thread, never blocks) -----------------------------------
+    def frame_stats(self, work_ms: float, target_ms: float) -> None:
+        """Send frame_stats unless the previous one is still unanswered; apply any budget proposal."""
+        if self._stats_in_flight or self.client is None:
+            return
+        self._stats_in_flight = True
+        self._post(self._frame_stats(work_ms, target_ms))
+
+    async def _frame_stats(self, work_ms: float, target_ms: float) -> None:
+        assert self.client is not None
+        try:
+            reply = await self.client.frame_stats(work_ms, target_ms, timeout_s=5.0)
+        except IgiError as exc:
+            self.rec.errors.append(f"frame_stats: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            self._stats_in_flight = False
+        t = self.now()
+        th = reply.throttle
+        if th.sleep_ms_between_tokens != self.sleep_ms or th.tokens_per_frame != self.tokens_per_frame \
+                or not self.rec.throttle:
+            self.sleep_ms, self.tokens_per_frame = th.sleep_ms_between_tokens, th.tokens_per_frame
+            self.rec.throttle.append({"t_s": round(t, 4), "sleep_ms_between_tokens": self.sleep_ms,
+                                      "tokens_per_frame": self.tokens_per_frame})
+        if reply.proposed_budget_mib is not None and reply.proposed_budget_mib != self.budget_mib:
+            self.rec.event(t, "budget_proposal", proposed_mib=reply.proposed_budget_mib, from_mib=self.budget_mib)
+            await self._set_budget(reply.proposed_budget_mib, "governor proposal", "budget_accepted")
+
+    # --- scripted budget events -----------------------------------------------------------------------
+    def reclaim(self, budget_mib: int) -> None:
+        """Level load: urgently take VRAM back (reclaim_request, priority path)."""
+        async def go() -> None:
+            assert self.client is not None
+            t = self.now()
+            try:
+                ack = await self.client.reclaim(budget_mib, deadline_s=1.0, timeout_s=self.timeout_s)
+            except IgiError as exc:
+                self.rec.errors.append(f"reclaim: {type(exc).__name__}: {exc}")
+                return
+            self.budget_mib = budget_mib
+            self.rec.event(t, "reclaim", budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
+                           apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4))
+        self._post(go())
+
+    def restore(self, budget_mib: int) -> None:
+        """Level loaded: give the VRAM back (set_budget_request)."""
+        self._post(self._set_budget(budget_mib, "level loaded: restore", "restore"))
+
+    async def _set_budget(self, budget_mib: int, reason: str, kind: str) -> None:
+        assert self.client is not None
+        t = self.now()
+        try:
+            ack = await self.client.set_budget(budget_mib, reason, timeout_s=self.timeout_s)
+        except IgiError as exc:
+            self.rec.errors.append(f"set_budget: {type(exc).__name__}: {exc}")
+            return
+        self.budget_mib = budget_mib
+        self.rec.event(t, kind, budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
+                       apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4))
+
+    # --- background tasks -----------------------------------------------------------------------------
+    async def _converse(self, plan: NpcPlan, session_id: str, max_tokens: int) -> None:
+        assert self.client is not None
+        await asyncio.sleep(max(0.0, plan.start_s - self.now()))
+        i = 0
+        while self.now() < self._talk_end_s:
+            line = plan.lines[i % len(plan.lines)]
+            t_req = self.now()
+            row: dict[str, Any] = {"npc": plan.persona.name, "line": line, "t_request_s": round(t_req, 4)}
+            self.rec.replies.append(row)
+            stream = self.client.generate(session_id, line, max_tokens=max_tokens, timeout_s=self.timeout_s)
+            self._streams.add(stream)
+            self.rec.generating += 1
+            n, first = 0, None
+            try:
+                async for ev in stream:
+                    t = self.now()
+                    first = t if first is None else first
+                    n += 1
+                    self.rec.token_times_s.append(t)
+                    self.last_text = (self.last_text + ev.text)[-80:]
+                result = await stream.result()
+                row.update(finish_reason=result.finish_reason, ttft_s=result.ttft_s, tps=round(result.tps, 3),
+                           text=result.text, reloads_during=result.reloads_during)
+            except IgiError as exc:
+                row.update(finish_reason="error", error=f"{type(exc).__name__}: {exc}")
+                self.rec.errors.append(f"{plan.persona.name}: {type(exc).__name__}: {exc}")
+            finally:
+                self.rec.generating -= 1
+                self._streams.discard(stream)
+                row.update(n_tokens=n, t_end_s=round(self.now(), 4),
+                           client_ttft_s=None if first is None else round(first - t_req, 4))
+            self.last_text = f"{plan.persona.name}: "
+            await asyncio.sleep(plan.pauses_s[i % len(plan.pauses_s)])
+            i += 1
+
+    async def _poll_status(self, period_s: float = 0.5) -> None:
+        assert self.client is not None
+        while True:
+            try:
+                st = await self.client.status(timeout_s=10.0)
+                self.rec.budget.append({
+                    "t_s": round(self.now(), 4), "vram_budget_mib": st.vram_budget_mib,
+                    "vram_used_mib": st.vram_used_mib, "plan_gpu_mib": None if st.plan is None else st.plan.gpu_mib,
+                    "plan_strategy": None if st.plan is None else st.plan.strategy, "queue_depth": st.queue_depth,
+                    "game_budget_mib": self.budget_mib,
+                })
+            except IgiError as exc:
+                self.rec.errors.append(f"status: {type(exc).__name__}: {exc}")
+            await asyncio.sleep(period_s)

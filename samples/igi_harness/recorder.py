@@ -1,0 +1,122 @@
+"""What one phase records (frames, replies, budget, throttle, events, tokens) and its summary statistics.
+
+Written from two threads (the game loop and the client's event loop): every writer appends to its own
+list, and CPython's ``list.append`` is atomic, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+OVER_TARGET_TOLERANCE = 1.05  # a frame is "over target" above 105 % of it (sleep wake-up jitter is ~0.1-1 ms)
+ISSUE_TOLERANCE = 1.15        # the issue's target: p99 within 15 % of the target frame time
+
+
+@dataclass
+class PhaseRecorder:
+    """Raw samples of one phase; times are seconds from the phase start."""
+
+    name: str
+    governor: bool
+    target_frame_ms: float
+    # one row per frame: t, interval_ms, work_ms, NPC generations in flight, render scale, busy_ms (reported)
+    frames: list[tuple[float, float, float, int, float, float]] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    budget: list[dict[str, Any]] = field(default_factory=list)
+    throttle: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    token_times_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    generating: int = 0  # NPC generations in flight right now (written by the client loop only)
+    spike_window_s: tuple[float, float] = (0.0, 0.0)
+    talk_window_s: tuple[float, float] = (0.0, 0.0)
+
+    def event(self, t_s: float, kind: str, **detail: Any) -> None:
+        """Record a scripted or governor event (reclaim, restore, budget proposal, ...)."""
+        self.events.append({"t_s": round(t_s, 4), "kind": kind, **detail})
+
+    # --- summaries ------------------------------------------------------------------------------------
+    def frame_stats(self, *, talking_only: bool = False, exclude_spike: bool = False) -> dict[str, Any]:
+        """Frame-interval statistics (what the player sees) over all frames or a subset."""
+        lo, hi = self.spike_window_s
+        # the spike's own frames and the second after it (the frame-time EWMA recovering) are excluded
+        rows = [f for f in self.frames
+                if (not talking_only or f[3] > 0) and (not exclude_spike or not lo <= f[0] < hi + 1.0)]
+        target = self.target_frame_ms
+        if not rows:
+            return {"n_frames": 0}
+        interval = np.array([f[1] for f in rows])
+        work = np.array([f[2] for f in rows])
+        busy = np.array([f[5] for f in rows])
+        return {
+            "n_frames": len(rows),
+            "target_ms": round(target, 3),
+            "p50_ms": round(float(np.percentile(interval, 50)), 3),
+            "p95_ms": round(float(np.percentile(interval, 95)), 3),
+            "p99_ms": round(float(np.percentile(interval, 99)), 3),
+            "max_ms": round(float(interval.max()), 3),
+            "mean_fps": round(1000.0 / float(interval.mean()), 2),
+            "pct_over_target": round(100.0 * float((interval > target * OVER_TARGET_TOLERANCE).mean()), 2),
+            "pct_over_115pct": round(100.0 * float((interval > target * ISSUE_TOLERANCE).mean()), 2),
+            "p99_over_target_pct": round(100.0 * (float(np.percentile(interval, 99)) / target - 1.0), 1),
+            "work_p50_ms": round(float(np.percentile(work, 50)), 3),
+            "work_p99_ms": round(float(np.percentile(work, 99)), 3),
+            "busy_p50_ms": round(float(np.percentile(busy, 50)), 3),
+            "busy_p99_ms": round(float(np.percentile(busy, 99)), 3),
+        }
+
+    def reply_stats(self) -> dict[str, Any]:
+        """TTFT / TPS over the phase's replies."""
+        done = [r for r in self.replies if r.get("finish_reason") in ("stop", "length")]
+        ttft = [r["ttft_s"] for r in done if r.get("ttft_s") is not None]
+        client_ttft = [r["client_ttft_s"] for r in done if r.get("client_ttft_s") is not None]
+        tps = [r["tps"] for r in done if r.get("tps")]
+        pct = (lambda xs, q: round(float(np.percentile(xs, q)), 4) if xs else None)
+        return {
+            "n_replies": len(done), "n_unfinished": len(self.replies) - len(done),
+            "tokens_total": int(sum(r.get("n_tokens", 0) for r in self.replies)),
+            "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
+            "client_ttft_p50_s": pct(client_ttft, 50), "client_ttft_p95_s": pct(client_ttft, 95),
+            "tps_p50": pct(tps, 50), "tps_min": round(min(tps), 3) if tps else None,
+        }
+
+    def tokens_per_s(self, bucket_s: float = 1.0) -> dict[str, list[float]]:
+        """Tokens received per second, in ``bucket_s`` buckets."""
+        end = self.frames[-1][0] if self.frames else 0.0
+        n = max(1, int(np.ceil(end / bucket_s)))
+        counts = np.zeros(n)
+        for t in self.token_times_s:
+            counts[min(n - 1, int(t / bucket_s))] += 1
+        return {"t_s": [round(i * bucket_s, 3) for i in range(n)], "tps": [round(c / bucket_s, 3) for c in counts]}
+
+    def summary(self) -> dict[str, Any]:
+        """Everything of this phase that goes into report.json."""
+        return {
+            "name": self.name,
+            "governor": self.governor,
+            "talk_window_s": list(self.talk_window_s),
+            "spike_window_s": list(self.spike_window_s),
+            "frames": {
+                "all": self.frame_stats(),
+                "while_npcs_talk": self.frame_stats(talking_only=True),
+                "while_npcs_talk_excluding_spike": self.frame_stats(talking_only=True, exclude_spike=True),
+            },
+            "replies_summary": self.reply_stats(),
+            "replies": self.replies,
+            "budget": self.budget,
+            "throttle": self.throttle,
+            "events": self.events,
+            "tokens_per_s": self.tokens_per_s(),
+            "frame_timeline": {
+                "t_s": [round(f[0], 4) for f in self.frames],
+                "interval_ms": [round(f[1], 3) for f in self.frames],
+                "work_ms": [round(f[2], 3) for f in self.frames],
+                "npcs_generating": [f[3] for f in self.frames],
+                "render_scale": [f[4] for f in self.frames],
+                "busy_ms": [round(f[5], 3) for f in self.frames],
+            },
+            "errors": self.errors,
+        }

@@ -1,0 +1,90 @@
+"""Synthetic render workload: matrix multiplications sized to take a set fraction of the frame.
+
+The CPU path stands in for a game's render thread(s). When torch with CUDA is importable, ``device="cuda"``
+adds GPU kernels (a matmul per chunk, synchronised, so it counts in the frame time as GPU work would).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CHUNK_DIM = 192  # one chunk: a 192 x 192 float32 matmul, ~1 ms on one core of this class of machine
+
+
+def cuda_available() -> bool:
+    """Whether torch with a CUDA device is importable (the GPU render path)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@dataclass
+class RenderWorkload:
+    """Render work of one frame: ``chunks_per_frame`` matmul chunks (scaled for a level-load spike).
+
+    Attributes:
+        chunks_per_frame: chunks in one normal frame (from :meth:`calibrate`).
+        chunk_ms: measured time of one chunk on an idle machine, ms.
+        device: "cpu" or "cuda".
+    """
+
+    chunks_per_frame: int
+    chunk_ms: float
+    device: str = "cpu"
+    _a: Any = field(default=None, repr=False)
+    _b: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((CHUNK_DIM, CHUNK_DIM), dtype=np.float32)
+        b = rng.standard_normal((CHUNK_DIM, CHUNK_DIM), dtype=np.float32)
+        if self.device == "cuda":
+            import torch
+
+            self._a, self._b = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        else:
+            self._a, self._b = a, b
+
+    def _chunk(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            (self._a @ self._b).sum()
+            torch.cuda.synchronize()
+        else:
+            np.matmul(self._a, self._b)
+
+    def run(self, scale: float = 1.0) -> None:
+        """Do one frame's render work, ``scale`` x the normal amount."""
+        for _ in range(max(1, round(self.chunks_per_frame * scale))):
+            self._chunk()
+
+    @classmethod
+    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu") -> RenderWorkload:
+        """Size the work so one frame takes ``load_fraction`` of ``frame_ms`` on the machine as it is now.
+
+        Args:
+            frame_ms: the target frame time, ms.
+            load_fraction: share of the frame the render work takes, 0..1.5 (above 1: the game cannot hold
+                its frame rate even alone).
+            device: "cpu" or "cuda".
+        """
+        probe = cls(chunks_per_frame=1, chunk_ms=1.0, device=device)
+        for _ in range(20):
+            probe._chunk()
+        samples = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                probe._chunk()
+            samples.append((time.perf_counter() - t0) * 1000.0 / 20)
+        chunk_ms = statistics.median(samples)
+        chunks = max(1, round(frame_ms * load_fraction / chunk_ms))
+        return cls(chunks_per_frame=chunks, chunk_ms=chunk_ms, device=device)

@@ -1,0 +1,154 @@
+"""``igi bench``: the planner's placement against the placements users have today, side by side on this
+machine, under a list of VRAM budgets and contexts. See docs/benchmarks.md ("GPU benchmark").
+
+Examples::
+
+    igi bench --model llama_8b --budgets-mib 2048 4096 --ctx 4096 --prompt-tokens 1024 --reply-tokens 64 --out out/
+    igi bench --smoke --out /tmp/smoke          # CPU: tiny models, the whole harness end to end
+    igi bench --merge --out out/                # combine bench-*.json into bench.json / bench.md / plots
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from igi_sdk.bench import methods as m
+
+SMOKE_MODELS = ["smoke_dense", "smoke_moe"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="igi bench", description="Benchmark the placement planner against stock placements.")
+    p.add_argument("--model", nargs="+", default=None,
+                   help="synthetic preset (llama_8b, qwen3_30b_a3b, tiny_dense, smoke_dense, ...; written on the fly "
+                        "into --work-dir and reused) or GGUF path")
+    p.add_argument("--budgets-mib", type=int, nargs="+", default=None, help="VRAM budgets (default: 3 spanning the model)")
+    p.add_argument("--ctx", type=int, nargs="+", default=None, help="n_ctx values")
+    p.add_argument("--prompt-tokens", type=int, nargs="+", default=None, help="prompt length per --ctx (paired)")
+    p.add_argument("--reply-tokens", type=int, nargs="+", default=None, help="decoded tokens: one value, or one per --ctx")
+    p.add_argument("--out", type=Path, required=True, help="results directory (bench-<model>.json, bench.md, plots)")
+    p.add_argument("--work-dir", type=Path, default=None, help="where synthetic models are written (default: cache)")
+    p.add_argument("--methods", nargs="+", choices=m.ALL_METHODS, default=list(m.ALL_METHODS))
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="global time limit (from start, model writing included): later runs are recorded as skipped")
+    p.add_argument("--run-timeout-s", type=float, default=120.0, help="a run taking longer is killed and recorded failed")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for every method (default: all cores)")
+    p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
+    p.add_argument("--extra-profile", default=None,
+                   help="second profile for a 'planner_ref' method (e.g. reference:h200); run only where it differs")
+    p.add_argument("--oracle-max", type=int, default=4, help="oracle sweep placements per group")
+    p.add_argument("--oracle-pinned", choices=("auto", "always", "never"), default="auto",
+                   help="pinned sweep candidates: auto = only where the planner chose pinned")
+    p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
+    p.add_argument("--no-warmup", action="store_true", help="measure without the 48-token warm-up")
+    p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
+    p.add_argument("--merge", action="store_true", help="only merge existing bench-*.json in --out and render")
+    p.add_argument("--plan-only", action="store_true", help="list the runs and estimated time, measure nothing")
+    return p
+
+
+def _contexts(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    ctxs = args.ctx
+    prompts = args.prompt_tokens or [min(1024, c // 4) for c in ctxs]
+    replies = args.reply_tokens or [64]
+    if len(prompts) != len(ctxs):
+        raise ValueError(f"--prompt-tokens needs one value per --ctx ({len(ctxs)}), got {len(prompts)}")
+    if len(replies) == 1:
+        replies = replies * len(ctxs)
+    if len(replies) != len(ctxs):
+        raise ValueError("--reply-tokens needs one value or one per --ctx")
+    out = list(zip(ctxs, prompts, replies, strict=True))
+    for c, p, r in out:
+        if p + r + 1 > c:
+            raise ValueError(f"prompt {p} + reply {r} does not fit n_ctx {c}")
+    return out
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(argv: list[str]) -> int:
+    """Entry point of ``igi bench``."""
+    from igi_sdk.bench.report import merge
+    from igi_sdk.bench.runner import SuiteConfig, SuiteState, machine_meta, run_model
+    from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
+    from igi_sdk.bench.vram import VramSampler, open_nvml
+    from igi_sdk.bench.worker import Worker
+    from igi_sdk.errors import IgiError
+
+    args = _parser().parse_args(argv)
+    out_dir: Path = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        json_path, md_path, plots = merge(out_dir)
+        _say(f"merged -> {json_path}, {md_path}, {len(plots)} plots")
+        return 0
+    if args.smoke:
+        args.model = args.model or SMOKE_MODELS
+        args.ctx = args.ctx or [512]
+        args.prompt_tokens = args.prompt_tokens or [96]
+        args.reply_tokens = args.reply_tokens or [8]
+        args.threads = args.threads or min(2, os.cpu_count() or 1)
+        args.no_dry_run = True
+        if args.oracle_max == 4:
+            args.oracle_max = 2
+    if not args.model or not args.ctx:
+        print("igi bench: --model and --ctx are required (or --smoke / --merge)", file=sys.stderr)
+        return 2
+    try:
+        contexts = _contexts(args)
+    except ValueError as exc:
+        print(f"igi bench: {exc}", file=sys.stderr)
+        return 2
+    from igi_sdk.model_store import cache_dir
+
+    cfg = SuiteConfig(
+        models=args.model, budgets_mib=args.budgets_mib or [], contexts=contexts, out_dir=out_dir,
+        work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
+        max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
+        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
+        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only)
+    state = SuiteState()
+    if cfg.max_minutes is not None:
+        state.deadline = state.started + cfg.max_minutes * 60
+    sampler = VramSampler(open_nvml())
+    worker = Worker(log_path=out_dir / "worker.log", on_start=sampler.take_baseline)
+    rc = 0
+    try:
+        if cfg.plan_only:
+            hello: dict = {"devices": []}
+        else:
+            hello = worker.request({"op": "hello"}, timeout_s=180)
+        machine_has_gpu = any(d.get("type") in ("gpu", "igpu") for d in hello.get("devices", []))
+        if args.smoke and not machine_has_gpu and args.profile == "auto":
+            profile, notes = simulated_gpu_profile(), ["smoke: simulated GPU profile; placements run on the CPU"]
+        else:
+            profile, notes = resolve_profile(args.profile, has_gpu=machine_has_gpu, say=_say)
+        extra = resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
+        meta = machine_meta(sampler, hello, profile, notes, cfg)
+        _say(f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "
+             f"threads {cfg.n_threads} | out {out_dir}")
+        for note in notes:
+            _say(f"  {note}")
+        for spec in cfg.models:
+            try:
+                path = run_model(spec, cfg, profile, extra, meta, worker, sampler, state, machine_has_gpu, _say)
+                _say(f"wrote {path}")
+            except (IgiError, OSError, ValueError, KeyError) as exc:
+                _say(f"igi bench: model {spec} failed: {type(exc).__name__}: {exc}")
+                rc = 1
+    except IgiError as exc:
+        _say(f"igi bench: {exc}")
+        return 1
+    finally:
+        worker.close()
+    if not cfg.plan_only:
+        t0 = time.monotonic()
+        json_path, md_path, plots = merge(out_dir)
+        _say(f"merged -> {json_path}, {md_path}, {len(plots)} plots ({time.monotonic() - t0:.1f} s)")
+    return rc

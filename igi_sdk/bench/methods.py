@@ -1,0 +1,250 @@
+"""Bench layer: the placements a benchmark group runs side by side, all checked by the planner's own
+memory accounting.
+
+Methods of one (model, VRAM budget, context) group:
+
+* ``planner``        ``plan_placement`` with the bench's profile
+* ``planner_ref``    ``plan_placement`` with a second profile (``--extra-profile``), when its choice differs
+* ``nvigi_linear``   NVIGI's ``n_gpu_layers = floor(min(1, budget / model) * n_layer)`` (only if it fits)
+* ``max_ngl``        the largest ``n_gpu_layers`` that fits (llama.cpp users' "aggressive" setting)
+* ``n_cpu_moe``      MoE only: the smallest ``--n-cpu-moe N`` that fits
+* ``all_cpu``        ``n_gpu_layers = 0`` (op_offload on), the lower bound
+* ``all_gpu``        everything in VRAM, the upper bound, only when it fits
+* ``oracle``         a capped sweep within the budget: the planner's runner-ups, its choice at other
+                     n_ubatch / load modes, ``n_gpu_layers`` and ``--n-cpu-moe`` at n_ubatch 512 and 2048;
+                     ranked by predicted e2e, one family at a time, so the sweep stays diverse
+
+Pinned (``load_mode="pinned"``) candidates appear in the sweep only where the planner chose pinned
+(loading a 30B MoE pinned takes 9-12 s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
+                             baseline_placements, plan_placement)
+from igi_sdk.planner.cost import CostModel, Prediction
+from igi_sdk.planner.layout import resolve_layout
+from igi_sdk.planner.memory import MemoryBreakdown, memory_of
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.strategies import n_cpu_moe_specs, spec_placement
+from igi_sdk.planner.summary import ModelSummary, summarize
+
+CORE_METHODS = ("planner", "planner_ref", "nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
+BASELINES = ("nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
+ALL_METHODS = CORE_METHODS + ("oracle",)
+ORACLE_FAMILIES = ("runner_up", "planner_variant", "ngl_sweep", "n_cpu_moe_sweep")
+
+
+def placement_key(placement: Placement) -> str:
+    """Identity of a placement for de-duplicating measurements."""
+    return placement.model_dump_json()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One placement to measure (or a method that cannot run here, with ``skip_reason``)."""
+
+    method: str
+    label: str
+    placement: Placement | None
+    strategy: str | None = None
+    family: str | None = None
+    memory: MemoryBreakdown | None = None
+    prediction: Prediction | None = None
+    fits: bool = True
+    skip_reason: str | None = None
+
+    @property
+    def predicted_vram_mib(self) -> float | None:
+        return None if self.memory is None else round(self.memory.vram_total_mib, 1)
+
+
+class Evaluator:
+    """The planner's memory and cost accounting for arbitrary placements of one model (one group)."""
+
+    def __init__(self, table: ModelTable, budget_mib: int, workload: Workload, profile: Profile,
+                 compute: ComputeBufferTable, options: PlannerOptions, summary: ModelSummary | None = None) -> None:
+        self.table = table
+        self.summary = summary or summarize(table)
+        self.budget_mib = budget_mib
+        self.workload = workload
+        self.profile = profile
+        self.compute = compute
+        self.options = options
+        self.has_gpu = profile.gpu is not None
+        self.cost = CostModel(self.summary, profile, n_threads=options.n_threads,
+                              op_offload_min_batch=options.op_offload_min_batch)
+
+    def memory(self, placement: Placement) -> tuple[MemoryBreakdown, bool]:
+        """Memory terms of ``placement`` and whether it fits the budget (and the pinned-host limit)."""
+        layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
+        reserve = self.profile.gpu.reserve_mib if self.profile.gpu else None
+        mem = memory_of(self.summary, layout, placement, self.compute, reserve_mib=reserve,
+                        safety_margin_mib=self.options.safety_margin_mib)
+        fits = mem.vram_total_mib <= self.budget_mib
+        limit = self.options.host_pinned_limit_mib
+        if limit is not None and mem.host_pinned_mib > limit:
+            fits = False
+        return mem, fits
+
+    def candidate(self, method: str, label: str, placement: Placement, **extra: object) -> Candidate:
+        """A ``Candidate`` with memory, prediction and fit filled in."""
+        mem, fits = self.memory(placement)
+        layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
+        pred = self.cost.predict(layout, placement, self.workload)
+        return Candidate(method=method, label=label, placement=placement, memory=mem, prediction=pred, fits=fits,
+                         **extra)  # type: ignore[arg-type]
+
+
+def _threads(placement: Placement, n_threads: int | None) -> Placement:
+    if n_threads is None:
+        return placement
+    return placement.with_(n_threads=placement.n_threads or n_threads,
+                           n_threads_batch=placement.n_threads_batch or n_threads)
+
+
+@dataclass
+class GroupPlan:
+    """What one (model, budget, context) group will run."""
+
+    core: list[Candidate] = field(default_factory=list)
+    oracle: list[Candidate] = field(default_factory=list)
+    plan: PlanResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: Profile, compute: ComputeBufferTable,
+               options: PlannerOptions, *, extra_profile: Profile | None = None, oracle_max: int = 4,
+               oracle_pinned: str = "auto", summary: ModelSummary | None = None) -> GroupPlan:
+    """Every method's placement for one group, each checked against the budget by the planner's accounting.
+
+    Args:
+        oracle_max: how many extra sweep placements to measure (beyond the core methods).
+        oracle_pinned: "auto" (pinned sweep candidates only where the planner chose pinned), "always", "never".
+    """
+    ev = Evaluator(table, budget_mib, workload, profile, compute, options, summary)
+    out = GroupPlan()
+    n = table.n_layer
+    threads = options.n_threads
+
+    result = plan_placement(table, budget_mib, workload, profile, compute, options)
+    out.plan = result
+    chosen: Placement | None = None
+    if result.chosen is not None:
+        chosen = _threads(result.chosen.placement, threads)
+        out.core.append(ev.candidate("planner", f"{result.chosen.strategy}: {result.chosen.description}", chosen,
+                                     strategy=result.chosen.strategy))
+    else:
+        out.core.append(Candidate("planner", "infeasible", None, skip_reason=(
+            f"planner: no placement fits {budget_mib} MiB (needs {result.min_feasible_budget_mib} MiB)")))
+    if extra_profile is not None:
+        ref = plan_placement(table, budget_mib, workload, extra_profile, compute, options)
+        if ref.chosen is None:
+            out.core.append(Candidate("planner_ref", "infeasible", None, skip_reason="infeasible"))
+        else:
+            out.core.append(ev.candidate("planner_ref", f"{ref.chosen.strategy}: {ref.chosen.description} "
+                                         f"(profile {extra_profile.source})", _threads(ref.chosen.placement, threads),
+                                         strategy=ref.chosen.strategy))
+
+    base = baseline_placements(table, budget_mib, workload, profile, compute, options, n_ubatch=512)
+    for method in BASELINES:
+        if method == "n_cpu_moe" and not table.is_moe:
+            continue
+        planned = base.get(method)
+        if planned is None:
+            why = ("needs a GPU" if not ev.has_gpu else f"no {method} variant fits {budget_mib} MiB")
+            out.core.append(Candidate(method, method, None, skip_reason=why))
+            continue
+        cand = ev.candidate(method, planned.description, _threads(planned.placement, threads), strategy=planned.strategy)
+        if not cand.fits:
+            cand = Candidate(method, cand.label, cand.placement, cand.strategy, None, cand.memory, cand.prediction,
+                             fits=False, skip_reason=f"over budget: needs {cand.predicted_vram_mib} MiB > {budget_mib} MiB")
+        out.core.append(cand)
+
+    out.oracle = oracle_candidates(ev, result, chosen, [c for c in out.core if c.placement is not None], n,
+                                   oracle_max=oracle_max, oracle_pinned=oracle_pinned)
+    return out
+
+
+def oracle_candidates(ev: Evaluator, result: PlanResult, chosen: Placement | None, already: list[Candidate], n_layer: int,
+                      *, oracle_max: int, oracle_pinned: str) -> list[Candidate]:
+    """The capped oracle sweep (see the module docstring); excludes placements the core methods run."""
+    if oracle_max <= 0:
+        return []
+    threads = ev.options.n_threads
+    allow_pinned = ev.has_gpu and (oracle_pinned == "always"
+                                   or (oracle_pinned == "auto" and chosen is not None and chosen.load_mode == "pinned"))
+    modes = ("mmap", "pinned") if allow_pinned else ("mmap",)
+    ctx_cap = max(ev.workload.n_ctx, 32)
+    ubs = sorted({min(u, ctx_cap) for u in (512, 2048)})
+    base = chosen or _threads(Placement(n_ctx=ev.workload.n_ctx, n_seq_max=ev.workload.parallel,
+                                        type_k=ev.options.type_k, type_v=ev.options.type_v,
+                                        flash_attn=ev.options.flash_attn), threads)
+    base = base.with_(rules=(), n_gpu_layers=0, load_mode="mmap", op_offload=True)
+    pools: dict[str, list[Candidate]] = {f: [] for f in ORACLE_FAMILIES}
+
+    for ru in result.runner_ups:
+        if ru.planned is not None:
+            pools["runner_up"].append(ev.candidate("oracle", f"runner-up {ru.strategy}: {ru.planned.description}",
+                                                   _threads(ru.planned.placement, threads), strategy=ru.strategy,
+                                                   family="runner_up"))
+    if chosen is not None:
+        for ub in sorted({min(u, ctx_cap) for u in (512, 1024, 2048)}):
+            for mode in modes if chosen.load_mode == "pinned" else ("mmap",):
+                variant = chosen.with_(n_ubatch=ub, n_batch=ub, load_mode=mode)
+                pools["planner_variant"].append(ev.candidate(
+                    "oracle", f"planner's {result.strategy} at n_ubatch={ub}, {mode}", variant,
+                    strategy=result.strategy, family="planner_variant"))
+    if ev.has_gpu:
+        for ub in ubs:
+            for mode in modes:
+                fix = base.with_(n_ubatch=ub, n_batch=ub, load_mode=mode)
+                best = _largest_fitting([fix.with_(n_gpu_layers=m) for m in range(1, n_layer + 2)], ev)
+                if best is not None:
+                    pools["ngl_sweep"].append(ev.candidate(
+                        "oracle", f"n_gpu_layers={best.n_gpu_layers}, n_ubatch={ub}, {mode}", best,
+                        strategy="whole_layers", family="ngl_sweep"))
+                if ev.table.is_moe:
+                    specs = [spec_placement(ev.summary, s, fix) for s in n_cpu_moe_specs(ev.summary)]
+                    specs = [p.with_(n_ubatch=ub, n_batch=ub, load_mode=mode) for p in specs]
+                    best = _largest_fitting(specs, ev)
+                    if best is not None:
+                        k = n_layer - specs.index(best)
+                        pools["n_cpu_moe_sweep"].append(ev.candidate(
+                            "oracle", f"--n-cpu-moe {k}, n_ubatch={ub}, {mode}", best, strategy="n_cpu_moe",
+                            family="n_cpu_moe_sweep"))
+    seen = {placement_key(c.placement) for c in already if c.placement is not None}
+    ranked: dict[str, list[Candidate]] = {}
+    for fam, cands in pools.items():
+        keep = []
+        for c in sorted(cands, key=lambda c: (c.prediction.e2e_s if c.prediction else math.inf)):
+            assert c.placement is not None
+            key = placement_key(c.placement)
+            if not c.fits or key in seen:
+                continue
+            if c.placement.load_mode == "pinned" and not allow_pinned:
+                continue
+            seen.add(key)
+            keep.append(c)
+        ranked[fam] = keep
+    picked: list[Candidate] = []
+    while len(picked) < oracle_max and any(ranked.values()):
+        for fam in ORACLE_FAMILIES:
+            if ranked[fam] and len(picked) < oracle_max:
+                picked.append(ranked[fam].pop(0))
+    return picked
+
+
+def _largest_fitting(ordered: list[Placement], ev: Evaluator) -> Placement | None:
+    """Binary search for the last fitting placement of a list ordered by growing VRAM use."""
+    lo, hi, best = 0, len(ordered) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if ev.memory(ordered[mid])[1]:
+            best, lo = ordered[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best

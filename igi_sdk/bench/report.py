@@ -1,0 +1,166 @@
+"""Bench layer: merge per-model result files and render them (markdown tables, PNG plots).
+
+``merge(out_dir)`` reads every ``bench-*.json`` in ``out_dir`` and writes ``bench.json`` (all runs, all
+summaries, each model's meta), ``bench.md`` and ``plot-<model>-ctx<n_ctx>.png`` (TPS and TTFT against the
+budget, one line per method; ``oracle`` is the best oracle-sweep run per budget).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.bench.methods import ALL_METHODS, BASELINES
+from igi_sdk.bench.summary import summarize_groups
+
+MERGED_JSON, MERGED_MD = "bench.json", "bench.md"
+
+
+def load_results(out_dir: Path) -> dict[str, Any]:
+    """Every per-model file of ``out_dir`` combined: ``{"metas": [...], "runs": [...], "summary": [...]}``."""
+    metas, runs = [], []
+    for path in sorted(out_dir.glob("bench-*.json")):
+        data = json.loads(path.read_text())
+        metas.append(data.get("meta", {}))
+        runs.extend(data.get("runs", []))
+    return {"version": 1, "metas": metas, "runs": runs, "summary": summarize_groups(runs)}
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _cell(rec: dict[str, Any] | None) -> str:
+    if rec is None:
+        return ""
+    if rec["status"] != "ok":
+        if rec["status"] == "over_budget":
+            return f"over budget (pred {_fmt(rec.get('predicted_vram_mib'), '.0f')})"
+        return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR"}.get(rec["status"], rec["status"])
+    peak = rec.get("peak_vram_mib")
+    flag = " **over**" if rec.get("budget_violation") else ""
+    return (f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
+            f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.get('predicted_vram_mib'), '.0f')}{flag}")
+
+
+def _best_oracle(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in recs if r["method"] == "oracle" and r["status"] == "ok" and not r.get("budget_violation")]
+    return min(ok, key=lambda r: r["e2e_s"], default=None)
+
+
+def _by_table(runs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[int, list[dict[str, Any]]]]:
+    tables: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        tables[(r["model"], r["n_ctx"])][r["budget_mib"]].append(r)
+    return tables
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    """The results as markdown: settings, one table per model x context, the planner-vs-rest summary."""
+    lines = ["# GPU benchmark results", ""]
+    for meta in data["metas"]:
+        lines.append(f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
+                     f"{', MoE' if meta.get('is_moe') else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
+                     f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
+                     f"threads {meta.get('n_threads')}, started {meta.get('started_at')}")
+        for note in meta.get("notes", []):
+            lines.append(f"  - {note}")
+    if data["metas"]:
+        lines += ["", f"VRAM: {data['metas'][0].get('vram_basis')}.", "",
+                  f"Timing: {data['metas'][0].get('timing')}.", ""]
+    runs = data["runs"]
+    for (model, n_ctx), budgets in sorted(_by_table(runs).items()):
+        any_rec = next(iter(budgets.values()))[0]
+        methods = [mm for mm in ALL_METHODS if mm != "oracle" and any(r["method"] == mm for rs in budgets.values()
+                                                                       for r in rs)]
+        lines += [f"## {model}, n_ctx {n_ctx}, prompt {any_rec['prompt_tokens']}, reply {any_rec['reply_tokens']}", "",
+                  "Cells: TTFT s / TPS / peak VRAM MiB (measured; `pred` = predicted when not measurable).", ""]
+        head = ["budget MiB"] + methods + ["best oracle sweep"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for budget in sorted(budgets):
+            recs = budgets[budget]
+            row = [str(budget)] + [_cell(next((r for r in recs if r["method"] == mm), None)) for mm in methods]
+            best = _best_oracle(recs)
+            row.append(_cell(best) + (f" ({best['candidate']})" if best else ""))
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    lines += ["## Planner vs oracle and baselines", "",
+              "planner/oracle = planner e2e / best in-budget e2e of the group (1.00 = planner was best). "
+              "Speedups = baseline e2e / planner e2e (> 1: planner faster).", ""]
+    head = ["model", "n_ctx", "budget MiB", "planner strategy", "planner e2e s", "oracle best", "planner/oracle"]
+    head += [f"vs {b}" for b in BASELINES]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in data["summary"]:
+        sp = s["speedup"]
+        row = [s["model"], str(s["n_ctx"]), str(s["budget_mib"]), str(s["planner_strategy"] or s["planner_status"]),
+               _fmt(s["planner_e2e_s"], ".3f"),
+               f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
+               _fmt(s["planner_vs_oracle"], ".2f")]
+        row += [_fmt(sp.get(b, {}).get("e2e"), ".2f") for b in BASELINES]
+        lines.append("| " + " | ".join(row) + " |")
+    failures = [r for r in runs if r["status"] == "error"]
+    over = [r for r in runs if r.get("budget_violation")]
+    lines += ["", f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok, {len(failures)} failed, "
+              f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), {len(over)} over budget.", ""]
+    for r in failures:
+        lines.append(f"- failed: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
+                     f"{(r['error'] or '').splitlines()[0][:200]}")
+    for r in over:
+        lines.append(f"- over budget: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
+                     f"peak {r['peak_vram_mib']} MiB, predicted {r['predicted_vram_mib']} MiB")
+    return "\n".join(lines) + "\n"
+
+
+def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per model x context: TPS and TTFT against the budget, a line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for (model, n_ctx), budgets in sorted(_by_table(data["runs"]).items()):
+        fig, (ax_tps, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for method in ALL_METHODS:
+            xs, tps, ttft = [], [], []
+            for budget in sorted(budgets):
+                recs = budgets[budget]
+                rec = (_best_oracle(recs) if method == "oracle" else
+                       next((r for r in recs if r["method"] == method and r["status"] == "ok"), None))
+                if rec is None or rec["status"] != "ok":
+                    continue
+                xs.append(budget / 1024)
+                tps.append(rec["tps"] or 0.0)
+                ttft.append(rec["ttft_s"])
+            if not xs:
+                continue
+            style = dict(marker="o", linewidth=2.4 if method == "planner" else 1.2,
+                         linestyle="--" if method in ("oracle", "all_gpu", "all_cpu") else "-")
+            ax_tps.plot(xs, tps, label=method, **style)
+            ax_ttft.plot(xs, ttft, label=method, **style)
+        ax_tps.set(xlabel="VRAM budget (GiB)", ylabel="decode tokens/s", title=f"{model}, n_ctx {n_ctx}: TPS")
+        ax_ttft.set(xlabel="VRAM budget (GiB)", ylabel="TTFT (s)", title=f"{model}, n_ctx {n_ctx}: TTFT")
+        ax_ttft.set_yscale("log")
+        for ax in (ax_tps, ax_ttft):
+            ax.grid(alpha=0.3)
+        ax_tps.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"plot-{model}-ctx{n_ctx}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def merge(out_dir: Path) -> tuple[Path, Path, list[Path]]:
+    """Write ``bench.json``, ``bench.md`` and the plots for every result file in ``out_dir``."""
+    from igi_sdk.bench.runner import write_json
+
+    data = load_results(out_dir)
+    json_path, md_path = out_dir / MERGED_JSON, out_dir / MERGED_MD
+    write_json(json_path, data)
+    md_path.write_text(render_markdown(data))
+    plots = render_plots(data, out_dir)
+    return json_path, md_path, plots

@@ -1,0 +1,296 @@
+"""Bench layer: run a suite. For every model x context x VRAM budget, every method's placement is loaded,
+prefilled and decoded in one engine worker process while NVML samples VRAM; one JSON file per model is
+rewritten after every run, so an interrupted suite keeps what it measured.
+
+Order: first the core methods of every group (planner and baselines), then the oracle sweeps, so a time
+limit (``max_minutes``) cuts oracle candidates before comparisons. A placement measured once (same model,
+placement, prompt and reply) is reused by every group that needs it (``reused_from``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.bench import methods as m
+from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
+from igi_sdk.bench.summary import summarize_groups
+from igi_sdk.bench.vram import VramSampler, open_nvml
+from igi_sdk.bench.worker import RunSpec, Worker
+from igi_sdk.errors import IgiError
+from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.summary import ModelSummary, summarize
+
+VRAM_BASIS = "device-level NVML used memory minus the idle baseline taken before the engine process started"
+RESULT_VERSION = 1
+
+
+@dataclass
+class SuiteConfig:
+    """Everything a suite needs (the CLI fills it)."""
+
+    models: list[str]
+    budgets_mib: list[int]
+    contexts: list[tuple[int, int, int]]
+    """(n_ctx, prompt_tokens, reply_tokens) per context."""
+    out_dir: Path
+    work_dir: Path
+    methods: tuple[str, ...] = m.ALL_METHODS
+    max_minutes: float | None = None
+    run_timeout_s: float = 120.0
+    n_threads: int | None = None
+    oracle_max: int = 4
+    oracle_pinned: str = "auto"
+    use_dry_run: bool = True
+    warmup: bool = True
+    smoke: bool = False
+    crash_methods: tuple[str, ...] = ()
+    """Methods whose runs abort the worker (tests of crash handling)."""
+    plan_only: bool = False
+    """List the runs and their estimated time without measuring (synthetic presets need no file)."""
+
+
+@dataclass
+class SuiteState:
+    """Mutable state of a running suite."""
+
+    started: float = field(default_factory=time.monotonic)
+    deadline: float | None = None
+    n_done: int = 0
+    n_total: int = 0
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def remaining_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def cpu_name() -> str:
+    from igi_sdk.profiler.machine import cpu_model
+
+    return f"{cpu_model()} ({os.cpu_count()} threads)"
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Atomic JSON write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _record(model: str, path: Path, cand: m.Candidate, budget: int, ctx: tuple[int, int, int], gpu: str | None,
+            cpu: str) -> dict[str, Any]:
+    n_ctx, prompt, reply = ctx
+    pred = cand.prediction
+    return {
+        "model": model, "model_path": str(path), "method": cand.method, "candidate": cand.label,
+        "strategy": cand.strategy, "family": cand.family, "budget_mib": budget, "n_ctx": n_ctx,
+        "prompt_tokens": prompt, "reply_tokens": reply, "status": "pending", "error": None,
+        "ttft_s": None, "tps": None, "e2e_s": None, "decode_s": None, "load_s": None,
+        "peak_vram_mib": None, "peak_vram_process_mib": None, "vram_at_start_mib": None, "budget_violation": None,
+        "predicted_fits": cand.fits, "predicted_vram_mib": cand.predicted_vram_mib,
+        "predicted_ttft_s": None if pred is None else round(pred.ttft_s, 4),
+        "predicted_tps": None if pred is None else round(pred.decode_tps, 2),
+        "predicted_e2e_s": None if pred is None else round(pred.e2e_s, 4),
+        "predicted_memory": None if cand.memory is None else cand.memory.model_dump(),
+        "placement": None if cand.placement is None else cand.placement.model_dump(mode="json"),
+        "gpu": gpu, "cpu": cpu, "reused_from": None, "run_id": None, "finished_at": None,
+    }
+
+
+def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.Candidate, cfg: SuiteConfig,
+             state: SuiteState) -> None:
+    """Fill ``rec`` from one worker run (errors recorded, never raised)."""
+    assert cand.placement is not None
+    spec = RunSpec(model_path=rec["model_path"], placement=cand.placement.model_dump(mode="json"),
+                   prompt_tokens=rec["prompt_tokens"], reply_tokens=rec["reply_tokens"], warmup=cfg.warmup,
+                   crash_for_test=cand.method in cfg.crash_methods)
+    remaining = state.remaining_s()
+    timeout = cfg.run_timeout_s if remaining is None else max(5.0, min(cfg.run_timeout_s, remaining + 30.0))
+    peak = None
+    try:
+        pid = worker.ensure_started()
+        sampler.start(pid)
+        try:
+            out = worker.run(spec, timeout)
+        finally:
+            peak = sampler.stop()
+        rec.update({k: out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")})
+        rec.update(warmup_s=out.get("warmup_s"), llama_buffers_mib=out.get("llama_buffers_mib"),
+                   n_layers_offloaded=out.get("n_layers_offloaded"), status="ok")
+    except (IgiError, OSError, ValueError, RuntimeError) as exc:
+        rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:4000])
+    if peak is not None:
+        rec.update(peak_vram_mib=peak.device_peak_mib, peak_vram_process_mib=peak.process_peak_mib,
+                   vram_at_start_mib=peak.device_start_mib, vram_baseline_mib=peak.baseline_mib,
+                   vram_samples=peak.n_samples)
+    _check_budget(rec)
+    rec["finished_at"] = _now()
+
+
+def _check_budget(rec: dict[str, Any]) -> None:
+    peak = rec.get("peak_vram_mib")
+    rec["budget_violation"] = None if peak is None else bool(peak > rec["budget_mib"])
+
+
+def _progress(state: SuiteState, rec: dict[str, Any], say: Say) -> None:
+    el = time.monotonic() - state.started
+    head = (f"[{state.n_done}/{state.n_total} {el / 60:4.1f} min] {rec['model']} ctx {rec['n_ctx']}/{rec['prompt_tokens']} "
+            f"budget {rec['budget_mib']} {rec['method']:<12}")
+    if rec["status"] == "ok":
+        peak = "-" if rec["peak_vram_mib"] is None else f"{rec['peak_vram_mib']:.0f}"
+        flag = " OVER BUDGET" if rec["budget_violation"] else ""
+        reuse = " (reused)" if rec["reused_from"] else ""
+        say(f"{head} load {rec['load_s']:.2f} s ttft {rec['ttft_s']:.3f} s tps {rec['tps'] or 0:.1f} "
+            f"peak {peak} MiB (pred {rec['predicted_vram_mib']}){flag}{reuse} | {rec['candidate']}")
+    else:
+        say(f"{head} {rec['status'].upper()}: {(rec['error'] or '')[:300]}")
+
+
+def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Profile | None, meta: dict[str, Any],
+              worker: Worker, sampler: VramSampler, state: SuiteState, machine_has_gpu: bool, say: Say) -> Path:
+    """Measure one model (all contexts and budgets); returns its JSON file."""
+    from igi_sdk.engine.gguf_table import read_tensor_table
+
+    label = model_label(spec)
+    out_file = cfg.out_dir / f"bench-{label}.json"
+    records: list[dict[str, Any]] = []
+    notes: list[str] = list(meta.get("notes", []))
+    model_meta = {**meta, "model": label, "notes": notes}
+
+    def flush() -> None:
+        write_json(out_file, {"version": RESULT_VERSION, "meta": model_meta, "runs": records,
+                              "summary": summarize_groups(records)})
+
+    if cfg.plan_only and model_label(spec) in known_shapes():
+        path = cfg.work_dir / f"{model_label(spec)}.gguf"
+        table = table_from_shape(known_shapes()[model_label(spec)], name=model_label(spec))
+    else:
+        path, _shape = resolve_model(spec, cfg.work_dir, say)
+        table = read_tensor_table(path)
+    summary = summarize(table)
+    model_meta.update(model_path=str(path), model_file_gib=round(table.file_bytes / 2**30, 3),
+                      n_layer=table.n_layer, is_moe=table.is_moe)
+    options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0")
+    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
+    for ctx in cfg.contexts:
+        n_ctx, prompt, reply = ctx
+        workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
+        base = Placement(n_ctx=n_ctx, type_k=options.type_k, type_v=options.type_v, flash_attn=options.flash_attn)
+        compute, warnings = compute_table(path, summary, base, options, has_gpu=machine_has_gpu and profile.gpu is not None,
+                                          use_dry_run=cfg.use_dry_run and not cfg.plan_only, say=say)
+        notes.extend(f"ctx {n_ctx}: {w}" for w in warnings)
+        for budget in cfg.budgets_mib or auto_budgets(table, summary, workload, profile, compute, options):
+            try:
+                gp = m.plan_group(table, budget, workload, profile, compute, options, extra_profile=extra_profile,
+                                  oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
+                                  oracle_pinned=cfg.oracle_pinned, summary=summary)
+            except Exception as exc:  # noqa: BLE001  (a planning bug loses one group, never the suite)
+                gp = m.GroupPlan(core=[m.Candidate("planner", "planning failed", None,
+                                                   skip_reason=f"{type(exc).__name__}: {exc}")])
+            groups.append((ctx, budget, gp))
+    work: list[tuple[dict[str, Any], m.Candidate]] = []
+    for phase in ("core", "oracle"):
+        for ctx, budget, gp in groups:
+            for cand in (gp.core if phase == "core" else gp.oracle):
+                if cand.method not in cfg.methods:
+                    continue
+                rec = _record(label, path, cand, budget, ctx, meta.get("gpu"), meta["cpu"])
+                if cand.skip_reason is not None or cand.placement is None:
+                    rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
+                    records.append(rec)
+                    continue
+                records.append(rec)
+                work.append((rec, cand))
+    state.n_total += len(work)
+    est = estimate_s([c for _, c in work], table.file_bytes)
+    say(f"{label}: {len(work)} runs planned over {len(groups)} groups, estimated {est / 60:.1f} min")
+    if cfg.plan_only:
+        for rec, cand in work:
+            say(f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
+                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}")
+        return out_file
+    flush()
+    for rec, cand in work:
+        state.n_done += 1
+        rec["run_id"] = f"{label}#{state.n_done}"
+        key = f"{path}|{rec['prompt_tokens']}|{rec['reply_tokens']}|{m.placement_key(cand.placement)}"  # type: ignore[arg-type]
+        if key in state.measured:
+            prev = state.measured[key]
+            for k in ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
+                      "peak_vram_process_mib", "vram_at_start_mib", "vram_baseline_mib", "llama_buffers_mib",
+                      "n_layers_offloaded", "warmup_s", "finished_at"):
+                rec[k] = prev.get(k)
+            rec["reused_from"] = prev["run_id"]
+            _check_budget(rec)
+        elif state.remaining_s() is not None and state.remaining_s() <= 0:  # type: ignore[operator]
+            rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
+        else:
+            _measure(worker, sampler, rec, cand, cfg, state)
+            if rec["status"] == "ok":
+                state.measured[key] = rec
+        _progress(state, rec, say)
+        flush()
+    flush()
+    return out_file
+
+
+def machine_meta(sampler: VramSampler, hello: dict[str, Any], profile: Profile, profile_notes: list[str],
+                 cfg: SuiteConfig) -> dict[str, Any]:
+    """Machine, versions and settings of a suite (the ``meta`` of every JSON file)."""
+    gpus = [d for d in hello.get("devices", []) if d.get("type") in ("gpu", "igpu")]
+    return {
+        "started_at": _now(), "host": socket.gethostname(), "python": platform.python_version(),
+        "llama_cpp": hello.get("llama_cpp"), "devices": hello.get("devices"),
+        "gpu": sampler.gpu_name or (gpus[0]["description"] if gpus else None),
+        "gpu_device": gpus[0]["name"] if gpus else None, "cpu": cpu_name(),
+        "profile_source": profile.source, "profile": profile.model_dump(mode="json"), "notes": list(profile_notes),
+        "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
+        "smoke": cfg.smoke, "n_threads": cfg.n_threads, "contexts": cfg.contexts, "budgets_mib": cfg.budgets_mib,
+        "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned, "dry_run_compute": cfg.use_dry_run,
+        "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 48-token warm-up); "
+                  "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
+    }
+
+
+RUN_OVERHEAD_S = 1.5
+"""Per run, beyond the predicted load, warm-up and e2e: context creation, worker round trip, teardown."""
+
+
+def estimate_s(cands: list[m.Candidate], model_bytes: int) -> float:
+    """Rough wall time of measuring ``cands``: predicted reload + e2e (TTFT counted twice for the warm-up
+    and first-touch effects) + a fixed overhead; identical placements are counted once."""
+    seen, total = set(), 0.0
+    for c in cands:
+        if c.placement is None or c.prediction is None:
+            continue
+        key = m.placement_key(c.placement)
+        if key in seen:
+            continue
+        seen.add(key)
+        p = c.prediction
+        total += p.reload_s + p.e2e_s + p.ttft_s + RUN_OVERHEAD_S
+    return total
+
+
+def auto_budgets(table: ModelTable, summary: ModelSummary, workload: Workload, profile: Profile,
+                 compute: ComputeBufferTable, options: PlannerOptions) -> list[int]:
+    """Three budgets spanning the model's range (used when none are given, e.g. ``--smoke``): just above
+    the smallest GPU placement (all weights on the host), the middle, and just above all-in-VRAM."""
+    ev = m.Evaluator(table, 10**9, workload, profile, compute, options, summary)
+    base = Placement(n_ctx=workload.n_ctx, n_threads=options.n_threads, n_threads_batch=options.n_threads)
+    lo = ev.memory(base.with_(n_gpu_layers=0))[0].vram_total_mib
+    hi = ev.memory(base.with_(n_gpu_layers=table.n_layer + 1))[0].vram_total_mib
+    return sorted({int(lo) + 2, int((lo + hi) / 2) + 1, int(hi) + 2})

@@ -1,0 +1,121 @@
+"""Bench layer: what a suite needs before it measures: model files, the machine's profile, compute buffers.
+
+* models: a synthetic preset name (``llama_8b``, ``qwen3_30b_a3b``, ``smoke_dense``, ...; ``synthetic:`` prefix
+  optional) is written once into the work dir and reused; anything else is a GGUF path.
+* profile: ``auto`` = this machine's cached profile, else measured by ``igi profile`` in a child process
+  (full on a GPU machine, quick otherwise), else a built-in reference profile (recorded as a fallback);
+  ``reference:NAME``; or a profile JSON path.
+* compute buffers: llama.cpp dry runs (``profiler.compute_table``), cached on disk; or estimates.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from igi_sdk.planner import ComputeBufferTable, PlannerOptions, Profile, reference_profile
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.summary import ModelSummary
+from igi_sdk.synthetic import PRESETS, SyntheticShape
+
+SMOKE_SHAPES: dict[str, SyntheticShape] = {
+    "smoke_dense": SyntheticShape(n_layer=4, n_embd=256, n_ff=1024, n_head=4, n_head_kv=2, n_vocab=4096,
+                                  n_ctx_train=2048),
+    "smoke_moe": SyntheticShape(n_layer=4, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=4096,
+                                n_ctx_train=2048, n_expert=8, n_expert_used=2, n_ff_exp=256),
+}
+"""Small models for ``--smoke``: a few MiB, yet big enough that MiB budgets change the plans."""
+
+Say = Callable[[str], None]
+
+
+def known_shapes() -> dict[str, SyntheticShape]:
+    return {**PRESETS, **SMOKE_SHAPES}
+
+
+def model_label(spec: str) -> str:
+    """Short name of a model argument (preset name or file stem)."""
+    name = spec.split(":", 1)[1] if spec.startswith("synthetic:") else spec
+    return name if name in known_shapes() else Path(spec).stem
+
+
+def resolve_model(spec: str, work_dir: Path, say: Say) -> tuple[Path, SyntheticShape | None]:
+    """The GGUF file for a model argument, writing a synthetic preset into ``work_dir`` if absent.
+
+    Raises:
+        ModelNotFoundError: not a preset and no such file.
+    """
+    from igi_sdk.errors import ModelNotFoundError
+    from igi_sdk.synthetic import write_synthetic_gguf
+
+    name = spec.split(":", 1)[1] if spec.startswith("synthetic:") else spec
+    shapes = known_shapes()
+    if name in shapes:
+        path = work_dir / f"{name}.gguf"
+        if not path.is_file():
+            work_dir.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            say(f"writing synthetic model {name} -> {path}")
+            write_synthetic_gguf(path, shapes[name])
+            say(f"  wrote {path.stat().st_size / 2**30:.2f} GiB in {time.monotonic() - t0:.1f} s")
+        return path, shapes[name]
+    path = Path(spec)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{spec!r} is neither a synthetic preset ({sorted(shapes)}) nor a GGUF file")
+    return path, None
+
+
+def resolve_profile(spec: str, *, has_gpu: bool, say: Say, timeout_s: float = 240.0) -> tuple[Profile, list[str]]:
+    """The profile for ``--profile`` and notes on how it was obtained (see the module docstring)."""
+    notes: list[str] = []
+    if spec.startswith("reference:"):
+        return reference_profile(spec.split(":", 1)[1]), notes
+    if spec != "auto":
+        return Profile.model_validate_json(Path(spec).read_text()), notes
+    from igi_sdk.profiler.store import load_profile
+
+    cached = load_profile()
+    if cached is not None and (cached.gpu is not None or not has_gpu):
+        notes.append(f"profile: cached ({cached.source})")
+        return cached, notes
+    cmd = [sys.executable, "-m", "igi_sdk.cli", "profile"] + ([] if has_gpu else ["--quick"])
+    say(f"measuring this machine's profile ({' '.join(cmd[3:])}), up to {timeout_s:.0f} s")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        measured = load_profile()
+        if proc.returncode == 0 and measured is not None:
+            notes.append(f"profile: measured now ({measured.source}, {time.monotonic() - t0:.0f} s)")
+            return measured, notes
+        notes.append(f"profile measurement failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    except subprocess.TimeoutExpired:
+        notes.append(f"profile measurement timed out after {timeout_s:.0f} s")
+    name = "h200" if has_gpu else "cpu2"
+    notes.append(f"profile: fell back to reference:{name}")
+    return reference_profile(name), notes
+
+
+def simulated_gpu_profile() -> Profile:
+    """A GPU profile for ``--smoke`` on a machine without a GPU: budgets shape the plans, the engine then
+    runs those placements on the CPU (n_gpu_layers and rules to "CPU" are valid there)."""
+    ref = reference_profile("h200")
+    cpu = reference_profile("cpu2")
+    return ref.model_copy(update={"source": "simulated:h200-gpu+cpu2", "cpu": cpu.cpu,
+                                  "host_memory_gbps": cpu.host_memory_gbps, "machine": cpu.machine})
+
+
+def compute_table(path: Path, summary: ModelSummary, base: Placement, options: PlannerOptions, *, has_gpu: bool,
+                  use_dry_run: bool, say: Say) -> tuple[ComputeBufferTable, list[str]]:
+    """Dry-run compute buffers for every class and n_ubatch the planner may pick (or an empty table)."""
+    if not use_dry_run:
+        return ComputeBufferTable(), ["compute buffers estimated (no dry runs)"]
+    from igi_sdk.profiler.compute_table import fill_compute_table
+
+    ubs = sorted({min(u, max(base.n_ctx, 32)) for u in options.n_ubatch_choices} | {512})
+    t0 = time.monotonic()
+    table, warnings = fill_compute_table(path, summary, base, ubs, has_gpu=has_gpu)
+    say(f"  compute buffers: {len(table.entries)} dry-run entries in {time.monotonic() - t0:.1f} s")
+    return table, warnings

@@ -1,0 +1,74 @@
+"""Bench layer: per-group comparison of measured runs (pure functions over the JSON records).
+
+For each (model, budget, n_ctx) group:
+
+* ``oracle_best``: the fastest end-to-end run among *every* measured run of the group that stayed within the
+  budget (oracle sweep, planner, baselines, all-GPU when it fits), so ``planner_vs_oracle`` = planner e2e /
+  best e2e is >= 1, and 1.0 means the planner's choice was the best placement measured;
+* ``speedup``: per baseline, e2e and TTFT speedups (baseline time / planner time) and the TPS ratio
+  (planner TPS / baseline TPS); > 1 means the planner is better.
+
+Runs whose measured peak exceeded the budget never count as the oracle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from igi_sdk.bench.methods import BASELINES
+
+GroupKey = tuple[str, int, int]
+
+
+def _ok(rec: dict[str, Any]) -> bool:
+    return rec.get("status") == "ok" and rec.get("e2e_s") is not None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return round(num / den, 3)
+
+
+def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary row per (model, budget, n_ctx) group, in first-seen order."""
+    groups: dict[GroupKey, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        groups[(rec["model"], rec["budget_mib"], rec["n_ctx"])].append(rec)
+    rows = []
+    for (model, budget, n_ctx), recs in groups.items():
+        planner = next((r for r in recs if r["method"] == "planner"), None)
+        legal = [r for r in recs if _ok(r) and not r.get("budget_violation")]
+        best = min(legal, key=lambda r: r["e2e_s"], default=None)
+        p_ok = planner is not None and _ok(planner)
+        row: dict[str, Any] = {
+            "model": model, "budget_mib": budget, "n_ctx": n_ctx,
+            "prompt_tokens": recs[0]["prompt_tokens"], "reply_tokens": recs[0]["reply_tokens"],
+            "planner_status": None if planner is None else planner["status"],
+            "planner_strategy": None if planner is None else planner.get("strategy"),
+            "planner_e2e_s": planner["e2e_s"] if p_ok else None,
+            "planner_ttft_s": planner["ttft_s"] if p_ok else None,
+            "planner_tps": planner["tps"] if p_ok else None,
+            "planner_peak_vram_mib": planner.get("peak_vram_mib") if planner else None,
+            "planner_budget_violation": planner.get("budget_violation") if planner else None,
+            "oracle_best_method": None if best is None else best["method"],
+            "oracle_best_candidate": None if best is None else best["candidate"],
+            "oracle_best_e2e_s": None if best is None else best["e2e_s"],
+            "n_measured": sum(1 for r in recs if _ok(r)),
+            "n_oracle_sweep": sum(1 for r in recs if r["method"] == "oracle" and _ok(r)),
+            "planner_vs_oracle": _ratio(planner["e2e_s"], best["e2e_s"]) if p_ok and best else None,
+            "speedup": {},
+        }
+        for method in BASELINES + ("planner_ref",):
+            other = next((r for r in recs if r["method"] == method), None)
+            if other is None or not _ok(other) or not p_ok:
+                continue
+            assert planner is not None
+            row["speedup"][method] = {
+                "e2e": _ratio(other["e2e_s"], planner["e2e_s"]),
+                "ttft": _ratio(other["ttft_s"], planner["ttft_s"]),
+                "tps": _ratio(planner["tps"], other["tps"]),
+            }
+        rows.append(row)
+    return rows

@@ -1,0 +1,241 @@
+"""Bench layer: the engine worker process, and the parent's handle on it.
+
+Every measured run happens in one long-lived child process (spawned, so the parent never holds a CUDA
+context of the runs it measures). A llama.cpp abort, a segfault or a hang kills only the child: the parent
+records the run as failed (exit code or signal, last lines of the child's log) and starts a new child for
+the next run. Messages are plain dicts over a ``multiprocessing`` pipe.
+
+Worker requests: ``{"op": "hello"}`` -> devices and versions; ``{"op": "run", ...RunSpec}`` -> timings.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.errors import IgiError
+
+WARMUP_TOKENS = 48
+
+
+class WorkerCrashed(IgiError):
+    """The engine worker died or hung during a run."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One measurement: load ``model_path`` with ``placement``, prefill ``prompt_tokens`` token ids, then
+    decode ``reply_tokens`` tokens greedily (argmax, end-of-generation tokens ignored)."""
+
+    model_path: str
+    placement: dict[str, Any]
+    prompt_tokens: int
+    reply_tokens: int
+    warmup: bool = True
+    crash_for_test: bool = False
+    """Abort the worker (tests of crash handling only)."""
+
+
+def prompt_ids(n_tokens: int, n_vocab: int) -> list[int]:
+    """Deterministic ordinary token ids (past the special and byte tokens of the synthetic vocabulary)."""
+    span = max(n_vocab - 300, 1)
+    return [(i * 7919) % span + 259 for i in range(n_tokens)]
+
+
+def measure(spec: RunSpec) -> dict[str, Any]:
+    """Run one measurement in this process (the worker calls it). Returns timings and llama.cpp's report."""
+    import numpy as np
+
+    from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.planner.placement import Placement
+
+    if spec.crash_for_test:
+        os.abort()
+    placement = Placement.model_validate(spec.placement)
+    if spec.prompt_tokens + spec.reply_tokens + 1 > placement.n_ctx:
+        raise ValueError(f"prompt {spec.prompt_tokens} + reply {spec.reply_tokens} does not fit n_ctx {placement.n_ctx}")
+    t_start = time.perf_counter()
+    engine = LlamaEngine(spec.model_path, placement)
+    try:
+        load_s = engine.load_time_s
+        prompt = prompt_ids(spec.prompt_tokens, engine.n_vocab)
+        warmup_s = 0.0
+        if spec.warmup:
+            t0 = time.perf_counter()
+            warm = prompt[: min(WARMUP_TOKENS, len(prompt))]
+            engine.decode([(0, warm, 0, True)])
+            engine.decode([(0, [prompt[0]], len(warm), True)])
+            engine.seq_clear(0)
+            warmup_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        logits = engine.decode([(0, prompt, 0, True)])[0]
+        token = int(np.argmax(logits))
+        ttft_s = time.perf_counter() - t0
+        pos = len(prompt)
+        t1 = time.perf_counter()
+        for _ in range(spec.reply_tokens):
+            logits = engine.decode([(0, [token], pos, True)])[0]
+            token = int(np.argmax(logits))
+            pos += 1
+        decode_s = time.perf_counter() - t1
+        report = engine.load_report
+        return {
+            "load_s": round(load_s, 4), "warmup_s": round(warmup_s, 4), "ttft_s": round(ttft_s, 5),
+            "decode_s": round(decode_s, 5),
+            "tps": round(spec.reply_tokens / decode_s, 3) if decode_s > 0 and spec.reply_tokens else None,
+            "e2e_s": round(ttft_s + decode_s, 5),
+            "llama_buffers_mib": report.per_device_mib(), "llama_weights_mib": dict(report.weights_mib),
+            "n_layers_offloaded": report.n_layers_offloaded,
+            "wall_s": round(time.perf_counter() - t_start, 3),
+        }
+    finally:
+        engine.close()
+
+
+def hello() -> dict[str, Any]:
+    """Devices llama.cpp sees in this process, and versions."""
+    import llama_cpp
+
+    from igi_sdk.engine.devices import list_devices
+
+    devices = [d.model_dump() for d in list_devices()]
+    return {"devices": devices, "llama_cpp": llama_cpp.__version__, "pid": os.getpid()}
+
+
+def _worker_main(conn: Connection, log_path: str | None) -> None:
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        op = msg.get("op")
+        if op == "stop":
+            return
+        try:
+            if op == "hello":
+                reply = {"ok": hello()}
+            elif op == "run":
+                reply = {"ok": measure(RunSpec(**msg["spec"]))}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except BaseException as exc:  # noqa: BLE001  (reported to the parent, the worker lives on)
+            reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        conn.send(reply)
+
+
+def _tail(path: Path | None, n_chars: int = 1500) -> str:
+    if path is None or not path.is_file():
+        return ""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - n_chars))
+        return f.read().decode("utf-8", "replace").strip()
+
+
+class Worker:
+    """The parent's handle on the engine worker: (re)starts it and runs requests with a timeout.
+
+    Args:
+        log_path: the child's stdout/stderr go here (llama.cpp's messages, crash output).
+        on_start: called right before each child starts (the VRAM sampler takes its idle baseline then).
+    """
+
+    def __init__(self, log_path: Path | None = None, on_start: Any = None) -> None:
+        self.log_path = log_path
+        self.on_start = on_start
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self.n_starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
+
+    def _ensure(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._discard()
+        if self.on_start is not None:
+            self.on_start()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, str(self.log_path) if self.log_path else None),
+                                 name="igi-bench-worker", daemon=True)
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self.n_starts += 1
+
+    def ensure_started(self) -> int:
+        """Start the child if it is not running; returns its pid."""
+        self._ensure()
+        assert self._proc is not None
+        return int(self._proc.pid)
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        self._proc, self._conn = None, None
+
+    def request(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request and wait for its reply.
+
+        Returns:
+            The reply's ``ok`` payload.
+
+        Raises:
+            WorkerCrashed: the child died or did not answer within ``timeout_s`` (it is killed; the next
+                request starts a new one).
+            IgiError: the request failed inside the child (message and traceback tail).
+        """
+        self._ensure()
+        assert self._conn is not None and self._proc is not None
+        self._conn.send(msg)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._conn.poll(0.05):
+                try:
+                    reply = self._conn.recv()
+                except EOFError:
+                    break
+                if "ok" in reply:
+                    return reply["ok"]
+                raise IgiError(reply["error"] + (f"\n{reply['traceback']}" if reply.get("traceback") else ""))
+            if not self._proc.is_alive():
+                break
+            if time.monotonic() > deadline:
+                self._discard()
+                raise WorkerCrashed(f"engine worker did not answer within {timeout_s:.0f} s (killed)")
+        code = self._proc.exitcode
+        self._discard()
+        why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        tail = _tail(self.log_path)
+        raise WorkerCrashed(f"engine worker died ({why})" + (f"; log tail:\n{tail}" if tail else ""))
+
+    def run(self, spec: RunSpec, timeout_s: float) -> dict[str, Any]:
+        """Measure ``spec`` in the child (see ``request``)."""
+        return self.request({"op": "run", "spec": asdict(spec)}, timeout_s)
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force)."""
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send({"op": "stop"})
+                self._proc.join(timeout=10)
+            except (OSError, BrokenPipeError):
+                pass
+        self._discard()

@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--oracle-pinned", choices=("auto", "always", "never"), default="auto",
                    help="pinned sweep candidates: auto = only where the planner chose pinned")
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
-    p.add_argument("--no-warmup", action="store_true", help="measure without the 48-token warm-up")
+    p.add_argument("--no-warmup", action="store_true", help="measure without the 32-token warm-up")
     p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
     p.add_argument("--merge", action="store_true", help="only merge existing bench-*.json in --out and render")
     p.add_argument("--plan-only", action="store_true", help="list the runs and estimated time, measure nothing")

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -114,8 +115,39 @@ def compute_table(path: Path, summary: ModelSummary, base: Placement, options: P
         return ComputeBufferTable(), ["compute buffers estimated (no dry runs)"]
     from igi_sdk.profiler.compute_table import fill_compute_table
 
-    ubs = sorted({min(u, max(base.n_ctx, 32)) for u in options.n_ubatch_choices} | {512})
+    ubs = sorted({min(u, max(base.n_ctx, 32)) for u in options.n_ubatch_choices} | {min(512, base.n_ctx)})
     t0 = time.monotonic()
+    prefetch_dry_runs(path, summary, base, ubs, has_gpu=has_gpu)
     table, warnings = fill_compute_table(path, summary, base, ubs, has_gpu=has_gpu)
     say(f"  compute buffers: {len(table.entries)} dry-run entries in {time.monotonic() - t0:.1f} s")
     return table, warnings
+
+
+def prefetch_dry_runs(path: Path, summary: ModelSummary, base: Placement, ubs: list[int], *, has_gpu: bool,
+                      n_parallel: int | None = None) -> int:
+    """Run the dry runs ``fill_compute_table`` will ask for, several child processes at a time, so it then
+    reads them from the on-disk cache. Failures are left for ``fill_compute_table`` to report.
+
+    Returns:
+        How many dry runs succeeded.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from igi_sdk.engine.dry_run import dry_run
+    from igi_sdk.planner.strategies import representative_spec, spec_placement
+    from igi_sdk.profiler.compute_table import GPU_CLASSES
+
+    classes = GPU_CLASSES if has_gpu else ("cpu_only",)
+    placements = {spec_placement(summary, representative_spec(summary, cls).with_(n_ubatch=ub), base).model_dump_json()
+                  for ub in ubs for cls in classes}
+
+    def one(raw: str) -> bool:
+        try:
+            dry_run(path, Placement.model_validate_json(raw))
+            return True
+        except Exception:  # noqa: BLE001  (reported later by fill_compute_table)
+            return False
+
+    workers = n_parallel or max(1, min(8, (os.cpu_count() or 2) // 2))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(one, sorted(placements)))

@@ -21,7 +21,8 @@ from typing import Any
 
 from igi_sdk.errors import IgiError
 
-WARMUP_TOKENS = 48
+WARMUP_TOKENS = 32
+"""Warm-up batch: at GGML_OP_OFFLOAD_MIN_BATCH, so op_offload, cuBLAS and the compute buffers are exercised."""
 
 
 class WorkerCrashed(IgiError):

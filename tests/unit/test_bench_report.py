@@ -1,0 +1,70 @@
+"""Per-group comparison (planner vs oracle, speedups) and the merged outputs (JSON, markdown, plots)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.bench.report import MERGED_JSON, MERGED_MD, merge, render_markdown, load_results
+from igi_sdk.bench.summary import summarize_groups
+
+
+def rec(method: str, e2e: float | None, *, budget: int = 4096, ttft: float = 0.5, tps: float = 20.0,
+        peak: float | None = 3000.0, status: str = "ok", model: str = "m", candidate: str = "") -> dict[str, Any]:
+    return {"model": model, "method": method, "candidate": candidate or method, "strategy": method,
+            "budget_mib": budget, "n_ctx": 4096, "prompt_tokens": 1024, "reply_tokens": 64, "status": status,
+            "error": None if status == "ok" else "boom", "ttft_s": ttft, "tps": tps, "e2e_s": e2e,
+            "peak_vram_mib": peak, "predicted_vram_mib": 3500.0,
+            "budget_violation": None if peak is None else peak > budget}
+
+
+def test_planner_vs_oracle_uses_the_best_in_budget_run_and_ignores_violators() -> None:
+    runs = [rec("planner", 2.0, ttft=0.2, tps=40.0), rec("max_ngl", 4.0, ttft=0.6, tps=20.0),
+            rec("all_cpu", 8.0, ttft=1.0, tps=10.0), rec("oracle", 1.6, candidate="fast one"),
+            rec("oracle", 1.0, peak=5000.0, candidate="over budget"), rec("oracle", None, status="error")]
+    (row,) = summarize_groups(runs)
+    assert row["oracle_best_candidate"] == "fast one" and row["oracle_best_e2e_s"] == 1.6
+    assert row["planner_vs_oracle"] == 1.25
+    assert row["speedup"]["max_ngl"] == {"e2e": 2.0, "ttft": 3.0, "tps": 2.0}
+    assert row["speedup"]["all_cpu"]["e2e"] == 4.0
+    assert row["n_measured"] == 5 and row["n_oracle_sweep"] == 2
+
+
+def test_planner_best_gives_ratio_one_and_failed_planner_gives_none() -> None:
+    (row,) = summarize_groups([rec("planner", 1.0), rec("max_ngl", 3.0), rec("oracle", 1.2)])
+    assert row["planner_vs_oracle"] == 1.0 and row["oracle_best_method"] == "planner"
+    (row,) = summarize_groups([rec("planner", None, status="error"), rec("max_ngl", 3.0)])
+    assert row["planner_vs_oracle"] is None and row["speedup"] == {} and row["oracle_best_method"] == "max_ngl"
+
+
+def test_no_nvml_means_no_violation_and_every_ok_run_counts() -> None:
+    (row,) = summarize_groups([rec("planner", 2.0, peak=None), rec("oracle", 1.0, peak=None)])
+    assert row["planner_vs_oracle"] == 2.0 and row["planner_budget_violation"] is None
+
+
+def test_markdown_has_a_table_per_model_and_context_and_flags_failures() -> None:
+    runs = [rec("planner", 2.0), rec("max_ngl", 4.0), rec("oracle", 1.5), rec("all_gpu", None, status="over_budget"),
+            rec("planner", 1.0, budget=8192), rec("max_ngl", None, budget=8192, status="error"),
+            rec("planner", 1.0, budget=2048, peak=2500.0)]
+    md = render_markdown({"metas": [{"model": "m", "vram_basis": "device", "timing": "t"}], "runs": runs,
+                          "summary": summarize_groups(runs)})
+    assert "## m, n_ctx 4096, prompt 1024, reply 64" in md
+    assert "| 4096 | 0.500 / 20.0 / 3000 | 0.500 / 20.0 / 3000 | over budget (pred 3500) |" in md
+    assert "ERROR" in md and "failed: m ctx 4096 budget 8192 max_ngl" in md
+    assert "over budget: m ctx 4096 budget 2048 planner: peak 2500.0 MiB" in md
+    assert "| m | 4096 | 4096 | planner | 2.000 | oracle 1.500 | 1.33 |" in md
+
+
+def test_merge_combines_per_model_files_into_json_markdown_and_plots(tmp_path: Path) -> None:
+    for model in ("dense", "moe"):
+        runs = [rec("planner", 2.0, model=model, budget=b) for b in (2048, 4096)]
+        runs += [rec("max_ngl", 3.0, model=model, budget=b, tps=10.0) for b in (2048, 4096)]
+        (tmp_path / f"bench-{model}.json").write_text(json.dumps({"meta": {"model": model}, "runs": runs}))
+    json_path, md_path, plots = merge(tmp_path)
+    data = json.loads(json_path.read_text())
+    assert json_path.name == MERGED_JSON and md_path.name == MERGED_MD
+    assert len(data["runs"]) == 8 and len(data["summary"]) == 4 and len(data["metas"]) == 2
+    assert sorted(p.name for p in plots) == ["plot-dense-ctx4096.png", "plot-moe-ctx4096.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+    assert load_results(tmp_path)["summary"] == data["summary"]

@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spike-scale", type=float, default=1.6, help="render work multiplier during the level load")
     p.add_argument("--stats-every", type=int, default=1, help="send frame_stats every N frames")
     p.add_argument("--model", default="default", help='GGUF path or "default" (embedded SmolLM2-135M)')
-    p.add_argument("--daemon-threads", type=int, default=None, help="daemon decode threads (default: llama.cpp's)")
+    p.add_argument("--render-threads", type=int, default=2, help="render threads of the simulated game")
+    p.add_argument("--daemon-threads", type=int, default=1,
+                   help="daemon decode threads (0 = llama.cpp's default, which oversubscribes a 2-core machine)")
     p.add_argument("--render-device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where the synthetic render work runs (auto: cuda when torch sees a GPU)")
     p.add_argument("--no-live", action="store_true", help="no live progress table")
@@ -70,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     sys.setswitchinterval(0.001)  # the I/O thread must not hold the GIL for 5 ms while a frame waits for it
     device = "cuda" if args.render_device == "cuda" or (args.render_device == "auto" and cuda_available()) else "cpu"
-    workload = RenderWorkload.calibrate(1000.0 / args.fps, args.render_load, device)
-    console.print(f"[bold]render workload[/]: {workload.chunks_per_frame} chunks x {workload.chunk_ms:.3f} ms on "
-                  f"{device} = {workload.chunks_per_frame * workload.chunk_ms:.1f} ms of a {1000 / args.fps:.1f} ms frame")
+    workload = RenderWorkload.calibrate(1000.0 / args.fps, args.render_load, device, args.render_threads)
+    console.print(f"[bold]render workload[/]: {workload.threads} thread(s) x {workload.chunks_per_frame} chunks x "
+                  f"{workload.chunk_ms:.3f} ms on {device} = {workload.chunks_per_frame * workload.chunk_ms:.1f} ms "
+                  f"of a {1000 / args.fps:.1f} ms frame")
     cfg = PhaseConfig(duration_s=args.duration_s, fps=args.fps, n_npcs=args.npcs, seed=args.seed,
                       max_tokens=args.max_tokens, budget_mib=args.budget_mib, reclaim_to_mib=args.reclaim_to_mib,
                       spike_scale=args.spike_scale, stats_every_n_frames=max(1, args.stats_every), model=args.model,
-                      daemon_threads=args.daemon_threads, out_dir=out)
+                      daemon_threads=args.daemon_threads or None, out_dir=out)
     plan = [("governor_on", True)] + ([] if args.no_governor_phase else [("governor_off", False)])
     phases: list[dict[str, Any]] = []
     t_start = time.monotonic()
@@ -113,7 +116,7 @@ def build_report(args: argparse.Namespace, workload: RenderWorkload, device: str
         "command": [sys.executable, *sys.argv],
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "render_workload": {"device": device, "chunks_per_frame": workload.chunks_per_frame,
+        "render_workload": {"device": device, "threads": workload.threads, "chunks_per_frame": workload.chunks_per_frame,
                             "chunk_ms": round(workload.chunk_ms, 4),
                             "work_ms_per_frame": round(workload.chunks_per_frame * workload.chunk_ms, 3)},
         "wall_s": round(wall_s, 2),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,19 +28,23 @@ def cuda_available() -> bool:
 
 @dataclass
 class RenderWorkload:
-    """Render work of one frame: ``chunks_per_frame`` matmul chunks (scaled for a level-load spike).
+    """Render work of one frame: ``chunks_per_frame`` matmul chunks on each of ``threads`` render threads
+    (scaled for a level-load spike). A frame's work ends when every thread has finished its chunks.
 
     Attributes:
-        chunks_per_frame: chunks in one normal frame (from :meth:`calibrate`).
-        chunk_ms: measured time of one chunk on an idle machine, ms.
+        chunks_per_frame: chunks per thread in one normal frame (from :meth:`calibrate`).
+        chunk_ms: measured time of one chunk on one core, ms.
         device: "cpu" or "cuda".
+        threads: render threads (a game's main + render threads); numpy releases the GIL in matmul.
     """
 
     chunks_per_frame: int
     chunk_ms: float
     device: str = "cpu"
+    threads: int = 1
     _a: Any = field(default=None, repr=False)
     _b: Any = field(default=None, repr=False)
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(0)
@@ -51,6 +56,8 @@ class RenderWorkload:
             self._a, self._b = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         else:
             self._a, self._b = a, b
+        if self.threads > 1:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="render")
 
     def _chunk(self) -> None:
         if self.device == "cuda":
@@ -61,20 +68,28 @@ class RenderWorkload:
         else:
             np.matmul(self._a, self._b)
 
-    def run(self, scale: float = 1.0) -> None:
-        """Do one frame's render work, ``scale`` x the normal amount."""
-        for _ in range(max(1, round(self.chunks_per_frame * scale))):
+    def _chunks(self, n: int) -> None:
+        for _ in range(n):
             self._chunk()
 
+    def run(self, scale: float = 1.0) -> None:
+        """Do one frame's render work, ``scale`` x the normal amount, on every render thread."""
+        n = max(1, round(self.chunks_per_frame * scale))
+        helpers = [self._pool.submit(self._chunks, n) for _ in range(self.threads - 1)] if self._pool else []
+        self._chunks(n)  # the calling thread is render thread 0
+        for f in helpers:
+            f.result()
+
     @classmethod
-    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu") -> RenderWorkload:
-        """Size the work so one frame takes ``load_fraction`` of ``frame_ms`` on the machine as it is now.
+    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu", threads: int = 1) -> RenderWorkload:
+        """Size the work so each render thread is busy ``load_fraction`` of ``frame_ms``.
 
         Args:
             frame_ms: the target frame time, ms.
-            load_fraction: share of the frame the render work takes, 0..1.5 (above 1: the game cannot hold
-                its frame rate even alone).
+            load_fraction: share of the frame each render thread works, 0..1.5 (above 1: the game cannot
+                hold its frame rate even alone).
             device: "cpu" or "cuda".
+            threads: render threads.
         """
         probe = cls(chunks_per_frame=1, chunk_ms=1.0, device=device)
         for _ in range(20):
@@ -87,4 +102,4 @@ class RenderWorkload:
             samples.append((time.perf_counter() - t0) * 1000.0 / 20)
         chunk_ms = statistics.median(samples)
         chunks = max(1, round(frame_ms * load_fraction / chunk_ms))
-        return cls(chunks_per_frame=chunks, chunk_ms=chunk_ms, device=device)
+        return cls(chunks_per_frame=chunks, chunk_ms=chunk_ms, device=device, threads=max(1, threads))

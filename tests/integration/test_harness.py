@@ -1,0 +1,122 @@
+"""The sample harness end to end, short mode: a real daemon process, both phases, report and plot.
+
+This checks that the report is complete and consistent, not how fast anything ran (speed and frame-rate
+claims live in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DURATION_S = 8.0
+FPS = 60.0
+BUDGET_MIB = 1024
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
+    out = tmp_path_factory.mktemp("harness")
+    cmd = [sys.executable, str(ROOT / "samples" / "harness.py"), "--duration-s", str(DURATION_S), "--fps", str(FPS),
+           "--npcs", "2", "--max-tokens", "12", "--budget-mib", str(BUDGET_MIB), "--reclaim-to-mib", "0",
+           "--no-live", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "report.json").read_text()), out, proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_report_is_complete(harness_run: tuple[dict[str, Any], Path, str]) -> None:
+    report, out, stdout = harness_run
+    assert {"config", "machine", "render_workload", "phases", "comparison", "issue_target", "command"} <= report.keys()
+    assert [ph["name"] for ph in report["phases"]] == ["governor_on", "governor_off"]
+    assert report["config"]["duration_s"] == DURATION_S and report["config"]["fps"] == FPS
+    png = (out / "timeline.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    assert "governor on vs off" in stdout and "issue target" in stdout
+    for name in ("governor_on", "governor_off"):
+        assert (out / f"{name}.daemon.log").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) -> None:
+    report, _, _ = harness_run
+    target_ms = 1000.0 / FPS
+    for ph in report["phases"]:
+        ft = ph["frame_timeline"]
+        n = len(ft["t_s"])
+        assert n > DURATION_S * 5  # at least 5 fps of frames were drawn, however loaded the machine
+        assert all(len(ft[k]) == n for k in ("interval_ms", "work_ms", "busy_ms", "npcs_generating", "render_scale"))
+        assert ft["t_s"] == sorted(ft["t_s"]) and ft["t_s"][-1] <= DURATION_S
+        assert all(b >= w - 1e-3 for b, w in zip(ft["busy_ms"], ft["work_ms"]))
+        assert n <= DURATION_S * FPS + 2  # frames are on a fixed grid: the loop never runs faster than its rate
+        assert sum(ft["interval_ms"]) == pytest.approx((ft["t_s"][-1] - ft["t_s"][0]) * 1000.0 + ft["interval_ms"][-1],
+                                                       rel=1e-3, abs=1.0)
+        assert max(ft["render_scale"]) == report["config"]["spike_scale"]
+        stats = ph["frames"]["all"]
+        assert stats["n_frames"] == n
+        assert stats["p50_ms"] <= stats["p95_ms"] <= stats["p99_ms"] <= stats["max_ms"]
+        assert 0.0 <= stats["pct_over_115pct"] <= stats["pct_over_target"] <= 100.0
+        talk = ph["frames"]["while_npcs_talk"]
+        assert talk["n_frames"] == sum(1 for g in ft["npcs_generating"] if g > 0)
+        assert ph["frames"]["while_npcs_talk_excluding_spike"]["n_frames"] <= talk["n_frames"]
+    verdict = report["issue_target"]
+    on = report["phases"][0]["frames"]["while_npcs_talk_excluding_spike"]
+    if on["n_frames"]:
+        assert verdict["met_with_governor"] == (on["p99_ms"] <= on["target_ms"] * 1.15)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_scripted_events_and_budget_timeline(harness_run: tuple[dict[str, Any], Path, str]) -> None:
+    report, _, _ = harness_run
+    for ph in report["phases"]:
+        assert ph["errors"] == []
+        kinds = [e["kind"] for e in ph["events"]]
+        for kind in ("level_load_start", "reclaim", "level_load_end", "restore"):
+            assert kind in kinds, (ph["name"], kinds)
+        ev = {e["kind"]: e for e in ph["events"] if e["kind"] in ("reclaim", "restore")}
+        assert ev["reclaim"]["budget_mib"] == 0 and ev["reclaim"]["granted_mib"] == 0
+        assert ev["restore"]["budget_mib"] == BUDGET_MIB
+        assert ev["reclaim"]["t_s"] < ev["restore"]["t_s"]
+        budget = ph["budget"]
+        assert budget and [b["t_s"] for b in budget] == sorted(b["t_s"] for b in budget)
+        assert budget[0]["vram_budget_mib"] == BUDGET_MIB
+        after_reclaim = [b for b in budget if ev["reclaim"]["t_s"] + ev["reclaim"]["ack_after_s"] < b["t_s"] < ev["restore"]["t_s"]]
+        assert all(b["vram_budget_mib"] == 0 for b in after_reclaim)
+        assert all(b["vram_used_mib"] is None or b["vram_used_mib"] >= 0 for b in budget)
+    on, off = report["phases"]
+    assert on["throttle"], "the governor phase sends frame_stats, so the daemon's throttle is recorded"
+    assert all(0.0 <= r["sleep_ms_between_tokens"] <= 100.0 for r in on["throttle"])
+    assert off["throttle"] == [] and not any(e["kind"] == "budget_accepted" for e in off["events"])
+    for e in on["events"]:
+        if e["kind"] == "budget_accepted":
+            assert e["budget_mib"] <= BUDGET_MIB
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_replies_and_tokens_add_up(harness_run: tuple[dict[str, Any], Path, str]) -> None:
+    report, _, _ = harness_run
+    for ph in report["phases"]:
+        replies = ph["replies"]
+        assert replies, "every NPC asks at least its first line"
+        assert {r["npc"] for r in replies} <= {"Bram", "Mira", "Tomas", "Zara"}
+        summary = ph["replies_summary"]
+        assert summary["n_replies"] + summary["n_unfinished"] == len(replies)
+        assert summary["tokens_total"] == sum(r["n_tokens"] for r in replies)
+        assert sum(ph["tokens_per_s"]["tps"]) == pytest.approx(summary["tokens_total"], abs=0.01)
+        for r in replies:
+            assert 0 <= r["n_tokens"] <= 12
+            if r.get("finish_reason") in ("stop", "length"):
+                assert r["t_request_s"] <= r["t_end_s"]
+                assert r["n_tokens"] == 0 or (r["ttft_s"] is not None and r["client_ttft_s"] is not None)
+                assert r["tps"] >= 0.0

@@ -95,6 +95,13 @@ TEST(error_codes_map_to_typed_errors_in_one_place) {
   CHECK_THROWS_AS(igi::ThrowRequestError("busy", "queue full", igi::Value(), true), igi::BusyError);
   CHECK_THROWS_AS(igi::ThrowRequestError("budget_infeasible", "", igi::Value()), igi::BudgetInfeasibleError);
   CHECK_THROWS_AS(igi::ThrowRequestError("quota_exceeded", "", igi::Value()), igi::InternalError);  // spec 5.8
+  try {
+    igi::ThrowRequestError("quota_exceeded", "", igi::Value());
+  } catch (const igi::IgiError& e) {
+    CHECK_EQ(e.kind(), std::string("internal"));  // kind() works without RTTI (Unreal)
+  }
+  CHECK_EQ(igi::TimeoutError("t").kind(), std::string("timeout"));
+  CHECK_EQ(igi::BadSignatureError("s").kind(), std::string("bad_signature"));
   CHECK(igi::RetryableByDefault(igi::ErrorCode::kBusy));
   CHECK(!igi::RetryableByDefault(igi::ErrorCode::kInvalidRequest));
 }

@@ -30,11 +30,16 @@ namespace igi {
 class IgiError : public std::runtime_error {
  public:
   explicit IgiError(const std::string& message) : std::runtime_error(message) {}
+  /// Stable short name of the failure, usable without RTTI (Unreal builds run without it): the wire
+  /// error code for RequestError, the classification for WireError, else "timeout",
+  /// "daemon_unavailable", "transport", "connection_file", "encode" or "error".
+  virtual std::string kind() const { return "error"; }
 };
 
 class EncodeError : public IgiError {
  public:
   using IgiError::IgiError;
+  std::string kind() const override { return "encode"; }
 };
 
 /// Received frames that do not form a valid protocol message.
@@ -43,6 +48,7 @@ class WireError : public IgiError {
   using IgiError::IgiError;
   /// Stable failure name ("bad_frame", "bad_signature" or an error code string).
   virtual std::string classification() const = 0;
+  std::string kind() const override { return classification(); }
 };
 class BadFrameError : public WireError {
  public:
@@ -58,18 +64,22 @@ class BadSignatureError : public WireError {
 class ConnectionFileError : public IgiError {
  public:
   using IgiError::IgiError;
+  std::string kind() const override { return "connection_file"; }
 };
 class TransportError : public IgiError {
  public:
   using IgiError::IgiError;
+  std::string kind() const override { return "transport"; }
 };
 class TimeoutError : public TransportError {
  public:
   using TransportError::TransportError;
+  std::string kind() const override { return "timeout"; }
 };
 class DaemonUnavailableError : public TransportError {
  public:
   using TransportError::TransportError;
+  std::string kind() const override { return "daemon_unavailable"; }
 };
 
 /// The closed set of wire error codes (ipc/PROTOCOL.md, "Error codes").
@@ -125,6 +135,7 @@ class RequestError : public IgiError {
   const std::string& wire_code() const { return wire_code_; }
   const Value& detail() const { return detail_; }
   bool retryable() const { return retryable_; }
+  std::string kind() const override { return ErrorCodeName(code_); }
 
  private:
   ErrorCode code_;

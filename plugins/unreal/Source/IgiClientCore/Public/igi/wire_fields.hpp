@@ -31,7 +31,7 @@ struct Rule {
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
-  std::size_t max_len = std::numeric_limits<std::size_t>::max();  ///< str: code points; array: items
+  std::size_t max_len = (std::numeric_limits<std::size_t>::max)();  ///< str: code points; array: items
   std::size_t min_len = 0;
   Pattern pattern = Pattern::kNone;
 };
@@ -50,7 +50,7 @@ inline constexpr Rule kVersion{-std::numeric_limits<double>::infinity(), std::nu
                                false, 9, 3, Rule::Pattern::kVersion};
 inline constexpr Rule kFinishReason{-std::numeric_limits<double>::infinity(),
                                     std::numeric_limits<double>::infinity(), false,
-                                    std::numeric_limits<std::size_t>::max(), 0, Rule::Pattern::kFinishReason};
+                                    (std::numeric_limits<std::size_t>::max)(), 0, Rule::Pattern::kFinishReason};
 constexpr Rule MaxLen(std::size_t n) {
   Rule r;
   r.max_len = n;

@@ -221,6 +221,7 @@ class Worker:
             if time.monotonic() > deadline:
                 self._discard()
                 raise WorkerCrashed(f"engine worker did not answer within {timeout_s:.0f} s (killed)")
+        self._proc.join(timeout=5)
         code = self._proc.exitcode
         self._discard()
         why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"

@@ -1,0 +1,79 @@
+"""``igi bench --smoke`` end to end on the CPU: small synthetic models written on the fly, every method
+loaded, prefilled and decoded by the real engine in the worker process, JSON / markdown / plots written.
+Also: a worker that dies mid-run costs that run only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from igi_sdk.bench.cli import run
+from igi_sdk.bench.methods import ALL_METHODS
+from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
+from igi_sdk.planner.placement import OverrideRule, Placement
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench-smoke")
+    work = tmp_path_factory.mktemp("bench-models")
+    assert run(["--smoke", "--out", str(out), "--work-dir", str(work), "--extra-profile", "reference:h200"]) == 0
+    return out
+
+
+def test_smoke_writes_every_output(smoke_out: Path) -> None:
+    names = {p.name for p in smoke_out.iterdir()}
+    assert {"bench-smoke_dense.json", "bench-smoke_moe.json", "bench.json", "bench.md",
+            "plot-smoke_dense-ctx512.png", "plot-smoke_moe-ctx512.png"} <= names
+    md = (smoke_out / "bench.md").read_text()
+    assert "## smoke_moe, n_ctx 512" in md and "Planner vs oracle" in md
+
+
+def test_smoke_ran_every_method_and_budgets_shaped_the_plans(smoke_out: Path) -> None:
+    data = json.loads((smoke_out / "bench.json").read_text())
+    runs = data["runs"]
+    ok = [r for r in runs if r["status"] == "ok"]
+    assert {r["method"] for r in ok} == set(ALL_METHODS)
+    assert not [r for r in runs if r["status"] in ("error", "skipped")]
+    required = ("model", "method", "budget_mib", "n_ctx", "prompt_tokens", "reply_tokens", "ttft_s", "tps", "e2e_s",
+                "peak_vram_mib", "peak_vram_process_mib", "budget_violation", "gpu", "cpu", "placement", "load_s",
+                "error")
+    for r in ok:
+        assert all(k in r for k in required)
+        assert r["ttft_s"] > 0 and r["tps"] > 0 and r["load_s"] > 0
+        assert r["e2e_s"] == pytest.approx(r["ttft_s"] + r["decode_s"], abs=1e-4)
+        assert r["peak_vram_mib"] is None and r["budget_violation"] is None  # no NVML here
+        assert r["predicted_fits"] and r["predicted_vram_mib"] <= r["budget_mib"]
+    for model in ("smoke_dense", "smoke_moe"):
+        plans = {json.dumps(r["placement"], sort_keys=True) for r in ok if r["model"] == model and r["method"] == "planner"}
+        assert len(plans) >= 2, f"budgets did not change the planner's choice for {model}"
+    summary = data["summary"]
+    assert len(summary) == 6 and all(s["planner_vs_oracle"] is not None and s["planner_vs_oracle"] >= 1.0
+                                     for s in summary)
+    assert data["metas"][0]["profile_source"].startswith("simulated")
+
+
+def test_merge_alone_rebuilds_the_outputs(smoke_out: Path) -> None:
+    (smoke_out / "bench.md").unlink()
+    assert run(["--merge", "--out", str(smoke_out)]) == 0
+    assert (smoke_out / "bench.md").is_file()
+
+
+def test_a_dying_worker_fails_one_run_and_the_next_run_gets_a_new_worker(smoke_out: Path, tmp_path: Path) -> None:
+    model = next(iter(json.loads((smoke_out / "bench-smoke_dense.json").read_text())["runs"]))["model_path"]
+    placement = Placement(n_ctx=256, n_gpu_layers=0, n_threads=1, n_threads_batch=1,
+                          rules=(OverrideRule(pattern=r"^blk\.0\.ffn_up\.weight$", device="CPU"),))
+    spec = RunSpec(model_path=model, placement=placement.model_dump(mode="json"), prompt_tokens=40, reply_tokens=4)
+    worker = Worker(log_path=tmp_path / "worker.log")
+    try:
+        with pytest.raises(WorkerCrashed, match="signal 6"):
+            worker.run(RunSpec(**{**spec.__dict__, "crash_for_test": True}), timeout_s=60)
+        out = worker.run(spec, timeout_s=60)
+        assert out["tps"] > 0 and out["ttft_s"] > 0
+        assert worker.n_starts == 2
+    finally:
+        worker.close()

@@ -20,8 +20,8 @@ from igi_sdk.planner.placement import Placement
 MAX_TOKENS = 12
 PERSONA = "You are Brom, the village blacksmith in a fantasy game. Answer in one short sentence."
 QUESTIONS = ("Who are you?", "Can you fix my sword?", "Where is the inn?", "What do you think of the king?")
-BATCHED = Placement(n_ctx=2048, n_batch=64, n_ubatch=64, n_seq_max=4, n_threads=2)
-SINGLE = Placement(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=2)
+BATCHED = Placement(n_ctx=2048, n_batch=64, n_ubatch=32, n_seq_max=4, n_threads=2)
+SINGLE = Placement(n_ctx=512, n_batch=64, n_ubatch=32, n_seq_max=1, n_threads=2)
 
 
 def _sampler(i: int) -> Sampler:

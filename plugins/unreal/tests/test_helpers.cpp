@@ -171,6 +171,9 @@ TEST(client_without_daemon_times_out_and_fails_async_requests) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(error.find("no reply to create_session_request") != std::string::npos);
+  // The calls UIgiSubsystem makes on shutdown exist and fail typed (no daemon here).
+  CHECK_THROWS_AS((client.Call<igi::ShutdownRequest, igi::ShutdownReply>(igi::ShutdownRequest{}, std::nullopt, 0.2)),
+                  igi::TimeoutError);
   client.Close();
   CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
 }

@@ -136,7 +136,14 @@ TEST(live_cancel_mid_stream_finishes_cancelled) {
   CHECK_EQ(stream.reply->finish_reason, std::string("cancelled"));
   CHECK(cancel_reply->cancelled);
   CHECK(stream.reply->usage.completion_tokens < 200);
-  client->CloseSession(session.session_id);
+  // The asynchronous close UIgiNpcComponent::EndPlay uses; a second close is not_found.
+  bool closed = false;
+  client->CloseSessionAsync(session.session_id, [&] { closed = true; });
+  REQUIRE(PumpUntil(*client, [&] { return closed; }, 30.0));
+  std::string kind;
+  client->CloseSessionAsync(session.session_id, {}, [&](const igi::IgiError& e) { kind = e.kind(); });
+  REQUIRE(PumpUntil(*client, [&] { return !kind.empty(); }, 30.0));
+  CHECK_EQ(kind, std::string("not_found"));
 }
 
 TEST(live_set_budget_returns_budget_ack) {
@@ -205,12 +212,15 @@ TEST(live_status_and_frame_stats) {
 
 TEST(live_heartbeats_keep_connection_and_bad_key_times_out) {
   auto client = ConnectedClient();
+  bool disconnected = false;
+  client->SetOnDisconnected([&](const igi::IgiError&) { disconnected = true; });
   double interval_s = client->hello().heartbeat_interval_s;
   std::this_thread::sleep_for(std::chrono::duration<double>(interval_s * 1.5 + 0.2));
   client->Pump();
   CHECK(client->counters().heartbeats_sent >= 1);
   CHECK(client->connected());
   CHECK_EQ(client->counters().dropped_invalid, 0u);
+  CHECK(!disconnected);
   // A client with the wrong key is dropped silently by the daemon: its hello times out.
   igi::ConnectionInfo forged = client->connection();
   forged.key = std::string(32, '\x5a');

@@ -1,0 +1,93 @@
+// IgiSubsystem.h - IgiRuntime (Unreal wrapper): owns the one igi::Client of a game instance.
+//
+// Connects to the daemon named by a connection file, pumps the client's callback queue once per
+// frame on the game thread, and feeds frame times to the frame-rate budget helper
+// (igi::FrameBudget), which reports frame_stats, applies the daemon's throttle advice and sends
+// budget changes (an explicit SetVramBudgetMiB override always wins).
+#pragma once
+
+#include <memory>
+
+#include "CoreMinimal.h"
+#include "HAL/PlatformProcess.h"
+#include "Subsystems/GameInstanceSubsystem.h"
+#include "Tickable.h"
+#include "igi/client.hpp"
+#include "igi/frame_budget.hpp"
+
+#include "IgiSubsystem.generated.h"
+
+DECLARE_DYNAMIC_MULTICAST_DELEGATE(FIgiOnConnected);
+DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FIgiOnSubsystemError, const FString&, Code, const FString&, Message);
+DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FIgiOnBudgetAck, int32, RequestedMiB, int32, GrantedMiB);
+
+UCLASS()
+class IGIRUNTIME_API UIgiSubsystem : public UGameInstanceSubsystem, public FTickableGameObject
+{
+	GENERATED_BODY()
+
+public:
+	virtual void Initialize(FSubsystemCollectionBase& Collection) override;
+	virtual void Deinitialize() override;
+
+	// FTickableGameObject
+	virtual void Tick(float DeltaTime) override;
+	virtual TStatId GetStatId() const override;
+	virtual bool IsTickable() const override { return !IsTemplate(); }
+	virtual ETickableTickType GetTickableTickType() const override { return ETickableTickType::Conditional; }
+
+	/** Starts `Python -m igi_sdk.daemon --connection-file File [--vram-budget-mib N]` (N < 0: daemon default). */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	bool LaunchDaemon(const FString& PythonExecutable, const FString& ConnectionFile, int32 VramBudgetMiB = -1);
+
+	/** Waits (without blocking frames) for the connection file, then connects; empty = default path. */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void ConnectWhenReady(const FString& ConnectionFile, float TimeoutSeconds = 120.f);
+
+	UFUNCTION(BlueprintPure, Category = "IGI")
+	bool IsConnected() const;
+
+	/** Explicit VRAM budget (MiB) that overrides the daemon's proposals; sent on the next frame. */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void SetVramBudgetMiB(int32 VramBudgetMiB);
+
+	/** Lets the daemon's proposals drive the budget again. */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void ClearVramBudgetOverride();
+
+	/** Frame time the game aims for, reported in frame_stats (default 16.67 ms). */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void SetTargetFrameTimeMs(float TargetFrameTimeMs);
+
+	UPROPERTY(BlueprintAssignable, Category = "IGI")
+	FIgiOnConnected OnConnected;
+
+	UPROPERTY(BlueprintAssignable, Category = "IGI")
+	FIgiOnSubsystemError OnError;
+
+	UPROPERTY(BlueprintAssignable, Category = "IGI")
+	FIgiOnBudgetAck OnBudgetAck;
+
+	/** Feeds the frame time to the budget helper and runs queued client callbacks; only the first
+	 *  call of a frame does work (components call it from TickComponent, the subsystem from Tick). */
+	void PumpOncePerFrame(float DeltaSeconds);
+
+	/** The connected client, or nullptr. Game thread only. */
+	igi::Client* GetClient() const { return Client && Client->connected() ? Client.get() : nullptr; }
+
+	/** The default connection file: -IgiConnectionFile=, else $IGI_CONNECTION_FILE, else Saved/Igi/connection.json. */
+	static FString DefaultConnectionFile();
+
+private:
+	void TryConnect();
+	void ReportError(const FString& Code, const FString& Message);
+
+	std::unique_ptr<igi::Client> Client;
+	std::unique_ptr<igi::FrameBudget> Budget;
+	std::unique_ptr<igi::FrameBudgetDriver> Driver;
+	igi::FrameBudgetOptions BudgetOptions;
+	FString PendingConnectionFile;
+	double ConnectDeadlineSeconds = 0.0;
+	uint64 LastPumpedFrame = MAX_uint64;
+	FProcHandle DaemonProcess;
+};

@@ -1,0 +1,142 @@
+"""Unit tests of the batching policy (no engine): step composition, admission order, slots, prefix cache,
+and the planner-side sizing helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.engine.batch_compose import Running, admission_order, compose_step
+from igi_sdk.engine.batch_sizing import (
+    aggregate_decode_tok_s,
+    batch_tier,
+    kv_bytes_for_sessions,
+    sessions_placement,
+    sessions_sizing,
+)
+from igi_sdk.engine.batch_slots import SlotTable
+from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
+from igi_sdk.engine.prefix_cache import PrefixCache
+from igi_sdk.engine.text_stream import TextStream
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.tensors import ModelTable
+
+NEVER_CACHED = (lambda prefix: False)
+
+
+def _run(seq_no: int, prompt_len: int, *, priority: int = 0, slot: int | None = None, prefill_pos: int = 0,
+         pending: int | None = None, prefix_tokens: int = 0, slots: SlotTable | None = None) -> Running:
+    prompt = list(range(100, 100 + prompt_len))
+    req = BatchRequest(f"s{seq_no}", prompt, max_tokens=8, priority=priority, prefix_tokens=prefix_tokens)
+    run = Running(req=req, handle=RequestHandle(f"r{seq_no}", req.session_id), seq_no=seq_no, prompt=prompt,
+                  t_submit=0.0, stream=TextStream(), prefill_pos=prefill_pos, pending=pending)
+    if slot is not None:
+        table = slots or SlotTable(8)
+        run.slot = table.slots[slot]
+        run.slot.session_id, run.slot.tokens = req.session_id, prompt[:prefill_pos] + ([] if pending is None else [7])
+    return run
+
+
+def test_decodes_go_first_then_prefill_by_priority_within_n_batch() -> None:
+    slots = SlotTable(4)
+    decoding = _run(1, 10, slot=0, prefill_pos=10, pending=42, slots=slots)
+    low = _run(2, 30, slot=1, slots=slots)
+    high = _run(3, 30, priority=10, slot=2, slots=slots)
+    chunks = compose_step([decoding, low, high], n_batch=16, step_no=1, prefix_cached=NEVER_CACHED)
+    assert [(c.run.seq_no, len(c.tokens), c.decode) for c in chunks] == [(1, 1, True), (3, 15, False)]
+    assert chunks[0].entry() == (0, [42], 11, True)  # pending token at the next position, logits wanted
+    assert chunks[1].start_pos == 0 and not chunks[1].want_logits  # prompt not finished: no logits
+    assert sum(len(c.tokens) for c in chunks) <= 16
+
+
+def test_fifo_within_a_priority_and_last_prompt_chunk_wants_logits() -> None:
+    slots = SlotTable(4)
+    first, second = _run(1, 5, slot=0, slots=slots), _run(2, 5, slot=1, slots=slots)
+    chunks = compose_step([second, first], n_batch=8, step_no=0, prefix_cached=NEVER_CACHED)
+    assert [(c.run.seq_no, len(c.tokens), c.want_logits) for c in chunks] == [(1, 5, True), (2, 3, False)]
+
+
+def test_running_decodes_are_never_starved_even_past_n_batch() -> None:
+    slots = SlotTable(6)
+    runs = [_run(i, 4, slot=i, prefill_pos=4, pending=1, slots=slots) for i in range(6)]
+    served: set[int] = set()
+    for step in range(3):
+        chunks = compose_step(runs, n_batch=4, step_no=step, prefix_cached=NEVER_CACHED)
+        assert len(chunks) == 4 and all(c.decode for c in chunks)
+        served |= {c.run.seq_no for c in chunks}
+    assert served == set(range(6))  # rotation reaches every sequence
+
+
+def test_prefill_stops_at_an_uncached_persona_boundary() -> None:
+    run = _run(1, 40, slot=0, prefix_tokens=12)
+    chunks = compose_step([run], n_batch=32, step_no=0, prefix_cached=NEVER_CACHED)
+    assert len(chunks[0].tokens) == 12
+    cached = compose_step([run], n_batch=32, step_no=0, prefix_cached=lambda prefix: True)
+    assert len(cached[0].tokens) == 32
+
+
+def test_admission_order_is_priority_then_fifo() -> None:
+    queue = [_run(1, 4), _run(2, 4, priority=5), _run(3, 4), _run(4, 4, priority=5)]
+    assert [r.seq_no for r in admission_order(queue)] == [2, 4, 1, 3]
+
+
+def test_slot_table_prefers_free_low_slots_then_lru_idle_not_protected() -> None:
+    table = SlotTable(3)
+    assert table.claimable(set()) is table.slots[0]
+    for i, slot in enumerate(table.slots):
+        slot.session_id, slot.last_used = f"s{i}", 10 - i
+    table.slots[2].busy = True
+    assert table.claimable(set()) is table.slots[1]  # least recently used idle
+    assert table.claimable({"s1"}) is table.slots[0]
+    assert table.claimable({"s0", "s1"}) is None
+    assert table.of_session("s2") is table.slots[2]
+
+
+def test_parked_states_are_bounded_lru() -> None:
+    table = SlotTable(1, max_parked_bytes=10)
+    table.park("a", b"12345")
+    table.park("b", b"12345")
+    table.park("c", b"123")
+    assert list(table.parked) == ["b", "c"] and table.parked_bytes == 8
+    assert table.unpark("b") == b"12345" and table.unpark("b") is None and table.parked_bytes == 3
+
+
+def test_prefix_cache_finds_the_longest_shorter_prefix_and_evicts_by_bytes() -> None:
+    cache = PrefixCache(max_bytes=100)
+    cache.put([1, 2, 3], b"x" * 40)
+    cache.put([1, 2, 3, 4, 5], b"y" * 40)
+    hit = cache.longest([1, 2, 3, 4, 5, 6])
+    assert hit is not None and hit.tokens == (1, 2, 3, 4, 5)
+    assert cache.longest([1, 2, 3, 4, 5]).tokens == (1, 2, 3)  # type: ignore[union-attr]  # never the whole prompt
+    assert cache.longest([1, 2, 3, 9], at_least=4) is None
+    cache.put([7, 8], b"z" * 40)  # 120 bytes > 100: the least recently used goes
+    assert len(cache) == 2 and [1, 2, 3] in cache and [1, 2, 3, 4, 5] not in cache  # [1, 2, 3] was used last
+    assert (cache.hits, cache.misses) == (2, 1)
+    PrefixCache(0).put([1], b"a")  # disabled cache stores nothing
+    with pytest.raises(ValueError):
+        PrefixCache(-1)
+
+
+def test_batch_tier_is_the_ceiling_tier() -> None:
+    assert [batch_tier(n) for n in (1, 2, 4, 5, 16, 17, 64, 65, 512, 513)] == [1, 4, 4, 16, 16, 64, 64, 512, 512, 1024]
+    with pytest.raises(ValueError):
+        batch_tier(0)
+
+
+SMOLLM2 = ModelTable(path="smollm2.gguf", architecture="llama", n_layer=30, n_embd=576, n_head=9, n_head_kv=3,
+                     n_embd_head_k=64, n_embd_head_v=64, n_ff=1536, n_vocab=49152, n_ctx_train=8192,
+                     file_bytes=98_362_432, tensors=())
+
+
+def test_sessions_sizing_matches_llama_cpp_dry_run() -> None:
+    # llama.cpp's no_alloc dry run of SmolLM2-135M: KV 11.25 MiB per 512-token session, output 0.1875 MiB each
+    for n in (1, 4, 8, 16):
+        sizing = sessions_sizing(SMOLLM2, n, 512)
+        assert sizing.kv_mib == pytest.approx(11.25 * n)
+        assert sizing.output_mib == pytest.approx(0.1875 * n)
+        assert sizing.decode_tier == batch_tier(n)
+    assert kv_bytes_for_sessions(SMOLLM2, 2, 300, type_k="q8_0", type_v="q8_0") == 30 * 2 * 204 * 512 * 2
+    placement = sessions_placement(Placement(n_batch=2), 8, 512)
+    assert (placement.n_seq_max, placement.n_ctx, placement.n_batch) == (8, 4096, 8)
+    assert aggregate_decode_tok_s(4, 0.02) == pytest.approx(200.0)
+    with pytest.raises(ValueError):
+        aggregate_decode_tok_s(4, 0.0)

@@ -16,7 +16,7 @@ import pytest
 
 from igi_sdk.bench.vram import open_nvml
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.gpu  # no timeout marker: the GPU machine may lack pytest-timeout (runs have their own limits)
 
 MODELS = ("llama_8b", "qwen3_30b_a3b")
 BUDGETS_MIB = (2048, 4096, 8192)

@@ -12,8 +12,6 @@ from rich.table import Table
 from igi_sdk.errors import IgiError
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
                              plan_placement, reference_profile, table_from_shape)
-from igi_sdk.planner.placement import Placement
-from igi_sdk.planner.summary import summarize
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,17 +120,15 @@ def run(argv: list[str]) -> int:
         workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
                             n_ctx=args.ctx, reloads_per_request=args.reloads_per_request)
         options = PlannerOptions(objective=args.objective, n_threads=args.threads)
-        compute = ComputeBufferTable()
-        if path is not None and not args.no_dry_run:
-            from igi_sdk.profiler.compute_table import fill_compute_table
+        if path is not None:
+            from igi_sdk.profiler.planning import plan_file
 
-            base = Placement(n_ctx=workload.n_ctx, n_seq_max=workload.parallel, type_k=options.type_k,
-                             type_v=options.type_v, flash_attn=options.flash_attn)
-            ubs = sorted({min(u, max(workload.n_ctx, 32)) for u in options.n_ubatch_choices})
-            compute, warnings = fill_compute_table(path, summarize(table), base, ubs, has_gpu=profile.gpu is not None)
+            result, warnings = plan_file(path, args.vram_budget_mib, workload, profile, options,
+                                         dry_run=not args.no_dry_run, table=table)
             for w in warnings:
                 console.print(f"warning: {w}")
-        result = plan_placement(table, args.vram_budget_mib, workload, profile, compute, options)
+        else:
+            result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
     except (IgiError, KeyError, ValueError, OSError) as exc:
         print(f"igi plan: {exc}", file=sys.stderr)
         return 2

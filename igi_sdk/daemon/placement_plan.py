@@ -1,7 +1,7 @@
 """Daemon layer: turn a VRAM budget into a placement (the planner when available, else CPU-only).
 
 A model that does not fit the budget never OOMs: it falls back to the CPU-only placement with a warning.
-Without an NVIDIA GPU every budget maps to the CPU-only placement (``cpu_fallback=True``).
+Without an NVIDIA GPU the planner (with this machine's CPU-only profile) returns a CPU placement.
 """
 
 from __future__ import annotations
@@ -40,10 +40,15 @@ class PlacementPlanner:
         base: the placement fields that never change with the budget (n_ctx, threads, flash_attn, ...).
     """
 
-    def __init__(self, model_path: Path, base: Placement) -> None:
+    def __init__(self, model_path: Path, base: Placement, *, prompt_tokens_hint: int = 512,
+                 reply_tokens_hint: int = 128, reloads_per_request: float = 0.05) -> None:
         self._model_path = model_path
         self._base = base
         self._gpu = gpu_present()
+        self._prompt_tokens_hint = prompt_tokens_hint
+        self._reply_tokens_hint = reply_tokens_hint
+        self._reloads_per_request = reloads_per_request
+        self._profile_cache: Any = None
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
@@ -53,35 +58,43 @@ class PlacementPlanner:
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning)
 
     def plan(self, budget_mib: int) -> PlanOutcome:
-        """The best placement under ``budget_mib``; CPU-only when there is no GPU, no planner or no fit."""
-        if not self._gpu or budget_mib == 0:
-            return self.cpu_only(budget_mib)
+        """The best placement under ``budget_mib`` from the planner (CPU-only when nothing fits or it fails)."""
         try:
             return self._planned(budget_mib)
-        except Exception as exc:  # planner missing or failing: never risk an OOM
+        except Exception as exc:  # planner or profile failing: never risk an OOM
             log_event(_log, logging.WARNING, "planner_unavailable", error=f"{type(exc).__name__}: {exc}")
-            return self.cpu_only(budget_mib, warning=f"planner unavailable ({type(exc).__name__}); CPU-only placement")
+            return self.cpu_only(budget_mib, warning=f"planner unavailable ({type(exc).__name__}: {exc}); "
+                                                     "CPU-only placement")
+
+    def _profile(self) -> Any:
+        if self._profile_cache is None:
+            from igi_sdk.profiler import load_or_create_profile
+
+            self._profile_cache = load_or_create_profile(quick=True)
+        return self._profile_cache
 
     def _planned(self, budget_mib: int) -> PlanOutcome:
-        from igi_sdk.engine.gguf_table import read_tensor_table
-        from igi_sdk.planner import plan_placement  # type: ignore[attr-defined]
-        from igi_sdk.profiler import load_or_create_profile  # type: ignore[attr-defined]
+        from igi_sdk.planner import PlannerOptions, Workload
+        from igi_sdk.profiler.planning import plan_file
 
-        result: Any = plan_placement(read_tensor_table(self._model_path), load_or_create_profile(), budget_mib)
-        placement = getattr(result, "placement", None)
-        if placement is None:
-            return self.cpu_only(budget_mib, warning=f"model does not fit {budget_mib} MiB; CPU-only placement")
-        placement = placement.with_(**{k: getattr(self._base, k) for k in ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v")})
-        gpu_mib = float(getattr(result, "gpu_mib", 0.0) or 0.0)
-        plan = Plan(
-            strategy=str(getattr(result, "strategy", "planned")),
-            gpu_mib=gpu_mib,
-            cpu_mib=float(getattr(result, "cpu_mib", 0.0) or 0.0),
-            n_gpu_layers=placement.n_gpu_layers if placement.n_gpu_layers >= 0 else None,
-            summary=str(getattr(result, "summary", "")),
-        )
-        cpu = placement.n_gpu_layers == 0 and not placement.rules
-        return PlanOutcome(
-            budget_mib, placement, plan, float(getattr(result, "predicted_ttft_s", 0.0) or 0.0),
-            float(getattr(result, "predicted_tps", 0.0) or 0.0), cpu,
-        )
+        base = self._base
+        workload = Workload(prompt_tokens=min(self._prompt_tokens_hint, base.n_ctx), reply_tokens=self._reply_tokens_hint,
+                            parallel=base.n_seq_max, n_ctx=base.n_ctx, reloads_per_request=self._reloads_per_request)
+        options = PlannerOptions(n_threads=base.n_threads, type_k=base.type_k, type_v=base.type_v,
+                                 flash_attn=base.flash_attn)
+        result, warnings = plan_file(self._model_path, budget_mib, workload, self._profile(), options)
+        for w in warnings:
+            log_event(_log, logging.WARNING, "plan_warning", warning=w)
+        chosen = result.chosen
+        if chosen is None:
+            fallback = f"model does not fit {budget_mib} MiB (smallest that works: {result.min_feasible_budget_mib} MiB)"
+            return self.cpu_only(budget_mib, warning=f"{fallback}; CPU-only placement")
+        keep = ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v", "n_threads", "n_threads_batch")
+        placement = chosen.placement.with_(**{k: getattr(base, k) for k in keep})
+        plan = Plan(strategy=chosen.strategy, gpu_mib=float(result.gpu_mib), cpu_mib=float(result.cpu_mib),
+                    n_gpu_layers=placement.n_gpu_layers if placement.n_gpu_layers >= 0 else None,
+                    summary=result.summary)
+        on_cpu = placement.n_gpu_layers == 0 and not any(r.device != "CPU" for r in placement.rules)
+        warning = "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu else None
+        return PlanOutcome(budget_mib, placement, plan, float(result.predicted_ttft_s), float(result.predicted_tps),
+                           on_cpu, warning)

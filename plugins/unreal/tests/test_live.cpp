@@ -153,6 +153,9 @@ TEST(live_set_budget_returns_budget_ack) {
   CHECK(ack.granted_mib <= ack.requested_mib);
   CHECK(ack.cpu_fallback);
   CHECK(!ack.plan.strategy.empty());
+  igi::BudgetAck reclaimed = client->Reclaim(0, 5.0);  // priority path
+  CHECK_EQ(reclaimed.requested_mib, 0);
+  CHECK(reclaimed.granted_mib <= reclaimed.requested_mib);
   // The asynchronous variant delivers the same reply through Pump().
   std::optional<igi::BudgetAck> async_ack;
   client->SetBudgetAsync(0, "again", [&](const igi::BudgetAck& a) { async_ack = a; });

@@ -23,8 +23,7 @@ from igi_sdk.bench import methods as m
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
-from igi_sdk.bench.worker import RunSpec, Worker
-from igi_sdk.errors import IgiError
+from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
@@ -131,7 +130,9 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
         rec.update(warmup_s=out.get("warmup_s"), llama_buffers_mib=out.get("llama_buffers_mib"),
                    n_layers_offloaded=out.get("n_layers_offloaded"), status="ok")
     except Exception as exc:  # noqa: BLE001  (recorded on the run, never raised)
-        rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:4000])
+        late = state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
+        rec.update(status="skipped" if late and isinstance(exc, WorkerCrashed) else "error",
+                   error=f"{type(exc).__name__}: {exc}"[:4000])
     if peak is not None:
         rec.update(peak_vram_mib=peak.device_peak_mib, peak_vram_process_mib=peak.process_peak_mib,
                    vram_at_start_mib=peak.device_start_mib, vram_baseline_mib=peak.baseline_mib,

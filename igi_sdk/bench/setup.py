@@ -69,7 +69,7 @@ def resolve_model(spec: str, work_dir: Path, say: Say) -> tuple[Path, SyntheticS
     return path, None
 
 
-def resolve_profile(spec: str, *, has_gpu: bool, say: Say, timeout_s: float = 240.0) -> tuple[Profile, list[str]]:
+def resolve_profile(spec: str, *, has_gpu: bool, say: Say, timeout_s: float = 150.0) -> tuple[Profile, list[str]]:
     """The profile for ``--profile`` and notes on how it was obtained (see the module docstring)."""
     notes: list[str] = []
     if spec.startswith("reference:"):

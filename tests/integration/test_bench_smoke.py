@@ -77,3 +77,13 @@ def test_a_dying_worker_fails_one_run_and_the_next_run_gets_a_new_worker(smoke_o
         assert worker.n_starts == 2
     finally:
         worker.close()
+
+
+def test_time_limit_records_the_remaining_runs_as_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert run(["--smoke", "--model", "smoke_dense", "--max-minutes", "0", "--out", str(out),
+                "--work-dir", str(tmp_path / "models")]) == 0
+    runs = json.loads((out / "bench-smoke_dense.json").read_text())["runs"]
+    runnable = [r for r in runs if r["status"] not in ("over_budget", "not_applicable")]
+    assert runnable and all(r["status"] == "skipped" and "time limit" in r["error"] for r in runnable)
+    assert "skipped (time limit)" in (out / "bench.md").read_text()

@@ -142,10 +142,14 @@ def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
             ax_ttft.plot(xs, ttft, label=method, **style)
         ax_tps.set(xlabel="VRAM budget (GiB)", ylabel="decode tokens/s", title=f"{model}, n_ctx {n_ctx}: TPS")
         ax_ttft.set(xlabel="VRAM budget (GiB)", ylabel="TTFT (s)", title=f"{model}, n_ctx {n_ctx}: TTFT")
-        ax_ttft.set_yscale("log")
+        if ax_ttft.lines:
+            ax_ttft.set_yscale("log")
         for ax in (ax_tps, ax_ttft):
             ax.grid(alpha=0.3)
-        ax_tps.legend(fontsize=8)
+        if ax_tps.get_legend_handles_labels()[0]:
+            ax_tps.legend(fontsize=8)
+        else:
+            ax_tps.text(0.5, 0.5, "no measured runs", ha="center", transform=ax_tps.transAxes)
         fig.tight_layout()
         path = out_dir / f"plot-{model}-ctx{n_ctx}.png"
         fig.savefig(path, dpi=110)

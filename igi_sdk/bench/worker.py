@@ -3,13 +3,14 @@
 Every measured run happens in one long-lived child process (spawned, so the parent never holds a CUDA
 context of the runs it measures). A llama.cpp abort, a segfault or a hang kills only the child: the parent
 records the run as failed (exit code or signal, last lines of the child's log) and starts a new child for
-the next run. Messages are plain dicts over a ``multiprocessing`` pipe.
+the next run. Messages are JSON objects over a ``multiprocessing`` pipe (never pickle).
 
 Worker requests: ``{"op": "hello"}`` -> devices and versions; ``{"op": "run", ...RunSpec}`` -> timings.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import time
@@ -117,7 +118,7 @@ def _worker_main(conn: Connection, log_path: str | None) -> None:
         os.close(fd)
     while True:
         try:
-            msg = conn.recv()
+            msg = json.loads(conn.recv_bytes())
         except EOFError:
             return
         op = msg.get("op")
@@ -132,7 +133,7 @@ def _worker_main(conn: Connection, log_path: str | None) -> None:
                 reply = {"error": f"unknown op {op!r}"}
         except BaseException as exc:  # noqa: BLE001  (reported to the parent, the worker lives on)
             reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
-        conn.send(reply)
+        conn.send_bytes(json.dumps(reply, default=str).encode())
 
 
 def _tail(path: Path | None, n_chars: int = 1500) -> str:
@@ -205,12 +206,12 @@ class Worker:
         """
         self._ensure()
         assert self._conn is not None and self._proc is not None
-        self._conn.send(msg)
+        self._conn.send_bytes(json.dumps(msg).encode())
         deadline = time.monotonic() + timeout_s
         while True:
             if self._conn.poll(0.05):
                 try:
-                    reply = self._conn.recv()
+                    reply = json.loads(self._conn.recv_bytes())
                 except EOFError:
                     break
                 if "ok" in reply:
@@ -236,7 +237,7 @@ class Worker:
         """Stop the child (politely, then by force)."""
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:
-                self._conn.send({"op": "stop"})
+                self._conn.send_bytes(b'{"op": "stop"}')
                 self._proc.join(timeout=10)
             except (OSError, BrokenPipeError):
                 pass

@@ -44,6 +44,7 @@ class BatchRequest:
             whose prompt starts with the same tokens (0 = no prefix caching for this request).
         on_event: called with every ``TokenEvent`` of this request, from ``BatchScheduler.step``.
         request_id: caller's id (the daemon's job id); a generated one when empty.
+        ignore_eog: treat end-of-generation tokens as ordinary tokens (benchmarks of fixed length).
     """
 
     session_id: str
@@ -55,6 +56,7 @@ class BatchRequest:
     prefix_tokens: int = 0
     on_event: Callable[[TokenEvent], None] | None = None
     request_id: str = ""
+    ignore_eog: bool = False
 
 
 class RequestStats(BaseModel):

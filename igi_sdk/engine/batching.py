@@ -298,7 +298,7 @@ class BatchScheduler:
         token = run.req.sampler.sample(logits, run.prompt + handle.tokens)  # type: ignore[arg-type]
         if run.t_first is None:
             run.t_first = self._clock()
-        if self._engine.is_eog(token):
+        if self._engine.is_eog(token) and not run.req.ignore_eog:
             self._finish(run, "stop", events)
             return
         handle.tokens.append(token)

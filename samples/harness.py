@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=40.0, help="length of EACH phase, seconds")
     p.add_argument("--fps", type=float, default=60.0, help="target frame rate of the simulated game")
     p.add_argument("--npcs", type=int, default=3, help="talking NPCs (sessions), 1..4")
-    p.add_argument("--render-load", type=float, default=0.75,
+    p.add_argument("--render-load", type=float, default=0.5,
                    help="render work per frame as a fraction of the frame time (calibrated at start)")
     p.add_argument("--no-governor-phase", action="store_true", help="skip the governor-off phase")
     p.add_argument("--out", type=Path, default=Path("out/harness"), help="output directory")

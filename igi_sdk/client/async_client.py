@@ -28,7 +28,7 @@ from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
     BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
     FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatReply, HeartbeatRequest, HelloReply, HelloRequest,
-    LoadSessionReply, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply, SaveSessionRequest,
+    LoadModelReply, LoadModelRequest, LoadSessionReply, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply, SaveSessionRequest,
     SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest,
 )
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
@@ -153,6 +153,30 @@ class AsyncClient:
         reply = await self.request(CancelRequest(target_msg_id=target_msg_id), timeout_s=timeout_s)
         assert isinstance(reply, CancelReply)
         return reply.cancelled
+
+    async def load_model(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 2048,
+                         vram_budget_mib: int | None = None, timeout_s: float | None = None) -> LoadModelReply:
+        """Replace the daemon's model (``.model``, ``.plan`` of the reply); waits for running generations first.
+
+        Sessions keep their history and continue on the new model (it is re-prefilled). A failed load leaves the
+        daemon serving the previous model.
+
+        Args:
+            model_path: a GGUF file on the daemon's machine; None = the embedded default model.
+            n_ctx: context length to load, tokens.
+            vram_budget_mib: a new VRAM budget; None = keep the current one.
+            timeout_s: longest wait for the reply, seconds (loading takes seconds).
+
+        Raises:
+            RemoteModelNotFoundError: no such file.
+            RemoteModelInvalidError: not a GGUF, corrupt, unsupported, or llama.cpp refused it.
+            BusyError: another load is in progress.
+        """
+        request = LoadModelRequest(model_path=None if model_path is None else os.fspath(model_path), n_ctx=n_ctx,
+                                   vram_budget_mib=vram_budget_mib)
+        reply = await self.request(request, timeout_s=timeout_s)
+        assert isinstance(reply, LoadModelReply)
+        return reply
 
     async def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """Change the VRAM budget; the ack says whether it was applied or deferred."""

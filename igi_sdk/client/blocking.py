@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 from igi_sdk.client.async_client import AsyncClient
 from igi_sdk.client.errors import ClientTimeoutError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
-from igi_sdk.ipc.messages import BudgetAck, FrameStatsReply, HeartbeatReply, LoadSessionReply, StatusReply, TokenEvent
+from igi_sdk.ipc.messages import (
+    BudgetAck, FrameStatsReply, HeartbeatReply, LoadModelReply, LoadSessionReply, StatusReply, TokenEvent,
+)
 from igi_sdk.ipc.values import Sampling
 
 T = TypeVar("T")
@@ -139,6 +141,12 @@ class Client:
         """See :meth:`AsyncClient.cancel`."""
         t = self._t(timeout_s)
         return self._loop.run(self._inner.cancel(target_msg_id, timeout_s=t), t)
+
+    def load_model(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 2048,
+                   vram_budget_mib: int | None = None, timeout_s: float | None = None) -> LoadModelReply:
+        """See :meth:`AsyncClient.load_model`."""
+        t = self._t(timeout_s)
+        return self._loop.run(self._inner.load_model(model_path, n_ctx=n_ctx, vram_budget_mib=vram_budget_mib, timeout_s=t), t)
 
     def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """See :meth:`AsyncClient.set_budget`."""

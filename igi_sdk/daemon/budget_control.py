@@ -85,6 +85,36 @@ class BudgetControl:
             self._core.log(logging.INFO, "budget_growth_applied", target_mib=decision.target_mib)
             self._act(decision, None)
 
+    @property
+    def reloading(self) -> bool:
+        """Whether a reload is running in the worker now."""
+        return self._inflight is not None
+
+    @property
+    def planner(self) -> PlacementPlanner:
+        """The planner of the model being served."""
+        return self._planner
+
+    def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
+        """Plan for another model (``load_model_request``); called while no reload is in flight.
+
+        Args:
+            planner: the new model's planner.
+            vram_budget_mib: a new budget to apply at once (None = keep the one in force).
+
+        Returns:
+            The plan the new worker must load. A reload queued for the old model is re-planned for the new one
+            (it starts when the new worker is ready).
+        """
+        self._planner = planner
+        if vram_budget_mib is not None:
+            self.state = BudgetPolicyState.initial(vram_budget_mib)
+            self.budget_set = True
+        self.current = planner.plan(self.state.applied_mib)
+        if self._queued is not None:
+            self._queued.outcome = planner.plan(self._queued.outcome.budget_mib)
+        return self.current
+
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
         """A (re)started worker is ready: start a reload that waited for it."""

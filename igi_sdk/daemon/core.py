@@ -42,6 +42,12 @@ class WorkerPort(Protocol):
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 5.0) -> None: ...
     def fds(self) -> list[int]: ...
+    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None: ...
+    def begin_stop(self) -> None: ...
+    def exited(self) -> bool: ...
+
+    @property
+    def config(self) -> dict[str, Any]: ...
 
 
 class RequestError(Exception):
@@ -101,6 +107,8 @@ class DaemonCore:
         self.fatal_error: RequestError | None = None
         self.governor: Any = _make_governor(settings.budget.vram_budget_mib)
         self.sleep_ms_between_tokens = 0.0
+        #: True while a model switch drains or loads: new generations wait in the daemon, unforwarded.
+        self.hold_jobs = False
 
     # --- sending -----------------------------------------------------------------------------------
     def send(self, identity: bytes, message: Message, parent: Header | None, session_id: str | None = None) -> None:
@@ -133,8 +141,8 @@ class DaemonCore:
         return sum(1 for job in self.jobs.values() if not job.running)
 
     def forward_pending_jobs(self) -> None:
-        """Send jobs that waited for a (re)started worker."""
-        if not self.worker.ready:
+        """Send jobs that waited for a (re)started worker (not while a model switch holds them)."""
+        if not self.worker.ready or self.hold_jobs:
             return
         for job in self.jobs.values():
             if not job.forwarded:

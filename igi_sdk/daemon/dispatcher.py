@@ -18,6 +18,7 @@ from igi_sdk.daemon import handlers_daemon as hd
 from igi_sdk.daemon import handlers_session as hs
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.errors import BadFrame, BadSignature, ProtocolError
@@ -33,20 +34,22 @@ class Dispatcher:
     Args:
         core: daemon state.
         budget: the budget controller.
+        switch: serves ``load_model_request``.
     """
 
-    def __init__(self, core: DaemonCore, budget: BudgetControl) -> None:
+    def __init__(self, core: DaemonCore, budget: BudgetControl, switch: ModelSwitch) -> None:
         self._core = core
         self._budget = budget
+        self._switch = switch
         self._handlers: dict[str, Handler] = {
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,
             "status_request": lambda c, i, h, m: hd.status(c, budget, i, h),
-            "shutdown_request": hd.shutdown,
+            "shutdown_request": lambda c, i, h, m: hd.shutdown(c, i, h, m, switch),
             "set_budget_request": lambda c, i, h, m: hd.set_budget(c, budget, i, h, m),
             "reclaim_request": lambda c, i, h, m: hd.reclaim(c, budget, i, h, m),
             "frame_stats_request": hd.frame_stats,
-            "load_model_request": hd.load_model,
+            "load_model_request": lambda c, i, h, m: switch.request(i, h, m),
             "create_session_request": hs.create_session,
             "close_session_request": hs.close_session,
             "generate_request": hs.generate,

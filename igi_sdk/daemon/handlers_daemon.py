@@ -1,4 +1,7 @@
-"""Daemon layer: handlers of the daemon-wide requests (hello, status, heartbeat, shutdown, budgets, frame stats)."""
+"""Daemon layer: handlers of the daemon-wide requests (hello, status, heartbeat, shutdown, budgets, frame stats).
+
+``load_model_request`` is served by :mod:`igi_sdk.daemon.model_switch`.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from igi_sdk.ipc.messages import (
     HeartbeatReply,
     HelloReply,
     HelloRequest,
-    LoadModelRequest,
     ReclaimRequest,
     SetBudgetRequest,
     ShutdownReply,
@@ -27,6 +29,7 @@ from igi_sdk.ipc.values import Limits, Throttle, Usage
 
 if TYPE_CHECKING:
     from igi_sdk.daemon.budget_control import BudgetControl
+    from igi_sdk.daemon.model_switch import ModelSwitch
 
 CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files")
 SUPPORTED_VERSIONS = (PROTOCOL_VERSION,)
@@ -83,8 +86,10 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
     core.send(identity, reply, header)
 
 
-def shutdown(core: DaemonCore, identity: bytes, header: Header, _msg: object) -> None:
-    """Cancel all work, answer, and let the server loop exit."""
+def shutdown(core: DaemonCore, identity: bytes, header: Header, _msg: object, switch: ModelSwitch | None = None) -> None:
+    """Cancel all work (a pending model load gets ``cancelled``), answer, and let the server loop exit."""
+    if switch is not None:
+        switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
     for job_id in list(core.jobs):
         job = finish_job(core, job_id)
         if job is not None:
@@ -126,15 +131,6 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens
         core.worker.send({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
     core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
-
-
-def load_model(core: DaemonCore, identity: bytes, header: Header, msg: LoadModelRequest) -> None:
-    """Replacing the model at run time is not supported by this daemon; it serves the model it started with."""
-    raise RequestError(
-        ErrorCode.INVALID_REQUEST,
-        "this daemon serves the model given at launch (--model); restart it to change models",
-        {"model": None if core.model_info is None else core.model_info.path},
-    )
 
 
 def _governor_budget(core: DaemonCore, budget_mib: int) -> None:

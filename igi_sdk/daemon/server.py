@@ -21,10 +21,11 @@ from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
-from igi_sdk.daemon.handlers_session import cancel_job
+from igi_sdk.daemon.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlacementPlanner
-from igi_sdk.daemon.supervisor import WorkerSupervisor
+from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.daemon.worker_events import handle_worker_event, handle_worker_death
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.transport import SocketOptions, bind_router
@@ -84,7 +85,7 @@ class DaemonServer:
         base = Placement(n_ctx=settings.engine.n_ctx, n_threads=settings.engine.n_threads, n_threads_batch=settings.engine.n_threads)
         planner = PlacementPlanner(model_path, base)
         initial = planner.plan(settings.budget.vram_budget_mib)
-        worker = WorkerSupervisor(self._worker_config(model_path), initial.placement.model_dump())
+        worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())
 
         def outbox(identity: bytes, frames: list[bytes]) -> None:
             try:
@@ -94,7 +95,8 @@ class DaemonServer:
 
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
         budget = BudgetControl(core, planner, initial)
-        dispatcher = Dispatcher(core, budget)
+        switch = ModelSwitch(core, budget, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
+        dispatcher = Dispatcher(core, budget, switch)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         try:
@@ -103,7 +105,7 @@ class DaemonServer:
             self._write_connection_file(bound, key)
             log_event(_log, logging.INFO, "daemon_ready", endpoint=bound, connection_file=str(self.connection_file),
                       model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy)
-            self._loop(socket, core, budget, dispatcher)
+            self._loop(socket, core, budget, dispatcher, switch)
             return 0
         except DaemonStartError as exc:
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
@@ -122,14 +124,6 @@ class DaemonServer:
             path = ipc.ipc_path or self.connection_file.with_suffix(".sock")
             return f"ipc://{path}"
         return f"tcp://{ipc.ip}:{ipc.port}"
-
-    def _worker_config(self, model_path: Path) -> dict[str, object]:
-        settings = self.settings
-        return {
-            "model_path": str(model_path), "n_ctx": settings.engine.n_ctx, "n_threads": settings.engine.n_threads,
-            "max_prompt_tokens": settings.limits.max_prompt_tokens, "log_level": settings.log.log_level,
-            "log_format": settings.log.log_format, "log_file": settings.log.log_file,
-        }
 
     def _wait_ready(self, core: DaemonCore, budget: BudgetControl) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
@@ -154,7 +148,8 @@ class DaemonServer:
             host, port = bound[len("tcp://"):].rsplit(":", 1)
             write_connection_file(self.connection_file, port=int(port), ip=host.strip("[]"), key=key)
 
-    def _loop(self, socket: zmq.Socket, core: DaemonCore, budget: BudgetControl, dispatcher: Dispatcher) -> None:  # type: ignore[type-arg]
+    def _loop(self, socket: zmq.Socket, core: DaemonCore, budget: BudgetControl, dispatcher: Dispatcher,  # type: ignore[type-arg]
+              switch: ModelSwitch) -> None:
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         registered: list[int] = []
@@ -176,29 +171,15 @@ class DaemonServer:
                         break
                 dispatcher.on_batch(batch)
             for event in core.worker.read_events():
-                handle_worker_event(core, budget, event)
-            if core.worker.is_dead() and core.model_info is not None:
+                if not switch.on_event(event):
+                    handle_worker_event(core, budget, event)
+            if core.worker.is_dead() and core.model_info is not None and not switch.owns_worker:
                 for fd in registered:
                     poller.unregister(fd)
                 registered = []
                 handle_worker_death(core, budget)
-            self._housekeeping(core, budget)
-
-    def _housekeeping(self, core: DaemonCore, budget: BudgetControl) -> None:
-        now = core.clock()
-        ipc = self.settings.ipc
-        for identity, last_s in list(core.clients.items()):
-            if now - last_s <= ipc.client_timeout_s:
-                continue
-            del core.clients[identity]
-            for job in [j for j in core.jobs.values() if j.identity == identity]:
-                cancel_job(core, job.job_id, reply=False)
-            orphaned = core.sessions.orphan_owned_by(identity, now)
-            core.counters["clients_timed_out"] += 1
-            log_event(_log, logging.INFO, "client_gone", sessions_orphaned=len(orphaned))
-        for session in core.sessions.expired(now, ipc.session_ttl_s):
-            core.sessions.remove(session.session_id)
-            core.counters["sessions_expired"] += 1
-            if core.worker.ready:
-                core.worker.send({"op": "forget", "session_id": session.session_id})
-        budget.tick()
+            now = core.clock()
+            expire_clients(core, now)
+            expire_sessions(core, now)
+            budget.tick()
+            switch.tick()

@@ -11,12 +11,31 @@ import logging
 import multiprocessing
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
+from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.logs import get_logger, log_event
 
 _log = get_logger("supervisor")
+
+#: Tokens a rendered prompt must leave free in the context (generation room + template slack).
+PROMPT_HEADROOM_TOKENS = 16
+
+
+def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) -> dict[str, Any]:
+    """The plain dict ``worker_main`` takes, for ``model_path`` loaded with ``n_ctx`` tokens of context.
+
+    The worker's prompt limit is ``limits.max_prompt_tokens``, lowered to ``n_ctx - 16`` for a smaller context
+    (a runtime ``load_model_request`` may ask for one).
+    """
+    log = settings.log
+    return {
+        "model_path": str(model_path), "n_ctx": n_ctx, "n_threads": settings.engine.n_threads,
+        "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx - PROMPT_HEADROOM_TOKENS)),
+        "log_level": log.log_level, "log_format": log.log_format, "log_file": log.log_file,
+    }
 
 
 class WorkerGone(RuntimeError):
@@ -42,6 +61,34 @@ class WorkerSupervisor:
         self.restarts = 0
         self.started_at_s = 0.0
         self.last_ready: dict[str, Any] | None = None
+        self._stopping = False
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The worker configuration (model path, n_ctx, limits, log settings) used by the next start."""
+        return dict(self._config)
+
+    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
+        """Use another model / placement from the next :meth:`start` (or crash restart) on.
+
+        The running worker is not touched: stop it first to switch models.
+        """
+        self._config = dict(worker_config)
+        self.placement = placement
+
+    def begin_stop(self) -> None:
+        """Ask the worker to exit without waiting (it finishes its current step first); see :meth:`exited`."""
+        self._stopping = True
+        self.ready = False
+        if self._conn is not None and not self._dead:
+            try:
+                worker_protocol.send(self._conn, {"op": "shutdown"})
+            except (OSError, ValueError):
+                pass
+
+    def exited(self) -> bool:
+        """Whether the worker process has exited (no process counts as exited); never logs a crash."""
+        return self._process is None or self._process.exitcode is not None
 
     @property
     def pid(self) -> int | None:
@@ -58,6 +105,7 @@ class WorkerSupervisor:
         )
         process.start()
         child_conn.close()
+        self._stopping = False
         self._process, self._conn = process, parent_conn
         self._dead, self.ready = False, False
         self.started_at_s = time.monotonic()
@@ -132,9 +180,13 @@ class WorkerSupervisor:
         if conn is not None:
             conn.close()
         self._process, self._conn, self._dead, self.ready = None, None, True, False
+        self._stopping = False
 
     def _mark_dead(self) -> None:
         if not self._dead:
             self._dead, self.ready = True, False
             code = None if self._process is None else self._process.exitcode
-            log_event(_log, logging.ERROR, "worker_died", pid=self.pid, exitcode=code)
+            if self._stopping:
+                log_event(_log, logging.INFO, "worker_stopped", pid=self.pid, exitcode=code)
+            else:
+                log_event(_log, logging.ERROR, "worker_died", pid=self.pid, exitcode=code)

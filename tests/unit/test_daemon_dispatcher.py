@@ -15,6 +15,7 @@ from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
+from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
@@ -70,7 +71,9 @@ def _outcome(budget_mib: int) -> PlanOutcome:
 def _setup() -> tuple[Dispatcher, DaemonCore, list[list[bytes]]]:
     sent: list[list[bytes]] = []
     core = DaemonCore(DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0)
-    dispatcher = Dispatcher(core, BudgetControl(core, _Planner(), _outcome(0)))  # type: ignore[arg-type]
+    budget = BudgetControl(core, _Planner(), _outcome(0))  # type: ignore[arg-type]
+    switch = ModelSwitch(core, budget, Placement(), lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx})
+    dispatcher = Dispatcher(core, budget, switch)
     return dispatcher, core, sent
 
 

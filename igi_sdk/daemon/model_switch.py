@@ -1,0 +1,241 @@
+"""Daemon layer: ``load_model_request``: replace the served model at run time, or keep serving the old one.
+
+One switch at a time (another ``load_model_request`` meanwhile is answered ``busy``). Its phases:
+
+1. **validate**, in the handler, so typed errors come back at once and nothing changes: the path (nil = the
+   embedded default model) must exist (``model_not_found``) and be a readable GGUF of a supported architecture
+   (``model_invalid``), checked with ``igi_sdk.engine.gguf_table.read_tensor_table``.
+2. **draining**: generations already forwarded to the worker finish on the old model (with their normal terminal
+   replies), as does a budget reload or session export in flight. New ``generate_request``s are accepted and held
+   in the daemon (they count towards ``max_queue_depth``); a ``cancel_request`` or a client timeout ends them there.
+3. **stopping**: the old worker exits, so its memory is free before the new model loads (the VRAM budget holds).
+4. **loading**: the new model is planned for the request's budget (or the one in force) with a
+   :class:`~igi_sdk.daemon.placement_plan.PlacementPlanner`, and a worker starts on it.
+5. **ready**: sessions keep their turns (the daemon's history is the source of truth) and drop the KV state of the
+   old model, so their next generation re-prefills the history on the new model; held generations are forwarded;
+   ``load_model_reply{model, plan}``.
+
+A load that fails in llama.cpp (the worker reports ``fatal``, dies, or does not become ready within
+``worker_start_timeout_s``) is **reverted**: a worker restarts on the previous model and placement, and once it is
+ready the request gets ``error_reply`` (``model_invalid``, or ``timeout``). Shutdown answers a pending load with
+``error_reply{cancelled}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
+from igi_sdk.errors import ModelError, ModelNotFoundError
+from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import LoadModelReply, LoadModelRequest
+from igi_sdk.planner.placement import Placement
+
+#: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
+STOP_TIMEOUT_S = 10.0
+
+Phase = Literal["draining", "stopping", "loading", "reverting"]
+#: (model path, n_ctx) -> worker config dict (``supervisor.worker_config_for`` bound to the settings).
+ConfigFor = Callable[[Path, int], dict[str, Any]]
+#: (model path, base placement) -> planner.
+PlannerFor = Callable[[Path, Placement], PlacementPlanner]
+
+
+@dataclass
+class _Load:
+    identity: bytes
+    header: Header
+    path: Path
+    n_ctx: int
+    budget_mib: int | None
+    phase: Phase = "draining"
+    phase_since_s: float = 0.0
+    error: RequestError | None = None
+    previous_config: dict[str, Any] | None = None
+    previous_planner: PlacementPlanner | None = None
+
+
+class ModelSwitch:
+    """Serves ``load_model_request`` through the phases of the module docstring.
+
+    Args:
+        core: daemon state.
+        budget: the budget controller (its planner is swapped with the model).
+        base: the placement fields that do not depend on the budget (threads, flash_attn, ...).
+        config_for: builds the worker config of a model.
+        planner_for: builds the planner of a model (default: :class:`PlacementPlanner`).
+        default_model: resolves the embedded default model (downloads it once; may raise).
+    """
+
+    def __init__(self, core: DaemonCore, budget: BudgetControl, base: Placement, config_for: ConfigFor,
+                 planner_for: PlannerFor = PlacementPlanner, default_model: Callable[[], Path] | None = None) -> None:
+        self._core = core
+        self._budget = budget
+        self._base = base
+        self._config_for = config_for
+        self._planner_for = planner_for
+        self._default_model = default_model or _embedded_default_model
+        self._load: _Load | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether a load is in progress."""
+        return self._load is not None
+
+    @property
+    def owns_worker(self) -> bool:
+        """Whether the switch is stopping or starting workers now (their exits are not crashes)."""
+        return self._load is not None and self._load.phase != "draining"
+
+    # --- the request -------------------------------------------------------------------------------
+    def request(self, identity: bytes, header: Header, msg: LoadModelRequest) -> None:
+        """Handle ``load_model_request``: validate now, then drain, stop, load (see the module docstring).
+
+        Raises:
+            RequestError: ``busy`` (a load is in progress), ``model_not_found``, ``model_invalid``.
+        """
+        core = self._core
+        if self._load is not None:
+            raise RequestError(ErrorCode.BUSY, f"a model load is in progress ({self._load.path})",
+                               {"limit": "model_load_in_progress"})
+        path = self._resolve(msg.model_path)
+        _validate(path)
+        self._load = _Load(identity, header, path, msg.n_ctx, msg.vram_budget_mib, phase_since_s=core.clock())
+        core.hold_jobs = True
+        core.counters["model_loads_requested"] += 1
+        core.log(logging.INFO, "model_load_start", path=str(path), n_ctx=msg.n_ctx, vram_budget_mib=msg.vram_budget_mib)
+        self.tick()
+
+    def abort(self, error: RequestError) -> None:
+        """Answer a pending load with ``error`` (shutdown); workers are left to the caller."""
+        load, self._load = self._load, None
+        if load is not None:
+            self._core.hold_jobs = False
+            self._core.send_error(load.identity, load.header, error)
+
+    # --- progress (called by the I/O loop) -----------------------------------------------------------
+    def tick(self) -> None:
+        """Advance the current phase when its condition holds; never blocks for long."""
+        load, core = self._load, self._core
+        if load is None:
+            return
+        worker = core.worker
+        if load.phase == "draining":
+            if not any(job.forwarded for job in core.jobs.values()) and not self._budget.reloading and not core.waiting_exports:
+                load.previous_config, load.previous_planner = worker.config, self._budget.planner
+                worker.begin_stop()
+                self._enter(load, "stopping")
+        elif load.phase == "stopping":
+            if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
+                worker.stop(timeout_s=1.0)  # reap (terminate / kill if it did not exit in time)
+                self._start_new(load)
+        elif worker.exited() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
+            timed_out = not worker.exited()
+            worker.stop(timeout_s=1.0)
+            if load.phase == "loading":
+                if load.error is None:
+                    load.error = (RequestError(ErrorCode.TIMEOUT, f"{load.path} did not load within "
+                                               f"{core.settings.engine.worker_start_timeout_s} s; the previous model is served")
+                                  if timed_out else
+                                  RequestError(ErrorCode.MODEL_INVALID, f"the engine worker died loading {load.path}; "
+                                               "the previous model is served", {"path": str(load.path)}))
+                self._revert(load)
+            else:  # the previous model failed to come back: normal crash handling takes over
+                self._finish(load, load.error)
+                handle_worker_death(core, self._budget)
+
+    def on_event(self, event: dict[str, Any]) -> bool:
+        """Worker ``ready`` / ``fatal`` while loading or reverting. Returns True when the event was consumed."""
+        load = self._load
+        if load is None or load.phase not in ("loading", "reverting") or event.get("ev") not in ("ready", "fatal"):
+            return False
+        core = self._core
+        if event["ev"] == "fatal":
+            if load.phase == "loading":
+                load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event['message']}; the previous model is served",
+                                          {"path": str(load.path)})
+                core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event["message"])
+                return True  # the worker exits next; tick() reverts
+            return False  # the previous model failed to come back: core.fatal_error, then the crash path
+        core.hold_jobs = False
+        if load.phase == "loading":
+            for session in core.sessions:
+                session.kv_state = session.kv_tokens = None  # KV of another model; the history is re-prefilled
+        handle_worker_event(core, self._budget, event)
+        if load.phase == "loading":
+            core.counters["model_loads"] += 1
+            core.log(logging.INFO, "model_loaded", path=str(load.path), strategy=self._budget.current.plan.strategy)
+            assert core.model_info is not None
+            self._load = None
+            core.send(load.identity, LoadModelReply(model=core.model_info, plan=self._budget.current.plan), load.header)
+        else:
+            self._finish(load, load.error)
+        return True
+
+    # --- internals -----------------------------------------------------------------------------------
+    def _enter(self, load: _Load, phase: Phase) -> None:
+        load.phase, load.phase_since_s = phase, self._core.clock()
+
+    def _start_new(self, load: _Load) -> None:
+        core = self._core
+        planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
+        if load.budget_mib is not None and core.governor is not None:
+            core.governor.set_budget(load.budget_mib, core.clock())
+        outcome = self._budget.replace_model(planner, load.budget_mib)
+        core.worker.retarget(self._config_for(load.path, load.n_ctx), outcome.placement.model_dump())
+        core.fatal_error = None
+        core.worker.start()
+        self._enter(load, "loading")
+
+    def _revert(self, load: _Load) -> None:
+        core = self._core
+        core.counters["model_load_failures"] += 1
+        assert load.previous_config is not None and load.previous_planner is not None
+        outcome = self._budget.replace_model(load.previous_planner)
+        core.worker.retarget(load.previous_config, outcome.placement.model_dump())
+        core.worker.start()
+        self._enter(load, "reverting")
+
+    def _finish(self, load: _Load, error: RequestError | None) -> None:
+        self._load = None
+        self._core.hold_jobs = False
+        if error is not None:
+            self._core.send_error(load.identity, load.header, error)
+
+    def _resolve(self, model_path: str | None) -> Path:
+        if model_path is None:
+            try:
+                return self._default_model()
+            except Exception as exc:  # download / verification failure of the embedded model
+                raise RequestError(ErrorCode.MODEL_NOT_FOUND, f"the embedded default model cannot be fetched: {exc}") from None
+        return Path(model_path).expanduser().resolve()
+
+
+def _validate(path: Path) -> None:
+    """Typed check of a GGUF before anything is stopped.
+
+    Raises:
+        RequestError: ``model_not_found`` (no such file), ``model_invalid`` (not GGUF, corrupt, unsupported).
+    """
+    from igi_sdk.engine.gguf_table import read_tensor_table
+
+    try:
+        read_tensor_table(path)
+    except ModelNotFoundError as exc:
+        raise RequestError(ErrorCode.MODEL_NOT_FOUND, str(exc), {"path": str(path)}) from None
+    except ModelError as exc:  # ModelCorruptError, ModelUnsupportedError
+        raise RequestError(ErrorCode.MODEL_INVALID, str(exc), {"path": str(path), "reason": type(exc).__name__}) from None
+
+
+def _embedded_default_model() -> Path:
+    from igi_sdk.model_store import default_model_path
+
+    return Path(default_model_path())

@@ -21,6 +21,14 @@ from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
 from igi_sdk.engine.text_stream import TextStream
 
 
+class HoldingTextStream(TextStream):
+    """``TextStream`` that tells whether it is holding text back (a possible stop string)."""
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._pending)
+
+
 @dataclass
 class Running:
     """Scheduler-side state of one request, from submit to finish."""
@@ -30,7 +38,7 @@ class Running:
     seq_no: int
     prompt: list[int]
     t_submit: float
-    stream: TextStream
+    stream: HoldingTextStream
     slot: Slot | None = None
     prefill_pos: int = 0
     cached: int = 0

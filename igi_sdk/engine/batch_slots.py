@@ -43,6 +43,7 @@ class SlotTable:
         self.slots = [Slot(seq_id=i) for i in range(n_slots)]
         self.max_parked_bytes = max_parked_bytes
         self.parked: OrderedDict[str, bytes] = OrderedDict()
+        self.parked_tokens: dict[str, list[int]] = {}  # empty when unknown (imported states)
         self.parked_bytes = 0
 
     def __iter__(self) -> Iterator[Slot]:
@@ -74,20 +75,24 @@ class SlotTable:
 
     # ---- parked states ---------------------------------------------------------------------------
 
-    def park(self, session_id: str, state: bytes) -> None:
-        """Keep a session's state bytes in host memory, evicting the oldest past ``max_parked_bytes``."""
+    def park(self, session_id: str, state: bytes, tokens: list[int] | None = None) -> None:
+        """Keep a session's state bytes (and the tokens they hold, when known) in host memory, evicting
+        the oldest past ``max_parked_bytes``."""
         self.unpark(session_id)
         if len(state) > self.max_parked_bytes:
             return
         self.parked[session_id] = state
+        self.parked_tokens[session_id] = list(tokens or [])
         self.parked_bytes += len(state)
         while self.parked_bytes > self.max_parked_bytes:
-            _, old = self.parked.popitem(last=False)
+            old_id, old = self.parked.popitem(last=False)
+            self.parked_tokens.pop(old_id, None)
             self.parked_bytes -= len(old)
 
     def unpark(self, session_id: str) -> bytes | None:
         """Remove and return a parked state."""
         state = self.parked.pop(session_id, None)
+        self.parked_tokens.pop(session_id, None)
         if state is not None:
             self.parked_bytes -= len(state)
         return state

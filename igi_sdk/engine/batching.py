@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from igi_sdk.engine.batch_compose import Running, admission_order, compose_step
+from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_order, compose_step
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
 from igi_sdk.engine.batch_types import (
     BatchCounters,
@@ -30,7 +30,6 @@ from igi_sdk.engine.batch_types import (
     TokenEvent,
 )
 from igi_sdk.engine.prefix_cache import PrefixCache
-from igi_sdk.engine.text_stream import TextStream
 from igi_sdk.errors import EngineError
 
 if TYPE_CHECKING:
@@ -134,7 +133,7 @@ class BatchScheduler:
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
         run = Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
-                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=TextStream(req.stop))
+                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=HoldingTextStream(req.stop))
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
         self._queue = admission_order([*self._queue, run])
         return run.handle
@@ -245,7 +244,7 @@ class BatchScheduler:
 
     def _evict(self, slot: Slot) -> None:
         if slot.session_id is not None and slot.tokens:
-            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id))
+            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id), slot.tokens)
         self._engine.seq_clear(slot.seq_id)
         self._slots.unbind(slot)
 
@@ -303,7 +302,8 @@ class BatchScheduler:
             return
         handle.tokens.append(token)
         text = run.stream.push(self._engine.token_piece(token))
-        self._emit(run, TokenEvent(handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text), events)
+        self._emit(run, TokenEvent(handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text,
+                                   holding=run.stream.holding), events)
         if run.stream.stopped:
             self._finish(run, "stop", events)
         elif len(handle.tokens) >= run.max_tokens:
@@ -360,6 +360,14 @@ class BatchScheduler:
         if slot is not None and slot.tokens:
             return self._engine.save_seq_state(slot.seq_id)
         return self._slots.parked.get(session_id)
+
+    def export_session(self, session_id: str) -> tuple[list[int], bytes] | None:
+        """``export_state`` plus the tokens the state holds (empty if it was imported and never used)."""
+        state = self.export_state(session_id)
+        if state is None:
+            return None
+        slot = self._slots.of_session(session_id)
+        return (list(slot.tokens) if slot is not None and slot.tokens else self._slots.parked_tokens.get(session_id, [])), state
 
     def export_states(self) -> dict[str, bytes]:
         """Every session's KV state, in slots and parked. Call while paused before a reload."""

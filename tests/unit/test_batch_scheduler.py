@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from igi_sdk.engine.batch_compose import Running, admission_order, compose_step
+from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_order, compose_step
 from igi_sdk.engine.batch_sizing import (
     aggregate_decode_tok_s,
     batch_tier,
@@ -16,7 +16,6 @@ from igi_sdk.engine.batch_sizing import (
 from igi_sdk.engine.batch_slots import SlotTable
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
 from igi_sdk.engine.prefix_cache import PrefixCache
-from igi_sdk.engine.text_stream import TextStream
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
 
@@ -28,7 +27,7 @@ def _run(seq_no: int, prompt_len: int, *, priority: int = 0, slot: int | None = 
     prompt = list(range(100, 100 + prompt_len))
     req = BatchRequest(f"s{seq_no}", prompt, max_tokens=8, priority=priority, prefix_tokens=prefix_tokens)
     run = Running(req=req, handle=RequestHandle(f"r{seq_no}", req.session_id), seq_no=seq_no, prompt=prompt,
-                  t_submit=0.0, stream=TextStream(), prefill_pos=prefill_pos, pending=pending)
+                  t_submit=0.0, stream=HoldingTextStream(), prefill_pos=prefill_pos, pending=pending)
     if slot is not None:
         table = slots or SlotTable(8)
         run.slot = table.slots[slot]

@@ -1,0 +1,133 @@
+"""``BatchWorkerScheduler`` behind the daemon worker's scheduler seam, on the real ``EngineAdapter``.
+
+The daemon's own one-at-a-time ``worker_loop.Scheduler`` is the reference: served concurrently (and across a
+reload with another placement), the batching scheduler must send the same ``done`` texts, and its token
+events must follow the protocol (consecutive indexes, concatenating to the final text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from igi_sdk.daemon.engine_adapter import EngineAdapter
+from igi_sdk.daemon.worker_loop import Job, Scheduler
+from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import Placement
+
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 1}
+PLACEMENT = Placement(n_batch=64, n_ubatch=32, n_seq_max=4, n_threads=2)
+JOBS = (
+    ("guard", "You are a gate guard. Answer briefly.", "Who goes there?", ()),
+    ("smith", "You are a blacksmith. Answer briefly.", "Can you fix my axe?", ()),
+    ("bard", "You are a bard. Answer briefly.", "Sing about the sea.", (" myst",)),
+)
+
+
+def _jobs(max_tokens: int = 10) -> list[Job]:
+    return [Job(job_id=f"job-{sid}", session_id=sid, messages=[("system", system), ("user", user)],
+                max_tokens=max_tokens, sampling={**GREEDY, "stop": list(stop)}) for sid, system, user, stop in JOBS]
+
+
+def _adapter(n_seq_max: int) -> EngineAdapter:
+    return EngineAdapter(str(default_model_path()), PLACEMENT.with_(n_seq_max=n_seq_max).model_dump(),
+                         n_ctx=512 * n_seq_max, n_threads=2)
+
+
+def _engine_of(adapter: EngineAdapter) -> Any:
+    return getattr(adapter, "llama_engine", None) or adapter._engine  # the LlamaEngine the adapter wraps
+
+
+def _by_job(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for ev in events:
+        out.setdefault(ev["job_id"], []).append(ev)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, str]:
+    """``done`` texts of the daemon's one-at-a-time scheduler."""
+    events: list[dict[str, Any]] = []
+    adapter = _adapter(1)
+    try:
+        sched = Scheduler(adapter, events.append, max_prompt_tokens=400)
+        for job in _jobs():
+            sched.submit(job)
+        while sched.has_work():
+            sched.step()
+    finally:
+        adapter.close()
+    return {ev["job_id"]: ev["text"] for ev in events if ev["ev"] == "done"}
+
+
+@pytest.fixture()
+def adapter() -> Iterator[EngineAdapter]:
+    adapter = _adapter(4)
+    yield adapter
+    adapter.close()
+
+
+def _check_protocol(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    done = {}
+    for job_id, evs in _by_job(events).items():
+        tokens, final = evs[:-1], evs[-1]
+        assert final["ev"] == "done" and all(e["ev"] == "token" for e in tokens)
+        assert [e["index"] for e in tokens] == list(range(len(tokens)))
+        assert "".join(e["text"] for e in tokens) == final["text"]
+        assert final["completion_tokens"] == len(tokens)
+        done[job_id] = final
+    return done
+
+
+def test_concurrent_jobs_match_the_daemon_scheduler_and_follow_the_protocol(
+        adapter: EngineAdapter, reference: dict[str, str]) -> None:
+    events: list[dict[str, Any]] = []
+    sched = BatchWorkerScheduler(adapter, _engine_of(adapter), events.append, max_prompt_tokens=400)
+    for job in _jobs():
+        sched.submit(job)
+    while sched.has_work():
+        sched.step()
+    done = _check_protocol(events)
+    assert {j: d["text"] for j, d in done.items()} == reference
+    assert done["job-bard"]["finish_reason"] == "stop" and done["job-bard"]["text"] == "The sea is a"
+    assert sched.scheduler.counters.sequences_per_step_max == 3
+
+
+def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter, reference: dict[str, str]) -> None:
+    events: list[dict[str, Any]] = []
+    sched = BatchWorkerScheduler(adapter, _engine_of(adapter), events.append, max_prompt_tokens=400)
+    for job in _jobs():
+        sched.submit(job)
+    for _ in range(4):
+        sched.step()
+    sched.reload(PLACEMENT.with_(n_batch=16, n_ubatch=16).model_dump())
+    while sched.has_work():
+        sched.step()
+    done = _check_protocol(events)
+    assert {j: d["text"] for j, d in done.items()} == reference
+    assert all(d["reloads"] == 1 for d in done.values())
+
+    tokens, state = sched.export("guard")  # what save_session writes to the session file
+    assert tokens and state is not None
+    fresh_events: list[dict[str, Any]] = []
+    fresh = _adapter(4)
+    try:
+        worker = BatchWorkerScheduler(fresh, _engine_of(fresh), fresh_events.append, max_prompt_tokens=400)
+        turn2 = SimpleNamespace(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, priority=0,
+                                kv_state=state, kv_tokens=tokens,
+                                messages=[("system", JOBS[0][1]), ("user", JOBS[0][2]),
+                                          ("assistant", reference["job-guard"]), ("user", "Open the gate.")])
+        worker.submit(turn2)
+        while worker.has_work():
+            worker.step()
+        counters = worker.scheduler.counters
+        assert counters.prefill_tokens_reused_parked > 0
+        assert counters.prefill_tokens_evaluated == counters.prompt_tokens - counters.prefill_tokens_reused_parked
+        assert _check_protocol(fresh_events)["job-2"]["finish_reason"] in ("stop", "length")
+    finally:
+        fresh.close()

@@ -178,7 +178,7 @@ class BudgetControl:
         self._queued = None
         self._inflight = op
         self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy)
-        self._core.worker.send({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()})
+        self._core.send_to_worker({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()})
 
     def _ack(self, waiter: _Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
         elapsed = self._core.clock() - waiter.t0_s

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.sessions import SessionTable
+from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message
@@ -140,13 +141,27 @@ class DaemonCore:
         """Generate requests accepted and not yet running."""
         return sum(1 for job in self.jobs.values() if not job.running)
 
+    def send_to_worker(self, command: dict[str, Any]) -> bool:
+        """Send a command to the worker; False when it has died and the I/O loop has not handled that yet.
+
+        A lost command needs no answer here: the worker-death handling answers every forwarded job, reload
+        and export, and forwards waiting jobs to the restarted worker.
+        """
+        try:
+            self.worker.send(command)
+        except WorkerGone:
+            self.counters["worker_commands_lost"] += 1
+            return False
+        return True
+
     def forward_pending_jobs(self) -> None:
         """Send jobs that waited for a (re)started worker (not while a model switch holds them)."""
         if not self.worker.ready or self.hold_jobs:
             return
         for job in self.jobs.values():
             if not job.forwarded:
-                self.worker.send(job.command)
+                if not self.send_to_worker(job.command):
+                    return  # the worker died: the job waits for the restarted one
                 job.forwarded = True
 
     def log(self, level: int, event: str, **fields: Any) -> None:

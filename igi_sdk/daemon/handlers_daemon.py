@@ -129,7 +129,7 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
     throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
     if core.worker.ready and throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens
-        core.worker.send({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
+        core.send_to_worker({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
     core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
 
 

@@ -55,7 +55,7 @@ def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: objec
         cancel_job(core, session.job_id)
     core.sessions.remove(session.session_id)
     if core.worker.ready:
-        core.worker.send({"op": "forget", "session_id": session.session_id})
+        core.send_to_worker({"op": "forget", "session_id": session.session_id})
     core.send(identity, CloseSessionReply(), header)
 
 
@@ -114,7 +114,7 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
     if job is None:
         return
     if job.forwarded and core.worker.ready:
-        core.worker.send({"op": "cancel", "job_id": job_id})
+        core.send_to_worker({"op": "cancel", "job_id": job_id})
         if not reply:
             job.identity = b""  # the client is gone: the terminal reply goes nowhere
         return
@@ -160,7 +160,7 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
 
     if core.worker.ready:
         core.waiting_exports[header.msg_id] = lambda ev: write(ev.get("tokens"), ev.get("state"))
-        core.worker.send({"op": "export", "req_id": header.msg_id, "session_id": session.session_id})
+        core.send_to_worker({"op": "export", "req_id": header.msg_id, "session_id": session.session_id})
     else:
         write(None, None)
 

@@ -39,5 +39,5 @@ def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:
         core.sessions.remove(session.session_id)
         core.counters["sessions_expired"] += 1
         if core.worker.ready:
-            core.worker.send({"op": "forget", "session_id": session.session_id})
+            core.send_to_worker({"op": "forget", "session_id": session.session_id})
     return [session.session_id for session in expired]

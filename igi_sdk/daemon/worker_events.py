@@ -51,7 +51,7 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         core.worker_failures_in_row = 0
         core.log(logging.INFO, "worker_ready", pid=event["pid"], model=core.model_info.path)
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
-            core.worker.send({"op": "throttle", "sleep_ms": core.sleep_ms_between_tokens})
+            core.send_to_worker({"op": "throttle", "sleep_ms": core.sleep_ms_between_tokens})
         core.forward_pending_jobs()
         budget.on_worker_ready()
     elif kind == "fatal":

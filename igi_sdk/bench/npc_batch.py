@@ -135,23 +135,29 @@ def serve(engine: Any, prompts: list[list[int]], max_tokens: int) -> dict[str, A
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every (N, mode) row."""
+    """Every (N, mode, repeat) row; the two modes alternate within each repeat (fair under shared CPUs)."""
     from igi_sdk.engine.llama_engine import LlamaEngine
 
     model = resolve_model(args.model)
     rows: list[dict[str, Any]] = []
     for n in args.sessions:
-        for mode in ("sequential", "batched"):
-            placement, source = placement_for(model, n if mode == "batched" else 1, args)
-            with LlamaEngine(model, placement) as engine:
-                prompts = _prompts(engine, n)
+        engines: dict[str, tuple[Any, str]] = {}
+        try:
+            for mode in ("sequential", "batched"):
+                placement, source = placement_for(model, n if mode == "batched" else 1, args)
+                engines[mode] = (LlamaEngine(model, placement), source)
+            prompts = _prompts(engines["batched"][0], n)
+            for engine, _source in engines.values():
                 serve(engine, prompts[:1], 4)  # warm-up
-                for rep in range(args.repeats):
+            for rep in range(args.repeats):
+                for mode, (engine, source) in engines.items():
                     result = serve(engine, prompts, args.max_tokens)
                     rows.append({"sessions": n, "mode": mode, "repeat": rep, "placement": source,
                                  "prompt_tokens_mean": statistics.fmean(len(p) for p in prompts), **result})
-        same = rows[-1]["tokens"] == rows[-1 - args.repeats]["tokens"]
-        rows[-1]["same_tokens_as_sequential"] = same
+        finally:
+            for engine, _source in engines.values():
+                engine.close()
+        rows[-1]["same_tokens_as_sequential"] = rows[-1]["tokens"] == rows[-2]["tokens"]
     return rows
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, TokenEvent
+from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.engine.sampler import Sampler
@@ -134,3 +134,14 @@ def test_high_priority_request_gets_first_token_first() -> None:
             sched.run_until_idle()
             assert order[0] == "npc3", (n_seq_max, order)
             assert sorted(order) == ["npc0", "npc1", "npc2", "npc3"]
+
+
+def test_submit_rejects_a_busy_session_and_a_prompt_too_long(engine: LlamaEngine) -> None:
+    sched = BatchScheduler(engine)
+    handle = sched.submit(_request(engine, 0))
+    with pytest.raises(SchedulerError, match="already has a request"):
+        sched.submit(_request(engine, 0))
+    with pytest.raises(SchedulerError, match="does not fit"):
+        sched.submit(BatchRequest("long", [1] * engine.n_ctx_seq, max_tokens=1))
+    assert sched.cancel(handle.request_id) and handle.finish_reason == "cancelled"
+    assert handle.stats is not None and handle.stats.ttft_s is None and not sched.has_work()

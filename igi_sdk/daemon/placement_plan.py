@@ -95,6 +95,6 @@ class PlacementPlanner:
                     n_gpu_layers=placement.n_gpu_layers if placement.n_gpu_layers >= 0 else None,
                     summary=result.summary)
         on_cpu = placement.n_gpu_layers == 0 and not any(r.device != "CPU" for r in placement.rules)
-        warning = "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu else None
+        warning = "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu and budget_mib > 0 else None
         return PlanOutcome(budget_mib, placement, plan, float(result.predicted_ttft_s), float(result.predicted_tps),
                            on_cpu, warning)

@@ -20,8 +20,8 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.values import Sampling
 
-CLIENT_TIMEOUT_S = 1.0
-SESSION_TTL_S = 3.0
+CLIENT_TIMEOUT_S = 1.5
+SESSION_TTL_S = 4.0
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -60,34 +60,32 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float) -> None:
 
 
 def test_silent_client_generation_cancelled_sessions_kept_for_ttl_then_closed() -> None:
-    daemon = DaemonProcess(["--client-timeout-s", str(CLIENT_TIMEOUT_S), "--heartbeat-interval-s", "0.25",
+    daemon = DaemonProcess(["--n-threads", "1", "--client-timeout-s", str(CLIENT_TIMEOUT_S), "--heartbeat-interval-s", "0.25",
                             "--session-ttl-s", str(SESSION_TTL_S)]).start()
     silent = SilentClient(daemon)
     silent.request(HelloRequest(client_name="silent", client_version="0", protocol_version="1.0"))
-    sampling = Sampling(temperature=0.0)
-    kept = silent.request(CreateSessionRequest(persona="Bard", system_prompt="You tell long stories.", sampling=sampling))
-    dropped = silent.request(CreateSessionRequest(persona="Guard", system_prompt="You guard the gate."))
+    kept = silent.request(CreateSessionRequest(persona="Guard", system_prompt="You guard the gate."))
+    dropped = silent.request(CreateSessionRequest(persona="Bard", system_prompt="You tell long stories.",
+                                                  sampling=Sampling(temperature=0.0)))
     assert isinstance(kept, CreateSessionReply) and isinstance(dropped, CreateSessionReply)
-    job = silent.send(GenerateRequest(text="Tell me a very long story about a dragon.", max_tokens=400), kept.session_id)
-    first = silent.receive(30.0)
-    assert first is not None and isinstance(first[1], TokenEvent) and first[0].parent_id == job
-    # from now on the silent client sends nothing at all
+    silent.send(GenerateRequest(text="Tell me a very long story about a dragon.", max_tokens=400), dropped.session_id)
+    # from now on the silent client sends nothing at all, not even heartbeats
 
     with Client.connect(daemon.connection_file, timeout_s=30) as client:
-        _wait_for(lambda: client.status().counters.get("generations_abandoned", 0) == 1, 10.0)
-        _wait_for(lambda: client.status().counters.get("generations_cancelled", 0) == 1, 10.0)
-        leftovers = []
-        while (got := silent.receive(0.3)) is not None:
-            leftovers.append(got[1])
-        assert all(isinstance(m, TokenEvent) for m in leftovers)  # no terminal reply to a gone client
-        assert 1 + len(leftovers) < 400  # stopped long before max_tokens
-
+        _wait_for(lambda: client.status().counters.get("generations_abandoned", 0) == 1, 15.0)
         # within the TTL, another client claims a session of the gone one by its id
         result = client.generate(kept.session_id, "Who are you?", max_tokens=4).result()
         assert result.finish_reason in ("stop", "length")
         assert client.status().n_sessions == 2
+        # the gone client's generation was cancelled, and it got no terminal reply
+        _wait_for(lambda: client.status().counters.get("generations_cancelled", 0) == 1, 15.0)
+        leftovers = []
+        while (got := silent.receive(0.3)) is not None:
+            leftovers.append(got[1])
+        assert all(isinstance(m, TokenEvent) for m in leftovers)
+        assert len(leftovers) < 400  # stopped long before max_tokens
         # after the TTL the unclaimed session is closed; the claimed one lives on
-        _wait_for(lambda: client.status().counters.get("sessions_expired", 0) == 1, SESSION_TTL_S + 10.0)
+        _wait_for(lambda: client.status().counters.get("sessions_expired", 0) == 1, SESSION_TTL_S + 15.0)
         with pytest.raises(NotFoundError):
             client.generate(dropped.session_id, "Hello?", max_tokens=2).result()
         assert client.status().n_sessions == 1

@@ -95,6 +95,7 @@ def render(result: PlanResult, console: Console) -> None:
     mem.add_column("host", justify="right")
     for name, gpu, host in (("weights", m.gpu_weights_mib, m.host_weights_mib), ("KV cache", m.gpu_kv_mib, m.host_kv_mib),
                             ("compute buffers", m.gpu_compute_mib, m.host_compute_mib),
+                            ("MoE pools (MUL_MAT_ID)", m.gpu_pools_mib, 0.0),
                             ("CUDA context reserve", m.gpu_reserve_mib, 0.0), ("safety margin", m.safety_margin_mib, 0.0),
                             ("total", m.vram_total_mib, m.host_total_mib)):
         mem.add_row(name, f"{gpu:.1f}", f"{host:.1f}")

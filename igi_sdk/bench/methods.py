@@ -14,6 +14,10 @@ Methods of one (model, VRAM budget, context) group:
                      n_ubatch / load modes, ``n_gpu_layers`` and ``--n-cpu-moe`` at n_ubatch 512 and 2048;
                      ranked by predicted e2e, one family at a time, so the sweep stays diverse
 
+On a GPU machine (the compute table has ``exact_model``) the planner method goes through the verified path
+(``profiler.planning.verify_plan``: the chosen plan dry-run exactly, re-planned until it verifies), and
+every measured candidate's budget check uses an exact dry run of that placement.
+
 Pinned (``load_mode="pinned"``) candidates appear in the sweep only where the planner chose pinned
 (loading a 30B MoE pinned takes 9-12 s).
 """
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
                              baseline_placements, plan_placement)
 from igi_sdk.planner.cost import CostModel, Prediction
 from igi_sdk.planner.layout import resolve_layout
-from igi_sdk.planner.memory import MemoryBreakdown, memory_of
+from igi_sdk.planner.memory import MemoryBreakdown, compute_key, memory_of
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.strategies import n_cpu_moe_specs, spec_placement
 from igi_sdk.planner.summary import ModelSummary, summarize
@@ -77,11 +82,23 @@ class Evaluator:
         self.has_gpu = profile.gpu is not None
         self.cost = CostModel(self.summary, profile, n_threads=options.n_threads,
                               op_offload_min_batch=options.op_offload_min_batch)
+        self.exact_path = Path(compute.exact_model) if (compute.exact_model and self.has_gpu) else None
+        self.notes: list[str] = []
 
-    def memory(self, placement: Placement) -> tuple[MemoryBreakdown, bool]:
-        """Memory terms of ``placement`` and whether it fits the budget (and the pinned-host limit)."""
+    def memory(self, placement: Placement, *, exact: bool = False) -> tuple[MemoryBreakdown, bool]:
+        """Memory terms of ``placement`` and whether it fits the budget (and the pinned-host limit); with
+        ``exact`` on a GPU machine, from an exact dry run of the placement (cached)."""
         layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
-        reserve = self.profile.gpu.reserve_mib if self.profile.gpu else None
+        if exact and self.exact_path is not None and self.compute.lookup(
+                compute_key(layout, placement, has_gpu=True), layout.signature) is None:
+            from igi_sdk.errors import IgiError
+            from igi_sdk.profiler.compute_table import exact_entry
+
+            try:
+                self.compute = self.compute.with_entry(exact_entry(self.exact_path, self.summary, placement))
+            except IgiError as exc:
+                self.notes.append(f"exact dry run failed ({exc}); class figure used")
+        reserve = self.profile.vram_reserve_mib
         mem = memory_of(self.summary, layout, placement, self.compute, reserve_mib=reserve,
                         safety_margin_mib=self.options.safety_margin_mib)
         fits = mem.vram_total_mib <= self.budget_mib
@@ -91,8 +108,8 @@ class Evaluator:
         return mem, fits
 
     def candidate(self, method: str, label: str, placement: Placement, **extra: object) -> Candidate:
-        """A ``Candidate`` with memory, prediction and fit filled in."""
-        mem, fits = self.memory(placement)
+        """A ``Candidate`` with memory, prediction and fit filled in (exact dry-run memory on a GPU)."""
+        mem, fits = self.memory(placement, exact=True)
         layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
         pred = self.cost.predict(layout, placement, self.workload)
         return Candidate(method=method, label=label, placement=placement, memory=mem, prediction=pred, fits=fits,
@@ -130,7 +147,14 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
     n = table.n_layer
     threads = options.n_threads
 
-    result = plan_placement(table, budget_mib, workload, profile, compute, options)
+    if ev.exact_path is not None:
+        from igi_sdk.profiler.planning import verify_plan
+
+        result, ev.compute, warns = verify_plan(ev.exact_path, table, budget_mib, workload, profile, ev.compute,
+                                                options, summary=ev.summary)
+        out.notes.extend(warns)
+    else:
+        result = plan_placement(table, budget_mib, workload, profile, compute, options)
     out.plan = result
     chosen: Placement | None = None
     if result.chosen is not None:
@@ -141,7 +165,7 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
         out.core.append(Candidate("planner", "infeasible", None, skip_reason=(
             f"planner: no placement fits {budget_mib} MiB (needs {result.min_feasible_budget_mib} MiB)")))
     if extra_profile is not None:
-        ref = plan_placement(table, budget_mib, workload, extra_profile, compute, options)
+        ref = plan_placement(table, budget_mib, workload, extra_profile, ev.compute, options)
         if ref.chosen is None:
             out.core.append(Candidate("planner_ref", "infeasible", None, skip_reason="infeasible"))
         else:
@@ -149,7 +173,7 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
                                          f"(profile {extra_profile.source})", _threads(ref.chosen.placement, threads),
                                          strategy=ref.chosen.strategy))
 
-    base = baseline_placements(table, budget_mib, workload, profile, compute, options, n_ubatch=512)
+    base = baseline_placements(table, budget_mib, workload, profile, ev.compute, options, n_ubatch=512)
     for method in BASELINES:
         if method == "n_cpu_moe" and not table.is_moe:
             continue
@@ -166,6 +190,7 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
 
     out.oracle = oracle_candidates(ev, result, chosen, [c for c in out.core if c.placement is not None], n,
                                    oracle_max=oracle_max, oracle_pinned=oracle_pinned)
+    out.notes.extend(ev.notes)
     return out
 
 
@@ -238,13 +263,23 @@ def oracle_candidates(ev: Evaluator, result: PlanResult, chosen: Placement | Non
     return picked
 
 
+EXACT_STEPS_DOWN = 8
+"""How far ``_largest_fitting`` walks down from the class-figure answer while exact dry runs say it does not fit."""
+
+
 def _largest_fitting(ordered: list[Placement], ev: Evaluator) -> Placement | None:
-    """Binary search for the last fitting placement of a list ordered by growing VRAM use."""
+    """Binary search for the last fitting placement of a list ordered by growing VRAM use (class figures),
+    then, on a GPU machine, down from there until an exact dry run says it fits."""
     lo, hi, best = 0, len(ordered) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
         if ev.memory(ordered[mid])[1]:
-            best, lo = ordered[mid], mid + 1
+            best, lo = mid, mid + 1
         else:
             hi = mid - 1
-    return best
+    if best is None:
+        return None
+    for i in range(best, max(best - EXACT_STEPS_DOWN, -1), -1):
+        if ev.memory(ordered[i], exact=True)[1]:
+            return ordered[i]
+    return None

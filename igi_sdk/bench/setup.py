@@ -134,12 +134,9 @@ def prefetch_dry_runs(path: Path, summary: ModelSummary, base: Placement, ubs: l
     from concurrent.futures import ThreadPoolExecutor
 
     from igi_sdk.engine.dry_run import dry_run
-    from igi_sdk.planner.strategies import representative_spec, spec_placement
-    from igi_sdk.profiler.compute_table import GPU_CLASSES
+    from igi_sdk.profiler.compute_table import class_placements
 
-    classes = GPU_CLASSES if has_gpu else ("cpu_only",)
-    placements = {spec_placement(summary, representative_spec(summary, cls).with_(n_ubatch=ub), base).model_dump_json()
-                  for ub in ubs for cls in classes}
+    placements = {p.model_dump_json() for p in class_placements(summary, base, ubs, has_gpu=has_gpu)}
 
     def one(raw: str) -> bool:
         try:

@@ -8,7 +8,7 @@ from igi_sdk.planner.baselines import baseline_placements
 from igi_sdk.planner.cost import CostModel, Prediction
 from igi_sdk.planner.memory import ComputeBufferTable, ComputeEntry, ComputeKey, MemoryBreakdown
 from igi_sdk.planner.placement import OverrideRule, Placement
-from igi_sdk.planner.planner import PlannedPlacement, PlanResult, RunnerUp, plan_placement
+from igi_sdk.planner.planner import PlannedPlacement, PlanResult, RunnerUp, evaluate_placement, plan_placement
 from igi_sdk.planner.profile import CpuRate, GpuProfile, MachineKey, Profile, reference_profile
 from igi_sdk.planner.shapes import table_from_shape
 from igi_sdk.planner.tensors import ModelTable, TensorGroup, TensorInfo
@@ -18,5 +18,5 @@ __all__ = [
     "ComputeBufferTable", "ComputeEntry", "ComputeKey", "CostModel", "CpuRate", "GpuProfile", "MachineKey",
     "MemoryBreakdown", "ModelTable", "OverrideRule", "Placement", "PlanResult", "PlannedPlacement",
     "PlannerOptions", "Prediction", "Profile", "RunnerUp", "TensorGroup", "TensorInfo", "Workload",
-    "baseline_placements", "plan_placement", "reference_profile", "table_from_shape",
+    "baseline_placements", "evaluate_placement", "plan_placement", "reference_profile", "table_from_shape",
 ]

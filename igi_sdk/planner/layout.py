@@ -8,6 +8,7 @@ search), else ``n_gpu_layers`` (the LAST n layers; > n_layer also puts the outpu
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,6 +60,15 @@ class Layout:
     def host_total(self) -> GroupStats:
         """Everything in host memory."""
         return self._totals[1]
+
+    @cached_property
+    def signature(self) -> str:
+        """Identity for exact compute-buffer entries: which (layer, group)s hold bytes in VRAM and on the
+        host, and which layers keep their KV in VRAM (what the scheduler's graph splits depend on)."""
+        def keys(side: dict[GroupKey, GroupStats]) -> str:
+            return ",".join(sorted(f"{il}.{g.value}" for (il, g), st in side.items() if st.n_bytes))
+        kv = "".join("1" if x else "0" for x in self.kv_on_gpu)
+        return hashlib.sha256(f"gpu:{keys(self.gpu)}|host:{keys(self.host)}|kv:{kv}".encode()).hexdigest()[:24]
 
     @property
     def uses_gpu(self) -> bool:

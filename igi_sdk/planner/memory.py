@@ -2,16 +2,21 @@
 
     VRAM = weights (exact tensor bytes, ggml-cuda row padding, 128 B alignment)
          + KV of the layers whose cache is on the GPU (rows of type_k/type_v x padded cells)
-         + compute buffer (from a dry run of llama.cpp's allocator, keyed by placement class; else a
-           conservative estimate, flagged)
-         + reserve (CUDA context, cuBLAS, pools: from the profile)
+         + compute buffer (from a dry run of llama.cpp's allocator: of the exact placement when the edge
+           has verified it, else of the placement's class; else a conservative estimate, flagged)
+         + reserve (CUDA context, cuBLAS, pools: from the profile, at least the known floor of that GPU)
+         + MoE pools (ggml-cuda's MUL_MAT_ID temporaries in its memory pool, outside llama.cpp's buffers)
          + safety margin (option)
 
-Never wrong on the unsafe side: every estimate rounds up.
+Never wrong on the unsafe side: every estimate rounds up. The class figure of the compute buffer is NOT
+an upper bound of every placement of the class (op_offload stages host weights in the compute buffer and
+the scheduler's splits depend on which weights are on the host): the edge (``profiler.planning``) dry-runs
+the chosen placement exactly and re-plans until the choice verifies.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +62,8 @@ class ComputeEntry(BaseModel):
     gpu_bytes: int = Field(ge=0)
     host_bytes: int = Field(ge=0)
     staged_tensor_bytes: int = Field(default=0, ge=0, description="largest host weight of the measured placement")
+    layout_sig: str | None = Field(
+        default=None, description="set: measured on exactly this layout (``layout_signature``); None: class figure")
 
 
 class ComputeBufferTable(BaseModel):
@@ -65,17 +72,26 @@ class ComputeBufferTable(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     entries: tuple[ComputeEntry, ...] = ()
+    exact_model: str | None = Field(
+        default=None, description="GGUF path whose dry runs size GPU placements on this machine (set by the edge "
+                                  "when it has a GPU; the pure planner ignores it)")
 
-    def lookup(self, key: ComputeKey) -> ComputeEntry | None:
-        """The entry for ``key``, or None."""
+    def lookup(self, key: ComputeKey, layout_sig: str | None = None) -> ComputeEntry | None:
+        """The class entry for ``key`` (``layout_sig`` None), or the exact entry of that layout."""
         for e in self.entries:
-            if e.key == key:
+            if e.key == key and e.layout_sig == layout_sig:
                 return e
         return None
 
+    @property
+    def has_exact(self) -> bool:
+        """Whether any entry was measured on an exact layout."""
+        return any(e.layout_sig is not None for e in self.entries)
+
     def with_entry(self, entry: ComputeEntry) -> ComputeBufferTable:
-        """A copy with ``entry`` added (replacing one of the same key)."""
-        return ComputeBufferTable(entries=tuple(e for e in self.entries if e.key != entry.key) + (entry,))
+        """A copy with ``entry`` added (replacing one of the same key and layout)."""
+        kept = tuple(e for e in self.entries if (e.key, e.layout_sig) != (entry.key, entry.layout_sig))
+        return self.model_copy(update={"entries": kept + (entry,)})
 
 
 class MemoryBreakdown(BaseModel):
@@ -88,17 +104,19 @@ class MemoryBreakdown(BaseModel):
     gpu_compute_mib: float
     gpu_reserve_mib: float
     safety_margin_mib: float
+    gpu_pools_mib: float = Field(default=0.0, description="MoE MUL_MAT_ID temporaries in ggml-cuda's pool")
     host_weights_mib: float
     host_kv_mib: float
     host_compute_mib: float
     host_pinned_mib: float = Field(description="host weights page-locked (load_mode pinned with a GPU)")
     placement_class: PlacementClass
-    compute_source: Literal["dry_run", "estimate"]
+    compute_source: Literal["dry_run_exact", "dry_run", "estimate"]
+    """dry_run_exact: a dry run of this very layout; dry_run: of its class's representatives; estimate."""
 
     @property
     def vram_total_mib(self) -> float:
-        return (self.gpu_weights_mib + self.gpu_kv_mib + self.gpu_compute_mib + self.gpu_reserve_mib
-                + self.safety_margin_mib)
+        return (self.gpu_weights_mib + self.gpu_kv_mib + self.gpu_compute_mib + self.gpu_pools_mib
+                + self.gpu_reserve_mib + self.safety_margin_mib)
 
     @property
     def host_total_mib(self) -> float:
@@ -142,6 +160,40 @@ def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> Compu
                       n_ubatch=min(placement.n_ubatch, placement.n_batch), n_ctx=placement.n_ctx,
                       n_seq_max=placement.n_seq_max, op_offload=placement.op_offload,
                       flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v)
+
+
+def layout_signature(layout: Layout) -> str:
+    """Identity of a layout for exact compute entries (``Layout.signature``)."""
+    return layout.signature
+
+
+def expert_ff(summary: ModelSummary) -> int:
+    """Hidden size of one routed expert (from the expert tensors' shapes; ``n_ff`` if none)."""
+    t = summary.table
+    for key, tensors in summary.tensors_of.items():
+        if key[1] is TensorGroup.MOE_EXPERTS:
+            for ti in tensors:
+                if len(ti.shape) == 3 and "up_exps" in ti.name:
+                    return ti.shape[1]  # ggml ne of ffn_up_exps: [n_embd, n_ff_exp, n_expert]
+    return t.n_ff
+
+
+MOE_POOL_SLACK = 1.25
+"""Pool growth above the listed temporaries (ggml-cuda's pool rounds and keeps the largest concurrent set).
+Checked on the H200: 30B-A3B at n_ubatch 1024 used 120-131 MiB more outside llama.cpp's buffers than the
+dense 8B (745 vs 617 MiB); this term gives 133 MiB there."""
+
+
+def moe_pool_bytes(summary: ModelSummary, placement: Placement, *, uses_gpu: bool) -> int:
+    """ggml-cuda's MUL_MAT_ID temporaries (in its memory pool, not in llama.cpp's buffers) for one ubatch:
+    activations gathered per used expert (f32 + q8_1) and the gathered results, n_ubatch x n_expert_used rows."""
+    t = summary.table
+    if not (uses_gpu and t.is_moe):
+        return 0
+    ub = min(placement.n_ubatch, placement.n_batch)
+    rows = ub * max(t.n_expert_used, 1)
+    per_row = t.n_embd * (4 + 1.125) + expert_ff(summary) * 4
+    return int(math.ceil(rows * per_row * MOE_POOL_SLACK))
 
 
 def largest_host_weight_bytes(summary: ModelSummary, layout: Layout) -> int:
@@ -194,8 +246,11 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     has_gpu = reserve_mib is not None
     key = compute_key(layout, placement, has_gpu=has_gpu)
     staged = largest_host_weight_bytes(summary, layout)
+    exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
     entry = compute.lookup(key)
-    if entry is not None:
+    if exact is not None:
+        gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"
+    elif entry is not None:
         gpu_c = entry.gpu_bytes + max(0, staged - entry.staged_tensor_bytes) if key.op_offload else entry.gpu_bytes
         host_c, source = entry.host_bytes, "dry_run"
     else:
@@ -212,6 +267,7 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
         gpu_weights_mib=layout.gpu_total().cuda_bytes / MIB,
         gpu_kv_mib=n_kv_gpu * kv_layer / MIB,
         gpu_compute_mib=gpu_c / MIB if has_gpu else 0.0,
+        gpu_pools_mib=moe_pool_bytes(summary, placement, uses_gpu=has_gpu and key.placement_class != "cpu_only") / MIB,
         gpu_reserve_mib=float(reserve_mib or 0.0),
         safety_margin_mib=float(safety_margin_mib) if has_gpu else 0.0,
         host_weights_mib=host_w / MIB,

@@ -155,7 +155,7 @@ class _Search:
 
     def memory(self, spec: Spec, layout: Layout | None = None) -> tuple[Layout, MemoryBreakdown, bool]:
         layout = layout or self.layout(spec)
-        reserve = self.profile.gpu.reserve_mib if self.profile.gpu else None
+        reserve = self.profile.vram_reserve_mib
         mem = memory_of(self.summary, layout, self._mem_placement(spec), self.compute, reserve_mib=reserve,
                         safety_margin_mib=self.options.safety_margin_mib)
         fits = mem.vram_total_mib <= self.budget
@@ -296,6 +296,27 @@ def _why_lost(best: PlannedPlacement, other: PlannedPlacement, objective: str) -
     return (f"predicted e2e {o.e2e_s:.3f} s vs {b.e2e_s:.3f} s (TTFT {o.ttft_s:.3f} vs {b.ttft_s:.3f} s, "
             f"{o.decode_tps:.1f} vs {b.decode_tps:.1f} tok/s; objective {objective}); "
             f"VRAM {other.memory.vram_total_mib:.0f} MiB")
+
+
+def evaluate_placement(model: ModelTable, placement: Placement, vram_budget_mib: int, workload: Workload,
+                       profile: Profile, compute: ComputeBufferTable | None = None,
+                       options: PlannerOptions | None = None, *, strategy: str = "custom", description: str = "",
+                       summary: ModelSummary | None = None) -> PlannedPlacement:
+    """Memory terms, prediction and fit of an arbitrary ``placement`` (its rules resolved exactly).
+
+    Raises:
+        PlacementRejectedError: a rule targets a GPU without one, or a pattern is invalid.
+    """
+    options = options or PlannerOptions()
+    search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options, summary)
+    layout = resolve_layout(search.summary, placement, has_gpu=search.has_gpu)
+    mem = memory_of(search.summary, layout, placement, search.compute, reserve_mib=profile.vram_reserve_mib,
+                    safety_margin_mib=options.safety_margin_mib)
+    limit = options.host_pinned_limit_mib
+    fits = mem.vram_total_mib <= vram_budget_mib and (limit is None or mem.host_pinned_mib <= limit)
+    return PlannedPlacement(strategy=strategy, description=description, placement=placement, memory=mem,
+                            prediction=search.cost.predict(layout, placement, workload), fits=fits,
+                            groups=group_rows(search.summary, layout))
 
 
 def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, profile: Profile,

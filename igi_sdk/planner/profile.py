@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PROFILE_VERSION = 1
 
+MEASURED_RESERVE_FLOOR_MIB: dict[str, int] = {"NVIDIA H200": 618}
+"""VRAM measured outside llama.cpp's buffers (CUDA context, cuBLAS, ggml-cuda pools of a dense model), per GPU
+name: the planner never assumes less for that GPU, whatever a profile says. H200: NVML device peak minus
+llama.cpp's own CUDA0 buffers was 613.6-617.8 MiB in all three dense 8B runs of the first H200 benchmark
+(docs/benchmarks/h200-first, driver 580.159.04, n_ubatch 512 and 1024); the reference profile used 560."""
+
 
 class MachineKey(BaseModel):
     """What identifies a machine for caching its profile."""
@@ -116,6 +122,14 @@ class Profile(BaseModel):
         return rates[-1]
 
     @property
+    def vram_reserve_mib(self) -> int | None:
+        """VRAM the planner reserves outside llama.cpp's buffers: the profile's reserve, at least the measured
+        floor of that GPU (``MEASURED_RESERVE_FLOOR_MIB``); None without a GPU."""
+        if self.gpu is None:
+            return None
+        return max(self.gpu.reserve_mib, MEASURED_RESERVE_FLOOR_MIB.get(self.gpu.name, 0))
+
+    @property
     def max_threads(self) -> int:
         return max(r.n_threads for r in self.cpu)
 
@@ -136,7 +150,8 @@ def reference_profile(name: str = "h200") -> Profile:
                          prefill_gflops={k: v / 2 for k, v in q.items()}),
                  CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q)),
             gpu=GpuProfile(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
-                           op_overhead_us=2.5, h2d_pinned_gbps=20.0, h2d_pageable_gbps=8.4, reserve_mib=560,
+                           op_overhead_us=2.5, h2d_pinned_gbps=20.0, h2d_pageable_gbps=8.4,
+                           reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
                            transition_us=20.0),
             pinned_load_gbps=1.4, mmap_load_gbps=30.0, cpu_pinned_decode_factor=1.0)
     if name == "cpu2":

@@ -176,17 +176,36 @@ def unit_bytes(summary: ModelSummary, unit: int | None) -> int:
     return summary.stats(unit, ffn_group(summary)).cuda_bytes
 
 
-def representative_spec(summary: ModelSummary, placement_class: str) -> Spec:
-    """The placement the edge dry-runs to measure a compute-buffer class (``memory.PlacementClass``).
+def representative_specs(summary: ModelSummary, placement_class: str) -> list[Spec]:
+    """The placements the edge dry-runs to measure a compute-buffer class (``memory.PlacementClass``); the
+    class figure is the largest of them.
 
-    ``partial`` uses the class's worst case for op_offload staging: every FFN/expert tensor and the head
-    on the host; the memory model charges any larger staged tensor on top.
+    ``partial`` has no single worst case: op_offload stages host weights in the compute buffer and the
+    scheduler's graph splits depend on which layers (and whose KV) are on which device (on the H200 an
+    ngl-25 attention-first placement needed 243 MiB more than "every FFN on the host"). So it is measured
+    on several shapes: every FFN/expert and the head on the host; the first half of the layers whole on the
+    host (weights and KV); attention+KV of the last half only; half the FFN/experts on the host with
+    attention everywhere; the first half's FFN/experts on the host with the head in VRAM. The edge still
+    dry-runs the chosen placement exactly (``profiler.planning``).
     """
     n = summary.n_layer
-    return {
+    half = max(1, n // 2)
+    last_half = tuple(range(n - half, n))
+    if placement_class == "partial":
+        specs = [Spec("attn_first", n, ffn_host_layers=tuple(range(n))),
+                 Spec("whole_layers", half),
+                 Spec("attn_first_partial", half, ffn_host_layers=last_half),
+                 Spec("attn_first", n, ffn_host_layers=last_half),
+                 Spec("n_cpu_moe", n + 1, ffn_host_layers=tuple(range(half)))]
+        return specs if n > 1 else specs[:1]
+    return [{
         "all_gpu": Spec("full_gpu", n + 1),
         "head_host": Spec("full_gpu_no_output", n),
-        "partial": Spec("attn_first", n, ffn_host_layers=tuple(range(n))),
         "cpu_offload": Spec("cpu_offload", 0),
         "cpu_only": Spec("cpu_only", 0, op_offload=False),
-    }[placement_class]
+    }[placement_class]]
+
+
+def representative_spec(summary: ModelSummary, placement_class: str) -> Spec:
+    """The first (the historical) representative of a class (see ``representative_specs``)."""
+    return representative_specs(summary, placement_class)[0]

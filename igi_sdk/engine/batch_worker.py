@@ -1,7 +1,7 @@
 """Engine layer: ``BatchWorkerScheduler``, the daemon worker's ``Scheduler`` seam served by ``BatchScheduler``.
 
 A drop-in for ``igi_sdk.daemon.worker_loop.Scheduler`` (same methods: ``submit``, ``cancel``, ``has_work``,
-``step``, ``reload``, ``export``, ``forget``; same event dicts: ``token``, ``done``, ``failed``), so the
+``step``, ``reload``, ``export``, ``forget``; same event dicts: ``started``, ``token``, ``done``, ``failed``), so the
 worker serves several NPC sessions at once. Nothing from the daemon is imported: jobs are duck-typed
 (``job_id``, ``session_id``, ``messages``, ``max_tokens``, ``sampling``, ``priority``, ``kv_state``) and
 the engine side is the worker's ``EngineAdapter`` (``render_prompt``, ``make_sampler``, ``reload``) plus
@@ -61,7 +61,8 @@ class BatchWorkerScheduler:
         self._adapter = adapter
         self._emit = emit
         self._max_prompt_tokens = max_prompt_tokens
-        self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache)
+        self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache,
+                                     on_admit=lambda job_id: emit({"ev": "started", "job_id": job_id}))
         self._jobs: dict[str, _Job] = {}
 
     @property

@@ -58,6 +58,7 @@ class BatchScheduler:
         prefix_cache: shared persona prefixes (a new 256 MiB cache when None).
         max_parked_bytes: host memory for states of sessions evicted from their slot.
         clock: monotonic seconds (injected for tests).
+        on_admit: called with the request id when a request gets its slot (leaves the queue).
 
     Example:
         >>> sched = BatchScheduler(engine)
@@ -67,8 +68,10 @@ class BatchScheduler:
 
     def __init__(self, engine: LlamaEngine, *, prefix_cache: PrefixCache | None = None,
                  max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 on_admit: Callable[[str], None] | None = None) -> None:
         self._engine = engine
+        self._on_admit = on_admit
         self._slots = SlotTable(engine.placement.n_seq_max, max_parked_bytes)
         self._prefix = prefix_cache if prefix_cache is not None else PrefixCache()
         self._clock = clock
@@ -271,6 +274,8 @@ class BatchScheduler:
         slot.busy, slot.last_used = True, self._steps
         run.slot, run.prefill_pos, run.cached, run.t_admit = slot, common, common, self._clock()
         self._running.append(run)
+        if self._on_admit is not None:
+            self._on_admit(run.handle.request_id)
         self._c["prompt_tokens"] += len(prompt)
         self._c[f"prefill_tokens_reused_{source}"] += common
 

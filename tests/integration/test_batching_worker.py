@@ -75,7 +75,8 @@ def adapter() -> Iterator[EngineAdapter]:
 def _check_protocol(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     done = {}
     for job_id, evs in _by_job(events).items():
-        tokens, final = evs[:-1], evs[-1]
+        assert evs[0]["ev"] == "started"  # sent when the job gets its slot
+        tokens, final = evs[1:-1], evs[-1]
         assert final["ev"] == "done" and all(e["ev"] == "token" for e in tokens)
         assert [e["index"] for e in tokens] == list(range(len(tokens)))
         assert "".join(e["text"] for e in tokens) == final["text"]

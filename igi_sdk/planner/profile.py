@@ -53,6 +53,9 @@ class CpuRate(BaseModel):
         default=None, gt=0, description="KV bytes/s of CPU flash attention at batch 1 (None: decode_gbps / 8)")
     prefill_gflops: dict[str, float] = Field(
         default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too")
+    moe_decode_efficiency: float = Field(
+        default=1.0, gt=0, le=1.0,
+        description="CPU expert (MUL_MAT_ID) weight rate at decode relative to decode_gbps (dense GEMV)")
 
     @property
     def kv_read_gbps(self) -> float:
@@ -99,6 +102,8 @@ class Profile(BaseModel):
     pinned_load_gbps: float = Field(default=1.4, gt=0, description="rate of copying weights into pinned memory at load")
     mmap_load_gbps: float = Field(default=20.0, gt=0, description="rate of mapping weights from the page cache at load")
     cpu_pinned_decode_factor: float = Field(default=1.0, gt=0, description="CPU decode speed from pinned vs mmap'd weights")
+    missing: dict[str, str] = Field(
+        default_factory=dict, description="measurements that failed (term -> reason); their figures are fallbacks")
 
     def cpu_rate(self, n_threads: int) -> CpuRate:
         """CPU rates at ``n_threads``: linear between measured thread counts, proportional below the
@@ -108,7 +113,8 @@ class Profile(BaseModel):
             r = rates[0]
             f = n_threads / r.n_threads
             return CpuRate(n_threads=n_threads, decode_gbps=r.decode_gbps * f, op_overhead_us=r.op_overhead_us,
-                           attn_gbps=r.kv_read_gbps * f, prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()})
+                           attn_gbps=r.kv_read_gbps * f, prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()},
+                           moe_decode_efficiency=r.moe_decode_efficiency)
         for lo, hi in zip(rates, rates[1:]):
             if n_threads <= hi.n_threads:
                 w = (n_threads - lo.n_threads) / (hi.n_threads - lo.n_threads)
@@ -118,7 +124,8 @@ class Profile(BaseModel):
                     decode_gbps=lo.decode_gbps + w * (hi.decode_gbps - lo.decode_gbps),
                     op_overhead_us=lo.op_overhead_us + w * (hi.op_overhead_us - lo.op_overhead_us),
                     attn_gbps=lo.kv_read_gbps + w * (hi.kv_read_gbps - lo.kv_read_gbps),
-                    prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys})
+                    prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys},
+                    moe_decode_efficiency=min(lo.moe_decode_efficiency, hi.moe_decode_efficiency))
         return rates[-1]
 
     @property

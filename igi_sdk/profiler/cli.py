@@ -41,6 +41,11 @@ def render(profile: Profile, console: Console) -> None:
             t.add_row(name, value)
     else:
         t.add_row("GPU", "none")
+    for r in profile.cpu:
+        if r.moe_decode_efficiency != 1.0:
+            t.add_row(f"CPU {r.n_threads} threads: MoE expert decode efficiency", f"{r.moe_decode_efficiency:.2f}")
+    for term, why in profile.missing.items():
+        t.add_row(f"[yellow]missing {term}[/yellow]", why[:80])
     console.print(t)
 
 

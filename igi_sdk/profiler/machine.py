@@ -63,3 +63,22 @@ def machine_key(*, with_gpu: bool = True) -> MachineKey:
     gpu = nvidia_gpu() if with_gpu else None
     return MachineKey(cpu_model=cpu_model(), n_threads=os.cpu_count() or 1,
                       gpu_name=gpu[0] if gpu else None, driver=gpu[1] if gpu else None)
+
+
+def nvml_process_used_mib(pid: int) -> float | None:
+    """VRAM NVML attributes to process ``pid`` on GPU 0 (MiB), or None (no NVML, or the pid is not listed,
+    e.g. in another pid namespace)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory is not None:
+                    return proc.usedGpuMemory / (1024 * 1024)
+            return None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001  (no NVML, no GPU: simply unknown)
+        return None

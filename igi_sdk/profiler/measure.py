@@ -41,12 +41,12 @@ def graph_ops(table: ModelTable) -> int:
     return table.n_layer * per_layer + OPS_HEAD
 
 
-def streamed_bytes(table: ModelTable) -> int:
+def streamed_bytes(table: ModelTable, *, experts_only: bool = False) -> int:
     """Weight bytes one decode token reads (token_embd is a row lookup; experts count k/E)."""
     total = 0.0
     share = table.n_expert_used / table.n_expert if table.is_moe else 1.0
     for t in table.tensors:
-        if t.group == "token_embd":
+        if t.group == "token_embd" or (experts_only and t.group != "moe_experts"):
             continue
         total += t.n_bytes * (share if t.group == "moe_experts" else 1.0)
     return int(total)

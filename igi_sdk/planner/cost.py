@@ -11,7 +11,11 @@ Roofline per graph segment, in llama.cpp's execution order, on the device where 
 * every CPU<->GPU hand-over in the graph: ``transition_us + activations / h2d_pinned_bw``
 
 MoE experts touch ``k/E`` of their bytes per token at decode; a pass of b tokens touches the expected
-share of distinct experts ``1 - (1 - k/E)^b`` (uniform routing), which is what op_offload copies.
+share of distinct experts ``1 - (1 - k/E)^b`` (uniform routing), which is what op_offload copies (ggml's
+scheduler copies only the experts a ubatch uses). Uniform routing over-estimates the copy for synthetic
+models, whose tokens go to a few experts (H200: 30B-A3B TTFT 0.09-0.10 s measured vs 0.24-0.36 s
+predicted); real routers spread tokens far more. Experts on the CPU stream at ``decode_gbps *
+moe_decode_efficiency`` (MUL_MAT_ID is slower per byte than dense GEMV; measured by the profiler).
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class CostModel:
         self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int]] = {}
 
     # -- one segment ------------------------------------------------------------------------------------
+    def _cpu_efficiency(self, group: G) -> float:
+        """CPU weight rate of a group's matmul relative to dense GEMV (experts: MUL_MAT_ID)."""
+        return self.cpu.moe_decode_efficiency if group is G.MOE_EXPERTS else 1.0
+
     def _touched(self, group: G, n_tokens: int) -> float:
         """Share of a group's bytes a pass of ``n_tokens`` reads (experts: distinct experts routed)."""
         if group is not G.MOE_EXPERTS:
@@ -106,8 +114,10 @@ class CostModel:
         return 1.0 - (1.0 - self.expert_share) ** n_tokens
 
     def _weights_time(self, stats: GroupStats, dtype: str, on_gpu: bool, n_tokens: int, touched: float,
-                      flop_share: float, n_ops: int, pinned: bool, op_offload: bool) -> tuple[float, float, float, bool]:
-        """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment."""
+                      flop_share: float, n_ops: int, pinned: bool, op_offload: bool,
+                      cpu_efficiency: float = 1.0) -> tuple[float, float, float, bool]:
+        """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment (``cpu_efficiency``: the op's CPU weight
+        rate relative to dense GEMV)."""
         flops = 2.0 * stats.n_elements * n_tokens * flop_share
         nbytes = stats.n_bytes * touched
         gpu = self.profile.gpu
@@ -117,7 +127,8 @@ class CostModel:
         if gpu is not None and op_offload and n_tokens >= self.min_batch:
             h2d = gpu.h2d_pinned_gbps if pinned else gpu.h2d_pageable_gbps
             return 0.0, flops / (gpu.gflops * GB) + n_ops * gpu.op_overhead_us * 1e-6, nbytes / (h2d * GB), True
-        bw = self.cpu.decode_gbps * (self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
+        bw = self.cpu.decode_gbps * cpu_efficiency * (
+            self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
         t = max(nbytes / (bw * GB), flops / (self.cpu.gflops(dtype) * GB))
         return t + n_ops * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0, False
 
@@ -158,7 +169,8 @@ class CostModel:
                 main = seg.groups[-1]
                 share = self.expert_share if main is G.MOE_EXPERTS else 1.0
                 c, g, x, runs = self._weights_time(stats, self._layer_types[il][main], on_gpu, n_tokens,
-                                                   self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload)
+                                                   self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload,
+                                                   self._cpu_efficiency(main))
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
             else:
                 runs = on_gpu
@@ -231,7 +243,8 @@ class CostModel:
         touched = self._touched(group, n_tokens)
         ops = OPS_HEAD if group is G.OUTPUT else (OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN)
         offload = op_offload and self.profile.gpu is not None
-        host = self._weights_time(stats, dtype, False, n_tokens, touched, share, ops, pinned, offload)
+        host = self._weights_time(stats, dtype, False, n_tokens, touched, share, ops, pinned, offload,
+                                  self._cpu_efficiency(group))
         vram = self._weights_time(stats, dtype, True, n_tokens, touched, share, ops, pinned, offload)
         gain = sum(host[:3]) - sum(vram[:3])
         if not host[3] and self.profile.gpu is not None:  # ran on the CPU: two hand-overs disappear

@@ -141,6 +141,17 @@ class Profile(BaseModel):
         return max(r.n_threads for r in self.cpu)
 
 
+H200_H2D_PINNED_GBPS = 55.0
+"""Effective op_offload copy rate from pinned memory on the H200 host. First H200 benchmark: 8B prefill with
+3.9 / 2.0 GB of pinned host weights streamed twice took 0.15 / 0.07 s beyond the all-GPU prefill (52-56 GB/s;
+engine-facts: pinned H2D 55.4 GB/s). It was 20 before, which over-predicted those TTFTs 1.8-2.3x."""
+
+H200_MOE_EFFICIENCY = 0.5
+"""CPU MUL_MAT_ID decode rate relative to dense GEMV on the H200 host. First H200 benchmark, 30B-A3B with
+48 / 42 / 30 layers' experts on the CPU: the decode step was 12.6 / 16.9 / 7.7 ms longer than the dense rate
+predicts for 1.02 / 0.89 / 0.64 GB of expert reads, i.e. 0.54 / 0.43 / 0.54 of the dense rate."""
+
+
 def reference_profile(name: str = "h200") -> Profile:
     """Built-in profiles. ``h200``: 16-core Xeon + H200 (PCIe Gen5), calibrated against engine-facts.md.
 
@@ -154,10 +165,11 @@ def reference_profile(name: str = "h200") -> Profile:
             source="reference:h200",
             host_memory_gbps=100.0,
             cpu=(CpuRate(n_threads=8, decode_gbps=35.0, op_overhead_us=17.0, attn_gbps=4.5,
-                         prefill_gflops={k: v / 2 for k, v in q.items()}),
-                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q)),
+                         prefill_gflops={k: v / 2 for k, v in q.items()}, moe_decode_efficiency=H200_MOE_EFFICIENCY),
+                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q,
+                         moe_decode_efficiency=H200_MOE_EFFICIENCY)),
             gpu=GpuProfile(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
-                           op_overhead_us=2.5, h2d_pinned_gbps=20.0, h2d_pageable_gbps=8.4,
+                           op_overhead_us=2.5, h2d_pinned_gbps=H200_H2D_PINNED_GBPS, h2d_pageable_gbps=8.4,
                            reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
                            transition_us=20.0),
             pinned_load_gbps=1.4, mmap_load_gbps=30.0, cpu_pinned_decode_factor=1.0)

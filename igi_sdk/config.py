@@ -78,6 +78,10 @@ class EngineSettings(_Section):
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
     n_ctx: int = Field(default=2048, ge=64, description="context size of the worker, tokens")
     n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
+    n_seq_max: int = Field(
+        default=1, ge=1, le=64,
+        description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
+    )
     worker_start_timeout_s: float = Field(default=120.0, gt=0, description="time a worker may take to load the model, seconds")
     always_reload: bool = Field(
         default=False, description="reload the model on every applied budget change, even when the placement is unchanged (tests, debugging)"

@@ -38,6 +38,11 @@ class EngineAdapter:
         self._engine = LlamaEngine(model_path, self._placement(placement))
         self._logits: np.ndarray | None = None
 
+    @property
+    def llama_engine(self) -> LlamaEngine:
+        """The wrapped engine (the batch scheduler drives it directly)."""
+        return self._engine
+
     def _placement(self, placement: dict[str, Any]) -> Placement:
         return Placement.model_validate({**placement, **self._overrides})
 

@@ -82,7 +82,8 @@ class DaemonServer:
         endpoint = self._endpoint()
         options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes)
         socket, bound = bind_router(context, endpoint, options)
-        base = Placement(n_ctx=settings.engine.n_ctx, n_threads=settings.engine.n_threads, n_threads_batch=settings.engine.n_threads)
+        base = Placement(n_ctx=settings.engine.n_ctx, n_seq_max=settings.engine.n_seq_max, n_threads=settings.engine.n_threads,
+                         n_threads_batch=settings.engine.n_threads)
         planner = PlacementPlanner(model_path, base)
         initial = planner.plan(settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())

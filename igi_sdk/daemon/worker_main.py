@@ -39,7 +39,13 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         emit({"ev": "fatal", "code": "model_invalid", "message": f"{type(exc).__name__}: {exc}"})
         raise SystemExit(3) from None
     emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"]})
-    scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+    scheduler: Any
+    if config["placement"].get("n_seq_max", 1) > 1:  # several NPCs: continuous batching in one context
+        from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+
+        scheduler = BatchWorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+    else:
+        scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
     try:
         _serve(conn, scheduler, emit, log)
     except (EOFError, OSError):

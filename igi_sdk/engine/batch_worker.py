@@ -64,6 +64,8 @@ class BatchWorkerScheduler:
         self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache,
                                      on_admit=lambda job_id: emit({"ev": "started", "job_id": job_id}))
         self._jobs: dict[str, _Job] = {}
+        # the frame-rate governor's pause between steps, set by the worker loop (same attribute as Scheduler)
+        self.sleep_s_between_tokens = 0.0
 
     @property
     def scheduler(self) -> BatchScheduler:

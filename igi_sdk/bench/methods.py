@@ -174,6 +174,10 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
                                          strategy=ref.chosen.strategy))
 
     base = baseline_placements(table, budget_mib, workload, profile, ev.compute, options, n_ubatch=512)
+    if ev.exact_path is not None:  # their exact budget checks below read these from the dry-run cache
+        from igi_sdk.profiler.compute_table import prefetch_exact
+
+        prefetch_exact(ev.exact_path, [p.placement for p in base.values() if p is not None])
     for method in BASELINES:
         if method == "n_cpu_moe" and not table.is_moe:
             continue

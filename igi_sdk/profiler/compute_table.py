@@ -148,3 +148,23 @@ def fill_compute_table(model_path: Path, summary: ModelSummary, base: Placement,
     if has_gpu and saw_gpu:
         table = table.model_copy(update={"exact_model": str(model_path)})
     return table, warnings
+
+
+def prefetch_exact(model_path: Path, placements: Iterable[Placement], *, n_parallel: int = 4) -> int:
+    """Dry-run several placements at once (child processes) so ``exact_entry`` then reads the disk cache.
+    Failures are left for ``exact_entry`` to report. Returns how many succeeded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from igi_sdk.engine.dry_run import dry_run
+
+    unique = {dry_run_placement(p).model_dump_json(): dry_run_placement(p) for p in placements}
+
+    def one(p: Placement) -> bool:
+        try:
+            dry_run(model_path, p)
+            return True
+        except Exception:  # noqa: BLE001  (reported by exact_entry)
+            return False
+
+    with ThreadPoolExecutor(max_workers=max(1, n_parallel)) as pool:
+        return sum(pool.map(one, list(unique.values())))

@@ -36,12 +36,17 @@ ExactFn = Callable[[Placement], ComputeEntry]
 def compute_table_for(path: Path, table: ModelTable, workload: Workload, options: PlannerOptions,
                       profile: Profile) -> tuple[ComputeBufferTable, list[str]]:
     """Dry-run compute buffers of every placement class the planner may pick for ``workload``."""
-    from igi_sdk.profiler.compute_table import fill_compute_table
+    import os
+
+    from igi_sdk.profiler.compute_table import class_placements, fill_compute_table, prefetch_exact
 
     base = Placement(n_ctx=workload.n_ctx, n_seq_max=workload.parallel, type_k=options.type_k,
                      type_v=options.type_v, flash_attn=options.flash_attn)
     ubs = sorted({min(u, max(workload.n_ctx, 32)) for u in options.n_ubatch_choices})
-    return fill_compute_table(path, summarize(table), base, ubs, has_gpu=profile.gpu is not None)
+    summary, has_gpu = summarize(table), profile.gpu is not None
+    prefetch_exact(path, class_placements(summary, base, ubs, has_gpu=has_gpu),
+                   n_parallel=max(1, min(8, (os.cpu_count() or 2) // 2)))  # then read from the dry-run cache
+    return fill_compute_table(path, summary, base, ubs, has_gpu=has_gpu)
 
 
 def correct_with_exact(compute: ComputeBufferTable, exact: ExactFn,

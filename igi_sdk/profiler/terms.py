@@ -79,7 +79,7 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None =
         t_dense = streamed_bytes(tab_moe) / (bw * 1e9) + graph_ops(tab_moe) * overhead * 1e-6
         expert = streamed_bytes(tab_moe, experts_only=True) / (bw * 1e9)
         if t_moe > t_dense and expert > 0:
-            out["moe_decode_efficiency"] = round(max(0.05, expert / (expert + t_moe - t_dense)), 3)
+            out["moe_decode_efficiency"] = round(max(0.2, expert / (expert + t_moe - t_dense)), 3)
         else:
             out["moe_decode_efficiency"] = 1.0
     return out

@@ -78,6 +78,10 @@ class EngineSettings(_Section):
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
     n_ctx: int = Field(default=2048, ge=64, description="context size of the worker, tokens")
     n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
+    worker_nice: int = Field(
+        default=19, ge=0, le=19,
+        description="CPU scheduling niceness of the engine worker: the game's threads run first and the LLM uses idle cycles (0 = same priority as the game)",
+    )
     n_seq_max: int = Field(
         default=1, ge=1, le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",

@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-mib", type=int, default=2048, help="VRAM budget the game grants, MiB")
     p.add_argument("--reclaim-to-mib", type=int, default=0, help="budget during the level-load spike, MiB")
     p.add_argument("--spike-scale", type=float, default=1.6, help="render work multiplier during the level load")
-    p.add_argument("--stats-every", type=int, default=1, help="send frame_stats every N frames")
+    p.add_argument("--stats-every", type=int, default=6,
+                   help="send frame_stats every N frames (the worst frame of the window; 6 = 10 Hz at 60 fps)")
     p.add_argument("--model", default="default", help='GGUF path or "default" (embedded SmolLM2-135M)')
     p.add_argument("--render-threads", type=int, default=2, help="render threads of the simulated game")
     p.add_argument("--daemon-threads", type=int, default=1,

@@ -33,6 +33,7 @@ def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) ->
     log = settings.log
     return {
         "model_path": str(model_path), "n_ctx": n_ctx, "n_threads": settings.engine.n_threads,
+        "nice": settings.engine.worker_nice,
         "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx - PROMPT_HEADROOM_TOKENS)),
         "log_level": log.log_level, "log_format": log.log_format, "log_file": log.log_file,
     }

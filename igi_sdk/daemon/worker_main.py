@@ -28,6 +28,8 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             ``log_level``, ``log_format``, ``log_file``.
     """
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
+    if config.get("nice"):  # below the game's threads: the LLM gets the CPU time the game leaves idle
+        os.nice(config["nice"])
     log = get_logger("worker")
     from igi_sdk.daemon.engine_adapter import EngineAdapter
 

@@ -19,6 +19,23 @@ from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker_loop import Job, Scheduler
 
 
+def _lower_priority(nice: int) -> None:
+    """Run below the game's threads so the LLM only gets the CPU time the game leaves idle.
+
+    ``nice`` 19 on Linux also selects ``SCHED_IDLE``: any runnable game thread preempts the worker at once,
+    which plain niceness does not guarantee (CFS still gives a nice-19 task a small share and can delay a
+    waking render thread by a scheduler tick).
+    """
+    if nice <= 0:
+        return
+    os.nice(nice)
+    if nice >= 19 and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:  # not permitted in this container: niceness alone still applies
+            pass
+
+
 def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     """Run the worker until ``shutdown`` or until the daemon goes away.
 
@@ -28,8 +45,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             ``log_level``, ``log_format``, ``log_file``.
     """
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
-    if config.get("nice"):  # below the game's threads: the LLM gets the CPU time the game leaves idle
-        os.nice(config["nice"])
+    _lower_priority(config.get("nice", 0))
     log = get_logger("worker")
     from igi_sdk.daemon.engine_adapter import EngineAdapter
 

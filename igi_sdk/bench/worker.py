@@ -102,12 +102,16 @@ def measure(spec: RunSpec) -> dict[str, Any]:
 
 def hello() -> dict[str, Any]:
     """Devices llama.cpp sees in this process, and versions."""
-    import llama_cpp
+    from importlib.metadata import PackageNotFoundError, version
 
     from igi_sdk.engine.devices import list_devices
 
     devices = [d.model_dump() for d in list_devices()]
-    return {"devices": devices, "llama_cpp": llama_cpp.__version__, "pid": os.getpid()}
+    try:
+        llama_cpp_version = version("llama_cpp_python")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH (the GPU machine's build): ask the engine's import
+        llama_cpp_version = "unknown"
+    return {"devices": devices, "llama_cpp": llama_cpp_version, "pid": os.getpid()}
 
 
 def _worker_main(conn: Connection, log_path: str | None) -> None:

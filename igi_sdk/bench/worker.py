@@ -109,7 +109,7 @@ def hello() -> dict[str, Any]:
     devices = [d.model_dump() for d in list_devices()]
     try:
         llama_cpp_version = version("llama_cpp_python")
-    except PackageNotFoundError:  # a source tree on PYTHONPATH (the GPU machine's build): ask the engine's import
+    except PackageNotFoundError:  # no package metadata (llama_cpp imported from a bare source tree)
         llama_cpp_version = "unknown"
     return {"devices": devices, "llama_cpp": llama_cpp_version, "pid": os.getpid()}
 

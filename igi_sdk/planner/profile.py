@@ -3,15 +3,22 @@
 A profile holds the rates the cost model needs. The profiler (``igi_sdk.profiler``) measures them
 through llama.cpp itself; ``reference_profile("h200")`` is a built-in profile calibrated by hand so that
 the cost model reproduces the order of the H200 measurements in ``engine-facts.md``.
+
+Every profile is checked on validation (``repair_profile``): a term outside its physical bounds, or a
+measured GPU rate more than ``KNOWN_GPU_MAX_RATIO`` off the reference of the same GPU, is replaced by the
+reference figure of a known GPU or a conservative default and listed in ``Profile.missing``. The planner
+never plans with an implausible figure, whatever built or cached the profile.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+"""2: the GPU terms are measured differently (v1's were wrong on the first H200 run: H2D 1.81 GB/s, VRAM
+bandwidth 73207808 GB/s); a cached v1 profile is measured again, and any profile is checked on load."""
 
 MEASURED_RESERVE_FLOOR_MIB: dict[str, int] = {"NVIDIA H200": 618}
 """VRAM measured outside llama.cpp's buffers (CUDA context, cuBLAS, ggml-cuda pools of a dense model), per GPU
@@ -93,17 +100,32 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: Literal[1] = PROFILE_VERSION
+    version: Literal[1, 2] = PROFILE_VERSION
     machine: MachineKey
     source: str = Field(description="'measured', 'measured-quick' or 'reference:<name>'")
-    host_memory_gbps: float = Field(gt=0, description="host memory read bandwidth (numpy copy)")
+    host_memory_gbps: float = Field(
+        gt=0, description="single-thread numpy copy rate, read + write bytes; informational (the cost model "
+                          "uses the CPU decode rates, which llama.cpp's threads reach)")
     cpu: tuple[CpuRate, ...] = Field(min_length=1)
     gpu: GpuProfile | None = None
     pinned_load_gbps: float = Field(default=1.4, gt=0, description="rate of copying weights into pinned memory at load")
     mmap_load_gbps: float = Field(default=20.0, gt=0, description="rate of mapping weights from the page cache at load")
     cpu_pinned_decode_factor: float = Field(default=1.0, gt=0, description="CPU decode speed from pinned vs mmap'd weights")
     missing: dict[str, str] = Field(
-        default_factory=dict, description="measurements that failed (term -> reason); their figures are fallbacks")
+        default_factory=dict, description="measurements that failed or were implausible (term -> reason); "
+                                          "their figures are fallbacks")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _plausible(cls, data: Any, handler: ModelWrapValidatorHandler[Profile]) -> Profile:
+        """Every profile, however built or loaded, is checked against ``profile_bounds``: an implausible
+        term is replaced (reference figure of a known GPU, else a conservative default) and listed in
+        ``missing``. Idempotent: a repaired profile validates unchanged."""
+        profile = handler(data)
+        fixed, notes = repair_profile(profile.model_dump())
+        if not notes:
+            return profile
+        return handler(fixed)
 
     def cpu_rate(self, n_threads: int) -> CpuRate:
         """CPU rates at ``n_threads``: linear between measured thread counts, proportional below the
@@ -152,6 +174,15 @@ H200_MOE_EFFICIENCY = 0.5
 predicts for 1.02 / 0.89 / 0.64 GB of expert reads, i.e. 0.54 / 0.43 / 0.54 of the dense rate."""
 
 
+REFERENCE_GPU: dict[str, dict[str, Any]] = {
+    "NVIDIA H200": dict(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
+                        op_overhead_us=2.5, h2d_pinned_gbps=H200_H2D_PINNED_GBPS, h2d_pageable_gbps=8.4,
+                        reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
+                        transition_us=20.0),
+}
+"""GPU terms of the known GPUs (the reference profiles'): fallbacks and cross-checks of measured profiles."""
+
+
 def reference_profile(name: str = "h200") -> Profile:
     """Built-in profiles. ``h200``: 16-core Xeon + H200 (PCIe Gen5), calibrated against engine-facts.md.
 
@@ -168,10 +199,7 @@ def reference_profile(name: str = "h200") -> Profile:
                          prefill_gflops={k: v / 2 for k, v in q.items()}, moe_decode_efficiency=H200_MOE_EFFICIENCY),
                  CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q,
                          moe_decode_efficiency=H200_MOE_EFFICIENCY)),
-            gpu=GpuProfile(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
-                           op_overhead_us=2.5, h2d_pinned_gbps=H200_H2D_PINNED_GBPS, h2d_pageable_gbps=8.4,
-                           reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
-                           transition_us=20.0),
+            gpu=GpuProfile(**REFERENCE_GPU["NVIDIA H200"]),
             pinned_load_gbps=1.4, mmap_load_gbps=30.0, cpu_pinned_decode_factor=1.0)
     if name == "cpu2":
         return Profile(
@@ -180,3 +208,124 @@ def reference_profile(name: str = "h200") -> Profile:
             cpu=(CpuRate(n_threads=1, decode_gbps=6.0, op_overhead_us=4.0, prefill_gflops={"default": 40.0}),
                  CpuRate(n_threads=2, decode_gbps=10.0, op_overhead_us=6.0, prefill_gflops={"default": 75.0})))
     raise KeyError(f"unknown reference profile {name!r} (known: h200, cpu2)")
+
+
+
+
+# --- plausibility ------------------------------------------------------------------------------------------
+
+Bounds = tuple[float, float]
+
+HOST_BOUNDS: dict[str, Bounds] = {
+    "host_memory_gbps": (0.5, 2000.0),  # one DDR3 channel ~6 GB/s (a 1-thread copy >= 1); HBM CPUs ~1000
+    "pinned_load_gbps": (0.1, 1000.0),  # file -> pinned RAM at load (H200 host: ~1.4)
+    "mmap_load_gbps": (0.1, 1000.0),
+    "cpu_pinned_decode_factor": (0.25, 4.0),  # engine-facts: pinned was 0.7-1.0x of mmap decode
+}
+CPU_BOUNDS: dict[str, Bounds] = {
+    "decode_gbps": (0.5, 2000.0),  # weight streaming at batch 1: a 1-channel laptop ~5, 12-ch DDR5 ~600
+    "op_overhead_us": (0.0, 1000.0),  # thread sync per graph op; > 1 ms per op is a timing artifact
+    "attn_gbps": (0.05, 2000.0),  # CPU flash attention KV read rate (H200 host: 3-9)
+}
+CPU_GFLOPS_BOUNDS: Bounds = (1.0, 1e5)  # 2-core laptop ~40, 2-socket AVX-512 server a few TFLOP/s
+GPU_BOUNDS: dict[str, Bounds] = {
+    "bandwidth_gbps": (50.0, 20000.0),  # weakest discrete/integrated GPUs ~50-100 GB/s; B200 HBM3e 8000
+    "gflops": (100.0, 5e6),  # matmul rate at prefill; 5 PFLOP/s is beyond any single GPU's dense rate
+    "op_overhead_us": (0.0, 1000.0),  # a kernel launch is 2-10 us; CUDA graphs make it less
+    "h2d_pinned_gbps": (1.0, 1000.0),  # PCIe 3.0 x1 ~1 GB/s ... NVLink-C2C 450 GB/s per direction
+    "h2d_pageable_gbps": (1.0, 1000.0),
+    "reserve_mib": (64.0, 16384.0),  # a CUDA context alone is >= ~100 MiB; 16 GiB outside buffers is a fault
+    "transition_us": (0.0, 10000.0),
+}
+PINNED_VS_PAGEABLE_MIN = 0.8
+"""Pinned DMA is never slower than pageable (staged) copies; pinned < 0.8 x pageable (20 % noise) is a fault."""
+KNOWN_GPU_MAX_RATIO = 4.0
+"""A measured GPU rate more than 4x off the reference of the same GPU name is a measurement fault, not another
+host: a different PCIe generation halves H2D, clocks and llama.cpp versions move rates by tens of percent. The
+first H200 profile was 30x off in H2D (1.81 vs 55 GB/s) and 6.4x in GFLOP/s (24820 vs 160000)."""
+KNOWN_GPU_CHECKED = ("bandwidth_gbps", "gflops", "op_overhead_us", "h2d_pinned_gbps", "h2d_pageable_gbps")
+CONSERVATIVE_GPU: dict[str, float] = dict(bandwidth_gbps=300.0, gflops=20000.0, op_overhead_us=5.0,
+                                          h2d_pinned_gbps=10.0, h2d_pageable_gbps=4.0, reserve_mib=1024,
+                                          transition_us=20.0)
+"""GPU terms for a GPU without a reference profile (slow rates, a large reserve)."""
+CONSERVATIVE_HOST: dict[str, float] = dict(host_memory_gbps=5.0, pinned_load_gbps=1.0, mmap_load_gbps=5.0,
+                                           cpu_pinned_decode_factor=1.0)
+
+
+def conservative_cpu(n_threads: int) -> dict[str, float]:
+    """CPU figures for a term that could not be trusted: a slow laptop core's rates times ``n_threads``."""
+    return {"decode_gbps": min(2.0 * n_threads, 20.0), "op_overhead_us": 10.0, "attn_gbps": None,
+            "gflops": 10.0 * n_threads}
+
+
+def _outside(value: float | None, bounds: Bounds) -> bool:
+    return value is not None and not bounds[0] <= value <= bounds[1]
+
+
+def _why(value: float, bounds: Bounds, new: object, source: str) -> str:
+    return f"implausible {value:g} outside [{bounds[0]:g}, {bounds[1]:g}]; using {new} ({source})"
+
+
+def repair_profile(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Check every term of a profile (``Profile.model_dump()``) against the physical bounds above and, for a
+    measured profile of a known GPU, against that GPU's reference (within ``KNOWN_GPU_MAX_RATIO``). Each
+    offending term is replaced by the reference figure of a known GPU (GPU terms) or a conservative default,
+    and noted in ``missing`` (term -> reason).
+
+    Returns:
+        (repaired data, the notes added); no notes means the profile is plausible as it is.
+    """
+    out = {**data, "missing": dict(data.get("missing") or {})}
+    notes: dict[str, str] = {}
+    for key, bounds in HOST_BOUNDS.items():
+        if _outside(out.get(key), bounds):
+            notes[key] = _why(out[key], bounds, CONSERVATIVE_HOST[key], "conservative default")
+            out[key] = CONSERVATIVE_HOST[key]
+    rates = []
+    for rate in out.get("cpu") or ():
+        rate = {**rate, "prefill_gflops": dict(rate.get("prefill_gflops") or {})}
+        n = int(rate.get("n_threads", 1))
+        safe = conservative_cpu(n)
+        for key, bounds in CPU_BOUNDS.items():
+            if _outside(rate.get(key), bounds):
+                notes[f"cpu[{n}].{key}"] = _why(rate[key], bounds, safe[key], "conservative default")
+                rate[key] = safe[key]
+        for wtype, value in rate["prefill_gflops"].items():
+            if _outside(value, CPU_GFLOPS_BOUNDS):
+                notes[f"cpu[{n}].prefill_gflops.{wtype}"] = _why(value, CPU_GFLOPS_BOUNDS, safe["gflops"],
+                                                                  "conservative default")
+                rate["prefill_gflops"][wtype] = safe["gflops"]
+        rates.append(rate)
+    if rates:
+        out["cpu"] = rates
+    gpu = out.get("gpu")
+    if gpu is not None:
+        out["gpu"] = _repair_gpu(dict(gpu), measured=str(out.get("source", "")).startswith("measured"), notes=notes)
+    out["missing"].update(notes)
+    return out, notes
+
+
+def _repair_gpu(gpu: dict[str, Any], *, measured: bool, notes: dict[str, str]) -> dict[str, Any]:
+    ref = REFERENCE_GPU.get(gpu.get("name", ""))
+    fallback, source = (ref, f"reference {gpu['name']}") if ref is not None else (CONSERVATIVE_GPU,
+                                                                                 "conservative default")
+    for key, bounds in GPU_BOUNDS.items():
+        if _outside(gpu.get(key), bounds):
+            notes[f"gpu.{key}"] = _why(gpu[key], bounds, fallback[key], source)
+            gpu[key] = fallback[key]
+    if measured and ref is not None:
+        for key in KNOWN_GPU_CHECKED:
+            lo, hi = ref[key] / KNOWN_GPU_MAX_RATIO, ref[key] * KNOWN_GPU_MAX_RATIO
+            if key == "op_overhead_us":
+                lo = 0.0  # less launch overhead than the reference is fine (CUDA graphs)
+            if gpu[key] != ref[key] and _outside(gpu[key], (lo, hi)):
+                notes[f"gpu.{key}"] = (f"implausible for {gpu['name']}: {gpu[key]:g} is more than "
+                                       f"{KNOWN_GPU_MAX_RATIO:g}x off its reference {ref[key]:g}; using the reference")
+                gpu[key] = ref[key]
+    if gpu["h2d_pinned_gbps"] < PINNED_VS_PAGEABLE_MIN * gpu["h2d_pageable_gbps"]:
+        pair = (gpu["h2d_pinned_gbps"], gpu["h2d_pageable_gbps"])
+        gpu["h2d_pinned_gbps"], gpu["h2d_pageable_gbps"] = fallback["h2d_pinned_gbps"], fallback["h2d_pageable_gbps"]
+        notes["gpu.h2d_pinned_gbps"] = (f"implausible: pinned {pair[0]:g} < {PINNED_VS_PAGEABLE_MIN:g} x pageable "
+                                        f"{pair[1]:g} GB/s; using {gpu['h2d_pinned_gbps']:g} / "
+                                        f"{gpu['h2d_pageable_gbps']:g} ({source})")
+    return gpu

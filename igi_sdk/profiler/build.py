@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.errors import IgiError
-from igi_sdk.planner.profile import MEASURED_RESERVE_FLOOR_MIB, CpuRate, GpuProfile, Profile, reference_profile
+from igi_sdk.planner.profile import (CONSERVATIVE_GPU, MEASURED_RESERVE_FLOOR_MIB, REFERENCE_GPU, CpuRate, GpuProfile,
+                                     Profile, reference_profile)
 from igi_sdk.profiler.isolate import run_isolated
 from igi_sdk.profiler.machine import machine_key, nvidia_gpu
 from igi_sdk.profiler.measure import Progress, host_bandwidth_gbps
 
-TRANSITION_US_DEFAULT = 20.0  # not measured: one CPU<->GPU hand-over (sync + small copy), H200 host estimate
 TERM_TIMEOUT_S = 90.0
 TERMS = "igi_sdk.profiler.terms"
 TERM_TARGETS: dict[str, str] = {
@@ -28,9 +28,8 @@ TERM_TARGETS: dict[str, str] = {
 }
 """The child entry point of every measurement (tests point one at a crashing function)."""
 
-UNKNOWN_GPU = dict(bandwidth_gbps=300.0, gflops=20000.0, op_overhead_us=5.0, h2d_pinned_gbps=10.0,
-                   h2d_pageable_gbps=4.0, reserve_mib=1024, transition_us=TRANSITION_US_DEFAULT)
-"""Conservative GPU terms for a GPU without a reference profile (slow rates, a large reserve)."""
+REFERENCE_BY_GPU_NAME: dict[str, str] = {"NVIDIA H200": "h200"}
+"""The reference profile of a known GPU's host: its unmeasured host terms (load rates) for a measured profile."""
 
 
 class ProfilerError(IgiError):
@@ -75,20 +74,21 @@ def _term(name: str, missing: dict[str, str], label: str, **kwargs: Any) -> dict
 
 
 def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str]) -> GpuProfile:
-    """GPU terms, each measured in a child; a missing one takes the reference (or conservative) figure."""
+    """GPU terms, each measured in a child; a missing one takes the reference (or conservative) figure.
+    The GPU timing models (``measure.TIMING_SHAPES``, 0.5 GB) are written beside the CPU ones by the first
+    child that needs them."""
+    folder = models["tiny"].parent
     info = nvidia_gpu()
     name = info[0] if info else "unknown GPU"
-    ref = reference_profile("h200").gpu if name == "NVIDIA H200" else None
-    fallback: dict[str, Any] = ref.model_dump() if ref is not None else dict(UNKNOWN_GPU)
-    values: dict[str, Any] = {k: fallback[k] for k in UNKNOWN_GPU}
-    speed = _term("gpu_speed", missing, "gpu_speed", tiny=str(models["tiny"]), small=str(models["small"]),
-                  threads=threads)
+    fallback: dict[str, Any] = REFERENCE_GPU.get(name, CONSERVATIVE_GPU)
+    values: dict[str, Any] = {k: fallback[k] for k in CONSERVATIVE_GPU}
+    speed = _term("gpu_speed", missing, "gpu_speed", folder=str(folder), threads=threads)
     if speed is not None:
         values.update({k: speed[k] for k in ("bandwidth_gbps", "gflops", "op_overhead_us")})
         for mode, key in (("pinned", "h2d_pinned_gbps"), ("mmap", "h2d_pageable_gbps")):
-            rate = _term("gpu_offload_rate", missing, f"gpu_offload_rate[{mode}]", small=str(models["small"]),
+            rate = _term("gpu_offload_rate", missing, f"gpu_offload_rate[{mode}]", folder=str(folder),
                          threads=threads, load_mode=mode, t_prefill_gpu_s=speed["t_prefill_512_s"])
-            if rate is not None and rate["h2d_gbps"] > 0:
+            if rate is not None:
                 values[key] = rate["h2d_gbps"]
     else:
         missing["gpu_offload_rate"] = "needs gpu_speed"
@@ -122,6 +122,8 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
         got = _term("cpu_rate", missing, f"cpu_rate[{t}]", tiny=str(models["tiny"]), small=str(models["small"]),
                     threads=t, quick=quick, moe=None if quick else str(models["moe"]))
         if got is not None:
+            if "unresolved" in got:
+                missing[f"cpu_rate[{t}].op_overhead_us"] = got.pop("unresolved")
             rates.append(CpuRate.model_validate(got))
     if not rates:
         raise ProfilerError(f"every CPU measurement failed: {missing}")
@@ -129,5 +131,12 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
     if key.gpu_name and (with_gpu if with_gpu is not None else not quick):
         say("GPU bandwidth, op_offload copy rates, VRAM reserve")
         gpu = _gpu_profile(models, threads[-1], missing)
+    host: dict[str, float] = {}
+    ref_name = REFERENCE_BY_GPU_NAME.get(key.gpu_name or "")
+    if ref_name is not None:  # not measured: the load rates of that reference host
+        ref = reference_profile(ref_name)
+        host = {"pinned_load_gbps": ref.pinned_load_gbps, "mmap_load_gbps": ref.mmap_load_gbps}
+    # Profile's validator checks every term against physical bounds (and a known GPU's reference); an
+    # implausible one is replaced and listed in ``missing``
     return Profile(machine=key, source="measured-quick" if quick else "measured", host_memory_gbps=round(host_bw, 2),
-                   cpu=tuple(rates), gpu=gpu, missing=missing)
+                   cpu=tuple(rates), gpu=gpu, missing=missing, **host)

@@ -26,7 +26,7 @@ def render(profile: Profile, console: Console) -> None:
     t = Table(title=f"profile {profile.machine.slug()} ({profile.source})")
     t.add_column("term")
     t.add_column("value", justify="right")
-    t.add_row("host memory (numpy copy)", f"{profile.host_memory_gbps:.1f} GB/s")
+    t.add_row("host memory (1-thread numpy copy, informational)", f"{profile.host_memory_gbps:.1f} GB/s")
     for r in profile.cpu:
         t.add_row(f"CPU {r.n_threads} threads: decode weight rate", f"{r.decode_gbps:.2f} GB/s")
         t.add_row(f"CPU {r.n_threads} threads: per-op overhead", f"{r.op_overhead_us:.1f} us")

@@ -28,7 +28,11 @@ def save_profile(profile: Profile) -> Path:
 
 
 def load_profile(key: MachineKey | None = None) -> Profile | None:
-    """The cached profile of this machine (or ``key``), None if absent, unreadable or of another version."""
+    """The cached profile of this machine (or ``key``), None if absent, unreadable or of another version
+    (a version-1 profile's GPU terms came from the faulty measurements, so it is measured again).
+
+    Validation re-checks every term against ``Profile``'s plausibility bounds: an implausible cached figure
+    is replaced (and listed in ``missing``) on every load."""
     path = profile_path(key or machine_key())
     if not path.is_file():
         return None
@@ -44,7 +48,8 @@ def load_profile(key: MachineKey | None = None) -> Profile | None:
 def load_or_create_profile(*, quick: bool = False, progress: Progress | None = None) -> Profile:
     """The cached profile of this machine, measuring and saving it on first use (the daemon calls this).
 
-    A full profile is preferred; a cached quick one is used as is.
+    A full profile is preferred; a cached quick one is used as is. A cached profile of an older version is
+    measured again; a cached implausible term is repaired on load (see ``load_profile``).
     """
     from igi_sdk.profiler.build import measure_profile
 

@@ -6,8 +6,10 @@ CPU: decode and prefill of two synthetic models (a tiny one, whose per-token tim
 overhead, and a ~100 MB one, whose per-token time is mostly weight streaming) at one thread count, solved
 for ``bytes / decode_gbps + n_ops * op_overhead_us``; prefill GFLOP/s; long-context decode for the
 attention rate; a tiny MoE's decode for the CPU efficiency of MUL_MAT_ID relative to dense GEMV.
-GPU: the same models all in VRAM (bandwidth, GFLOP/s, per-op overhead); all on the host with op_offload
-(pinned and mmap) for the effective copy rates; the reserve outside llama.cpp's buffers.
+GPU: two models with the same graph and 13x apart in size, all in VRAM (bandwidth and GFLOP/s from the
+differences, per-op overhead); the large one with its layer weights on the host and op_offload (pinned and
+mmap) for the effective copy rates; the reserve outside llama.cpp's buffers. A rate the timings cannot
+resolve raises ``UnresolvedTerm`` (the term is then missing and takes the fallback).
 """
 
 from __future__ import annotations
@@ -17,31 +19,26 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.summary import summarize
-from igi_sdk.profiler.measure import TimedModel, graph_ops, streamed_bytes
+from igi_sdk.profiler.measure import (TimedModel, UnresolvedTerm, copy_rate_gbps, differential_rate, graph_ops,
+                                      solve, streamed_bytes, timing_model)
 
 GPU_CTX = dict(n_ctx=2048, n_ubatch=512, n_batch=512)
-
-
-def solve(t_a: float, b_a: float, n_a: float, t_b: float, b_b: float, n_b: float) -> tuple[float, float]:
-    """(GB/s, us/op) from two models' per-token times ``t = bytes / bw + n_ops * o``."""
-    det = b_a * n_b - b_b * n_a
-    if det:
-        inv_bw = (t_a * n_b - t_b * n_a) / det
-        o = (b_a * t_b - b_b * t_a) / det
-        if inv_bw > 0 and o >= 0:
-            return 1.0 / inv_bw / 1e9, o * 1e6
-    o = t_a / n_a  # the tiny model is all overhead
-    return b_b / max(t_b - n_b * o, 1e-9) / 1e9, o * 1e6
 
 
 def _params(table: Any) -> int:
     return sum(prod(t.shape) for t in table.tensors if t.group != "token_embd")
 
 
+def _layer_params(table: Any) -> int:
+    """Weights a prefill multiplies every token by (the head sees only the last token)."""
+    return sum(prod(t.shape) for t in table.tensors if t.name.startswith("blk."))
+
+
 def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None = None) -> dict[str, Any]:
-    """CPU rates at ``threads`` (a ``CpuRate`` as a dict, plus ``moe_decode_efficiency`` when ``moe``)."""
+    """CPU rates at ``threads`` (a ``CpuRate`` as a dict, plus ``moe_decode_efficiency`` when ``moe``, and
+    ``unresolved`` with the reason when bandwidth and per-op overhead could not be separated)."""
     base = Placement(n_gpu_layers=0, op_offload=False, n_ctx=4096 if not quick else 1024, n_ubatch=512,
                      n_batch=512, n_threads=threads, n_threads_batch=threads)
     n_tok = 12 if quick else 48
@@ -64,8 +61,13 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None =
                 attn = (3000 - 16) * cell / (t_long - t_small) / 1e9
     finally:
         m.close()
-    bw, overhead = solve(t_tiny, streamed_bytes(tab_tiny), graph_ops(tab_tiny),
-                         t_small, streamed_bytes(tab_small), graph_ops(tab_small))
+    unresolved = None
+    try:
+        bw, overhead = solve(t_tiny, streamed_bytes(tab_tiny), graph_ops(tab_tiny),
+                             t_small, streamed_bytes(tab_small), graph_ops(tab_small))
+    except UnresolvedTerm as exc:  # noisy timings (a loaded box): charge all of the small model's time to bytes
+        bw, overhead = streamed_bytes(tab_small) / t_small / 1e9, 0.0
+        unresolved = f"{exc}; all decode time charged to bytes ({bw:.2f} GB/s, 0 us/op)"
     gflops = 2.0 * _params(tab_small) * n_pref / t_pref / 1e9
     out: dict[str, Any] = {"n_threads": threads, "decode_gbps": round(bw, 3), "op_overhead_us": round(overhead, 3),
                            "attn_gbps": attn, "prefill_gflops": {"q4_0": round(gflops, 2), "default": round(gflops, 2)}}
@@ -82,42 +84,73 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None =
             out["moe_decode_efficiency"] = round(max(0.2, expert / (expert + t_moe - t_dense)), 3)
         else:
             out["moe_decode_efficiency"] = 1.0
+    if unresolved is not None:
+        out["unresolved"] = unresolved
     return out
 
 
-def gpu_speed(tiny: str, small: str, threads: int) -> dict[str, Any]:
-    """VRAM bandwidth, GPU prefill GFLOP/s and per-op overhead, everything in VRAM."""
-    ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
-    m = TimedModel(Path(small), Placement(n_gpu_layers=-1, **ctx))  # type: ignore[arg-type]
-    try:
-        t_small, tab = m.decode_s(32), m.table
-        m.prefill_s(16)
-        t_pref = m.prefill_s(512)
-    finally:
-        m.close()
-    m = TimedModel(Path(tiny), Placement(n_gpu_layers=-1, **ctx))  # type: ignore[arg-type]
-    try:
-        t_tiny, tab_tiny = m.decode_s(32), m.table
-    finally:
-        m.close()
-    bw, overhead = solve(t_tiny, streamed_bytes(tab_tiny), graph_ops(tab_tiny), t_small, streamed_bytes(tab),
-                         graph_ops(tab))
-    return {"bandwidth_gbps": round(bw, 1), "gflops": round(2.0 * _params(tab) * 512 / t_pref / 1e9, 1),
-            "op_overhead_us": round(overhead, 3), "t_prefill_512_s": t_pref}
+HOST_LAYERS_RULE = OverrideRule(pattern=r"^blk\.\d+\..*$", device=CPU_DEVICE)
+"""Every layer's weights on the host, as the planner's ``whole_layers_kv_gpu`` / ``attn_first`` rules do."""
 
 
-def gpu_offload_rate(small: str, threads: int, load_mode: str, t_prefill_gpu_s: float) -> dict[str, Any]:
-    """Effective op_offload weight copy rate (GB/s) from ``load_mode`` host memory: all weights on the host,
-    a 512-token prefill streamed through the GPU, minus the all-in-VRAM prefill time."""
-    ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
-    m = TimedModel(Path(small), Placement(n_gpu_layers=0, load_mode=load_mode, op_offload=True, **ctx))  # type: ignore[arg-type]
+def _gpu_run(path: Path, placement: Placement, decode_tokens: int) -> tuple[float, float, Any]:
+    """(best 512-token prefill s, decode s per token, model table), after warm-ups."""
+    m = TimedModel(path, placement)
     try:
-        host_bytes = sum(t.n_bytes for t in m.table.tensors if t.group != "token_embd")
-        m.prefill_s(16)
-        t = m.prefill_s(512)
+        t_pref = m.best_prefill_s(GPU_CTX["n_ubatch"])
+        m.decode_s(4)  # warm-up: the batch-1 kernels and CUDA graphs
+        t_dec = m.decode_s(decode_tokens)
+        return t_pref, t_dec, m.table
     finally:
         m.close()
-    return {"h2d_gbps": round(host_bytes / max(t - t_prefill_gpu_s, 1e-6) / 1e9, 2)}
+
+
+def gpu_speed(folder: str, threads: int) -> dict[str, Any]:
+    """VRAM bandwidth, GPU prefill GFLOP/s and per-op overhead, everything in VRAM.
+
+    Two models with the same graph (``gpu_narrow`` / ``gpu_wide``): the differences of their decode and
+    prefill times over the differences of their bytes and FLOPs cancel per-op and per-call costs. Each time
+    follows a warm-up of the same size; the old code timed the first 512-token pass (kernel loading, cuBLAS
+    and pools in it) of a 73 MB model and solved bandwidth against a 2-layer one, which left no byte signal."""
+    ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
+    place = Placement(n_gpu_layers=-1, **ctx)  # type: ignore[arg-type]
+    narrow = _gpu_run(timing_model(Path(folder), "gpu_narrow"), place, 64)
+    wide = _gpu_run(timing_model(Path(folder), "gpu_wide"), place, 64)
+    (pref_n, dec_n, tab_n), (pref_w, dec_w, tab_w) = narrow, wide
+    b_n, b_w = streamed_bytes(tab_n), streamed_bytes(tab_w)
+    bw = differential_rate(b_n, dec_n, b_w, dec_w, what="VRAM bandwidth")
+    n_tok = GPU_CTX["n_ubatch"]
+    flops = differential_rate(2.0 * _layer_params(tab_n) * n_tok, pref_n, 2.0 * _layer_params(tab_w) * n_tok, pref_w,
+                              what="GPU GFLOP/s")
+    overhead_s = max(0.0, dec_n - b_n / bw) / graph_ops(tab_n)
+    return {"bandwidth_gbps": round(bw / 1e9, 1), "gflops": round(flops / 1e9, 1),
+            "op_overhead_us": round(overhead_s * 1e6, 3), "t_prefill_512_s": pref_w,
+            "decode_s": [dec_n, dec_w], "prefill_s": [pref_n, pref_w]}
+
+
+def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float) -> dict[str, Any]:
+    """Effective op_offload weight copy rate (GB/s) from ``load_mode`` host memory.
+
+    ``gpu_wide`` with every layer's weights on the host (``HOST_LAYERS_RULE``) but its KV, attention and head
+    in VRAM, a 512-token prefill streamed through the GPU, minus the all-in-VRAM prefill of the same model
+    (``t_prefill_gpu_s`` from ``gpu_speed``): the extra time is the copy of the layer weights. The old code
+    used ``n_gpu_layers=0`` (KV and attention on the CPU, in the extra time) and timed the first pass that
+    touched the GPU (its 16-token warm-up stayed under op_offload's 32-token threshold): 1.81 GB/s on a
+    55 GB/s host."""
+    ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
+    place = Placement(n_gpu_layers=-1, rules=(HOST_LAYERS_RULE,), load_mode=load_mode, op_offload=True,
+                      **ctx)  # type: ignore[arg-type]
+    m = TimedModel(timing_model(Path(folder), "gpu_wide"), place)
+    try:
+        buffers = dict(m.engine.load_report.overridden_tensors)
+        if buffers.get("CPU_REPACK"):  # repacked weights are never offloaded: there would be no copy to time
+            raise UnresolvedTerm(f"layer weights went to CPU_REPACK ({buffers}): op_offload does not stream them")
+        t = m.best_prefill_s(GPU_CTX["n_ubatch"])
+        copied = sum(x.n_bytes for x in m.table.tensors if x.name.startswith("blk."))
+    finally:
+        m.close()
+    return {"h2d_gbps": round(copy_rate_gbps(copied, t, t_prefill_gpu_s), 2), "copied_bytes": copied,
+            "t_prefill_s": t, "buffers": buffers}
 
 
 def gpu_reserve(tiny: str, threads: int) -> dict[str, Any]:

@@ -101,8 +101,9 @@ def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str])
 
 def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = None,
                     progress: Progress | None = None, with_gpu: bool | None = None) -> Profile:
-    """Measure this machine. ``quick``: one thread count, fewer tokens, no long-context runs, and no GPU runs
-    unless ``with_gpu``. Missing terms (a crashed or timed-out child) are listed in ``Profile.missing``.
+    """Measure this machine. ``quick``: one thread count, fewer tokens, no long-context runs. GPU terms are
+    measured whenever NVML sees a GPU (a plan without them would ignore the GPU), unless ``with_gpu`` is False.
+    Missing terms (a crashed or timed-out child) are listed in ``Profile.missing``.
 
     Raises:
         ProfilerError: every CPU measurement failed.
@@ -128,7 +129,7 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
     if not rates:
         raise ProfilerError(f"every CPU measurement failed: {missing}")
     gpu = None
-    if key.gpu_name and (with_gpu if with_gpu is not None else not quick):
+    if key.gpu_name and (with_gpu if with_gpu is not None else True):
         say("GPU bandwidth, op_offload copy rates, VRAM reserve")
         gpu = _gpu_profile(models, threads[-1], missing)
     host: dict[str, float] = {}

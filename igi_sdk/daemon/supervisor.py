@@ -27,14 +27,16 @@ PROMPT_HEADROOM_TOKENS = 16
 def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) -> dict[str, Any]:
     """The plain dict ``worker_main`` takes, for ``model_path`` loaded with ``n_ctx`` tokens of context.
 
-    The worker's prompt limit is ``limits.max_prompt_tokens``, lowered to ``n_ctx - 16`` for a smaller context
-    (a runtime ``load_model_request`` may ask for one).
+    The worker's prompt limit is ``limits.max_prompt_tokens``, lowered to 16 tokens less than one sequence's
+    context (``n_ctx / engine.n_seq_max``: a smaller context from a runtime ``load_model_request``, or several
+    NPCs sharing the context), so an old history is trimmed instead of overflowing the sequence.
     """
     log = settings.log
+    n_ctx_seq = n_ctx // settings.engine.n_seq_max
     return {
         "model_path": str(model_path), "n_ctx": n_ctx, "n_threads": settings.engine.n_threads,
         "nice": settings.engine.worker_nice,
-        "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx - PROMPT_HEADROOM_TOKENS)),
+        "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
         "log_level": log.log_level, "log_format": log.log_format, "log_file": log.log_file,
     }
 

@@ -8,6 +8,7 @@ must leave the others intact, and a budget change in the middle of the batch mus
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,8 +27,8 @@ NPCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def batched_daemon() -> DaemonProcess:
+@pytest.fixture
+def batched_daemon() -> Iterator[DaemonProcess]:  # per test: conftest stops every daemon after each test
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
@@ -69,3 +70,15 @@ def test_concurrent_sessions_equal_sequential_and_survive_cancel_and_budget_chan
     assert cancelled_reason == "cancelled"
     assert texts == sequential
     assert n_sessions >= 5
+
+
+def test_long_history_is_trimmed_to_one_sequences_context(batched_daemon: DaemonProcess) -> None:
+    """With 4 sequences in a 2048-token context each NPC has 512 tokens: old turns are dropped, no error."""
+    line = "Tell me about the old mill by the river, the miller, his daughter and the flood of last spring. " * 4
+
+    async def talk() -> list[str]:
+        async with await AsyncClient.connect(batched_daemon.connection_file, timeout_s=60) as client:
+            sid = await client.create_session("Mira", "You are Mira, a blacksmith.", sampling=GREEDY)
+            return [(await client.generate(sid, f"{i}. {line}").result()).finish_reason for i in range(8)]
+
+    assert all(reason in ("stop", "length") for reason in asyncio.run(talk()))

@@ -76,14 +76,14 @@ class EngineSettings(_Section):
     """The model and the supervised llama.cpp worker process."""
 
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
-    n_ctx: int = Field(default=2048, ge=64, description="context size of the worker, tokens")
+    n_ctx: int = Field(default=4096, ge=64, description="context size of the worker, all sequences together, tokens")
     n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
     worker_nice: int = Field(
         default=19, ge=0, le=19,
         description="CPU scheduling niceness of the engine worker: the game's threads run first and the LLM uses idle cycles (0 = same priority as the game)",
     )
     n_seq_max: int = Field(
-        default=1, ge=1, le=64,
+        default=4, ge=1, le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
     worker_start_timeout_s: float = Field(default=120.0, gt=0, description="time a worker may take to load the model, seconds")

@@ -41,12 +41,12 @@ def test_load_tiny_model_then_default_again_sessions_continue(running_daemon: Da
         stream = client.generate(client.create_session("Bard", "You tell stories.", sampling=GREEDY),
                                  "Tell me a story.", max_tokens=24)
         next(iter(stream))
-        reply = client.load_model(tiny, n_ctx=512)
+        reply = client.load_model(tiny, n_ctx=2048)  # 512 tokens for each of the 4 sequences
         in_flight = stream.result()
         assert (in_flight.finish_reason, in_flight.token_ids) == (reference.finish_reason, reference.token_ids)
 
         assert Path(reply.model.path) == tiny.resolve()
-        assert (reply.model.architecture, reply.model.n_layer, reply.model.n_ctx) == ("llama", 2, 512)
+        assert (reply.model.architecture, reply.model.n_layer, reply.model.n_ctx) == ("llama", 2, 2048)
         assert reply.plan.strategy == "cpu_only"
         assert client.status().model == reply.model
         on_tiny = client.generate(sid, "Hello?", max_tokens=4).result()

@@ -74,8 +74,11 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
 
 def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logger) -> None:
     while True:
-        # Pacing from the frame governor: wait between tokens on the pipe, so cancel/reload stay immediate.
-        timeout = scheduler.sleep_s_between_tokens if scheduler.has_work() else 1.0
+        # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
+        # batched step advances n_running sessions by one token each, so the pause scales with it: the CPU
+        # time the LLM takes from the game under a given throttle does not grow with the number of NPCs.
+        n_running = max(1, getattr(scheduler, "n_running", 1))
+        timeout = scheduler.sleep_s_between_tokens * n_running if scheduler.has_work() else 1.0
         while conn.poll(timeout):
             command = worker_protocol.recv(conn)
             if command["op"] == "shutdown":

@@ -101,6 +101,11 @@ class BatchWorkerScheduler:
     def has_work(self) -> bool:
         return self._sched.has_work()
 
+    @property
+    def n_running(self) -> int:
+        """Sessions advanced by one step (the governor's pause is per token of each, see worker_main)."""
+        return self._sched.n_running
+
     def step(self) -> None:
         """One continuous-batching step (one llama_batch for every running session)."""
         self._sched.step()

@@ -105,6 +105,11 @@ class BatchScheduler:
     def paused(self) -> bool:
         return self._paused
 
+    @property
+    def n_running(self) -> int:
+        """Requests decoding in the current step (admitted, not finished)."""
+        return len(self._running)
+
     def has_work(self) -> bool:
         """Whether ``step`` would do something (False while paused)."""
         return not self._paused and bool(self._queue or self._running)

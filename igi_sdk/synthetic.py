@@ -16,6 +16,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from igi_sdk.planner.shapes import REFERENCE_SHAPES
+
 ARCH = "llama"
 QK = 32  # elements per Q4_0 / Q8_0 block
 _BLOCK_BYTES = {"Q4_0": 2 + QK // 2, "Q8_0": 2 + QK}
@@ -71,14 +73,9 @@ class SyntheticShape(BaseModel):
 
 
 PRESETS: dict[str, SyntheticShape] = {
-    "tiny_dense": SyntheticShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512),
-    "tiny_moe": SyntheticShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512,
-                               n_expert=4, n_expert_used=2, n_ff_exp=64),
-    "llama_8b": SyntheticShape(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256,
-                               n_ctx_train=8192),
-    "qwen3_30b_a3b": SyntheticShape(n_layer=48, n_embd=2048, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
-                                    n_ctx_train=32768, n_expert=128, n_expert_used=8, n_ff_exp=768),
+    name: SyntheticShape(**shape.model_dump(exclude={"tied_embeddings"})) for name, shape in REFERENCE_SHAPES.items()
 }
+"""The planner's reference shapes (``igi_sdk.planner.shapes``, the one table), as writable synthetic models."""
 
 
 def preset(name: str) -> SyntheticShape:

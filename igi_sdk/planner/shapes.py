@@ -62,7 +62,7 @@ REFERENCE_SHAPES: dict[str, ModelShape] = {
     "qwen3_30b_a3b": ModelShape(n_layer=48, n_embd=2048, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
                                 n_ctx_train=32768, n_expert=128, n_expert_used=8, n_ff_exp=768),
 }
-"""The shapes of ``igi_sdk.synthetic.PRESETS`` (kept equal by an integration test)."""
+"""Reference shapes; ``igi_sdk.synthetic.PRESETS`` is derived from this table."""
 
 
 def shape_tensor_specs(shape: ShapeLike, ggml_type: str = "q4_0") -> list[tuple[str, tuple[int, ...], str]]:

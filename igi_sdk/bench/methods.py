@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
-                             baseline_placements, plan_placement)
-from igi_sdk.planner.cost import CostModel, Prediction
+                             PlannedPlacement, baseline_placements, evaluate_placement, plan_placement)
+from igi_sdk.planner.cost import Prediction
 from igi_sdk.planner.layout import resolve_layout
-from igi_sdk.planner.memory import MemoryBreakdown, compute_key, memory_of
+from igi_sdk.planner.memory import MemoryBreakdown, compute_key
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.strategies import n_cpu_moe_specs, spec_placement
 from igi_sdk.planner.summary import ModelSummary, summarize
@@ -80,40 +80,36 @@ class Evaluator:
         self.compute = compute
         self.options = options
         self.has_gpu = profile.gpu is not None
-        self.cost = CostModel(self.summary, profile, n_threads=options.n_threads,
-                              op_offload_min_batch=options.op_offload_min_batch)
         self.exact_path = Path(compute.exact_model) if (compute.exact_model and self.has_gpu) else None
         self.notes: list[str] = []
 
     def memory(self, placement: Placement, *, exact: bool = False) -> tuple[MemoryBreakdown, bool]:
         """Memory terms of ``placement`` and whether it fits the budget (and the pinned-host limit); with
         ``exact`` on a GPU machine, from an exact dry run of the placement (cached)."""
-        layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
-        if exact and self.exact_path is not None and self.compute.lookup(
-                compute_key(layout, placement, has_gpu=True), layout.signature) is None:
-            from igi_sdk.errors import IgiError
-            from igi_sdk.profiler.compute_table import exact_entry
-
-            try:
-                self.compute = self.compute.with_entry(exact_entry(self.exact_path, self.summary, placement))
-            except IgiError as exc:
-                self.notes.append(f"exact dry run failed ({exc}); class figure used")
-        reserve = self.profile.vram_reserve_mib
-        mem = memory_of(self.summary, layout, placement, self.compute, reserve_mib=reserve,
-                        safety_margin_mib=self.options.safety_margin_mib)
-        fits = mem.vram_total_mib <= self.budget_mib
-        limit = self.options.host_pinned_limit_mib
-        if limit is not None and mem.host_pinned_mib > limit:
-            fits = False
-        return mem, fits
+        planned = self._evaluate(placement, exact=exact)
+        return planned.memory, planned.fits
 
     def candidate(self, method: str, label: str, placement: Placement, **extra: object) -> Candidate:
         """A ``Candidate`` with memory, prediction and fit filled in (exact dry-run memory on a GPU)."""
-        mem, fits = self.memory(placement, exact=True)
-        layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
-        pred = self.cost.predict(layout, placement, self.workload)
-        return Candidate(method=method, label=label, placement=placement, memory=mem, prediction=pred, fits=fits,
-                         **extra)  # type: ignore[arg-type]
+        planned = self._evaluate(placement, exact=True)
+        return Candidate(method=method, label=label, placement=placement, memory=planned.memory,
+                         prediction=planned.prediction, fits=planned.fits, **extra)  # type: ignore[arg-type]
+
+    def _evaluate(self, placement: Placement, *, exact: bool) -> PlannedPlacement:
+        """The planner's own accounting of ``placement`` (``evaluate_placement``), after adding its exact
+        dry-run figure to the compute table when asked for and not cached yet."""
+        if exact and self.exact_path is not None:
+            layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
+            if self.compute.lookup(compute_key(layout, placement, has_gpu=True), layout.signature) is None:
+                from igi_sdk.errors import IgiError
+                from igi_sdk.profiler.compute_table import exact_entry
+
+                try:
+                    self.compute = self.compute.with_entry(exact_entry(self.exact_path, self.summary, placement))
+                except IgiError as exc:
+                    self.notes.append(f"exact dry run failed ({exc}); class figure used")
+        return evaluate_placement(self.table, placement, self.budget_mib, self.workload, self.profile, self.compute,
+                                  self.options, summary=self.summary)
 
 
 def _threads(placement: Placement, n_threads: int | None) -> Placement:

@@ -22,6 +22,8 @@ TERM_TIMEOUT_S = 90.0
 TERMS = "igi_sdk.profiler.terms"
 TERM_TARGETS: dict[str, str] = {
     "cpu_rate": f"{TERMS}:cpu_rate",
+    "cpu_attention": f"{TERMS}:cpu_attention",
+    "cpu_moe": f"{TERMS}:cpu_moe",
     "gpu_speed": f"{TERMS}:gpu_speed",
     "gpu_offload_rate": f"{TERMS}:gpu_offload_rate",
     "gpu_reserve": f"{TERMS}:gpu_reserve",
@@ -121,11 +123,21 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
     for t in threads:
         say(f"CPU decode/prefill, {t} threads")
         got = _term("cpu_rate", missing, f"cpu_rate[{t}]", tiny=str(models["tiny"]), small=str(models["small"]),
-                    threads=t, quick=quick, moe=None if quick else str(models["moe"]))
-        if got is not None:
-            if "unresolved" in got:
-                missing[f"cpu_rate[{t}].op_overhead_us"] = got.pop("unresolved")
-            rates.append(CpuRate.model_validate(got))
+                    threads=t, quick=quick)
+        if got is None:
+            continue
+        if "unresolved" in got:
+            missing[f"cpu_rate[{t}].op_overhead_us"] = got.pop("unresolved")
+        if not quick:
+            say(f"CPU attention and MoE experts, {t} threads")
+            attn = _term("cpu_attention", missing, f"cpu_attention[{t}]", small=str(models["small"]), threads=t)
+            if attn is not None:
+                got["attn_gbps"] = attn["attn_gbps"]
+            moe = _term("cpu_moe", missing, f"cpu_moe[{t}]", moe=str(models["moe"]), threads=t,
+                        decode_gbps=got["decode_gbps"], op_overhead_us=got["op_overhead_us"])
+            if moe is not None:
+                got["moe_decode_efficiency"] = moe["moe_decode_efficiency"]
+        rates.append(CpuRate.model_validate(got))
     if not rates:
         raise ProfilerError(f"every CPU measurement failed: {missing}")
     gpu = None

@@ -24,7 +24,7 @@ def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> tu
         printed no result.
     """
     request = json.dumps({"target": target, "kwargs": kwargs})
-    cmd = [sys.executable, "-m", "igi_sdk.profiler.isolate"]
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "igi_sdk.profiler.isolate"]  # a crash prints its Python stack
     try:
         proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -42,7 +42,7 @@ def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> tu
 
 def _tail(stderr: str) -> str:
     text = stderr.strip()
-    return f": {text[-300:]}" if text else ""
+    return f": {text[-1500:]}" if text else ""
 
 
 def _main() -> int:

@@ -2,10 +2,11 @@
 (``isolate.run_isolated``): a crash in llama.cpp or CUDA loses that term only. Each takes plain arguments
 and returns a JSON-able dict.
 
-CPU: decode and prefill of two synthetic models (a tiny one, whose per-token time is mostly graph-op
-overhead, and a ~100 MB one, whose per-token time is mostly weight streaming) at one thread count, solved
-for ``bytes / decode_gbps + n_ops * op_overhead_us``; prefill GFLOP/s; long-context decode for the
-attention rate; a tiny MoE's decode for the CPU efficiency of MUL_MAT_ID relative to dense GEMV.
+CPU (three terms, so a crash in one loses only that one): decode and prefill of two synthetic models (a tiny
+one, whose per-token time is mostly graph-op overhead, and a ~100 MB one, whose per-token time is mostly
+weight streaming) at one thread count, solved for ``bytes / decode_gbps + n_ops * op_overhead_us``, and
+prefill GFLOP/s (``cpu_rate``); long-context decode for the attention rate (``cpu_attention``); a small MoE's
+decode for the CPU efficiency of MUL_MAT_ID relative to dense GEMV (``cpu_moe``).
 GPU: two models with the same graph and 13x apart in size, all in VRAM (bandwidth and GFLOP/s from the
 differences, per-op overhead); the large one with its layer weights on the host and op_offload (pinned and
 mmap) for the effective copy rates; the reserve outside llama.cpp's buffers. A rate the timings cannot
@@ -36,12 +37,21 @@ def _layer_params(table: Any) -> int:
     return sum(prod(t.shape) for t in table.tensors if t.name.startswith("blk."))
 
 
-def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None = None) -> dict[str, Any]:
-    """CPU rates at ``threads`` (a ``CpuRate`` as a dict, plus ``moe_decode_efficiency`` when ``moe``, and
-    ``unresolved`` with the reason when bandwidth and per-op overhead could not be separated)."""
-    base = Placement(n_gpu_layers=0, op_offload=False, n_ctx=4096 if not quick else 1024, n_ubatch=512,
+def _cpu_base(threads: int, quick: bool) -> Placement:
+    return Placement(n_gpu_layers=0, op_offload=False, n_ctx=4096 if not quick else 1024, n_ubatch=512,
                      n_batch=512, n_threads=threads, n_threads_batch=threads)
-    n_tok = 12 if quick else 48
+
+
+def _decode_tokens(quick: bool) -> int:
+    return 12 if quick else 48
+
+
+def cpu_rate(tiny: str, small: str, threads: int, quick: bool) -> dict[str, Any]:
+    """CPU weight-streaming rate, per-op overhead and prefill GFLOP/s at ``threads`` (a ``CpuRate`` as a dict
+    without the attention and MoE terms, plus ``unresolved`` with the reason when bandwidth and per-op
+    overhead could not be separated)."""
+    base = _cpu_base(threads, quick)
+    n_tok = _decode_tokens(quick)
     m = TimedModel(Path(tiny), base)
     try:
         t_tiny, tab_tiny = m.decode_s(n_tok), m.table
@@ -53,12 +63,6 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None =
         n_pref = 128 if quick else 512
         m.prefill_s(16)
         t_pref = m.prefill_s(n_pref)
-        attn = None
-        if not quick:
-            t_long = m.decode_s(n_tok // 2, context=3000)
-            cell = summarize(tab_small).kv_bytes_per_cell("f16", "f16") * tab_small.n_layer
-            if t_long > t_small:
-                attn = (3000 - 16) * cell / (t_long - t_small) / 1e9
     finally:
         m.close()
     unresolved = None
@@ -70,23 +74,40 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool, moe: str | None =
         unresolved = f"{exc}; all decode time charged to bytes ({bw:.2f} GB/s, 0 us/op)"
     gflops = 2.0 * _params(tab_small) * n_pref / t_pref / 1e9
     out: dict[str, Any] = {"n_threads": threads, "decode_gbps": round(bw, 3), "op_overhead_us": round(overhead, 3),
-                           "attn_gbps": attn, "prefill_gflops": {"q4_0": round(gflops, 2), "default": round(gflops, 2)}}
-    if moe is not None:
-        m = TimedModel(Path(moe), base)
-        try:
-            t_moe, tab_moe = m.decode_s(n_tok), m.table
-        finally:
-            m.close()
-        # predicted at the dense rate: the expert bytes' share of the time is what MUL_MAT_ID costs extra
-        t_dense = streamed_bytes(tab_moe) / (bw * 1e9) + graph_ops(tab_moe) * overhead * 1e-6
-        expert = streamed_bytes(tab_moe, experts_only=True) / (bw * 1e9)
-        if t_moe > t_dense and expert > 0:
-            out["moe_decode_efficiency"] = round(max(0.2, expert / (expert + t_moe - t_dense)), 3)
-        else:
-            out["moe_decode_efficiency"] = 1.0
+                           "attn_gbps": None, "prefill_gflops": {"q4_0": round(gflops, 2), "default": round(gflops, 2)}}
     if unresolved is not None:
         out["unresolved"] = unresolved
     return out
+
+
+def cpu_attention(small: str, threads: int) -> dict[str, Any]:
+    """CPU KV read rate of attention (GB/s): decode after a 3000-token context minus decode after 16 tokens,
+    over the extra KV bytes read. ``attn_gbps`` is None when the long context is not slower."""
+    m = TimedModel(Path(small), _cpu_base(threads, False))
+    try:
+        n_tok = _decode_tokens(False) // 2
+        t_short = m.decode_s(n_tok)
+        t_long = m.decode_s(n_tok, context=3000)
+        cell = summarize(m.table).kv_bytes_per_cell("f16", "f16") * m.table.n_layer
+    finally:
+        m.close()
+    attn = (3000 - 16) * cell / (t_long - t_short) / 1e9 if t_long > t_short else None
+    return {"attn_gbps": attn, "decode_s": [t_short, t_long]}
+
+
+def cpu_moe(moe: str, threads: int, decode_gbps: float, op_overhead_us: float) -> dict[str, Any]:
+    """CPU efficiency of MUL_MAT_ID relative to dense GEMV: a small MoE's measured decode time against the
+    time predicted at the dense rate (``decode_gbps``, ``op_overhead_us`` from ``cpu_rate``); the expert
+    bytes' share of the time is what the expert kernels cost extra. Clamped to 0.2..1."""
+    m = TimedModel(Path(moe), _cpu_base(threads, False))
+    try:
+        t_moe, tab_moe = m.decode_s(_decode_tokens(False)), m.table
+    finally:
+        m.close()
+    t_dense = streamed_bytes(tab_moe) / (decode_gbps * 1e9) + graph_ops(tab_moe) * op_overhead_us * 1e-6
+    expert = streamed_bytes(tab_moe, experts_only=True) / (decode_gbps * 1e9)
+    eff = max(0.2, expert / (expert + t_moe - t_dense)) if t_moe > t_dense and expert > 0 else 1.0
+    return {"moe_decode_efficiency": round(eff, 3), "decode_s": t_moe, "predicted_dense_s": t_dense}
 
 
 HOST_LAYERS_RULE = OverrideRule(pattern=r"^blk\.\d+\..*$", device=CPU_DEVICE)

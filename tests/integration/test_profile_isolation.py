@@ -32,6 +32,7 @@ def ok(**kwargs):
 def crasher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (tmp_path / "igi_test_crasher.py").write_text(CRASHER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawn children take the parent's sys.path
     return "igi_test_crasher"
 
 

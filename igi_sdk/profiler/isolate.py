@@ -38,16 +38,17 @@ def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> tu
                            name="igi-profile-term", daemon=True)
         proc.start()
         child.close()
+        payload = None
         try:
-            payload = parent.recv() if parent.poll(timeout_s) else None
-        except EOFError:  # the child died before sending
-            payload = None
+            if not parent.poll(timeout_s):
+                proc.kill()
+                proc.join(timeout=10)
+                return None, f"timed out after {timeout_s:.0f} s"
+            payload = parent.recv()
+        except EOFError:  # the child died before sending (it may not be reaped yet: wait for its exit code)
+            pass
         finally:
             parent.close()
-        if payload is None and proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-            return None, f"timed out after {timeout_s:.0f} s"
         proc.join(timeout=10)
         if proc.is_alive():  # sent its result but hangs on the way out (a driver teardown): not our business
             proc.kill()

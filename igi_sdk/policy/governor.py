@@ -11,8 +11,13 @@ Two stages, in this order:
    ``target x relax_below_ratio``) has lasted ``relax_hold_s`` it grows additively (``a <- a + relax_step``,
    at most once per ``relax_interval_s``). The band between the two ratios is the hysteresis. The allowance
    maps to the wire's ``Throttle``: ``sleep_ms_between_tokens = (1 - a) x max_sleep_ms_between_tokens`` and a
-   tokens-per-frame cap.
-2. **Budget.** With the allowance at its floor (0) and frames still over the band for ``budget_shrink_after_s``,
+   tokens-per-frame cap. **Effectiveness check**: pacing generation helps only if generation is what slows
+   the frames. When the allowance has been at its floor with frames over the band for ``release_after_s`` and
+   the p95 is not at least ``release_min_gain`` below the highest p95 seen while tightening towards the floor,
+   the throttle is released (``a <- 1``) for ``release_hold_s``: the NPCs talk at full speed while the frames
+   are no worse, and the budget stage carries on. Then the governor may tighten again (a new probe).
+2. **Budget.** With the throttle exhausted (allowance at its floor, or released as ineffective) and frames
+   still over the band for ``budget_shrink_after_s``,
    the governor proposes ``budget x budget_shrink_factor``; a game reporting less free VRAM than
    ``vram_reserve_mib`` gets a proposal shrinking by the deficit. Once the throttle is fully relaxed and
    headroom has lasted ``budget_grow_after_s`` it proposes growing back, never above the game's budget.
@@ -40,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from igi_sdk.policy.frame_signal import FrameSignal
 from igi_sdk.policy.governor_params import GovernorParams
 
-ThrottleAction = Literal["warmup", "hold", "tighten", "relax"]
+ThrottleAction = Literal["warmup", "hold", "tighten", "relax", "release"]
 BudgetAction = Literal["none", "shrink", "grow"]
 
 
@@ -90,7 +95,11 @@ class GovernorState(BaseModel):
     )
     last_relax_s: float | None = None
     headroom_since_s: float | None = Field(None, description="start of the current headroom stretch")
-    over_at_floor_since_s: float | None = Field(None, description="start of 'over the band with allowance 0'")
+    over_at_floor_since_s: float | None = Field(
+        None, description="start of 'over the band with the throttle exhausted' (allowance 0, or released)")
+    throttle_start_p95_ms: float | None = Field(
+        None, ge=0.0, description="highest p95 seen at a tighten since the allowance last left 1 (the unthrottled reference), ms")
+    released_until_s: float | None = Field(None, description="the throttle was released as ineffective until then")
     budget_mib: int | None = Field(None, ge=0, description="working budget (last explicit or proposed), MiB")
     ceiling_mib: int | None = Field(None, ge=0, description="the game's explicit budget: no proposal above it, MiB")
     last_budget_change_s: float | None = None
@@ -246,8 +255,17 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         allowance = state.allowance
         action = "hold"
         reason = f"p95 {p95_ms:.1f} ms within band of target {target:.1f} ms"
-        if over and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
+        released = state.released_until_s is not None and now < state.released_until_s
+        if state.released_until_s is not None and not released:  # the release is over: probe afresh
+            upd.update(released_until_s=None, throttle_start_p95_ms=None)
+        if released:
+            allowance = 1.0
+            reason = (f"p95 {p95_ms:.1f} ms; throttle released until {state.released_until_s:.1f} s "
+                      "(at its floor it did not lower frame time)")
+        elif over and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
             upd["allowance_too_high"] = allowance
+            start = state.throttle_start_p95_ms if allowance < 1.0 and state.throttle_start_p95_ms is not None else 0.0
+            upd["throttle_start_p95_ms"] = max(start, p95_ms)
             allowance *= params.tighten_factor
             allowance = 0.0 if allowance < params.allowance_snap else allowance
             upd["last_tighten_s"] = now
@@ -265,11 +283,20 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
                 action, reason = "relax", f"p95 {p95_ms:.1f} ms < {params.relax_below_ratio:g} x target {target:.1f} ms"
             else:
                 reason = f"p95 {p95_ms:.1f} ms has headroom; allowance {allowance:.2f} is just under the last over point"
+        at_floor_over = over and (allowance <= 0.0 or released)
+        floor_since = (state.over_at_floor_since_s if state.over_at_floor_since_s is not None else now) \
+            if at_floor_over else None
+        upd["over_at_floor_since_s"] = floor_since
+        start_p95 = state.throttle_start_p95_ms
+        if at_floor_over and not released and floor_since is not None and start_p95 is not None \
+                and now - floor_since >= params.release_after_s \
+                and p95_ms > start_p95 * (1.0 - params.release_min_gain):
+            allowance = 1.0
+            upd["released_until_s"] = now + params.release_hold_s
+            action, reason = "release", (
+                f"p95 {p95_ms:.1f} ms at the throttle floor vs {start_p95:.1f} ms when throttling began: "
+                f"pacing does not help, released for {params.release_hold_s:g} s")
         upd["allowance"] = allowance
-        at_floor_over = over and allowance <= 0.0
-        upd["over_at_floor_since_s"] = (
-            (state.over_at_floor_since_s if state.over_at_floor_since_s is not None else now) if at_floor_over else None
-        )
         budget_action, proposed, why = _propose_budget(state.model_copy(update=upd), sample, params,
                                                        over=over, headroom=headroom)
         if proposed is not None:

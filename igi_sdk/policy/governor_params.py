@@ -74,6 +74,21 @@ class GovernorParams(BaseModel):
         description="tokens-per-frame cap at the lightest non-zero throttle; scales down to 1 at the floor, tokens",
     )
 
+    # --- stage 1 check: does the throttle help? --------------------------------------------------------
+    release_after_s: float = Field(
+        2.0, ge=0.0, le=1e9,
+        description="frames over the band with the throttle at its floor for this long -> judge whether the "
+                    "throttle helped (a huge value disables the check), s",
+    )
+    release_min_gain: float = Field(
+        0.05, ge=0.0, lt=1.0,
+        description="the floor must lower the frame-time p95 by at least this share of the p95 that started the "
+                    "throttling, else the throttle is released, unitless",
+    )
+    release_hold_s: float = Field(
+        15.0, ge=0.0, le=3600.0, description="a released throttle stays off this long before the governor may tighten again, s",
+    )
+
     # --- stage 2: VRAM budget -----------------------------------------------------------------------------
     budget_shrink_after_s: float = Field(
         3.0, ge=0.0, le=600.0,

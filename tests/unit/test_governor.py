@@ -216,3 +216,60 @@ def test_accepting_a_proposal_keeps_the_ceiling() -> None:
     state, ds = feed(state, 8.0, 8.0, 80.0)
     assert state.budget_mib == 2048  # grown back to the game's explicit budget, not above
     assert max(d.proposed_budget_mib or 0 for d in ds) == 2048
+
+
+def closed_loop(frame_of_allowance, seconds: float, budget_mib: int = 2048,
+                params: GovernorParams = P) -> tuple[GovernorState, list[GovernorDecision]]:
+    """Closed loop at 60 samples/s: each frame time is ``frame_of_allowance(allowance)``."""
+    state, decisions = GovernorState.initial(budget_mib), []
+    for i in range(round(seconds * FPS)):
+        x = frame_of_allowance(state.allowance)
+        step = observe(state, FrameSample(now_s=i / FPS, frame_time_ms=x, target_frame_time_ms=TARGET_MS), params)
+        state = step.state
+        decisions.append(step.decision)
+    return state, decisions
+
+
+def test_a_throttle_that_fixes_the_frames_is_never_released() -> None:
+    """Generation is what slows the frames (unthrottled 1.6 x target, at the floor 0.8 x): the throttle
+    settles and is never released."""
+    state, ds = closed_loop(lambda a: TARGET_MS * (0.8 + 0.8 * a), 60.0)
+    assert not any(d.throttle_action == "release" for d in ds)
+    assert state.released_until_s is None and 0.0 <= state.allowance < 1.0
+    assert not any(d.proposed_budget_mib is not None for d in ds)
+
+
+def test_a_throttle_that_helps_partly_stays_at_the_floor_and_the_budget_shrinks() -> None:
+    """Frames over the band even at the floor (1.3 x target) but well below the unthrottled 1.8 x: the
+    throttle helps, stays at its floor, and the budget stage proposes shrinking."""
+    state, ds = closed_loop(lambda a: TARGET_MS * (1.3 + 0.5 * a), 30.0)
+    assert not any(d.throttle_action == "release" for d in ds)
+    assert state.allowance == 0.0
+    assert [d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None][:2] == [1536, 1152]
+
+
+def test_a_throttle_that_does_not_help_is_released_and_the_budget_stage_goes_on() -> None:
+    """Frames 1.5 x target whatever the throttle does (the harness saw worse frames at the floor): released
+    after ``release_after_s`` at the floor, generation unthrottled for ``release_hold_s``, budget shrinks
+    proposed meanwhile (the throttle is exhausted), then a new probe tightens again."""
+    state, ds = closed_loop(lambda a: TARGET_MS * 1.5, 30.0)
+    releases = [i / FPS for i, d in enumerate(ds) if d.throttle_action == "release"]
+    first_floor = next(i / FPS for i, d in enumerate(ds) if d.throttle_level == 1.0)
+    assert releases and releases[0] == pytest.approx(first_floor + P.release_after_s, abs=2 / FPS)
+    during = [d for i, d in enumerate(ds) if releases[0] <= i / FPS < releases[0] + P.release_hold_s - 1 / FPS]
+    assert all(d.sleep_ms_between_tokens == 0.0 and d.max_tokens_per_frame is None for d in during)
+    assert any(d.proposed_budget_mib is not None for d in during)
+    after = [d for i, d in enumerate(ds) if i / FPS >= releases[0] + P.release_hold_s + 1 / FPS]
+    assert any(d.throttle_action == "tighten" for d in after)
+
+
+def test_a_throttle_that_makes_frames_worse_is_released() -> None:
+    """Frames slower at the floor than unthrottled (run 7 of the harness on the VM): released."""
+    _state, ds = closed_loop(lambda a: TARGET_MS * (1.3 + 0.4 * (1.0 - a)), 10.0)
+    assert any(d.throttle_action == "release" for d in ds)
+
+
+def test_release_check_can_be_disabled() -> None:
+    _state, ds = closed_loop(lambda a: TARGET_MS * 1.5, 30.0, params=GovernorParams(release_after_s=1e9))
+    assert not any(d.throttle_action == "release" for d in ds)
+    assert ds[-1].throttle_level == 1.0

@@ -9,6 +9,7 @@ from igi_sdk.policy.governor import FrameSample, GovernorState, observe, on_budg
 from igi_sdk.policy.governor_params import GovernorParams
 
 P = GovernorParams()
+P_NO_RELEASE = GovernorParams(release_after_s=1e9)  # the AIMD law alone, without the effectiveness check
 FPS = 60
 frame_ms = st.floats(min_value=0.0, max_value=200.0, allow_nan=False)
 target_ms = st.sampled_from([8.33, 11.1, 16.67, 33.33])
@@ -55,7 +56,8 @@ def test_outputs_are_bounded(samples: list[FrameSample], budget: int | None) -> 
 @SETTINGS
 @given(samples=sample_runs(), x1=frame_ms, x2=frame_ms)
 def test_one_step_response_is_monotone_in_frame_time(samples: list[FrameSample], x1: float, x2: float) -> None:
-    """From any reachable state, a longer frame never yields a lighter throttle than a shorter one."""
+    """From any reachable state, a longer frame never yields a lighter throttle than a shorter one, except
+    when it is the frame that shows the throttle at its floor does not help (a release)."""
     state = GovernorState.initial(4096)
     for sample in samples:
         state = observe(state, sample, P).state
@@ -63,23 +65,26 @@ def test_one_step_response_is_monotone_in_frame_time(samples: list[FrameSample],
     last = samples[-1]
     d_lo = observe(state, last.model_copy(update={"frame_time_ms": lo, "now_s": last.now_s + 0.02}), P).decision
     d_hi = observe(state, last.model_copy(update={"frame_time_ms": hi, "now_s": last.now_s + 0.02}), P).decision
+    assert d_hi.frame_ms_p95 >= d_lo.frame_ms_p95
+    if d_hi.throttle_action == "release":
+        assert d_hi.throttle_level == 0.0 and state.allowance == 0.0
+        return
     assert d_hi.throttle_level >= d_lo.throttle_level
     assert d_hi.sleep_ms_between_tokens >= d_lo.sleep_ms_between_tokens
-    assert d_hi.frame_ms_p95 >= d_lo.frame_ms_p95
 
 
 @settings(max_examples=20, deadline=None)
 @given(c1=frame_ms, c2=frame_ms, target=target_ms)
 def test_constant_loads_are_ordered_and_never_reverse(c1: float, c2: float, target: float) -> None:
-    """Open loop: a heavier constant load is throttled at least as hard at every instant, and the
-    throttle on a constant load moves in one direction only (no oscillation)."""
+    """Open loop, AIMD law alone: a heavier constant load is throttled at least as hard at every instant, and
+    the throttle on a constant load moves in one direction only (no oscillation)."""
     lo, hi = sorted((c1, c2))
     s_lo, s_hi = GovernorState.initial(2048), GovernorState.initial(2048)
     prev_lo, direction = 1.0, 0
     for i in range(20 * FPS):
         t = i / FPS
-        s_lo = observe(s_lo, FrameSample(now_s=t, frame_time_ms=lo, target_frame_time_ms=target), P).state
-        s_hi = observe(s_hi, FrameSample(now_s=t, frame_time_ms=hi, target_frame_time_ms=target), P).state
+        s_lo = observe(s_lo, FrameSample(now_s=t, frame_time_ms=lo, target_frame_time_ms=target), P_NO_RELEASE).state
+        s_hi = observe(s_hi, FrameSample(now_s=t, frame_time_ms=hi, target_frame_time_ms=target), P_NO_RELEASE).state
         assert s_hi.allowance <= s_lo.allowance
         if s_lo.allowance != prev_lo:
             d = 1 if s_lo.allowance > prev_lo else -1
@@ -87,11 +92,36 @@ def test_constant_loads_are_ordered_and_never_reverse(c1: float, c2: float, targ
             direction, prev_lo = d, s_lo.allowance
 
 
+@settings(max_examples=20, deadline=None)
+@given(load=st.floats(min_value=0.0, max_value=8.0), target=target_ms)
+def test_a_constant_load_the_throttle_cannot_lower_is_released(load: float, target: float) -> None:
+    """Open loop with the effectiveness check: frames that do not depend on generation are never held at
+    the throttle floor for long. Over the band, the throttle goes down in one direction, is released within
+    warm-up + descent + ``release_after_s``, stays released ``release_hold_s`` and then probes again; within
+    the band nothing moves."""
+    x = load * target
+    state, allowances = GovernorState.initial(2048), []
+    for i in range(40 * FPS):
+        state = observe(state, FrameSample(now_s=i / FPS, frame_time_ms=x, target_frame_time_ms=target), P).state
+        allowances.append(state.allowance)
+    if x <= target * P.tighten_above_ratio:
+        assert set(allowances) == {1.0}
+        return
+    first_floor = allowances.index(0.0)
+    released = first_floor + allowances[first_floor:].index(1.0)
+    assert all(a >= b for a, b in zip(allowances[:first_floor], allowances[1:first_floor + 1]))
+    assert (released - first_floor) / FPS <= P.release_after_s + 0.1
+    assert released / FPS <= 5.0
+    hold = allowances[released:released + int(P.release_hold_s * FPS) - 1]
+    assert set(hold) == {1.0}
+    assert min(allowances[released + int(P.release_hold_s * FPS) + 1:]) < 1.0  # probes again
+
+
 @settings(max_examples=10, deadline=None)
 @given(base_frac=st.floats(min_value=0.0, max_value=1.2), impact_frac=st.floats(min_value=0.0, max_value=1.0),
        target=target_ms)
 def test_closed_loop_settles_on_a_constant_plant(base_frac: float, impact_frac: float, target: float) -> None:
-    """Closed loop with frame_time = base + impact x allowance (generation slows frames in proportion to
+    """Closed loop (AIMD law alone) with frame_time = base + impact x allowance (generation slows frames in proportion to
     its share). When one relax step moves the frame time by less than the band
     (impact x relax_step <= (tighten_above_ratio - relax_below_ratio) x target), the throttle reverses
     direction at most once and is constant over the last 30 s of 90 s."""
@@ -101,7 +131,7 @@ def test_closed_loop_settles_on_a_constant_plant(base_frac: float, impact_frac: 
     for i in range(90 * FPS):
         t = i / FPS
         x = base_ms + impact_ms * state.allowance
-        state = observe(state, FrameSample(now_s=t, frame_time_ms=x, target_frame_time_ms=target), P).state
+        state = observe(state, FrameSample(now_s=t, frame_time_ms=x, target_frame_time_ms=target), P_NO_RELEASE).state
         if state.allowance != prev:
             d = 1 if state.allowance > prev else -1
             reversals += int(direction not in (0, d))

@@ -8,28 +8,50 @@ lost, hence the isolation. Then, on the H200 hosts of the second session, every 
 ``llama_model_load_from_file``, all model shapes, CPU-only placements too) in children started as
 ``python -m igi_sdk.profiler.isolate`` with the request on a stdin pipe, while the same load succeeded
 in-process, in a plain child process and in the spawn-started benchmark worker; the cause was not found
-in the GPU time left, so the children are now started like that worker.
+in the GPU time left, so the children are now started like that worker, and a child that crashes is
+retried once in a plain child process (``python -c``, stdin on /dev/null, the request in the environment).
 """
 
 from __future__ import annotations
 
 import faulthandler
 import importlib
+import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 
-def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> tuple[dict[str, Any] | None, str | None]:
-    """Call ``target`` (``"package.module:function"``, returning a JSON-able dict) with ``kwargs`` in a child.
+Outcome = tuple[dict[str, Any] | None, str | None]
+_REQUEST_ENV = "IGI_PROFILE_TERM_REQUEST"
+_RESULT_MARKER = "IGI_PROFILE_TERM "
+
+
+def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> Outcome:
+    """Call ``target`` (``"package.module:function"``, returning a JSON-able dict) with ``kwargs`` in a child:
+    a spawn-started one, and if that crashes (a signal), once more in a plain child process.
 
     Returns:
         (result, None) on success, or (None, reason) when the child crashed (signal), failed, timed out or
-        sent no result. A crash's reason ends with the tail of the child's output (faulthandler's stack).
+        sent no result. A crash's reason ends with the tail of the child's output (faulthandler's stack);
+        when both children crashed, the reason names both.
     """
+    result, why = run_in_spawned_child(target, kwargs, timeout_s=timeout_s)
+    if why is None or not why.startswith("crashed"):
+        return result, why
+    retry, why_retry = run_in_plain_child(target, kwargs, timeout_s=timeout_s)
+    if why_retry is None:
+        return retry, None
+    return None, f"{why}; retried in a plain child: {why_retry}"
+
+
+def run_in_spawned_child(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> Outcome:
+    """``target(**kwargs)`` in a ``multiprocessing`` spawn child (as the benchmark's engine worker starts)."""
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="igi-profile-term-") as tmp:
         log_path = Path(tmp) / "child.log"
@@ -63,6 +85,46 @@ def run_isolated(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> tu
     return payload["result"], None
 
 
+def run_in_plain_child(target: str, kwargs: dict[str, Any], *, timeout_s: float) -> Outcome:
+    """``target(**kwargs)`` in ``python -X faulthandler -c ...`` with stdin on /dev/null, the request in the
+    environment, stderr into a log file and the result on a marked stdout line."""
+    env = dict(os.environ, **{_REQUEST_ENV: json.dumps({"target": target, "kwargs": kwargs})})
+    code = "from igi_sdk.profiler.isolate import _plain_child_main; raise SystemExit(_plain_child_main())"
+    with tempfile.TemporaryDirectory(prefix="igi-profile-term-") as tmp:
+        log_path = Path(tmp) / "child.log"
+        with log_path.open("wb") as log:
+            try:
+                proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=log, env=env, timeout=timeout_s, check=False)
+            except subprocess.TimeoutExpired:
+                return None, f"timed out after {timeout_s:.0f} s"
+        lines = [ln for ln in proc.stdout.decode("utf-8", "replace").splitlines() if ln.startswith(_RESULT_MARKER)]
+        if not lines:
+            if proc.returncode < 0:
+                return None, f"crashed (signal {-proc.returncode}){_tail(log_path)}"
+            return None, f"no result (exit {proc.returncode}){_tail(log_path)}"
+    payload = json.loads(lines[-1][len(_RESULT_MARKER):])
+    if "error" in payload:
+        return None, f"{payload['error']}: {payload['message']}"
+    return payload["result"], None
+
+
+def _call(target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    module, _, func = target.partition(":")
+    try:
+        return {"result": getattr(importlib.import_module(module), func)(**kwargs)}
+    except Exception as exc:  # reported to the parent as the term's missing reason
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def _plain_child_main() -> int:
+    request = json.loads(os.environ[_REQUEST_ENV])
+    payload = _call(request["target"], request["kwargs"])
+    sys.stdout.write(_RESULT_MARKER + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
 def _tail(path: Path, n_chars: int = 1500) -> str:
     try:
         text = path.read_bytes()[-n_chars:].decode("utf-8", "replace").strip()
@@ -77,11 +139,5 @@ def _child_main(conn: Connection, target: str, kwargs: dict[str, Any], log_path:
     os.dup2(fd, 2)
     os.close(fd)
     faulthandler.enable()  # a crash writes its Python stack into the log (fd 2)
-    module, _, func = target.partition(":")
-    try:
-        result = getattr(importlib.import_module(module), func)(**kwargs)
-        payload: dict[str, Any] = {"result": result}
-    except Exception as exc:  # reported to the parent as the term's missing reason
-        payload = {"error": type(exc).__name__, "message": str(exc)}
-    conn.send(payload)
+    conn.send(_call(target, kwargs))
     conn.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from igi_sdk.planner.profile import MachineKey, Profile, reference_profile
-from igi_sdk.profiler.isolate import run_isolated
+from igi_sdk.profiler.isolate import run_in_plain_child, run_isolated
 
 CRASHER = '''
 import os, signal
@@ -38,12 +38,25 @@ def crasher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_run_isolated_reports_a_segfault_a_timeout_and_a_result(crasher: str) -> None:
     result, why = run_isolated(f"{crasher}:segfault", {}, timeout_s=60)
-    assert result is None and why is not None and f"signal {int(signal.SIGSEGV)}" in why
+    assert result is None and why is not None and why.startswith(f"crashed (signal {int(signal.SIGSEGV)})")
+    assert f"; retried in a plain child: crashed (signal {int(signal.SIGSEGV)})" in why  # both launchers tried
     result, why = run_isolated(f"{crasher}:slow", {}, timeout_s=2)
     assert result is None and why == "timed out after 2 s"
     result, why = run_isolated(f"{crasher}:ok", {"a": 1}, timeout_s=60)
     assert why is None and result == {"echo": {"a": 1}}
     result, why = run_isolated(f"{crasher}:nope", {}, timeout_s=60)
+    assert result is None and why is not None and why.startswith("AttributeError")
+
+
+def test_plain_child_reports_a_segfault_a_timeout_an_error_and_a_result(crasher: str) -> None:
+    result, why = run_in_plain_child(f"{crasher}:segfault", {}, timeout_s=60)
+    assert result is None and why is not None and why.startswith(f"crashed (signal {int(signal.SIGSEGV)})")
+    assert "Fatal Python error" in why  # faulthandler's stack from the child's log
+    result, why = run_in_plain_child(f"{crasher}:slow", {}, timeout_s=2)
+    assert result is None and why == "timed out after 2 s"
+    result, why = run_in_plain_child(f"{crasher}:ok", {"a": [1, "x"]}, timeout_s=60)
+    assert why is None and result == {"echo": {"a": [1, "x"]}}
+    result, why = run_in_plain_child(f"{crasher}:nope", {}, timeout_s=60)
     assert result is None and why is not None and why.startswith("AttributeError")
 
 

@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.child_log import log_tail, redirect_stdio
 from igi_sdk.errors import IgiError
 
 WARMUP_TOKENS = 32
@@ -116,10 +117,7 @@ def hello() -> dict[str, Any]:
 
 def _worker_main(conn: Connection, log_path: str | None) -> None:
     if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        redirect_stdio(log_path, file_mode=0o644)
     while True:
         try:
             msg = json.loads(conn.recv_bytes())
@@ -230,7 +228,7 @@ class Worker:
         code = self._proc.exitcode
         self._discard()
         why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        tail = _tail(self.log_path)
+        tail = log_tail(self.log_path)
         raise WorkerCrashed(f"engine worker died ({why})" + (f"; log tail:\n{tail}" if tail else ""))
 
     def run(self, spec: RunSpec, timeout_s: float) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.child_log import log_tail, redirect_stdio
+
 
 Outcome = tuple[dict[str, Any] | None, str | None]
 _REQUEST_ENV = "IGI_PROFILE_TERM_REQUEST"
@@ -125,19 +127,13 @@ def _plain_child_main() -> int:
     return 0
 
 
-def _tail(path: Path, n_chars: int = 1500) -> str:
-    try:
-        text = path.read_bytes()[-n_chars:].decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+def _tail(path: Path) -> str:
+    text = log_tail(path)
     return f": {text}" if text else ""
 
 
 def _child_main(conn: Connection, target: str, kwargs: dict[str, Any], log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    redirect_stdio(log_path)
     faulthandler.enable()  # a crash writes its Python stack into the log (fd 2)
     conn.send(_call(target, kwargs))
     conn.close()

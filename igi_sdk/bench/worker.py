@@ -53,10 +53,10 @@ def prompt_ids(n_tokens: int, n_vocab: int) -> list[int]:
 
 def measure(spec: RunSpec) -> dict[str, Any]:
     """Run one measurement in this process (the worker calls it). Returns timings and llama.cpp's report."""
-    import numpy as np
-
-    from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.engine.llama_engine import LlamaEngine  # llama.cpp before numpy: see profiler/isolate.py
     from igi_sdk.planner.placement import Placement
+
+    import numpy as np
 
     if spec.crash_for_test:
         os.abort()

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# llama.cpp is loaded before numpy (docs/engine.md, "Load order"): the other order segfaults on CUDA builds.
+from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
-from igi_sdk.engine.llama_engine import LlamaEngine
+import numpy as np  # isort: skip
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.errors import EngineError
 from igi_sdk.planner.placement import Placement

@@ -4,12 +4,14 @@ that measurement.
 The child is started the way the benchmark's engine worker is (``multiprocessing`` "spawn": stdin on
 /dev/null, stdout and stderr into a log file, faulthandler on), and the result comes back over a pipe.
 History: the first H200 run's ``igi profile`` died with SIGSEGV and no output, and the whole profile was
-lost, hence the isolation. Then, on the H200 hosts of the second session, every model load segfaulted (in
-``llama_model_load_from_file``, all model shapes, CPU-only placements too) in children started as
-``python -m igi_sdk.profiler.isolate`` with the request on a stdin pipe, while the same load succeeded
-in-process, in a plain child process and in the spawn-started benchmark worker; the cause was not found
-in the GPU time left, so the children are now started like that worker, and a child that crashes is
-retried once in a plain child process (``python -c``, stdin on /dev/null, the request in the environment).
+lost, hence the isolation (a crashed child is also retried once in a plain ``python -c`` child).
+
+Load order: on the H200 host (CUDA build of llama.cpp) every model load in a process that had imported
+numpy *before* llama.cpp segfaulted inside ``llama_model::print_info``: its ``std::ostream`` insert was bound
+to the copy of that libstdc++ code inside ``libggml-cuda.so`` (native backtrace, 2026-11-30). Importing
+llama.cpp first (``ENGINE_FIRST``) avoids it, so this module and the package's ``__init__`` import neither
+numpy nor pydantic, and a child imports the engine before its target. Measured there with this order:
+``igi profile`` in 23 s, no term missing.
 """
 
 from __future__ import annotations
@@ -111,9 +113,15 @@ def run_in_plain_child(target: str, kwargs: dict[str, Any], *, timeout_s: float)
     return payload["result"], None
 
 
+ENGINE_FIRST = "igi_sdk.engine.llama_engine"
+"""Imported by a measurement child before its target, so llama.cpp's libraries load before numpy's and
+pydantic's (the order of the engine worker and the daemon; see the module docstring)."""
+
+
 def _call(target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     module, _, func = target.partition(":")
     try:
+        importlib.import_module(ENGINE_FIRST)
         return {"result": getattr(importlib.import_module(module), func)(**kwargs)}
     except Exception as exc:  # reported to the parent as the term's missing reason
         return {"error": type(exc).__name__, "message": str(exc)}

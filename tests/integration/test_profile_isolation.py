@@ -25,6 +25,11 @@ def slow(**kwargs):
 
 def ok(**kwargs):
     return {"echo": kwargs}
+
+def import_order(**kwargs):
+    import sys
+    names = list(sys.modules)  # insertion order: a module enters when its import starts
+    return {"llama_cpp": names.index("llama_cpp.llama_cpp"), "numpy": names.index("numpy")}
 '''
 
 
@@ -58,6 +63,15 @@ def test_plain_child_reports_a_segfault_a_timeout_an_error_and_a_result(crasher:
     assert why is None and result == {"echo": {"a": [1, "x"]}}
     result, why = run_in_plain_child(f"{crasher}:nope", {}, timeout_s=60)
     assert result is None and why is not None and why.startswith("AttributeError")
+
+
+@pytest.mark.parametrize("launcher", [run_isolated, run_in_plain_child])
+def test_measurement_child_loads_llama_cpp_before_numpy(crasher: str, launcher) -> None:
+    """On the H200 host a model load segfaulted (in ``llama_model::print_info``, an ``std::ostream`` insert bound
+    into libggml-cuda.so) whenever numpy had been imported before llama.cpp; both launchers load llama.cpp first."""
+    result, why = launcher(f"{crasher}:import_order", {}, timeout_s=60)
+    assert why is None and result is not None
+    assert result["llama_cpp"] < result["numpy"]
 
 
 @pytest.mark.slow

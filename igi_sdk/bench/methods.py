@@ -25,6 +25,7 @@ Pinned (``load_mode="pinned"``) candidates appear in the sweep only where the pl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,16 +128,29 @@ class GroupPlan:
     oracle: list[Candidate] = field(default_factory=list)
     plan: PlanResult | None = None
     notes: list[str] = field(default_factory=list)
+    oracle_pending: Callable[[], tuple[list[Candidate], list[str]]] | None = None
+    """Set by ``plan_group(defer_oracle=True)``: plans the sweep (its exact dry runs) when first needed."""
+
+    def plan_oracle(self) -> list[Candidate]:
+        """The oracle sweep, planned now if it was deferred."""
+        if self.oracle_pending is not None:
+            pending, self.oracle_pending = self.oracle_pending, None
+            self.oracle, notes = pending()
+            self.notes.extend(notes)
+        return self.oracle
 
 
 def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: Profile, compute: ComputeBufferTable,
                options: PlannerOptions, *, extra_profile: Profile | None = None, oracle_max: int = 4,
-               oracle_pinned: str = "auto", summary: ModelSummary | None = None) -> GroupPlan:
+               oracle_pinned: str = "auto", summary: ModelSummary | None = None,
+               defer_oracle: bool = False) -> GroupPlan:
     """Every method's placement for one group, each checked against the budget by the planner's accounting.
 
     Args:
         oracle_max: how many extra sweep placements to measure (beyond the core methods).
         oracle_pinned: "auto" (pinned sweep candidates only where the planner chose pinned), "always", "never".
+        defer_oracle: plan the sweep only when ``GroupPlan.plan_oracle`` is called (its exact dry runs took
+            most of a 4-minute H200 call for the 30B-A3B before any run started).
     """
     ev = Evaluator(table, budget_mib, workload, profile, compute, options, summary)
     out = GroupPlan()
@@ -188,9 +202,17 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
                              fits=False, skip_reason=f"over budget: needs {cand.predicted_vram_mib} MiB > {budget_mib} MiB")
         out.core.append(cand)
 
-    out.oracle = oracle_candidates(ev, result, chosen, [c for c in out.core if c.placement is not None], n,
-                                   oracle_max=oracle_max, oracle_pinned=oracle_pinned)
     out.notes.extend(ev.notes)
+    ev.notes = []
+    already = [c for c in out.core if c.placement is not None]
+
+    def sweep() -> tuple[list[Candidate], list[str]]:
+        cands = oracle_candidates(ev, result, chosen, already, n, oracle_max=oracle_max, oracle_pinned=oracle_pinned)
+        return cands, ev.notes
+
+    out.oracle_pending = sweep
+    if not defer_oracle:
+        out.plan_oracle()
     return out
 
 
@@ -210,19 +232,25 @@ def oracle_candidates(ev: Evaluator, result: PlanResult, chosen: Placement | Non
                                         flash_attn=ev.options.flash_attn), threads)
     base = base.with_(rules=(), n_gpu_layers=0, load_mode="mmap", op_offload=True)
     pools: dict[str, list[Candidate]] = {f: [] for f in ORACLE_FAMILIES}
+    variants = [] if chosen is None else [
+        (ub, mode, chosen.with_(n_ubatch=ub, n_batch=ub, load_mode=mode))
+        for ub in sorted({min(u, ctx_cap) for u in (512, 1024, 2048)})
+        for mode in (modes if chosen.load_mode == "pinned" else ("mmap",))]
+    if ev.exact_path is not None:  # the exact budget checks below then read these from the dry-run cache
+        from igi_sdk.profiler.compute_table import prefetch_exact
+
+        prefetch_exact(ev.exact_path, [_threads(ru.planned.placement, threads) for ru in result.runner_ups
+                                       if ru.planned is not None] + [v for _, _, v in variants])
 
     for ru in result.runner_ups:
         if ru.planned is not None:
             pools["runner_up"].append(ev.candidate("oracle", f"runner-up {ru.strategy}: {ru.planned.description}",
                                                    _threads(ru.planned.placement, threads), strategy=ru.strategy,
                                                    family="runner_up"))
-    if chosen is not None:
-        for ub in sorted({min(u, ctx_cap) for u in (512, 1024, 2048)}):
-            for mode in modes if chosen.load_mode == "pinned" else ("mmap",):
-                variant = chosen.with_(n_ubatch=ub, n_batch=ub, load_mode=mode)
-                pools["planner_variant"].append(ev.candidate(
-                    "oracle", f"planner's {result.strategy} at n_ubatch={ub}, {mode}", variant,
-                    strategy=result.strategy, family="planner_variant"))
+    for ub, mode, variant in variants:
+        pools["planner_variant"].append(ev.candidate(
+            "oracle", f"planner's {result.strategy} at n_ubatch={ub}, {mode}", variant,
+            strategy=result.strategy, family="planner_variant"))
     if ev.has_gpu:
         for ub in ubs:
             for mode in modes:

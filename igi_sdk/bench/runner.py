@@ -201,31 +201,25 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             try:
                 gp = m.plan_group(table, budget, workload, profile, compute, options, extra_profile=extra_profile,
                                   oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
-                                  oracle_pinned=cfg.oracle_pinned, summary=summary)
+                                  oracle_pinned=cfg.oracle_pinned, summary=summary, defer_oracle=not cfg.plan_only)
             except Exception as exc:  # noqa: BLE001  (a planning bug loses one group, never the suite)
                 gp = m.GroupPlan(core=[m.Candidate("planner", "planning failed", None,
                                                    skip_reason=f"{type(exc).__name__}: {exc}")])
+            notes.extend(f"ctx {n_ctx} budget {budget}: {w}" for w in gp.notes)
             groups.append((ctx, budget, gp))
-    work: list[tuple[dict[str, Any], m.Candidate]] = []
-    for ctx, budget, cand in schedule(groups):
+
+    def add(ctx: tuple[int, int, int], budget: int, cand: m.Candidate) -> tuple[dict[str, Any], m.Candidate] | None:
+        """A record for ``cand``; returned with it when it is to be measured."""
         if cand.method not in cfg.methods:
-            continue
+            return None
         rec = _record(label, path, cand, budget, ctx, meta.get("gpu"), meta["cpu"])
         records.append(rec)
         if cand.skip_reason is not None or cand.placement is None:
             rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
-        else:
-            work.append((rec, cand))
-    state.n_total += len(work)
-    est = estimate_s([c for _, c in work], table.file_bytes)
-    say(f"{label}: {len(work)} runs planned over {len(groups)} groups, estimated {est / 60:.1f} min")
-    if cfg.plan_only:
-        for rec, cand in work:
-            say(f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
-                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}")
-        return out_file
-    flush()
-    for rec, cand in work:
+            return None
+        return rec, cand
+
+    def run(rec: dict[str, Any], cand: m.Candidate) -> None:
         state.n_done += 1
         rec["run_id"] = f"{label}#{state.n_done}"
         key = f"{path}|{rec['prompt_tokens']}|{rec['reply_tokens']}|{m.placement_key(cand.placement)}"  # type: ignore[arg-type]
@@ -237,7 +231,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                 rec[k] = prev.get(k)
             rec["reused_from"] = prev["run_id"]
             _check_budget(rec)
-        elif state.remaining_s() is not None and state.remaining_s() <= 0:  # type: ignore[operator]
+        elif out_of_time():
             rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
         else:
             _measure(worker, sampler, rec, cand, cfg, state)
@@ -245,18 +239,70 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                 state.measured[key] = rec
         _progress(state, rec, say)
         flush()
+
+    def out_of_time() -> bool:
+        return state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
+
+    if cfg.plan_only:
+        work = [w for ctx, b, c in schedule(groups) if (w := add(ctx, b, c)) is not None]
+        state.n_total += len(work)
+        say(f"{label}: {len(work)} runs planned over {len(groups)} groups, "
+            f"estimated {estimate_s([c for _, c in work], table.file_bytes) / 60:.1f} min")
+        for rec, cand in work:
+            say(f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
+                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}")
+        return out_file
+    work = [w for ctx, b, c in core_order(groups) if (w := add(ctx, b, c)) is not None]
+    state.n_total += len(work)
+    say(f"{label}: {len(work)} core runs over {len(groups)} groups, estimated "
+        f"{estimate_s([c for _, c in work], table.file_bytes) / 60:.1f} min; then the oracle sweep, planned group by "
+        f"group in rounds")
+    flush()
+    for rec, cand in work:
+        run(rec, cand)
+    if "oracle" in cfg.methods and cfg.oracle_max > 0:
+        for i in range(cfg.oracle_max):
+            for ctx, budget, gp in groups:
+                if out_of_time():
+                    break
+                if gp.oracle_pending is not None:
+                    t0 = time.monotonic()
+                    n_notes = len(gp.notes)
+                    try:
+                        gp.plan_oracle()
+                    except Exception as exc:  # noqa: BLE001  (a sweep-planning bug loses that group's sweep only)
+                        gp.oracle_pending, gp.oracle = None, []
+                        gp.notes.append(f"oracle sweep planning failed ({type(exc).__name__}: {exc})")
+                    notes.extend(f"ctx {ctx[0]} budget {budget}: {w}" for w in gp.notes[n_notes:])
+                    say(f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
+                        f"{time.monotonic() - t0:.1f} s")
+                if i < len(gp.oracle) and (w := add(ctx, budget, gp.oracle[i])) is not None:
+                    state.n_total += 1
+                    run(*w)
+        not_planned = sum(1 for _, _, gp in groups if gp.oracle_pending is not None)
+        if not_planned:
+            notes.append(f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
+                         f"{cfg.max_minutes} min reached")
+            say(f"  {notes[-1]}")
     flush()
     return out_file
 
 
-def schedule(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
-             ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
-    """Run order: the planner and the baselines of every group, then ``planner_ref`` of every group, then
-    the oracle sweeps round by round (first candidate of every group, then the second, ...), so a time
-    limit cuts the least informative runs and leaves every group some oracle coverage."""
+def core_order(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
+               ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+    """The planner and the baselines of every group, then ``planner_ref`` of every group."""
     out = [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method != "planner_ref"]
     out += [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method == "planner_ref"]
-    for i in range(max((len(gp.oracle) for _, _, gp in groups), default=0)):
+    return out
+
+
+def schedule(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
+             ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+    """Run order: ``core_order``, then the oracle sweeps round by round (first candidate of every group, then
+    the second, ...), so a time limit cuts the least informative runs and leaves every group some oracle
+    coverage. ``run_model`` follows it, planning each deferred sweep at its group's first round."""
+    out = core_order(groups)
+    for i in range(max((len(gp.plan_oracle()) for _, _, gp in groups), default=0)):
         out += [(ctx, b, gp.oracle[i]) for ctx, b, gp in groups if i < len(gp.oracle)]
     return out
 

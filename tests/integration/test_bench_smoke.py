@@ -87,3 +87,7 @@ def test_time_limit_records_the_remaining_runs_as_skipped(tmp_path: Path) -> Non
     runnable = [r for r in runs if r["status"] not in ("over_budget", "not_applicable")]
     assert runnable and all(r["status"] == "skipped" and "time limit" in r["error"] for r in runnable)
     assert "skipped (time limit)" in (out / "bench.md").read_text()
+    # the oracle sweep is planned only when its round comes: out of time, no group's sweep was planned or run
+    assert not [r for r in runs if r["method"] == "oracle"]
+    notes = json.loads((out / "bench-smoke_dense.json").read_text())["meta"]["notes"]
+    assert any(n.startswith("oracle sweep not planned for") for n in notes)

@@ -102,3 +102,14 @@ def test_auto_budgets_span_the_model_and_shape_the_plans() -> None:
     plans = [m.plan_group(table, b, workload, H200, ComputeBufferTable(), OPTIONS, oracle_max=0) for b in budgets]
     chosen = [next(c for c in p.core if c.method == "planner").placement for p in plans]
     assert all(p is not None for p in chosen) and len({m.placement_key(p) for p in chosen if p}) == 3
+
+
+def test_deferred_oracle_is_planned_on_demand_and_matches_the_eager_sweep() -> None:
+    eager = _group("qwen3_30b_a3b", 4096, oracle_max=4)
+    lazy = _group("qwen3_30b_a3b", 4096, oracle_max=4, defer_oracle=True)
+    assert lazy.oracle == [] and lazy.oracle_pending is not None
+    assert [c.method for c in lazy.core] == [c.method for c in eager.core]
+    swept = lazy.plan_oracle()
+    assert lazy.oracle_pending is None and swept is lazy.oracle and len(swept) == len(eager.oracle) > 0
+    assert [m.placement_key(c.placement) for c in swept] == [m.placement_key(c.placement) for c in eager.oracle]
+    assert lazy.plan_oracle() is swept  # planned once

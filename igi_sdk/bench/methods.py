@@ -149,8 +149,8 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
     Args:
         oracle_max: how many extra sweep placements to measure (beyond the core methods).
         oracle_pinned: "auto" (pinned sweep candidates only where the planner chose pinned), "always", "never".
-        defer_oracle: plan the sweep only when ``GroupPlan.plan_oracle`` is called (its exact dry runs took
-            most of a 4-minute H200 call for the 30B-A3B before any run started).
+        defer_oracle: plan the sweep only when ``GroupPlan.plan_oracle`` is called, so that its exact dry
+            runs (seconds each for a 16 GiB model) do not delay the core runs under a time limit.
     """
     ev = Evaluator(table, budget_mib, workload, profile, compute, options, summary)
     out = GroupPlan()

@@ -12,8 +12,10 @@ import ctypes
 import json
 import os
 import struct
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from functools import cached_property
@@ -42,10 +44,21 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
+def numpy_imported_before_llama_cpp() -> bool:
+    """Whether this process imported numpy before llama.cpp's library module: on the CUDA build of the H200
+    host that order made every model load segfault (docs/engine.md, "Load order")."""
+    names = list(sys.modules)  # insertion order: a module enters when its import starts
+    return "numpy" in sys.modules and names.index("numpy") < names.index("llama_cpp.llama_cpp")
+
+
 def _backend_init() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
+            if numpy_imported_before_llama_cpp() and llama_cpp.llama_supports_gpu_offload():
+                warnings.warn("numpy was imported before llama.cpp; on CUDA builds this order has crashed model "
+                              "loads (import igi_sdk.engine.llama_engine first; docs/engine.md, 'Load order')",
+                              RuntimeWarning, stacklevel=3)
             llama_cpp.llama_backend_init()
             _backend_ready = True
 

@@ -58,3 +58,12 @@ def test_the_probe_sees_the_wrong_order() -> None:
     """The check can fail: numpy imported first is reported as such."""
     order = _order(["numpy", "igi_sdk.engine.llama_engine"])
     assert order["numpy"] < order["llama_cpp"]
+
+
+@pytest.mark.parametrize(("first", "expected"), [("numpy", True), ("igi_sdk.engine.llama_engine", False)])
+def test_the_engine_knows_which_came_first(first: str, expected: bool) -> None:
+    """``numpy_imported_before_llama_cpp`` (the engine warns on GPU builds when it is true)."""
+    code = (f"import {first}\nfrom igi_sdk.engine.llama_engine import numpy_imported_before_llama_cpp as f\n"
+            "print(f())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == str(expected)

@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
     p.add_argument("--no-warmup", action="store_true", help="measure without the 32-token warm-up")
     p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
+    p.add_argument("--resume", type=Path, nargs="+", default=[], metavar="BENCH_JSON",
+                   help="earlier bench-*.json of this machine kind: their measured runs are taken over, not run again "
+                        "(a time-limited suite continues in a later call)")
     p.add_argument("--merge", action="store_true", help="only merge existing bench-*.json in --out and render")
     p.add_argument("--plan-only", action="store_true", help="list the runs and estimated time, measure nothing")
     return p
@@ -75,7 +78,7 @@ def _say(msg: str) -> None:
 def run(argv: list[str]) -> int:
     """Entry point of ``igi bench``."""
     from igi_sdk.bench.report import merge
-    from igi_sdk.bench.runner import SuiteConfig, SuiteState, machine_meta, run_model
+    from igi_sdk.bench.runner import SuiteConfig, SuiteState, load_resumed, machine_meta, run_model
     from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
     from igi_sdk.bench.vram import VramSampler, open_nvml
     from igi_sdk.bench.worker import Worker
@@ -131,6 +134,10 @@ def run(argv: list[str]) -> int:
             profile, notes = resolve_profile(args.profile, has_gpu=machine_has_gpu, say=_say)
         extra = resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
         meta = machine_meta(sampler, hello, profile, notes, cfg)
+        if args.resume:
+            state.measured, resume_notes = load_resumed(args.resume, meta)
+            meta["notes"].extend(resume_notes)
+            notes = [*notes, *resume_notes]
         _say(f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "
              f"threads {cfg.n_threads} | out {out_dir}")
         for note in notes:

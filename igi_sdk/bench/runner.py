@@ -4,7 +4,8 @@ rewritten after every run, so an interrupted suite keeps what it measured.
 
 Order: first the core methods of every group (planner and baselines), then the oracle sweeps, so a time
 limit (``max_minutes``) cuts oracle candidates before comparisons. A placement measured once (same model,
-placement, prompt and reply) is reused by every group that needs it (``reused_from``).
+placement, prompt and reply) is reused by every group that needs it (``reused_from``), and with ``--resume``
+(``load_resumed``) also a placement measured by an earlier, time-limited suite on the same machine kind.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     def run(rec: dict[str, Any], cand: m.Candidate) -> None:
         state.n_done += 1
         rec["run_id"] = f"{label}#{state.n_done}"
-        key = f"{path}|{rec['prompt_tokens']}|{rec['reply_tokens']}|{m.placement_key(cand.placement)}"  # type: ignore[arg-type]
+        key = measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)  # type: ignore[arg-type]
         if key in state.measured:
             prev = state.measured[key]
             for k in ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
@@ -288,6 +289,46 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     return out_file
 
 
+def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, placement: Placement) -> str:
+    """What makes two runs the same measurement: model file, workload and placement (the model file by name, so
+    a run on another machine of the same synthetic preset matches; ``load_resumed`` checks the rest)."""
+    return f"{Path(model_path).name}|{prompt_tokens}|{reply_tokens}|{m.placement_key(placement)}"
+
+
+RESUME_MATCH = ("gpu", "cpu", "n_threads", "llama_cpp", "warmup")
+"""Meta fields that must agree for an earlier file's runs to be taken over by ``--resume``."""
+RESUMED_PREFIX = "resumed from "
+
+
+def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The ok runs of earlier result files, by ``measure_key``, for a suite with ``meta``; and notes saying what
+    was taken and what was refused (a file from another machine, build, thread count or warm-up setting)."""
+    taken: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        old = data.get("meta", {})
+        differ = [k for k in RESUME_MATCH if old.get(k) != meta.get(k)]
+        if differ:
+            notes.append(f"resume: {path.name} not used (differs in {', '.join(differ)})")
+            continue
+        n = 0
+        for r in data.get("runs", []):
+            if r.get("status") != "ok" or r.get("placement") is None:
+                continue
+            key = measure_key(r["model_path"], r["prompt_tokens"], r["reply_tokens"],
+                              Placement.model_validate(r["placement"]))
+            origin = r.get("reused_from") or r["run_id"]  # a run resumed once already keeps its first origin
+            if key not in taken:
+                external = origin.startswith(RESUMED_PREFIX)
+                taken[key] = {**r, "run_id": origin if external else
+                              f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}"}
+                n += 1
+        notes.append(f"resume: {n} measurements taken from {path.name} (started {old.get('started_at')}); "
+                     f"their records say reused_from '{RESUMED_PREFIX}<file> started <time>: <run_id>'")
+    return taken, notes
+
+
 def core_order(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
                ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
     """The planner and the baselines of every group, then ``planner_ref`` of every group."""
@@ -320,6 +361,7 @@ def machine_meta(sampler: VramSampler, hello: dict[str, Any], profile: Profile, 
         "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
         "smoke": cfg.smoke, "n_threads": cfg.n_threads, "contexts": cfg.contexts, "budgets_mib": cfg.budgets_mib,
         "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned, "dry_run_compute": cfg.use_dry_run,
+        "warmup": cfg.warmup,
         "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
                   "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
     }

@@ -91,3 +91,31 @@ def test_time_limit_records_the_remaining_runs_as_skipped(tmp_path: Path) -> Non
     assert not [r for r in runs if r["method"] == "oracle"]
     notes = json.loads((out / "bench-smoke_dense.json").read_text())["meta"]["notes"]
     assert any(n.startswith("oracle sweep not planned for") for n in notes)
+
+
+def test_resume_takes_over_the_runs_an_earlier_suite_measured(smoke_out: Path, tmp_path: Path) -> None:
+    earlier = smoke_out / "bench-smoke_dense.json"
+    work = Path(json.loads(earlier.read_text())["runs"][0]["model_path"]).parent
+    out = tmp_path / "out"
+    # out of time at once: without --resume every run would be skipped (test above); with it, none is
+    assert run(["--smoke", "--model", "smoke_dense", "--max-minutes", "0", "--out", str(out), "--work-dir", str(work),
+                "--resume", str(earlier)]) == 0
+    data = json.loads((out / "bench-smoke_dense.json").read_text())
+    before = {(r["method"], r["budget_mib"]): r for r in json.loads(earlier.read_text())["runs"]}
+    runnable = [r for r in data["runs"] if r["status"] not in ("over_budget", "not_applicable")]
+    assert runnable and all(r["status"] == "ok" and r["reused_from"].startswith("resumed from bench-smoke_dense.json")
+                            for r in runnable)
+    for r in runnable:
+        assert r["e2e_s"] == before[(r["method"], r["budget_mib"])]["e2e_s"]
+    assert any(n.startswith("resume: ") and "taken from bench-smoke_dense.json" for n in data["meta"]["notes"])
+
+
+def test_resume_refuses_a_file_from_another_setting(smoke_out: Path, tmp_path: Path) -> None:
+    from igi_sdk.bench.runner import load_resumed
+
+    data = json.loads((smoke_out / "bench-smoke_dense.json").read_text())
+    meta = dict(data["meta"])
+    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], meta)
+    assert taken and "taken from" in notes[0]
+    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], {**meta, "n_threads": meta["n_threads"] + 1})
+    assert taken == {} and "not used (differs in n_threads)" in notes[0]

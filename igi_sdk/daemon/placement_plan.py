@@ -17,6 +17,8 @@ from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 
 _log = get_logger("placement")
+DEFAULT_DRY_RUN_CHILD_MIB = 640
+"""A dry-run child's CUDA context when no GPU profile says otherwise (618 MiB measured on the H200)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,17 @@ class PlanOutcome:
     predicted_tps: float
     cpu_fallback: bool
     warning: str | None = None
+
+
+DRY_RUN_MARGIN_MIB = 256
+"""Headroom kept free beside dry-run children (NVML rounding, the allocator's slack)."""
+
+
+def dry_run_slots_for(headroom_mib: float, child_mib: int) -> int | None:
+    """How many dry-run children fit in ``headroom_mib`` of VRAM (None: they take none, no GPU)."""
+    if child_mib <= 0:
+        return None
+    return max(0, int((headroom_mib - DRY_RUN_MARGIN_MIB) // child_mib))
 
 
 class PlacementPlanner:
@@ -57,14 +70,48 @@ class PlacementPlanner:
         plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary="all weights and KV on the CPU")
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning)
 
-    def plan(self, budget_mib: int) -> PlanOutcome:
-        """The best placement under ``budget_mib`` from the planner (CPU-only when nothing fits or it fails)."""
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
+        """The best placement under ``budget_mib`` from the planner (CPU-only when nothing fits or it fails).
+
+        Args:
+            dry_run_slots: llama.cpp dry-run children allowed at once while planning (each holds a CUDA context,
+                ``dry_run_child_mib``); 0 = only dry runs already in the disk cache; None = no limit.
+
+        Raises:
+            DryRunDeferred: ``dry_run_slots == 0`` and the plan needs a dry run that is not cached yet.
+        """
+        from igi_sdk.engine.dry_run import DryRunDeferred, dry_run_slots as limit_dry_runs
+
         try:
-            return self._planned(budget_mib)
+            with limit_dry_runs(dry_run_slots):
+                return self._planned(budget_mib)
+        except DryRunDeferred:
+            raise
         except Exception as exc:  # planner or profile failing: never risk an OOM
             log_event(_log, logging.WARNING, "planner_unavailable", error=f"{type(exc).__name__}: {exc}")
             return self.cpu_only(budget_mib, warning=f"planner unavailable ({type(exc).__name__}: {exc}); "
                                                      "CPU-only placement")
+
+    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
+        """``plan`` with as many dry-run children as ``headroom_mib`` of free VRAM holds; CPU-only (with a
+        warning) when the plan needs a dry run and not even one child fits."""
+        from igi_sdk.engine.dry_run import DryRunDeferred
+
+        try:
+            return self.plan(budget_mib, dry_run_slots=dry_run_slots_for(headroom_mib, self.dry_run_child_mib()))
+        except DryRunDeferred:
+            return self.cpu_only(budget_mib, warning=f"no VRAM headroom ({headroom_mib:.0f} MiB) for the dry run that "
+                                                     "sizes a GPU placement; CPU-only placement")
+
+    def dry_run_child_mib(self) -> int:
+        """VRAM one dry-run child takes while it runs (its CUDA context: the profile's reserve); 0 without a GPU."""
+        if not self._gpu:
+            return 0
+        try:
+            gpu = self._profile().gpu
+        except Exception:  # noqa: BLE001  (no profile: the H200's measured context size)
+            return DEFAULT_DRY_RUN_CHILD_MIB
+        return DEFAULT_DRY_RUN_CHILD_MIB if gpu is None else int(gpu.reserve_mib)
 
     def _profile(self) -> Any:
         if self._profile_cache is None:

@@ -85,7 +85,7 @@ class DaemonServer:
         base = Placement(n_ctx=settings.engine.n_ctx, n_seq_max=settings.engine.n_seq_max, n_threads=settings.engine.n_threads,
                          n_threads_batch=settings.engine.n_threads)
         planner = PlacementPlanner(model_path, base)
-        initial = planner.plan(settings.budget.vram_budget_mib)
+        initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())
 
         def outbox(identity: bytes, frames: list[bytes]) -> None:

@@ -12,6 +12,9 @@ process), creates the context, and logs what it would allocate. In 0.3.36 the lo
 A misstep inside llama.cpp can abort the process, so the work runs in a child process
 (``python -m igi_sdk.engine.dry_run --json``, request on stdin) with a timeout. Results are cached on disk
 by (model file identity, placement, llama-cpp-python version).
+
+On a CUDA build each child holds a CUDA context while it runs (618 MiB of device memory on the H200, measured
+by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_run_slots``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from igi_sdk.engine.reports import MemoryReport
@@ -28,8 +34,37 @@ from igi_sdk.errors import EngineError
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_TIMEOUT_S = 120.0
+_limit: int | None = None  # dry-run children allowed at once (None: no limit); set by ``dry_run_slots``
+_running = threading.BoundedSemaphore(1)  # replaced by ``dry_run_slots``
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
 _CACHE_VERSION = 1
+
+
+class DryRunDeferred(Exception):  # noqa: N818  (not an error: the caller frees VRAM and asks again)
+    """An uncached dry run was needed while ``dry_run_slots(0)`` was in force.
+
+    Deliberately not an ``IgiError``: no layer may treat it as a failed dry run (which would fall back to
+    estimates or to CPU-only); it reaches the caller that set the limit.
+    """
+
+
+@contextmanager
+def dry_run_slots(n: int | None) -> Iterator[None]:
+    """Limit the dry-run child processes of this process while the block runs.
+
+    On a CUDA build every child creates its own CUDA context (about ``Profile.gpu.reserve_mib``, 618 MiB on
+    the H200) for as long as it runs, VRAM a caller under a budget has to count. ``n`` children at most run
+    at once; with ``n == 0`` a dry run that is not in the disk cache raises ``DryRunDeferred`` instead of
+    starting a child; ``None`` lifts the limit. Not re-entrant across threads: set it around one planning call.
+    """
+    global _limit, _running
+    saved = _limit, _running
+    _limit = n
+    _running = threading.BoundedSemaphore(max(1, n or 1))
+    try:
+        yield
+    finally:
+        _limit, _running = saved
 
 
 def _cache_key(model_path: Path, placement: Placement) -> str:
@@ -67,6 +102,7 @@ def dry_run(
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
         PlacementRejectedError: a rule targets a device this machine cannot serve.
         EngineError: the child failed, crashed or timed out.
+        DryRunDeferred: not cached, and ``dry_run_slots(0)`` is in force.
     """
     from igi_sdk.engine.devices import resolve_buffer_type
     from igi_sdk.engine.gguf_table import read_tensor_table
@@ -81,10 +117,14 @@ def dry_run(
             return MemoryReport.model_validate_json(cache_file.read_text())
         except ValueError:
             cache_file.unlink(missing_ok=True)
+    limit = _limit
+    if limit == 0:
+        raise DryRunDeferred(f"dry run of {path.name} needed; no dry-run child may start now")
     request = json.dumps({"model_path": str(path), "placement": placement.model_dump(mode="json")})
     cmd = [sys.executable, "-m", "igi_sdk.engine.dry_run", "--json"]
     try:
-        proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False)
+        with _running if limit is not None else nullcontext():
+            proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise EngineError(f"dry run of {path} timed out after {timeout_s:.0f} s") from exc
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_RESULT_MARKER)]

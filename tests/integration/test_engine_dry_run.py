@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from igi_sdk.engine import LlamaEngine
-from igi_sdk.engine.dry_run import dry_run
+from igi_sdk.engine import dry_run as dry_run_module
+from igi_sdk.engine.dry_run import DryRunDeferred, dry_run, dry_run_slots
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -51,3 +54,44 @@ def test_dry_run_rejects_unknown_device() -> None:
     bad = Placement(rules=(OverrideRule(pattern="ffn", device="CUDA3"),))
     with pytest.raises(PlacementRejectedError):
         dry_run(default_model_path(), bad)
+
+
+def test_dry_run_slots_zero_serves_the_cache_and_defers_the_rest(isolated_cache: Path) -> None:
+    path = default_model_path()
+    cached = Placement(n_ctx=512, n_batch=128, n_ubatch=128)
+    first = dry_run(path, cached)
+    with dry_run_slots(0):
+        assert dry_run(path, cached) == first  # in the disk cache: no child, allowed
+        with pytest.raises(DryRunDeferred):
+            dry_run(path, cached.with_(n_ctx=1024))  # would start a child (and, on CUDA, a context)
+    assert not list((isolated_cache / "dry_run").glob("*.tmp"))
+    dry_run(path, cached.with_(n_ctx=1024))  # limit lifted on leaving the block
+
+
+def test_dry_run_slots_caps_concurrent_children(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    running, peak, lock = 0, 0, threading.Lock()
+    real_run = dry_run_module.subprocess.run
+
+    def counting_run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        try:
+            time.sleep(0.2)
+            return real_run(*args, **kwargs)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(dry_run_module.subprocess, "run", counting_run)
+    path = default_model_path()
+    placements = [Placement(n_ctx=256 * (i + 1), n_batch=128, n_ubatch=128) for i in range(4)]
+    with dry_run_slots(2):
+        threads = [threading.Thread(target=dry_run, args=(path, p)) for p in placements]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert peak == 2
+    assert len(list((isolated_cache / "dry_run").glob("*.json"))) == 4

@@ -159,8 +159,14 @@ class SimWorker:
 
 
 class _Planner:
-    def plan(self, budget_mib: int) -> PlanOutcome:
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
+
+    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
+        return self.plan(budget_mib)
+
+    def dry_run_child_mib(self) -> int:
+        return 0  # no GPU: dry runs take no VRAM
 
 
 class Daemon:

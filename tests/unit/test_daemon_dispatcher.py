@@ -60,8 +60,14 @@ class FakeWorker:
 
 
 class _Planner:
-    def plan(self, budget_mib: int) -> PlanOutcome:
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         return _outcome(budget_mib)
+
+    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
+        return _outcome(budget_mib)
+
+    def dry_run_child_mib(self) -> int:
+        return 0  # no GPU: dry runs take no VRAM
 
 
 def _outcome(budget_mib: int) -> PlanOutcome:

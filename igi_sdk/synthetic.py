@@ -22,7 +22,7 @@ ARCH = "llama"
 QK = 32  # elements per Q4_0 / Q8_0 block
 _BLOCK_BYTES = {"Q4_0": 2 + QK // 2, "Q8_0": 2 + QK}
 _GGML_TYPE_ID = {"F32": 0, "Q4_0": 2, "Q8_0": 8}
-_ELEMENT_STD = {"Q4_0": 4.6, "Q8_0": 74.0}  # std of a uniform nibble-8 / int8 value
+_ELEMENT_STD = {"Q4_0": 4.18, "Q8_0": 73.6}  # std of a quantized value after _zero_mean
 _CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -128,8 +128,10 @@ def _n_bytes(ne: tuple[int, ...], ggml_type: str) -> int:
     return n * 4 if ggml_type == "F32" else n // QK * _BLOCK_BYTES[ggml_type]
 
 
-def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator) -> np.ndarray:
-    """Random data for one tensor as a flat uint8 (quantized) or float32 array."""
+def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator, *, lookup: bool = False,
+                 gain: float = 1.0) -> np.ndarray:
+    """Random data for one tensor as a flat uint8 (quantized) or float32 array: a matrix whose rows keep a
+    unit-RMS input's dot product at ``gain``; with ``lookup``, an embedding table (rows of unit RMS)."""
     if ggml_type == "F32":
         if len(ne) == 1:  # norm weights
             return np.ones(ne[0], dtype=np.float32)
@@ -139,10 +141,44 @@ def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator) 
     n_bytes = n_blocks * block
     words = rng.bit_generator.random_raw(-(-n_bytes // 8))  # raw 64-bit draws: ~1.5 GB/s with SFC64
     raw = words.view(np.uint8)[:n_bytes].reshape(n_blocks, block)
+    _zero_mean(raw[:, 2:], ggml_type)
     # scale so that a row's dot product with a unit-RMS input stays O(1): 1 / (element std * sqrt(n_in))
-    scale = np.float16(1.0 / (_ELEMENT_STD[ggml_type] * math.sqrt(ne[0])))
+    scale = np.float16(gain / (_ELEMENT_STD[ggml_type] * (1.0 if lookup else math.sqrt(ne[0]))))
     raw[:, 0:2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
     return raw.reshape(-1)
+
+
+GENERATOR_VERSION = 2
+"""Bumped when the bytes for a given shape and seed change, so cached files of an older generator are not reused.
+2 (2026-11-30): zero-mean quants, unit-RMS embedding rows, residual projections scaled by 1/sqrt(2 n_layer).
+Version 1 collapsed every token's hidden state onto a common direction within a few layers, so a MoE router sent
+whole 512-token ubatches to the same 8 of 128 experts (measured with
+``docs/benchmarks/h200-session4/moe_expert_usage.py``: median 8 activated per layer and ubatch; version 2: 128,
+as with a trained router), which made prompt processing with host experts (llama.cpp copies only the activated
+experts to the GPU) far cheaper than for a real model."""
+
+
+def cached_file_name(name: str) -> str:
+    """File name of the cached synthetic model ``name`` (carries ``GENERATOR_VERSION``)."""
+    return f"{name}.g{GENERATOR_VERSION}.gguf"
+
+
+_RESIDUAL_OUTPUTS = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight")
+"""Projections that add into the residual stream: scaled by 1/sqrt(2 n_layer), as GPT-2 initialises them, so
+the token's own embedding is not drowned by 2 n_layer contributions that are alike for every token (random
+attention averages the context)."""
+
+
+def _zero_mean(quants: np.ndarray, ggml_type: str) -> None:
+    """Make the quantized values symmetric about zero, in place: uniform random Q4_0 nibbles give values -8..7
+    (mean -0.5) and Q8_0 bytes -128..127, and a mean shared by every weight adds the same direction to every
+    token's hidden state, layer after layer, until all tokens look alike (a MoE router then sends every token to
+    the same 8 experts). The lowest value (-8 / -128) becomes 0, so the values are -7..7 / -127..127 plus zero."""
+    if ggml_type == "Q4_0":
+        quants |= ((quants & 0x0F) == 0).astype(np.uint8) << 3  # low nibble 0 (value -8) -> 8 (value 0)
+        quants |= ((quants & 0xF0) == 0).astype(np.uint8) << 7  # high nibble likewise
+    else:
+        quants[quants == 0x80] = 0  # int8 -128 -> 0
 
 
 def _vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -215,6 +251,7 @@ def write_synthetic_gguf(
     writer.add_bool("tokenizer.ggml.add_bos_token", True)
     writer.add_string("tokenizer.chat_template", _CHAT_TEMPLATE)
 
+    residual_gain = 1.0 / math.sqrt(2 * shape.n_layer)
     for name, ne, t in specs:
         # element shape, outermost first; a non-uint8 dtype keeps add_tensor_info from reading it as bytes
         writer.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32), _n_bytes(ne, t),
@@ -223,9 +260,10 @@ def write_synthetic_gguf(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for index, (_name, ne, t) in enumerate(specs):
+        for index, (name, ne, t) in enumerate(specs):
             rng = np.random.Generator(np.random.SFC64([seed, index]))
-            writer.write_tensor_data(_tensor_data(ne, t, rng))
+            writer.write_tensor_data(_tensor_data(ne, t, rng, lookup=name == "token_embd.weight",
+                                                  gain=residual_gain if name.endswith(_RESIDUAL_OUTPUTS) else 1.0))
         writer.close()
     except BaseException:
         writer.close()

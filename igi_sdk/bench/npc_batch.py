@@ -55,10 +55,10 @@ def resolve_model(spec: str) -> Path:
         return default_model_path()
     if spec.startswith("synthetic:"):
         from igi_sdk.model_store import cache_dir
-        from igi_sdk.synthetic import write_synthetic_gguf
+        from igi_sdk.synthetic import cached_file_name, write_synthetic_gguf
 
         name = spec.split(":", 1)[1]
-        path = cache_dir() / "synthetic" / f"{name}.gguf"
+        path = cache_dir() / "synthetic" / cached_file_name(name)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             print(f"writing synthetic model {name} to {path} ...", file=sys.stderr)

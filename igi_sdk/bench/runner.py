@@ -22,6 +22,7 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
+from igi_sdk.synthetic import cached_file_name
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
@@ -177,7 +178,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                               "summary": summarize_groups(records)})
 
     if cfg.plan_only and model_label(spec) in known_shapes():
-        path = cfg.work_dir / f"{model_label(spec)}.gguf"
+        path = cfg.work_dir / cached_file_name(model_label(spec))
         table = table_from_shape(known_shapes()[model_label(spec)], name=model_label(spec))
     else:
         path, _shape = resolve_model(spec, cfg.work_dir, say)

@@ -20,7 +20,7 @@ from pathlib import Path
 from igi_sdk.planner import ComputeBufferTable, PlannerOptions, Profile, reference_profile
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary
-from igi_sdk.synthetic import PRESETS, SyntheticShape
+from igi_sdk.synthetic import PRESETS, SyntheticShape, cached_file_name
 
 SMOKE_SHAPES: dict[str, SyntheticShape] = {
     "smoke_dense": SyntheticShape(n_layer=4, n_embd=256, n_ff=1024, n_head=4, n_head_kv=2, n_vocab=4096,
@@ -55,7 +55,7 @@ def resolve_model(spec: str, work_dir: Path, say: Say) -> tuple[Path, SyntheticS
     name = spec.split(":", 1)[1] if spec.startswith("synthetic:") else spec
     shapes = known_shapes()
     if name in shapes:
-        path = work_dir / f"{name}.gguf"
+        path = work_dir / cached_file_name(name)
         if not path.is_file():
             work_dir.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()

@@ -44,7 +44,7 @@ def _models(quick: bool) -> dict[str, Path]:
     Head dimension 64 everywhere (a supported flash-attention head size on every backend; the old tiny
     model had 16)."""
     from igi_sdk.model_store import cache_dir
-    from igi_sdk.synthetic import SyntheticShape, write_synthetic_gguf
+    from igi_sdk.synthetic import SyntheticShape, cached_file_name, write_synthetic_gguf
 
     folder = cache_dir() / "profiler"
     folder.mkdir(parents=True, exist_ok=True)
@@ -61,7 +61,7 @@ def _models(quick: bool) -> dict[str, Path]:
     for (name, shape), role in zip(shapes.items(), ("tiny", "small", "moe")):
         if role == "moe" and quick:
             continue  # quick profiles do not measure the MoE efficiency
-        path = folder / f"{name}.gguf"
+        path = folder / cached_file_name(name)
         if not path.is_file():
             write_synthetic_gguf(path, shape)
         paths[role] = path

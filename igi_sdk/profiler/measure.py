@@ -19,7 +19,7 @@ from igi_sdk.planner.cost import (OPS_ATTN_CORE, OPS_ATTN_OUT, OPS_ATTN_PROJ, OP
                                   OPS_MOE_ROUTE)
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
-from igi_sdk.synthetic import SyntheticShape, write_synthetic_gguf
+from igi_sdk.synthetic import SyntheticShape, cached_file_name, write_synthetic_gguf
 
 Progress = Callable[[str], None]
 
@@ -78,7 +78,7 @@ def copy_rate_gbps(copied_bytes: int, t_streamed_s: float, t_resident_s: float) 
 def timing_model(folder: Path, name: str) -> Path:
     """Path of the synthetic timing model ``name`` of ``TIMING_SHAPES``, written once (atomically) into
     ``folder``."""
-    path = folder / f"{name}.gguf"
+    path = folder / cached_file_name(name)
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{name}.{os.getpid()}.tmp.gguf"

@@ -13,17 +13,24 @@ budget holds (none for a reclaim, which must free memory first). When the plan n
 start, the change goes in two reloads: first to the CPU-only placement (VRAM freed within a token boundary and
 a reload; sessions kept, generation goes on on the CPU), then, planned with the VRAM that freed, to the final
 placement; the ack follows the second.
+
+A plan whose dry runs are all in the disk cache (a budget seen before) takes milliseconds and is made in the
+I/O loop. One that needs new dry runs (seconds) is made in a background thread, one at a time; the loop goes on
+answering heartbeats, cancels and reclaims, ``tick`` applies the plan when it is done, and a decision arriving
+meanwhile supersedes it (its waiters move along), as a newer target supersedes a queued reload.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome, dry_run_slots_for
-from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.daemon.vram import measure_vram_mib
+from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import BudgetAck
@@ -47,6 +54,38 @@ class _Reload:
     replan_mib: int | None = None  # an interim CPU-only reload: plan for this budget once it is done
 
 
+@dataclass
+class _Result:
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: PlanOutcome | None = None
+    error: BaseException | None = None
+
+
+def _background(plan: Callable[..., PlanOutcome], target_mib: int, slots: int) -> _Result:
+    """Run ``plan(target_mib, dry_run_slots=slots)`` in a daemon thread (dry runs take seconds; the I/O loop
+    must keep answering heartbeats, cancels and reclaims meanwhile)."""
+    result = _Result()
+
+    def run() -> None:
+        try:
+            result.outcome = plan(target_mib, dry_run_slots=slots)
+        except BaseException as exc:  # noqa: BLE001  (reported by BudgetControl._planned)
+            result.error = exc
+        finally:
+            result.done.set()
+
+    threading.Thread(target=run, name="igi-budget-plan", daemon=True).start()
+    return result
+
+
+@dataclass
+class _Planning:
+    target_mib: int
+    waiters: list[_Waiter]
+    result: _Result
+    newer: tuple[int, bool] | None = None  # (target, reclaiming) of a decision that arrived meanwhile
+
+
 class BudgetControl:
     """Applies budget decisions through worker reloads.
 
@@ -67,6 +106,7 @@ class BudgetControl:
         self.current = initial
         self._inflight: _Reload | None = None
         self._queued: _Reload | None = None
+        self._planning: _Planning | None = None  # a plan being made in the background (one at a time)
         self.budget_set = False
 
     # --- requests --------------------------------------------------------------------------------
@@ -87,7 +127,9 @@ class BudgetControl:
         self._act(decision, waiter, reclaiming=True)
 
     def tick(self) -> None:
-        """Apply a pending growth once it is stable (called every loop iteration)."""
+        """Apply a finished background plan, and a pending growth once it is stable (every loop iteration)."""
+        if self._planning is not None and self._planning.result.done.is_set():
+            self._planned()
         if self.state.pending_mib is None:
             return
         decision = poll(self.state, self._core.clock(), self._config)
@@ -97,8 +139,8 @@ class BudgetControl:
 
     @property
     def reloading(self) -> bool:
-        """Whether a reload is running in the worker now."""
-        return self._inflight is not None
+        """Whether a budget change is under way: a plan being made, or a reload running in the worker."""
+        return self._inflight is not None or self._planning is not None
 
     @property
     def planner(self) -> PlacementPlanner:
@@ -172,38 +214,66 @@ class BudgetControl:
         measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
         return measured if measured is not None else float(self.current.plan.gpu_mib)
 
-    def _plan(self, target_mib: int, reclaiming: bool) -> tuple[PlanOutcome, int | None]:
-        """The plan for ``target_mib`` with the dry runs the VRAM left allows; when it needs one that cannot
-        start now, the CPU-only plan and the budget to plan for after that interim reload."""
+    def _begin(self, target_mib: int, reclaiming: bool, waiters: list[_Waiter], used_mib: float | None = None,
+               limit_mib: int | None = None) -> None:
+        """Plan for ``target_mib`` and apply it. A plan whose dry runs are all cached is made here (milliseconds);
+        one that needs new dry runs is made in a background thread with the children that fit under
+        ``limit_mib`` beside ``used_mib`` (``tick`` applies it), or, when none fits (or for a reclaim), after an
+        interim CPU-only reload that frees the VRAM."""
         child_mib = self._planner.dry_run_child_mib()
-        limit_mib = max(target_mib, self.current.budget_mib)
-        slots = 0 if reclaiming and child_mib > 0 else dry_run_slots_for(limit_mib - self._used_mib(), child_mib)
         try:
-            return self._planner.plan(target_mib, dry_run_slots=slots), None
+            outcome = self._planner.plan(target_mib, dry_run_slots=0 if child_mib > 0 else None)
         except DryRunDeferred as exc:
-            self._core.log(logging.INFO, "budget_interim_cpu", target_mib=target_mib, reason=str(exc))
-            return self._planner.cpu_only(target_mib), target_mib
+            used = self._used_mib() if used_mib is None else used_mib
+            limit = max(target_mib, self.current.budget_mib) if limit_mib is None else limit_mib
+            cpu = self._planner.cpu_only(target_mib)
+            on_cpu = cpu.placement == self.current.placement  # nothing left to free: children must fit the target
+            slots = dry_run_slots_for((target_mib if on_cpu else limit) - used, child_mib)
+            if reclaiming and not on_cpu:
+                slots = 0
+            if slots:
+                self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)
+                self._planning = _Planning(target_mib, waiters, _background(self._planner.plan, target_mib, slots))
+                return
+            if on_cpu:
+                outcome = self._planner.cpu_only(target_mib, warning=f"no VRAM headroom ({target_mib - used:.0f} MiB) "
+                                                 "for the dry run that sizes a GPU placement; CPU-only placement")
+            else:
+                self._core.log(logging.INFO, "budget_interim_cpu", target_mib=target_mib, reason=str(exc))
+                self._apply(cpu, waiters, replan_mib=target_mib)
+                return
+        self._apply(outcome, waiters)
+
+    def _planned(self) -> None:
+        """A background plan finished (``tick``): apply it, or plan the newer target that superseded it."""
+        planning = self._planning
+        assert planning is not None and planning.result.done.is_set()
+        self._planning = None
+        if planning.newer is not None:
+            target, reclaiming = planning.newer
+            self._begin(target, reclaiming, planning.waiters)
+            return
+        if isinstance(planning.result.error, DryRunDeferred) or planning.result.outcome is None:
+            why = f"{type(planning.result.error).__name__}: {planning.result.error}"
+            outcome = self._planner.cpu_only(planning.target_mib, warning=f"planning failed ({why}); CPU-only placement")
+        else:
+            outcome = planning.result.outcome
+        self._apply(outcome, planning.waiters)
 
     def _replan(self, op: _Reload, measured: float | None) -> None:
         """The interim CPU-only reload is done: plan with the VRAM it freed and reload again (same waiters)."""
         target = op.replan_mib
         assert target is not None
-        used = measured if measured is not None else float(op.outcome.plan.gpu_mib)
-        outcome = self._planner.plan_within(target, target - used)
-        final = _Reload(req_id=new_msg_id(), outcome=outcome, waiters=op.waiters)
-        if self._queued is not None:  # a newer target arrived meanwhile: it supersedes this one
-            self._queued.waiters = final.waiters + self._queued.waiters
-            final = self._queued
-        if final.outcome.placement == self.current.placement and final.replan_mib is None:
-            self._queued = None
-            for waiter in final.waiters:
-                self._ack(waiter, final.outcome, applied=True, measured=measured)
-            self.current = final.outcome
+        if self._planning is not None:  # a newer target is being planned: it supersedes this one
+            self._planning.waiters = op.waiters + self._planning.waiters
             return
-        if self._core.worker.ready:
-            self._start(final)
-        else:
-            self._queued = final
+        if self._queued is not None:  # a newer target is waiting to reload: it supersedes this one
+            self._queued.waiters = op.waiters + self._queued.waiters
+            if self._core.worker.ready:
+                self._start(self._queued)
+            return
+        used = measured if measured is not None else float(op.outcome.plan.gpu_mib)
+        self._begin(target, False, op.waiters, used_mib=used, limit_mib=target)
 
     def _act(self, decision: BudgetDecision, waiter: _Waiter | None, reclaiming: bool = False) -> None:
         self.state = decision.state
@@ -211,19 +281,23 @@ class BudgetControl:
             if waiter is not None:
                 self._ack(waiter, self.current, applied=decision.action == "keep", measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))
             return
-        outcome, replan_mib = self._plan(decision.target_mib, reclaiming)
-        if replan_mib is not None and outcome.placement == self.current.placement:
-            # already on the CPU-only placement: its VRAM is all there is to free; plan with what is left
-            outcome, replan_mib = self._planner.plan_within(decision.target_mib,
-                                                            decision.target_mib - self._used_mib()), None
+        waiters = [] if waiter is None else [waiter]
+        if self._planning is not None:  # one plan at a time: this target supersedes the one being planned
+            self._planning.newer = (decision.target_mib, reclaiming)
+            self._planning.waiters += waiters
+            return
+        self._begin(decision.target_mib, reclaiming, waiters)
+
+    def _apply(self, outcome: PlanOutcome, waiters: list[_Waiter], replan_mib: int | None = None) -> None:
+        """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes."""
         same = outcome.placement == self.current.placement and not self._core.settings.engine.always_reload
         if same and replan_mib is None and self._inflight is None and self._queued is None:
             self.current = outcome
-            if waiter is not None:
-                self._ack(waiter, outcome, applied=True, measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))
+            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            for waiter in waiters:
+                self._ack(waiter, outcome, applied=True, measured=measured)
             return
-        op = _Reload(req_id=new_msg_id(), outcome=outcome, waiters=[] if waiter is None else [waiter],
-                     replan_mib=replan_mib)
+        op = _Reload(req_id=new_msg_id(), outcome=outcome, waiters=waiters, replan_mib=replan_mib)
         if self._queued is not None:  # a newer target supersedes the queued one; its waiters move along
             op.waiters = self._queued.waiters + op.waiters
         if self._inflight is None and self._core.worker.ready:

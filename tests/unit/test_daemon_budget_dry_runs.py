@@ -3,11 +3,14 @@
 On the H200, a 4096 -> 2048 MiB change peaked at 4282 MiB: planning for 2048 started a llama.cpp dry-run child,
 whose CUDA context (618 MiB) came on top of the old placement. BudgetControl now gives planning only the dry-run
 children that fit under the larger of the two budgets (none for a reclaim), and when the plan needs one that does
-not fit, it reloads to CPU-only first (freeing the VRAM), then plans and reloads to the final placement.
+not fit, it reloads to CPU-only first (freeing the VRAM), then plans and reloads to the final placement. A plan
+that needs new dry runs is made in a background thread (the I/O loop keeps serving); ``tick`` applies it.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -54,6 +57,9 @@ class FakePlanner:
     def __init__(self, cached: set[int]) -> None:
         self.cached = cached
         self.calls: list[tuple[int, int | None]] = []
+        self.gate = threading.Event()  # dry runs (slots > 0) wait for it: the test decides when planning ends
+        self.gate.set()
+        self.threads: set[str] = set()
 
     def dry_run_child_mib(self) -> int:
         return CHILD_MIB
@@ -62,6 +68,9 @@ class FakePlanner:
         self.calls.append((budget_mib, dry_run_slots))
         if budget_mib not in self.cached and dry_run_slots == 0:
             raise DryRunDeferred("not cached")
+        if budget_mib not in self.cached:
+            self.threads.add(threading.current_thread().name)
+            assert self.gate.wait(10)
         self.cached.add(budget_mib)
         return _outcome(budget_mib, budget_mib * 0.9, budget_mib // 256)
 
@@ -80,6 +89,14 @@ class Rig:
         self.budget = BudgetControl(self.core, self.planner, _outcome(4096, 3700.0, 16))  # type: ignore[arg-type]
         self.used_mib = used_mib
         monkeypatch.setattr(budget_control, "measure_vram_mib", lambda pid: self.used_mib)
+
+    def settle(self) -> None:
+        """Pump ``tick`` like the I/O loop until no plan is being made in the background."""
+        deadline = time.monotonic() + 10
+        while self.budget._planning is not None:
+            assert time.monotonic() < deadline, "background plan did not finish"
+            time.sleep(0.005)
+            self.budget.tick()
 
     def reloads(self) -> list[dict[str, Any]]:
         return [c for c in self.worker.commands if c["op"] == "reload"]
@@ -101,8 +118,10 @@ def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram
     assert len(first) == 1 and first[0]["placement"]["n_gpu_layers"] == 0  # interim: CPU-only
     assert rig.acks() == []  # not acked before the final placement
     rig.finish_reload(used_after_mib=500.0)  # the worker's CUDA context only
-    # (2048 - 500 - 256) // 600 = 2 children now fit under the new budget
-    assert rig.planner.calls[-1] == (2048, 2)
+    rig.settle()
+    # cache first, then (2048 - 500 - 256) // 600 = 2 children, which now fit under the new budget
+    assert rig.planner.calls[1:] == [(2048, 0), (2048, 2)]
+    assert rig.planner.threads == {"igi-budget-plan"}  # the dry runs ran off the I/O loop
     assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 2048 // 256
     rig.finish_reload(used_after_mib=1800.0)
     (ack,) = rig.acks()
@@ -113,7 +132,8 @@ def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram
 def test_shrink_with_headroom_plans_with_the_children_that_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=2000.0)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)
-    assert rig.planner.calls == [(3072, (4096 - 2000 - 256) // CHILD_MIB)]
+    rig.settle()
+    assert rig.planner.calls == [(3072, 0), (3072, (4096 - 2000 - 256) // CHILD_MIB)]
     assert len(rig.reloads()) == 1 and rig.reloads()[0]["placement"]["n_gpu_layers"] == 3072 // 256
     rig.finish_reload(used_after_mib=2700.0)
     assert [a.granted_mib for a in rig.acks()] == [3072]
@@ -130,8 +150,29 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 0
     rig.finish_reload(used_after_mib=500.0)
     # (1024 - 500 - 256) // 600 = 0: no dry run fits even now -> stays CPU-only, with a warning
-    assert rig.planner.calls[-1] == (1024, 0)
+    assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._planning is None
     acks = rig.acks()
     assert [a.granted_mib for a in acks] == [3072, 1024]
     assert acks[-1].cpu_fallback and "no VRAM headroom" in (acks[-1].warning or "")
     assert len(rig.reloads()) == 2  # already on CPU-only: no third reload
+
+
+def test_planning_with_dry_runs_does_not_hold_the_loop_and_a_newer_target_supersedes_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
+    rig.planner.gate.clear()  # the dry runs for 3072 take as long as the test wants
+    t0 = time.monotonic()
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)
+    assert time.monotonic() - t0 < 1.0 and rig.budget.reloading and rig.reloads() == []
+    rig.budget.tick()  # the loop goes on; nothing to apply yet
+    rig.planner.cached.add(2560)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2560)  # arrives while 3072 is planned
+    assert rig.reloads() == [] and rig.acks() == []
+    rig.planner.gate.set()
+    rig.settle()
+    # the 3072 plan is dropped; 2560 (cached) is planned and applied; both requests are answered by that reload
+    assert [c["placement"]["n_gpu_layers"] for c in rig.reloads()] == [2560 // 256]
+    rig.finish_reload(used_after_mib=2300.0)
+    assert [a.requested_mib for a in rig.acks()] == [3072, 2560]
+    assert all(a.applied and a.plan.gpu_mib == 2560 * 0.9 for a in rig.acks())
+    assert not rig.budget.reloading

@@ -137,7 +137,13 @@ class CostModel:
         """(cpu_s, gpu_s, copy_s) of one layer's attention core over ``n_kv`` cached cells per sequence.
 
         Attention of a layer whose KV is on the host runs on the GPU too when op_offload moved the layer's
-        matmuls there (ggml's scheduler extends GPU splits to weight-less ops); its KV is then copied."""
+        matmuls there (ggml's scheduler extends GPU splits to weight-less ops); its KV is then copied.
+
+        On the CPU, decode attention costs per query head and cached position, whatever the GQA ratio and head
+        size: on the H200 host the extra decode time from 1K to 8K context was 123 M head-positions/s for both
+        the 8B (GQA 4) and the 30B-A3B (GQA 8), and on the development VM 4 or 2 KV heads under 16 query heads
+        cost the same while 8 query heads of twice the size cost half (docs/planner.md, "CPU attention"). The
+        profile's KV rate was measured on a model with ``attn_head_bytes`` per head-position."""
         t = self.summary.table
         nbytes = n_seqs * n_kv * cell_bytes
         flops = 4.0 * n_tokens * n_kv * t.n_head * t.n_embd_head_k
@@ -147,6 +153,8 @@ class CostModel:
             t_gpu = max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
             copy = 0.0 if kv_on_gpu else n_seqs * (n_kv + n_tokens / 2.0) * cell_bytes / (gpu.h2d_pageable_gbps * GB)
             return 0.0, t_gpu, copy
+        if n_tokens <= n_seqs:  # decode: CPU flash attention reads the KV once per query head, not per KV head
+            nbytes = n_tokens * n_kv * t.n_head * self.cpu.attn_head_bytes
         t_cpu = max(nbytes / (self.cpu.kv_read_gbps * GB), flops / (self.cpu.gflops("f16") * GB))
         return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 

@@ -58,6 +58,11 @@ class CpuRate(BaseModel):
     op_overhead_us: float = Field(ge=0, description="fixed cost per graph op at batch 1 (thread sync)")
     attn_gbps: float | None = Field(
         default=None, gt=0, description="KV bytes/s of CPU flash attention at batch 1 (None: decode_gbps / 8)")
+    attn_head_bytes: float = Field(
+        default=64.0, gt=0,
+        description="KV bytes per query head and cached position of the model attn_gbps was measured on (the "
+                    "profiler's small_8l: 1024 B of f16 K+V per position over 16 query heads); decode attention "
+                    "on the CPU costs per query head, so attn_gbps / attn_head_bytes = head-positions per second")
     prefill_gflops: dict[str, float] = Field(
         default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too")
     moe_decode_efficiency: float = Field(
@@ -136,7 +141,7 @@ class Profile(BaseModel):
             f = n_threads / r.n_threads
             return CpuRate(n_threads=n_threads, decode_gbps=r.decode_gbps * f, op_overhead_us=r.op_overhead_us,
                            attn_gbps=r.kv_read_gbps * f, prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()},
-                           moe_decode_efficiency=r.moe_decode_efficiency)
+                           moe_decode_efficiency=r.moe_decode_efficiency, attn_head_bytes=r.attn_head_bytes)
         for lo, hi in zip(rates, rates[1:]):
             if n_threads <= hi.n_threads:
                 w = (n_threads - lo.n_threads) / (hi.n_threads - lo.n_threads)
@@ -147,7 +152,8 @@ class Profile(BaseModel):
                     op_overhead_us=lo.op_overhead_us + w * (hi.op_overhead_us - lo.op_overhead_us),
                     attn_gbps=lo.kv_read_gbps + w * (hi.kv_read_gbps - lo.kv_read_gbps),
                     prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys},
-                    moe_decode_efficiency=min(lo.moe_decode_efficiency, hi.moe_decode_efficiency))
+                    moe_decode_efficiency=min(lo.moe_decode_efficiency, hi.moe_decode_efficiency),
+                    attn_head_bytes=hi.attn_head_bytes)
         return rates[-1]
 
     @property

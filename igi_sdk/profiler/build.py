@@ -133,6 +133,7 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
             attn = _term("cpu_attention", missing, f"cpu_attention[{t}]", small=str(models["small"]), threads=t)
             if attn is not None:
                 got["attn_gbps"] = attn["attn_gbps"]
+                got["attn_head_bytes"] = attn["attn_head_bytes"]
             moe = _term("cpu_moe", missing, f"cpu_moe[{t}]", moe=str(models["moe"]), threads=t,
                         decode_gbps=got["decode_gbps"], op_overhead_us=got["op_overhead_us"])
             if moe is not None:

@@ -92,7 +92,9 @@ def cpu_attention(small: str, threads: int) -> dict[str, Any]:
     finally:
         m.close()
     attn = (3000 - 16) * cell / (t_long - t_short) / 1e9 if t_long > t_short else None
-    return {"attn_gbps": attn, "decode_s": [t_short, t_long]}
+    # decode attention costs per query head: the cost model converts the rate with this model's bytes per head
+    head_bytes = cell / m.table.n_layer / m.table.n_head
+    return {"attn_gbps": attn, "attn_head_bytes": head_bytes, "decode_s": [t_short, t_long]}
 
 
 def cpu_moe(moe: str, threads: int, decode_gbps: float, op_overhead_us: float) -> dict[str, Any]:

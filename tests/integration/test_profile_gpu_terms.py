@@ -12,7 +12,7 @@ import pytest
 from igi_sdk.planner.profile import CPU_BOUNDS, CPU_GFLOPS_BOUNDS
 from igi_sdk.profiler import measure, terms
 from igi_sdk.profiler.measure import UnresolvedTerm
-from igi_sdk.synthetic import SyntheticShape, cached_file_name
+from igi_sdk.synthetic import SyntheticShape, cached_file_name, write_synthetic_gguf
 
 SMALL = {
     "gpu_narrow": SyntheticShape(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024,
@@ -39,3 +39,11 @@ def test_gpu_speed_runs_and_reports_rates_in_gb_and_gflop_per_second(small_model
 def test_offload_rate_refuses_repacked_host_weights(small_models: None, tmp_path: Path) -> None:
     with pytest.raises(UnresolvedTerm, match="CPU_REPACK"):
         terms.gpu_offload_rate(str(tmp_path), threads=2, load_mode="pinned", t_prefill_gpu_s=0.01)
+
+
+def test_cpu_attention_reports_the_kv_bytes_per_query_head_of_its_model(tmp_path: Path) -> None:
+    shape = SyntheticShape(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024, n_ctx_train=4096)
+    path = write_synthetic_gguf(tmp_path / "attn.gguf", shape)
+    got = terms.cpu_attention(str(path), threads=1)
+    assert got["attn_head_bytes"] == 2 * 64 * (2 + 2) / 4  # K and V of 2 KV heads x 64 dims (f16), over 4 query heads
+    assert got["attn_gbps"] is None or got["attn_gbps"] > 0

@@ -102,3 +102,29 @@ def test_cpu_only_profile() -> None:
     assert prof.cpu_rate(1).decode_gbps < prof.cpu_rate(2).decode_gbps
     assert prof.cpu_rate(8).decode_gbps == prof.cpu_rate(2).decode_gbps
     assert reference_profile().cpu_rate(12).decode_gbps == pytest.approx(52.5)
+
+
+def test_cpu_decode_attention_costs_per_query_head_not_per_kv_head() -> None:
+    """Measured on the H200 host (fourth session): from 1K to 8K of context, CPU decode attention added time at
+    123 M head-positions/s for the 8B (32 query / 8 KV heads) and 125 M for the 30B-A3B (32 / 4), although the
+    30B reads half the KV bytes per position. So two models that differ only in KV heads cost the same."""
+    from igi_sdk.planner.shapes import ModelShape
+
+    base = REFERENCE_SHAPES["llama_8b"]
+    fewer_kv = ModelShape(**{**base.model_dump(), "n_head_kv": 4})
+    profile = reference_profile("h200")
+    cpu = Placement(n_ctx=16384, n_gpu_layers=0)
+
+    def attn_s(shape: ModelShape) -> float:
+        s = summarize(table_from_shape(shape))
+        cm = CostModel(s, profile, n_threads=16)
+        layout = resolve_layout(s, cpu, has_gpu=True)
+        long = cm.pass_time(layout, cpu, 1, 8192, 1, with_head=True)
+        short = cm.pass_time(layout, cpu, 1, 1024, 1, with_head=True)
+        return sum(long) - sum(short)  # the weights are the same at both lengths: the difference is attention
+
+    gqa4, gqa8 = attn_s(base), attn_s(fewer_kv)
+    assert gqa8 == pytest.approx(gqa4, rel=0.02)
+    rate = profile.cpu_rate(16)
+    head_positions = (8192 - 1024) * base.n_layer * base.n_head
+    assert gqa4 == pytest.approx(head_positions * rate.attn_head_bytes / (rate.kv_read_gbps * 1e9), rel=0.05)

@@ -17,7 +17,8 @@ placement; the ack follows the second.
 A plan whose dry runs are all in the disk cache (a budget seen before) takes milliseconds and is made in the
 I/O loop. One that needs new dry runs (seconds) is made in a background thread, one at a time; the loop goes on
 answering heartbeats, cancels and reclaims, ``tick`` applies the plan when it is done, and a decision arriving
-meanwhile supersedes it (its waiters move along), as a newer target supersedes a queued reload.
+meanwhile supersedes it (its waiters move along), as a newer target supersedes a queued reload. A reclaim does
+not wait for any plan: it reloads to CPU-only at once and is answered when that reload has released the memory.
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ class BudgetControl:
             self._core.counters["reloads"] += 1
             measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
             if op.replan_mib is not None:
+                # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
+                for waiter in [w for w in op.waiters if w.deadline_s is not None]:
+                    self._ack(waiter, op.outcome, applied=True, measured=measured)
+                op.waiters = [w for w in op.waiters if w.deadline_s is None]
                 self._replan(op, measured)
                 return
             for waiter in op.waiters:
@@ -284,6 +289,11 @@ class BudgetControl:
         waiters = [] if waiter is None else [waiter]
         if self._planning is not None:  # one plan at a time: this target supersedes the one being planned
             self._planning.newer = (decision.target_mib, reclaiming)
+            cpu = self._planner.cpu_only(decision.target_mib)
+            if reclaiming and cpu.placement != self.current.placement:
+                # a reclaim does not wait for the plan: free the VRAM now, answer it once that reload is done
+                self._apply(cpu, waiters, replan_mib=decision.target_mib)
+                return
             self._planning.waiters += waiters
             return
         self._begin(decision.target_mib, reclaiming, waiters)

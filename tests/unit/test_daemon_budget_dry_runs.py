@@ -153,7 +153,8 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._planning is None
     acks = rig.acks()
     assert [a.granted_mib for a in acks] == [3072, 1024]
-    assert acks[-1].cpu_fallback and "no VRAM headroom" in (acks[-1].warning or "")
+    assert acks[-1].cpu_fallback and acks[-1].plan.gpu_mib == 0.0  # answered once the VRAM was released
+    assert "no VRAM headroom" in (rig.budget.current.warning or "")  # and it stays so, saying why (status)
     assert len(rig.reloads()) == 2  # already on CPU-only: no third reload
 
 
@@ -176,3 +177,24 @@ def test_planning_with_dry_runs_does_not_hold_the_loop_and_a_newer_target_supers
     assert [a.requested_mib for a in rig.acks()] == [3072, 2560]
     assert all(a.applied and a.plan.gpu_mib == 2560 * 0.9 for a in rig.acks())
     assert not rig.budget.reloading
+
+
+def test_a_reclaim_during_background_planning_frees_the_vram_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
+    rig.planner.gate.clear()
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)  # planned in the background
+    assert rig.budget.reloading and rig.reloads() == []
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1536, deadline_s=0.5)  # a level load
+    (interim,) = rig.reloads()
+    assert interim["placement"]["n_gpu_layers"] == 0  # not waiting for the 3072 plan
+    rig.finish_reload(used_after_mib=500.0)
+    (ack,) = rig.acks()
+    assert ack.requested_mib == 1536 and ack.cpu_fallback  # the reclaim is answered once the VRAM is free
+    rig.planner.cached.add(1536)
+    rig.planner.gate.set()
+    rig.settle()
+    # the 3072 plan is dropped; 1536 (cached) is applied, and the set_budget request is answered by that reload
+    assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 1536 // 256
+    rig.finish_reload(used_after_mib=1400.0)
+    assert [a.requested_mib for a in rig.acks()] == [1536, 3072]
+    assert rig.acks()[-1].granted_mib == 1536 and not rig.budget.reloading

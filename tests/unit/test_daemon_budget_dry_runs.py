@@ -154,7 +154,7 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     acks = rig.acks()
     assert [a.granted_mib for a in acks] == [3072, 1024]
     assert acks[-1].cpu_fallback and acks[-1].plan.gpu_mib == 0.0  # answered once the VRAM was released
-    assert "no VRAM headroom" in (rig.budget.current.warning or "")  # and it stays so, saying why (status)
+    assert "no VRAM headroom" in (rig.budget.current.warning or "")  # and it stays so; the outcome says why
     assert len(rig.reloads()) == 2  # already on CPU-only: no third reload
 
 

@@ -1,7 +1,8 @@
 """On an NVIDIA GPU with a CUDA build: the real daemon (``python -m igi_sdk.daemon``, planner placement, its
 own profile) serves a synthetic 8B-dense model while the game changes the budget 4 -> 2 -> 6 GiB, and NVML
 (device-level used memory minus the idle baseline taken before the daemon started) stays within the budget:
-during each change within the larger of the old and new budget, and while serving within the new one; the
+while the daemon starts (planning dry runs, then the load) within the first budget, during each change within the
+larger of the old and new budget, and while serving within the new one; the
 conversation survives every reload. Per step: the plan, the daemon's own VRAM reading, TTFT and TPS, printed
 and, when OUT is set, written to ``$OUT/gpu_daemon.json``.
 
@@ -39,12 +40,16 @@ def budget_scenario(model_path: Path, sampler: VramSampler, budgets_mib: tuple[i
                             "--n-threads", str(n_threads), "--grow-stable-s", "0", "--min-grow-interval-s", "0"])
     rows: list[dict[str, Any]] = []
     try:
+        sampler.start(0)  # start-up: planning (dry-run children, each with a CUDA context), then the worker's load
         daemon.start(timeout_s=600)
+        start_peak = sampler.stop().device_peak_mib
         with Client.connect(daemon.connection_file, timeout_s=600) as client:
             sid = client.create_session("Guard", "You guard the gate.", sampling=GREEDY)
             previous = budgets_mib[0]
             for i, budget in enumerate(budgets_mib):
                 row: dict[str, Any] = {"budget_mib": budget, "previous_budget_mib": previous}
+                if not i:
+                    row["start_peak_mib"] = start_peak
                 if i:
                     sampler.start(daemon.pid)
                     ack = client.set_budget(budget, "gpu test")
@@ -109,6 +114,8 @@ def test_nvml_peak_stays_within_the_budget_in_force(daemon_rows: list[dict[str, 
     for r in daemon_rows:
         if r["serve_peak_mib"] is None or r["serve_peak_mib"] > r["budget_mib"]:
             over.append(("serving", r["budget_mib"], r["serve_peak_mib"]))
+        if "start_peak_mib" in r and (r["start_peak_mib"] is None or r["start_peak_mib"] > r["budget_mib"]):
+            over.append(("starting", r["budget_mib"], r["start_peak_mib"]))
         limit = max(r["budget_mib"], r["previous_budget_mib"])
         if "change_peak_mib" in r and (r["change_peak_mib"] is None or r["change_peak_mib"] > limit):
             over.append(("changing", limit, r["change_peak_mib"]))

@@ -61,8 +61,10 @@ def render_markdown(data: dict[str, Any]) -> str:
     """The results as markdown: settings, one table per model x context, the planner-vs-rest summary."""
     lines = ["# GPU benchmark results", ""]
     for meta in data["metas"]:
+        gen = meta.get("synthetic_generator")
         lines.append(f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
-                     f"{', MoE' if meta.get('is_moe') else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
+                     f"{', MoE' if meta.get('is_moe') else ''}"
+                     f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
                      f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
                      f"threads {meta.get('n_threads')}, started {meta.get('started_at')}")
         for note in meta.get("notes", []):

@@ -22,7 +22,7 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
-from igi_sdk.synthetic import cached_file_name
+from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
@@ -185,7 +185,8 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         table = read_tensor_table(path)
     summary = summarize(table)
     model_meta.update(model_path=str(path), model_file_gib=round(table.file_bytes / 2**30, 3),
-                      n_layer=table.n_layer, is_moe=table.is_moe)
+                      n_layer=table.n_layer, is_moe=table.is_moe,
+                      synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None)
     options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0")
     groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
     for ctx in cfg.contexts:

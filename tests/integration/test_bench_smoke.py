@@ -13,6 +13,7 @@ from igi_sdk.bench.cli import run
 from igi_sdk.bench.methods import ALL_METHODS
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
 from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.synthetic import GENERATOR_VERSION
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,6 +32,8 @@ def test_smoke_writes_every_output(smoke_out: Path) -> None:
             "plot-smoke_dense-ctx512.png", "plot-smoke_moe-ctx512.png"} <= names
     md = (smoke_out / "bench.md").read_text()
     assert "## smoke_moe, n_ctx 512" in md and "Planner vs oracle" in md
+    meta = json.loads((smoke_out / "bench-smoke_moe.json").read_text())["meta"]
+    assert meta["synthetic_generator"] == GENERATOR_VERSION and f"synthetic generator v{GENERATOR_VERSION}" in md
 
 
 def test_smoke_ran_every_method_and_budgets_shaped_the_plans(smoke_out: Path) -> None:

@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
     p.add_argument("--no-warmup", action="store_true", help="measure without the 32-token warm-up")
     p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="prefill + decode rounds per load (KV cleared between); TTFT and decode time are their medians")
     p.add_argument("--resume", type=Path, nargs="+", default=[], metavar="BENCH_JSON",
                    help="earlier bench-*.json of this machine kind: their measured runs are taken over, not run again "
                         "(a time-limited suite continues in a later call)")
@@ -115,7 +117,7 @@ def run(argv: list[str]) -> int:
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
         oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
-        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only)
+        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=max(1, args.repeats))
     state = SuiteState()
     if cfg.max_minutes is not None:
         state.deadline = state.started + cfg.max_minutes * 60

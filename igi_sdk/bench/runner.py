@@ -52,6 +52,7 @@ class SuiteConfig:
     oracle_pinned: str = "auto"
     use_dry_run: bool = True
     warmup: bool = True
+    repeats: int = 1
     smoke: bool = False
     crash_methods: tuple[str, ...] = ()
     """Methods whose runs abort the worker (tests of crash handling)."""
@@ -117,7 +118,7 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
     assert cand.placement is not None
     spec = RunSpec(model_path=rec["model_path"], placement=cand.placement.model_dump(mode="json"),
                    prompt_tokens=rec["prompt_tokens"], reply_tokens=rec["reply_tokens"], warmup=cfg.warmup,
-                   crash_for_test=cand.method in cfg.crash_methods)
+                   repeats=cfg.repeats, crash_for_test=cand.method in cfg.crash_methods)
     remaining = state.remaining_s()
     timeout = cfg.run_timeout_s if remaining is None else max(5.0, min(cfg.run_timeout_s, remaining + 20.0))
     peak = None
@@ -130,7 +131,8 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
             peak = sampler.stop()
         rec.update({k: out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")})
         rec.update(warmup_s=out.get("warmup_s"), llama_buffers_mib=out.get("llama_buffers_mib"),
-                   n_layers_offloaded=out.get("n_layers_offloaded"), status="ok")
+                   n_layers_offloaded=out.get("n_layers_offloaded"), ttft_runs_s=out.get("ttft_runs_s"),
+                   decode_runs_s=out.get("decode_runs_s"), status="ok")
     except Exception as exc:  # noqa: BLE001  (recorded on the run, never raised)
         late = state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
         rec.update(status="skipped" if late and isinstance(exc, WorkerCrashed) else "error",
@@ -230,7 +232,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             prev = state.measured[key]
             for k in ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
                       "peak_vram_process_mib", "vram_at_start_mib", "vram_baseline_mib", "llama_buffers_mib",
-                      "n_layers_offloaded", "warmup_s", "finished_at"):
+                      "n_layers_offloaded", "warmup_s", "ttft_runs_s", "decode_runs_s", "finished_at"):
                 rec[k] = prev.get(k)
             rec["reused_from"] = prev["run_id"]
             _check_budget(rec)
@@ -250,7 +252,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         work = [w for ctx, b, c in schedule(groups) if (w := add(ctx, b, c)) is not None]
         state.n_total += len(work)
         say(f"{label}: {len(work)} runs planned over {len(groups)} groups, "
-            f"estimated {estimate_s([c for _, c in work], table.file_bytes) / 60:.1f} min")
+            f"estimated {estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min")
         for rec, cand in work:
             say(f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
                 f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}")
@@ -258,7 +260,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     work = [w for ctx, b, c in core_order(groups) if (w := add(ctx, b, c)) is not None]
     state.n_total += len(work)
     say(f"{label}: {len(work)} core runs over {len(groups)} groups, estimated "
-        f"{estimate_s([c for _, c in work], table.file_bytes) / 60:.1f} min; then the oracle sweep, planned group by "
+        f"{estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min; then the oracle sweep, planned group by "
         f"group in rounds")
     flush()
     for rec, cand in work:
@@ -297,7 +299,8 @@ def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, p
     return f"{Path(model_path).name}|{prompt_tokens}|{reply_tokens}|{m.placement_key(placement)}"
 
 
-RESUME_MATCH = ("gpu", "cpu", "n_threads", "llama_cpp", "warmup")
+RESUME_MATCH = ("gpu", "cpu", "n_threads", "llama_cpp", "warmup", "repeats")
+_RESUME_DEFAULTS = {"repeats": 1}  # files written before the field existed
 """Meta fields that must agree for an earlier file's runs to be taken over by ``--resume``."""
 RESUMED_PREFIX = "resumed from "
 
@@ -310,7 +313,7 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
     for path in paths:
         data = json.loads(Path(path).read_text())
         old = data.get("meta", {})
-        differ = [k for k in RESUME_MATCH if old.get(k) != meta.get(k)]
+        differ = [k for k in RESUME_MATCH if old.get(k, _RESUME_DEFAULTS.get(k)) != meta.get(k)]
         if differ:
             notes.append(f"resume: {path.name} not used (differs in {', '.join(differ)})")
             continue
@@ -363,8 +366,9 @@ def machine_meta(sampler: VramSampler, hello: dict[str, Any], profile: Profile, 
         "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
         "smoke": cfg.smoke, "n_threads": cfg.n_threads, "contexts": cfg.contexts, "budgets_mib": cfg.budgets_mib,
         "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned, "dry_run_compute": cfg.use_dry_run,
-        "warmup": cfg.warmup,
+        "warmup": cfg.warmup, "repeats": cfg.repeats,
         "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
+                  f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
                   "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
     }
 
@@ -373,7 +377,7 @@ RUN_OVERHEAD_S = 1.5
 """Per run, beyond the predicted load, warm-up and e2e: context creation, worker round trip, teardown."""
 
 
-def estimate_s(cands: list[m.Candidate], model_bytes: int) -> float:
+def estimate_s(cands: list[m.Candidate], model_bytes: int, repeats: int = 1) -> float:
     """Rough wall time of measuring ``cands``: predicted reload + e2e (TTFT counted twice for the warm-up
     and first-touch effects) + a fixed overhead; identical placements are counted once."""
     seen, total = set(), 0.0
@@ -385,7 +389,7 @@ def estimate_s(cands: list[m.Candidate], model_bytes: int) -> float:
             continue
         seen.add(key)
         p = c.prediction
-        total += p.reload_s + p.e2e_s + p.ttft_s + RUN_OVERHEAD_S
+        total += p.reload_s + repeats * p.e2e_s + p.ttft_s + RUN_OVERHEAD_S
     return total
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import statistics
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -41,6 +42,8 @@ class RunSpec:
     prompt_tokens: int
     reply_tokens: int
     warmup: bool = True
+    repeats: int = 1
+    """Prefill + decode this many times on the one load (KV cleared between); the medians are reported."""
     crash_for_test: bool = False
     """Abort the worker (tests of crash handling only)."""
 
@@ -76,21 +79,27 @@ def measure(spec: RunSpec) -> dict[str, Any]:
             engine.decode([(0, [prompt[0]], len(warm), True)])
             engine.seq_clear(0)
             warmup_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        logits = engine.decode([(0, prompt, 0, True)])[0]
-        token = int(np.argmax(logits))
-        ttft_s = time.perf_counter() - t0
-        pos = len(prompt)
-        t1 = time.perf_counter()
-        for _ in range(spec.reply_tokens):
-            logits = engine.decode([(0, [token], pos, True)])[0]
+        ttfts, decodes = [], []
+        for i in range(max(1, spec.repeats)):
+            if i:
+                engine.seq_clear(0)
+            t0 = time.perf_counter()
+            logits = engine.decode([(0, prompt, 0, True)])[0]
             token = int(np.argmax(logits))
-            pos += 1
-        decode_s = time.perf_counter() - t1
+            ttfts.append(time.perf_counter() - t0)
+            pos = len(prompt)
+            t1 = time.perf_counter()
+            for _ in range(spec.reply_tokens):
+                logits = engine.decode([(0, [token], pos, True)])[0]
+                token = int(np.argmax(logits))
+                pos += 1
+            decodes.append(time.perf_counter() - t1)
+        ttft_s, decode_s = statistics.median(ttfts), statistics.median(decodes)
         report = engine.load_report
         return {
             "load_s": round(load_s, 4), "warmup_s": round(warmup_s, 4), "ttft_s": round(ttft_s, 5),
             "decode_s": round(decode_s, 5),
+            "ttft_runs_s": [round(t, 5) for t in ttfts], "decode_runs_s": [round(t, 5) for t in decodes],
             "tps": round(spec.reply_tokens / decode_s, 3) if decode_s > 0 and spec.reply_tokens else None,
             "e2e_s": round(ttft_s + decode_s, 5),
             "llama_buffers_mib": report.per_device_mib(), "llama_weights_mib": dict(report.weights_mib),

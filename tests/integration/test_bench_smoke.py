@@ -122,3 +122,20 @@ def test_resume_refuses_a_file_from_another_setting(smoke_out: Path, tmp_path: P
     assert taken and "taken from" in notes[0]
     taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], {**meta, "n_threads": meta["n_threads"] + 1})
     assert taken == {} and "not used (differs in n_threads)" in notes[0]
+    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], {**meta, "repeats": 3})
+    assert taken == {} and "not used (differs in repeats)" in notes[0]
+
+
+def test_repeats_report_the_median_of_rounds_on_one_load(smoke_out: Path) -> None:
+    import statistics
+
+    from igi_sdk.bench.worker import measure
+
+    model = next(iter(json.loads((smoke_out / "bench-smoke_dense.json").read_text())["runs"]))["model_path"]
+    placement = Placement(n_ctx=256, n_gpu_layers=0, n_threads=1, n_threads_batch=1)
+    out = measure(RunSpec(model_path=model, placement=placement.model_dump(mode="json"), prompt_tokens=40,
+                          reply_tokens=4, repeats=3))
+    assert len(out["ttft_runs_s"]) == len(out["decode_runs_s"]) == 3
+    assert out["ttft_s"] == pytest.approx(statistics.median(out["ttft_runs_s"]), abs=1e-5)
+    assert out["decode_s"] == pytest.approx(statistics.median(out["decode_runs_s"]), abs=1e-5)
+    assert out["e2e_s"] == pytest.approx(out["ttft_s"] + out["decode_s"], abs=1e-4)

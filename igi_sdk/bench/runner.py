@@ -22,13 +22,13 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
-from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
+from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 
 VRAM_BASIS = "device-level NVML used memory minus the idle baseline taken before the engine process started"
 RESULT_VERSION = 1
@@ -300,8 +300,8 @@ def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, p
 
 
 RESUME_MATCH = ("gpu", "cpu", "n_threads", "llama_cpp", "warmup", "repeats")
-_RESUME_DEFAULTS = {"repeats": 1}  # files written before the field existed
 """Meta fields that must agree for an earlier file's runs to be taken over by ``--resume``."""
+_RESUME_DEFAULTS = {"repeats": 1}  # files written before the field existed
 RESUMED_PREFIX = "resumed from "
 
 

@@ -16,18 +16,17 @@ from pathlib import Path
 
 import llama_cpp
 
-from igi_sdk.engine._ggml import _attach
+from igi_sdk.engine._ggml import _attach, _bind
 from igi_sdk.errors import EngineError
 
-_base = _attach(("libggml-base.so.0", "libggml-base.so"))
-_cpu = _attach(("libggml-cpu.so.0", "libggml-cpu.so"))
 # const char * ggml_get_name(const struct ggml_tensor * tensor);
-_base.ggml_get_name.restype, _base.ggml_get_name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+_get_name = _bind("ggml_get_name", ctypes.c_char_p, [ctypes.c_void_p])
 # int64_t ggml_nelements(const struct ggml_tensor * tensor);
-_base.ggml_nelements.restype, _base.ggml_nelements.argtypes = ctypes.c_int64, [ctypes.c_void_p]
-# int32_t ggml_get_i32_nd(const struct ggml_tensor * tensor, int i0, int i1, int i2, int i3);
-_cpu.ggml_get_i32_nd.restype = ctypes.c_int32
-_cpu.ggml_get_i32_nd.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+_nelements = _bind("ggml_nelements", ctypes.c_int64, [ctypes.c_void_p])
+# int32_t ggml_get_i32_nd(const struct ggml_tensor * tensor, int i0, int i1, int i2, int i3);  (in libggml-cpu)
+_get_i32_nd = _attach(("libggml-cpu.so.0", "libggml-cpu.so")).ggml_get_i32_nd
+_get_i32_nd.restype = ctypes.c_int32
+_get_i32_nd.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 TOPK_PREFIX = "ffn_moe_topk-"
 
 
@@ -46,13 +45,13 @@ def activated_experts(model_path: str | Path, tokens: Sequence[int], n_expert_us
 
     @llama_cpp.ggml_backend_sched_eval_callback
     def on_tensor(t: int, ask: bool, _user_data: int) -> bool:
-        if not (_base.ggml_get_name(t) or b"").decode().startswith(TOPK_PREFIX):
+        name = (_get_name(t) or b"").decode()
+        if not name.startswith(TOPK_PREFIX):
             return not ask  # asked: not wanted; computed: go on
         if not ask:
-            layer = int(_base.ggml_get_name(t).decode()[len(TOPK_PREFIX):])
-            ids = used[(ubatch[0], layer)]
-            for tok in range(_base.ggml_nelements(t) // n_expert_used):
-                ids.update(_cpu.ggml_get_i32_nd(t, j, tok, 0, 0) for j in range(n_expert_used))
+            ids = used[(ubatch[0], int(name[len(TOPK_PREFIX):]))]
+            for tok in range(_nelements(t) // n_expert_used):
+                ids.update(_get_i32_nd(t, j, tok, 0, 0) for j in range(n_expert_used))
         return True
 
     llama_cpp.llama_backend_init()

@@ -137,7 +137,11 @@ def run(argv: list[str]) -> int:
         extra = resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
         meta = machine_meta(sampler, hello, profile, notes, cfg)
         if args.resume:
-            state.measured, resume_notes = load_resumed(args.resume, meta)
+            try:
+                state.measured, resume_notes = load_resumed(args.resume, meta)
+            except ValueError as exc:
+                print(f"igi bench: {exc}", file=sys.stderr)
+                return 2
             meta["notes"].extend(resume_notes)
             notes = [*notes, *resume_notes]
         _say(f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "

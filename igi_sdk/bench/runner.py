@@ -307,18 +307,27 @@ RESUMED_PREFIX = "resumed from "
 
 def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The ok runs of earlier result files, by ``measure_key``, for a suite with ``meta``; and notes saying what
-    was taken and what was refused (a file from another machine, build, thread count or warm-up setting)."""
+    was taken and what was refused (a file from another machine, build, thread count or warm-up setting).
+
+    Raises:
+        ValueError: a file cannot be read or is not a bench result (nothing is measured then).
+    """
     taken: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     for path in paths:
-        data = json.loads(Path(path).read_text())
-        old = data.get("meta", {})
+        try:
+            data = json.loads(Path(path).read_text())
+            old, runs = data["meta"], data["runs"]
+            if not isinstance(old, dict) or not isinstance(runs, list):
+                raise TypeError("meta / runs of the wrong type")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--resume {path}: not a readable bench result ({type(exc).__name__}: {exc})") from exc
         differ = [k for k in RESUME_MATCH if old.get(k, _RESUME_DEFAULTS.get(k)) != meta.get(k)]
         if differ:
             notes.append(f"resume: {path.name} not used (differs in {', '.join(differ)})")
             continue
         n = 0
-        for r in data.get("runs", []):
+        for r in runs:
             if r.get("status") != "ok" or r.get("placement") is None:
                 continue
             key = measure_key(r["model_path"], r["prompt_tokens"], r["reply_tokens"],

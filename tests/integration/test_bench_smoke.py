@@ -139,3 +139,15 @@ def test_repeats_report_the_median_of_rounds_on_one_load(smoke_out: Path) -> Non
     assert out["ttft_s"] == pytest.approx(statistics.median(out["ttft_runs_s"]), abs=1e-5)
     assert out["decode_s"] == pytest.approx(statistics.median(out["decode_runs_s"]), abs=1e-5)
     assert out["e2e_s"] == pytest.approx(out["ttft_s"] + out["decode_s"], abs=1e-4)
+
+
+def test_resume_of_a_missing_or_corrupt_file_is_a_clear_error_and_measures_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corrupt = tmp_path / "bench-corrupt.json"
+    corrupt.write_text('{"meta": {}, "runs": ')
+    for bad in (tmp_path / "absent.json", corrupt):
+        out = tmp_path / f"out-{bad.stem}"
+        assert run(["--smoke", "--model", "smoke_dense", "--out", str(out), "--work-dir", str(tmp_path / "models"),
+                    "--resume", str(bad)]) == 2
+        assert f"--resume {bad}: not a readable bench result" in capsys.readouterr().err
+        assert not list(out.glob("bench-*.json"))

@@ -142,7 +142,8 @@ def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator, 
     words = rng.bit_generator.random_raw(-(-n_bytes // 8))  # raw 64-bit draws: ~1.5 GB/s with SFC64
     raw = words.view(np.uint8)[:n_bytes].reshape(n_blocks, block)
     _zero_mean(raw[:, 2:], ggml_type)
-    # scale so that a row's dot product with a unit-RMS input stays O(1): 1 / (element std * sqrt(n_in))
+    # scale so that a row's dot product with a unit-RMS input is about gain: gain / (element std * sqrt(n_in));
+    # an embedding row (lookup) is read, not multiplied: unit RMS, gain / element std
     scale = np.float16(gain / (_ELEMENT_STD[ggml_type] * (1.0 if lookup else math.sqrt(ne[0]))))
     raw[:, 0:2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
     return raw.reshape(-1)

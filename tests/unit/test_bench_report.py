@@ -38,6 +38,16 @@ def test_planner_best_gives_ratio_one_and_failed_planner_gives_none() -> None:
     assert row["planner_vs_oracle"] is None and row["speedup"] == {} and row["oracle_best_method"] == "max_ngl"
 
 
+def test_without_a_measured_sweep_there_is_no_oracle_ratio() -> None:
+    runs = [rec("planner", 1.0), rec("max_ngl", 3.0), rec("oracle", None, status="skipped")]
+    (row,) = summarize_groups(runs)
+    assert row["n_oracle_sweep"] == 0 and row["planner_vs_oracle"] is None
+    assert row["planner_vs_best"] == 1.0 and row["oracle_best_method"] == "planner"
+    md = render_markdown({"metas": [{"model": "m", "vram_basis": "device", "timing": "t"}], "runs": runs,
+                          "summary": summarize_groups(runs)})
+    assert "| m | 4096 | 4096 | planner | 1.000 | planner 1.000 | no sweep (1.00) |" in md
+
+
 def test_no_nvml_means_no_violation_and_every_ok_run_counts() -> None:
     (row,) = summarize_groups([rec("planner", 2.0, peak=None), rec("oracle", 1.0, peak=None)])
     assert row["planner_vs_oracle"] == 2.0 and row["planner_budget_violation"] is None

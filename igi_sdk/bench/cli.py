@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-profile", default=None,
                    help="second profile for a 'planner_ref' method (e.g. reference:h200); run only where it differs")
     p.add_argument("--oracle-max", type=int, default=4, help="oracle sweep placements per group")
+    p.add_argument("--oracle-prune-ratio", type=float, default=None,
+                   help="skip a sweep candidate predicted slower than this many times the group's best measured e2e "
+                        "(recorded as 'pruned'; 0 = measure every candidate; default 3, 0 with --smoke)")
     p.add_argument("--oracle-pinned", choices=("auto", "always", "never"), default="auto",
                    help="pinned sweep candidates: auto = only where the planner chose pinned")
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
@@ -80,7 +83,8 @@ def _say(msg: str) -> None:
 def run(argv: list[str]) -> int:
     """Entry point of ``igi bench``."""
     from igi_sdk.bench.report import merge
-    from igi_sdk.bench.runner import SuiteConfig, SuiteState, load_resumed, machine_meta, run_model
+    from igi_sdk.bench.runner import (DEFAULT_PRUNE_RATIO, SuiteConfig, SuiteState, load_resumed, machine_meta,
+                                      run_model)
     from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
     from igi_sdk.bench.vram import VramSampler, open_nvml
     from igi_sdk.bench.worker import Worker
@@ -102,6 +106,8 @@ def run(argv: list[str]) -> int:
         args.no_dry_run = True
         if args.oracle_max == 4:
             args.oracle_max = 2
+        if args.oracle_prune_ratio is None:
+            args.oracle_prune_ratio = 0.0
     if not args.model or not args.ctx:
         print("igi bench: --model and --ctx are required (or --smoke / --merge)", file=sys.stderr)
         return 2
@@ -116,7 +122,9 @@ def run(argv: list[str]) -> int:
         models=args.model, budgets_mib=args.budgets_mib or [], contexts=contexts, out_dir=out_dir,
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
-        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
+        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned,
+        oracle_prune_ratio=DEFAULT_PRUNE_RATIO if args.oracle_prune_ratio is None else max(0.0, args.oracle_prune_ratio),
+        use_dry_run=not args.no_dry_run,
         warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=max(1, args.repeats))
     state = SuiteState()
     if cfg.max_minutes is not None:

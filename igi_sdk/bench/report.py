@@ -38,7 +38,7 @@ def _cell(rec: dict[str, Any] | None) -> str:
     if rec["status"] != "ok":
         if rec["status"] == "over_budget":
             return f"over budget (pred {_fmt(rec.get('predicted_vram_mib'), '.0f')})"
-        return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR"}.get(rec["status"], rec["status"])
+        return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR", "pruned": "pruned"}.get(rec["status"], rec["status"])
     peak = rec.get("peak_vram_mib")
     flag = " **over**" if rec.get("budget_violation") else ""
     return (f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
@@ -100,14 +100,17 @@ def render_markdown(data: dict[str, Any]) -> str:
         row = [s["model"], str(s["n_ctx"]), str(s["budget_mib"]), str(s["planner_strategy"] or s["planner_status"]),
                _fmt(s["planner_e2e_s"], ".3f"),
                f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
-               _fmt(s["planner_vs_oracle"], ".2f") if s.get("n_oracle_sweep", 1) or s["planner_e2e_s"] is None
+               _fmt(s["planner_vs_oracle"], ".2f") if "planner_vs_best" not in s or s["planner_vs_oracle"] is not None
+               or s["planner_e2e_s"] is None
                else f"no sweep ({_fmt(s.get('planner_vs_best'), '.2f')})"]
         row += [_fmt(sp.get(b, {}).get("e2e"), ".2f") for b in BASELINES]
         lines.append("| " + " | ".join(row) + " |")
     failures = [r for r in runs if r["status"] == "error"]
     over = [r for r in runs if r.get("budget_violation")]
     lines += ["", f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok, {len(failures)} failed, "
-              f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), {len(over)} over budget.", ""]
+              f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), "
+              f"{sum(r['status'] == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
+              f"{len(over)} over budget.", ""]
     for r in failures:
         lines.append(f"- failed: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
                      f"{(r['error'] or '').splitlines()[0][:200]}")

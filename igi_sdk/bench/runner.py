@@ -30,6 +30,9 @@ from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
 from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 
+DEFAULT_PRUNE_RATIO = 3.0
+"""The worst over-prediction of e2e on the H200 with a measured profile and generator-2 models was 1.36x
+(8B and 30B-A3B, fifth session): a candidate predicted 3x slower than a run already measured is not the best."""
 VRAM_BASIS = "device-level NVML used memory minus the idle baseline taken before the engine process started"
 RESULT_VERSION = 1
 
@@ -50,6 +53,9 @@ class SuiteConfig:
     n_threads: int | None = None
     oracle_max: int = 4
     oracle_pinned: str = "auto"
+    oracle_prune_ratio: float = 0.0
+    """A sweep candidate predicted slower than this many times the group's best measured e2e is not measured
+    (``pruned_reason``); 0 measures every candidate. The CLI's default is ``DEFAULT_PRUNE_RATIO``."""
     use_dry_run: bool = True
     warmup: bool = True
     repeats: int = 1
@@ -238,6 +244,8 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             _check_budget(rec)
         elif out_of_time():
             rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
+        elif rec["method"] == "oracle" and (why := pruned_reason(rec, records, cfg.oracle_prune_ratio)):
+            rec.update(status="pruned", error=why)
         else:
             _measure(worker, sampler, rec, cand, cfg, state)
             if rec["status"] == "ok":
@@ -281,6 +289,9 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                     notes.extend(f"ctx {ctx[0]} budget {budget}: {w}" for w in gp.notes[n_notes:])
                     say(f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
                         f"{time.monotonic() - t0:.1f} s")
+                    if not gp.oracle:  # recorded, so the summary can tell "nothing to sweep" from "not swept"
+                        add(ctx, budget, m.Candidate("oracle", "no sweep candidate", None,
+                                                     skip_reason="the sweep found no placement beyond the core methods"))
                 if i < len(gp.oracle) and (w := add(ctx, budget, gp.oracle[i])) is not None:
                     state.n_total += 1
                     run(*w)
@@ -291,6 +302,22 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             say(f"  {notes[-1]}")
     flush()
     return out_file
+
+
+def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: float) -> str | None:
+    """Why ``rec`` (a sweep candidate) need not be measured: its predicted e2e exceeds ``ratio`` times the best
+    e2e measured so far in its group (same model, budget and context, within the budget). ``None``: measure it
+    (``ratio`` 0, no prediction, or nothing measured yet)."""
+    predicted = rec.get("predicted_e2e_s")
+    if ratio <= 0 or predicted is None:
+        return None
+    done = [r["e2e_s"] for r in records
+            if r is not rec and r["model"] == rec["model"] and r["budget_mib"] == rec["budget_mib"]
+            and r["n_ctx"] == rec["n_ctx"] and r["status"] == "ok" and r.get("e2e_s") and not r.get("budget_violation")]
+    if not done or predicted <= ratio * min(done):
+        return None
+    return (f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {min(done):.2f} s "
+            f"(--oracle-prune-ratio)")
 
 
 def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, placement: Placement) -> str:
@@ -374,7 +401,8 @@ def machine_meta(sampler: VramSampler, hello: dict[str, Any], profile: Profile, 
         "profile_source": profile.source, "profile": profile.model_dump(mode="json"), "notes": list(profile_notes),
         "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
         "smoke": cfg.smoke, "n_threads": cfg.n_threads, "contexts": cfg.contexts, "budgets_mib": cfg.budgets_mib,
-        "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned, "dry_run_compute": cfg.use_dry_run,
+        "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned,
+        "oracle_prune_ratio": cfg.oracle_prune_ratio, "dry_run_compute": cfg.use_dry_run,
         "warmup": cfg.warmup, "repeats": cfg.repeats,
         "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
                   f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "

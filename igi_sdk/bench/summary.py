@@ -5,8 +5,10 @@ For each (model, budget, n_ctx) group:
 * ``oracle_best``: the fastest end-to-end run among *every* measured run of the group that stayed within the
   budget (oracle sweep, planner, baselines, all-GPU when it fits), so ``planner_vs_best`` = planner e2e /
   best e2e is >= 1, and 1.0 means the planner's choice was the best placement measured;
-* ``planner_vs_oracle``: the same ratio, but only once at least one oracle sweep candidate of the group was
-  measured (``None`` otherwise: against the baselines alone, 1.0 would claim more than was measured);
+* ``planner_vs_oracle``: the same ratio once the group's oracle sweep was covered: at least one candidate
+  measured, or every candidate pruned (predicted far slower than a measured run), or the sweep found no
+  placement beyond the core methods (one ``not_applicable`` record). ``None`` when the sweep was not run (time
+  limit, ``--methods`` without ``oracle``): against the baselines alone, 1.0 would claim more than was measured;
 * ``speedup``: per baseline, e2e and TTFT speedups (baseline time / planner time) and the TPS ratio
   (planner TPS / baseline TPS); > 1 means the planner is better.
 
@@ -73,7 +75,9 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ttft": _ratio(other["ttft_s"], planner["ttft_s"]),
                 "tps": _ratio(planner["tps"], other["tps"]),
             }
-        if row["n_oracle_sweep"]:
+        sweep = [r for r in recs if r["method"] == "oracle"]
+        row["n_oracle_pruned"] = sum(1 for r in sweep if r["status"] == "pruned")
+        if row["n_oracle_sweep"] or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep)):
             row["planner_vs_oracle"] = row["planner_vs_best"]
         rows.append(row)
     return rows

@@ -94,6 +94,30 @@ def test_time_limit_records_the_remaining_runs_as_skipped(tmp_path: Path) -> Non
     assert not [r for r in runs if r["method"] == "oracle"]
     notes = json.loads((out / "bench-smoke_dense.json").read_text())["meta"]["notes"]
     assert any(n.startswith("oracle sweep not planned for") for n in notes)
+    summary = json.loads((out / "bench-smoke_dense.json").read_text())["summary"]
+    assert summary and all(s["planner_vs_oracle"] is None for s in summary)
+
+
+def test_a_sweep_candidate_predicted_far_slower_than_a_measured_run_is_pruned(tmp_path: Path) -> None:
+    # a ratio of 1e-9: every candidate is predicted slower than 1e-9 x the planner's measured e2e
+    out = tmp_path / "out"
+    assert run(["--smoke", "--model", "smoke_dense", "--methods", "planner", "oracle", "--oracle-prune-ratio", "1e-9",
+                "--out", str(out), "--work-dir", str(tmp_path / "models")]) == 0
+    data = json.loads((out / "bench-smoke_dense.json").read_text())
+    sweep = [r for r in data["runs"] if r["method"] == "oracle"]
+    pruned = [r for r in sweep if r["status"] == "pruned"]
+    assert pruned and all("--oracle-prune-ratio" in r["error"] for r in pruned)
+    # the rest: groups whose sweep found nothing beyond the core methods, recorded as such
+    assert all(r["status"] == "not_applicable" and r["candidate"] == "no sweep candidate" for r in sweep
+               if r not in pruned)
+    assert data["meta"]["oracle_prune_ratio"] == 1e-9
+    planners = [r for r in data["runs"] if r["method"] == "planner"]
+    assert planners and all(r["status"] == "ok" for r in planners)
+    # a sweep pruned whole counts as covered (every candidate was predicted far slower than a measured run)
+    assert all(s["planner_vs_oracle"] == 1.0 and s["n_oracle_sweep"] == 0 for s in data["summary"])
+    assert sum(s["n_oracle_pruned"] for s in data["summary"]) == len([r for r in sweep if r["status"] == "pruned"])
+    md = (out / "bench.md").read_text()
+    assert f"{len(pruned)} sweep candidates pruned" in md
 
 
 def test_resume_takes_over_the_runs_an_earlier_suite_measured(smoke_out: Path, tmp_path: Path) -> None:

@@ -46,6 +46,26 @@ def test_without_a_measured_sweep_there_is_no_oracle_ratio() -> None:
     md = render_markdown({"metas": [{"model": "m", "vram_basis": "device", "timing": "t"}], "runs": runs,
                           "summary": summarize_groups(runs)})
     assert "| m | 4096 | 4096 | planner | 1.000 | planner 1.000 | no sweep (1.00) |" in md
+    # a sweep with nothing beyond the core runs, or pruned whole, is covered
+    for status in ("not_applicable", "pruned"):
+        (row,) = summarize_groups([rec("planner", 1.0), rec("max_ngl", 3.0), rec("oracle", None, status=status)])
+        assert row["planner_vs_oracle"] == 1.0 and row["n_oracle_pruned"] == (status == "pruned")
+    (row,) = summarize_groups([rec("planner", 1.0), rec("oracle", None, status="pruned"), rec("oracle", None, status="skipped")])
+    assert row["planner_vs_oracle"] is None
+
+
+def test_pruning_compares_the_prediction_with_the_best_measured_run_of_the_same_group() -> None:
+    from igi_sdk.bench.runner import pruned_reason
+
+    cand = {**rec("oracle", None, status="planned"), "predicted_e2e_s": 7.0}
+    done = [rec("planner", 2.0), rec("max_ngl", 3.0), rec("oracle", 0.5, peak=5000.0),  # over budget: not a bound
+            rec("all_cpu", 1.0, budget=2048), rec("oracle", 1.0, status="error")]
+    why = pruned_reason(cand, done + [cand], 3.0)
+    assert why is not None and "7.00 s > 3 x the group's best measured 2.00 s" in why
+    assert pruned_reason(cand, done, 4.0) is None  # 7 <= 4 x 2
+    assert pruned_reason(cand, done, 0.0) is None  # disabled
+    assert pruned_reason(cand, [rec("all_cpu", 1.0, budget=2048)], 3.0) is None  # nothing measured in its group
+    assert pruned_reason({**cand, "predicted_e2e_s": None}, done, 3.0) is None
 
 
 def test_no_nvml_means_no_violation_and_every_ok_run_counts() -> None:

@@ -46,6 +46,7 @@ if [ "$GPU_DAEMON_TEST" != 0 ] && [ ! -f $S/daemon.done ]; then
   t=$(date +%s); timeout 240 python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_daemon.py -s -q -p no:cacheprovider > $S/gpu_daemon.log 2>&1
   echo "gpu daemon test rc=$? in $(( $(date +%s) - t )) s"; tail -n 25 $S/gpu_daemon.log
   [ -f $OUT/gpu_daemon.json ] && cp $OUT/gpu_daemon.json $S/
+  [ -f $OUT/gpu_daemon-daemon.log ] && cp $OUT/gpu_daemon-daemon.log $S/
   touch $S/daemon.done
 fi
 for mdl in $MODELS; do

@@ -188,6 +188,8 @@ class BudgetControl:
             self._core.counters["reloads"] += 1
             measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
             if op.replan_mib is not None:
+                self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, interim_cpu=True,
+                               apply_time_s=event.get("apply_time_s"), vram_mib=measured)
                 # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
                 for waiter in [w for w in op.waiters if w.deadline_s is not None]:
                     self._ack(waiter, op.outcome, applied=True, measured=measured)
@@ -258,6 +260,8 @@ class BudgetControl:
             target, reclaiming = planning.newer
             self._begin(target, reclaiming, planning.waiters)
             return
+        self._core.log(logging.INFO, "budget_planned", target_mib=planning.target_mib,
+                       ok=planning.result.outcome is not None)
         if isinstance(planning.result.error, DryRunDeferred) or planning.result.outcome is None:
             why = f"{type(planning.result.error).__name__}: {planning.result.error}"
             outcome = self._planner.cpu_only(planning.target_mib, warning=f"planning failed ({why}); CPU-only placement")

@@ -4,7 +4,7 @@ own profile) serves a synthetic 8B-dense model while the game changes the budget
 while the daemon starts (planning dry runs, then the load) within the first budget, during each change within the
 larger of the old and new budget, and while serving within the new one; the
 conversation survives every reload. Per step: the plan, the daemon's own VRAM reading, TTFT and TPS, printed
-and, when OUT is set, written to ``$OUT/gpu_daemon.json``.
+and, when OUT is set, written to ``$OUT/gpu_daemon.json`` (the daemon's own log to ``$OUT/gpu_daemon-daemon.log``).
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu -x -s``. Skipped without NVML or without a GPU backend.
 """
@@ -71,6 +71,8 @@ def budget_scenario(model_path: Path, sampler: VramSampler, budgets_mib: tuple[i
                 previous = budget
     finally:
         daemon.stop()
+        if os.environ.get("OUT") and daemon.log_file.is_file():  # the phases of each change, with timestamps
+            Path(os.environ["OUT"], "gpu_daemon-daemon.log").write_bytes(daemon.log_file.read_bytes())
     return rows
 
 

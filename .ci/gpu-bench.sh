@@ -36,6 +36,9 @@ fi
 source .gpu/env.sh
 SEQ=$(( $(cat $S/seq 2>/dev/null || echo 0) + 1 )); echo $SEQ > $S/seq
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $R/nvidia-smi.txt 2>&1
+# the host's NUMA layout: one decode of the same placement moved by up to 23 % between loads (pinned host memory
+# may land on either node); recorded to tell placement effects from where the memory went
+{ lscpu; cat /sys/devices/system/node/node*/meminfo 2>/dev/null | grep -E "MemTotal|MemFree"; nvidia-smi topo -m; } > $R/host.txt 2>&1
 if [ ! -f $S/profile.json ]; then
   t=$(date +%s); timeout 150 python3 -m igi_sdk.cli profile --json > $R/profile.json 2> $R/profile.err
   echo "profile rc=$? in $(( $(date +%s) - t )) s"

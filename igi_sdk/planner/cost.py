@@ -107,6 +107,11 @@ class CostModel:
         """CPU weight rate of a group's matmul relative to dense GEMV (experts: MUL_MAT_ID)."""
         return self.cpu.moe_decode_efficiency if group is G.MOE_EXPERTS else 1.0
 
+    def _gpu_efficiency(self, group: G) -> float:
+        """GPU matmul rate of a group at prefill relative to dense GEMM (experts: MUL_MAT_ID)."""
+        gpu = self.profile.gpu
+        return gpu.moe_prefill_efficiency if group is G.MOE_EXPERTS and gpu is not None else 1.0
+
     def _touched(self, group: G, n_tokens: int) -> float:
         """Share of a group's bytes a pass of ``n_tokens`` reads (experts: distinct experts routed)."""
         if group is not G.MOE_EXPERTS:
@@ -115,18 +120,20 @@ class CostModel:
 
     def _weights_time(self, stats: GroupStats, dtype: str, on_gpu: bool, n_tokens: int, touched: float,
                       flop_share: float, n_ops: int, pinned: bool, op_offload: bool,
-                      cpu_efficiency: float = 1.0) -> tuple[float, float, float, bool]:
-        """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment (``cpu_efficiency``: the op's CPU weight
-        rate relative to dense GEMV)."""
+                      cpu_efficiency: float = 1.0, gpu_efficiency: float = 1.0) -> tuple[float, float, float, bool]:
+        """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment (``cpu_efficiency`` / ``gpu_efficiency``:
+        the op's CPU weight rate relative to dense GEMV, its GPU matmul rate relative to dense GEMM)."""
         flops = 2.0 * stats.n_elements * n_tokens * flop_share
         nbytes = stats.n_bytes * touched
         gpu = self.profile.gpu
         if on_gpu and gpu is not None:
-            t = max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + n_ops * gpu.op_overhead_us * 1e-6
+            t = (max(flops / (gpu.gflops * gpu_efficiency * GB), nbytes / (gpu.bandwidth_gbps * GB))
+                 + n_ops * gpu.op_overhead_us * 1e-6)
             return 0.0, t, 0.0, True
         if gpu is not None and op_offload and n_tokens >= self.min_batch:
             h2d = gpu.h2d_pinned_gbps if pinned else gpu.h2d_pageable_gbps
-            return 0.0, flops / (gpu.gflops * GB) + n_ops * gpu.op_overhead_us * 1e-6, nbytes / (h2d * GB), True
+            return (0.0, flops / (gpu.gflops * gpu_efficiency * GB) + n_ops * gpu.op_overhead_us * 1e-6,
+                    nbytes / (h2d * GB), True)
         bw = self.cpu.decode_gbps * cpu_efficiency * (
             self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
         t = max(nbytes / (bw * GB), flops / (self.cpu.gflops(dtype) * GB))
@@ -178,7 +185,7 @@ class CostModel:
                 share = self.expert_share if main is G.MOE_EXPERTS else 1.0
                 c, g, x, runs = self._weights_time(stats, self._layer_types[il][main], on_gpu, n_tokens,
                                                    self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload,
-                                                   self._cpu_efficiency(main))
+                                                   self._cpu_efficiency(main), self._gpu_efficiency(main))
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
             else:
                 runs = on_gpu
@@ -252,8 +259,9 @@ class CostModel:
         ops = OPS_HEAD if group is G.OUTPUT else (OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN)
         offload = op_offload and self.profile.gpu is not None
         host = self._weights_time(stats, dtype, False, n_tokens, touched, share, ops, pinned, offload,
-                                  self._cpu_efficiency(group))
-        vram = self._weights_time(stats, dtype, True, n_tokens, touched, share, ops, pinned, offload)
+                                  self._cpu_efficiency(group), self._gpu_efficiency(group))
+        vram = self._weights_time(stats, dtype, True, n_tokens, touched, share, ops, pinned, offload,
+                                  gpu_efficiency=self._gpu_efficiency(group))
         gain = sum(host[:3]) - sum(vram[:3])
         if not host[3] and self.profile.gpu is not None:  # ran on the CPU: two hand-overs disappear
             gain += (1 if group is G.OUTPUT else 2) * self.profile.gpu.transition_us * 1e-6

@@ -98,6 +98,9 @@ class GpuProfile(BaseModel):
     h2d_pageable_gbps: float = Field(gt=0, description="op_offload weight copy rate from mmap'd pageable memory")
     reserve_mib: int = Field(ge=0, description="VRAM the CUDA context, cuBLAS and pools take outside llama.cpp's buffers")
     transition_us: float = Field(ge=0, description="cost of one CPU<->GPU hand-over in the graph (sync + copy)")
+    moe_prefill_efficiency: float = Field(
+        default=1.0, gt=0, le=1,
+        description="GPU matmul rate of MoE experts (MUL_MAT_ID) at prefill relative to ``gflops`` (dense)")
 
 
 class Profile(BaseModel):

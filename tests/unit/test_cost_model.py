@@ -128,3 +128,20 @@ def test_cpu_decode_attention_costs_per_query_head_not_per_kv_head() -> None:
     rate = profile.cpu_rate(16)
     head_positions = (8192 - 1024) * base.n_layer * base.n_head
     assert gqa4 == pytest.approx(head_positions * rate.attn_head_bytes / (rate.kv_read_gbps * 1e9), rel=0.05)
+
+
+def test_gpu_moe_prefill_efficiency_slows_expert_compute_only() -> None:
+    # MUL_MAT_ID at prefill ran at ~0.3 of the dense GEMM rate on the H200 (fifth session's 30B-A3B TTFTs);
+    # the profile term scales the experts' GPU FLOP time, streamed or resident, and nothing else
+    ref = reference_profile("h200")
+    assert ref.gpu is not None and ref.gpu.moe_prefill_efficiency == 1.0
+    slow = ref.model_copy(update={"gpu": ref.gpu.model_copy(update={"moe_prefill_efficiency": 0.3})})
+    streamed = Placement(n_ctx=16384, n_ubatch=2048, n_batch=2048, load_mode="pinned", n_gpu_layers=99,
+                         rules=(EXPERTS_CPU,))
+    resident = streamed.with_(rules=())
+    for pl in (streamed, resident):
+        base, eff = predict("qwen3_30b_a3b", pl, LONG, ref), predict("qwen3_30b_a3b", pl, LONG, slow)
+        assert eff.ttft_s > base.ttft_s
+        assert eff.decode_tps == pytest.approx(base.decode_tps, rel=0.02)  # decode is bandwidth-bound
+    dense = Placement(n_ctx=16384, n_ubatch=2048, n_batch=2048, n_gpu_layers=99)
+    assert predict("llama_8b", dense, LONG, slow).ttft_s == predict("llama_8b", dense, LONG, ref).ttft_s

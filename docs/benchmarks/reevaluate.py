@@ -1,0 +1,67 @@
+"""Predicted / measured TTFT and decode TPS of every placement an H200 session measured, with today's cost model
+and that session's measured profile (``planner.evaluate_placement`` of each recorded placement), per model and
+context (all placements, then per load mode). Profile terms can be overridden to test a hypothesis.
+
+Run from the repository root, e.g.:
+    .venv/bin/python docs/benchmarks/reevaluate.py docs/benchmarks/h200-session4 [--moe-efficiency 0.5]
+    .venv/bin/python docs/benchmarks/reevaluate.py docs/benchmarks/h200-session5 [--gpu-moe-efficiency 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from igi_sdk.planner import PlannerOptions, Profile, Workload, table_from_shape
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.planner import evaluate_placement
+from igi_sdk.planner.shapes import REFERENCE_SHAPES
+
+
+def _line(label: str, v: list[tuple[float, float]]) -> str:
+    ttft, tps = [a for a, _ in v], [b for _, b in v]
+    return (f"{label} ({len(v)} placements): predicted / measured TTFT median {statistics.median(ttft):.2f} "
+            f"({min(ttft):.2f}-{max(ttft):.2f}), decode TPS median {statistics.median(tps):.2f} "
+            f"({min(tps):.2f}-{max(tps):.2f})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("session", type=Path, help="a session folder: profile-h200-measured.json and bench-*.json")
+    ap.add_argument("--moe-efficiency", type=float, help="set the profile's CPU MoE decode efficiency")
+    ap.add_argument("--gpu-moe-efficiency", type=float, help="set the profile's GPU MoE prefill efficiency")
+    args = ap.parse_args()
+    raw = json.loads((args.session / "profile-h200-measured.json").read_text())
+    if args.moe_efficiency is not None:
+        for rate in raw["cpu"]:
+            rate["moe_decode_efficiency"] = args.moe_efficiency
+    if args.gpu_moe_efficiency is not None:
+        raw["gpu"]["moe_prefill_efficiency"] = args.gpu_moe_efficiency
+    profile = Profile.model_validate(raw)
+    for model in ("llama_8b", "qwen3_30b_a3b"):
+        runs = json.loads((args.session / f"bench-{model}.json").read_text())["runs"]
+        table = table_from_shape(REFERENCE_SHAPES[model], name=model)
+        ratios: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        seen = set()
+        for r in runs:
+            key = (r["n_ctx"], json.dumps(r["placement"], sort_keys=True))
+            if r["status"] != "ok" or key in seen:
+                continue
+            seen.add(key)
+            workload = Workload(prompt_tokens=r["prompt_tokens"], reply_tokens=r["reply_tokens"], n_ctx=r["n_ctx"])
+            planned = evaluate_placement(table, Placement.model_validate(r["placement"]), r["budget_mib"], workload,
+                                         profile, options=PlannerOptions(n_threads=16))
+            p = planned.prediction
+            ratios.setdefault((r["n_ctx"], r["placement"]["load_mode"]), []).append(
+                (p.ttft_s / r["ttft_s"], p.decode_tps / r["tps"]))
+        for n_ctx in sorted({c for c, _ in ratios}):
+            print(_line(f"{model} n_ctx {n_ctx} all   ", [x for (c, _), v in ratios.items() if c == n_ctx for x in v]))
+            for (c, mode), v in sorted(ratios.items()):
+                if c == n_ctx:
+                    print(_line(f"{model} n_ctx {n_ctx} {mode:6}", v))
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--oracle-max", type=int, default=4, help="oracle sweep placements per group")
     p.add_argument("--oracle-prune-ratio", type=float, default=None,
                    help="skip a sweep candidate predicted slower than this many times the group's best measured e2e "
-                        "(recorded as 'pruned'; 0 = measure every candidate; default 3, 0 with --smoke)")
+                        "(recorded as 'pruned'; 0 = measure every candidate; default 3 with a profile measured on this "
+                        "machine, else 0, and 0 with --smoke)")
     p.add_argument("--oracle-pinned", choices=("auto", "always", "never"), default="auto",
                    help="pinned sweep candidates: auto = only where the planner chose pinned")
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
@@ -83,8 +84,7 @@ def _say(msg: str) -> None:
 def run(argv: list[str]) -> int:
     """Entry point of ``igi bench``."""
     from igi_sdk.bench.report import merge
-    from igi_sdk.bench.runner import (DEFAULT_PRUNE_RATIO, SuiteConfig, SuiteState, load_resumed, machine_meta,
-                                      run_model)
+    from igi_sdk.bench.runner import SuiteConfig, SuiteState, load_resumed, machine_meta, prune_ratio, run_model
     from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
     from igi_sdk.bench.vram import VramSampler, open_nvml
     from igi_sdk.bench.worker import Worker
@@ -123,7 +123,6 @@ def run(argv: list[str]) -> int:
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
         oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned,
-        oracle_prune_ratio=DEFAULT_PRUNE_RATIO if args.oracle_prune_ratio is None else max(0.0, args.oracle_prune_ratio),
         use_dry_run=not args.no_dry_run,
         warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=max(1, args.repeats))
     state = SuiteState()
@@ -143,6 +142,8 @@ def run(argv: list[str]) -> int:
         else:
             profile, notes = resolve_profile(args.profile, has_gpu=machine_has_gpu, say=_say)
         extra = resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
+        cfg.oracle_prune_ratio, prune_note = prune_ratio(args.oracle_prune_ratio, profile.source)
+        notes = [*notes, prune_note] if prune_note else notes
         meta = machine_meta(sampler, hello, profile, notes, cfg)
         if args.resume:
             try:

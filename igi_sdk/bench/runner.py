@@ -304,6 +304,17 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     return out_file
 
 
+def prune_ratio(requested: float | None, profile_source: str) -> tuple[float, str | None]:
+    """The sweep-pruning ratio a suite uses, and a note when the default was turned off: pruning trusts the cost
+    model, so by default only with a profile measured on this machine (reference profiles over-predicted some
+    e2e 8-44x on the H200). An explicit ``requested`` ratio is used as given (negative = 0)."""
+    if requested is not None:
+        return max(0.0, requested), None
+    if profile_source.startswith("measured"):
+        return DEFAULT_PRUNE_RATIO, None
+    return 0.0, f"profile {profile_source} is not measured on this machine: no sweep pruning (--oracle-prune-ratio forces it)"
+
+
 def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: float) -> str | None:
     """Why ``rec`` (a sweep candidate) need not be measured: its predicted e2e exceeds ``ratio`` times the best
     e2e measured so far in its group (same model, budget and context, within the budget). ``None``: measure it

@@ -68,6 +68,16 @@ def test_pruning_compares_the_prediction_with_the_best_measured_run_of_the_same_
     assert pruned_reason({**cand, "predicted_e2e_s": None}, done, 3.0) is None
 
 
+def test_pruning_by_default_only_with_a_profile_measured_here() -> None:
+    from igi_sdk.bench.runner import DEFAULT_PRUNE_RATIO, prune_ratio
+
+    assert prune_ratio(None, "measured") == (DEFAULT_PRUNE_RATIO, None)
+    assert prune_ratio(None, "measured-quick") == (DEFAULT_PRUNE_RATIO, None)
+    ratio, note = prune_ratio(None, "reference:h200")
+    assert ratio == 0.0 and note is not None and "reference:h200 is not measured" in note
+    assert prune_ratio(2.0, "reference:h200") == (2.0, None) and prune_ratio(-1.0, "measured") == (0.0, None)
+
+
 def test_no_nvml_means_no_violation_and_every_ok_run_counts() -> None:
     (row,) = summarize_groups([rec("planner", 2.0, peak=None), rec("oracle", 1.0, peak=None)])
     assert row["planner_vs_oracle"] == 2.0 and row["planner_budget_violation"] is None

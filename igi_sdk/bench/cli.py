@@ -122,8 +122,7 @@ def run(argv: list[str]) -> int:
         models=args.model, budgets_mib=args.budgets_mib or [], contexts=contexts, out_dir=out_dir,
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
-        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned,
-        use_dry_run=not args.no_dry_run,
+        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
         warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=max(1, args.repeats))
     state = SuiteState()
     if cfg.max_minutes is not None:

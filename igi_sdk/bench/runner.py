@@ -22,7 +22,7 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
-from igi_sdk.bench.summary import summarize_groups
+from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
@@ -322,12 +322,11 @@ def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: flo
     predicted = rec.get("predicted_e2e_s")
     if ratio <= 0 or predicted is None:
         return None
-    done = [r["e2e_s"] for r in records
-            if r is not rec and r["model"] == rec["model"] and r["budget_mib"] == rec["budget_mib"]
-            and r["n_ctx"] == rec["n_ctx"] and r["status"] == "ok" and r.get("e2e_s") and not r.get("budget_violation")]
-    if not done or predicted <= ratio * min(done):
+    best = best_in_budget([r for r in records if r is not rec and r["model"] == rec["model"]
+                           and r["budget_mib"] == rec["budget_mib"] and r["n_ctx"] == rec["n_ctx"]])
+    if best is None or predicted <= ratio * best["e2e_s"]:
         return None
-    return (f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {min(done):.2f} s "
+    return (f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {best['e2e_s']:.2f} s "
             f"(--oracle-prune-ratio)")
 
 

@@ -29,6 +29,12 @@ def _ok(rec: dict[str, Any]) -> bool:
     return rec.get("status") == "ok" and rec.get("e2e_s") is not None
 
 
+def best_in_budget(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest (e2e) measured run of ``records`` (one group) whose peak stayed within the budget."""
+    legal = [r for r in records if _ok(r) and not r.get("budget_violation")]
+    return min(legal, key=lambda r: r["e2e_s"], default=None)
+
+
 def _ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den <= 0:
         return None
@@ -43,9 +49,12 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (model, budget, n_ctx), recs in groups.items():
         planner = next((r for r in recs if r["method"] == "planner"), None)
-        legal = [r for r in recs if _ok(r) and not r.get("budget_violation")]
-        best = min(legal, key=lambda r: r["e2e_s"], default=None)
+        best = best_in_budget(recs)
         p_ok = planner is not None and _ok(planner)
+        sweep = [r for r in recs if r["method"] == "oracle"]
+        n_sweep = sum(1 for r in sweep if _ok(r))
+        vs_best = _ratio(planner["e2e_s"], best["e2e_s"]) if p_ok and best else None
+        swept = n_sweep or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep))
         row: dict[str, Any] = {
             "model": model, "budget_mib": budget, "n_ctx": n_ctx,
             "prompt_tokens": recs[0]["prompt_tokens"], "reply_tokens": recs[0]["reply_tokens"],
@@ -60,9 +69,10 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "oracle_best_candidate": None if best is None else best["candidate"],
             "oracle_best_e2e_s": None if best is None else best["e2e_s"],
             "n_measured": sum(1 for r in recs if _ok(r)),
-            "n_oracle_sweep": sum(1 for r in recs if r["method"] == "oracle" and _ok(r)),
-            "planner_vs_best": _ratio(planner["e2e_s"], best["e2e_s"]) if p_ok and best else None,
-            "planner_vs_oracle": None,
+            "n_oracle_sweep": n_sweep,
+            "n_oracle_pruned": sum(1 for r in sweep if r["status"] == "pruned"),
+            "planner_vs_best": vs_best,
+            "planner_vs_oracle": vs_best if swept else None,
             "speedup": {},
         }
         for method in BASELINES + ("planner_ref",):
@@ -75,9 +85,5 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ttft": _ratio(other["ttft_s"], planner["ttft_s"]),
                 "tps": _ratio(planner["tps"], other["tps"]),
             }
-        sweep = [r for r in recs if r["method"] == "oracle"]
-        row["n_oracle_pruned"] = sum(1 for r in sweep if r["status"] == "pruned")
-        if row["n_oracle_sweep"] or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep)):
-            row["planner_vs_oracle"] = row["planner_vs_best"]
         rows.append(row)
     return rows

@@ -281,8 +281,7 @@ class BudgetControl:
             if self._core.worker.ready:
                 self._start(self._queued)
             return
-        used = measured if measured is not None else float(op.outcome.plan.gpu_mib)
-        self._begin(target, False, op.waiters, used_mib=used, limit_mib=target)
+        self._begin(target, False, op.waiters, used_mib=measured, limit_mib=target)  # None: _used_mib (current = op's)
 
     def _act(self, decision: BudgetDecision, waiter: _Waiter | None, reclaiming: bool = False) -> None:
         self.state = decision.state

@@ -5,6 +5,7 @@ context (all placements, then per load mode). Profile terms can be overridden to
 Run from the repository root, e.g.:
     .venv/bin/python docs/benchmarks/reevaluate.py docs/benchmarks/h200-session4 [--moe-efficiency 0.5]
     .venv/bin/python docs/benchmarks/reevaluate.py docs/benchmarks/h200-session5 [--gpu-moe-efficiency 0.3]
+    .venv/bin/python docs/benchmarks/reevaluate.py docs/benchmarks/h200-session6 [--gpu-moe-efficiency 0.3]
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def main() -> None:
         raw["gpu"]["moe_prefill_efficiency"] = args.gpu_moe_efficiency
     profile = Profile.model_validate(raw)
     for model in ("llama_8b", "qwen3_30b_a3b"):
-        runs = json.loads((args.session / f"bench-{model}.json").read_text())["runs"]
+        bench = args.session / f"bench-{model}.json"
+        if not bench.exists():  # a session may measure one model only
+            continue
+        runs = json.loads(bench.read_text())["runs"]
         table = table_from_shape(REFERENCE_SHAPES[model], name=model)
         ratios: dict[tuple[int, str], list[tuple[float, float]]] = {}
         seen = set()

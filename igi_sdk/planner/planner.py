@@ -184,7 +184,10 @@ class _Search:
 
     def unit_order(self, ub: int, load_mode: str) -> list[int | None]:
         """Promotion units (FFN/experts of a layer; None = head), best predicted gain per MiB first.
-        MoE: the head comes before any experts."""
+        MoE: the head comes before any experts. Among equal gains the later layer goes first, the end of the
+        model that llama.cpp keeps in VRAM (``n_gpu_layers``, ``--n-cpu-moe``): on the H200 (sixth session,
+        docs/planner.md "Ties") the 30B-A3B decoded faster with the last layers' experts in VRAM than with
+        the first layers' in 6 of 7 pairs the cost model could not tell apart."""
         s, w, cm = self.summary, self.workload, self.cost
         fg = ffn_group(s)
         n_passes = math.ceil(w.prompt_tokens / ub)
@@ -199,13 +202,13 @@ class _Search:
             dtype = s.dominant_type.get((il, fg), "default")
             gain = (w_pref * n_passes * cm.unit_gain(st, fg, dtype, b_pref, pinned, True)
                     + w_dec * cm.unit_gain(st, fg, dtype, w.parallel, pinned, True))
-            units.append((-gain / max(unit_bytes(s, il), 1), il, il))
+            units.append((-gain / max(unit_bytes(s, il), 1), -il, il))
         head = s.output_stats
         if head.n_bytes:
             dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, TensorGroup.TOKEN_EMBD), "default"))
             gain = (w_pref + w_dec) * cm.unit_gain(head, TensorGroup.OUTPUT, dtype, w.parallel, pinned, True)
             first = s.table.is_moe
-            units.append((-math.inf if first else -gain / max(unit_bytes(s, None), 1), -1, None))
+            units.append((-math.inf if first else -gain / max(unit_bytes(s, None), 1), -s.n_layer, None))
         return [u for _, _, u in sorted(units, key=lambda x: (x[0], x[1]))]
 
     def _weights(self) -> tuple[float, float]:

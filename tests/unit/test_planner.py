@@ -38,6 +38,19 @@ def test_moe_small_budget_keeps_experts_on_cpu_and_head_first() -> None:
     assert r.chosen.prediction.decode_tps > 1.5 * base["max_ngl"].prediction.decode_tps
 
 
+def test_equal_layers_promote_the_last_layers_first() -> None:
+    """Identical layers tie in the cost model; the planner then keeps the end of the model in VRAM, as
+    llama.cpp's n_gpu_layers and --n-cpu-moe do (measured faster on the H200: docs/planner.md "Ties")."""
+    s = summarize(MOE)
+    for budget in (4096, 6144):
+        r = plan_placement(MOE, budget, W, H200)
+        assert r.chosen is not None
+        lay = resolve_layout(s, r.chosen.placement, has_gpu=True)
+        resident = [il for il in range(48) if lay.on_gpu(il, "moe_experts")]
+        assert resident and resident == list(range(48 - len(resident), 48)), (budget, resident)
+        assert lay.on_gpu(*HEAD_KEY)
+
+
 def test_infeasible_budget_names_smallest_budget_and_cpu_fallback() -> None:
     r = plan_placement(DENSE, 300, W, H200)
     assert r.status == "infeasible" and r.chosen is None and r.placement is None

@@ -12,8 +12,11 @@
 # is returned as two tarballs: $OUT/all.tgz (this call's logs and results) and $OUT/state.tgz (the state so far).
 # Env: LIMIT (default 555), REPEATS (default 1; 3 adds about 12 min for the 8B and 10 min for the 30B-A3B: more than one
 # session of device time for both), MODELS (default "llama_8b qwen3_30b_a3b"), GPU_DAEMON_TEST (default 1; 0 skips
-# the daemon GPU test, e.g. in a session that re-measures one model: it passed in the fifth session).
+# the daemon GPU test, e.g. in a session that re-measures one model: it passed in the fifth session), SCOPE (the
+# budgets and contexts, default the issue's grid; e.g. SCOPE="--budgets-mib 2048 3072 --ctx 4096 --prompt-tokens
+# 1024 --reply-tokens 64" with REPEATS=3 re-measures a few groups with three rounds each).
 T0=$(date +%s); LIMIT=${LIMIT:-555}; REPEATS=${REPEATS:-1}; MODELS=${MODELS:-llama_8b qwen3_30b_a3b}
+SCOPE=${SCOPE:---budgets-mib 2048 3072 4096 6144 8192 --ctx 4096 16384 --prompt-tokens 1024 8192 --reply-tokens 64 32}
 GPU_DAEMON_TEST=${GPU_DAEMON_TEST:-1}
 REAL_OUT=$OUT; export OUT=/tmp/igi-out; rm -rf $OUT; mkdir -p $OUT/r; R=$OUT/r
 S=/tmp/igi-state; mkdir -p $S
@@ -58,7 +61,7 @@ for mdl in $MODELS; do
   python3 -c "import sys; sys.exit(0 if float('$M') > 0.7 else 1)" || { echo "no time left for $mdl"; break; }
   RES=""; [ -f $S/bench-$mdl.json ] && RES="--resume $S/bench-$mdl.json"
   echo "bench $mdl max-minutes $M $RES (at $(el) s)"
-  python3 -m igi_sdk.cli bench --model $mdl --budgets-mib 2048 3072 4096 6144 8192 --ctx 4096 16384 --prompt-tokens 1024 8192 --reply-tokens 64 32 --threads 16 --profile $PROF --extra-profile reference:h200 --max-minutes $M --run-timeout-s 90 --repeats $REPEATS $RES --out $R/b-$mdl > $R/bench-$mdl-$SEQ.log 2>&1
+  python3 -m igi_sdk.cli bench --model $mdl $SCOPE --threads 16 --profile $PROF --extra-profile reference:h200 --max-minutes $M --run-timeout-s 90 --repeats $REPEATS $RES --out $R/b-$mdl > $R/bench-$mdl-$SEQ.log 2>&1
   echo "bench rc=$? at $(el) s"; grep -c "OVER BUDGET" $R/bench-$mdl-$SEQ.log; tail -n 4 $R/bench-$mdl-$SEQ.log
   cp $R/b-$mdl/bench-$mdl.json $S/bench-$mdl.json; cp $R/bench-$mdl-$SEQ.log $S/
   python3 - $S/bench-$mdl.json <<'PY' && touch $S/$mdl.done

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +76,8 @@ def write_session_file(path: Path, snap: SessionSnapshot) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # O_NONBLOCK: a FIFO squatting on the temp name fails at once instead of blocking the daemon
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(MAGIC + hashlib.sha256(body).digest() + body)
         os.replace(tmp, path)
@@ -91,11 +93,17 @@ def read_session_file(path: Path) -> SessionSnapshot:
         SessionFileError: missing, unreadable, corrupt (magic, checksum), unknown version, or malformed.
     """
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the daemon's thread, /dev/zero never end
+            raise SessionFileError(f"{path} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
             raise SessionFileError(f"session file {path} is larger than {MAX_FILE_BYTES} bytes")
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # bounded even if the file grows after the stat
     except OSError as exc:
         raise SessionFileError(f"cannot read session file {path}: {exc.strerror}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise SessionFileError(f"session file {path} is larger than {MAX_FILE_BYTES} bytes")
     if data[:8] != MAGIC:
         raise SessionFileError(f"{path} is not an igi session file (bad magic)")
     digest, body = data[8:40], data[40:]

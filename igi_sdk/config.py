@@ -67,7 +67,7 @@ class LimitSettings(_Section):
     max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
     max_queue_depth: int = Field(default=8, ge=1, description="generate requests queued or running, all clients together")
     max_prompt_tokens: int = Field(
-        default=1536, ge=16, description="tokens of one rendered prompt (history + new text); must leave room in n_ctx"
+        default=1536, ge=16, description="tokens of one rendered prompt (history + new text); lowered to n_ctx / n_seq_max - 16 (hello announces the result)"
     )
     max_new_tokens: int = Field(default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens")
 

@@ -43,10 +43,12 @@ def unsupported_version(version: str) -> RequestError:
 
 
 def limits_of(core: DaemonCore) -> Limits:
-    """The limits announced in hello_reply."""
+    """The limits announced in hello_reply: ``max_prompt_tokens`` as the worker enforces it (the configured
+    limit, lowered to fit one sequence's share of the loaded model's context: ``supervisor.worker_config_for``)."""
     limits = core.settings.limits
     return Limits(
-        max_frame_bytes=limits.max_frame_bytes, max_prompt_tokens=limits.max_prompt_tokens,
+        max_frame_bytes=limits.max_frame_bytes,
+        max_prompt_tokens=int(core.worker.config.get("max_prompt_tokens", limits.max_prompt_tokens)),
         max_sessions=limits.max_sessions, max_queue_depth=limits.max_queue_depth,
     )
 

@@ -37,7 +37,7 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         job = finish_job(core, event["job_id"])
         if job is not None:
             code = ErrorCode(event["code"])
-            _fail_job(core, job, RequestError(code, event["message"]))
+            _fail_job(core, job, RequestError(code, event["message"], event.get("detail")))
     elif kind == "reloaded":
         budget.on_reloaded(event)
     elif kind == "exported":

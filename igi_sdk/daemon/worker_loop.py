@@ -186,7 +186,8 @@ class Scheduler:
         try:
             prompt = self._render_fitting(job.messages)
         except PromptTooLarge as exc:
-            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc)})
+            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
+                        "detail": {"limit": "max_prompt_tokens"}})
             return
         self._emit({"ev": "started", "job_id": job.job_id})
         self._switch_kv(job)

@@ -17,7 +17,7 @@ Events (worker -> daemon):
     ready      model {ModelInfo fields}, placement, vram_mib|nil, pid
     token      job_id, index, text, token_id
     done       job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s|nil, tps, reloads
-    failed     job_id, code (ErrorCode string), message
+    failed     job_id, code (ErrorCode string), message, detail (optional map, e.g. {"limit": "max_prompt_tokens"})
     reloaded   req_id, ok, message, apply_time_s, placement
     exported   req_id, session_id, tokens [int]|nil, state bin|nil
     log        level, event, fields {}

@@ -76,7 +76,8 @@ class BatchWorkerScheduler:
         try:
             prompt = self._render_fitting(list(job.messages))
         except SchedulerError as exc:
-            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc)})
+            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
+                        "detail": {"limit": "max_prompt_tokens"}})
             return
         if job.kv_state is not None and self._sched.export_state(job.session_id) is None:
             self._sched.import_states({job.session_id: job.kv_state})  # saved session file: restore, not re-prefill

@@ -133,8 +133,11 @@ def test_oversize_frame_and_prompt_are_too_large(running_daemon: DaemonProcess) 
     with _client(running_daemon) as client:
         limits = client.inner.hello.limits  # type: ignore[union-attr]
         sid = client.create_session("Guard", "Short.", sampling=GREEDY)
-        with pytest.raises(TooLargeError):  # prompt: ~ 9000 tokens > max_prompt_tokens
+        with pytest.raises(TooLargeError) as too_long:  # prompt: ~ 9000 tokens > max_prompt_tokens
             client.generate(sid, "hello " * 9000, max_tokens=4).result()
+        # the limit hello announced is the one enforced (one sequence's share of the context, less headroom)
+        assert too_long.value.detail == {"limit": "max_prompt_tokens"}
+        assert f"max_prompt_tokens={limits.max_prompt_tokens}" in str(too_long.value)
         with pytest.raises(TooLargeError):
             client.generate(sid, "hi", max_tokens=100_000).result()
     info = running_daemon.info()

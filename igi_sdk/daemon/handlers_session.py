@@ -66,7 +66,7 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     session = require_session(core, identity, header)
     limits = core.settings.limits
     if header.msg_id in core.jobs:
-        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}")
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}", {"duplicate_msg_id": True})
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})
     if core.queue_depth() >= limits.max_queue_depth:

@@ -22,7 +22,7 @@ from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    CreateSessionRequest, ErrorReply, GenerateRequest, HeartbeatRequest, Message, StatusRequest,
+    CreateSessionRequest, ErrorReply, GenerateRequest, HeartbeatRequest, HelloReply, HelloRequest, Message, StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Plan
@@ -57,6 +57,10 @@ class FakeWorker:
     def stop(self, timeout_s: float = 5.0) -> None: ...
     def fds(self) -> list[int]:
         return []
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"max_prompt_tokens": 1008}  # what worker_config_for gives 4096 tokens over 4 sequences
 
 
 class _Planner:
@@ -155,6 +159,30 @@ def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
     assert core.worker.commands[-1]["messages"][-1] == ["user", "hi"]  # type: ignore[attr-defined]
     dispatcher.on_batch([_frames(GenerateRequest(text="again"), session_id=sid)])
     assert _replies(sent)[-1][1].code == ErrorCode.BUSY  # type: ignore[attr-defined]
+
+
+def test_duplicate_msg_id_is_refused_and_the_first_generation_goes_on() -> None:
+    dispatcher, core, sent = _setup()
+    sids = []
+    for persona in ("a", "b"):
+        dispatcher.on_batch([_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
+        sids.append(_replies(sent)[-1][1].session_id)  # type: ignore[attr-defined]
+    first = new_header("generate_request", session_id=sids[0])
+    dispatcher.on_batch([[IDENTITY, *pack_message(KEY, first, GenerateRequest(text="hi"))]])
+    again = first.model_copy(update={"session_id": sids[1]})
+    dispatcher.on_batch([[IDENTITY, *pack_message(KEY, again, GenerateRequest(text="hi"))]])
+    header, reply = _replies(sent)[-1]
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
+    assert reply.detail == {"duplicate_msg_id": True} and header.parent_id == first.msg_id
+    assert first.msg_id in core.jobs and len(core.worker.commands) == 1  # type: ignore[attr-defined]
+
+
+def test_hello_announces_the_prompt_limit_the_worker_enforces() -> None:
+    dispatcher, core, sent = _setup()
+    assert core.settings.limits.max_prompt_tokens == 1536
+    dispatcher.on_batch([_frames(HelloRequest(client_name="t", client_version="1", protocol_version="1.0"))])
+    (_h, reply), = _replies(sent)
+    assert isinstance(reply, HelloReply) and reply.limits.max_prompt_tokens == 1008
 
 
 def test_other_major_version_is_unsupported() -> None:

@@ -20,8 +20,8 @@ from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message
-from igi_sdk.ipc.messages import ErrorReply, Message
-from igi_sdk.ipc.values import ModelInfo
+from igi_sdk.ipc.messages import ErrorReply, GenerateReply, Message
+from igi_sdk.ipc.values import ModelInfo, Usage
 
 _log = get_logger("core")
 
@@ -73,6 +73,23 @@ class Job:
     n_tokens_sent: int = 0
     text_sent: list[str] = field(default_factory=list)
     running: bool = False
+    prompt_tokens: int = 0  # from the worker's ``started`` event
+    started_s: float | None = None  # daemon clock at ``started``, first and latest token
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+
+    def partial_reply(self, finish_reason: str) -> GenerateReply:
+        """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after
+        streaming started): the text and usage so far, TTFT and decode rate from the token arrival times."""
+        ttft_s = None
+        if self.first_token_s is not None and self.started_s is not None:
+            ttft_s = max(0.0, self.first_token_s - self.started_s)
+        tps = 0.0
+        if self.n_tokens_sent >= 2 and self.first_token_s is not None and self.last_token_s is not None:
+            span_s = self.last_token_s - self.first_token_s
+            tps = (self.n_tokens_sent - 1) / span_s if span_s > 0 else 0.0
+        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n_tokens_sent)
+        return GenerateReply(finish_reason=finish_reason, text="".join(self.text_sent), usage=usage, ttft_s=ttft_s, tps=tps)
 
 
 class DaemonCore:

@@ -16,7 +16,6 @@ from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     FrameStatsReply,
     FrameStatsRequest,
-    GenerateReply,
     HeartbeatReply,
     HelloReply,
     HelloRequest,
@@ -25,7 +24,7 @@ from igi_sdk.ipc.messages import (
     ShutdownReply,
     StatusReply,
 )
-from igi_sdk.ipc.values import Limits, Throttle, Usage
+from igi_sdk.ipc.values import Limits, Throttle
 
 if TYPE_CHECKING:
     from igi_sdk.daemon.budget_control import BudgetControl
@@ -95,8 +94,7 @@ def shutdown(core: DaemonCore, identity: bytes, header: Header, _msg: object, sw
     for job_id in list(core.jobs):
         job = finish_job(core, job_id)
         if job is not None:
-            usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
-            core.send_to_job(job, GenerateReply(finish_reason="cancelled", text="".join(job.text_sent), usage=usage, ttft_s=None, tps=0.0))
+            core.send_to_job(job, job.partial_reply("cancelled"))
     core.shutting_down = True
     core.exit_requested = True
     core.send(identity, ShutdownReply(), header)

@@ -16,14 +16,12 @@ from igi_sdk.ipc.messages import (
     CloseSessionReply,
     CreateSessionReply,
     CreateSessionRequest,
-    GenerateReply,
     GenerateRequest,
     LoadSessionReply,
     LoadSessionRequest,
     SaveSessionReply,
     SaveSessionRequest,
 )
-from igi_sdk.ipc.values import Usage
 
 SESSION_FILE_SUFFIX = ".igisession"
 
@@ -120,9 +118,7 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
         return
     finish_job(core, job_id)
     if reply:
-        usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
-        text = "".join(job.text_sent)
-        core.send_to_job(job, GenerateReply(finish_reason="cancelled", text=text, usage=usage, ttft_s=None, tps=0.0))
+        core.send_to_job(job, job.partial_reply("cancelled"))
 
 
 def finish_job(core: DaemonCore, job_id: str) -> Job | None:

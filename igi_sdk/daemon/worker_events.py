@@ -25,12 +25,17 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         job.running = True
         job.n_tokens_sent += 1
         job.text_sent.append(event["text"])
+        job.last_token_s = core.clock()
+        if job.first_token_s is None:
+            job.first_token_s = job.last_token_s
         core.counters["tokens_total"] += 1
         core.send_to_job(job, TokenEvent(index=event["index"], text=event["text"], token_id=event["token_id"]))
     elif kind == "started":
         job = core.jobs.get(event["job_id"])
         if job is not None:
             job.running = True
+            job.started_s = core.clock()
+            job.prompt_tokens = int(event.get("prompt_tokens", 0))
     elif kind == "done":
         _done(core, event)
     elif kind == "failed":
@@ -83,9 +88,7 @@ def _done(core: DaemonCore, event: dict[str, Any]) -> None:
 def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
     """Terminal failure: ``generate_reply{error}`` after streaming started, else ``error_reply``."""
     if job.n_tokens_sent > 0:
-        text = "".join(job.text_sent)
-        usage = Usage(prompt_tokens=0, completion_tokens=job.n_tokens_sent)
-        core.send_to_job(job, GenerateReply(finish_reason="error", text=text, usage=usage, ttft_s=None, tps=0.0))
+        core.send_to_job(job, job.partial_reply("error"))
     elif job.identity:
         core.send_error(job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error)
 

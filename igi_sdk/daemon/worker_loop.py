@@ -189,7 +189,7 @@ class Scheduler:
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
                         "detail": {"limit": "max_prompt_tokens"}})
             return
-        self._emit({"ev": "started", "job_id": job.job_id})
+        self._emit({"ev": "started", "job_id": job.job_id, "prompt_tokens": len(prompt)})
         self._switch_kv(job)
         common = _common_prefix(self._kv_tokens, prompt)
         common = min(common, len(prompt) - 1)  # always decode at least one token to get logits

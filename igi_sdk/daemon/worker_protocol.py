@@ -15,6 +15,7 @@ Commands (daemon -> worker):
 
 Events (worker -> daemon):
     ready      model {ModelInfo fields}, placement, vram_mib|nil, pid
+    started    job_id, prompt_tokens (the rendered prompt, history included)
     token      job_id, index, text, token_id
     done       job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s|nil, tps, reloads
     failed     job_id, code (ErrorCode string), message, detail (optional map, e.g. {"limit": "max_prompt_tokens"})

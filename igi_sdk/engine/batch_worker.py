@@ -40,6 +40,7 @@ class WorkerEngine(Protocol):
 @dataclass
 class _Job:
     job_id: str
+    prompt_tokens: int = 0
     handle: RequestHandle | None = None
     held: list[TokenEvent] = field(default_factory=list)
     reloads: int = 0
@@ -62,7 +63,7 @@ class BatchWorkerScheduler:
         self._emit = emit
         self._max_prompt_tokens = max_prompt_tokens
         self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache,
-                                     on_admit=lambda job_id: emit({"ev": "started", "job_id": job_id}))
+                                     on_admit=self._on_admit)
         self._jobs: dict[str, _Job] = {}
         # the frame-rate governor's pause between steps, set by the worker loop (same attribute as Scheduler)
         self.sleep_s_between_tokens = 0.0
@@ -84,7 +85,7 @@ class BatchWorkerScheduler:
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
         sampling = dict(job.sampling)
-        self._jobs[job.job_id] = state = _Job(job.job_id)
+        self._jobs[job.job_id] = state = _Job(job.job_id, prompt_tokens=len(prompt))
         try:
             state.handle = self._sched.submit(BatchRequest(
                 session_id=job.session_id, prompt_tokens=prompt, max_tokens=int(job.max_tokens),
@@ -94,6 +95,10 @@ class BatchWorkerScheduler:
         except SchedulerError as exc:
             self._jobs.pop(job.job_id, None)
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc)})
+
+    def _on_admit(self, job_id: str) -> None:
+        state = self._jobs.get(job_id)
+        self._emit({"ev": "started", "job_id": job_id, "prompt_tokens": 0 if state is None else state.prompt_tokens})
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job; it ends with ``done(finish_reason="cancelled")``."""

@@ -30,7 +30,7 @@ from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
     CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply, GenerateReply, GenerateRequest,
-    LoadModelRequest, Message, SaveSessionRequest, SetBudgetRequest, StatusRequest, TokenEvent,
+    LoadModelRequest, Message, SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
@@ -142,7 +142,7 @@ class SimWorker:
             return
         job = self._queue[0]
         if job["index"] == 0:
-            self._events.append({"ev": "started", "job_id": job["job_id"]})
+            self._events.append({"ev": "started", "job_id": job["job_id"], "prompt_tokens": 3})
         piece = f"t{job['index']} "
         self._events.append({"ev": "token", "job_id": job["job_id"], "index": job["index"], "text": piece, "token_id": 7})
         job["index"] += 1
@@ -302,6 +302,33 @@ def test_worker_death_mid_generation_fails_forwarded_generations() -> None:
     assert [(m.finish_reason, m.text) for m in streamed] == [("error", "t0 t1 ")]  # partial text of the stream
     assert [(m.code, m.retryable) for m in failed] == [(ErrorCode.ENGINE_FAILURE, True)]  # nothing streamed yet
     assert daemon.core.counters["worker_restarts"] == 1
+
+
+def test_replies_the_daemon_writes_itself_carry_the_usage_so_far() -> None:
+    """Shutdown (like a worker death or a cancel the worker never saw) ends a streaming generation from the
+    daemon's own records: prompt tokens from ``started``, TTFT and decode rate from the token arrival times."""
+    for ending in ("shutdown", "kill"):
+        daemon = Daemon()
+        ticks = iter(range(10_000))
+        daemon.core.clock = lambda: 100.0 + 0.5 * next(ticks)  # type: ignore[method-assign]
+        create = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
+        sid = next(m for h, m in daemon.replies() if h.parent_id == create).session_id  # type: ignore[attr-defined]
+        gen = daemon.request(GenerateRequest(text="hi", max_tokens=10), sid)
+        daemon.pump()
+        for _ in range(4):
+            daemon.worker.step()
+            daemon.pump()
+        if ending == "shutdown":
+            daemon.request(ShutdownRequest())
+        else:
+            daemon.worker.kill()
+            daemon.pump()
+        final = [m for h, m in daemon.replies() if h.parent_id == gen and not isinstance(m, TokenEvent)]
+        assert len(final) == 1 and isinstance(final[0], GenerateReply), final
+        reply = final[0]
+        assert reply.finish_reason == ("cancelled" if ending == "shutdown" else "error")
+        assert reply.usage.prompt_tokens == 3 and reply.usage.completion_tokens == 4
+        assert reply.ttft_s is not None and reply.ttft_s > 0 and reply.tps > 0, reply
 
 
 def test_refused_model_is_reverted_and_held_generation_runs_on_the_previous_model() -> None:

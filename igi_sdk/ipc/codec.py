@@ -130,6 +130,7 @@ def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> A
         max_buffer_size=max(max_frame_bytes, 1),
         timestamp=0,
         ext_hook=_refuse_ext,
+        object_pairs_hook=_str_keyed_map,
     )
     try:
         unpacker.feed(data)
@@ -143,6 +144,14 @@ def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> A
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack ext type {code} is not allowed")
+
+
+def _str_keyed_map(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """Maps have str keys only (section 5.1); ``strict_map_key`` alone lets bin keys through."""
+    for key, _ in pairs:
+        if not isinstance(key, str):
+            raise ValueError(f"map key of type {type(key).__name__} (only str keys are allowed)")
+    return dict(pairs)
 
 
 def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Header:

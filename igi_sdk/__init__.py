@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "EngineFailureError": "igi_sdk.client.errors",
     "GenerationResult": "igi_sdk.client.stream",
     "InternalDaemonError": "igi_sdk.client.errors",
+    "InvalidArgumentError": "igi_sdk.client.errors",
     "InvalidRequestError": "igi_sdk.client.errors",
     "NoModelError": "igi_sdk.client.errors",
     "NotFoundError": "igi_sdk.client.errors",

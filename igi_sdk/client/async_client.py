@@ -13,16 +13,18 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 import zmq.asyncio
+from pydantic import ValidationError
 
 from igi_sdk._version import PROTOCOL_VERSION, __version__
-from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError, error_from_reply
+from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError, InvalidArgumentError, error_from_reply
 from igi_sdk.client.stream import GenerationStream
+from igi_sdk.ipc.codec import validation_summary
 from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
-from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.errors import ConnectionFileError, WireError
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
@@ -35,6 +37,23 @@ from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling
 
 RECONNECT_POLL_S = 0.2
+
+_M = TypeVar("_M", bound=Message)
+
+
+def _build(cls: type[_M], **fields: Any) -> _M:
+    """A request from the caller's arguments; a value the protocol refuses raises before anything is sent."""
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        raise InvalidArgumentError(f"invalid {cls.model_fields['type'].default}: {validation_summary(exc)}") from None
+
+
+def _request_header(message_type: str, session_id: str | None) -> Header:
+    try:
+        return new_header(message_type, session_id=session_id)
+    except ValidationError as exc:
+        raise InvalidArgumentError(f"invalid session id {session_id!r}: {validation_summary(exc)}") from None
 
 
 class AsyncClient:
@@ -120,7 +139,7 @@ class AsyncClient:
     async def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None,
                              priority: int = 0, timeout_s: float | None = None) -> str:
         """Open an NPC session; returns its id."""
-        request = CreateSessionRequest(persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(), priority=priority)
+        request = _build(CreateSessionRequest, persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(), priority=priority)
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, CreateSessionReply)
         return reply.session_id
@@ -141,8 +160,8 @@ class AsyncClient:
             priority: per-request priority (None = the session's).
             timeout_s: longest wait for the next event, seconds.
         """
-        request = GenerateRequest(text=text, max_tokens=max_tokens, sampling=sampling, priority=priority)
-        header = new_header(request.type, session_id=session_id)
+        request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority)
+        header = _request_header(request.type, session_id)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
         send = asyncio.ensure_future(self._send_when_connected(header, request, timeout_s))
@@ -150,7 +169,7 @@ class AsyncClient:
 
     async def cancel(self, target_msg_id: str, *, timeout_s: float | None = None) -> bool:
         """Cancel a generation (priority path); True if it was queued or running."""
-        reply = await self.request(CancelRequest(target_msg_id=target_msg_id), timeout_s=timeout_s)
+        reply = await self.request(_build(CancelRequest, target_msg_id=target_msg_id), timeout_s=timeout_s)
         assert isinstance(reply, CancelReply)
         return reply.cancelled
 
@@ -172,29 +191,29 @@ class AsyncClient:
             RemoteModelInvalidError: not a GGUF, corrupt, unsupported, or llama.cpp refused it.
             BusyError: another load is in progress.
         """
-        request = LoadModelRequest(model_path=None if model_path is None else os.fspath(model_path), n_ctx=n_ctx,
-                                   vram_budget_mib=vram_budget_mib)
+        request = _build(LoadModelRequest, model_path=None if model_path is None else os.fspath(model_path), n_ctx=n_ctx,
+                         vram_budget_mib=vram_budget_mib)
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, LoadModelReply)
         return reply
 
     async def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """Change the VRAM budget; the ack says whether it was applied or deferred."""
-        reply = await self.request(SetBudgetRequest(vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s)
+        reply = await self.request(_build(SetBudgetRequest, vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s)
         assert isinstance(reply, BudgetAck)
         return reply
 
     async def reclaim(self, vram_budget_mib: int, deadline_s: float = 1.0, *, timeout_s: float | None = None) -> BudgetAck:
         """Urgently shrink the daemon's VRAM (priority path)."""
-        reply = await self.request(ReclaimRequest(vram_budget_mib=vram_budget_mib, deadline_s=deadline_s), timeout_s=timeout_s)
+        reply = await self.request(_build(ReclaimRequest, vram_budget_mib=vram_budget_mib, deadline_s=deadline_s), timeout_s=timeout_s)
         assert isinstance(reply, BudgetAck)
         return reply
 
     async def frame_stats(self, frame_time_ms: float, target_frame_time_ms: float, *, free_vram_mib: float | None = None,
                           gpu_busy_pct: float | None = None, timeout_s: float | None = None) -> FrameStatsReply:
         """Report frame timing; returns the pacing the daemon applies."""
-        request = FrameStatsRequest(frame_time_ms=frame_time_ms, target_frame_time_ms=target_frame_time_ms,
-                                    free_vram_mib=free_vram_mib, gpu_busy_pct=gpu_busy_pct)
+        request = _build(FrameStatsRequest, frame_time_ms=frame_time_ms, target_frame_time_ms=target_frame_time_ms,
+                         free_vram_mib=free_vram_mib, gpu_busy_pct=gpu_busy_pct)
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, FrameStatsReply)
         return reply
@@ -213,14 +232,14 @@ class AsyncClient:
 
     async def save_session(self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None) -> str:
         """Save a session (history + KV state) to a file; returns the path written."""
-        request = SaveSessionRequest(path=None if path is None else str(path))
+        request = _build(SaveSessionRequest, path=None if path is None else str(path))
         reply = await self.request(request, session_id=session_id, timeout_s=timeout_s)
         assert isinstance(reply, SaveSessionReply)
         return reply.path
 
     async def load_session(self, path: str | os.PathLike[str], *, timeout_s: float | None = None) -> LoadSessionReply:
         """Open a saved session as a new session (``.session_id``, ``.n_turns``)."""
-        reply = await self.request(LoadSessionRequest(path=str(path)), timeout_s=timeout_s)
+        reply = await self.request(_build(LoadSessionRequest, path=str(path)), timeout_s=timeout_s)
         assert isinstance(reply, LoadSessionReply)
         return reply
 
@@ -237,7 +256,7 @@ class AsyncClient:
             DaemonUnavailableError: the daemon went away.
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        header = new_header(message.type, session_id=session_id)
+        header = _request_header(message.type, session_id)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
         try:

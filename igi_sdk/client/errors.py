@@ -5,7 +5,7 @@ IgiError
       +-- DaemonUnavailableError     no daemon answers (not running, killed, heartbeat timeout)
       +-- ClientTimeoutError         a request got no terminal reply within its timeout
       +-- RequestError               the daemon answered error_reply (``.code``, ``.detail``, ``.retryable``)
-           +-- InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError,
+           +-- InvalidRequestError (+-- InvalidArgumentError: refused before sending), UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError,
                NotFoundError, NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError,
                BudgetInfeasibleError, EngineFailureError, RequestCancelledError, DaemonTimeoutError,
                ShuttingDownError, InternalDaemonError
@@ -55,6 +55,11 @@ class InvalidRequestError(RequestError):
     """Malformed request, schema violation or bad value."""
 
     code = ErrorCode.INVALID_REQUEST
+
+
+class InvalidArgumentError(InvalidRequestError, ValueError):
+    """An argument the protocol refuses (a range, a length, a session id's form), caught by the client before
+    anything is sent: the error the daemon would answer, without the round trip."""
 
 
 class UnknownTypeError(RequestError):

@@ -166,7 +166,7 @@ def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRA
     try:
         return Header.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid header: {_summary(exc)}") from None
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid header: {validation_summary(exc)}") from None
 
 
 def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
@@ -201,7 +201,7 @@ def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int
     try:
         return cls.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid {header.type}: {_summary(exc)}", header) from None
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid {header.type}: {validation_summary(exc)}", header) from None
 
 
 def decode(
@@ -232,7 +232,8 @@ def decode(
     return header, decode_content(header, content_bytes, max_frame_bytes=max_frame_bytes)
 
 
-def _summary(exc: ValidationError) -> str:
+def validation_summary(exc: ValidationError) -> str:
+    """The first three problems of a pydantic error, as ``field: message``; the text of invalid_request errors."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False)[:3]:
         location = ".".join(str(item) for item in error["loc"]) or "<root>"

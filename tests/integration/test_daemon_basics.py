@@ -12,6 +12,8 @@ from daemon_process import DaemonProcess
 from igi_sdk.client import (
     BusyError,
     Client,
+    InvalidArgumentError,
+    InvalidRequestError,
     NotFoundError,
     TooLargeError,
     UnknownTypeError,
@@ -113,6 +115,21 @@ def test_unknown_session_and_unknown_type(running_daemon: DaemonProcess) -> None
         from igi_sdk.client.errors import error_from_reply
 
         raise error_from_reply(reply)
+
+
+def test_bad_arguments_raise_typed_errors_before_sending(running_daemon: DaemonProcess) -> None:
+    with _client(running_daemon) as client:
+        sid = client.create_session("Guard", "Short.", sampling=GREEDY)
+        calls = [lambda: client.generate(sid, "hi", max_tokens=0), lambda: client.set_budget(-1),
+                 lambda: client.cancel("xyz"), lambda: client.generate("not a session id!", "hi"),
+                 lambda: client.frame_stats(-5.0, 16.7)]
+        for call in calls:  # InvalidArgumentError only comes from the client's own check, never from a reply
+            with pytest.raises(InvalidArgumentError) as exc:
+                call()
+            # one except clause catches it: the daemon's own invalid_request, a ValueError, an IgiError
+            assert isinstance(exc.value, InvalidRequestError) and isinstance(exc.value, ValueError)
+            assert exc.value.code == "invalid_request"
+        assert client.generate(sid, "Hello", max_tokens=4).result().usage.completion_tokens > 0
 
 
 def test_bad_signature_is_dropped_and_counted(running_daemon: DaemonProcess) -> None:

@@ -19,15 +19,18 @@ from igi_sdk.daemon.logs import configure_logging
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one flag per settings field (values are validated by the settings model)."""
-    parser = argparse.ArgumentParser(prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)")
+    # allow_abbrev off: a misspelt flag (--vram-budget) is an error, not silently another setting
+    parser = argparse.ArgumentParser(prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)",
+                                     allow_abbrev=False)
     parser.add_argument("--config", type=Path, default=None, help="TOML settings file (sections ipc, limits, engine, budget, log)")
     for name, section in field_sections().items():
         section_cls = DaemonSettings.model_fields[section].annotation
         info = section_cls.model_fields[name]  # type: ignore[union-attr]
         default = info.get_default(call_default_factory=True)
+        switch = {"nargs": "?", "const": "true"} if info.annotation is bool else {}  # --always-reload alone = true
         parser.add_argument(
             "--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS, metavar=name.upper(),
-            help=f"{info.description} [{section}.{name}, default {default}]",
+            help=f"{info.description} [{section}.{name}, default {default}]", **switch,  # type: ignore[arg-type]
         )
     return parser
 

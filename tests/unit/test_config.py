@@ -74,3 +74,13 @@ def test_every_field_has_a_description() -> None:
 
 def test_docs_config_md_is_generated_from_the_model() -> None:
     assert settings_reference_markdown() in (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+
+
+def test_cli_boolean_flags_work_alone_and_abbreviations_are_refused() -> None:
+    from igi_sdk.daemon.__main__ import _cli_values, build_parser
+
+    parser = build_parser()
+    assert load_settings(_cli_values(parser.parse_args(["--always-reload"]))).engine.always_reload is True
+    assert load_settings(_cli_values(parser.parse_args(["--always-reload", "false"]))).engine.always_reload is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--vram-budget", "5"])  # not --vram-budget-mib

@@ -34,6 +34,8 @@ from igi_sdk.planner.placement import Placement
 _log = get_logger("server")
 POLL_TICK_MS = 50
 MAX_BATCH = 256
+#: Poll ticks spent answering requests that arrive after shutdown_request (``_drain``).
+DRAIN_ROUNDS = 20
 
 
 class DaemonStartError(RuntimeError):
@@ -184,3 +186,21 @@ class DaemonServer:
             expire_sessions(core, now)
             budget.tick()
             switch.tick()
+        if core.exit_requested:
+            self._drain(socket, dispatcher)
+
+    @staticmethod
+    def _drain(socket: zmq.Socket, dispatcher: Dispatcher) -> None:  # type: ignore[type-arg]
+        """After shutdown_request: requests already queued, or arriving within one poll tick, get their
+        ``shutting_down`` error (heartbeats and cancels their normal replies) instead of silence. At most
+        ``DRAIN_ROUNDS`` ticks, so a chatty client cannot hold the exit."""
+        for _ in range(DRAIN_ROUNDS):
+            if not socket.poll(POLL_TICK_MS):
+                return
+            batch = []
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
+                except zmq.Again:
+                    break
+            dispatcher.on_batch(batch)

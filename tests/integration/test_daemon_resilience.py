@@ -106,3 +106,34 @@ def test_daemon_kill9_client_raises_then_reconnects() -> None:
         assert client.status(timeout_s=20).uptime_s >= 0
         assert client.inner.reconnects == 1
         restarted.stop()
+
+
+def test_requests_right_behind_shutdown_get_shutting_down_and_the_daemon_exits() -> None:
+    """shutdown_request answers, then a request that arrived behind it gets ``shutting_down``, not silence."""
+    import zmq
+
+    from igi_sdk.ipc.envelope import new_header
+    from igi_sdk.ipc.frames import pack_message, unpack_message
+    from igi_sdk.ipc.messages import ErrorReply, ShutdownRequest, StatusRequest
+
+    daemon = DaemonProcess().start()
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    try:
+        info = daemon.info()
+        socket.connect(info.endpoint)
+        shutdown, status = new_header("shutdown_request"), new_header("status_request")
+        socket.send_multipart(pack_message(info.key_bytes, shutdown, ShutdownRequest()))
+        socket.send_multipart(pack_message(info.key_bytes, status, StatusRequest()))
+        replies = {}
+        while len(replies) < 2 and socket.poll(10_000):
+            header, message = unpack_message(info.key_bytes, socket.recv_multipart())
+            replies[header.parent_id] = message
+        assert replies[shutdown.msg_id].type == "shutdown_reply"
+        late = replies[status.msg_id]
+        assert isinstance(late, ErrorReply) and late.code == "shutting_down", late
+        assert daemon.process is not None and daemon.process.wait(20) == 0
+        assert not daemon.connection_file.exists()
+    finally:
+        socket.close()
+        daemon.stop()

@@ -6,9 +6,8 @@ The smallest end-to-end check that the engine, the default model and a placement
 from __future__ import annotations
 
 import argparse
-import sys
 
-from igi_sdk.errors import IgiError
+from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_SYSTEM = "You are Mira, the blacksmith of Oakvale. You answer travellers briefly and in character."
@@ -52,7 +51,6 @@ def run(argv: list[str]) -> int:
             if stats is not None:
                 print(f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
                       f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]")
-    except IgiError as exc:
-        print(f"igi chat: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    except EXPECTED_ERRORS as exc:
+        return report("igi chat", exc)
     return 0

@@ -30,8 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"igi: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    from igi_sdk.cli_errors import EXPECTED_ERRORS, report
+
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.run(rest) or 0)
+    try:
+        return int(module.run(rest) or 0)
+    except EXPECTED_ERRORS as exc:
+        return report(f"igi {name}", exc)
 
 
 if __name__ == "__main__":

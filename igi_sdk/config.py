@@ -27,6 +27,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from igi_sdk.files import read_regular_file
+from igi_sdk.planner.placement import MAX_N_CTX
+
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
 
 
@@ -76,7 +79,7 @@ class EngineSettings(_Section):
     """The model and the supervised llama.cpp worker process."""
 
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
-    n_ctx: int = Field(default=4096, ge=64, description="context size of the worker, all sequences together, tokens")
+    n_ctx: int = Field(default=4096, ge=64, le=MAX_N_CTX, description="context size of the worker, all sequences together, tokens")
     n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
     worker_nice: int = Field(
         default=19, ge=0, le=19,
@@ -194,6 +197,8 @@ def load_settings(cli: Mapping[str, Any] | None = None, toml_file: Path | None =
     Returns:
         The validated, frozen settings.
     """
+    if toml_file is not None:  # a missing or unusable file is an error, never silently the defaults
+        read_regular_file(toml_file, what="config file")
     token = _TOML_FILE.set(toml_file)
     try:
         return DaemonSettings(**nest_flat(cli or {}))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from igi_sdk.errors import IgiError
+from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
                              plan_placement, reference_profile, table_from_shape)
 
@@ -59,7 +58,9 @@ def resolve_profile(spec: str) -> Profile:
         from igi_sdk.profiler import load_or_create_profile
 
         return load_or_create_profile(quick=True)
-    return Profile.model_validate_json(Path(spec).read_text())
+    from igi_sdk.profiler.store import profile_from_file
+
+    return profile_from_file(Path(spec))
 
 
 def render(result: PlanResult, console: Console) -> None:
@@ -116,6 +117,11 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     console = Console(stderr=args.json)
     try:
+        if args.vram_budget_mib < 0:
+            raise ValueError(f"--vram-budget-mib must be >= 0 (0 = CPU only), got {args.vram_budget_mib}")
+        if args.prompt_tokens + args.reply_tokens > args.ctx // max(args.parallel, 1):
+            raise ValueError(f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
+                             f"context ({args.ctx} / {args.parallel} sessions)")
         table, path = load_model_table(args.model)
         profile = resolve_profile(args.profile)
         workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
@@ -130,9 +136,8 @@ def run(argv: list[str]) -> int:
                 console.print(f"warning: {w}")
         else:
             result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
-    except (IgiError, KeyError, ValueError, OSError) as exc:
-        print(f"igi plan: {exc}", file=sys.stderr)
-        return 2
+    except EXPECTED_ERRORS as exc:
+        return report("igi plan", exc)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

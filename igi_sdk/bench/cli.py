@@ -92,7 +92,6 @@ def run(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     out_dir: Path = args.out
-    out_dir.mkdir(parents=True, exist_ok=True)
     if args.merge:
         json_path, md_path, plots = merge(out_dir)
         _say(f"merged -> {json_path}, {md_path}, {len(plots)} plots")
@@ -113,9 +112,12 @@ def run(argv: list[str]) -> int:
         return 2
     try:
         contexts = _contexts(args)
+        if any(b < 0 for b in args.budgets_mib or []):
+            raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
     except ValueError as exc:
         print(f"igi bench: {exc}", file=sys.stderr)
         return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
     from igi_sdk.model_store import cache_dir
 
     cfg = SuiteConfig(
@@ -159,7 +161,7 @@ def run(argv: list[str]) -> int:
         for spec in cfg.models:
             try:
                 path = run_model(spec, cfg, profile, extra, meta, worker, sampler, state, machine_has_gpu, _say)
-                _say(f"wrote {path}")
+                _say("--plan-only: nothing run or written" if cfg.plan_only else f"wrote {path}")
             except Exception as exc:  # noqa: BLE001  (one model's failure never aborts the suite)
                 _say(f"igi bench: model {spec} failed: {type(exc).__name__}: {exc}")
                 rc = 1
@@ -168,7 +170,7 @@ def run(argv: list[str]) -> int:
         return 1
     finally:
         worker.close()
-    if not cfg.plan_only:
+    if not cfg.plan_only and any(out_dir.glob("bench-*.json")):  # nothing to merge when every model failed
         t0 = time.monotonic()
         json_path, md_path, plots = merge(out_dir)
         _say(f"merged -> {json_path}, {md_path}, {len(plots)} plots ({time.monotonic() - t0:.1f} s)")

@@ -21,8 +21,14 @@ MERGED_JSON, MERGED_MD = "bench.json", "bench.md"
 def load_results(out_dir: Path) -> dict[str, Any]:
     """Every per-model file of ``out_dir`` combined: ``{"metas": [...], "runs": [...], "summary": [...]}``."""
     metas, runs = [], []
-    for path in sorted(out_dir.glob("bench-*.json")):
-        data = json.loads(path.read_text())
+    paths = sorted(out_dir.glob("bench-*.json"))
+    if not paths:
+        raise FileNotFoundError(2, "no per-model results (bench-*.json) to merge", str(out_dir))
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"{path} is not a results file: {exc}") from None
         metas.append(data.get("meta", {}))
         runs.extend(data.get("runs", []))
     return {"version": 1, "metas": metas, "runs": runs, "summary": summarize_groups(runs)}

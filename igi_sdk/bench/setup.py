@@ -75,7 +75,9 @@ def resolve_profile(spec: str, *, has_gpu: bool, say: Say, timeout_s: float = 15
     if spec.startswith("reference:"):
         return reference_profile(spec.split(":", 1)[1]), notes
     if spec != "auto":
-        return Profile.model_validate_json(Path(spec).read_text()), notes
+        from igi_sdk.profiler.store import profile_from_file
+
+        return profile_from_file(Path(spec)), notes
     from igi_sdk.profiler.store import load_profile
 
     cached = load_profile()

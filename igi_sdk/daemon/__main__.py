@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
+from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.config import DaemonSettings, field_sections, load_settings
 from igi_sdk.daemon.logs import configure_logging
 
@@ -45,13 +45,15 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(_cli_values(args), toml_file=args.config)
-    except (ValidationError, ValueError, OSError) as exc:
-        print(f"igi-daemon: invalid settings: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log.log_level, settings.log.log_format, settings.log.log_file)
+        configure_logging(settings.log.log_level, settings.log.log_format, settings.log.log_file)
+    except EXPECTED_ERRORS as exc:  # a bad setting, an unusable --config or --log-file
+        return report("igi-daemon", exc)
     from igi_sdk.daemon.server import DaemonServer
 
-    return DaemonServer(settings).run()
+    try:
+        return DaemonServer(settings).run()
+    except OSError as exc:  # e.g. a --connection-file whose folder cannot be made; other errors keep their traceback
+        return report("igi-daemon", exc)
 
 
 def main() -> None:

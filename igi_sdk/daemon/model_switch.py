@@ -37,7 +37,7 @@ from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import LoadModelReply, LoadModelRequest
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import MAX_N_CTX, Placement
 
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
@@ -100,12 +100,16 @@ class ModelSwitch:
         """Handle ``load_model_request``: validate now, then drain, stop, load (see the module docstring).
 
         Raises:
-            RequestError: ``busy`` (a load is in progress), ``model_not_found``, ``model_invalid``.
+            RequestError: ``busy`` (a load is in progress), ``invalid_request`` (n_ctx above ``MAX_N_CTX``),
+                ``model_not_found``, ``model_invalid``.
         """
         core = self._core
         if self._load is not None:
             raise RequestError(ErrorCode.BUSY, f"a model load is in progress ({self._load.path})",
                                {"limit": "model_load_in_progress"})
+        if msg.n_ctx > MAX_N_CTX:  # llama.cpp would spend minutes allocating before it fails
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"n_ctx={msg.n_ctx} exceeds the largest context, {MAX_N_CTX}",
+                               {"limit": "n_ctx"})
         path = self._resolve(msg.model_path)
         _validate(path)
         self._load = _Load(identity, header, path, msg.n_ctx, msg.vram_budget_mib, phase_since_s=core.clock())

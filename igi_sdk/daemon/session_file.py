@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import msgpack
 from pydantic import ValidationError
 
 from igi_sdk.errors import IgiError
+from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.ipc.values import Sampling
 
 MAGIC = b"IGISESS1"
@@ -92,18 +92,12 @@ def read_session_file(path: Path) -> SessionSnapshot:
     Raises:
         SessionFileError: missing, unreadable, corrupt (magic, checksum), unknown version, or malformed.
     """
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the daemon's thread, /dev/zero never end
-            raise SessionFileError(f"{path} is not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise SessionFileError(f"session file {path} is larger than {MAX_FILE_BYTES} bytes")
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)  # bounded even if the file grows after the stat
+    try:  # a FIFO would block the daemon's I/O thread, /dev/zero never end
+        data = read_regular_file(path, what="session file", max_bytes=MAX_FILE_BYTES)
     except OSError as exc:
         raise SessionFileError(f"cannot read session file {path}: {exc.strerror}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise SessionFileError(f"session file {path} is larger than {MAX_FILE_BYTES} bytes")
+    except InputFileError as exc:
+        raise SessionFileError(str(exc)) from exc
     if data[:8] != MAGIC:
         raise SessionFileError(f"{path} is not an igi session file (bad magic)")
     digest, body = data[8:40], data[40:]

@@ -98,12 +98,14 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     """Existence and magic check, cheap enough for every load.
 
     Raises:
-        ModelNotFoundError: the path does not exist or is not a file.
-        ModelCorruptError: the file does not start with the GGUF magic.
+        ModelNotFoundError: the path does not exist.
+        ModelCorruptError: not a regular file, or it does not start with the GGUF magic.
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ModelNotFoundError(f"model file not found: {p}")
+    if not p.is_file():  # a directory, FIFO or device: there, but no GGUF
+        raise ModelCorruptError(f"model path is not a regular file: {p}")
     try:
         with p.open("rb") as f:
             magic = f.read(4)

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 CPU_DEVICE = "CPU"
 
 
+#: Largest context accepted anywhere (tokens): beyond it llama.cpp spends minutes allocating before it fails.
+MAX_N_CTX = 1 << 20
+
 class OverrideRule(BaseModel):
     """One llama.cpp ``tensor_buft_overrides`` entry: tensors whose name matches go to ``device``.
 
@@ -30,7 +33,7 @@ class Placement(BaseModel):
     rules: tuple[OverrideRule, ...] = ()
     n_gpu_layers: int = Field(default=0, ge=-1, description="llama.cpp semantics: the LAST n layers; -1 = all")
     load_mode: Literal["mmap", "pinned"] = "mmap"
-    n_ctx: int = Field(default=2048, ge=16)
+    n_ctx: int = Field(default=2048, ge=16, le=MAX_N_CTX)
     n_batch: int = Field(default=512, ge=1)
     n_ubatch: int = Field(default=512, ge=1)
     flash_attn: bool = True

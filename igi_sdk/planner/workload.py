@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from igi_sdk.planner.placement import MAX_N_CTX
+
 Objective = Literal["e2e", "ttft", "tps"]
 """e2e: minimise TTFT + reply/TPS (default); ttft: minimise TTFT first; tps: maximise decode TPS first."""
 
@@ -18,7 +20,7 @@ class Workload(BaseModel):
     prompt_tokens: int = Field(default=512, ge=1)
     reply_tokens: int = Field(default=128, ge=0)
     parallel: int = Field(default=1, ge=1, le=256, description="concurrent NPC sessions (n_seq_max)")
-    n_ctx: int = Field(default=4096, ge=16, description="context of the whole context (all sessions)")
+    n_ctx: int = Field(default=4096, ge=16, le=MAX_N_CTX, description="context of the whole context (all sessions)")
     reloads_per_request: float = Field(
         default=0.0, ge=0,
         description="expected model reloads (budget changes) per request; weighs load time into the objective")

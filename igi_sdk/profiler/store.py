@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from igi_sdk.files import read_regular_file
 from igi_sdk.model_store import cache_dir
 from igi_sdk.planner.profile import PROFILE_VERSION, MachineKey, Profile
 from igi_sdk.profiler.machine import machine_key
@@ -43,6 +44,15 @@ def load_profile(key: MachineKey | None = None) -> Profile | None:
         return Profile.model_validate(data)
     except (OSError, ValueError):
         return None
+
+
+def profile_from_file(path: Path) -> Profile:
+    """A profile JSON named by the user (``--profile PATH``).
+
+    Raises:
+        OSError, InputFileError: the file cannot be read; pydantic.ValidationError: not a valid profile.
+    """
+    return Profile.model_validate_json(read_regular_file(path, what="profile"))
 
 
 def load_or_create_profile(*, quick: bool = False, progress: Progress | None = None) -> Profile:

@@ -1,0 +1,33 @@
+"""Edge: reading a file a user named (a profile, a config, a session, a results file): regular files only and
+bounded in size, because a FIFO blocks the reader and a device such as /dev/zero never ends."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from igi_sdk.errors import IgiError
+
+#: Default size limit of :func:`read_regular_file`: far above any profile, config or results file.
+MAX_INPUT_FILE_BYTES = 64 << 20
+
+
+class InputFileError(IgiError):
+    """A file named by the user exists but is not a regular file, or is larger than its limit."""
+
+
+def read_regular_file(path: Path, *, what: str = "file", max_bytes: int = MAX_INPUT_FILE_BYTES) -> bytes:
+    """The bytes of ``path``.
+
+    Raises:
+        OSError: missing or unreadable (FileNotFoundError, PermissionError, ...).
+        InputFileError: a directory, FIFO, socket or device, or more than ``max_bytes``.
+    """
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise InputFileError(f"{what} {path} is not a regular file")
+    with path.open("rb") as f:
+        data = f.read(max_bytes + 1)  # bounded even if the file grows after the stat
+    if len(data) > max_bytes:
+        raise InputFileError(f"{what} {path} is larger than {max_bytes} bytes")
+    return data

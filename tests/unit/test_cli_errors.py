@@ -1,0 +1,58 @@
+"""Bad input on the command line: one line naming the error type on stderr, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from igi_sdk.cli import main as igi
+from igi_sdk.daemon.__main__ import run as igi_daemon
+
+PLAN = ["plan", "synthetic:tiny_dense", "--profile", "reference:cpu2", "--no-dry-run"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([*PLAN, "--vram-budget-mib", "-1"], "ValueError: --vram-budget-mib must be >= 0"),
+    ([*PLAN, "--vram-budget-mib", "512", "--ctx", str(1 << 40)], "ValidationError: invalid Workload: n_ctx"),
+    ([*PLAN, "--vram-budget-mib", "512", "--prompt-tokens", "999999"], "ValueError: prompt 999999 + reply 128"),
+    (["plan", "synthetic:nope", "--vram-budget-mib", "512", "--profile", "reference:cpu2"],
+     "KeyError: unknown synthetic preset 'nope'"),
+    (["plan", "/dev/zero", "--vram-budget-mib", "512", "--profile", "reference:cpu2"],
+     "ModelCorruptError: model path is not a regular file"),
+    (["plan", "synthetic:tiny_dense", "--vram-budget-mib", "512", "--profile", "/dev/zero"],
+     "InputFileError: profile /dev/zero is not a regular file"),
+    (["bench", "--merge", "--out", "/nonexistent/igi-merge"], "FileNotFoundError: no per-model results"),
+])
+def test_igi_reports_bad_input_in_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert igi(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"igi {argv[0]}: {expected}"), err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_profile_fifo_is_refused_without_blocking(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "profile.json"
+    os.mkfifo(fifo)
+    assert igi(["plan", "synthetic:tiny_dense", "--vram-budget-mib", "512", "--profile", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--config", "/nonexistent/igi.toml"], "FileNotFoundError"),
+    (["--config", "/dev/zero"], "InputFileError: config file /dev/zero is not a regular file"),
+    (["--n-ctx", str(1 << 40)], "ValidationError: invalid DaemonSettings: engine.n_ctx"),
+    (["--log-file", "/dev/null/igi.log"], "FileExistsError"),
+])
+def test_daemon_reports_bad_settings_in_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert igi_daemon(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"igi-daemon: {expected}"), err
+    assert "\n" not in err
+
+
+def test_fetch_model_refuses_unknown_arguments() -> None:
+    with pytest.raises(SystemExit) as exc:
+        igi(["fetch-model", "--bogus"])
+    assert exc.value.code == 2

@@ -29,14 +29,18 @@ class DaemonProcess:
         args: extra daemon flags, e.g. ``["--max-queue-depth", "1"]``.
         connection_file: where the daemon writes it (default: a fresh temp file).
         log_file: daemon log (default next to the connection file).
+        own_process_group: start the daemon in a new session, so a test can signal its whole process group (as
+            Ctrl+C in a terminal does) without signalling pytest.
     """
 
-    def __init__(self, args: list[str] | None = None, connection_file: Path | None = None) -> None:
+    def __init__(self, args: list[str] | None = None, connection_file: Path | None = None,
+                 own_process_group: bool = False) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
         self.log_file = self.workdir / "daemon.log"
         self.args = list(args or [])
         self.process: subprocess.Popen[bytes] | None = None
+        self.own_process_group = own_process_group
 
     @property
     def pid(self) -> int:
@@ -53,7 +57,8 @@ class DaemonProcess:
         """
         cmd = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(self.connection_file), "--port", "0",
                "--log-file", str(self.log_file), "--log-format", "kv", "--n-threads", "2", *self.args]
-        self.process = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        start_new_session=self.own_process_group)
         _RUNNING.append(self)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

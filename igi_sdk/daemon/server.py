@@ -176,7 +176,8 @@ class DaemonServer:
             for event in core.worker.read_events():
                 if not switch.on_event(event):
                     handle_worker_event(core, budget, event)
-            if core.worker.is_dead() and core.model_info is not None and not switch.owns_worker:
+            # not while stopping: Ctrl+C (or `timeout`) signals the whole process group, the worker included
+            if core.worker.is_dead() and core.model_info is not None and not switch.owns_worker and not self._stop:
                 for fd in registered:
                     poller.unregister(fd)
                 registered = []

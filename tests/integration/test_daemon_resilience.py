@@ -137,3 +137,16 @@ def test_requests_right_behind_shutdown_get_shutting_down_and_the_daemon_exits()
     finally:
         socket.close()
         daemon.stop()
+
+
+def test_ctrl_c_to_the_process_group_stops_without_restarting_the_worker() -> None:
+    """SIGINT to the whole group (Ctrl+C in a terminal; `timeout` does the same with SIGTERM) reaches the worker
+    too: the daemon must stop, not take the worker's exit for a crash and restart it."""
+    daemon = DaemonProcess(own_process_group=True).start()
+    try:
+        os.killpg(daemon.pid, signal.SIGINT)
+        assert daemon.process is not None and daemon.process.wait(30) == 0
+        log = daemon.log_file.read_text()
+        assert "daemon_stopped" in log and "worker_crashes" not in log and "restarts=1" not in log, log[-2000:]
+    finally:
+        daemon.stop()

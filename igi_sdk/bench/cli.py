@@ -114,6 +114,12 @@ def run(argv: list[str]) -> int:
         contexts = _contexts(args)
         if any(b < 0 for b in args.budgets_mib or []):
             raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
+        for flag, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
+                                   ("--oracle-max", args.oracle_max, 0)):
+            if value is not None and value < least:
+                raise ValueError(f"{flag} must be >= {least}, got {value}")
+        if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes <= 0):
+            raise ValueError("--run-timeout-s and --max-minutes must be > 0")
     except ValueError as exc:
         print(f"igi bench: {exc}", file=sys.stderr)
         return 2
@@ -125,7 +131,7 @@ def run(argv: list[str]) -> int:
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
         oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
-        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=max(1, args.repeats))
+        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=args.repeats)
     state = SuiteState()
     if cfg.max_minutes is not None:
         state.deadline = state.started + cfg.max_minutes * 60

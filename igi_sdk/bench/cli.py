@@ -118,8 +118,8 @@ def run(argv: list[str]) -> int:
                                    ("--oracle-max", args.oracle_max, 0)):
             if value is not None and value < least:
                 raise ValueError(f"{flag} must be >= {least}, got {value}")
-        if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes <= 0):
-            raise ValueError("--run-timeout-s and --max-minutes must be > 0")
+        if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes < 0):
+            raise ValueError("--run-timeout-s must be > 0 and --max-minutes >= 0")
     except ValueError as exc:
         print(f"igi bench: {exc}", file=sys.stderr)
         return 2

@@ -55,6 +55,8 @@ def run(argv: list[str]) -> int:
     from igi_sdk.profiler.store import load_profile, save_profile
 
     args = _parser().parse_args(argv)
+    if any(t < 1 for t in args.threads or []):
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")  # before minutes of measurements fail
     console = Console(stderr=args.json)
     try:
         if args.show:

@@ -166,13 +166,7 @@ class DaemonServer:
                 registered = fds
             ready = dict(poller.poll(POLL_TICK_MS))
             if ready.get(socket):
-                batch = []
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
-                    except zmq.Again:
-                        break
-                dispatcher.on_batch(batch)
+                dispatcher.on_batch(_received(socket))
             for event in core.worker.read_events():
                 if not switch.on_event(event):
                     handle_worker_event(core, budget, event)
@@ -198,10 +192,15 @@ class DaemonServer:
         for _ in range(DRAIN_ROUNDS):
             if not socket.poll(POLL_TICK_MS):
                 return
-            batch = []
-            while len(batch) < MAX_BATCH:
-                try:
-                    batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
-                except zmq.Again:
-                    break
-            dispatcher.on_batch(batch)
+            dispatcher.on_batch(_received(socket))
+
+
+def _received(socket: zmq.Socket) -> list[list[bytes]]:  # type: ignore[type-arg]
+    """The messages waiting on the socket, at most ``MAX_BATCH``, without blocking."""
+    batch: list[list[bytes]] = []
+    while len(batch) < MAX_BATCH:
+        try:
+            batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
+        except zmq.Again:
+            break
+    return batch

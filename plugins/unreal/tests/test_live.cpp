@@ -186,6 +186,19 @@ TEST(live_unknown_session_maps_to_not_found) {
   CHECK_EQ(error_code, std::string("not_found"));
 }
 
+TEST(live_malformed_session_id_is_refused_before_sending) {
+  auto client = ConnectedClient();
+  // The daemon could not answer such a header by msg_id: the request would only time out.
+  CHECK_THROWS_AS(client->CloseSession("has space"), igi::InvalidRequestError);
+  CHECK_THROWS_AS(client->CloseSession(std::string(65, 'a')), igi::InvalidRequestError);
+  CHECK_THROWS_AS(client->CloseSession(""), igi::InvalidRequestError);
+  igi::GenerateRequest request;
+  request.text = "hello?";
+  CHECK_THROWS_AS(client->Generate("a/b", request, igi::GenerateCallbacks{}), igi::InvalidRequestError);
+  CHECK(client->connected());
+  CHECK_EQ(client->counters().dropped_unmatched, 0u);
+}
+
 TEST(live_status_and_frame_stats) {
   auto client = ConnectedClient();
   igi::StatusReply status = client->Status();

@@ -68,6 +68,7 @@ struct Client::Impl {
   std::deque<std::pair<std::string, std::function<void()>>> events;  // (msg_id, callback)
   HelloReply hello;
   bool connected = false;
+  bool gone = false;  // declared gone after a handshake: new requests fail at once (this client does not reconnect)
   bool running = true;
   ClientCounters counters;
   double heartbeat_interval_s = 2.0;
@@ -85,11 +86,21 @@ struct Client::Impl {
   // Registers a request and posts its frames. Returns the msg_id.
   std::string Send(const std::string& type, const std::optional<std::string>& session_id, const Value& content,
                    Pending entry, double timeout_s) {
+    // A session id the daemon cannot parse makes a header it cannot answer by msg_id: the request would only
+    // time out. Refuse it here with the error the daemon would give.
+    if (session_id) {
+      try {
+        CheckRule(*session_id, rules::kSessionId, "session_id");
+      } catch (const DecodeError& e) {
+        throw InvalidRequestError(ErrorCode::kInvalidRequest, "invalid_request", e.what(), Value());
+      }
+    }
     Header header = NewHeader(type, std::nullopt, session_id);
     Frames frames = PackFrames(info.key, header, content);
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!running) throw DaemonUnavailableError("client is closed");
+      if (gone) throw DaemonUnavailableError("the daemon stopped answering; connect a new client");
       entry.type = type;
       entry.deadline = SteadyNow() + timeout_s;
       pending.emplace(header.msg_id, std::move(entry));
@@ -168,6 +179,7 @@ struct Client::Impl {
 
   void DeclareGoneLocked(const std::string& why) {
     connected = false;
+    gone = true;
     auto error = std::make_exception_ptr(DaemonUnavailableError(why));
     for (auto& [id, p] : pending) FailLocked(id, p, error);
     pending.clear();

@@ -101,7 +101,9 @@ class Client {
   /// queued for Pump(); nothing more is delivered for it. Does not cancel anything on the daemon.
   void Forget(const std::string& msg_id);
 
-  /// Called (inside Pump) once when heartbeats go unanswered for client_timeout_s.
+  /// Called (inside Pump) once when heartbeats go unanswered for client_timeout_s. From then on every request
+  /// (Connect included) throws DaemonUnavailableError at once: a restarted daemon has a new key, so connect a
+  /// new Client from its connection file.
   void SetOnDisconnected(std::function<void(const IgiError&)> callback);
 
   /// Stops the I/O thread and fails every outstanding request with DaemonUnavailableError.

@@ -195,17 +195,19 @@ namespace Igi.Tests
             });
             t.Add("connection_file:parse_and_refuse", () =>
             {
-                string ok = "{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": 5555, \"key\": \"00ff\", " +
+                string key = new string('a', 62) + "ff";
+                string ok = "{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": 5555, \"key\": \"" + key + "\", " +
                             "\"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 42, \"extra\": 1}";
                 var info = ConnectionInfo.Parse(ok);
                 Check.Equal("tcp://127.0.0.1:5555", info.Endpoint, "endpoint");
                 Check.Equal(42, info.Pid, "pid");
                 Check.Equal("ipc:///tmp/igi.sock", ConnectionInfo.Parse(
-                    "{\"transport\": \"ipc\", \"ip\": \"/tmp/igi.sock\", \"port\": 0, \"key\": \"ab\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}").Endpoint, "ipc");
+                    "{\"transport\": \"ipc\", \"ip\": \"/tmp/igi.sock\", \"port\": 0, \"key\": \"" + key + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}").Endpoint, "ipc");
                 foreach (string bad in new[]
                 {
                     "not json", "[]", "{\"ip\": \"127.0.0.1\", \"port\": 1, \"key\": \"00\"}",
-                    ok.Replace("hmac-sha256", "hmac-md5"), ok.Replace("\"00ff\"", "\"xyz\""), ok.Replace("5555", "70000"),
+                    ok.Replace("hmac-sha256", "hmac-md5"), ok.Replace(key, "xyz"), ok.Replace(key, "00ff"), ok.Replace(key, key + "00"),
+                    ok.Replace("5555", "70000"),
                     ok.Replace("\"tcp\"", "\"udp\""), ok.Replace("\"pid\": 42", "\"pid\": \"42\""), ok.Replace(", \"pid\": 42", ""),
                     ok.Replace("\"signature_scheme\": \"hmac-sha256\", ", ""),
                 })

@@ -165,6 +165,9 @@ namespace Igi.Tests
                 {
                     Check.Throws<IgiInvalidRequestException>(() => IgiClient.Wait(client.SetBudgetAsync(-1)), "negative budget");
                     Check.Throws<IgiNotFoundException>(() => IgiClient.Wait(client.CloseSessionAsync("no_such_session")), "unknown session");
+                    // a session id the daemon could not answer by msg_id is refused before sending (it would time out)
+                    Check.Throws<IgiProtocolException>(() => IgiClient.Wait(client.CloseSessionAsync("has space")), "malformed session id");
+                    Check.Throws<IgiProtocolException>(() => client.Generate(new string('a', 65), "hi", null, null, null), "session id too long");
                     IgiException error = null;
                     client.Generate("no_such_session", "hi", null, null, e => error = e);
                     PumpUntil(client, () => error != null, "onError");

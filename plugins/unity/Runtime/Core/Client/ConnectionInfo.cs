@@ -85,7 +85,8 @@ namespace Igi.Client
             {
                 throw new IgiConnectionFileException("connection file '" + origin + "': key is not hex: " + e.Message, e);
             }
-            if (info.KeyHex.Length == 0) throw new IgiConnectionFileException("connection file '" + origin + "': empty key");
+            if (info.KeyHex.Length != 64)  // PROTOCOL.md section 13: a 32-byte key as 64 hex digits
+                throw new IgiConnectionFileException("connection file '" + origin + "': key has " + info.KeyHex.Length + " hex digits, expected 64");
             return info;
         }
 

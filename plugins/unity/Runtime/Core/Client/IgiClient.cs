@@ -234,6 +234,7 @@ namespace Igi.Client
         /// <param name="timeoutS">Terminal-reply timeout, s.</param>
         public Task<IgiMessage> SendAsync(IgiRequest request, string sessionId, double timeoutS)
         {
+            if (sessionId != null) RequireSession(sessionId);
             var pending = new Pending { Tcs = new TaskCompletionSource<IgiMessage>(TaskCreationOptions.RunContinuationsAsynchronously) };
             Enqueue(Header.New(request.Type, sessionId), request, pending, timeoutS);
             return pending.Tcs.Task;
@@ -245,9 +246,14 @@ namespace Igi.Client
         /// <summary>Waits for a task and rethrows its own exception (not an AggregateException).</summary>
         public static void Wait(Task task) { task.GetAwaiter().GetResult(); }
 
+        // A session id the daemon cannot parse makes a header it cannot answer by msg_id: the request would only
+        // time out. Refused here with the code the daemon would give.
         private static string RequireSession(string sessionId)
         {
-            if (string.IsNullOrEmpty(sessionId)) throw new ArgumentException("a session id is required (CreateSessionAsync)");
+            if (string.IsNullOrEmpty(sessionId))
+                throw new IgiProtocolException("a session id is required (CreateSessionAsync)", "invalid_request");
+            if (!Protocol.FieldReader.IsSessionId(sessionId))
+                throw new IgiProtocolException("session id '" + sessionId + "' is not 1-64 characters of A-Z a-z 0-9 _ -", "invalid_request");
             return sessionId;
         }
 

@@ -17,6 +17,9 @@ namespace Igi.Protocol
     {
         private static readonly Regex MsgIdPattern = new Regex("^[0-9a-f]{32}$", RegexOptions.CultureInvariant);
         private static readonly Regex SessionIdPattern = new Regex("^[A-Za-z0-9_-]{1,64}$", RegexOptions.CultureInvariant);
+
+        /// <summary>Whether <paramref name="sessionId"/> is a valid header.session_id (1-64 of A-Z a-z 0-9 _ -).</summary>
+        public static bool IsSessionId(string sessionId) { return sessionId != null && SessionIdPattern.IsMatch(sessionId); }
         private static readonly Regex VersionPattern = new Regex("^[0-9]{1,4}\\.[0-9]{1,4}$", RegexOptions.CultureInvariant);
         private readonly MsgPackMap _map;
         private readonly string _what;

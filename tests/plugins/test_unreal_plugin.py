@@ -31,6 +31,7 @@ LIVE_TESTS = {
     "live_unknown_type_gets_error_reply",
     "live_unknown_session_maps_to_not_found",
     "live_malformed_session_id_is_refused_before_sending",
+    "live_requests_after_the_daemon_is_declared_gone_fail_at_once",
     "live_status_and_frame_stats",
     "live_heartbeats_keep_connection_and_bad_key_times_out",
 }

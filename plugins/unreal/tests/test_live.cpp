@@ -1,6 +1,8 @@
 // test_live.cpp - IgiClientCore tests: live tests against a running daemon (real sockets, real model).
 //
 // Given --connection-file (or IGI_CONNECTION_FILE); skipped with a message otherwise.
+#include <signal.h>
+
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -197,6 +199,25 @@ TEST(live_malformed_session_id_is_refused_before_sending) {
   CHECK_THROWS_AS(client->Generate("a/b", request, igi::GenerateCallbacks{}), igi::InvalidRequestError);
   CHECK(client->connected());
   CHECK_EQ(client->counters().dropped_unmatched, 0u);
+}
+
+TEST(live_requests_after_the_daemon_is_declared_gone_fail_at_once) {
+  auto client = ConnectedClient();
+  bool disconnected = false;
+  client->SetOnDisconnected([&](const igi::IgiError&) { disconnected = true; });
+  const auto pid = static_cast<pid_t>(client->connection().pid);
+  REQUIRE(pid > 0);
+  // Silence the daemon (SIGSTOP) until the client declares it gone, then let it run again.
+  ::kill(pid, SIGSTOP);
+  bool declared = PumpUntil(*client, [&] { return disconnected; }, client->hello().client_timeout_s + 10.0);
+  ::kill(pid, SIGCONT);
+  REQUIRE(declared);
+  CHECK(!client->connected());
+  // Without the 'gone' state this blocked for the request timeout and then threw TimeoutError.
+  CHECK_THROWS_AS(client->Status(), igi::DaemonUnavailableError);
+  igi::GenerateRequest request;
+  request.text = "hello?";
+  CHECK_THROWS_AS(client->Generate("abc", request, igi::GenerateCallbacks{}), igi::DaemonUnavailableError);
 }
 
 TEST(live_status_and_frame_stats) {

@@ -158,7 +158,8 @@ def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRA
     """Decode and validate the header frame.
 
     Raises:
-        ProtocolError: ``too_large`` or ``invalid_request`` (with ``header=None``).
+        ProtocolError: ``too_large`` or ``invalid_request``; its ``header`` is None, or for a header map whose
+            ``msg_id`` alone is valid a stand-in carrying just that id, so the reply can name the request.
     """
     raw = unpackb(header_bytes, max_frame_bytes=max_frame_bytes)
     if not isinstance(raw, dict):
@@ -166,7 +167,16 @@ def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRA
     try:
         return Header.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid header: {validation_summary(exc)}") from None
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid header: {validation_summary(exc)}",
+                            _msg_id_only(raw)) from None
+
+
+def _msg_id_only(raw: dict[str, Any]) -> Header | None:
+    """A stand-in header with the valid ``msg_id`` of an invalid header (e.g. a malformed session id), else None."""
+    try:
+        return Header.model_validate({"msg_id": raw.get("msg_id"), "type": "invalid_header", "sent_at": 0.0}, strict=True)
+    except ValidationError:
+        return None
 
 
 def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:

@@ -177,6 +177,16 @@ def test_duplicate_msg_id_is_refused_and_the_first_generation_goes_on() -> None:
     assert first.msg_id in core.jobs and len(core.worker.commands) == 1  # type: ignore[attr-defined]
 
 
+def test_malformed_session_id_is_answered_to_its_msg_id() -> None:
+    dispatcher, core, sent = _setup()
+    raw = to_wire(new_header("close_session_request", session_id="npc_1")) | {"session_id": "has space"}
+    header_bytes, content_bytes = packb(raw), packb({})
+    dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
+    (header, reply), = _replies(sent)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
+    assert header.parent_id == raw["msg_id"] and header.session_id is None
+
+
 def test_hello_announces_the_prompt_limit_the_worker_enforces() -> None:
     dispatcher, core, sent = _setup()
     assert core.settings.limits.max_prompt_tokens == 1536

@@ -133,6 +133,18 @@ def test_malformed_header_is_invalid_request(data: bytes) -> None:
     assert info.value.code is ErrorCode.INVALID_REQUEST and info.value.header is None
 
 
+def test_invalid_header_with_a_valid_msg_id_keeps_it_for_the_reply() -> None:
+    good = to_wire(new_header("close_session_request", session_id="npc_1"))
+    with pytest.raises(ProtocolError) as info:
+        decode(packb(good | {"session_id": "has space"}), b"\x80")
+    assert info.value.code is ErrorCode.INVALID_REQUEST
+    assert info.value.header is not None and info.value.header.msg_id == good["msg_id"]
+    assert info.value.header.session_id is None
+    with pytest.raises(ProtocolError) as bad_id:
+        decode(packb(good | {"msg_id": "nope", "session_id": "has space"}), b"\x80")
+    assert bad_id.value.header is None
+
+
 def test_free_maps_are_sorted_and_checked() -> None:
     reply = m.ErrorReply(code=ErrorCode.BUSY, message="m", detail={"b": {"y": 1, "x": [1.5]}, "a": None})
     assert list(reply.detail or {}) == ["a", "b"] and list((reply.detail or {})["b"]) == ["x", "y"]

@@ -68,7 +68,7 @@ class LimitSettings(_Section):
 
     max_frame_bytes: int = Field(default=1_048_576, ge=1024, description="largest accepted header or content frame, bytes; bigger -> too_large")
     max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
-    max_queue_depth: int = Field(default=8, ge=1, description="generate requests waiting for a slot (running ones, up to n_seq_max, not counted), all clients together")
+    max_queue_depth: int = Field(default=8, ge=1, description="generate requests beyond the n_seq_max running ones (waiting for a slot), all clients together")
     max_prompt_tokens: int = Field(
         default=1536, ge=16, description="tokens of one rendered prompt (history + new text); lowered to n_ctx / n_seq_max - 16 (hello announces the result)"
     )

@@ -155,8 +155,11 @@ class DaemonCore:
         return max(0.0, self.clock() - self.started_s)
 
     def queue_depth(self) -> int:
-        """Generate requests accepted and not yet running."""
-        return sum(1 for job in self.jobs.values() if not job.running)
+        """Generate requests beyond the context's ``n_seq_max`` sequence slots: the ones that must wait for a slot.
+
+        Counted from all accepted requests, not from the worker's ``started`` events, so a burst gets the same
+        answer however fast the worker admits it: ``n_seq_max + max_queue_depth`` are accepted."""
+        return max(0, len(self.jobs) - self.settings.engine.n_seq_max)
 
     def send_to_worker(self, command: dict[str, Any]) -> bool:
         """Send a command to the worker; False when it has died and the I/O loop has not handled that yet.

@@ -276,7 +276,7 @@ class StatusReply(Message):
     plan: Plan | None
     vram_used_mib: NonNegF64 | None = Field(description="device memory in use, MiB; nil = no GPU")
     n_sessions: U63 = Field(description="open sessions")
-    queue_depth: U63 = Field(description="queued generate_requests")
+    queue_depth: U63 = Field(description="generate_requests waiting for a batch slot")
     counters: CounterMap = Field(default_factory=dict, description="named counters, keys sorted")
     uptime_s: NonNegF64
 

@@ -171,20 +171,18 @@ def test_oversize_frame_and_prompt_are_too_large(running_daemon: DaemonProcess) 
 
 
 def test_queue_full_is_busy() -> None:
-    daemon = DaemonProcess(["--max-queue-depth", "1"]).start()
+    daemon = DaemonProcess(["--max-queue-depth", "1", "--n-seq-max", "2"]).start()
     with _client(daemon) as client:
-        sids = [client.create_session(f"npc{i}", "Tell long stories.", sampling=Sampling(temperature=0.0)) for i in range(3)]
-        first = client.generate(sids[0], "Tell me a long story.", max_tokens=200)
-        next(iter(first))  # the first one is running
-        second = client.generate(sids[1], "Tell me a long story.", max_tokens=200)  # queued
+        sids = [client.create_session(f"npc{i}", "Tell long stories.", sampling=Sampling(temperature=0.0)) for i in range(4)]
+        # two batch slots + one waiting are accepted at once, however fast the worker admits them
+        streams = [client.generate(sid, "Tell me a long story.", max_tokens=200) for sid in sids[:3]]
         with pytest.raises(BusyError) as info:
-            client.generate(sids[2], "Tell me a long story.", max_tokens=200).result()
+            client.generate(sids[3], "Tell me a long story.", max_tokens=200).result()
         assert info.value.detail == {"limit": "max_queue_depth"}
         assert info.value.retryable
-        first.cancel()
-        second.cancel()
-        assert first.result().finish_reason == "cancelled"
-        assert second.result().finish_reason == "cancelled"
+        for stream in streams:
+            stream.cancel()
+        assert [s.result().finish_reason for s in streams] == ["cancelled"] * 3
 
 
 def test_save_and_load_session_across_daemon_restart(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from igi_sdk.bench import methods as m
+from igi_sdk.cli_errors import report
 
 SMOKE_MODELS = ["smoke_dense", "smoke_moe"]
 
@@ -77,6 +78,18 @@ def _contexts(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     return out
 
 
+def _check_ranges(args: argparse.Namespace) -> None:
+    """Refuse numbers no run could use (instead of silently replacing them)."""
+    if any(b < 0 for b in args.budgets_mib or []):
+        raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
+    for flag, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
+                               ("--oracle-max", args.oracle_max, 0)):
+        if value is not None and value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes < 0):
+        raise ValueError("--run-timeout-s must be > 0 and --max-minutes >= 0")
+
+
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -112,17 +125,9 @@ def run(argv: list[str]) -> int:
         return 2
     try:
         contexts = _contexts(args)
-        if any(b < 0 for b in args.budgets_mib or []):
-            raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
-        for flag, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
-                                   ("--oracle-max", args.oracle_max, 0)):
-            if value is not None and value < least:
-                raise ValueError(f"{flag} must be >= {least}, got {value}")
-        if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes < 0):
-            raise ValueError("--run-timeout-s must be > 0 and --max-minutes >= 0")
+        _check_ranges(args)
     except ValueError as exc:
-        print(f"igi bench: {exc}", file=sys.stderr)
-        return 2
+        return report("igi bench", exc)
     out_dir.mkdir(parents=True, exist_ok=True)
     from igi_sdk.model_store import cache_dir
 

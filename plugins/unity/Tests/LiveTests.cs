@@ -168,6 +168,7 @@ namespace Igi.Tests
                     // a session id the daemon could not answer by msg_id is refused before sending (it would time out)
                     Check.Throws<IgiProtocolException>(() => IgiClient.Wait(client.CloseSessionAsync("has space")), "malformed session id");
                     Check.Throws<IgiProtocolException>(() => client.Generate(new string('a', 65), "hi", null, null, null), "session id too long");
+                    Check.Throws<IgiProtocolException>(() => IgiClient.Wait(client.SetBudgetAsync(0, "\ud800")), "lone surrogate in text");
                     IgiException error = null;
                     client.Generate("no_such_session", "hi", null, null, e => error = e);
                     PumpUntil(client, () => error != null, "onError");

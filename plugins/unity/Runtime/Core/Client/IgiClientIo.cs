@@ -58,7 +58,12 @@ namespace Igi.Client
 
         private void Enqueue(Header header, IgiRequest request, Pending pending, double timeoutS)
         {
-            byte[][] frames = WireCodec.Encode(header, request, _signer);
+            byte[][] frames;
+            try { frames = WireCodec.Encode(header, request, _signer); }
+            catch (ArgumentException e)  // e.g. text with a lone UTF-16 surrogate: no valid UTF-8 to send
+            {
+                throw new IgiProtocolException(request.Type + " cannot be encoded: " + e.Message, e, "invalid_request");
+            }
             pending.MsgId = header.MsgId;
             pending.RequestType = request.Type;
             pending.ReplyType = request.ReplyType;

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_SYSTEM = "You are Mira, the blacksmith of Oakvale. You answer travellers briefly and in character."
@@ -32,25 +31,22 @@ def run(argv: list[str]) -> int:
     from igi_sdk.engine import LlamaEngine, Sampler
     from igi_sdk.model_store import default_model_path
 
-    try:
-        path = default_model_path() if args.model == "default" else args.model
-        placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
-        with LlamaEngine(path, placement) as engine:
-            prompt = engine.apply_chat_template(
-                [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
-            )
-            tokens = engine.tokenize(prompt, add_special=False, parse_special=True)
-            sampler = Sampler(temperature=args.temperature, seed=args.seed)
-            print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
-            print(f"player> {args.prompt}\nnpc> ", end="", flush=True)
-            stats = None
-            for item in engine.generate(0, tokens, max_tokens=args.max_tokens, sampler=sampler):
-                print(item.text, end="", flush=True)
-                stats = item.stats or stats
-            print()
-            if stats is not None:
-                print(f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
-                      f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]")
-    except EXPECTED_ERRORS as exc:
-        return report("igi chat", exc)
+    path = default_model_path() if args.model == "default" else args.model
+    placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
+    with LlamaEngine(path, placement) as engine:
+        prompt = engine.apply_chat_template(
+            [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+        )
+        tokens = engine.tokenize(prompt, add_special=False, parse_special=True)
+        sampler = Sampler(temperature=args.temperature, seed=args.seed)
+        print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
+        print(f"player> {args.prompt}\nnpc> ", end="", flush=True)
+        stats = None
+        for item in engine.generate(0, tokens, max_tokens=args.max_tokens, sampler=sampler):
+            print(item.text, end="", flush=True)
+            stats = item.stats or stats
+        print()
+        if stats is not None:
+            print(f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
+                  f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]")
     return 0

@@ -1,4 +1,5 @@
-"""The `igi` command: a thin dispatcher to per-command modules (each exposes ``run(argv) -> int``)."""
+"""The `igi` command: a thin dispatcher to per-command modules (each exposes ``run(argv) -> int``). A command
+raises bad input as one of ``cli_errors.EXPECTED_ERRORS``; the dispatcher reports it in one line (exit code 2)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""`igi fetch-model`: download and verify the embedded default model, then print its path."""
+"""`igi fetch-model`: download and verify the embedded default model, then print its path.
+
+Failures (download, checksum, an unusable cache folder) are reported by the `igi` dispatcher (``cli_errors``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.model_store import default_model_path
 
 
 def run(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="igi fetch-model", description=__doc__).parse_args(argv)
-    try:
-        print(default_model_path())
-    except EXPECTED_ERRORS as exc:  # ModelError (download, checksum), an unusable cache folder
-        return report("igi fetch-model", exc)
+    argparse.ArgumentParser(prog="igi fetch-model", description="download and verify the embedded default model, "
+                            "then print its path").parse_args(argv)
+    print(default_model_path())
     return 0

@@ -8,7 +8,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
                              plan_placement, reference_profile, table_from_shape)
 
@@ -116,28 +115,25 @@ def run(argv: list[str]) -> int:
     """Entry point of ``igi plan``."""
     args = _parser().parse_args(argv)
     console = Console(stderr=args.json)
-    try:
-        if args.vram_budget_mib < 0:
-            raise ValueError(f"--vram-budget-mib must be >= 0 (0 = CPU only), got {args.vram_budget_mib}")
-        if args.prompt_tokens + args.reply_tokens > args.ctx // max(args.parallel, 1):
-            raise ValueError(f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
-                             f"context ({args.ctx} / {args.parallel} sessions)")
-        table, path = load_model_table(args.model)
-        profile = resolve_profile(args.profile)
-        workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
-                            n_ctx=args.ctx, reloads_per_request=args.reloads_per_request)
-        options = PlannerOptions(objective=args.objective, n_threads=args.threads)
-        if path is not None:
-            from igi_sdk.profiler.planning import plan_file
+    if args.vram_budget_mib < 0:
+        raise ValueError(f"--vram-budget-mib must be >= 0 (0 = CPU only), got {args.vram_budget_mib}")
+    if args.prompt_tokens + args.reply_tokens > args.ctx // max(args.parallel, 1):
+        raise ValueError(f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
+                         f"context ({args.ctx} / {args.parallel} sessions)")
+    table, path = load_model_table(args.model)
+    profile = resolve_profile(args.profile)
+    workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
+                        n_ctx=args.ctx, reloads_per_request=args.reloads_per_request)
+    options = PlannerOptions(objective=args.objective, n_threads=args.threads)
+    if path is not None:
+        from igi_sdk.profiler.planning import plan_file
 
-            result, warnings = plan_file(path, args.vram_budget_mib, workload, profile, options,
-                                         dry_run=not args.no_dry_run, table=table)
-            for w in warnings:
-                console.print(f"warning: {w}")
-        else:
-            result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
-    except EXPECTED_ERRORS as exc:
-        return report("igi plan", exc)
+        result, warnings = plan_file(path, args.vram_budget_mib, workload, profile, options,
+                                     dry_run=not args.no_dry_run, table=table)
+        for w in warnings:
+            console.print(f"warning: {w}")
+    else:
+        result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

@@ -161,8 +161,7 @@ def run(argv: list[str]) -> int:
             try:
                 state.measured, resume_notes = load_resumed(args.resume, meta)
             except ValueError as exc:
-                print(f"igi bench: {exc}", file=sys.stderr)
-                return 2
+                return report("igi bench", exc)
             meta["notes"].extend(resume_notes)
             notes = [*notes, *resume_notes]
         _say(f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "

@@ -14,6 +14,7 @@ from typing import Any
 
 from igi_sdk.bench.methods import ALL_METHODS, BASELINES
 from igi_sdk.bench.summary import summarize_groups
+from igi_sdk.files import read_regular_file
 
 MERGED_JSON, MERGED_MD = "bench.json", "bench.md"
 
@@ -26,7 +27,7 @@ def load_results(out_dir: Path) -> dict[str, Any]:
         raise FileNotFoundError(2, "no per-model results (bench-*.json) to merge", str(out_dir))
     for path in paths:
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_regular_file(path, what="results file"))
         except ValueError as exc:
             raise ValueError(f"{path} is not a results file: {exc}") from None
         metas.append(data.get("meta", {}))

@@ -25,6 +25,7 @@ from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, r
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
+from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
@@ -353,11 +354,11 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
     notes: list[str] = []
     for path in paths:
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(read_regular_file(Path(path), what="--resume file"))
             old, runs = data["meta"], data["runs"]
             if not isinstance(old, dict) or not isinstance(runs, list):
                 raise TypeError("meta / runs of the wrong type")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, InputFileError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"--resume {path}: not a readable bench result ({type(exc).__name__}: {exc})") from exc
         differ = [k for k in RESUME_MATCH if old.get(k, _RESUME_DEFAULTS.get(k)) != meta.get(k)]
         if differ:

@@ -39,6 +39,12 @@ def test_profile_fifo_is_refused_without_blocking(tmp_path: Path, capsys: pytest
     assert "is not a regular file" in capsys.readouterr().err
 
 
+def test_results_fifo_is_refused_without_blocking(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    os.mkfifo(tmp_path / "bench-x.json")
+    assert igi(["bench", "--merge", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("igi bench: InputFileError: results file")
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["--config", "/nonexistent/igi.toml"], "FileNotFoundError"),
     (["--config", "/dev/zero"], "InputFileError: config file /dev/zero is not a regular file"),

@@ -72,7 +72,6 @@ class Job:
     forwarded: bool = False
     n_tokens_sent: int = 0
     text_sent: list[str] = field(default_factory=list)
-    running: bool = False
     prompt_tokens: int = 0  # from the worker's ``started`` event
     started_s: float | None = None  # daemon clock at ``started``, first and latest token
     first_token_s: float | None = None

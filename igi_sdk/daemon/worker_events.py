@@ -22,7 +22,6 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         job = core.jobs.get(event["job_id"])
         if job is None:
             return
-        job.running = True
         job.n_tokens_sent += 1
         job.text_sent.append(event["text"])
         job.last_token_s = core.clock()
@@ -33,7 +32,6 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
     elif kind == "started":
         job = core.jobs.get(event["job_id"])
         if job is not None:
-            job.running = True
             job.started_s = core.clock()
             job.prompt_tokens = int(event.get("prompt_tokens", 0))
     elif kind == "done":

@@ -10,14 +10,17 @@
 # Issue the next call as soon as one returns: an idle machine is given back after 30 s and a fresh one costs the
 # build again (its state is then lost: the suites start over). Only a few files come back per call, so everything
 # is returned as two tarballs: $OUT/all.tgz (this call's logs and results) and $OUT/state.tgz (the state so far).
-# Env: LIMIT (default 555), REPEATS (default 1; 3 adds about 12 min for the 8B and 10 min for the 30B-A3B: more than one
+# Env: LIMIT (default 555; keep it under the call's timeout, or nothing comes back), CONFIRM_LOADS (default 1: close calls
+# get one more load of the planner's placement and its challenger, docs/benchmarks.md), REPEATS (default 1; 3 adds about 12 min for the 8B and 10 min for the 30B-A3B: more than one
 # session of device time for both), MODELS (default "llama_8b qwen3_30b_a3b"), GPU_DAEMON_TEST (default 1; 0 skips
 # the daemon GPU test, e.g. in a session that re-measures one model: it passed in the fifth session), SCOPE (the
 # budgets and contexts, default the issue's grid; e.g. SCOPE="--budgets-mib 2048 3072 --ctx 4096 --prompt-tokens
 # 1024 --reply-tokens 64" with REPEATS=3 re-measures a few groups with three rounds each).
-T0=$(date +%s); LIMIT=${LIMIT:-555}; REPEATS=${REPEATS:-1}; MODELS=${MODELS:-llama_8b qwen3_30b_a3b}
+T0=$(date +%s); LIMIT=${LIMIT:-555}; REPEATS=${REPEATS:-1}; CONFIRM_LOADS=${CONFIRM_LOADS:-1}; MODELS=${MODELS:-llama_8b qwen3_30b_a3b}
 SCOPE=${SCOPE:---budgets-mib 2048 3072 4096 6144 8192 --ctx 4096 16384 --prompt-tokens 1024 8192 --reply-tokens 64 32}
 GPU_DAEMON_TEST=${GPU_DAEMON_TEST:-1}
+# a call is killed at 600 s, before the EXIT trap can pack the results (the seventh session lost a call's files so)
+if [ "$LIMIT" -gt 580 ]; then echo "LIMIT=$LIMIT: over the call's 600 s, the results would not come back (max 580)"; exit 2; fi
 REAL_OUT=$OUT; export OUT=/tmp/igi-out; rm -rf $OUT; mkdir -p $OUT/r; R=$OUT/r
 S=/tmp/igi-state; mkdir -p $S
 el() { echo $(( $(date +%s) - T0 )); }
@@ -61,7 +64,7 @@ for mdl in $MODELS; do
   python3 -c "import sys; sys.exit(0 if float('$M') > 0.7 else 1)" || { echo "no time left for $mdl"; break; }
   RES=""; [ -f $S/bench-$mdl.json ] && RES="--resume $S/bench-$mdl.json"
   echo "bench $mdl max-minutes $M $RES (at $(el) s)"
-  python3 -m igi_sdk.cli bench --model $mdl $SCOPE --threads 16 --profile $PROF --extra-profile reference:h200 --max-minutes $M --run-timeout-s 90 --repeats $REPEATS $RES --out $R/b-$mdl > $R/bench-$mdl-$SEQ.log 2>&1
+  python3 -m igi_sdk.cli bench --model $mdl $SCOPE --threads 16 --profile $PROF --extra-profile reference:h200 --max-minutes $M --run-timeout-s 90 --repeats $REPEATS --confirm-loads $CONFIRM_LOADS $RES --out $R/b-$mdl > $R/bench-$mdl-$SEQ.log 2>&1
   echo "bench rc=$? at $(el) s"; grep -c "OVER BUDGET" $R/bench-$mdl-$SEQ.log; tail -n 4 $R/bench-$mdl-$SEQ.log
   cp $R/b-$mdl/bench-$mdl.json $S/bench-$mdl.json; cp $R/bench-$mdl-$SEQ.log $S/
   python3 - $S/bench-$mdl.json <<'PY' && touch $S/$mdl.done

@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
     p.add_argument("--repeats", type=int, default=1,
                    help="prefill + decode rounds per load (KV cleared between); TTFT and decode time are their medians")
+    p.add_argument("--confirm-loads", type=int, default=0,
+                   help="after the sweeps, load the planner's placement and its challenger (the fastest other in-budget "
+                        "placement) this many more times each in every close call; bench.md then gives planner/oracle "
+                        "over loads (one load's decode rate can move by 15-25 %%)")
+    p.add_argument("--confirm-within", type=float, default=0.10,
+                   help="a close call: the challenger measured faster than the planner or at most this fraction slower")
     p.add_argument("--resume", type=Path, nargs="+", default=[], metavar="BENCH_JSON",
                    help="earlier bench-*.json of this machine kind: their measured runs are taken over, not run again "
                         "(a time-limited suite continues in a later call)")
@@ -83,9 +89,11 @@ def _check_ranges(args: argparse.Namespace) -> None:
     if any(b < 0 for b in args.budgets_mib or []):
         raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
     for flag, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
-                               ("--oracle-max", args.oracle_max, 0)):
+                               ("--oracle-max", args.oracle_max, 0), ("--confirm-loads", args.confirm_loads, 0)):
         if value is not None and value < least:
             raise ValueError(f"{flag} must be >= {least}, got {value}")
+    if args.confirm_within < 0:
+        raise ValueError(f"--confirm-within must be >= 0, got {args.confirm_within}")
     if args.run_timeout_s <= 0 or (args.max_minutes is not None and args.max_minutes < 0):
         raise ValueError("--run-timeout-s must be > 0 and --max-minutes >= 0")
 
@@ -136,7 +144,8 @@ def run(argv: list[str]) -> int:
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
         oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
-        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=args.repeats)
+        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=args.repeats,
+        confirm_loads=args.confirm_loads, confirm_within=args.confirm_within)
     state = SuiteState()
     if cfg.max_minutes is not None:
         state.deadline = state.started + cfg.max_minutes * 60

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.bench.confirm import CONFIRM
 from igi_sdk.bench.methods import ALL_METHODS, BASELINES
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.files import read_regular_file
@@ -50,6 +51,12 @@ def _cell(rec: dict[str, Any] | None) -> str:
     flag = " **over**" if rec.get("budget_violation") else ""
     return (f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
             f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.get('predicted_vram_mib'), '.0f')}{flag}")
+
+
+def _over_loads(confirmed: dict[str, Any] | None) -> str:
+    if confirmed is None:
+        return "-"
+    return f"{confirmed['planner_vs_oracle_over_loads']:.2f} ({confirmed['loads']} loads)"
 
 
 def _best_oracle(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -98,8 +105,13 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines += ["## Planner vs oracle and baselines", "",
               "planner/oracle = planner e2e / best in-budget e2e of the group (1.00 = planner was best); "
               "`no sweep` where the group's oracle sweep was not run (planner / best of the other methods in brackets); "
-              "a sweep pruned whole (every candidate predicted far slower than a measured run) counts as run. Speedups = baseline e2e / planner e2e (> 1: planner faster).", ""]
-    head = ["model", "n_ctx", "budget MiB", "planner strategy", "planner e2e s", "oracle best", "planner/oracle"]
+              "a sweep pruned whole (every candidate predicted far slower than a measured run) counts as run. "
+              "Over loads (`--confirm-loads`): where the best other placement measured faster than the planner or "
+              "close to it, planner mean e2e / min(planner mean, that placement's mean) over N loads of each; "
+              "`-` where there was no such close call or no confirmation. "
+              "Speedups = baseline e2e / planner e2e (> 1: planner faster).", ""]
+    head = ["model", "n_ctx", "budget MiB", "planner strategy", "planner e2e s", "oracle best", "planner/oracle",
+            "over loads"]
     head += [f"vs {b}" for b in BASELINES]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in data["summary"]:
@@ -108,12 +120,14 @@ def render_markdown(data: dict[str, Any]) -> str:
                _fmt(s["planner_e2e_s"], ".3f"),
                f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
                _fmt(s["planner_vs_oracle"], ".2f") if s["planner_vs_oracle"] is not None or s["planner_e2e_s"] is None
-               else f"no sweep ({_fmt(s['planner_vs_best'], '.2f')})"]
+               else f"no sweep ({_fmt(s['planner_vs_best'], '.2f')})", _over_loads(s.get("over_loads"))]
         row += [_fmt(sp.get(b, {}).get("e2e"), ".2f") for b in BASELINES]
         lines.append("| " + " | ".join(row) + " |")
     failures = [r for r in runs if r["status"] == "error"]
     over = [r for r in runs if r.get("budget_violation")]
-    lines += ["", f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok, {len(failures)} failed, "
+    n_confirm = sum(r["method"] == CONFIRM and r["status"] == "ok" for r in runs)
+    lines += ["", f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok ({n_confirm} of them confirmation loads), "
+              f"{len(failures)} failed, "
               f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), "
               f"{sum(r['status'] == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
               f"{len(over)} over budget.", ""]

@@ -15,12 +15,13 @@ import os
 import platform
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from igi_sdk.bench import methods as m
+from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler, open_nvml
@@ -65,6 +66,10 @@ class SuiteConfig:
     """Methods whose runs abort the worker (tests of crash handling)."""
     plan_only: bool = False
     """List the runs and their estimated time without measuring (synthetic presets need no file)."""
+    confirm_loads: int = 0
+    """Extra loads of the planner's placement and its challenger in every close call (``bench/confirm.py``)."""
+    confirm_within: float = 0.10
+    """A close call: the challenger measured faster than the planner or at most this fraction slower."""
 
 
 @dataclass
@@ -152,6 +157,19 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
     rec["finished_at"] = _now()
 
 
+MEASURED_FIELDS = ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
+                   "peak_vram_process_mib", "vram_at_start_mib", "vram_baseline_mib", "llama_buffers_mib",
+                   "n_layers_offloaded", "warmup_s", "ttft_runs_s", "decode_runs_s", "finished_at")
+
+
+def _reuse(rec: dict[str, Any], prev: dict[str, Any]) -> None:
+    """Fill ``rec`` with the measurement of ``prev`` (the same placement and workload)."""
+    for k in MEASURED_FIELDS:
+        rec[k] = prev.get(k)
+    rec["reused_from"] = prev["run_id"]
+    _check_budget(rec)
+
+
 def _check_budget(rec: dict[str, Any]) -> None:
     peak = rec.get("peak_vram_mib")
     rec["budget_violation"] = None if peak is None else bool(peak > rec["budget_mib"])
@@ -198,6 +216,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                       synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None)
     options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0")
     groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
+    cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
     for ctx in cfg.contexts:
         n_ctx, prompt, reply = ctx
         workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
@@ -226,6 +245,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             return None
         rec = _record(label, path, cand, budget, ctx, meta.get("gpu"), meta["cpu"])
         records.append(rec)
+        cands[id(rec)] = cand
         if cand.skip_reason is not None or cand.placement is None:
             rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
             return None
@@ -236,13 +256,7 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         rec["run_id"] = f"{label}#{state.n_done}"
         key = measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)  # type: ignore[arg-type]
         if key in state.measured:
-            prev = state.measured[key]
-            for k in ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
-                      "peak_vram_process_mib", "vram_at_start_mib", "vram_baseline_mib", "llama_buffers_mib",
-                      "n_layers_offloaded", "warmup_s", "ttft_runs_s", "decode_runs_s", "finished_at"):
-                rec[k] = prev.get(k)
-            rec["reused_from"] = prev["run_id"]
-            _check_budget(rec)
+            _reuse(rec, state.measured[key])
         elif out_of_time():
             rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
         elif rec["method"] == "oracle" and (why := pruned_reason(rec, records, cfg.oracle_prune_ratio)):
@@ -251,6 +265,28 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             _measure(worker, sampler, rec, cand, cfg, state)
             if rec["status"] == "ok":
                 state.measured[key] = rec
+        _progress(state, rec, say)
+        flush()
+
+    def confirm(role: str, first: dict[str, Any], k: int, confirmed: dict[tuple[str, int], dict[str, Any]]) -> None:
+        """Load ``first``'s placement once more (round ``k``), as a ``confirm`` record (``bench/confirm.py``)."""
+        cand = replace(cands[id(first)], method=CONFIRM)
+        rec = _record(label, path, cand, first["budget_mib"], (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"]),
+                      meta.get("gpu"), meta["cpu"])
+        rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
+        records.append(rec)
+        state.n_total += 1
+        state.n_done += 1
+        rec["run_id"] = f"{label}#{state.n_done}"
+        key = (measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement), k)  # type: ignore[arg-type]
+        if key in confirmed:
+            _reuse(rec, confirmed[key])
+        elif out_of_time():
+            rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
+        else:
+            _measure(worker, sampler, rec, cand, cfg, state)
+            if rec["status"] == "ok":
+                confirmed[key] = rec
         _progress(state, rec, say)
         flush()
 
@@ -301,6 +337,15 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             notes.append(f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
                          f"{cfg.max_minutes} min reached")
             say(f"  {notes[-1]}")
+    if cfg.confirm_loads > 0:
+        pairs = close_calls(records, cfg.confirm_within)
+        say(f"  confirming {len(pairs)} close calls with {cfg.confirm_loads} more loads each of the planner's placement "
+            f"and its challenger")
+        confirmed: dict[tuple[str, int], dict[str, Any]] = {}  # (measure_key, round) -> run: shared by groups
+        for k in range(1, cfg.confirm_loads + 1):  # round by round: a time limit cuts every group alike
+            for pair in pairs:
+                for role, first in zip(ROLES, pair):
+                    confirm(role, first, k, confirmed)
     flush()
     return out_file
 
@@ -366,8 +411,8 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
             continue
         n = 0
         for r in runs:
-            if r.get("status") != "ok" or r.get("placement") is None:
-                continue
+            if r.get("status") != "ok" or r.get("placement") is None or r.get("method") == CONFIRM:
+                continue  # a confirmation load is not the first measurement of its placement
             key = measure_key(r["model_path"], r["prompt_tokens"], r["reply_tokens"],
                               Placement.model_validate(r["placement"]))
             origin = r.get("reused_from") or r["run_id"]  # a run resumed once already keeps its first origin

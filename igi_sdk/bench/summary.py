@@ -10,7 +10,10 @@ For each (model, budget, n_ctx) group:
   placement beyond the core methods (one ``not_applicable`` record). ``None`` when the sweep was not run (time
   limit, ``--methods`` without ``oracle``): against the baselines alone, 1.0 would claim more than was measured;
 * ``speedup``: per baseline, e2e and TTFT speedups (baseline time / planner time) and the TPS ratio
-  (planner TPS / baseline TPS); > 1 means the planner is better.
+  (planner TPS / baseline TPS); > 1 means the planner is better;
+* ``over_loads``: where the suite confirmed a close call (``--confirm-loads``, ``bench/confirm.py``), the planner
+  against its challenger over several loads, ``planner_vs_oracle_over_loads`` among them; else None.
+  Confirmation runs count nowhere else.
 
 Runs whose measured peak exceeded the budget never count as the oracle.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from igi_sdk.bench.confirm import CONFIRM, over_loads
 from igi_sdk.bench.methods import BASELINES
 
 GroupKey = tuple[str, int, int]
@@ -47,7 +51,8 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for rec in records:
         groups[(rec["model"], rec["budget_mib"], rec["n_ctx"])].append(rec)
     rows = []
-    for (model, budget, n_ctx), recs in groups.items():
+    for (model, budget, n_ctx), with_confirms in groups.items():
+        recs = [r for r in with_confirms if r["method"] != CONFIRM]
         planner = next((r for r in recs if r["method"] == "planner"), None)
         best = best_in_budget(recs)
         p_ok = planner is not None and _ok(planner)
@@ -74,6 +79,7 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "planner_vs_best": vs_best,
             "planner_vs_oracle": vs_best if swept else None,
             "speedup": {},
+            "over_loads": over_loads(with_confirms),
         }
         for method in BASELINES + ("planner_ref",):
             other = next((r for r in recs if r["method"] == method), None)

@@ -175,3 +175,39 @@ def test_resume_of_a_missing_or_corrupt_file_is_a_clear_error_and_measures_nothi
                     "--resume", str(bad)]) == 2
         assert f"--resume {bad}: not a readable bench result" in capsys.readouterr().err
         assert not list(out.glob("bench-*.json"))
+
+
+def test_confirm_loads_repeat_the_planner_and_its_challenger_and_give_the_ratio_over_loads(tmp_path: Path) -> None:
+    # --confirm-within 1000: every group whose planner has any other measured placement is a close call
+    out = tmp_path / "out"
+    assert run(["--smoke", "--model", "smoke_dense", "--confirm-loads", "2", "--confirm-within", "1000",
+                "--out", str(out), "--work-dir", str(tmp_path / "models")]) == 0
+    data = json.loads((out / "bench-smoke_dense.json").read_text())
+    runs = data["runs"]
+    by_id = {r["run_id"]: r for r in runs if r["method"] != "confirm"}
+    confirms = [r for r in runs if r["method"] == "confirm"]
+    assert confirms and all(r["status"] == "ok" for r in confirms)
+    assert {r["confirm_round"] for r in confirms} == {1, 2}
+    checked = 0
+    for s in data["summary"]:
+        group = [r for r in confirms if r["budget_mib"] == s["budget_mib"] and r["n_ctx"] == s["n_ctx"]]
+        if not group:
+            continue
+        planner = next(r for r in runs if r["method"] == "planner" and r["budget_mib"] == s["budget_mib"])
+        mine = [r for r in group if r["confirm_role"] == "planner"]
+        theirs = [r for r in group if r["confirm_role"] == "challenger"]
+        assert len(mine) == len(theirs) == 2
+        assert all(by_id[r["confirm_of"]] is planner and r["placement"] == planner["placement"] for r in mine)
+        challenger = by_id[theirs[0]["confirm_of"]]
+        assert challenger["placement"] != planner["placement"]
+        assert all(r["placement"] == challenger["placement"] for r in theirs)
+        p = [planner["e2e_s"]] + [r["e2e_s"] for r in mine]
+        c = [challenger["e2e_s"]] + [r["e2e_s"] for r in theirs]
+        expected = (sum(p) / 3) / min(sum(p) / 3, sum(c) / 3)
+        over = s["over_loads"]
+        assert over["loads"] == 3 and over["planner_vs_oracle_over_loads"] == pytest.approx(expected, abs=1e-3)
+        assert s["oracle_best_method"] != "confirm"  # confirmation loads are never the oracle
+        checked += 1
+    assert checked
+    md = (out / "bench.md").read_text()
+    assert "(3 loads)" in md and f"({len(confirms)} of them confirmation loads)" in md

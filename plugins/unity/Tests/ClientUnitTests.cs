@@ -1,7 +1,11 @@
-// IgiClient receive-path behaviour against a raw ROUTER socket (forged signatures, error mapping, timeouts, close).
+// IgiClient receive-path behaviour against a raw ROUTER socket (forged signatures, error mapping, timeouts, close),
+// and FrameBudgetHelper applying a scripted frame_stats_reply.
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
+using System.Threading;
 using System.Threading.Tasks;
+using Igi.Budget;
 using Igi.Client;
 using Igi.Protocol;
 
@@ -33,6 +37,17 @@ namespace Igi.Tests
         private static HelloReply GoodHello()
         {
             return new HelloReply { DaemonVersion = "test", ProtocolVersion = "1.0", HeartbeatIntervalS = 0, ClientTimeoutS = 10, Limits = new Limits() };
+        }
+
+        private static void PumpUntil(IgiClient client, Func<bool> done, string what)
+        {
+            var sw = Stopwatch.StartNew();
+            while (!done())
+            {
+                client.Pump();
+                if (sw.Elapsed.TotalSeconds > 10) throw new AssertionException("gave up waiting for " + what + " after 10 s");
+                Thread.Sleep(2);
+            }
         }
 
         public static void Register(TestRunner t)
@@ -134,6 +149,67 @@ namespace Igi.Tests
                         var e = Check.Throws<IgiTimeoutException>(() => IgiClient.Wait(status), "silent daemon");
                         Check.True(e.Message.Contains("stopped answering"), "liveness failure, not the request timeout: " + e.Message);
                         Check.True(!client.IsDaemonAlive, "declared gone");
+                    }
+                }
+            });
+            t.Add("client:frame_budget_helper_applies_the_daemon_throttle", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router));
+                    byte[] identity;
+                    Envelope hello = ReceiveRequest(router, signer, out identity);
+                    router.Send(identity, Reply(hello, GoodHello(), signer));
+                    using (IgiClient client = IgiClient.Wait(connecting))
+                    {
+                        var helper = new FrameBudgetHelper(client, 1000.0 / 60.0, 0.1);
+                        var changes = new List<Throttle>();
+                        var proposals = new List<long>();
+                        IgiException failure = null;
+                        helper.ThrottleChanged += th => changes.Add(th);
+                        helper.BudgetProposed += mib => proposals.Add(mib);
+                        helper.Failed += e => failure = e;
+                        Check.Equal(int.MaxValue, helper.PumpBudget, "no throttle before the first reply: unlimited pumping");
+
+                        // One window of 20 ms frames -> one frame_stats_request; the fake daemon answers it with `reply`.
+                        Action<FrameStatsReply, string> round = (reply, what) =>
+                        {
+                            int before = helper.RepliesReceived;
+                            int sent = 0;
+                            for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020) ? 1 : 0;
+                            Check.Equal(1, sent, what + ": one report per 0.1 s window");
+                            Envelope stats = ReceiveRequest(router, signer, out identity);
+                            Check.Equal(FrameStatsRequest.TypeName, stats.Message.Type, what + ": request type");
+                            var request = (FrameStatsRequest)stats.Message;
+                            Check.True(Math.Abs(request.FrameTimeMs - 20.0) < 1e-9, what + ": p95 frame time sent, got " + request.FrameTimeMs);
+                            Check.True(Math.Abs(request.TargetFrameTimeMs - 1000.0 / 60.0) < 1e-9, what + ": target frame time sent");
+                            router.Send(identity, Reply(stats, reply, signer));
+                            PumpUntil(client, () => helper.RepliesReceived > before || failure != null, what + ": frame_stats_reply");
+                            Check.True(failure == null, what + ": no failure: " + (failure == null ? "" : failure.Message));
+                            Check.Equal(before + 1, helper.RepliesReceived, what + ": replies received");
+                        };
+
+                        round(new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 50 }, ProposedBudgetMib = 768 }, "throttled");
+                        Check.Equal((long?)2, helper.Throttle.TokensPerFrame, "throttle.tokens_per_frame applied");
+                        Check.Equal(50.0, helper.Throttle.SleepMsBetweenTokens, "throttle.sleep_ms_between_tokens applied");
+                        Check.Equal(3, helper.PumpBudget, "pump budget = tokens_per_frame + the terminal callback");
+                        Check.Equal(1, changes.Count, "ThrottleChanged raised for the new throttle");
+                        Check.Equal((long?)2, changes[0].TokensPerFrame, "ThrottleChanged carries the new throttle");
+                        Check.Equal((long?)768, helper.ProposedBudgetMib, "proposed budget kept");
+                        Check.Equal("768", string.Join(",", proposals), "BudgetProposed raised once with the proposal");
+
+                        round(new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 50 } }, "same throttle");
+                        Check.Equal(1, changes.Count, "ThrottleChanged not raised when the throttle is unchanged");
+                        Check.Equal(3, helper.PumpBudget, "pump budget unchanged");
+                        Check.Equal((long?)null, helper.ProposedBudgetMib, "no proposal in the second reply");
+                        Check.Equal(1, proposals.Count, "BudgetProposed not raised without a proposal");
+
+                        round(new FrameStatsReply { Throttle = new Throttle() }, "unthrottled");
+                        Check.Equal((long?)null, helper.Throttle.TokensPerFrame, "tokens_per_frame nil applied");
+                        Check.Equal(0.0, helper.Throttle.SleepMsBetweenTokens, "sleep 0 applied");
+                        Check.Equal(int.MaxValue, helper.PumpBudget, "unlimited pumping again");
+                        Check.Equal(2, changes.Count, "ThrottleChanged raised when the throttle is lifted");
                     }
                 }
             });

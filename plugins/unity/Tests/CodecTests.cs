@@ -217,39 +217,135 @@ namespace Igi.Tests
             t.Add("protocol:typed_round_trip_all_messages", () =>
             {
                 var signer = new Signer(new byte[32]);
-                var messages = new List<KeyValuePair<string, IgiMessage>>
-                {
-                    Pair(null, new HelloRequest { Capabilities = new List<string> { "token_stream" } }),
-                    Pair("s1", new GenerateRequest { Text = "Hi", MaxTokens = 8, Sampling = Sampling.Greedy(8), Priority = -5 }),
-                    Pair(null, new BudgetAck { RequestedMib = 512, GrantedMib = 256, Plan = new Plan { Strategy = "cpu_only" }, Warning = "deadline_missed" }),
-                    Pair(null, new ErrorReply { Code = ErrorCodes.Busy, Message = "queue full", Detail = new MsgPackMap().Add("limit", "max_queue_depth"), Retryable = true }),
-                    Pair(null, new StatusReply { Counters = new MsgPackMap().Add("tokens_total", 5L).Add("bad_frame", 0L), UptimeS = 1.0 }),
-                };
+                List<KeyValuePair<string, IgiMessage>> messages = AllMessages();
+                var covered = new HashSet<string>();
+                foreach (var kv in messages) Check.True(covered.Add(kv.Value.Type), "one case per type: " + kv.Value.Type);
+                foreach (string type in MessageRegistry.KnownTypes) Check.True(covered.Contains(type), "a round-trip case for " + type);
+                Check.Equal(MessageRegistry.KnownTypes.Count, covered.Count, "no case for a type the registry lacks");
+                Check.Equal(29, covered.Count, "protocol 1.0 message types");
                 foreach (var kv in messages)
                 {
                     var header = Header.New(kv.Value.Type, kv.Key);
                     byte[][] frames = WireCodec.Encode(header, kv.Value, signer);
                     Envelope env = WireCodec.Decode(frames, signer);
+                    Check.Equal(kv.Value.GetType(), env.Message.GetType(), kv.Value.Type + " decodes to its class");
+                    Check.Equal(kv.Key, env.Header.SessionId, kv.Value.Type + " header.session_id");
+                    // Every field is set to a non-default value, so a field the reader drops or misreads changes these bytes.
                     byte[][] again = WireCodec.Encode(env.Header, env.Message, signer);
-                    for (int i = 0; i < 4; i++) Check.BytesEqual(frames[i], again[i], kv.Value.Type + " frame " + i);
+                    foreach (int i in new[] { 3, 2, 0, 1 }) Check.BytesEqual(frames[i], again[i], kv.Value.Type + " frame " + i);  // content first
                 }
-                var status = (StatusReply)WireCodec.Decode(WireCodec.Encode(Header.New("status_reply"), messages[4].Value, signer), signer).Message;
+                var unsorted = new StatusReply { Counters = new MsgPackMap().Add("tokens_total", 5L).Add("bad_frame", 0L), UptimeS = 1.0 };
+                var status = (StatusReply)WireCodec.Decode(WireCodec.Encode(Header.New("status_reply"), unsorted, signer), signer).Message;
                 Check.Equal("bad_frame", (string)status.Counters.Entries[0].Key, "counters sorted on the wire");
             });
             t.Add("protocol:error_code_table_complete", () =>
             {
-                foreach (string code in new[] { "invalid_request", "unknown_type", "unsupported_version", "too_large", "busy", "not_found", "no_model",
-                                                "model_not_found", "model_invalid", "budget_infeasible", "engine_failure", "cancelled", "timeout",
-                                                "shutting_down", "internal" })
+                // PROTOCOL.md section 8, as wire strings (not the C# constants), each with the exact class the client raises.
+                var expected = new Dictionary<string, Type>
                 {
-                    var e = ErrorCodes.ToException(new ErrorReply { Code = code, Message = "m" });
-                    Check.Equal(code, e.Code, "code kept");
-                    Check.True(e.GetType() != typeof(IgiRemoteException), "a dedicated exception class for " + code);
+                    { "invalid_request", typeof(IgiInvalidRequestException) },
+                    { "unknown_type", typeof(IgiUnknownTypeRemoteException) },
+                    { "unsupported_version", typeof(IgiUnsupportedVersionException) },
+                    { "too_large", typeof(IgiTooLargeException) },
+                    { "busy", typeof(IgiBusyException) },
+                    { "not_found", typeof(IgiNotFoundException) },
+                    { "no_model", typeof(IgiNoModelException) },
+                    { "model_not_found", typeof(IgiModelNotFoundException) },
+                    { "model_invalid", typeof(IgiModelInvalidException) },
+                    { "budget_infeasible", typeof(IgiBudgetInfeasibleException) },
+                    { "engine_failure", typeof(IgiEngineFailureException) },
+                    { "cancelled", typeof(IgiCancelledException) },
+                    { "timeout", typeof(IgiRemoteTimeoutException) },
+                    { "shutting_down", typeof(IgiShuttingDownException) },
+                    { "internal", typeof(IgiInternalException) },
+                };
+                Check.Equal(expected.Count, ErrorCodes.ExceptionFactories.Count, "table size");
+                var signer = new Signer(new byte[32]);
+                foreach (var kv in expected)
+                {
+                    Check.True(ErrorCodes.ExceptionFactories.ContainsKey(kv.Key), "the table maps " + kv.Key);
+                    Check.Equal(kv.Key, ErrorCodes.Parse(kv.Key), "known code parses to itself");
+                    var detail = new MsgPackMap().Add("limit", "x");
+                    var reply = new ErrorReply { Code = kv.Key, Message = "m " + kv.Key, Detail = detail, Retryable = true };
+                    IgiRemoteException e = ErrorCodes.ToException(reply);
+                    Check.Equal(kv.Value, e.GetType(), "exception class for " + kv.Key);
+                    Check.Equal(kv.Key, e.Code, "code kept for " + kv.Key);
+                    Check.True(e.Message.Contains("m " + kv.Key), "message kept for " + kv.Key + ": " + e.Message);
+                    Check.True(e.Retryable, "retryable kept for " + kv.Key);
+                    Check.True(ReferenceEquals(detail, e.Detail), "detail kept for " + kv.Key);
+                    // The client's path: an error_reply off the wire, decoded, then mapped.
+                    var decoded = (ErrorReply)WireCodec.Decode(WireCodec.Encode(Header.New(ErrorReply.TypeName), reply, signer), signer).Message;
+                    Check.Equal(kv.Value, ErrorCodes.ToException(decoded).GetType(), "exception class for " + kv.Key + " off the wire");
                 }
-                Check.Equal(15, ErrorCodes.ExceptionFactories.Count, "table size");
-                Check.True(ErrorCodes.ToException(new ErrorReply { Code = "quota_exceeded", Message = "m" }) is IgiInternalException, "unknown code -> internal");
-                Check.True(ErrorCodes.ToException(new ErrorReply { Code = "busy", Message = "m" }) is IgiBusyException, "busy");
+                // An unknown code (a newer minor version) and a missing one read as internal (PROTOCOL.md section 8).
+                foreach (string unknown in new[] { "quota_exceeded", "", null, "BUSY" })
+                {
+                    IgiRemoteException e = ErrorCodes.ToException(new ErrorReply { Code = unknown, Message = "m" });
+                    Check.Equal(typeof(IgiInternalException), e.GetType(), "unknown code '" + unknown + "'");
+                    Check.Equal(ErrorCodes.Internal, ErrorCodes.Parse(unknown), "unknown code '" + unknown + "' parses as internal");
+                }
+                var newer = (ErrorReply)WireCodec.Decode(WireCodec.Encode(Header.New(ErrorReply.TypeName),
+                    new ErrorReply { Code = "quota_exceeded", Message = "m" }, signer), signer).Message;
+                Check.Equal("internal", newer.Code, "an unknown code off the wire reads as internal");
+                Check.Equal(typeof(IgiInternalException), ErrorCodes.ToException(newer).GetType(), "unknown code off the wire");
             });
+        }
+
+        // One message of every protocol 1.0 type, every field set to a value other than its default (header session_id first).
+        private static List<KeyValuePair<string, IgiMessage>> AllMessages()
+        {
+            var model = new ModelInfo { Path = "/models/a.gguf", Architecture = "llama", NLayer = 30, NParams = 134515008, FileMib = 88.5, NCtx = 4096 };
+            var plan = new Plan { Strategy = "layer_split", GpuMib = 512.5, CpuMib = 100.25, NGpuLayers = 12, Summary = "12/30 layers on the GPU" };
+            var sampling = new Sampling { Temperature = 0.3, TopP = 0.9, TopK = 20, Seed = 42, MaxTokens = 64, Stop = new List<string> { "\n\n", "END" } };
+            return new List<KeyValuePair<string, IgiMessage>>
+            {
+                Pair(null, new HelloRequest { ClientName = "game", ClientVersion = "2.3.4", ProtocolVersion = "1.3", Capabilities = new List<string> { "token_stream", "reclaim" } }),
+                Pair(null, new HelloReply
+                {
+                    DaemonVersion = "0.9.1", ProtocolVersion = "1.2", Capabilities = new List<string> { "frame_stats", "session_files" },
+                    HeartbeatIntervalS = 2.5, ClientTimeoutS = 15.0,
+                    Limits = new Limits { MaxFrameBytes = 2048, MaxPromptTokens = 512, MaxSessions = 3, MaxQueueDepth = 7 }, Model = model,
+                }),
+                Pair(null, new LoadModelRequest { ModelPath = "/models/b.gguf", NCtx = 8192, VramBudgetMib = 1024 }),
+                Pair(null, new LoadModelReply { Model = model, Plan = plan }),
+                Pair(null, new SetBudgetRequest { VramBudgetMib = 2048, Reason = "entering combat" }),
+                Pair(null, new ReclaimRequest { VramBudgetMib = 256, DeadlineS = 0.5 }),
+                Pair(null, new BudgetAck
+                {
+                    RequestedMib = 512, GrantedMib = 256, Applied = true, CpuFallback = true, Plan = plan, PredictedTtftS = 0.2,
+                    PredictedTps = 35.5, ApplyTimeS = 1.25, MeasuredVramMib = 240.5, Warning = "deadline_missed",
+                }),
+                Pair(null, new FrameStatsRequest { FrameTimeMs = 33.3, TargetFrameTimeMs = 16.6, FreeVramMib = 1500.0, GpuBusyPct = 87.5 }),
+                Pair(null, new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 4.0 }, ProposedBudgetMib = 768 }),
+                Pair(null, new CreateSessionRequest { Persona = "Mira", SystemPrompt = "You are Mira, a blacksmith.", Sampling = sampling, Priority = 10 }),
+                Pair("npc_1", new CreateSessionReply { SessionId = "npc_1" }),
+                Pair("npc_1", new CloseSessionRequest()),
+                Pair("npc_1", new CloseSessionReply()),
+                Pair("s1", new GenerateRequest { Text = "Hi", MaxTokens = 8, Sampling = Sampling.Greedy(8), Priority = -5 }),
+                Pair("s1", new TokenEvent { Index = 3, Text = " forge", TokenId = 1234 }),
+                Pair("s1", new GenerateReply
+                {
+                    FinishReason = FinishReason.Length, Text = "Hello there", Usage = new Usage { PromptTokens = 12, CompletionTokens = 8 },
+                    TtftS = 0.05, Tps = 42.5, ReloadsDuring = 1,
+                }),
+                Pair(null, new CancelRequest { TargetMsgId = Header.NewMsgId() }),
+                Pair(null, new CancelReply { Cancelled = true }),
+                Pair("npc_1", new SaveSessionRequest { Path = "/tmp/npc_1.igis" }),
+                Pair("npc_1", new SaveSessionReply { Path = "/tmp/npc_1.igis" }),
+                Pair(null, new LoadSessionRequest { Path = "/tmp/npc_1.igis" }),
+                Pair("npc_2", new LoadSessionReply { SessionId = "npc_2", NTurns = 6 }),
+                Pair(null, new StatusRequest()),
+                Pair(null, new StatusReply
+                {
+                    Model = model, VramBudgetMib = 4096, Plan = plan, VramUsedMib = 300.5, NSessions = 2, QueueDepth = 1,
+                    Counters = new MsgPackMap().Add("bad_frame", 1L).Add("tokens_total", 5L), UptimeS = 12.5,
+                }),
+                Pair(null, new HeartbeatRequest()),
+                Pair(null, new HeartbeatReply { UptimeS = 3.5 }),
+                Pair(null, new ShutdownRequest()),
+                Pair(null, new ShutdownReply()),
+                Pair(null, new ErrorReply { Code = ErrorCodes.Busy, Message = "queue full", Detail = new MsgPackMap().Add("limit", "max_queue_depth"), Retryable = true }),
+            };
         }
 
         private static KeyValuePair<string, IgiMessage> Pair(string session, IgiMessage m)

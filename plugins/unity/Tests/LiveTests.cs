@@ -175,21 +175,26 @@ namespace Igi.Tests
                     Check.True(error is IgiNotFoundException, "generate on unknown session: " + error.GetType().Name);
                 }
             });
-            t.Add("live:frame_budget_helper_reports_and_applies_throttle", () =>
+            // What the real governor answers depends on its state (a first sample is still in warm-up), so this checks the
+            // report round trip only; applying a given throttle is client:frame_budget_helper_applies_the_daemon_throttle.
+            t.Add("live:frame_budget_helper_report_gets_a_reply", () =>
             {
                 using (IgiClient client = connect())
                 {
                     var helper = new FrameBudgetHelper(client, 1000.0 / 60.0, 0.1);
-                    bool sent = false;
-                    for (int frame = 0; frame < 6; frame++) sent |= helper.AddFrame(0.020);
-                    Check.True(sent, "a report after 0.1 s of frames");
+                    int sent = 0;
+                    for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020) ? 1 : 0;
+                    Check.Equal(1, sent, "one report after 0.1 s of frames");
                     Check.True(Math.Abs(helper.LastReport.P95Ms - 20.0) < 1e-9, "p95 of 20 ms frames");
                     IgiException failure = null;
                     helper.Failed += e => failure = e;
                     PumpUntil(client, () => helper.RepliesReceived > 0 || failure != null, "frame_stats_reply");
                     Check.True(failure == null, "no failure: " + (failure == null ? "" : failure.Message));
-                    Check.True(helper.Throttle != null, "throttle applied");
-                    Check.True(helper.PumpBudget >= 1, "pump budget");
+                    Check.Equal(1, helper.RepliesReceived, "the daemon answered the report");
+                    long? cap = helper.Throttle.TokensPerFrame;
+                    Check.True(cap == null || cap.Value >= 1, "tokens_per_frame nil or >= 1, got " + cap);
+                    Check.True(helper.Throttle.SleepMsBetweenTokens >= 0, "sleep_ms_between_tokens >= 0");
+                    Check.True(helper.ProposedBudgetMib == null || helper.ProposedBudgetMib.Value >= 0, "proposed budget nil or >= 0");
                 }
             });
         }

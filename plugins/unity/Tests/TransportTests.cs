@@ -1,6 +1,7 @@
 // Tests of the libzmq DEALER transport against a real ROUTER socket over loopback TCP.
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Text;
 using System.Threading;
 using Igi.Transport;
@@ -53,12 +54,16 @@ namespace Igi.Tests
                 {
                     dealer.Connect(router.Endpoint);
                     var waker = new Thread(() => { Thread.Sleep(50); dealer.Wake(); });
+                    var sw = Stopwatch.StartNew();
                     waker.Start();
                     byte[][] frames;
-                    // A 60 s wait that returns is the proof; the join below bounds the test.
-                    bool got = dealer.TryReceive(60000, out frames);
+                    // Without a working Wake() this receive would block for its full 10 s timeout.
+                    bool got = dealer.TryReceive(10000, out frames);
+                    double elapsedS = sw.Elapsed.TotalSeconds;
                     waker.Join();
                     Check.True(!got, "woken without a message");
+                    Check.True(frames == null, "no frames on a wake-up");
+                    Check.True(elapsedS < 2.0, "Wake() ended the 10 s receive early, after " + elapsedS.ToString("F3") + " s");
                 }
             });
             t.Add("transport:connect_refuses_bad_endpoint", () =>

@@ -32,6 +32,8 @@ command -v pkg-config >/dev/null || missing+=("pkg-config")
 [[ -f /usr/include/zmq.h ]] || missing+=("libzmq3-dev")
 [[ -f /usr/include/zmq.hpp ]] || missing+=("cppzmq-dev")
 [[ -f /usr/include/openssl/hmac.h ]] || missing+=("libssl-dev")
+# msgpack-c is used only by the tests (codec cross-check); required so that test is never silently dropped.
+[[ -f /usr/include/msgpack.hpp ]] || missing+=("libmsgpack-cxx-dev")
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "missing build prerequisites; install them with: apt-get install ${missing[*]}" >&2
   exit 3

@@ -6,12 +6,16 @@
 #include <sys/stat.h>
 #include <thread>
 #include <chrono>
+#include <exception>
+#include <typeinfo>
+#include <vector>
 
 #include "igi/connection_file.hpp"
 #include "igi/envelope.hpp"
 #include "igi/errors.hpp"
 #include "igi/frame_budget.hpp"
 #include "test_framework.hpp"
+#include "../Source/IgiClientCore/Private/client_impl.hpp"  // ErrorFromReply: how an error_reply becomes an exception
 
 namespace {
 
@@ -81,20 +85,148 @@ TEST(typed_messages_reject_out_of_range_and_mistyped_fields) {
            512u);
 }
 
-TEST(error_codes_map_to_typed_errors_in_one_place) {
-  for (int c = 0; c <= static_cast<int>(igi::ErrorCode::kInternal); ++c) {
-    auto code = static_cast<igi::ErrorCode>(c);
-    CHECK(igi::ParseErrorCode(igi::ErrorCodeName(code)) == code);
+namespace {
+
+// The expected code -> exception mapping, written out independently of errors.cpp: one row per stable
+// wire code of ipc/PROTOCOL.md section 8, each naming the exact class the client must raise.
+struct ExpectedError {
+  const char* wire;
+  igi::ErrorCode code;
+  bool retryable;                                // the spec's default
+  const std::type_info& type;                    // exact dynamic type expected
+  const char* type_name;                         // for failure messages
+  bool (*is_a)(const igi::RequestError&);        // "is this error (or derives from) this row's class?"
+};
+
+template <typename E>
+bool IsA(const igi::RequestError& e) {
+  return dynamic_cast<const E*>(&e) != nullptr;
+}
+
+#define IGI_EXPECT(wire, Code, retryable, Class) \
+  ExpectedError { wire, igi::ErrorCode::Code, retryable, typeid(igi::Class), #Class, &IsA<igi::Class> }
+const ExpectedError kExpectedErrors[] = {
+    IGI_EXPECT("invalid_request", kInvalidRequest, false, InvalidRequestError),
+    IGI_EXPECT("unknown_type", kUnknownType, false, UnknownTypeError),
+    IGI_EXPECT("unsupported_version", kUnsupportedVersion, false, UnsupportedVersionError),
+    IGI_EXPECT("too_large", kTooLarge, false, TooLargeError),
+    IGI_EXPECT("busy", kBusy, true, BusyError),
+    IGI_EXPECT("not_found", kNotFound, false, NotFoundError),
+    IGI_EXPECT("no_model", kNoModel, true, NoModelError),
+    IGI_EXPECT("model_not_found", kModelNotFound, false, ModelNotFoundError),
+    IGI_EXPECT("model_invalid", kModelInvalid, false, ModelInvalidError),
+    IGI_EXPECT("budget_infeasible", kBudgetInfeasible, false, BudgetInfeasibleError),
+    IGI_EXPECT("engine_failure", kEngineFailure, true, EngineFailureError),
+    IGI_EXPECT("cancelled", kCancelled, false, CancelledError),
+    IGI_EXPECT("timeout", kTimeout, true, DaemonTimeoutError),
+    IGI_EXPECT("shutting_down", kShuttingDown, false, ShuttingDownError),
+    IGI_EXPECT("internal", kInternal, false, InternalError),
+};
+#undef IGI_EXPECT
+
+std::string TypeName(const std::type_info& type) {
+  for (const ExpectedError& row : kExpectedErrors) {
+    if (row.type == type) return row.type_name;
+  }
+  if (type == typeid(igi::RequestError)) return "RequestError";
+  return type.name();
+}
+
+// Checks one thrown error against `want`: exact dynamic type, no wrong class in its ancestry, and the
+// carried code, wire code, message, detail and retryable flag.
+void CheckThrownError(const igi::RequestError& e, const ExpectedError& want, const std::string& wire,
+                      bool retryable, const char* path) {
+  CHECK_MSG(typeid(e) == want.type, path << "(\"" << wire << "\") threw " << TypeName(typeid(e)) << ", expected "
+                                         << want.type_name);
+  for (const ExpectedError& other : kExpectedErrors) {
+    bool expected_is_a = &other == &want;
+    CHECK_MSG(other.is_a(e) == expected_is_a, path << "(\"" << wire << "\"): dynamic_cast to " << other.type_name
+                                                   << " gave " << other.is_a(e) << ", expected " << expected_is_a);
+  }
+  CHECK_MSG(e.code() == want.code, path << "(\"" << wire << "\") code " << igi::ErrorCodeName(e.code()));
+  CHECK_EQ(e.wire_code(), wire);
+  CHECK_EQ(e.kind(), std::string(want.wire));
+  CHECK_EQ(std::string(e.what()), wire + ": the message");
+  CHECK_EQ(e.retryable(), retryable);
+  const igi::Value* limit = e.detail().Find("limit");
+  CHECK_MSG(limit != nullptr && limit->as_str() == "max_sessions", path << "(\"" << wire << "\") lost detail");
+}
+
+// Throws through ThrowRequestError and through MakeRequestError (the path of error replies, see
+// client_impl.hpp ErrorFromReply) and checks both; a call that throws nothing or a non-RequestError fails.
+void CheckMapping(const std::string& wire, const ExpectedError& want) {
+  igi::Value detail(igi::ValueMap{{"limit", "max_sessions"}});
+  for (bool retryable : {false, true}) {
+    bool caught = false;
     try {
-      igi::ThrowRequestError(igi::ErrorCodeName(code), "m", igi::Value());
+      igi::ThrowRequestError(wire, "the message", detail, retryable);
     } catch (const igi::RequestError& e) {
-      CHECK(e.code() == code);
-      CHECK(std::string(e.what()).find(igi::ErrorCodeName(code)) == 0);
+      caught = true;
+      CheckThrownError(e, want, wire, retryable, "ThrowRequestError");
+    } catch (const std::exception& e) {
+      caught = true;
+      CHECK_MSG(false, "ThrowRequestError(\"" << wire << "\") threw a non-RequestError: " << e.what());
+    } catch (...) {
+      caught = true;
+      CHECK_MSG(false, "ThrowRequestError(\"" << wire << "\") threw a non-std exception");
+    }
+    CHECK_MSG(caught, "ThrowRequestError(\"" << wire << "\") threw nothing");
+
+    std::exception_ptr made = igi::MakeRequestError(wire, "the message", detail, retryable);
+    CHECK_MSG(made != nullptr, "MakeRequestError(\"" << wire << "\") returned a null exception_ptr");
+    if (made == nullptr) continue;
+    try {
+      std::rethrow_exception(made);
+    } catch (const igi::RequestError& e) {
+      CheckThrownError(e, want, wire, retryable, "MakeRequestError");
+    } catch (...) {
+      CHECK_MSG(false, "MakeRequestError(\"" << wire << "\") holds a non-RequestError");
     }
   }
-  CHECK_THROWS_AS(igi::ThrowRequestError("busy", "queue full", igi::Value(), true), igi::BusyError);
-  CHECK_THROWS_AS(igi::ThrowRequestError("budget_infeasible", "", igi::Value()), igi::BudgetInfeasibleError);
-  CHECK_THROWS_AS(igi::ThrowRequestError("quota_exceeded", "", igi::Value()), igi::InternalError);  // spec 5.8
+}
+
+const ExpectedError& ExpectedFor(igi::ErrorCode code) {
+  for (const ExpectedError& row : kExpectedErrors) {
+    if (row.code == code) return row;
+  }
+  igi_test::RecordFailure(__FILE__, __LINE__,
+                          "no expected row for ErrorCode " + std::to_string(static_cast<int>(code)));
+  throw igi_test::Failure{};
+}
+
+std::string SpecPath() {
+  std::string dir = igi_test::GetOptions().vectors_dir;
+#ifdef IGI_DEFAULT_VECTORS_DIR
+  if (dir.empty()) dir = IGI_DEFAULT_VECTORS_DIR;
+#endif
+  return dir + "/../PROTOCOL.md";
+}
+
+}  // namespace
+
+TEST(error_codes_map_to_typed_errors_in_one_place) {
+  // Every stable code maps to exactly its own class, carrying code, wire code, message, detail, retryable.
+  for (const ExpectedError& row : kExpectedErrors) {
+    CHECK(igi::ParseErrorCode(row.wire) == row.code);
+    CHECK_EQ(std::string(igi::ErrorCodeName(row.code)), std::string(row.wire));
+    CHECK_MSG(igi::RetryableByDefault(row.code) == row.retryable, row.wire << ": wrong default retryable");
+    CheckMapping(row.wire, row);
+  }
+  // The table covers every value of the enum exactly once (kInternal is the last one).
+  constexpr int kEnumSize = static_cast<int>(igi::ErrorCode::kInternal) + 1;
+  CHECK_EQ(sizeof(kExpectedErrors) / sizeof(kExpectedErrors[0]), static_cast<std::size_t>(kEnumSize));
+  for (int c = 0; c < kEnumSize; ++c) {
+    int rows = 0;
+    for (const ExpectedError& row : kExpectedErrors) rows += static_cast<int>(row.code) == c;
+    CHECK_MSG(rows == 1, "ErrorCode " << c << " has " << rows << " expected rows");
+  }
+  // An unknown code from a newer minor is treated as `internal` (spec 5.8; Python parse_error_code): it is
+  // an InternalError, still caught as the base RequestError, and keeps the code exactly as received.
+  for (const char* unknown : {"quota_exceeded", "", "BUSY", "busy "}) {
+    CHECK(igi::ParseErrorCode(unknown) == igi::ErrorCode::kInternal);
+    CheckMapping(unknown, ExpectedFor(igi::ErrorCode::kInternal));
+  }
+  CHECK_THROWS_AS(igi::ThrowRequestError("quota_exceeded", "", igi::Value()), igi::RequestError);
   try {
     igi::ThrowRequestError("quota_exceeded", "", igi::Value());
   } catch (const igi::IgiError& e) {
@@ -102,8 +234,48 @@ TEST(error_codes_map_to_typed_errors_in_one_place) {
   }
   CHECK_EQ(igi::TimeoutError("t").kind(), std::string("timeout"));
   CHECK_EQ(igi::BadSignatureError("s").kind(), std::string("bad_signature"));
-  CHECK(igi::RetryableByDefault(igi::ErrorCode::kBusy));
-  CHECK(!igi::RetryableByDefault(igi::ErrorCode::kInvalidRequest));
+}
+
+TEST(error_code_table_matches_every_code_of_the_spec) {
+  // The expected table above lists exactly the codes of ipc/PROTOCOL.md section 8 ("| `code` | ... |" rows).
+  std::string path = SpecPath();
+  std::ifstream in(path);
+  if (!in) {
+    igi_test::RecordFailure(__FILE__, __LINE__, "cannot open " + path + " (pass --vectors DIR)");
+    throw igi_test::Failure{};
+  }
+  std::vector<std::string> spec_codes;
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) in_section = line.rfind("## 8. Error codes", 0) == 0;
+    if (!in_section || line.rfind("| `", 0) != 0) continue;
+    std::size_t close = line.find('`', 3);
+    if (close != std::string::npos) spec_codes.push_back(line.substr(3, close - 3));
+  }
+  CHECK_EQ(spec_codes.size(), sizeof(kExpectedErrors) / sizeof(kExpectedErrors[0]));
+  for (const std::string& code : spec_codes) {
+    bool found = false;
+    for (const ExpectedError& row : kExpectedErrors) found = found || code == row.wire;
+    CHECK_MSG(found, "spec error code `" << code << "` has no row in kExpectedErrors");
+  }
+}
+
+TEST(error_reply_keeps_the_code_exactly_as_received) {
+  for (const std::string wire : {"busy", "quota_exceeded"}) {
+    igi::Envelope env;
+    env.content = igi::Value(igi::ValueMap{{"code", wire}, {"message", "m"}, {"retryable", true}});
+    bool caught = false;
+    try {
+      std::rethrow_exception(igi::ErrorFromReply(env));
+    } catch (const igi::RequestError& e) {
+      caught = true;
+      CHECK_EQ(e.wire_code(), wire);  // an unknown code maps to InternalError but keeps its name
+      CHECK_MSG((wire == "busy") == (dynamic_cast<const igi::BusyError*>(&e) != nullptr), wire << " class");
+      CHECK_MSG((wire == "quota_exceeded") == (dynamic_cast<const igi::InternalError*>(&e) != nullptr), wire << " class");
+      CHECK(e.retryable());
+    }
+    CHECK_MSG(caught, "ErrorFromReply(" << wire << ") held no RequestError");
+  }
 }
 
 TEST(pack_and_unpack_frames_round_trip) {

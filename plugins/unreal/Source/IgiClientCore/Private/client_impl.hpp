@@ -47,7 +47,10 @@ inline void DeliverError(const ErrorCallback& cb, const std::exception_ptr& erro
 
 inline std::exception_ptr ErrorFromReply(const Envelope& env) {
   ErrorReply reply = StructFromValue<ErrorReply>(env.content);
-  return MakeRequestError(ErrorCodeName(reply.code), reply.message, reply.detail, reply.retryable);
+  // the code exactly as received: an unknown one maps to InternalError but keeps its name in wire_code()
+  const Value* raw = env.content.Find("code");
+  std::string wire = raw != nullptr && raw->is_str() ? raw->as_str() : ErrorCodeName(reply.code);
+  return MakeRequestError(wire, reply.message, reply.detail, reply.retryable);
 }
 
 }  // namespace detail

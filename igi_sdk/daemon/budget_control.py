@@ -215,6 +215,15 @@ class BudgetControl:
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
 
+    def abort(self, error: RequestError) -> None:
+        """Answer every budget request still waiting (for a reload in flight or queued, or for a plan being
+        made) with ``error``: the daemon is shutting down, or gave up on its engine worker."""
+        for holder in (self._inflight, self._queued, self._planning):
+            if holder is not None:
+                for waiter in holder.waiters:
+                    self._core.send_error(waiter.identity, waiter.header, error)
+                holder.waiters = []
+
     # --- internals -------------------------------------------------------------------------------
     def _used_mib(self) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""
@@ -285,6 +294,15 @@ class BudgetControl:
 
     def _act(self, decision: BudgetDecision, waiter: _Waiter | None, reclaiming: bool = False) -> None:
         self.state = decision.state
+        core = self._core
+        if decision.action == "apply" and core.model_info is None and core.worker.is_dead() and not core.hold_jobs:
+            # no engine (given up after repeated deaths): nothing holds device memory to release, and nothing would
+            # ever answer a reload; the next load_model_request plans for this budget
+            if waiter is not None:
+                outcome = self._planner.cpu_only(decision.target_mib, warning="no model is loaded: the budget "
+                                                 "applies to the next load_model_request")
+                self._ack(waiter, outcome, applied=True, measured=None)
+            return
         if decision.action != "apply":
             if waiter is not None:
                 self._ack(waiter, self.current, applied=decision.action == "keep", measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))

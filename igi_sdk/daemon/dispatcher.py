@@ -27,6 +27,9 @@ from igi_sdk.ipc.messages import PRIORITY_TYPES, Message
 
 Handler = Callable[[DaemonCore, bytes, Header, Any], None]
 
+SERVED_WHILE_SHUTTING_DOWN = frozenset({"heartbeat_request", "cancel_request"})
+"""After shutdown_request everything else (a reclaim too: no reload would be answered) gets ``shutting_down``."""
+
 
 class Dispatcher:
     """Routes one client message to its handler.
@@ -45,7 +48,7 @@ class Dispatcher:
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,
             "status_request": lambda c, i, h, m: hd.status(c, budget, i, h),
-            "shutdown_request": lambda c, i, h, m: hd.shutdown(c, i, h, m, switch),
+            "shutdown_request": lambda c, i, h, m: hd.shutdown(c, budget, i, h, switch),
             "set_budget_request": lambda c, i, h, m: hd.set_budget(c, budget, i, h, m),
             "reclaim_request": lambda c, i, h, m: hd.reclaim(c, budget, i, h, m),
             "frame_stats_request": hd.frame_stats,
@@ -93,7 +96,7 @@ class Dispatcher:
                 raise hd.unsupported_version(header.protocol_version)
             if message.KIND != "request":
                 raise RequestError(ErrorCode.INVALID_REQUEST, f"{message.type} is not a request")
-            if core.shutting_down and message.type not in PRIORITY_TYPES:
+            if core.shutting_down and message.type not in SERVED_WHILE_SHUTTING_DOWN:
                 raise RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
             core.counters["requests"] += 1
             self._handlers[message.type](core, identity, header, message)
@@ -104,10 +107,20 @@ class Dispatcher:
             core.send_error(identity, header, RequestError(ErrorCode.INTERNAL, f"internal error handling {message.type}: {exc!r}"))
 
     def on_batch(self, batch: Sequence[Sequence[bytes]]) -> None:
-        """Decode a batch of received messages and serve the priority ones (cancel, reclaim, heartbeat) first."""
+        """Decode a batch of received messages and serve them: the priority ones (cancel, reclaim, heartbeat)
+        ahead of other clients' messages, but never ahead of an earlier message of their own client (a cancel
+        right behind its generate_request, a reclaim behind a set_budget: each client's order is kept)."""
         decoded = [d for d in (self._safe_decode(frames) for frames in batch) if d is not None]
-        decoded.sort(key=lambda d: d[2].type not in PRIORITY_TYPES)  # stable: arrival order otherwise
-        for identity, header, message in decoded:
+        first, rest = [], []
+        ordinary: set[bytes] = set()  # clients with an ordinary message earlier in this batch
+        for item in decoded:
+            identity, _header, message = item
+            if message.type in PRIORITY_TYPES and identity not in ordinary:
+                first.append(item)
+            else:
+                rest.append(item)
+                ordinary.add(identity)
+        for identity, header, message in first + rest:
             self.handle(identity, header, message)
 
     def _safe_decode(self, frames: Sequence[bytes]) -> tuple[bytes, Header, Message] | None:

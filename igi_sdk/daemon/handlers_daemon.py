@@ -87,14 +87,21 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
     core.send(identity, reply, header)
 
 
-def shutdown(core: DaemonCore, identity: bytes, header: Header, _msg: object, switch: ModelSwitch | None = None) -> None:
-    """Cancel all work (a pending model load gets ``cancelled``), answer, and let the server loop exit."""
+def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header,
+             switch: ModelSwitch | None = None) -> None:
+    """Answer everything still waiting, then ``shutdown_reply``, and let the server loop exit: generations end
+    ``cancelled``, a pending model load gets ``cancelled``, budget requests waiting for a plan or a reload get
+    ``shutting_down``, and a save waiting for the worker's KV export is written without it (history, and the
+    KV state the daemon already holds)."""
     if switch is not None:
         switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
     for job_id in list(core.jobs):
         job = finish_job(core, job_id)
         if job is not None:
             core.send_to_job(job, job.partial_reply("cancelled"))
+    budget.abort(RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied"))
+    for req_id in list(core.waiting_exports):
+        core.waiting_exports.pop(req_id)({"tokens": None, "state": None})
     core.shutting_down = True
     core.exit_requested = True
     core.send(identity, ShutdownReply(), header)

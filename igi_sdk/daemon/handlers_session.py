@@ -59,12 +59,12 @@ def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: objec
 
 def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateRequest) -> None:
     """Queue a generation; token events and the terminal reply come from worker events."""
+    if header.msg_id in core.jobs:  # first: any other answer would read as the running request's terminal reply
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}", {"duplicate_msg_id": True})
     if core.model_info is None and not core.worker.ready and core.worker.is_dead():
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
     limits = core.settings.limits
-    if header.msg_id in core.jobs:
-        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}", {"duplicate_msg_id": True})
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})
     if core.queue_depth() >= limits.max_queue_depth:

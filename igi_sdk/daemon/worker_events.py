@@ -107,6 +107,13 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
     if core.fatal_error is not None or core.worker_failures_in_row > limit:
         core.log(logging.ERROR, "worker_given_up", failures_in_row=core.worker_failures_in_row, limit=limit)
         core.model_info = None
+        # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
+        gone = RequestError(ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True)
+        for job_id in list(core.jobs):
+            job = finish_job(core, job_id)
+            if job is not None:
+                _fail_job(core, job, gone)
+        budget.abort(gone)
         return
     core.worker.restart()
     core.counters["worker_restarts"] += 1

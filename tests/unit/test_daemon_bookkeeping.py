@@ -29,8 +29,9 @@ from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply, GenerateReply, GenerateRequest,
-    LoadModelRequest, Message, SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
+    BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
+    GenerateReply, GenerateRequest, HeartbeatRequest, LoadModelRequest, Message, ReclaimRequest, SaveSessionReply,
+    SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
@@ -165,6 +166,10 @@ class _Planner:
     def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
         return self.plan(budget_mib)
 
+    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
+        return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True,
+                           warning=warning)
+
     def dry_run_child_mib(self) -> int:
         return 0  # no GPU: dry runs take no VRAM
 
@@ -172,10 +177,10 @@ class _Planner:
 class Daemon:
     """The real daemon objects around a SimWorker, pumped like ``DaemonServer._loop``."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_worker_restarts: int = 1000) -> None:
         self.sent: list[list[bytes]] = []
         self.worker = SimWorker()
-        engine = EngineSettings(always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=1000)
+        engine = EngineSettings(always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts)
         self.core = DaemonCore(DaemonSettings(engine=engine), KEY, lambda identity, frames: self.sent.append(frames),
                                self.worker, clock=lambda: 100.0)
         self.budget = BudgetControl(self.core, _Planner(), _Planner().plan(0))  # type: ignore[arg-type]
@@ -188,10 +193,15 @@ class Daemon:
         self.pump()
 
     def request(self, message: Message, session_id: str | None = None) -> str:
-        header = new_header(message.type, session_id=session_id)
-        self.requests[header.msg_id] = message.type
-        self.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, message)]])
-        return header.msg_id
+        return self.batch([(message, session_id)])[0]
+
+    def batch(self, messages: list[tuple[Message, str | None]], identity: bytes = IDENTITY) -> list[str]:
+        """Messages read from the socket in one poll tick (one ``on_batch``); their msg_ids."""
+        headers = [new_header(message.type, session_id=sid) for message, sid in messages]
+        for header in headers:
+            self.requests[header.msg_id] = header.type
+        self.dispatcher.on_batch([[identity, *pack_message(KEY, h, m)] for h, (m, _) in zip(headers, messages)])
+        return [h.msg_id for h in headers]
 
     def pump(self) -> None:
         core, worker = self.core, self.worker
@@ -215,16 +225,20 @@ ACTIONS = st.one_of(
     st.tuples(st.just("save"), st.integers(0, 3)),
     st.tuples(st.just("status")),
     st.tuples(st.just("set_budget"), st.sampled_from([0, 512, 4096])),
+    st.tuples(st.just("reclaim"), st.sampled_from([0, 512])),
+    st.tuples(st.just("gen_cancel")),  # a generate and its cancel in one poll tick
+    st.tuples(st.just("shutdown")),
     st.tuples(st.just("load_model"), st.sampled_from(sorted(MODELS))),
     st.tuples(st.just("step"), st.integers(1, 6)),
     st.tuples(st.just("kill")),
 )
 
 
-def _run(actions: list[tuple[Any, ...]]) -> Daemon:
-    daemon = Daemon()
+def _run(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000) -> Daemon:
+    daemon = Daemon(max_worker_restarts)
     sessions: list[str] = []
     generations: list[str] = []
+    stopped = False  # after shutdown the server loop reads no worker event; requests meet the drain
     for action in actions:
         kind = action[0]
         if kind == "create":
@@ -246,18 +260,30 @@ def _run(actions: list[tuple[Any, ...]]) -> Daemon:
             daemon.request(StatusRequest())
         elif kind == "set_budget":
             daemon.request(SetBudgetRequest(vram_budget_mib=action[1]))
+        elif kind == "reclaim":
+            daemon.request(ReclaimRequest(vram_budget_mib=action[1], deadline_s=1.0))
+        elif kind == "gen_cancel" and sessions:
+            header = new_header("generate_request", session_id=sessions[0])
+            cancel = new_header("cancel_request")
+            daemon.requests.update({header.msg_id: header.type, cancel.msg_id: cancel.type})
+            daemon.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
+                                        [IDENTITY, *pack_message(KEY, cancel, CancelRequest(target_msg_id=header.msg_id))]])
+        elif kind == "shutdown":
+            daemon.request(ShutdownRequest())
+            stopped = True
         elif kind == "load_model":
             path = None if action[1] == "default" else MODELS[action[1]]
             daemon.request(LoadModelRequest(model_path=path) if path else LoadModelRequest())
-        elif kind == "step":
+        elif kind == "step" and not stopped:
             for _ in range(action[1]):
                 daemon.worker.step()
                 daemon.pump()
         elif kind == "kill":
             daemon.worker.kill()
             continue  # the next requests may reach the daemon before its loop notices the death
-        daemon.pump()
-    for _ in range(500):  # let everything finish
+        if not stopped:
+            daemon.pump()
+    for _ in range(0 if stopped else 500):  # let everything finish
         daemon.worker.step()
         daemon.pump()
     return daemon
@@ -290,6 +316,13 @@ def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, 
     daemon = _run(actions)
     _check_exactly_one_terminal_reply(daemon)
     assert daemon.core.model_info is not None  # never left without a model (restarts unlimited here)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ACTIONS, max_size=30))
+def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(actions: list[tuple[Any, ...]]) -> None:
+    """One restart allowed: a second death leaves the daemon without a model; what was waiting is answered."""
+    _check_exactly_one_terminal_reply(_run(actions, max_worker_restarts=1))
 
 
 def test_worker_death_mid_generation_fails_forwarded_generations() -> None:
@@ -352,3 +385,96 @@ def test_send_to_a_dead_worker_before_the_loop_notices_is_not_a_crash() -> None:
         daemon.worker.step()
         daemon.pump()
     _check_exactly_one_terminal_reply(daemon)
+
+
+def _session(daemon: Daemon) -> str:
+    create = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
+    return next(m for h, m in daemon.replies() if h.parent_id == create).session_id  # type: ignore[attr-defined]
+
+
+def _answers(daemon: Daemon, msg_id: str) -> list[Message]:
+    return [m for h, m in daemon.replies() if h.parent_id == msg_id and not isinstance(m, TokenEvent)]
+
+
+def _tick(daemon: Daemon, *items: tuple[Any, Message], identity: bytes = IDENTITY) -> None:
+    """(header, message) pairs read from the socket in one poll tick: one ``on_batch``."""
+    for header, _ in items:
+        daemon.requests[header.msg_id] = header.type
+    daemon.dispatcher.on_batch([[identity, *pack_message(KEY, h, m)] for h, m in items])
+
+
+def test_a_cancel_right_behind_its_generate_in_one_tick_cancels_it() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    gen, cancel = new_header("generate_request", session_id=sid), new_header("cancel_request")
+    _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=5)), (cancel, CancelRequest(target_msg_id=gen.msg_id)))
+    for _ in range(10):
+        daemon.worker.step()
+        daemon.pump()
+    [ack] = _answers(daemon, cancel.msg_id)
+    [final] = _answers(daemon, gen.msg_id)
+    assert isinstance(ack, CancelReply) and ack.cancelled
+    assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled"
+
+
+def test_a_reclaim_behind_a_set_budget_of_the_same_client_has_the_last_word() -> None:
+    daemon = Daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    daemon.budget.state = daemon.budget.state.model_copy(update={"applied_mib": 4096, "requested_mib": 4096})
+    grow, shrink = new_header("set_budget_request"), new_header("reclaim_request")
+    _tick(daemon, (grow, SetBudgetRequest(vram_budget_mib=3000)), (shrink, ReclaimRequest(vram_budget_mib=0, deadline_s=1.0)))
+    daemon.pump()
+    now[0] += 100.0  # long past any growth hysteresis: a pending growth would apply now
+    for _ in range(3):
+        daemon.pump()
+    assert [type(m) for m in _answers(daemon, grow.msg_id) + _answers(daemon, shrink.msg_id)] == [BudgetAck, BudgetAck]
+    assert daemon.budget.state.applied_mib == 0
+
+
+def test_priority_messages_still_go_ahead_of_other_clients_messages() -> None:
+    daemon = Daemon()
+    status, beat = new_header("status_request"), new_header("heartbeat_request")
+    for header in (status, beat):
+        daemon.requests[header.msg_id] = header.type
+    daemon.dispatcher.on_batch([[b"\x00other", *pack_message(KEY, status, StatusRequest())],
+                                [IDENTITY, *pack_message(KEY, beat, HeartbeatRequest())]])
+    assert [h.parent_id for h, _ in daemon.replies()][-2:] == [beat.msg_id, status.msg_id]
+
+
+def test_shutdown_answers_a_pending_save_and_a_reclaim_waiting_for_its_reload() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    save = daemon.request(SaveSessionRequest(), sid)  # waits for the worker's KV export
+    reclaim = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=1.0))  # waits for the reload
+    daemon.request(ShutdownRequest())  # the loop exits before the worker's answers are read
+    [saved] = _answers(daemon, save)
+    [refused] = _answers(daemon, reclaim)
+    assert isinstance(saved, SaveSessionReply) and Path(saved.path).is_file()  # the history is not lost
+    assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.SHUTTING_DOWN
+    late = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=1.0))  # arrives during the drain
+    [drained] = _answers(daemon, late)
+    assert isinstance(drained, ErrorReply) and drained.code == ErrorCode.SHUTTING_DOWN
+
+
+def test_generations_waiting_for_a_worker_that_is_given_up_get_no_model() -> None:
+    daemon = Daemon(max_worker_restarts=0)
+    sid = _session(daemon)
+    daemon.worker.kill()  # dies; the loop has not noticed yet
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=2), sid)  # accepted, never forwarded
+    daemon.pump()  # the death is noticed; no restart is allowed
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, ErrorReply) and final.code == ErrorCode.NO_MODEL and final.retryable
+    assert not daemon.core.jobs and daemon.core.model_info is None
+
+
+def test_a_duplicate_msg_id_is_named_even_when_its_session_is_unknown() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    gen = new_header("generate_request", session_id=sid)
+    _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=3)))
+    again = gen.model_copy(update={"session_id": "s-" + "0" * 32})
+    daemon.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, again, GenerateRequest(text="hi", max_tokens=3))]])
+    refusal = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and isinstance(m, ErrorReply)]
+    assert len(refusal) == 1 and refusal[0].code == ErrorCode.INVALID_REQUEST
+    assert refusal[0].detail == {"duplicate_msg_id": True}

@@ -43,6 +43,9 @@ class FakeWorker:
     def send(self, command: dict[str, Any]) -> None:
         self.commands.append(command)
 
+    def is_dead(self) -> bool:
+        return False
+
 
 def _outcome(budget_mib: int, gpu_mib: float, n_gpu_layers: int) -> PlanOutcome:
     plan = Plan(strategy="partial" if n_gpu_layers else "cpu_only", gpu_mib=gpu_mib, cpu_mib=100.0)

@@ -12,6 +12,7 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -82,20 +83,14 @@ class DaemonServer:
         key = new_key()
         context = zmq.Context()
         endpoint = self._endpoint()
-        options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes)
-        socket, bound = bind_router(context, endpoint, options)
+        socket, bound = open_daemon_socket(context, endpoint, settings)
         base = Placement(n_ctx=settings.engine.n_ctx, n_seq_max=settings.engine.n_seq_max, n_threads=settings.engine.n_threads,
                          n_threads_batch=settings.engine.n_threads)
         planner = PlacementPlanner(model_path, base)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())
 
-        def outbox(identity: bytes, frames: list[bytes]) -> None:
-            try:
-                socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
-            except zmq.Again:
-                core.counters["send_dropped"] += 1
-
+        outbox = make_outbox(socket, lambda reason: core.counters.update([reason]))
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
         budget = BudgetControl(core, planner, initial)
         switch = ModelSwitch(core, budget, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
@@ -193,6 +188,34 @@ class DaemonServer:
             if not socket.poll(POLL_TICK_MS):
                 return
             dispatcher.on_batch(_received(socket))
+
+
+def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSettings) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]
+    """The daemon's ROUTER socket, bound. No send high-water mark: a token event or terminal reply is never
+    dropped because a client reads slowly (ZeroMQ drops silently at the mark); a client that stops reading also
+    stops sending heartbeats and is declared gone after ``client_timeout_s``, which ends its work. Mandatory
+    routing: a send to a client that has disconnected fails (and is counted) instead of vanishing."""
+    options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0)
+    socket, bound = bind_router(context, endpoint, options)
+    socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    return socket, bound
+
+
+def make_outbox(socket: zmq.Socket, count: Callable[[str], None]) -> Callable[[bytes, list[bytes]], None]:  # type: ignore[type-arg]
+    """The daemon's send function: never blocks; what cannot be sent is counted (``send_dropped``: the socket
+    would block; ``send_unroutable``: the client has disconnected), never raised into a handler."""
+
+    def outbox(identity: bytes, frames: list[bytes]) -> None:
+        try:
+            socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            count("send_dropped")
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            count("send_unroutable")
+
+    return outbox
 
 
 def _received(socket: zmq.Socket) -> list[list[bytes]]:  # type: ignore[type-arg]

@@ -4,6 +4,11 @@ One DEALER socket, one reader task that routes replies to waiting requests by ``
 task that declares the daemon gone after ``client_timeout_s`` of silence. After that, every waiting request
 fails with :class:`DaemonUnavailableError` and the client re-reads the connection file until a daemon
 answers ``hello`` again (automatic reconnect after a daemon restart).
+
+Frames are bounded by the daemon's announced ``hello_reply.limits.max_frame_bytes``: the reader decodes with that
+limit, and the socket's ``ZMQ_MAXMSGSIZE`` hard cap is twice it, as in the daemon (PROTOCOL.md sections 1.4, 10).
+ZeroMQ applies that option only to connections made after it is set, so when the announced limit needs another
+cap than the handshake socket has, the client connects a fresh socket with the right cap and handshakes again on it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling
 
 RECONNECT_POLL_S = 0.2
+#: The ``error_reply.detail`` flag of a ``generate_request`` refused for reusing a running request's msg_id (6.6).
+DUPLICATE_MSG_ID = "duplicate_msg_id"
 
 _M = TypeVar("_M", bound=Message)
 
@@ -91,6 +98,8 @@ class AsyncClient:
         self._tasks: list[asyncio.Task[None]] = []
         self.reconnects = 0
         self.dropped_frames = 0
+        #: error_replies flagged ``duplicate_msg_id``: not the terminal reply of the request they name (6.6).
+        self.duplicate_msg_id_replies = 0
 
     # --- lifecycle -----------------------------------------------------------------------------------
     @classmethod
@@ -290,14 +299,20 @@ class AsyncClient:
             queue.put_nowait(error)
 
     async def _establish(self, deadline_s: float) -> bool:
-        """Connect and handshake, retrying until ``deadline_s`` (monotonic). True on success."""
+        """Connect and handshake, retrying until ``deadline_s`` (monotonic). True on success.
+
+        The first handshake of an attempt uses the default hard cap; when ``hello_reply.limits.max_frame_bytes``
+        asks for another one, the socket is replaced by one connected with ``2 * max_frame_bytes`` and the
+        handshake is repeated on it (an option set after connecting would not apply to the connection).
+        """
+        options = SocketOptions(linger_ms=0)
         while not self._closed and time.monotonic() < deadline_s:
             try:
                 info = read_connection_file(self.connection_file)
             except ConnectionFileError:
                 await asyncio.sleep(RECONNECT_POLL_S)
                 continue
-            socket = connect_dealer(self._context, info.endpoint, SocketOptions(linger_ms=0))
+            socket = connect_dealer(self._context, info.endpoint, options)
             hello = HelloRequest(client_name=self.client_name, client_version=__version__, protocol_version=PROTOCOL_VERSION,
                                  capabilities=("token_stream",))
             header = new_header(hello.type)
@@ -312,8 +327,13 @@ class AsyncClient:
                     socket.close(linger=0)
                     raise error_from_reply(reply)
                 if isinstance(reply, HelloReply):
-                    self._install(socket, info, reply)
-                    return True
+                    wanted = SocketOptions.for_max_frame_bytes(reply.limits.max_frame_bytes, linger_ms=0)
+                    if wanted.max_msg_bytes == options.max_msg_bytes:
+                        self._install(socket, info, reply)
+                        return True
+                    socket.close(linger=0)
+                    options = wanted  # handshake again at once, on a socket with the announced cap
+                    continue
             socket.close(linger=0)
             await asyncio.sleep(RECONNECT_POLL_S)
         return False
@@ -328,8 +348,9 @@ class AsyncClient:
         self._connected.set()
 
     async def _reader(self, socket: zmq.asyncio.Socket) -> None:
-        assert self.info is not None
+        assert self.info is not None and self.hello is not None
         key = self.info.key_bytes
+        max_frame_bytes = self.hello.limits.max_frame_bytes
         while True:
             try:
                 frames = await socket.recv_multipart()
@@ -337,9 +358,14 @@ class AsyncClient:
                 return  # socket closed by a reconnect or close()
             self._last_rx_s = time.monotonic()
             try:
-                header, message = unpack_message(key, frames)
+                header, message = unpack_message(key, frames, max_frame_bytes=max_frame_bytes)
             except WireError:
                 self.dropped_frames += 1
+                continue
+            if isinstance(message, ErrorReply) and (message.detail or {}).get(DUPLICATE_MSG_ID) is True:
+                # A generate_request reused the msg_id of a running one; its parent_id names that first request,
+                # which goes on: this is not its terminal reply (PROTOCOL.md 6.6). This client never reuses an id.
+                self.duplicate_msg_id_replies += 1
                 continue
             queue = self._pending.get(header.parent_id or "")
             if queue is not None:

@@ -108,7 +108,7 @@ def encode(header: Header, message: Message) -> tuple[bytes, bytes]:
 
 
 def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Any:
-    """Decode one msgpack frame safely: str as str, str map keys only, no ext types, size bounded.
+    """Decode one msgpack frame safely: str as str, str map keys only (each once per map), no ext types, size bounded.
 
     Args:
         data: the frame bytes.
@@ -147,11 +147,19 @@ def _refuse_ext(code: int, data: bytes) -> Any:
 
 
 def _str_keyed_map(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
-    """Maps have str keys only (section 5.1); ``strict_map_key`` alone lets bin keys through."""
-    for key, _ in pairs:
+    """Maps have str keys only (section 5.1); ``strict_map_key`` alone lets bin keys through.
+
+    A key repeated in one map is refused too (``dict`` would keep the last value silently, where the C# and C++
+    decoders refuse the map): the message would mean different things to different receivers.
+    """
+    result: dict[str, Any] = {}
+    for key, value in pairs:
         if not isinstance(key, str):
             raise ValueError(f"map key of type {type(key).__name__} (only str keys are allowed)")
-    return dict(pairs)
+        if key in result:
+            raise ValueError(f"duplicate map key {key!r}")
+        result[key] = value
+    return result
 
 
 def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Header:

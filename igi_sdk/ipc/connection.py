@@ -24,7 +24,8 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 class ConnectionInfo(WireModel):
     """Where the daemon listens and the HMAC key of this launch.
 
-    For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0.
+    For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0. The defaults serve code that
+    builds one (the daemon's writer); :func:`read_connection_file` requires every field in the file.
 
     Example:
         >>> info = ConnectionInfo(port=5555, key="ab" * 32, pid=1)
@@ -46,6 +47,8 @@ class ConnectionInfo(WireModel):
             raise ValueError(f"tcp transport must use a loopback ip, got {self.ip!r}")
         if self.transport == "tcp" and self.port == 0:
             raise ValueError("tcp transport needs a port")
+        if self.transport == "ipc" and self.port != 0:
+            raise ValueError(f"ipc transport needs port 0, got {self.port}")
         return self
 
     @property
@@ -131,6 +134,8 @@ def write_connection_file(
 def read_connection_file(path: str | os.PathLike[str], *, check_permissions: bool = True) -> ConnectionInfo:
     """Read and validate a connection file.
 
+    Every field of PROTOCOL.md section 13 is required (no defaults are filled in); unknown fields are ignored.
+
     Args:
         path: the file the daemon wrote.
         check_permissions: refuse (POSIX) a file that group or others can read or write.
@@ -139,7 +144,8 @@ def read_connection_file(path: str | os.PathLike[str], *, check_permissions: boo
         The connection info.
 
     Raises:
-        ConnectionFileError: missing or unreadable file, too-open mode, invalid JSON or fields.
+        ConnectionFileError: missing or unreadable file, too-open mode, invalid JSON, a missing field, invalid
+            fields, or a port that does not fit the transport (0 for ipc, non-zero for tcp).
     """
     source = Path(path)
     try:
@@ -157,6 +163,9 @@ def read_connection_file(path: str | os.PathLike[str], *, check_permissions: boo
         raise ConnectionFileError(f"connection file {source} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConnectionFileError(f"connection file {source} must hold a JSON object")
+    missing = [name for name in ConnectionInfo.model_fields if name not in data]
+    if missing:
+        raise ConnectionFileError(f"connection file {source} lacks field(s): {', '.join(missing)}")
     try:
         return ConnectionInfo.model_validate(data, strict=True)
     except ValidationError as exc:

@@ -200,6 +200,8 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
         ("content_int_map_key", _signed(key, good_h, b"\x82\x01\xcd\x02\x00\xa6reason\xa0"), "invalid_request"),
         ("content_bin_map_key", _signed(key, good_h, b"\x82\xc4\x0fvram_budget_mib\x01\xa6reason\xa0"),
          "invalid_request"),
+        ("content_duplicate_map_key",
+         _signed(key, good_h, b"\x83\xafvram_budget_mib\x01\xa6reason\xa0\xafvram_budget_mib\x02"), "invalid_request"),
         ("invalid_utf8_string", _signed(key, good_h, b"\x82\xafvram_budget_mib\x01\xa6reason\xa2\xff\xfe"),
          "invalid_request"),
         ("float_nan", _signed(key, _raw_header(2004, "heartbeat_reply"), {"uptime_s": float("nan")}),

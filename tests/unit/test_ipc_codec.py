@@ -133,6 +133,27 @@ def test_malformed_header_is_invalid_request(data: bytes) -> None:
     assert info.value.code is ErrorCode.INVALID_REQUEST and info.value.header is None
 
 
+def test_duplicate_map_keys_are_invalid_request_at_every_level() -> None:
+    """A repeated key is refused, not resolved to its last value (the C# and C++ decoders refuse it too)."""
+    with pytest.raises(ProtocolError, match="duplicate map key 'a'") as info:
+        unpackb(b"\x82\xa1a\x01\xa1a\x01")  # even with equal values
+    assert info.value.code is ErrorCode.INVALID_REQUEST
+    header = to_wire(_header(m.SetBudgetRequest(vram_budget_mib=1)))
+    header_bytes = packb(header)
+    twice = b"\x83\xafvram_budget_mib\x01\xa6reason\xa0\xafvram_budget_mib\x02"
+    with pytest.raises(ProtocolError) as content:
+        decode(header_bytes, twice)
+    assert content.value.code is ErrorCode.INVALID_REQUEST and content.value.header is not None
+    repeated_type = bytes([header_bytes[0] + 1]) + header_bytes[1:] + packb("type") + packb("status_request")
+    with pytest.raises(ProtocolError) as in_header:
+        decode(repeated_type, packb({"vram_budget_mib": 1, "reason": ""}))
+    assert in_header.value.code is ErrorCode.INVALID_REQUEST and in_header.value.header is None
+    nested = b"\x81\xa6detail\x82\xa1x\x01\xa1x\x02"
+    with pytest.raises(ProtocolError, match="duplicate map key 'x'"):
+        unpackb(nested)
+    assert unpackb(b"\x82\xa1a\x01\xa1b\x01") == {"a": 1, "b": 1}
+
+
 def test_invalid_header_with_a_valid_msg_id_keeps_it_for_the_reply() -> None:
     good = to_wire(new_header("close_session_request", session_id="npc_1"))
     with pytest.raises(ProtocolError) as info:

@@ -12,6 +12,10 @@ import pytest
 from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file, write_connection_file
 from igi_sdk.ipc.errors import ConnectionFileError
 
+#: A complete connection file as the daemon writes it (PROTOCOL.md section 13).
+COMPLETE = {"transport": "tcp", "ip": "127.0.0.1", "port": 5555, "key": "0" * 64, "signature_scheme": "hmac-sha256",
+            "protocol_version": "1.0", "pid": 1}
+
 
 def test_write_is_0600_and_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "igi.json"
@@ -55,14 +59,71 @@ def test_read_errors_are_typed(tmp_path: Path) -> None:
     for body, fragment in [
         ("{not json", "not valid JSON"),
         ("[1]", "JSON object"),
-        ('{"transport": "tcp", "ip": "127.0.0.1", "port": 1, "pid": 1}', "key"),
-        ('{"port": 1, "pid": 1, "key": "' + "0" * 64 + '", "signature_scheme": "hmac-md5"}', "signature_scheme"),
-        ('{"port": "1", "pid": 1, "key": "' + "0" * 64 + '"}', "port"),
+        (json.dumps({k: v for k, v in COMPLETE.items() if k != "key"}), r"lacks field\(s\): key$"),
+        (json.dumps(COMPLETE | {"signature_scheme": "hmac-md5"}), "signature_scheme"),
+        (json.dumps(COMPLETE | {"port": "1"}), ": port: "),
     ]:
         path.write_text(body)
         path.chmod(0o600)
         with pytest.raises(ConnectionFileError, match=fragment):
             read_connection_file(path)
+
+
+def _write_body(path: Path, data: dict[str, object]) -> Path:
+    path.write_text(json.dumps(data))
+    path.chmod(0o600)
+    return path
+
+
+def test_complete_file_is_read_and_unknown_fields_are_ignored(tmp_path: Path) -> None:
+    info = read_connection_file(_write_body(tmp_path / "c.json", COMPLETE | {"future_field": [1, 2]}))
+    assert info.model_dump(mode="json") == COMPLETE
+
+
+@pytest.mark.parametrize("field", list(COMPLETE))
+def test_a_file_lacking_any_field_is_refused(tmp_path: Path, field: str) -> None:
+    """Section 13: a reader MUST refuse a file that lacks a field; nothing is filled in from defaults."""
+    path = _write_body(tmp_path / "c.json", {k: v for k, v in COMPLETE.items() if k != field})
+    with pytest.raises(ConnectionFileError, match=rf"lacks field\(s\): {field}$"):
+        read_connection_file(path)
+
+
+def test_a_file_with_only_port_key_and_pid_is_refused(tmp_path: Path) -> None:
+    path = _write_body(tmp_path / "c.json", {"port": 5555, "key": "0" * 64, "pid": 1})
+    missing = "transport, ip, signature_scheme, protocol_version"
+    with pytest.raises(ConnectionFileError, match=rf"lacks field\(s\): {missing}$"):
+        read_connection_file(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"transport": "ipc", "ip": "/run/igi.sock"}, "ipc transport needs port 0, got 5555"),
+        ({"transport": "tcp", "port": 0}, "tcp transport needs a port"),
+        ({"transport": "udp"}, "transport"),
+        ({"transport": None}, "transport"),
+    ],
+)
+def test_a_port_that_does_not_fit_the_transport_is_refused(tmp_path: Path, changes: dict[str, object],
+                                                            fragment: str) -> None:
+    """ipc with a non-zero port, tcp with port 0, or an unknown transport: refused, not guessed at."""
+    path = _write_body(tmp_path / "c.json", COMPLETE | changes)
+    with pytest.raises(ConnectionFileError, match=fragment):
+        read_connection_file(path)
+    ipc_body = COMPLETE | {"transport": "ipc", "ip": "/s", "port": 0}
+    ipc = read_connection_file(_write_body(tmp_path / "ok.json", ipc_body))
+    assert ipc.endpoint == "ipc:///s"
+
+
+def test_the_writer_output_reads_back_for_both_transports(tmp_path: Path) -> None:
+    """The daemon's writer is unchanged: what it writes (tcp, and ipc with port 0) satisfies the strict reader."""
+    tcp = write_connection_file(tmp_path / "tcp.json", port=5555, key="1" * 64, pid=7)
+    assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {"key": "1" * 64, "pid": 7}
+    assert read_connection_file(tmp_path / "tcp.json") == tcp
+    ipc = write_connection_file(tmp_path / "ipc.json", port=0, ip="/run/igi.sock", transport="ipc", key="1" * 64, pid=7)
+    assert read_connection_file(tmp_path / "ipc.json") == ipc
+    with pytest.raises(ConnectionFileError, match="ipc transport needs port 0"):
+        write_connection_file(tmp_path / "bad.json", port=5555, ip="/run/igi.sock", transport="ipc")
 
 
 def test_os_errors_are_typed(tmp_path: Path) -> None:

@@ -1,0 +1,198 @@
+"""Unit tests of the Python client (igi_sdk.client.AsyncClient) against an in-process fake daemon.
+
+The fake daemon is a real ROUTER socket on loopback speaking the real wire format (signed frames, a real connection
+file), run in a thread, so the tests can control ``hello_reply.limits`` and craft replies a real daemon sends rarely
+(very large ones, the ``duplicate_msg_id`` error of PROTOCOL.md 6.6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from igi_sdk.client import AsyncClient, ClientTimeoutError, InvalidRequestError
+from igi_sdk.ipc import messages as m
+from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
+from igi_sdk.ipc.connection import write_connection_file
+from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.transport import SocketOptions, bind_router
+from igi_sdk.ipc.values import Limits, Usage
+
+pytestmark = pytest.mark.timeout(120)
+
+KEY = "5a" * 32
+MIB = 1_048_576
+#: handler(header, message) -> the messages to answer with, in order (each with parent_id = header.msg_id)
+Handler = Callable[[Header, m.Message], list[m.Message]]
+
+
+class FakeDaemon:
+    """A ROUTER that answers hello and heartbeats itself and everything else through ``handler``.
+
+    Its socket has the daemon's hard cap (``2 * max_frame_bytes``), it decodes with the announced limit, and it
+    records the routing identity of every hello (one per client socket).
+    """
+
+    def __init__(self, tmp_path: Path, handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.connection_file = tmp_path / "connection.json"
+        self.handler = handler
+        self.limits = Limits(max_frame_bytes=max_frame_bytes)
+        self.hello_identities: list[bytes] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._port = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+        write_connection_file(self.connection_file, port=self._port, key=KEY)
+
+    def _serve(self) -> None:
+        context = zmq.Context()
+        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(
+            self.limits.max_frame_bytes, linger_ms=0))
+        self._port = int(endpoint.rsplit(":", 1)[1])
+        self._ready.set()
+        key = bytes.fromhex(KEY)
+        try:
+            while not self._stop.is_set():
+                if not socket.poll(20):
+                    continue
+                identity, *frames = socket.recv_multipart()
+                header, message = unpack_message(key, frames, max_frame_bytes=self.limits.max_frame_bytes)
+                if isinstance(message, m.HelloRequest):
+                    self.hello_identities.append(identity)
+                    replies: list[m.Message] = [m.HelloReply(
+                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=1.0, client_timeout_s=30.0,
+                        limits=self.limits, model=None)]
+                elif isinstance(message, m.HeartbeatRequest):
+                    replies = [m.HeartbeatReply(uptime_s=1.0)]
+                else:
+                    replies = self.handler(header, message)
+                for reply in replies:
+                    out = new_header(reply.type, parent_id=header.msg_id, session_id=header.session_id)
+                    socket.send_multipart([identity, *pack_message(key, out, reply)])
+        finally:
+            socket.close(linger=0)
+            context.term()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
+    started: list[FakeDaemon] = []
+
+    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> FakeDaemon:
+        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes))
+        return started[-1]
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+def _status_reply(content_bytes: int) -> m.StatusReply:
+    """A status_reply whose content frame is at least ``content_bytes`` long (many 31-character counter names)."""
+    n = content_bytes // 36 + 1
+    return m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
+                         counters={f"c{i:030d}": 70_000 for i in range(n)}, uptime_s=1.0)
+
+
+def _content_size(message: m.Message) -> int:
+    return len(packb(to_wire(message)))
+
+
+def test_replies_up_to_the_announced_max_frame_bytes_are_received(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    """Announced 4 MiB: a 1.5 MiB reply (over the 1 MiB default decode limit) and a 3 MiB one (over the default
+    2 MiB socket cap) both arrive, on a socket whose ZMQ_MAXMSGSIZE is twice the announced limit."""
+    replies = [_status_reply(3 * MIB // 2), _status_reply(3 * MIB)]
+    assert DEFAULT_MAX_FRAME_BYTES < _content_size(replies[0]) < 2 * DEFAULT_MAX_FRAME_BYTES
+    assert 2 * DEFAULT_MAX_FRAME_BYTES < _content_size(replies[1]) < 4 * MIB
+    daemon = fake_daemon(lambda header, message: [replies.pop(0)], max_frame_bytes=4 * MIB)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client.hello is not None and client.hello.limits.max_frame_bytes == 4 * MIB
+            first = await client.status(timeout_s=10)
+            second = await client.status(timeout_s=10)
+            assert len(first.counters) < len(second.counters) and client.dropped_frames == 0
+            assert client._socket is not None and client._socket.getsockopt(zmq.MAXMSGSIZE) == 8 * MIB
+
+    asyncio.run(main())
+    # the default-cap handshake socket was replaced by one connected with the announced cap, handshaken again
+    assert len(daemon.hello_identities) == 2 and len(set(daemon.hello_identities)) == 2
+
+
+def test_a_reply_over_a_smaller_announced_limit_is_dropped(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    """Announced 64 KiB: the client decodes with that limit (not the 1 MiB default), so a 100 KiB reply is dropped."""
+    replies = [_status_reply(100 * 1024), _status_reply(10 * 1024)]
+    daemon = fake_daemon(lambda header, message: [replies.pop(0)], max_frame_bytes=64 * 1024)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client._socket is not None and client._socket.getsockopt(zmq.MAXMSGSIZE) == 128 * 1024
+            with pytest.raises(ClientTimeoutError):
+                await client.status(timeout_s=1.5)
+            assert client.dropped_frames == 1
+            assert (await client.status(timeout_s=10)).counters  # a reply within the limit still arrives
+
+    asyncio.run(main())
+
+
+def test_the_default_limit_needs_one_handshake(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    daemon = fake_daemon(lambda header, message: [_status_reply(1000)])
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client._socket is not None
+            assert client._socket.getsockopt(zmq.MAXMSGSIZE) == 2 * DEFAULT_MAX_FRAME_BYTES
+            await client.status(timeout_s=10)
+
+    asyncio.run(main())
+    assert len(daemon.hello_identities) == 1
+
+
+def _duplicate_msg_id_error() -> m.ErrorReply:
+    return m.ErrorReply(code=ErrorCode.INVALID_REQUEST, message="duplicate msg_id", detail={"duplicate_msg_id": True})
+
+
+def test_a_duplicate_msg_id_error_is_not_the_terminal_reply(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    """PROTOCOL.md 6.6: an error_reply whose detail carries duplicate_msg_id names a request that goes on; the client
+    must not end that request with it (neither a generation's stream nor a plain request)."""
+
+    def handler(header: Header, message: m.Message) -> list[m.Message]:
+        if isinstance(message, m.GenerateRequest):
+            return [
+                m.TokenEvent(index=0, text="Hel", token_id=1), _duplicate_msg_id_error(),
+                m.TokenEvent(index=1, text="lo", token_id=2),
+                m.GenerateReply(finish_reason="stop", text="Hello", usage=Usage(prompt_tokens=3, completion_tokens=2),
+                                ttft_s=0.01, tps=10.0),
+            ]
+        if isinstance(message, m.StatusRequest):
+            return [_duplicate_msg_id_error(), _status_reply(100)]
+        return [m.ErrorReply(code=ErrorCode.INVALID_REQUEST, message="other", detail={"duplicate_msg_id": False})]
+
+    daemon = fake_daemon(handler)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=10)
+            tokens = [event.text async for event in stream]
+            result = await stream.result()
+            assert tokens == ["Hel", "lo"] and result.text == "Hello" and result.token_ids == (1, 2)
+            assert (await client.status(timeout_s=10)).counters
+            assert client.duplicate_msg_id_replies == 2
+            # an ordinary error_reply (no duplicate_msg_id flag) still ends its request
+            with pytest.raises(InvalidRequestError, match="other"):
+                await client.frame_stats(16.0, 16.6, timeout_s=10)
+
+    asyncio.run(main())

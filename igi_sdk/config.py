@@ -15,7 +15,6 @@ No other module reads ``os.environ`` for configuration.
 from __future__ import annotations
 
 import contextvars
-import ipaddress
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -58,8 +57,8 @@ class IpcSettings(_Section):
     @field_validator("ip")
     @classmethod
     def _loopback_only(cls, value: str) -> str:
-        if value != "localhost" and not ipaddress.ip_address(value).is_loopback:
-            raise ValueError(f"the daemon binds loopback only, got ip={value!r}")
+        if value not in ("127.0.0.1", "localhost", "::1"):  # the hosts the transport binds (ipc/transport.py)
+            raise ValueError(f"the daemon binds loopback only (127.0.0.1, localhost or ::1), got ip={value!r}")
         return "127.0.0.1" if value == "localhost" else value
 
 

@@ -108,12 +108,10 @@ class BudgetControl:
         self._inflight: _Reload | None = None
         self._queued: _Reload | None = None
         self._planning: _Planning | None = None  # a plan being made in the background (one at a time)
-        self.budget_set = False
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
         """Handle ``set_budget_request``: shrink now, grow with hysteresis."""
-        self.budget_set = True
         decision = decide(self.state, vram_budget_mib, self._core.clock(), self._config)
         self._core.log(logging.INFO, "budget_request", requested_mib=vram_budget_mib, action=decision.action, reason=decision.reason)
         waiter = _Waiter(identity, header, vram_budget_mib, self._core.clock())
@@ -121,7 +119,6 @@ class BudgetControl:
 
     def on_reclaim(self, identity: bytes, header: Header, vram_budget_mib: int, deadline_s: float) -> None:
         """Handle ``reclaim_request`` (priority path): shrink now, whatever is pending."""
-        self.budget_set = True
         decision = reclaim(self.state, vram_budget_mib, self._core.clock())
         self._core.counters["reclaims"] += 1
         waiter = _Waiter(identity, header, vram_budget_mib, self._core.clock(), deadline_s)
@@ -162,8 +159,7 @@ class BudgetControl:
         self._planner = planner
         if vram_budget_mib is not None:
             self.state = BudgetPolicyState.initial(vram_budget_mib)
-            self.budget_set = True
-        headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
+            headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
         self.current = planner.plan_within(self.state.applied_mib, headroom)
         if self._queued is not None:
             self._queued.outcome = planner.plan_within(self._queued.outcome.budget_mib, headroom)

@@ -122,8 +122,8 @@ def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: He
 def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
     """Pacing advice from the governor (no advice without one)."""
     governor = core.governor
-    if governor is None or msg.target_frame_time_ms <= 0:
-        core.send(identity, FrameStatsReply(throttle=Throttle()), header)
+    if governor is None or msg.target_frame_time_ms <= 0:  # no advice; the pacing in force is reported as it is
+        core.send(identity, FrameStatsReply(throttle=Throttle(sleep_ms_between_tokens=core.sleep_ms_between_tokens)), header)
         return
     from igi_sdk.policy.governor import FrameSample
 

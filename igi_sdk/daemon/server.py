@@ -121,7 +121,8 @@ class DaemonServer:
         if ipc.transport == "ipc":
             path = ipc.ipc_path or self.connection_file.with_suffix(".sock")
             return f"ipc://{path}"
-        return f"tcp://{ipc.ip}:{ipc.port}"
+        host = f"[{ipc.ip}]" if ":" in ipc.ip else ipc.ip  # IPv6 (::1) is bracketed in a ZeroMQ endpoint
+        return f"tcp://{host}:{ipc.port}"
 
     def _wait_ready(self, core: DaemonCore, budget: BudgetControl) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s

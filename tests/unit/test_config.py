@@ -84,3 +84,15 @@ def test_cli_boolean_flags_work_alone_and_abbreviations_are_refused() -> None:
     assert load_settings(_cli_values(parser.parse_args(["--always-reload", "false"]))).engine.always_reload is False
     with pytest.raises(SystemExit):
         parser.parse_args(["--vram-budget", "5"])  # not --vram-budget-mib
+
+
+def test_only_the_loopback_hosts_the_transport_binds_are_accepted() -> None:
+    from igi_sdk.daemon.server import DaemonServer
+    from igi_sdk.ipc.transport import check_endpoint
+
+    for ip in ("127.0.0.2", "::2", "10.0.0.1"):
+        with pytest.raises(ValidationError, match="loopback"):
+            DaemonSettings(ipc={"ip": ip})
+    for ip, endpoint in (("127.0.0.1", "tcp://127.0.0.1:*"), ("localhost", "tcp://127.0.0.1:*"), ("::1", "tcp://[::1]:*")):
+        server = DaemonServer(DaemonSettings(ipc={"ip": ip}))
+        assert check_endpoint(server._endpoint()) == endpoint

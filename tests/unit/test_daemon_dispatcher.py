@@ -22,7 +22,8 @@ from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    CreateSessionRequest, ErrorReply, GenerateRequest, HeartbeatRequest, HelloReply, HelloRequest, Message, StatusRequest,
+    CreateSessionRequest, ErrorReply, FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatRequest, HelloReply, HelloRequest,
+    Message, StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Plan
@@ -202,3 +203,12 @@ def test_other_major_version_is_unsupported() -> None:
     (_h, reply), = _replies(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
     assert reply.detail == {"supported": ("1.0",)}
+
+
+def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:
+    dispatcher, core, sent = _setup()
+    core.governor = None
+    core.sleep_ms_between_tokens = 12.5  # set while a governor ran
+    dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=16.0, target_frame_time_ms=0.0))])
+    (_h, reply), = _replies(sent)
+    assert isinstance(reply, FrameStatsReply) and reply.throttle.sleep_ms_between_tokens == 12.5

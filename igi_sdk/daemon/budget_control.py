@@ -159,7 +159,7 @@ class BudgetControl:
         self._planner = planner
         if vram_budget_mib is not None:
             self.state = BudgetPolicyState.initial(vram_budget_mib)
-            headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
+        headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
         self.current = planner.plan_within(self.state.applied_mib, headroom)
         if self._queued is not None:
             self._queued.outcome = planner.plan_within(self._queued.outcome.budget_mib, headroom)

@@ -23,6 +23,7 @@ from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.sessions import SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
 from igi_sdk.ipc.envelope import new_header
@@ -30,7 +31,7 @@ from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
     BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
-    GenerateReply, GenerateRequest, HeartbeatRequest, LoadModelRequest, Message, ReclaimRequest, SaveSessionReply,
+    GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
     SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.values import Plan
@@ -478,3 +479,56 @@ def test_a_duplicate_msg_id_is_named_even_when_its_session_is_unknown() -> None:
     refusal = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and isinstance(m, ErrorReply)]
     assert len(refusal) == 1 and refusal[0].code == ErrorCode.INVALID_REQUEST
     assert refusal[0].detail == {"duplicate_msg_id": True}
+
+
+def test_a_reclaim_answered_after_its_deadline_says_so() -> None:
+    daemon = Daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    daemon.budget.state = daemon.budget.state.model_copy(update={"applied_mib": 4096, "requested_mib": 4096})
+    late = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=0.5))
+    on_time = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=5.0))
+    now[0] += 1.0  # the reload takes a second
+    daemon.pump()  # the first reload is done; the second (superseding) one starts
+    daemon.pump()
+    [late_ack], [on_time_ack] = _answers(daemon, late), _answers(daemon, on_time)
+    assert isinstance(late_ack, BudgetAck) and late_ack.warning == "deadline_missed"
+    assert isinstance(on_time_ack, BudgetAck) and on_time_ack.warning is None
+
+
+def test_a_client_cannot_cancel_another_clients_generation() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=3), sid)
+    other = new_header("cancel_request")
+    _tick(daemon, (other, CancelRequest(target_msg_id=gen)), identity=b"\x00someone-else")
+    [refused] = _answers(daemon, other.msg_id)
+    assert isinstance(refused, CancelReply) and not refused.cancelled
+    for _ in range(10):
+        daemon.worker.step()
+        daemon.pump()
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.finish_reason == "length"
+
+
+def test_sessions_beyond_max_sessions_are_busy_for_create_and_load() -> None:
+    daemon = Daemon()
+    daemon.core.sessions = SessionTable(max_sessions=1)
+    sid = _session(daemon)
+    save = daemon.request(SaveSessionRequest(), sid)
+    daemon.pump()  # the worker's KV export arrives; the file is written
+    [reply] = _answers(daemon, save)
+    assert isinstance(reply, SaveSessionReply)
+    create = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
+    load = daemon.request(LoadSessionRequest(path=reply.path))
+    for msg_id in (create, load):
+        [busy] = _answers(daemon, msg_id)
+        assert isinstance(busy, ErrorReply) and busy.code == ErrorCode.BUSY and busy.detail == {"limit": "max_sessions"}
+
+
+def test_hello_of_another_major_version_is_unsupported_with_the_supported_list() -> None:
+    daemon = Daemon()
+    hello = daemon.request(HelloRequest(client_name="t", client_version="1", protocol_version="2.0"))
+    [reply] = _answers(daemon, hello)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
+    assert reply.detail is not None and list(reply.detail["supported"]) == ["1.0"]

@@ -7,6 +7,7 @@ using System.Threading;
 using System.Threading.Tasks;
 using Igi.Budget;
 using Igi.Client;
+using Igi.MsgPack;
 using Igi.Protocol;
 
 namespace Igi.Tests
@@ -15,10 +16,37 @@ namespace Igi.Tests
     {
         private const string KeyHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
-        private static ConnectionInfo InfoFor(TestRouter router)
+        private static ConnectionInfo InfoFor(TestRouter router, string ip = "127.0.0.1")
         {
-            return ConnectionInfo.Parse("{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": " + router.Port +
+            return ConnectionInfo.Parse("{\"transport\": \"tcp\", \"ip\": \"" + ip + "\", \"port\": " + router.Port +
                                         ", \"key\": \"" + KeyHex + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}");
+        }
+
+        // Connects a client to the router and answers its hello_reply.
+        private static IgiClient ConnectTo(TestRouter router, Signer signer, out byte[] identity, HelloReply hello = null,
+                                           IgiClientOptions options = null, string ip = "127.0.0.1")
+        {
+            Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router, ip), options);
+            Envelope request = ReceiveRequest(router, signer, out identity);
+            Check.Equal(HelloRequest.TypeName, request.Message.Type, "first message is hello");
+            router.Send(identity, Reply(request, hello ?? GoodHello(), signer));
+            return IgiClient.Wait(connecting);
+        }
+
+        // A correctly signed reply to `request` whose content frame is the given bytes (readable or not).
+        private static byte[][] RawReply(Envelope request, string type, byte[] content, Signer signer)
+        {
+            var w = new MsgPackWriter();
+            Header.New(type, request.Header.SessionId, request.Header.MsgId).Write(w);
+            byte[] header = w.ToArray();
+            return new[] { (byte[])WireCodec.Magic.Clone(), signer.Sign(header, content), header, content };
+        }
+
+        // Waits for a task to end without throwing (false when it is still running after timeoutMs).
+        private static bool Ends(Task task, int timeoutMs)
+        {
+            try { return task.Wait(timeoutMs); }
+            catch (AggregateException) { return true; }
         }
 
         private static Envelope ReceiveRequest(TestRouter router, Signer signer, out byte[] identity)
@@ -193,7 +221,12 @@ namespace Igi.Tests
                         round(new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 50 }, ProposedBudgetMib = 768 }, "throttled");
                         Check.Equal((long?)2, helper.Throttle.TokensPerFrame, "throttle.tokens_per_frame applied");
                         Check.Equal(50.0, helper.Throttle.SleepMsBetweenTokens, "throttle.sleep_ms_between_tokens applied");
-                        Check.Equal(3, helper.PumpBudget, "pump budget = tokens_per_frame + the terminal callback");
+                        Check.Equal(2, helper.PumpBudget, "pump budget = tokens_per_frame (terminal callbacks share it)");
+                        int ran = 0;
+                        for (int i = 0; i < 5; i++) client.Post(() => ran++);  // five token callbacks queued at once
+                        Check.Equal(2, client.Pump(helper.PumpBudget), "one frame pumps at most tokens_per_frame callbacks");
+                        Check.Equal(2, ran, "callbacks run in the first frame");
+                        Check.Equal(3, client.Pump(helper.PumpBudget) + client.Pump(helper.PumpBudget), "the rest in later frames");
                         Check.Equal(1, changes.Count, "ThrottleChanged raised for the new throttle");
                         Check.Equal((long?)2, changes[0].TokensPerFrame, "ThrottleChanged carries the new throttle");
                         Check.Equal((long?)768, helper.ProposedBudgetMib, "proposed budget kept");
@@ -201,7 +234,7 @@ namespace Igi.Tests
 
                         round(new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 50 } }, "same throttle");
                         Check.Equal(1, changes.Count, "ThrottleChanged not raised when the throttle is unchanged");
-                        Check.Equal(3, helper.PumpBudget, "pump budget unchanged");
+                        Check.Equal(2, helper.PumpBudget, "pump budget unchanged");
                         Check.Equal((long?)null, helper.ProposedBudgetMib, "no proposal in the second reply");
                         Check.Equal(1, proposals.Count, "BudgetProposed not raised without a proposal");
 
@@ -210,6 +243,123 @@ namespace Igi.Tests
                         Check.Equal(0.0, helper.Throttle.SleepMsBetweenTokens, "sleep 0 applied");
                         Check.Equal(int.MaxValue, helper.PumpBudget, "unlimited pumping again");
                         Check.Equal(2, changes.Count, "ThrottleChanged raised when the throttle is lifted");
+                    }
+                }
+            });
+            t.Add("client:liveness_failure_fails_every_expired_request_once", () =>
+            {
+                // The daemon falls silent with a heartbeat and several short-deadline requests outstanding. The I/O thread
+                // is held (its log callback sleeps) past every deadline, so one timer tick sees the heartbeat and all the
+                // requests expired at once: each request must still fail, exactly once.
+                var signer = Signer.FromHex(KeyHex);
+                var hold = new ManualResetEventSlim(false);
+                int held = 0;
+                var options = new IgiClientOptions
+                {
+                    GenerateIdleTimeoutS = 0.3,
+                    Log = line =>
+                    {
+                        if (line.StartsWith("ignored", StringComparison.Ordinal) && Interlocked.Exchange(ref held, 1) == 0)
+                        {
+                            hold.Set();
+                            Thread.Sleep(1500);
+                        }
+                    },
+                };
+                var fast = GoodHello();
+                fast.HeartbeatIntervalS = 0.05;
+                fast.ClientTimeoutS = 0.6;
+                using (var router = new TestRouter())
+                {
+                    byte[] identity;
+                    using (IgiClient client = ConnectTo(router, signer, out identity, fast, options))
+                    {
+                        Envelope heartbeat = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(HeartbeatRequest.TypeName, heartbeat.Message.Type, "a heartbeat is outstanding (never answered)");
+                        var tasks = new List<Task>();
+                        for (int i = 0; i < 3; i++) tasks.Add(client.SendAsync(new StatusRequest(), null, 0.3));
+                        var errors = new List<IgiException>();
+                        int done = 0;
+                        GenerateHandle gen = client.Generate("npc_1", "hello", null, r => done++, e => errors.Add(e));
+                        tasks.Add(gen.Completion);
+                        for (int i = 0; i < 3; i++) tasks.Add(client.SendAsync(new StatusRequest(), null, 0.3));
+                        // A reply for no request in flight: the client logs it, and the log callback holds the I/O thread.
+                        router.Send(identity, WireCodec.Encode(Header.New(HeartbeatReply.TypeName, null, Header.NewMsgId()), new HeartbeatReply(), signer));
+                        Check.True(hold.Wait(5000), "the I/O thread was held");
+                        for (int i = 0; i < tasks.Count; i++)
+                        {
+                            Check.True(Ends(tasks[i], 5000), "request " + i + " failed (its task ended) after the daemon was declared gone");
+                            Check.True(tasks[i].IsFaulted, "request " + i + " faulted");
+                            var e = tasks[i].Exception.GetBaseException();
+                            Check.True(e is IgiTimeoutException, "request " + i + ": a timeout-like error, got " + e.GetType().Name + ": " + e.Message);
+                        }
+                        Check.True(!client.IsDaemonAlive, "declared gone");
+                        Thread.Sleep(200);  // no later tick may fail anything again
+                        client.Pump();
+                        Check.Equal(1, errors.Count, "onError ran exactly once for the generation");
+                        Check.Equal(0, done, "onDone never ran");
+                        Check.Equal(0, client.PendingRequests, "nothing left in flight (no more heartbeats once gone)");
+                    }
+                }
+            });
+            t.Add("client:duplicate_msg_id_error_reply_does_not_end_the_generation", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    byte[] identity;
+                    using (IgiClient client = ConnectTo(router, signer, out identity))
+                    {
+                        var events = new List<string>();
+                        GenerateHandle handle = client.Generate("npc_1", "hello", tok => events.Add("token:" + tok.Text),
+                                                                done => events.Add("done:" + done.FinishReason), err => events.Add("error:" + err.Message));
+                        Envelope gen = ReceiveRequest(router, signer, out identity);
+                        router.Send(identity, Reply(gen, new TokenEvent { Index = 0, Text = "Hi", TokenId = 7 }, signer));
+                        var duplicate = new ErrorReply
+                        {
+                            Code = ErrorCodes.InvalidRequest,
+                            Message = "msg_id already in progress",
+                            Detail = new MsgPackMap().Add("duplicate_msg_id", true),
+                        };
+                        router.Send(identity, Reply(gen, duplicate, signer));
+                        router.Send(identity, Reply(gen, new TokenEvent { Index = 1, Text = "!", TokenId = 8 }, signer));
+                        router.Send(identity, Reply(gen, new GenerateReply { FinishReason = "stop", Text = "Hi!", Usage = new Usage { PromptTokens = 3, CompletionTokens = 2 } }, signer));
+                        Check.True(Ends(handle.Completion, 10000), "the generation ended");
+                        Check.True(handle.Completion.Status == TaskStatus.RanToCompletion,
+                                   "completed normally, not failed: " + (handle.Completion.Exception == null ? "" : handle.Completion.Exception.GetBaseException().Message));
+                        Check.Equal("Hi!", handle.Completion.Result.Text, "the generate_reply ended it");
+                        Check.Equal("Hi!", handle.TextSoFar, "both tokens delivered");
+                        client.Pump();
+                        Check.Equal("token:Hi|token:!|done:stop", string.Join("|", events), "callbacks");
+                        Check.Equal(1L, client.DroppedMessages, "the duplicate_msg_id error_reply was dropped and counted");
+                        Check.Equal(0, client.PendingRequests, "nothing pending");
+                    }
+                }
+            });
+            t.Add("client:unreadable_reply_is_dropped_and_its_request_stays_in_flight", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    byte[] identity;
+                    using (IgiClient client = ConnectTo(router, signer, out identity))
+                    {
+                        int errors = 0;
+                        GenerateHandle handle = client.Generate("npc_1", "hello", null, null, err => errors++);
+                        Envelope gen = ReceiveRequest(router, signer, out identity);
+                        // Authentic, but the content cannot be read: required fields missing, then a frame over max_frame_bytes.
+                        router.Send(identity, RawReply(gen, GenerateReply.TypeName, new byte[] { 0x80 }, signer));
+                        router.Send(identity, RawReply(gen, GenerateReply.TypeName, new byte[new Limits().MaxFrameBytes + 1], signer));
+                        var sw = Stopwatch.StartNew();
+                        while (client.DroppedMessages < 2 && sw.Elapsed.TotalSeconds < 10) Thread.Sleep(2);
+                        Check.Equal(2L, client.DroppedMessages, "both unreadable replies dropped and counted");
+                        Thread.Sleep(50);
+                        client.Pump();
+                        Check.True(!handle.Completion.IsCompleted, "the request is not ended by a reply it cannot read");
+                        Check.Equal(0, errors, "no onError");
+                        Check.Equal(1, client.PendingRequests, "the generation is still in flight");
+                        router.Send(identity, Reply(gen, new GenerateReply { FinishReason = "stop", Text = "ok", Usage = new Usage() }, signer));
+                        Check.Equal("ok", IgiClient.Wait(handle.Completion).Text, "a later readable reply ends it");
                     }
                 }
             });
@@ -231,6 +381,27 @@ namespace Igi.Tests
                     Check.Throws<IgiClientClosedException>(() => IgiClient.Wait(client.StatusAsync()), "new request after close");
                 }
             });
+            if (Ipv6LoopbackAvailable())
+                t.Add("client:connects_over_ipv6_loopback", () =>
+                {
+                    var signer = Signer.FromHex(KeyHex);
+                    using (var router = new TestRouter("::1"))
+                    {
+                        byte[] identity;
+                        using (IgiClient client = ConnectTo(router, signer, out identity, ip: "::1"))
+                        {
+                            Check.Equal("tcp://[::1]:" + router.Port, client.Connection.Endpoint, "bracketed endpoint");
+                            Check.Equal("test", client.Hello.DaemonVersion, "handshake over tcp://[::1]");
+                        }
+                    }
+                });
+            else t.Skip("client:connects_over_ipv6_loopback", "this host cannot bind tcp://[::1]");
+        }
+
+        private static bool Ipv6LoopbackAvailable()
+        {
+            try { using (new TestRouter("::1")) return true; }
+            catch (IgiTransportException) { return false; }
         }
     }
 }

@@ -203,8 +203,10 @@ namespace Igi.Tests
                 Check.Equal(42, info.Pid, "pid");
                 Check.Equal("ipc:///tmp/igi.sock", ConnectionInfo.Parse(
                     "{\"transport\": \"ipc\", \"ip\": \"/tmp/igi.sock\", \"port\": 0, \"key\": \"" + key + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}").Endpoint, "ipc");
+                Check.Equal("tcp://[::1]:5555", ConnectionInfo.Parse(ok.Replace("127.0.0.1", "::1")).Endpoint, "an IPv6 host is bracketed");
                 foreach (string bad in new[]
                 {
+                    "{\"transport\": \"ipc\", \"ip\": \"/tmp/igi.sock\", \"port\": 5555, \"key\": \"" + key + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}",
                     "not json", "[]", "{\"ip\": \"127.0.0.1\", \"port\": 1, \"key\": \"00\"}",
                     ok.Replace("hmac-sha256", "hmac-md5"), ok.Replace(key, "xyz"), ok.Replace(key, "00ff"), ok.Replace(key, key + "00"),
                     ok.Replace("5555", "70000"),

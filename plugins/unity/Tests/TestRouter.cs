@@ -12,13 +12,25 @@ namespace Igi.Tests
         private IntPtr _ctx;
         private IntPtr _socket;
 
-        public TestRouter()
+        /// <summary>Binds tcp://HOST:* on an ephemeral port; an IPv6 host such as "::1" is bracketed and enables ZMQ_IPV6.</summary>
+        public TestRouter(string host = "127.0.0.1")
         {
             _ctx = ZmqNative.zmq_ctx_new();
             _socket = ZmqNative.zmq_socket(_ctx, ZmqNative.ZMQ_ROUTER);
             int linger = 0;
             ZmqNative.zmq_setsockopt(_socket, ZmqNative.ZMQ_LINGER, ref linger, (UIntPtr)4);
-            if (ZmqNative.zmq_bind(_socket, "tcp://127.0.0.1:*") != 0) throw ZmqNative.LastError("zmq_bind");
+            bool ipv6 = host.IndexOf(':') >= 0;
+            if (ipv6)
+            {
+                int on = 1;
+                ZmqNative.zmq_setsockopt(_socket, ZmqNative.ZMQ_IPV6, ref on, (UIntPtr)4);
+            }
+            if (ZmqNative.zmq_bind(_socket, "tcp://" + (ipv6 ? "[" + host + "]" : host) + ":*") != 0)
+            {
+                var e = ZmqNative.LastError("zmq_bind");
+                Dispose();
+                throw e;
+            }
             var buf = new byte[256];
             var len = (UIntPtr)buf.Length;
             if (ZmqNative.zmq_getsockopt_bytes(_socket, ZmqNative.ZMQ_LAST_ENDPOINT, buf, ref len) != 0) throw ZmqNative.LastError("getsockopt");

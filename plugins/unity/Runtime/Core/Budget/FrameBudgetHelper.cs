@@ -89,15 +89,16 @@ namespace Igi.Budget
         }
 
         /// <summary>
-        /// How many queued callbacks to pump this frame: the throttle's tokens_per_frame (token callbacks plus the
-        /// terminal one), or unlimited when the daemon sets none. Use as <c>client.Pump(helper.PumpBudget)</c>.
+        /// How many queued callbacks to pump this frame: the throttle's tokens_per_frame, or unlimited when the daemon
+        /// sets none. Use as <c>client.Pump(helper.PumpBudget)</c>. Terminal callbacks (onDone, onError) and the helper's
+        /// own events share the budget, so the game never gets more than tokens_per_frame token callbacks in one frame.
         /// </summary>
         public int PumpBudget
         {
             get
             {
                 long? n = Throttle.TokensPerFrame;
-                return n.HasValue && n.Value > 0 ? (int)Math.Min(int.MaxValue, n.Value + 1) : int.MaxValue;
+                return n.HasValue && n.Value > 0 ? (int)Math.Min(int.MaxValue, n.Value) : int.MaxValue;
             }
         }
 

@@ -28,13 +28,17 @@ namespace Igi.Client
         /// <summary>The daemon's process id (0 when absent).</summary>
         public int Pid { get; private set; }
 
-        /// <summary>The ZeroMQ endpoint, e.g. <c>tcp://127.0.0.1:5555</c> or <c>ipc:///tmp/igi.sock</c>.</summary>
+        /// <summary>
+        /// The ZeroMQ endpoint, e.g. <c>tcp://127.0.0.1:5555</c>, <c>tcp://[::1]:5555</c> (an IPv6 host is bracketed)
+        /// or <c>ipc:///tmp/igi.sock</c>.
+        /// </summary>
         public string Endpoint
         {
             get
             {
                 if (Transport == "ipc") return "ipc://" + Ip;
-                return Transport + "://" + Ip + ":" + Port.ToString(CultureInfo.InvariantCulture);
+                string host = Ip.IndexOf(':') >= 0 && !Ip.StartsWith("[", StringComparison.Ordinal) ? "[" + Ip + "]" : Ip;
+                return Transport + "://" + host + ":" + Port.ToString(CultureInfo.InvariantCulture);
             }
         }
 
@@ -78,6 +82,8 @@ namespace Igi.Client
                 throw new IgiConnectionFileException("connection file '" + origin + "': unsupported transport '" + info.Transport + "'");
             if (info.Transport == "tcp" && (info.Port <= 0 || info.Port > 65535))
                 throw new IgiConnectionFileException("connection file '" + origin + "': port " + info.Port + " out of range");
+            if (info.Transport == "ipc" && info.Port != 0)  // PROTOCOL.md section 13: an ipc file's port is 0
+                throw new IgiConnectionFileException("connection file '" + origin + "': transport ipc with port " + info.Port + ", expected 0");
             if (info.SignatureScheme != "hmac-sha256")
                 throw new IgiConnectionFileException("connection file '" + origin + "': unsupported signature_scheme '" + info.SignatureScheme + "'");
             try { Protocol.Hex.Decode(info.KeyHex); }

@@ -110,7 +110,10 @@ namespace Igi.Client
         /// <summary>False once the daemon stayed silent past client_timeout_s with a heartbeat outstanding, or the client closed.</summary>
         public bool IsDaemonAlive { get { return _daemonAlive && !_stopping; } }
 
-        /// <summary>Received messages dropped as invalid (bad frame, bad signature, undecodable, unknown type).</summary>
+        /// <summary>
+        /// Received messages dropped: invalid ones (bad frame, bad signature, oversized, undecodable, unknown type) and
+        /// error_replies flagged <c>detail.duplicate_msg_id</c>, which never end the request they name (PROTOCOL.md 6.6).
+        /// </summary>
         public long DroppedMessages { get { return Interlocked.Read(ref _droppedMessages); } }
 
         /// <summary>Requests awaiting their terminal reply (heartbeats included).</summary>

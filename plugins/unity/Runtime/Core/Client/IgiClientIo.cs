@@ -162,16 +162,27 @@ namespace Igi.Client
             }
             catch (IgiProtocolException e)
             {
+                // PROTOCOL.md sections 2 and 5.9: a client drops a message it cannot read (oversized, undecodable, unknown
+                // type), even an authentic one. Its request is left in flight: a later readable reply or its timeout ends it.
                 Drop(e);
-                // An authentic reply we cannot read still ends its request, rather than leaving it to time out.
-                if (!(e is IgiUnknownTypeException))
-                {
-                    Pending p = header.ParentId != null ? Take(header.ParentId) : null;
-                    if (p != null) Fail(p, new IgiProtocolException("unreadable " + header.Type + ": " + e.Message, e, e.Classification));
-                }
+                return;
+            }
+            var error = message as ErrorReply;
+            if (error != null && IsDuplicateMsgId(error))
+            {
+                // PROTOCOL.md section 6.6: the answer to a request that reused a msg_id still in progress. Its parent_id
+                // names that first request, which goes on: this is not its terminal reply.
+                System.Threading.Interlocked.Increment(ref _droppedMessages);
+                Log("dropped an error_reply with detail.duplicate_msg_id (parent " + (header.ParentId ?? "nil") + "): not the terminal reply of the request in flight");
                 return;
             }
             Dispatch(header, message);
+        }
+
+        private static bool IsDuplicateMsgId(ErrorReply error)
+        {
+            object flag;
+            return error.Detail != null && error.Detail.TryGetValue("duplicate_msg_id", out flag) && flag is bool && (bool)flag;
         }
 
         private void Drop(IgiProtocolException e)
@@ -262,25 +273,42 @@ namespace Igi.Client
             double now = NowS;
             var expired = new List<Pending>();
             bool sendHeartbeat = false;
+            bool gone = false;
             lock (_lock)
             {
-                foreach (var p in _pending.Values) if (now >= p.DeadlineS) expired.Add(p);
-                foreach (var p in expired) _pending.Remove(p.MsgId);
-                if (now >= _nextHeartbeatS)
+                foreach (var p in _pending.Values)
                 {
-                    sendHeartbeat = true;
-                    _nextHeartbeatS = now + _heartbeatIntervalS;
+                    if (now < p.DeadlineS) continue;
+                    expired.Add(p);
+                    if (p.IsHeartbeat && now - _lastReceivedS >= _clientTimeoutS) gone = true;
                 }
+                if (gone)
+                {
+                    // PROTOCOL.md section 11.5: every outstanding request, expired or not, fails once with the liveness error.
+                    _daemonAlive = false;
+                    _nextHeartbeatS = double.MaxValue;
+                    expired = new List<Pending>(_pending.Values);
+                    _pending.Clear();
+                }
+                else
+                {
+                    foreach (var p in expired) _pending.Remove(p.MsgId);
+                    if (now >= _nextHeartbeatS)
+                    {
+                        sendHeartbeat = true;
+                        _nextHeartbeatS = now + _heartbeatIntervalS;
+                    }
+                }
+            }
+            if (gone)
+            {
+                Log("daemon silent for " + (now - _lastReceivedS).ToString("F1") + " s: declared gone");
+                foreach (var p in expired)
+                    if (!p.IsHeartbeat) Fail(p, new IgiTimeoutException("the daemon stopped answering (no message for " + _clientTimeoutS + " s)"));
+                return;
             }
             foreach (var p in expired)
             {
-                if (p.IsHeartbeat && now - _lastReceivedS >= _clientTimeoutS)
-                {
-                    _daemonAlive = false;
-                    Log("daemon silent for " + (now - _lastReceivedS).ToString("F1") + " s: declared gone");
-                    FailAll(() => new IgiTimeoutException("the daemon stopped answering (no message for " + _clientTimeoutS + " s)"));
-                    return;
-                }
                 if (p.IsHeartbeat) continue;
                 if (p.Handle != null) TrySend(new CancelRequest { TargetMsgId = p.MsgId });
                 Fail(p, new IgiTimeoutException(p.RequestType + " got no " + (p.Handle != null ? "token or reply" : "reply") +

@@ -103,7 +103,19 @@ namespace Igi.Transport
         public void Connect(string endpoint)
         {
             ThrowIfDisposed();
+            if (IsIpv6Tcp(endpoint))
+            {
+                // libzmq resolves only IPv4 unless ZMQ_IPV6 is set before connecting (the daemon may bind tcp://[::1]:PORT).
+                int ipv6 = 1;
+                Check(ZmqNative.zmq_setsockopt(_dealer, ZmqNative.ZMQ_IPV6, ref ipv6, (UIntPtr)4), "zmq_setsockopt(ZMQ_IPV6)");
+            }
             Check(ZmqNative.zmq_connect(_dealer, endpoint), "zmq_connect(" + endpoint + ")");
+        }
+
+        /// <summary>True for a tcp endpoint whose host is an IPv6 address (bracketed, e.g. <c>tcp://[::1]:5555</c>).</summary>
+        public static bool IsIpv6Tcp(string endpoint)
+        {
+            return endpoint != null && endpoint.StartsWith("tcp://[", StringComparison.Ordinal);
         }
 
         /// <inheritdoc/>

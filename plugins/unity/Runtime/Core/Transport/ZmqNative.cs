@@ -32,6 +32,8 @@ namespace Igi.Transport
         public const int ZMQ_LINGER = 17;
         /// <summary>ZMQ_MAXMSGSIZE socket option (int64 bytes).</summary>
         public const int ZMQ_MAXMSGSIZE = 22;
+        /// <summary>ZMQ_IPV6 socket option (int, 1 = IPv6 endpoints allowed).</summary>
+        public const int ZMQ_IPV6 = 42;
         /// <summary>ZMQ_LAST_ENDPOINT socket option (string).</summary>
         public const int ZMQ_LAST_ENDPOINT = 32;
         /// <summary>ZMQ_POLLIN poll event.</summary>

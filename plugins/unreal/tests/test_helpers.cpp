@@ -57,6 +57,14 @@ TEST(connection_file_refusals) {
   other_scheme.replace(other_scheme.find("hmac-sha256"), 11, "none");
   CHECK_THROWS_AS(igi::ParseConnectionInfo(other_scheme), igi::ConnectionFileError);
   CHECK_THROWS_AS(igi::ParseConnectionInfo("{\"transport\": \"tcp\"}"), igi::ConnectionFileError);
+  // An ipc file names the socket path in "ip" and has port 0 (spec 13); another port is refused.
+  std::string ipc = text;
+  ipc.replace(ipc.find("\"tcp\""), 5, "\"ipc\"");
+  ipc.replace(ipc.find("127.0.0.1"), 9, "/tmp/igi.sock");
+  CHECK_THROWS_AS(igi::ParseConnectionInfo(ipc), igi::ConnectionFileError);  // still port 53117
+  std::string ipc_port0 = ipc;
+  ipc_port0.replace(ipc_port0.find("53117"), 5, "0");
+  CHECK_EQ(igi::ParseConnectionInfo(ipc_port0).Endpoint(), std::string("ipc:///tmp/igi.sock"));
   igi::Value doc = igi::ParseJson("{\"s\": \"a\\u00e9\\ud83c\\udfae\\n\", \"n\": -1.5e2, \"b\": [true, false]}");
   CHECK_EQ(doc.Find("s")->as_str(), std::string("a\xc3\xa9\xf0\x9f\x8e\xae\n"));
   CHECK_EQ(doc.Find("n")->as_float(), -150.0);
@@ -325,7 +333,7 @@ TEST(frame_budget_reports_at_its_rate_and_applies_advice) {
   CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(768));
 }
 
-TEST(client_without_daemon_times_out_and_fails_async_requests) {
+TEST(client_without_daemon_times_out_and_refuses_requests) {
   igi::ConnectionInfo info;
   info.transport = "tcp";
   info.ip = "127.0.0.1";
@@ -336,21 +344,15 @@ TEST(client_without_daemon_times_out_and_fails_async_requests) {
   options.request_timeout_s = 0.3;
   igi::Client client(info, options);
   CHECK_THROWS_AS(client.Connect(), igi::TimeoutError);
-  std::string error, forgotten_error;
-  std::string forgotten = client.CreateSessionAsync(igi::CreateSessionRequest{}, {},
-                                                    [&](const igi::IgiError& e) { forgotten_error = e.what(); });
-  client.Forget(forgotten);  // UIgiNpcComponent::EndPlay: nothing more is delivered for it
-  client.CreateSessionAsync(igi::CreateSessionRequest{}, {}, [&](const igi::IgiError& e) { error = e.what(); });
-  for (int i = 0; i < 200 && error.empty(); ++i) {
-    client.Pump();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CHECK(error.find("no reply to create_session_request") != std::string::npos);
-  client.Pump();
-  CHECK(forgotten_error.empty());
-  // The calls UIgiSubsystem makes on shutdown exist and fail typed (no daemon here).
+  // Not connected: nothing but hello_request may be sent (spec 9.4), so requests are refused at once, typed.
+  std::string error;
+  CHECK_THROWS_AS(client.CreateSessionAsync(igi::CreateSessionRequest{}, {},
+                                            [&](const igi::IgiError& e) { error = e.what(); }),
+                  igi::NotConnectedError);
   CHECK_THROWS_AS((client.Call<igi::ShutdownRequest, igi::ShutdownReply>(igi::ShutdownRequest{}, std::nullopt, 0.2)),
-                  igi::TimeoutError);
+                  igi::NotConnectedError);
+  client.Pump();
+  CHECK(error.empty());  // refused by the throw, not through a callback
   client.Close();
   CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
 }

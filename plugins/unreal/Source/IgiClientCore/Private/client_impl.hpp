@@ -53,10 +53,21 @@ inline std::exception_ptr ErrorFromReply(const Envelope& env) {
   return MakeRequestError(wire, reply.message, reply.detail, reply.retryable);
 }
 
+/// Spec 6.6: error_reply{invalid_request, detail: {"duplicate_msg_id": true}} answers a generate_request that
+/// reused the msg_id of a generation still running. Its parent_id names that first request, which goes on, so
+/// it is not that request's terminal reply.
+inline bool IsDuplicateMsgIdError(const Envelope& env) {
+  if (env.header.type != ErrorReply::kType) return false;
+  const Value* detail = env.content.Find("detail");
+  const Value* flag = detail != nullptr ? detail->Find("duplicate_msg_id") : nullptr;
+  return flag != nullptr && flag->is_bool() && flag->as_bool();
+}
+
 }  // namespace detail
 
 using detail::DeliverError;
 using detail::ErrorFromReply;
+using detail::IsDuplicateMsgIdError;
 using detail::kMaxPollWaitS;
 using detail::Pending;
 using detail::SteadyNow;
@@ -86,7 +97,8 @@ struct Client::Impl {
   Impl(ConnectionInfo i, ClientOptions o)
       : info(std::move(i)), options(std::move(o)), transport(info.Endpoint(), options.linger_ms) {}
 
-  // Registers a request and posts its frames. Returns the msg_id.
+  // Registers a request and posts its frames. Returns the msg_id. Only hello_request may go out before Connect()
+  // succeeded (spec 9.4: it is the first message a client sends); anything else throws NotConnectedError unsent.
   std::string Send(const std::string& type, const std::optional<std::string>& session_id, const Value& content,
                    Pending entry, double timeout_s) {
     // A session id the daemon cannot parse makes a header it cannot answer by msg_id: the request would only
@@ -104,6 +116,10 @@ struct Client::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       if (!running) throw DaemonUnavailableError("client is closed");
       if (gone) throw DaemonUnavailableError("the daemon stopped answering; connect a new client");
+      if (!connected && type != HelloRequest::kType) {
+        throw NotConnectedError("not connected: call Connect() before sending " + type +
+                                " (hello_request must be the first message)");
+      }
       entry.type = type;
       entry.deadline = SteadyNow() + timeout_s;
       pending.emplace(header.msg_id, std::move(entry));
@@ -131,6 +147,10 @@ struct Client::Impl {
       env = UnpackFrames(info.key, frames, max_frame_bytes);
     } catch (const WireError&) {
       ++counters.dropped_invalid;  // spec 2: a client drops failing messages
+      return;
+    }
+    if (IsDuplicateMsgIdError(env)) {
+      ++counters.dropped_duplicate_msg_id;  // spec 6.6: the request named by parent_id goes on
       return;
     }
     auto it = env.header.parent_id ? pending.find(*env.header.parent_id) : pending.end();
@@ -200,20 +220,37 @@ struct Client::Impl {
         return;
       }
       send = now - last_heartbeat_sent >= heartbeat_interval_s;
-      if (send) {
-        last_heartbeat_sent = now;
-        ++counters.heartbeats_sent;
-      }
+      if (send) last_heartbeat_sent = now;
     }
-    if (send) {
-      Pending hb;
-      hb.internal = true;
+    if (!send) return;
+    Pending hb;
+    hb.internal = true;
+    try {
       Send(HeartbeatRequest::kType, std::nullopt, StructToValue(HeartbeatRequest{}), std::move(hb),
            client_timeout_s + heartbeat_interval_s);
+    } catch (const std::exception&) {
+      return;  // Close() ran since the check above (Send threw "client is closed"): this heartbeat is not sent
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    ++counters.heartbeats_sent;
+  }
+
+  // The I/O thread's body: no exception may leave it (one escaping a std::thread calls std::terminate).
+  void Run() {
+    try {
+      Loop();
+    } catch (...) {
+      // Not expected (Poll and the heartbeat catch their own); fail what is outstanding rather than abort.
+      try {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (running) DeclareGoneLocked("client I/O thread failure");
+        running = false;
+      } catch (...) {
+      }
     }
   }
 
-  void Run() {
+  void Loop() {
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mutex);

@@ -238,7 +238,8 @@ Value ParseJson(std::string_view text) { return JsonParser(text).ParseDocument()
 
 std::string ConnectionInfo::Endpoint() const {
   if (transport == "ipc") return "ipc://" + ip;
-  std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;  // IPv6 literal
+  bool bracket = ip.find(':') != std::string::npos && ip.front() != '[';  // IPv6 literal, e.g. "::1"
+  std::string host = bracket ? "[" + ip + "]" : ip;
   return "tcp://" + host + ":" + std::to_string(port);
 }
 
@@ -261,6 +262,9 @@ ConnectionInfo ParseConnectionInfo(std::string_view json_text) {
   }
   if (info.transport == "tcp" && (info.port <= 0 || info.port > 65535)) {
     throw ConnectionFileError("port " + std::to_string(info.port) + " out of range");
+  }
+  if (info.transport == "ipc" && info.port != 0) {  // spec 13: an ipc file's port is 0
+    throw ConnectionFileError("ipc connection file has port " + std::to_string(info.port) + " (must be 0)");
   }
   if (key_hex.size() != 64) throw ConnectionFileError("key must be 64 hex digits (32 bytes)");
   info.key = HexDecode(key_hex);

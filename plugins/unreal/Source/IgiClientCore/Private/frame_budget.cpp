@@ -49,6 +49,11 @@ std::size_t FrameBudget::TokensPerFrame() const {
   return throttle_.tokens_per_frame ? static_cast<std::size_t>(*throttle_.tokens_per_frame) : 0;
 }
 
+std::size_t FrameBudget::PumpBudget() const {
+  std::size_t cap = TokensPerFrame();
+  return cap > 0 ? cap : SIZE_MAX;
+}
+
 FrameBudgetDriver::~FrameBudgetDriver() {
   if (!report_in_flight_.empty()) client_.Forget(report_in_flight_);
   if (!budget_in_flight_.empty()) client_.Forget(budget_in_flight_);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <string_view>
 #include <zmq.hpp>
 
 #include "igi/errors.hpp"
@@ -23,6 +24,15 @@ namespace {
 std::atomic<unsigned> g_instance{0};
 }  // namespace
 
+bool EndpointNeedsIpv6(const std::string& endpoint) {
+  constexpr std::string_view kTcp = "tcp://";
+  std::string_view rest(endpoint);
+  if (rest.substr(0, kTcp.size()) != kTcp) return false;
+  rest.remove_prefix(kTcp.size());
+  std::string_view host = rest.substr(0, rest.rfind(':'));  // without ":PORT"
+  return host.find_first_of("[:") != std::string_view::npos;  // "[::1]": an IPv6 literal
+}
+
 DealerTransport::DealerTransport(const std::string& endpoint, int linger_ms) : impl_(std::make_unique<Impl>()) {
   try {
     std::string wake_endpoint = "inproc://igi-wake-" + std::to_string(g_instance.fetch_add(1));
@@ -33,6 +43,8 @@ DealerTransport::DealerTransport(const std::string& endpoint, int linger_ms) : i
     }
     impl_->dealer.set(zmq::sockopt::sndhwm, 1000);
     impl_->dealer.set(zmq::sockopt::rcvhwm, 1000);
+    // libzmq resolves IPv4 only unless ZMQ_IPV6 is set before connecting; the daemon may bind tcp://[::1]:PORT.
+    if (EndpointNeedsIpv6(endpoint)) impl_->dealer.set(zmq::sockopt::ipv6, true);
     impl_->dealer.connect(endpoint);
   } catch (const zmq::error_t& e) {
     throw TransportError("cannot connect DEALER to " + endpoint + ": " + e.what());

@@ -156,7 +156,7 @@ void UIgiSubsystem::PumpOncePerFrame(float DeltaSeconds)
 	if (!PendingConnectionFile.IsEmpty()) TryConnect();
 	if (!Client) return;
 	if (Driver) Driver->Tick(DeltaSeconds * 1000.0, FPlatformTime::Seconds());
-	// Throttle advice: at most tokens_per_frame callbacks per frame when the daemon asks for it.
-	const std::size_t Cap = Budget && Budget->TokensPerFrame() > 0 ? Budget->TokensPerFrame() : SIZE_MAX;
-	Client->Pump(Cap);
+	// Throttle advice: the client applies tokens_per_frame (at most that many callbacks this frame, SIZE_MAX
+	// without a cap); the daemon applies sleep_ms_between_tokens itself.
+	Client->Pump(Budget ? Budget->PumpBudget() : SIZE_MAX);
 }

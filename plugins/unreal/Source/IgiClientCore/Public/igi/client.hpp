@@ -51,13 +51,16 @@ struct ClientCounters {
   std::uint64_t messages_received = 0;
   std::uint64_t dropped_invalid = 0;    ///< failed framing, signature or validation (spec 2)
   std::uint64_t dropped_unmatched = 0;  ///< parent_id of no outstanding request (e.g. after a timeout)
+  /// error_reply flagged detail.duplicate_msg_id (spec 6.6): not the terminal reply of the request it names
+  std::uint64_t dropped_duplicate_msg_id = 0;
   std::uint64_t heartbeats_sent = 0;
 };
 
 class Client {
  public:
   /// Creates the DEALER socket, connects it to `info.Endpoint()` and starts the I/O thread.
-  /// No message is sent until Connect().
+  /// No message is sent until Connect(): before it succeeds, every other request throws NotConnectedError
+  /// without sending anything (hello_request must be the first message, ipc/PROTOCOL.md 9.4).
   explicit Client(ConnectionInfo info, ClientOptions options = {});
   /// Reads `connection_file` (see ReadConnectionFile) and constructs a Client.
   static std::unique_ptr<Client> FromConnectionFile(const std::string& connection_file, ClientOptions options = {});

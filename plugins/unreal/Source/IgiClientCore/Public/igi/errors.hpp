@@ -11,6 +11,7 @@
 //    +-- TransportError               the daemon cannot be reached
 //    |    +-- TimeoutError            no reply within the deadline
 //    |    +-- DaemonUnavailableError  heartbeats unanswered / client closed
+//    |    +-- NotConnectedError       a request other than hello_request before Connect() (nothing sent)
 //    +-- RequestError                 the daemon answered error_reply{code, message, detail, retryable}
 //         one subclass per wire ErrorCode, built by MakeRequestError() (the one mapping place)
 //
@@ -32,7 +33,7 @@ class IgiError : public std::runtime_error {
   explicit IgiError(const std::string& message) : std::runtime_error(message) {}
   /// Stable short name of the failure, usable without RTTI (Unreal builds run without it): the wire
   /// error code for RequestError, the classification for WireError, else "timeout",
-  /// "daemon_unavailable", "transport", "connection_file", "encode" or "error".
+  /// "daemon_unavailable", "not_connected", "transport", "connection_file", "encode" or "error".
   virtual std::string kind() const { return "error"; }
 };
 
@@ -80,6 +81,13 @@ class DaemonUnavailableError : public TransportError {
  public:
   using TransportError::TransportError;
   std::string kind() const override { return "daemon_unavailable"; }
+};
+/// A request other than hello_request before Connect() succeeded: the protocol's first message is
+/// hello_request (ipc/PROTOCOL.md 9.4), so the request is refused and nothing is sent.
+class NotConnectedError : public TransportError {
+ public:
+  using TransportError::TransportError;
+  std::string kind() const override { return "not_connected"; }
 };
 
 /// The closed set of wire error codes (ipc/PROTOCOL.md, "Error codes").

@@ -5,6 +5,13 @@
 // and budget proposal, and decides which VRAM budget to request: an explicit override always wins;
 // otherwise, with accept_proposals, the daemon's proposed_budget_mib. FrameBudgetDriver wires it to
 // a Client: call Tick() once per frame on the game thread, before Client::Pump().
+//
+// Throttle advice is split (ipc/PROTOCOL.md 7.3): the daemon applies throttle.sleep_ms_between_tokens
+// itself, while throttle.tokens_per_frame is applied by the client, i.e. by the game's per-frame
+// Pump(). The daemon does not enforce it. So pump with PumpBudget(), never with TokensPerFrame():
+//
+//   driver.Tick(frame_ms, now_s);
+//   client.Pump(budget.PumpBudget());  // SIZE_MAX without a cap, else tokens_per_frame callbacks
 #pragma once
 
 #include <cstddef>
@@ -45,8 +52,12 @@ class FrameBudget {
   /// Records the daemon's answer to a budget request.
   void OnBudgetAck(const BudgetAck& ack);
 
-  /// Token callbacks the game should run per frame (0 = unlimited), from throttle.tokens_per_frame.
+  /// The raw throttle.tokens_per_frame advice, with 0 meaning "no cap". Do not pass it to Client::Pump()
+  /// (Pump(0) runs nothing); use PumpBudget().
   std::size_t TokensPerFrame() const;
+  /// The most callbacks to run this frame: the argument of Client::Pump(). SIZE_MAX when the daemon sets
+  /// no cap (tokens_per_frame nil, or 0, before the first frame_stats_reply too), else tokens_per_frame.
+  std::size_t PumpBudget() const;
   const Throttle& throttle() const { return throttle_; }
   std::optional<std::int64_t> proposed_budget_mib() const { return proposed_budget_mib_; }
   std::optional<std::int64_t> granted_budget_mib() const { return granted_budget_mib_; }

@@ -13,6 +13,10 @@ namespace igi {
 
 using Multipart = std::vector<std::string>;
 
+/// True when `endpoint` is tcp:// to an IPv6 literal host ("tcp://[::1]:PORT"): the DEALER then needs
+/// ZMQ_IPV6, without which libzmq resolves IPv4 only and never reaches the daemon.
+bool EndpointNeedsIpv6(const std::string& endpoint);
+
 class DealerTransport {
  public:
   /// Creates the sockets and connects the DEALER to `endpoint` (ZeroMQ connects lazily).

@@ -1,0 +1,436 @@
+// test_client_fake.cpp - IgiClientCore tests: the client against an in-process fake daemon (a ZeroMQ ROUTER on
+// loopback speaking the real framing), for behaviour the real daemon cannot be made to show on demand: requests
+// before the handshake, a duplicate_msg_id error_reply, Close() racing heartbeats, an IPv6 endpoint, throttling.
+// No daemon or model needed: these run offline.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "igi/client.hpp"
+#include "igi/connection_file.hpp"
+#include "igi/envelope.hpp"
+#include "igi/frame_budget.hpp"
+#include "igi/transport.hpp"
+#include "test_framework.hpp"
+
+namespace {
+
+/// One message the fake daemon sends back; parent_id defaults to the request's msg_id.
+struct FakeReply {
+  std::string type;
+  igi::Value content;
+  std::optional<std::string> parent_id;
+};
+
+template <class T>
+FakeReply Reply(const T& message) {
+  return FakeReply{T::kType, igi::StructToValue(message), std::nullopt};
+}
+
+FakeReply DuplicateMsgIdError(bool flag) {
+  igi::ErrorReply error;
+  error.code = igi::ErrorCode::kInvalidRequest;
+  error.message = "duplicate msg_id";
+  error.detail = igi::Value(igi::ValueMap{{"duplicate_msg_id", flag}});
+  return Reply(error);
+}
+
+/// A ROUTER bound to loopback on an ephemeral port. It answers hello_request and heartbeat_request itself and
+/// every other request with what `handler` returns (nothing by default). I/O runs on its own thread.
+class FakeDaemon {
+ public:
+  using Handler = std::function<std::vector<FakeReply>(const igi::Envelope&)>;
+
+  explicit FakeDaemon(Handler handler = {}, const std::string& host = "127.0.0.1",
+                      double heartbeat_interval_s = 2.0)
+      : handler_(std::move(handler)), heartbeat_interval_s_(heartbeat_interval_s) {
+    router_.set(zmq::sockopt::linger, 0);
+    bool ipv6 = host.find(':') != std::string::npos;
+    if (ipv6) router_.set(zmq::sockopt::ipv6, true);
+    router_.bind("tcp://" + (ipv6 ? "[" + host + "]" : host) + ":*");  // throws zmq::error_t if unavailable
+    std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
+    info_.transport = "tcp";
+    info_.ip = host;
+    info_.port = std::stoll(endpoint.substr(endpoint.rfind(':') + 1));
+    info_.key = std::string(32, '\x07');
+    info_.signature_scheme = "hmac-sha256";
+    info_.protocol_version = igi::kProtocolVersion;
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeDaemon() {
+    stop_ = true;
+    thread_.join();
+  }
+  FakeDaemon(const FakeDaemon&) = delete;
+  FakeDaemon& operator=(const FakeDaemon&) = delete;
+
+  const igi::ConnectionInfo& info() const { return info_; }
+  /// Types of the requests received so far, in arrival order (heartbeats left out unless asked for).
+  std::vector<std::string> Received(bool with_heartbeats = false) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> out;
+    for (const std::string& t : received_) {
+      if (with_heartbeats || t != igi::HeartbeatRequest::kType) out.push_back(t);
+    }
+    return out;
+  }
+  std::size_t sent() const { return sent_; }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(5));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<std::string> parts;
+      zmq::message_t part;
+      do {
+        if (!router_.recv(part, zmq::recv_flags::none)) break;
+        parts.emplace_back(part.to_string());
+      } while (part.more());
+      if (parts.size() < 2) continue;
+      igi::Envelope request;
+      try {
+        request = igi::UnpackFrames(info_.key, std::vector<std::string>(parts.begin() + 1, parts.end()));
+      } catch (const igi::WireError&) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        received_.push_back("<invalid>");
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        received_.push_back(request.header.type);
+      }
+      for (const FakeReply& reply : Answer(request)) Send(parts[0], request, reply);
+    }
+  }
+
+  std::vector<FakeReply> Answer(const igi::Envelope& request) {
+    const std::string& type = request.header.type;
+    if (type == igi::HelloRequest::kType) {
+      igi::HelloReply hello;
+      hello.daemon_version = "fake";
+      hello.protocol_version = igi::kProtocolVersion;
+      hello.heartbeat_interval_s = heartbeat_interval_s_;
+      hello.client_timeout_s = 10.0;
+      return {Reply(hello)};
+    }
+    if (type == igi::HeartbeatRequest::kType) return {Reply(igi::HeartbeatReply{})};
+    return handler_ ? handler_(request) : std::vector<FakeReply>{};
+  }
+
+  void Send(const std::string& identity, const igi::Envelope& request, const FakeReply& reply) {
+    igi::Header header = igi::NewHeader(reply.type, reply.parent_id.value_or(request.header.msg_id),
+                                        request.header.session_id);
+    igi::Frames frames = igi::PackFrames(info_.key, header, reply.content);
+    router_.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      router_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    ++sent_;
+  }
+
+  Handler handler_;
+  double heartbeat_interval_s_;
+  zmq::context_t context_{1};
+  zmq::socket_t router_{context_, zmq::socket_type::router};
+  igi::ConnectionInfo info_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> sent_{0};
+  mutable std::mutex mutex_;
+  std::vector<std::string> received_;
+};
+
+/// Pumps `client` on this thread until `done` is true or `timeout_s` passes.
+template <class Pred>
+bool PumpUntil(igi::Client& client, Pred done, double timeout_s = 10.0) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (client.Pump() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+/// Waits (without pumping) until the client has received `n` messages in all.
+bool WaitReceived(igi::Client& client, std::uint64_t n, double timeout_s = 10.0) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (client.counters().messages_received < n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+igi::StatusReply AStatus(double uptime_s) {
+  igi::StatusReply status;
+  status.uptime_s = uptime_s;
+  return status;
+}
+
+igi::TokenEvent Token(std::int64_t index, const std::string& text) {
+  igi::TokenEvent token;
+  token.index = index;
+  token.text = text;
+  token.token_id = 100 + index;
+  return token;
+}
+
+igi::GenerateReply Done(const std::string& text, std::int64_t n_tokens) {
+  igi::GenerateReply reply;
+  reply.finish_reason = "stop";
+  reply.text = text;
+  reply.usage.prompt_tokens = 3;
+  reply.usage.completion_tokens = n_tokens;
+  return reply;
+}
+
+const std::string kSomeMsgId = "0123456789abcdef0123456789abcdef";
+
+}  // namespace
+
+TEST(client_refuses_requests_before_connect_and_sends_hello_first) {
+  // Every request is answered, so without the refusal these would go out (and succeed) before hello_request.
+  FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type == igi::CreateSessionRequest::kType) return {Reply(igi::CreateSessionReply{"npc-1"})};
+    if (request.header.type == igi::StatusRequest::kType) return {Reply(AStatus(1.0))};
+    if (request.header.type == igi::CancelRequest::kType) return {Reply(igi::CancelReply{false})};
+    if (request.header.type == igi::GenerateRequest::kType) return {Reply(Done("", 0))};
+    return {};
+  });
+  igi::ClientOptions options;
+  options.request_timeout_s = 2.0;
+  options.connect_timeout_s = 5.0;
+  igi::Client client(daemon.info(), options);
+  CHECK(!client.connected());
+  CHECK_THROWS_AS(client.CreateSession(igi::CreateSessionRequest{}), igi::NotConnectedError);
+  CHECK_THROWS_AS(client.Status(), igi::NotConnectedError);
+  CHECK_THROWS_AS(client.CallRaw(igi::StatusRequest::kType, std::nullopt, igi::Value(igi::ValueMap{}), 2.0),
+                  igi::NotConnectedError);
+  igi::GenerateRequest generate;
+  generate.text = "hello?";
+  CHECK_THROWS_AS(client.Generate("npc-1", generate, igi::GenerateCallbacks{}), igi::NotConnectedError);
+  CHECK_THROWS_AS(client.Cancel(kSomeMsgId), igi::NotConnectedError);
+  CHECK_THROWS_AS(client.CreateSessionAsync(igi::CreateSessionRequest{}, {}), igi::NotConnectedError);
+  CHECK_THROWS_AS(client.SetBudgetAsync(0, "", {}), igi::NotConnectedError);
+  try {
+    client.Status();
+  } catch (const igi::IgiError& e) {
+    CHECK_EQ(e.kind(), std::string("not_connected"));  // usable without RTTI (Unreal)
+    CHECK(dynamic_cast<const igi::TransportError*>(&e) != nullptr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_MSG(daemon.Received(true).empty(), "sent before Connect(): " << daemon.Received(true).size() << " messages, first "
+                                                                     << daemon.Received(true).front());
+  // Connect() sends hello_request, the first message on the wire; then requests go out.
+  client.Connect();
+  CHECK(client.connected());
+  CHECK_EQ(client.Status().uptime_s, 1.0);
+  std::vector<std::string> received = daemon.Received();
+  REQUIRE(received.size() == 2u);
+  CHECK_EQ(received[0], std::string(igi::HelloRequest::kType));
+  CHECK_EQ(received[1], std::string(igi::StatusRequest::kType));
+  // After Close() a request is refused as closed, not as "not connected".
+  client.Close();
+  CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
+}
+
+TEST(client_async_requests_time_out_and_forget_drops_their_callbacks) {
+  FakeDaemon daemon;  // answers hello and heartbeats only
+  igi::ClientOptions options;
+  options.request_timeout_s = 0.3;
+  igi::Client client(daemon.info(), options);
+  client.Connect();
+  std::string error, forgotten_error;
+  std::string forgotten = client.CreateSessionAsync(igi::CreateSessionRequest{}, {},
+                                                    [&](const igi::IgiError& e) { forgotten_error = e.what(); });
+  client.Forget(forgotten);  // UIgiNpcComponent::EndPlay: nothing more is delivered for it
+  client.CreateSessionAsync(igi::CreateSessionRequest{}, {}, [&](const igi::IgiError& e) { error = e.what(); });
+  REQUIRE(PumpUntil(client, [&] { return !error.empty(); }));
+  CHECK(error.find("no reply to create_session_request") != std::string::npos);
+  client.Pump();
+  CHECK(forgotten_error.empty());
+  // The calls UIgiSubsystem makes on shutdown exist and fail typed (this daemon does not answer them).
+  CHECK_THROWS_AS((client.Call<igi::ShutdownRequest, igi::ShutdownReply>(igi::ShutdownRequest{}, std::nullopt, 0.2)),
+                  igi::TimeoutError);
+  client.Close();
+  CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
+}
+
+TEST(client_drops_duplicate_msg_id_error_reply_and_the_request_goes_on) {
+  // Spec 6.6: an error_reply flagged duplicate_msg_id names (by parent_id) a request that goes on; it must not end it.
+  FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
+    const std::string& type = request.header.type;
+    if (type == igi::GenerateRequest::kType) {
+      return {Reply(Token(0, "Hel")), DuplicateMsgIdError(true), Reply(Token(1, "lo")), Reply(Done("Hello", 2))};
+    }
+    if (type == igi::StatusRequest::kType) return {DuplicateMsgIdError(true), Reply(AStatus(42.0))};
+    if (type == igi::CloseSessionRequest::kType) return {DuplicateMsgIdError(false)};  // an ordinary error: terminal
+    return {};
+  });
+  igi::ClientOptions options;
+  options.request_timeout_s = 5.0;
+  igi::Client client(daemon.info(), options);
+  client.Connect();
+  std::string text, error;
+  std::optional<igi::GenerateReply> done;
+  igi::GenerateCallbacks callbacks;
+  callbacks.on_token = [&](const igi::TokenEvent& t) { text += t.text; };
+  callbacks.on_done = [&](const igi::GenerateReply& r) { done = r; };
+  callbacks.on_error = [&](const igi::IgiError& e) { error = e.what(); };
+  igi::GenerateRequest request;
+  request.text = "hi";
+  client.Generate("npc-1", request, callbacks);
+  REQUIRE(PumpUntil(client, [&] { return done.has_value() || !error.empty(); }));
+  CHECK_MSG(error.empty(), "the duplicate_msg_id error_reply ended the generation: " << error);
+  REQUIRE(done.has_value());
+  CHECK_EQ(done->text, std::string("Hello"));
+  CHECK_EQ(text, std::string("Hello"));  // the token after the error_reply was still delivered
+  CHECK_EQ(client.counters().dropped_duplicate_msg_id, 1u);
+  // A blocking call waits past it for its real reply.
+  CHECK_EQ(client.Status().uptime_s, 42.0);
+  CHECK_EQ(client.counters().dropped_duplicate_msg_id, 2u);
+  CHECK_EQ(client.counters().dropped_unmatched, 0u);
+  // An error_reply whose detail.duplicate_msg_id is false is an ordinary terminal error.
+  CHECK_THROWS_AS(client.CloseSession("npc-1"), igi::InvalidRequestError);
+  CHECK_EQ(client.counters().dropped_duplicate_msg_id, 2u);
+}
+
+TEST(client_close_racing_heartbeats_never_terminates_the_process) {
+  // A heartbeat due at the instant Close() stops the client used to throw out of the I/O thread
+  // (std::terminate). Run Connect/Close against a daemon asking for a heartbeat on every loop turn, in a child
+  // process so that an abort is reported instead of killing the test runner.
+  std::cout.flush();
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int rc = 0;
+    try {
+      FakeDaemon daemon([](const igi::Envelope&) { return std::vector<FakeReply>{Reply(AStatus(1.0))}; }, "127.0.0.1",
+                        /*heartbeat_interval_s=*/1e-6);
+      std::mt19937 random(12345);
+      std::uint64_t heartbeats = 0;
+      for (int i = 0; i < 300; ++i) {
+        igi::Client client(daemon.info());
+        client.Connect();
+        client.Status();  // its reply wakes the I/O loop: from then on every turn sends a heartbeat
+        std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));
+        client.Close();
+        heartbeats += client.counters().heartbeats_sent;
+      }
+      if (heartbeats < 300) rc = 3;  // the race was not exercised
+    } catch (...) {
+      rc = 2;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  pid_t done = 0;
+  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    CHECK_MSG(false, "Connect/Close stress did not finish within 120 s");
+    return;
+  }
+  CHECK_MSG(!WIFSIGNALED(status), "the child died of signal " << WTERMSIG(status)
+                                                              << " (an exception escaped the I/O thread)");
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "child exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+                                 << " (2: a client call threw, 3: too few heartbeats to exercise the race)");
+}
+
+TEST(client_reaches_a_daemon_bound_on_ipv6_loopback) {
+  CHECK(igi::EndpointNeedsIpv6("tcp://[::1]:5555"));
+  CHECK(!igi::EndpointNeedsIpv6("tcp://127.0.0.1:5555"));
+  CHECK(!igi::EndpointNeedsIpv6("tcp://localhost:5555"));
+  CHECK(!igi::EndpointNeedsIpv6("ipc:///tmp/igi:1.sock"));
+  igi::ConnectionInfo info;
+  info.transport = "tcp";
+  info.port = 5555;
+  for (const char* ip : {"::1", "[::1]"}) {
+    info.ip = ip;
+    CHECK_EQ(info.Endpoint(), std::string("tcp://[::1]:5555"));
+  }
+  std::unique_ptr<FakeDaemon> daemon;
+  try {
+    daemon = std::make_unique<FakeDaemon>(FakeDaemon::Handler{}, "::1");
+  } catch (const zmq::error_t& e) {
+    std::cout << "    IPv6 loopback unavailable on this machine (" << e.what() << "): connection not tried"
+              << std::endl;
+    return;
+  }
+  igi::ClientOptions options;
+  options.connect_timeout_s = 3.0;
+  igi::Client client(daemon->info(), options);  // info.ip is "::1", as the daemon writes it
+  CHECK_EQ(client.connection().Endpoint().rfind("tcp://[::1]:", 0), 0u);
+  client.Connect();  // without ZMQ_IPV6 on the DEALER this times out
+  CHECK(client.connected());
+}
+
+TEST(frame_budget_pump_budget_caps_callbacks_only_when_advised) {
+  igi::FrameBudget budget;
+  CHECK_EQ(budget.PumpBudget(), SIZE_MAX);  // no advice yet: no cap
+  igi::FrameStatsReply advice;
+  advice.throttle.tokens_per_frame = 2;
+  budget.ApplyAdvice(advice);
+  CHECK_EQ(budget.PumpBudget(), 2u);
+  advice.throttle.tokens_per_frame = 0;
+  budget.ApplyAdvice(advice);
+  CHECK_EQ(budget.PumpBudget(), SIZE_MAX);
+  advice.throttle.tokens_per_frame = std::nullopt;  // nil = unlimited
+  budget.ApplyAdvice(advice);
+  CHECK_EQ(budget.PumpBudget(), SIZE_MAX);
+
+  // Through a client: 5 token_events + generate_reply queued; Pump(PumpBudget()) runs them all without a cap,
+  // and at most tokens_per_frame per frame with one.
+  FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type != igi::GenerateRequest::kType) return {};
+    std::vector<FakeReply> replies;
+    for (int i = 0; i < 5; ++i) replies.push_back(Reply(Token(i, "x")));
+    replies.push_back(Reply(Done("xxxxx", 5)));
+    return replies;
+  }, "127.0.0.1", /*heartbeat_interval_s=*/1000.0);  // no heartbeat reply among the counted messages
+  igi::Client client(daemon.info());
+  client.Connect();
+  std::uint64_t received = client.counters().messages_received;
+  int tokens = 0, finished = 0;
+  igi::GenerateCallbacks callbacks;
+  callbacks.on_token = [&](const igi::TokenEvent&) { ++tokens; };
+  callbacks.on_done = [&](const igi::GenerateReply&) { ++finished; };
+  igi::GenerateRequest request;
+  request.text = "go";
+  budget = igi::FrameBudget();
+  client.Generate("npc-1", request, callbacks);
+  REQUIRE(WaitReceived(client, received + 6));
+  CHECK_EQ(client.Pump(budget.PumpBudget()), 6u);
+  CHECK_EQ(tokens, 5);
+  CHECK_EQ(finished, 1);
+
+  advice.throttle.tokens_per_frame = 2;
+  budget.ApplyAdvice(advice);
+  client.Generate("npc-1", request, callbacks);
+  REQUIRE(WaitReceived(client, received + 12));
+  CHECK_EQ(client.Pump(budget.PumpBudget()), 2u);
+  CHECK_EQ(client.Pump(budget.PumpBudget()), 2u);
+  CHECK_EQ(client.Pump(budget.PumpBudget()), 2u);
+  CHECK_EQ(client.Pump(budget.PumpBudget()), 0u);
+  CHECK_EQ(tokens, 10);
+  CHECK_EQ(finished, 2);
+}

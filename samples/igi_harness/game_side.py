@@ -95,12 +95,18 @@ class GameSide:
         self._thread.join(10.0)
 
     # --- per frame (called from the game loop thread, never blocks) -----------------------------------
-    def frame_stats(self, work_ms: float, target_ms: float) -> None:
-        """Send frame_stats unless the previous one is still unanswered; apply any budget proposal."""
+    def frame_stats(self, work_ms: float, target_ms: float) -> bool:
+        """Send frame_stats unless the previous one is still unanswered; apply any budget proposal.
+
+        Returns:
+            True if this frame time was sent; False if it was not (the previous request still in flight, or
+            not connected): the caller keeps it in its window and reports it with the next send.
+        """
         if self._stats_in_flight or self.client is None:
-            return
+            return False
         self._stats_in_flight = True
         self._post(self._frame_stats(work_ms, target_ms))
+        return True
 
     async def _frame_stats(self, work_ms: float, target_ms: float) -> None:
         assert self.client is not None
@@ -155,9 +161,18 @@ class GameSide:
                        apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4))
 
     # --- background tasks -----------------------------------------------------------------------------
+    async def _sleep_until(self, t_s: float) -> None:
+        """Sleep until the scene clock reads ``t_s``.
+
+        The clock is re-read after every wake-up: the phase resets ``t0`` when its first frame starts, after
+        the NPCs were started, so a single sleep computed against the old ``t0`` would wake early.
+        """
+        while (left := t_s - self.now()) > 0:
+            await asyncio.sleep(left)
+
     async def _converse(self, plan: NpcPlan, session_id: str, max_tokens: int) -> None:
         assert self.client is not None
-        await asyncio.sleep(max(0.0, plan.start_s - self.now()))
+        await self._sleep_until(plan.start_s)
         i = 0
         while self.now() < self._talk_end_s:
             line = plan.lines[i % len(plan.lines)]
@@ -167,25 +182,34 @@ class GameSide:
             stream = self.client.generate(session_id, line, max_tokens=max_tokens, timeout_s=self.timeout_s)
             self._streams.add(stream)
             self.rec.generating += 1
-            n, first = 0, None
+            n, first, last, parts = 0, None, None, []
             try:
                 async for ev in stream:
                     t = self.now()
                     first = t if first is None else first
+                    last = t
                     n += 1
+                    parts.append(ev.text)
                     self.rec.token_times_s.append(t)
                     self.last_text = (self.last_text + ev.text)[-80:]
                 result = await stream.result()
                 row.update(finish_reason=result.finish_reason, ttft_s=result.ttft_s, tps=round(result.tps, 3),
                            text=result.text, reloads_during=result.reloads_during)
-            except IgiError as exc:
+            except Exception as exc:  # IgiError from the client, or anything unexpected: record it, go on
                 row.update(finish_reason="error", error=f"{type(exc).__name__}: {exc}")
                 self.rec.errors.append(f"{plan.persona.name}: {type(exc).__name__}: {exc}")
             finally:
+                # a reply still streaming when the phase ends is cancelled here (asyncio.CancelledError from
+                # stop()): it is kept as "unfinished" with its partial client-side timing, not dropped; the
+                # daemon's ttft_s / tps come only with a final reply, so they stay null
+                for key, value in (("finish_reason", "unfinished"), ("ttft_s", None), ("tps", None),
+                                   ("reloads_during", None), ("text", "".join(parts))):
+                    row.setdefault(key, value)
                 self.rec.generating -= 1
                 self._streams.discard(stream)
                 row.update(n_tokens=n, t_end_s=round(self.now(), 4),
-                           client_ttft_s=None if first is None else round(first - t_req, 4))
+                           client_ttft_s=None if first is None else round(first - t_req, 4),
+                           client_tps=round((n - 1) / (last - first), 3) if n >= 2 and last > first else None)
             self.last_text = f"{plan.persona.name}: "
             await asyncio.sleep(plan.pauses_s[i % len(plan.pauses_s)])
             i += 1

@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 from igi_harness.game_side import GameSide
-from igi_harness.recorder import PhaseRecorder
+from igi_harness.recorder import FINISHED, PRIMARY_FRAME_SET, PhaseRecorder
 
 
 class LiveView:
@@ -46,7 +46,8 @@ class LiveView:
         table.add_row("time", f"{t_s:6.1f} s")
         table.add_row("frame p99 (last 2 s)", f"{p99:6.1f} ms (target {rec.target_frame_ms:.1f} ms)")
         table.add_row("NPCs generating", str(rec.generating))
-        table.add_row("replies / tokens", f"{sum(1 for r in rec.replies if 'tps' in r)} / {len(rec.token_times_s)}")
+        table.add_row("replies / tokens",
+                      f"{sum(1 for r in rec.replies if r.get('finish_reason') in FINISHED)} / {len(rec.token_times_s)}")
         table.add_row("throttle", f"sleep {side.sleep_ms:5.1f} ms/token, tokens/frame {side.tokens_per_frame}")
         table.add_row("game's budget", f"{side.budget_mib} MiB")
         table.add_row("last line", side.last_text.replace("\n", " "))
@@ -54,8 +55,9 @@ class LiveView:
 
 
 def comparison_table(phases: list[dict[str, Any]]) -> Table:
-    """Side-by-side summary of the phases."""
-    table = Table(title="governor on vs off (frames while NPCs talk, level-load spike excluded)")
+    """Side-by-side summary of the phases (in the order they ran)."""
+    table = Table(title="governor on vs off (talk: frames starting in the scripted talk window, level-load spike "
+                        "excluded; quiet: before any NPC talks)")
     table.add_column("metric")
     for ph in phases:
         table.add_column(f"{ph['name']}", justify="right")
@@ -63,17 +65,24 @@ def comparison_table(phases: list[dict[str, Any]]) -> Table:
     def row(label: str, get: Any) -> None:
         table.add_row(label, *[str(get(ph)) for ph in phases])
 
-    fr = (lambda ph: ph["frames"]["while_npcs_talk_excluding_spike"])
+    fr = (lambda ph: ph["frames"][PRIMARY_FRAME_SET])
+    quiet = (lambda ph: ph["frames"]["quiet_baseline"])
+    rs = (lambda ph: ph["replies_summary"])
     row("target frame time, ms", lambda ph: fr(ph).get("target_ms"))
-    row("frame p50, ms", lambda ph: fr(ph).get("p50_ms"))
-    row("frame p99, ms", lambda ph: fr(ph).get("p99_ms"))
-    row("p99 over target, %", lambda ph: fr(ph).get("p99_over_target_pct"))
-    row("frames > 105 % target, %", lambda ph: fr(ph).get("pct_over_target"))
-    row("frames > 115 % target, %", lambda ph: fr(ph).get("pct_over_115pct"))
-    row("frame p99 incl. spike, ms", lambda ph: ph["frames"]["while_npcs_talk"].get("p99_ms"))
-    row("replies", lambda ph: ph["replies_summary"]["n_replies"])
-    row("tokens", lambda ph: ph["replies_summary"]["tokens_total"])
-    row("TTFT p50, s", lambda ph: ph["replies_summary"]["ttft_p50_s"])
-    row("TPS p50, tokens/s", lambda ph: ph["replies_summary"]["tps_p50"])
+    row("quiet p50 / p99, ms", lambda ph: f"{quiet(ph).get('p50_ms')} / {quiet(ph).get('p99_ms')}")
+    row("quiet p99 over target, %", lambda ph: quiet(ph).get("p99_over_target_pct"))
+    row("talk p50, ms", lambda ph: fr(ph).get("p50_ms"))
+    row("talk p99, ms", lambda ph: fr(ph).get("p99_ms"))
+    row("talk p99 over target, %", lambda ph: fr(ph).get("p99_over_target_pct"))
+    row("talk frames > 105 % target, %", lambda ph: fr(ph).get("pct_over_target"))
+    row("talk frames > 115 % target, %", lambda ph: fr(ph).get("pct_over_115pct"))
+    row("talk p99 incl. spike, ms", lambda ph: ph["frames"]["talk_window"].get("p99_ms"))
+    row("p99 w/ generation in flight, ms", lambda ph: ph["frames"]["while_npcs_talk_excluding_spike"].get("p99_ms"))
+    row("replies finished", lambda ph: rs(ph)["n_replies"])
+    row("replies unfinished at phase end", lambda ph: rs(ph)["n_unfinished_at_phase_end"])
+    row("tokens", lambda ph: rs(ph)["tokens_total"])
+    row("TTFT p50, s (daemon)", lambda ph: rs(ph)["ttft_p50_s"])
+    row("client TTFT p50 / p95, s", lambda ph: f"{rs(ph)['client_ttft_p50_s']} / {rs(ph)['client_ttft_p95_s']}")
+    row("TPS p50 (daemon)", lambda ph: rs(ph)["tps_p50"])
     row("budget proposals applied", lambda ph: sum(1 for e in ph["events"] if e["kind"] == "budget_accepted"))
     return table

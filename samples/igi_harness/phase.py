@@ -32,6 +32,39 @@ class PhaseConfig:
     out_dir: Path
 
 
+PHASE_NAMES = {True: "governor_on", False: "governor_off"}
+
+
+def phase_plan(*, off_first: bool = False, with_off_phase: bool = True) -> list[tuple[str, bool]]:
+    """The phases of one harness run, in order: ``(name, governor)``.
+
+    Governor on, then off by default; ``off_first`` swaps them (the second phase runs on a machine that has
+    just run the first: alternating the order over repeated runs keeps that from favouring one side).
+    Without the off phase only the governor-on phase runs.
+    """
+    order = [False, True] if off_first else [True, False]
+    return [(PHASE_NAMES[g], g) for g in order if g or with_off_phase]
+
+
+@dataclass
+class WorstFrameWindow:
+    """The worst busy time since the last frame_stats that was actually sent (what the governor is told).
+
+    Every ``every_n`` frames the window's worst is offered to ``send``; the window restarts only if ``send``
+    says it went out. When the previous frame_stats is still in flight nothing is sent, and the window keeps
+    its worst frame for the next report instead of losing it.
+    """
+
+    every_n: int
+    worst_ms: float = 0.0
+
+    def frame_ended(self, frame_no: int, busy_ms: float, send: Callable[[float], bool]) -> None:
+        """Add a finished frame; at a report frame, offer the window's worst to ``send``."""
+        self.worst_ms = max(self.worst_ms, busy_ms)
+        if frame_no % self.every_n == 0 and send(self.worst_ms):
+            self.worst_ms = 0.0
+
+
 def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkload,
               on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None = None) -> PhaseRecorder:
     """Start a daemon, play the scene at ``cfg.fps`` for ``cfg.duration_s``, stop the daemon.
@@ -44,7 +77,7 @@ def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkl
     times = SceneTimes.for_duration(cfg.duration_s)
     rec = PhaseRecorder(name=name, governor=governor, target_frame_ms=target_ms,
                         spike_window_s=(times.spike_s, times.spike_end_s),
-                        talk_window_s=(times.talk_start_s, times.talk_end_s))
+                        talk_window_s=times.talk_window_s, quiet_window_s=times.quiet_window_s)
     daemon = DaemonProcess(cfg.out_dir / f"{name}.connection.json", log_file=cfg.out_dir / f"{name}.daemon.log",
                            model=cfg.model, vram_budget_mib=cfg.budget_mib, n_threads=cfg.daemon_threads)
     daemon.start()
@@ -54,7 +87,9 @@ def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkl
         side = GameSide(daemon.connection_file, rec, t0, governor=governor, budget_mib=cfg.budget_mib)
         side.connect()
         side.start_npcs(plan_scene(cfg.n_npcs, times, cfg.seed), times, cfg.max_tokens)
-        side.t0 = t0 = time.perf_counter()  # the scene clock starts with the first frame
+        # the scene clock starts with the first frame; the NPCs' start times are read against it
+        # (GameSide._sleep_until re-reads the clock, so the set-up time above does not make them early)
+        side.t0 = time.perf_counter()
         _game_loop(rec, side, workload, cfg, times, target_ms, on_frame)
     finally:
         if side is not None:
@@ -81,19 +116,19 @@ def _game_loop(rec: PhaseRecorder, side: GameSide, workload: RenderWorkload, cfg
     prev_work_ms = prev_idle_ms = 0.0
     prev_gen = 0
     prev_scale = 1.0
-    window_busy_ms = 0.0
+    window = WorstFrameWindow(cfg.stats_every_n_frames)
+    send = (lambda worst_ms: side.frame_stats(worst_ms, target_ms))  # the worst frame of the window (conservative)
     while True:
         start = time.perf_counter()
+        generating = rec.generating  # NPC generations in flight when this frame starts
         t = start - t0
         if prev_start is not None:
             # the frame that just ended: its interval is what the player saw
             interval_ms = (start - prev_start) * 1000.0
             busy_ms = max(prev_work_ms, interval_ms - prev_idle_ms)
             rec.frames.append((prev_start - t0, interval_ms, prev_work_ms, prev_gen, prev_scale, busy_ms))
-            window_busy_ms = max(window_busy_ms, busy_ms)
-            if rec.governor and frame_no % cfg.stats_every_n_frames == 0:
-                side.frame_stats(window_busy_ms, target_ms)  # the worst frame of the window (conservative)
-                window_busy_ms = 0.0
+            if rec.governor:
+                window.frame_ended(frame_no, busy_ms, send)
         if t >= times.duration_s:
             break
         if not reclaimed and t >= times.spike_s:
@@ -111,7 +146,7 @@ def _game_loop(rec: PhaseRecorder, side: GameSide, workload: RenderWorkload, cfg
         work_end = time.perf_counter()
         if on_frame is not None:
             on_frame(rec, side, t)
-        prev_start, prev_work_ms, prev_gen, prev_scale = start, (work_end - start) * 1000.0, rec.generating, scale
+        prev_start, prev_work_ms, prev_gen, prev_scale = start, (work_end - start) * 1000.0, generating, scale
         frame_no += 1
         next_frame += target_s
         delay = next_frame - time.perf_counter()

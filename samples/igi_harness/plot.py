@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
+from igi_harness.recorder import PRIMARY_FRAME_SET  # noqa: E402
+
 MARKERS = {"reclaim": ("tab:red", "reclaim"), "restore": ("tab:green", "restore"),
            "budget_accepted": ("tab:purple", "governor budget")}
 
@@ -26,12 +28,16 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
         ax.axhline(target, color="k", ls="--", lw=0.8, label="target")
         ax.axhline(target * 1.15, color="tab:orange", ls=":", lw=0.8, label="target +15 %")
         ax.set_ylim(0, max(3 * target, 1.0))
-        p99 = ph["frames"]["while_npcs_talk_excluding_spike"].get("p99_ms")
-        ax.set_title(f"{ph['name']} (governor {'on' if ph['governor'] else 'off'}); p99 while talking {p99} ms")
+        p99 = ph["frames"][PRIMARY_FRAME_SET].get("p99_ms")
+        quiet = ph["frames"].get("quiet_baseline", {}).get("p99_ms")
+        ax.set_title(f"{ph['name']} (governor {'on' if ph['governor'] else 'off'}); p99 in talk window {p99} ms, "
+                     f"quiet {quiet} ms", fontsize=9)
         ax.set_ylabel("ms")
         ax.legend(loc="upper right", fontsize=7)
         lo, hi = ph["spike_window_s"]
         ax.axvspan(lo, hi, color="tab:red", alpha=0.08)
+        for edge in ph["talk_window_s"]:  # the scripted talk window (the compared frames), minus the spike
+            ax.axvline(edge, color="tab:gray", ls="-.", lw=0.7)
 
         ax = axes[1][col]
         b = ph["budget"]

@@ -13,6 +13,12 @@ import numpy as np
 
 OVER_TARGET_TOLERANCE = 1.05  # a frame is "over target" above 105 % of it (sleep wake-up jitter is ~0.1-1 ms)
 ISSUE_TOLERANCE = 1.15        # the issue's target: p99 within 15 % of the target frame time
+SPIKE_RECOVERY_S = 1.0        # after the level-load spike, frames are excluded for 1 s more (the EWMA recovering)
+# the frame set the phases are compared on and the issue's verdict is taken from: frames that START inside the
+# scripted talk window, minus the level-load spike (+1 s). It is the same stretch of the scene in every phase,
+# whatever the governor does to how long the replies take.
+PRIMARY_FRAME_SET = "talk_window_excluding_spike"
+FINISHED = ("stop", "length")  # a reply that ran to its end (n_replies; TTFT / TPS from the daemon)
 
 
 @dataclass
@@ -22,7 +28,8 @@ class PhaseRecorder:
     name: str
     governor: bool
     target_frame_ms: float
-    # one row per frame: t, interval_ms, work_ms, NPC generations in flight, render scale, busy_ms (reported)
+    # one row per frame: t (its start), interval_ms, work_ms, NPC generations in flight when it started,
+    # render scale, busy_ms (reported)
     frames: list[tuple[float, float, float, int, float, float]] = field(default_factory=list)
     replies: list[dict[str, Any]] = field(default_factory=list)
     budget: list[dict[str, Any]] = field(default_factory=list)
@@ -33,18 +40,33 @@ class PhaseRecorder:
     generating: int = 0  # NPC generations in flight right now (written by the client loop only)
     spike_window_s: tuple[float, float] = (0.0, 0.0)
     talk_window_s: tuple[float, float] = (0.0, 0.0)
+    quiet_window_s: tuple[float, float] = (0.0, 0.0)
 
     def event(self, t_s: float, kind: str, **detail: Any) -> None:
         """Record a scripted or governor event (reclaim, restore, budget proposal, ...)."""
         self.events.append({"t_s": round(t_s, 4), "kind": kind, **detail})
 
     # --- summaries ------------------------------------------------------------------------------------
-    def frame_stats(self, *, talking_only: bool = False, exclude_spike: bool = False) -> dict[str, Any]:
-        """Frame-interval statistics (what the player sees) over all frames or a subset."""
+    def select_frames(self, *, talking_only: bool = False, exclude_spike: bool = False,
+                      window: tuple[float, float] | None = None) -> list[tuple[float, float, float, int, float, float]]:
+        """The frames of a subset, by their start time.
+
+        Args:
+            talking_only: only frames that started with at least one generation in flight (this phase's own
+                replies decide the set, so it differs between phases; a secondary figure).
+            exclude_spike: leave out frames starting in the level-load spike or the second after it.
+            window: only frames starting in ``[lo, hi)`` (e.g. the scripted talk window, the same in every phase).
+        """
         lo, hi = self.spike_window_s
-        # the spike's own frames and the second after it (the frame-time EWMA recovering) are excluded
-        rows = [f for f in self.frames
-                if (not talking_only or f[3] > 0) and (not exclude_spike or not lo <= f[0] < hi + 1.0)]
+        return [f for f in self.frames
+                if (not talking_only or f[3] > 0)
+                and (window is None or window[0] <= f[0] < window[1])
+                and (not exclude_spike or not lo <= f[0] < hi + SPIKE_RECOVERY_S)]
+
+    def frame_stats(self, *, talking_only: bool = False, exclude_spike: bool = False,
+                    window: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Frame-interval statistics (what the player sees) over all frames or a subset (:meth:`select_frames`)."""
+        rows = self.select_frames(talking_only=talking_only, exclude_spike=exclude_spike, window=window)
         target = self.target_frame_ms
         if not rows:
             return {"n_frames": 0}
@@ -69,18 +91,40 @@ class PhaseRecorder:
         }
 
     def reply_stats(self) -> dict[str, Any]:
-        """TTFT / TPS over the phase's replies."""
-        done = [r for r in self.replies if r.get("finish_reason") in ("stop", "length")]
+        """TTFT / TPS over the phase's replies, the unfinished ones included where they have a figure.
+
+        The daemon reports ``ttft_s`` and ``tps`` only in a reply's final message, so the daemon figures cover
+        finished replies only. The client figures cover every request: ``client_ttft_*`` counts a request still
+        waiting for its first token at phase end with its wait so far (those percentiles are then lower bounds,
+        ``n_waiting_for_first_token_at_phase_end`` says how many), ``client_tps_p50`` includes the partial
+        replies' streaming rate.
+        """
+        done = [r for r in self.replies if r.get("finish_reason") in FINISHED]
+        reasons: dict[str, int] = {}
+        for r in self.replies:
+            key = r.get("finish_reason") or "unfinished"
+            reasons[key] = reasons.get(key, 0) + 1
         ttft = [r["ttft_s"] for r in done if r.get("ttft_s") is not None]
-        client_ttft = [r["client_ttft_s"] for r in done if r.get("client_ttft_s") is not None]
+        waiting = [r for r in self.replies if r.get("finish_reason") == "unfinished" and r.get("client_ttft_s") is None
+                   and r.get("t_end_s") is not None]
+        client_ttft = [r["client_ttft_s"] for r in self.replies if r.get("client_ttft_s") is not None]
+        client_ttft_all = client_ttft + [r["t_end_s"] - r["t_request_s"] for r in waiting]
+        client_ttft_done = [r["client_ttft_s"] for r in done if r.get("client_ttft_s") is not None]
         tps = [r["tps"] for r in done if r.get("tps")]
+        client_tps = [r["client_tps"] for r in self.replies if r.get("client_tps")]
         pct = (lambda xs, q: round(float(np.percentile(xs, q)), 4) if xs else None)
         return {
             "n_replies": len(done), "n_unfinished": len(self.replies) - len(done),
+            "n_unfinished_at_phase_end": reasons.get("unfinished", 0), "n_errors": reasons.get("error", 0),
+            "n_waiting_for_first_token_at_phase_end": len(waiting),
+            "finish_reasons": reasons,
             "tokens_total": int(sum(r.get("n_tokens", 0) for r in self.replies)),
             "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
-            "client_ttft_p50_s": pct(client_ttft, 50), "client_ttft_p95_s": pct(client_ttft, 95),
+            "client_ttft_p50_s": pct(client_ttft_all, 50), "client_ttft_p95_s": pct(client_ttft_all, 95),
+            "client_ttft_finished_p50_s": pct(client_ttft_done, 50),
+            "client_ttft_finished_p95_s": pct(client_ttft_done, 95),
             "tps_p50": pct(tps, 50), "tps_min": round(min(tps), 3) if tps else None,
+            "client_tps_p50": pct(client_tps, 50),
         }
 
     def tokens_per_s(self, bucket_s: float = 1.0) -> dict[str, list[float]]:
@@ -99,8 +143,16 @@ class PhaseRecorder:
             "governor": self.governor,
             "talk_window_s": list(self.talk_window_s),
             "spike_window_s": list(self.spike_window_s),
+            "quiet_window_s": list(self.quiet_window_s),
+            "primary_frame_set": PRIMARY_FRAME_SET,
             "frames": {
                 "all": self.frame_stats(),
+                # before any NPC talks: the machine's own jitter, next to the talking figures
+                "quiet_baseline": self.frame_stats(window=self.quiet_window_s),
+                # primary: the scripted talk window (the same frames of the scene in every phase)
+                "talk_window": self.frame_stats(window=self.talk_window_s),
+                PRIMARY_FRAME_SET: self.frame_stats(window=self.talk_window_s, exclude_spike=True),
+                # secondary: frames that started with a generation in flight (depends on how long replies took)
                 "while_npcs_talk": self.frame_stats(talking_only=True),
                 "while_npcs_talk_excluding_spike": self.frame_stats(talking_only=True, exclude_spike=True),
             },

@@ -4,26 +4,80 @@ On a shared or virtual machine one harness run is one noisy sample (docs/benchma
 governor-off p99 of one command ranged from +18.5 % to +56 % over 13 runs), so a claim about the governor
 needs several runs: the median p99 with and without it, how often the governor phase beat the other, and in
 how many runs the issue's target was met. Each run's figures are the ones its ``report.json`` already holds
-(``frames.while_npcs_talk_excluding_spike.p99_over_target_pct`` per phase, ``issue_target.met_with_governor``).
+(``frames.talk_window_excluding_spike.p99_over_target_pct`` per phase, or for a ``report_version`` 1 report
+the set it was judged on then, ``frames.while_npcs_talk_excluding_spike``; ``issue_target.met_with_governor``).
+
+The second phase of a run follows the first on a machine that has just run it, so the driver alternates the
+phase order over the runs (:func:`off_first_for_run`) and the summary splits the comparison by order. Next
+to the talking figures it gives each phase's quiet baseline (frames before any NPC talks): the machine's own
+jitter in that run.
 """
 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
-from igi_harness.recorder import ISSUE_TOLERANCE
+from igi_harness.recorder import ISSUE_TOLERANCE, PRIMARY_FRAME_SET
+
+ORDERS = ("alternate", "on-first", "off-first")
+V1_FRAME_SET = "while_npcs_talk_excluding_spike"  # what report_version 1 judged on (generation in flight)
 
 
-def _p99_over_target_pct(report: dict[str, Any], governor: bool) -> float | None:
-    phase = next((ph for ph in report["phases"] if ph["governor"] is governor), None)
-    frames = None if phase is None else phase["frames"]["while_npcs_talk_excluding_spike"]
+def off_first_for_run(run: int, order: str) -> bool:
+    """Whether run ``run`` (1-based) plays the governor-off phase first: ``alternate`` swaps every other run
+    (run 1 governor on first, run 2 off first, ...)."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    return order == "off-first" or (order == "alternate" and run % 2 == 0)
+
+
+def harness_args(run: int, order: str, out: Path, extra: list[str]) -> list[str]:
+    """``samples/harness.py`` arguments of run ``run``: no live view, its own output directory, its phase
+    order, then the user's arguments."""
+    return ["--no-live", "--out", str(out), *(["--off-first"] if off_first_for_run(run, order) else []), *extra]
+
+
+def _phase(report: dict[str, Any], governor: bool) -> dict[str, Any] | None:
+    return next((ph for ph in report["phases"] if ph["governor"] is governor), None)
+
+
+def _frame_set(report: dict[str, Any]) -> str:
+    phase = _phase(report, True)
+    return PRIMARY_FRAME_SET if phase is not None and PRIMARY_FRAME_SET in phase["frames"] else V1_FRAME_SET
+
+
+def _p99_over_target_pct(report: dict[str, Any], governor: bool, frame_set: str) -> float | None:
+    phase = _phase(report, governor)
+    frames = None if phase is None else phase["frames"].get(frame_set)
     return frames["p99_over_target_pct"] if frames and frames.get("n_frames") else None
 
 
+def _order(report: dict[str, Any]) -> str:
+    governors = [ph["governor"] for ph in report["phases"]]
+    if len(governors) < 2:
+        return "on_only" if governors == [True] else "off_only"
+    return "off_first" if governors[0] is False else "on_first"
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 1) if xs else None
+
+
+def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    paired = [r for r in runs if r["on_better"] is not None]
+    ons = [r["p99_over_target_pct_on"] for r in runs if r["p99_over_target_pct_on"] is not None]
+    offs = [r["p99_over_target_pct_off"] for r in runs if r["p99_over_target_pct_off"] is not None]
+    return {"n_runs": len(runs), "target_met_runs": sum(r["target_met"] for r in runs),
+            "on_better_runs": sum(bool(r["on_better"]) for r in paired), "paired_runs": len(paired),
+            "median_p99_over_target_pct_on": _median(ons), "median_p99_over_target_pct_off": _median(offs)}
+
+
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per run and overall: p99 over target (%) with the governor on and off while NPCs talk, whether the
-    target was met with the governor on, whether on beat off, and the medians.
+    """Per run and overall: p99 over target (%) with the governor on and off while NPCs talk, each phase's
+    quiet baseline, whether the target was met with the governor on, whether on beat off, and the medians,
+    overall and split by phase order.
 
     Args:
         reports: ``report.json`` contents of harness runs (each with a governor-on phase; the off phase
@@ -31,20 +85,29 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """
     runs = []
     for i, report in enumerate(reports, start=1):
-        on, off = _p99_over_target_pct(report, True), _p99_over_target_pct(report, False)
-        runs.append({"run": i, "p99_over_target_pct_on": on, "p99_over_target_pct_off": off,
+        frame_set = _frame_set(report)
+        on, off = _p99_over_target_pct(report, True, frame_set), _p99_over_target_pct(report, False, frame_set)
+        runs.append({"run": i, "order": _order(report), "frame_set": frame_set,
+                     "p99_over_target_pct_on": on, "p99_over_target_pct_off": off,
+                     "quiet_p99_over_target_pct_on": _p99_over_target_pct(report, True, "quiet_baseline"),
+                     "quiet_p99_over_target_pct_off": _p99_over_target_pct(report, False, "quiet_baseline"),
                      "target_met": bool(report["issue_target"]["met_with_governor"]),
                      "on_better": None if on is None or off is None else on < off})
-    ons = [r["p99_over_target_pct_on"] for r in runs if r["p99_over_target_pct_on"] is not None]
-    offs = [r["p99_over_target_pct_off"] for r in runs if r["p99_over_target_pct_off"] is not None]
-    paired = [r for r in runs if r["on_better"] is not None]
+    overall = _compare(runs)
+    quiet_on = [r["quiet_p99_over_target_pct_on"] for r in runs if r["quiet_p99_over_target_pct_on"] is not None]
+    quiet_off = [r["quiet_p99_over_target_pct_off"] for r in runs if r["quiet_p99_over_target_pct_off"] is not None]
     return {
         "n_runs": len(runs),
         "runs": runs,
         "target_pct": round(100.0 * (ISSUE_TOLERANCE - 1.0)),
-        "target_met_runs": sum(r["target_met"] for r in runs),
-        "on_better_runs": sum(bool(r["on_better"]) for r in paired),
-        "paired_runs": len(paired),
-        "median_p99_over_target_pct_on": round(statistics.median(ons), 1) if ons else None,
-        "median_p99_over_target_pct_off": round(statistics.median(offs), 1) if offs else None,
+        "frame_sets": sorted({r["frame_set"] for r in runs}),  # more than one: runs judged on different sets
+        "target_met_runs": overall["target_met_runs"],
+        "on_better_runs": overall["on_better_runs"],
+        "paired_runs": overall["paired_runs"],
+        "median_p99_over_target_pct_on": overall["median_p99_over_target_pct_on"],
+        "median_p99_over_target_pct_off": overall["median_p99_over_target_pct_off"],
+        "median_quiet_p99_over_target_pct_on": _median(quiet_on),
+        "median_quiet_p99_over_target_pct_off": _median(quiet_off),
+        "by_order": {order: _compare([r for r in runs if r["order"] == order])
+                     for order in ("on_first", "off_first") if any(r["order"] == order for r in runs)},
     }

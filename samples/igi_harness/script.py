@@ -41,7 +41,8 @@ class SceneTimes:
 
     Attributes:
         talk_start_s: the first NPC starts talking (frames before it are the quiet baseline).
-        talk_end_s: no new player line after this.
+        talk_end_s: no new player line after this. [talk_start_s, talk_end_s) is the scripted talk window,
+            the frame set the phases are compared on (the same in every phase).
         spike_s: level-load spike: the game reclaims VRAM and renders a heavier frame.
         spike_end_s: the spike's extra render work ends.
         restore_s: the game restores the VRAM budget it reclaimed.
@@ -61,6 +62,16 @@ class SceneTimes:
         d = duration_s
         return cls(talk_start_s=0.1 * d, talk_end_s=0.9 * d, spike_s=0.45 * d,
                    spike_end_s=0.45 * d + min(3.0, 0.06 * d), restore_s=0.6 * d, duration_s=d)
+
+    @property
+    def quiet_window_s(self) -> tuple[float, float]:
+        """Before any NPC talks: the quiet baseline (the machine's own frame jitter, daemon idle)."""
+        return (0.0, self.talk_start_s)
+
+    @property
+    def talk_window_s(self) -> tuple[float, float]:
+        """The scripted talk window [talk_start_s, talk_end_s)."""
+        return (self.talk_start_s, self.talk_end_s)
 
 
 @dataclass(frozen=True)

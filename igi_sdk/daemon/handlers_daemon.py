@@ -109,14 +109,14 @@ def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: H
 
 def set_budget(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: SetBudgetRequest) -> None:
     """Budget change: the ack comes from BudgetControl (now, or after the reload)."""
-    _governor_budget(core, msg.vram_budget_mib)
     budget.on_set_budget(identity, header, msg.vram_budget_mib)
+    _governor_budget(core, msg.vram_budget_mib)
 
 
 def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: ReclaimRequest) -> None:
     """Priority path: urgent shrink."""
-    _governor_budget(core, msg.vram_budget_mib)
     budget.on_reclaim(identity, header, msg.vram_budget_mib, msg.deadline_s)
+    _governor_budget(core, msg.vram_budget_mib)
 
 
 def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
@@ -130,7 +130,7 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
     decision = governor.observe(
         FrameSample(
             now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
-            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct,
+            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct, generating=generating(core),
         )
     )
     throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
@@ -140,6 +140,21 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
     core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
 
 
+def generating(core: DaemonCore) -> bool:
+    """Whether a generation is running: a generate request forwarded to the engine worker and not yet finished.
+
+    Requests that wait in the daemon (no worker yet, a model switch holding them) do not count: they take no
+    CPU or GPU time from the game, so frames that are slow meanwhile are not the daemon's doing."""
+    return any(job.forwarded for job in core.jobs.values())
+
+
 def _governor_budget(core: DaemonCore, budget_mib: int) -> None:
+    """Fold a budget from the game into the governor, once BudgetControl has taken the request (a request it
+    refuses with an error is not folded in).
+
+    The governor sees the budget the game *asked for*, not the one BudgetControl has granted so far: a growth
+    that BudgetControl defers for stability, or a reclaim above the applied budget (never a growth), leaves the
+    granted budget below it for a while. The governor's proposals are values for the game to send back as
+    ``set_budget_request``, so they live in the same terms as the game's requests (docs/governor.md, stage 2)."""
     if core.governor is not None:
         core.governor.set_budget(budget_mib, core.clock())

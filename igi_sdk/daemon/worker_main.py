@@ -8,9 +8,11 @@ or when the daemon's end of the pipe closes (the daemon died): an orphaned worke
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -72,19 +74,30 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         engine.close()
 
 
-def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logger) -> None:
+def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logger,
+           clock: Callable[[], float] = time.monotonic) -> None:
     while True:
         # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
         # batched step advances n_running sessions by one token each, so the pause scales with it: the CPU
         # time the LLM takes from the game under a given throttle does not grow with the number of NPCs.
+        # Commands arriving during the pause are handled at once, but do not end it: the next step waits for
+        # the pause's deadline (taken from the throttle in force, so a new throttle applies to this pause).
+        # Idle, the loop waits up to 1 s for a command; the first step after one starts at once.
         n_running = max(1, getattr(scheduler, "n_running", 1))
-        timeout = scheduler.sleep_s_between_tokens * n_running if scheduler.has_work() else 1.0
-        while conn.poll(timeout):
+        paused_from = clock() if scheduler.has_work() else None
+        while True:
+            if paused_from is None:
+                timeout = 1.0
+            else:
+                timeout = max(0.0, paused_from + scheduler.sleep_s_between_tokens * n_running - clock())
+            if not conn.poll(timeout):
+                break
             command = worker_protocol.recv(conn)
             if command["op"] == "shutdown":
                 return
             _handle(command, scheduler, emit, log)
-            timeout = 0
+            if paused_from is None or not scheduler.has_work():
+                paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():
             scheduler.step()
 

@@ -16,6 +16,10 @@ estimate). For a normal distribution the upper semi-deviation is sigma / sqrt(2)
 mean + 1.645 sigma, the 95th percentile. The decaying peak caps the estimate after a *step* up in frame
 time: while the mean lags behind a new, steady level, every sample is above the mean and the semi-variance
 overstates the spread; the p95 of a steady signal is never above its recent peak. ``mean <= p95 <= peak``.
+
+Each sample is clamped to ``[0, max_ms]`` (60 000 ms by default) before it is folded in: a finite but absurd
+report (1e200 ms passes the protocol's validation) would otherwise square to infinity in the semi-variance,
+which never decays from there, and a peak that decays for minutes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from __future__ import annotations
 import math
 
 from pydantic import BaseModel, ConfigDict, Field
+
+#: Default bound on one frame time, ms (a minute: no real frame is longer, and its square stays finite).
+MAX_FRAME_TIME_MS = 60_000.0
 
 
 class FrameSignal(BaseModel):
@@ -42,20 +49,23 @@ class FrameSignal(BaseModel):
     semivar_ms2: float = Field(0.0, ge=0.0, description="EWMA of the squared deviation above the mean, ms^2")
     peak_ms: float = Field(0.0, ge=0.0, description="recent peak, decaying towards the mean with tau, ms")
 
-    def update(self, frame_time_ms: float, *, now_s: float, tau_s: float) -> FrameSignal:
+    def update(self, frame_time_ms: float, *, now_s: float, tau_s: float,
+               max_ms: float = MAX_FRAME_TIME_MS) -> FrameSignal:
         """Fold one frame-time sample in.
 
         Args:
-            frame_time_ms: the frame's time, ms (>= 0).
+            frame_time_ms: the frame's time, ms (>= 0); clamped to ``[0, max_ms]``.
             now_s: when the sample was taken, s, on any monotonic clock the caller owns.
             tau_s: EWMA time constant, s (> 0).
+            max_ms: bound on one frame time, ms (> 0).
 
         Returns:
             The new signal. The first sample initialises the mean to itself. A sample at the same time as
             the previous one (or earlier: a batched or reordered report) is weighted as if it covered its
             own frame time, so bursts of samples are neither ignored nor over-weighted.
         """
-        x = max(0.0, float(frame_time_ms))
+        x = float(frame_time_ms)
+        x = min(x, float(max_ms)) if x >= 0.0 else 0.0  # NaN -> 0, like a negative time
         if self.n_samples == 0 or self.last_sample_s is None:
             return FrameSignal(n_samples=1, last_sample_s=now_s, mean_ms=x, semivar_ms2=0.0, peak_ms=x)
         dt_s = now_s - self.last_sample_s

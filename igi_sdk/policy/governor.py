@@ -6,25 +6,34 @@ token generation and, when pacing alone cannot protect the frame rate, which sma
 Two stages, in this order:
 
 1. **Throttle** (AIMD on a generation *allowance* ``a`` in [0, 1], 1 = unthrottled). When the p95 estimate
-   of frame time is above ``target x tighten_above_ratio`` the allowance is cut multiplicatively
+   of frame time is above ``target x tighten_above_ratio`` *while a generation runs* (``FrameSample.generating``:
+   slow frames while nothing generates are not the daemon's doing) the allowance is cut multiplicatively
    (``a <- tighten_factor x a``, at most once per ``tighten_interval_s``); after headroom (p95 below
    ``target x relax_below_ratio``) has lasted ``relax_hold_s`` it grows additively (``a <- a + relax_step``,
    at most once per ``relax_interval_s``). The band between the two ratios is the hysteresis. The allowance
    maps to the wire's ``Throttle``: ``sleep_ms_between_tokens = (1 - a) x max_sleep_ms_between_tokens`` and a
    tokens-per-frame cap. **Effectiveness check**: pacing generation helps only if generation is what slows
-   the frames. When the allowance has been at its floor with frames over the band for ``release_after_s`` and
-   the p95 is not at least ``release_min_gain`` below the highest p95 seen while tightening towards the floor,
-   the throttle is released (``a <- 1``) for ``release_hold_s``: the NPCs talk at full speed while the frames
-   are no worse, and the budget stage carries on. Then the governor may tighten again (a new probe).
+   the frames. When the allowance has been at its floor with frames over the band and a generation running for
+   ``release_after_s`` and the p95 is not at least ``release_min_gain`` below the highest p95 seen while
+   tightening towards the floor (forgotten after ``release_reference_max_age_s``), the throttle is released
+   (``a <- 1``) for ``release_hold_s``: the NPCs talk at full speed while the frames are no worse, and the
+   budget stage carries on. Then the governor may tighten again (a new probe). No release within
+   ``release_holdoff_after_budget_s`` of a budget from the game (a reload, often a level load).
 2. **Budget.** With the throttle exhausted (allowance at its floor, or released as ineffective) and frames
-   still over the band for ``budget_shrink_after_s``,
+   still over the band, with a generation running, for ``budget_shrink_after_s``,
    the governor proposes ``budget x budget_shrink_factor``; a game reporting less free VRAM than
    ``vram_reserve_mib`` gets a proposal shrinking by the deficit. Once the throttle is fully relaxed and
    headroom has lasted ``budget_grow_after_s`` it proposes growing back, never above the game's budget.
+   Proposals are made from the budget in force (the game's last explicit budget, or the proposal it accepted),
+   never from an earlier proposal the game has not accepted, so an ignored proposal never compounds.
 
-An explicit budget from the game (``set_budget_request`` or ``reclaim_request``) always wins: it resets the
-working budget and becomes the ceiling no proposal exceeds (a ``set_budget`` equal to the governor's pending
-proposal is read as accepting it, and keeps the ceiling). ``docs/governor.md`` has the equations.
+A sample more than ``max_sample_gap_s`` after the previous one starts the headroom and over-at-floor stretches
+afresh (a silence is no evidence), and frame and target times are clamped to ``max_frame_time_ms``.
+
+An explicit budget from the game (``set_budget_request``, ``reclaim_request``, or the budget of a
+``load_model_request``) always wins: it becomes the budget in force and the ceiling no proposal exceeds (a
+budget equal to the governor's pending proposal is read as accepting it, and keeps the ceiling).
+``docs/governor.md`` has the equations.
 
 Example:
     >>> gov = Governor(budget_mib=2048)
@@ -64,6 +73,10 @@ class FrameSample(BaseModel):
     target_frame_time_ms: float = Field(gt=0.0, description="frame time the game aims for, ms (16.67 = 60 fps)")
     free_vram_mib: float | None = Field(None, ge=0.0, description="free device memory seen by the game, MiB")
     gpu_busy_pct: float | None = Field(None, ge=0.0, le=100.0, description="GPU utilisation seen by the game, %")
+    generating: bool = Field(
+        True, description="a generation was running when the sample arrived (the daemon knows; True if unknown): "
+                          "only then can slow frames tighten the throttle or count towards release and shrink",
+    )
 
 
 class GovernorDecision(BaseModel):
@@ -99,10 +112,14 @@ class GovernorState(BaseModel):
         None, description="start of 'over the band with the throttle exhausted' (allowance 0, or released)")
     throttle_start_p95_ms: float | None = Field(
         None, ge=0.0, description="highest p95 seen at a tighten since the allowance last left 1 (the unthrottled reference), ms")
+    throttle_start_p95_s: float | None = Field(None, description="when that reference was taken (it expires), s")
     released_until_s: float | None = Field(None, description="the throttle was released as ineffective until then")
-    budget_mib: int | None = Field(None, ge=0, description="working budget (last explicit or proposed), MiB")
+    budget_mib: int | None = Field(
+        None, ge=0, description="budget in force: the game's last explicit budget or the proposal it accepted, MiB")
     ceiling_mib: int | None = Field(None, ge=0, description="the game's explicit budget: no proposal above it, MiB")
-    last_budget_change_s: float | None = None
+    proposed_mib: int | None = Field(None, ge=0, description="the last proposal, until the game sends a budget, MiB")
+    last_budget_change_s: float | None = Field(None, description="last budget from the game or proposal (budget timers)")
+    budget_set_s: float | None = Field(None, description="when the game last sent a budget (release hold-off)")
 
     @classmethod
     def initial(cls, budget_mib: int | None = None) -> GovernorState:
@@ -135,28 +152,33 @@ def throttle_for(allowance: float, params: GovernorParams) -> tuple[float, int |
 
 
 def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> GovernorState:
-    """Fold in a budget from the game (``set_budget_request`` or ``reclaim_request``).
+    """Fold in a budget from the game (``set_budget_request``, ``reclaim_request``, a ``load_model_request``'s budget).
 
-    A budget equal to the governor's working budget while that is below the ceiling is the game *accepting*
-    the governor's last proposal: the working budget stands and the game's earlier explicit budget stays the
-    ceiling, so the governor may later grow back to it. Any other value is an explicit override: it becomes
-    the working budget and the ceiling no proposal exceeds. Either way the budget timers restart (a fresh
-    budget waits ``budget_shrink_after_s`` / ``budget_grow_interval_s``). The throttle is left alone: pacing
-    and budget are separate knobs.
+    A budget equal to the governor's pending proposal, or to the budget in force while that is below the
+    ceiling (a proposal accepted earlier, sent again), is the game *accepting* the governor's proposal: it
+    becomes the budget in force and the game's earlier explicit budget stays the ceiling, so the governor may
+    later grow back to it. Any other value is an explicit override: it becomes the budget in force and the
+    ceiling no proposal exceeds. Either way the pending proposal is settled and the budget timers restart (a
+    fresh budget waits ``budget_shrink_after_s`` / ``budget_grow_interval_s``), and the effectiveness check
+    holds off for ``release_holdoff_after_budget_s``. The throttle is left alone: pacing and budget are separate
+    knobs.
 
     Example:
-        >>> s = GovernorState.initial(2048).model_copy(update={"budget_mib": 1536})  # proposed 1536
+        >>> s = GovernorState.initial(2048).model_copy(update={"proposed_mib": 1536})  # proposed 1536
         >>> on_budget_set(s, 1536, now_s=1.0).ceiling_mib   # accepted: the ceiling stays
         2048
         >>> on_budget_set(s, 1024, now_s=1.0).ceiling_mib   # override
         1024
     """
     budget = int(budget_mib)
-    accepted = (state.budget_mib is not None and state.ceiling_mib is not None
-                and budget == state.budget_mib < state.ceiling_mib)
+    ceiling = state.ceiling_mib
+    accepted = ceiling is not None and (
+        (state.proposed_mib is not None and budget == state.proposed_mib)
+        or (state.budget_mib is not None and budget == state.budget_mib < ceiling)
+    )
     return state.model_copy(update={
-        "budget_mib": budget, "ceiling_mib": state.ceiling_mib if accepted else budget,
-        "last_budget_change_s": now_s, "over_at_floor_since_s": None,
+        "budget_mib": budget, "ceiling_mib": ceiling if accepted else budget, "proposed_mib": None,
+        "last_budget_change_s": now_s, "budget_set_s": now_s, "over_at_floor_since_s": None,
     })
 
 
@@ -184,7 +206,11 @@ def _relax_step(state: GovernorState, now_s: float, params: GovernorParams) -> f
 def _propose_budget(
     state: GovernorState, sample: FrameSample, params: GovernorParams, *, over: bool, headroom: bool,
 ) -> tuple[BudgetAction, int | None, str]:
-    """Stage 2: a budget proposal, or ``("none", None, "")``."""
+    """Stage 2: a budget proposal, or ``("none", None, "")``.
+
+    Always relative to the budget in force (``state.budget_mib``), never to a pending proposal: a game that
+    ignores a proposal is offered the same value again (at most once per interval), not a compounded one.
+    """
     budget, ceiling, now = state.budget_mib, state.ceiling_mib, sample.now_s
     if budget is None:
         return "none", None, ""
@@ -235,10 +261,13 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
     Returns:
         The next state and the decision. Deterministic: the same inputs give the same outputs.
     """
-    signal = state.signal.update(sample.frame_time_ms, now_s=sample.now_s, tau_s=params.ewma_tau_s)
+    prev_sample_s = state.signal.last_sample_s
+    signal = state.signal.update(sample.frame_time_ms, now_s=sample.now_s, tau_s=params.ewma_tau_s,
+                                 max_ms=params.max_frame_time_ms)
     mean_ms, p95_ms = signal.mean_ms, signal.p95_ms(params.p95_z)
-    target = sample.target_frame_time_ms
+    target = min(sample.target_frame_time_ms, params.max_frame_time_ms)
     now = sample.now_s
+    generating = sample.generating
     upd: dict[str, object] = {"signal": signal}
     action: ThrottleAction = "warmup"
     budget_action: BudgetAction = "none"
@@ -247,31 +276,43 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
     if signal.n_samples < params.warmup_samples:
         reason = f"warming up ({signal.n_samples}/{params.warmup_samples} samples)"
     else:
+        # a silence is no evidence: after a gap the stretches start afresh at this sample
+        gap = prev_sample_s is not None and now - prev_sample_s > params.max_sample_gap_s
+        headroom_base = None if gap else state.headroom_since_s
+        floor_base = None if gap else state.over_at_floor_since_s
         over = p95_ms > target * params.tighten_above_ratio
         gpu_saturated = sample.gpu_busy_pct is not None and sample.gpu_busy_pct >= params.gpu_busy_high_pct
-        headroom = p95_ms < target * params.relax_below_ratio and not gpu_saturated
-        headroom_since = (state.headroom_since_s if state.headroom_since_s is not None else now) if headroom else None
+        clear_ratio = min(params.gpu_busy_headroom_ratio, params.relax_below_ratio)
+        headroom = p95_ms < target * params.relax_below_ratio and (not gpu_saturated or p95_ms < target * clear_ratio)
+        headroom_since = (headroom_base if headroom_base is not None else now) if headroom else None
         upd["headroom_since_s"] = headroom_since
         allowance = state.allowance
         action = "hold"
         reason = f"p95 {p95_ms:.1f} ms within band of target {target:.1f} ms"
+        start_p95, start_p95_s = state.throttle_start_p95_ms, state.throttle_start_p95_s
+        if start_p95 is not None and (start_p95_s is None or now - start_p95_s >= params.release_reference_max_age_s):
+            start_p95 = start_p95_s = None  # the unthrottled reference is too old to judge the throttle by
+            upd.update(throttle_start_p95_ms=None, throttle_start_p95_s=None)
         released = state.released_until_s is not None and now < state.released_until_s
         if state.released_until_s is not None and not released:  # the release is over: probe afresh
-            upd.update(released_until_s=None, throttle_start_p95_ms=None)
+            start_p95 = start_p95_s = None
+            upd.update(released_until_s=None, throttle_start_p95_ms=None, throttle_start_p95_s=None)
         if released:
             allowance = 1.0
             reason = (f"p95 {p95_ms:.1f} ms; throttle released until {state.released_until_s:.1f} s "
                       "(at its floor it did not lower frame time)")
-        elif over and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
+        elif over and generating and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
             upd["allowance_too_high"] = allowance
-            start = state.throttle_start_p95_ms if allowance < 1.0 and state.throttle_start_p95_ms is not None else 0.0
-            upd["throttle_start_p95_ms"] = max(start, p95_ms)
+            if allowance >= 1.0 or start_p95 is None or p95_ms > start_p95:  # a new or higher reference
+                upd.update(throttle_start_p95_ms=p95_ms, throttle_start_p95_s=now)
             allowance *= params.tighten_factor
             allowance = 0.0 if allowance < params.allowance_snap else allowance
             upd["last_tighten_s"] = now
             action, reason = "tighten", f"p95 {p95_ms:.1f} ms > {params.tighten_above_ratio:g} x target {target:.1f} ms"
         elif over:
             reason = f"p95 {p95_ms:.1f} ms over the band" + (" at the throttle floor" if allowance <= 0.0 else "")
+            if not generating:
+                reason += "; no generation running (not the daemon's doing): no tighten"
         elif headroom and allowance < 1.0 and headroom_since is not None \
                 and now - headroom_since >= params.relax_hold_s \
                 and _since(now, state.last_tighten_s) >= params.relax_hold_s \
@@ -283,13 +324,15 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
                 action, reason = "relax", f"p95 {p95_ms:.1f} ms < {params.relax_below_ratio:g} x target {target:.1f} ms"
             else:
                 reason = f"p95 {p95_ms:.1f} ms has headroom; allowance {allowance:.2f} is just under the last over point"
-        at_floor_over = over and (allowance <= 0.0 or released)
-        floor_since = (state.over_at_floor_since_s if state.over_at_floor_since_s is not None else now) \
-            if at_floor_over else None
+        # only time over the band with the throttle exhausted *and a generation running* is evidence against
+        # the throttle (release) and for a smaller budget (shrink); a sample without generation ends the stretch
+        at_floor_over = over and generating and (allowance <= 0.0 or released)
+        floor_since = (floor_base if floor_base is not None else now) if at_floor_over else None
         upd["over_at_floor_since_s"] = floor_since
-        start_p95 = state.throttle_start_p95_ms
+        holdoff_end = -math.inf if state.budget_set_s is None \
+            else state.budget_set_s + params.release_holdoff_after_budget_s
         if at_floor_over and not released and floor_since is not None and start_p95 is not None \
-                and now - floor_since >= params.release_after_s \
+                and now - max(floor_since, holdoff_end) >= params.release_after_s \
                 and p95_ms > start_p95 * (1.0 - params.release_min_gain):
             allowance = 1.0
             upd["released_until_s"] = now + params.release_hold_s
@@ -300,7 +343,7 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         budget_action, proposed, why = _propose_budget(state.model_copy(update=upd), sample, params,
                                                        over=over, headroom=headroom)
         if proposed is not None:
-            upd.update(budget_mib=proposed, last_budget_change_s=now,
+            upd.update(proposed_mib=proposed, last_budget_change_s=now,
                        over_at_floor_since_s=now if at_floor_over else None)
             reason = f"{reason}; propose {budget_action} budget to {proposed} MiB: {why}"
 
@@ -337,7 +380,7 @@ class Governor:
         return step.decision
 
     def set_budget(self, budget_mib: int, now_s: float) -> None:
-        """A budget from the game (set_budget or reclaim): accepts a proposal or overrides (see on_budget_set)."""
+        """A budget from the game (set_budget, reclaim, load_model): accepts a proposal or overrides (see on_budget_set)."""
         self.state = on_budget_set(self.state, budget_mib, now_s)
 
     @property

@@ -27,6 +27,17 @@ class GovernorParams(BaseModel):
         description="multiplier of the upper semi-deviation in the p95 estimate (2.33 = normal p95), unitless",
     )
     warmup_samples: int = Field(3, ge=1, le=1000, description="samples folded in before the governor acts")
+    max_frame_time_ms: float = Field(
+        60_000.0, gt=0.0, le=1e7,
+        description="frame and target times above this are clamped to it before use (a finite but absurd report, "
+                    "e.g. 1e200, would otherwise overflow the semi-variance and pin the throttle at its floor), ms",
+    )
+    max_sample_gap_s: float = Field(
+        3.0, gt=0.0, le=3600.0,
+        description="two samples further apart than this end the headroom and over-at-floor stretches: a silence "
+                    "is not evidence, so the next stretch starts at the sample after the gap (keep it above the "
+                    "game's report interval), s",
+    )
 
     # --- the band: when frames are too long / when there is headroom -----------------------------------
     tighten_above_ratio: float = Field(
@@ -37,7 +48,14 @@ class GovernorParams(BaseModel):
         description="headroom when p95 frame time < target x this ratio (and the GPU is not saturated), unitless",
     )
     gpu_busy_high_pct: float = Field(
-        95.0, ge=0.0, le=100.0, description="GPU utilisation at or above which there is no headroom, %",
+        95.0, ge=0.0, le=100.0,
+        description="GPU utilisation at or above which only clear headroom counts as headroom, %",
+    )
+    gpu_busy_headroom_ratio: float = Field(
+        0.6, gt=0.0, le=1.0,
+        description="with the GPU at or above gpu_busy_high_pct, headroom needs p95 frame time < target x this "
+                    "ratio (clear headroom; capped at relax_below_ratio): a saturated GPU vetoes relaxing only "
+                    "while frames are near the band, unitless",
     )
 
     # --- stage 1: throttle (AIMD on the generation allowance) -------------------------------------------
@@ -87,6 +105,16 @@ class GovernorParams(BaseModel):
     )
     release_hold_s: float = Field(
         15.0, ge=0.0, le=3600.0, description="a released throttle stays off this long before the governor may tighten again, s",
+    )
+    release_reference_max_age_s: float = Field(
+        20.0, ge=0.0, le=3600.0,
+        description="the unthrottled reference p95 (P0) is forgotten this long after it was taken; without one "
+                    "the check cannot release (the next probe from an unthrottled allowance takes a new one), s",
+    )
+    release_holdoff_after_budget_s: float = Field(
+        5.0, ge=0.0, le=3600.0,
+        description="after a budget from the game (set_budget, reclaim, load_model: a reload, often a level load) "
+                    "the check waits this long, and only then starts counting release_after_s, s",
     )
 
     # --- stage 2: VRAM budget -----------------------------------------------------------------------------

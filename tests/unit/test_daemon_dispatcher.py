@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget_control import BudgetControl
-from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
@@ -23,7 +23,7 @@ from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
     CreateSessionRequest, ErrorReply, FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatRequest, HelloReply, HelloRequest,
-    Message, StatusRequest,
+    Message, ReclaimRequest, SetBudgetRequest, StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Plan
@@ -212,3 +212,52 @@ def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:
     dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=16.0, target_frame_time_ms=0.0))])
     (_h, reply), = _replies(sent)
     assert isinstance(reply, FrameStatsReply) and reply.throttle.sleep_ms_between_tokens == 12.5
+
+
+def _frame_stats(dispatcher: Dispatcher, sent: list[list[bytes]], frame_ms: float) -> FrameStatsReply:
+    dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.0))])
+    reply = _replies(sent)[-1][1]
+    assert isinstance(reply, FrameStatsReply)
+    return reply
+
+
+def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
+    """Governor fix 1, daemon side: the handler tells the governor whether a generation runs. Long frames with no
+    job forwarded to the worker (jitter before any NPC speaks) leave generation unthrottled; the same frames
+    while a generation runs throttle it."""
+    dispatcher, core, sent = _setup()
+    now = [100.0]
+    core.clock = lambda: now[0]
+    for _ in range(60):
+        now[0] += 1 / 60
+        assert _frame_stats(dispatcher, sent, 40.0).throttle.sleep_ms_between_tokens == 0.0
+    assert core.governor.state.allowance == 1.0
+    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = _replies(sent)[-1][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    assert any(job.forwarded for job in core.jobs.values())
+    now[0] += 1 / 60
+    reply = _frame_stats(dispatcher, sent, 40.0)
+    assert reply.throttle.sleep_ms_between_tokens > 0.0
+    commands = core.worker.commands  # type: ignore[attr-defined]
+    assert commands[-1] == {"op": "throttle", "sleep_ms": reply.throttle.sleep_ms_between_tokens}
+
+
+def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
+    """Governor fix 4, daemon side: set_budget and reclaim fold the game's budget into the governor after
+    BudgetControl has taken the request; a request it refuses with an error leaves the governor as it was."""
+    dispatcher, core, sent = _setup()
+    dispatcher.on_batch([_frames(SetBudgetRequest(vram_budget_mib=1024))])
+    assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (1024, 1024)
+    dispatcher.on_batch([_frames(ReclaimRequest(vram_budget_mib=512, deadline_s=1.0))])
+    assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (512, 512)
+
+    def refuse(*_args: Any) -> None:
+        raise RequestError(ErrorCode.INVALID_REQUEST, "refused")
+
+    dispatcher._budget.on_set_budget = refuse  # type: ignore[method-assign]
+    dispatcher._budget.on_reclaim = refuse  # type: ignore[method-assign]
+    dispatcher.on_batch([_frames(SetBudgetRequest(vram_budget_mib=256))])
+    dispatcher.on_batch([_frames(ReclaimRequest(vram_budget_mib=128, deadline_s=1.0))])
+    assert [type(reply).__name__ for _h, reply in _replies(sent)[-2:]] == ["ErrorReply", "ErrorReply"]
+    assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (512, 512)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
+from typing import get_args
+
 import pydantic
 import pytest
 
@@ -11,6 +16,7 @@ from igi_sdk.policy.governor import (
     Governor,
     GovernorDecision,
     GovernorState,
+    ThrottleAction,
     observe,
     on_budget_set,
     throttle_for,
@@ -23,14 +29,18 @@ P = GovernorParams()
 
 
 def feed(state: GovernorState, frame_ms: float, t0_s: float, t1_s: float, params: GovernorParams = P,
-         **extra: float) -> tuple[GovernorState, list[GovernorDecision]]:
-    """Feed a constant frame time at 60 samples/s over [t0, t1)."""
+         accept: bool = False, **extra: float) -> tuple[GovernorState, list[GovernorDecision]]:
+    """Feed a constant frame time at 60 samples/s over [t0, t1); ``accept``: the game applies every proposal
+    at once (sends it back as set_budget)."""
     decisions = []
     n = round((t1_s - t0_s) * FPS)
     for i in range(n):
-        step = observe(state, FrameSample(now_s=t0_s + i / FPS, frame_time_ms=frame_ms,
+        now = t0_s + i / FPS
+        step = observe(state, FrameSample(now_s=now, frame_time_ms=frame_ms,
                                           target_frame_time_ms=TARGET_MS, **extra), params)
         state = step.state
+        if accept and step.decision.proposed_budget_mib is not None:
+            state = on_budget_set(state, step.decision.proposed_budget_mib, now_s=now)
         decisions.append(step.decision)
     return state, decisions
 
@@ -93,16 +103,29 @@ def test_relax_bisects_towards_last_over_point() -> None:
     st2 = st.model_copy(update={"allowance": 0.59})
     assert observe(st2, FrameSample(now_s=10.0, frame_time_ms=8.0, target_frame_time_ms=TARGET_MS),
                    P).decision.throttle_action == "hold"
-    # ... and plain additive probing once it is forgotten
-    late = observe(st2, FrameSample(now_s=P.probe_memory_s + 1.0, frame_time_ms=8.0,
+    # ... and plain additive probing once it is forgotten (samples kept coming: no gap, headroom held)
+    st3 = st2.model_copy(update={"signal": st2.signal.model_copy(update={"last_sample_s": P.probe_memory_s + 0.9}),
+                                 "headroom_since_s": P.probe_memory_s - 1.0})
+    late = observe(st3, FrameSample(now_s=P.probe_memory_s + 1.0, frame_time_ms=8.0,
                                     target_frame_time_ms=TARGET_MS), P)
     assert late.state.allowance == pytest.approx(0.69)
 
 
-def test_saturated_gpu_blocks_relax() -> None:
+def test_saturated_gpu_blocks_relax_near_the_band() -> None:
+    """Headroom (p95 < 0.85 x target) but not clear headroom (< 0.6 x target): a saturated GPU vetoes relaxing."""
     state, _ = feed(GovernorState.initial(), 30.0, 0.0, 2.0)
-    state, ds = feed(state, 8.0, 2.0, 10.0, gpu_busy_pct=99.0)
+    state, ds = feed(state, 0.75 * TARGET_MS, 2.0, 10.0, gpu_busy_pct=99.0)
     assert state.allowance == 0.0 and not any(d.throttle_action == "relax" for d in ds)
+    state, ds = feed(state, 0.75 * TARGET_MS, 10.0, 14.0, gpu_busy_pct=50.0)  # the GPU is free again
+    assert any(d.throttle_action == "relax" for d in ds)
+
+
+def test_saturated_gpu_does_not_block_relax_with_clear_headroom() -> None:
+    """Fix 5: 8 ms frames at a 16 ms target with the GPU at 99 % (the audit: 597 s stuck at the floor): the
+    frames have clear headroom, so the throttle relaxes all the way, and the budget may grow back."""
+    state, _ = feed(GovernorState.initial(), 30.0, 0.0, 2.0)
+    state, ds = feed(state, 8.0, 2.0, 40.0, gpu_busy_pct=99.0)
+    assert any(d.throttle_action == "relax" for d in ds) and state.allowance == 1.0
 
 
 def test_throttle_mapping_is_monotone_and_bounded() -> None:
@@ -116,7 +139,7 @@ def test_throttle_mapping_is_monotone_and_bounded() -> None:
 
 
 def test_budget_shrinks_only_after_floor_and_wait() -> None:
-    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 20.0)
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 20.0, accept=True)  # the game applies each proposal
     proposals = [(i / FPS, d.proposed_budget_mib) for i, d in enumerate(ds) if d.proposed_budget_mib is not None]
     floor_reached = next(i / FPS for i, d in enumerate(ds) if d.throttle_level == 1.0)
     assert proposals[0][0] >= floor_reached + P.budget_shrink_after_s - 1e-9
@@ -128,7 +151,7 @@ def test_budget_shrinks_only_after_floor_and_wait() -> None:
 
 def test_budget_never_below_floor() -> None:
     params = GovernorParams(budget_floor_mib=1000, budget_shrink_interval_s=0.0, budget_shrink_after_s=0.0)
-    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 30.0, params)
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 30.0, params, accept=True)
     assert state.budget_mib == 1000
     assert min(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None) == 1000
 
@@ -143,8 +166,8 @@ def test_free_vram_below_reserve_shrinks_by_the_deficit() -> None:
 
 def test_budget_grows_back_after_headroom_capped_by_ceiling_and_free_vram() -> None:
     state = GovernorState.initial(2048)
-    state = state.model_copy(update={"budget_mib": 1024})  # as after two shrink proposals
-    state, ds = feed(state, 8.0, 0.0, 60.0)
+    state = state.model_copy(update={"budget_mib": 1024})  # as after two accepted shrink proposals
+    state, ds = feed(state, 8.0, 0.0, 60.0, accept=True)
     grows = [(i / FPS, d.proposed_budget_mib) for i, d in enumerate(ds) if d.budget_action == "grow"]
     assert [mib for _, mib in grows] == [1280, 1600, 2000 // 64 * 64 + 64, 2048][:len(grows)]
     assert grows[0][0] >= P.budget_grow_after_s - 1e-9
@@ -156,7 +179,7 @@ def test_budget_grows_back_after_headroom_capped_by_ceiling_and_free_vram() -> N
 
 def test_explicit_budget_overrides_and_caps_growth() -> None:
     state, _ = feed(GovernorState.initial(4096), 40.0, 0.0, 12.0)
-    assert state.budget_mib is not None and state.budget_mib < 4096
+    assert state.proposed_mib is not None and state.proposed_mib < 4096 == state.budget_mib  # proposed, not accepted
     state = on_budget_set(state, 512, now_s=12.0)
     assert (state.budget_mib, state.ceiling_mib, state.over_at_floor_since_s) == (512, 512, None)
     state, ds = feed(state, 8.0, 12.0, 80.0)
@@ -213,19 +236,22 @@ def test_accepting_a_proposal_keeps_the_ceiling() -> None:
     proposed = next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None)
     state = on_budget_set(state, proposed, now_s=8.0)  # the game applies the governor's proposal
     assert (state.budget_mib, state.ceiling_mib) == (proposed, 2048)
-    state, ds = feed(state, 8.0, 8.0, 80.0)
+    state, ds = feed(state, 8.0, 8.0, 80.0, accept=True)
     assert state.budget_mib == 2048  # grown back to the game's explicit budget, not above
     assert max(d.proposed_budget_mib or 0 for d in ds) == 2048
 
 
-def closed_loop(frame_of_allowance, seconds: float, budget_mib: int = 2048,
-                params: GovernorParams = P) -> tuple[GovernorState, list[GovernorDecision]]:
-    """Closed loop at 60 samples/s: each frame time is ``frame_of_allowance(allowance)``."""
+def closed_loop(frame_of_allowance, seconds: float, budget_mib: int = 2048, params: GovernorParams = P,
+                accept: bool = False) -> tuple[GovernorState, list[GovernorDecision]]:
+    """Closed loop at 60 samples/s: each frame time is ``frame_of_allowance(allowance)``; ``accept``: the game
+    applies every proposal at once."""
     state, decisions = GovernorState.initial(budget_mib), []
     for i in range(round(seconds * FPS)):
         x = frame_of_allowance(state.allowance)
         step = observe(state, FrameSample(now_s=i / FPS, frame_time_ms=x, target_frame_time_ms=TARGET_MS), params)
         state = step.state
+        if accept and step.decision.proposed_budget_mib is not None:
+            state = on_budget_set(state, step.decision.proposed_budget_mib, now_s=i / FPS)
         decisions.append(step.decision)
     return state, decisions
 
@@ -242,7 +268,7 @@ def test_a_throttle_that_fixes_the_frames_is_never_released() -> None:
 def test_a_throttle_that_helps_partly_stays_at_the_floor_and_the_budget_shrinks() -> None:
     """Frames over the band even at the floor (1.3 x target) but well below the unthrottled 1.8 x: the
     throttle helps, stays at its floor, and the budget stage proposes shrinking."""
-    state, ds = closed_loop(lambda a: TARGET_MS * (1.3 + 0.5 * a), 30.0)
+    state, ds = closed_loop(lambda a: TARGET_MS * (1.3 + 0.5 * a), 30.0, accept=True)
     assert not any(d.throttle_action == "release" for d in ds)
     assert state.allowance == 0.0
     assert [d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None][:2] == [1536, 1152]
@@ -273,3 +299,139 @@ def test_release_check_can_be_disabled() -> None:
     _state, ds = closed_loop(lambda a: TARGET_MS * 1.5, 30.0, params=GovernorParams(release_after_s=1e9))
     assert not any(d.throttle_action == "release" for d in ds)
     assert ds[-1].throttle_level == 1.0
+
+
+# --- audit fixes: each test fails without its fix ---------------------------------------------------------
+
+
+def _sample(now_s: float, frame_ms: float, **extra: object) -> FrameSample:
+    return FrameSample(now_s=now_s, frame_time_ms=frame_ms, target_frame_time_ms=TARGET_MS, **extra)
+
+
+def test_slow_frames_without_generation_never_tighten() -> None:
+    """Fix 1: frames over the band while nothing generates (machine jitter before any NPC spoke) are not the
+    daemon's doing: no tighten, no reference P0 taken. The same frames with a generation running tighten."""
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, generating=False)
+    assert not any(d.throttle_action == "tighten" for d in ds) and state.allowance == 1.0
+    assert state.throttle_start_p95_ms is None and "no generation running" in ds[-1].reason
+    state, ds = feed(state, 40.0, 10.0, 11.0, generating=True)
+    assert ds[0].throttle_action == "tighten" and state.throttle_start_p95_ms == pytest.approx(40.0)
+
+
+def test_time_at_the_floor_counts_only_while_generating() -> None:
+    """Fix 1: at the floor, frames over the band while nothing generates (a level load) neither release the
+    throttle nor shrink the budget, however long they last; a sample without generation ends the stretch."""
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 1.5)  # generating: descends to the floor
+    assert state.allowance == 0.0 and state.over_at_floor_since_s is not None
+    state, ds = feed(state, 40.0, 1.5, 12.0, generating=False)
+    assert not any(d.throttle_action == "release" for d in ds) and state.allowance == 0.0
+    assert all(d.proposed_budget_mib is None for d in ds) and state.over_at_floor_since_s is None
+    state, ds = feed(state, 40.0, 12.0, 13.9)  # generating again: a fresh stretch (< release_after_s so far)
+    assert not any(d.throttle_action == "release" for d in ds)
+
+
+def test_the_unthrottled_reference_expires() -> None:
+    """Fix 1: P0 taken at the descent is forgotten after release_reference_max_age_s. Frames at the floor in the
+    band for 30 s, then a load as slow as the old P0: not judged against a 30 s old reference (no release);
+    the budget stage acts instead."""
+    state, _ = feed(GovernorState.initial(2048), 40.0, 0.0, 1.5)
+    assert state.allowance == 0.0 and state.throttle_start_p95_ms == pytest.approx(40.0)
+    state, _ = feed(state, 15.0, 1.5, 31.5)  # in the band: no relax, no tighten, the floor holds
+    assert state.allowance == 0.0 and state.throttle_start_p95_ms is None
+    state, ds = feed(state, 40.0, 31.5, 40.0)
+    assert not any(d.throttle_action == "release" for d in ds) and state.allowance == 0.0
+    assert any(d.budget_action == "shrink" for d in ds)
+
+
+def test_no_release_right_after_a_budget_from_the_game() -> None:
+    """Fix 1: a reclaim (a level load) restarts nothing but the budget timers; the release check holds off for
+    release_holdoff_after_budget_s, then needs release_after_s more at the floor."""
+    state, _ = feed(GovernorState.initial(2048), 40.0, 0.0, 1.5)
+    assert state.allowance == 0.0
+    state = on_budget_set(state, 0, now_s=1.5)  # reclaim
+    state, ds = feed(state, 40.0, 1.5, 12.0)
+    releases = [1.5 + i / FPS for i, d in enumerate(ds) if d.throttle_action == "release"]
+    assert releases and releases[0] == pytest.approx(1.5 + P.release_holdoff_after_budget_s + P.release_after_s,
+                                                     abs=2 / FPS)
+
+
+def test_a_gap_in_samples_is_not_headroom() -> None:
+    """Fix 2: half a second of headroom, 10 s without samples, then one fast sample: the headroom stretch starts
+    at that sample, so no relax (before: the silence counted as 10 s of headroom)."""
+    state, _ = feed(GovernorState.initial(), 30.0, 0.0, 2.0)
+    state, ds = feed(state, 8.0, 2.0, 2.5)
+    assert state.allowance == 0.0 and not any(d.throttle_action == "relax" for d in ds)
+    step = observe(state, _sample(12.5, 8.0), P)
+    assert step.decision.throttle_action == "hold" and step.state.headroom_since_s == 12.5
+    state, ds = feed(step.state, 8.0, 12.5 + 1 / FPS, 14.0)  # samples again: relaxes after relax_hold_s
+    assert any(d.throttle_action == "relax" for d in ds)
+
+
+def test_a_gap_in_samples_is_not_time_at_the_floor() -> None:
+    """Fix 2: at the floor, over the band for 0.3 s, 10 s of silence, then one slow sample: no release and no
+    shrink in that one step (before: both at once, the gap counting as time at the floor)."""
+    state, _ = feed(GovernorState.initial(2048), 40.0, 0.0, 1.3)
+    assert state.allowance == 0.0 and state.released_until_s is None
+    state, _ = feed(state, 40.0, 1.3, 1.6)
+    step = observe(state, _sample(11.6, 40.0), P)
+    assert step.decision.throttle_action != "release" and step.decision.proposed_budget_mib is None
+    assert step.state.over_at_floor_since_s == 11.6
+
+
+def test_huge_frame_times_are_clamped() -> None:
+    """Fix 3: a finite but absurd frame time (1e200 ms passes the protocol) is clamped to max_frame_time_ms, so
+    the semi-variance stays finite and the throttle relaxes again within seconds of normal frames."""
+    signal = FrameSignal().update(16.0, now_s=0.0, tau_s=0.25).update(1e200, now_s=0.1, tau_s=0.25)
+    assert signal.peak_ms == P.max_frame_time_ms and math.isfinite(signal.semivar_ms2)
+    state, _ = feed(GovernorState.initial(), 8.0, 0.0, 1.0)
+    state = observe(state, _sample(1.0, 1e200), P).state
+    assert math.isfinite(state.signal.semivar_ms2) and state.signal.peak_ms <= P.max_frame_time_ms
+    assert state.allowance < 1.0
+    state, ds = feed(state, 8.0, 1.0 + 1 / FPS, 30.0)
+    assert ds[4 * FPS].frame_ms_p95 < TARGET_MS * P.relax_below_ratio  # the spike is forgotten within seconds
+    assert any(d.throttle_action == "relax" for d in ds) and state.allowance > 0.5
+
+
+def test_huge_target_is_clamped() -> None:
+    """Fix 3: the target is clamped too: a 1e200 ms target is read as max_frame_time_ms, so frames that long are
+    within the band (no relax), not far below an absurd target."""
+    state, _ = feed(GovernorState.initial(), 30.0, 0.0, 0.5)
+    assert 0.0 < state.allowance < 1.0
+    for i in range(5 * FPS):
+        step = observe(state, FrameSample(now_s=0.5 + i / FPS, frame_time_ms=1e5, target_frame_time_ms=1e200), P)
+        state = step.state
+        assert step.decision.throttle_action in ("hold", "tighten")
+
+
+def test_ignored_proposals_do_not_compound() -> None:
+    """Fix 4: a game that ignores the proposals is offered the same shrink again (relative to the budget in
+    force), never 2048 -> 1536 -> 1152 -> ... -> 0; the budget in force stays the game's."""
+    state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 60.0)
+    proposals = [d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None]
+    assert len(proposals) >= 3 and set(proposals) == {1536}
+    assert (state.budget_mib, state.ceiling_mib, state.proposed_mib) == (2048, 2048, 1536)
+    state = on_budget_set(state, 1536, now_s=60.0)  # accepted at last: the next shrink starts from it
+    assert (state.budget_mib, state.ceiling_mib, state.proposed_mib) == (1536, 2048, None)
+    state, ds = feed(state, 40.0, 60.0, 70.0)
+    assert {d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None} == {1152}
+
+
+def test_vram_pressure_shrinks_from_the_budget_in_force() -> None:
+    """Fix 4: the VRAM deficit is subtracted from the budget in force, not again from each ignored proposal."""
+    _state, ds = feed(GovernorState.initial(2048), TARGET_MS, 0.0, 30.0, free_vram_mib=200.0)
+    proposals = [d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None]
+    assert len(proposals) >= 3 and set(proposals) == {1728}
+    _state, ds = feed(GovernorState.initial(2048), TARGET_MS, 0.0, 12.0, accept=True, free_vram_mib=200.0)
+    assert [d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None][:2] == [1728, 1408]
+
+
+def test_docs_match_the_code() -> None:
+    """Fix 7: docs/governor.md lists the parameters in code order, every throttle action, the hooks (including
+    model_switch's set_budget) and the dt rule for a sample earlier than the previous one."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "governor.md").read_text()
+    table = re.findall(r"^\| `(\w+)` \|", doc.split("## Parameters", 1)[1].split("\n## ", 1)[0], flags=re.MULTILINE)
+    assert table == list(GovernorParams.model_fields)
+    listed = re.search(r"`throttle_action`: one of (.*)\.", doc)
+    assert listed is not None and re.findall(r"`(\w+)`", listed.group(1)) == list(get_args(ThrottleAction))
+    assert re.search(r"^\| `Governor.set_budget.*model_switch", doc, flags=re.MULTILINE)
+    assert "earlier than the previous" in doc

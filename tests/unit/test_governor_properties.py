@@ -151,13 +151,18 @@ def test_explicit_budget_is_never_exceeded(samples: list[FrameSample], budgets: 
     sets = dict(zip(positions, budgets))
     for i, sample in enumerate(samples):
         if i in sets:
-            accepted = state.budget_mib == sets[i] and state.ceiling_mib is not None and sets[i] < state.ceiling_mib
+            # accepting = sending back the pending proposal, or the accepted budget in force again (on_budget_set)
+            accepted = state.ceiling_mib is not None and (
+                sets[i] == state.proposed_mib or (state.budget_mib == sets[i] and sets[i] < state.ceiling_mib))
             ceiling = ceiling if accepted else sets[i]
             state = on_budget_set(state, sets[i], sample.now_s)
         step = observe(state, sample, P)
         state = step.state
         assert step.decision.proposed_budget_mib is None or step.decision.proposed_budget_mib <= ceiling
         assert state.budget_mib is not None and state.budget_mib <= ceiling
+        if step.decision.proposed_budget_mib is not None and data.draw(st.booleans()):  # the game accepts it
+            state = on_budget_set(state, step.decision.proposed_budget_mib, sample.now_s)
+            assert state.budget_mib <= ceiling and state.ceiling_mib == ceiling
 
 
 @settings(max_examples=10, deadline=None)

@@ -279,8 +279,11 @@ class CostModel:
             ttft += c + g + x + tr
             copy_total += x
             done, remaining = done + b, remaining - b
-        c, g, x, tr = self.pass_time(layout, placement, 1, done, 1, with_head=True)  # first token's logits
-        ttft += c + g + x + tr
+        # the first token's logits: the output head on the last prompt row, computed with the last ubatch (a whole
+        # extra one-token pass through every layer was charged here until 2026-11-30)
+        with_head = sum(self.pass_time(layout, placement, 1, done, 1, with_head=True))
+        without = sum(self.pass_time(layout, placement, 1, done, 1, with_head=False))
+        ttft += max(0.0, with_head - without)
         n_seq = workload.parallel
         ctx = workload.prompt_tokens + workload.reply_tokens / 2.0
         dc, dg, dx, dtr = self.pass_time(layout, placement, n_seq, ctx, n_seq, with_head=True)

@@ -170,17 +170,20 @@ class _Search:
         return _Eval(spec, layout, mem, pred, fits)
 
     def largest_fitting(self, specs: list[Spec], **fix: object) -> Spec | None:
-        """Binary search for the last fitting spec of a list ordered by growing VRAM use (``fix``: changes
-        applied to every spec, e.g. n_ubatch and load_mode)."""
+        """The last fitting spec of a list ordered by growing VRAM use (``fix``: changes applied to every spec,
+        e.g. n_ubatch and load_mode). The specs within the VRAM budget are a prefix of the list (binary search);
+        the pinned host bytes only shrink along it, so the specs within ``host_pinned_limit_mib`` are a suffix, and
+        the answer is the prefix's last spec if it is within that limit too, else none (the search once folded both
+        limits into one test, and with a pinned limit missed specs that fit both)."""
         lo, hi, best = 0, len(specs) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
             spec = specs[mid].with_(**fix) if fix else specs[mid]
-            if self.memory(spec)[2]:
+            if self.memory(spec)[1].vram_total_mib <= self.budget:
                 best, lo = spec, mid + 1
             else:
                 hi = mid - 1
-        return best
+        return best if best is not None and self.memory(best)[2] else None
 
     def unit_order(self, ub: int, load_mode: str) -> list[int | None]:
         """Promotion units (FFN/experts of a layer; None = head), best predicted gain per MiB first.

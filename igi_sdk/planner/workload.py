@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,8 +34,8 @@ class PlannerOptions(BaseModel):
     objective: Objective = "e2e"
     n_threads: int | None = Field(default=None, ge=1, description="CPU threads the game leaves us (None: profile max)")
     gpu_device: str = "CUDA0"
-    n_ubatch_choices: tuple[int, ...] = (512, 1024, 2048)
-    load_modes: tuple[Literal["mmap", "pinned"], ...] = ("mmap", "pinned")
+    n_ubatch_choices: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(512, 1024, 2048), min_length=1)
+    load_modes: tuple[Literal["mmap", "pinned"], ...] = Field(default=("mmap", "pinned"), min_length=1)
     host_pinned_limit_mib: int | None = Field(default=None, ge=0, description="max host RAM to page-lock")
     safety_margin_mib: int = Field(default=256, ge=0)
     type_k: str = "f16"

@@ -109,3 +109,36 @@ def test_deterministic() -> None:
     a = plan_placement(MOE, 5000, W, H200)
     b = plan_placement(MOE, 5000, W, H200)
     assert a.model_dump_json() == b.model_dump_json()
+
+
+def test_a_pinned_host_limit_finds_the_largest_spec_that_fits_both_limits() -> None:
+    """The specs within the VRAM budget are a prefix of each family, those within the pinned limit a suffix: the
+    search must find the last spec of the prefix when it is in the suffix (a binary search over both at once
+    missed the middle range, and the planner fell back to a slower mapped-file plan)."""
+    from igi_sdk.planner.memory import ComputeBufferTable
+    from igi_sdk.planner.planner import _Search
+    from igi_sdk.planner.strategies import attn_first_chain, n_cpu_moe_specs, whole_layer_specs
+
+    workload = Workload(n_ctx=4096, prompt_tokens=1024)
+    options = PlannerOptions(host_pinned_limit_mib=8000)
+    search = _Search(MOE, 12000, workload, H200, ComputeBufferTable(), options)
+    checked = 0
+    for specs in (attn_first_chain(search.summary, search.unit_order(512, "pinned")), n_cpu_moe_specs(search.summary),
+                  whole_layer_specs(search.summary)):
+        fixed = [spec.with_(n_ubatch=512, load_mode="pinned") for spec in specs]
+        fitting = [spec for spec in fixed if search.memory(spec)[2]]
+        assert search.largest_fitting(specs, n_ubatch=512, load_mode="pinned") == (fitting[-1] if fitting else None)
+        checked += bool(fitting)
+    assert checked  # the limit leaves some pinned specs: the case the old search got wrong
+    chosen = plan_placement(MOE, 12000, workload, H200, options=options).chosen
+    assert chosen is not None and chosen.placement.load_mode == "pinned" and chosen.memory.host_pinned_mib <= 8000
+
+
+def test_search_options_without_a_choice_are_refused() -> None:
+    """An empty ubatch or load-mode list made every budget 'infeasible'; a ubatch of 0 crashed the search."""
+    import pytest
+    from pydantic import ValidationError
+
+    for bad in ({"n_ubatch_choices": ()}, {"load_modes": ()}, {"n_ubatch_choices": (0,)}):
+        with pytest.raises(ValidationError):
+            PlannerOptions(**bad)

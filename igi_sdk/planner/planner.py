@@ -74,7 +74,8 @@ class PlanResult(BaseModel):
     chosen: PlannedPlacement | None
     runner_ups: tuple[RunnerUp, ...] = ()
     min_feasible_budget_mib: int | None = None
-    """Smallest budget for which some GPU plan fits (set when infeasible)."""
+    """Smallest budget for which some plan fits (set when infeasible). On a GPU machine ``cpu_only`` counts (it
+    charges the CUDA-context reserve and the margin), so this is not where the GPU starts doing work."""
     cpu_fallback: PlannedPlacement | None = None
     """CPU-only placement (the engine must hide the GPU to use no VRAM at all)."""
     notes: tuple[str, ...] = ()

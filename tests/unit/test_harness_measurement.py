@@ -1,0 +1,310 @@
+"""What one harness phase measures, on hand-made data and fakes, without a daemon: the frame sets the report
+compares (samples/igi_harness/recorder.py), the worst-frame window sent to the governor and the frame clock
+(phase.py), the reply rows and the NPC clock (game_side.py). The end-to-end run: tests/integration/test_harness.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+sys.path.insert(0, str(SAMPLES))
+
+from igi_harness.game_side import GameSide  # noqa: E402
+from igi_harness.phase import PhaseConfig, WorstFrameWindow, _game_loop  # noqa: E402
+from igi_harness.recorder import PRIMARY_FRAME_SET, PhaseRecorder  # noqa: E402
+from igi_harness.script import PERSONAS, NpcPlan, SceneTimes  # noqa: E402
+
+TARGET_MS = 16.667
+
+
+# --- frame sets --------------------------------------------------------------------------------------------
+def _recorder(generating: Any, interval: Any) -> PhaseRecorder:
+    """100 frames at t = 0.0, 0.1, ..., 9.9 s; talk window [1, 9), spike [4, 5) (+1 s excluded), quiet [0, 1)."""
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=TARGET_MS, spike_window_s=(4.0, 5.0),
+                        talk_window_s=(1.0, 9.0), quiet_window_s=(0.0, 1.0))
+    for i in range(100):
+        t = round(0.1 * i, 3)
+        rec.frames.append((t, interval(t), 8.0, generating(t), 1.0, 9.0))
+    return rec
+
+
+def test_primary_frame_set_is_the_scripted_talk_window_whatever_the_replies_did() -> None:
+    slow = (lambda t: 40.0 if 6.0 <= t < 9.0 else 16.7)  # slow frames late in the talk window
+    short = _recorder(lambda t: int(1.0 <= t < 3.0), slow)   # replies done by 3 s (fast)
+    long = _recorder(lambda t: int(1.0 <= t < 9.5), slow)    # replies running to the end (throttled)
+    for rec in (short, long):
+        s = rec.summary()
+        assert s["primary_frame_set"] == PRIMARY_FRAME_SET
+        assert s["frames"]["talk_window"]["n_frames"] == 80
+        assert s["frames"][PRIMARY_FRAME_SET]["n_frames"] == 80 - 20  # [4, 6) excluded
+        assert s["frames"]["quiet_baseline"]["n_frames"] == 10
+    # the same frames are compared in both, so the same figures come out ...
+    assert short.summary()["frames"][PRIMARY_FRAME_SET] == long.summary()["frames"][PRIMARY_FRAME_SET]
+    assert short.summary()["frames"][PRIMARY_FRAME_SET]["p99_ms"] == 40.0
+    # ... whereas the generation-in-flight set (secondary) misses the slow frames when replies were quick
+    assert short.summary()["frames"]["while_npcs_talk_excluding_spike"]["p99_ms"] == 16.7
+    assert long.summary()["frames"]["while_npcs_talk_excluding_spike"]["p99_ms"] == 40.0
+
+
+def test_quiet_baseline_is_the_frames_before_any_npc_talks() -> None:
+    rec = _recorder(lambda t: 0, lambda t: 25.0 if t < 1.0 else 16.7)
+    quiet = rec.summary()["frames"]["quiet_baseline"]
+    assert quiet["n_frames"] == 10 and quiet["p50_ms"] == 25.0 and quiet["p99_over_target_pct"] == 50.0
+    assert rec.summary()["frames"][PRIMARY_FRAME_SET]["p99_ms"] == 16.7
+
+
+# --- the game loop (fakes for the daemon side and the render work) ---------------------------------------
+class _FakeSide:
+    def __init__(self, send_results: list[bool]) -> None:
+        self.t0 = time.perf_counter()
+        self.sent: list[tuple[float, bool]] = []
+        self._results = send_results
+
+    def frame_stats(self, busy_ms: float, target_ms: float) -> bool:
+        ok = self._results.pop(0) if self._results else True
+        self.sent.append((busy_ms, ok))
+        return ok
+
+    def reclaim(self, budget_mib: int) -> None: ...
+
+    def restore(self, budget_mib: int) -> None: ...
+
+
+class _FakeWorkload:
+    """No render work, except a hook per frame (by frame index)."""
+
+    def __init__(self, hook: Any) -> None:
+        self.frame = 0
+        self.hook = hook
+
+    def run(self, scale: float = 1.0) -> None:
+        self.hook(self.frame)
+        self.frame += 1
+
+
+def _run_loop(rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, duration_s: float = 0.5) -> None:
+    cfg = PhaseConfig(duration_s=duration_s, fps=60.0, n_npcs=1, seed=1, max_tokens=4, budget_mib=0, reclaim_to_mib=0,
+                      spike_scale=1.0, stats_every_n_frames=6, model="default", daemon_threads=None, out_dir=Path("."))
+    times = SceneTimes(talk_start_s=0.1, talk_end_s=0.4, spike_s=99.0, spike_end_s=99.5, restore_s=99.9,
+                       duration_s=duration_s)
+    side.t0 = time.perf_counter()
+    _game_loop(rec, side, workload, cfg, times, 1000.0 / 60.0, None)  # type: ignore[arg-type]
+
+
+def test_worst_frame_window_keeps_the_worst_until_it_is_sent() -> None:
+    w = WorstFrameWindow(every_n=6)
+    offered: list[float] = []
+
+    def send_fails(ms: float) -> bool:
+        offered.append(ms)
+        return False
+
+    def send_ok(ms: float) -> bool:
+        offered.append(ms)
+        return True
+
+    for frame_no in range(1, 7):
+        w.frame_ended(frame_no, 40.0 if frame_no == 3 else 10.0, send_fails)  # previous request in flight
+    for frame_no in range(7, 13):
+        w.frame_ended(frame_no, 11.0, send_ok)
+    for frame_no in range(13, 19):
+        w.frame_ended(frame_no, 12.0, send_ok)
+    assert offered == [40.0, 40.0, 12.0]  # the unsent window's worst frame reaches the governor
+
+
+def test_game_loop_reports_the_worst_frame_of_an_unsent_window() -> None:
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    side = _FakeSide([False])  # the first report finds the previous one still in flight
+    _run_loop(rec, side, _FakeWorkload(lambda i: time.sleep(0.04) if i == 3 else None))
+    assert len(side.sent) >= 3
+    assert side.sent[0][0] >= 40.0 and side.sent[0][1] is False
+    assert side.sent[1][0] >= 40.0, side.sent  # without the fix the 40 ms frame is lost with the unsent window
+
+
+def test_game_loop_off_phase_sends_nothing() -> None:
+    rec = PhaseRecorder(name="p", governor=False, target_frame_ms=16.667)
+    side = _FakeSide([])
+    _run_loop(rec, side, _FakeWorkload(lambda i: None), duration_s=0.2)
+    assert side.sent == [] and rec.frames
+
+
+def test_game_loop_samples_generating_when_the_frame_starts() -> None:
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+
+    def hook(i: int) -> None:
+        if i == 2:
+            rec.generating = 1  # a reply starts while frame 2 renders
+
+    _run_loop(rec, _FakeSide([]), _FakeWorkload(hook), duration_s=0.2)
+    assert [f[3] for f in rec.frames[:4]] == [0, 0, 0, 1]
+
+
+# --- GameSide: frame_stats, NPC clock, reply rows ------------------------------------------------------------
+def _side(rec: PhaseRecorder, client: Any) -> GameSide:
+    side = GameSide(Path("unused.json"), rec, time.perf_counter(), governor=True, budget_mib=1024)
+    side.client = client
+    side._talk_end_s = 60.0
+    return side
+
+
+def test_frame_stats_says_whether_it_sent() -> None:
+    gate = threading.Event()
+
+    class Client:
+        async def frame_stats(self, work_ms: float, target_ms: float, *, timeout_s: float) -> Any:
+            while not gate.is_set():
+                await asyncio.sleep(0.005)
+            return SimpleNamespace(throttle=SimpleNamespace(sleep_ms_between_tokens=5.0, tokens_per_frame=None),
+                                   proposed_budget_mib=None)
+
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    side = _side(rec, Client())
+    side._thread.start()
+    try:
+        assert side.frame_stats(20.0, 16.667) is True
+        assert side.frame_stats(30.0, 16.667) is False  # the previous request is still in flight
+        gate.set()
+
+        def settle() -> None:
+            deadline = time.monotonic() + 5.0
+            while side._stats_in_flight and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        settle()
+        assert side.frame_stats(10.0, 16.667) is True  # answered: the next one goes out
+        settle()
+        assert rec.throttle and rec.throttle[0]["sleep_ms_between_tokens"] == 5.0
+    finally:
+        side._loop.call_soon_threadsafe(side._loop.stop)
+        side._thread.join(5.0)
+        side._loop.close()
+    no_client = _side(rec, None)
+    assert no_client.frame_stats(10.0, 16.667) is False
+    no_client._loop.close()
+
+
+class _Stream:
+    """A fake GenerationStream: ``tokens`` token events 20 ms apart, then either the final result or (``hang``)
+    nothing more, like a reply still running when the phase ends."""
+
+    def __init__(self, tokens: str, hang: bool) -> None:
+        self.tokens, self.hang, self.i = tokens, hang, 0
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.i < len(self.tokens):
+            await asyncio.sleep(0.02)
+            self.i += 1
+            return SimpleNamespace(text=self.tokens[self.i - 1])
+        if self.hang:
+            await asyncio.Event().wait()
+        raise StopAsyncIteration
+
+    async def result(self) -> Any:
+        async for _ in self:
+            pass
+        return SimpleNamespace(finish_reason="stop", ttft_s=0.02, tps=50.0, text=self.tokens, reloads_during=0)
+
+
+class _Client:
+    def __init__(self, side_ref: list[GameSide], streams: list[_Stream]) -> None:
+        self.side_ref, self.streams = side_ref, streams
+        self.requested_at: list[float] = []
+
+    def generate(self, session_id: str, text: str, *, max_tokens: int, timeout_s: float) -> _Stream:
+        self.requested_at.append(self.side_ref[0].now())
+        return self.streams.pop(0)
+
+
+def _plan(start_s: float) -> NpcPlan:
+    return NpcPlan(persona=PERSONAS[0], start_s=start_s, lines=PERSONAS[0].lines, pauses_s=(0.01,))
+
+
+async def _wait_for(cond: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def test_replies_running_at_phase_end_are_recorded_unfinished() -> None:
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    ref: list[GameSide] = []
+    client = _Client(ref, [_Stream("ab", hang=False), _Stream("cde", hang=True)])
+    side = _side(rec, client)
+    ref.append(side)
+
+    async def scene() -> None:
+        task = asyncio.create_task(side._converse(_plan(0.0), "sid", 8))
+        await _wait_for(lambda: len(rec.replies) == 2 and len(rec.token_times_s) == 5)
+        task.cancel()  # what GameSide.stop() does at phase end
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scene())
+    side._loop.close()
+    done, cut = rec.replies
+    assert done["finish_reason"] == "stop" and done["n_tokens"] == 2 and done["ttft_s"] == 0.02
+    assert cut["finish_reason"] == "unfinished", cut  # not dropped without a finish_reason
+    assert cut["n_tokens"] == 3 and cut["text"] == "cde" and cut["ttft_s"] is None and cut["tps"] is None
+    assert cut["client_ttft_s"] is not None and cut["client_ttft_s"] >= 0.015
+    assert cut["client_tps"] is not None and cut["client_tps"] > 0
+    assert cut["t_end_s"] >= cut["t_request_s"]
+    assert rec.generating == 0
+    s = rec.reply_stats()
+    assert s["n_replies"] == 1 and s["n_unfinished"] == 1 and s["n_unfinished_at_phase_end"] == 1
+    assert s["finish_reasons"] == {"stop": 1, "unfinished": 1} and s["tokens_total"] == 5
+
+
+def test_a_request_without_a_first_token_at_phase_end_counts_in_client_ttft() -> None:
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    rec.replies += [
+        {"finish_reason": "stop", "t_request_s": 1.0, "t_end_s": 2.0, "n_tokens": 10, "ttft_s": 0.3,
+         "client_ttft_s": 0.4, "tps": 20.0, "client_tps": 19.0},
+        {"finish_reason": "stop", "t_request_s": 3.0, "t_end_s": 4.0, "n_tokens": 10, "ttft_s": 0.3,
+         "client_ttft_s": 0.5, "tps": 20.0, "client_tps": 19.0},
+        {"finish_reason": "unfinished", "t_request_s": 5.0, "t_end_s": 8.0, "n_tokens": 4, "ttft_s": None,
+         "client_ttft_s": 2.0, "tps": None, "client_tps": 3.0},
+        {"finish_reason": "unfinished", "t_request_s": 6.0, "t_end_s": 8.0, "n_tokens": 0, "ttft_s": None,
+         "client_ttft_s": None, "tps": None, "client_tps": None},
+    ]
+    s = rec.reply_stats()
+    assert s["n_unfinished_at_phase_end"] == 2 and s["n_waiting_for_first_token_at_phase_end"] == 1
+    assert s["ttft_p50_s"] == 0.3  # the daemon's figure: finished replies only
+    assert s["client_ttft_finished_p50_s"] == 0.45
+    assert s["client_ttft_p50_s"] == pytest.approx(1.25)  # 0.4, 0.5, 2.0 and (at least) 2.0
+    assert s["client_ttft_p95_s"] == pytest.approx(2.0)
+    assert s["client_tps_p50"] == 19.0
+
+
+def test_npcs_start_on_the_scene_clock_reset_at_the_first_frame() -> None:
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    ref: list[GameSide] = []
+    client = _Client(ref, [_Stream("a", hang=True)])
+    side = _side(rec, client)
+    ref.append(side)
+
+    async def scene() -> None:
+        task = asyncio.create_task(side._converse(_plan(0.3), "sid", 8))  # started before the clock starts
+        await asyncio.sleep(0.1)
+        side.t0 = time.perf_counter()  # what run_phase does when the first frame starts
+        await _wait_for(lambda: client.requested_at)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scene())
+    side._loop.close()
+    assert client.requested_at[0] >= 0.3 - 1e-3, client.requested_at  # not 0.2 (the old clock's 0.3)

@@ -251,12 +251,15 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
             return None
         return rec, cand
 
-    def run(rec: dict[str, Any], cand: m.Candidate) -> None:
+    def run(rec: dict[str, Any], cand: m.Candidate, measured: dict[str, dict[str, Any]] | None = None) -> None:
+        """Measure ``rec``, or take over the same placement's measurement from ``measured`` (by default the
+        suite's first measurements; each confirmation round keeps its own, so it loads the placement again)."""
+        measured = state.measured if measured is None else measured
         state.n_done += 1
         rec["run_id"] = f"{label}#{state.n_done}"
         key = measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)  # type: ignore[arg-type]
-        if key in state.measured:
-            _reuse(rec, state.measured[key])
+        if key in measured:
+            _reuse(rec, measured[key])
         elif out_of_time():
             rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
         elif rec["method"] == "oracle" and (why := pruned_reason(rec, records, cfg.oracle_prune_ratio)):
@@ -264,31 +267,19 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         else:
             _measure(worker, sampler, rec, cand, cfg, state)
             if rec["status"] == "ok":
-                state.measured[key] = rec
+                measured[key] = rec
         _progress(state, rec, say)
         flush()
 
-    def confirm(role: str, first: dict[str, Any], k: int, confirmed: dict[tuple[str, int], dict[str, Any]]) -> None:
-        """Load ``first``'s placement once more (round ``k``), as a ``confirm`` record (``bench/confirm.py``)."""
+    def confirmation(role: str, first: dict[str, Any], k: int) -> tuple[dict[str, Any], m.Candidate]:
+        """A ``confirm`` record loading ``first``'s placement once more, in round ``k`` (``bench/confirm.py``)."""
         cand = replace(cands[id(first)], method=CONFIRM)
         rec = _record(label, path, cand, first["budget_mib"], (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"]),
                       meta.get("gpu"), meta["cpu"])
         rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
         records.append(rec)
         state.n_total += 1
-        state.n_done += 1
-        rec["run_id"] = f"{label}#{state.n_done}"
-        key = (measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement), k)  # type: ignore[arg-type]
-        if key in confirmed:
-            _reuse(rec, confirmed[key])
-        elif out_of_time():
-            rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
-        else:
-            _measure(worker, sampler, rec, cand, cfg, state)
-            if rec["status"] == "ok":
-                confirmed[key] = rec
-        _progress(state, rec, say)
-        flush()
+        return rec, cand
 
     def out_of_time() -> bool:
         return state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
@@ -341,11 +332,11 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         pairs = close_calls(records, cfg.confirm_within)
         say(f"  confirming {len(pairs)} close calls with {cfg.confirm_loads} more loads each of the planner's placement "
             f"and its challenger")
-        confirmed: dict[tuple[str, int], dict[str, Any]] = {}  # (measure_key, round) -> run: shared by groups
         for k in range(1, cfg.confirm_loads + 1):  # round by round: a time limit cuts every group alike
+            confirmed: dict[str, dict[str, Any]] = {}  # this round's loads, shared by groups with the same placement
             for pair in pairs:
                 for role, first in zip(ROLES, pair):
-                    confirm(role, first, k, confirmed)
+                    run(*confirmation(role, first, k), confirmed)
     flush()
     return out_file
 

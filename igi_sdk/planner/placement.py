@@ -12,6 +12,7 @@ CPU_DEVICE = "CPU"
 #: Largest context accepted anywhere (tokens): beyond it llama.cpp spends minutes allocating before it fails.
 MAX_N_CTX = 1 << 20
 
+
 class OverrideRule(BaseModel):
     """One llama.cpp ``tensor_buft_overrides`` entry: tensors whose name matches go to ``device``.
 

@@ -176,15 +176,16 @@ class _Search:
         the pinned host bytes only shrink along it, so the specs within ``host_pinned_limit_mib`` are a suffix, and
         the answer is the prefix's last spec if it is within that limit too, else none (the search once folded both
         limits into one test, and with a pinned limit missed specs that fit both)."""
-        lo, hi, best = 0, len(specs) - 1, None
+        lo, hi, best, best_fits = 0, len(specs) - 1, None, False
         while lo <= hi:
             mid = (lo + hi) // 2
             spec = specs[mid].with_(**fix) if fix else specs[mid]
-            if self.memory(spec)[1].vram_total_mib <= self.budget:
-                best, lo = spec, mid + 1
+            _, mem, fits = self.memory(spec)
+            if mem.vram_total_mib <= self.budget:
+                best, best_fits, lo = spec, fits, mid + 1
             else:
                 hi = mid - 1
-        return best if best is not None and self.memory(best)[2] else None
+        return best if best_fits else None
 
     def unit_order(self, ub: int, load_mode: str) -> list[int | None]:
         """Promotion units (FFN/experts of a layer; None = head), best predicted gain per MiB first.

@@ -153,6 +153,12 @@ class DaemonCore:
         """Seconds since the daemon started."""
         return max(0.0, self.clock() - self.started_s)
 
+    def end_exports_without_worker(self) -> None:
+        """Answer every save waiting for the worker's KV export without it (the worker died, or the daemon is
+        shutting down): each save writes the history and the KV state the daemon already holds."""
+        for req_id in list(self.waiting_exports):
+            self.waiting_exports.pop(req_id)({"tokens": None, "state": None})
+
     def queue_depth(self) -> int:
         """Generate requests beyond the context's ``n_seq_max`` sequence slots: the ones that must wait for a slot.
 

@@ -100,8 +100,7 @@ def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: H
         if job is not None:
             core.send_to_job(job, job.partial_reply("cancelled"))
     budget.abort(RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied"))
-    for req_id in list(core.waiting_exports):
-        core.waiting_exports.pop(req_id)({"tokens": None, "state": None})
+    core.end_exports_without_worker()
     core.shutting_down = True
     core.exit_requested = True
     core.send(identity, ShutdownReply(), header)

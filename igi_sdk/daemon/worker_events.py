@@ -100,8 +100,7 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
         job = finish_job(core, job_id)
         if job is not None:
             _fail_job(core, job, error)
-    for req_id in list(core.waiting_exports):
-        core.waiting_exports.pop(req_id)({"tokens": None, "state": None})
+    core.end_exports_without_worker()
     budget.on_worker_death()
     limit = core.settings.engine.max_worker_restarts
     if core.fatal_error is not None or core.worker_failures_in_row > limit:

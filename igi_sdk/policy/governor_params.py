@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from igi_sdk.policy.frame_signal import MAX_FRAME_TIME_MS
+
 
 class GovernorParams(BaseModel):
     """Knobs of the frame-rate governor. Defaults suit a 60 fps game and a small model.
@@ -28,7 +30,7 @@ class GovernorParams(BaseModel):
     )
     warmup_samples: int = Field(3, ge=1, le=1000, description="samples folded in before the governor acts")
     max_frame_time_ms: float = Field(
-        60_000.0, gt=0.0, le=1e7,
+        MAX_FRAME_TIME_MS, gt=0.0, le=1e7,
         description="frame and target times above this are clamped to it before use (a finite but absurd report, "
                     "e.g. 1e200, would otherwise overflow the semi-variance and pin the throttle at its floor), ms",
     )

@@ -68,7 +68,7 @@ def render(result: PlanResult, console: Console) -> None:
     console.print(f"[bold]{result.model}[/bold]  budget {result.vram_budget_mib} MiB  objective {result.objective}  "
                   f"prompt {w.prompt_tokens}  reply {w.reply_tokens}  ctx {w.n_ctx}  parallel {w.parallel}")
     if result.chosen is None:
-        console.print(f"[red]infeasible[/red]: no GPU placement fits; smallest budget that works: "
+        console.print(f"[red]infeasible[/red]: no GPU placement fits; smallest budget for a GPU placement: "
                       f"{result.min_feasible_budget_mib} MiB")
     chosen = result.chosen or result.cpu_fallback
     for note in result.notes:

@@ -83,8 +83,8 @@ def placement_for(model: Path, n_sessions: int, args: argparse.Namespace) -> tup
         from igi_sdk.profiler.store import load_profile
 
         profile = load_profile() or reference_profile("h200")
-        workload = Workload(prompt_tokens=64, reply_tokens=args.max_tokens, parallel=n_sessions,
-                            n_ctx=n_sessions * args.ctx_per_session)
+        workload = Workload(prompt_tokens=min(64, args.ctx_per_session), reply_tokens=args.max_tokens,
+                            parallel=n_sessions, n_ctx=n_sessions * args.ctx_per_session)
         result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile)
         if result.placement is not None:
             planned = result.placement.with_(n_threads=args.n_threads, n_threads_batch=args.n_threads)

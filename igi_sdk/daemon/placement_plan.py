@@ -125,7 +125,8 @@ class PlacementPlanner:
         from igi_sdk.profiler.planning import plan_file
 
         base = self._base
-        workload = Workload(prompt_tokens=min(self._prompt_tokens_hint, base.n_ctx), reply_tokens=self._reply_tokens_hint,
+        n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
+        workload = Workload(prompt_tokens=min(self._prompt_tokens_hint, n_ctx_seq), reply_tokens=self._reply_tokens_hint,
                             parallel=base.n_seq_max, n_ctx=base.n_ctx, reloads_per_request=self._reloads_per_request)
         options = PlannerOptions(n_threads=base.n_threads, type_k=base.type_k, type_v=base.type_v,
                                  flash_attn=base.flash_attn)
@@ -134,7 +135,8 @@ class PlacementPlanner:
             log_event(_log, logging.WARNING, "plan_warning", warning=w)
         chosen = result.chosen
         if chosen is None:
-            fallback = f"model does not fit {budget_mib} MiB (smallest that works: {result.min_feasible_budget_mib} MiB)"
+            fallback = (f"model does not fit {budget_mib} MiB (smallest budget for a GPU placement: "
+                        f"{result.min_feasible_budget_mib} MiB)")
             return self.cpu_only(budget_mib, warning=f"{fallback}; CPU-only placement")
         keep = ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v", "n_threads", "n_threads_batch")
         placement = chosen.placement.with_(**{k: getattr(base, k) for k in keep})

@@ -32,7 +32,8 @@ CTX_PAD = 256  # llama.cpp pads n_ctx (and each stream's n_ctx_seq) to a multipl
 
 PlacementClass = Literal["all_gpu", "head_host", "partial", "cpu_offload", "cpu_only"]
 """Classes of placement whose compute buffers differ: everything in VRAM; all but the head; some layer
-weights on the host; no weights in VRAM but op_offload on; no GPU use at all."""
+weights on the host (all of them when only KV is in VRAM: attention then runs on the GPU, as in the class's
+representatives that keep KV in VRAM); nothing in VRAM (no weights, no KV) but op_offload on; no GPU use at all."""
 
 _INPUT_GROUPS = frozenset({TensorGroup.TOKEN_EMBD, TensorGroup.OTHER})
 _HEAD_GROUPS = frozenset({TensorGroup.OUTPUT, TensorGroup.OUTPUT_NORM})
@@ -144,7 +145,7 @@ def placement_class(layout: Layout, placement: Placement, *, has_gpu: bool) -> P
     """Which compute-buffer class a resolved placement belongs to."""
     if not has_gpu:
         return "cpu_only"
-    if not layout.gpu_total().n_bytes:
+    if not layout.gpu_total().n_bytes and not any(layout.kv_on_gpu):
         return "cpu_offload" if placement.op_offload else "cpu_only"
     host_groups = layout.host_groups
     if host_groups <= _INPUT_GROUPS:

@@ -74,8 +74,9 @@ class PlanResult(BaseModel):
     chosen: PlannedPlacement | None
     runner_ups: tuple[RunnerUp, ...] = ()
     min_feasible_budget_mib: int | None = None
-    """Smallest budget for which some plan fits (set when infeasible). On a GPU machine ``cpu_only`` counts (it
-    charges the CUDA-context reserve and the margin), so this is not where the GPU starts doing work."""
+    """Smallest budget at which a plan that uses the GPU fits (set when infeasible). ``cpu_only`` does not count:
+    on a GPU machine it fits from the CUDA-context reserve plus the margin, but the GPU does no work there; the
+    CPU-only fallback needs no budget at all (``cpu_fallback``)."""
     cpu_fallback: PlannedPlacement | None = None
     """CPU-only placement (the engine must hide the GPU to use no VRAM at all)."""
     notes: tuple[str, ...] = ()
@@ -356,7 +357,8 @@ def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, 
         cpu_search = _Search(model, 10**9, workload, profile.model_copy(update={"gpu": None}), search.compute, options,
                              summary=search.summary)
         fallback = cpu_search.planned(cpu_search.evaluate(fallback_spec))
-        need = math.ceil(min(smallest.values())) if smallest else None
+        gpu_smallest = [mib for strategy, mib in smallest.items() if strategy != "cpu_only"]
+        need = math.ceil(min(gpu_smallest)) if gpu_smallest else None
         notes.append("no GPU placement fits; the CPU-only fallback needs the engine to hide the GPU "
                      "(no CUDA context) to use no VRAM")
         return PlanResult(status="infeasible", chosen=None, min_feasible_budget_mib=need, cpu_fallback=fallback,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from igi_sdk.planner.ggml_types import is_known_type, is_quantized
 from igi_sdk.planner.placement import MAX_N_CTX
 
 Objective = Literal["e2e", "ttft", "tps"]
@@ -25,6 +26,14 @@ class Workload(BaseModel):
         default=0.0, ge=0,
         description="expected model reloads (budget changes) per request; weighs load time into the objective")
 
+    @model_validator(mode="after")
+    def _prompt_fits_one_sequence(self) -> Workload:
+        n_ctx_seq = self.n_ctx // self.parallel  # llama.cpp gives each sequence n_ctx / n_seq_max cells
+        if self.prompt_tokens > n_ctx_seq:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens} does not fit one sequence's context: "
+                             f"n_ctx / parallel = {self.n_ctx} / {self.parallel} = {n_ctx_seq} tokens")
+        return self
+
 
 class PlannerOptions(BaseModel):
     """Search options. Defaults suit an 8-16 GiB gaming GPU."""
@@ -43,3 +52,10 @@ class PlannerOptions(BaseModel):
     flash_attn: bool = True
     op_offload_min_batch: int = Field(default=32, ge=1, description="GGML_OP_OFFLOAD_MIN_BATCH")
     max_runner_ups: int = Field(default=4, ge=0)
+
+    @model_validator(mode="after")
+    def _quantized_v_needs_flash_attn(self) -> PlannerOptions:
+        if not self.flash_attn and is_known_type(self.type_v) and is_quantized(self.type_v):
+            raise ValueError(f"type_v={self.type_v!r} is quantized: llama.cpp refuses a quantized V cache "
+                             "without flash attention (flash_attn=True, or an f16 / bf16 / f32 type_v)")
+        return self

@@ -8,11 +8,12 @@ from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.planner.ggml_types import cuda_alloc_bytes, row_bytes
 from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
 from igi_sdk.planner.memory import (MIB, ComputeBufferTable, ComputeEntry, compute_key, kv_cells, kv_layer_bytes,
-                                    memory_of)
+                                    largest_host_weight_bytes, memory_of)
 from igi_sdk.planner.placement import OverrideRule, Placement
 from igi_sdk.planner.shapes import table_from_shape
 from igi_sdk.planner.strategies import (attn_first_chain, attn_partial_specs, fixed_specs, n_cpu_moe_specs,
-                                        spec_layout, spec_placement, whole_layer_kv_gpu_specs, whole_layer_specs)
+                                        representative_specs, spec_layout, spec_placement, whole_layer_kv_gpu_specs,
+                                        whole_layer_specs)
 from igi_sdk.planner.summary import summarize
 from igi_sdk.planner.tensors import TensorGroup
 from igi_sdk.planner.shapes import REFERENCE_SHAPES, ModelShape
@@ -133,6 +134,30 @@ def test_dry_run_entry_replaces_estimate_and_covers_larger_staging() -> None:
     table = table.with_entry(ComputeEntry(key=kp, gpu_bytes=300 * MIB, host_bytes=0, staged_tensor_bytes=0))
     m = memory_of(s, lay_p, pp, table, reserve_mib=500, safety_margin_mib=0)
     assert m.gpu_compute_mib * MIB == 300 * MIB + s.output_stats.n_bytes
+
+
+def test_kv_only_in_vram_is_sized_with_a_class_that_keeps_kv_in_vram() -> None:
+    """``whole_layers_kv_gpu`` with no layer weights in VRAM keeps every layer's KV there (attention on the GPU).
+    It was sized with the ``cpu_offload`` class, whose representative (n_gpu_layers 0) has its KV on the host;
+    now it is ``partial``, whose representatives include attention + KV of every layer in VRAM."""
+    s = summarize(table_from_shape(DENSE_8B))
+    spec = whole_layer_kv_gpu_specs(s)[0]
+    p = spec_placement(s, spec, Placement(n_ctx=4096))
+    lay = resolve_layout(s, p, has_gpu=True)
+    assert not lay.gpu_total().n_bytes and all(lay.kv_on_gpu)
+    key = compute_key(lay, p, has_gpu=True)
+    assert key.placement_class == "partial"
+    assert any(all(spec_layout(s, r, has_gpu=True).kv_on_gpu) for r in representative_specs(s, key.placement_class))
+    assert not any(any(spec_layout(s, r, has_gpu=True).kv_on_gpu) for r in representative_specs(s, "cpu_offload"))
+    table = ComputeBufferTable()
+    for cls, mib in (("partial", 400), ("cpu_offload", 100)):
+        table = table.with_entry(ComputeEntry(key=key.model_copy(update={"placement_class": cls}), gpu_bytes=mib * MIB,
+                                              host_bytes=0, staged_tensor_bytes=largest_host_weight_bytes(s, lay)))
+    mem = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
+    assert mem.placement_class == "partial" and mem.compute_source == "dry_run" and mem.gpu_compute_mib == 400
+    # without op_offload the GPU still holds the KV and runs attention: not the GPU-idle class
+    no_offload = p.with_(op_offload=False)
+    assert compute_key(lay, no_offload, has_gpu=True).placement_class == "partial"
 
 
 def test_cpu_only_machine_has_no_vram_terms() -> None:

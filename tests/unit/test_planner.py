@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from igi_sdk.planner import (PlannerOptions, Workload, baseline_placements, plan_placement, reference_profile,
-                             table_from_shape)
+from igi_sdk.planner import (ModelTable, PlannerOptions, Workload, baseline_placements, plan_placement,
+                             reference_profile, table_from_shape)
 from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
 from igi_sdk.planner.memory import MIB
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
@@ -59,6 +59,22 @@ def test_infeasible_budget_names_smallest_budget_and_cpu_fallback() -> None:
     assert r.cpu_fallback.placement.n_gpu_layers == 0 and not r.cpu_fallback.placement.op_offload
     ok = plan_placement(DENSE, r.min_feasible_budget_mib, W, H200)
     assert ok.status == "ok"
+
+
+def test_infeasible_names_the_smallest_budget_at_which_the_gpu_does_work() -> None:
+    """``cpu_only`` fits a GPU machine from the CUDA-context reserve plus the margin (874 MiB with this profile)
+    and leaves the GPU idle; the budget an infeasible result names is where a plan that uses the GPU fits
+    (it named 874 MiB, where only ``cpu_only`` fits)."""
+    def fitting(model: ModelTable, budget: int) -> set[str]:
+        r = plan_placement(model, budget, W, H200, options=PlannerOptions(max_runner_ups=20))
+        assert r.chosen is not None
+        return {r.chosen.strategy} | {ru.strategy for ru in r.runner_ups if ru.planned is not None}
+
+    for model in (DENSE, MOE):
+        need = plan_placement(model, 300, W, H200).min_feasible_budget_mib
+        assert need is not None
+        assert fitting(model, need - 1) == {"cpu_only"}
+        assert fitting(model, need) - {"cpu_only"}
 
 
 def test_cpu_only_profile_plans_cpu_only() -> None:
@@ -142,3 +158,27 @@ def test_search_options_without_a_choice_are_refused() -> None:
     for bad in ({"n_ubatch_choices": ()}, {"load_modes": ()}, {"n_ubatch_choices": (0,)}):
         with pytest.raises(ValidationError):
             PlannerOptions(**bad)
+
+
+def test_a_prompt_longer_than_one_sequence_context_is_refused() -> None:
+    """llama.cpp gives each of ``parallel`` sequences n_ctx / parallel cells: a longer prompt cannot run."""
+    import pytest
+    from pydantic import ValidationError
+
+    assert Workload(prompt_tokens=1024, n_ctx=4096, parallel=4).prompt_tokens == 1024  # exactly one share
+    for bad in ({"prompt_tokens": 1025, "n_ctx": 4096, "parallel": 4}, {"prompt_tokens": 5000, "n_ctx": 4096}):
+        with pytest.raises(ValidationError, match="one sequence's context"):
+            Workload(**bad)
+
+
+def test_a_quantized_v_cache_without_flash_attention_is_refused() -> None:
+    """llama.cpp refuses to load a quantized V cache without flash attention (a quantized K cache it accepts)."""
+    import pytest
+    from pydantic import ValidationError
+
+    for good in ({"flash_attn": False, "type_k": "q8_0"}, {"flash_attn": False, "type_v": "bf16"},
+                 {"flash_attn": True, "type_k": "q8_0", "type_v": "q8_0"}):
+        PlannerOptions(**good)
+    for type_v in ("q8_0", "Q4_0"):
+        with pytest.raises(ValidationError, match="flash attention"):
+            PlannerOptions(flash_attn=False, type_v=type_v)

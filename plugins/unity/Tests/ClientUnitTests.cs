@@ -57,6 +57,17 @@ namespace Igi.Tests
             return WireCodec.Decode(frames.GetRange(1, frames.Count - 1), signer);
         }
 
+        // Receives the next request that is not a heartbeat_request; heartbeats met on the way are answered.
+        private static Envelope ReceiveSkippingHeartbeats(TestRouter router, Signer signer, out byte[] identity)
+        {
+            while (true)
+            {
+                Envelope request = ReceiveRequest(router, signer, out identity);
+                if (request.Message.Type != HeartbeatRequest.TypeName) return request;
+                router.Send(identity, Reply(request, new HeartbeatReply(), signer));
+            }
+        }
+
         private static byte[][] Reply(Envelope request, IgiMessage reply, Signer signer)
         {
             return WireCodec.Encode(Header.New(reply.Type, request.Header.SessionId, request.Header.MsgId), reply, signer);
@@ -362,6 +373,56 @@ namespace Igi.Tests
                         Check.Equal("ok", IgiClient.Wait(handle.Completion).Text, "a later readable reply ends it");
                     }
                 }
+            });
+            t.Add("client:handshakes_again_on_a_socket_capped_at_twice_the_announced_max_frame_bytes", () =>
+            {
+                // PROTOCOL.md 1.4 / 10: replies are decoded with hello_reply.limits.max_frame_bytes, and the socket's
+                // ZMQ_MAXMSGSIZE is twice it. libzmq applies that option only to later connections, so a daemon announcing
+                // 4096 gets a second hello on a fresh socket capped at 8192.
+                var signer = Signer.FromHex(KeyHex);
+                var small = GoodHello();
+                small.Limits = new Limits { MaxFrameBytes = 4096 };
+                small.HeartbeatIntervalS = 0.05;
+                small.ClientTimeoutS = 1.0;
+                using (var router = new TestRouter())
+                {
+                    Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router));
+                    byte[] first, second;
+                    Envelope hello1 = ReceiveRequest(router, signer, out first);
+                    Check.Equal(HelloRequest.TypeName, hello1.Message.Type, "first handshake");
+                    router.Send(first, Reply(hello1, small, signer));
+                    Envelope hello2 = ReceiveRequest(router, signer, out second);
+                    Check.Equal(HelloRequest.TypeName, hello2.Message.Type, "a second hello_request, for the announced cap");
+                    Check.True(Check.Hex(first) != Check.Hex(second), "the second hello comes from a new connection");
+                    router.Send(second, Reply(hello2, small, signer));
+                    using (IgiClient client = IgiClient.Wait(connecting))
+                    {
+                        Check.Equal(4096L, client.Hello.Limits.MaxFrameBytes, "announced limit");
+                        Check.Equal((long?)8192, client.MaxMessageBytes, "socket cap = 2 x max_frame_bytes");
+                        Task<StatusReply> status = client.StatusAsync();
+                        byte[] identity;
+                        Envelope request = ReceiveSkippingHeartbeats(router, signer, out identity);
+                        Check.Equal(Check.Hex(second), Check.Hex(identity), "requests go out on the second connection");
+                        // Over max_frame_bytes but under the cap: delivered, then dropped by the decoder (too_large).
+                        router.Send(identity, RawReply(request, StatusReply.TypeName, new byte[5000], signer));
+                        var sw = Stopwatch.StartNew();
+                        while (client.DroppedMessages < 1 && sw.Elapsed.TotalSeconds < 10) Thread.Sleep(2);
+                        Check.Equal(1L, client.DroppedMessages, "a 5000-byte frame is dropped by the decoder (limit 4096)");
+                        router.Send(identity, Reply(request, new StatusReply { UptimeS = 1 }, signer));
+                        Check.Equal(1.0, IgiClient.Wait(status).UptimeS, "the connection stays up: a readable reply follows");
+                        // Over the cap: libzmq drops the connection (for good: a protocol error is not reconnected), so the
+                        // frame never reaches the client, and the silent daemon is declared gone after client_timeout_s.
+                        Task<StatusReply> again = client.StatusAsync();
+                        Envelope request2 = ReceiveSkippingHeartbeats(router, signer, out identity);
+                        router.Send(identity, RawReply(request2, StatusReply.TypeName, new byte[3 * 4096], signer));
+                        var e = Check.Throws<IgiTimeoutException>(() => IgiClient.Wait(again), "no reply after the connection was cut");
+                        Check.True(e.Message.Contains("stopped answering"), "the liveness error, not the 30 s request timeout: " + e.Message);
+                        Check.True(!client.IsDaemonAlive, "declared gone");
+                        Check.Equal(1L, client.DroppedMessages, "the frame over the cap never reached the decoder");
+                    }
+                }
+                Check.Equal(2L * 1048576, IgiClient.MaxMessageBytesFor(1048576), "cap of the default limit");
+                Check.Equal(-1L, IgiClient.MaxMessageBytesFor(long.MaxValue), "no cap past the int64 range");
             });
             t.Add("client:dispose_fails_requests_in_flight", () =>
             {

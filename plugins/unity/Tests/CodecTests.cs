@@ -2,6 +2,7 @@
 using System;
 using System.Collections.Generic;
 using System.IO;
+using System.Runtime.InteropServices;
 using System.Text;
 using Igi.Client;
 using Igi.Json;
@@ -12,6 +13,15 @@ namespace Igi.Tests
 {
     public static class CodecTests
     {
+        [DllImport("libc", EntryPoint = "chmod", SetLastError = true)]
+        private static extern int chmod([MarshalAs(UnmanagedType.LPStr)] string path, uint mode);
+
+        private static void Chmod(string path, int octalMode)
+        {
+            uint mode = Convert.ToUInt32(octalMode.ToString(), 8);
+            Check.Equal(0, chmod(path, mode), "chmod " + octalMode + " " + path + " (errno " + Marshal.GetLastWin32Error() + ")");
+        }
+
         private static byte[] B(params int[] bytes)
         {
             var r = new byte[bytes.Length];
@@ -216,6 +226,42 @@ namespace Igi.Tests
                     Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Parse(bad), "refuse: " + bad);
                 Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Load("/nonexistent/igi.json"), "missing file");
             });
+            if (PosixFileMode.IsPosix)
+                t.Add("connection_file:refuses_a_file_group_or_others_may_access", () =>
+                {
+                    // PROTOCOL.md 13: readers SHOULD refuse (POSIX) a file readable or writable by group or others; like the
+                    // Python and C++ readers, any of the bits 077 is refused, with the same typed error as other refusals.
+                    string key = new string('a', 62) + "ff";
+                    string path = Path.Combine(Path.GetTempPath(), "igi-conn-" + Guid.NewGuid().ToString("N") + ".json");
+                    File.WriteAllText(path, "{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": 5555, \"key\": \"" + key +
+                                            "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 42}");
+                    try
+                    {
+                        int permissions;
+                        foreach (int ok in new[] { 600, 400, 700 })
+                        {
+                            Chmod(path, ok);
+                            Check.True(PosixFileMode.TryGetPermissions(path, out permissions), "mode " + ok + " read back");
+                            Check.Equal(ok.ToString(), Convert.ToString(permissions, 8), "mode read back");
+                            Check.Equal(42, ConnectionInfo.Load(path).Pid, "mode " + ok + " accepted");
+                        }
+                        foreach (int loose in new[] { 640, 604, 620, 602, 610, 601, 644, 666 })
+                        {
+                            Chmod(path, loose);
+                            var e = Check.Throws<IgiConnectionFileException>(() => ConnectionInfo.Load(path), "mode " + loose + " refused");
+                            Check.True(e.Message.Contains("has mode " + loose), "the message names the mode: " + e.Message);
+                        }
+                        Check.Equal(42, ConnectionInfo.Load(path, checkPermissions: false).Pid, "the check can be turned off");
+                        Check.Throws<IgiConnectionFileException>(() => IgiClient.Connect(path), "IgiClient.Connect(path) refuses it too");
+                        Check.True(!PosixFileMode.TryGetPermissions(path + ".missing", out permissions), "a missing file: unknown");
+                        Check.True(!PosixFileMode.TryGetPermissions(Path.GetTempPath(), out permissions), "a directory: not a regular file");
+                    }
+                    finally
+                    {
+                        File.Delete(path);
+                    }
+                });
+            else t.Skip("connection_file:refuses_a_file_group_or_others_may_access", "not a POSIX system: the mode is not checked");
             t.Add("protocol:typed_round_trip_all_messages", () =>
             {
                 var signer = new Signer(new byte[32]);

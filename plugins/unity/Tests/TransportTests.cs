@@ -66,6 +66,33 @@ namespace Igi.Tests
                     Check.True(elapsedS < 2.0, "Wake() ended the 10 s receive early, after " + elapsedS.ToString("F3") + " s");
                 }
             });
+            t.Add("transport:max_message_bytes_caps_inbound_frames", () =>
+            {
+                // PROTOCOL.md 1.4: ZMQ_MAXMSGSIZE is a hard cap. A frame over it is a protocol error for libzmq, which drops
+                // the connection and, for a protocol error, does not re-establish it: the frame never reaches TryReceive
+                // and the DEALER has no peer left (a send fails at once with EAGAIN).
+                using (var dealer = new ZmqDealerTransport())
+                    Check.Equal(2L * Igi.Protocol.WireCodec.DefaultMaxFrameBytes, dealer.MaxMessageBytes, "default cap: 2 x the default max_frame_bytes");
+                Check.Equal(2L * 1048576, ZmqDealerTransport.DefaultMaxMessageBytes, "DefaultMaxMessageBytes");
+                foreach (long cap in new[] { 4096L, ZmqDealerTransport.DefaultMaxMessageBytes })
+                {
+                    using (var router = new TestRouter())
+                    using (var dealer = new ZmqDealerTransport())
+                    {
+                        if (cap != ZmqDealerTransport.DefaultMaxMessageBytes) dealer.MaxMessageBytes = cap;
+                        dealer.Connect(router.Endpoint);
+                        Check.Throws<InvalidOperationException>(() => dealer.MaxMessageBytes = 1024, "cap " + cap + ": set after Connect");
+                        Check.Equal(cap, dealer.MaxMessageBytes, "cap " + cap + ": unchanged by the refused set");
+                        byte[] identity = RoundTrip(router, dealer, new byte[cap], "cap " + cap + ": a frame of exactly the cap");
+                        router.Send(identity, new List<byte[]> { new byte[cap + 1] });
+                        router.Send(identity, new List<byte[]> { new byte[] { 1 } });
+                        byte[][] frames;
+                        Check.True(!dealer.TryReceive(500, out frames), "cap " + cap + ": a frame one byte over the cap is not delivered (nor what follows)");
+                        Check.Throws<IgiTransportException>(() => dealer.Send(new List<byte[]> { Encoding.ASCII.GetBytes("ping") }),
+                                                            "cap " + cap + ": the connection was dropped, not re-established");
+                    }
+                }
+            });
             t.Add("transport:connect_refuses_bad_endpoint", () =>
             {
                 using (var dealer = new ZmqDealerTransport())
@@ -82,6 +109,20 @@ namespace Igi.Tests
                 dealer.Wake();
                 Check.Throws<ObjectDisposedException>(() => dealer.Connect("tcp://127.0.0.1:1"), "use after dispose");
             });
+        }
+
+        // The dealer sends one frame; the router answers `reply` to the identity it came from. Returns that identity.
+        private static byte[] RoundTrip(TestRouter router, ZmqDealerTransport dealer, byte[] reply, string what)
+        {
+            dealer.Send(new List<byte[]> { Encoding.ASCII.GetBytes("ping") });
+            List<byte[]> got = router.Receive(5000);
+            Check.True(got != null, what + ": router received the ping");
+            router.Send(got[0], new List<byte[]> { reply });
+            byte[][] frames = null;
+            bool ok = false;
+            for (int i = 0; i < 50 && !ok; i++) ok = dealer.TryReceive(100, out frames);
+            Check.True(ok && frames.Length == 1 && frames[0].Length == reply.Length, what + ": the dealer received the " + reply.Length + "-byte frame");
+            return got[0];
         }
     }
 }

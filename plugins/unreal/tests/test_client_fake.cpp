@@ -54,8 +54,12 @@ class FakeDaemon {
   using Handler = std::function<std::vector<FakeReply>(const igi::Envelope&)>;
 
   explicit FakeDaemon(Handler handler = {}, const std::string& host = "127.0.0.1",
-                      double heartbeat_interval_s = 2.0)
-      : handler_(std::move(handler)), heartbeat_interval_s_(heartbeat_interval_s) {
+                      double heartbeat_interval_s = 2.0, std::int64_t max_frame_bytes = 1048576,
+                      double client_timeout_s = 10.0)
+      : handler_(std::move(handler)),
+        heartbeat_interval_s_(heartbeat_interval_s),
+        max_frame_bytes_(max_frame_bytes),
+        client_timeout_s_(client_timeout_s) {
     router_.set(zmq::sockopt::linger, 0);
     bool ipv6 = host.find(':') != std::string::npos;
     if (ipv6) router_.set(zmq::sockopt::ipv6, true);
@@ -87,6 +91,11 @@ class FakeDaemon {
     return out;
   }
   std::size_t sent() const { return sent_; }
+  /// (type, ROUTER identity of the connection it came on) of every request received so far, heartbeats included.
+  std::vector<std::pair<std::string, std::string>> ReceivedWithIdentity() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_with_identity_;
+  }
 
  private:
   void Serve() {
@@ -112,6 +121,7 @@ class FakeDaemon {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         received_.push_back(request.header.type);
+        received_with_identity_.emplace_back(request.header.type, parts[0]);
       }
       for (const FakeReply& reply : Answer(request)) Send(parts[0], request, reply);
     }
@@ -124,7 +134,8 @@ class FakeDaemon {
       hello.daemon_version = "fake";
       hello.protocol_version = igi::kProtocolVersion;
       hello.heartbeat_interval_s = heartbeat_interval_s_;
-      hello.client_timeout_s = 10.0;
+      hello.client_timeout_s = client_timeout_s_;
+      hello.limits.max_frame_bytes = max_frame_bytes_;
       return {Reply(hello)};
     }
     if (type == igi::HeartbeatRequest::kType) return {Reply(igi::HeartbeatReply{})};
@@ -144,6 +155,8 @@ class FakeDaemon {
 
   Handler handler_;
   double heartbeat_interval_s_;
+  std::int64_t max_frame_bytes_;
+  double client_timeout_s_;
   zmq::context_t context_{1};
   zmq::socket_t router_{context_, zmq::socket_type::router};
   igi::ConnectionInfo info_;
@@ -152,6 +165,7 @@ class FakeDaemon {
   std::atomic<std::size_t> sent_{0};
   mutable std::mutex mutex_;
   std::vector<std::string> received_;
+  std::vector<std::pair<std::string, std::string>> received_with_identity_;
 };
 
 /// Pumps `client` on this thread until `done` is true or `timeout_s` passes.
@@ -199,6 +213,13 @@ igi::GenerateReply Done(const std::string& text, std::int64_t n_tokens) {
 }
 
 const std::string kSomeMsgId = "0123456789abcdef0123456789abcdef";
+
+/// A status_reply whose content frame is a little over `n` bytes (its "pad" makes it unreadable as a status_reply,
+/// and, over max_frame_bytes, too large to decode at all).
+FakeReply Padded(std::size_t n) {
+  return FakeReply{igi::StatusReply::kType, igi::Value(igi::ValueMap{{"pad", igi::Value(std::string(n, 'x'))}}),
+                   std::nullopt};
+}
 
 }  // namespace
 
@@ -354,6 +375,51 @@ TEST(client_close_racing_heartbeats_never_terminates_the_process) {
   CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
             "child exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
                                  << " (2: a client call threw, 3: too few heartbeats to exercise the race)");
+}
+
+TEST(client_handshakes_again_on_a_socket_capped_at_twice_the_announced_max_frame_bytes) {
+  // ipc/PROTOCOL.md 1.4 / 10: replies are decoded with hello_reply.limits.max_frame_bytes and the socket's
+  // ZMQ_MAXMSGSIZE is twice it. libzmq applies that option only to later connections, so a daemon announcing 4096
+  // gets a second hello on a fresh socket capped at 8192.
+  std::atomic<int> statuses{0};
+  FakeDaemon daemon(
+      [&](const igi::Envelope& request) -> std::vector<FakeReply> {
+        if (request.header.type != igi::StatusRequest::kType) return {};
+        // First: over max_frame_bytes but under the cap (the decoder drops it), then a readable reply.
+        if (statuses++ == 0) return {Padded(5000), Reply(AStatus(1.0))};
+        return {Padded(3 * 4096)};  // over the cap: libzmq drops the connection
+      },
+      "127.0.0.1", /*heartbeat_interval_s=*/0.05, /*max_frame_bytes=*/4096, /*client_timeout_s=*/1.0);
+  igi::ClientOptions options;
+  options.request_timeout_s = 30.0;
+  igi::Client client(daemon.info(), options);
+  CHECK_EQ(client.max_msg_bytes(), 2 * 1048576);  // before the handshake: 2 x the default limit
+  igi::HelloReply hello = client.Connect();
+  CHECK_EQ(hello.limits.max_frame_bytes, 4096);
+  CHECK_EQ(client.max_msg_bytes(), 8192);
+  std::vector<std::pair<std::string, std::string>> hellos;
+  for (const auto& entry : daemon.ReceivedWithIdentity()) {
+    if (entry.first == igi::HelloRequest::kType) hellos.push_back(entry);
+  }
+  REQUIRE(hellos.size() == 2u);  // the first handshake, then one on the socket with the announced cap
+  CHECK_MSG(hellos[0].second != hellos[1].second, "the second hello_request came on the same connection");
+  // Under the cap: delivered, and the 5000-byte frame dropped by the decoder; the connection stays up.
+  CHECK_EQ(client.Status().uptime_s, 1.0);
+  CHECK_EQ(client.counters().dropped_invalid, 1u);
+  for (const auto& entry : daemon.ReceivedWithIdentity()) {
+    if (entry.first == igi::StatusRequest::kType) CHECK(entry.second == hellos[1].second);
+  }
+  // Over the cap: libzmq cuts the connection for good (a protocol error is not reconnected); the frame never reaches
+  // the client, whose heartbeats can no longer go out: the daemon is declared gone after client_timeout_s (1 s),
+  // long before the request's own 30 s timeout, and no send blocks the I/O thread.
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
+  double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_MSG(waited_s < 10.0, "declared gone after " << waited_s << " s");
+  CHECK_EQ(client.counters().dropped_invalid, 1u);  // the frame over the cap was never decoded
+  client.Close();  // returns: the I/O thread is not stuck in a send to the lost daemon
+  CHECK_EQ(igi::MaxMsgBytesFor(1048576), 2 * 1048576);
+  CHECK_EQ(igi::MaxMsgBytesFor(INT64_MAX), -1);
 }
 
 TEST(client_reaches_a_daemon_bound_on_ipv6_loopback) {

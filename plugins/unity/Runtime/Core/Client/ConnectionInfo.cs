@@ -13,6 +13,8 @@ namespace Igi.Client
     /// </summary>
     public sealed class ConnectionInfo
     {
+        private const int GroupOtherBits = 0x3F;  // octal 077: S_IRWXG | S_IRWXO
+
         /// <summary>"tcp" or "ipc".</summary>
         public string Transport { get; private set; }
         /// <summary>Host address (tcp) or socket path (ipc).</summary>
@@ -44,11 +46,19 @@ namespace Igi.Client
 
         /// <summary>
         /// Reads and validates a connection file (every field required, unknown fields ignored, PROTOCOL.md section 13).
-        /// The file-mode check (refuse group/other access) is left to the platform: .NET 4.x has no portable API for it.
+        /// On POSIX systems a file that group or others may access (any of the mode bits 077: the daemon writes it 0600)
+        /// is refused, as the Python and C++ readers do; where the mode cannot be read (Windows, or see
+        /// <see cref="PosixFileMode"/>) that check is skipped.
         /// </summary>
-        /// <exception cref="IgiConnectionFileException">Missing, unreadable, not JSON, or a field missing/invalid.</exception>
-        public static ConnectionInfo Load(string path)
+        /// <param name="path">The file the daemon wrote.</param>
+        /// <param name="checkPermissions">Refuse (POSIX) a file that group or others can read, write or execute.</param>
+        /// <exception cref="IgiConnectionFileException">Missing, unreadable, too-open mode, not JSON, or a field missing/invalid.</exception>
+        public static ConnectionInfo Load(string path, bool checkPermissions = true)
         {
+            int permissions;
+            if (checkPermissions && PosixFileMode.TryGetPermissions(path, out permissions) && (permissions & GroupOtherBits) != 0)
+                throw new IgiConnectionFileException("connection file '" + path + "' has mode " + Convert.ToString(permissions, 8) +
+                                                     " (group or others may access it); it must be 600");
             string text;
             try { text = File.ReadAllText(path); }
             catch (Exception e) when (e is IOException || e is UnauthorizedAccessException || e is ArgumentException || e is NotSupportedException)

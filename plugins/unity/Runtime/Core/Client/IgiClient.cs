@@ -17,6 +17,13 @@ namespace Igi.Client
     /// in Unity resumes on the main thread). Streaming callbacks (onToken/onDone/onError) and other
     /// game-facing callbacks are queued and run only inside <see cref="Pump"/>, which the game calls on its
     /// main thread every frame (Unity: from Update).</para>
+    /// <para>Frame limits (PROTOCOL.md sections 1.4 and 10): replies are decoded with the daemon's announced
+    /// <c>hello_reply.limits.max_frame_bytes</c>, and the socket's <c>ZMQ_MAXMSGSIZE</c> hard cap is twice it. libzmq
+    /// applies that option only to connections made after it is set, so when the announced limit needs another cap
+    /// than the handshake socket has (a daemon configured away from the 1 MiB default), the client connects a fresh
+    /// socket with the right cap and handshakes again on it. A daemon frame over the cap makes libzmq drop the
+    /// connection for good (a protocol error is not reconnected): requests then fail at send, and the daemon is
+    /// declared gone after client_timeout_s.</para>
     /// </summary>
     public sealed partial class IgiClient : IDisposable
     {
@@ -24,6 +31,7 @@ namespace Igi.Client
         private readonly Signer _signer;
         private readonly IgiClientOptions _options;
         private readonly IIgiTransport _transport;
+        private readonly long? _maxMessageBytes;
         private readonly CallbackQueue _callbacks = new CallbackQueue();
         private readonly ConcurrentQueue<byte[][]> _outbox = new ConcurrentQueue<byte[][]>();
         private readonly Dictionary<string, Pending> _pending = new Dictionary<string, Pending>(StringComparer.Ordinal);
@@ -34,7 +42,13 @@ namespace Igi.Client
         private volatile bool _daemonAlive = true;
         private long _droppedMessages;
 
-        private IgiClient(ConnectionInfo info, IgiClientOptions options)
+        /// <summary>
+        /// Handshakes per ConnectAsync at most: the first, one on a socket with the announced cap, and one more should the
+        /// daemon announce yet another limit in between (e.g. it restarted); that last one is kept whatever it announces.
+        /// </summary>
+        private const int MaxHandshakes = 3;
+
+        private IgiClient(ConnectionInfo info, IgiClientOptions options, long maxMessageBytes)
         {
             _info = info;
             _options = options ?? new IgiClientOptions();
@@ -42,6 +56,12 @@ namespace Igi.Client
             _transport = _options.TransportFactory();
             try
             {
+                var capped = _transport as IIgiMessageSizeCap;
+                if (capped != null)
+                {
+                    capped.MaxMessageBytes = maxMessageBytes;  // before Connect: libzmq applies it to later connections only
+                    _maxMessageBytes = maxMessageBytes;
+                }
                 _transport.Connect(info.Endpoint);
             }
             catch
@@ -75,34 +95,70 @@ namespace Igi.Client
             return ConnectAsync(ConnectionInfo.Load(connectionFile), options);
         }
 
-        /// <summary>Connects to a parsed connection file and completes the handshake.</summary>
+        /// <summary>
+        /// Connects to a parsed connection file and completes the handshake. The first handshake runs on a socket capped
+        /// at 2 x the default <c>max_frame_bytes</c>; when <c>hello_reply.limits.max_frame_bytes</c> asks for another cap,
+        /// that socket is closed and the handshake is repeated on a fresh one connected with <c>2 * max_frame_bytes</c>.
+        /// </summary>
         public static async Task<IgiClient> ConnectAsync(ConnectionInfo info, IgiClientOptions options = null)
         {
-            var client = new IgiClient(info, options);
-            try
+            long cap = MaxMessageBytesFor(WireCodec.DefaultMaxFrameBytes);
+            for (int handshake = 1; ; handshake++)
             {
-                var hello = new HelloRequest
+                var client = new IgiClient(info, options, cap);
+                HelloReply reply;
+                try
                 {
-                    ClientName = client._options.ClientName,
-                    Capabilities = new List<string>(client._options.Capabilities ?? new string[0]),
-                };
-                var reply = (HelloReply)await client.SendAsync(hello, null, client._options.HelloTimeoutS).ConfigureAwait(false);
-                int major;
-                if (!int.TryParse(reply.ProtocolVersion.Split('.')[0], out major) || major != IgiVersion.ProtocolMajor)
-                    throw new IgiProtocolException("daemon speaks protocol " + reply.ProtocolVersion + ", this plugin " + IgiVersion.Protocol,
-                                                   ErrorCodes.UnsupportedVersion);
-                client.OnHello(reply);
-                return client;
-            }
-            catch
-            {
+                    reply = await client.HandshakeAsync().ConfigureAwait(false);
+                }
+                catch
+                {
+                    client.Dispose();
+                    throw;
+                }
+                long wanted = MaxMessageBytesFor(reply.Limits.MaxFrameBytes);
+                // A transport without a cap cannot take another one; after MaxHandshakes the daemon changed its limit at
+                // every handshake (restarts), and the last socket is kept (its decoder still applies the announced limit).
+                if (client._maxMessageBytes == null || wanted == cap || handshake >= MaxHandshakes)
+                {
+                    client.OnHello(reply);
+                    return client;
+                }
+                client.Log("hello_reply announced max_frame_bytes " + reply.Limits.MaxFrameBytes + ": reconnecting with ZMQ_MAXMSGSIZE " + wanted);
                 client.Dispose();
-                throw;
+                cap = wanted;
             }
+        }
+
+        /// <summary>The <c>ZMQ_MAXMSGSIZE</c> hard cap for a <c>max_frame_bytes</c> limit: twice it (PROTOCOL.md 1.4); -1 (none) past the int64 range.</summary>
+        public static long MaxMessageBytesFor(long maxFrameBytes)
+        {
+            return maxFrameBytes > long.MaxValue / 2 ? -1 : 2 * maxFrameBytes;
+        }
+
+        private async Task<HelloReply> HandshakeAsync()
+        {
+            var hello = new HelloRequest
+            {
+                ClientName = _options.ClientName,
+                Capabilities = new List<string>(_options.Capabilities ?? new string[0]),
+            };
+            var reply = (HelloReply)await SendAsync(hello, null, _options.HelloTimeoutS).ConfigureAwait(false);
+            int major;
+            if (!int.TryParse(reply.ProtocolVersion.Split('.')[0], out major) || major != IgiVersion.ProtocolMajor)
+                throw new IgiProtocolException("daemon speaks protocol " + reply.ProtocolVersion + ", this plugin " + IgiVersion.Protocol,
+                                               ErrorCodes.UnsupportedVersion);
+            return reply;
         }
 
         /// <summary>The daemon's hello_reply (versions, heartbeat rules, limits, loaded model).</summary>
         public HelloReply Hello { get; private set; }
+
+        /// <summary>
+        /// The socket's inbound frame cap (<c>ZMQ_MAXMSGSIZE</c>) this client connected with: 2 x the announced
+        /// <c>limits.max_frame_bytes</c> (-1 = none); null when the transport has no cap (not an <see cref="IIgiMessageSizeCap"/>).
+        /// </summary>
+        public long? MaxMessageBytes { get { return _maxMessageBytes; } }
 
         /// <summary>The connection file contents used.</summary>
         public ConnectionInfo Connection { get { return _info; } }

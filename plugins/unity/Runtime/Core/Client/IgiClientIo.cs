@@ -135,7 +135,18 @@ namespace Igi.Client
                 }
                 catch (IgiTransportException e)
                 {
-                    Pending p = Take(WireCodec.DecodeHeader(frames[2]).MsgId);
+                    string msgId = WireCodec.DecodeHeader(frames[2]).MsgId;
+                    bool heartbeat;
+                    lock (_lock)
+                    {
+                        Pending hb;
+                        heartbeat = _pending.TryGetValue(msgId, out hb) && hb.IsHeartbeat;
+                    }
+                    // An unsent heartbeat stays outstanding, so that a daemon that cannot be reached (e.g. the connection
+                    // was dropped for a frame over ZMQ_MAXMSGSIZE, which libzmq does not re-establish) is declared gone
+                    // after client_timeout_s of silence (PROTOCOL.md section 11), like one that stopped answering.
+                    if (heartbeat) continue;
+                    Pending p = Take(msgId);
                     if (p != null) Fail(p, e);
                 }
             }

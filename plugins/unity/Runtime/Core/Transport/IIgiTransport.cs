@@ -28,4 +28,21 @@ namespace Igi.Transport
         /// <summary>Makes a pending or the next <see cref="TryReceive"/> return early. Thread-safe.</summary>
         void Wake();
     }
+
+    /// <summary>
+    /// Optional for an <see cref="IIgiTransport"/>: a hard cap on the size of one inbound frame (libzmq
+    /// <c>ZMQ_MAXMSGSIZE</c>: a peer that sends a larger frame is disconnected). <see cref="Client.IgiClient"/> sets it before
+    /// <see cref="IIgiTransport.Connect"/> to <c>2 * limits.max_frame_bytes</c> (PROTOCOL.md section 1.4): first for the
+    /// default limit, then, when <c>hello_reply</c> announces another limit, on a fresh transport connected for a second
+    /// handshake. A transport without this interface is used without a socket-level cap (the decoder still refuses
+    /// frames over <c>max_frame_bytes</c>).
+    /// </summary>
+    public interface IIgiMessageSizeCap
+    {
+        /// <summary>
+        /// Largest inbound frame, in bytes (-1 = no cap). Set it before <see cref="IIgiTransport.Connect"/>: libzmq applies
+        /// the option only to connections made after it is set.
+        /// </summary>
+        long MaxMessageBytes { get; set; }
+    }
 }

@@ -7,14 +7,23 @@ using System.Threading;
 namespace Igi.Transport
 {
     /// <summary>
-    /// <see cref="IIgiTransport"/> over libzmq: one DEALER socket (linger 0, bounded message size)
-    /// plus an inproc PAIR pair so <see cref="Wake"/> can interrupt a blocking poll from another thread.
+    /// <see cref="IIgiTransport"/> over libzmq: one DEALER socket (linger 0, inbound frames capped by
+    /// <c>ZMQ_MAXMSGSIZE</c>, see <see cref="MaxMessageBytes"/>) plus an inproc PAIR pair so <see cref="Wake"/> can
+    /// interrupt a blocking poll from another thread.
     /// </summary>
-    public sealed class ZmqDealerTransport : IIgiTransport
+    public sealed class ZmqDealerTransport : IIgiTransport, IIgiMessageSizeCap
     {
+        /// <summary>
+        /// The cap before a handshake has announced the daemon's limit: 2 x the default <c>limits.max_frame_bytes</c>
+        /// (1 MiB, <c>WireCodec.DefaultMaxFrameBytes</c>), as PROTOCOL.md section 1.4 asks.
+        /// </summary>
+        public const long DefaultMaxMessageBytes = 2L * 1048576;
+
         private static int _instanceCounter;
         private readonly object _wakeLock = new object();
         private readonly int _maxFrames;
+        private long _maxMessageBytes;
+        private bool _connected;
         private IntPtr _context;
         private IntPtr _dealer;
         private IntPtr _wakeReader;
@@ -23,11 +32,15 @@ namespace Igi.Transport
         private bool _disposed;
 
         /// <summary>Creates the context and sockets (not yet connected).</summary>
-        /// <param name="maxMessageBytes">Largest frame accepted; larger frames are dropped by libzmq.</param>
+        /// <param name="maxMessageBytes">
+        /// Largest inbound frame (<c>ZMQ_MAXMSGSIZE</c>, -1 = none); libzmq disconnects a peer that sends a larger one.
+        /// <see cref="Client.IgiClient"/> overrides it with 2 x the daemon's announced <c>max_frame_bytes</c>.
+        /// </param>
         /// <param name="maxFrames">Most frames one message may have; longer messages are drained and dropped.</param>
         /// <exception cref="IgiTransportException">libzmq is missing or failed.</exception>
-        public ZmqDealerTransport(long maxMessageBytes = 64L * 1024 * 1024, int maxFrames = 16)
+        public ZmqDealerTransport(long maxMessageBytes = DefaultMaxMessageBytes, int maxFrames = 16)
         {
+            if (maxMessageBytes < -1) throw new ArgumentOutOfRangeException("maxMessageBytes", "must be -1 (no cap) or more");
             _maxFrames = maxFrames;
             try
             {
@@ -60,11 +73,33 @@ namespace Igi.Transport
             _msg = Marshal.AllocHGlobal(ZmqNative.ZmqMsgSize);
             _dealer = NewSocket(ZmqNative.ZMQ_DEALER);
             SetInt64(_dealer, ZmqNative.ZMQ_MAXMSGSIZE, maxMessageBytes);
+            _maxMessageBytes = maxMessageBytes;
             _wakeReader = NewSocket(ZmqNative.ZMQ_PAIR);
             _wakeWriter = NewSocket(ZmqNative.ZMQ_PAIR);
             string wakeEndpoint = "inproc://igi-wake-" + Interlocked.Increment(ref _instanceCounter) + "-" + Guid.NewGuid().ToString("N");
             Check(ZmqNative.zmq_bind(_wakeReader, wakeEndpoint), "zmq_bind(" + wakeEndpoint + ")");
             Check(ZmqNative.zmq_connect(_wakeWriter, wakeEndpoint), "zmq_connect(" + wakeEndpoint + ")");
+        }
+
+        /// <summary>
+        /// Largest inbound frame in bytes (<c>ZMQ_MAXMSGSIZE</c>; -1 = no cap). libzmq applies the option only to
+        /// connections made after it is set, so it can be changed only before <see cref="Connect"/>.
+        /// </summary>
+        /// <exception cref="InvalidOperationException">Set after <see cref="Connect"/> (it would not apply).</exception>
+        /// <exception cref="ArgumentOutOfRangeException">A value below -1.</exception>
+        public long MaxMessageBytes
+        {
+            get { return _maxMessageBytes; }
+            set
+            {
+                ThrowIfDisposed();
+                if (value < -1) throw new ArgumentOutOfRangeException("value", "must be -1 (no cap) or more");
+                if (_connected)
+                    throw new InvalidOperationException("ZMQ_MAXMSGSIZE applies only to connections made after it is set: " +
+                                                        "set MaxMessageBytes before Connect, or connect a new transport");
+                SetInt64(_dealer, ZmqNative.ZMQ_MAXMSGSIZE, value);
+                _maxMessageBytes = value;
+            }
         }
 
         /// <summary>The libzmq version as "major.minor.patch".</summary>
@@ -110,6 +145,7 @@ namespace Igi.Transport
                 Check(ZmqNative.zmq_setsockopt(_dealer, ZmqNative.ZMQ_IPV6, ref ipv6, (UIntPtr)4), "zmq_setsockopt(ZMQ_IPV6)");
             }
             Check(ZmqNative.zmq_connect(_dealer, endpoint), "zmq_connect(" + endpoint + ")");
+            _connected = true;
         }
 
         /// <summary>True for a tcp endpoint whose host is an IPv6 address (bracketed, e.g. <c>tcp://[::1]:5555</c>).</summary>

@@ -94,4 +94,6 @@ ClientCounters Client::counters() const {
 
 const ConnectionInfo& Client::connection() const { return impl_->info; }
 
+std::int64_t Client::max_msg_bytes() const { return impl_->transport.max_msg_bytes(); }
+
 }  // namespace igi

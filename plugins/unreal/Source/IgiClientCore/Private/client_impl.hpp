@@ -94,8 +94,12 @@ struct Client::Impl {
 
   std::thread io_thread;
 
+  // The socket's ZMQ_MAXMSGSIZE starts at 2 x the default max_frame_bytes; Connect() replaces the socket when
+  // hello_reply announces a limit that needs another cap (ipc/PROTOCOL.md 1.4).
   Impl(ConnectionInfo i, ClientOptions o)
-      : info(std::move(i)), options(std::move(o)), transport(info.Endpoint(), options.linger_ms) {}
+      : info(std::move(i)),
+        options(std::move(o)),
+        transport(info.Endpoint(), options.linger_ms, MaxMsgBytesFor(static_cast<std::int64_t>(kDefaultMaxFrameBytes))) {}
 
   // Registers a request and posts its frames. Returns the msg_id. Only hello_request may go out before Connect()
   // succeeded (spec 9.4: it is the first message a client sends); anything else throws NotConnectedError unsent.

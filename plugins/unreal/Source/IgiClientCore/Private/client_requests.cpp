@@ -7,16 +7,31 @@ namespace igi {
 
 using detail::SteadyNow;
 
+namespace {
+// Handshakes per Connect() at most: the first, one on a socket with the announced cap, and one more should the
+// daemon announce yet another limit in between (e.g. it restarted); that last one is kept whatever it announces.
+constexpr int kMaxHandshakes = 3;
+static_assert(kDefaultMaxMsgBytes == 2 * static_cast<std::int64_t>(kDefaultMaxFrameBytes));
+}  // namespace
+
 HelloReply Client::Connect() {
   HelloRequest request;
   request.client_name = impl_->options.client_name;
   request.client_version = impl_->options.client_version;
   request.capabilities = impl_->options.capabilities;
-  HelloReply reply = Call<HelloRequest, HelloReply>(request, std::nullopt, impl_->options.connect_timeout_s);
-  if (!SameMajor(reply.protocol_version, kProtocolVersion)) {
-    throw UnsupportedVersionError(ErrorCode::kUnsupportedVersion, "unsupported_version",
-                                  "daemon speaks protocol " + reply.protocol_version + ", client " + kProtocolVersion,
-                                  Value());
+  HelloReply reply;
+  for (int handshake = 1;; ++handshake) {
+    reply = Call<HelloRequest, HelloReply>(request, std::nullopt, impl_->options.connect_timeout_s);
+    if (!SameMajor(reply.protocol_version, kProtocolVersion)) {
+      throw UnsupportedVersionError(ErrorCode::kUnsupportedVersion, "unsupported_version",
+                                    "daemon speaks protocol " + reply.protocol_version + ", client " + kProtocolVersion,
+                                    Value());
+    }
+    // ipc/PROTOCOL.md 1.4: ZMQ_MAXMSGSIZE = 2 x the announced max_frame_bytes. libzmq applies it only to connections
+    // made after it is set, so another cap means a fresh socket, and the handshake again on it.
+    std::int64_t wanted = MaxMsgBytesFor(reply.limits.max_frame_bytes);
+    if (wanted == impl_->transport.max_msg_bytes() || handshake >= kMaxHandshakes) break;
+    impl_->transport.Reconnect(wanted);
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->hello = reply;

@@ -70,6 +70,9 @@ class Client {
 
   // ---- blocking calls: for loading screens / setup, not per frame. Throw IgiError subclasses. ----
   /// hello handshake; starts heartbeats. Throws UnsupportedVersionError on a different major version.
+  /// Replies are then decoded with the announced limits.max_frame_bytes; when that limit needs another socket cap
+  /// than the handshake ran with (ZMQ_MAXMSGSIZE = 2 x it, ipc/PROTOCOL.md 1.4), the socket is replaced by a fresh
+  /// one with that cap and the handshake is repeated on it (libzmq applies the option to new connections only).
   HelloReply Connect();
   /// Opens an NPC session; returns its id (also in the reply).
   CreateSessionReply CreateSession(const CreateSessionRequest& request);
@@ -117,6 +120,10 @@ class Client {
   HelloReply hello() const;
   ClientCounters counters() const;
   const ConnectionInfo& connection() const;
+  /// The socket's inbound frame cap (ZMQ_MAXMSGSIZE): 2 x the default max_frame_bytes before Connect(), then 2 x the
+  /// one hello_reply announced (-1 = none). A daemon frame over it makes libzmq drop the connection for good (a
+  /// protocol error is not reconnected): the daemon is then declared gone after client_timeout_s of silence.
+  std::int64_t max_msg_bytes() const;
 
   /// Sends any typed request and waits for its terminal reply (error_reply is thrown as RequestError).
   template <class Req, class Reply>

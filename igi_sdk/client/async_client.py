@@ -41,6 +41,7 @@ from igi_sdk.ipc.messages import (
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling
 
+SEND_RETRY_S = 0.02  # a send the DEALER cannot take now (no peer, or at its high-water mark) is retried this often
 RECONNECT_POLL_S = 0.2
 #: The ``error_reply.detail`` flag of a ``generate_request`` refused for reusing a running request's msg_id (6.6).
 DUPLICATE_MSG_ID = "duplicate_msg_id"
@@ -292,7 +293,23 @@ class AsyncClient:
             except asyncio.TimeoutError:
                 raise DaemonUnavailableError(f"no daemon connected within {timeout} s") from None
         assert self._socket is not None and self.info is not None
-        await self._socket.send_multipart(pack_message(self.info.key_bytes, header, message))
+        # A DEALER with no peer blocks a send (e.g. after libzmq dropped the connection for a frame over
+        # ZMQ_MAXMSGSIZE, which it does not re-establish), and a send waiting on a socket is not woken when the
+        # socket is closed. So: never wait inside libzmq; retry until sent, the daemon is declared gone, or timeout.
+        frames = pack_message(self.info.key_bytes, header, message)
+        deadline_s = None if timeout is None else time.monotonic() + timeout
+        while True:
+            socket = self._socket
+            if socket is None or not self._connected.is_set():
+                raise DaemonUnavailableError(f"the daemon is gone; {message.type} was not sent")
+            try:
+                await socket.send_multipart(frames, flags=zmq.DONTWAIT)
+                return
+            except zmq.Again:
+                if deadline_s is not None and time.monotonic() >= deadline_s:
+                    raise ClientTimeoutError(f"{message.type} could not be sent within {timeout} s "
+                                             "(no connection to the daemon)") from None
+                await asyncio.sleep(SEND_RETRY_S)
 
     def _fail_pending(self, error: BaseException) -> None:
         for queue in self._pending.values():
@@ -385,8 +402,11 @@ class AsyncClient:
                 continue
             if self._socket is not None and self.info is not None:  # always: the daemon times out silent clients
                 beat = HeartbeatRequest()
+                # never wait on it: with no peer left the send would block this loop, and the silence above
+                # (the rule that declares the daemon gone) would never be checked again (zmq.Again is a ZMQError)
                 with contextlib.suppress(zmq.ZMQError):
-                    await self._socket.send_multipart(pack_message(self.info.key_bytes, new_header(beat.type), beat))
+                    await self._socket.send_multipart(pack_message(self.info.key_bytes, new_header(beat.type), beat),
+                                                      flags=zmq.DONTWAIT)
 
     async def _on_daemon_gone(self, why: str) -> None:
         self._connected.clear()

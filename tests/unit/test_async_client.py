@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import zmq
 
-from igi_sdk.client import AsyncClient, ClientTimeoutError, InvalidRequestError
+from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
 from igi_sdk.ipc.connection import write_connection_file
@@ -40,9 +41,11 @@ class FakeDaemon:
     records the routing identity of every hello (one per client socket).
     """
 
-    def __init__(self, tmp_path: Path, handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, tmp_path: Path, handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 client_timeout_s: float = 30.0) -> None:
         self.connection_file = tmp_path / "connection.json"
         self.handler = handler
+        self.client_timeout_s = client_timeout_s
         self.limits = Limits(max_frame_bytes=max_frame_bytes)
         self.hello_identities: list[bytes] = []
         self._stop = threading.Event()
@@ -69,7 +72,8 @@ class FakeDaemon:
                 if isinstance(message, m.HelloRequest):
                     self.hello_identities.append(identity)
                     replies: list[m.Message] = [m.HelloReply(
-                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=1.0, client_timeout_s=30.0,
+                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
+                        client_timeout_s=self.client_timeout_s,
                         limits=self.limits, model=None)]
                 elif isinstance(message, m.HeartbeatRequest):
                     replies = [m.HeartbeatReply(uptime_s=1.0)]
@@ -91,8 +95,8 @@ class FakeDaemon:
 def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
     started: list[FakeDaemon] = []
 
-    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes))
+    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, client_timeout_s: float = 30.0) -> FakeDaemon:
+        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes, client_timeout_s))
         return started[-1]
 
     yield start
@@ -144,6 +148,32 @@ def test_a_reply_over_a_smaller_announced_limit_is_dropped(fake_daemon: Callable
                 await client.status(timeout_s=1.5)
             assert client.dropped_frames == 1
             assert (await client.status(timeout_s=10)).counters  # a reply within the limit still arrives
+
+    asyncio.run(main())
+
+
+def test_a_frame_over_the_socket_cap_ends_in_daemon_gone_not_a_hang(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    """A reply over ZMQ_MAXMSGSIZE (2 x the announced 64 KiB) makes libzmq drop the connection for good (a protocol
+    error is not reconnected). The client must then declare the daemon gone after client_timeout_s of silence
+    (PROTOCOL.md 11), failing what waits with DaemonUnavailableError: a send on a DEALER with no peer left must not
+    block its heartbeat loop (or a request) forever."""
+    replies = [_status_reply(300 * 1024)]
+    daemon = fake_daemon(lambda header, message: [replies.pop(0)] if replies else [_status_reply(100)],
+                         max_frame_bytes=64 * 1024, client_timeout_s=4.0)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client._socket is not None and client._socket.getsockopt(zmq.MAXMSGSIZE) == 128 * 1024
+            t0 = time.monotonic()
+            with pytest.raises(ClientTimeoutError, match="got no reply"):  # its reply cut the connection
+                await client.status(timeout_s=1.0)
+            with pytest.raises(ClientTimeoutError, match="could not be sent"):  # no peer: the send is bounded too
+                await asyncio.wait_for(client.status(timeout_s=0.5), 5.0)
+            with pytest.raises(DaemonUnavailableError):
+                await client.status(timeout_s=15)
+            assert time.monotonic() - t0 < 10.0  # client_timeout_s 4 s plus a heartbeat period, not the 15 s timeout
+            with pytest.raises(DaemonUnavailableError):  # and a request afterwards fails as well, within its timeout
+                await asyncio.wait_for(client.status(timeout_s=1.0), 5.0)
 
     asyncio.run(main())
 

@@ -81,8 +81,14 @@ class RenderWorkload:
             f.result()
 
     @classmethod
-    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu", threads: int = 1) -> RenderWorkload:
+    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu", threads: int = 1,
+                  rounds: int = 25, chunks_per_round: int = 40) -> RenderWorkload:
         """Size the work so each render thread is busy ``load_fraction`` of ``frame_ms``.
+
+        The chunk time is measured with every render thread working at once, as in a frame: on this class of
+        machine a chunk takes 10-20 % longer when both cores run one (shared caches and memory bandwidth, the
+        slowest thread ending the frame), so a one-thread measurement made the render load that much heavier than
+        asked. It is the median of ``rounds`` rounds of ``chunks_per_round`` chunks per thread (~0.2 s here).
 
         Args:
             frame_ms: the target frame time, ms.
@@ -90,16 +96,26 @@ class RenderWorkload:
                 hold its frame rate even alone).
             device: "cpu" or "cuda".
             threads: render threads.
+            rounds: timed rounds (after one warm-up round).
+            chunks_per_round: chunks per thread in one round.
         """
-        probe = cls(chunks_per_frame=1, chunk_ms=1.0, device=device)
-        for _ in range(20):
-            probe._chunk()
-        samples = []
-        for _ in range(7):
-            t0 = time.perf_counter()
-            for _ in range(20):
-                probe._chunk()
-            samples.append((time.perf_counter() - t0) * 1000.0 / 20)
+        threads = max(1, threads)
+        probe = cls(chunks_per_frame=chunks_per_round, chunk_ms=1.0, device=device, threads=threads)
+        try:
+            probe.run()  # warm-up: thread pool started, caches and clocks settled
+            samples = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                probe.run()
+                samples.append((time.perf_counter() - t0) * 1000.0 / chunks_per_round)
+        finally:
+            probe.close()
         chunk_ms = statistics.median(samples)
         chunks = max(1, round(frame_ms * load_fraction / chunk_ms))
-        return cls(chunks_per_frame=chunks, chunk_ms=chunk_ms, device=device, threads=max(1, threads))
+        return cls(chunks_per_frame=chunks, chunk_ms=chunk_ms, device=device, threads=threads)
+
+    def close(self) -> None:
+        """Stop the helper render threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -23,6 +23,7 @@ from igi_harness.game_side import GameSide  # noqa: E402
 from igi_harness.phase import PhaseConfig, WorstFrameWindow, _game_loop  # noqa: E402
 from igi_harness.recorder import PRIMARY_FRAME_SET, PhaseRecorder  # noqa: E402
 from igi_harness.script import PERSONAS, NpcPlan, SceneTimes  # noqa: E402
+from igi_harness.workload import RenderWorkload  # noqa: E402
 
 TARGET_MS = 16.667
 
@@ -308,3 +309,24 @@ def test_npcs_start_on_the_scene_clock_reset_at_the_first_frame() -> None:
     asyncio.run(scene())
     side._loop.close()
     assert client.requested_at[0] >= 0.3 - 1e-3, client.requested_at  # not 0.2 (the old clock's 0.3)
+
+
+def test_the_render_load_is_calibrated_with_every_render_thread_working(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunk time is measured as a frame runs it: all render threads at once (a chunk is slower when both
+    cores work), so every render thread takes part in the calibration, and the size follows the measured time."""
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def chunk(self: RenderWorkload) -> None:
+        with lock:
+            seen[threading.get_ident()] = seen.get(threading.get_ident(), 0) + 1
+        time.sleep(0.0005)
+
+    monkeypatch.setattr(RenderWorkload, "_chunk", chunk)
+    workload = RenderWorkload.calibrate(16.0, 0.5, threads=2, rounds=3, chunks_per_round=4)
+    try:
+        assert len(seen) == 2 and all(n == 4 * 4 for n in seen.values())  # warm-up + 3 rounds of 4 on each thread
+        assert workload.threads == 2
+        assert workload.chunks_per_frame == max(1, round(16.0 * 0.5 / workload.chunk_ms))
+    finally:
+        workload.close()

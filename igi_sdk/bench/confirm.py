@@ -21,8 +21,14 @@ CONFIRM = "confirm"
 ROLES = ("planner", "challenger")
 
 
-def _ok(rec: dict[str, Any]) -> bool:
-    return rec.get("status") == "ok" and rec.get("e2e_s") is not None and not rec.get("budget_violation")
+def measured(rec: dict[str, Any]) -> bool:
+    """A run that finished with a measured e2e (whatever its peak VRAM)."""
+    return rec.get("status") == "ok" and rec.get("e2e_s") is not None
+
+
+def measured_in_budget(rec: dict[str, Any]) -> bool:
+    """A measured run whose peak VRAM stayed within its budget: one that may stand as the best of its group."""
+    return measured(rec) and not rec.get("budget_violation")
 
 
 def placement_of(rec: dict[str, Any]) -> str:
@@ -39,11 +45,12 @@ def close_calls(records: list[dict[str, Any]], within: float) -> list[tuple[dict
             groups[(r["model"], r["budget_mib"], r["n_ctx"], r["prompt_tokens"], r["reply_tokens"])].append(r)
     out = []
     for recs in groups.values():
-        planner = next((r for r in recs if r["method"] == "planner" and _ok(r)), None)
+        planner = next((r for r in recs if r["method"] == "planner" and measured_in_budget(r)), None)
         if planner is None:
             continue
         mine = placement_of(planner)
-        challenger = min((r for r in recs if _ok(r) and placement_of(r) != mine), key=lambda r: r["e2e_s"], default=None)
+        challenger = min((r for r in recs if measured_in_budget(r) and placement_of(r) != mine), key=lambda r: r["e2e_s"],
+                         default=None)
         if challenger is not None and challenger["e2e_s"] <= planner["e2e_s"] * (1.0 + within):
             out.append((planner, challenger))
     return out
@@ -53,13 +60,13 @@ def over_loads(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The planner against its challenger over every load, for one group's records (None without confirm runs
     of both): e2e means of the first measurement and the confirm loads, and ``planner_vs_oracle_over_loads`` =
     planner mean / min(planner mean, challenger mean) (>= 1; 1.0 = the planner was at least as fast on average)."""
-    confirms = [r for r in recs if r["method"] == CONFIRM and _ok(r)]
+    confirms = [r for r in recs if r["method"] == CONFIRM and measured_in_budget(r)]
     by_id = {r["run_id"]: r for r in recs if r["method"] != CONFIRM and r.get("run_id")}
     loads: dict[str, list[float]] = {role: [] for role in ROLES}
     firsts: dict[str, dict[str, Any]] = {}
     for r in confirms:
         first = by_id.get(r.get("confirm_of"))
-        if first is None or r.get("confirm_role") not in ROLES or not _ok(first):
+        if first is None or r.get("confirm_role") not in ROLES or not measured_in_budget(first):
             continue
         role = r["confirm_role"]
         if role not in firsts:

@@ -23,19 +23,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from igi_sdk.bench.confirm import CONFIRM, over_loads
+from igi_sdk.bench.confirm import CONFIRM, measured, measured_in_budget, over_loads
 from igi_sdk.bench.methods import BASELINES
 
 GroupKey = tuple[str, int, int]
 
 
-def _ok(rec: dict[str, Any]) -> bool:
-    return rec.get("status") == "ok" and rec.get("e2e_s") is not None
-
-
 def best_in_budget(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The fastest (e2e) measured run of ``records`` (one group) whose peak stayed within the budget."""
-    legal = [r for r in records if _ok(r) and not r.get("budget_violation")]
+    legal = [r for r in records if measured_in_budget(r)]
     return min(legal, key=lambda r: r["e2e_s"], default=None)
 
 
@@ -55,9 +51,9 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         recs = [r for r in with_confirms if r["method"] != CONFIRM]
         planner = next((r for r in recs if r["method"] == "planner"), None)
         best = best_in_budget(recs)
-        p_ok = planner is not None and _ok(planner)
+        p_ok = planner is not None and measured(planner)
         sweep = [r for r in recs if r["method"] == "oracle"]
-        n_sweep = sum(1 for r in sweep if _ok(r))
+        n_sweep = sum(1 for r in sweep if measured(r))
         vs_best = _ratio(planner["e2e_s"], best["e2e_s"]) if p_ok and best else None
         swept = n_sweep or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep))
         row: dict[str, Any] = {
@@ -73,7 +69,7 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "oracle_best_method": None if best is None else best["method"],
             "oracle_best_candidate": None if best is None else best["candidate"],
             "oracle_best_e2e_s": None if best is None else best["e2e_s"],
-            "n_measured": sum(1 for r in recs if _ok(r)),
+            "n_measured": sum(1 for r in recs if measured(r)),
             "n_oracle_sweep": n_sweep,
             "n_oracle_pruned": sum(1 for r in sweep if r["status"] == "pruned"),
             "planner_vs_best": vs_best,
@@ -83,7 +79,7 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for method in BASELINES + ("planner_ref",):
             other = next((r for r in recs if r["method"] == method), None)
-            if other is None or not _ok(other) or not p_ok:
+            if other is None or not measured(other) or not p_ok:
                 continue
             assert planner is not None
             row["speedup"][method] = {

@@ -94,6 +94,9 @@ class AsyncClient:
         self._socket: zmq.asyncio.Socket | None = None
         self._pending: dict[str, asyncio.Queue[Any]] = {}
         self._connected = asyncio.Event()
+        #: one request send at a time, first come first served: a send the DEALER cannot take now is retried, and
+        #: a later request must not overtake it (the daemon keeps each client's order, PROTOCOL.md)
+        self._send_lock = asyncio.Lock()
         self._closed = False
         self._last_rx_s = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -296,20 +299,29 @@ class AsyncClient:
         # A DEALER with no peer blocks a send (e.g. after libzmq dropped the connection for a frame over
         # ZMQ_MAXMSGSIZE, which it does not re-establish), and a send waiting on a socket is not woken when the
         # socket is closed. So: never wait inside libzmq; retry until sent, the daemon is declared gone, or timeout.
+        # The retries stay on the connection they began on: once the daemon was declared gone this request was
+        # failed (DaemonUnavailableError), so it must not go out on the socket of a reconnect made meanwhile.
         frames = pack_message(self.info.key_bytes, header, message)
+        socket = self._socket
         deadline_s = None if timeout is None else time.monotonic() + timeout
-        while True:
-            socket = self._socket
-            if socket is None or not self._connected.is_set():
-                raise DaemonUnavailableError(f"the daemon is gone; {message.type} was not sent")
-            try:
-                await socket.send_multipart(frames, flags=zmq.DONTWAIT)
-                return
-            except zmq.Again:
-                if deadline_s is not None and time.monotonic() >= deadline_s:
-                    raise ClientTimeoutError(f"{message.type} could not be sent within {timeout} s "
-                                             "(no connection to the daemon)") from None
-                await asyncio.sleep(SEND_RETRY_S)
+        not_sent = ClientTimeoutError(f"{message.type} could not be sent within {timeout} s (no connection to the daemon)")
+        try:
+            await asyncio.wait_for(self._send_lock.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise not_sent from None
+        try:
+            while True:
+                if self._socket is not socket or not self._connected.is_set():
+                    raise DaemonUnavailableError(f"the daemon is gone; {message.type} was not sent")
+                try:
+                    await socket.send_multipart(frames, flags=zmq.DONTWAIT)
+                    return
+                except zmq.Again:
+                    if deadline_s is not None and time.monotonic() >= deadline_s:
+                        raise not_sent from None
+                    await asyncio.sleep(SEND_RETRY_S)
+        finally:
+            self._send_lock.release()
 
     def _fail_pending(self, error: BaseException) -> None:
         for queue in self._pending.values():

@@ -12,10 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
 
+from igi_sdk.client import async_client
 from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
@@ -178,6 +180,38 @@ def test_a_frame_over_the_socket_cap_ends_in_daemon_gone_not_a_hang(fake_daemon:
     asyncio.run(main())
 
 
+def test_a_request_failed_while_its_send_waits_is_not_sent_after_a_reconnect(
+        fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose send is being retried (no peer after an over-cap cut) is failed with DaemonUnavailableError
+    when the daemon is declared gone. With reconnect=True the client may have handshaken again before the request's
+    next try; the request must not then go out on the new connection: the daemon would run a request its caller was
+    told failed (here: open a session nobody knows of)."""
+    monkeypatch.setattr(async_client, "SEND_RETRY_S", 3.0)  # the reconnect completes within one retry interval
+    created: list[str] = []
+    replies = [_status_reply(300 * 1024)]
+
+    def handler(header: Header, message: m.Message) -> list[m.Message]:
+        if isinstance(message, m.CreateSessionRequest):
+            created.append(header.msg_id)
+            return [m.CreateSessionReply(session_id="npc_1")]
+        return [replies.pop(0)] if replies else [_status_reply(100)]
+
+    daemon = fake_daemon(handler, max_frame_bytes=64 * 1024, client_timeout_s=2.0)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
+            with pytest.raises(ClientTimeoutError, match="got no reply"):  # its reply cut the connection
+                await client.status(timeout_s=1.0)
+            with pytest.raises(DaemonUnavailableError):  # declared gone (after 2 s of silence) while it waits to send
+                await client.create_session("guard", timeout_s=30)
+            assert client.reconnects == 1 and client.connected
+            assert (await client.status(timeout_s=10)).counters  # the new connection serves
+        assert created == []  # had it been sent, it went out ahead of that status request, on the same connection
+
+    asyncio.run(main())
+    assert len(daemon.hello_identities) == 4  # two handshakes per connection (announced 64 KiB)
+
+
 def test_the_default_limit_needs_one_handshake(fake_daemon: Callable[..., FakeDaemon]) -> None:
     daemon = fake_daemon(lambda header, message: [_status_reply(1000)])
 
@@ -224,5 +258,40 @@ def test_a_duplicate_msg_id_error_is_not_the_terminal_reply(fake_daemon: Callabl
             # an ordinary error_reply (no duplicate_msg_id flag) still ends its request
             with pytest.raises(InvalidRequestError, match="other"):
                 await client.frame_stats(16.0, 16.6, timeout_s=10)
+
+    asyncio.run(main())
+
+
+def test_a_send_retried_on_a_full_socket_is_not_overtaken_by_a_later_request(
+        fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sends the DEALER cannot take now (zmq.Again: no peer, or at its high-water mark) are retried; a request made
+    later must wait its turn, or the daemon would see this client's requests out of order."""
+    received: list[str] = []
+
+    def handler(header: Header, message: m.Message) -> list[m.Message]:
+        received.append(message.type)
+        return [_status_reply(10)] if isinstance(message, m.StatusRequest) else [
+            m.CreateSessionReply(session_id="npc_1")]
+
+    daemon = fake_daemon(handler)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client._socket is not None
+            real_send = client._socket.send_multipart
+            refusals = [3]
+
+            async def full_then_free(frames: Any, flags: int = 0, **kw: Any) -> Any:
+                if refusals[0] > 0:  # the first three attempts, whoever makes them: the socket is full
+                    refusals[0] -= 1
+                    raise zmq.Again()
+                return await real_send(frames, flags=flags, **kw)
+
+            monkeypatch.setattr(client._socket, "send_multipart", full_then_free)
+            first = asyncio.ensure_future(client.status(timeout_s=10))
+            await asyncio.sleep(0)  # the status request makes its first (refused) attempt
+            second = asyncio.ensure_future(client.create_session("Mira", "You are Mira.", timeout_s=10))
+            await asyncio.gather(first, second)
+            assert received == ["status_request", "create_session_request"]
 
     asyncio.run(main())

@@ -73,7 +73,8 @@ namespace Igi.Client
             _io.Start();
         }
 
-        /// <summary>Connects with the daemon's connection file and completes the handshake (blocking, bounded by HelloTimeoutS).</summary>
+        /// <summary>Connects with the daemon's connection file and completes the handshake (blocking; each handshake is bounded by
+        /// HelloTimeoutS, and there are two when the announced max_frame_bytes needs another socket cap, at most three).</summary>
         /// <exception cref="IgiConnectionFileException">The file is missing or invalid.</exception>
         /// <exception cref="IgiTransportException">libzmq is missing or the endpoint is refused.</exception>
         /// <exception cref="IgiTimeoutException">No hello_reply in time (daemon not running?).</exception>

@@ -76,6 +76,7 @@ namespace Igi.Client
                                                        new[] { typeof(string) }, null);
             known = method != null;
             if (method == null) return false;
+            if (!File.Exists(path)) return false;  // missing, or not a file (a directory has a mode too)
             try
             {
                 permissions = Convert.ToInt32(method.Invoke(null, new object[] { path })) & 0xFFF;

@@ -28,7 +28,7 @@ struct ClientOptions {
   std::string client_name = "unreal-plugin";
   std::string client_version = "0.1.0";
   std::vector<std::string> capabilities = {"token_stream", "reclaim", "frame_stats"};
-  double connect_timeout_s = 10.0;   ///< hello_request -> hello_reply
+  double connect_timeout_s = 10.0;   ///< hello_request -> hello_reply, per handshake (Connect() makes two when the announced max_frame_bytes needs another socket cap, at most 3)
   double request_timeout_s = 30.0;   ///< any other request -> its terminal reply
   double budget_timeout_s = 120.0;   ///< set_budget / reclaim / load_model (may reload the model)
   /// Longest silence between two messages of one generation (queueing + prompt eval + a token).

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from igi_sdk._version import PROTOCOL_VERSION, __version__
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.handlers_session import finish_job
+from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files")
 SUPPORTED_VERSIONS = (PROTOCOL_VERSION,)
+_log = get_logger("governor")
 
 
 def unsupported_version(version: str) -> RequestError:
@@ -132,6 +135,16 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
             free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct, generating=generating(core),
         )
     )
+    if decision.throttle_action in ("tighten", "relax", "release") or decision.proposed_budget_mib is not None:
+        # every change, with what it was judged by: the p95 and the effectiveness check's reference (P0), so a
+        # run's log tells why a throttle stayed or went (docs/governor.md, "Effectiveness check")
+        state = governor.state
+        log_event(_log, logging.INFO, "governor_" + decision.throttle_action, allowance=round(state.allowance, 3),
+                  frame_ms_p95=round(decision.frame_ms_p95, 2), frame_ms_ewma=round(decision.frame_ms_ewma, 2),
+                  target_ms=msg.target_frame_time_ms,
+                  reference_p95_ms=None if state.throttle_start_p95_ms is None else round(state.throttle_start_p95_ms, 2),
+                  sleep_ms_between_tokens=decision.sleep_ms_between_tokens,
+                  proposed_budget_mib=decision.proposed_budget_mib, reason=decision.reason)
     throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
     if core.worker.ready and throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens

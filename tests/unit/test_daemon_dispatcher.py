@@ -6,8 +6,10 @@ bad signature) or answered with exactly one typed reply whose parent_id is the r
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -241,6 +243,31 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
     assert reply.throttle.sleep_ms_between_tokens > 0.0
     commands = core.worker.commands  # type: ignore[attr-defined]
     assert commands[-1] == {"op": "throttle", "sleep_ms": reply.throttle.sleep_ms_between_tokens}
+
+
+def test_each_governor_change_is_logged_with_its_reference(caplog: pytest.LogCaptureFixture) -> None:
+    """A tighten (and any other change of the throttle or a budget proposal) is logged with the p95 it was judged
+    by and the effectiveness check's reference, so a run's daemon log shows why a throttle stayed at its floor."""
+    dispatcher, core, sent = _setup()
+    now = [100.0]
+    core.clock = lambda: now[0]
+    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = _replies(sent)[-1][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    with caplog.at_level(logging.INFO, logger="igi_sdk.daemon.governor"):
+        for _ in range(30):
+            now[0] += 1 / 60
+            _frame_stats(dispatcher, sent, 40.0)
+    tightens = [r for r in caplog.records if r.getMessage() == "governor_tighten"]
+    assert tightens, [r.getMessage() for r in caplog.records]
+    fields = tightens[0].fields  # type: ignore[attr-defined]
+    assert fields["reference_p95_ms"] == fields["frame_ms_p95"] > 16.0 * 1.05 and fields["allowance"] < 1.0
+    assert fields["sleep_ms_between_tokens"] > 0.0 and "p95" in fields["reason"]
+    steady = len(caplog.records)
+    with caplog.at_level(logging.INFO, logger="igi_sdk.daemon.governor"):
+        now[0] += 1 / 60
+        _frame_stats(dispatcher, sent, 40.0)  # within tighten_interval_s of the last tighten: a hold, not logged
+    assert len(caplog.records) == steady
 
 
 def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:

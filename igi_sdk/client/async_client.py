@@ -304,11 +304,11 @@ class AsyncClient:
         frames = pack_message(self.info.key_bytes, header, message)
         socket = self._socket
         deadline_s = None if timeout is None else time.monotonic() + timeout
-        not_sent = ClientTimeoutError(f"{message.type} could not be sent within {timeout} s (no connection to the daemon)")
+        not_sent = f"{message.type} could not be sent within {timeout} s (no connection to the daemon)"
         try:
             await asyncio.wait_for(self._send_lock.acquire(), timeout)
         except asyncio.TimeoutError:
-            raise not_sent from None
+            raise ClientTimeoutError(not_sent) from None
         try:
             while True:
                 if self._socket is not socket or not self._connected.is_set():
@@ -318,7 +318,7 @@ class AsyncClient:
                     return
                 except zmq.Again:
                     if deadline_s is not None and time.monotonic() >= deadline_s:
-                        raise not_sent from None
+                        raise ClientTimeoutError(not_sent) from None
                     await asyncio.sleep(SEND_RETRY_S)
         finally:
             self._send_lock.release()

@@ -77,6 +77,17 @@ def main(argv: list[str] | None = None) -> int:
                   str(summary["median_quiet_p99_over_target_pct_off"]),
                   f"{summary['target_met_runs']} of {summary['n_runs']}")
     console.print(table)
+    steal = Table(title="host CPU steal in the talk window (a VM): mean share of CPU time, %; frames over 115 % of "
+                        "target touched by steal, % (of all frames, %); p99 over target of the frames without steal, %")
+    for col in ("run", "steal on", "steal off", "slow frames touched, on", "slow frames touched, off",
+                "p99 w/o steal, on", "p99 w/o steal, off"):
+        steal.add_column(col, justify="right")
+    for r in summary["runs"]:
+        steal.add_row(str(r["run"]), str(r["steal_pct_mean_on"]), str(r["steal_pct_mean_off"]),
+                      f"{r['over_115pct_touched_by_steal_pct_on']} ({r['frames_touched_by_steal_pct_on']})",
+                      f"{r['over_115pct_touched_by_steal_pct_off']} ({r['frames_touched_by_steal_pct_off']})",
+                      str(r["p99_over_target_pct_no_steal_on"]), str(r["p99_over_target_pct_no_steal_off"]))
+    console.print(steal)
     by_order = "; ".join(f"{order.replace('_', ' ')}: {c['on_better_runs']} of {c['paired_runs']}"
                          for order, c in summary["by_order"].items())
     console.print(f"governor phase better than the governor-off phase in {summary['on_better_runs']} of "

@@ -78,6 +78,10 @@ def comparison_table(phases: list[dict[str, Any]]) -> Table:
     row("talk frames > 115 % target, %", lambda ph: fr(ph).get("pct_over_115pct"))
     row("talk p99 incl. spike, ms", lambda ph: ph["frames"]["talk_window"].get("p99_ms"))
     row("p99 w/ generation in flight, ms", lambda ph: ph["frames"]["while_npcs_talk_excluding_spike"].get("p99_ms"))
+    row("talk: host CPU steal, % of CPU time", lambda ph: fr(ph).get("steal_pct_mean"))
+    row("talk: frames touched by steal, % (all / > 115 %)",
+        lambda ph: f"{fr(ph).get('frames_touched_by_steal_pct')} / {fr(ph).get('over_115pct_touched_by_steal_pct')}")
+    row("talk p99 of frames without steal, ms", lambda ph: fr(ph).get("p99_ms_no_steal"))
     row("replies finished", lambda ph: rs(ph)["n_replies"])
     row("replies unfinished at phase end", lambda ph: rs(ph)["n_unfinished_at_phase_end"])
     row("tokens", lambda ph: rs(ph)["tokens_total"])

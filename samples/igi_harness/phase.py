@@ -33,6 +33,7 @@ class PhaseConfig:
 
 
 PHASE_NAMES = {True: "governor_on", False: "governor_off"}
+STEAL_EVERY_N_FRAMES = 6  # read the host's CPU steal every 6 frames (100 ms at 60 fps; cpu_steal.py)
 
 
 def phase_plan(*, off_first: bool = False, with_off_phase: bool = True) -> list[tuple[str, bool]]:
@@ -129,6 +130,8 @@ def _game_loop(rec: PhaseRecorder, side: GameSide, workload: RenderWorkload, cfg
             rec.frames.append((prev_start - t0, interval_ms, prev_work_ms, prev_gen, prev_scale, busy_ms))
             if rec.governor:
                 window.frame_ended(frame_no, busy_ms, send)
+        if frame_no % STEAL_EVERY_N_FRAMES == 0 or t >= times.duration_s:
+            rec.steal.sample(t)
         if t >= times.duration_s:
             break
         if not reclaimed and t >= times.spike_s:

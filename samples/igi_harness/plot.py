@@ -59,7 +59,14 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
         else:
             ax.plot([0.0, end_s], [0.0, 0.0], color="tab:red", label="sleep between tokens (no frame_stats sent)")
         ax.set_ylabel("ms")
-        ax.legend(loc="upper right", fontsize=7)
+        ax.legend(loc="upper left", fontsize=7)
+        st = ph.get("steal_timeline", {})
+        if st.get("available"):  # the host's CPU steal (a VM): frames it touches are not the daemon's doing
+            ax2 = ax.twinx()
+            ax2.step(st["t_s"], st["steal_pct"], where="post", color="tab:brown", lw=0.6, label="host CPU steal")
+            ax2.set_ylim(0, 100)
+            ax2.set_ylabel("steal %")
+            ax2.legend(loc="upper right", fontsize=7)
 
         ax = axes[3][col]
         tps = ph["tokens_per_s"]

@@ -6,10 +6,13 @@ list, and CPython's ``list.append`` is atomic, so no lock is needed.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from igi_harness.cpu_steal import StealMeter
 
 OVER_TARGET_TOLERANCE = 1.05  # a frame is "over target" above 105 % of it (sleep wake-up jitter is ~0.1-1 ms)
 ISSUE_TOLERANCE = 1.15        # the issue's target: p99 within 15 % of the target frame time
@@ -41,6 +44,8 @@ class PhaseRecorder:
     spike_window_s: tuple[float, float] = (0.0, 0.0)
     talk_window_s: tuple[float, float] = (0.0, 0.0)
     quiet_window_s: tuple[float, float] = (0.0, 0.0)
+    # the host's CPU steal per ~100 ms interval, read by the game loop (cpu_steal.py)
+    steal: StealMeter = field(default_factory=StealMeter)
 
     def event(self, t_s: float, kind: str, **detail: Any) -> None:
         """Record a scripted or governor event (reclaim, restore, budget proposal, ...)."""
@@ -88,6 +93,49 @@ class PhaseRecorder:
             "work_p99_ms": round(float(np.percentile(work, 99)), 3),
             "busy_p50_ms": round(float(np.percentile(busy, 50)), 3),
             "busy_p99_ms": round(float(np.percentile(busy, 99)), 3),
+            **self._steal_stats(rows),
+        }
+
+    def _steal_stats(self, rows: list[tuple[float, float, float, int, float, float]]) -> dict[str, Any]:
+        """How the frames of a subset relate to CPU steal (the host running other guests on this VM's CPUs).
+
+        A frame is *touched by steal* when an interval of the steal meter that overlaps its span (start to start
+        + interval) had any steal. Compare ``over_115pct_touched_by_steal_pct`` (of the frames over 115 % of
+        target, the share touched) with ``frames_touched_by_steal_pct`` (of all frames): the slow frames are
+        the host's doing to the extent the first exceeds the second. ``p99_ms_no_steal`` is the p99 of the
+        frames no steal touched. Empty where steal could not be read (not Linux).
+        """
+        intervals = self.steal.intervals
+        if not intervals:
+            return {}
+        ends = [iv[1] for iv in intervals]
+        touched = []
+        for f in rows:
+            start, end = f[0], f[0] + f[1] / 1000.0
+            i = bisect.bisect_right(ends, start)  # the first interval ending after the frame starts
+            hit = False
+            while i < len(intervals) and intervals[i][0] < end:
+                if intervals[i][2] > 0.0:
+                    hit = True
+                    break
+                i += 1
+            touched.append(hit)
+        lo, hi = rows[0][0], rows[-1][0] + rows[-1][1] / 1000.0
+        spans = [(min(b, hi) - max(a, lo), pct) for a, b, pct in intervals if b > lo and a < hi]
+        weight = sum(w for w, _ in spans)
+        interval = np.array([f[1] for f in rows])
+        mask = np.array(touched)
+        slow = interval > self.target_frame_ms * ISSUE_TOLERANCE
+        clean = interval[~mask]
+        p99_clean = float(np.percentile(clean, 99)) if clean.size else None
+        return {
+            "steal_pct_mean": round(sum(w * pct for w, pct in spans) / weight, 2) if weight > 0 else None,
+            "frames_touched_by_steal_pct": round(100.0 * float(mask.mean()), 2),
+            "over_115pct_touched_by_steal_pct": round(100.0 * float(mask[slow].mean()), 2) if slow.any() else None,
+            "n_frames_no_steal": int(clean.size),
+            "p99_ms_no_steal": round(p99_clean, 3) if p99_clean is not None else None,
+            "p99_over_target_pct_no_steal": (round(100.0 * (p99_clean / self.target_frame_ms - 1.0), 1)
+                                             if p99_clean is not None else None),
         }
 
     def reply_stats(self) -> dict[str, Any]:
@@ -169,6 +217,12 @@ class PhaseRecorder:
                 "npcs_generating": [f[3] for f in self.frames],
                 "render_scale": [f[4] for f in self.frames],
                 "busy_ms": [round(f[5], 3) for f in self.frames],
+            },
+            "steal_timeline": {
+                "available": self.steal.available and bool(self.steal.intervals),
+                "t_s": [round(iv[0], 4) for iv in self.steal.intervals],
+                "t_end_s": [round(iv[1], 4) for iv in self.steal.intervals],
+                "steal_pct": [round(iv[2], 2) for iv in self.steal.intervals],
             },
             "errors": self.errors,
         }

@@ -10,7 +10,8 @@ the set it was judged on then, ``frames.while_npcs_talk_excluding_spike``; ``iss
 The second phase of a run follows the first on a machine that has just run it, so the driver alternates the
 phase order over the runs (:func:`off_first_for_run`) and the summary splits the comparison by order. Next
 to the talking figures it gives each phase's quiet baseline (frames before any NPC talks): the machine's own
-jitter in that run.
+jitter in that run, and, where the harness could read it, the host's CPU steal in the talk window (the share of
+CPU time the hypervisor gave to other guests, and how many of the slow frames it touched).
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def _p99_over_target_pct(report: dict[str, Any], governor: bool, frame_set: str)
     return frames["p99_over_target_pct"] if frames and frames.get("n_frames") else None
 
 
+def _steal_figure(report: dict[str, Any], governor: bool, frame_set: str, key: str) -> float | None:
+    """A CPU-steal figure of a phase's frame set (recorder.PhaseRecorder._steal_stats), None where not recorded."""
+    phase = _phase(report, governor)
+    frames = None if phase is None else phase["frames"].get(frame_set)
+    return None if not frames else frames.get(key)
+
+
 def _order(report: dict[str, Any]) -> str:
     governors = [ph["governor"] for ph in report["phases"]]
     if len(governors) < 2:
@@ -91,6 +99,11 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
                      "p99_over_target_pct_on": on, "p99_over_target_pct_off": off,
                      "quiet_p99_over_target_pct_on": _p99_over_target_pct(report, True, "quiet_baseline"),
                      "quiet_p99_over_target_pct_off": _p99_over_target_pct(report, False, "quiet_baseline"),
+                     # the host's CPU steal in the same frames (a VM): how much of the tail is not the daemon's
+                     **{f"{key}_{side}": _steal_figure(report, gov, frame_set, key)
+                        for key in ("steal_pct_mean", "over_115pct_touched_by_steal_pct",
+                                    "frames_touched_by_steal_pct", "p99_over_target_pct_no_steal")
+                        for side, gov in (("on", True), ("off", False))},
                      "target_met": bool(report["issue_target"]["met_with_governor"]),
                      "on_better": None if on is None or off is None else on < off})
     overall = _compare(runs)

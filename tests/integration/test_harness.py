@@ -56,6 +56,7 @@ def test_report_is_complete(harness_run: tuple[dict[str, Any], Path, str]) -> No
     assert "governor on vs off" in stdout and "issue target" in stdout
     assert "quiet p50 / p99, ms" in stdout and "talk p99, ms" in stdout and "client TTFT p50 / p95, s" in stdout
     assert "replies unfinished at phase end" in stdout
+    assert "host CPU steal" in stdout
     for name in ("governor_on", "governor_off"):
         assert (out / f"{name}.daemon.log").exists()
 
@@ -96,6 +97,13 @@ def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) ->
         assert quiet["p50_ms"] <= quiet["p99_ms"] <= quiet["max_ms"]
         # no NPC generation is in flight when a quiet-window frame starts (first request at talk start or later)
         assert all(g == 0 for t, g in zip(ft["t_s"], ft["npcs_generating"]) if t < TALK_START_S)
+        # the host's CPU steal, read every 6 frames on Linux (CI and this VM): intervals tile the phase in order
+        st = ph["steal_timeline"]
+        assert st["available"] is Path("/proc/stat").exists()
+        if st["available"]:
+            assert len(st["t_s"]) >= n // 6 - 1 and all(0.0 <= x <= 100.0 for x in st["steal_pct"])
+            assert all(a < b for a, b in zip(st["t_s"], st["t_end_s"])) and st["t_s"][1:] == st["t_end_s"][:-1]
+            assert 0.0 <= primary["frames_touched_by_steal_pct"] <= 100.0 and primary["n_frames_no_steal"] <= primary["n_frames"]
     verdict = report["issue_target"]
     on = by_governor(report, True)["frames"]["talk_window_excluding_spike"]
     assert verdict["p99_over_target_pct_with_governor"] == on["p99_over_target_pct"]

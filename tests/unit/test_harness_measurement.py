@@ -19,6 +19,7 @@ import pytest
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 sys.path.insert(0, str(SAMPLES))
 
+from igi_harness.cpu_steal import StealMeter, parse_cpu_line  # noqa: E402
 from igi_harness.game_side import GameSide  # noqa: E402
 from igi_harness.phase import PhaseConfig, WorstFrameWindow, _game_loop  # noqa: E402
 from igi_harness.recorder import PRIMARY_FRAME_SET, PhaseRecorder  # noqa: E402
@@ -62,6 +63,60 @@ def test_quiet_baseline_is_the_frames_before_any_npc_talks() -> None:
     quiet = rec.summary()["frames"]["quiet_baseline"]
     assert quiet["n_frames"] == 10 and quiet["p50_ms"] == 25.0 and quiet["p99_over_target_pct"] == 50.0
     assert rec.summary()["frames"][PRIMARY_FRAME_SET]["p99_ms"] == 16.7
+
+
+# --- CPU steal (the host running other guests on this VM's CPUs) -----------------------------------------
+def test_parse_cpu_line_reads_steal_and_the_total_without_guest_time() -> None:
+    text = "cpu  100 5 50 800 10 1 4 30 7 3\ncpu0 50 2 25 400 5 0 2 15 3 1\nintr 1 2 3\n"
+    assert parse_cpu_line(text) == (30, 100 + 5 + 50 + 800 + 10 + 1 + 4 + 30)
+    assert parse_cpu_line("cpu  1 2 3 4\n") == (0, 10)  # a kernel without the steal column
+    assert parse_cpu_line("cpu0 1 2 3 4 5 6 7 8\n") is None
+
+
+def test_steal_meter_records_the_share_stolen_per_interval(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    meter = StealMeter(path=stat)
+    for t_s, steal, total in ((0.0, 10, 1000), (0.1, 10, 1020), (0.2, 14, 1040), (0.3, 14, 1040)):
+        stat.write_text(f"cpu  {total - steal} 0 0 0 0 0 0 {steal} 0 0\n")
+        meter.sample(t_s)
+    # 0 of 20 ticks, 4 of 20 ticks; an interval without ticks says nothing and is left out
+    assert meter.intervals == [(0.0, 0.1, 0.0), (0.1, 0.2, 20.0)]
+    gone = StealMeter(path=tmp_path / "missing")
+    gone.sample(0.0)
+    gone.sample(0.1)
+    assert not gone.available and gone.intervals == []
+
+
+def test_frames_are_related_to_the_intervals_the_host_stole_time_in() -> None:
+    # slow frames at 3.0-3.2 s and 7.0 s; steal only in [3.0, 3.3): the slow frames at 3.x are the host's
+    rec = _recorder(lambda t: 1, lambda t: 30.0 if 3.0 <= t < 3.25 or t == 7.0 else 16.7)
+    rec.steal.intervals.extend((round(0.1 * i, 3), round(0.1 * (i + 1), 3), 25.0 if 30 <= i < 33 else 0.0)
+                               for i in range(100))
+    talk = rec.summary()["frames"]["talk_window"]  # frames at 1.0, 1.1, ..., 8.9 s
+    assert talk["frames_touched_by_steal_pct"] == round(100 * 3 / 80, 2)
+    assert talk["over_115pct_touched_by_steal_pct"] == round(100 * 3 / 4, 2)  # 3.0, 3.1, 3.2 of 3.0-3.2 and 7.0
+    assert talk["n_frames_no_steal"] == 77 and talk["p99_ms_no_steal"] > 16.7  # 7.0 s is slow without steal
+    assert talk["steal_pct_mean"] == round(25.0 * 0.3 / (8.9 + 0.0167 - 1.0), 2)
+    # a frame is touched by an interval its span overlaps, not only the one it starts in
+    rec2 = _recorder(lambda t: 1, lambda t: 16.7)
+    rec2.steal.intervals.extend([(0.0, 2.005, 0.0), (2.005, 2.2, 10.0), (2.2, 10.0, 0.0)])
+    assert rec2.summary()["frames"]["talk_window"]["frames_touched_by_steal_pct"] == round(100 * 2 / 80, 2)
+
+
+def test_without_steal_readings_the_frame_figures_have_no_steal_keys() -> None:
+    rec = _recorder(lambda t: 1, lambda t: 16.7)
+    talk = rec.summary()["frames"]["talk_window"]
+    assert "steal_pct_mean" not in talk and rec.summary()["steal_timeline"]["available"] is False
+
+
+def test_game_loop_reads_the_steal_counters_every_few_frames() -> None:
+    rec = PhaseRecorder(name="p", governor=False, target_frame_ms=16.667)
+    _run_loop(rec, _FakeSide([]), _FakeWorkload(lambda i: None), duration_s=0.5)
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc/stat on this system")
+    # a reading at frames 0, 6, 12, ... (every 100 ms at 60 fps) and at the end
+    assert 3 <= len(rec.steal.intervals) <= 6, rec.steal.intervals
+    assert all(0.0 <= pct <= 100.0 for _, _, pct in rec.steal.intervals)
 
 
 # --- the game loop (fakes for the daemon side and the render work) ---------------------------------------

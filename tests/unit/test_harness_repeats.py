@@ -78,10 +78,12 @@ def test_a_phase_without_talking_frames_is_not_met() -> None:
     empty = {"phases": [{"governor": True, "frames": {"while_npcs_talk_excluding_spike": {"n_frames": 0}}}],
              "issue_target": {"met_with_governor": False}}
     s = summarize([empty])
-    assert s["runs"][0] == {"run": 1, "order": "on_only", "frame_set": "while_npcs_talk_excluding_spike",
-                            "p99_over_target_pct_on": None, "p99_over_target_pct_off": None,
-                            "quiet_p99_over_target_pct_on": None, "quiet_p99_over_target_pct_off": None,
-                            "target_met": False, "on_better": None}
+    run = {k: v for k, v in s["runs"][0].items() if "steal" not in k}
+    assert run == {"run": 1, "order": "on_only", "frame_set": "while_npcs_talk_excluding_spike",
+                   "p99_over_target_pct_on": None, "p99_over_target_pct_off": None,
+                   "quiet_p99_over_target_pct_on": None, "quiet_p99_over_target_pct_off": None,
+                   "target_met": False, "on_better": None}
+    assert all(v is None for k, v in s["runs"][0].items() if "steal" in k)
     assert s["median_p99_over_target_pct_on"] is None
 
 
@@ -100,6 +102,18 @@ def test_summary_of_v2_reports_uses_the_talk_window_and_shows_order_and_quiet_ba
     assert s["by_order"]["on_first"]["on_better_runs"] == 2 and s["by_order"]["on_first"]["paired_runs"] == 2
     assert s["by_order"]["off_first"]["on_better_runs"] == 1 and s["by_order"]["off_first"]["paired_runs"] == 2
     assert s["median_quiet_p99_over_target_pct_off"] is not None
+    assert s["runs"][0]["steal_pct_mean_on"] is None  # reports without steal readings
+
+
+def test_summary_carries_each_phase_steal_figures() -> None:
+    rep = report_v2(18.0, 20.0, off_first=False)
+    for ph, pct, touched in ((rep["phases"][0], 0.4, 30.0), (rep["phases"][1], 2.5, 60.0)):
+        ph["frames"][PRIMARY_FRAME_SET].update(steal_pct_mean=pct, over_115pct_touched_by_steal_pct=touched,
+                                               frames_touched_by_steal_pct=5.0, p99_over_target_pct_no_steal=3.0)
+    run = summarize([rep])["runs"][0]
+    assert (run["steal_pct_mean_on"], run["steal_pct_mean_off"]) == (0.4, 2.5)
+    assert (run["over_115pct_touched_by_steal_pct_on"], run["over_115pct_touched_by_steal_pct_off"]) == (30.0, 60.0)
+    assert run["frames_touched_by_steal_pct_off"] == 5.0 and run["p99_over_target_pct_no_steal_on"] == 3.0
 
 
 # --- phase order -----------------------------------------------------------------------------------------

@@ -108,6 +108,7 @@ def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) ->
     on = by_governor(report, True)["frames"]["talk_window_excluding_spike"]
     assert verdict["p99_over_target_pct_with_governor"] == on["p99_over_target_pct"]
     assert verdict["met_with_governor"] == (on["p99_ms"] <= on["target_ms"] * 1.15)
+    assert verdict["p99_over_target_pct_no_steal_with_governor"] == on.get("p99_over_target_pct_no_steal")
 
 
 @pytest.mark.slow

@@ -120,6 +120,9 @@ class GovernorState(BaseModel):
     proposed_mib: int | None = Field(None, ge=0, description="the last proposal, until the game sends a budget, MiB")
     last_budget_change_s: float | None = Field(None, description="last budget from the game or proposal (budget timers)")
     budget_set_s: float | None = Field(None, description="when the game last sent a budget (release hold-off)")
+    last_idle_sample_s: float | None = Field(
+        None, description="when the last sample without a generation running arrived (its frames fade from the "
+                          "estimate over generation_settle_s), s")
 
     @classmethod
     def initial(cls, budget_mib: int | None = None) -> GovernorState:
@@ -267,8 +270,11 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
     mean_ms, p95_ms = signal.mean_ms, signal.p95_ms(params.p95_z)
     target = min(sample.target_frame_time_ms, params.max_frame_time_ms)
     now = sample.now_s
-    generating = sample.generating
-    upd: dict[str, object] = {"signal": signal}
+    # slow frames count against the daemon only with a generation running, and only once the frames from before
+    # it have faded from the estimate (generation_settle_s after the last sample without one)
+    idle_s = state.last_idle_sample_s
+    settled = sample.generating and (idle_s is None or now - idle_s >= params.generation_settle_s)
+    upd: dict[str, object] = {"signal": signal, "last_idle_sample_s": idle_s if sample.generating else now}
     action: ThrottleAction = "warmup"
     budget_action: BudgetAction = "none"
     proposed: int | None = None
@@ -301,7 +307,7 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
             allowance = 1.0
             reason = (f"p95 {p95_ms:.1f} ms; throttle released until {state.released_until_s:.1f} s "
                       "(at its floor it did not lower frame time)")
-        elif over and generating and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
+        elif over and settled and allowance > 0.0 and _since(now, state.last_tighten_s) >= params.tighten_interval_s:
             upd["allowance_too_high"] = allowance
             if allowance >= 1.0 or start_p95 is None or p95_ms > start_p95:  # a new or higher reference
                 upd.update(throttle_start_p95_ms=p95_ms, throttle_start_p95_s=now)
@@ -311,8 +317,11 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
             action, reason = "tighten", f"p95 {p95_ms:.1f} ms > {params.tighten_above_ratio:g} x target {target:.1f} ms"
         elif over:
             reason = f"p95 {p95_ms:.1f} ms over the band" + (" at the throttle floor" if allowance <= 0.0 else "")
-            if not generating:
+            if not sample.generating:
                 reason += "; no generation running (not the daemon's doing): no tighten"
+            elif not settled:
+                reason += (f"; the generation began < {params.generation_settle_s:g} s ago (the estimate still holds "
+                           "frames from before it): not counted yet")
         elif headroom and allowance < 1.0 and headroom_since is not None \
                 and now - headroom_since >= params.relax_hold_s \
                 and _since(now, state.last_tighten_s) >= params.relax_hold_s \
@@ -326,7 +335,7 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
                 reason = f"p95 {p95_ms:.1f} ms has headroom; allowance {allowance:.2f} is just under the last over point"
         # only time over the band with the throttle exhausted *and a generation running* is evidence against
         # the throttle (release) and for a smaller budget (shrink); a sample without generation ends the stretch
-        at_floor_over = over and generating and (allowance <= 0.0 or released)
+        at_floor_over = over and settled and (allowance <= 0.0 or released)
         floor_since = (floor_base if floor_base is not None else now) if at_floor_over else None
         upd["over_at_floor_since_s"] = floor_since
         holdoff_end = -math.inf if state.budget_set_s is None \

@@ -70,6 +70,12 @@ class GovernorParams(BaseModel):
     relax_step: float = Field(
         0.1, gt=0.0, le=1.0, description="additive increase of the allowance on each relax, unitless",
     )
+    generation_settle_s: float = Field(
+        0.5, ge=0.0, le=60.0,
+        description="after the last sample without a generation running, slow frames count against the daemon "
+                    "(tighten, time at the floor) only this much later: the frame-time estimate still holds frames "
+                    "from before the generation (weight exp(-t / ewma_tau_s): 14 % after 0.5 s), s",
+    )
     tighten_interval_s: float = Field(
         0.25, ge=0.0, le=60.0, description="minimum time between two tightens (lets the EWMA see the effect), s",
     )

@@ -238,7 +238,11 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
     sid = _replies(sent)[-1][1].session_id  # type: ignore[attr-defined]
     dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
     assert any(job.forwarded for job in core.jobs.values())
-    now[0] += 1 / 60
+    settle_s = core.governor.params.generation_settle_s
+    for _ in range(round(settle_s * 60) - 1):  # the estimate still holds the frames from before the generation
+        now[0] += 1 / 60
+        assert _frame_stats(dispatcher, sent, 40.0).throttle.sleep_ms_between_tokens == 0.0
+    now[0] += 2 / 60
     reply = _frame_stats(dispatcher, sent, 40.0)
     assert reply.throttle.sleep_ms_between_tokens > 0.0
     commands = core.worker.commands  # type: ignore[attr-defined]

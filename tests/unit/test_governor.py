@@ -315,7 +315,29 @@ def test_slow_frames_without_generation_never_tighten() -> None:
     assert not any(d.throttle_action == "tighten" for d in ds) and state.allowance == 1.0
     assert state.throttle_start_p95_ms is None and "no generation running" in ds[-1].reason
     state, ds = feed(state, 40.0, 10.0, 11.0, generating=True)
-    assert ds[0].throttle_action == "tighten" and state.throttle_start_p95_ms == pytest.approx(40.0)
+    # counted once the frames from before the generation have faded (generation_settle_s after the last idle sample)
+    first = next(i for i, d in enumerate(ds) if d.throttle_action == "tighten")
+    assert 10.0 + first / FPS >= 10.0 - 1 / FPS + P.generation_settle_s and first <= round(P.generation_settle_s * FPS)
+    assert state.throttle_start_p95_ms == pytest.approx(40.0)
+
+
+def test_frames_from_before_a_generation_do_not_tighten_it() -> None:
+    """Harness run 51: the first tighten came 0.12 s after the first request, on a p95 made of the quiet window's
+    frames (the EWMA remembers them for a few time constants). Slow frames before the generation, fast ones
+    while it runs: the generation is not throttled. Without the settle time it was, at its first sample."""
+    idle, _ = feed(GovernorState.initial(2048), 40.0, 0.0, 2.0, generating=False)
+    _state, ds = feed(idle, 10.0, 2.0, 4.0, generating=True)
+    assert all(d.throttle_action != "tighten" for d in ds) and ds[-1].throttle_level == 0.0
+    assert "not counted yet" in ds[0].reason
+    _state, ds = feed(idle, 10.0, 2.0, 4.0, params=P.model_copy(update={"generation_settle_s": 0.0}), generating=True)
+    assert ds[0].throttle_action == "tighten"
+    # and the time at the floor (release, shrink) starts counting only once settled
+    floor = GovernorState.initial(2048).model_copy(update={"allowance": 0.0})
+    state, _ = feed(floor, 40.0, 0.0, 1.0, generating=False)
+    state, ds = feed(state, 40.0, 1.0, 1.4, generating=True)
+    assert state.over_at_floor_since_s is None
+    state, ds = feed(state, 40.0, 1.4, 1.6, generating=True)
+    assert state.over_at_floor_since_s is not None and state.over_at_floor_since_s >= 1.0 - 1 / FPS + P.generation_settle_s
 
 
 def test_time_at_the_floor_counts_only_while_generating() -> None:

@@ -23,6 +23,8 @@ def read_regular_file(path: Path, *, what: str = "file", max_bytes: int = MAX_IN
         OSError: missing or unreadable (FileNotFoundError, PermissionError, ...).
         InputFileError: a directory, FIFO, socket or device, or more than ``max_bytes``.
     """
+    if "\0" in str(path):  # os.stat would raise ValueError, which callers do not expect from a file name
+        raise InputFileError(f"{what} path {str(path)!r} contains a NUL character")
     info = path.stat()
     if not stat.S_ISREG(info.st_mode):
         raise InputFileError(f"{what} {path} is not a regular file")

@@ -43,6 +43,7 @@ from igi_sdk.ipc.values import Sampling
 
 SEND_RETRY_S = 0.02  # a send the DEALER cannot take now (no peer, or at its high-water mark) is retried this often
 RECONNECT_POLL_S = 0.2
+MIN_HEARTBEAT_INTERVAL_S = 0.1  # PROTOCOL.md 11.1: a smaller announced interval (0 included) is read as this
 #: The ``error_reply.detail`` flag of a ``generate_request`` refused for reusing a running request's msg_id (6.6).
 DUPLICATE_MSG_ID = "duplicate_msg_id"
 
@@ -405,7 +406,7 @@ class AsyncClient:
             hello = self.hello
             interval = hello.heartbeat_interval_s if hello else 1.0
             timeout = hello.client_timeout_s if hello else 10.0
-            await asyncio.sleep(min(interval, timeout / 4))
+            await asyncio.sleep(max(MIN_HEARTBEAT_INTERVAL_S, min(interval, timeout / 4)))
             if not self._connected.is_set():
                 continue
             silent_s = time.monotonic() - self._last_rx_s

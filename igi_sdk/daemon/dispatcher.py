@@ -83,6 +83,10 @@ class Dispatcher:
             error = RequestError(exc.code, exc.message)
             if exc.code == ErrorCode.UNSUPPORTED_VERSION:  # the spec asks for detail.supported
                 error = RequestError(exc.code, exc.message, {"supported": list(hd.SUPPORTED_VERSIONS)})
+            elif exc.header is not None and exc.header.type == "generate_request" and exc.header.msg_id in core.jobs:
+                # a running generation's msg_id: checked before the content (PROTOCOL.md 6.6), or this error would
+                # read as that generation's terminal reply
+                error = hs.duplicate_msg_id(exc.header.msg_id)
             core.send_error(identity, exc.header, error)
             return None
         core.clients[identity] = core.clock()

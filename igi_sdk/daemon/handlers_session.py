@@ -27,7 +27,11 @@ SESSION_FILE_SUFFIX = ".igisession"
 
 
 def require_session(core: DaemonCore, identity: bytes, header: Header) -> Session:
-    """The header's session; claiming it for ``identity`` (reconnection after a client restart).
+    """The header's session; an orphaned one is claimed for ``identity`` (reconnection after a client restart).
+
+    A session whose owner is still connected keeps its owner: another client naming it (even in a request that is
+    then refused) must not take it over, or that client's later silence would orphan the session, and its expiry
+    cancel the owner's generation without a reply (PROTOCOL.md 11.4 lets a client claim only an orphaned session).
 
     Raises:
         RequestError: ``not_found``.
@@ -35,8 +39,14 @@ def require_session(core: DaemonCore, identity: bytes, header: Header) -> Sessio
     session = core.sessions.get(header.session_id)
     if session is None:
         raise RequestError(ErrorCode.NOT_FOUND, f"unknown session {header.session_id!r}", {"session_id": header.session_id})
-    session.owner, session.orphaned_at_s = identity, None
+    if session.orphaned_at_s is not None:
+        session.owner, session.orphaned_at_s = identity, None
     return session
+
+
+def duplicate_msg_id(msg_id: str) -> RequestError:
+    """The answer to a generate_request reusing the msg_id of a generation in progress (PROTOCOL.md 6.6)."""
+    return RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {msg_id}", {"duplicate_msg_id": True})
 
 
 def create_session(core: DaemonCore, identity: bytes, header: Header, msg: CreateSessionRequest) -> None:
@@ -60,8 +70,9 @@ def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: objec
 def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateRequest) -> None:
     """Queue a generation; token events and the terminal reply come from worker events."""
     if header.msg_id in core.jobs:  # first: any other answer would read as the running request's terminal reply
-        raise RequestError(ErrorCode.INVALID_REQUEST, f"duplicate msg_id {header.msg_id}", {"duplicate_msg_id": True})
-    if core.model_info is None and not core.worker.ready and core.worker.is_dead():
+        raise duplicate_msg_id(header.msg_id)
+    # a generation right behind a load_model_request is held for the new model, not refused (PROTOCOL.md 8)
+    if core.model_info is None and not core.worker.ready and core.worker.is_dead() and not core.hold_jobs:
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
     limits = core.settings.limits
@@ -136,6 +147,8 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
     session = require_session(core, identity, header)
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is generating; save it after the reply", {"limit": "session_generating"})
+    if msg.path and "\0" in msg.path:  # the OS refuses it (ValueError, not OSError): say so before asking the worker
+        raise RequestError(ErrorCode.INVALID_REQUEST, "the path contains a NUL character")
     path = Path(msg.path) if msg.path else _session_dir(core) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
 
     def write(tokens: list[int] | None, state: bytes | None) -> None:

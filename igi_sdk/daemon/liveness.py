@@ -33,11 +33,16 @@ def expire_clients(core: DaemonCore, now_s: float) -> list[bytes]:
 def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:
     """Close orphaned sessions older than ``session_ttl_s`` and free their worker state; returns their ids."""
     expired = core.sessions.expired(now_s, core.settings.ipc.session_ttl_s)
+    closed = []
     for session in expired:
-        if session.job_id is not None:  # a generation of an orphaned session can only be a leftover: stop it
+        job = core.jobs.get(session.job_id) if session.job_id is not None else None
+        if job is not None and job.identity in core.clients:
+            continue  # another, live client is generating on it: close it once that generation has ended
+        if session.job_id is not None:  # a generation of a gone client: nobody waits for its reply
             cancel_job(core, session.job_id, reply=False)
         core.sessions.remove(session.session_id)
         core.counters["sessions_expired"] += 1
         if core.worker.ready:
             core.send_to_worker({"op": "forget", "session_id": session.session_id})
-    return [session.session_id for session in expired]
+        closed.append(session.session_id)
+    return closed

@@ -12,9 +12,11 @@ import os
 import signal
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import zmq
 
@@ -164,8 +166,7 @@ class DaemonServer:
             if ready.get(socket):
                 dispatcher.on_batch(_received(socket))
             for event in core.worker.read_events():
-                if not switch.on_event(event):
-                    handle_worker_event(core, budget, event)
+                _safe_worker_event(core, budget, switch, event)
             # not while stopping: Ctrl+C (or `timeout`) signals the whole process group, the worker included
             if core.worker.is_dead() and core.model_info is not None and not switch.owns_worker and not self._stop:
                 for fd in registered:
@@ -189,6 +190,18 @@ class DaemonServer:
             if not socket.poll(POLL_TICK_MS):
                 return
             dispatcher.on_batch(_received(socket))
+
+
+def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwitch, event: dict[str, Any]) -> None:
+    """Handle one worker event; a daemon bug in it is logged and counted, and the loop keeps serving (as the
+    dispatcher does for a request: one bad path must not take every client's conversations down with it)."""
+    try:
+        if not switch.on_event(event):
+            handle_worker_event(core, budget, event)
+    except Exception as exc:
+        core.counters["worker_event_crashed"] += 1
+        core.log(logging.ERROR, "worker_event_crashed", worker_event=str(event.get("ev")), error=repr(exc),
+                 exc=traceback.format_exc())
 
 
 def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSettings) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]

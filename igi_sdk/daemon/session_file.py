@@ -13,6 +13,7 @@ conversation is rebuilt by re-prefilling the history. A wrong magic, checksum, v
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -81,8 +82,9 @@ def write_session_file(path: Path, snap: SessionSnapshot) -> None:
         with os.fdopen(fd, "wb") as out:
             out.write(MAGIC + hashlib.sha256(body).digest() + body)
         os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a path the OS refuses outright (a NUL character)
+        with contextlib.suppress(OSError, ValueError):
+            tmp.unlink(missing_ok=True)
         raise SessionFileError(f"cannot write session file {path}: {exc}") from exc
 
 

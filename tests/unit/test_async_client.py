@@ -19,6 +19,7 @@ import zmq
 
 from igi_sdk.client import async_client
 from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError
+from igi_sdk.client.async_client import MIN_HEARTBEAT_INTERVAL_S
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
 from igi_sdk.ipc.connection import write_connection_file
@@ -44,10 +45,12 @@ class FakeDaemon:
     """
 
     def __init__(self, tmp_path: Path, handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 client_timeout_s: float = 30.0) -> None:
+                 client_timeout_s: float = 30.0, heartbeat_interval_s: float | None = None) -> None:
         self.connection_file = tmp_path / "connection.json"
         self.handler = handler
         self.client_timeout_s = client_timeout_s
+        self.heartbeat_interval_s = min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
+        self.heartbeats = 0
         self.limits = Limits(max_frame_bytes=max_frame_bytes)
         self.hello_identities: list[bytes] = []
         self._stop = threading.Event()
@@ -74,10 +77,11 @@ class FakeDaemon:
                 if isinstance(message, m.HelloRequest):
                     self.hello_identities.append(identity)
                     replies: list[m.Message] = [m.HelloReply(
-                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
+                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=self.heartbeat_interval_s,
                         client_timeout_s=self.client_timeout_s,
                         limits=self.limits, model=None)]
                 elif isinstance(message, m.HeartbeatRequest):
+                    self.heartbeats += 1
                     replies = [m.HeartbeatReply(uptime_s=1.0)]
                 else:
                     replies = self.handler(header, message)
@@ -97,8 +101,9 @@ class FakeDaemon:
 def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
     started: list[FakeDaemon] = []
 
-    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, client_timeout_s: float = 30.0) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes, client_timeout_s))
+    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, client_timeout_s: float = 30.0,
+              heartbeat_interval_s: float | None = None) -> FakeDaemon:
+        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes, client_timeout_s, heartbeat_interval_s))
         return started[-1]
 
     yield start
@@ -295,3 +300,20 @@ def test_a_send_retried_on_a_full_socket_is_not_overtaken_by_a_later_request(
             assert received == ["status_request", "create_session_request"]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("announced_s", [1e-6, 0.0])
+def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(fake_daemon: Callable[..., FakeDaemon],
+                                                          announced_s: float) -> None:
+    """PROTOCOL.md 11.1: heartbeats at most every 0.1 s. A hello_reply announcing 1e-6 s (or 0, both valid) made the
+    heartbeat loop spin: thousands of heartbeats a second and a busy core."""
+    daemon = fake_daemon(lambda header, message: [], heartbeat_interval_s=announced_s)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            assert client.hello is not None and client.hello.heartbeat_interval_s == announced_s
+            await asyncio.sleep(1.0)
+            assert client.connected
+
+    asyncio.run(main())
+    assert 3 <= daemon.heartbeats <= 1.0 / MIN_HEARTBEAT_INTERVAL_S + 3, daemon.heartbeats

@@ -21,17 +21,21 @@ from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
+from igi_sdk.daemon.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.server import _safe_worker_event
 from igi_sdk.daemon.sessions import SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.codec import packb, to_wire
+from igi_sdk.ipc.frames import MAGIC, pack_message, unpack_message
+from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.messages import (
     BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
-    GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
+    GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelReply, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
     SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.values import Plan
@@ -532,3 +536,128 @@ def test_hello_of_another_major_version_is_unsupported_with_the_supported_list()
     [reply] = _answers(daemon, hello)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
     assert reply.detail is not None and list(reply.detail["supported"]) == ["1.0"]
+
+
+# --- ninth-session audit: each test fails without its fix -------------------------------------------------------
+OTHER_CLIENT = b"\x00other-client"
+
+
+def test_a_nul_in_a_save_path_is_a_typed_error_and_the_daemon_keeps_serving() -> None:
+    """os.open raises ValueError (not OSError) for a NUL character; raised from the export callback inside the
+    server loop, it stopped the daemon (every client's conversations gone)."""
+    daemon = Daemon()
+    sid = _session(daemon)
+    save = daemon.request(SaveSessionRequest(path=str(WORKDIR / "x\x00y.igisession")), sid)
+    daemon.pump()
+    [reply] = _answers(daemon, save)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST and "NUL" in reply.message
+    status = daemon.request(StatusRequest())
+    daemon.pump()
+    assert not isinstance(_answers(daemon, status)[0], ErrorReply)
+
+
+def test_another_clients_silence_does_not_end_a_live_clients_generation() -> None:
+    """Client B named A's session once (a save refused: busy) and went silent. The session's owner had become B,
+    so B's timeout orphaned it and its expiry cancelled A's running generation without a reply and closed A's
+    session, while A was heartbeating. Only an orphaned session may be claimed (PROTOCOL.md 11.4)."""
+    daemon = Daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]
+    sid = _session(daemon)
+    gen = new_header("generate_request", session_id=sid)
+    _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=200)))
+    daemon.pump()
+    daemon.worker.step()
+    daemon.pump()
+    save = new_header("save_session_request", session_id=sid)
+    _tick(daemon, (save, SaveSessionRequest()), identity=OTHER_CLIENT)
+    assert isinstance(_answers(daemon, save.msg_id)[0], ErrorReply)
+    ipc = daemon.core.settings.ipc
+    t_end = now[0] + ipc.client_timeout_s + ipc.session_ttl_s + 2.0
+    while now[0] < t_end:  # A heartbeats, B is silent
+        now[0] += 1.0
+        _tick(daemon, (new_header("heartbeat_request"), HeartbeatRequest()))
+        daemon.worker.step()
+        daemon.pump()
+        expire_clients(daemon.core, now[0])
+        expire_sessions(daemon.core, now[0])
+    for _ in range(300):
+        daemon.worker.step()
+        daemon.pump()
+    finals = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and not isinstance(m, TokenEvent)]
+    assert len(finals) == 1 and isinstance(finals[0], GenerateReply), finals
+    assert daemon.core.sessions.get(sid) is not None
+
+
+def test_a_session_of_a_gone_client_is_kept_while_a_live_client_generates_on_it() -> None:
+    """The other order: A (the owner) goes silent while B generates on A's session. The orphaned session's expiry
+    waits for B's generation, which ends with its reply, and closes the session afterwards."""
+    daemon = Daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]
+    sid = _session(daemon)
+    gen = new_header("generate_request", session_id=sid)
+    _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=200)), identity=OTHER_CLIENT)
+    ipc = daemon.core.settings.ipc
+    t_end = now[0] + ipc.client_timeout_s + ipc.session_ttl_s + 2.0
+    while now[0] < t_end:  # B heartbeats, A is silent
+        now[0] += 1.0
+        _tick(daemon, (new_header("heartbeat_request"), HeartbeatRequest()), identity=OTHER_CLIENT)
+        expire_clients(daemon.core, now[0])
+        expire_sessions(daemon.core, now[0])
+    assert daemon.core.sessions.get(sid) is not None  # B's generation still runs on it
+    for _ in range(300):
+        daemon.worker.step()
+        daemon.pump()
+    finals = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and not isinstance(m, TokenEvent)]
+    assert len(finals) == 1 and isinstance(finals[0], GenerateReply), finals
+    expire_sessions(daemon.core, now[0])
+    assert daemon.core.sessions.get(sid) is None  # then the orphan expires as usual
+
+
+def test_a_generation_right_behind_a_load_model_after_give_up_is_held_not_refused() -> None:
+    """PROTOCOL.md 8: during a load_model_request generations are held. With the worker given up, a generate in
+    the same batch as the load was refused no_model."""
+    daemon = Daemon(max_worker_restarts=0)
+    sid = _session(daemon)
+    daemon.worker.kill()
+    daemon.pump()
+    assert daemon.core.model_info is None
+    load, gen = new_header("load_model_request"), new_header("generate_request", session_id=sid)
+    _tick(daemon, (load, LoadModelRequest(model_path=MODELS["tiny"])), (gen, GenerateRequest(text="hi", max_tokens=2)))
+    for _ in range(10):
+        daemon.pump()
+        daemon.worker.step()
+    assert [type(m) for m in _answers(daemon, load.msg_id)] == [LoadModelReply]
+    assert [type(m) for m in _answers(daemon, gen.msg_id)] == [GenerateReply]
+
+
+def test_a_duplicate_msg_id_with_invalid_content_is_answered_as_a_duplicate() -> None:
+    """PROTOCOL.md 6.6: the duplicate check comes before anything else. With invalid content (max_tokens 0) the
+    plain invalid_request carried the running generation's id and read as its terminal reply (then a second one
+    came: the real generate_reply)."""
+    daemon = Daemon()
+    sid = _session(daemon)
+    gen = new_header("generate_request", session_id=sid)
+    _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=3)))
+    header_bytes = packb(to_wire(gen))
+    content = packb({"text": "hi", "max_tokens": 0})
+    daemon.dispatcher.on_batch([[IDENTITY, MAGIC, sign(KEY, header_bytes, content), header_bytes, content]])
+    for _ in range(10):
+        daemon.worker.step()
+        daemon.pump()
+    answers = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and not isinstance(m, TokenEvent)]
+    errors = [m for m in answers if isinstance(m, ErrorReply)]
+    assert len(errors) == 1 and errors[0].detail == {"duplicate_msg_id": True}, answers
+    assert sum(isinstance(m, GenerateReply) for m in answers) == 1
+
+
+def test_a_worker_event_the_daemon_cannot_handle_is_logged_and_the_loop_goes_on() -> None:
+    """The server loop handled worker events without a guard: one exception there (the NUL path above, or any
+    daemon bug on that path) stopped the daemon. Now it is counted and logged, as a handler crash is."""
+    daemon = Daemon()
+    _safe_worker_event(daemon.core, daemon.budget, daemon.switch, {"ev": "token"})  # no job_id: a KeyError inside
+    assert daemon.core.counters["worker_event_crashed"] == 1
+    status = daemon.request(StatusRequest())
+    daemon.pump()
+    assert not isinstance(_answers(daemon, status)[0], ErrorReply)

@@ -75,7 +75,8 @@ namespace Igi.Tests
 
         private static HelloReply GoodHello()
         {
-            return new HelloReply { DaemonVersion = "test", ProtocolVersion = "1.0", HeartbeatIntervalS = 0, ClientTimeoutS = 10, Limits = new Limits() };
+            // Heartbeats every 60 s: none during a test (0 would be read as MinHeartbeatIntervalS, 0.1 s).
+            return new HelloReply { DaemonVersion = "test", ProtocolVersion = "1.0", HeartbeatIntervalS = 60, ClientTimeoutS = 10, Limits = new Limits() };
         }
 
         private static void PumpUntil(IgiClient client, Func<bool> done, string what)
@@ -188,6 +189,38 @@ namespace Igi.Tests
                         var e = Check.Throws<IgiTimeoutException>(() => IgiClient.Wait(status), "silent daemon");
                         Check.True(e.Message.Contains("stopped answering"), "liveness failure, not the request timeout: " + e.Message);
                         Check.True(!client.IsDaemonAlive, "declared gone");
+                    }
+                }
+            });
+            t.Add("client:heartbeat_interval_under_the_minimum_is_read_as_the_minimum", () =>
+            {
+                // A daemon announcing 1e-6 s (or 0) gets heartbeats at most every MinHeartbeatIntervalS (0.1 s), not a busy loop.
+                var signer = Signer.FromHex(KeyHex);
+                foreach (double announced in new[] { 1e-6, 0.0 })
+                {
+                    using (var router = new TestRouter())
+                    {
+                        var sw = Stopwatch.StartNew();  // started before the hello: no heartbeat can predate it
+                        var tiny = GoodHello();
+                        tiny.HeartbeatIntervalS = announced;
+                        byte[] identity;
+                        using (IgiClient client = ConnectTo(router, signer, out identity, tiny))
+                        {
+                            int heartbeats = 0;
+                            while (heartbeats < 2 || sw.Elapsed.TotalSeconds < 0.5)
+                            {
+                                Envelope request = ReceiveRequest(router, signer, out identity);
+                                Check.Equal(HeartbeatRequest.TypeName, request.Message.Type, announced + ": only heartbeats are sent");
+                                router.Send(identity, Reply(request, new HeartbeatReply(), signer));
+                                heartbeats++;
+                                Check.True(heartbeats <= 1000, announced + ": over 1000 heartbeats in " + sw.Elapsed.TotalSeconds.ToString("F3") + " s");
+                            }
+                            double elapsed = sw.Elapsed.TotalSeconds;
+                            // At most one per MinHeartbeatIntervalS since the hello; the +2 and x1.5 are slack, not timing.
+                            int most = 2 + (int)(1.5 * elapsed / IgiClient.MinHeartbeatIntervalS);
+                            Check.True(heartbeats <= most, announced + ": " + heartbeats + " heartbeats in " + elapsed.ToString("F3") + " s (at most " + most + ")");
+                            Check.True(client.IsDaemonAlive, announced + ": the daemon answered every heartbeat");
+                        }
                     }
                 }
             });

@@ -163,6 +163,39 @@ namespace Igi.Tests
                     () => MsgPackReader.Decode(B(0xdb, 0x7f, 0xff, 0xff, 0xff)), "long str").Kind, "long str");
                 Check.Throws<MsgPackException>(() => MsgPackReader.Decode(new byte[0]), "empty buffer");
             });
+            t.Add("msgpack:non_string_key_refused_as_soon_as_read", () =>
+            {
+                // Each key is followed by the reserved byte 0xc1 where its value should be: the key is refused
+                // before the value (or the rest of the map) is decoded, so the error is NonStringKey at the key.
+                var cases = new Dictionary<string, byte[]>
+                {
+                    { "int", B(0x82, 0x01, 0xc1, 0xa1, (int)'a', 0x01) },
+                    { "uint16", B(0x82, 0xcd, 0x12, 0x34, 0xc1, 0xa1, (int)'a', 0x01) },
+                    { "bin", B(0x82, 0xc4, 0x01, 0x61, 0xc1, 0xa1, (int)'a', 0x01) },
+                    { "nil", B(0x82, 0xc0, 0xc1, 0xa1, (int)'a', 0x01) },
+                    { "map", B(0x82, 0x80, 0xc1, 0xa1, (int)'a', 0x01) },
+                    { "array", B(0x82, 0x90, 0xc1, 0xa1, (int)'a', 0x01) },
+                };
+                foreach (var c in cases)
+                {
+                    var e = Check.Throws<MsgPackException>(() => MsgPackReader.Decode(c.Value), c.Key + " key");
+                    Check.Equal(MsgPackErrorKind.NonStringKey, e.Kind, c.Key + " key kind (" + e.Message + ")");
+                    Check.Equal(1, e.Offset, c.Key + " key offset");
+                    Check.Equal("invalid_request", e.Classification, c.Key + " key classification");
+                }
+                // Nested maps too (keys are str at every level).
+                var nested = Check.Throws<MsgPackException>(
+                    () => MsgPackReader.Decode(B(0x81, 0xa1, (int)'a', 0x82, 0x07, 0xc1, 0xa1, (int)'b', 0x01)), "nested");
+                Check.Equal(MsgPackErrorKind.NonStringKey, nested.Kind, "nested key kind (" + nested.Message + ")");
+                Check.Equal(4, nested.Offset, "nested key offset");
+                // A map of thousands of distinct int keys is refused at its first key, not after all of them.
+                var many = new MsgPackWriter();
+                many.WriteMapHeader(16000);
+                for (int i = 0; i < 16000; i++) { many.WriteValue((long)(1000 + i)); many.WriteValue(0L); }
+                var first = Check.Throws<MsgPackException>(() => MsgPackReader.Decode(many.ToArray()), "16000 int keys");
+                Check.Equal(MsgPackErrorKind.NonStringKey, first.Kind, "16000 int keys kind (" + first.Message + ")");
+                Check.Equal(3, first.Offset, "16000 int keys refused at the first key");
+            });
             t.Add("msgpack:depth_and_size_limits", () =>
             {
                 var deep = new byte[40];
@@ -285,6 +318,38 @@ namespace Igi.Tests
                 var unsorted = new StatusReply { Counters = new MsgPackMap().Add("tokens_total", 5L).Add("bad_frame", 0L), UptimeS = 1.0 };
                 var status = (StatusReply)WireCodec.Decode(WireCodec.Encode(Header.New("status_reply"), unsorted, signer), signer).Message;
                 Check.Equal("bad_frame", (string)status.Counters.Entries[0].Key, "counters sorted on the wire");
+            });
+            t.Add("protocol:ids_and_versions_refuse_a_trailing_newline", () =>
+            {
+                // .NET's $ also matches before a final "\n"; the Python reference refuses all of these.
+                var signer = new Signer(new byte[32]);
+                string parent = new string('a', 32);
+                byte[][] good = WireCodec.Encode(Header.New(CreateSessionReply.TypeName, "npc", parent),
+                                                 new CreateSessionReply { SessionId = "npc" }, signer);
+                Func<byte[], string, object, byte[]> with = (frame, key, value) =>
+                {
+                    var copy = new MsgPackMap();
+                    foreach (var kv in ((MsgPackMap)MsgPackReader.Decode(frame)).Entries) copy.Add((string)kv.Key, (string)kv.Key == key ? value : kv.Value);
+                    return MsgPackWriter.Encode(copy);
+                };
+                Func<byte[], byte[], byte[][]> frames = (h, c) => new[] { good[0], signer.Sign(h, c), h, c };
+                WireCodec.Decode(frames(with(good[2], "msg_id", new string('b', 32)), good[3]), signer);  // the copy itself decodes
+                var bad = new List<KeyValuePair<string, byte[][]>>
+                {
+                    new KeyValuePair<string, byte[][]>("header msg_id", frames(with(good[2], "msg_id", new string('b', 32) + "\n"), good[3])),
+                    new KeyValuePair<string, byte[][]>("header parent_id", frames(with(good[2], "parent_id", parent + "\n"), good[3])),
+                    new KeyValuePair<string, byte[][]>("header session_id", frames(with(good[2], "session_id", "npc\n"), good[3])),
+                    new KeyValuePair<string, byte[][]>("header protocol_version", frames(with(good[2], "protocol_version", "1.0\n"), good[3])),
+                    new KeyValuePair<string, byte[][]>("content session_id", frames(good[2], with(good[3], "session_id", "npc\n"))),
+                };
+                foreach (var kv in bad)
+                {
+                    var f = kv.Value;
+                    var e = Check.Throws<IgiProtocolException>(() => WireCodec.Decode(f, signer), kv.Key + " with a trailing \\n");
+                    Check.Equal("invalid_request", e.Classification, kv.Key + " classification (" + e.Message + ")");
+                }
+                Check.True(FieldReader.IsSessionId("npc"), "npc is a session id");
+                Check.True(!FieldReader.IsSessionId("npc\n"), "npc\\n is not a session id");
             });
             t.Add("protocol:error_code_table_complete", () =>
             {

@@ -77,7 +77,7 @@ namespace Igi.Tests
             {
                 using (IgiClient client = connect())
                 {
-                    Check.True(Regex.IsMatch(client.Hello.ProtocolVersion, "^1\\.[0-9]+$"), "protocol 1.x, got " + client.Hello.ProtocolVersion);
+                    Check.True(Regex.IsMatch(client.Hello.ProtocolVersion, "\\A1\\.[0-9]+\\z"), "protocol 1.x, got " + client.Hello.ProtocolVersion);
                     Check.True(client.Hello.HeartbeatIntervalS > 0, "heartbeat interval announced");
                     Check.True(client.Hello.Limits.MaxFrameBytes >= 1024, "limits announced");
                     Check.True(client.IsDaemonAlive, "alive");
@@ -98,7 +98,7 @@ namespace Igi.Tests
                 using (IgiClient client = connect())
                 {
                     string session = IgiClient.Wait(client.CreateSessionAsync("Mira", system, greedy));
-                    Check.True(Regex.IsMatch(session, "^[A-Za-z0-9_-]{1,64}$"), "session id shape: " + session);
+                    Check.True(Regex.IsMatch(session, "\\A[A-Za-z0-9_-]{1,64}\\z"), "session id shape: " + session);
                     Check.True(IgiClient.Wait(client.StatusAsync()).NSessions >= 1, "status counts the session");
                     IgiClient.Wait(client.CloseSessionAsync(session));
                     Check.Throws<IgiNotFoundException>(() => IgiClient.Wait(client.CloseSessionAsync(session)), "closing twice");

@@ -24,6 +24,12 @@ namespace Igi.Client
             public Action<IgiException> OnError;
         }
 
+        /// <summary>
+        /// The shortest heartbeat period: a client sends heartbeat_request at most this often, and reads a smaller
+        /// hello_reply.heartbeat_interval_s (0 included) as this value (PROTOCOL.md section 11).
+        /// </summary>
+        public const double MinHeartbeatIntervalS = 0.1;
+
         private const int MaxWaitMs = 100;
         private const int MaxMessagesPerWake = 256;
         private double _heartbeatIntervalS;
@@ -49,9 +55,9 @@ namespace Igi.Client
             {
                 Hello = reply;
                 _maxFrameBytes = (int)Math.Min(int.MaxValue, reply.Limits.MaxFrameBytes);
-                _heartbeatIntervalS = reply.HeartbeatIntervalS;
+                _heartbeatIntervalS = Math.Max(MinHeartbeatIntervalS, reply.HeartbeatIntervalS);
                 _clientTimeoutS = reply.ClientTimeoutS;
-                _nextHeartbeatS = _heartbeatIntervalS > 0 ? NowS + _heartbeatIntervalS : double.MaxValue;
+                _nextHeartbeatS = NowS + _heartbeatIntervalS;
             }
             _transport.Wake();
         }

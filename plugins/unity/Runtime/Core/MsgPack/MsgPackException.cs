@@ -18,6 +18,8 @@ namespace Igi.MsgPack
         InvalidUtf8,
         /// <summary>A map with the same key twice.</summary>
         DuplicateKey,
+        /// <summary>A map key that is not a str (the protocol allows only str keys).</summary>
+        NonStringKey,
     }
 
     /// <summary>A msgpack buffer that cannot be decoded.</summary>

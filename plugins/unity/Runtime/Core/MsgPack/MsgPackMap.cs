@@ -5,37 +5,28 @@ using System.Collections.Generic;
 namespace Igi.MsgPack
 {
     /// <summary>
-    /// A decoded msgpack map that keeps its keys in wire order. Keys are usually strings;
-    /// lookups by string key are O(1).
+    /// A decoded msgpack map that keeps its keys in wire order. Keys are strings (the protocol allows no
+    /// other key type, and the reader refuses one); lookups are O(1).
     /// </summary>
     public sealed class MsgPackMap
     {
-        private readonly List<KeyValuePair<object, object>> _entries = new List<KeyValuePair<object, object>>();
+        private readonly List<KeyValuePair<string, object>> _entries = new List<KeyValuePair<string, object>>();
         private readonly Dictionary<string, int> _stringIndex = new Dictionary<string, int>(StringComparer.Ordinal);
 
         /// <summary>Number of entries.</summary>
         public int Count { get { return _entries.Count; } }
 
         /// <summary>The entries in insertion (wire) order.</summary>
-        public IList<KeyValuePair<object, object>> Entries { get { return _entries.AsReadOnly(); } }
+        public IList<KeyValuePair<string, object>> Entries { get { return _entries.AsReadOnly(); } }
 
-        /// <summary>Appends an entry; returns false (and appends nothing) when a string key is already present.</summary>
-        public bool TryAdd(object key, object value)
+        /// <summary>Appends an entry; returns false (and appends nothing) when the key is already present.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="key"/> is null.</exception>
+        public bool TryAdd(string key, object value)
         {
-            string s = key as string;
-            if (s != null)
-            {
-                if (_stringIndex.ContainsKey(s)) return false;
-                _stringIndex[s] = _entries.Count;
-            }
-            else
-            {
-                for (int i = 0; i < _entries.Count; i++)
-                {
-                    if (!(_entries[i].Key is string) && MsgPackValue.DeepEquals(_entries[i].Key, key)) return false;
-                }
-            }
-            _entries.Add(new KeyValuePair<object, object>(key, value));
+            if (key == null) throw new ArgumentNullException("key");
+            if (_stringIndex.ContainsKey(key)) return false;
+            _stringIndex[key] = _entries.Count;
+            _entries.Add(new KeyValuePair<string, object>(key, value));
             return true;
         }
 

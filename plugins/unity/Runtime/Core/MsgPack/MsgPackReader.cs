@@ -8,8 +8,8 @@ namespace Igi.MsgPack
     /// <summary>
     /// Decodes one msgpack value into the object model: nil = null, bool, integers = long
     /// (ulong only above long.MaxValue), float32 = float, float64 = double, str = string, bin = byte[],
-    /// array = List&lt;object&gt;, map = <see cref="MsgPackMap"/>. Ext types and the reserved byte 0xc1 are
-    /// refused. Every failure is a <see cref="MsgPackException"/>; no other exception escapes.
+    /// array = List&lt;object&gt;, map = <see cref="MsgPackMap"/>. Ext types, the reserved byte 0xc1 and map keys
+    /// other than str are refused. Every failure is a <see cref="MsgPackException"/>; no other exception escapes.
     /// </summary>
     public sealed class MsgPackReader
     {
@@ -177,7 +177,11 @@ namespace Igi.MsgPack
             for (int i = 0; i < count; i++)
             {
                 int keyAt = _pos;
-                object key = ReadValue(depth + 1);
+                // Keys are str at every level (PROTOCOL.md 5.1): refuse any other key before reading its value.
+                object read = ReadValue(depth + 1);
+                string key = read as string;
+                if (key == null)
+                    throw new MsgPackException(MsgPackErrorKind.NonStringKey, keyAt, "non-string map key " + MsgPackValue.ToDebugString(read));
                 object value = ReadValue(depth + 1);
                 if (!map.TryAdd(key, value) && _limits.RejectDuplicateKeys)
                     throw new MsgPackException(MsgPackErrorKind.DuplicateKey, keyAt, "duplicate map key " + MsgPackValue.ToDebugString(key));

@@ -55,7 +55,7 @@ namespace Igi.Protocol
         public string ProtocolVersion;
         /// <summary>Optional features the daemon supports.</summary>
         public List<string> Capabilities = new List<string>();
-        /// <summary>The client sends heartbeat_request this often, s.</summary>
+        /// <summary>The client sends heartbeat_request this often, s, as announced; the client reads a value under <see cref="Igi.Client.IgiClient.MinHeartbeatIntervalS"/> as that minimum.</summary>
         public double HeartbeatIntervalS;
         /// <summary>Silence after which a peer is declared gone, s.</summary>
         public double ClientTimeoutS;

@@ -15,12 +15,13 @@ namespace Igi.Protocol
     /// </summary>
     public sealed class FieldReader
     {
-        private static readonly Regex MsgIdPattern = new Regex("^[0-9a-f]{32}$", RegexOptions.CultureInvariant);
-        private static readonly Regex SessionIdPattern = new Regex("^[A-Za-z0-9_-]{1,64}$", RegexOptions.CultureInvariant);
+        // \A and \z, not ^ and $: .NET's $ also matches before a final "\n" ("1.0\n" would pass).
+        private static readonly Regex MsgIdPattern = new Regex("\\A[0-9a-f]{32}\\z", RegexOptions.CultureInvariant);
+        private static readonly Regex SessionIdPattern = new Regex("\\A[A-Za-z0-9_-]{1,64}\\z", RegexOptions.CultureInvariant);
 
         /// <summary>Whether <paramref name="sessionId"/> is a valid header.session_id (1-64 of A-Z a-z 0-9 _ -).</summary>
         public static bool IsSessionId(string sessionId) { return sessionId != null && SessionIdPattern.IsMatch(sessionId); }
-        private static readonly Regex VersionPattern = new Regex("^[0-9]{1,4}\\.[0-9]{1,4}$", RegexOptions.CultureInvariant);
+        private static readonly Regex VersionPattern = new Regex("\\A[0-9]{1,4}\\.[0-9]{1,4}\\z", RegexOptions.CultureInvariant);
         private readonly MsgPackMap _map;
         private readonly string _what;
 
@@ -30,8 +31,6 @@ namespace Igi.Protocol
             _map = value as MsgPackMap;
             _what = what;
             if (_map == null) throw new IgiProtocolException(what + " is a " + TypeName(value) + ", not a map");
-            foreach (var kv in _map.Entries)
-                if (!(kv.Key is string)) throw new IgiProtocolException(what + " has a non-string key " + MsgPackValue.ToDebugString(kv.Key));
         }
 
         /// <summary>The underlying map.</summary>
@@ -259,7 +258,7 @@ namespace Igi.Protocol
         public const int MaxDepth = 8;
 
         /// <summary>Checks a free-form value and returns a copy with every map's keys sorted by UTF-8 bytes.</summary>
-        /// <exception cref="ArgumentException">A disallowed type, a non-str key, a non-finite float or too deep.</exception>
+        /// <exception cref="ArgumentException">A disallowed type, a non-finite float or too deep.</exception>
         public static object Canonical(object value, int depth)
         {
             if (depth > MaxDepth) throw new ArgumentException("nested deeper than " + MaxDepth);
@@ -275,13 +274,9 @@ namespace Igi.Protocol
             var map = value as MsgPackMap;
             if (map != null)
             {
-                var keys = new List<KeyValuePair<byte[], KeyValuePair<object, object>>>();
+                var keys = new List<KeyValuePair<byte[], KeyValuePair<string, object>>>();
                 foreach (var kv in map.Entries)
-                {
-                    var k = kv.Key as string;
-                    if (k == null) throw new ArgumentException("map keys must be strings");
-                    keys.Add(new KeyValuePair<byte[], KeyValuePair<object, object>>(Encoding.UTF8.GetBytes(k), kv));
-                }
+                    keys.Add(new KeyValuePair<byte[], KeyValuePair<string, object>>(Encoding.UTF8.GetBytes(kv.Key), kv));
                 keys.Sort((a, b) => CompareBytes(a.Key, b.Key));
                 var result = new MsgPackMap();
                 foreach (var k in keys) result.TryAdd(k.Value.Key, Canonical(k.Value.Value, depth + 1));

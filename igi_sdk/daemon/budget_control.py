@@ -154,23 +154,36 @@ class BudgetControl:
 
         Returns:
             The plan the new worker must load. A reload queued for the old model is re-planned for the new one
-            (it starts when the new worker is ready).
+            (it starts, or is acknowledged, when the new worker is ready), or, when ``vram_budget_mib`` is given,
+            superseded by that newer budget: its requests are answered with the new worker's plan.
         """
+        self._requeue_lost_reload()
         self._planner = planner
         if vram_budget_mib is not None:
             self.state = BudgetPolicyState.initial(vram_budget_mib)
         headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
         self.current = planner.plan_within(self.state.applied_mib, headroom)
         if self._queued is not None:
-            self._queued.outcome = planner.plan_within(self._queued.outcome.budget_mib, headroom)
+            superseded = vram_budget_mib is not None  # the load's budget is newer than the queued target
+            self._queued.outcome = self.current if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
             self._queued.replan_mib = None
         return self.current
 
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
-        """A (re)started worker is ready: start a reload that waited for it."""
-        if self._inflight is None and self._queued is not None:
-            self._start(self._queued)
+        """A (re)started worker is ready: start a reload that waited for it, or answer it at once when the worker
+        already runs its placement (a model switch starts the new worker on the budget in force)."""
+        op = self._queued
+        if self._inflight is not None or op is None:
+            return
+        if op.outcome.placement == self.current.placement and not self._core.settings.engine.always_reload:
+            self._queued = None
+            self.current = op.outcome
+            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            for waiter in op.waiters:
+                self._ack(waiter, op.outcome, applied=True, measured=measured)
+            return
+        self._start(op)
 
     def on_reloaded(self, event: dict) -> None:
         """The worker finished a reload (``ok`` or not)."""
@@ -199,6 +212,7 @@ class BudgetControl:
             error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.get('message')}")
             for waiter in op.waiters:
                 self._core.send_error(waiter.identity, waiter.header, error)
+            self._keep_state_with_running_placement()  # the worker exits and restarts on self.current
         if self._queued is not None and self._core.worker.ready:
             self._start(self._queued)
 
@@ -210,6 +224,7 @@ class BudgetControl:
         error = RequestError(ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement")
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
+        self._keep_state_with_running_placement()
 
     def abort(self, error: RequestError) -> None:
         """Answer every budget request still waiting (for a reload in flight or queued, or for a plan being
@@ -221,6 +236,32 @@ class BudgetControl:
                 holder.waiters = []
 
     # --- internals -------------------------------------------------------------------------------
+    def _keep_state_with_running_placement(self) -> None:
+        """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker
+        on ``self.current``, the last good placement. The policy state recorded the lost target when it was
+        decided; put it back to the budget actually running, so that the same request again reloads instead of
+        being answered ``applied`` on the old placement. A newer target queued or being planned is left alone:
+        it is applied once the restarted worker is ready."""
+        if self._queued is not None or self._planning is not None:
+            return
+        applied_mib = self.current.budget_mib
+        update: dict[str, object] = {"applied_mib": applied_mib}
+        if self.state.pending_mib is not None and self.state.pending_mib <= applied_mib:
+            update.update(pending_mib=None, pending_since_s=None)  # not a growth any more from the running budget
+        self.state = self.state.model_copy(update=update)
+
+    def _requeue_lost_reload(self) -> None:
+        """A reload sent to a worker that then exited for a model switch never gets ``reloaded``: queue it again
+        (ahead of a newer queued target, which supersedes it) so that the new worker answers its requests."""
+        lost, self._inflight = self._inflight, None
+        if lost is None:
+            return
+        self._core.log(logging.WARNING, "reload_lost", budget_mib=lost.outcome.budget_mib)
+        if self._queued is not None:
+            self._queued.waiters = lost.waiters + self._queued.waiters
+        else:
+            self._queued = lost
+
     def _used_mib(self) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""
         measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
@@ -335,9 +376,13 @@ class BudgetControl:
 
     def _start(self, op: _Reload) -> None:
         self._queued = None
-        self._inflight = op
         self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy)
-        self._core.send_to_worker({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()})
+        if not self._core.send_to_worker({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()}):
+            # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
+            # waits for the next ready worker instead of staying in flight for good
+            self._queued = op
+            return
+        self._inflight = op
 
     def _ack(self, waiter: _Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
         elapsed = self._core.clock() - waiter.t0_s

@@ -169,8 +169,9 @@ class DaemonCore:
     def send_to_worker(self, command: dict[str, Any]) -> bool:
         """Send a command to the worker; False when it has died and the I/O loop has not handled that yet.
 
-        A lost command needs no answer here: the worker-death handling answers every forwarded job, reload
-        and export, and forwards waiting jobs to the restarted worker.
+        A lost command needs no answer here: the worker-death handling answers every forwarded job and export,
+        fails a reload in flight, and forwards waiting jobs (and re-queues a reload that could not be sent) to the
+        restarted worker.
         """
         try:
             self.worker.send(command)

@@ -8,7 +8,9 @@ One switch at a time (another ``load_model_request`` meanwhile is answered ``bus
 2. **draining**: generations already forwarded to the worker finish on the old model (with their normal terminal
    replies), as does a budget reload or session export in flight. New ``generate_request``s are accepted and held
    in the daemon (they count towards ``max_queue_depth``); a ``cancel_request`` or a client timeout ends them there.
+   A budget change still queued (its worker was restarting) is not waited for: it carries over to the new model.
 3. **stopping**: the old worker exits, so its memory is free before the new model loads (the VRAM budget holds).
+   A ``ready`` it still sends (a restarted worker that finished loading meanwhile) is dropped: nothing is sent to it.
 4. **loading**: the new model is planned for the request's budget (or the one in force) with a
    :class:`~igi_sdk.daemon.placement_plan.PlacementPlanner`, and a worker starts on it.
 5. **ready**: sessions keep their turns (the daemon's history is the source of truth) and drop the KV state of the
@@ -157,8 +159,12 @@ class ModelSwitch:
                 handle_worker_death(core, self._budget)
 
     def on_event(self, event: dict[str, Any]) -> bool:
-        """Worker ``ready`` / ``fatal`` while loading or reverting. Returns True when the event was consumed."""
+        """Worker ``ready`` / ``fatal`` while loading or reverting, ``ready`` while stopping. Returns True when the
+        event was consumed."""
         load = self._load
+        if load is not None and load.phase == "stopping" and event.get("ev") == "ready":
+            self._drop_ready_of_stopping_worker(event)
+            return True
         if load is None or load.phase not in ("loading", "reverting") or event.get("ev") not in ("ready", "fatal"):
             return False
         core = self._core
@@ -185,6 +191,16 @@ class ModelSwitch:
         return True
 
     # --- internals -----------------------------------------------------------------------------------
+    def _drop_ready_of_stopping_worker(self, event: dict[str, Any]) -> None:
+        """The worker being stopped says it is ready (a restart finished loading before it read ``shutdown``). It
+        must not get work: a budget reload sent now would never be answered (it exits), leaving the request
+        unanswered and the budget control "reloading" for good. So the budget control never hears of it, and the
+        worker stays not ready (the supervisor set ``ready`` on reading the event) until the new one starts."""
+        core = self._core
+        core.worker.ready = False
+        core.worker_failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
+        core.log(logging.INFO, "worker_ready_ignored", pid=event.get("pid"), reason="stopping for a model load")
+
     def _enter(self, load: _Load, phase: Phase) -> None:
         load.phase, load.phase_since_s = phase, self._core.clock()
 

@@ -236,6 +236,8 @@ class ModelSwitch:
                 return self._default_model()
             except Exception as exc:  # download / verification failure of the embedded model
                 raise RequestError(ErrorCode.MODEL_NOT_FOUND, f"the embedded default model cannot be fetched: {exc}") from None
+        if "\0" in model_path:  # Path.resolve would raise ValueError: a typed answer instead of `internal`
+            raise RequestError(ErrorCode.INVALID_REQUEST, "model_path contains a NUL character")
         return Path(model_path).expanduser().resolve()
 
 

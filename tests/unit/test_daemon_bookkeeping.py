@@ -661,3 +661,10 @@ def test_a_worker_event_the_daemon_cannot_handle_is_logged_and_the_loop_goes_on(
     status = daemon.request(StatusRequest())
     daemon.pump()
     assert not isinstance(_answers(daemon, status)[0], ErrorReply)
+
+
+def test_a_nul_in_a_model_path_is_invalid_request_not_internal() -> None:
+    daemon = Daemon()
+    load = daemon.request(LoadModelRequest(model_path="/models/a\x00b.gguf"))
+    [reply] = _answers(daemon, load)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST and "NUL" in reply.message

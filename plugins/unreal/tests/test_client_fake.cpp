@@ -22,8 +22,24 @@
 #include "igi/connection_file.hpp"
 #include "igi/envelope.hpp"
 #include "igi/frame_budget.hpp"
+#include "igi/signing.hpp"
 #include "igi/transport.hpp"
+#include "test_alloc.hpp"
 #include "test_framework.hpp"
+#include "../Source/IgiClientCore/Private/client_impl.hpp"  // ClientTestAccess reaches Client::Impl
+
+namespace igi {
+
+/// Friend of Client (client.hpp). Lowers the heartbeat floor (kMinHeartbeatIntervalS) before Connect(), only so
+/// that a test can have a heartbeat due on every loop turn to stress races with Close().
+struct ClientTestAccess {
+  static void SetMinHeartbeatInterval(Client& client, double interval_s) {
+    std::lock_guard<std::mutex> lock(client.impl_->mutex);
+    client.impl_->min_heartbeat_interval_s = interval_s;
+  }
+};
+
+}  // namespace igi
 
 namespace {
 
@@ -32,11 +48,17 @@ struct FakeReply {
   std::string type;
   igi::Value content;
   std::optional<std::string> parent_id;
+  std::string raw_content;  ///< when not empty: the content frame as is (signed), instead of Encode(content)
 };
 
 template <class T>
 FakeReply Reply(const T& message) {
-  return FakeReply{T::kType, igi::StructToValue(message), std::nullopt};
+  return FakeReply{T::kType, igi::StructToValue(message), std::nullopt, ""};
+}
+
+/// A reply whose content frame is `content_frame` as is (signed, not checked): for content no Value encodes to.
+FakeReply RawReply(const std::string& type, std::string content_frame) {
+  return FakeReply{type, igi::Value(), std::nullopt, std::move(content_frame)};
 }
 
 FakeReply DuplicateMsgIdError(bool flag) {
@@ -146,6 +168,10 @@ class FakeDaemon {
     igi::Header header = igi::NewHeader(reply.type, reply.parent_id.value_or(request.header.msg_id),
                                         request.header.session_id);
     igi::Frames frames = igi::PackFrames(info_.key, header, reply.content);
+    if (!reply.raw_content.empty()) {
+      frames[3] = reply.raw_content;
+      frames[1] = igi::SignHex(info_.key, frames[2], frames[3]);
+    }
     router_.send(zmq::buffer(identity), zmq::send_flags::sndmore);
     for (std::size_t i = 0; i < frames.size(); ++i) {
       router_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -218,7 +244,7 @@ const std::string kSomeMsgId = "0123456789abcdef0123456789abcdef";
 /// and, over max_frame_bytes, too large to decode at all).
 FakeReply Padded(std::size_t n) {
   return FakeReply{igi::StatusReply::kType, igi::Value(igi::ValueMap{{"pad", igi::Value(std::string(n, 'x'))}}),
-                   std::nullopt};
+                   std::nullopt, ""};
 }
 
 }  // namespace
@@ -346,6 +372,7 @@ TEST(client_close_racing_heartbeats_never_terminates_the_process) {
       std::uint64_t heartbeats = 0;
       for (int i = 0; i < 300; ++i) {
         igi::Client client(daemon.info());
+        igi::ClientTestAccess::SetMinHeartbeatInterval(client, 0.0);  // below the spec's floor, to make the race likely
         client.Connect();
         client.Status();  // its reply wakes the I/O loop: from then on every turn sends a heartbeat
         std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));
@@ -375,6 +402,61 @@ TEST(client_close_racing_heartbeats_never_terminates_the_process) {
   CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
             "child exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
                                  << " (2: a client call threw, 3: too few heartbeats to exercise the race)");
+}
+
+TEST(client_drops_a_message_whose_decoding_runs_out_of_memory_and_keeps_working) {
+  // A std::bad_alloc decoding one message used to escape to the I/O thread's Run(): the thread ended and the daemon
+  // was declared gone. Here allocations of 1 MiB and more fail while a status_reply holding an array of 65536 nils
+  // (64 KiB on the wire, several MiB as Values) is decoded: that message must be dropped like an invalid one.
+  std::string nils = "\x81\xa3pad\xdd";
+  for (std::uint32_t n = 65536, i = 0; i < 4; ++i) nils += static_cast<char>((n >> (8 * (3 - i))) & 0xff);
+  nils.append(65536, static_cast<char>(0xc0));
+  std::atomic<int> statuses{0};
+  FakeDaemon daemon(
+      [&](const igi::Envelope& request) -> std::vector<FakeReply> {
+        if (request.header.type != igi::StatusRequest::kType) return {};
+        if (statuses++ == 0) return {RawReply(igi::StatusReply::kType, nils), Reply(AStatus(1.0))};
+        return {Reply(AStatus(2.0))};
+      },
+      "127.0.0.1", /*heartbeat_interval_s=*/1000.0);
+  igi::ClientOptions options;
+  options.request_timeout_s = 10.0;
+  igi::Client client(daemon.info(), options);
+  client.Connect();
+  std::string disconnected;
+  client.SetOnDisconnected([&](const igi::IgiError& e) { disconnected = e.what(); });
+  {
+    igi_test::FailAllocationsFrom exhausted(1u << 20);
+    try {
+      CHECK_EQ(client.Status().uptime_s, 1.0);  // the reply after the dropped one
+    } catch (const igi::IgiError& e) {
+      CHECK_MSG(false, "Status() threw " << e.kind() << ": " << e.what());
+    }
+  }
+  CHECK_EQ(client.counters().dropped_invalid, 1u);
+  CHECK(client.connected());
+  CHECK_EQ(client.Status().uptime_s, 2.0);
+  client.Pump();
+  CHECK_MSG(disconnected.empty(), "declared gone: " << disconnected);
+}
+
+TEST(client_sends_heartbeats_at_most_every_0_1_s_whatever_the_daemon_announces) {
+  // ipc/PROTOCOL.md 11: a heartbeat_interval_s under 0.1 s (0 included) is read as 0.1 s. Announced 1e-6, the client
+  // sent one on every turn of its I/O loop (each reply woke it for the next): thousands a second. Announced 0, it
+  // fell back to the 2 s default. The bounds are loose: the loop checks every 50 ms at most.
+  for (double announced : {1e-6, 0.0}) {
+    FakeDaemon daemon({}, "127.0.0.1", announced);
+    igi::Client client(daemon.info());
+    auto start = std::chrono::steady_clock::now();
+    client.Connect();
+    auto three = [&] { return client.counters().heartbeats_sent >= 3; };
+    CHECK_MSG(PumpUntil(client, three, 1.5), "announced " << announced << ": fewer than 3 heartbeats within 1.5 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::uint64_t sent = client.counters().heartbeats_sent;
+    double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double most = elapsed_s / igi::kMinHeartbeatIntervalS + 2;
+    CHECK_MSG(sent <= most, "announced " << announced << ": " << sent << " heartbeats in " << elapsed_s << " s");
+  }
 }
 
 TEST(client_handshakes_again_on_a_socket_capped_at_twice_the_announced_max_frame_bytes) {

@@ -1,11 +1,14 @@
 // test_codec.cpp - IgiClientCore tests: canonical msgpack encoder/decoder and HMAC signing.
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 
 #include "igi/errors.hpp"
 #include "igi/msgpack.hpp"
 #include "igi/signing.hpp"
+#include "test_alloc.hpp"
 #include "test_framework.hpp"
 
 #ifdef IGI_HAVE_MSGPACK_CXX
@@ -15,6 +18,32 @@
 namespace {
 
 std::string Hex(const std::string& s) { return igi::HexEncode(s); }
+
+/// A msgpack header: `tag` followed by `n` as 4 big-endian bytes (array32 0xdd, map32 0xdf).
+std::string Header32(std::uint8_t tag, std::uint32_t n) {
+  std::string out(1, static_cast<char>(tag));
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+/// n distinct 6-character keys, each as a msgpack fixstr followed by a nil (a map entry or two array items).
+std::string KeysAndNils(int n) {
+  std::string out;
+  char key[8];
+  for (int i = 0; i < n; ++i) {
+    std::snprintf(key, sizeof key, "k%05d", i);
+    out += static_cast<char>(0xa6);
+    out += key;
+    out += static_cast<char>(0xc0);
+  }
+  return out;
+}
+
+double SecondsToDecode(const std::string& data) {
+  auto start = std::chrono::steady_clock::now();
+  igi::Decode(data);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace
 
@@ -85,6 +114,44 @@ TEST(codec_decoder_rejects_malformed_input) {
   std::string deep(100, static_cast<char>(0x91));
   deep += static_cast<char>(0xc0);
   CHECK_THROWS_AS(igi::Decode(deep), igi::DecodeError);
+}
+
+TEST(codec_decoder_reserves_only_for_elements_that_arrive) {
+  // 1 MiB of nested array32 headers, each claiming every byte left. Reserving each claim (~128 bytes a Value)
+  // allocated ~4 GiB before the depth limit stopped the decode; reserving at most 1024 elements, a few MiB.
+  const std::size_t size = 1u << 20;
+  std::string bomb;
+  for (std::size_t level = 0; level < 33; ++level) {
+    bomb += Header32(0xdd, static_cast<std::uint32_t>(size - bomb.size() - 5));  // every byte after this header
+  }
+  bomb.append(size - bomb.size(), static_cast<char>(0xc0));
+  std::size_t total = 0;
+  {
+    igi_test::AllocationCounter counter;
+    CHECK_THROWS_AS(igi::Decode(bomb), igi::DecodeError);  // nesting exceeds the depth limit
+    total = counter.total_bytes();
+  }
+  CHECK_MSG(total < 16 * size, "decoding a " << size << "-byte frame allocated " << total << " bytes");
+  // Arrays and maps longer than the reserve still decode whole: they grow as their elements arrive.
+  igi::Value array = igi::Decode(Header32(0xdd, 3000) + std::string(3000, '\x01'));
+  CHECK_EQ(array.as_array().size(), 3000u);
+  igi::Value map = igi::Decode(Header32(0xdf, 3000) + KeysAndNils(3000));
+  CHECK_EQ(map.as_map().size(), 3000u);
+  CHECK_EQ(map.as_map()[2999].first, std::string("k02999"));
+}
+
+TEST(codec_decoder_finds_duplicate_map_keys_in_near_linear_time) {
+  // 60000 keys: checking each against all earlier ones (1.8e9 string compares) took ~11 s; a hash set takes
+  // milliseconds. The bound is relative to an array of the same bytes (no key check) and generous either way.
+  const int n = 60000;
+  std::string items = KeysAndNils(n);
+  double array_s = SecondsToDecode(Header32(0xdd, 2 * n) + items);
+  double map_s = SecondsToDecode(Header32(0xdf, n) + items);
+  CHECK_MSG(map_s < 1.0 + 20 * array_s, "map of " << n << " keys took " << map_s << " s, the same bytes as an array "
+                                                  << array_s << " s");
+  // Still strict: a duplicate of the first key, last, is found.
+  std::string duplicate = Header32(0xdf, n + 1) + items + KeysAndNils(1);
+  CHECK_THROWS_AS(igi::Decode(duplicate), igi::DecodeError);
 }
 
 TEST(codec_wide_int_forms_decode_to_the_same_value) {

@@ -307,6 +307,26 @@ TEST(pack_and_unpack_frames_round_trip) {
   }
 }
 
+TEST(envelope_reads_the_major_version_as_a_number) {
+  // ipc/PROTOCOL.md 2 (check 4): a version matches ^[0-9]{1,4}\.[0-9]{1,4}$ (section 3) and the Python reference
+  // reads its major as a number, int("01") == 1.
+  CHECK(igi::SameMajor("01.0", "1.0"));
+  CHECK(igi::SameMajor("0001.9", "1.0"));
+  CHECK(igi::SameMajor("1.00", "1.0"));
+  CHECK(!igi::SameMajor("2.0", "1.0"));
+  CHECK(!igi::SameMajor("10.0", "1.0"));
+  CHECK(!igi::SameMajor("0.1", "1.0"));
+  CHECK(!igi::SameMajor("", ""));
+  CHECK(!igi::SameMajor("x.0", "x.0"));
+  // A message whose header says "01.0" is decoded, not dropped as unsupported_version.
+  std::string key(32, '\x01');
+  igi::Header header = igi::NewHeader(igi::StatusRequest::kType);
+  header.protocol_version = "01.0";
+  igi::Frames frames = igi::PackMessage(key, header, igi::StatusRequest{});
+  igi::Envelope env = igi::UnpackFrames(key, std::vector<std::string>(frames.begin(), frames.end()));
+  CHECK_EQ(env.header.protocol_version, std::string("01.0"));
+}
+
 TEST(frame_budget_reports_at_its_rate_and_applies_advice) {
   igi::FrameBudgetOptions options;
   options.report_interval_s = 0.5;

@@ -9,6 +9,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -86,6 +87,7 @@ struct Client::Impl {
   bool running = true;
   ClientCounters counters;
   double heartbeat_interval_s = 2.0;
+  double min_heartbeat_interval_s = kMinHeartbeatIntervalS;  // lowered only by tests (ClientTestAccess)
   double client_timeout_s = 10.0;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   double last_received = 0.0;
@@ -142,17 +144,40 @@ struct Client::Impl {
     }
   }
 
+  // Decodes outside the mutex, so a large message does not block Pump() or a request on the game thread; only
+  // the I/O thread calls this, so messages are still dispatched in arrival order.
   void HandleIncoming(const Multipart& frames, double now) {
-    Envelope env;
+    std::size_t frame_limit;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      frame_limit = max_frame_bytes;
+    }
+    std::optional<Envelope> env = DecodeIncoming(frames, frame_limit);
     std::lock_guard<std::mutex> lock(mutex);
     ++counters.messages_received;
     last_received = now;
-    try {
-      env = UnpackFrames(info.key, frames, max_frame_bytes);
-    } catch (const WireError&) {
+    if (!env) {
       ++counters.dropped_invalid;  // spec 2: a client drops failing messages
       return;
     }
+    try {
+      DispatchLocked(*env, now);
+    } catch (const std::exception&) {
+      ++counters.dropped_invalid;  // e.g. std::bad_alloc queueing it: one message lost, not the I/O thread
+    }
+  }
+
+  // Any exception, not only WireError: a std::bad_alloc from one hostile message used to escape to Run() and end
+  // the I/O thread for good (the daemon declared gone). Spec 2: a bad message is dropped and the client goes on.
+  std::optional<Envelope> DecodeIncoming(const Multipart& frames, std::size_t frame_limit) const {
+    try {
+      return UnpackFrames(info.key, frames, frame_limit);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+  void DispatchLocked(Envelope& env, double now) {
     if (IsDuplicateMsgIdError(env)) {
       ++counters.dropped_duplicate_msg_id;  // spec 6.6: the request named by parent_id goes on
       return;

@@ -1,6 +1,8 @@
 // client_requests.cpp - IgiClientCore, client layer: typed blocking and asynchronous requests.
 #include "igi/client.hpp"
 
+#include <algorithm>
+
 #include "client_impl.hpp"
 
 namespace igi {
@@ -36,7 +38,7 @@ HelloReply Client::Connect() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->hello = reply;
   impl_->connected = true;
-  impl_->heartbeat_interval_s = reply.heartbeat_interval_s > 0 ? reply.heartbeat_interval_s : 2.0;
+  impl_->heartbeat_interval_s = std::max(reply.heartbeat_interval_s, impl_->min_heartbeat_interval_s);
   impl_->client_timeout_s = reply.client_timeout_s > 0 ? reply.client_timeout_s : 10.0;
   impl_->max_frame_bytes = static_cast<std::size_t>(reply.limits.max_frame_bytes);
   impl_->last_received = SteadyNow();

@@ -1,6 +1,7 @@
 // envelope.cpp - IgiClientCore, messages layer: framing, signing and receive-side validation.
 #include "igi/envelope.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <random>
@@ -17,6 +18,19 @@ bool IsLowerHex64(const std::string& s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+// The major of a "major.minor" version as a number, as the spec's reference reads it (int("01") == 1): "01.0" and
+// "1.0" share the major although their text differs. -1 when the part before the dot is not 1-4 digits.
+int MajorOf(const std::string& version) {
+  std::size_t digits = std::min(version.find('.'), version.size());
+  if (digits == 0 || digits > 4) return -1;
+  int major = 0;
+  for (std::size_t i = 0; i < digits; ++i) {
+    if (version[i] < '0' || version[i] > '9') return -1;
+    major = major * 10 + (version[i] - '0');
+  }
+  return major;
 }
 
 Value DecodeFrame(const std::string& bytes, std::size_t max_frame_bytes, const char* what) {
@@ -95,7 +109,8 @@ Header DecodeHeader(const std::string& header_bytes, std::size_t max_frame_bytes
 }
 
 bool SameMajor(const std::string& version, const std::string& ours) {
-  return version.substr(0, version.find('.')) == ours.substr(0, ours.find('.'));
+  int major = MajorOf(version);
+  return major >= 0 && major == MajorOf(ours);
 }
 
 Value DecodeContent(const Header& header, const std::string& content_bytes, std::size_t max_frame_bytes) {

@@ -23,6 +23,10 @@
 
 namespace igi {
 
+/// ipc/PROTOCOL.md 11: a client sends heartbeats at most this often; a smaller hello_reply.heartbeat_interval_s
+/// (0 included) is read as this. Without a floor, an announced 1e-6 made the I/O loop send one on every turn.
+inline constexpr double kMinHeartbeatIntervalS = 0.1;
+
 /// Tunables of a Client; every wait has a deadline.
 struct ClientOptions {
   std::string client_name = "unreal-plugin";
@@ -138,6 +142,7 @@ class Client {
                    double timeout_s);
 
  private:
+  friend struct ClientTestAccess;  // tests/test_client_fake.cpp: lowers the heartbeat floor to stress races
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

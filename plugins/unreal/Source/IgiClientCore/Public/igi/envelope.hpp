@@ -73,7 +73,7 @@ void CheckFrames(const std::string& key, const std::vector<std::string>& frames)
 /// Decodes and validates the header frame; throws ProtocolError (too_large / invalid_request).
 Header DecodeHeader(const std::string& header_bytes, std::size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
-/// True when two "major.minor" versions share the major.
+/// True when two "major.minor" versions share the major, compared as numbers ("01.0" and "1.0" do).
 bool SameMajor(const std::string& version, const std::string& ours);
 
 /// Checks the header's major version, then decodes and validates content for `header.type`;

@@ -136,6 +136,8 @@ _H3 = _raw_header(1003, "hello_request")
 _H4 = _raw_header(1004, "generate_request", session_id=SID)
 _H5 = {"type": "status_request", "sent_at": 5, "msg_id": f"{1005:032x}"}
 _H6 = _raw_header(1006, "error_reply")
+# major 1, read as a number (PROTOCOL.md 9.1); keys out of order (a lenient vector's input is not canonical)
+_H7 = {"protocol_version": "01.0"} | _raw_header(1007, "status_request", protocol_version="01.0")
 
 #: (name, raw header map, raw content map, expected Header, expected Message).
 LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message]] = [
@@ -151,6 +153,7 @@ LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message
     ("unknown_error_code_maps_to_internal", _H6, {"code": "quota_exceeded", "message": "m", "detail": None,
                                                   "retryable": True},
      _h(_H6), m.ErrorReply(code=ErrorCode.INTERNAL, message="m", retryable=True)),
+    ("major_version_with_a_leading_zero", _H7, {}, _h(_H7), m.StatusRequest()),
 ]
 
 

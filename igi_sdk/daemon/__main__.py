@@ -13,6 +13,7 @@ from typing import Any
 
 from igi_sdk.cli_errors import EXPECTED_ERRORS, report
 from igi_sdk.config import DaemonSettings, field_sections, load_settings
+from igi_sdk.errors import IgiError
 from igi_sdk.daemon.logs import configure_logging
 
 
@@ -51,7 +52,9 @@ def run(argv: list[str]) -> int:
 
     try:
         return DaemonServer(settings).run()
-    except OSError as exc:  # e.g. a --connection-file whose folder cannot be made; other errors keep their traceback
+    # a --connection-file whose folder cannot be made (OSError), an endpoint that cannot be bound (EndpointError: a
+    # port in use, an ipc path too long); other errors keep their traceback
+    except (OSError, IgiError) as exc:
         return report("igi-daemon", exc)
 
 

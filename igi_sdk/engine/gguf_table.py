@@ -141,6 +141,27 @@ def _tensors(g: _Gguf, path: Path, file_bytes: int) -> tuple[TensorInfo, ...]:
     return tuple(tensors)
 
 
+#: llama.cpp's LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS: beyond these it aborts the process (GGML_ASSERT) at load
+MAX_LAYERS = 512
+MAX_EXPERTS = 512
+
+
+def _check_shape(path: Path, n_layer: int, n_embd: int, n_head: int, n_expert: int, n_expert_used: int,
+                 tensors: tuple[TensorInfo, ...]) -> None:
+    """Metadata llama.cpp would abort on (an assert kills the process, no Python error), or that would make the
+    planner loop for ever (a block count of 10^5): refused here as a corrupt model, before anything loads it."""
+    if not 1 <= n_layer <= MAX_LAYERS:
+        raise ModelCorruptError(f"{path}: block_count {n_layer} is outside 1..{MAX_LAYERS}")
+    if n_embd < 1 or n_head < 1:
+        raise ModelCorruptError(f"{path}: embedding_length {n_embd} and attention.head_count {n_head} must be >= 1")
+    if n_expert and not 1 <= n_expert_used <= n_expert <= MAX_EXPERTS:
+        raise ModelCorruptError(f"{path}: expert_used_count {n_expert_used} and expert_count {n_expert} must satisfy "
+                                f"1 <= used <= count <= {MAX_EXPERTS}")
+    beyond = next((t for t in tensors if t.layer is not None and t.layer >= n_layer), None)
+    if beyond is not None:
+        raise ModelCorruptError(f"{path}: tensor {beyond.name!r} names layer {beyond.layer}, but block_count is {n_layer}")
+
+
 def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
     """Tensor table and planner metadata of a GGUF file, validated.
 
@@ -173,6 +194,8 @@ def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
         n_expert = g.get_int(f"{arch}.expert_count") or 0
         n_ff = (g.get_int(f"{arch}.expert_feed_forward_length") if n_expert else None) or \
             g.get_int(f"{arch}.feed_forward_length") or 0
+        n_expert_used = g.get_int(f"{arch}.expert_used_count") or 0
+        _check_shape(p, n_layer, n_embd, n_head, n_expert, n_expert_used, tensors)
         by_name = {t.name: t for t in tensors}
         embd = by_name.get("token_embd.weight") or by_name.get("output.weight")
         n_vocab = g.arr_n("tokenizer.ggml.tokens") or g.get_int(f"{arch}.vocab_size") or \
@@ -182,7 +205,7 @@ def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
             n_embd_head_k=g.get_int(f"{arch}.attention.key_length") or head_dim,
             n_embd_head_v=g.get_int(f"{arch}.attention.value_length") or head_dim,
             n_ff=n_ff, n_vocab=n_vocab, n_ctx_train=g.get_int(f"{arch}.context_length") or 0,
-            n_expert=n_expert, n_expert_used=g.get_int(f"{arch}.expert_used_count") or 0,
+            n_expert=n_expert, n_expert_used=n_expert_used,
             file_bytes=file_bytes, tensors=tensors,
         )
     finally:

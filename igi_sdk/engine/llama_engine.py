@@ -117,7 +117,9 @@ class LlamaEngine:
         self._placement = placement
         self._load_report = parse_load_log(cap.text_lines())
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self._seqs = BatchDecoder(ctx, placement.n_batch, self._n_vocab, int(llama_cpp.llama_n_ctx_seq(ctx)),
+        # the batch llama.cpp accepts, not the one asked for: it clamps n_batch to the requested n_ctx while it pads
+        # n_ctx up (n_ctx 16 -> 256 with n_batch 16), and a larger chunk is a GGML_ASSERT that aborts the process
+        self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab, int(llama_cpp.llama_n_ctx_seq(ctx)),
                                   placement.n_seq_max)
         stack.callback(self._seqs.free)
         self.__dict__.pop("eos_token_ids", None)

@@ -6,6 +6,7 @@ does not change any sequence's draws. ``temperature == 0`` is greedy (argmax, no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,8 +33,9 @@ class Sampler:
         repeat_penalty: float = 1.0,
         repeat_last_n: int = 64,
     ) -> None:
-        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0 or repeat_penalty <= 0:
-            raise ValueError("need temperature >= 0, 0 < top_p <= 1, top_k >= 0, repeat_penalty > 0")
+        # written so that NaN fails every test (NaN < 0 is false: it passed, and sampled gibberish)
+        if not (0 <= temperature < math.inf and 0 < top_p <= 1 and top_k >= 0 and 0 < repeat_penalty < math.inf):
+            raise ValueError("need 0 <= temperature < inf, 0 < top_p <= 1, top_k >= 0, 0 < repeat_penalty < inf")
         self.temperature = temperature
         self.top_p = top_p
         self.top_k = top_k

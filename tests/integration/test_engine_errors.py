@@ -80,3 +80,36 @@ def test_valid_gguf_llama_cpp_refuses_is_typed(tmp_path: Path) -> None:
     assert read_tensor_table(path).n_layer == 1
     with pytest.raises(ModelCorruptError, match="could not load"):
         LlamaEngine(path, SMALL)
+
+
+def _llama_gguf(path: Path, meta: dict[str, int], tensors: tuple[str, ...] = ("token_embd.weight",)) -> Path:
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in meta.items():
+        w.add_uint32(f"llama.{key}", value)
+    for name in tensors:
+        w.add_tensor(name, np.zeros((8, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+BASE = {"block_count": 2, "embedding_length": 32, "attention.head_count": 1}
+
+
+@pytest.mark.parametrize(("meta", "tensors", "match"), [
+    # llama.cpp aborts the process on these (GGML_ASSERT; audit of the ninth session): refused before it loads them
+    ({**BASE, "block_count": 0}, (), "block_count 0"),
+    ({**BASE, "expert_count": 4, "expert_used_count": 8}, (), "expert_used_count 8"),
+    ({**BASE, "expert_count": 4}, (), "expert_used_count 0"),
+    # the planner looped over 10^5 layers for minutes, growing to gigabytes
+    ({**BASE, "block_count": 100_000}, (), "block_count 100000"),
+    ({**BASE, "embedding_length": 0}, (), "embedding_length 0"),
+    # a tensor of layer 7 in a 2-layer model: the planner's layout rules failed with an AssertionError
+    (BASE, ("blk.7.attn_norm.weight",), "layer 7"),
+])
+def test_metadata_llama_cpp_would_abort_on_is_refused(tmp_path: Path, meta: dict[str, int], tensors: tuple[str, ...],
+                                                      match: str) -> None:
+    path = _llama_gguf(tmp_path / "odd.gguf", meta, ("token_embd.weight", *tensors))
+    _both(path, ModelCorruptError, match)

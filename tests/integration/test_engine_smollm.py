@@ -139,3 +139,13 @@ def test_tokenize_roundtrip_and_eog(engine: LlamaEngine) -> None:
     assert len(im_end) == 1 and engine.is_eog(im_end[0]) and im_end[0] in engine.eos_token_ids
     assert len(engine.tokenize("<|im_end|>", parse_special=False)) > 1
     assert engine.n_vocab == 49152 and engine.n_ctx == 1024 and engine.n_ctx_seq == 512
+
+
+def test_a_prompt_longer_than_a_small_requested_context_is_decoded_in_chunks_llama_cpp_accepts() -> None:
+    """n_ctx 16: llama.cpp pads the context to 256 but clamps n_batch to 16; chunking by the placement's n_batch (512)
+    sent a 40-token batch and GGML_ASSERT aborted the process (ninth-session audit)."""
+    with LlamaEngine(default_model_path(), Placement(n_ctx=16)) as small:
+        tokens = _chat(small, "Hello Mira! What do you sell here? Tell me about your finest wares, please.")
+        assert len(tokens) > 16
+        text, _tokens, last = _run(small, 0, tokens, max_tokens=2)
+        assert last.stats.completion_tokens >= 1

@@ -62,3 +62,12 @@ def test_fetch_model_refuses_unknown_arguments() -> None:
     with pytest.raises(SystemExit) as exc:
         igi(["fetch-model", "--bogus"])
     assert exc.value.code == 2
+
+
+def test_daemon_reports_an_endpoint_it_cannot_bind_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """EndpointError (an IgiError, not an OSError) escaped as a traceback with exit code 1 (ninth-session audit)."""
+    argv = ["--transport", "ipc", "--ipc-path", str(tmp_path / "missing" / "sock"),
+            "--connection-file", str(tmp_path / "conn.json")]
+    assert igi_daemon(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("igi-daemon: EndpointError: cannot bind"), err

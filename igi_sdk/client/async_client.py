@@ -36,7 +36,7 @@ from igi_sdk.ipc.messages import (
     BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
     FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatReply, HeartbeatRequest, HelloReply, HelloRequest,
     LoadModelReply, LoadModelRequest, LoadSessionReply, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply, SaveSessionRequest,
-    SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest,
+    SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling
@@ -48,6 +48,11 @@ MIN_HEARTBEAT_INTERVAL_S = 0.1  # PROTOCOL.md 11.1: a smaller announced interval
 DUPLICATE_MSG_ID = "duplicate_msg_id"
 
 _M = TypeVar("_M", bound=Message)
+
+
+def _retrieve_exception(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _build(cls: type[_M], **fields: Any) -> _M:
@@ -99,6 +104,10 @@ class AsyncClient:
         #: a later request must not overtake it (the daemon keeps each client's order, PROTOCOL.md)
         self._send_lock = asyncio.Lock()
         self._closed = False
+        #: set by close(): wakes requests and streams still waiting for a connection, so they fail at once
+        self._closed_event = asyncio.Event()
+        #: fire-and-forget cancels of abandoned streams; held here so they are not garbage-collected mid-flight
+        self._background: set[asyncio.Task[None]] = set()
         self._last_rx_s = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self.reconnects = 0
@@ -125,18 +134,27 @@ class AsyncClient:
         return client
 
     async def close(self) -> None:
-        """Stop background tasks, fail waiting requests, close the socket."""
+        """Stop background tasks, fail waiting requests, close the socket.
+
+        Requests and streams started afterwards raise :class:`DaemonUnavailableError`.
+        """
         self._closed = True
-        for task in self._tasks:
+        self._closed_event.set()
+        self._connected.clear()  # else a later request would pass the connection check and find no socket
+        tasks = [*self._tasks, *self._background]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fail_pending(DaemonUnavailableError("the client was closed"))
+        self._pending.clear()  # each waiter holds its own queue; nothing is routed any more
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
-        self._context.term()
+        # destroy, not term: term() blocks until every socket of the context is closed, and one left open by
+        # a path we did not foresee would freeze the event loop thread for good
+        self._context.destroy(linger=0)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -176,10 +194,14 @@ class AsyncClient:
         """
         request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority)
         header = _request_header(request.type, session_id)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
-        send = asyncio.ensure_future(self._send_when_connected(header, request, timeout_s))
-        return GenerationStream(self, header.msg_id, queue, self.timeout_s if timeout_s is None else timeout_s, send)
+        deadline_s = time.monotonic() + timeout  # the first event's wait starts now, the send included
+        send = asyncio.ensure_future(self._send_when_connected(header, request, deadline_s))
+        # a stream never iterated never awaits its send; retrieve a failure here so asyncio does not log it
+        send.add_done_callback(_retrieve_exception)
+        return GenerationStream(self, header.msg_id, queue, timeout, send, deadline_s)
 
     async def cancel(self, target_msg_id: str, *, timeout_s: float | None = None) -> bool:
         """Cancel a generation (priority path); True if it was queued or running."""
@@ -271,12 +293,15 @@ class AsyncClient:
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
         header = _request_header(message.type, session_id)
+        if self._closed:
+            raise DaemonUnavailableError("the client was closed")
+        deadline_s = time.monotonic() + timeout  # one budget for the whole call: connect wait, send and reply
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
         try:
-            await self._send_when_connected(header, message, timeout)
+            await self._send_when_connected(header, message, deadline_s)
             try:
-                item = await asyncio.wait_for(queue.get(), timeout)
+                item = await asyncio.wait_for(queue.get(), max(0.0, deadline_s - time.monotonic()))
             except asyncio.TimeoutError:
                 raise ClientTimeoutError(f"{message.type} got no reply within {timeout} s") from None
         finally:
@@ -289,13 +314,26 @@ class AsyncClient:
         return reply
 
     # --- internals -----------------------------------------------------------------------------------
-    async def _send_when_connected(self, header: Any, message: Message, timeout_s: float | None) -> None:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
+    async def _wait_connected(self, deadline_s: float) -> None:
+        """Until a daemon is connected; DaemonUnavailableError on close() or at ``deadline_s`` (monotonic)."""
+        if self._closed:
+            raise DaemonUnavailableError("the client was closed")
+        if self._connected.is_set():
+            return
+        waits = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._closed_event.wait())]
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, deadline_s - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if self._closed:
+            raise DaemonUnavailableError("the client was closed")
         if not self._connected.is_set():
-            try:
-                await asyncio.wait_for(self._connected.wait(), timeout)
-            except asyncio.TimeoutError:
-                raise DaemonUnavailableError(f"no daemon connected within {timeout} s") from None
+            raise DaemonUnavailableError("no daemon connected in time")
+
+    async def _send_when_connected(self, header: Any, message: Message, deadline_s: float) -> None:
+        """Send one request once connected; every wait counts against ``deadline_s`` (monotonic)."""
+        await self._wait_connected(deadline_s)
         assert self._socket is not None and self.info is not None
         # A DEALER with no peer blocks a send (e.g. after libzmq dropped the connection for a frame over
         # ZMQ_MAXMSGSIZE, which it does not re-establish), and a send waiting on a socket is not woken when the
@@ -304,10 +342,9 @@ class AsyncClient:
         # failed (DaemonUnavailableError), so it must not go out on the socket of a reconnect made meanwhile.
         frames = pack_message(self.info.key_bytes, header, message)
         socket = self._socket
-        deadline_s = None if timeout is None else time.monotonic() + timeout
-        not_sent = f"{message.type} could not be sent within {timeout} s (no connection to the daemon)"
+        not_sent = f"{message.type} could not be sent in time (no connection to the daemon)"
         try:
-            await asyncio.wait_for(self._send_lock.acquire(), timeout)
+            await asyncio.wait_for(self._send_lock.acquire(), max(0.0, deadline_s - time.monotonic()))
         except asyncio.TimeoutError:
             raise ClientTimeoutError(not_sent) from None
         try:
@@ -318,7 +355,7 @@ class AsyncClient:
                     await socket.send_multipart(frames, flags=zmq.DONTWAIT)
                     return
                 except zmq.Again:
-                    if deadline_s is not None and time.monotonic() >= deadline_s:
+                    if time.monotonic() >= deadline_s:
                         raise ClientTimeoutError(not_sent) from None
                     await asyncio.sleep(SEND_RETRY_S)
         finally:
@@ -327,6 +364,27 @@ class AsyncClient:
     def _fail_pending(self, error: BaseException) -> None:
         for queue in self._pending.values():
             queue.put_nowait(error)
+
+    def _abandon(self, msg_id: str, send: asyncio.Future[None]) -> None:
+        """A stream nobody will read again: stop routing its replies and cancel its generation in the daemon.
+
+        Safe to call more than once, and from a finalizer's ``call_soon_threadsafe``.
+        """
+        if self._pending.pop(msg_id, None) is None:
+            return  # its terminal reply already came (the reader dropped the entry), or it was abandoned before
+        if not send.done():
+            send.cancel()  # not sent yet: there is nothing to cancel in the daemon
+            return
+        if send.cancelled() or send.exception() is not None or self._closed:
+            return
+        task = asyncio.ensure_future(self._cancel_quietly(msg_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _cancel_quietly(self, msg_id: str) -> None:
+        # nobody waits for this answer: a daemon that is gone or refuses has nothing left to stop
+        with contextlib.suppress(Exception):
+            await self.cancel(msg_id)
 
     async def _establish(self, deadline_s: float) -> bool:
         """Connect and handshake, retrying until ``deadline_s`` (monotonic). True on success.
@@ -343,30 +401,40 @@ class AsyncClient:
                 await asyncio.sleep(RECONNECT_POLL_S)
                 continue
             socket = connect_dealer(self._context, info.endpoint, options)
-            hello = HelloRequest(client_name=self.client_name, client_version=__version__, protocol_version=PROTOCOL_VERSION,
-                                 capabilities=("token_stream",))
-            header = new_header(hello.type)
-            await socket.send_multipart(pack_message(info.key_bytes, header, hello))
-            wait_s = max(0.05, min(2.0, deadline_s - time.monotonic()))
-            if await socket.poll(int(wait_s * 1000)):
-                try:
-                    _h, reply = unpack_message(info.key_bytes, await socket.recv_multipart())
-                except WireError:
-                    reply = None
-                if isinstance(reply, ErrorReply):
-                    socket.close(linger=0)
-                    raise error_from_reply(reply)
-                if isinstance(reply, HelloReply):
-                    wanted = SocketOptions.for_max_frame_bytes(reply.limits.max_frame_bytes, linger_ms=0)
-                    if wanted.max_msg_bytes == options.max_msg_bytes:
-                        self._install(socket, info, reply)
-                        return True
-                    socket.close(linger=0)
-                    options = wanted  # handshake again at once, on a socket with the announced cap
-                    continue
+            try:
+                reply = await self._handshake(socket, info, deadline_s)
+            except BaseException:
+                # cancelled by close() mid-handshake included: a socket left open would block Context.term()
+                socket.close(linger=0)
+                raise
+            if isinstance(reply, ErrorReply):
+                socket.close(linger=0)
+                raise error_from_reply(reply)
+            if isinstance(reply, HelloReply):
+                wanted = SocketOptions.for_max_frame_bytes(reply.limits.max_frame_bytes, linger_ms=0)
+                if wanted.max_msg_bytes == options.max_msg_bytes:
+                    self._install(socket, info, reply)
+                    return True
+                socket.close(linger=0)
+                options = wanted  # handshake again at once, on a socket with the announced cap
+                continue
             socket.close(linger=0)
             await asyncio.sleep(RECONNECT_POLL_S)
         return False
+
+    async def _handshake(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, deadline_s: float) -> Message | None:
+        """Send ``hello_request`` on ``socket``; the decoded answer, or None (no answer in time, or undecodable)."""
+        hello = HelloRequest(client_name=self.client_name, client_version=__version__, protocol_version=PROTOCOL_VERSION,
+                             capabilities=("token_stream",))
+        await socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
+        wait_s = max(0.05, min(2.0, deadline_s - time.monotonic()))
+        if not await socket.poll(int(wait_s * 1000)):
+            return None
+        try:
+            _h, reply = unpack_message(info.key_bytes, await socket.recv_multipart())
+        except WireError:
+            return None
+        return reply
 
     def _install(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, hello: HelloReply) -> None:
         if self._socket is not None:
@@ -400,6 +468,9 @@ class AsyncClient:
             queue = self._pending.get(header.parent_id or "")
             if queue is not None:
                 queue.put_nowait((header, message))
+                if not isinstance(message, TokenEvent):
+                    # the terminal reply: its waiter holds the queue; an abandoned stream must not keep the entry
+                    self._pending.pop(header.parent_id or "", None)
 
     async def _heartbeat_loop(self) -> None:
         while not self._closed:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 from igi_sdk.client.async_client import AsyncClient
-from igi_sdk.client.errors import ClientTimeoutError
+from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
 from igi_sdk.ipc.messages import (
     BudgetAck, FrameStatsReply, HeartbeatReply, LoadModelReply, LoadSessionReply, StatusReply, TokenEvent,
@@ -23,26 +24,76 @@ from igi_sdk.ipc.values import Sampling
 
 T = TypeVar("T")
 GRACE_S = 1.0
+#: how long close() waits for the loop's tasks to end and for the loop thread to stop
+STOP_WAIT_S = 5.0
+log = logging.getLogger(__name__)
 
 
 class _Loop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="igi-client-loop", daemon=True)
+        #: set once stop() began; guarded by _lock so no coroutine is submitted after stop() cancelled the tasks
+        self.closed = False
+        self._lock = threading.Lock()
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            if self.closed:
+                coro.close()  # never scheduled: without this, "coroutine ... was never awaited" at garbage collection
+                raise DaemonUnavailableError("the client was closed")
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout_s + GRACE_S)
         except concurrent.futures.TimeoutError:
-            future.cancel()
+            self._cancel(future)
             raise ClientTimeoutError(f"no answer within {timeout_s} s") from None
+        except concurrent.futures.CancelledError:
+            # only stop() cancels a task we did not give up on ourselves: close() ran meanwhile (another thread)
+            raise DaemonUnavailableError("the client was closed") from None
+        except BaseException:
+            # e.g. KeyboardInterrupt in the game thread: a coroutine left running would still take the next token
+            # (or reply) and throw it away, so cancel it
+            self._cancel(future)
+            raise
+
+    def _cancel(self, future: concurrent.futures.Future[Any]) -> None:
+        # cancelling schedules onto the loop, which raises (logged by the future) once the loop is closed
+        if not self.loop.is_closed():
+            future.cancel()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5.0)
+        """Cancel what still runs on the loop (a pending run() then raises DaemonUnavailableError), stop it, close it."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        if self.thread.is_alive():
+            # the coroutine stops the loop itself: a stop queued behind it on a stuck loop would end the loop before
+            # the coroutine's first step once unstuck (its tasks left pending, "never awaited"). Wait for the thread,
+            # not the coroutine's future: that is resolved by a callback the stopped loop never runs.
+            asyncio.run_coroutine_threadsafe(_cancel_all_tasks_and_stop(STOP_WAIT_S), self.loop)
+            self.thread.join(STOP_WAIT_S + GRACE_S)
+        if self.thread.is_alive():
+            # the loop thread is stuck in a blocking call; closing a running loop raises, so leave it (a daemon
+            # thread) rather than fail close()
+            log.warning("the client's event-loop thread did not stop within %s s; leaving it running", STOP_WAIT_S + GRACE_S)
+            return
         self.loop.close()
+
+
+async def _cancel_all_tasks_and_stop(wait_s: float) -> None:
+    """Cancel every other task of the running loop, wait (at most ``wait_s``) until they end, stop the loop."""
+    loop = asyncio.get_running_loop()
+    try:
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait_s)
+    finally:
+        loop.stop()  # run_forever returns after this step, which also ends this task
 
 
 class SyncGenerationStream:
@@ -96,7 +147,9 @@ class Client:
         return cls(loop, inner)
 
     def close(self) -> None:
-        """Close the connection and stop the private loop."""
+        """Close the connection and stop the private loop; closing again is a no-op."""
+        if self._loop.closed:
+            return
         try:
             self._loop.run(self._inner.close(), 5.0)
         finally:

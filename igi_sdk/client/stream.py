@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +44,19 @@ class GenerationStream:
 
     A generation that failed after streaming started (``finish_reason == "error"``, e.g. the engine worker
     died) raises :class:`EngineFailureError` carrying ``partial_text``.
+
+    A stream left before its end (``break``, an exception, the player skipping the line) must be closed, so the
+    daemon stops generating and the client stops keeping its tokens: ``async with client.generate(...) as stream:``
+    or ``await stream.aclose()``. ``await stream.cancel()`` also stops it; the stream then ends with
+    ``finish_reason == "cancelled"``. A stream dropped without either is closed when it is garbage-collected,
+    which may be late. A stream that times out (:class:`ClientTimeoutError`) cancels its generation itself.
+
+    Polling is safe: ``await asyncio.wait_for(anext(stream), frame_budget)`` timing out loses nothing, the next
+    poll goes on where it left off (and the per-event ``timeout_s`` keeps counting from the last event).
     """
 
-    def __init__(self, client: AsyncClient, msg_id: str, queue: asyncio.Queue[Any], timeout_s: float, send: asyncio.Future[None]) -> None:
+    def __init__(self, client: AsyncClient, msg_id: str, queue: asyncio.Queue[Any], timeout_s: float, send: asyncio.Future[None],
+                 first_deadline_s: float | None = None) -> None:
         self._client = client
         self.msg_id = msg_id
         self._queue = queue
@@ -53,30 +64,59 @@ class GenerationStream:
         self._send = send
         self._result: GenerationResult | None = None
         self._tokens: list[int] = []
+        #: when the wait for the next event ends (monotonic); the first one began at generate(), send included
+        self._deadline_s = first_deadline_s
+        #: terminal reply, error, timeout or aclose(): nothing more will be read
+        self._ended = False
 
     def __aiter__(self) -> GenerationStream:
         return self
 
-    async def __anext__(self) -> TokenEvent:
-        if self._result is not None:
-            raise StopAsyncIteration
+    async def __aenter__(self) -> GenerationStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop reading this stream; unless it already ended, its generation is cancelled in the background."""
+        if not self._ended:
+            self._ended = True
+            self._client._abandon(self.msg_id, self._send)
+
+    def __del__(self) -> None:
+        # dropped unfinished (e.g. after ``break``): the clean-up of aclose(), run on the loop that owns the client
+        if getattr(self, "_ended", True):
+            return
         try:
-            await self._send
-            item = await asyncio.wait_for(self._queue.get(), self._timeout_s)
+            self._send.get_loop().call_soon_threadsafe(self._client._abandon, self.msg_id, self._send)
+        except RuntimeError:
+            pass  # the loop is closed: so is the client, which dropped every pending entry
+
+    async def __anext__(self) -> TokenEvent:
+        if self._ended:
+            raise StopAsyncIteration
+        if self._deadline_s is None:
+            self._deadline_s = time.monotonic() + self._timeout_s
+        try:
+            item = await self._next_item(self._deadline_s)
+        except asyncio.CancelledError:
+            raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
         except asyncio.TimeoutError:
-            self._client._pending.pop(self.msg_id, None)
+            self._end(abandon=True)
             raise ClientTimeoutError(f"no token event or reply within {self._timeout_s} s") from None
         except BaseException:
-            self._client._pending.pop(self.msg_id, None)
+            self._end()
             raise
+        self._deadline_s = None
         if isinstance(item, BaseException):
-            self._client._pending.pop(self.msg_id, None)
+            self._end()
             raise item
         _header, message = item
         if isinstance(message, TokenEvent):
             self._tokens.append(message.token_id)
             return message
-        self._client._pending.pop(self.msg_id, None)
+        self._end()
         if isinstance(message, ErrorReply):
             raise error_from_reply(message)
         assert isinstance(message, GenerateReply)
@@ -89,6 +129,26 @@ class GenerationStream:
         )
         raise StopAsyncIteration
 
+    async def _next_item(self, deadline_s: float) -> Any:
+        """The next queued item once the request is sent; TimeoutError at ``deadline_s``.
+
+        Cancel-safe: the send is shared and shielded (a cancelled poll must not cancel it), and Queue.get loses
+        nothing when cancelled.
+        """
+        if not self._send.done():
+            await asyncio.wait_for(asyncio.shield(self._send), max(0.0, deadline_s - time.monotonic()))
+        self._send.result()
+        if not self._queue.empty():
+            return self._queue.get_nowait()  # wait_for with no time left would not even look
+        return await asyncio.wait_for(self._queue.get(), max(0.0, deadline_s - time.monotonic()))
+
+    def _end(self, *, abandon: bool = False) -> None:
+        self._ended = True
+        if abandon:
+            self._client._abandon(self.msg_id, self._send)  # also cancels the generation the daemon still runs
+        else:
+            self._client._pending.pop(self.msg_id, None)
+
     async def result(self) -> GenerationResult:
         """Consume the remaining events and return the final result."""
         async for _ in self:
@@ -98,5 +158,9 @@ class GenerationStream:
 
     async def cancel(self) -> bool:
         """Cancel this generation (the stream then ends with ``finish_reason == "cancelled"``)."""
-        await self._send
-        return await self._client.cancel(self.msg_id)
+        await asyncio.shield(self._send)
+        cancelled = await self._client.cancel(self.msg_id)
+        if not cancelled:
+            # nothing queued or running: its terminal reply, if any, is already queued, and no more will come
+            self._client._pending.pop(self.msg_id, None)
+        return cancelled

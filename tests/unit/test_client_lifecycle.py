@@ -1,0 +1,368 @@
+"""Unit tests of the client's lifecycle edges: close() at awkward moments, use after close, streams polled with
+``wait_for``, abandoned or timed-out streams, and timeouts that span a reconnect.
+
+The fake daemon is a real ROUTER on loopback speaking the real wire format, run in a thread. Unlike the one of
+test_async_client.py it answers with delays (a scheduled reply queue), can be paused (it then reads and drops
+everything, like a frozen daemon) and records what it received, so a test can check that a cancel was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError
+from igi_sdk.ipc import messages as m
+from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
+from igi_sdk.ipc.connection import write_connection_file
+from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.transport import SocketOptions, bind_router
+from igi_sdk.ipc.values import Limits, Usage
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = "5a" * 32
+#: handler(header, message) -> (delay_s, reply) pairs, each answered with parent_id = header.msg_id
+Handler = Callable[[Header, m.Message], list[tuple[float, m.Message]]]
+
+
+class FakeDaemon:
+    """Answers hello and heartbeats itself, everything else through ``handler``; silent while ``paused`` is set."""
+
+    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0) -> None:
+        self.connection_file = tmp_path / "connection.json"
+        self.handler = handler
+        self.client_timeout_s = client_timeout_s
+        self.limits = Limits(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
+        self.received: list[str] = []  # message types, hello and heartbeats left out
+        self.paused = threading.Event()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._port = 0
+        self._timed: list = []  # heap of (due_s, seq, identity, request header, reply)
+        self._seq = itertools.count()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+        write_connection_file(self.connection_file, port=self._port, key=KEY)
+
+    def _serve(self) -> None:
+        context = zmq.Context()
+        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(
+            self.limits.max_frame_bytes, linger_ms=0))
+        self._port = int(endpoint.rsplit(":", 1)[1])
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                self._send_due(socket)
+                if socket.poll(5):
+                    self._receive(socket)
+        finally:
+            socket.close(linger=0)
+            context.term()
+
+    def _send_due(self, socket: zmq.Socket) -> None:
+        key = bytes.fromhex(KEY)
+        while self._timed and self._timed[0][0] <= time.monotonic():
+            _due, _seq, identity, header, reply = heapq.heappop(self._timed)
+            if not self.paused.is_set():
+                out = new_header(reply.type, parent_id=header.msg_id, session_id=header.session_id)
+                socket.send_multipart([identity, *pack_message(key, out, reply)])
+
+    def _receive(self, socket: zmq.Socket) -> None:
+        identity, *frames = socket.recv_multipart()
+        if self.paused.is_set():
+            return
+        header, message = unpack_message(bytes.fromhex(KEY), frames, max_frame_bytes=self.limits.max_frame_bytes)
+        if isinstance(message, m.HelloRequest):
+            replies = [(0.0, m.HelloReply(
+                daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
+                client_timeout_s=self.client_timeout_s, limits=self.limits, model=None))]
+        elif isinstance(message, m.HeartbeatRequest):
+            replies = [(0.0, m.HeartbeatReply(uptime_s=1.0))]
+        else:
+            self.received.append(message.type)
+            replies = self.handler(header, message)
+        now = time.monotonic()
+        for delay, reply in replies:
+            heapq.heappush(self._timed, (now + delay, next(self._seq), identity, header, reply))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _status_reply() -> m.StatusReply:
+    return m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
+                         counters={}, uptime_s=1.0)
+
+
+class SlowGenerator:
+    """Streams ``n`` tokens one every ``period`` s, then the generate_reply; answers cancel and status at once."""
+
+    def __init__(self, n: int = 20, period: float = 0.1) -> None:
+        self.n, self.period = n, period
+
+    def __call__(self, header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
+        if isinstance(message, m.GenerateRequest):
+            out: list[tuple[float, m.Message]] = [
+                (i * self.period, m.TokenEvent(index=i, text=f"t{i}", token_id=i)) for i in range(self.n)]
+            usage = Usage(prompt_tokens=3, completion_tokens=self.n)
+            out.append((self.n * self.period, m.GenerateReply(finish_reason="stop", text="x" * self.n, usage=usage, ttft_s=0.01, tps=10.0)))
+            return out
+        if isinstance(message, m.CancelRequest):
+            return [(0.0, m.CancelReply(cancelled=True))]
+        if isinstance(message, m.StatusRequest):
+            return [(0.0, _status_reply())]
+        return []
+
+
+@pytest.fixture
+def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
+    started: list[FakeDaemon] = []
+
+    def start(handler: Handler, **kw: float) -> FakeDaemon:
+        started.append(FakeDaemon(tmp_path, handler, **kw))
+        return started[-1]
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+async def _until_declared_gone(client: AsyncClient, daemon: FakeDaemon) -> None:
+    """Freeze the daemon and wait until the client's heartbeat rule declares it gone."""
+    daemon.paused.set()
+    while client.connected:
+        await asyncio.sleep(0.05)
+
+
+# --- close() -----------------------------------------------------------------------------------------
+def test_close_while_reconnecting_does_not_hang(fake_daemon) -> None:
+    """close() cancels the reconnect mid-handshake: its fresh DEALER must be closed, else Context.term() blocks
+    the event loop thread forever (so the loop runs in a thread the test can give up on)."""
+    daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+
+    async def main() -> None:
+        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=True)
+        await _until_declared_gone(client, daemon)
+        await asyncio.sleep(0.3)  # inside _establish: hello sent, polling for the answer
+        await client.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "AsyncClient.close() blocked (the event loop is frozen in Context.term())"
+
+
+def test_request_after_close_raises_daemon_unavailable(fake_daemon) -> None:
+    daemon = fake_daemon(SlowGenerator())
+
+    async def main() -> None:
+        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=False)
+        await client.close()
+        assert not client.connected
+        with pytest.raises(DaemonUnavailableError, match="closed"):
+            await client.status(timeout_s=1)
+        with pytest.raises(DaemonUnavailableError, match="closed"):
+            await client.generate("npc_1", "hi", timeout_s=1).__anext__()
+
+    asyncio.run(main())
+
+
+def test_close_fails_request_and_stream_waiting_for_a_connection_at_once(fake_daemon) -> None:
+    """They wait in _send_when_connected (the daemon was declared gone, no reconnect); close() must wake them."""
+    daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+
+    async def main() -> None:
+        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=False)
+        await _until_declared_gone(client, daemon)
+        request = asyncio.ensure_future(client.status(timeout_s=5))
+        stream = client.generate("npc_1", "hi", timeout_s=5)
+        await asyncio.sleep(0.2)
+        await asyncio.wait_for(client.close(), 5)
+        t0 = time.monotonic()
+        with pytest.raises(DaemonUnavailableError):
+            await request
+        with pytest.raises(DaemonUnavailableError):
+            await stream.__anext__()
+        assert time.monotonic() - t0 < 1.0
+
+    asyncio.run(main())
+
+
+# --- streams polled, abandoned, timed out ------------------------------------------------------------
+def test_polling_a_stream_with_wait_for_loses_nothing(fake_daemon) -> None:
+    """The game-loop pattern: one short ``wait_for(anext(stream))`` per frame; a frame without a token is normal."""
+    daemon = fake_daemon(SlowGenerator(n=5, period=0.2))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=3, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=3)
+            tokens = []
+            deadline = time.monotonic() + 5.0  # the 5 tokens take 1 s
+            while time.monotonic() < deadline:
+                try:
+                    event = await asyncio.wait_for(stream.__anext__(), 0.05)
+                except StopAsyncIteration:
+                    break
+                except ClientTimeoutError:
+                    raise
+                except asyncio.TimeoutError:
+                    continue
+                tokens.append(event.text)
+            assert tokens == [f"t{i}" for i in range(5)]
+            assert (await stream.result()).text == "xxxxx"
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_poll_does_not_cancel_the_shared_send(fake_daemon) -> None:
+    """A poll timing out while the generate still waits to be sent must not cancel the send: later calls on the
+    stream would get asyncio.CancelledError in a task nobody cancelled."""
+    daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            await _until_declared_gone(client, daemon)
+            stream = client.generate("npc_1", "hi", timeout_s=1)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(stream.__anext__(), 0.1)
+            assert not stream._send.cancelled()
+            with pytest.raises(ClientError):  # typed: the send failed, no daemon connected
+                await stream.cancel()
+
+    asyncio.run(main())
+
+
+def test_closing_a_stream_left_midway_cancels_it_and_prunes_pending(fake_daemon) -> None:
+    """``break`` inside ``async with client.generate(...)``: the daemon is told to stop, and the client keeps no
+    pending entry (whose queue would grow with every later token)."""
+    daemon = fake_daemon(SlowGenerator(n=10, period=0.05))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            async with client.generate("npc_1", "hi", timeout_s=10) as stream:
+                async for _event in stream:
+                    break
+            assert stream.msg_id not in client._pending
+            await asyncio.sleep(0.3)
+            assert "cancel_request" in daemon.received
+
+    asyncio.run(main())
+
+
+def test_a_dropped_stream_is_cancelled_when_collected(fake_daemon) -> None:
+    daemon = fake_daemon(SlowGenerator(n=100, period=0.05))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=10)
+            async for _event in stream:
+                break
+            msg_id = stream.msg_id
+            del stream, _event
+            gc.collect()
+            await asyncio.sleep(0.3)
+            assert msg_id not in client._pending
+            assert "cancel_request" in daemon.received
+
+    asyncio.run(main())
+
+
+def test_cancelled_then_dropped_streams_leave_no_pending_entry(fake_daemon) -> None:
+    daemon = fake_daemon(SlowGenerator(n=3, period=0.05))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            streams = [client.generate("npc_1", "hi", timeout_s=10) for _ in range(5)]
+            for stream in streams:
+                assert await stream.cancel()
+            await asyncio.sleep(0.5)  # their terminal replies come meanwhile
+            assert not client._pending
+
+    asyncio.run(main())
+
+
+def test_a_timed_out_stream_cancels_its_generation(fake_daemon) -> None:
+    daemon = fake_daemon(SlowGenerator(n=3, period=1.0))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=0.3)
+            await stream.__anext__()  # t0 comes at once, t1 after 1 s
+            with pytest.raises(ClientTimeoutError):
+                await stream.__anext__()
+            await asyncio.sleep(0.3)
+            assert "cancel_request" in daemon.received
+            assert stream.msg_id not in client._pending
+
+    asyncio.run(main())
+
+
+def test_a_never_iterated_stream_whose_send_fails_logs_nothing(fake_daemon, caplog) -> None:
+    daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            await _until_declared_gone(client, daemon)
+            client.generate("npc_1", "hi", timeout_s=0.3)  # given up on at once; its send fails after 0.3 s
+            await asyncio.sleep(0.6)
+            gc.collect()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+# --- one timeout for the whole call ------------------------------------------------------------------
+def _slow_status(_header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
+    return [(2.5, _status_reply())] if isinstance(message, m.StatusRequest) else []
+
+
+def test_request_timeout_spans_connect_wait_and_reply(fake_daemon) -> None:
+    """status(timeout_s=3) issued while the client reconnects: ~1 s waiting for the daemon, then a 2.5 s reply;
+    the call must end by 3 s, not wait 3 s more once sent."""
+    daemon = fake_daemon(_slow_status, client_timeout_s=0.5)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
+            await _until_declared_gone(client, daemon)
+            t0 = time.monotonic()
+            request = asyncio.ensure_future(client.status(timeout_s=3))
+            await asyncio.sleep(1.0)
+            daemon.paused.clear()
+            with pytest.raises(ClientTimeoutError):
+                await request
+            assert time.monotonic() - t0 < 3.5
+
+    asyncio.run(main())
+
+
+def test_first_stream_event_timeout_counts_from_generate(fake_daemon) -> None:
+    daemon = fake_daemon(lambda _h, _m: [], client_timeout_s=0.5)  # never answers a generate
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
+            await _until_declared_gone(client, daemon)
+            t0 = time.monotonic()
+            stream = client.generate("npc_1", "hi", timeout_s=3)
+            await asyncio.sleep(1.0)
+            daemon.paused.clear()
+            with pytest.raises(ClientTimeoutError):
+                await stream.__anext__()
+            assert time.monotonic() - t0 < 3.5
+
+    asyncio.run(main())

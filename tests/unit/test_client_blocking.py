@@ -8,122 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
-import itertools
 import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-import zmq
 
 from igi_sdk.client import Client, DaemonUnavailableError, blocking
-from igi_sdk.ipc import messages as m
-from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
-from igi_sdk.ipc.connection import write_connection_file
-from igi_sdk.ipc.envelope import Header, new_header
-from igi_sdk.ipc.frames import pack_message, unpack_message
-from igi_sdk.ipc.transport import SocketOptions, bind_router
-from igi_sdk.ipc.values import Limits, Usage
+
+from scheduled_daemon import FakeDaemon, SlowGenerator, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 pytestmark = pytest.mark.timeout(60)
-
-KEY = "5a" * 32
-#: handler(header, message) -> (delay_s, message) pairs, each answered with parent_id = header.msg_id after delay_s
-Handler = Callable[[Header, m.Message], list[tuple[float, m.Message]]]
-
-
-class FakeDaemon:
-    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0) -> None:
-        self.connection_file = tmp_path / "connection.json"
-        self.handler = handler
-        self.client_timeout_s = client_timeout_s
-        self.paused = threading.Event()  # while set: read and drop everything, answer nothing
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._port = 0
-        self._timed: list = []  # heap of (due_s, seq, identity, request header, reply)
-        self._seq = itertools.count()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
-        write_connection_file(self.connection_file, port=self._port, key=KEY)
-
-    def _serve(self) -> None:
-        context = zmq.Context()
-        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(DEFAULT_MAX_FRAME_BYTES, linger_ms=0))
-        self._port = int(endpoint.rsplit(":", 1)[1])
-        self._ready.set()
-        try:
-            while not self._stop.is_set():
-                self._send_due(socket)
-                if socket.poll(5):
-                    self._receive(socket)
-        finally:
-            socket.close(linger=0)
-            context.term()
-
-    def _send_due(self, socket: zmq.Socket) -> None:
-        while self._timed and self._timed[0][0] <= time.monotonic():
-            _due, _seq, identity, header, reply = heapq.heappop(self._timed)
-            if not self.paused.is_set():
-                out = new_header(reply.type, parent_id=header.msg_id, session_id=header.session_id)
-                socket.send_multipart([identity, *pack_message(bytes.fromhex(KEY), out, reply)])
-
-    def _receive(self, socket: zmq.Socket) -> None:
-        identity, *frames = socket.recv_multipart()
-        if self.paused.is_set():
-            return
-        header, message = unpack_message(bytes.fromhex(KEY), frames, max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
-        if isinstance(message, m.HelloRequest):
-            replies = [(0.0, m.HelloReply(daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
-                                          client_timeout_s=self.client_timeout_s, limits=Limits(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES), model=None))]
-        elif isinstance(message, m.HeartbeatRequest):
-            replies = [(0.0, m.HeartbeatReply(uptime_s=1.0))]
-        else:
-            replies = self.handler(header, message)
-        now = time.monotonic()
-        for delay, reply in replies:
-            heapq.heappush(self._timed, (now + delay, next(self._seq), identity, header, reply))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
-class SlowGenerator:
-    """Streams ``n`` tokens ``t0``, ``t1``, ... one every ``period`` s; answers status and cancel at once."""
-
-    def __init__(self, n: int = 20, period: float = 0.1) -> None:
-        self.n, self.period = n, period
-
-    def __call__(self, header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
-        if isinstance(message, m.GenerateRequest):
-            tokens = [(i * self.period, m.TokenEvent(index=i, text=f"t{i}", token_id=i)) for i in range(self.n)]
-            usage = Usage(prompt_tokens=3, completion_tokens=self.n)
-            return [*tokens, (self.n * self.period, m.GenerateReply(finish_reason="stop", text="x" * self.n, usage=usage, ttft_s=0.01, tps=10.0))]
-        if isinstance(message, m.CancelRequest):
-            return [(0.0, m.CancelReply(cancelled=True))]
-        if isinstance(message, m.StatusRequest):
-            return [(0.0, m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
-                                        counters={}, uptime_s=1.0))]
-        return []
-
-
-@pytest.fixture
-def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
-    started: list[FakeDaemon] = []
-
-    def start(handler: Handler, **kw: float) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, **kw))
-        return started[-1]
-
-    yield start
-    for daemon in started:
-        daemon.stop()
 
 
 def _wait_disconnected(client: Client) -> None:

@@ -10,135 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
-import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-import zmq
 
 from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.ipc import messages as m
-from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
-from igi_sdk.ipc.connection import write_connection_file
-from igi_sdk.ipc.envelope import Header, new_header
-from igi_sdk.ipc.frames import pack_message, unpack_message
-from igi_sdk.ipc.transport import SocketOptions, bind_router
-from igi_sdk.ipc.values import Limits, Usage
+from igi_sdk.ipc.envelope import Header
+
+from scheduled_daemon import FakeDaemon, SlowGenerator, _status_reply, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 pytestmark = pytest.mark.timeout(60)
-
-KEY = "5a" * 32
-#: handler(header, message) -> (delay_s, reply) pairs, each answered with parent_id = header.msg_id
-Handler = Callable[[Header, m.Message], list[tuple[float, m.Message]]]
-
-
-class FakeDaemon:
-    """Answers hello and heartbeats itself, everything else through ``handler``; silent while ``paused`` is set."""
-
-    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0) -> None:
-        self.connection_file = tmp_path / "connection.json"
-        self.handler = handler
-        self.client_timeout_s = client_timeout_s
-        self.limits = Limits(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
-        self.received: list[str] = []  # message types, hello and heartbeats left out
-        self.paused = threading.Event()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._port = 0
-        self._timed: list = []  # heap of (due_s, seq, identity, request header, reply)
-        self._seq = itertools.count()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
-        write_connection_file(self.connection_file, port=self._port, key=KEY)
-
-    def _serve(self) -> None:
-        context = zmq.Context()
-        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(
-            self.limits.max_frame_bytes, linger_ms=0))
-        self._port = int(endpoint.rsplit(":", 1)[1])
-        self._ready.set()
-        try:
-            while not self._stop.is_set():
-                self._send_due(socket)
-                if socket.poll(5):
-                    self._receive(socket)
-        finally:
-            socket.close(linger=0)
-            context.term()
-
-    def _send_due(self, socket: zmq.Socket) -> None:
-        key = bytes.fromhex(KEY)
-        while self._timed and self._timed[0][0] <= time.monotonic():
-            _due, _seq, identity, header, reply = heapq.heappop(self._timed)
-            if not self.paused.is_set():
-                out = new_header(reply.type, parent_id=header.msg_id, session_id=header.session_id)
-                socket.send_multipart([identity, *pack_message(key, out, reply)])
-
-    def _receive(self, socket: zmq.Socket) -> None:
-        identity, *frames = socket.recv_multipart()
-        if self.paused.is_set():
-            return
-        header, message = unpack_message(bytes.fromhex(KEY), frames, max_frame_bytes=self.limits.max_frame_bytes)
-        if isinstance(message, m.HelloRequest):
-            replies = [(0.0, m.HelloReply(
-                daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
-                client_timeout_s=self.client_timeout_s, limits=self.limits, model=None))]
-        elif isinstance(message, m.HeartbeatRequest):
-            replies = [(0.0, m.HeartbeatReply(uptime_s=1.0))]
-        else:
-            self.received.append(message.type)
-            replies = self.handler(header, message)
-        now = time.monotonic()
-        for delay, reply in replies:
-            heapq.heappush(self._timed, (now + delay, next(self._seq), identity, header, reply))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
-def _status_reply() -> m.StatusReply:
-    return m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
-                         counters={}, uptime_s=1.0)
-
-
-class SlowGenerator:
-    """Streams ``n`` tokens one every ``period`` s, then the generate_reply; answers cancel and status at once."""
-
-    def __init__(self, n: int = 20, period: float = 0.1) -> None:
-        self.n, self.period = n, period
-
-    def __call__(self, header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
-        if isinstance(message, m.GenerateRequest):
-            out: list[tuple[float, m.Message]] = [
-                (i * self.period, m.TokenEvent(index=i, text=f"t{i}", token_id=i)) for i in range(self.n)]
-            usage = Usage(prompt_tokens=3, completion_tokens=self.n)
-            out.append((self.n * self.period, m.GenerateReply(finish_reason="stop", text="x" * self.n, usage=usage, ttft_s=0.01, tps=10.0)))
-            return out
-        if isinstance(message, m.CancelRequest):
-            return [(0.0, m.CancelReply(cancelled=True))]
-        if isinstance(message, m.StatusRequest):
-            return [(0.0, _status_reply())]
-        return []
-
-
-@pytest.fixture
-def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
-    started: list[FakeDaemon] = []
-
-    def start(handler: Handler, **kw: float) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, **kw))
-        return started[-1]
-
-    yield start
-    for daemon in started:
-        daemon.stop()
 
 
 async def _until_declared_gone(client: AsyncClient, daemon: FakeDaemon) -> None:

@@ -43,6 +43,7 @@ from igi_sdk.ipc.values import Sampling
 
 SEND_RETRY_S = 0.02  # a send the DEALER cannot take now (no peer, or at its high-water mark) is retried this often
 RECONNECT_POLL_S = 0.2
+RECONNECT_RETRY_AFTER_ERROR_S = 1.0  # a daemon that refused the handshake is asked again this much later
 MIN_HEARTBEAT_INTERVAL_S = 0.1  # PROTOCOL.md 11.1: a smaller announced interval (0 included) is read as this
 #: The ``error_reply.detail`` flag of a ``generate_request`` refused for reusing a running request's msg_id (6.6).
 DUPLICATE_MSG_ID = "duplicate_msg_id"
@@ -114,6 +115,8 @@ class AsyncClient:
         self.dropped_frames = 0
         #: error_replies flagged ``duplicate_msg_id``: not the terminal reply of the request they name (6.6).
         self.duplicate_msg_id_replies = 0
+        #: the last error that made a reconnect attempt fail (None: none yet); the client keeps trying
+        self.last_reconnect_error: Exception | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------
     @classmethod
@@ -501,5 +504,12 @@ class AsyncClient:
         if not self.reconnect:
             return
         while not self._closed and not self._connected.is_set():
-            if await self._establish(time.monotonic() + 5.0):
-                self.reconnects += 1
+            try:
+                if await self._establish(time.monotonic() + 5.0):
+                    self.reconnects += 1
+            except Exception as exc:  # noqa: BLE001
+                # a restarted daemon refusing the handshake (unsupported_version), an endpoint that cannot be used:
+                # keep trying, as a later daemon may accept; raised, it ended this task (which also sends the
+                # heartbeats) and the client never reconnected again
+                self.last_reconnect_error = exc
+                await asyncio.sleep(RECONNECT_RETRY_AFTER_ERROR_S)

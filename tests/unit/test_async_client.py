@@ -51,6 +51,7 @@ class FakeDaemon:
         self.client_timeout_s = client_timeout_s
         self.heartbeat_interval_s = min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
         self.heartbeats = 0
+        self.refuse_hellos = 0  # answer this many hellos with unsupported_version (a daemon of another major)
         self.limits = Limits(max_frame_bytes=max_frame_bytes)
         self.hello_identities: list[bytes] = []
         self._stop = threading.Event()
@@ -74,9 +75,13 @@ class FakeDaemon:
                     continue
                 identity, *frames = socket.recv_multipart()
                 header, message = unpack_message(key, frames, max_frame_bytes=self.limits.max_frame_bytes)
-                if isinstance(message, m.HelloRequest):
+                if isinstance(message, m.HelloRequest) and self.refuse_hellos > 0:
+                    self.refuse_hellos -= 1
+                    replies: list[m.Message] = [m.ErrorReply(code=ErrorCode.UNSUPPORTED_VERSION, message="2.0 only",
+                                                             detail={"supported": ["2.0"]})]
+                elif isinstance(message, m.HelloRequest):
                     self.hello_identities.append(identity)
-                    replies: list[m.Message] = [m.HelloReply(
+                    replies = [m.HelloReply(
                         daemon_version="0", protocol_version="1.0", heartbeat_interval_s=self.heartbeat_interval_s,
                         client_timeout_s=self.client_timeout_s,
                         limits=self.limits, model=None)]
@@ -317,3 +322,25 @@ def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(fake_daemon: Callable[
 
     asyncio.run(main())
     assert 3 <= daemon.heartbeats <= 1.0 / MIN_HEARTBEAT_INTERVAL_S + 3, daemon.heartbeats
+
+
+def test_a_reconnect_refused_by_the_daemon_is_retried_not_abandoned(fake_daemon: Callable[..., FakeDaemon]) -> None:
+    """The daemon went silent; the one restarted in its place answered the first hellos with unsupported_version. The
+    error escaped the reconnect loop and ended the heartbeat task: the client never reconnected (ninth-session
+    audit). Now it keeps asking, and connects once a daemon accepts."""
+    first = fake_daemon(lambda header, message: [], client_timeout_s=1.0)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(first.connection_file, timeout_s=10) as client:
+            assert client.connected
+            second = fake_daemon(lambda header, message: [], client_timeout_s=1.0)  # rewrites the connection file
+            second.refuse_hellos = 2
+            first.stop()  # silent: declared gone after client_timeout_s
+            deadline = time.monotonic() + 15
+            while not (client.connected and client.reconnects == 1):
+                assert time.monotonic() < deadline, f"never reconnected (last error {client.last_reconnect_error!r})"
+                await asyncio.sleep(0.1)
+            assert second.refuse_hellos == 0 and client.last_reconnect_error is not None
+            assert isinstance(await client.heartbeat(timeout_s=5), m.HeartbeatReply)  # the new socket works
+
+    asyncio.run(main())

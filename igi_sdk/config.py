@@ -151,6 +151,10 @@ class DaemonSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _prompt_fits_context(self) -> DaemonSettings:
+        # only a limit the user set: the default is lowered to fit a smaller context at run time (as its description
+        # says); refusing it made `igi-daemon --n-ctx 1024` fail with an error about a setting nobody gave
+        if "max_prompt_tokens" not in self.limits.model_fields_set:
+            return self
         if self.limits.max_prompt_tokens + 16 > self.engine.n_ctx:
             raise ValueError(
                 f"limits.max_prompt_tokens={self.limits.max_prompt_tokens} leaves no room in engine.n_ctx={self.engine.n_ctx}"

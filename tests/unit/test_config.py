@@ -96,3 +96,9 @@ def test_only_the_loopback_hosts_the_transport_binds_are_accepted() -> None:
     for ip, endpoint in (("127.0.0.1", "tcp://127.0.0.1:*"), ("localhost", "tcp://127.0.0.1:*"), ("::1", "tcp://[::1]:*")):
         server = DaemonServer(DaemonSettings(ipc={"ip": ip}))
         assert check_endpoint(server._endpoint()) == endpoint
+
+
+def test_a_small_context_with_the_default_prompt_limit_is_accepted() -> None:
+    """The default max_prompt_tokens (1536) is lowered to fit at run time; only one the user set must fit n_ctx."""
+    settings = DaemonSettings(engine={"n_ctx": 1024})
+    assert settings.engine.n_ctx == 1024 and settings.limits.max_prompt_tokens == 1536

@@ -296,8 +296,6 @@ class AsyncClient:
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
         header = _request_header(message.type, session_id)
-        if self._closed:
-            raise DaemonUnavailableError("the client was closed")
         deadline_s = time.monotonic() + timeout  # one budget for the whole call: connect wait, send and reply
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue

@@ -159,8 +159,6 @@ class GenerationStream:
     async def cancel(self) -> bool:
         """Cancel this generation (the stream then ends with ``finish_reason == "cancelled"``)."""
         await asyncio.shield(self._send)
-        cancelled = await self._client.cancel(self.msg_id)
-        if not cancelled:
-            # nothing queued or running: its terminal reply, if any, is already queued, and no more will come
-            self._client._pending.pop(self.msg_id, None)
-        return cancelled
+        # the entry in _pending goes with the terminal reply (the reader drops it), which precedes a "not
+        # cancelled" answer on the same connection
+        return await self._client.cancel(self.msg_id)

@@ -179,7 +179,7 @@ class BudgetControl:
         if op.outcome.placement == self.current.placement and not self._core.settings.engine.always_reload:
             self._queued = None
             self.current = op.outcome
-            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            measured = self._worker_vram_mib()
             for waiter in op.waiters:
                 self._ack(waiter, op.outcome, applied=True, measured=measured)
             return
@@ -195,7 +195,7 @@ class BudgetControl:
             self.current = op.outcome
             self._core.worker.placement = op.outcome.placement.model_dump()
             self._core.counters["reloads"] += 1
-            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            measured = self._worker_vram_mib()
             if op.replan_mib is not None:
                 self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, interim_cpu=True,
                                apply_time_s=event.get("apply_time_s"), vram_mib=measured)
@@ -262,9 +262,13 @@ class BudgetControl:
         else:
             self._queued = lost
 
+    def _worker_vram_mib(self) -> float | None:
+        """NVML's reading of the worker process's VRAM (None without a GPU or a worker)."""
+        return measure_vram_mib(getattr(self._core.worker, "pid", None))
+
     def _used_mib(self) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""
-        measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+        measured = self._worker_vram_mib()
         return measured if measured is not None else float(self.current.plan.gpu_mib)
 
     def _begin(self, target_mib: int, reclaiming: bool, waiters: list[_Waiter], used_mib: float | None = None,
@@ -342,7 +346,7 @@ class BudgetControl:
             return
         if decision.action != "apply":
             if waiter is not None:
-                self._ack(waiter, self.current, applied=decision.action == "keep", measured=measure_vram_mib(getattr(self._core.worker, "pid", None)))
+                self._ack(waiter, self.current, applied=decision.action == "keep", measured=self._worker_vram_mib())
             return
         waiters = [] if waiter is None else [waiter]
         if self._planning is not None:  # one plan at a time: this target supersedes the one being planned
@@ -361,7 +365,7 @@ class BudgetControl:
         same = outcome.placement == self.current.placement and not self._core.settings.engine.always_reload
         if same and replan_mib is None and self._inflight is None and self._queued is None:
             self.current = outcome
-            measured = measure_vram_mib(getattr(self._core.worker, "pid", None))
+            measured = self._worker_vram_mib()
             for waiter in waiters:
                 self._ack(waiter, outcome, applied=True, measured=measured)
             return

@@ -35,11 +35,11 @@ def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:
     expired = core.sessions.expired(now_s, core.settings.ipc.session_ttl_s)
     closed = []
     for session in expired:
-        job = core.jobs.get(session.job_id) if session.job_id is not None else None
+        job = core.jobs.get(session.job_id or "")
         if job is not None and job.identity in core.clients:
             continue  # another, live client is generating on it: close it once that generation has ended
-        if session.job_id is not None:  # a generation of a gone client: nobody waits for its reply
-            cancel_job(core, session.job_id, reply=False)
+        if job is not None:  # a generation of a gone client: nobody waits for its reply
+            cancel_job(core, job.job_id, reply=False)
         core.sessions.remove(session.session_id)
         core.counters["sessions_expired"] += 1
         if core.worker.ready:

@@ -24,6 +24,7 @@ from igi_harness.recorder import ISSUE_TOLERANCE, PRIMARY_FRAME_SET
 
 ORDERS = ("alternate", "on-first", "off-first")
 V1_FRAME_SET = "while_npcs_talk_excluding_spike"  # what report_version 1 judged on (generation in flight)
+P99 = "p99_over_target_pct"
 
 
 def off_first_for_run(run: int, order: str) -> bool:
@@ -49,17 +50,12 @@ def _frame_set(report: dict[str, Any]) -> str:
     return PRIMARY_FRAME_SET if phase is not None and PRIMARY_FRAME_SET in phase["frames"] else V1_FRAME_SET
 
 
-def _p99_over_target_pct(report: dict[str, Any], governor: bool, frame_set: str) -> float | None:
+def _figure(report: dict[str, Any], governor: bool, frame_set: str, key: str) -> float | None:
+    """One figure of a phase's frame set (p99 over target, a CPU-steal share, ...); None for a missing phase, an
+    empty set, or a figure not recorded (steal where it could not be read)."""
     phase = _phase(report, governor)
     frames = None if phase is None else phase["frames"].get(frame_set)
-    return frames["p99_over_target_pct"] if frames and frames.get("n_frames") else None
-
-
-def _steal_figure(report: dict[str, Any], governor: bool, frame_set: str, key: str) -> float | None:
-    """A CPU-steal figure of a phase's frame set (recorder.PhaseRecorder._steal_stats), None where not recorded."""
-    phase = _phase(report, governor)
-    frames = None if phase is None else phase["frames"].get(frame_set)
-    return None if not frames else frames.get(key)
+    return frames.get(key) if frames and frames.get("n_frames") else None
 
 
 def _order(report: dict[str, Any]) -> str:
@@ -94,13 +90,13 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     runs = []
     for i, report in enumerate(reports, start=1):
         frame_set = _frame_set(report)
-        on, off = _p99_over_target_pct(report, True, frame_set), _p99_over_target_pct(report, False, frame_set)
+        on, off = _figure(report, True, frame_set, P99), _figure(report, False, frame_set, P99)
         runs.append({"run": i, "order": _order(report), "frame_set": frame_set,
                      "p99_over_target_pct_on": on, "p99_over_target_pct_off": off,
-                     "quiet_p99_over_target_pct_on": _p99_over_target_pct(report, True, "quiet_baseline"),
-                     "quiet_p99_over_target_pct_off": _p99_over_target_pct(report, False, "quiet_baseline"),
+                     "quiet_p99_over_target_pct_on": _figure(report, True, "quiet_baseline", P99),
+                     "quiet_p99_over_target_pct_off": _figure(report, False, "quiet_baseline", P99),
                      # the host's CPU steal in the same frames (a VM): how much of the tail is not the daemon's
-                     **{f"{key}_{side}": _steal_figure(report, gov, frame_set, key)
+                     **{f"{key}_{side}": _figure(report, gov, frame_set, key)
                         for key in ("steal_pct_mean", "over_115pct_touched_by_steal_pct",
                                     "frames_touched_by_steal_pct", "p99_over_target_pct_no_steal")
                         for side, gov in (("on", True), ("off", False))},

@@ -29,7 +29,6 @@ from rich.console import Console  # noqa: E402
 
 from igi_harness.live import LiveView, comparison_table  # noqa: E402
 from igi_harness.phase import PhaseConfig, phase_plan, run_phase  # noqa: E402
-from igi_harness.plot import plot_timeline  # noqa: E402
 from igi_harness.recorder import ISSUE_TOLERANCE, PRIMARY_FRAME_SET  # noqa: E402
 from igi_harness.workload import RenderWorkload, cuda_available  # noqa: E402
 
@@ -60,7 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--render-device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where the synthetic render work runs (auto: cuda when torch sees a GPU)")
     p.add_argument("--no-live", action="store_true", help="no live progress table")
+    p.add_argument("--replot", type=Path, metavar="REPORT_JSON",
+                   help="only redraw timeline.png beside an existing report.json (e.g. one written where matplotlib "
+                        "is not installed) and exit")
     args = p.parse_args(argv)
+    if args.replot is not None:
+        return args
     if not 1 <= args.npcs <= 4:
         p.error("--npcs must be 1..4")
     if args.duration_s < 5 or args.fps <= 0 or not 0.0 < args.render_load <= 1.5:
@@ -72,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the phases, print the comparison, write report.json and timeline.png. Returns the exit code."""
     args = parse_args(argv)
     console = Console()
+    if args.replot is not None:
+        phases = json.loads(args.replot.read_text())["phases"]
+        path = args.replot.parent / "timeline.png"
+        if not write_plot(phases, path, console):
+            return 1
+        console.print(f"wrote {path}")
+        return 0
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     sys.setswitchinterval(0.001)  # the I/O thread must not hold the GIL for 5 ms while a frame waits for it
@@ -100,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"({rs['n_unfinished_at_phase_end']} unfinished at phase end), {len(rec.errors)} errors")
     report = build_report(args, workload, device, phases, time.monotonic() - t_start)
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    plot_timeline(phases, out / "timeline.png")
+    plotted = write_plot(phases, out / "timeline.png", console)
     console.print(comparison_table(phases))
     verdict = report["issue_target"]
     console.print(f"issue target (p99 within {verdict['p99_within_pct']} % of target while NPCs talk, governor on; "
@@ -109,8 +120,23 @@ def main(argv: list[str] | None = None) -> int:
                   f"(p99 {verdict['p99_over_target_pct_with_governor']} % over"
                   + (f"; frames no host CPU steal touched, a diagnostic: {verdict['p99_over_target_pct_no_steal_with_governor']} %"
                      if verdict.get("p99_over_target_pct_no_steal_with_governor") is not None else "") + ")")
-    console.print(f"wrote {out / 'report.json'} and {out / 'timeline.png'}")
+    console.print(f"wrote {out / 'report.json'}" + (f" and {out / 'timeline.png'}" if plotted else ""))
     return 0
+
+
+def write_plot(phases: list[dict[str, Any]], path: Path, console: Console) -> bool:
+    """Draw timeline.png; without matplotlib (a minimal machine) say so and return False, keeping the run.
+
+    The report holds everything the plot shows: ``--replot report.json`` draws it later where matplotlib is.
+    """
+    try:
+        from igi_harness.plot import plot_timeline
+    except ImportError as exc:
+        console.print(f"[yellow]timeline.png not drawn ({exc}); report.json has its data: "
+                      f"samples/harness.py --replot {path.parent / 'report.json'}[/]")
+        return False
+    plot_timeline(phases, path)
+    return True
 
 
 def build_report(args: argparse.Namespace, workload: RenderWorkload, device: str, phases: list[dict[str, Any]],

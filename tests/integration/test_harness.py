@@ -171,3 +171,15 @@ def test_replies_and_tokens_add_up(harness_run: tuple[dict[str, Any], Path, str]
         for i, npc in enumerate(("Bram", "Mira")):
             first = min(r["t_request_s"] for r in replies if r["npc"] == npc)
             assert first >= TALK_START_S + 0.5 * i, (npc, first)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_replot_redraws_the_timeline_from_the_report(harness_run: tuple[dict[str, Any], Path, str]) -> None:
+    _report, out, _stdout = harness_run
+    (out / "timeline.png").unlink()
+    proc = subprocess.run([sys.executable, str(ROOT / "samples" / "harness.py"), "--replot", str(out / "report.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    png = (out / "timeline.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000

@@ -51,7 +51,7 @@ class Dispatcher:
             "shutdown_request": lambda c, i, h, m: hd.shutdown(c, budget, i, h, switch),
             "set_budget_request": lambda c, i, h, m: hd.set_budget(c, budget, i, h, m),
             "reclaim_request": lambda c, i, h, m: hd.reclaim(c, budget, i, h, m),
-            "frame_stats_request": hd.frame_stats,
+            "frame_stats_request": lambda c, i, h, m: hd.frame_stats(c, budget, i, h, m),
             "load_model_request": lambda c, i, h, m: switch.request(i, h, m),
             "create_session_request": hs.create_session,
             "close_session_request": hs.close_session,

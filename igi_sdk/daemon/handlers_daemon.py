@@ -121,7 +121,7 @@ def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: He
     _governor_budget(core, msg.vram_budget_mib)
 
 
-def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
+def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
     """Pacing advice from the governor (no advice without one)."""
     governor = core.governor
     if governor is None or msg.target_frame_time_ms <= 0:  # no advice; the pacing in force is reported as it is
@@ -133,6 +133,7 @@ def frame_stats(core: DaemonCore, identity: bytes, header: Header, msg: FrameSta
         FrameSample(
             now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
             free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct, generating=generating(core),
+            daemon_gpu_mib=budget.current.plan.gpu_mib if core.model_info is not None else None,
         )
     )
     if decision.throttle_action in ("tighten", "relax", "release") or decision.proposed_budget_mib is not None:

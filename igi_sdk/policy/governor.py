@@ -21,8 +21,9 @@ Two stages, in this order:
    ``release_holdoff_after_budget_s`` of a budget from the game (a reload, often a level load).
 2. **Budget.** With the throttle exhausted (allowance at its floor, or released as ineffective) and frames
    still over the band, with a generation running, for ``budget_shrink_after_s``,
-   the governor proposes ``budget x budget_shrink_factor``; a game reporting less free VRAM than
-   ``vram_reserve_mib`` gets a proposal shrinking by the deficit. Once the throttle is fully relaxed and
+   the governor proposes ``used x budget_shrink_factor``, ``used`` being the smaller of the budget and the VRAM
+   the placement in force uses (``FrameSample.daemon_gpu_mib``), and nothing when that placement uses none; a game
+   reporting less free VRAM than ``vram_reserve_mib`` gets a proposal shrinking ``used`` by the deficit. Once the throttle is fully relaxed and
    headroom has lasted ``budget_grow_after_s`` it proposes growing back, never above the game's budget.
    Proposals are made from the budget in force (the game's last explicit budget, or the proposal it accepted),
    never from an earlier proposal the game has not accepted, so an ignored proposal never compounds.
@@ -76,6 +77,11 @@ class FrameSample(BaseModel):
     generating: bool = Field(
         True, description="a generation was running when the sample arrived (the daemon knows; True if unknown): "
                           "only then can slow frames tighten the throttle or count towards release and shrink",
+    )
+    daemon_gpu_mib: float | None = Field(
+        None, ge=0.0, description="VRAM the daemon's placement in force uses (its plan's gpu_mib), MiB; None = unknown. "
+                                  "Shrink proposals start from it when it is below the budget, and frames give no "
+                                  "shrink when it is 0 (nothing on the GPU to move off it)",
     )
 
 
@@ -220,14 +226,18 @@ def _propose_budget(
     since_change = _since(now, state.last_budget_change_s)
     shrink_to: int | None = None
     why = ""
+    # a shrink starts from what the placement uses: below a budget it does not fill, a cut of the budget alone
+    # would change no placement (a 1205 MiB plan under 2048 MiB: 2048 -> 1536 moves nothing)
+    used = budget if sample.daemon_gpu_mib is None else min(float(budget), sample.daemon_gpu_mib)
     if since_change >= params.budget_shrink_interval_s:
         if sample.free_vram_mib is not None and sample.free_vram_mib < params.vram_reserve_mib:
             deficit = params.vram_reserve_mib - sample.free_vram_mib
-            shrink_to = _round_down(budget - deficit, params.budget_granularity_mib)
+            shrink_to = _round_down(used - deficit, params.budget_granularity_mib)
             why = f"free VRAM {sample.free_vram_mib:.0f} MiB < reserve {params.vram_reserve_mib:.0f} MiB"
         floor_since = state.over_at_floor_since_s
-        if over and floor_since is not None and now - floor_since >= params.budget_shrink_after_s:
-            by_frames = _round_down(budget * params.budget_shrink_factor, params.budget_granularity_mib)
+        # with nothing on the GPU (a CPU-only placement, a machine without one) a smaller budget moves no work
+        if over and floor_since is not None and now - floor_since >= params.budget_shrink_after_s and used > 0:
+            by_frames = _round_down(used * params.budget_shrink_factor, params.budget_granularity_mib)
             if shrink_to is None or by_frames < shrink_to:
                 shrink_to = by_frames
                 why = f"frames over the band for {params.budget_shrink_after_s:g} s with the throttle at its floor"

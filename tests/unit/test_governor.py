@@ -149,6 +149,28 @@ def test_budget_shrinks_only_after_floor_and_wait() -> None:
     assert state.budget_mib == proposals[-1][1]
 
 
+def test_shrink_starts_from_what_the_placement_uses() -> None:
+    # a 1205 MiB plan under a 2048 MiB budget (measured on the H200, 2026-11-30): 2048 -> 1536 would move nothing
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, daemon_gpu_mib=1205.0)
+    first = next(d for d in ds if d.proposed_budget_mib is not None)
+    assert first.budget_action == "shrink" and first.proposed_budget_mib == 896  # 1205 x 0.75 = 903.75 -> 896
+    # a placement filling its budget shrinks from the budget, as without the figure
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, daemon_gpu_mib=2048.0)
+    assert next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None) == 1536
+
+
+def test_nothing_on_the_gpu_gives_no_shrink_for_frames() -> None:
+    # a CPU-only placement (or no GPU at all): a smaller budget would only reload the model, moving no work
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 20.0, daemon_gpu_mib=0.0)
+    assert max(d.throttle_level for d in ds) == 1.0  # the throttle still works
+    assert all(d.proposed_budget_mib is None for d in ds)
+
+
+def test_vram_pressure_shrinks_from_what_the_placement_uses() -> None:
+    _, ds = feed(GovernorState.initial(2048), TARGET_MS, 0.0, 1.0, free_vram_mib=200.0, daemon_gpu_mib=1205.0)
+    assert next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None) == 832  # 1205 - 312 -> 832
+
+
 def test_budget_never_below_floor() -> None:
     params = GovernorParams(budget_floor_mib=1000, budget_shrink_interval_s=0.0, budget_shrink_after_s=0.0)
     state, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 30.0, params, accept=True)

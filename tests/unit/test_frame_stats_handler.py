@@ -1,0 +1,50 @@
+"""The frame_stats handler hands the governor what the placement in force uses (its plan's gpu_mib), so a shrink
+proposal starts from it (docs/governor.md, stage 2)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from igi_sdk.daemon import handlers_daemon as hd
+from igi_sdk.ipc.messages import FrameStatsRequest
+from igi_sdk.policy.governor import Governor
+
+
+class FakeCore(SimpleNamespace):
+    def __init__(self, gpu_mib_loaded: bool = True) -> None:
+        super().__init__(governor=Governor(budget_mib=2048), model_info=object() if gpu_mib_loaded else None,
+                         sleep_ms_between_tokens=0.0, jobs={"j": SimpleNamespace(forwarded=True)},
+                         worker=SimpleNamespace(ready=True), sent=[], to_worker=[], now=0.0)
+
+    def clock(self) -> float:
+        return self.now
+
+    def send(self, identity: bytes, message: Any, header: Any) -> None:
+        self.sent.append(message)
+
+    def send_to_worker(self, command: dict[str, Any]) -> bool:
+        self.to_worker.append(command)
+        return True
+
+
+def run_slow_frames(core: FakeCore, gpu_mib: float, seconds: float = 10.0) -> list[int]:
+    budget = SimpleNamespace(current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)))
+    for i in range(int(seconds * 10)):  # 10 Hz, as the harness reports
+        core.now = i / 10
+        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=40.0, target_frame_time_ms=16.7))
+    return [m.proposed_budget_mib for m in core.sent if m.proposed_budget_mib is not None]
+
+
+def test_the_plan_in_force_sizes_the_shrink() -> None:
+    assert run_slow_frames(FakeCore(), 1205.0)[0] == 896  # from the 1205 MiB the plan uses, not the 2048 budget
+
+
+def test_a_cpu_only_plan_gets_no_shrink_for_frames() -> None:
+    core = FakeCore()
+    assert run_slow_frames(core, 0.0) == []
+    assert max(c["sleep_ms"] for c in core.to_worker) == 100.0  # the throttle still paces the worker
+
+
+def test_without_a_model_the_budget_is_the_base() -> None:
+    assert run_slow_frames(FakeCore(gpu_mib_loaded=False), 0.0)[0] == 1536

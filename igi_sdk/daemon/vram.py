@@ -22,8 +22,12 @@ def _nvml() -> Any | None:
 
 
 def gpu_present() -> bool:
-    """Whether NVML sees at least one NVIDIA GPU."""
-    return _nvml() is not None
+    """Whether there is an NVIDIA GPU that CUDA (llama.cpp) may use: NVML sees one and ``CUDA_VISIBLE_DEVICES``
+    does not hide it (NVML ignores the variable; ``igi_sdk.gpu_visibility``)."""
+    from igi_sdk.gpu_visibility import nvml_handle
+
+    nvml = _nvml()
+    return nvml is not None and nvml_handle(nvml, 0) is not None
 
 
 def measure_vram_mib(pid: int | None) -> float | None:

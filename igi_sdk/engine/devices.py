@@ -8,13 +8,13 @@ a tensor crashes the process at load, so anything else is refused here with ``Pl
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.engine import _ggml
 from igi_sdk.errors import PlacementRejectedError
+from igi_sdk.gpu_visibility import nvml_handle
 from igi_sdk.planner.placement import CPU_DEVICE
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
@@ -40,22 +40,19 @@ class DeviceInfo(BaseModel):
 
 
 def _nvml_memory_mib(cuda_index: int) -> tuple[int, int] | None:
-    """(free, total) MiB of the NVIDIA GPU behind ``CUDA<cuda_index>``, or None without NVML."""
+    """(free, total) MiB of the NVIDIA GPU behind ``CUDA<cuda_index>``, or None without NVML or when that
+    device cannot be identified (``CUDA_VISIBLE_DEVICES`` is honoured: ``igi_sdk.gpu_visibility``)."""
     try:
         import pynvml
     except ImportError:
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    nvml_index = cuda_index
-    if visible:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        if cuda_index >= len(ids) or not ids[cuda_index].isdigit():
-            return None  # UUID-style or hidden: do not guess
-        nvml_index = int(ids[cuda_index])
     try:
         pynvml.nvmlInit()
         try:
-            mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(nvml_index))
+            handle = nvml_handle(pynvml, cuda_index)
+            if handle is None:
+                return None  # hidden, or a UUID NVML cannot resolve: do not guess
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             return int(mem.free) // _MIB, int(mem.total) // _MIB
         finally:
             pynvml.nvmlShutdown()

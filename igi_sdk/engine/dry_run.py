@@ -11,7 +11,7 @@ process), creates the context, and logs what it would allocate. In 0.3.36 the lo
 
 A misstep inside llama.cpp can abort the process, so the work runs in a child process
 (``python -m igi_sdk.engine.dry_run --json``, request on stdin) with a timeout. Results are cached on disk
-by (model file identity, placement, llama-cpp-python version).
+by (model file identity, placement, llama-cpp-python version, ``CUDA_VISIBLE_DEVICES`` as CUDA reads it).
 
 On a CUDA build each child holds a CUDA context while it runs (618 MiB of device memory on the H200, measured
 by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_run_slots``.
@@ -37,7 +37,9 @@ DEFAULT_TIMEOUT_S = 120.0
 _limit: int | None = None  # dry-run children allowed at once (None: no limit); set by ``dry_run_slots``
 _running = threading.BoundedSemaphore(1)  # replaced by ``dry_run_slots``
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
+"""2: the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it. Version 1 reused a report made with the GPU
+hidden (no device buffers) in a later run with it visible (H200, same placement key)."""
 
 
 class DryRunDeferred(Exception):  # noqa: N818  (not an error: the caller frees VRAM and asks again)
@@ -68,12 +70,16 @@ def dry_run_slots(n: int | None) -> Iterator[None]:
 
 
 def _cache_key(model_path: Path, placement: Placement) -> str:
+    """Model file identity, memory fields of the placement, llama-cpp-python version and the GPUs CUDA lets
+    the child see: a report made with the GPU hidden has no device buffers and is never reused with it visible."""
     import llama_cpp
+
+    from igi_sdk.gpu_visibility import visibility_key
 
     st = model_path.stat()
     memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
     ident = {"v": _CACHE_VERSION, "path": str(model_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-             "placement": memory_fields, "llama_cpp": llama_cpp.__version__}
+             "placement": memory_fields, "llama_cpp": llama_cpp.__version__, "cuda_visible": visibility_key()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -1,11 +1,17 @@
-"""Edge: identify this machine (CPU model, thread count, NVIDIA GPU and driver) for profile caching."""
+"""Edge: identify this machine (CPU model, thread count, NVIDIA GPU and driver) for profile caching.
+
+"The GPU" is the one CUDA numbers 0 under ``CUDA_VISIBLE_DEVICES`` (``igi_sdk.gpu_visibility``): with the GPU
+hidden from CUDA there is none, so the profile, and every plan, is CPU-only."""
 
 from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from igi_sdk.gpu_visibility import nvml_handle
 from igi_sdk.planner.profile import MachineKey
 
 
@@ -20,7 +26,8 @@ def cpu_model() -> str:
 
 
 def nvidia_gpu() -> tuple[str, str, int] | None:
-    """(name, driver version, total MiB) of NVIDIA GPU 0 through NVML, or None."""
+    """(name, driver version, total MiB) of the NVIDIA GPU behind CUDA device 0 through NVML, or None (no NVML,
+    or no GPU visible to CUDA: ``CUDA_VISIBLE_DEVICES`` is honoured, see ``igi_sdk.gpu_visibility``)."""
     try:
         import pynvml
     except ImportError:
@@ -30,9 +37,9 @@ def nvidia_gpu() -> tuple[str, str, int] | None:
     except pynvml.NVMLError:
         return None
     try:
-        if pynvml.nvmlDeviceGetCount() < 1:
+        handle = nvml_handle(pynvml, 0)
+        if handle is None:
             return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         name = pynvml.nvmlDeviceGetName(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
         total = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
@@ -44,18 +51,24 @@ def nvidia_gpu() -> tuple[str, str, int] | None:
         pynvml.nvmlShutdown()
 
 
-def nvml_used_mib() -> float | None:
-    """Device-level used VRAM of GPU 0 (MiB), or None without NVML."""
+def _read_cuda0(read: Callable[[Any, Any], float | None]) -> float | None:
+    """``read(pynvml, handle)`` on the NVML device behind CUDA device 0; None without NVML or a visible GPU."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used / (1024 * 1024)
+            handle = nvml_handle(pynvml, 0)
+            return None if handle is None else read(pynvml, handle)
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001  (no NVML, no GPU: simply unknown)
         return None
+
+
+def nvml_used_mib() -> float | None:
+    """Device-level used VRAM (MiB) of the GPU behind CUDA device 0, or None without NVML or a visible GPU."""
+    return _read_cuda0(lambda nvml, handle: nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024))
 
 
 def machine_key(*, with_gpu: bool = True) -> MachineKey:
@@ -66,19 +79,13 @@ def machine_key(*, with_gpu: bool = True) -> MachineKey:
 
 
 def nvml_process_used_mib(pid: int) -> float | None:
-    """VRAM NVML attributes to process ``pid`` on GPU 0 (MiB), or None (no NVML, or the pid is not listed,
-    e.g. in another pid namespace)."""
-    try:
-        import pynvml
+    """VRAM NVML attributes to process ``pid`` on the GPU behind CUDA device 0 (MiB), or None (no NVML, no
+    visible GPU, or the pid is not listed, e.g. in another pid namespace)."""
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == pid and proc.usedGpuMemory is not None:
-                    return proc.usedGpuMemory / (1024 * 1024)
-            return None
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001  (no NVML, no GPU: simply unknown)
+    def read(nvml: Any, handle: Any) -> float | None:
+        for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                return proc.usedGpuMemory / (1024 * 1024)
         return None
+
+    return _read_cuda0(read)

@@ -38,11 +38,11 @@ class NvmlReader(Protocol):
 
 
 class PynvmlReader:
-    """``NvmlReader`` over nvidia-ml-py for GPU ``index`` (NVML numbering)."""
+    """``NvmlReader`` over nvidia-ml-py for GPU ``index`` (NVML numbering), or the device ``handle`` given."""
 
-    def __init__(self, pynvml: Any, index: int = 0) -> None:
+    def __init__(self, pynvml: Any, index: int = 0, *, handle: Any = None) -> None:
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index) if handle is None else handle
         raw = pynvml.nvmlDeviceGetName(self._handle)
         self.name = raw.decode() if isinstance(raw, bytes) else str(raw)
         self._lock = threading.Lock()
@@ -65,15 +65,19 @@ class PynvmlReader:
         return None
 
 
-def open_nvml(index: int = 0) -> NvmlReader | None:
-    """A reader for NVIDIA GPU ``index``, or None without nvidia-ml-py, a driver or a GPU."""
+def open_nvml(cuda_index: int = 0) -> NvmlReader | None:
+    """A reader for the NVIDIA GPU llama.cpp calls ``CUDA<cuda_index>`` (``CUDA_VISIBLE_DEVICES`` honoured:
+    ``igi_sdk.gpu_visibility``), or None without nvidia-ml-py, a driver or a visible GPU."""
+    from igi_sdk.gpu_visibility import nvml_handle
+
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        if pynvml.nvmlDeviceGetCount() <= index:
+        handle = nvml_handle(pynvml, cuda_index)
+        if handle is None:
             return None
-        return PynvmlReader(pynvml, index)
+        return PynvmlReader(pynvml, handle=handle)
     except Exception:  # noqa: BLE001  (no library, no driver, no device: all mean "no NVIDIA GPU")
         return None
 

@@ -214,3 +214,14 @@ def test_daemon_gpu_present_honours_cuda_visible_devices(monkeypatch, cvd) -> No
             assert vram.gpu_present() is False
     finally:
         vram._nvml.cache_clear()
+
+
+def test_bench_nvml_reader_follows_cuda_visible_devices(monkeypatch, cvd) -> None:
+    from igi_sdk.bench.vram import open_nvml
+
+    _nvml(monkeypatch, GPUS)
+    cvd("1")
+    reader = open_nvml()
+    assert reader is not None and reader.name == "NVIDIA L4" and reader.device_used_bytes() == 7 * 1024 * 1024
+    cvd("")
+    assert open_nvml() is None

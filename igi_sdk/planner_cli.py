@@ -44,9 +44,9 @@ def load_model_table(model: str) -> tuple[ModelTable, Path | None]:
         from igi_sdk.model_store import default_model_path
 
         path = default_model_path()
-    else:
-        path = Path(model)
-    return read_tensor_table(path), path
+        return read_tensor_table(path), path
+    table = read_tensor_table(model)  # the text as given: Path("") would be read as "." (a directory)
+    return table, Path(model)
 
 
 def resolve_profile(spec: str) -> Profile:

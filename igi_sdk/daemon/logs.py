@@ -62,8 +62,11 @@ def configure_logging(level: str, fmt: Literal["json", "kv"], log_file: Path | N
     if log_file is None:
         handler = logging.StreamHandler(sys.stderr)
     else:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_file, encoding="utf-8")
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(log_file, encoding="utf-8")
+        except OSError as exc:  # the message names the file (a bare "[Errno 22] Invalid argument" did not)
+            raise OSError(exc.errno, f"cannot open the log file {log_file}: {exc.strerror or exc}") from exc
     handler.setFormatter(_StructuredFormatter(fmt))
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -101,6 +101,8 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
         ModelNotFoundError: the path does not exist.
         ModelCorruptError: not a regular file, or it does not start with the GGUF magic.
     """
+    if os.fspath(path).strip() == "":  # Path("") is ".", the current directory: name the real mistake
+        raise ModelNotFoundError("model path is empty")
     p = Path(path)
     if not p.exists():
         raise ModelNotFoundError(f"model file not found: {p}")

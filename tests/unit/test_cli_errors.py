@@ -21,6 +21,8 @@ PLAN = ["plan", "synthetic:tiny_dense", "--profile", "reference:cpu2", "--no-dry
      "KeyError: unknown synthetic preset 'nope'"),
     (["plan", "/dev/zero", "--vram-budget-mib", "512", "--profile", "reference:cpu2"],
      "ModelCorruptError: model path is not a regular file"),
+    (["plan", "", "--vram-budget-mib", "512", "--profile", "reference:cpu2"],
+     "ModelNotFoundError: model path is empty"),  # was "not a regular file: ." (Path("") is the current folder)
     (["plan", "synthetic:tiny_dense", "--vram-budget-mib", "512", "--profile", "/dev/zero"],
      "InputFileError: profile /dev/zero is not a regular file"),
     (["bench", "--merge", "--out", "/nonexistent/igi-merge"], "FileNotFoundError: no per-model results"),
@@ -50,6 +52,7 @@ def test_results_fifo_is_refused_without_blocking(tmp_path: Path, capsys: pytest
     (["--config", "/dev/zero"], "InputFileError: config file /dev/zero is not a regular file"),
     (["--n-ctx", str(1 << 40)], "ValidationError: invalid DaemonSettings: engine.n_ctx"),
     (["--log-file", "/dev/null/igi.log"], "FileExistsError"),
+    (["--log-file", "/proc/version"], "OSError: [Errno 22] cannot open the log file /proc/version"),  # named the file
 ])
 def test_daemon_reports_bad_settings_in_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert igi_daemon(argv) == 2

@@ -32,6 +32,10 @@ class ClientTimeoutError(ClientError, TimeoutError):
     """A request got no terminal reply within its timeout."""
 
 
+class StreamClosedError(ClientError):
+    """``result()`` of a generation stream that ``aclose()`` ended before its terminal reply."""
+
+
 class RequestError(ClientError):
     """The daemon answered a request with ``error_reply``.
 

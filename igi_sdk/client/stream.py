@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from igi_sdk.client.errors import ClientTimeoutError, EngineFailureError, error_from_reply
+from igi_sdk.client.errors import ClientTimeoutError, EngineFailureError, StreamClosedError, error_from_reply
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, TokenEvent
 from igi_sdk.ipc.values import Usage
@@ -68,6 +68,8 @@ class GenerationStream:
         self._deadline_s = first_deadline_s
         #: terminal reply, error, timeout or aclose(): nothing more will be read
         self._ended = False
+        #: what ended the stream when it was not a result: raised again by result()
+        self._error: BaseException | None = None
 
     def __aiter__(self) -> GenerationStream:
         return self
@@ -82,6 +84,7 @@ class GenerationStream:
         """Stop reading this stream; unless it already ended, its generation is cancelled in the background."""
         if not self._ended:
             self._ended = True
+            self._error = StreamClosedError("the stream was closed (aclose) before its terminal reply")
             self._client._abandon(self.msg_id, self._send)
 
     def __del__(self) -> None:
@@ -104,13 +107,16 @@ class GenerationStream:
             raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
         except asyncio.TimeoutError:
             self._end(abandon=True)
-            raise ClientTimeoutError(f"no token event or reply within {self._timeout_s} s") from None
-        except BaseException:
+            self._error = ClientTimeoutError(f"no token event or reply within {self._timeout_s} s")
+            raise self._error from None
+        except BaseException as exc:
             self._end()
+            self._error = exc
             raise
         self._deadline_s = None
         if isinstance(item, BaseException):
             self._end()
+            self._error = item
             raise item
         _header, message = item
         if isinstance(message, TokenEvent):
@@ -118,11 +124,13 @@ class GenerationStream:
             return message
         self._end()
         if isinstance(message, ErrorReply):
-            raise error_from_reply(message)
+            self._error = error_from_reply(message)
+            raise self._error
         assert isinstance(message, GenerateReply)
         if message.finish_reason == "error":
             error = EngineFailureError(f"generation failed after {len(self._tokens)} tokens", code=ErrorCode.ENGINE_FAILURE, retryable=True)
             error.partial_text = message.text
+            self._error = error
             raise error
         self._result = GenerationResult(
             message.finish_reason, message.text, message.usage, message.ttft_s, message.tps, message.reloads_during, tuple(self._tokens)
@@ -150,10 +158,17 @@ class GenerationStream:
             self._client._pending.pop(self.msg_id, None)
 
     async def result(self) -> GenerationResult:
-        """Consume the remaining events and return the final result."""
+        """Consume the remaining events and return the final result.
+
+        Raises:
+            the error that ended the stream (again, if iteration already raised it), or
+            StreamClosedError after ``aclose()`` before the terminal reply.
+        """
         async for _ in self:
             pass
-        assert self._result is not None
+        if self._result is None:
+            assert self._error is not None  # every way of ending without a result records its error
+            raise self._error
         return self._result
 
     async def cancel(self) -> bool:

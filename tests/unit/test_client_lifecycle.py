@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError
+from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError, StreamClosedError
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import Header
 
@@ -191,6 +191,27 @@ def test_a_timed_out_stream_cancels_its_generation(fake_daemon) -> None:
             await asyncio.sleep(0.3)
             assert "cancel_request" in daemon.received
             assert stream.msg_id not in client._pending
+
+    asyncio.run(main())
+
+
+def test_result_after_aclose_or_an_error_raises_the_typed_error(fake_daemon) -> None:
+    """``result()`` of a stream that ended without one raises what ended it (was a bare AssertionError)."""
+    daemon = fake_daemon(SlowGenerator(n=3, period=1.0))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=10)
+            await stream.__anext__()
+            await stream.aclose()
+            with pytest.raises(StreamClosedError):
+                await stream.result()
+            stream = client.generate("npc_1", "hi", timeout_s=0.3)
+            await stream.__anext__()
+            with pytest.raises(ClientTimeoutError):
+                await stream.__anext__()
+            with pytest.raises(ClientTimeoutError):  # the same error again, not an AssertionError
+                await stream.result()
 
     asyncio.run(main())
 

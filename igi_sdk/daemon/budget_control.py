@@ -19,6 +19,18 @@ I/O loop. One that needs new dry runs (seconds) is made in a background thread, 
 answering heartbeats, cancels and reclaims, ``tick`` applies the plan when it is done, and a decision arriving
 meanwhile supersedes it (its waiters move along), as a newer target supersedes a queued reload. A reclaim does
 not wait for any plan: it reloads to CPU-only at once and is answered when that reload has released the memory.
+
+**Worker replacement.** On a GPU machine a reload between a GPU placement and a CPU-only one does not happen in place:
+a llama.cpp process keeps its CUDA context (586 MiB on the H200) until it exits, so a budget of 0 was never met that
+way. The worker is replaced instead (``WorkerSupervisor.needs_new_process``): it gets ``shutdown`` and exits after its
+current step (killed after ``REPLACE_STOP_GRACE_S``); the generations it served are carried over
+(``DaemonCore.carry_over_jobs``: continued on the next worker after the tokens already streamed, one reload more);
+a new worker starts, with CUDA hidden for a CPU-only placement. A change to a CPU-only placement is done once the old
+worker has exited, its memory released: it is acknowledged then, with the new worker's VRAM (0), while that worker
+still loads (generations wait for it in the daemon). A change to a GPU placement is done, and acknowledged, when the
+new worker is ready; until then a newer budget overtakes it (a worker loading the superseded placement is killed),
+and a failed load (the worker's ``fatal`` or death) is a failed reload: its requests get ``engine_failure`` and a
+worker restarts on the CPU-only placement in force. Without a GPU every reload happens in place, as before.
 """
 
 from __future__ import annotations
@@ -29,13 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome, dry_run_slots_for
+from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome, dry_run_slots_for, placement_uses_gpu
 from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import BudgetAck
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetPolicyState, decide, poll, reclaim
+
+
+#: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
+REPLACE_STOP_GRACE_S = 0.5
 
 
 @dataclass
@@ -53,6 +69,11 @@ class _Reload:
     outcome: PlanOutcome
     waiters: list[_Waiter] = field(default_factory=list)
     replan_mib: int | None = None  # an interim CPU-only reload: plan for this budget once it is done
+    #: A worker replacement instead of a reload: "stopping" (the old worker exits), "starting" (the new worker loads a
+    #: GPU placement; a CPU-only one is done as soon as the old worker has exited).
+    replace: str | None = None
+    since_s: float = 0.0
+    killed: bool = False
 
 
 @dataclass
@@ -125,7 +146,15 @@ class BudgetControl:
         self._act(decision, waiter, reclaiming=True)
 
     def tick(self) -> None:
-        """Apply a finished background plan, and a pending growth once it is stable (every loop iteration)."""
+        """Apply a finished background plan, and a pending growth once it is stable (every loop iteration); kill a
+        worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``shutdown``."""
+        op = self._inflight
+        if op is not None and op.replace == "stopping" and not op.killed \
+                and self._core.clock() - op.since_s > REPLACE_STOP_GRACE_S:
+            op.killed = True
+            self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
+            stop_now = getattr(self._core.worker, "stop_now", None)
+            stop_now() if stop_now is not None else self._core.worker.stop(timeout_s=0.0)
         if self._planning is not None and self._planning.result.done.is_set():
             self._planned()
         if self.state.pending_mib is None:
@@ -171,43 +200,55 @@ class BudgetControl:
 
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
-        """A (re)started worker is ready: start a reload that waited for it, or answer it at once when the worker
-        already runs its placement (a model switch starts the new worker on the budget in force)."""
-        op = self._queued
-        if self._inflight is not None or op is None:
+        """A (re)started worker is ready: finish a worker replacement to a GPU placement, then start a reload that
+        waited for it, or answer it at once when the worker already runs its placement (a model switch starts the new
+        worker on the budget in force)."""
+        op = self._inflight
+        if op is not None and op.replace == "starting":
+            self._inflight = None
+            self._finish(op, self._worker_vram_mib(), self._core.clock() - op.since_s, replaced=True)
+        if self._inflight is not None or self._queued is None or self._settle_queued():
             return
-        if op.outcome.placement == self.current.placement and not self._core.settings.engine.always_reload:
-            self._queued = None
-            self.current = op.outcome
-            measured = self._worker_vram_mib()
-            for waiter in op.waiters:
-                self._ack(waiter, op.outcome, applied=True, measured=measured)
-            return
-        self._start(op)
+        self._start(self._queued)
+
+    def ignores_ready(self) -> bool:
+        """Whether a ``ready`` event comes from a worker being replaced (it is exiting): nothing may be sent to it."""
+        return self._inflight is not None and self._inflight.replace == "stopping"
+
+    def on_worker_exit(self) -> bool:
+        """The worker process is gone. Returns True when that is the exit of a worker being replaced (then the new
+        worker is started here and nothing is a crash), False for a crash (``handle_worker_death`` goes on)."""
+        op = self._inflight
+        if op is None or op.replace != "stopping":
+            return False
+        self._swap(op)
+        return True
+
+    def on_worker_fatal(self, event: dict) -> bool:
+        """A worker could not load its model. Returns True when it was the new worker of a replacement to a GPU
+        placement: a failed reload (its death follows: ``on_worker_death`` restarts on the placement in force), not a
+        model that cannot be served at all; or a worker already being replaced (a newer change overtook its load)."""
+        op = self._inflight
+        if op is None or op.replace is None:
+            return False
+        if op.replace == "starting":
+            self._core.log(logging.ERROR, "reload_failed", budget_mib=op.outcome.budget_mib, worker_replaced=True,
+                           message=event.get("message"))
+        return True
 
     def on_reloaded(self, event: dict) -> None:
         """The worker finished a reload (``ok`` or not)."""
         op = self._inflight
-        if op is None or event.get("req_id") != op.req_id:
+        if op is None or op.replace is not None or event.get("req_id") != op.req_id:
             return
         self._inflight = None
         if event.get("ok"):
-            self.current = op.outcome
-            self._core.worker.placement = op.outcome.placement.model_dump()
-            self._core.counters["reloads"] += 1
-            measured = self._worker_vram_mib()
-            if op.replan_mib is not None:
-                self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, interim_cpu=True,
-                               apply_time_s=event.get("apply_time_s"), vram_mib=measured)
-                # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
-                for waiter in [w for w in op.waiters if w.deadline_s is not None]:
-                    self._ack(waiter, op.outcome, applied=True, measured=measured)
-                op.waiters = [w for w in op.waiters if w.deadline_s is None]
-                self._replan(op, measured)
+            for job in self._core.jobs.values():  # its count of reloads goes if the worker is replaced later
+                if job.forwarded:
+                    job.reloads_in_worker += 1
+            self._finish(op, self._worker_vram_mib(), event.get("apply_time_s"))
+            if op.replan_mib is not None:  # an interim reload: _replan went on (a queued change included)
                 return
-            for waiter in op.waiters:
-                self._ack(waiter, op.outcome, applied=True, measured=measured)
-            self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, apply_time_s=event.get("apply_time_s"), vram_mib=measured)
         else:
             error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.get('message')}")
             for waiter in op.waiters:
@@ -217,10 +258,14 @@ class BudgetControl:
             self._start(self._queued)
 
     def on_worker_death(self) -> None:
-        """The worker died: a reload in flight failed; its waiters get ``engine_failure``."""
+        """The worker died: a reload in flight failed; its waiters get ``engine_failure``. The new worker of a
+        replacement to a GPU placement dying while it loads: the same, and the worker restarts on the placement in
+        force (CPU-only)."""
         op, self._inflight = self._inflight, None
         if op is None:
             return
+        if op.replace is not None:
+            self._core.worker.placement = self.current.placement.model_dump()
         error = RequestError(ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement")
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
@@ -236,6 +281,103 @@ class BudgetControl:
                 holder.waiters = []
 
     # --- internals -------------------------------------------------------------------------------
+    def _finish(self, op: _Reload, measured: float | None, apply_time_s: float | None, replaced: bool = False) -> None:
+        """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
+        interim CPU-only placement, its reclaims and plan for its budget."""
+        self.current = op.outcome
+        self._core.worker.placement = op.outcome.placement.model_dump()
+        self._core.counters["reloads"] += 1
+        fields = {"worker_replaced": True} if replaced else {}
+        if op.replan_mib is not None:
+            self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, interim_cpu=True,
+                           apply_time_s=apply_time_s, vram_mib=measured, **fields)
+            # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
+            for waiter in [w for w in op.waiters if w.deadline_s is not None]:
+                self._ack(waiter, op.outcome, applied=True, measured=measured)
+            op.waiters = [w for w in op.waiters if w.deadline_s is None]
+            self._replan(op, measured)
+            return
+        for waiter in op.waiters:
+            self._ack(waiter, op.outcome, applied=True, measured=measured)
+        self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, apply_time_s=apply_time_s,
+                       vram_mib=measured, **fields)
+
+    def _settle_queued(self) -> bool:
+        """Answer the queued change at once when the worker already runs its placement; True when it was."""
+        op = self._queued
+        if op is None or op.outcome.placement != self.current.placement or self._core.settings.engine.always_reload:
+            return False
+        self._queued = None
+        self.current = op.outcome
+        measured = self._worker_vram_mib()
+        for waiter in op.waiters:
+            self._ack(waiter, op.outcome, applied=True, measured=measured)
+        return True
+
+    def _needs_new_worker(self, outcome: PlanOutcome) -> bool:
+        """Whether the running worker must be replaced to run ``outcome`` (GPU <-> CPU-only on a GPU machine)."""
+        check = getattr(self._core.worker, "needs_new_process", None)
+        return bool(check is not None and check(outcome.placement.model_dump()))
+
+    def _gpu_replacement_pending(self) -> bool:
+        """A worker replacement towards a GPU placement whose new worker has not served yet."""
+        op = self._inflight
+        return op is not None and op.replace is not None and placement_uses_gpu(op.outcome.placement)
+
+    def _replace(self, op: _Reload) -> None:
+        """Start replacing the worker for ``op``: ``shutdown`` now; ``on_worker_exit`` starts the new one."""
+        op.replace, op.since_s = "stopping", self._core.clock()
+        self._inflight = op
+        self._core.counters["worker_replacements"] += 1
+        self._core.worker.begin_stop()
+
+    def _swap(self, op: _Reload) -> None:
+        """The worker being replaced has exited: carry its generations over and start the new worker on ``op``'s
+        placement. A CPU-only one is done now (the memory is released; acks carry the new worker's reading); a GPU
+        one when the new worker is ready (``on_worker_ready``)."""
+        core, worker = self._core, self._core.worker
+        released_s = core.clock() - op.since_s
+        worker.stop(timeout_s=1.0)  # reap it
+        core.carry_over_jobs()
+        core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
+        worker.placement = op.outcome.placement.model_dump()
+        worker.start()
+        core.log(logging.INFO, "worker_replaced", pid=getattr(worker, "pid", None), released_s=released_s,
+                 gpu_hidden=getattr(worker, "gpu_hidden", None), carried_jobs=sum(j.resumed and not j.forwarded
+                                                                                  for j in core.jobs.values()))
+        if placement_uses_gpu(op.outcome.placement):
+            op.replace = "starting"
+            return
+        self._inflight = None
+        self._finish(op, self._worker_vram_mib(), released_s, replaced=True)
+        if self._inflight is None and self._planning is None:
+            self._settle_queued()  # a newer CPU-only target queued meanwhile is met too (it starts on ready otherwise)
+
+    def _overtake(self, op: _Reload) -> bool:
+        """A newer change overtakes a replacement towards a GPU placement that has not served yet (its waiters move
+        along, as for a queued reload): the old worker's exit, or the kill of a new worker still loading the superseded
+        placement, starts a worker on ``op``'s placement instead. Returns whether it did."""
+        current = self._inflight
+        if not self._gpu_replacement_pending() or current is None:
+            return False
+        if op.outcome.placement == current.outcome.placement and op.replan_mib is None:
+            current.waiters += op.waiters  # the same placement: answered when that worker is ready
+            current.outcome = op.outcome
+            self._queued = None
+            return True
+        op.waiters = current.waiters + op.waiters
+        op.replace, op.since_s = "stopping", current.since_s if current.replace == "stopping" else self._core.clock()
+        op.killed = current.killed
+        self._inflight = op
+        self._queued = None
+        self._core.log(logging.INFO, "reload_superseded", budget_mib=current.outcome.budget_mib,
+                       by_budget_mib=op.outcome.budget_mib, phase=current.replace, worker_replaced=True)
+        if current.replace == "starting":  # it loads a placement nobody wants any more: end it now
+            op.killed = True
+            stop_now = getattr(self._core.worker, "stop_now", None)
+            stop_now() if stop_now is not None else self._core.worker.begin_stop()
+        return True
+
     def _keep_state_with_running_placement(self) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker
         on ``self.current``, the last good placement. The policy state recorded the lost target when it was
@@ -349,6 +491,12 @@ class BudgetControl:
                 self._ack(waiter, self.current, applied=decision.action == "keep", measured=self._worker_vram_mib())
             return
         waiters = [] if waiter is None else [waiter]
+        pending = self._inflight if self._gpu_replacement_pending() else None
+        if reclaiming and pending is not None and pending.outcome.plan.gpu_mib > decision.target_mib:
+            # a worker is being started for a GPU placement that does not fit the reclaimed budget: free the VRAM
+            # first (that start is overtaken), the placement for the reclaimed budget follows
+            self._apply(self._planner.cpu_only(decision.target_mib), waiters, replan_mib=decision.target_mib)
+            return
         if self._planning is not None:  # one plan at a time: this target supersedes the one being planned
             self._planning.newer = (decision.target_mib, reclaiming)
             cpu = self._planner.cpu_only(decision.target_mib)
@@ -372,6 +520,8 @@ class BudgetControl:
         op = _Reload(req_id=new_msg_id(), outcome=outcome, waiters=waiters, replan_mib=replan_mib)
         if self._queued is not None:  # a newer target supersedes the queued one; its waiters move along
             op.waiters = self._queued.waiters + op.waiters
+        if self._overtake(op):
+            return
         if self._inflight is None and self._core.worker.ready:
             self._queued = None
             self._start(op)
@@ -380,7 +530,12 @@ class BudgetControl:
 
     def _start(self, op: _Reload) -> None:
         self._queued = None
-        self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy)
+        replace = self._needs_new_worker(op.outcome)
+        self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy,
+                       **({"worker_replaced": True} if replace else {}))
+        if replace:
+            self._replace(op)
+            return
         if not self._core.send_to_worker({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()}):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
             # waits for the next ready worker instead of staying in flight for good

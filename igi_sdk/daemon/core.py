@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.daemon.sessions import SessionTable
+from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_USER, SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
@@ -76,6 +76,14 @@ class Job:
     started_s: float | None = None  # daemon clock at ``started``, first and latest token
     first_token_s: float | None = None
     last_token_s: float | None = None
+    token_ids: list[int] = field(default_factory=list)  # of the token events sent: a continuation's prompt tail
+    #: Carried over a worker replacement (``DaemonCore.carry_over_jobs``): continued on the next worker, which goes
+    #: on after ``index_offset`` tokens already streamed; sent to it even while a model switch holds new jobs.
+    resumed: bool = False
+    index_offset: int = 0
+    reloads_in_worker: int = 0  # reloads the current worker applied while this job was in it (its count dies with it)
+    reloads_carried: int = 0  # reloads of replaced workers, the replacements included
+    request_command: dict[str, Any] | None = None  # the command as first sent (before any continuation)
 
     def partial_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after
@@ -89,6 +97,13 @@ class Job:
             tps = (self.n_tokens_sent - 1) / span_s if span_s > 0 else 0.0
         usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n_tokens_sent)
         return GenerateReply(finish_reason=finish_reason, text="".join(self.text_sent), usage=usage, ttft_s=ttft_s, tps=tps)
+
+    def final_reply(self, finish_reason: str) -> GenerateReply:
+        """The terminal reply of a job continued over a worker replacement, from the daemon's records (every token
+        event went through it): the whole text, usage, TTFT and decode rate over all workers, and the reloads
+        (``reloads_during``) of the replaced workers, the replacements included. ``reloads_during`` counts only
+        these: the caller adds the last worker's own count."""
+        return self.partial_reply(finish_reason).model_copy(update={"reloads_during": self.reloads_carried})
 
 
 class DaemonCore:
@@ -181,14 +196,51 @@ class DaemonCore:
         return True
 
     def forward_pending_jobs(self) -> None:
-        """Send jobs that waited for a (re)started worker (not while a model switch holds them)."""
-        if not self.worker.ready or self.hold_jobs:
+        """Send jobs that waited for a (re)started worker. While a model switch holds new jobs, only the ones carried
+        over a worker replacement go (they were in the worker before: they finish on the old model, and the switch
+        drains them first)."""
+        if not self.worker.ready:
             return
         for job in self.jobs.values():
-            if not job.forwarded:
+            if not job.forwarded and (job.resumed or not self.hold_jobs):
                 if not self.send_to_worker(job.command):
                     return  # the worker died: the job waits for the restarted one
                 job.forwarded = True
+
+    def carry_over_jobs(self) -> list[Job]:
+        """The worker was replaced at a token boundary (a budget change between a GPU and a CPU-only placement,
+        ``BudgetControl``): every generation forwarded to it waits for the next worker, continued after the tokens
+        already streamed (``continue_tokens``, ``max_tokens`` less those), with one reload more. A job whose tokens
+        were all streamed (the old worker's ``done`` was lost with it) ends here with ``length``.
+
+        Returns:
+            The jobs ended here (their replies are sent; their sessions keep the turn).
+        """
+        ended: list[Job] = []
+        for job in list(self.jobs.values()):
+            if not job.forwarded:
+                continue
+            base = job.request_command or job.command
+            job.request_command = base
+            job.forwarded, job.resumed = False, True
+            job.reloads_carried += job.reloads_in_worker + 1
+            job.reloads_in_worker = 0
+            job.index_offset = job.n_tokens_sent
+            left = int(base["max_tokens"]) - job.n_tokens_sent
+            if left <= 0:
+                ended.append(job)
+                continue
+            job.command = {**base, "max_tokens": left, "continue_tokens": list(job.token_ids)} if job.n_tokens_sent else base
+        for job in ended:
+            self.jobs.pop(job.job_id, None)
+            reply = job.final_reply("length")
+            session = self.sessions.get(job.session_id)
+            if session is not None and session.job_id == job.job_id:
+                session.job_id = None
+                session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
+            self.counters["generations_length"] += 1
+            self.send_to_job(job, reply)
+        return ended
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Structured log line from the daemon core."""

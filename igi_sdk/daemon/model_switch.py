@@ -6,7 +6,8 @@ One switch at a time (another ``load_model_request`` meanwhile is answered ``bus
    embedded default model) must exist (``model_not_found``) and be a readable GGUF of a supported architecture
    (``model_invalid``), checked with ``igi_sdk.engine.gguf_table.read_tensor_table``.
 2. **draining**: generations already forwarded to the worker finish on the old model (with their normal terminal
-   replies), as does a budget reload or session export in flight. New ``generate_request``s are accepted and held
+   replies), as does a budget reload (or worker replacement) or session export in flight; generations carried over
+   a worker replacement are still the old worker's: they go to its replacement and finish there too. New ``generate_request``s are accepted and held
    in the daemon (they count towards ``max_queue_depth``); a ``cancel_request`` or a client timeout ends them there.
    A budget change still queued (its worker was restarting) is not waited for: it carries over to the new model.
 3. **stopping**: the old worker exits, so its memory is free before the new model loads (the VRAM budget holds).
@@ -135,7 +136,9 @@ class ModelSwitch:
             return
         worker = core.worker
         if load.phase == "draining":
-            if not any(job.forwarded for job in core.jobs.values()) and not self._budget.reloading and not core.waiting_exports:
+            # generations in the worker finish on the old model, those carried over a worker replacement included
+            in_worker = any(job.forwarded or job.resumed for job in core.jobs.values())
+            if not in_worker and not self._budget.reloading and not core.waiting_exports:
                 load.previous_config, load.previous_planner = worker.config, self._budget.planner
                 worker.begin_stop()
                 self._enter(load, "stopping")

@@ -3,12 +3,21 @@
 The worker is a ``multiprocessing`` *spawn* child connected by a pipe. A llama.cpp crash (segfault, abort,
 kill -9) ends only the child: the daemon sees the pipe close / the process sentinel fire, answers in-flight
 work with ``engine_failure`` and calls :meth:`WorkerSupervisor.restart` with the same placement.
+
+**CUDA visibility.** On a machine with an NVIDIA GPU, a worker whose placement puts nothing on the GPU starts with
+``CUDA_VISIBLE_DEVICES=""`` (set in the child before llama.cpp is imported there), so it holds no CUDA context: a
+llama.cpp process that has seen the GPU keeps its context and cuBLAS workspaces (586 MiB on the H200) until it exits,
+whatever it reloads to. Moving between a GPU placement and a CPU-only one therefore takes a new worker process
+(:meth:`WorkerSupervisor.needs_new_process`; ``BudgetControl`` replaces the worker). Without a GPU nothing changes:
+the variable is never set and every reload happens in place.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -17,6 +26,8 @@ from typing import Any
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.placement_plan import placement_uses_gpu
+from igi_sdk.daemon.vram import gpu_present
 
 _log = get_logger("supervisor")
 
@@ -41,6 +52,12 @@ def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) ->
     }
 
 
+def cuda_gpu_usable() -> bool:
+    """Whether a worker started from this process could create a CUDA context: NVML sees an NVIDIA GPU that this
+    process's ``CUDA_VISIBLE_DEVICES`` (inherited by the worker) does not hide (``vram.gpu_present``)."""
+    return gpu_present()
+
+
 class WorkerGone(RuntimeError):
     """The worker process is dead or not started."""
 
@@ -51,11 +68,16 @@ class WorkerSupervisor:
     Args:
         worker_config: plain dict handed to ``worker_main`` (model path, n_ctx, limits, log settings).
         placement: the placement (``Placement.model_dump()``) the worker loads.
+        gpu: whether a worker could hold a CUDA context here (default: :func:`cuda_gpu_usable`). When True, a worker
+            whose placement needs no GPU starts with CUDA hidden.
     """
 
-    def __init__(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
+    def __init__(self, worker_config: dict[str, Any], placement: dict[str, Any], gpu: bool | None = None) -> None:
         self._config = worker_config
         self.placement = placement
+        self.gpu = cuda_gpu_usable() if gpu is None else gpu
+        #: Whether the current (or last) worker was started with ``CUDA_VISIBLE_DEVICES=""``.
+        self.gpu_hidden = False
         self._ctx = multiprocessing.get_context("spawn")
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
@@ -78,6 +100,29 @@ class WorkerSupervisor:
         """
         self._config = dict(worker_config)
         self.placement = placement
+
+    def hides_gpu_for(self, placement: dict[str, Any]) -> bool:
+        """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine, when the
+        placement puts nothing on the GPU."""
+        return self.gpu and not placement_uses_gpu(placement)
+
+    def needs_new_process(self, placement: dict[str, Any]) -> bool:
+        """Whether the running worker cannot reload to ``placement`` in place: it holds a CUDA context the placement
+        does not use (only a process exit frees it), or it has CUDA hidden and the placement needs the GPU. Always
+        False without a GPU."""
+        return self.gpu and self.hides_gpu_for(placement) != self.gpu_hidden
+
+    def stop_now(self) -> None:
+        """End the worker at once (SIGKILL), without reaping it: the I/O loop reads what it wrote, then its death.
+        For a worker being replaced that did not exit on ``shutdown`` in time, or that loads a placement a newer
+        budget has already superseded."""
+        self.begin_stop()
+        process = self._process
+        if process is not None and process.exitcode is None and process.pid is not None:
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def begin_stop(self) -> None:
         """Ask the worker to exit without waiting (it finishes its current step first); see :meth:`exited`."""
@@ -102,17 +147,18 @@ class WorkerSupervisor:
         """Spawn a worker with the current placement (it sends ``ready`` once the model is loaded)."""
         from igi_sdk.daemon.worker_main import worker_main
 
+        hide_gpu = self.hides_gpu_for(self.placement)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=worker_main, args=(child_conn, {**self._config, "placement": self.placement}), name="igi-engine-worker", daemon=True
-        )
+        config = {**self._config, "placement": self.placement, "hide_gpu": hide_gpu}
+        process = self._ctx.Process(target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True)
         process.start()
         child_conn.close()
         self._stopping = False
         self._process, self._conn = process, parent_conn
         self._dead, self.ready = False, False
+        self.gpu_hidden = hide_gpu
         self.started_at_s = time.monotonic()
-        log_event(_log, logging.INFO, "worker_started", pid=process.pid, restarts=self.restarts)
+        log_event(_log, logging.INFO, "worker_started", pid=process.pid, restarts=self.restarts, gpu_hidden=hide_gpu)
 
     def fds(self) -> list[int]:
         """File descriptors to poll: the pipe and the process sentinel."""
@@ -125,6 +171,8 @@ class WorkerSupervisor:
         events: list[dict[str, Any]] = []
         if self._conn is None or self._dead:
             return events
+        # an exit seen before reading: everything the process wrote is read below (up to EOF) before it counts as dead
+        exited = self._process is not None and self._process.exitcode is not None
         try:
             while self._conn.poll(0):
                 event = worker_protocol.recv(self._conn)
@@ -133,7 +181,7 @@ class WorkerSupervisor:
                 events.append(event)
         except (EOFError, OSError):
             self._mark_dead()
-        if self._process is not None and self._process.exitcode is not None:
+        if exited:
             self._mark_dead()
         return events
 

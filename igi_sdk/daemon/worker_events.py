@@ -24,14 +24,17 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
             return
         job.n_tokens_sent += 1
         job.text_sent.append(event["text"])
+        job.token_ids.append(int(event["token_id"]))
         job.last_token_s = core.clock()
         if job.first_token_s is None:
             job.first_token_s = job.last_token_s
         core.counters["tokens_total"] += 1
-        core.send_to_job(job, TokenEvent(index=event["index"], text=event["text"], token_id=event["token_id"]))
+        # a job continued over a worker replacement: the new worker counts from 0, after the tokens already sent
+        index = event["index"] + job.index_offset
+        core.send_to_job(job, TokenEvent(index=index, text=event["text"], token_id=event["token_id"]))
     elif kind == "started":
         job = core.jobs.get(event["job_id"])
-        if job is not None:
+        if job is not None and job.started_s is None:  # a continued job keeps its first start (and prompt size)
             job.started_s = core.clock()
             job.prompt_tokens = int(event.get("prompt_tokens", 0))
     elif kind == "done":
@@ -48,6 +51,10 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         if callback is not None:
             callback(event)
     elif kind == "ready":
+        if budget.ignores_ready():  # written by a worker being replaced before it read ``shutdown``: it is exiting
+            core.worker.ready = False
+            core.log(logging.INFO, "worker_ready_ignored", pid=event.get("pid"), reason="being replaced")
+            return
         model = event["model"]
         core.model_info = ModelInfo.model_validate(model["info"])
         core.model_file_bytes = int(model["file_bytes"])
@@ -59,6 +66,8 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
         budget.on_worker_ready()
     elif kind == "fatal":
         core.log(logging.ERROR, "worker_fatal", code=event["code"], message=event["message"])
+        if budget.on_worker_fatal(event):  # a replacement worker could not load its new placement: a failed reload
+            return
         core.fatal_error = RequestError(ErrorCode(event["code"]), event["message"])
 
 
@@ -67,19 +76,23 @@ def _done(core: DaemonCore, event: dict[str, Any]) -> None:
     if job is None:
         return
     reason = event["finish_reason"]
+    if job.resumed:  # continued over a worker replacement: the whole reply is in the daemon's records
+        reply = job.final_reply(reason)
+        reply = reply.model_copy(update={"reloads_during": reply.reloads_during + int(event["reloads"])})
+    else:
+        reply = GenerateReply(
+            finish_reason=reason,
+            text=event["text"],
+            usage=Usage(prompt_tokens=event["prompt_tokens"], completion_tokens=event["completion_tokens"]),
+            ttft_s=event["ttft_s"],
+            tps=max(0.0, event["tps"]),
+            reloads_during=event["reloads"],
+        )
     session = core.sessions.get(job.session_id)
     if session is not None and reason in ("stop", "length"):
-        session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, event["text"])]
+        session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
         session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
     core.counters[f"generations_{reason}"] += 1
-    reply = GenerateReply(
-        finish_reason=reason,
-        text=event["text"],
-        usage=Usage(prompt_tokens=event["prompt_tokens"], completion_tokens=event["completion_tokens"]),
-        ttft_s=event["ttft_s"],
-        tps=max(0.0, event["tps"]),
-        reloads_during=event["reloads"],
-    )
     core.send_to_job(job, reply)
 
 
@@ -92,7 +105,12 @@ def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
 
 
 def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
-    """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement."""
+    """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement.
+
+    The exit of a worker that the budget control is replacing (a change between a GPU and a CPU-only placement) is
+    no crash: its generations go on in the new worker (``BudgetControl.on_worker_exit``)."""
+    if budget.on_worker_exit():
+        return
     core.counters["worker_crashes"] += 1
     core.worker_failures_in_row += 1
     error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")

@@ -62,6 +62,7 @@ class Job:
     priority: int = 0
     kv_state: bytes | None = None
     kv_tokens: list[int] | None = None
+    continue_tokens: list[int] | None = None  # the reply so far, streamed by a replaced worker: the prompt's tail
     seq_no: int = 0
 
 
@@ -189,6 +190,8 @@ class Scheduler:
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
                         "detail": {"limit": "max_prompt_tokens"}})
             return
+        continued = list(job.continue_tokens or ())
+        prompt = prompt + continued  # a reply continued after a worker replacement: it goes on after its tokens
         self._emit({"ev": "started", "job_id": job.job_id, "prompt_tokens": len(prompt)})
         self._switch_kv(job)
         common = _common_prefix(self._kv_tokens, prompt)
@@ -207,6 +210,8 @@ class Scheduler:
             stops=tuple(s for s in sampling.get("stop", ()) if s),
             t_start=self._clock(),
         )
+        if continued:  # a character split over the last streamed token and the next one decodes whole
+            self._active.utf8.decode(b"".join(self._engine.token_bytes(t) for t in continued))
         if self._active.max_tokens == 0:
             self._finish("length")
 

@@ -3,6 +3,17 @@
 ``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
 reading commands and stepping the :class:`~igi_sdk.daemon.worker_loop.Scheduler`. It exits on ``shutdown``
 or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers.
+
+With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
+``supervisor.WorkerSupervisor``), the worker sets ``CUDA_VISIBLE_DEVICES=""`` before anything imports llama.cpp, so
+it never creates a CUDA context and holds no device memory. Its ``ready`` event reports ``gpu_hidden``, the value of
+``CUDA_VISIBLE_DEVICES`` when llama.cpp was imported (``cuda_visible_devices``, nil = unset) and whether llama.cpp
+had been imported before the worker could set it (``llama_cpp_preloaded``: then hiding may come too late).
+
+A ``generate`` command may carry ``continue_tokens``: the reply's tokens a replaced worker already streamed (the
+daemon replaced the worker at a token boundary, ``BudgetControl``). The prompt is then the rendered conversation
+followed by those tokens, and the reply goes on after them (its token events are numbered from 0 again; the daemon
+renumbers them after the ones already sent).
 """
 
 from __future__ import annotations
@@ -10,9 +21,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -38,17 +51,58 @@ def _lower_priority(nice: int) -> None:
             pass
 
 
+class _ContinuedPrompts:
+    """The engine adapter as the batching scheduler sees it: while :meth:`continuing` is active, the prompt of a
+    conversation that ends with the user's line (the job's prompt, however many old turns were dropped to fit) is
+    followed by the reply tokens a replaced worker already streamed. Other renders (the persona prefix: the system
+    line alone) are unchanged. Everything else goes to the adapter."""
+
+    def __init__(self, adapter: Any) -> None:
+        self._adapter = adapter
+        self._tokens: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adapter, name)
+
+    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+        tokens = self._adapter.render_prompt(messages)
+        if self._tokens and messages and messages[-1][0] == "user":
+            return list(tokens) + self._tokens
+        return tokens
+
+    @contextmanager
+    def continuing(self, tokens: Sequence[int] | None) -> Iterator[None]:
+        self._tokens = list(tokens or ())
+        try:
+            yield
+        finally:
+            self._tokens = []
+
+
+def hide_gpu_now() -> None:
+    """``CUDA_VISIBLE_DEVICES=""`` for this process: the CUDA runtime (read when llama.cpp initialises its CUDA
+    backend) sees no device, so no CUDA context is ever created."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     """Run the worker until ``shutdown`` or until the daemon goes away.
 
     Args:
         conn: the worker's end of the pipe.
         config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (dict),
-            ``log_level``, ``log_format``, ``log_file``.
+            ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring).
     """
+    hide_gpu = bool(config.get("hide_gpu", False))
+    llama_cpp_preloaded = "llama_cpp" in sys.modules  # nothing above worker_main imports it (tests/unit/test_load_order.py)
+    if hide_gpu:
+        hide_gpu_now()  # first: before anything can import llama.cpp
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
     _lower_priority(config.get("nice", 0))
     log = get_logger("worker")
+    if hide_gpu and llama_cpp_preloaded:
+        log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
+    cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     from igi_sdk.daemon.engine_adapter import EngineAdapter
 
     emit = lambda event: worker_protocol.send(conn, event)  # noqa: E731
@@ -58,12 +112,15 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
         emit({"ev": "fatal", "code": "model_invalid", "message": f"{type(exc).__name__}: {exc}"})
         raise SystemExit(3) from None
-    emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"]})
+    emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"],
+          "gpu_hidden": hide_gpu, "cuda_visible_devices": cuda_visible_devices, "llama_cpp_preloaded": llama_cpp_preloaded})
     scheduler: Any
     if config["placement"].get("n_seq_max", 1) > 1:  # several NPCs: continuous batching in one context
         from igi_sdk.engine.batch_worker import BatchWorkerScheduler
 
-        scheduler = BatchWorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+        prompts = _ContinuedPrompts(engine)
+        scheduler = BatchWorkerScheduler(prompts, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+        scheduler.continuing = prompts.continuing  # used by _handle for a job continued from a replaced worker
     else:
         scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
     try:
@@ -106,18 +163,24 @@ def _handle(command: dict[str, Any], scheduler: Scheduler, emit: Any, log: loggi
     op = command["op"]
     if op == "generate":
         kv_tokens = command.get("kv_tokens")
-        scheduler.submit(
-            Job(
-                job_id=command["job_id"],
-                session_id=command["session_id"],
-                messages=[(role, text) for role, text in command["messages"]],
-                max_tokens=int(command["max_tokens"]),
-                sampling=dict(command["sampling"]),
-                priority=int(command.get("priority", 0)),
-                kv_state=command.get("kv_state"),
-                kv_tokens=None if kv_tokens is None else list(kv_tokens),
-            )
+        continue_tokens = [int(t) for t in command.get("continue_tokens") or ()]
+        job = Job(
+            job_id=command["job_id"],
+            session_id=command["session_id"],
+            messages=[(role, text) for role, text in command["messages"]],
+            max_tokens=int(command["max_tokens"]),
+            sampling=dict(command["sampling"]),
+            priority=int(command.get("priority", 0)),
+            kv_state=command.get("kv_state"),
+            kv_tokens=None if kv_tokens is None else list(kv_tokens),
+            continue_tokens=continue_tokens or None,
         )
+        continuing = getattr(scheduler, "continuing", None)  # the batching scheduler renders its prompt in submit
+        if continuing is not None:
+            with continuing(continue_tokens):
+                scheduler.submit(job)
+        else:
+            scheduler.submit(job)
     elif op == "throttle":
         scheduler.sleep_s_between_tokens = max(0.0, float(command["sleep_ms"]) / 1000.0)
     elif op == "cancel":

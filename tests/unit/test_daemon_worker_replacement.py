@@ -1,0 +1,531 @@
+"""Budget changes between a GPU placement and a CPU-only one replace the engine worker on a GPU machine.
+
+Measured on the H200: after a reclaim to 0 MiB the worker reloaded in place to ``cpu_only`` and NVML still saw 586 MiB
+in it (its CUDA context and cuBLAS workspaces live as long as the process), so a budget below that was never met. Now
+the worker is replaced: the old one exits, a new one starts with ``CUDA_VISIBLE_DEVICES=""`` (no CUDA context at
+all), and a later GPU budget replaces it again with the GPU visible. Generations survive: the daemon carries them over
+and the new worker continues them after the tokens already streamed (``reloads_during`` + 1); sessions keep their
+history. Without a GPU nothing changes (reloads in place).
+
+The real daemon objects run around a simulated worker (``test_daemon_bookkeeping.SimWorker``) that follows the real
+supervisor's CUDA-visibility rule (its ``hides_gpu_for`` / ``needs_new_process``), exits gracefully on ``shutdown``
+(what it wrote before is still read) and continues a generation from ``continue_tokens``; NVML is faked per worker
+process (a GPU placement 2000 MiB, a CPU placement with the GPU visible 586 MiB of CUDA context, CUDA hidden 0).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import test_daemon_bookkeeping as bookkeeping
+from igi_sdk.daemon import budget_control
+from igi_sdk.daemon.placement_plan import PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import (
+    BudgetAck, CancelReply, CancelRequest, CreateSessionRequest, ErrorReply, GenerateReply, GenerateRequest,
+    LoadModelReply, LoadModelRequest, Message, ReclaimRequest, SetBudgetRequest, ShutdownRequest, TokenEvent,
+)
+from igi_sdk.ipc.values import Plan
+from igi_sdk.planner.placement import Placement
+from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetPolicyState
+
+from test_daemon_bookkeeping import MODELS, Daemon, SimWorker, _check_exactly_one_terminal_reply
+
+GPU_PLACEMENT = Placement(n_gpu_layers=-1)
+CPU_PLACEMENT = Placement(n_gpu_layers=0, op_offload=False, offload_kqv=False)
+CONTEXT_MIB = 586.0  # a CUDA context that outlives any reload (H200)
+GPU_MIB = 2000.0
+
+
+class Planner:
+    """2048 MiB and more: all layers on the GPU; less: CPU-only (a placement that uses no GPU at all)."""
+
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
+        if budget_mib >= 2048:
+            plan = Plan(strategy="full_gpu", gpu_mib=GPU_MIB, cpu_mib=1.0)
+            return PlanOutcome(budget_mib, GPU_PLACEMENT, plan, 0.0, 0.0, False)
+        return self.cpu_only(budget_mib)
+
+    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
+        return self.plan(budget_mib)
+
+    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
+        plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0)
+        return PlanOutcome(budget_mib, CPU_PLACEMENT, plan, 0.0, 0.0, True, warning)
+
+    def dry_run_child_mib(self) -> int:
+        return 0
+
+
+class GpuSimWorker(SimWorker):
+    """``SimWorker`` with the real supervisor's CUDA-visibility rule and a graceful exit on ``shutdown``.
+
+    Every start is a new process (pid); ``starts`` records (placement, gpu_hidden) of each. A generation continued
+    with ``continue_tokens`` goes on where they end: token ``i`` of a reply is always ``t{i} `` (token id ``i``),
+    so a continued reply equals an uninterrupted one. ``fail_gpu_loads``: a GPU placement cannot load (``fatal``).
+    """
+
+    hides_gpu_for = WorkerSupervisor.hides_gpu_for
+    needs_new_process = WorkerSupervisor.needs_new_process
+
+    def __init__(self, gpu: bool = True) -> None:
+        super().__init__()
+        self.gpu = gpu
+        self.gpu_hidden = False
+        self.pid: int | None = None  # type: ignore[assignment]
+        self.starts: list[tuple[Placement, bool]] = []
+        self.commands: list[tuple[int | None, dict[str, Any]]] = []  # (pid, command) of every command received
+        self.stopping = False
+        self.fail_gpu_loads = False
+
+    def start(self) -> None:
+        self.gpu_hidden = self.hides_gpu_for(self.placement)
+        self.pid = 1000 + len(self.starts)
+        self.starts.append((Placement.model_validate(self.placement), self.gpu_hidden))
+        self.stopping = False
+        if self.fail_gpu_loads and placement_uses_gpu(self.placement):
+            self._alive, self._dead, self._queue = False, False, []
+            self._events.append({"ev": "fatal", "code": "model_invalid", "message": "cudaMalloc failed"})
+            return
+        super().start()
+
+    def begin_stop(self) -> None:  # like the real worker: it exits after its step; what it wrote is still read
+        self.ready, self.stopping, self._queue, self._alive = False, True, [], False
+
+    def vram_mib(self, pid: int | None) -> float | None:
+        """NVML's reading for ``pid``: only the current process holds device memory."""
+        if pid is None or pid != self.pid or not self._alive:
+            return 0.0
+        if self.gpu_hidden:
+            return 0.0
+        return GPU_MIB if placement_uses_gpu(self.placement) else CONTEXT_MIB
+
+    def send(self, command: dict[str, Any]) -> None:
+        if self.is_dead():
+            raise WorkerGone("engine worker is not running")
+        self.commands.append((self.pid, command))
+        if command["op"] == "generate":
+            base = len(command.get("continue_tokens") or ())
+            self._queue.append({"job_id": command["job_id"], "left": command["max_tokens"], "index": 0, "text": "",
+                                "base": base})
+            return
+        super().send(command)
+
+    def step(self) -> None:
+        if not self._alive or not self._queue:
+            return
+        job = self._queue[0]
+        if job["index"] == 0:
+            self._events.append({"ev": "started", "job_id": job["job_id"], "prompt_tokens": 3 + job["base"]})
+        n = job["base"] + job["index"]
+        piece = f"t{n} "
+        self._events.append({"ev": "token", "job_id": job["job_id"], "index": job["index"], "text": piece, "token_id": n})
+        job["index"] += 1
+        job["text"] += piece
+        job["left"] -= 1
+        if job["left"] == 0:
+            self._queue.pop(0)
+            self._done(job, "length")
+
+    def sent(self, op: str) -> list[tuple[int | None, dict[str, Any]]]:
+        return [(pid, c) for pid, c in self.commands if c["op"] == op]
+
+
+# --- helpers -----------------------------------------------------------------------------------------------------
+_LIVE: list[GpuSimWorker] = []  # the simulated workers of this test; NVML reads the latest one's processes
+
+
+@pytest.fixture(autouse=True)
+def _nvml() -> Iterator[None]:
+    """The daemon's NVML reading of a worker process comes from the simulated worker."""
+    _LIVE.clear()
+    with mock.patch.object(budget_control, "measure_vram_mib", lambda pid: _LIVE[-1].vram_mib(pid) if _LIVE else None):
+        yield
+
+
+def _daemon(budget_mib: int, gpu: bool = True, always_reload: bool = False) -> Daemon:
+    """A started daemon serving the Planner's placement for ``budget_mib`` on a simulated worker (GPU machine or not)."""
+    daemon = Daemon()
+    worker = GpuSimWorker(gpu=gpu)
+    _LIVE.append(worker)
+    planner = Planner()
+    outcome = planner.plan(budget_mib)
+    worker.placement = outcome.placement.model_dump()
+    daemon.worker = daemon.core.worker = worker
+    daemon.budget._planner = planner  # type: ignore[assignment]
+    daemon.budget.current = outcome
+    daemon.budget.state = BudgetPolicyState.initial(budget_mib)
+    daemon.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+    engine = daemon.core.settings.engine.model_copy(update={"always_reload": always_reload})
+    daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+    daemon.switch._planner_for = lambda path, base: planner  # type: ignore[assignment,return-value]
+    worker.start()
+    daemon.pump()
+    assert worker.ready
+    return daemon
+
+
+def _worker(daemon: Daemon) -> GpuSimWorker:
+    worker = daemon.worker
+    assert isinstance(worker, GpuSimWorker)
+    return worker
+
+
+def _answers(daemon: Daemon, msg_id: str, tokens: bool = False) -> list[Message]:
+    return [m for h, m in daemon.replies() if h.parent_id == msg_id and (tokens or not isinstance(m, TokenEvent))]
+
+
+def _session(daemon: Daemon) -> str:
+    create = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
+    return _answers(daemon, create)[0].session_id  # type: ignore[attr-defined]
+
+
+def _steps(daemon: Daemon, n: int) -> None:
+    for _ in range(n):
+        daemon.worker.step()
+        daemon.pump()
+
+
+def _reclaim(daemon: Daemon, budget_mib: int = 0) -> str:
+    return daemon.request(ReclaimRequest(vram_budget_mib=budget_mib, deadline_s=1.0))
+
+
+def _text(n: int) -> str:
+    return "".join(f"t{i} " for i in range(n))
+
+
+# --- the worker is replaced, with CUDA hidden, and back ---------------------------------------------------------
+def test_a_reclaim_to_zero_on_a_gpu_machine_replaces_the_worker_with_cuda_hidden() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    reclaim = _reclaim(daemon)
+    daemon.pump()  # the old worker has exited: the new one is started, CUDA hidden
+    assert worker.starts[-1] == (CPU_PLACEMENT, True), "reloaded in place: its CUDA context stays (586 MiB)"
+    assert worker.sent("reload") == []
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "cpu_only" and ack.granted_mib == 0
+    assert ack.measured_vram_mib == 0.0  # the new worker's reading
+    assert not worker.ready, "acknowledged once the memory was released, not after the new worker's load"
+    assert daemon.core.counters["worker_replacements"] == 1 and daemon.core.counters["worker_crashes"] == 0
+    assert daemon.core.counters["worker_restarts"] == 0 and worker.restarts == 0
+    daemon.pump()
+    assert worker.ready and daemon.budget.current.placement == CPU_PLACEMENT and not daemon.budget.reloading
+
+
+def test_a_gpu_budget_afterwards_replaces_it_again_with_the_gpu_visible() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    _reclaim(daemon)
+    daemon.pump()
+    daemon.pump()
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    daemon.pump()  # the hidden worker exited; the GPU worker loads
+    assert worker.starts[-1] == (GPU_PLACEMENT, False)
+    assert _answers(daemon, grow) == [], "a GPU placement is applied when the new worker has loaded it"
+    assert daemon.budget.reloading
+    daemon.pump()  # ready
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
+    assert ack.measured_vram_mib == GPU_MIB
+    assert daemon.core.counters["worker_replacements"] == 2 and worker.sent("reload") == []
+    assert [hidden for _, hidden in worker.starts] == [False, True, False]
+
+
+def test_reloads_between_cpu_placements_stay_in_place_with_cuda_hidden() -> None:
+    daemon = _daemon(1024, always_reload=True)  # started CPU-only: CUDA hidden from the start
+    worker = _worker(daemon)
+    assert worker.starts == [(CPU_PLACEMENT, True)]
+    reclaim = _reclaim(daemon, 0)
+    daemon.pump()
+    assert len(worker.sent("reload")) == 1 and len(worker.starts) == 1
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0
+
+
+@pytest.mark.parametrize("budgets", [(0,), (0, 4096, 512)])
+def test_without_a_gpu_nothing_is_replaced(budgets: tuple[int, ...]) -> None:
+    daemon = _daemon(4096, gpu=False)
+    worker = _worker(daemon)
+    for budget in budgets:
+        daemon.request(SetBudgetRequest(vram_budget_mib=budget))
+        daemon.pump()
+    assert [hidden for _, hidden in worker.starts] == [False]  # never started with CUDA hidden, never replaced
+    assert len(worker.sent("reload")) == len(budgets)
+    assert daemon.core.counters["worker_replacements"] == 0
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_the_supervisor_decides_from_the_placement_and_the_machine() -> None:
+    cpu, gpu = CPU_PLACEMENT.model_dump(), GPU_PLACEMENT.model_dump()
+    offload = Placement(n_gpu_layers=0, op_offload=True).model_dump()  # host weights, prefill streamed to the GPU
+    on_gpu_machine = WorkerSupervisor({}, gpu, gpu=True)
+    assert on_gpu_machine.hides_gpu_for(cpu) and not on_gpu_machine.hides_gpu_for(gpu)
+    assert not on_gpu_machine.hides_gpu_for(offload)
+    assert on_gpu_machine.needs_new_process(cpu) and not on_gpu_machine.needs_new_process(offload)
+    on_gpu_machine.gpu_hidden = True
+    assert on_gpu_machine.needs_new_process(gpu) and not on_gpu_machine.needs_new_process(cpu)
+    no_gpu = WorkerSupervisor({}, gpu, gpu=False)
+    assert not any(no_gpu.needs_new_process(p) or no_gpu.hides_gpu_for(p) for p in (cpu, gpu, offload))
+
+
+def test_the_supervisor_starts_the_worker_with_the_hide_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[dict[str, Any]] = []
+
+    class Process:
+        def __init__(self, target: Any, args: tuple[Any, dict[str, Any]], name: str, daemon: bool) -> None:
+            started.append(args[1])
+            self.pid, self.exitcode, self.sentinel = 4242, None, 0
+
+        def start(self) -> None:
+            pass
+
+    supervisor = WorkerSupervisor({"model_path": "m.gguf"}, CPU_PLACEMENT.model_dump(), gpu=True)
+    ctx = multiprocessing.get_context("spawn")
+    monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process))
+    supervisor.start()
+    supervisor.placement = GPU_PLACEMENT.model_dump()
+    supervisor.start()
+    assert [c["hide_gpu"] for c in started] == [True, False]
+    assert started[0]["model_path"] == "m.gguf" and started[0]["placement"] == CPU_PLACEMENT.model_dump()
+    assert supervisor.gpu_hidden is False
+
+
+# --- generations and sessions survive the replacement --------------------------------------------------------------
+def test_a_generation_in_flight_goes_on_in_the_new_worker_after_the_streamed_tokens() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=8), sid)
+    _steps(daemon, 3)
+    worker.step()  # the step in progress when the reclaim comes: its token is read after the shutdown
+    reclaim = _reclaim(daemon)
+    daemon.pump()
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0
+    _steps(daemon, 10)
+    replies = _answers(daemon, gen, tokens=True)
+    tokens, final = replies[:-1], replies[-1]
+    assert [t.index for t in tokens] == list(range(8))  # type: ignore[attr-defined]
+    assert isinstance(final, GenerateReply) and final.finish_reason == "length"
+    assert final.text == _text(8) == "".join(t.text for t in tokens)  # type: ignore[attr-defined]
+    assert final.reloads_during == 1 and final.usage.completion_tokens == 8 and final.usage.prompt_tokens == 3
+    [(pid, continued)] = [(p, c) for p, c in worker.sent("generate") if c.get("continue_tokens")]
+    assert pid == 1001 and continued["continue_tokens"] == [0, 1, 2, 3] and continued["max_tokens"] == 4
+    assert daemon.core.sessions.get(sid).turns[-1] == ("assistant", _text(8))  # type: ignore[union-attr]
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_queued_and_waiting_generations_and_the_session_history_survive() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    first, second = _session(daemon), _session(daemon)
+    gen1 = daemon.request(GenerateRequest(text="one", max_tokens=3), first)
+    gen2 = daemon.request(GenerateRequest(text="two", max_tokens=3), second)  # queued in the worker, not started
+    _steps(daemon, 1)
+    _reclaim(daemon)
+    third = _session(daemon)
+    gen3 = daemon.request(GenerateRequest(text="three", max_tokens=2), third)  # the worker is being replaced: waits
+    daemon.pump()
+    assert not any(c["job_id"] == gen3 for _, c in worker.sent("generate")), "sent to a worker on its way out"
+    _steps(daemon, 12)
+    finals = {g: _answers(daemon, g)[-1] for g in (gen1, gen2, gen3)}
+    assert all(isinstance(r, GenerateReply) and r.finish_reason == "length" for r in finals.values())
+    assert [finals[g].text for g in (gen1, gen2, gen3)] == [_text(3), _text(3), _text(2)]  # type: ignore[attr-defined]
+    assert [finals[g].reloads_during for g in (gen1, gen2, gen3)] == [1, 1, 0]  # type: ignore[attr-defined]
+    nxt = daemon.request(GenerateRequest(text="again", max_tokens=1), first)
+    daemon.pump()
+    [(_, command)] = [(p, c) for p, c in worker.sent("generate") if c["job_id"] == nxt]
+    assert command["messages"][-3:] == [["user", "one"], ["assistant", _text(3)], ["user", "again"]]
+    _steps(daemon, 3)
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_cancel_while_the_worker_is_replaced_ends_the_generation_with_its_partial_text() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=8), sid)
+    _steps(daemon, 2)
+    _reclaim(daemon)
+    daemon.pump()  # carried over; the new worker is loading
+    assert len(worker.starts) == 2 and not worker.ready
+    cancel = daemon.request(CancelRequest(target_msg_id=gen))
+    _steps(daemon, 5)
+    assert isinstance(_answers(daemon, cancel)[0], CancelReply)
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled" and final.text == _text(2)
+    assert [c["job_id"] for _, c in worker.sent("generate")] == [gen], "the cancelled job went to the new worker"
+    _check_exactly_one_terminal_reply(daemon)
+
+
+# --- supersession, failures, model switches, shutdown ---------------------------------------------------------------
+def test_a_reclaim_overtakes_a_replacement_towards_the_gpu_still_loading() -> None:
+    daemon = _daemon(1024)  # CPU-only, CUDA hidden
+    worker = _worker(daemon)
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    daemon.pump()  # the hidden worker exited; a GPU worker loads (its `ready` is written, not read yet)
+    assert worker.starts[-1] == (GPU_PLACEMENT, False)
+    reclaim = _reclaim(daemon)
+    daemon.pump()  # the loading worker is ended (its ready ignored); a hidden one starts on the CPU placement
+    assert worker.starts[-1] == (CPU_PLACEMENT, True)
+    [grow_ack], [reclaim_ack] = _answers(daemon, grow), _answers(daemon, reclaim)
+    assert isinstance(grow_ack, BudgetAck) and isinstance(reclaim_ack, BudgetAck)
+    assert grow_ack.plan.strategy == reclaim_ack.plan.strategy == "cpu_only" and grow_ack.granted_mib == 0
+    assert reclaim_ack.measured_vram_mib == 0.0
+    daemon.pump()
+    assert worker.ready and worker.gpu_hidden and not daemon.budget.reloading
+    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 0
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_change_to_the_same_gpu_placement_joins_the_replacement_under_way() -> None:
+    daemon = _daemon(1024)
+    worker = _worker(daemon)
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    daemon.pump()  # the GPU worker loads
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=3072))  # the same GPU placement: no second start
+    reclaim = _reclaim(daemon, 2048)  # still the same placement: no CPU detour either
+    daemon.pump()
+    assert [hidden for _, hidden in worker.starts] == [True, False] and worker.ready
+    acks = [_answers(daemon, m)[0] for m in (grow, shrink, reclaim)]
+    assert all(isinstance(a, BudgetAck) and a.plan.strategy == "full_gpu" for a in acks)
+    assert [a.granted_mib for a in acks] == [2048, 2048, 2048]  # type: ignore[attr-defined]
+    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 2048
+
+
+def test_a_reclaim_behind_a_replacement_to_the_cpu_is_answered_with_it() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    first, second = _reclaim(daemon, 1024), _reclaim(daemon, 0)  # one poll tick: the old worker has not exited
+    daemon.pump()
+    assert [type(m) for m in _answers(daemon, first) + _answers(daemon, second)] == [BudgetAck, BudgetAck]
+    assert daemon.core.counters["worker_replacements"] == 1 and len(worker.starts) == 2
+    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 0
+
+
+def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placement_comes_back() -> None:
+    daemon = _daemon(1024)
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
+    _steps(daemon, 2)
+    worker.fail_gpu_loads = True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [failed] = _answers(daemon, grow)
+    assert isinstance(failed, ErrorReply) and failed.code == ErrorCode.ENGINE_FAILURE
+    assert daemon.core.model_info is not None and daemon.core.fatal_error is None, "given up on a failed reload"
+    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
+    assert daemon.budget.state.applied_mib == 1024
+    _steps(daemon, 8)
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.text == _text(6) and final.finish_reason == "length"
+    worker.fail_gpu_loads = False
+    again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, again)
+    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_failed_gpu_load_overtaken_by_a_reclaim_is_not_a_fatal_model() -> None:
+    daemon = _daemon(1024)
+    worker = _worker(daemon)
+    worker.fail_gpu_loads = True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    daemon.pump()  # the GPU worker starts; its `fatal` is written, not read yet
+    reclaim = _reclaim(daemon)  # overtakes that start
+    _steps(daemon, 3)
+    assert daemon.core.fatal_error is None, "a later crash would give the model up at once"
+    assert [type(m) for m in _answers(daemon, grow) + _answers(daemon, reclaim)] == [BudgetAck, BudgetAck]
+    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
+    worker.kill()
+    _steps(daemon, 2)
+    assert daemon.core.model_info is not None and worker.ready  # restarted, not given up
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_generations_carried_over_finish_on_the_old_model_before_a_model_switch() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
+    _steps(daemon, 2)
+    _reclaim(daemon)
+    load = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
+    _steps(daemon, 12)
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.text == _text(6)
+    [(pid, _)] = [(p, c) for p, c in worker.sent("generate") if c.get("continue_tokens")]
+    assert pid == 1001, "the carried-over generation runs in the old model's replacement worker"
+    assert [type(m) for m in _answers(daemon, load)] == [LoadModelReply]
+    assert daemon.core.model_info is not None and daemon.core.model_info.path == MODELS["tiny"]
+    assert len(worker.starts) == 3  # first model, its hidden replacement, the new model
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_shutdown_during_a_replacement_answers_everything() -> None:
+    daemon = _daemon(4096)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
+    _steps(daemon, 2)
+    reclaim = _reclaim(daemon)
+    assert _worker(daemon).stopping  # being replaced
+    daemon.request(ShutdownRequest())  # before the loop sees the old worker exit
+    [refused] = _answers(daemon, reclaim)
+    assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.SHUTTING_DOWN
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled" and final.text == _text(2)
+    _check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
+    daemon = _daemon(4096)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = _worker(daemon)
+    killed: list[int | None] = []
+    worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]  # a step that lasts
+    worker.stop_now = lambda: (killed.append(worker.pid), setattr(worker, "_alive", False))  # type: ignore[attr-defined]
+    reclaim = _reclaim(daemon)
+    daemon.pump()
+    assert not killed and not _answers(daemon, reclaim)
+    now[0] += 1.1  # past the grace (0.5 s) and the reclaim's deadline
+    daemon.pump()  # killed
+    daemon.pump()  # its death is the replacement's exit
+    assert killed == [1000]
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0 and ack.warning == "deadline_missed"
+
+
+# --- every request still gets exactly one terminal reply ------------------------------------------------------------
+class GpuDaemon(Daemon):
+    """``test_daemon_bookkeeping.Daemon`` on a GPU machine: the placements alternate between GPU and CPU-only."""
+
+    def __init__(self, max_worker_restarts: int = 1000) -> None:
+        super().__init__(max_worker_restarts)
+        started = _daemon(4096)
+        self.__dict__.update(started.__dict__)
+
+
+ACTIONS = st.one_of(bookkeeping.ACTIONS, st.tuples(st.just("set_budget"), st.sampled_from([0, 1024, 4096])),
+                    st.tuples(st.just("reclaim"), st.sampled_from([0, 1024])))
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(ACTIONS, max_size=30))
+def test_every_request_gets_exactly_one_terminal_reply_with_worker_replacements(actions: list[tuple[Any, ...]]) -> None:
+    with mock.patch.object(bookkeeping, "Daemon", GpuDaemon):
+        daemon = bookkeeping._run(actions)
+    _check_exactly_one_terminal_reply(daemon)
+    assert daemon.core.model_info is not None
+    assert daemon.core.exit_requested or not daemon.budget.reloading  # after shutdown the loop reads nothing more

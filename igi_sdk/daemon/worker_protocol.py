@@ -5,7 +5,9 @@ They travel over a ``multiprocessing`` pipe as msgpack maps (never pickle): ``{"
 
 Commands (daemon -> worker):
     generate   job_id, session_id, messages [[role, text], ...], max_tokens, sampling {...}, priority,
-               kv_state (bin|nil: saved sequence state to restore for this session), kv_tokens ([int]|nil)
+               kv_state (bin|nil: saved sequence state to restore for this session), kv_tokens ([int]|nil),
+               continue_tokens ([int]|absent: the reply's tokens a replaced worker already streamed; the prompt is
+               followed by them and the reply goes on after them, token indexes from 0 again)
     cancel     job_id
     reload     req_id, placement (Placement JSON dict)
     export     req_id, session_id         (sequence state of a session, for save_session)
@@ -14,7 +16,9 @@ Commands (daemon -> worker):
     shutdown
 
 Events (worker -> daemon):
-    ready      model {ModelInfo fields}, placement, vram_mib|nil, pid
+    ready      model {ModelInfo fields}, placement, vram_mib|nil, pid, gpu_hidden (started with CUDA hidden),
+               cuda_visible_devices (str|nil: as llama.cpp saw it), llama_cpp_preloaded (hiding came too late)
+    fatal      code, message (the model could not be loaded; the worker exits)
     started    job_id, prompt_tokens (the rendered prompt, history included)
     token      job_id, index, text, token_id
     done       job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s|nil, tps, reloads

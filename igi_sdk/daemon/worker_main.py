@@ -24,8 +24,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -49,34 +48,6 @@ def _lower_priority(nice: int) -> None:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except OSError:  # not permitted in this container: niceness alone still applies
             pass
-
-
-class _ContinuedPrompts:
-    """The engine adapter as the batching scheduler sees it: while :meth:`continuing` is active, the prompt of a
-    conversation that ends with the user's line (the job's prompt, however many old turns were dropped to fit) is
-    followed by the reply tokens a replaced worker already streamed. Other renders (the persona prefix: the system
-    line alone) are unchanged. Everything else goes to the adapter."""
-
-    def __init__(self, adapter: Any) -> None:
-        self._adapter = adapter
-        self._tokens: list[int] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._adapter, name)
-
-    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
-        tokens = self._adapter.render_prompt(messages)
-        if self._tokens and messages and messages[-1][0] == "user":
-            return list(tokens) + self._tokens
-        return tokens
-
-    @contextmanager
-    def continuing(self, tokens: Sequence[int] | None) -> Iterator[None]:
-        self._tokens = list(tokens or ())
-        try:
-            yield
-        finally:
-            self._tokens = []
 
 
 def hide_gpu_now() -> None:
@@ -118,9 +89,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     if config["placement"].get("n_seq_max", 1) > 1:  # several NPCs: continuous batching in one context
         from igi_sdk.engine.batch_worker import BatchWorkerScheduler
 
-        prompts = _ContinuedPrompts(engine)
-        scheduler = BatchWorkerScheduler(prompts, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
-        scheduler.continuing = prompts.continuing  # used by _handle for a job continued from a replaced worker
+        scheduler = BatchWorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
     else:
         scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
     try:
@@ -175,12 +144,7 @@ def _handle(command: dict[str, Any], scheduler: Scheduler, emit: Any, log: loggi
             kv_tokens=None if kv_tokens is None else list(kv_tokens),
             continue_tokens=continue_tokens or None,
         )
-        continuing = getattr(scheduler, "continuing", None)  # the batching scheduler renders its prompt in submit
-        if continuing is not None:
-            with continuing(continue_tokens):
-                scheduler.submit(job)
-        else:
-            scheduler.submit(job)
+        scheduler.submit(job)
     elif op == "throttle":
         scheduler.sleep_s_between_tokens = max(0.0, float(command["sleep_ms"]) / 1000.0)
     elif op == "cancel":

@@ -75,7 +75,8 @@ class BatchWorkerScheduler:
     def submit(self, job: Any) -> None:
         """Queue a daemon job (``failed`` with ``too_large`` / ``invalid_request`` if it cannot run)."""
         try:
-            prompt = self._render_fitting(list(job.messages))
+            # a reply continued after a worker replacement goes on after the tokens already streamed
+            prompt = self._render_fitting(list(job.messages), list(getattr(job, "continue_tokens", None) or ()))
         except SchedulerError as exc:
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
                         "detail": {"limit": "max_prompt_tokens"}})
@@ -167,11 +168,13 @@ class BatchWorkerScheduler:
             self._emit({"ev": "token", "job_id": job.job_id, "index": ev.index, "text": text, "token_id": ev.token})
         job.held.clear()
 
-    def _render_fitting(self, messages: list[tuple[str, str]]) -> list[int]:
+    def _render_fitting(self, messages: list[tuple[str, str]], continued: list[int] | None = None) -> list[int]:
+        """The prompt (followed by ``continued``, a reply's tokens streamed so far) within ``max_prompt_tokens``,
+        dropping the oldest user/assistant pairs as needed."""
         system = [m for m in messages[:1] if m[0] == "system"]
         turns = messages[len(system):]
         while True:
-            tokens = self._adapter.render_prompt(system + turns)
+            tokens = list(self._adapter.render_prompt(system + turns)) + list(continued or ())
             if len(tokens) <= self._max_prompt_tokens:
                 return tokens
             if len(turns) <= 1:

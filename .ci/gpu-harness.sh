@@ -16,6 +16,7 @@
 #   in two parts of its .xz in .gpu-model/ over two calls and is put together and verified (sha256) in the cache; a daemon-free probe of
 #   the render loop's frame jitter on the two CPUs; then harness runs of MODE (cpu2, then gpu) while the time
 #   left in the call (LIMIT s) holds one more run. Phase order alternates (odd runs governor on first).
+# Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
 # Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far).
@@ -80,6 +81,12 @@ if [ ! -f $S/probe.txt ]; then
 fi
 # --- harness runs ---
 python3 -c "from igi_sdk.model_store import default_model_path; default_model_path(fetch=False)" 2>/dev/null || exit 0
+# first, once: a reclaim to 0 MiB frees the GPU (worker replacement, docs/daemon.md), with the default model
+if [ "${RECLAIM_TEST:-1}" != 0 ] && [ ! -f $S/reclaim.done ]; then
+  t=$(date +%s); OUT=$S timeout 240 python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_reclaim.py -x -s -q \
+    -p no:cacheprovider > $S/gpu_reclaim.log 2>&1
+  echo "gpu reclaim test rc=$? in $(( $(date +%s) - t )) s"; tail -n 15 $S/gpu_reclaim.log; touch $S/reclaim.done
+fi
 for MODE in $MODES; do
   while true; do
     done_runs=$(ls -d $S/runs/$MODE-run* 2>/dev/null | wc -l)

@@ -33,3 +33,30 @@ def test_the_prompt_hint_is_capped_at_one_sequence_share_of_the_context(monkeypa
     outcome = planner.plan(0)
     assert [(w.prompt_tokens, w.n_ctx, w.parallel) for w in seen] == [(256, 1024, 4)]
     assert outcome.warning is not None and "planned" in outcome.warning
+
+
+@pytest.mark.parametrize("budget_mib", [0, 300])
+def test_a_budget_below_the_cuda_context_is_cpu_only_without_a_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                     budget_mib: int) -> None:
+    """A reclaim to 0 spent 0.9 s planning on the H200 before it freed anything; below the CUDA context no GPU
+    placement fits, so there is nothing to search."""
+    searched: list[int] = []
+
+    def no_search(path: Path, budget: int, *args: Any, **kwargs: Any) -> Any:
+        searched.append(budget)
+        raise RuntimeError("searched")
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", no_search)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    planner = PlacementPlanner(model, Placement(n_ctx=1024))
+    planner._profile_cache = reference_profile("h200")
+    reserve = planner._profile_cache.vram_reserve_mib
+    assert reserve is not None and budget_mib < reserve
+    outcome = planner.plan(budget_mib, dry_run_slots=0)
+    assert outcome.plan.strategy == "cpu_only" and outcome.placement.n_gpu_layers == 0
+    assert (outcome.warning is None) == (budget_mib == 0)
+    assert searched == []
+    planner.plan(reserve, dry_run_slots=0)  # at the reserve the search runs as before
+    assert searched == [reserve]

@@ -94,8 +94,8 @@ class PlacementPlanner:
         try:
             reserve = self._profile().vram_reserve_mib if self._gpu else None
             if reserve is not None and budget_mib < reserve:
-                # no GPU placement fits below the CUDA context every one of them needs: no search (it took 0.5-0.9 s,
-                # which a reclaim to 0 spent before freeing anything), no dry run
+                # no GPU placement fits below the CUDA context every one of them needs: no search (a reclaim to 0 waited
+                # 0.9 s for it on the H200 before freeing anything), no dry run
                 return self.cpu_only(budget_mib, warning=None if budget_mib == 0 else
                                      f"{budget_mib} MiB is below the {reserve} MiB a CUDA context takes; CPU-only placement")
             with limit_dry_runs(dry_run_slots):

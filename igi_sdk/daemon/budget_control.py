@@ -215,6 +215,11 @@ class BudgetControl:
         """Whether a ``ready`` event comes from a worker being replaced (it is exiting): nothing may be sent to it."""
         return self._inflight is not None and self._inflight.replace == "stopping"
 
+    def replacement_loading(self) -> bool:
+        """Whether the worker is the new one of a replacement to a GPU placement, still loading (its death is a failed
+        reload, not a crash of the model in force)."""
+        return self._inflight is not None and self._inflight.replace == "starting"
+
     def on_worker_exit(self) -> bool:
         """The worker process is gone. Returns True when that is the exit of a worker being replaced (then the new
         worker is started here and nothing is a crash), False for a crash (``handle_worker_death`` goes on)."""

@@ -84,6 +84,8 @@ class Job:
     reloads_in_worker: int = 0  # reloads the current worker applied while this job was in it (its count dies with it)
     reloads_carried: int = 0  # reloads of replaced workers, the replacements included
     request_command: dict[str, Any] | None = None  # the command as first sent (before any continuation)
+    #: A cancel was sent to the worker: if that worker is replaced before it read it, the job ends "cancelled" there
+    cancel_requested: bool = False
 
     def partial_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after
@@ -217,8 +219,14 @@ class DaemonCore:
             The jobs ended here (their replies are sent; their sessions keep the turn).
         """
         ended: list[Job] = []
+        cancelled: list[Job] = []
         for job in list(self.jobs.values()):
             if not job.forwarded:
+                continue
+            if job.cancel_requested:  # the old worker may never have read the cancel (killed after the grace)
+                job.forwarded = False
+                job.reloads_carried += job.reloads_in_worker + 1
+                cancelled.append(job)
                 continue
             base = job.request_command or job.command
             job.request_command = base
@@ -240,7 +248,14 @@ class DaemonCore:
                 session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
             self.counters["generations_length"] += 1
             self.send_to_job(job, reply)
-        return ended
+        for job in cancelled:  # as the worker would have ended it: the text so far, no turn recorded
+            self.jobs.pop(job.job_id, None)
+            session = self.sessions.get(job.session_id)
+            if session is not None and session.job_id == job.job_id:
+                session.job_id = None
+            self.counters["generations_cancelled"] += 1
+            self.send_to_job(job, job.final_reply("cancelled"))
+        return ended + cancelled
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Structured log line from the daemon core."""

@@ -124,6 +124,7 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
         return
     if job.forwarded and core.worker.ready:
         core.send_to_worker({"op": "cancel", "job_id": job_id})
+        job.cancel_requested = True  # honoured by a worker replacement too (DaemonCore.carry_over_jobs)
         if not reply:
             job.identity = b""  # the client is gone: the terminal reply goes nowhere
         return

@@ -186,10 +186,20 @@ class WorkerSupervisor:
         return events
 
     def is_dead(self) -> bool:
-        """Whether the worker has exited (checked without blocking)."""
+        """Whether the worker has exited (checked without blocking). Not while its pipe holds something unread: what
+        it wrote before exiting (a ``done``, say) is read first (:meth:`read_events` then reaches EOF and marks it)."""
         if not self._dead and self._process is not None and self._process.exitcode is not None:
+            if self._conn is not None and self._unread():
+                return False
             self._mark_dead()
         return self._dead
+
+    def _unread(self) -> bool:
+        assert self._conn is not None
+        try:
+            return self._conn.poll(0)  # True at EOF too: read_events reads up to it
+        except (OSError, ValueError):
+            return False
 
     def send(self, command: dict[str, Any]) -> None:
         """Send a command to the worker.

@@ -108,11 +108,18 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
     """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement.
 
     The exit of a worker that the budget control is replacing (a change between a GPU and a CPU-only placement) is
-    no crash: its generations go on in the new worker (``BudgetControl.on_worker_exit``)."""
+    no crash: its generations go on in the new worker (``BudgetControl.on_worker_exit``). Nor is the death of the new
+    worker of a replacement to a GPU placement, while it loads, a step towards giving the model up: it is a failed
+    reload, and the worker restarts on the CPU-only placement in force. After ``shutdown_request`` (answered
+    everything; the loop exits) no worker is started."""
+    if core.exit_requested:
+        return
+    failed_reload = budget.replacement_loading()
     if budget.on_worker_exit():
         return
     core.counters["worker_crashes"] += 1
-    core.worker_failures_in_row += 1
+    if not failed_reload:
+        core.worker_failures_in_row += 1
     error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")
     for job_id in [j.job_id for j in core.jobs.values() if j.forwarded]:
         job = finish_job(core, job_id)

@@ -169,14 +169,15 @@ class BatchWorkerScheduler:
         job.held.clear()
 
     def _render_fitting(self, messages: list[tuple[str, str]], continued: list[int] | None = None) -> list[int]:
-        """The prompt (followed by ``continued``, a reply's tokens streamed so far) within ``max_prompt_tokens``,
-        dropping the oldest user/assistant pairs as needed."""
+        """The prompt within ``max_prompt_tokens``, dropping the oldest user/assistant pairs as needed, followed by
+        ``continued`` (a reply's tokens streamed so far, outside the limit: they are the reply the first prompt made
+        room for, and the conversation must be the one it was cut from, as in the one-at-a-time scheduler)."""
         system = [m for m in messages[:1] if m[0] == "system"]
         turns = messages[len(system):]
         while True:
-            tokens = list(self._adapter.render_prompt(system + turns)) + list(continued or ())
+            tokens = list(self._adapter.render_prompt(system + turns))
             if len(tokens) <= self._max_prompt_tokens:
-                return tokens
+                return tokens + list(continued or ())
             if len(turns) <= 1:
                 raise SchedulerError(f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens="
                                      f"{self._max_prompt_tokens}")

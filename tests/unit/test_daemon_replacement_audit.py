@@ -1,0 +1,150 @@
+"""Audit of the worker replacement (GPU <-> CPU-only placement): races and holes found in review, one test each.
+
+Reuses the simulated worker on a "GPU machine" of ``test_daemon_worker_replacement`` (its NVML fixture included).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon.supervisor import WorkerSupervisor
+from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+from igi_sdk.ipc.messages import BudgetAck, CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
+    ShutdownRequest
+
+from test_daemon_bookkeeping import _check_exactly_one_terminal_reply
+from test_daemon_worker_replacement import CPU_PLACEMENT, _answers, _daemon, _nvml, _reclaim, _session, _steps, _text, \
+    _worker
+
+__all__ = ["_nvml"]  # the autouse NVML fixture of the replacement tests applies here too
+
+
+# --- 1. batching worker: a continued reply is refused, or its history cut, by max_prompt_tokens -------------------
+class _Adapter:
+    """Each message renders to 10 tokens."""
+
+    def render_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
+        return [1] * (10 * len(messages))
+
+    def make_sampler(self, sampling: dict[str, Any]) -> None:
+        return None
+
+
+class _Engine:
+    placement = SimpleNamespace(n_seq_max=2)
+    n_ctx_seq = 100  # one sequence's context
+
+
+def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(job_id="j", session_id="s", messages=messages, max_tokens=20, sampling={}, priority=0,
+                           kv_state=None, kv_tokens=None, continue_tokens=continue_tokens)
+
+
+def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitted() -> None:
+    """The original prompt fit ``max_prompt_tokens`` (40) and its reply fit the sequence (100): after a replacement,
+    the continuation must not be refused (``too_large`` -> the generation ends in ``error`` because of a reclaim) nor
+    lose history turns (the continuation would differ from an uninterrupted reply). The one-at-a-time scheduler
+    counts only the rendered conversation against the limit, and so must this one."""
+    events: list[dict[str, Any]] = []
+    worker = BatchWorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker.submit(_continued_job([("system", "s"), ("user", "u")], [5] * 30))  # 20 + 30 tokens
+    assert [e for e in events if e["ev"] == "failed"] == [], "a reclaim ended this generation with an error"
+    events.clear()
+    worker2 = BatchWorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker2.submit(_continued_job([("system", "s"), ("user", "a"), ("assistant", "b"), ("user", "c")], [5] * 5))
+    [run] = worker2.scheduler._queue
+    assert len(run.prompt) == 45, "an old turn was dropped: the continued reply no longer follows the same prompt"
+
+
+# --- 2. a cancel the old worker never read (killed after the grace) --------------------------------------------------
+def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> None:
+    daemon = _daemon(4096)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=8), sid)
+    _steps(daemon, 2)
+    # the worker is in a long step (a CPU prefill chunk): commands wait in the pipe, shutdown is not read in time
+    send = worker.send
+    worker.send = lambda command: worker.commands.append((worker.pid, command)) if command["op"] == "cancel" \
+        else send(command)  # type: ignore[method-assign]
+    worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]
+    worker.stop_now = lambda: setattr(worker, "_alive", False)  # type: ignore[attr-defined]
+    cancel = daemon.request(CancelRequest(target_msg_id=gen))
+    _reclaim(daemon)
+    now[0] += 1.0  # past REPLACE_STOP_GRACE_S: killed, the cancel unread
+    daemon.pump()
+    daemon.pump()
+    worker.send = send  # type: ignore[method-assign]
+    _steps(daemon, 12)
+    [ack] = _answers(daemon, cancel)
+    assert isinstance(ack, CancelReply) and ack.cancelled
+    [final] = _answers(daemon, gen)
+    assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled" and final.text == _text(2), final
+    _check_exactly_one_terminal_reply(daemon)
+
+
+# --- 3. shutdown while the old worker exits: no new worker for a daemon that is exiting ------------------------------
+def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
+    """The server loop handles the old worker's exit in the same iteration as the shutdown_request (it reads worker
+    events and deaths after the batch): the exit must not spawn a worker (with a CUDA context for a GPU placement)
+    that ``DaemonServer.run`` then waits up to 5 s for while it loads."""
+    daemon = _daemon(1024)
+    worker = _worker(daemon)
+    sid = _session(daemon)
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
+    _steps(daemon, 2)
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))  # the old worker is told to exit
+    daemon.request(ShutdownRequest())
+    daemon.pump()  # the rest of that loop iteration: the old worker's exit is seen
+    assert len(worker.starts) == 1, worker.starts
+    assert daemon.core.counters["worker_crashes"] == 0
+    assert [type(m) for m in _answers(daemon, gen)] == [GenerateReply]
+    assert len(_answers(daemon, grow)) == 1
+    _check_exactly_one_terminal_reply(daemon)
+
+
+# --- 4. the old worker's last events (its `done`) read before its exit counts -----------------------------------------
+def test_what_a_worker_wrote_before_exiting_is_read_before_it_counts_as_dead() -> None:
+    """The loop reads the pipe, then asks ``is_dead``: a worker that writes its last events (a ``done``) and exits in
+    between was marked dead with them unread, and they were lost (the replacement then continued a finished reply)."""
+    supervisor = WorkerSupervisor({}, CPU_PLACEMENT.model_dump(), gpu=False)
+    parent, child = multiprocessing.get_context("spawn").Pipe(duplex=True)
+    process = SimpleNamespace(exitcode=None, pid=4242, sentinel=0)
+    supervisor._process, supervisor._conn, supervisor._dead = process, parent, False  # type: ignore[assignment]
+    assert supervisor.read_events() == [] and not supervisor.is_dead()  # the loop's look: nothing yet, alive
+    done = {"ev": "done", "job_id": "j", "finish_reason": "stop"}
+    worker_protocol.send(child, done)  # written, then the worker reads shutdown and exits
+    child.close()
+    process.exitcode = 0
+    supervisor.is_dead()  # the same loop iteration, after its read
+    assert supervisor.read_events() == [done], "the worker's last event was lost"
+    assert supervisor.is_dead()
+    supervisor._conn = None
+    parent.close()
+
+
+# --- 5. a GPU placement that fails to load is a failed reload, never a reason to give the model up --------------------
+def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allowed() -> None:
+    daemon = _daemon(1024)
+    worker = _worker(daemon)
+    engine = daemon.core.settings.engine.model_copy(update={"max_worker_restarts": 0})
+    daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+    worker.fail_gpu_loads = True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 4)
+    assert len(_answers(daemon, grow)) == 1
+    assert daemon.core.model_info is not None, "given up: every generation now gets no_model"
+    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
+    worker.fail_gpu_loads = False
+    again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, again)
+    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+    _check_exactly_one_terminal_reply(daemon)

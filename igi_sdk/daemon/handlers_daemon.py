@@ -147,9 +147,11 @@ def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header
                   sleep_ms_between_tokens=decision.sleep_ms_between_tokens,
                   proposed_budget_mib=decision.proposed_budget_mib, reason=decision.reason)
     throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
-    if core.worker.ready and throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
+    if throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
+        # kept even while no worker is ready (a restart, a replacement): a new worker gets it with its ``ready``
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens
-        core.send_to_worker({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
+        if core.worker.ready:
+            core.send_to_worker({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
     core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
 
 

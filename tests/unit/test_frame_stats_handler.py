@@ -48,3 +48,11 @@ def test_a_cpu_only_plan_gets_no_shrink_for_frames() -> None:
 
 def test_without_a_model_the_budget_is_the_base() -> None:
     assert run_slow_frames(FakeCore(gpu_mib_loaded=False), 0.0)[0] == 1536
+
+
+def test_pacing_decided_while_no_worker_is_ready_is_kept_for_the_next_one() -> None:
+    core = FakeCore()
+    core.worker.ready = False  # a restart or a worker replacement under way
+    run_slow_frames(core, 0.0, seconds=1.0)
+    assert core.to_worker == []  # nothing sent to a worker that is not there
+    assert core.sleep_ms_between_tokens > 0  # but kept: the next worker's ``ready`` gets it (worker_events)

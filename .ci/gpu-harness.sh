@@ -16,6 +16,11 @@
 #   in two parts of its .xz in .gpu-model/ over two calls and is put together and verified (sha256) in the cache; a daemon-free probe of
 #   the render loop's frame jitter on the two CPUs; then harness runs of MODE (cpu2, then gpu) while the time
 #   left in the call (LIMIT s) holds one more run. Phase order alternates (odd runs governor on first).
+# The model parts (here, once; .gpu-model/ is git-ignored through .git/info/exclude: `echo /.gpu-model/ >>
+# .git/info/exclude`): `xz -9e -T2 -k -c ~/.cache/igi-sdk/SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/m.xz` (90 MB, 1.5 min);
+# call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 44500000 /tmp/m.xz`), call 2 `.gpu-model/part-ab`
+# (`tail -c +44500001 /tmp/m.xz`) with a `.gpu` holding only env.sh and build_on_gpu.sh (the build is on the machine by
+# then; with the tracked tree, 11 MB, both stay under the 64 MiB a call may carry).
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).

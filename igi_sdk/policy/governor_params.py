@@ -131,7 +131,7 @@ class GovernorParams(BaseModel):
         description="frames over the band with the throttle at its floor for this long -> propose a smaller budget, s",
     )
     budget_shrink_factor: float = Field(
-        0.75, gt=0.0, lt=1.0, description="each frame-time shrink proposes budget x this factor, unitless",
+        0.75, gt=0.0, lt=1.0, description="each frame-time shrink proposes min(budget, VRAM the placement uses) x this factor, unitless",
     )
     budget_shrink_interval_s: float = Field(
         5.0, ge=0.0, le=3600.0, description="minimum time between two shrink proposals, s",

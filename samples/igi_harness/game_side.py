@@ -141,7 +141,8 @@ class GameSide:
                 return
             self.budget_mib = budget_mib
             self.rec.event(t, "reclaim", budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
-                           apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4))
+                           apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4),
+                           measured_vram_mib=ack.measured_vram_mib, warning=ack.warning)
         self._post(go())
 
     def restore(self, budget_mib: int) -> None:
@@ -158,7 +159,8 @@ class GameSide:
             return
         self.budget_mib = budget_mib
         self.rec.event(t, kind, budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
-                       apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4))
+                       apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4),
+                       measured_vram_mib=ack.measured_vram_mib, warning=ack.warning)
 
     # --- background tasks -----------------------------------------------------------------------------
     async def _sleep_until(self, t_s: float) -> None:

@@ -122,6 +122,9 @@ def test_scripted_events_and_budget_timeline(harness_run: tuple[dict[str, Any], 
             assert kind in kinds, (ph["name"], kinds)
         ev = {e["kind"]: e for e in ph["events"] if e["kind"] in ("reclaim", "restore")}
         assert ev["reclaim"]["budget_mib"] == 0 and ev["reclaim"]["granted_mib"] == 0
+        # what the ack measured (None without a GPU: the CI machine) and whether it said why (a missed deadline)
+        assert {"measured_vram_mib", "warning"} <= ev["reclaim"].keys() and {"measured_vram_mib", "warning"} <= ev["restore"].keys()
+        assert ev["reclaim"]["measured_vram_mib"] in (None, 0.0)
         assert ev["restore"]["budget_mib"] == BUDGET_MIB
         assert ev["reclaim"]["t_s"] < ev["restore"]["t_s"]
         budget = ph["budget"]

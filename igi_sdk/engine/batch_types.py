@@ -45,6 +45,9 @@ class BatchRequest:
         on_event: called with every ``TokenEvent`` of this request, from ``BatchScheduler.step``.
         request_id: caller's id (the daemon's job id); a generated one when empty.
         ignore_eog: treat end-of-generation tokens as ordinary tokens (benchmarks of fixed length).
+        text_prefix: bytes of a reply already shown before this request (one continued after a worker replacement,
+            its streamed tokens at the end of ``prompt_tokens``): they prime the text decoder, so a character split
+            across the cut decodes whole, and are not emitted again.
     """
 
     session_id: str
@@ -57,6 +60,7 @@ class BatchRequest:
     on_event: Callable[[TokenEvent], None] | None = None
     request_id: str = ""
     ignore_eog: bool = False
+    text_prefix: bytes = b""
 
 
 class RequestStats(BaseModel):

@@ -74,9 +74,10 @@ class BatchWorkerScheduler:
 
     def submit(self, job: Any) -> None:
         """Queue a daemon job (``failed`` with ``too_large`` / ``invalid_request`` if it cannot run)."""
+        continued = list(getattr(job, "continue_tokens", None) or ())
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
-            prompt = self._render_fitting(list(job.messages), list(getattr(job, "continue_tokens", None) or ()))
+            prompt = self._render_fitting(list(job.messages), continued)
         except SchedulerError as exc:
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
                         "detail": {"limit": "max_prompt_tokens"}})
@@ -92,6 +93,7 @@ class BatchWorkerScheduler:
                 session_id=job.session_id, prompt_tokens=prompt, max_tokens=int(job.max_tokens),
                 sampler=self._adapter.make_sampler(sampling), stop=tuple(s for s in sampling.get("stop") or () if s),
                 priority=int(job.priority), prefix_tokens=persona, on_event=self._on_event, request_id=job.job_id,
+                text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
             ))
         except SchedulerError as exc:
             self._jobs.pop(job.job_id, None)

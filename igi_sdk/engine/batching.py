@@ -143,6 +143,8 @@ class BatchScheduler:
         run = Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
                        prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=HoldingTextStream(req.stop))
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
+        if req.text_prefix:
+            run.stream.prime(req.text_prefix)
         self._queue = admission_order([*self._queue, run])
         return run.handle
 

@@ -31,6 +31,11 @@ class TextStream:
                     break
         return best
 
+    def prime(self, shown: bytes) -> None:
+        """Feed bytes of text already shown (a reply continued elsewhere): only an unfinished multi-byte character
+        at their end is kept, to complete with the next piece; nothing is released."""
+        self._decoder.decode(shown)
+
     def push(self, piece: bytes) -> str:
         """Add one token's bytes; returns the text now safe to emit (may be empty). Sets ``stopped``."""
         if self.stopped:

@@ -34,6 +34,9 @@ class _Adapter:
     def make_sampler(self, sampling: dict[str, Any]) -> None:
         return None
 
+    def token_bytes(self, token: int) -> bytes:
+        return b"\xc3" if token == 7 else b"a"  # 7: the first byte of a two-byte character ("\xc3\xa9" = e acute)
+
 
 class _Engine:
     placement = SimpleNamespace(n_seq_max=2)
@@ -148,3 +151,13 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
     [ack] = _answers(daemon, again)
     assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
     _check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_character_split_at_the_cut_of_a_continued_reply_decodes_whole() -> None:
+    """The replaced worker streamed a token ending inside a multi-byte character; the new worker's next token
+    completes it: the text must be that character, not U+FFFD (the batching worker primes its text stream)."""
+    worker = BatchWorkerScheduler(_Adapter(), _Engine(), lambda e: None, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker.submit(_continued_job([("system", "s"), ("user", "u")], [5, 7]))
+    [run] = worker.scheduler._queue
+    assert run.req.text_prefix == b"a\xc3"
+    assert run.stream.push(b"\xa9") == "\u00e9" and run.stream.text == "\u00e9"  # only the new text is released

@@ -1,8 +1,9 @@
 """A fake daemon for client tests: a real ROUTER on loopback speaking the real wire format, run in a thread.
 
-Unlike the one of test_async_client.py it answers with delays (a scheduled reply queue), can be paused (it then reads
-and drops everything, like a frozen daemon) and records what it received, so a test can check that a cancel was sent.
-Used by test_client_lifecycle.py and test_client_blocking.py (import the ``fake_daemon`` fixture from here).
+It answers with delays (a scheduled reply queue), can be paused (it then reads and drops everything, like a frozen
+daemon), records what it received (so a test can check that a cancel was sent), can refuse hellos like a daemon of
+another protocol major, and announces the limits and heartbeat interval a test asks for. Used by test_async_client.py,
+test_client_lifecycle.py and test_client_blocking.py (import the ``fake_daemon`` fixture from here).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
 from igi_sdk.ipc.connection import write_connection_file
 from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.ipc.values import Limits, Usage
@@ -33,12 +35,17 @@ Handler = Callable[[Header, m.Message], list[tuple[float, m.Message]]]
 class FakeDaemon:
     """Answers hello and heartbeats itself, everything else through ``handler``; silent while ``paused`` is set."""
 
-    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0) -> None:
+    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, heartbeat_interval_s: float | None = None) -> None:
         self.connection_file = tmp_path / "connection.json"
         self.handler = handler
         self.client_timeout_s = client_timeout_s
-        self.limits = Limits(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
+        self.heartbeat_interval_s = min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
+        self.limits = Limits(max_frame_bytes=max_frame_bytes)  # its socket has the daemon's cap, 2 x max_frame_bytes
         self.received: list[str] = []  # message types, hello and heartbeats left out
+        self.heartbeats = 0
+        self.refuse_hellos = 0  # answer this many hellos with unsupported_version (a daemon of another major)
+        self.hello_identities: list[bytes] = []  # the routing identity of every hello (one per client socket)
         self.paused = threading.Event()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -78,11 +85,17 @@ class FakeDaemon:
         if self.paused.is_set():
             return
         header, message = unpack_message(bytes.fromhex(KEY), frames, max_frame_bytes=self.limits.max_frame_bytes)
-        if isinstance(message, m.HelloRequest):
+        if isinstance(message, m.HelloRequest) and self.refuse_hellos > 0:
+            self.refuse_hellos -= 1
+            replies: list[tuple[float, m.Message]] = [(0.0, m.ErrorReply(
+                code=ErrorCode.UNSUPPORTED_VERSION, message="2.0 only", detail={"supported": ["2.0"]}))]
+        elif isinstance(message, m.HelloRequest):
+            self.hello_identities.append(identity)
             replies = [(0.0, m.HelloReply(
-                daemon_version="0", protocol_version="1.0", heartbeat_interval_s=min(1.0, self.client_timeout_s / 4),
+                daemon_version="0", protocol_version="1.0", heartbeat_interval_s=self.heartbeat_interval_s,
                 client_timeout_s=self.client_timeout_s, limits=self.limits, model=None))]
         elif isinstance(message, m.HeartbeatRequest):
+            self.heartbeats += 1
             replies = [(0.0, m.HeartbeatReply(uptime_s=1.0))]
         else:
             self.received.append(message.type)

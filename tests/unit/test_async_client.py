@@ -1,14 +1,14 @@
 """Unit tests of the Python client (igi_sdk.client.AsyncClient) against an in-process fake daemon.
 
-The fake daemon is a real ROUTER socket on loopback speaking the real wire format (signed frames, a real connection
-file), run in a thread, so the tests can control ``hello_reply.limits`` and craft replies a real daemon sends rarely
-(very large ones, the ``duplicate_msg_id`` error of PROTOCOL.md 6.6).
+The fake daemon (``scheduled_daemon.FakeDaemon``, shared with the other client tests) is a real ROUTER socket on
+loopback speaking the real wire format (signed frames, a real connection file), run in a thread, so the tests can
+control ``hello_reply.limits`` and craft replies a real daemon sends rarely (very large ones, the ``duplicate_msg_id``
+error of PROTOCOL.md 6.6).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,93 +22,30 @@ from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableErr
 from igi_sdk.client.async_client import MIN_HEARTBEAT_INTERVAL_S
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
-from igi_sdk.ipc.connection import write_connection_file
-from igi_sdk.ipc.envelope import Header, new_header
+from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.frames import pack_message, unpack_message
-from igi_sdk.ipc.transport import SocketOptions, bind_router
-from igi_sdk.ipc.values import Limits, Usage
+from igi_sdk.ipc.values import Usage
+
+from scheduled_daemon import FakeDaemon  # noqa: E402  (tests/unit on sys.path, as the other client tests)
 
 pytestmark = pytest.mark.timeout(120)
 
-KEY = "5a" * 32
 MIB = 1_048_576
 #: handler(header, message) -> the messages to answer with, in order (each with parent_id = header.msg_id)
 Handler = Callable[[Header, m.Message], list[m.Message]]
 
 
-class FakeDaemon:
-    """A ROUTER that answers hello and heartbeats itself and everything else through ``handler``.
-
-    Its socket has the daemon's hard cap (``2 * max_frame_bytes``), it decodes with the announced limit, and it
-    records the routing identity of every hello (one per client socket).
-    """
-
-    def __init__(self, tmp_path: Path, handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 client_timeout_s: float = 30.0, heartbeat_interval_s: float | None = None) -> None:
-        self.connection_file = tmp_path / "connection.json"
-        self.handler = handler
-        self.client_timeout_s = client_timeout_s
-        self.heartbeat_interval_s = min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
-        self.heartbeats = 0
-        self.refuse_hellos = 0  # answer this many hellos with unsupported_version (a daemon of another major)
-        self.limits = Limits(max_frame_bytes=max_frame_bytes)
-        self.hello_identities: list[bytes] = []
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._port = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
-        write_connection_file(self.connection_file, port=self._port, key=KEY)
-
-    def _serve(self) -> None:
-        context = zmq.Context()
-        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(
-            self.limits.max_frame_bytes, linger_ms=0))
-        self._port = int(endpoint.rsplit(":", 1)[1])
-        self._ready.set()
-        key = bytes.fromhex(KEY)
-        try:
-            while not self._stop.is_set():
-                if not socket.poll(20):
-                    continue
-                identity, *frames = socket.recv_multipart()
-                header, message = unpack_message(key, frames, max_frame_bytes=self.limits.max_frame_bytes)
-                if isinstance(message, m.HelloRequest) and self.refuse_hellos > 0:
-                    self.refuse_hellos -= 1
-                    replies: list[m.Message] = [m.ErrorReply(code=ErrorCode.UNSUPPORTED_VERSION, message="2.0 only",
-                                                             detail={"supported": ["2.0"]})]
-                elif isinstance(message, m.HelloRequest):
-                    self.hello_identities.append(identity)
-                    replies = [m.HelloReply(
-                        daemon_version="0", protocol_version="1.0", heartbeat_interval_s=self.heartbeat_interval_s,
-                        client_timeout_s=self.client_timeout_s,
-                        limits=self.limits, model=None)]
-                elif isinstance(message, m.HeartbeatRequest):
-                    self.heartbeats += 1
-                    replies = [m.HeartbeatReply(uptime_s=1.0)]
-                else:
-                    replies = self.handler(header, message)
-                for reply in replies:
-                    out = new_header(reply.type, parent_id=header.msg_id, session_id=header.session_id)
-                    socket.send_multipart([identity, *pack_message(key, out, reply)])
-        finally:
-            socket.close(linger=0)
-            context.term()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 @pytest.fixture
 def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
+    """``fake_daemon(handler, max_frame_bytes=..., client_timeout_s=..., heartbeat_interval_s=...)``: the shared fake
+    daemon of ``scheduled_daemon`` answering at once with what ``handler`` returns."""
     started: list[FakeDaemon] = []
 
     def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, client_timeout_s: float = 30.0,
               heartbeat_interval_s: float | None = None) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, max_frame_bytes, client_timeout_s, heartbeat_interval_s))
+        started.append(FakeDaemon(tmp_path, lambda header, message: [(0.0, r) for r in handler(header, message)],
+                                  client_timeout_s=client_timeout_s, max_frame_bytes=max_frame_bytes,
+                                  heartbeat_interval_s=heartbeat_interval_s))
         return started[-1]
 
     yield start

@@ -218,15 +218,14 @@ class DaemonCore:
         Returns:
             The jobs ended here (their replies are sent; their sessions keep the turn).
         """
-        ended: list[Job] = []
-        cancelled: list[Job] = []
+        ended: list[tuple[Job, str]] = []
         for job in list(self.jobs.values()):
             if not job.forwarded:
                 continue
             if job.cancel_requested:  # the old worker may never have read the cancel (killed after the grace)
                 job.forwarded = False
                 job.reloads_carried += job.reloads_in_worker + 1
-                cancelled.append(job)
+                ended.append((job, "cancelled"))
                 continue
             base = job.request_command or job.command
             job.request_command = base
@@ -236,26 +235,32 @@ class DaemonCore:
             job.index_offset = job.n_tokens_sent
             left = int(base["max_tokens"]) - job.n_tokens_sent
             if left <= 0:
-                ended.append(job)
+                ended.append((job, "length"))
                 continue
             job.command = {**base, "max_tokens": left, "continue_tokens": list(job.token_ids)} if job.n_tokens_sent else base
-        for job in ended:
-            self.jobs.pop(job.job_id, None)
-            reply = job.final_reply("length")
+        for job, reason in ended:  # as the worker would have ended them, with the text so far
+            self.end_job(job, job.final_reply(reason))
+        return [job for job, _reason in ended]
+
+    def finish_job(self, job_id: str) -> Job | None:
+        """Forget a job and free its session for the next generation."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
             session = self.sessions.get(job.session_id)
-            if session is not None and session.job_id == job.job_id:
+            if session is not None and session.job_id == job_id:
                 session.job_id = None
-                session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
-            self.counters["generations_length"] += 1
-            self.send_to_job(job, reply)
-        for job in cancelled:  # as the worker would have ended it: the text so far, no turn recorded
-            self.jobs.pop(job.job_id, None)
-            session = self.sessions.get(job.session_id)
-            if session is not None and session.job_id == job.job_id:
-                session.job_id = None
-            self.counters["generations_cancelled"] += 1
-            self.send_to_job(job, job.final_reply("cancelled"))
-        return ended + cancelled
+        return job
+
+    def end_job(self, job: Job, reply: GenerateReply) -> None:
+        """A generation is over: forget the job, keep the turn in its session (``stop`` / ``length``), count it and
+        send its terminal reply."""
+        self.finish_job(job.job_id)
+        session = self.sessions.get(job.session_id)
+        if session is not None and reply.finish_reason in ("stop", "length"):
+            session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
+            session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
+        self.counters[f"generations_{reply.finish_reason}"] += 1
+        self.send_to_job(job, reply)
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Structured log line from the daemon core."""

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from igi_sdk._version import PROTOCOL_VERSION, __version__
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.handlers_session import finish_job
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.ipc.envelope import Header
@@ -99,7 +98,7 @@ def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: H
     if switch is not None:
         switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
     for job_id in list(core.jobs):
-        job = finish_job(core, job_id)
+        job = core.finish_job(job_id)
         if job is not None:
             core.send_to_job(job, job.partial_reply("cancelled"))
     budget.abort(RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied"))

@@ -128,19 +128,9 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
         if not reply:
             job.identity = b""  # the client is gone: the terminal reply goes nowhere
         return
-    finish_job(core, job_id)
+    core.finish_job(job_id)
     if reply:
         core.send_to_job(job, job.partial_reply("cancelled"))
-
-
-def finish_job(core: DaemonCore, job_id: str) -> Job | None:
-    """Forget a job and free its session for the next generation."""
-    job = core.jobs.pop(job_id, None)
-    if job is not None:
-        session = core.sessions.get(job.session_id)
-        if session is not None and session.job_id == job_id:
-            session.job_id = None
-    return job
 
 
 def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSessionRequest) -> None:

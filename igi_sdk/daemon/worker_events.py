@@ -7,8 +7,6 @@ from typing import Any
 
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.handlers_session import finish_job
-from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_USER
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import GenerateReply, TokenEvent
@@ -40,7 +38,7 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
     elif kind == "done":
         _done(core, event)
     elif kind == "failed":
-        job = finish_job(core, event["job_id"])
+        job = core.finish_job(event["job_id"])
         if job is not None:
             code = ErrorCode(event["code"])
             _fail_job(core, job, RequestError(code, event["message"], event.get("detail")))
@@ -72,7 +70,7 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str
 
 
 def _done(core: DaemonCore, event: dict[str, Any]) -> None:
-    job = finish_job(core, event["job_id"])
+    job = core.jobs.get(event["job_id"])
     if job is None:
         return
     reason = event["finish_reason"]
@@ -88,12 +86,7 @@ def _done(core: DaemonCore, event: dict[str, Any]) -> None:
             tps=max(0.0, event["tps"]),
             reloads_during=event["reloads"],
         )
-    session = core.sessions.get(job.session_id)
-    if session is not None and reason in ("stop", "length"):
-        session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
-        session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
-    core.counters[f"generations_{reason}"] += 1
-    core.send_to_job(job, reply)
+    core.end_job(job, reply)
 
 
 def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
@@ -122,7 +115,7 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
         core.worker_failures_in_row += 1
     error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")
     for job_id in [j.job_id for j in core.jobs.values() if j.forwarded]:
-        job = finish_job(core, job_id)
+        job = core.finish_job(job_id)
         if job is not None:
             _fail_job(core, job, error)
     core.end_exports_without_worker()
@@ -134,7 +127,7 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
         # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
         gone = RequestError(ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True)
         for job_id in list(core.jobs):
-            job = finish_job(core, job_id)
+            job = core.finish_job(job_id)
             if job is not None:
                 _fail_job(core, job, gone)
         budget.abort(gone)

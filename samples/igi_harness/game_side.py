@@ -16,6 +16,7 @@ from typing import Any, Coroutine
 
 from igi_sdk.client import AsyncClient
 from igi_sdk.errors import IgiError
+from igi_sdk.ipc.messages import BudgetAck
 from igi_sdk.ipc.values import Sampling
 
 from igi_harness.recorder import PhaseRecorder
@@ -140,9 +141,7 @@ class GameSide:
                 self.rec.errors.append(f"reclaim: {type(exc).__name__}: {exc}")
                 return
             self.budget_mib = budget_mib
-            self.rec.event(t, "reclaim", budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
-                           apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4),
-                           measured_vram_mib=ack.measured_vram_mib, warning=ack.warning)
+            self._record_ack("reclaim", t, budget_mib, ack)
         self._post(go())
 
     def restore(self, budget_mib: int) -> None:
@@ -158,6 +157,10 @@ class GameSide:
             self.rec.errors.append(f"set_budget: {type(exc).__name__}: {exc}")
             return
         self.budget_mib = budget_mib
+        self._record_ack(kind, t, budget_mib, ack)
+
+    def _record_ack(self, kind: str, t: float, budget_mib: int, ack: BudgetAck) -> None:
+        """One budget event from its ``budget_ack`` (sent at ``t``): what was granted and measured, and how long it took."""
         self.rec.event(t, kind, budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
                        apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4),
                        measured_vram_mib=ack.measured_vram_mib, warning=ack.warning)

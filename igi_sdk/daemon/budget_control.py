@@ -170,6 +170,12 @@ class BudgetControl:
         return self._inflight is not None or self._planning is not None
 
     @property
+    def reload_running(self) -> bool:
+        """Whether the worker is reloading or being replaced for a budget change: it generates nothing meanwhile
+        (a generation in flight waits for the new placement), so slow frames are the reload's, not pacing's."""
+        return self._inflight is not None
+
+    @property
     def planner(self) -> PlacementPlanner:
         """The planner of the model being served."""
         return self._planner

@@ -131,7 +131,9 @@ def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header
     decision = governor.observe(
         FrameSample(
             now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
-            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct, generating=generating(core),
+            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct,
+            # a reload generates nothing: its slow frames are not pacing's to fix (nor a reason to shrink again)
+            generating=generating(core) and not budget.reload_running,
             daemon_gpu_mib=budget.current.plan.gpu_mib if core.model_info is not None else None,
         )
     )

@@ -136,6 +136,29 @@ class GovernorParams(BaseModel):
     budget_shrink_interval_s: float = Field(
         5.0, ge=0.0, le=3600.0, description="minimum time between two shrink proposals, s",
     )
+    # --- the tail: slow frames the p95 misses (only while the daemon's placement uses the GPU) ----------------
+    tail_ratio: float = Field(
+        1.15, ge=1.0, le=3.0,
+        description="a sample over target x this ratio is slow: the frames a p99 target is made of, unitless",
+    )
+    tail_tau_s: float = Field(
+        3.0, gt=0.0, le=600.0,
+        description="time constant of the slow share (an exponentially weighted mean over samples with a "
+                    "generation running); the share counts once its stretch is this old, s",
+    )
+    tail_max_share: float = Field(
+        0.05, gt=0.0, le=1.0,
+        description="slow share at or above which frames count as over the band while the placement in force "
+                    "uses VRAM (a game reporting the worst of N frames per sample shows about N x its share of "
+                    "slow frames: 0.05 suits the harness's worst of 6, about 1 % of frames), unitless",
+    )
+    budget_tail_shrink_factor: float = Field(
+        0.5, gt=0.0, lt=1.0,
+        description="a shrink while the tail is over (slow samples at or above tail_max_share) proposes min(budget, "
+                    "VRAM the placement uses) x this factor instead: pacing at its floor did not remove the "
+                    "contention, so half the GPU work moves off it (the default model on the H200, ~800 MiB: "
+                    "one step to below the CUDA context's reserve, i.e. CPU-only), unitless",
+    )
     budget_floor_mib: int = Field(0, ge=0, description="never propose a budget below this, MiB")
     budget_granularity_mib: int = Field(
         64, ge=1, le=65_536, description="proposals are multiples of this (shrinks round down, grows round up), MiB",

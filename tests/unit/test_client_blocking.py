@@ -118,14 +118,16 @@ def _interrupt_main_after(delay_s: float) -> None:
 def test_an_exception_while_waiting_for_a_token_cancels_the_poll(fake_daemon: Callable[..., FakeDaemon]) -> None:
     """Ctrl-C while blocked in ``for event in stream``: the poll left running on the loop thread would take the next
     token and throw it away; it must be cancelled."""
-    daemon = fake_daemon(SlowGenerator(n=4, period=1.0))
+    # t1 comes 3 s after t0: a first token read late on a loaded machine (seen once: t1 came before the SIGINT, so
+    # next() returned it) still leaves the interrupt well ahead of it; the test never waits for t1
+    daemon = fake_daemon(SlowGenerator(n=4, period=3.0))
     with Client.connect(daemon.connection_file, timeout_s=5, reconnect=False) as client:
         it = iter(client.generate("npc_1", "hi"))
         assert next(it).text == "t0"
         _interrupt_main_after(0.2)
         with pytest.raises(KeyboardInterrupt):
             next(it)
-        deadline = time.monotonic() + 0.5  # well before t1 (1 s after t0), which the leftover poll would take
+        deadline = time.monotonic() + 0.5  # well before t1 (3 s after t0), which the leftover poll would take
         while "GenerationStream.__anext__" in client._loop.run(_other_coroutines(), 1):
             assert time.monotonic() < deadline, "the interrupted poll is still running on the loop thread"
             time.sleep(0.02)

@@ -28,16 +28,29 @@ class FakeCore(SimpleNamespace):
         return True
 
 
-def run_slow_frames(core: FakeCore, gpu_mib: float, seconds: float = 10.0) -> list[int]:
-    budget = SimpleNamespace(current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)))
+def run_slow_frames(core: FakeCore, gpu_mib: float, seconds: float = 10.0, frame_ms: float = 40.0,
+                    reload_running: bool = False) -> list[int]:
+    budget = SimpleNamespace(current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)), reload_running=reload_running)
     for i in range(int(seconds * 10)):  # 10 Hz, as the harness reports
         core.now = i / 10
-        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=40.0, target_frame_time_ms=16.7))
+        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7))
     return [m.proposed_budget_mib for m in core.sent if m.proposed_budget_mib is not None]
 
 
 def test_the_plan_in_force_sizes_the_shrink() -> None:
-    assert run_slow_frames(FakeCore(), 1205.0)[0] == 896  # from the 1205 MiB the plan uses, not the 2048 budget
+    # 40 ms frames at a 16.7 ms target: the p95 and the tail are over; the tail's factor, from the 1205 MiB the
+    # plan uses (not the 2048 budget): 1205 x 0.5 = 602.5 -> 576
+    assert run_slow_frames(FakeCore(), 1205.0)[0] == 576
+    # frames over the band but not over the tail line (18 ms < 1.15 x 16.7): the p95 law, 1205 x 0.75 -> 896
+    assert run_slow_frames(FakeCore(), 1205.0, frame_ms=18.0)[0] == 896
+
+
+def test_frames_during_a_reload_are_not_the_generations() -> None:
+    """While the worker reloads (or is replaced) for a budget change it generates nothing: slow frames then
+    neither throttle nor shrink (a shrink would only start another reload)."""
+    core = FakeCore()
+    assert run_slow_frames(core, 1205.0, reload_running=True) == []
+    assert core.governor.state.allowance == 1.0 and core.to_worker == []
 
 
 def test_a_cpu_only_plan_gets_no_shrink_for_frames() -> None:

@@ -151,12 +151,16 @@ def test_budget_shrinks_only_after_floor_and_wait() -> None:
 
 def test_shrink_starts_from_what_the_placement_uses() -> None:
     # a 1205 MiB plan under a 2048 MiB budget (measured on the H200, 2026-11-30): 2048 -> 1536 would move nothing
-    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, daemon_gpu_mib=1205.0)
+    no_tail = GovernorParams(tail_ratio=3.0)  # 40 ms frames at a 16 ms target are not slow for the tail: p95 only
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, no_tail, daemon_gpu_mib=1205.0)
     first = next(d for d in ds if d.proposed_budget_mib is not None)
     assert first.budget_action == "shrink" and first.proposed_budget_mib == 896  # 1205 x 0.75 = 903.75 -> 896
     # a placement filling its budget shrinks from the budget, as without the figure
-    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, daemon_gpu_mib=2048.0)
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, no_tail, daemon_gpu_mib=2048.0)
     assert next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None) == 1536
+    # with the tail over too (every sample slow) the tail's factor applies: 1205 x 0.5 = 602.5 -> 576
+    _, ds = feed(GovernorState.initial(2048), 40.0, 0.0, 10.0, daemon_gpu_mib=1205.0)
+    assert next(d.proposed_budget_mib for d in ds if d.proposed_budget_mib is not None) == 576
 
 
 def test_nothing_on_the_gpu_gives_no_shrink_for_frames() -> None:

@@ -18,10 +18,13 @@
 #   left in the call (LIMIT s) holds one more run. Phase order alternates (odd runs governor on first).
 # The model parts (here, once; .gpu-model/ is git-ignored through .git/info/exclude: `echo /.gpu-model/ >>
 # .git/info/exclude`): `xz -9e -T2 -k -c ~/.cache/igi-sdk/SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/m.xz` (90 MB, 1.5 min);
-# call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 44500000 /tmp/m.xz`), call 2 `.gpu-model/part-ab`
-# (`tail -c +44500001 /tmp/m.xz`) with a `.gpu` holding only env.sh and build_on_gpu.sh (the build is on the machine by
-# then; with the tracked tree, 11 MB, both stay under the 64 MiB a call may carry).
+# call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 40000000 /tmp/m.xz`), call 2 `.gpu-model/part-ab`
+# (`tail -c +40000001 /tmp/m.xz`) with a `.gpu` holding only env.sh and build_on_gpu.sh (the build is on the machine by
+# then). The tracked tree (12.7 MB at the eleventh session) + `.gpu` (10.4 MB) + part-aa must stay under the 64 MiB
+# (67.1 MB) a call may carry: move the split point down as the tree grows (the parts are joined in name order).
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
+# Modes: cpu2, gpu (above) and gpu-notail (gpu with the governor's tail signal off: IGI_GOVERNOR__TAIL_RATIO=3.0,
+#   docs/governor.md "The tail"; with ROUND_ROBIN=1 MODES="gpu gpu-notail" alternates them run by run, an A/B).
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
 # Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far).
@@ -92,20 +95,33 @@ if [ "${RECLAIM_TEST:-1}" != 0 ] && [ ! -f $S/reclaim.done ]; then
     -p no:cacheprovider > $S/gpu_reclaim.log 2>&1
   echo "gpu reclaim test rc=$? in $(( $(date +%s) - t )) s"; tail -n 15 $S/gpu_reclaim.log; touch $S/reclaim.done
 fi
+run_one() {  # $1 = mode: one harness run into $S/runs/MODE-runK (K = runs of that mode so far + 1)
+  local MODE=$1 done_runs k ORDER ENVV DEV t rc
+  done_runs=$(ls -d $S/runs/$MODE-run* 2>/dev/null | wc -l)
+  k=$(( done_runs + 1 )); ORDER=""; [ $(( k % 2 )) = 0 ] && ORDER="--off-first"
+  case $MODE in
+    cpu2) ENVV="CUDA_VISIBLE_DEVICES="; DEV=cpu ;;
+    gpu) ENVV="IGI_GPU_RUN=1"; DEV=cuda ;;  # IGI_GPU_RUN: a marker only (env needs one assignment; no setting reads it)
+    gpu-notail) ENVV="IGI_GOVERNOR__TAIL_RATIO=3.0"; DEV=cuda ;;  # the governor without its tail signal (the A/B)
+    *) echo "unknown mode $MODE"; exit 2 ;;
+  esac
+  t=$(date +%s)
+  env $ENVV taskset -c $CPUS python3 samples/harness.py --no-live --render-device $DEV $ORDER \
+    --out $S/runs/$MODE-run$k > $R/$MODE-run$k.log 2>&1
+  rc=$?
+  echo "$MODE run $k ($([ -n "$ORDER" ] && echo off || echo on) first): rc=$rc in $(( $(date +%s) - t )) s"
+  grep -E "issue target|render workload" $R/$MODE-run$k.log | cut -c1-260
+  if [ $rc != 0 ]; then tail -30 $R/$MODE-run$k.log; mv $S/runs/$MODE-run$k $R/failed-$MODE-run$k 2>/dev/null; exit 1; fi
+  cp $R/$MODE-run$k.log $S/runs/$MODE-run$k/harness.log
+}
+room() { if [ $(( $(el) + RUN_S )) -gt "$LIMIT" ]; then echo "time left $(( LIMIT - $(el) )) s: no room for another run"; return 1; fi; }
+if [ -n "$ROUND_ROBIN" ]; then  # one run of each mode in turn (an A/B: gpu vs gpu-notail), until the time is up
+  while true; do for MODE in $MODES; do room || exit 0; run_one $MODE; done; done
+fi
 for MODE in $MODES; do
   while true; do
-    done_runs=$(ls -d $S/runs/$MODE-run* 2>/dev/null | wc -l)
-    if [ "$MODE" = cpu2 ] && [ "$done_runs" -ge "$CPU2_RUNS" ]; then break; fi
-    if [ $(( $(el) + RUN_S )) -gt "$LIMIT" ]; then echo "time left $(( LIMIT - $(el) )) s: no room for another run"; exit 0; fi
-    k=$(( done_runs + 1 )); ORDER=""; [ $(( k % 2 )) = 0 ] && ORDER="--off-first"
-    if [ "$MODE" = cpu2 ]; then ENVV="CUDA_VISIBLE_DEVICES="; DEV=cpu; else ENVV="IGI_GPU_RUN=1"; DEV=cuda; fi
-    t=$(date +%s)
-    env $ENVV taskset -c $CPUS python3 samples/harness.py --no-live --render-device $DEV $ORDER \
-      --out $S/runs/$MODE-run$k > $R/$MODE-run$k.log 2>&1
-    rc=$?
-    echo "$MODE run $k ($([ -n "$ORDER" ] && echo off || echo on) first): rc=$rc in $(( $(date +%s) - t )) s"
-    grep -E "issue target|render workload" $R/$MODE-run$k.log | cut -c1-260
-    if [ $rc != 0 ]; then tail -30 $R/$MODE-run$k.log; mv $S/runs/$MODE-run$k $R/failed-$MODE-run$k 2>/dev/null; exit 1; fi
-    cp $R/$MODE-run$k.log $S/runs/$MODE-run$k/harness.log
+    if [ "$MODE" = cpu2 ] && [ "$(ls -d $S/runs/cpu2-run* 2>/dev/null | wc -l)" -ge "$CPU2_RUNS" ]; then break; fi
+    room || exit 0
+    run_one $MODE
   done
 done

@@ -28,6 +28,7 @@ from pydantic_settings import (
 
 from igi_sdk.files import read_regular_file
 from igi_sdk.planner.placement import MAX_N_CTX
+from igi_sdk.policy.governor_params import GovernorParams
 
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
 
@@ -132,6 +133,9 @@ class DaemonSettings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings, description="model and worker")
     budget: BudgetSettings = Field(default_factory=BudgetSettings, description="VRAM budget policy")
     log: LogSettings = Field(default_factory=LogSettings, description="logging")
+    governor: GovernorParams = Field(
+        default_factory=GovernorParams, description="frame-rate governor's control law (docs/governor.md, Parameters)",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -162,7 +166,7 @@ class DaemonSettings(BaseSettings):
         return self
 
 
-SECTIONS: tuple[str, ...] = ("ipc", "limits", "engine", "budget", "log")
+SECTIONS: tuple[str, ...] = ("ipc", "limits", "engine", "budget", "log", "governor")
 
 
 def field_sections() -> dict[str, str]:
@@ -195,7 +199,7 @@ def load_settings(cli: Mapping[str, Any] | None = None, toml_file: Path | None =
 
     Args:
         cli: leaf field name -> value, only for flags the user actually gave.
-        toml_file: path of a TOML file with ``[ipc]``, ``[limits]``, ``[engine]``, ``[budget]``, ``[log]`` tables.
+        toml_file: path of a TOML file with ``[ipc]``, ``[limits]``, ``[engine]``, ``[budget]``, ``[log]``, ``[governor]`` tables.
 
     Returns:
         The validated, frozen settings.

@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev off: a misspelt flag (--vram-budget) is an error, not silently another setting
     parser = argparse.ArgumentParser(prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)",
                                      allow_abbrev=False)
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (sections ipc, limits, engine, budget, log)")
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (sections ipc, limits, engine, budget, log, governor)")
     for name, section in field_sections().items():
         section_cls = DaemonSettings.model_fields[section].annotation
         info = section_cls.model_fields[name]  # type: ignore[union-attr]
@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         switch = {"nargs": "?", "const": "true"} if info.annotation is bool else {}  # --always-reload alone = true
         parser.add_argument(
             "--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS, metavar=name.upper(),
-            help=f"{info.description} [{section}.{name}, default {default}]", **switch,  # type: ignore[arg-type]
+            # argparse formats help with %: a literal one (the governor's "14 % after 0.5 s") must be doubled
+            help=f"{info.description} [{section}.{name}, default {default}]".replace("%", "%%"),
+            **switch,  # type: ignore[arg-type]
         )
     return parser
 

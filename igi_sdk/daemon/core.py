@@ -22,6 +22,8 @@ from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, Message
 from igi_sdk.ipc.values import ModelInfo, Usage
+from igi_sdk.policy.governor import Governor
+from igi_sdk.policy.governor_params import GovernorParams
 
 _log = get_logger("core")
 
@@ -139,7 +141,7 @@ class DaemonCore:
         self.waiting_exports: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.worker_failures_in_row = 0
         self.fatal_error: RequestError | None = None
-        self.governor: Any = _make_governor(settings.budget.vram_budget_mib)
+        self.governor: Any = _make_governor(settings.budget.vram_budget_mib, settings.governor)
         self.sleep_ms_between_tokens = 0.0
         #: True while a model switch drains or loads: new generations wait in the daemon, unforwarded.
         self.hold_jobs = False
@@ -272,10 +274,6 @@ def info(core: DaemonCore, event: str, **fields: Any) -> None:
     core.log(logging.INFO, event, **fields)
 
 
-def _make_governor(budget_mib: int) -> Any:
-    """The frame-rate governor of ``igi_sdk.policy.governor`` when it is installed, else None."""
-    try:
-        from igi_sdk.policy.governor import Governor
-    except ImportError:
-        return None
-    return Governor(budget_mib=budget_mib)
+def _make_governor(budget_mib: int, params: GovernorParams) -> Governor:
+    """The daemon's frame-rate governor, with the control law's parameters from the settings (``[governor]``)."""
+    return Governor(params, budget_mib=budget_mib)

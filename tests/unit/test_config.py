@@ -102,3 +102,24 @@ def test_a_small_context_with_the_default_prompt_limit_is_accepted() -> None:
     """The default max_prompt_tokens (1536) is lowered to fit at run time; only one the user set must fit n_ctx."""
     settings = DaemonSettings(engine={"n_ctx": 1024})
     assert settings.engine.n_ctx == 1024 and settings.limits.max_prompt_tokens == 1536
+
+
+def test_the_governor_law_is_a_settings_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/governor.md's parameters reach the daemon's governor through the settings: a game fits the tail share
+    to how it reports frames (docs/governor.md, "The tail")."""
+    from igi_sdk.daemon.__main__ import build_parser, _cli_values
+    from igi_sdk.daemon.core import _make_governor
+
+    toml = _toml(tmp_path, "[governor]\ntail_max_share = 0.02\nrelease_hold_s = 9.0\n")
+    monkeypatch.setenv("IGI_GOVERNOR__RELEASE_HOLD_S", "7.5")
+    flags = _cli_values(build_parser().parse_args(["--tail-max-share", "0.01"]))
+    settings = load_settings(flags, toml_file=toml)
+    assert (settings.governor.tail_max_share, settings.governor.release_hold_s) == (0.01, 7.5)
+    assert _make_governor(2048, settings.governor).params.tail_max_share == 0.01
+    with pytest.raises(ValidationError, match="relax_below_ratio"):  # the law's own validation applies
+        DaemonSettings(governor={"relax_below_ratio": 1.0, "tighten_above_ratio": 1.0})
+    with pytest.raises(ValidationError):
+        load_settings(toml_file=_toml(tmp_path, "[governor]\ntail_share = 0.01\n"))  # a typo is an error
+    # every flag's help renders (a literal % in a description broke --help)
+    help_text = build_parser().format_help()
+    assert "--tail-max-share" in help_text and "14 % after 0.5 s" in help_text

@@ -223,11 +223,15 @@ def _tail_update(state: GovernorState, sample: FrameSample, params: GovernorPara
         return {}
     x = sample.frame_time_ms if sample.frame_time_ms >= 0.0 else 0.0  # NaN is not slow
     slow = min(x, params.max_frame_time_ms) > target_ms * params.tail_ratio
-    last = state.tail_last_s
-    decay = 0.0 if last is None else math.exp(-max(0.0, sample.now_s - last) / params.tail_tau_s)
+    now, last, since = sample.now_s, state.tail_last_s, state.tail_since_s
+    if last is not None and now - last > params.max_sample_gap_s:
+        # a spell without generation longer than a gap: its evidence has faded, and a stretch as old as the spell
+        # would let the first sample of the next reply count alone as the whole share
+        last, since = None, None
+    decay = 0.0 if last is None else math.exp(-max(0.0, now - last) / params.tail_tau_s)
     return {
-        "tail_since_s": state.tail_since_s if state.tail_since_s is not None else sample.now_s,
-        "tail_last_s": sample.now_s,
+        "tail_since_s": since if since is not None else now,
+        "tail_last_s": now if last is None else max(last, now),  # a reordered sample does not wind the clock back
         "tail_weight": state.tail_weight * decay + 1.0,
         "tail_slow_weight": state.tail_slow_weight * decay + (1.0 if slow else 0.0),
     }
@@ -242,7 +246,9 @@ def _tail_over(state: GovernorState, sample: FrameSample, params: GovernorParams
     """
     on_gpu = sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
     since = state.tail_since_s
-    return (on_gpu and since is not None and sample.now_s - since >= params.tail_tau_s
+    # only with a generation running: the share is frozen between replies, and would otherwise keep an idle game
+    # from ever having headroom (no relax, no grow) until a gap or a budget cleared it
+    return (sample.generating and on_gpu and since is not None and sample.now_s - since >= params.tail_tau_s
             and state.tail_share() >= params.tail_max_share)
 
 
@@ -305,8 +311,10 @@ def _propose_budget(
         if shrink_to < budget:
             return "shrink", shrink_to, why
     cap = ceiling if ceiling is not None else budget
+    # a released throttle has A = 1 but counts as exhausted: no grow while the release holds
+    released = state.released_until_s is not None and now < state.released_until_s
     grow_ready = (
-        headroom and state.allowance >= 1.0 and budget < cap
+        headroom and state.allowance >= 1.0 and not released and budget < cap
         and _since(now, state.headroom_since_s) >= params.budget_grow_after_s
         and since_change >= params.budget_grow_interval_s
     )
@@ -361,9 +369,9 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         with_tail = state.model_copy(update=upd)
         over_tail = _tail_over(with_tail, sample, params)
         over = over_p95 or over_tail
-        # over and the daemon's doing: a p95 over the band once the generation has settled, or the tail with a
-        # generation running (its share counts only such samples, so it needs no settling)
-        counts = (over_p95 and settled) or (over_tail and sample.generating)
+        # over and the daemon's doing: a p95 over the band once the generation has settled, or the tail (only with
+        # a generation running; its share counts only such samples, so it needs no settling)
+        counts = (over_p95 and settled) or over_tail
         what = f"p95 {p95_ms:.1f} ms" if over_p95 or not over_tail else (
             f"{with_tail.tail_share():.0%} of samples over {params.tail_ratio:g} x target")
         gpu_saturated = sample.gpu_busy_pct is not None and sample.gpu_busy_pct >= params.gpu_busy_high_pct

@@ -20,7 +20,8 @@ class GovernorParams(BaseModel):
         0.9
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # no inf/nan anywhere (a settings value of "inf" for vram_reserve_mib crashed every frame_stats with free VRAM)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # --- the measured signal ------------------------------------------------------------------------
     ewma_tau_s: float = Field(0.25, gt=0.0, le=10.0, description="time constant of the frame-time EWMA, s")

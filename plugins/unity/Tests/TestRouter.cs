@@ -1,6 +1,7 @@
 // A raw libzmq ROUTER socket for transport/client tests: it plays the peer's socket, not the daemon's logic.
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Text;
 using Igi.Transport;
@@ -47,7 +48,18 @@ namespace Igi.Tests
             var items = new ZmqNative.PollItemUnix[1];
             items[0].Socket = _socket;
             items[0].Events = ZmqNative.ZMQ_POLLIN;
-            if (ZmqNative.zmq_poll_unix(items, 1, (IntPtr)timeoutMs) <= 0) return null;
+            // A signal (Mono's garbage collector suspends threads with one) interrupts zmq_poll with EINTR: poll again
+            // for the time left, as the runtime's transport does. Returning null there failed a test at once with
+            // "the router received a request" (seen once, on a loaded machine).
+            var sw = Stopwatch.StartNew();
+            while (true)
+            {
+                long left = Math.Max(0L, timeoutMs - sw.ElapsedMilliseconds);
+                int rc = ZmqNative.zmq_poll_unix(items, 1, (IntPtr)left);
+                if (rc > 0) break;
+                if (rc == 0) return null;
+                if (ZmqNative.zmq_errno() != ZmqNative.EINTR) throw ZmqNative.LastError("zmq_poll");
+            }
             var frames = new List<byte[]>();
             IntPtr msg = Marshal.AllocHGlobal(ZmqNative.ZmqMsgSize);
             try
@@ -56,7 +68,9 @@ namespace Igi.Tests
                 while (more)
                 {
                     ZmqNative.zmq_msg_init(msg);
-                    if (ZmqNative.zmq_msg_recv(msg, _socket, 0) < 0) throw ZmqNative.LastError("zmq_msg_recv");
+                    int got;
+                    while ((got = ZmqNative.zmq_msg_recv(msg, _socket, 0)) < 0 && ZmqNative.zmq_errno() == ZmqNative.EINTR) { }
+                    if (got < 0) throw ZmqNative.LastError("zmq_msg_recv");
                     var data = new byte[(int)(ulong)ZmqNative.zmq_msg_size(msg)];
                     if (data.Length > 0) Marshal.Copy(ZmqNative.zmq_msg_data(msg), data, 0, data.Length);
                     frames.Add(data);
@@ -75,7 +89,10 @@ namespace Igi.Tests
             for (int i = 0; i < all.Count; i++)
             {
                 int flags = i < all.Count - 1 ? ZmqNative.ZMQ_SNDMORE : 0;
-                if (ZmqNative.zmq_send(_socket, all[i], (UIntPtr)all[i].Length, flags) < 0) throw ZmqNative.LastError("zmq_send");
+                int sent;
+                while ((sent = ZmqNative.zmq_send(_socket, all[i], (UIntPtr)all[i].Length, flags)) < 0
+                       && ZmqNative.zmq_errno() == ZmqNative.EINTR) { }
+                if (sent < 0) throw ZmqNative.LastError("zmq_send");
             }
         }
 

@@ -153,8 +153,7 @@ class BudgetControl:
                 and self._core.clock() - op.since_s > REPLACE_STOP_GRACE_S:
             op.killed = True
             self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
-            stop_now = getattr(self._core.worker, "stop_now", None)
-            stop_now() if stop_now is not None else self._core.worker.stop(timeout_s=0.0)
+            self._core.worker.stop_now()
         if self._planning is not None and self._planning.result.done.is_set():
             self._planned()
         if self.state.pending_mib is None:
@@ -385,8 +384,7 @@ class BudgetControl:
                        by_budget_mib=op.outcome.budget_mib, phase=current.replace, worker_replaced=True)
         if current.replace == "starting":  # it loads a placement nobody wants any more: end it now
             op.killed = True
-            stop_now = getattr(self._core.worker, "stop_now", None)
-            stop_now() if stop_now is not None else self._core.worker.begin_stop()
+            self._core.worker.stop_now()
         return True
 
     def _keep_state_with_running_placement(self) -> None:

@@ -100,6 +100,9 @@ class GpuSimWorker(SimWorker):
     def begin_stop(self) -> None:  # like the real worker: it exits after its step; what it wrote is still read
         self.ready, self.stopping, self._queue, self._alive = False, True, [], False
 
+    def stop_now(self) -> None:  # SIGKILL: gone at once, what it wrote is still read (as begin_stop here)
+        self.begin_stop()
+
     def vram_mib(self, pid: int | None) -> float | None:
         """NVML's reading for ``pid``: only the current process holds device memory."""
         if pid is None or pid != self.pid or not self._alive:

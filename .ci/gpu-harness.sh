@@ -27,13 +27,17 @@
 #   docs/governor.md "The tail"; with ROUND_ROBIN=1 MODES="gpu gpu-notail" alternates them run by run, an A/B).
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
-# Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far).
+# Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far); at the end of each call
+# .ci/gpu_harness_summary.py prints the verdict per mode over every run so far (also in all.tgz: summary.txt).
 T0=$(date +%s); LIMIT=${LIMIT:-570}; MODES=${MODES:-cpu2 gpu}; CPU2_RUNS=${CPU2_RUNS:-5}; RUN_S=${RUN_S:-115}
 if [ "$LIMIT" -gt 580 ]; then echo "LIMIT=$LIMIT: over the call's 600 s, the results would not come back (max 580)"; exit 2; fi
 REAL_OUT=$OUT; export OUT=/tmp/igi-out; rm -rf $OUT; mkdir -p $OUT/r; R=$OUT/r
 S=/tmp/igi-state; mkdir -p $S/runs
 el() { echo $(( $(date +%s) - T0 )); }
-finish() { tar czf $REAL_OUT/all.tgz -C $OUT . 2>/dev/null; tar czf $REAL_OUT/state.tgz -C /tmp igi-state 2>/dev/null; }
+finish() {
+  if ls -d $S/runs/*-run* >/dev/null 2>&1; then python3 .ci/gpu_harness_summary.py $S/runs 2>&1 | tee $OUT/summary.txt; fi
+  tar czf $REAL_OUT/all.tgz -C $OUT . 2>/dev/null; tar czf $REAL_OUT/state.tgz -C /tmp igi-state 2>/dev/null
+}
 trap finish EXIT
 if [ ! -f /tmp/site/.igi-ready ]; then
   echo "cold machine: building"

@@ -157,8 +157,8 @@ class GovernorParams(BaseModel):
         0.5, gt=0.0, lt=1.0,
         description="a shrink while the tail is over (slow samples at or above tail_max_share) proposes min(budget, "
                     "VRAM the placement uses) x this factor instead: pacing at its floor did not remove the "
-                    "contention, so half the GPU work moves off it (the default model on the H200, ~800 MiB: "
-                    "one step to below the CUDA context's reserve, i.e. CPU-only), unitless",
+                    "contention, so half the GPU work moves off it (the default model on the H200: its 1159 MiB plan "
+                    "-> 576 MiB, below the 618 MiB CUDA-context reserve, i.e. CPU-only in one step), unitless",
     )
     budget_floor_mib: int = Field(0, ge=0, description="never propose a budget below this, MiB")
     budget_granularity_mib: int = Field(

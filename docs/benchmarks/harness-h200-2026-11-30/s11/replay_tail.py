@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
 from igi_sdk.policy.governor import FrameSample, Governor  # noqa: E402
 
-GPU_MIB = 806.0  # the default model's full_gpu placement on the H200 (grow_measured_vram_mib, gpu_reclaim.json)
+GPU_MIB = 1159.11  # what the daemon passes: the full_gpu plan's gpu_mib on the H200 (plan_gpu_mib in the reports)
 EVERY = 6
 TARGET_MS = 1000.0 / 60.0
 RELOAD_S = 4.0

@@ -106,32 +106,25 @@ class GenerationStream:
         except asyncio.CancelledError:
             raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
         except asyncio.TimeoutError:
-            self._end(abandon=True)
-            self._error = ClientTimeoutError(f"no token event or reply within {self._timeout_s} s")
-            raise self._error from None
+            raise self._fail(ClientTimeoutError(f"no token event or reply within {self._timeout_s} s"), abandon=True) from None
         except BaseException as exc:
-            self._end()
-            self._error = exc
+            self._fail(exc)
             raise
         self._deadline_s = None
         if isinstance(item, BaseException):
-            self._end()
-            self._error = item
-            raise item
+            raise self._fail(item)
         _header, message = item
         if isinstance(message, TokenEvent):
             self._tokens.append(message.token_id)
             return message
-        self._end()
         if isinstance(message, ErrorReply):
-            self._error = error_from_reply(message)
-            raise self._error
+            raise self._fail(error_from_reply(message))
         assert isinstance(message, GenerateReply)
         if message.finish_reason == "error":
             error = EngineFailureError(f"generation failed after {len(self._tokens)} tokens", code=ErrorCode.ENGINE_FAILURE, retryable=True)
             error.partial_text = message.text
-            self._error = error
-            raise error
+            raise self._fail(error)
+        self._end()
         self._result = GenerationResult(
             message.finish_reason, message.text, message.usage, message.ttft_s, message.tps, message.reloads_during, tuple(self._tokens)
         )
@@ -149,6 +142,12 @@ class GenerationStream:
         if not self._queue.empty():
             return self._queue.get_nowait()  # wait_for with no time left would not even look
         return await asyncio.wait_for(self._queue.get(), max(0.0, deadline_s - time.monotonic()))
+
+    def _fail(self, error: BaseException, *, abandon: bool = False) -> BaseException:
+        """End the stream with ``error`` (what ``result()`` raises again); returns it, for the caller to raise."""
+        self._end(abandon=abandon)
+        self._error = error
+        return error
 
     def _end(self, *, abandon: bool = False) -> None:
         self._ended = True

@@ -326,8 +326,7 @@ class BudgetControl:
 
     def _needs_new_worker(self, outcome: PlanOutcome) -> bool:
         """Whether the running worker must be replaced to run ``outcome`` (GPU <-> CPU-only on a GPU machine)."""
-        check = getattr(self._core.worker, "needs_new_process", None)
-        return bool(check is not None and check(outcome.placement.model_dump()))
+        return self._core.worker.needs_new_process(outcome.placement.model_dump())
 
     def _gpu_replacement_pending(self) -> bool:
         """A worker replacement towards a GPU placement whose new worker has not served yet."""
@@ -352,9 +351,8 @@ class BudgetControl:
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
         worker.placement = op.outcome.placement.model_dump()
         worker.start()
-        core.log(logging.INFO, "worker_replaced", pid=getattr(worker, "pid", None), released_s=released_s,
-                 gpu_hidden=getattr(worker, "gpu_hidden", None), carried_jobs=sum(j.resumed and not j.forwarded
-                                                                                  for j in core.jobs.values()))
+        core.log(logging.INFO, "worker_replaced", pid=worker.pid, released_s=released_s, gpu_hidden=worker.gpu_hidden,
+                 carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()))
         if placement_uses_gpu(op.outcome.placement):
             op.replace = "starting"
             return
@@ -415,7 +413,7 @@ class BudgetControl:
 
     def _worker_vram_mib(self) -> float | None:
         """NVML's reading of the worker process's VRAM (None without a GPU or a worker)."""
-        return measure_vram_mib(getattr(self._core.worker, "pid", None))
+        return measure_vram_mib(self._core.worker.pid)
 
     def _used_mib(self) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""

@@ -37,6 +37,8 @@ class WorkerPort(Protocol):
     ready: bool
     restarts: int
     placement: dict[str, Any]
+    pid: int | None  # the process serving now (None before a start)
+    gpu_hidden: bool  # the process was started with CUDA hidden
 
     def send(self, command: dict[str, Any]) -> None: ...
     def read_events(self) -> list[dict[str, Any]]: ...
@@ -48,6 +50,7 @@ class WorkerPort(Protocol):
     def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None: ...
     def begin_stop(self) -> None: ...
     def stop_now(self) -> None: ...
+    def needs_new_process(self, placement: dict[str, Any]) -> bool: ...
     def exited(self) -> bool: ...
 
     @property
@@ -142,7 +145,7 @@ class DaemonCore:
         self.waiting_exports: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.worker_failures_in_row = 0
         self.fatal_error: RequestError | None = None
-        self.governor: Any = _make_governor(settings.budget.vram_budget_mib, settings.governor)
+        self.governor: Governor | None = _make_governor(settings.budget.vram_budget_mib, settings.governor)
         self.sleep_ms_between_tokens = 0.0
         #: True while a model switch drains or loads: new generations wait in the daemon, unforwarded.
         self.hold_jobs = False
@@ -225,16 +228,15 @@ class DaemonCore:
         for job in list(self.jobs.values()):
             if not job.forwarded:
                 continue
+            job.forwarded = False
+            job.reloads_carried += job.reloads_in_worker + 1
+            job.reloads_in_worker = 0
             if job.cancel_requested:  # the old worker may never have read the cancel (killed after the grace)
-                job.forwarded = False
-                job.reloads_carried += job.reloads_in_worker + 1
                 ended.append((job, "cancelled"))
                 continue
             base = job.request_command or job.command
             job.request_command = base
-            job.forwarded, job.resumed = False, True
-            job.reloads_carried += job.reloads_in_worker + 1
-            job.reloads_in_worker = 0
+            job.resumed = True
             job.index_offset = job.n_tokens_sent
             left = int(base["max_tokens"]) - job.n_tokens_sent
             if left <= 0:

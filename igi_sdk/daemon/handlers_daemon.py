@@ -80,7 +80,7 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
         model=core.model_info,
         vram_budget_mib=budget.state.applied_mib,
         plan=budget.current.plan if core.model_info is not None else None,
-        vram_used_mib=measure_vram_mib(getattr(core.worker, "pid", None)),
+        vram_used_mib=measure_vram_mib(core.worker.pid),
         n_sessions=len(core.sessions),
         queue_depth=core.queue_depth(),
         counters=counters,

@@ -74,7 +74,7 @@ class BatchWorkerScheduler:
 
     def submit(self, job: Any) -> None:
         """Queue a daemon job (``failed`` with ``too_large`` / ``invalid_request`` if it cannot run)."""
-        continued = list(getattr(job, "continue_tokens", None) or ())
+        continued = list(job.continue_tokens or ())
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
             prompt = self._render_fitting(list(job.messages), continued)

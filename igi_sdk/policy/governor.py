@@ -136,6 +136,10 @@ class GovernorState(BaseModel):
     tail_weight: float = Field(0.0, ge=0.0, description="decayed count of the stretch's samples")
     tail_slow_weight: float = Field(0.0, ge=0.0, description="decayed count of its slow samples (over tail_ratio)")
 
+    def released_at(self, now_s: float) -> bool:
+        """Whether the throttle is released as ineffective at ``now_s`` (the allowance is 1, counted as exhausted)."""
+        return self.released_until_s is not None and now_s < self.released_until_s
+
     def tail_share(self) -> float:
         """Share of slow samples in the current tail stretch (exponentially weighted; 0 without one)."""
         return self.tail_slow_weight / self.tail_weight if self.tail_weight > 0.0 else 0.0
@@ -274,8 +278,7 @@ def _relax_step(state: GovernorState, now_s: float, params: GovernorParams) -> f
 
 
 def _propose_budget(
-    state: GovernorState, sample: FrameSample, params: GovernorParams, *, over: bool, headroom: bool,
-    tail_over: bool = False,
+    state: GovernorState, sample: FrameSample, params: GovernorParams, *, over: bool, headroom: bool, tail_over: bool,
 ) -> tuple[BudgetAction, int | None, str]:
     """Stage 2: a budget proposal, or ``("none", None, "")``.
 
@@ -311,10 +314,8 @@ def _propose_budget(
         if shrink_to < budget:
             return "shrink", shrink_to, why
     cap = ceiling if ceiling is not None else budget
-    # a released throttle has A = 1 but counts as exhausted: no grow while the release holds
-    released = state.released_until_s is not None and now < state.released_until_s
-    grow_ready = (
-        headroom and state.allowance >= 1.0 and not released and budget < cap
+    grow_ready = (  # a released throttle has A = 1 but counts as exhausted: no grow while the release holds
+        headroom and state.allowance >= 1.0 and not state.released_at(now) and budget < cap
         and _since(now, state.headroom_since_s) >= params.budget_grow_after_s
         and since_change >= params.budget_grow_interval_s
     )
@@ -387,7 +388,7 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         if start_p95 is not None and (start_p95_s is None or now - start_p95_s >= params.release_reference_max_age_s):
             start_p95 = start_p95_s = None  # the unthrottled reference is too old to judge the throttle by
             upd.update(throttle_start_p95_ms=None, throttle_start_p95_s=None)
-        released = state.released_until_s is not None and now < state.released_until_s
+        released = state.released_at(now)
         if state.released_until_s is not None and not released:  # the release is over: probe afresh
             start_p95 = start_p95_s = None
             upd.update(released_until_s=None, throttle_start_p95_ms=None, throttle_start_p95_s=None)

@@ -120,7 +120,7 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
     try:
         worker = BatchWorkerScheduler(fresh, _engine_of(fresh), fresh_events.append, max_prompt_tokens=400)
         turn2 = SimpleNamespace(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, priority=0,
-                                kv_state=state, kv_tokens=tokens,
+                                kv_state=state, kv_tokens=tokens, continue_tokens=None,
                                 messages=[("system", JOBS[0][1]), ("user", JOBS[0][2]),
                                           ("assistant", reference["job-guard"]), ("user", "Open the gate.")])
         worker.submit(turn2)

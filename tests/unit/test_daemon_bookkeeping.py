@@ -59,6 +59,10 @@ class SimWorker:
     """
 
     pid = None
+    gpu_hidden = False
+
+    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+        return False
 
     def __init__(self) -> None:
         self.ready = False

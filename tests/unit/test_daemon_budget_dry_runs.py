@@ -35,6 +35,10 @@ class FakeWorker:
     ready = True
     restarts = 0
     pid = 4242
+    gpu_hidden = False
+
+    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+        return False
 
     def __init__(self) -> None:
         self.placement: dict[str, Any] = Placement().model_dump()

@@ -14,12 +14,12 @@ import pytest
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.supervisor import WorkerSupervisor
 from igi_sdk.engine.batch_worker import BatchWorkerScheduler
-from igi_sdk.ipc.messages import BudgetAck, CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
+from igi_sdk.ipc.messages import CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
     ShutdownRequest
 
 from test_daemon_bookkeeping import _check_exactly_one_terminal_reply
-from test_daemon_worker_replacement import CPU_PLACEMENT, _answers, _daemon, _nvml, _reclaim, _session, _steps, _text, \
-    _worker
+from test_daemon_worker_replacement import CPU_PLACEMENT, _answers, _daemon, _gpu_loads_again, _nvml, _reclaim, _session, \
+    _steps, _text, _worker
 
 __all__ = ["_nvml"]  # the autouse NVML fixture of the replacement tests applies here too
 
@@ -145,11 +145,7 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
     assert len(_answers(daemon, grow)) == 1
     assert daemon.core.model_info is not None, "given up: every generation now gets no_model"
     assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
-    worker.fail_gpu_loads = False
-    again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    _steps(daemon, 3)
-    [ack] = _answers(daemon, again)
-    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+    _gpu_loads_again(daemon, worker)
     _check_exactly_one_terminal_reply(daemon)
 
 

@@ -31,6 +31,10 @@ class RecordingWorker:
     ready = True
     restarts = 0
     pid = None
+    gpu_hidden = False
+
+    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+        return False
 
     def __init__(self) -> None:
         self.placement: dict[str, Any] = Placement().model_dump()

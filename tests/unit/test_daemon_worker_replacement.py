@@ -143,6 +143,15 @@ class GpuSimWorker(SimWorker):
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------
+def _gpu_loads_again(daemon: Daemon, worker: GpuSimWorker) -> None:
+    """After failed GPU loads: once loads work again, a budget for the GPU is applied (the model was not given up)."""
+    worker.fail_gpu_loads = False
+    again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, again)
+    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+
+
 _LIVE: list[GpuSimWorker] = []  # the simulated workers of this test; NVML reads the latest one's processes
 
 
@@ -431,11 +440,7 @@ def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placemen
     _steps(daemon, 8)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.text == _text(6) and final.finish_reason == "length"
-    worker.fail_gpu_loads = False
-    again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    _steps(daemon, 3)
-    [ack] = _answers(daemon, again)
-    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+    _gpu_loads_again(daemon, worker)
     _check_exactly_one_terminal_reply(daemon)
 
 

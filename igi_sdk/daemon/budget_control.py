@@ -14,11 +14,12 @@ start, the change goes in two reloads: first to the CPU-only placement (VRAM fre
 a reload; sessions kept, generation goes on on the CPU), then, planned with the VRAM that freed, to the final
 placement; the ack follows the second.
 
-A plan whose dry runs are all in the disk cache (a budget seen before) takes milliseconds and is made in the
-I/O loop. One that needs new dry runs (seconds) is made in a background thread, one at a time; the loop goes on
-answering heartbeats, cancels and reclaims, ``tick`` applies the plan when it is done, and a decision arriving
-meanwhile supersedes it (its waiters move along), as a newer target supersedes a queued reload. A reclaim does
-not wait for any plan: it reloads to CPU-only at once and is answered when that reload has released the memory.
+A budget planned before comes from the planner's memory, and a plan whose dry runs are all in the disk cache takes
+tens of milliseconds: both are made in the I/O loop. One that needs new dry runs (seconds) is made in a background
+thread, one at a time; the loop goes on answering heartbeats, cancels and reclaims, ``tick`` applies the plan when
+it is done, and a decision arriving meanwhile supersedes it (its waiters move along), as a newer target supersedes
+a queued reload. A reclaim does not wait for any plan: it reloads to CPU-only at once and is answered when that
+reload has released the memory.
 
 **Worker replacement.** On a GPU machine a reload between a GPU placement and a CPU-only one does not happen in place:
 a llama.cpp process keeps its CUDA context (586 MiB on the H200) until it exits, so a budget of 0 was never met that
@@ -422,10 +423,10 @@ class BudgetControl:
 
     def _begin(self, target_mib: int, reclaiming: bool, waiters: list[_Waiter], used_mib: float | None = None,
                limit_mib: int | None = None) -> None:
-        """Plan for ``target_mib`` and apply it. A plan whose dry runs are all cached is made here (milliseconds);
-        one that needs new dry runs is made in a background thread with the children that fit under
-        ``limit_mib`` beside ``used_mib`` (``tick`` applies it), or, when none fits (or for a reclaim), after an
-        interim CPU-only reload that frees the VRAM."""
+        """Plan for ``target_mib`` and apply it. A plan whose dry runs are all cached is made here (tens of
+        milliseconds; none for a budget planned before); one that needs new dry runs is made in a background thread
+        with the children that fit under ``limit_mib`` beside ``used_mib`` (``tick`` applies it), or, when none fits
+        (or for a reclaim), after an interim CPU-only reload that frees the VRAM."""
         child_mib = self._planner.dry_run_child_mib()
         try:
             outcome = self._planner.plan(target_mib, dry_run_slots=0 if child_mib > 0 else None)

@@ -28,6 +28,7 @@ from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import placement_uses_gpu
 from igi_sdk.daemon.vram import gpu_present
+from igi_sdk.daemon.worker_priority import lower_priority
 
 _log = get_logger("supervisor")
 
@@ -152,6 +153,8 @@ class WorkerSupervisor:
         config = {**self._config, "placement": self.placement, "hide_gpu": hide_gpu}
         process = self._ctx.Process(target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True)
         process.start()
+        if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
+            lower_priority(self._config.get("nice", 0), process.pid)
         child_conn.close()
         self._stopping = False
         self._process, self._conn = process, parent_conn

@@ -31,23 +31,7 @@ from typing import Any
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker_loop import Job, Scheduler
-
-
-def _lower_priority(nice: int) -> None:
-    """Run below the game's threads so the LLM only gets the CPU time the game leaves idle.
-
-    ``nice`` 19 on Linux also selects ``SCHED_IDLE``: any runnable game thread preempts the worker at once,
-    which plain niceness does not guarantee (CFS still gives a nice-19 task a small share and can delay a
-    waking render thread by a scheduler tick).
-    """
-    if nice <= 0:
-        return
-    os.nice(nice)
-    if nice >= 19 and hasattr(os, "SCHED_IDLE"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except OSError:  # not permitted in this container: niceness alone still applies
-            pass
+from igi_sdk.daemon.worker_priority import lower_priority
 
 
 def hide_gpu_now() -> None:
@@ -69,7 +53,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     if hide_gpu:
         hide_gpu_now()  # first: before anything can import llama.cpp
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
-    _lower_priority(config.get("nice", 0))
+    lower_priority(config.get("nice", 0))  # the daemon did so at the spawn already (worker_priority)
     log = get_logger("worker")
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")

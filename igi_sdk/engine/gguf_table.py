@@ -1,5 +1,9 @@
 """Engine layer: read a GGUF's tensor table and planner metadata through ggml's gguf C API (milliseconds).
 
+A table read is kept in memory for the file it came from (same path, inode, size and modification time): planning
+one budget reads it for every placement it sizes (28 times for the default model, 8-11 ms each on the 2-core
+VM), and a daemon plans again whenever the game's budget changes. A changed file is read afresh.
+
 This is also the gate every model file passes *before* llama.cpp sees it: missing file, wrong magic,
 unparsable header, tensor data outside the file (truncated download) or an architecture the engine does not
 run each raise a typed ``ModelError`` here instead of crashing or confusing llama.cpp later.
@@ -9,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from igi_sdk.engine import _ggml
@@ -40,6 +46,12 @@ SUPPORTED_ARCHITECTURES = frozenset({
     "lfm2moe", "smallthinker", "seed_oss", "grovemoe", "apertus", "minimax-m2", "mistral3", "mistral4",
     "mimo2", "step35", "maincoder", "nanbeige", "mellum",
 })
+
+
+_TABLE_CACHE_MAX = 8
+"""Tables kept in memory (least recently used dropped first): a daemon serves one model, a benchmark a few."""
+_table_cache: OrderedDict[tuple[str, int, int, int, int], ModelTable] = OrderedDict()
+_table_lock = threading.Lock()  # the planner sizes placements from a thread pool
 
 
 class _Gguf:
@@ -173,7 +185,22 @@ def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
         ModelUnsupportedError: an architecture this engine does not run.
     """
     p = check_gguf_file(path)
-    file_bytes = p.stat().st_size
+    st = p.stat()
+    key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _table_lock:
+        table = _table_cache.get(key)
+        if table is not None:
+            _table_cache.move_to_end(key)
+            return table
+    table = _read_table(p, st.st_size)
+    with _table_lock:
+        _table_cache[key] = table
+        while len(_table_cache) > _TABLE_CACHE_MAX:
+            _table_cache.popitem(last=False)
+    return table
+
+
+def _read_table(p: Path, file_bytes: int) -> ModelTable:
     g = _Gguf(p)
     try:
         arch = g.get_str("general.architecture")

@@ -1,0 +1,61 @@
+"""The engine worker runs below the game (``worker_priority.lower_priority``): niceness 19 and ``SCHED_IDLE``, set by
+the daemon as soon as it has spawned the worker, before the worker's Python start-up and imports (0.15 s of CPU on the
+2-core VM) run at the game's priority. Real processes (Linux)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import Placement
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+
+def test_lower_priority_only_lowers() -> None:
+    child = _sleeper()
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        lower_priority(0, child.pid)  # 0: left alone
+        assert os.sched_getscheduler(child.pid) != os.SCHED_IDLE
+        lower_priority(10, child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == max(10, os.getpriority(os.PRIO_PROCESS, 0))
+        assert os.sched_getscheduler(child.pid) != os.SCHED_IDLE  # only 19 selects it
+        lower_priority(19, child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+        lower_priority(5, child.pid)  # never raises the priority again
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+    finally:
+        child.kill()
+        child.wait()
+    lower_priority(19, child.pid)  # a process already gone: nothing raised
+
+
+def test_a_spawned_worker_is_below_the_game_before_its_own_code_runs() -> None:
+    """Read right after ``start`` returns, while the child is still starting Python (its own ``lower_priority`` in
+    ``worker_main`` comes 0.15 s of CPU later): already niceness 19 and ``SCHED_IDLE``."""
+    settings = DaemonSettings(engine=EngineSettings(n_ctx=256, n_threads=1, n_seq_max=1, worker_nice=19))
+    placement = Placement(n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False)
+    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement.model_dump(), gpu=False)
+    worker.start()
+    try:
+        pid = worker.pid
+        assert pid is not None
+        t0 = time.monotonic()
+        nice, policy = os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid)
+        assert (nice, policy) == (19, os.SCHED_IDLE), f"read {time.monotonic() - t0:.3f} s after start"
+    finally:
+        worker.stop(timeout_s=5.0)

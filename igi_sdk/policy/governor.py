@@ -28,6 +28,11 @@ Two stages, in this order:
    Proposals are made from the budget in force (the game's last explicit budget, or the proposal it accepted),
    never from an earlier proposal the game has not accepted, so an ignored proposal never compounds.
 
+**The tail** (placements that use the GPU only): the share of samples slower than ``tail_ratio x target`` among
+the samples with a generation running (an EWMA, ``tail_tau_s``) at ``tail_max_share`` or more counts as over the band
+even when the p95 is inside it: tighten, no headroom, and at the floor a shrink by ``budget_tail_shrink_factor``;
+pauses between replies do not end the time at the floor while the share stays over (``_tail_between_replies``).
+
 A sample more than ``max_sample_gap_s`` after the previous one starts the headroom and over-at-floor stretches
 afresh (a silence is no evidence), and frame and target times are clamped to ``max_frame_time_ms``.
 
@@ -256,6 +261,23 @@ def _tail_over(state: GovernorState, sample: FrameSample, params: GovernorParams
             and state.tail_share() >= params.tail_max_share)
 
 
+def _tail_between_replies(state: GovernorState, sample: FrameSample, params: GovernorParams) -> bool:
+    """A sample between two replies with the tail's share (frozen meanwhile) still over the line: it does not end the
+    time over the band at the throttle floor.
+
+    Otherwise a tail made of short bursts never reaches ``budget_shrink_after_s`` at the floor: on the H200 (twelfth
+    session, ``gpu-run3``) the throttle was released as ineffective, the NPCs' replies then took 0.3-1 s each with
+    20-50 % of the samples slow, and every pause between replies restarted the stretch, so no shrink came (p99
+    +47.5 % of target). Such a sample neither tightens nor blocks headroom (the tail acts only with a generation
+    running); it keeps the evidence gathered. The next reply's first sample ends the stretch unless the tail is over
+    then too, which after a pause longer than ``max_sample_gap_s`` it is not (its stretch starts afresh).
+    """
+    on_gpu = sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
+    last, since = state.tail_last_s, state.tail_since_s
+    return (not sample.generating and on_gpu and last is not None and since is not None
+            and last - since >= params.tail_tau_s and state.tail_share() >= params.tail_max_share)
+
+
 def _since(now_s: float, then_s: float | None) -> float:
     return math.inf if then_s is None else now_s - then_s
 
@@ -429,6 +451,9 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         # the throttle (release) and for a smaller budget (shrink); a sample without generation ends the stretch
         at_floor_over = counts and (allowance <= 0.0 or released)
         floor_since = (floor_base if floor_base is not None else now) if at_floor_over else None
+        if floor_since is None and floor_base is not None and (allowance <= 0.0 or released) \
+                and _tail_between_replies(with_tail, sample, params):
+            floor_since = floor_base  # the tail's stretch goes on between short replies (see the function)
         upd["over_at_floor_since_s"] = floor_since
         holdoff_end = -math.inf if state.budget_set_s is None \
             else state.budget_set_s + params.release_holdoff_after_budget_s

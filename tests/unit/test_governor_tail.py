@@ -114,3 +114,46 @@ def test_a_gap_ends_the_stretch() -> None:
     assert (later.tail_since_s, later.tail_weight) == (None, 0.0)
     later, _ = run(one_in_ten_slow, 0.1, state=later, t0_s=t0 + 0.1)  # and the next one opens a new one
     assert later.tail_since_s == t0 + 0.1
+
+
+def replies_with_pauses(i: int) -> bool:
+    """Replies of 0.5 s with 0.7 s pauses, as a released (unthrottled) daemon served the H200 scene."""
+    return i % 12 < 5
+
+
+def test_a_tail_of_short_replies_reaches_a_shrink_with_the_throttle_released() -> None:
+    """H200, twelfth session, `gpu-run3`: the throttle was released as ineffective, the replies then took 0.3-1 s
+    each with 20-50 % of the samples slow, and every pause between replies ended the time over the band at the
+    floor, so no shrink ever came (p99 +47.5 %). The pauses (shorter than `max_sample_gap_s`, the share frozen over
+    the line) no longer end it: the shrink comes. The same replies with a CPU placement still propose nothing."""
+    def frames(i: int) -> float:
+        return 24.0 if replies_with_pauses(i) and i % 3 == 0 else 10.0
+
+    released = GovernorParams(release_after_s=0.0, release_holdoff_after_budget_s=0.0)
+    _, ds = run(frames, 30.0, released, generating=replies_with_pauses)
+    assert any(d.throttle_action == "release" for _, d in ds)
+    shrinks = proposals(ds)
+    assert shrinks and shrinks[0][1] == 384 and shrinks[0][0] < 15.0
+    _, at_floor = run(frames, 30.0, GovernorParams(release_after_s=1e9), generating=replies_with_pauses)
+    assert proposals(at_floor) and proposals(at_floor)[0][0] < 15.0  # the same at the floor, without a release
+    _, on_cpu = run(frames, 30.0, released, gpu_mib=0.0, generating=replies_with_pauses)
+    assert proposals(on_cpu) == []
+
+
+def test_a_pause_longer_than_a_gap_still_ends_the_time_at_the_floor() -> None:
+    """The time at the floor kept between replies ends with the next reply unless its tail is over: after a silence
+    longer than `max_sample_gap_s` (3 s) the tail's stretch starts afresh (the audit's rule), so the tail needs
+    `tail_tau_s` again and then the time at the floor `budget_shrink_after_s` again: no shrink comes from a floor
+    reached before the silence."""
+    def talking(i: int) -> bool:
+        return i < 60 or i >= 105  # 6 s of talk, 4.5 s of silence, then talk again
+
+    def frames(i: int) -> float:
+        return one_in_ten_slow(i) if talking(i) else 10.0
+
+    params = GovernorParams(release_after_s=1e9)
+    state, ds = run(frames, 6.0, params, generating=talking)
+    assert state.allowance == 0.0 and state.over_at_floor_since_s is not None and proposals(ds) == []
+    _, ds = run(frames, 25.0, params, generating=talking)
+    shrinks = proposals(ds)
+    assert shrinks and shrinks[0][0] >= 10.5 + P.tail_tau_s + P.budget_shrink_after_s - 1e-9

@@ -467,8 +467,10 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
                 f"p95 {p95_ms:.1f} ms at the throttle floor vs {start_p95:.1f} ms when throttling began: "
                 f"pacing does not help, released for {params.release_hold_s:g} s")
         upd["allowance"] = allowance
+        # a frame-driven shrink only on a sample that counts against the daemon: the time at the floor may have been
+        # kept across a pause between replies (the tail), and the pause's own slow frames are not the daemon's
         budget_action, proposed, why = _propose_budget(state.model_copy(update=upd), sample, params,
-                                                       over=over, headroom=headroom, tail_over=over_tail)
+                                                       over=counts, headroom=headroom, tail_over=over_tail)
         if proposed is not None:
             upd.update(proposed_mib=proposed, last_budget_change_s=now,
                        over_at_floor_since_s=now if at_floor_over else None, **_NO_TAIL)

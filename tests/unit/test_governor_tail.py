@@ -157,3 +157,16 @@ def test_a_pause_longer_than_a_gap_still_ends_the_time_at_the_floor() -> None:
     _, ds = run(frames, 25.0, params, generating=talking)
     shrinks = proposals(ds)
     assert shrinks and shrinks[0][0] >= 10.5 + P.tail_tau_s + P.budget_shrink_after_s - 1e-9
+
+
+def test_between_replies_the_kept_time_proposes_nothing_until_a_reply_counts() -> None:
+    """The time at the floor kept between replies is evidence, not a verdict: a pause whose own frames are slow (the
+    game's level load, no generation running) proposes no shrink; the next reply's first sample does."""
+    def talking(i: int) -> bool:
+        return i < 40 or i >= 68  # the pause: 4-6.8 s, shorter than max_sample_gap_s
+
+    def frames(i: int) -> float:
+        return 40.0 if 45 <= i < 68 else one_in_ten_slow(i)  # the game's own slow frames in the pause
+
+    _, ds = run(frames, 12.0, GovernorParams(release_after_s=1e9), generating=talking)
+    assert proposals(ds)[:1] == [(6.8, 384)]  # the tail's shrink, on the first sample of the next reply

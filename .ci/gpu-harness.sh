@@ -20,7 +20,7 @@
 # .git/info/exclude`): `xz -9e -T2 -k -c ~/.cache/igi-sdk/SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/m.xz` (90 MB, 1.5 min);
 # call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 40000000 /tmp/m.xz`), call 2 `.gpu-model/part-ab`
 # (`tail -c +40000001 /tmp/m.xz`) with a `.gpu` holding only env.sh and build_on_gpu.sh (the build is on the machine by
-# then). The tracked tree (12.7 MB at the eleventh session) + `.gpu` (10.4 MB) + part-aa must stay under the 64 MiB
+# then). The tracked tree (14.1 MB at the twelfth session) + `.gpu` (10.4 MB) + part-aa must stay under the 64 MiB
 # (67.1 MB) a call may carry: move the split point down as the tree grows (the parts are joined in name order).
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
 # Modes: cpu2, gpu (above) and gpu-notail (gpu with the governor's tail signal off: IGI_GOVERNOR__TAIL_RATIO=3.0,

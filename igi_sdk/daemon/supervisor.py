@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -114,16 +112,13 @@ class WorkerSupervisor:
         return self.gpu and self.hides_gpu_for(placement) != self.gpu_hidden
 
     def stop_now(self) -> None:
-        """End the worker at once (SIGKILL), without reaping it: the I/O loop reads what it wrote, then its death.
-        For a worker being replaced that did not exit on ``shutdown`` in time, or that loads a placement a newer
-        budget has already superseded."""
+        """End the worker at once (``Process.kill``: SIGKILL, TerminateProcess on Windows), without reaping it: the
+        I/O loop reads what it wrote, then its death. For a worker being replaced that did not exit on ``shutdown`` in
+        time, or that loads a placement a newer budget has already superseded."""
         self.begin_stop()
         process = self._process
-        if process is not None and process.exitcode is None and process.pid is not None:
-            try:
-                os.kill(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if process is not None and process.exitcode is None:
+            process.kill()  # a worker that exited meanwhile: nothing to do (multiprocessing ignores it)
 
     def begin_stop(self) -> None:
         """Ask the worker to exit without waiting (it finishes its current step first); see :meth:`exited`."""

@@ -269,12 +269,14 @@ def _tail_between_replies(state: GovernorState, sample: FrameSample, params: Gov
     session, ``gpu-run3``) the throttle was released as ineffective, the NPCs' replies then took 0.3-1 s each with
     20-50 % of the samples slow, and every pause between replies restarted the stretch, so no shrink came (p99
     +47.5 % of target). Such a sample neither tightens nor blocks headroom (the tail acts only with a generation
-    running); it keeps the evidence gathered. The next reply's first sample ends the stretch unless the tail is over
-    then too, which after a pause longer than ``max_sample_gap_s`` it is not (its stretch starts afresh).
+    running) and proposes no shrink; it keeps the evidence gathered, for at most ``max_sample_gap_s`` after the last
+    sample with a generation (a longer silence is no evidence, as for the tail's own stretch). A release is judged
+    only on time after the pause (``observe``).
     """
     on_gpu = sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
     last, since = state.tail_last_s, state.tail_since_s
     return (not sample.generating and on_gpu and last is not None and since is not None
+            and sample.now_s - last <= params.max_sample_gap_s  # a longer silence is no evidence (as _tail_update)
             and last - since >= params.tail_tau_s and state.tail_share() >= params.tail_max_share)
 
 
@@ -458,8 +460,12 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         holdoff_end = -math.inf if state.budget_set_s is None \
             else state.budget_set_s + params.release_holdoff_after_budget_s
         # the release judges the p95 against the p95 that started the throttling: a tail alone is not judged
+        # and on frames measured while generating: the time at the floor may have been kept across a pause between
+        # replies (the tail), whose own frames are not the daemon's, so it is counted from the pause's end
+        judged_from = max(now if floor_since is None else floor_since, holdoff_end,
+                          -math.inf if idle_s is None else idle_s)
         if at_floor_over and over_p95 and not released and floor_since is not None and start_p95 is not None \
-                and now - max(floor_since, holdoff_end) >= params.release_after_s \
+                and now - judged_from >= params.release_after_s \
                 and p95_ms > start_p95 * (1.0 - params.release_min_gain):
             allowance = 1.0
             upd["released_until_s"] = now + params.release_hold_s

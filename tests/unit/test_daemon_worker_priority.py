@@ -1,10 +1,11 @@
 """The engine worker runs below the game (``worker_priority.lower_priority``): niceness 19 and ``SCHED_IDLE``, set by
 the daemon as soon as it has spawned the worker, before the worker's Python start-up and imports (0.15 s of CPU on the
-2-core VM) run at the game's priority. Real processes (Linux)."""
+2-core VM) run at the game's priority; and ``stop_now`` ends a worker with ``Process.kill``. Real processes (Linux)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,5 +58,26 @@ def test_a_spawned_worker_is_below_the_game_before_its_own_code_runs() -> None:
         t0 = time.monotonic()
         nice, policy = os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid)
         assert (nice, policy) == (19, os.SCHED_IDLE), f"read {time.monotonic() - t0:.3f} s after start"
+    finally:
+        worker.stop(timeout_s=5.0)
+
+
+def test_stop_now_kills_a_loading_worker() -> None:
+    """``stop_now`` (a replacement's worker that did not exit in time, or one loading a superseded placement) ends a
+    real worker at once with ``Process.kill``; called again on the dead worker it does nothing."""
+    settings = DaemonSettings(engine=EngineSettings(n_ctx=256, n_threads=1, n_seq_max=1, worker_nice=0))
+    placement = Placement(n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False)
+    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement.model_dump(), gpu=False)
+    worker.start()
+    try:
+        worker.stop_now()
+        deadline = time.monotonic() + 10.0
+        while not worker.is_dead():
+            assert time.monotonic() < deadline, "the worker outlived stop_now"
+            worker.read_events()
+            time.sleep(0.02)
+        process = worker._process  # white box: a shutdown it also sends would end it too, but only after the load
+        assert process is not None and process.exitcode == -signal.SIGKILL
+        worker.stop_now()
     finally:
         worker.stop(timeout_s=5.0)

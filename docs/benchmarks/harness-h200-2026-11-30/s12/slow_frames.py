@@ -1,4 +1,5 @@
-"""Where the slow frames of the twelfth session's GPU A/B came from (run from this folder: python3 slow_frames.py).
+"""Where the slow frames of the twelfth session's GPU A/B came from: `python3 slow_frames.py` (this folder's reports),
+or `python3 slow_frames.py PATH...` for other harness reports (`report.json`, plain or gzipped; named by their folder).
 
 For every phase of the 14 runs (modes `gpu` and `gpu-notail` of `.ci/gpu-harness.sh`): the issue's verdict figure (p99
 over target, talk window without the level-load spike), tokens, and the frames over 115 % of target in the talk window
@@ -12,6 +13,7 @@ import glob
 import gzip
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -23,14 +25,18 @@ def p99_over(x: np.ndarray) -> float:
     return float("nan") if len(x) < 20 else (np.percentile(x, 99) / TARGET_MS - 1) * 100
 
 
-def main() -> None:
+def main(paths: list[str]) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
+    if not paths:
+        paths = sorted(glob.glob(os.path.join(here, "reports", "*.report.json.gz")),
+                       key=lambda p: (("notail" in p), int(p.split("run")[-1].split(".")[0])))
     print("mode       run gov   p99%  tokens | slow: early plan post all | p99% VRAM>0 (n) / VRAM=0 (n) | proposals")
-    for path in sorted(glob.glob(os.path.join(here, "reports", "*.report.json.gz")),
-                       key=lambda p: (("notail" in p), int(p.split("run")[-1].split(".")[0]))):
+    for path in paths:
         name = os.path.basename(path).split(".")[0]
-        mode, run = name.rsplit("-run", 1)
-        report = json.load(gzip.open(path))
+        if name == "report":  # .../MODE-runK/report.json
+            name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        mode, _, run = name.rpartition("-run")
+        report = json.load(gzip.open(path) if path.endswith(".gz") else open(path))
         for ph in sorted(report["phases"], key=lambda ph: not ph["governor"]):
             ft = ph["frame_timeline"]
             t, x = np.array(ft["t_s"]), np.array(ft["interval_ms"])
@@ -50,4 +56,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

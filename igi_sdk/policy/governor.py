@@ -253,12 +253,9 @@ def _tail_over(state: GovernorState, sample: FrameSample, params: GovernorParams
     game's, and moving work off the GPU (a smaller budget) removes the contention; a CPU-only daemon has nothing
     to move, and its slow frames (like those of a placement not known) are judged by the p95 alone.
     """
-    on_gpu = sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
-    since = state.tail_since_s
     # only with a generation running: the share is frozen between replies, and would otherwise keep an idle game
     # from ever having headroom (no relax, no grow) until a gap or a budget cleared it
-    return (sample.generating and on_gpu and since is not None and sample.now_s - since >= params.tail_tau_s
-            and state.tail_share() >= params.tail_max_share)
+    return sample.generating and _uses_gpu(sample) and _tail_share_over(state, params, sample.now_s)
 
 
 def _tail_between_replies(state: GovernorState, sample: FrameSample, params: GovernorParams) -> bool:
@@ -273,11 +270,21 @@ def _tail_between_replies(state: GovernorState, sample: FrameSample, params: Gov
     sample with a generation (a longer silence is no evidence, as for the tail's own stretch). A release is judged
     only on time after the pause (``observe``).
     """
-    on_gpu = sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
-    last, since = state.tail_last_s, state.tail_since_s
-    return (not sample.generating and on_gpu and last is not None and since is not None
+    last = state.tail_last_s
+    return (not sample.generating and _uses_gpu(sample) and last is not None
             and sample.now_s - last <= params.max_sample_gap_s  # a longer silence is no evidence (as _tail_update)
-            and last - since >= params.tail_tau_s and state.tail_share() >= params.tail_max_share)
+            and _tail_share_over(state, params, last))
+
+
+def _uses_gpu(sample: FrameSample) -> bool:
+    """Whether the placement in force is known to use VRAM (the only placements the tail judges)."""
+    return sample.daemon_gpu_mib is not None and sample.daemon_gpu_mib > 0.0
+
+
+def _tail_share_over(state: GovernorState, params: GovernorParams, at_s: float) -> bool:
+    """The tail's share is over the line, in a stretch at least ``tail_tau_s`` old at ``at_s``."""
+    since = state.tail_since_s
+    return since is not None and at_s - since >= params.tail_tau_s and state.tail_share() >= params.tail_max_share
 
 
 def _since(now_s: float, then_s: float | None) -> float:
@@ -451,9 +458,10 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
                 reason = f"p95 {p95_ms:.1f} ms has headroom; allowance {allowance:.2f} is just under the last over point"
         # only time over the band with the throttle exhausted *and a generation running* is evidence against
         # the throttle (release) and for a smaller budget (shrink); a sample without generation ends the stretch
-        at_floor_over = counts and (allowance <= 0.0 or released)
+        exhausted = allowance <= 0.0 or released
+        at_floor_over = counts and exhausted
         floor_since = (floor_base if floor_base is not None else now) if at_floor_over else None
-        if floor_since is None and floor_base is not None and (allowance <= 0.0 or released) \
+        if floor_since is None and floor_base is not None and exhausted \
                 and _tail_between_replies(with_tail, sample, params):
             floor_since = floor_base  # the tail's stretch goes on between short replies (see the function)
         upd["over_at_floor_since_s"] = floor_since
@@ -462,10 +470,9 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         # the release judges the p95 against the p95 that started the throttling: a tail alone is not judged
         # and on frames measured while generating: the time at the floor may have been kept across a pause between
         # replies (the tail), whose own frames are not the daemon's, so it is counted from the pause's end
-        judged_from = max(now if floor_since is None else floor_since, holdoff_end,
-                          -math.inf if idle_s is None else idle_s)
+        pause_end = -math.inf if idle_s is None else idle_s
         if at_floor_over and over_p95 and not released and floor_since is not None and start_p95 is not None \
-                and now - judged_from >= params.release_after_s \
+                and now - max(floor_since, holdoff_end, pause_end) >= params.release_after_s \
                 and p95_ms > start_p95 * (1.0 - params.release_min_gain):
             allowance = 1.0
             upd["released_until_s"] = now + params.release_hold_s

@@ -2,7 +2,8 @@
 # The two set-up commands of the README, each self-bootstrapping on a fresh machine:
 #   ./dev.sh demo [ARGS]   daemon + headless sample harness on the embedded default model
 #   ./dev.sh test [PYTEST ARGS]   the whole test suite (Python, C# plugin, C++ plugin)
-# Set-up is idempotent: a venv in .venv (llama-cpp-python 0.3.36 built from source, ~4 min on 2 cores),
+# Set-up is idempotent: a venv in .venv (llama-cpp-python 0.3.36 built from source with the project's llama.cpp
+# patches, ~4 min on 2 cores),
 # the default model in the user cache, and for `test` the Debian packages the plugins build with.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,17 +25,41 @@ ensure_apt() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+LCP_VERSION=0.3.36
+
+# llama-cpp-python built from its sdist with the project's llama.cpp patches (patches/llama.cpp, applied by
+# .ci/patch_llama_cpp.sh); rebuilt when the patch series changes. CMAKE_ARGS passes through (e.g. a CUDA build).
+ensure_llama_cpp() {
+  local stamp="$VENV/.igi-llama-cpp"
+  local want
+  want="$LCP_VERSION $(cat patches/llama.cpp/*.patch | sha256sum | cut -d' ' -f1)"
+  [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return 0
+  echo "[igi] building llama-cpp-python $LCP_VERSION with the project's llama.cpp patches (a few minutes)"
+  local tmp
+  tmp=$(mktemp -d)
+  "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    "llama-cpp-python==$LCP_VERSION" -d "$tmp"
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  local src
+  src=$(ls -d "$tmp"/llama_cpp_python-*/)
+  .ci/patch_llama_cpp.sh "$src"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$src"
+  rm -rf "$tmp"
+  echo "$want" > "$stamp"
+}
+
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     echo "[igi] creating $VENV"
     "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   fi
+  ensure_llama_cpp
   local stamp="$VENV/.igi-installed"
   local want
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "[igi] installing igi-sdk and its dependencies (first time builds llama-cpp-python: a few minutes)"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
     echo "$want" > "$stamp"
   fi

@@ -4,6 +4,8 @@ memory accounting.
 Methods of one (model, VRAM budget, context) group:
 
 * ``planner``        ``plan_placement`` with the bench's profile
+* ``planner_serial`` the planner's placement with the pipelined weight prefetch off (``prefetch_slots=0``:
+                     the same build's serial copies), when the planner's placement prefetches
 * ``planner_ref``    ``plan_placement`` with a second profile (``--extra-profile``), when its choice differs
 * ``nvigi_linear``   NVIGI's ``n_gpu_layers = floor(min(1, budget / model) * n_layer)`` (only if it fits)
 * ``max_ngl``        the largest ``n_gpu_layers`` that fits (llama.cpp users' "aggressive" setting)
@@ -38,7 +40,7 @@ from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.strategies import n_cpu_moe_specs, spec_placement
 from igi_sdk.planner.summary import ModelSummary, summarize
 
-CORE_METHODS = ("planner", "planner_ref", "nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
+CORE_METHODS = ("planner", "planner_serial", "planner_ref", "nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
 BASELINES = ("nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
 ALL_METHODS = CORE_METHODS + ("oracle",)
 ORACLE_FAMILIES = ("runner_up", "planner_variant", "ngl_sweep", "n_cpu_moe_sweep")
@@ -171,6 +173,10 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
         chosen = _threads(result.chosen.placement, threads)
         out.core.append(ev.candidate("planner", f"{result.chosen.strategy}: {result.chosen.description}", chosen,
                                      strategy=result.chosen.strategy))
+        if chosen.prefetch_slots > 0 and chosen.op_offload:
+            serial = chosen.with_(prefetch_slots=0, prefetch_slot_max_mib=0)
+            out.core.append(ev.candidate("planner_serial", f"{result.chosen.strategy}: {result.chosen.description} "
+                                         "(prefetch off)", serial, strategy=result.chosen.strategy))
     else:
         out.core.append(Candidate("planner", "infeasible", None, skip_reason=(
             f"planner: no placement fits {budget_mib} MiB (needs {result.min_feasible_budget_mib} MiB)")))

@@ -120,6 +120,7 @@ def _record(model: str, path: Path, cand: m.Candidate, budget: int, ctx: tuple[i
         "predicted_e2e_s": None if pred is None else round(pred.e2e_s, 4),
         "predicted_memory": None if cand.memory is None else cand.memory.model_dump(),
         "placement": None if cand.placement is None else cand.placement.model_dump(mode="json"),
+        "overlap": None if cand.placement is None else (cand.placement.prefetch_slots > 0 and cand.placement.op_offload),
         "gpu": gpu, "cpu": cpu, "reused_from": None, "run_id": None, "finished_at": None,
     }
 
@@ -142,6 +143,9 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
         finally:
             peak = sampler.stop()
         rec.update({k: out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")})
+        slots = out.get("weight_prefetch_slots") or {}
+        rec.update(overlap=bool(slots), weight_prefetch_slots=slots, prefill_upload_bytes=out.get("prefill_upload_bytes"),
+                   greedy_tokens=out.get("greedy_tokens"))
         rec.update(warmup_s=out.get("warmup_s"), llama_buffers_mib=out.get("llama_buffers_mib"),
                    n_layers_offloaded=out.get("n_layers_offloaded"), ttft_runs_s=out.get("ttft_runs_s"),
                    decode_runs_s=out.get("decode_runs_s"), status="ok")

@@ -57,6 +57,7 @@ def prompt_ids(n_tokens: int, n_vocab: int) -> list[int]:
 def measure(spec: RunSpec) -> dict[str, Any]:
     """Run one measurement in this process (the worker calls it). Returns timings and llama.cpp's report."""
     from igi_sdk.engine.llama_engine import LlamaEngine  # llama.cpp before numpy: see profiler/isolate.py
+    from igi_sdk.engine.prefetch import weight_upload_bytes
     from igi_sdk.planner.placement import Placement
 
     import numpy as np
@@ -79,21 +80,29 @@ def measure(spec: RunSpec) -> dict[str, Any]:
             engine.decode([(0, [prompt[0]], len(warm), True)])
             engine.seq_clear(0)
             warmup_s = time.perf_counter() - t0
-        ttfts, decodes = [], []
+        ttfts, decodes, uploads = [], [], []
+        tokens: list[int] = []
         for i in range(max(1, spec.repeats)):
             if i:
                 engine.seq_clear(0)
+            up0 = weight_upload_bytes()
             t0 = time.perf_counter()
             logits = engine.decode([(0, prompt, 0, True)])[0]
             token = int(np.argmax(logits))
             ttfts.append(time.perf_counter() - t0)
+            up1 = weight_upload_bytes()
+            if up0 is not None and up1 is not None:
+                uploads.append(up1 - up0)
+            run_tokens = [token]
             pos = len(prompt)
             t1 = time.perf_counter()
             for _ in range(spec.reply_tokens):
                 logits = engine.decode([(0, [token], pos, True)])[0]
                 token = int(np.argmax(logits))
+                run_tokens.append(token)
                 pos += 1
             decodes.append(time.perf_counter() - t1)
+            tokens = tokens or run_tokens
         ttft_s, decode_s = statistics.median(ttfts), statistics.median(decodes)
         report = engine.load_report
         return {
@@ -104,6 +113,11 @@ def measure(spec: RunSpec) -> dict[str, Any]:
             "e2e_s": round(ttft_s + decode_s, 5),
             "llama_buffers_mib": report.per_device_mib(), "llama_weights_mib": dict(report.weights_mib),
             "n_layers_offloaded": report.n_layers_offloaded,
+            "weight_prefetch_abi": report.weight_prefetch_abi,
+            "weight_prefetch_slots": dict(report.weight_prefetch_slots),
+            "weight_prefetch_slot_mib": dict(report.weight_prefetch_slot_mib),
+            "prefill_upload_bytes": int(statistics.median(uploads)) if uploads else None,
+            "greedy_tokens": tokens,
             "wall_s": round(time.perf_counter() - t_start, 3),
         }
     finally:

@@ -70,16 +70,19 @@ def dry_run_slots(n: int | None) -> Iterator[None]:
 
 
 def _cache_key(model_path: Path, placement: Placement) -> str:
-    """Model file identity, memory fields of the placement, llama-cpp-python version and the GPUs CUDA lets
-    the child see: a report made with the GPU hidden has no device buffers and is never reused with it visible."""
+    """Model file identity, memory fields of the placement, llama-cpp-python version (and whether the build has
+    the weight prefetch, whose staging slots are part of the compute buffer) and the GPUs CUDA lets the child
+    see: a report made with the GPU hidden has no device buffers and is never reused with it visible."""
     import llama_cpp
 
+    from igi_sdk.engine.prefetch import prefetch_abi
     from igi_sdk.gpu_visibility import visibility_key
 
     st = model_path.stat()
     memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
     ident = {"v": _CACHE_VERSION, "path": str(model_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-             "placement": memory_fields, "llama_cpp": llama_cpp.__version__, "cuda_visible": visibility_key()}
+             "placement": memory_fields, "llama_cpp": llama_cpp.__version__, "prefetch_abi": prefetch_abi(),
+             "cuda_visible": visibility_key()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -165,6 +168,7 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
     from igi_sdk.engine import _log
     from igi_sdk.engine.gguf_table import read_tensor_table
     from igi_sdk.engine.params import context_params, model_params
+    from igi_sdk.engine.prefetch import prefetch_env
     from igi_sdk.engine.reports import device_of_buffer, kv_mib_from_size_lines, parse_load_log
     from igi_sdk.errors import ModelCorruptError
 
@@ -178,7 +182,8 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
         if not model:
             raise ModelCorruptError(f"llama.cpp could not load {path} (dry run)")
         try:
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            with prefetch_env(placement.prefetch_slots, placement.prefetch_slot_max_mib):
+                ctx = llama_cpp.llama_init_from_model(model, cparams)
             if not ctx:
                 raise EngineError("llama.cpp could not create a context (dry run)")
             llama_cpp.llama_free(ctx)

@@ -30,6 +30,7 @@ from igi_sdk.engine.chat import render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.params import context_params, model_params
+from igi_sdk.engine.prefetch import prefetch_abi, prefetch_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
@@ -103,7 +104,8 @@ class LlamaEngine:
                 if not model:
                     raise ModelCorruptError(f"llama.cpp could not load {self._model_path}: {_errors_of(cap.lines)}")
                 stack.callback(llama_cpp.llama_model_free, model)
-                ctx = llama_cpp.llama_init_from_model(model, cparams)
+                with prefetch_env(placement.prefetch_slots, placement.prefetch_slot_max_mib):
+                    ctx = llama_cpp.llama_init_from_model(model, cparams)
                 if not ctx:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
                 stack.callback(llama_cpp.llama_free, ctx)
@@ -115,7 +117,8 @@ class LlamaEngine:
         self._model, self._ctx = model, ctx
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._placement = placement
-        self._load_report = parse_load_log(cap.text_lines())
+        report = parse_load_log(cap.text_lines())
+        self._load_report = report.model_copy(update={"weight_prefetch_abi": prefetch_abi()})
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         # the batch llama.cpp accepts, not the one asked for: it clamps n_batch to the requested n_ctx while it pads
         # n_ctx up (n_ctx 16 -> 256 with n_batch 16), and a larger chunk is a GGML_ASSERT that aborts the process

@@ -27,6 +27,8 @@ _LAYER_DEV_RE = re.compile(r"^load_tensors: layer\s+(\d+) assigned to device (\S
 _KV_LAYER_RE = re.compile(r"^llama_kv_cache: layer\s+(\d+): dev = (\S+)")
 _KV_SIZE_RE = re.compile(r"^llama_kv_cache: size =\s+([\d.]+) MiB \(\s*\d+ cells,\s*(\d+) layers")
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# patched scheduler (patches/llama.cpp/0001), once a context's staging slots are allocated
+_PREFETCH_RE = re.compile(r"^\S+:\s+(\S+) weight prefetch =\s+(\d+) slots x\s+([\d.]+) MiB")
 
 HOST_DEVICE = "CPU"
 
@@ -79,6 +81,9 @@ class LoadReport(MemoryReport):
     layer_devices: dict[int, str] = {}  # layer index -> device (index n_layer = the output layer)
     kv_layer_devices: dict[int, str] = {}
     n_layers_offloaded: int | None = None  # "offloaded N/M layers to GPU" (only printed with a GPU)
+    weight_prefetch_abi: int = 0  # the build's pipelined weight prefetch (0: stock llama.cpp, serial copies)
+    weight_prefetch_slots: dict[str, int] = {}  # device -> staging slots allocated (only where splits stream)
+    weight_prefetch_slot_mib: dict[str, float] = {}  # device -> MiB of one slot (part of its compute buffer)
     log_lines: tuple[str, ...] = ()
 
 
@@ -92,6 +97,8 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
     layer_devices: dict[int, str] = {}
     kv_layer_devices: dict[int, str] = {}
     offloaded = None
+    prefetch_slots: dict[str, int] = {}
+    prefetch_mib: dict[str, float] = {}
     kept = []
     for line in lines:
         kept.append(line)
@@ -111,13 +118,17 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
             kv_layer_devices[int(m.group(1))] = m.group(2)
         elif m := _OFFLOADED_RE.search(line):
             offloaded = int(m.group(1))
+        elif m := _PREFETCH_RE.match(line):
+            prefetch_slots[m.group(1)] = int(m.group(2))
+            prefetch_mib[m.group(1)] = float(m.group(3))
     counts: dict[str, int] = {}
     for target in overrides.values():
         counts[target] = counts.get(target, 0) + 1
     return LoadReport(
         weights_mib=weights, kv_mib=kv, compute_mib=compute, output_mib=output, overridden_tensors=counts,
         overridden_tensor_targets=overrides, layer_devices=layer_devices, kv_layer_devices=kv_layer_devices,
-        n_layers_offloaded=offloaded, log_lines=tuple(kept),
+        n_layers_offloaded=offloaded, weight_prefetch_slots=prefetch_slots, weight_prefetch_slot_mib=prefetch_mib,
+        log_lines=tuple(kept),
     )
 
 

@@ -10,6 +10,13 @@ Roofline per graph segment, in llama.cpp's execution order, on the device where 
   ``4 * n_tokens * n_kv * n_head * head_dim`` FLOPs
 * every CPU<->GPU hand-over in the graph: ``transition_us + activations / h2d_pinned_bw``
 
+With the patched scheduler's pipelined weight prefetch (``Placement.prefetch_slots`` > 0, the profile's
+``gpu.weight_prefetch_abi`` > 0), the upload of the next splits' host weights overlaps with the GPU compute of
+the current one: a pass costs ``max(copy, gpu compute)`` plus what cannot overlap: the first split's copy, and
+per MoE layer the first expert split's copy (its experts are known only once the router ran; the up and down
+experts that share its ids are prefetched). The overlapped copy runs at ``gpu.h2d_prefetch_gbps`` when the
+profile measured it.
+
 MoE experts touch ``k/E`` of their bytes per token at decode; a pass of b tokens touches the expected
 share of distinct experts ``1 - (1 - k/E)^b`` (uniform routing), which is what op_offload copies (ggml's
 scheduler copies only the experts a ubatch uses). Uniform routing over-estimates the copy for synthetic
@@ -55,6 +62,9 @@ class Prediction(BaseModel):
     decode_gpu_s: float
     decode_transition_s: float
     prefill_copy_s: float
+    """Weight copy time of the prefill that compute does not hide (all of it without prefetch)."""
+    prefill_overlap_s: float = 0.0
+    """Weight copy time of the prefill hidden behind GPU compute by the pipelined prefetch."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +106,11 @@ class CostModel:
             self._layer_stats.append(tuple(per_seg))
             self._layer_types.append({g: summary.dominant_type.get((il, g), "default") for seg in self.layer_segs
                                       for g in seg.groups})
-        self._layer_cache: dict[tuple[object, ...], tuple[float, float, float, bool, bool, int]] = {}
+        self._layer_cache: dict[tuple[object, ...], tuple[float, float, float, bool, bool, int, float, int]] = {}
         sig_ids: dict[tuple[object, ...], int] = {}
         self._layer_sig = [sig_ids.setdefault((st, tuple(sorted(ty.items()))), len(sig_ids))
                            for st, ty in zip(self._layer_stats, self._layer_types)]
-        self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int]] = {}
+        self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int, float, int]] = {}
 
     # -- one segment ------------------------------------------------------------------------------------
     def _cpu_efficiency(self, group: G) -> float:
@@ -166,14 +176,16 @@ class CostModel:
         return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 
     def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool,
-               op_offload: bool) -> tuple[float, float, float, bool, bool, int]:
-        """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches) of one layer's weight
-        segments; the attention core counts only for where it runs (its time depends on n_kv)."""
+               op_offload: bool) -> tuple[float, float, float, bool, bool, int, float, int]:
+        """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches, expert_copy_s,
+        copying_segments) of one layer's weight segments; the attention core counts only for where it runs
+        (its time depends on n_kv)."""
         key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload)
         hit = self._layer_cache.get(key)
         if hit is not None:
             return hit
-        cpu = gpu = copy = 0.0
+        cpu = gpu = copy = expert_copy = 0.0
+        copying = 0
         first: bool | None = None
         prev: bool | None = None
         switches = 0
@@ -187,6 +199,9 @@ class CostModel:
                                                    self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload,
                                                    self._cpu_efficiency(main), self._gpu_efficiency(main))
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
+                if x:
+                    copying += 1
+                    expert_copy += x if main is G.MOE_EXPERTS else 0.0
             else:
                 runs = on_gpu
             if first is None:
@@ -194,20 +209,22 @@ class CostModel:
             elif runs != prev:
                 switches += 1
             prev = runs
-        out = (cpu, gpu, copy, bool(first), bool(prev), switches)
+        out = (cpu, gpu, copy, bool(first), bool(prev), switches, expert_copy, copying)
         self._layer_cache[key] = out
         return out
 
     # -- one pass ---------------------------------------------------------------------------------------
     def _weights_pass(self, layout: Layout, n_tokens: int, pinned: bool, offload: bool,
-                      with_head: bool, n_seqs: int) -> tuple[float, float, float, int, int]:
-        """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM) of a pass, attention core excluded."""
+                      with_head: bool, n_seqs: int) -> tuple[float, float, float, int, int, float, int]:
+        """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM, expert_copy_s, copying segments) of a pass,
+        attention core excluded."""
         key = (layout, n_tokens, pinned, offload, with_head, n_seqs)
         hit = self._pass_cache.get(key)
         if hit is not None:
             return hit
         s = self.summary
-        cpu = gpu = copy = 0.0
+        cpu = gpu = copy = expert_copy = 0.0
+        copying = 0
         switches = 0
         prev_gpu = False  # the input embedding (get_rows) runs on the CPU
         n_kv_gpu = 0
@@ -216,8 +233,9 @@ class CostModel:
             kv = layout.kv_on_gpu[il]
             n_kv_gpu += kv
             devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs)
-            c, g, x, first, last, inner = self._layer(il, devs, n_tokens, pinned, offload)
+            c, g, x, first, last, inner, xe, nx = self._layer(il, devs, n_tokens, pinned, offload)
             cpu, gpu, copy = cpu + c, gpu + g, copy + x
+            expert_copy, copying = expert_copy + xe, copying + nx
             switches += inner + (first != prev_gpu)
             prev_gpu = last
         if with_head:
@@ -226,19 +244,52 @@ class CostModel:
             dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, G.TOKEN_EMBD), "default"))
             c, g, x, runs = self._weights_time(head, dtype, resident, n_seqs, 1.0, 1.0, OPS_HEAD, pinned, offload)
             cpu, gpu, copy = cpu + c, gpu + g, copy + x
+            copying += int(x > 0)
             switches += int(runs != prev_gpu)
-        out = (cpu, gpu, copy, switches, n_kv_gpu)
+        out = (cpu, gpu, copy, switches, n_kv_gpu, expert_copy, copying)
         self._pass_cache[key] = out
         return out
 
     def pass_time(self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int,
                   with_head: bool) -> tuple[float, float, float, float]:
         """(cpu_s, gpu_s, copy_s, transition_s) of one graph pass of ``n_tokens`` tokens over ``n_kv``
-        cached cells per sequence (``n_seqs`` sequences)."""
+        cached cells per sequence (``n_seqs`` sequences); ``copy_s`` is the weight copy that compute does not
+        hide (``overlap_split``)."""
+        cpu, gpu, copy, trans, _hidden = self.pass_time_overlap(layout, placement, n_tokens, n_kv, n_seqs, with_head)
+        return cpu, gpu, copy, trans
+
+    def prefetches(self, placement: Placement) -> bool:
+        """Whether ``placement`` runs with the pipelined weight prefetch on this machine."""
+        gpu = self.profile.gpu
+        return (placement.prefetch_slots > 0 and placement.op_offload and gpu is not None
+                and gpu.weight_prefetch_abi > 0)
+
+    def overlap_split(self, placement: Placement, gpu_s: float, copy_s: float, expert_copy_s: float,
+                      copying_segments: int) -> tuple[float, float]:
+        """(exposed copy_s, hidden copy_s) of a pass: without prefetch every copy is exposed; with it the
+        copies overlap with the pass's GPU compute except the first split's and each MoE layer's first
+        expert split's (a third of its expert copy: gate, up and down share the router's ids)."""
+        if copy_s <= 0.0 or not self.prefetches(placement):
+            return copy_s, 0.0
+        gpu = self.profile.gpu
+        assert gpu is not None
+        pinned = placement.load_mode == "pinned"
+        # the profile measures the overlapped rate from pinned memory; pageable copies keep their own rate
+        scale = gpu.h2d_pinned_gbps / gpu.h2d_prefetch_gbps if pinned and gpu.h2d_prefetch_gbps else 1.0
+        serial = expert_copy_s / 3.0
+        overlappable = (copy_s - serial) * scale
+        first = overlappable / max(1, 3 * copying_segments)  # a segment is about three matmul splits
+        exposed = serial + first + max(0.0, overlappable - first - gpu_s)
+        return exposed, max(0.0, copy_s - exposed)
+
+    def pass_time_overlap(self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int,
+                          with_head: bool) -> tuple[float, float, float, float, float]:
+        """``pass_time`` and the copy time the prefetch hides."""
         s = self.summary
         pinned = placement.load_mode == "pinned"
         offload = placement.op_offload and self.profile.gpu is not None
-        cpu, gpu, copy, switches, n_kv_gpu = self._weights_pass(layout, n_tokens, pinned, offload, with_head, n_seqs)
+        cpu, gpu, copy, switches, n_kv_gpu, expert_copy, copying = self._weights_pass(
+            layout, n_tokens, pinned, offload, with_head, n_seqs)
         cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
         for count, kv_gpu in ((n_kv_gpu, True), (s.n_layer - n_kv_gpu, False)):
             if count:
@@ -248,7 +299,8 @@ class CostModel:
         if self.profile.gpu is not None:
             act = n_tokens * s.table.n_embd * 4
             trans = switches * (self.profile.gpu.transition_us * 1e-6 + act / (self.profile.gpu.h2d_pinned_gbps * GB))
-        return cpu, gpu, copy, trans
+        exposed, hidden = self.overlap_split(placement, gpu, copy, expert_copy, copying)
+        return cpu, gpu, exposed, trans, hidden
 
     def unit_gain(self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool,
                   op_offload: bool) -> float:
@@ -271,13 +323,14 @@ class CostModel:
     def predict(self, layout: Layout, placement: Placement, workload: Workload) -> Prediction:
         """TTFT of ``prompt_tokens``, decode TPS at the mean reply context, e2e latency, reload time."""
         ub = max(1, min(placement.n_ubatch, placement.n_batch))
-        ttft = copy_total = 0.0
+        ttft = copy_total = hidden_total = 0.0
         done, remaining = 0, workload.prompt_tokens
         while remaining > 0:
             b = min(ub, remaining)
-            c, g, x, tr = self.pass_time(layout, placement, b, done + b / 2.0, 1, with_head=False)
+            c, g, x, tr, hidden = self.pass_time_overlap(layout, placement, b, done + b / 2.0, 1, with_head=False)
             ttft += c + g + x + tr
             copy_total += x
+            hidden_total += hidden
             done, remaining = done + b, remaining - b
         # the first token's logits: the output head on the last prompt row, computed with the last ubatch (a whole
         # extra one-token pass through every layer was charged here until 2026-11-30)
@@ -292,7 +345,8 @@ class CostModel:
         reload_s = self.reload_time(layout, placement)
         e2e = ttft + workload.reply_tokens / tps + workload.reloads_per_request * reload_s
         return Prediction(ttft_s=ttft, decode_tps=tps, aggregate_tps=n_seq * tps, e2e_s=e2e, reload_s=reload_s,
-                          decode_cpu_s=dc, decode_gpu_s=dg, decode_transition_s=dtr + dx, prefill_copy_s=copy_total)
+                          decode_cpu_s=dc, decode_gpu_s=dg, decode_transition_s=dtr + dx, prefill_copy_s=copy_total,
+                          prefill_overlap_s=hidden_total)
 
     def reload_time(self, layout: Layout, placement: Placement) -> float:
         """Load time with a warm page cache: host weights mapped (mmap) or copied to pinned RAM, GPU weights

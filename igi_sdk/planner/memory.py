@@ -52,6 +52,8 @@ class ComputeKey(BaseModel):
     flash_attn: bool = True
     type_k: str = "f16"
     type_v: str = "f16"
+    prefetch_slots: int = 0
+    prefetch_slot_max_mib: int = 0
 
 
 class ComputeEntry(BaseModel):
@@ -160,7 +162,34 @@ def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> Compu
     return ComputeKey(placement_class=placement_class(layout, placement, has_gpu=has_gpu),
                       n_ubatch=min(placement.n_ubatch, placement.n_batch), n_ctx=placement.n_ctx,
                       n_seq_max=placement.n_seq_max, op_offload=placement.op_offload,
-                      flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v)
+                      flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v,
+                      prefetch_slots=placement.prefetch_slots if placement.op_offload else 0,
+                      prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0)
+
+
+def largest_layer_weight_bytes(summary: ModelSummary) -> int:
+    """Largest single weight tensor of any layer (the output head and token embedding excluded)."""
+    return max((t.n_bytes for t in summary.table.tensors if t.layer is not None), default=0)
+
+
+def prefetch_slot_max_mib(summary: ModelSummary) -> int:
+    """The slot cap a placement asks for: every layer weight streams, a larger output head copies serially."""
+    return math.ceil(largest_layer_weight_bytes(summary) / MIB) + 1
+
+
+def prefetch_staging_bytes(summary: ModelSummary, layout: Layout, placement: Placement) -> int:
+    """VRAM of the pipelined prefetch's staging slots: ``prefetch_slots`` slots of the largest streamed split
+    (a host weight no larger than ``prefetch_slot_max_mib``), rounded up (upper bound of the patched scheduler's
+    sizing). 0 without prefetch or host weights."""
+    if not placement.op_offload or placement.prefetch_slots <= 0:
+        return 0
+    cap = placement.prefetch_slot_max_mib * MIB if placement.prefetch_slot_max_mib else None
+    streamed = [t.n_bytes for t in summary.table.tensors
+                if (t.layer, t.group) in layout.host and (t.layer is not None or t.group is TensorGroup.OUTPUT)]
+    if summary.tied_output and HEAD_KEY in layout.host:
+        streamed.append(summary.output_stats.n_bytes)
+    largest = max((b for b in streamed if cap is None or b <= cap), default=0)
+    return placement.prefetch_slots * align_up(largest, CUDA_ALIGNMENT_BYTES)
 
 
 def layout_signature(layout: Layout) -> str:
@@ -247,15 +276,20 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     has_gpu = reserve_mib is not None
     key = compute_key(layout, placement, has_gpu=has_gpu)
     staged = largest_host_weight_bytes(summary, layout)
+    # the prefetch's slots on top of a class figure measured with serial copies (whose own staged copy stays
+    # counted: an over-estimate by one weight); an exact dry run of the placement measured them itself
+    slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0
     exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
-    entry = compute.lookup(key)
+    entry = compute.lookup(key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0}))
     if exact is not None:
         gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"
     elif entry is not None:
         gpu_c = entry.gpu_bytes + max(0, staged - entry.staged_tensor_bytes) if key.op_offload else entry.gpu_bytes
+        gpu_c += slots
         host_c, source = entry.host_bytes, "dry_run"
     else:
         gpu_c, host_c = estimate_compute_bytes(summary, placement, key.placement_class, staged)
+        gpu_c += slots
         source = "estimate"
     kv_layer = kv_layer_bytes(summary, placement)
     n_kv_gpu = sum(layout.kv_on_gpu)

@@ -45,6 +45,11 @@ class Placement(BaseModel):
     n_seq_max: int = Field(default=1, ge=1, le=256)
     n_threads: int | None = Field(default=None, ge=1)
     n_threads_batch: int | None = Field(default=None, ge=1)
+    prefetch_slots: int = Field(default=0, ge=0, le=8, description=(
+        "staging slots of the patched scheduler's pipelined weight prefetch: host weights of the next splits "
+        "upload on a second stream while the current one computes; 0 = serial copies (stock behaviour)"))
+    prefetch_slot_max_mib: int = Field(default=0, ge=0, description=(
+        "largest streamed split (MiB) the slots are sized for; a larger one copies serially; 0 = no cap"))
 
     def with_(self, **changes: object) -> Placement:
         """A copy with ``changes`` applied (validated)."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.planner.cost import CostModel, Prediction, score
 from igi_sdk.planner.layout import HEAD_KEY, Layout, resolve_layout
-from igi_sdk.planner.memory import ComputeBufferTable, MIB, MemoryBreakdown, memory_of
+from igi_sdk.planner.memory import ComputeBufferTable, MIB, MemoryBreakdown, memory_of, prefetch_slot_max_mib
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.profile import Profile
 from igi_sdk.planner.strategies import (STRATEGY_ORDER, Spec, attn_first_chain, attn_partial_specs, ffn_group,
@@ -142,6 +142,12 @@ class _Search:
         self.base = Placement(n_ctx=workload.n_ctx, n_seq_max=workload.parallel, type_k=options.type_k,
                               type_v=options.type_v, flash_attn=options.flash_attn, n_threads=threads,
                               n_threads_batch=threads)
+        # the pipelined weight prefetch where this machine's engine has it (the profile says so); it acts only
+        # where op_offload streams host weights
+        gpu = profile.gpu
+        if gpu is not None and gpu.weight_prefetch_abi > 0 and options.prefetch_slots > 0:
+            self.base = self.base.with_(prefetch_slots=options.prefetch_slots,
+                                        prefetch_slot_max_mib=prefetch_slot_max_mib(self.summary))
 
     def _mem_placement(self, spec: Spec) -> Placement:
         return self.base.with_(n_gpu_layers=spec.n_gpu_layers, n_ubatch=spec.n_ubatch, n_batch=spec.n_ubatch,

@@ -101,6 +101,12 @@ class GpuProfile(BaseModel):
     moe_prefill_efficiency: float = Field(
         default=1.0, gt=0, le=1,
         description="GPU matmul rate of MoE experts (MUL_MAT_ID) at prefill relative to ``gflops`` (dense)")
+    weight_prefetch_abi: int = Field(
+        default=0, ge=0,
+        description="the engine build's pipelined weight prefetch (patches/llama.cpp/0001); 0: serial copies only")
+    h2d_prefetch_gbps: float | None = Field(
+        default=None, gt=0,
+        description="host weight upload rate while GPU compute runs (prefetch on); None: the serial rates")
 
 
 class Profile(BaseModel):

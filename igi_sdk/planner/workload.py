@@ -51,6 +51,9 @@ class PlannerOptions(BaseModel):
     type_v: str = "f16"
     flash_attn: bool = True
     op_offload_min_batch: int = Field(default=32, ge=1, description="GGML_OP_OFFLOAD_MIN_BATCH")
+    prefetch_slots: int = Field(
+        default=3, ge=0, le=8,
+        description="staging slots of the pipelined weight prefetch where the profile's engine has it (0: off)")
     max_runner_ups: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")

@@ -19,6 +19,8 @@ from igi_sdk.profiler.machine import machine_key, nvidia_gpu
 from igi_sdk.profiler.measure import Progress, host_bandwidth_gbps
 
 TERM_TIMEOUT_S = 90.0
+#: staging slots the profile measures the overlapped upload rate with (the planner's default)
+PROFILE_PREFETCH_SLOTS = 3
 TERMS = "igi_sdk.profiler.terms"
 TERM_TARGETS: dict[str, str] = {
     "cpu_rate": f"{TERMS}:cpu_rate",
@@ -92,6 +94,13 @@ def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str])
                          threads=threads, load_mode=mode, t_prefill_gpu_s=speed["t_prefill_512_s"])
             if rate is not None:
                 values[key] = rate["h2d_gbps"]
+                values["weight_prefetch_abi"] = max(values.get("weight_prefetch_abi", 0), rate["weight_prefetch_abi"])
+        if values.get("weight_prefetch_abi", 0) > 0:
+            rate = _term("gpu_offload_rate", missing, "gpu_offload_rate[prefetch]", folder=str(folder),
+                         threads=threads, load_mode="pinned", t_prefill_gpu_s=speed["t_prefill_512_s"],
+                         prefetch_slots=PROFILE_PREFETCH_SLOTS)
+            if rate is not None:
+                values["h2d_prefetch_gbps"] = rate["h2d_gbps"]
     else:
         missing["gpu_offload_rate"] = "needs gpu_speed"
     reserve = _term("gpu_reserve", missing, "gpu_reserve", tiny=str(models["tiny"]), threads=threads)

@@ -151,8 +151,13 @@ def gpu_speed(folder: str, threads: int) -> dict[str, Any]:
             "decode_s": [dec_n, dec_w], "prefill_s": [pref_n, pref_w]}
 
 
-def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float) -> dict[str, Any]:
+def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float,
+                     prefetch_slots: int = 0) -> dict[str, Any]:
     """Effective op_offload weight copy rate (GB/s) from ``load_mode`` host memory.
+
+    With ``prefetch_slots`` > 0 (a build with the pipelined weight prefetch) the copies overlap with compute
+    and the rate is ``copied / prefill time`` (``h2d_prefetch_gbps``: exact when the copy is the longer of the
+    two, a lower bound when compute is); without, the serial rate below.
 
     ``gpu_wide`` with every layer's weights on the host (``HOST_LAYERS_RULE``) but its KV, attention and head
     in VRAM, a 512-token prefill streamed through the GPU, minus the all-in-VRAM prefill of the same model
@@ -161,19 +166,25 @@ def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s:
     touched the GPU (its 16-token warm-up stayed under op_offload's 32-token threshold): 1.81 GB/s on a
     55 GB/s host."""
     ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
+    from igi_sdk.engine.prefetch import prefetch_abi
+
     place = Placement(n_gpu_layers=-1, rules=(HOST_LAYERS_RULE,), load_mode=load_mode, op_offload=True,
-                      **ctx)  # type: ignore[arg-type]
+                      prefetch_slots=prefetch_slots, **ctx)  # type: ignore[arg-type]
     m = TimedModel(timing_model(Path(folder), "gpu_wide"), place)
     try:
-        buffers = dict(m.engine.load_report.overridden_tensors)
+        report = m.engine.load_report
+        buffers = dict(report.overridden_tensors)
         if buffers.get("CPU_REPACK"):  # repacked weights are never offloaded: there would be no copy to time
             raise UnresolvedTerm(f"layer weights went to CPU_REPACK ({buffers}): op_offload does not stream them")
+        if prefetch_slots and not report.weight_prefetch_slots:
+            raise UnresolvedTerm("the prefetch allocated no staging slots: nothing streamed with overlap")
         t = m.best_prefill_s(GPU_CTX["n_ubatch"])
         copied = sum(x.n_bytes for x in m.table.tensors if x.name.startswith("blk."))
     finally:
         m.close()
-    return {"h2d_gbps": round(copy_rate_gbps(copied, t, t_prefill_gpu_s), 2), "copied_bytes": copied,
-            "t_prefill_s": t, "buffers": buffers}
+    rate = copied / t / 1e9 if prefetch_slots else copy_rate_gbps(copied, t, t_prefill_gpu_s)
+    return {"h2d_gbps": round(rate, 2), "copied_bytes": copied, "t_prefill_s": t, "buffers": buffers,
+            "weight_prefetch_abi": prefetch_abi()}
 
 
 def gpu_reserve(tiny: str, threads: int) -> dict[str, Any]:

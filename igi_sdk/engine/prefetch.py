@@ -1,0 +1,76 @@
+"""Engine layer: pipelined weight prefetch of the project's patched llama.cpp (patches/llama.cpp/0001).
+
+With op_offload, a matmul whose weight lives in host memory runs on the GPU at prompt-processing batch sizes,
+and stock ggml copies that weight right before the split that needs it, serially with compute. The patched
+scheduler uploads the host weights of the next splits into ``prefetch_slots`` rotating staging slots on a
+second stream of the same device while the current split computes (docs/engine.md, "Streaming and overlap").
+
+It is configured per scheduler through environment variables read when llama.cpp creates a context, so a
+load (and a dry run, which must size the same slots) sets them around ``llama_init_from_model`` only. On a
+stock llama-cpp-python build the symbols are absent: ``prefetch_abi()`` is 0 and every load uses the serial
+path whatever the placement asks for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from igi_sdk.engine import _ggml
+
+SLOTS_ENV = "GGML_SCHED_PREFETCH_SLOTS"
+SLOT_MAX_MIB_ENV = "GGML_SCHED_PREFETCH_SLOT_MAX_MIB"
+#: ggml's own op_offload threshold (tokens per ubatch) and the patched build's separate one for MUL_MAT_ID;
+#: both are read once per process, when the CUDA backend registers
+MIN_BATCH_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+MIN_BATCH_MUL_MAT_ID_ENV = "GGML_OP_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
+
+
+def _symbol(name: str, restype: object) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    for lib in (_ggml._base, _ggml._ggml):
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            continue
+        fn.restype, fn.argtypes = restype, []
+        return fn  # type: ignore[no-any-return]
+    return None
+
+
+# int ggml_backend_sched_prefetch_abi(void);            (patched builds only)
+_abi = _symbol("ggml_backend_sched_prefetch_abi", ctypes.c_int)
+# uint64_t ggml_backend_sched_weight_upload_bytes(void); (patched builds only)
+_upload_bytes = _symbol("ggml_backend_sched_weight_upload_bytes", ctypes.c_uint64)
+
+
+def prefetch_abi() -> int:
+    """The patched scheduler's prefetch ABI version, 0 on a stock build (serial weight copies only)."""
+    return int(_abi()) if _abi is not None else 0
+
+
+def weight_upload_bytes() -> int | None:
+    """Bytes of host-resident weights this process has uploaded for offloaded ops so far (serial or
+    prefetched, every context), None on a stock build. The difference over a prefill is what it copied."""
+    return int(_upload_bytes()) if _upload_bytes is not None else None
+
+
+@contextmanager
+def prefetch_env(slots: int, slot_max_mib: int = 0) -> Iterator[None]:
+    """Set the prefetch variables for the contexts created inside the block, then restore them."""
+    changes = {SLOTS_ENV: str(max(0, slots)), SLOT_MAX_MIB_ENV: str(max(0, slot_max_mib)) if slot_max_mib else None}
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,132 @@
+"""The planner's model of the pipelined weight prefetch (patches/llama.cpp/0001): cost terms, staging slots
+in the memory equation, when the planner turns it on, and the bench's overlap-off method."""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.bench.methods import plan_group
+from igi_sdk.planner import ComputeBufferTable, PlannerOptions, plan_placement
+from igi_sdk.planner.cost import CostModel
+from igi_sdk.planner.layout import resolve_layout
+from igi_sdk.planner.memory import (MIB, largest_layer_weight_bytes, memory_of, prefetch_slot_max_mib,
+                                    prefetch_staging_bytes)
+from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.planner.profile import Profile, reference_profile
+from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
+from igi_sdk.planner.summary import summarize
+from igi_sdk.planner.workload import Workload
+
+FFN_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)\.weight$", device="CPU")
+EXPERTS_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)_exps\.weight$", device="CPU")
+SHORT = Workload(prompt_tokens=1024, reply_tokens=64, n_ctx=4096)
+
+
+def _profile(abi: int, h2d_prefetch_gbps: float | None = None) -> Profile:
+    ref = reference_profile("h200")
+    assert ref.gpu is not None
+    gpu = ref.gpu.model_copy(update={"weight_prefetch_abi": abi, "h2d_prefetch_gbps": h2d_prefetch_gbps})
+    return ref.model_copy(update={"gpu": gpu})
+
+
+def _setup(shape: str, placement: Placement, profile: Profile):
+    s = summarize(table_from_shape(REFERENCE_SHAPES[shape]))
+    layout = resolve_layout(s, placement, has_gpu=True)
+    return s, layout, CostModel(s, profile)
+
+
+STREAMED = Placement(n_ctx=4096, n_gpu_layers=99, rules=(FFN_CPU,), load_mode="pinned", n_ubatch=2048, n_batch=2048)
+
+
+def test_overlap_hides_copy_behind_compute_and_leaves_decode_alone() -> None:
+    s, layout, cm = _setup("llama_8b", STREAMED, _profile(1))
+    serial = cm.predict(layout, STREAMED, SHORT)
+    on = STREAMED.with_(prefetch_slots=3, prefetch_slot_max_mib=prefetch_slot_max_mib(s))
+    overlapped = cm.predict(layout, on, SHORT)
+    assert overlapped.prefill_overlap_s > 0
+    assert overlapped.ttft_s < serial.ttft_s
+    # what is hidden is exactly what the serial prefill paid more
+    assert overlapped.ttft_s + overlapped.prefill_overlap_s == pytest.approx(serial.ttft_s, rel=1e-9)
+    assert overlapped.decode_tps == serial.decode_tps  # decode batches do not stream
+    # a pass never costs less than its copy or its GPU compute
+    c, g, x, tr = cm.pass_time(layout, on, 1024, 512, 1, with_head=False)
+    _, _, x_serial, _ = cm.pass_time(layout, STREAMED, 1024, 512, 1, with_head=False)
+    assert g + x >= max(g, x_serial) - 1e-12
+
+
+def test_no_overlap_without_the_patched_build_or_slots() -> None:
+    s, layout, cm = _setup("llama_8b", STREAMED, _profile(0))
+    on = STREAMED.with_(prefetch_slots=3)
+    assert cm.predict(layout, on, SHORT) == cm.predict(layout, STREAMED, SHORT)
+    _, _, cm1 = _setup("llama_8b", STREAMED, _profile(1))
+    assert cm1.predict(layout, STREAMED, SHORT).prefill_overlap_s == 0.0
+
+
+def test_slower_overlapped_rate_hides_less() -> None:
+    s, layout, fast = _setup("llama_8b", STREAMED, _profile(1))
+    _, _, slow = _setup("llama_8b", STREAMED, _profile(1, h2d_prefetch_gbps=10.0))
+    on = STREAMED.with_(prefetch_slots=3)
+    assert slow.predict(layout, on, SHORT).ttft_s > fast.predict(layout, on, SHORT).ttft_s
+
+
+def test_moe_first_expert_split_of_each_layer_stays_serial() -> None:
+    p = Placement(n_ctx=4096, n_gpu_layers=99, rules=(EXPERTS_CPU,), load_mode="pinned", n_ubatch=2048, n_batch=2048)
+    s, layout, cm = _setup("qwen3_30b_a3b", p, _profile(1))
+    serial = cm.predict(layout, p, SHORT)
+    on = cm.predict(layout, p.with_(prefetch_slots=3), SHORT)
+    assert 0 < on.prefill_overlap_s < serial.prefill_copy_s * 2 / 3 + 1e-9
+    assert on.prefill_copy_s >= serial.prefill_copy_s / 3 - 1e-9
+
+
+def test_staging_slots_are_in_the_memory_equation() -> None:
+    s, layout, _ = _setup("llama_8b", STREAMED, _profile(1))
+    cap = prefetch_slot_max_mib(s)
+    assert cap * MIB >= largest_layer_weight_bytes(s)
+    on = STREAMED.with_(prefetch_slots=3, prefetch_slot_max_mib=cap)
+    slots = prefetch_staging_bytes(s, layout, on)
+    ffn = max(t.n_bytes for t in s.table.tensors if "ffn_" in t.name)
+    assert slots >= 3 * ffn and slots < 3 * ffn + 3 * MIB
+    compute = ComputeBufferTable()
+    serial_mem = memory_of(s, layout, STREAMED, compute, reserve_mib=600, safety_margin_mib=256)
+    on_mem = memory_of(s, layout, on, compute, reserve_mib=600, safety_margin_mib=256)
+    assert on_mem.gpu_compute_mib == pytest.approx(serial_mem.gpu_compute_mib + slots / MIB)
+    assert prefetch_staging_bytes(s, layout, on.with_(op_offload=False)) == 0
+    assert prefetch_staging_bytes(s, layout, STREAMED) == 0
+
+
+def test_slot_cap_keeps_a_large_head_out_of_the_slots() -> None:
+    p = Placement(n_ctx=4096, n_gpu_layers=0, load_mode="pinned", n_ubatch=2048, n_batch=2048)
+    s, layout, _ = _setup("llama_8b", p, _profile(1))
+    head = s.output_stats.n_bytes
+    assert head > largest_layer_weight_bytes(s)
+    uncapped = prefetch_staging_bytes(s, layout, p.with_(prefetch_slots=2))
+    capped = prefetch_staging_bytes(s, layout, p.with_(prefetch_slots=2, prefetch_slot_max_mib=prefetch_slot_max_mib(s)))
+    assert uncapped >= 2 * head > capped
+
+
+@pytest.mark.parametrize("abi", [0, 1])
+def test_planner_turns_prefetch_on_only_where_the_engine_has_it(abi: int) -> None:
+    table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
+    result = plan_placement(table, 2048, SHORT, _profile(abi), ComputeBufferTable(), PlannerOptions())
+    assert result.chosen is not None
+    placement = result.chosen.placement
+    if abi:
+        assert placement.prefetch_slots == PlannerOptions().prefetch_slots
+        assert placement.prefetch_slot_max_mib == prefetch_slot_max_mib(summarize(table))
+        assert result.chosen.memory.vram_total_mib <= 2048
+    else:
+        assert placement.prefetch_slots == 0
+    off = plan_placement(table, 2048, SHORT, _profile(abi), ComputeBufferTable(), PlannerOptions(prefetch_slots=0))
+    assert off.chosen is not None and off.chosen.placement.prefetch_slots == 0
+
+
+def test_bench_measures_the_planner_with_overlap_off_as_its_own_method() -> None:
+    table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
+    methods = lambda profile: {c.method: c for c in plan_group(  # noqa: E731
+        table, 2048, SHORT, profile, ComputeBufferTable(), PlannerOptions()).core}
+    on = methods(_profile(1))
+    assert on["planner"].placement is not None and on["planner"].placement.prefetch_slots > 0
+    serial = on["planner_serial"].placement
+    assert serial is not None and serial.prefetch_slots == 0
+    assert serial == on["planner"].placement.with_(prefetch_slots=0, prefetch_slot_max_mib=0)
+    assert "planner_serial" not in methods(_profile(0))

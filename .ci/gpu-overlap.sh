@@ -9,7 +9,8 @@
 #   `igi bench` per shape (methods planner, planner_serial, all_gpu; budgets 2/4/8 GiB; ctx 4K/1K and 16K/8K),
 #   continued with --resume in the next call. Issue the next call as soon as one returns (the machine is given
 #   back after 30 s idle). Results come back as $OUT/ov.tgz (logs, profile, bench JSON and bench.md).
-# Env: LIMIT (s from the call's start, default 540), SHAPES (default "llama_8b qwen3_30b_a3b"),
+# Env: LIMIT (s from the call's start, default 540), SHAPES (default "llama_8b qwen3_30b_a3b"), JOBS (below),
+#   STOP_AFTER_PROFILE=1 (the first call of a session: build, GPU test, profile),
 #   REBUILD=1: re-apply patches/llama.cpp to pristine sources and rebuild ggml incrementally (C++ iteration).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; SHAPES=${SHAPES:-llama_8b qwen3_30b_a3b}
 W=/tmp/igi-ov; mkdir -p $W/logs $W/results; L=$W/logs
@@ -59,6 +60,22 @@ if [ ! -f $W/results/profile.json ]; then
   python3 -c "import json,sys; p=json.load(open(sys.argv[1])); g=p['gpu']; print('source', p['source'], 'missing', p['missing']); print({k: g.get(k) for k in ('h2d_pinned_gbps','h2d_pageable_gbps','h2d_prefetch_gbps','weight_prefetch_abi','gflops')})" $L/profile.json && cp $L/profile.json $W/results/profile.json
 fi
 PROF=$W/results/profile.json; [ -f $PROF ] || { echo "no profile"; exit 1; }
+[ "${STOP_AFTER_PROFILE:-0}" = 1 ] && { echo "DONE at $(el) s"; exit 0; }
+# JOBS: "model:budget_mib:n_ctx:prompt:reply:slots:methods+..." entries (e.g. a slot-count A/B of one group);
+# each job is one igi bench run into results/job-N; without JOBS, the SHAPES grid below
+n=0
+for job in ${JOBS:-}; do
+  n=$((n + 1)); [ -f $W/results/job-$n.done ] && continue
+  [ "$(left)" -lt 45 ] && { echo "time left $(left) s: next call"; exit 0; }
+  IFS=: read -r mdl budget ctx prompt reply slots methods <<< "$job"
+  out=$W/results/job-$n; mkdir -p $out; t=$(date +%s)
+  timeout $(( $(left) + 5 )) python3 -m igi_sdk.cli bench --model $mdl --budgets-mib $budget --ctx $ctx \
+    --prompt-tokens $prompt --reply-tokens $reply --methods ${methods//+/ } --prefetch-slots $slots --profile $PROF \
+    --out $out --run-timeout-s 150 > $L/job-$n.log 2>&1
+  echo "job $n ($job) rc=$? in $(( $(date +%s) - t )) s"; grep -E "^\[" $L/job-$n.log | tail -n 3
+  touch $W/results/job-$n.done
+done
+[ -n "${JOBS:-}" ] && { echo "DONE at $(el) s"; exit 0; }
 for mdl in $SHAPES; do
   [ -f $W/results/$mdl.done ] && continue
   [ "$(left)" -lt 60 ] && { echo "time left $(left) s: next call"; exit 0; }

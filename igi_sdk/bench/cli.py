@@ -18,6 +18,7 @@ from pathlib import Path
 
 from igi_sdk.bench import methods as m
 from igi_sdk.cli_errors import report
+from igi_sdk.planner.workload import PlannerOptions
 
 SMOKE_MODELS = ["smoke_dense", "smoke_moe"]
 
@@ -38,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="global time limit (from start, model writing included): later runs are recorded as skipped")
     p.add_argument("--run-timeout-s", type=float, default=120.0, help="a run taking longer is killed and recorded failed")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for every method (default: all cores)")
+    p.add_argument("--prefetch-slots", type=int, default=PlannerOptions().prefetch_slots,
+                   help="staging slots of the pipelined weight prefetch the planner uses where the build has it "
+                        "(0: the planner's placements copy serially)")
     p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
     p.add_argument("--extra-profile", default=None,
                    help="second profile for a 'planner_ref' method (e.g. reference:h200); run only where it differs")
@@ -143,6 +147,7 @@ def run(argv: list[str]) -> int:
         models=args.model, budgets_mib=args.budgets_mib or [], contexts=contexts, out_dir=out_dir,
         work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
         max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
+        prefetch_slots=args.prefetch_slots,
         oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
         warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=args.repeats,
         confirm_loads=args.confirm_loads, confirm_within=args.confirm_within)

@@ -53,6 +53,7 @@ class SuiteConfig:
     max_minutes: float | None = None
     run_timeout_s: float = 120.0
     n_threads: int | None = None
+    prefetch_slots: int = 3
     oracle_max: int = 4
     oracle_pinned: str = "auto"
     oracle_prune_ratio: float = 0.0
@@ -218,7 +219,8 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     model_meta.update(model_path=str(path), model_file_gib=round(table.file_bytes / 2**30, 3),
                       n_layer=table.n_layer, is_moe=table.is_moe,
                       synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None)
-    options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0")
+    options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0",
+                             prefetch_slots=cfg.prefetch_slots)
     groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
     cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
     for ctx in cfg.contexts:

@@ -39,6 +39,9 @@ from igi_sdk.planner.tensors import TensorGroup as G
 from igi_sdk.planner.workload import Objective, Workload
 
 GB = 1e9
+#: the patched scheduler prefetches whole expert tensors when a ubatch routes to at least this share of the
+#: experts (uniform routing), the routed experts just in time below it (patches/llama.cpp/0001)
+WHOLE_EXPERTS_SHARE = 0.9
 # graph ops per segment of a llama-style layer (norm, matmuls, rope, cache writes, FA, adds, glu, routing)
 OPS_ATTN_PROJ, OPS_ATTN_CORE, OPS_ATTN_OUT = 7, 3, 2
 OPS_FFN, OPS_MOE_ROUTE, OPS_MOE_EXPERTS, OPS_MOE_SHARED, OPS_HEAD = 7, 6, 6, 4, 3
@@ -265,10 +268,12 @@ class CostModel:
                 and gpu.weight_prefetch_abi > 0)
 
     def overlap_split(self, placement: Placement, gpu_s: float, copy_s: float, expert_copy_s: float,
-                      copying_segments: int) -> tuple[float, float]:
+                      copying_segments: int, n_tokens: int) -> tuple[float, float]:
         """(exposed copy_s, hidden copy_s) of a pass: without prefetch every copy is exposed; with it the
-        copies overlap with the pass's GPU compute except the first split's and each MoE layer's first
-        expert split's (a third of its expert copy: gate, up and down share the router's ids)."""
+        copies overlap with the pass's GPU compute except the first split's. Experts: when the ubatch routes to
+        nearly all of them (``WHOLE_EXPERTS_SHARE``) whole expert tensors are prefetched like dense weights;
+        otherwise each MoE layer's first expert split waits for its router (a third of its expert copy stays
+        serial: gate, up and down share the router's ids)."""
         if copy_s <= 0.0 or not self.prefetches(placement):
             return copy_s, 0.0
         gpu = self.profile.gpu
@@ -276,7 +281,12 @@ class CostModel:
         pinned = placement.load_mode == "pinned"
         # the profile measures the overlapped rate from pinned memory; pageable copies keep their own rate
         scale = gpu.h2d_pinned_gbps / gpu.h2d_prefetch_gbps if pinned and gpu.h2d_prefetch_gbps else 1.0
-        serial = expert_copy_s / 3.0
+        share = self._touched(G.MOE_EXPERTS, n_tokens)
+        if expert_copy_s and share >= WHOLE_EXPERTS_SHARE:
+            serial = 0.0
+            copy_s += expert_copy_s * (1.0 / share - 1.0)  # the unrouted experts are copied too
+        else:
+            serial = expert_copy_s / 3.0
         overlappable = (copy_s - serial) * scale
         first = overlappable / max(1, 3 * copying_segments)  # a segment is about three matmul splits
         exposed = serial + first + max(0.0, overlappable - first - gpu_s)
@@ -299,7 +309,7 @@ class CostModel:
         if self.profile.gpu is not None:
             act = n_tokens * s.table.n_embd * 4
             trans = switches * (self.profile.gpu.transition_us * 1e-6 + act / (self.profile.gpu.h2d_pinned_gbps * GB))
-        exposed, hidden = self.overlap_split(placement, gpu, copy, expert_copy, copying)
+        exposed, hidden = self.overlap_split(placement, gpu, copy, expert_copy, copying, n_tokens)
         return cpu, gpu, exposed, trans, hidden
 
     def unit_gain(self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool,

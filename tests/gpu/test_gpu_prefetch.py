@@ -40,7 +40,7 @@ def test_prefetch_matches_serial(preset: str, tmp_path: Path) -> None:
     from igi_sdk.bench.setup import resolve_model
     from igi_sdk.model_store import cache_dir
 
-    model = str(resolve_model(preset, cache_dir() / "bench-models", print))
+    model = str(resolve_model(preset, cache_dir() / "bench-models", print)[0])
     base = {"rules": [{"pattern": FFN_ON_HOST, "device": "CPU"}], "n_gpu_layers": 99, "load_mode": "pinned",
             "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 2048, "op_offload": True}
     serial = _run(model, base, tmp_path)

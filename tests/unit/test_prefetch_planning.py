@@ -7,7 +7,7 @@ import pytest
 
 from igi_sdk.bench.methods import plan_group
 from igi_sdk.planner import ComputeBufferTable, PlannerOptions, plan_placement
-from igi_sdk.planner.cost import CostModel
+from igi_sdk.planner.cost import WHOLE_EXPERTS_SHARE, CostModel
 from igi_sdk.planner.layout import resolve_layout
 from igi_sdk.planner.memory import (MIB, largest_layer_weight_bytes, memory_of, prefetch_slot_max_mib,
                                     prefetch_staging_bytes)
@@ -15,6 +15,7 @@ from igi_sdk.planner.placement import OverrideRule, Placement
 from igi_sdk.planner.profile import Profile, reference_profile
 from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
 from igi_sdk.planner.summary import summarize
+from igi_sdk.planner.tensors import TensorGroup as G
 from igi_sdk.planner.workload import Workload
 
 FFN_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)\.weight$", device="CPU")
@@ -69,13 +70,20 @@ def test_slower_overlapped_rate_hides_less() -> None:
     assert slow.predict(layout, on, SHORT).ttft_s > fast.predict(layout, on, SHORT).ttft_s
 
 
-def test_moe_first_expert_split_of_each_layer_stays_serial() -> None:
+def test_moe_experts_prefetch_whole_at_prefill_sizes_and_wait_for_the_router_below() -> None:
     p = Placement(n_ctx=4096, n_gpu_layers=99, rules=(EXPERTS_CPU,), load_mode="pinned", n_ubatch=2048, n_batch=2048)
     s, layout, cm = _setup("qwen3_30b_a3b", p, _profile(1))
-    serial = cm.predict(layout, p, SHORT)
-    on = cm.predict(layout, p.with_(prefetch_slots=3), SHORT)
-    assert 0 < on.prefill_overlap_s < serial.prefill_copy_s * 2 / 3 + 1e-9
-    assert on.prefill_copy_s >= serial.prefill_copy_s / 3 - 1e-9
+    # 2048 tokens route to nearly every expert: whole expert tensors stream like dense weights
+    c, g, x_serial, _ = cm.pass_time(layout, p, 2048, 1024, 1, with_head=False)
+    _, _, x_on, _, hidden = cm.pass_time_overlap(layout, p.with_(prefetch_slots=3), 2048, 1024, 1, with_head=False)
+    whole = x_serial / cm._touched(G.MOE_EXPERTS, 2048)  # the unrouted experts are copied too
+    assert x_on + hidden == pytest.approx(whole, rel=1e-9)
+    assert hidden > 0 and x_on < x_serial
+    # 33 tokens (just over the op_offload threshold) touch ~88 %: each layer's first expert split waits
+    _, _, x33, _ = cm.pass_time(layout, p, 33, 16, 1, with_head=False)
+    _, _, x33_on, _, _ = cm.pass_time_overlap(layout, p.with_(prefetch_slots=3), 33, 16, 1, with_head=False)
+    assert cm._touched(G.MOE_EXPERTS, 33) < WHOLE_EXPERTS_SHARE
+    assert x33 / 3 - 1e-12 <= x33_on <= x33
 
 
 def test_staging_slots_are_in_the_memory_equation() -> None:

@@ -2,6 +2,7 @@
 # The two set-up commands of the README, each self-bootstrapping on a fresh machine:
 #   ./dev.sh demo [ARGS]   daemon + headless sample harness on the embedded default model
 #   ./dev.sh test [PYTEST ARGS]   the whole test suite (Python, C# plugin, C++ plugin)
+#   ./dev.sh bundle [--no-model] [--force]   the self-contained daemon bundle, build/bundle/igi-daemon (docs/bundle.md)
 # Set-up is idempotent: a venv in .venv (llama-cpp-python 0.3.36 built from source with the project's llama.cpp
 # patches, ~4 min on 2 cores),
 # the default model in the user cache, and for `test` the Debian packages the plugins build with.
@@ -10,7 +11,7 @@ cd "$(dirname "$0")"
 VENV=${IGI_VENV:-.venv}
 PY=${PYTHON:-python3}
 
-APT_PKGS=(mono-mcs mono-devel libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libssl-dev cmake g++ pkg-config)
+APT_PKGS=(mono-mcs mono-devel libnunit-cil-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libssl-dev cmake g++ pkg-config)
 
 ensure_apt() {
   local missing=()
@@ -77,6 +78,11 @@ case "$cmd" in
     ensure_model
     exec "$VENV/bin/python" samples/harness.py "$@"
     ;;
+  bundle)
+    ensure_venv
+    ensure_model
+    exec "$VENV/bin/python" packaging/build_bundle.py "$@"
+    ;;
   test)
     ensure_apt
     ensure_venv
@@ -84,7 +90,7 @@ case "$cmd" in
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo [ARGS] | ./dev.sh test [PYTEST ARGS]" >&2
+    echo "usage: ./dev.sh demo [ARGS] | ./dev.sh test [PYTEST ARGS] | ./dev.sh bundle [--no-model] [--force]" >&2
     exit 2
     ;;
 esac

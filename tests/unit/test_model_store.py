@@ -49,3 +49,36 @@ def test_sha256_of_streams_the_file(tmp_path: Path) -> None:
     data = b"igi" * 100_000
     (tmp_path / "f").write_bytes(data)
     assert model_store.sha256_of(tmp_path / "f", chunk_bytes=4096) == hashlib.sha256(data).hexdigest()
+
+
+def _frozen_at(monkeypatch: pytest.MonkeyPatch, bundle: Path) -> None:
+    """Make model_store see a frozen daemon bundle whose executable lives in ``bundle``."""
+    monkeypatch.setattr(model_store.sys, "frozen", True, raising=False)
+    monkeypatch.setattr(model_store.sys, "executable", str(bundle / "igi-daemon"))
+
+
+def test_a_frozen_bundle_uses_its_own_model_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "bundle" / "models").mkdir(parents=True)
+    shipped = tmp_path / "bundle" / "models" / model_store.DEFAULT_MODEL_FILE
+    with shipped.open("wb") as f:
+        f.truncate(model_store.DEFAULT_MODEL_BYTES)
+    _frozen_at(monkeypatch, tmp_path / "bundle")
+    assert model_store.default_model_path() == shipped.resolve()
+
+
+def test_a_frozen_bundle_without_the_model_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "bundle" / "models").mkdir(parents=True)
+    (tmp_path / "bundle" / "models" / model_store.DEFAULT_MODEL_FILE).write_bytes(b"truncated")  # wrong size: ignored
+    _frozen_at(monkeypatch, tmp_path / "bundle")
+    with pytest.raises(ModelNotFoundError, match="has no default model.*--model PATH"):
+        model_store.default_model_path()  # no pip in a bundle: never tries to fetch
+
+
+def test_an_unfrozen_process_ignores_a_models_folder_beside_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(model_store.sys, "executable", str(tmp_path / "python"))
+    (tmp_path / "models").mkdir()
+    with (tmp_path / "models" / model_store.DEFAULT_MODEL_FILE).open("wb") as f:
+        f.truncate(model_store.DEFAULT_MODEL_BYTES)
+    assert model_store.bundled_model_path() is None

@@ -27,6 +27,7 @@ namespace Igi.Tests
             CodecTests.Register(runner);
             TransportTests.Register(runner);
             ClientUnitTests.Register(runner);
+            NUnitAdapter.Register(runner, typeof(Program).Assembly);  // Tests/Runtime (the launcher; bundle tests need IGI_DAEMON_BUNDLE)
             if (vectorsDir != null) ConformanceTests.Register(runner, vectorsDir);
             else runner.Skip("conformance", "no --vectors DIR given (ipc/vectors)");
             if (!string.IsNullOrEmpty(connectionFile)) LiveTests.Register(runner, connectionFile);

@@ -12,6 +12,12 @@ namespace Igi.Tests
         public AssertionException(string message) : base(message) { }
     }
 
+    /// <summary>A test that cannot run here (e.g. an NUnit test's Assert.Ignore): reported as SKIP, not counted.</summary>
+    public sealed class SkippedException : Exception
+    {
+        public SkippedException(string message) : base(message) { }
+    }
+
     /// <summary>Assertions that throw <see cref="AssertionException"/>.</summary>
     public static class Check
     {
@@ -87,6 +93,10 @@ namespace Igi.Tests
                     t.Value();
                     passed++;
                     Console.WriteLine("PASS " + t.Key + " (" + sw.ElapsedMilliseconds + " ms)");
+                }
+                catch (SkippedException e)
+                {
+                    Console.WriteLine("SKIP " + t.Key + ": " + e.Message);
                 }
                 catch (Exception e)
                 {

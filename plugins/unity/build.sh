@@ -31,9 +31,10 @@ mapfile -t test_sources < <(find "$here/Tests" -name '*.cs' -not -path '*/UnityS
 mcs "${flags[@]}" -target:library -doc:"$out/Igi.Core.xml" -out:"$out/Igi.Core.dll" -r:System.dll "${core_sources[@]}"
 # Runtime/Unity compiles to nothing without UnityEngine (#if UNITY_5_3_OR_NEWER); compiling it proves that.
 mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Igi.Core.dll" "${unity_sources[@]}"
-# Type-check the MonoBehaviours against a compile-only UnityEngine shim (never run, never shipped).
+# Type-check the MonoBehaviours and the samples against a compile-only UnityEngine shim (never run, never shipped).
+mapfile -t sample_sources < <(find "$here/Samples~" -name '*.cs' | sort)
 mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
-  "${unity_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
+  "${unity_sources[@]}" "${sample_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
 # Tests/Runtime holds Unity Test Framework (NUnit) tests; here they compile against Debian's NUnit (libnunit-cil-dev,
 # brought by mono-devel) and the console runner runs them (NUnitAdapter).
 nunit="${IGI_NUNIT_DLL:-/usr/lib/cli/nunit.framework-2.6.3/nunit.framework.dll}"

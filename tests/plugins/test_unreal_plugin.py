@@ -4,12 +4,14 @@
 ``[  OK  ]`` / ``[ FAIL ]`` / ``[ SKIP ]`` line per test and ends with exactly ``N passed, N failed``.
 Conformance covers every entry of ipc/vectors; the codec is cross-checked against msgpack-c
 (libmsgpack-cxx-dev, a required prerequisite here, as in dev.sh); the live tests talk to a real daemon
-(``running_daemon``) serving the real default model. The Unreal wrapper itself (UObject code) needs
-Unreal Engine and is not compiled here.
+(``running_daemon``) serving the real default model; the launcher tests start the self-contained daemon bundle
+(``daemon_bundle``) with no Python on PATH. The Unreal wrapper itself (UObject code) needs Unreal Engine and is not
+compiled here.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +26,8 @@ VECTORS = REPO / "ipc" / "vectors"
 TESTS_EXE = UNREAL / "build" / "igi_tests"
 SUMMARY = re.compile(r"(\d+) passed, (\d+) failed")
 RESULT = re.compile(r"\[ *(OK|FAIL|SKIP) *\] ([a-z0-9_]+)")
+# The launcher against the real bundle (skipped without --bundle / IGI_DAEMON_BUNDLE).
+BUNDLE_TESTS = {"bundle_is_started_killed_restarted_with_its_saved_session_and_stopped"}
 LIVE_TESTS = {
     "live_handshake_reports_protocol_and_limits",
     "live_greedy_streaming_generate_is_deterministic",
@@ -81,9 +85,10 @@ def tests_exe() -> Path:
     return TESTS_EXE
 
 
-def _run(exe: Path, *args: str, timeout_s: float) -> tuple[str, dict[str, str]]:
+def _run(exe: Path, *args: str, timeout_s: float, env: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
     proc = subprocess.run(
-        [str(exe), "--vectors", str(VECTORS), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        [str(exe), "--vectors", str(VECTORS), *args], capture_output=True, text=True, timeout=timeout_s, check=False,
+        env=env,
     )
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output (rc {proc.returncode}):\n{proc.stderr}"
@@ -97,13 +102,14 @@ def _run(exe: Path, *args: str, timeout_s: float) -> tuple[str, dict[str, str]]:
 
 
 def test_codec_units_and_conformance_against_all_golden_vectors(tests_exe: Path) -> None:
-    out, results = _run(tests_exe, timeout_s=120)
-    offline = {name: status for name, status in results.items() if name not in LIVE_TESTS}
+    env = {k: v for k, v in os.environ.items() if k not in ("IGI_DAEMON_BUNDLE", "IGI_CONNECTION_FILE")}
+    out, results = _run(tests_exe, timeout_s=120, env=env)
+    offline = {name: status for name, status in results.items() if name not in LIVE_TESTS | BUNDLE_TESTS}
     assert offline and all(status == "OK" for status in offline.values()), offline
     missing = REQUIRED_OFFLINE_TESTS - offline.keys()
     assert not missing, f"tests left out of the build (the msgpack-c one needs libmsgpack-cxx-dev): {missing}"
     # Without a connection file the live tests say they are skipped, and why.
-    assert {name for name, status in results.items() if status == "SKIP"} == LIVE_TESTS
+    assert {name for name, status in results.items() if status == "SKIP"} == LIVE_TESTS | BUNDLE_TESTS
     assert "no connection file given" in out
     # Every vector of every file was checked (the counts come from the files themselves).
     for file_name, label in (("vectors.msgpack", "valid"), ("lenient.msgpack", "lenient"), ("invalid.msgpack", "invalid")):
@@ -116,3 +122,10 @@ def test_live_against_running_daemon(tests_exe: Path, running_daemon) -> None:  
         tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live_", timeout_s=300
     )
     assert results == dict.fromkeys(LIVE_TESTS, "OK"), out
+
+
+def test_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env) -> None:  # noqa: ANN001
+    """igi::DaemonLauncher with no Python on PATH: starts the bundle, talks to it, kill -9, restart within 5 s with the
+    saved session restored, stop with no process of the bundle left."""
+    out, results = _run(tests_exe, "--bundle", str(daemon_bundle), "--filter", "bundle_", timeout_s=600, env=no_python_env)
+    assert results == dict.fromkeys(BUNDLE_TESTS, "OK"), out

@@ -16,6 +16,7 @@ struct Options {
   std::string vectors_dir;      ///< folder holding vectors.msgpack and invalid.msgpack
   std::string connection_file;  ///< daemon connection file for live tests ("" = skip them)
   std::string filter;           ///< run only tests whose name contains this
+  std::string bundle_dir;       ///< the daemon bundle folder for the launcher tests ("" = skip them)
 };
 
 const Options& GetOptions();

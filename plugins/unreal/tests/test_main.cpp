@@ -1,7 +1,7 @@
 // test_main.cpp - IgiClientCore tests: runner entry point and argument parsing.
 //
-// Usage: igi_tests [--vectors DIR] [--connection-file PATH] [--filter SUBSTR]
-// IGI_CONNECTION_FILE and IGI_VECTORS_DIR are read when the flags are absent.
+// Usage: igi_tests [--vectors DIR] [--connection-file PATH] [--bundle DIR] [--filter SUBSTR]
+// IGI_CONNECTION_FILE, IGI_VECTORS_DIR and IGI_DAEMON_BUNDLE are read when the flags are absent.
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   using namespace igi_test;
   if (const char* env = std::getenv("IGI_CONNECTION_FILE")) g_options.connection_file = env;
   if (const char* env = std::getenv("IGI_VECTORS_DIR")) g_options.vectors_dir = env;
+  if (const char* env = std::getenv("IGI_DAEMON_BUNDLE")) g_options.bundle_dir = env;
   for (int i = 1; i < argc; ++i) {
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
@@ -57,10 +58,12 @@ int main(int argc, char** argv) {
       g_options.vectors_dir = value();
     } else if (std::strcmp(argv[i], "--connection-file") == 0) {
       g_options.connection_file = value();
+    } else if (std::strcmp(argv[i], "--bundle") == 0) {
+      g_options.bundle_dir = value();
     } else if (std::strcmp(argv[i], "--filter") == 0) {
       g_options.filter = value();
     } else {
-      std::cerr << "usage: igi_tests [--vectors DIR] [--connection-file PATH] [--filter SUBSTR]\n";
+      std::cerr << "usage: igi_tests [--vectors DIR] [--connection-file PATH] [--bundle DIR] [--filter SUBSTR]\n";
       return 2;
     }
   }

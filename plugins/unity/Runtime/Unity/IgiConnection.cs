@@ -80,6 +80,15 @@ namespace Igi.Unity
             return _connecting;
         }
 
+        /// <summary>Disposes the client and connects again (a restarted daemon has a new connection file and key).</summary>
+        public Task<IgiClient> ReconnectAsync()
+        {
+            if (Client != null) Client.Dispose();
+            Client = null;
+            _connecting = null;
+            return ConnectAsync();
+        }
+
         private async Task<IgiClient> DoConnectAsync()
         {
             var options = new IgiClientOptions { ClientName = "unity-plugin " + Application.productName };

@@ -86,6 +86,14 @@ namespace Igi.Unity
             if (IsSpeaking) _current.Cancel();
         }
 
+        /// <summary>Continues in an existing daemon session, e.g. one reopened from a save after a daemon restart
+        /// (<see cref="IgiDaemonLauncher.onSessionRestored"/>).</summary>
+        public void AdoptSession(string sessionId)
+        {
+            SessionId = sessionId;
+            _session = Task.FromResult(sessionId);
+        }
+
         private Task<string> EnsureSessionAsync(IgiClient client)
         {
             if (_session == null || _session.IsFaulted || _session.IsCanceled)

@@ -1,6 +1,8 @@
 // IgiSubsystem.cpp - IgiRuntime (Unreal wrapper): client lifetime, connection, per-frame pump.
 #include "IgiSubsystem.h"
 
+#include "IgiDaemonProcess.h"
+#include "Interfaces/IPluginManager.h"
 #include "HAL/PlatformMisc.h"
 #include "HAL/PlatformTime.h"
 #include "Misc/CommandLine.h"
@@ -27,26 +29,18 @@ void UIgiSubsystem::Deinitialize()
 {
 	Driver.reset();  // forgets its in-flight requests before the client goes
 	Budget.reset();
-	if (Client && Client->connected() && DaemonProcess.IsValid())
+	if (Launcher)
 	{
-		try
-		{
-			// We started this daemon, so we stop it: it cancels work, frees memory and exits.
-			Client->Call<igi::ShutdownRequest, igi::ShutdownReply>(igi::ShutdownRequest{}, std::nullopt, 5.0);
-		}
-		catch (const igi::IgiError& E)
-		{
-			UE_LOG(LogTemp, Warning, TEXT("IGI: shutdown_request failed: %s"), UTF8_TO_TCHAR(E.what()));
-		}
+		// We started this daemon, so we stop it: shutdown_request (it cancels work, frees memory and exits), and a
+		// kill if it has not exited within the stop timeout. Nothing of it is left running.
+		Launcher->Stop(Client.get());
+		Launcher->Pump();
+		Launcher.reset();
 	}
 	if (Client)
 	{
 		Client->Close();
 		Client.reset();
-	}
-	if (DaemonProcess.IsValid())
-	{
-		FPlatformProcess::CloseProc(DaemonProcess);
 	}
 	Super::Deinitialize();
 }
@@ -62,19 +56,98 @@ FString UIgiSubsystem::DefaultConnectionFile()
 	return FPaths::Combine(FPaths::ProjectSavedDir(), TEXT("Igi"), TEXT("connection.json"));
 }
 
-bool UIgiSubsystem::LaunchDaemon(const FString& PythonExecutable, const FString& ConnectionFile, int32 VramBudgetMiB)
+FString UIgiSubsystem::DefaultDaemonExecutable()
 {
-	const FString File = ConnectionFile.IsEmpty() ? DefaultConnectionFile() : ConnectionFile;
-	FString Args = FString::Printf(TEXT("-m igi_sdk.daemon --connection-file \"%s\""), *File);
-	if (VramBudgetMiB >= 0) Args += FString::Printf(TEXT(" --vram-budget-mib %d"), VramBudgetMiB);
-	DaemonProcess = FPlatformProcess::CreateProc(*PythonExecutable, *Args, true, true, true, nullptr, 0, nullptr, nullptr);
-	if (!DaemonProcess.IsValid())
+	FString Base = FPaths::ProjectPluginsDir() / TEXT("IgiPlugin");
+	if (TSharedPtr<IPlugin> Plugin = IPluginManager::Get().FindPlugin(TEXT("IgiPlugin"))) Base = Plugin->GetBaseDir();
+	// IGI_DAEMON_PLATFORM is the UBT platform name (Win64, Linux, Mac), set by IgiRuntime.Build.cs.
+	const FString Folder = FPaths::Combine(Base, TEXT("Binaries"), TEXT("IgiDaemon"), TEXT(IGI_DAEMON_PLATFORM), TEXT("igi-daemon"));
+	return FPaths::ConvertRelativePathToFull(UTF8_TO_TCHAR(igi::BundleExecutable(TCHAR_TO_UTF8(*Folder)).c_str()));
+}
+
+bool UIgiSubsystem::LaunchDaemon(const FString& Executable, const FString& ConnectionFile, int32 VramBudgetMiB)
+{
+	if (Launcher)
 	{
-		ReportError(TEXT("launch_failed"), FString::Printf(TEXT("cannot start %s %s"), *PythonExecutable, *Args));
+		ReportError(TEXT("launch_failed"), TEXT("LaunchDaemon: this subsystem already supervises a daemon"));
 		return false;
 	}
-	ConnectWhenReady(File, 180.f);
+	const FString Exe = Executable.IsEmpty() ? DefaultDaemonExecutable() : Executable;
+	if (!FPaths::FileExists(Exe))
+	{
+		ReportError(TEXT("launch_failed"), FString::Printf(TEXT("no daemon executable at %s (stage the bundle: docs/unreal.md)"), *Exe));
+		return false;
+	}
+	const FString File = ConnectionFile.IsEmpty() ? DefaultConnectionFile() : ConnectionFile;
+	igi::DaemonLauncherOptions Options;
+	Options.executable = TCHAR_TO_UTF8(*Exe);
+	Options.connection_file = TCHAR_TO_UTF8(*File);
+	if (FPaths::GetCleanFilename(Exe).StartsWith(TEXT("python"))) Options.arguments = {"-m", "igi_sdk.daemon"};
+	if (VramBudgetMiB >= 0) Options.arguments.insert(Options.arguments.end(), {"--vram-budget-mib", std::to_string(VramBudgetMiB)});
+	Options.spawner = SpawnIgiDaemonProcess;
+	Launcher = std::make_unique<igi::DaemonLauncher>(Options);
+	TWeakObjectPtr<UIgiSubsystem> WeakThis(this);
+	Launcher->SetOnReady([WeakThis](const igi::DaemonReady& Ready) {
+		if (WeakThis.IsValid()) WeakThis->OnDaemonReady(Ready);
+	});
+	Launcher->SetOnFailed([WeakThis](const std::string& Message) {
+		if (WeakThis.IsValid()) WeakThis->ReportError(TEXT("daemon_failed"), Utf8(Message));
+	});
+	Launcher->SetOnLog([](const igi::DaemonLogLine& Line) {
+		const FString Text = Utf8(Line.text);
+		if (Line.level == "error") UE_LOG(LogTemp, Error, TEXT("igi-daemon: %s"), *Text);
+		else if (Line.level == "warning") UE_LOG(LogTemp, Warning, TEXT("igi-daemon: %s"), *Text);
+		else UE_LOG(LogTemp, Log, TEXT("igi-daemon: %s"), *Text);
+	});
+	Launcher->Start();
 	return true;
+}
+
+void UIgiSubsystem::OnDaemonReady(const igi::DaemonReady& Ready)
+{
+	// A restarted daemon has a new endpoint and key: drop the old client and connect to the new file now.
+	Driver.reset();
+	if (Client)
+	{
+		Client->Close();
+		Client.reset();
+	}
+	bRestorePending = Ready.restart > 0;
+	ConnectWhenReady(Utf8(Launcher ? Launcher->options().connection_file : std::string()), 10.f);
+	TryConnect();
+}
+
+void UIgiSubsystem::RestoreSavedSessions()
+{
+	bRestorePending = false;
+	if (!Client) return;
+	const igi::SessionSaveBook::Restored Result = SaveBook.RestoreAll(*Client);
+	for (const auto& Entry : Result.restored) OnSessionRestored.Broadcast(Utf8(Entry.first), Utf8(Entry.second.session_id));
+	for (const auto& Entry : Result.failed) ReportError(TEXT("restore_failed"), Utf8(Entry.first + ": " + Entry.second));
+}
+
+FString UIgiSubsystem::SaveSession(const FString& SaveKey, const FString& SessionId, const FString& Path)
+{
+	if (!IsConnected())
+	{
+		ReportError(TEXT("not_connected"), TEXT("SaveSession: not connected to the daemon"));
+		return FString();
+	}
+	try
+	{
+		std::optional<std::string> File;
+		if (!Path.IsEmpty()) File = std::string(TCHAR_TO_UTF8(*Path));
+		return Utf8(SaveBook.Save(*Client, TCHAR_TO_UTF8(*SaveKey), TCHAR_TO_UTF8(*SessionId), File));
+	}
+	catch (const igi::IgiError& E)
+	{
+		ReportError(Utf8(E.kind()), Utf8(E.what()));
+	}
+	catch (const std::invalid_argument& E)
+	{
+		ReportError(TEXT("invalid_request"), Utf8(E.what()));
+	}
+	return FString();
 }
 
 void UIgiSubsystem::ConnectWhenReady(const FString& ConnectionFile, float TimeoutSeconds)
@@ -144,6 +217,7 @@ void UIgiSubsystem::TryConnect()
 	Client->SetOnDisconnected([WeakThis](const igi::IgiError& E) {
 		if (WeakThis.IsValid()) WeakThis->ReportError(Utf8(E.kind()), Utf8(E.what()));
 	});
+	if (bRestorePending) RestoreSavedSessions();
 	OnConnected.Broadcast();
 }
 
@@ -153,6 +227,7 @@ void UIgiSubsystem::PumpOncePerFrame(float DeltaSeconds)
 {
 	if (LastPumpedFrame == GFrameCounter) return;
 	LastPumpedFrame = GFrameCounter;
+	if (Launcher) Launcher->Pump();  // OnDaemonReady (connects), the daemon's log
 	if (!PendingConnectionFile.IsEmpty()) TryConnect();
 	if (!Client) return;
 	if (Driver) Driver->Tick(DeltaSeconds * 1000.0, FPlatformTime::Seconds());

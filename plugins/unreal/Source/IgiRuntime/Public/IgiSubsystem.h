@@ -13,6 +13,7 @@
 #include "Subsystems/GameInstanceSubsystem.h"
 #include "Tickable.h"
 #include "igi/client.hpp"
+#include "igi/daemon_launcher.hpp"
 #include "igi/frame_budget.hpp"
 
 #include "IgiSubsystem.generated.h"
@@ -20,6 +21,7 @@
 DECLARE_DYNAMIC_MULTICAST_DELEGATE(FIgiOnConnected);
 DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FIgiOnSubsystemError, const FString&, Code, const FString&, Message);
 DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FIgiOnBudgetAck, int32, RequestedMiB, int32, GrantedMiB);
+DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FIgiOnSessionRestored, const FString&, SaveKey, const FString&, SessionId);
 
 UCLASS()
 class IGIRUNTIME_API UIgiSubsystem : public UGameInstanceSubsystem, public FTickableGameObject
@@ -36,9 +38,21 @@ public:
 	virtual bool IsTickable() const override { return !IsTemplate(); }
 	virtual ETickableTickType GetTickableTickType() const override { return ETickableTickType::Conditional; }
 
-	/** Starts `Python -m igi_sdk.daemon --connection-file File [--vram-budget-mib N]` (N < 0: daemon default). */
+	/** Starts the daemon and supervises it: `Executable --connection-file File --port 0 [--vram-budget-mib N]`
+	 *  (N < 0: daemon default). An empty Executable is the bundle staged with the plugin
+	 *  (DefaultDaemonExecutable); a Python interpreter (file name starting with "python") gets `-m igi_sdk.daemon`
+	 *  first. Connects when the connection file appears, restarts the daemon with backoff when it dies (then
+	 *  reconnects and reopens the sessions saved with SaveSession), and stops it in Deinitialize. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
-	bool LaunchDaemon(const FString& PythonExecutable, const FString& ConnectionFile, int32 VramBudgetMiB = -1);
+	bool LaunchDaemon(const FString& Executable, const FString& ConnectionFile, int32 VramBudgetMiB = -1);
+
+	/** Saves a session (Path empty: the daemon's session folder) and records it under SaveKey, to reopen it after a
+	 *  daemon restart (OnSessionRestored). Blocking; returns the file written, empty on failure (OnError says why). */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	FString SaveSession(const FString& SaveKey, const FString& SessionId, const FString& Path);
+
+	/** The daemon bundle staged with the plugin: <Plugin>/Binaries/IgiDaemon/<Platform>/igi-daemon/igi-daemon[.exe]. */
+	static FString DefaultDaemonExecutable();
 
 	/** Waits (without blocking frames) for the connection file, then connects; empty = default path. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
@@ -68,6 +82,10 @@ public:
 	UPROPERTY(BlueprintAssignable, Category = "IGI")
 	FIgiOnBudgetAck OnBudgetAck;
 
+	/** A session saved with SaveSession was reopened on a restarted daemon (its new id). */
+	UPROPERTY(BlueprintAssignable, Category = "IGI")
+	FIgiOnSessionRestored OnSessionRestored;
+
 	/** Feeds the frame time to the budget helper and runs queued client callbacks; only the first
 	 *  call of a frame does work (components call it from TickComponent, the subsystem from Tick). */
 	void PumpOncePerFrame(float DeltaSeconds);
@@ -81,6 +99,8 @@ public:
 private:
 	void TryConnect();
 	void ReportError(const FString& Code, const FString& Message);
+	void OnDaemonReady(const igi::DaemonReady& Ready);
+	void RestoreSavedSessions();
 
 	std::unique_ptr<igi::Client> Client;
 	std::unique_ptr<igi::FrameBudget> Budget;
@@ -89,5 +109,7 @@ private:
 	FString PendingConnectionFile;
 	double ConnectDeadlineSeconds = 0.0;
 	uint64 LastPumpedFrame = MAX_uint64;
-	FProcHandle DaemonProcess;
+	std::unique_ptr<igi::DaemonLauncher> Launcher;  // the daemon this subsystem started, if any
+	igi::SessionSaveBook SaveBook;
+	bool bRestorePending = false;
 };

@@ -6,8 +6,8 @@ libraries in ``_internal/llama_cpp/lib/``), and the default model in ``models/``
 the target: no Python, no pip.
 
 The build is cached: ``build/bundle/igi-daemon/bundle-key.txt`` records a digest of what the bundle was made from
-(the daemon's sources, this folder, pyproject.toml, the installed packages' versions, the Python version and the
-platform); when nothing changed the existing bundle is kept and its path printed at once. ``--force`` rebuilds.
+(the daemon's sources, this folder, pyproject.toml, the installed packages' versions, llama.cpp's library files, the
+Python version and the platform); when nothing changed the existing bundle is kept and its path printed at once. ``--force`` rebuilds.
 Prints the bundle's directory on the last line.
 """
 
@@ -44,6 +44,14 @@ def bundle_key(with_model: bool) -> str:
         h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])
     h.update("\n".join(dists).encode())
+    try:  # llama.cpp's libraries: rebuilt with the project's patches under the same llama-cpp-python version
+        import llama_cpp
+
+        for lib in sorted((Path(llama_cpp.__file__).parent / "lib").glob("*")):
+            st = lib.stat()
+            h.update(f"{lib.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+    except ImportError:
+        pass
     h.update(f"{sys.version}|{platform.platform()}|model={with_model}".encode())
     return h.hexdigest()
 

@@ -102,11 +102,11 @@ def test_unity_live_daemon(tests_exe: Path, running_daemon) -> None:  # noqa: AN
 
 
 @pytest.mark.slow
-def test_unity_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env) -> None:  # noqa: ANN001
+def test_unity_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env, restart_limit_s: float) -> None:  # noqa: ANN001
     """The Unity Test Framework tests of the launcher (Tests/Runtime), under Mono with no Python on PATH: the bundle is
     started, talked to, killed with SIGKILL, restarted within 5 s with its saved session restored, and stopped with no
     process of it left."""
-    env = {**no_python_env, "IGI_DAEMON_BUNDLE": str(daemon_bundle)}
+    env = {**no_python_env, "IGI_DAEMON_BUNDLE": str(daemon_bundle), "IGI_RESTART_LIMIT_S": str(restart_limit_s)}
     out, results = _run(tests_exe, "--filter", "nunit:", timeout_s=600, env=env)
     assert set(results) == NUNIT_TESTS, out
     assert "SKIP nunit:" not in out, out

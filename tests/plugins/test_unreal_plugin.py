@@ -124,8 +124,9 @@ def test_live_against_running_daemon(tests_exe: Path, running_daemon) -> None:  
     assert results == dict.fromkeys(LIVE_TESTS, "OK"), out
 
 
-def test_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env) -> None:  # noqa: ANN001
+def test_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env, restart_limit_s: float) -> None:  # noqa: ANN001
     """igi::DaemonLauncher with no Python on PATH: starts the bundle, talks to it, kill -9, restart within 5 s with the
     saved session restored, stop with no process of the bundle left."""
-    out, results = _run(tests_exe, "--bundle", str(daemon_bundle), "--filter", "bundle_", timeout_s=600, env=no_python_env)
+    out, results = _run(tests_exe, "--bundle", str(daemon_bundle), "--filter", "bundle_", timeout_s=600,
+                       env={**no_python_env, "IGI_RESTART_LIMIT_S": str(restart_limit_s)})
     assert results == dict.fromkeys(BUNDLE_TESTS, "OK"), out

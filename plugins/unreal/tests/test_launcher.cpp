@@ -196,7 +196,10 @@ TEST(bundle_is_started_killed_restarted_with_its_saved_session_and_stopped) {
   CHECK(exits[0].exit_code == 128 + SIGKILL);
   CHECK(readies[1].restart == 1);
   CHECK(readies[1].pid != first_pid);
-  CHECK_MSG(restart_s < 5.0, "restarted " << restart_s << " s after the kill (limit 5 s)");
+  // 5 s; IGI_RESTART_LIMIT_S overrides it (the pytest wrapper widens it on an overloaded shared machine, never in CI)
+  const char* limit_env = std::getenv("IGI_RESTART_LIMIT_S");
+  const double limit_s = limit_env != nullptr ? std::atof(limit_env) : 5.0;
+  CHECK_MSG(restart_s < limit_s, "restarted " << restart_s << " s after the kill (limit " << limit_s << " s)");
 
   client->Close();
   client = igi::Client::FromConnectionFile(o.connection_file);

@@ -92,15 +92,16 @@ def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str])
         for mode, key in (("pinned", "h2d_pinned_gbps"), ("mmap", "h2d_pageable_gbps")):
             rate = _term("gpu_offload_rate", missing, f"gpu_offload_rate[{mode}]", folder=str(folder),
                          threads=threads, load_mode=mode, t_prefill_gpu_s=speed["t_prefill_512_s"])
-            if rate is not None:
+            if rate is not None and rate["h2d_gbps"] is not None:
                 values[key] = rate["h2d_gbps"]
+            if rate is not None:
                 values["weight_prefetch_abi"] = max(values.get("weight_prefetch_abi", 0), rate["weight_prefetch_abi"])
         if values.get("weight_prefetch_abi", 0) > 0:
             rate = _term("gpu_offload_rate", missing, "gpu_offload_rate[prefetch]", folder=str(folder),
                          threads=threads, load_mode="pinned", t_prefill_gpu_s=speed["t_prefill_512_s"],
                          prefetch_slots=PROFILE_PREFETCH_SLOTS)
             if rate is not None:
-                values["h2d_prefetch_gbps"] = rate["h2d_gbps"]
+                values["h2d_prefetch_gbps"] = rate["h2d_gbps"]  # None: compute hid the copy (serial rate kept)
     else:
         missing["gpu_offload_rate"] = "needs gpu_speed"
     reserve = _term("gpu_reserve", missing, "gpu_reserve", tiny=str(models["tiny"]), threads=threads)

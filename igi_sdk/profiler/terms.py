@@ -151,13 +151,19 @@ def gpu_speed(folder: str, threads: int) -> dict[str, Any]:
             "decode_s": [dec_n, dec_w], "prefill_s": [pref_n, pref_w]}
 
 
+#: a prefetched prefill at least this many times the all-in-VRAM one was bound by its copies
+PREFETCH_COPY_BOUND = 1.5
+
+
 def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float,
                      prefetch_slots: int = 0) -> dict[str, Any]:
     """Effective op_offload weight copy rate (GB/s) from ``load_mode`` host memory.
 
-    With ``prefetch_slots`` > 0 (a build with the pipelined weight prefetch) the copies overlap with compute
-    and the rate is ``copied / prefill time`` (``h2d_prefetch_gbps``: exact when the copy is the longer of the
-    two, a lower bound when compute is); without, the serial rate below.
+    With ``prefetch_slots`` > 0 (a build with the pipelined weight prefetch) the copies overlap with compute:
+    when the prefill takes clearly longer than the same model all in VRAM (``PREFETCH_COPY_BOUND``), the copy
+    was the longer of the two and ``copied / prefill time`` is the overlapped upload rate
+    (``h2d_prefetch_gbps``); otherwise compute hid the copy and the rate is not observable here (None: the
+    cost model keeps the serial rate). Without prefetch, the serial rate below.
 
     ``gpu_wide`` with every layer's weights on the host (``HOST_LAYERS_RULE``) but its KV, attention and head
     in VRAM, a 512-token prefill streamed through the GPU, minus the all-in-VRAM prefill of the same model
@@ -182,8 +188,13 @@ def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s:
         copied = sum(x.n_bytes for x in m.table.tensors if x.name.startswith("blk."))
     finally:
         m.close()
-    rate = copied / t / 1e9 if prefetch_slots else copy_rate_gbps(copied, t, t_prefill_gpu_s)
-    return {"h2d_gbps": round(rate, 2), "copied_bytes": copied, "t_prefill_s": t, "buffers": buffers,
+    if not prefetch_slots:
+        rate: float | None = round(copy_rate_gbps(copied, t, t_prefill_gpu_s), 2)
+    elif t > PREFETCH_COPY_BOUND * t_prefill_gpu_s:
+        rate = round(copied / t / 1e9, 2)
+    else:
+        rate = None
+    return {"h2d_gbps": rate, "copied_bytes": copied, "t_prefill_s": t, "buffers": buffers,
             "weight_prefetch_abi": prefetch_abi()}
 
 

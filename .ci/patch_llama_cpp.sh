@@ -14,11 +14,11 @@ apply() {  # apply [--check] [-R] PATCH
     [ "$1" = --check ] && { args+=(--dry-run); shift; }
     [ "$1" = -R ] && { args=(-p1 -d "$dst" -R --silent --dry-run); shift; }
     patch "${args[@]}" < "$1" > /dev/null
-  else
-    local args=(apply -p1 --directory=)
+  else  # outside any repository (vendor/llama.cpp has a submodule .git file that would confuse git)
+    local args=(apply -p1 --unsafe-paths "--directory=$dst")
     [ "$1" = --check ] && { args+=(--check); shift; }
     [ "$1" = -R ] && { args+=(-R --check); shift; }
-    (cd "$dst" && git "${args[@]}" "$1")
+    (cd "$(mktemp -d)" && git "${args[@]}" "$1")
   fi
 }
 for p in "$here"/patches/llama.cpp/*.patch; do

@@ -9,7 +9,15 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from igi_sdk.errors import IgiError
-from igi_sdk.planner.profile import Profile
+from igi_sdk.planner.profile import GpuProfile, Profile
+
+
+def _prefetch_row(g: GpuProfile) -> str:
+    """The engine build's copy/compute overlap, as the planner will use it."""
+    if g.weight_prefetch_abi <= 0:
+        return "no (stock llama.cpp: serial weight copies)"
+    rate = f"{g.h2d_prefetch_gbps:.1f} GB/s overlapped" if g.h2d_prefetch_gbps else "copies hidden by compute"
+    return f"yes (ABI {g.weight_prefetch_abi}, {rate})"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +45,7 @@ def render(profile: Profile, console: Console) -> None:
         for name, value in (("GPU", g.name), ("VRAM bandwidth", f"{g.bandwidth_gbps:.0f} GB/s"),
                             ("GPU prefill", f"{g.gflops:.0f} GFLOP/s"),
                             ("op_offload copy pinned / pageable", f"{g.h2d_pinned_gbps:.1f} / {g.h2d_pageable_gbps:.1f} GB/s"),
+                            ("pipelined weight prefetch", _prefetch_row(g)),
                             ("VRAM reserve", f"{g.reserve_mib} MiB")):
             t.add_row(name, value)
     else:

@@ -138,3 +138,11 @@ def test_bench_measures_the_planner_with_overlap_off_as_its_own_method() -> None
     assert serial is not None and serial.prefetch_slots == 0
     assert serial == on["planner"].placement.with_(prefetch_slots=0, prefetch_slot_max_mib=0)
     assert "planner_serial" not in methods(_profile(0))
+
+
+def test_igi_profile_shows_whether_the_build_overlaps_copies() -> None:
+    from igi_sdk.profiler.cli import _prefetch_row
+
+    assert _prefetch_row(_profile(0).gpu).startswith("no")  # type: ignore[arg-type]
+    assert "37.0 GB/s" in _prefetch_row(_profile(1, 37.0).gpu)  # type: ignore[arg-type]
+    assert "hidden" in _prefetch_row(_profile(1).gpu)  # type: ignore[arg-type]

@@ -168,7 +168,7 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
     from igi_sdk.engine import _log
     from igi_sdk.engine.gguf_table import read_tensor_table
     from igi_sdk.engine.params import context_params, model_params
-    from igi_sdk.engine.prefetch import prefetch_env
+    from igi_sdk.engine.prefetch import scheduler_env
     from igi_sdk.engine.reports import device_of_buffer, kv_mib_from_size_lines, parse_load_log
     from igi_sdk.errors import ModelCorruptError
 
@@ -182,7 +182,7 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
         if not model:
             raise ModelCorruptError(f"llama.cpp could not load {path} (dry run)")
         try:
-            with prefetch_env(placement.prefetch_slots, placement.prefetch_slot_max_mib):
+            with scheduler_env(placement):
                 ctx = llama_cpp.llama_init_from_model(model, cparams)
             if not ctx:
                 raise EngineError("llama.cpp could not create a context (dry run)")

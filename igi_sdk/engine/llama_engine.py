@@ -30,7 +30,7 @@ from igi_sdk.engine.chat import render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.params import context_params, model_params
-from igi_sdk.engine.prefetch import prefetch_abi, prefetch_env
+from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
@@ -104,7 +104,7 @@ class LlamaEngine:
                 if not model:
                     raise ModelCorruptError(f"llama.cpp could not load {self._model_path}: {_errors_of(cap.lines)}")
                 stack.callback(llama_cpp.llama_model_free, model)
-                with prefetch_env(placement.prefetch_slots, placement.prefetch_slot_max_mib):
+                with scheduler_env(placement):
                     ctx = llama_cpp.llama_init_from_model(model, cparams)
                 if not ctx:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")

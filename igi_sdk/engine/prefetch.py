@@ -1,14 +1,19 @@
-"""Engine layer: pipelined weight prefetch of the project's patched llama.cpp (patches/llama.cpp/0001).
+"""Engine layer: the project's patched ggml scheduler (patches/llama.cpp): pipelined weight prefetch (0001) and
+the MoE-aware op_offload threshold (0002).
 
 With op_offload, a matmul whose weight lives in host memory runs on the GPU at prompt-processing batch sizes,
 and stock ggml copies that weight right before the split that needs it, serially with compute. The patched
 scheduler uploads the host weights of the next splits into ``prefetch_slots`` rotating staging slots on a
 second stream of the same device while the current split computes (docs/engine.md, "Streaming and overlap").
 
-It is configured per scheduler through environment variables read when llama.cpp creates a context, so a
-load (and a dry run, which must size the same slots) sets them around ``llama_init_from_model`` only. On a
-stock llama-cpp-python build the symbols are absent: ``prefetch_abi()`` is 0 and every load uses the serial
-path whatever the placement asks for.
+0002 keeps a MUL_MAT_ID with host weights on the CPU below ``op_offload_min_batch_mul_mat_id`` tokens (it
+reads only the routed experts, so the CPU wins longer than for a dense matmul).
+
+Both are configured per scheduler through environment variables read when llama.cpp creates a context, so a
+load (and a dry run, which must size the same slots and make the same offload decisions) sets them around
+``llama_init_from_model`` only (``scheduler_env``). On a stock llama-cpp-python build the symbols are absent:
+``prefetch_abi()`` is 0 and every load uses the serial path and the stock threshold whatever the placement asks
+for.
 """
 
 from __future__ import annotations
@@ -19,13 +24,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from igi_sdk.engine import _ggml
+from igi_sdk.planner.placement import Placement
 
 SLOTS_ENV = "GGML_SCHED_PREFETCH_SLOTS"
 SLOT_MAX_MIB_ENV = "GGML_SCHED_PREFETCH_SLOT_MAX_MIB"
-#: ggml's own op_offload threshold (tokens per ubatch) and the patched build's separate one for MUL_MAT_ID;
-#: both are read once per process, when the CUDA backend registers
-MIN_BATCH_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
-MIN_BATCH_MUL_MAT_ID_ENV = "GGML_OP_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
+MIN_BATCH_MUL_MAT_ID_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
 
 
 def _symbol(name: str, restype: object) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -57,20 +60,25 @@ def weight_upload_bytes() -> int | None:
 
 
 @contextmanager
-def prefetch_env(slots: int, slot_max_mib: int = 0) -> Iterator[None]:
-    """Set the prefetch variables for the contexts created inside the block, then restore them."""
-    changes = {SLOTS_ENV: str(max(0, slots)), SLOT_MAX_MIB_ENV: str(max(0, slot_max_mib)) if slot_max_mib else None}
+def scheduler_env(placement: Placement) -> Iterator[None]:
+    """Set the patched scheduler's variables of ``placement`` for the contexts created inside the block, then
+    restore them (0 / unset: stock behaviour)."""
+    changes = {
+        SLOTS_ENV: placement.prefetch_slots,
+        SLOT_MAX_MIB_ENV: placement.prefetch_slot_max_mib,
+        MIN_BATCH_MUL_MAT_ID_ENV: placement.op_offload_min_batch_mul_mat_id,
+    }
     saved = {k: os.environ.get(k) for k in changes}
     try:
         for k, v in changes.items():
-            if v is None:
-                os.environ.pop(k, None)
+            if v:
+                os.environ[k] = str(v)
             else:
-                os.environ[k] = v
+                os.environ.pop(k, None)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
+        for k, old in saved.items():
+            if old is None:
                 os.environ.pop(k, None)
             else:
-                os.environ[k] = v
+                os.environ[k] = old

@@ -133,9 +133,11 @@ class CostModel:
 
     def _weights_time(self, stats: GroupStats, dtype: str, on_gpu: bool, n_tokens: int, touched: float,
                       flop_share: float, n_ops: int, pinned: bool, op_offload: bool,
-                      cpu_efficiency: float = 1.0, gpu_efficiency: float = 1.0) -> tuple[float, float, float, bool]:
+                      cpu_efficiency: float = 1.0, gpu_efficiency: float = 1.0,
+                      min_batch: int | None = None) -> tuple[float, float, float, bool]:
         """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment (``cpu_efficiency`` / ``gpu_efficiency``:
-        the op's CPU weight rate relative to dense GEMV, its GPU matmul rate relative to dense GEMM)."""
+        the op's CPU weight rate relative to dense GEMV, its GPU matmul rate relative to dense GEMM;
+        ``min_batch``: the op's op_offload threshold, default ``self.min_batch``)."""
         flops = 2.0 * stats.n_elements * n_tokens * flop_share
         nbytes = stats.n_bytes * touched
         gpu = self.profile.gpu
@@ -143,7 +145,7 @@ class CostModel:
             t = (max(flops / (gpu.gflops * gpu_efficiency * GB), nbytes / (gpu.bandwidth_gbps * GB))
                  + n_ops * gpu.op_overhead_us * 1e-6)
             return 0.0, t, 0.0, True
-        if gpu is not None and op_offload and n_tokens >= self.min_batch:
+        if gpu is not None and op_offload and n_tokens >= (self.min_batch if min_batch is None else min_batch):
             h2d = gpu.h2d_pinned_gbps if pinned else gpu.h2d_pageable_gbps
             return (0.0, flops / (gpu.gflops * gpu_efficiency * GB) + n_ops * gpu.op_overhead_us * 1e-6,
                     nbytes / (h2d * GB), True)
@@ -178,12 +180,12 @@ class CostModel:
         t_cpu = max(nbytes / (self.cpu.kv_read_gbps * GB), flops / (self.cpu.gflops("f16") * GB))
         return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 
-    def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool,
-               op_offload: bool) -> tuple[float, float, float, bool, bool, int, float, int]:
+    def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool, op_offload: bool,
+               expert_min_batch: int) -> tuple[float, float, float, bool, bool, int, float, int]:
         """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches, expert_copy_s,
         copying_segments) of one layer's weight segments; the attention core counts only for where it runs
         (its time depends on n_kv)."""
-        key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload)
+        key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload, expert_min_batch)
         hit = self._layer_cache.get(key)
         if hit is not None:
             return hit
@@ -200,7 +202,8 @@ class CostModel:
                 share = self.expert_share if main is G.MOE_EXPERTS else 1.0
                 c, g, x, runs = self._weights_time(stats, self._layer_types[il][main], on_gpu, n_tokens,
                                                    self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload,
-                                                   self._cpu_efficiency(main), self._gpu_efficiency(main))
+                                                   self._cpu_efficiency(main), self._gpu_efficiency(main),
+                                                   expert_min_batch if main is G.MOE_EXPERTS else None)
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
                 if x:
                     copying += 1
@@ -218,10 +221,10 @@ class CostModel:
 
     # -- one pass ---------------------------------------------------------------------------------------
     def _weights_pass(self, layout: Layout, n_tokens: int, pinned: bool, offload: bool,
-                      with_head: bool, n_seqs: int) -> tuple[float, float, float, int, int, float, int]:
+                      with_head: bool, n_seqs: int, expert_min_batch: int) -> tuple[float, float, float, int, int, float, int]:
         """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM, expert_copy_s, copying segments) of a pass,
         attention core excluded."""
-        key = (layout, n_tokens, pinned, offload, with_head, n_seqs)
+        key = (layout, n_tokens, pinned, offload, with_head, n_seqs, expert_min_batch)
         hit = self._pass_cache.get(key)
         if hit is not None:
             return hit
@@ -236,7 +239,7 @@ class CostModel:
             kv = layout.kv_on_gpu[il]
             n_kv_gpu += kv
             devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs)
-            c, g, x, first, last, inner, xe, nx = self._layer(il, devs, n_tokens, pinned, offload)
+            c, g, x, first, last, inner, xe, nx = self._layer(il, devs, n_tokens, pinned, offload, expert_min_batch)
             cpu, gpu, copy = cpu + c, gpu + g, copy + x
             expert_copy, copying = expert_copy + xe, copying + nx
             switches += inner + (first != prev_gpu)
@@ -260,6 +263,46 @@ class CostModel:
         hide (``overlap_split``)."""
         cpu, gpu, copy, trans, _hidden = self.pass_time_overlap(layout, placement, n_tokens, n_kv, n_seqs, with_head)
         return cpu, gpu, copy, trans
+
+    def expert_min_batch(self, placement: Placement) -> int:
+        """The op_offload threshold of MUL_MAT_ID under ``placement`` (the patched scheduler's extra one counts only
+        where the profile's engine has it)."""
+        gpu = self.profile.gpu
+        if gpu is not None and gpu.weight_prefetch_abi > 0:
+            return max(self.min_batch, placement.op_offload_min_batch_mul_mat_id)
+        return self.min_batch
+
+    def expert_offload_threshold(self, pinned: bool, max_tokens: int) -> int:
+        """The smallest ubatch (tokens) from which streaming a layer's host experts to the GPU beats running
+        them on the CPU (the MoE-aware ``op_offload_min_batch_mul_mat_id``): 0 where the GPU already wins at
+        op_offload's own threshold (no extra threshold), ``max_tokens + 1`` where the CPU wins up to
+        ``max_tokens``. Dense models: 0."""
+        gpu = self.profile.gpu
+        if gpu is None or not self.summary.table.is_moe:
+            return 0
+        il = max(range(self.summary.n_layer), key=lambda i: self.summary.stats(i, G.MOE_EXPERTS).n_bytes)
+        stats = self.summary.stats(il, G.MOE_EXPERTS)
+        dtype = self.summary.dominant_type.get((il, G.MOE_EXPERTS), "default")
+
+        def gpu_wins(b: int) -> bool:
+            touched = self._touched(G.MOE_EXPERTS, b)
+            args = (stats, dtype, False, b, touched, self.expert_share, OPS_MOE_EXPERTS, pinned)
+            streamed = self._weights_time(*args, True, self._cpu_efficiency(G.MOE_EXPERTS),
+                                          self._gpu_efficiency(G.MOE_EXPERTS), min_batch=1)
+            on_cpu = self._weights_time(*args, False, self._cpu_efficiency(G.MOE_EXPERTS))
+            return sum(streamed[:3]) < sum(on_cpu[:3])
+
+        if gpu_wins(self.min_batch):
+            return 0
+        if not gpu_wins(max_tokens):
+            return max_tokens + 1
+        # bisection for the crossing: the CPU's time grows with the routed experts and their FLOPs, the stream's
+        # saturates at the whole tensor, so they cross once
+        lo, hi = self.min_batch, max_tokens
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if gpu_wins(mid) else (mid, hi)
+        return hi
 
     def prefetches(self, placement: Placement) -> bool:
         """Whether ``placement`` runs with the pipelined weight prefetch on this machine."""
@@ -299,7 +342,7 @@ class CostModel:
         pinned = placement.load_mode == "pinned"
         offload = placement.op_offload and self.profile.gpu is not None
         cpu, gpu, copy, switches, n_kv_gpu, expert_copy, copying = self._weights_pass(
-            layout, n_tokens, pinned, offload, with_head, n_seqs)
+            layout, n_tokens, pinned, offload, with_head, n_seqs, self.expert_min_batch(placement))
         cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
         for count, kv_gpu in ((n_kv_gpu, True), (s.n_layer - n_kv_gpu, False)):
             if count:

@@ -54,6 +54,7 @@ class ComputeKey(BaseModel):
     type_v: str = "f16"
     prefetch_slots: int = 0
     prefetch_slot_max_mib: int = 0
+    op_offload_min_batch_mul_mat_id: int = 0
 
 
 class ComputeEntry(BaseModel):
@@ -164,7 +165,8 @@ def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> Compu
                       n_seq_max=placement.n_seq_max, op_offload=placement.op_offload,
                       flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v,
                       prefetch_slots=placement.prefetch_slots if placement.op_offload else 0,
-                      prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0)
+                      prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0,
+                      op_offload_min_batch_mul_mat_id=placement.op_offload_min_batch_mul_mat_id if placement.op_offload else 0)
 
 
 def largest_layer_weight_bytes(summary: ModelSummary) -> int:
@@ -280,7 +282,10 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     # counted: an over-estimate by one weight); an exact dry run of the placement measured them itself
     slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0
     exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
-    entry = compute.lookup(key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0}))
+    # a class figure measured with stock settings: experts kept on the CPU by a higher MUL_MAT_ID threshold only
+    # shrink the staged copies, so it stays an upper bound
+    entry = compute.lookup(key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0,
+                                                 "op_offload_min_batch_mul_mat_id": 0}))
     if exact is not None:
         gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"
     elif entry is not None:

@@ -148,10 +148,17 @@ class _Search:
         if gpu is not None and gpu.weight_prefetch_abi > 0 and options.prefetch_slots > 0:
             self.base = self.base.with_(prefetch_slots=options.prefetch_slots,
                                         prefetch_slot_max_mib=prefetch_slot_max_mib(self.summary))
+        # MoE: the ubatch from which streaming host experts beats the CPU, per load mode (patched scheduler)
+        self.expert_min_batch: dict[str, int] = {}
+        if gpu is not None and gpu.weight_prefetch_abi > 0 and options.moe_offload_threshold:
+            top = max(options.n_ubatch_choices)
+            self.expert_min_batch = {mode: self.cost.expert_offload_threshold(mode == "pinned", top)
+                                     for mode in ("mmap", "pinned")}
 
     def _mem_placement(self, spec: Spec) -> Placement:
         return self.base.with_(n_gpu_layers=spec.n_gpu_layers, n_ubatch=spec.n_ubatch, n_batch=spec.n_ubatch,
-                               load_mode=spec.load_mode, op_offload=spec.op_offload)
+                               load_mode=spec.load_mode, op_offload=spec.op_offload,
+                               op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(spec.load_mode, 0))
 
     def layout(self, spec: Spec) -> Layout:
         """Fast layout of a spec, cached (it does not depend on n_ubatch or load_mode)."""
@@ -272,7 +279,8 @@ class _Search:
 
     def planned(self, ev: _Eval, exact: bool = True) -> PlannedPlacement:
         """Public form of an evaluation; with ``exact`` the Placement's regexes are resolved and checked."""
-        placement = spec_placement(self.summary, ev.spec, self.base)
+        placement = spec_placement(self.summary, ev.spec, self.base).with_(
+            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(ev.spec.load_mode, 0))
         layout, mem = ev.layout, ev.memory
         if exact:
             layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)

@@ -54,6 +54,10 @@ class PlannerOptions(BaseModel):
     prefetch_slots: int = Field(
         default=3, ge=0, le=8,
         description="staging slots of the pipelined weight prefetch where the profile's engine has it (0: off)")
+    moe_offload_threshold: bool = Field(
+        default=True,
+        description="MoE: stream host experts to the GPU only from the ubatch size where the cost model has it beat "
+                    "the CPU (Placement.op_offload_min_batch_mul_mat_id), where the profile's engine has the patch")
     max_runner_ups: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")

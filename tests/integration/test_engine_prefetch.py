@@ -10,7 +10,8 @@ import numpy as np
 
 from igi_sdk.engine import LlamaEngine
 from igi_sdk.engine.dry_run import dry_run_in_process
-from igi_sdk.engine.prefetch import SLOT_MAX_MIB_ENV, SLOTS_ENV, prefetch_abi, prefetch_env, weight_upload_bytes
+from igi_sdk.engine.prefetch import (MIN_BATCH_MUL_MAT_ID_ENV, SLOT_MAX_MIB_ENV, SLOTS_ENV, prefetch_abi, scheduler_env,
+                                     weight_upload_bytes)
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
@@ -21,14 +22,16 @@ def test_the_build_has_the_projects_weight_prefetch() -> None:
     assert isinstance(weight_upload_bytes(), int)
 
 
-def test_prefetch_env_is_set_only_inside_the_block() -> None:
+def test_scheduler_env_is_set_only_inside_the_block() -> None:
     os.environ.pop(SLOTS_ENV, None)
     os.environ[SLOT_MAX_MIB_ENV] = "7"
     try:
-        with prefetch_env(3, 0):
+        with scheduler_env(Placement(prefetch_slots=3, op_offload_min_batch_mul_mat_id=200)):
             assert os.environ[SLOTS_ENV] == "3"
+            assert os.environ[MIN_BATCH_MUL_MAT_ID_ENV] == "200"
             assert SLOT_MAX_MIB_ENV not in os.environ
-        assert SLOTS_ENV not in os.environ and os.environ[SLOT_MAX_MIB_ENV] == "7"
+        assert SLOTS_ENV not in os.environ and MIN_BATCH_MUL_MAT_ID_ENV not in os.environ
+        assert os.environ[SLOT_MAX_MIB_ENV] == "7"
     finally:
         os.environ.pop(SLOT_MAX_MIB_ENV, None)
 
@@ -50,7 +53,7 @@ def test_slots_change_nothing_without_a_gpu_backend() -> None:
     base = Placement(n_ctx=512, n_batch=256, n_ubatch=256)
     serial, e0 = _greedy(base)
     e0.close()
-    pipelined, e1 = _greedy(base.with_(prefetch_slots=3, prefetch_slot_max_mib=64))
+    pipelined, e1 = _greedy(base.with_(prefetch_slots=3, prefetch_slot_max_mib=64, op_offload_min_batch_mul_mat_id=64))
     try:
         assert pipelined == serial
         report = e1.load_report

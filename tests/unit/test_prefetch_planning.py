@@ -146,3 +146,45 @@ def test_igi_profile_shows_whether_the_build_overlaps_copies() -> None:
     assert _prefetch_row(_profile(0).gpu).startswith("no")  # type: ignore[arg-type]
     assert "37.0 GB/s" in _prefetch_row(_profile(1, 37.0).gpu)  # type: ignore[arg-type]
     assert "hidden" in _prefetch_row(_profile(1).gpu)  # type: ignore[arg-type]
+
+
+MMAP_EXPERTS = Placement(n_ctx=4096, n_gpu_layers=99, rules=(EXPERTS_CPU,), load_mode="mmap", n_ubatch=128, n_batch=128)
+
+
+def test_moe_offload_threshold_from_the_cost_model() -> None:
+    s, layout, cm = _setup("qwen3_30b_a3b", MMAP_EXPERTS, _profile(1))
+    # from pinned memory the stream beats the CPU at op_offload's own 32 tokens: no extra threshold
+    assert cm.expert_offload_threshold(True, 2048) == 0
+    # from pageable memory (8.4 GB/s) the CPU reads the routed experts faster up to a few hundred tokens
+    mmap = cm.expert_offload_threshold(False, 2048)
+    assert 64 < mmap <= 2048
+    # the threshold is the crossing: streaming loses just below it and wins from it on
+    assert cm.expert_offload_threshold(False, mmap - 1) == mmap
+    _, _, dense = _setup("llama_8b", STREAMED, _profile(1))
+    assert dense.expert_offload_threshold(False, 2048) == 0
+
+
+def test_a_higher_moe_threshold_keeps_small_ubatches_on_the_cpu_and_is_faster_there() -> None:
+    s, layout, cm = _setup("qwen3_30b_a3b", MMAP_EXPERTS, _profile(1))
+    threshold = cm.expert_offload_threshold(False, 2048)
+    with_threshold = MMAP_EXPERTS.with_(op_offload_min_batch_mul_mat_id=threshold)
+    stock = cm.predict(layout, MMAP_EXPERTS, SHORT)
+    tuned = cm.predict(layout, with_threshold, SHORT)
+    assert tuned.prefill_copy_s < stock.prefill_copy_s  # 128-token ubatches no longer copy the experts
+    assert tuned.ttft_s < stock.ttft_s
+    # without the patched build the field changes nothing
+    _, _, stock_cm = _setup("qwen3_30b_a3b", MMAP_EXPERTS, _profile(0))
+    assert stock_cm.predict(layout, with_threshold, SHORT) == stock_cm.predict(layout, MMAP_EXPERTS, SHORT)
+
+
+def test_planner_sets_the_moe_threshold_per_load_mode() -> None:
+    table = table_from_shape(REFERENCE_SHAPES["qwen3_30b_a3b"])
+    result = plan_placement(table, 4096, SHORT, _profile(1), ComputeBufferTable(), PlannerOptions(load_modes=("mmap",)))
+    assert result.chosen is not None
+    cm = CostModel(summarize(table), _profile(1))
+    assert result.chosen.placement.op_offload_min_batch_mul_mat_id == cm.expert_offload_threshold(False, 2048) > 0
+    off = plan_placement(table, 4096, SHORT, _profile(1), ComputeBufferTable(),
+                         PlannerOptions(load_modes=("mmap",), moe_offload_threshold=False))
+    assert off.chosen is not None and off.chosen.placement.op_offload_min_batch_mul_mat_id == 0
+    stock = plan_placement(table, 4096, SHORT, _profile(0), ComputeBufferTable(), PlannerOptions(load_modes=("mmap",)))
+    assert stock.chosen is not None and stock.chosen.placement.op_offload_min_batch_mul_mat_id == 0

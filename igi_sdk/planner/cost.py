@@ -12,10 +12,11 @@ Roofline per graph segment, in llama.cpp's execution order, on the device where 
 
 With the patched scheduler's pipelined weight prefetch (``Placement.prefetch_slots`` > 0, the profile's
 ``gpu.weight_prefetch_abi`` > 0), the upload of the next splits' host weights overlaps with the GPU compute of
-the current one: a pass costs ``max(copy, gpu compute)`` plus what cannot overlap: the first split's copy, and
-per MoE layer the first expert split's copy (its experts are known only once the router ran; the up and down
-experts that share its ids are prefetched). The overlapped copy runs at ``gpu.h2d_prefetch_gbps`` when the
-profile measured it.
+the current one: a pass costs ``max(copy, gpu compute)`` plus what cannot overlap: the first split's copy, and,
+where a ubatch routes to less than ``WHOLE_EXPERTS_SHARE`` of the experts, each MoE layer's first expert split
+(its experts are known only once the router ran; above that share whole expert tensors are prefetched). The
+overlapped copy runs at ``gpu.h2d_prefetch_gbps`` when the profile measured it. The same build keeps host experts
+on the CPU below ``Placement.op_offload_min_batch_mul_mat_id`` tokens (``expert_offload_threshold``).
 
 MoE experts touch ``k/E`` of their bytes per token at decode; a pass of b tokens touches the expected
 share of distinct experts ``1 - (1 - k/E)^b`` (uniform routing), which is what op_offload copies (ggml's

@@ -100,3 +100,10 @@ def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
             raise ModelCorruptError(f"default model sha256 mismatch: got {digest}, expected {DEFAULT_MODEL_SHA256}")
         os.replace(part, target)
     return target
+
+
+def resolve_model_path(model: str) -> Path:
+    """``"default"`` -> the embedded default model (downloaded and verified once), else the given path."""
+    if model == "default":
+        return Path(default_model_path())
+    return Path(model).expanduser().resolve()

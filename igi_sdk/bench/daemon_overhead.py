@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    from igi_sdk.daemon.server import resolve_model_path
+    from igi_sdk.model_store import resolve_model_path
 
     model = resolve_model_path(args.model)
     workdir = Path(tempfile.mkdtemp(prefix="igi-bench-"))

@@ -366,6 +366,10 @@ class AsyncClient:
         for queue in self._pending.values():
             queue.put_nowait(error)
 
+    def _forget(self, msg_id: str) -> None:
+        """A stream ended: its replies are not routed any more."""
+        self._pending.pop(msg_id, None)
+
     def _abandon(self, msg_id: str, send: asyncio.Future[None]) -> None:
         """A stream nobody will read again: stop routing its replies and cancel its generation in the daemon.
 

@@ -5,15 +5,27 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from igi_sdk.client.errors import ClientTimeoutError, EngineFailureError, StreamClosedError, error_from_reply
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, TokenEvent
 from igi_sdk.ipc.values import Usage
 
-if TYPE_CHECKING:
-    from igi_sdk.client.async_client import AsyncClient
+
+
+class StreamOwner(Protocol):
+    """What a stream needs from the client that made it (``AsyncClient``; a protocol, so this module does not import
+    the client)."""
+
+    def _abandon(self, msg_id: str, send: asyncio.Future[None]) -> None:
+        """Stop routing the stream's replies and cancel its generation in the daemon."""
+
+    def _forget(self, msg_id: str) -> None:
+        """Stop routing the stream's replies (it ended)."""
+
+    async def cancel(self, target_msg_id: str, *, timeout_s: float | None = None) -> bool:
+        """Cancel a generation."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ class GenerationStream:
     poll goes on where it left off (and the per-event ``timeout_s`` keeps counting from the last event).
     """
 
-    def __init__(self, client: AsyncClient, msg_id: str, queue: asyncio.Queue[Any], timeout_s: float, send: asyncio.Future[None],
+    def __init__(self, client: StreamOwner, msg_id: str, queue: asyncio.Queue[Any], timeout_s: float, send: asyncio.Future[None],
                  first_deadline_s: float | None = None) -> None:
         self._client = client
         self.msg_id = msg_id
@@ -154,7 +166,7 @@ class GenerationStream:
         if abandon:
             self._client._abandon(self.msg_id, self._send)  # also cancels the generation the daemon still runs
         else:
-            self._client._pending.pop(self.msg_id, None)
+            self._client._forget(self.msg_id)
 
     async def result(self) -> GenerationResult:
         """Consume the remaining events and return the final result.

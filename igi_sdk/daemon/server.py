@@ -32,6 +32,7 @@ from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.daemon.worker_events import handle_worker_event, handle_worker_death
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.transport import SocketOptions, bind_router
+from igi_sdk.model_store import resolve_model_path
 from igi_sdk.planner.placement import Placement
 
 _log = get_logger("server")
@@ -43,15 +44,6 @@ DRAIN_ROUNDS = 20
 
 class DaemonStartError(RuntimeError):
     """The daemon could not start (model unusable, worker never became ready, bind failed)."""
-
-
-def resolve_model_path(model: str) -> Path:
-    """``"default"`` -> the embedded default model (downloaded and verified once), else the given path."""
-    if model == "default":
-        from igi_sdk.model_store import default_model_path
-
-        return Path(default_model_path())
-    return Path(model).expanduser().resolve()
 
 
 def default_connection_file() -> Path:

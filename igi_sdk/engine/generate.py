@@ -11,15 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.engine.text_stream import TextStream
-
-if TYPE_CHECKING:
-    from igi_sdk.engine.llama_engine import LlamaEngine
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -52,6 +49,17 @@ class GeneratedToken:
     stats: GenerationStats | None = None
 
 
+class SequenceEngine(Protocol):
+    """The sequence API ``generate`` runs on (``LlamaEngine``'s; a protocol, so this module does not import it)."""
+
+    def seq_tokens(self, seq_id: int) -> list[int]: ...
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool: ...
+    def seq_clear(self, seq_id: int) -> None: ...
+    def decode(self, batch: Sequence[tuple[int, Sequence[int], int, bool]]) -> dict[int, Any]: ...
+    def is_eog(self, token: int) -> bool: ...
+    def token_piece(self, token: int) -> bytes: ...
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -62,7 +70,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def generate(
-    engine: LlamaEngine,
+    engine: SequenceEngine,
     seq_id: int,
     prompt_tokens: Sequence[int],
     *,

@@ -1,8 +1,8 @@
-"""``BatchWorkerScheduler`` behind the daemon worker's scheduler seam, on the real ``EngineAdapter``.
+"""The worker's ``WorkerScheduler`` on the real ``EngineAdapter``, with one sequence slot and with four.
 
-The daemon's own one-at-a-time ``worker_loop.Scheduler`` is the reference: served concurrently (and across a
-reload with another placement), the batching scheduler must send the same ``done`` texts, and its token
-events must follow the protocol (consecutive indexes, concatenating to the final text).
+With one slot (``n_seq_max`` 1) the jobs are served one at a time: that is the reference. Served concurrently in
+four slots (and across a reload with another placement), the scheduler must send the same ``done`` texts, and its
+token events must follow the protocol (consecutive indexes, concatenating to the final text).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon.engine_adapter import EngineAdapter
-from igi_sdk.daemon.worker_loop import Job, Scheduler
-from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
+from igi_sdk.daemon.worker.scheduler import Job, WorkerScheduler
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
@@ -38,10 +37,6 @@ def _adapter(n_seq_max: int) -> EngineAdapter:
                          n_ctx=512 * n_seq_max, n_threads=2)
 
 
-def _engine_of(adapter: EngineAdapter) -> Any:
-    return getattr(adapter, "llama_engine", None) or adapter._engine  # the LlamaEngine the adapter wraps
-
-
 def _by_job(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for ev in events:
@@ -51,17 +46,19 @@ def _by_job(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, str]:
-    """``done`` texts of the daemon's one-at-a-time scheduler."""
+    """``done`` texts of the scheduler with one slot: one job at a time, the others queued."""
     events: list[dict[str, Any]] = []
     adapter = _adapter(1)
     try:
-        sched = Scheduler(adapter, events.append, max_prompt_tokens=400)
+        sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
         for job in _jobs():
             sched.submit(job)
         while sched.has_work():
             sched.step()
+        assert sched.scheduler.counters.sequences_per_step_max == 1
     finally:
         adapter.close()
+    _check_protocol(events)
     return {ev["job_id"]: ev["text"] for ev in events if ev["ev"] == "done"}
 
 
@@ -85,10 +82,10 @@ def _check_protocol(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return done
 
 
-def test_concurrent_jobs_match_the_daemon_scheduler_and_follow_the_protocol(
+def test_concurrent_jobs_match_one_at_a_time_and_follow_the_protocol(
         adapter: EngineAdapter, reference: dict[str, str]) -> None:
     events: list[dict[str, Any]] = []
-    sched = BatchWorkerScheduler(adapter, _engine_of(adapter), events.append, max_prompt_tokens=400)
+    sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
         sched.submit(job)
     while sched.has_work():
@@ -101,7 +98,7 @@ def test_concurrent_jobs_match_the_daemon_scheduler_and_follow_the_protocol(
 
 def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter, reference: dict[str, str]) -> None:
     events: list[dict[str, Any]] = []
-    sched = BatchWorkerScheduler(adapter, _engine_of(adapter), events.append, max_prompt_tokens=400)
+    sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
         sched.submit(job)
     for _ in range(4):
@@ -118,7 +115,7 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
     fresh_events: list[dict[str, Any]] = []
     fresh = _adapter(4)
     try:
-        worker = BatchWorkerScheduler(fresh, _engine_of(fresh), fresh_events.append, max_prompt_tokens=400)
+        worker = WorkerScheduler(fresh, fresh.llama_engine, fresh_events.append, max_prompt_tokens=400)
         turn2 = SimpleNamespace(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, priority=0,
                                 kv_state=state, kv_tokens=tokens, continue_tokens=None,
                                 messages=[("system", JOBS[0][1]), ("user", JOBS[0][2]),

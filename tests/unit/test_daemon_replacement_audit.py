@@ -13,7 +13,7 @@ import pytest
 
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.supervisor import WorkerSupervisor
-from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.messages import CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
     ShutdownRequest
 
@@ -54,11 +54,11 @@ def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitt
     lose history turns (the continuation would differ from an uninterrupted reply). The one-at-a-time scheduler
     counts only the rendered conversation against the limit, and so must this one."""
     events: list[dict[str, Any]] = []
-    worker = BatchWorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker.submit(_continued_job([("system", "s"), ("user", "u")], [5] * 30))  # 20 + 30 tokens
     assert [e for e in events if e["ev"] == "failed"] == [], "a reclaim ended this generation with an error"
     events.clear()
-    worker2 = BatchWorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker2 = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker2.submit(_continued_job([("system", "s"), ("user", "a"), ("assistant", "b"), ("user", "c")], [5] * 5))
     [run] = worker2.scheduler._queue
     assert len(run.prompt) == 45, "an old turn was dropped: the continued reply no longer follows the same prompt"
@@ -152,7 +152,7 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
 def test_a_character_split_at_the_cut_of_a_continued_reply_decodes_whole() -> None:
     """The replaced worker streamed a token ending inside a multi-byte character; the new worker's next token
     completes it: the text must be that character, not U+FFFD (the batching worker primes its text stream)."""
-    worker = BatchWorkerScheduler(_Adapter(), _Engine(), lambda e: None, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker = WorkerScheduler(_Adapter(), _Engine(), lambda e: None, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker.submit(_continued_job([("system", "s"), ("user", "u")], [5, 7]))
     [run] = worker.scheduler._queue
     assert run.req.text_prefix == b"a\xc3"

@@ -1,4 +1,4 @@
-"""The engine worker's pacing pause (``worker_main._serve``) on a fake pipe and a fake clock (no model, no process).
+"""The engine worker's pacing pause (``worker.main._serve``) on a fake pipe and a fake clock (no model, no process).
 
 The frame governor's ``sleep_ms_between_tokens`` is a pause between two scheduler steps. Commands that arrive
 during it (cancel, forget, export, a new throttle) are handled at once, but must not end it early: with a busy
@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from igi_sdk.daemon.worker_main import _serve
+from igi_sdk.daemon.worker.main import _serve
 
 
 class Clock:
@@ -45,7 +45,9 @@ class Pipe:
 
 
 class Scheduler:
-    """Counts steps; each step of a job is one token."""
+    """Counts steps; each step of a job is one token of one session."""
+
+    n_running = 1
 
     def __init__(self, clock: Clock, steps: int, sleep_s: float) -> None:
         self.clock, self.left, self.sleep_s_between_tokens = clock, steps, sleep_s

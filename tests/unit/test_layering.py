@@ -46,3 +46,67 @@ def test_policy_and_planner_import_only_stdlib_and_pydantic() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _igi_imports(path: Path) -> set[str]:
+    """The igi_sdk modules a file imports, anywhere in it (inside functions and ``if TYPE_CHECKING:`` too):
+    ``from igi_sdk.a import b`` names ``igi_sdk.a`` and, when it is a module, ``igi_sdk.a.b``."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("igi_sdk"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("igi_sdk"):
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [f"{path.relative_to(PACKAGE.parent)} imports {name}"
+            for path in sorted((PACKAGE / layer).rglob("*.py"))
+            for name in sorted(_igi_imports(path)) if name in forbidden or name.startswith(forbidden)]
+
+
+def test_the_engine_never_imports_the_daemon() -> None:
+    """Worker-side code that needs both lives in ``igi_sdk/daemon/worker/``."""
+    assert _offenders("engine", ("igi_sdk.daemon",)) == []
+
+
+def test_the_client_never_imports_the_daemon_or_the_engine() -> None:
+    assert _offenders("client", ("igi_sdk.daemon", "igi_sdk.engine")) == []
+
+
+def test_bench_never_imports_daemon_internals() -> None:
+    """The benchmarks run the daemon as a process (``python -m igi_sdk.daemon``) and talk to it as a client."""
+    assert _offenders("bench", ("igi_sdk.daemon.",)) == []
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """No two igi_sdk modules import each other, directly or through others (``TYPE_CHECKING`` imports count: a
+    protocol of what one module needs from the other breaks such a circle)."""
+    paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {name: {dep for dep in _igi_imports(path) if dep in paths and dep != name} for name, path in paths.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path_stack: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path_stack.append(name)
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                cycles.append(path_stack[path_stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        path_stack.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert cycles == []

@@ -1,7 +1,8 @@
 """Daemon layer (worker process): entry point of the engine worker; the only daemon code that runs llama.cpp.
 
 ``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
-reading commands and stepping the :class:`~igi_sdk.daemon.worker_loop.Scheduler`. It exits on ``shutdown``
+reading commands and stepping the :class:`~igi_sdk.daemon.worker.scheduler.WorkerScheduler` (continuous batching,
+for every ``n_seq_max``). It exits on ``shutdown``
 or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers.
 
 With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
@@ -26,12 +27,14 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from igi_sdk.daemon import worker_protocol
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
-from igi_sdk.daemon.worker_loop import Job, Scheduler
 from igi_sdk.daemon.worker_priority import lower_priority
+
+if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
+    from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 
 
 def hide_gpu_now() -> None:
@@ -58,7 +61,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    from igi_sdk.daemon.engine_adapter import EngineAdapter
+    from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 
     emit = lambda event: worker_protocol.send(conn, event)  # noqa: E731
     try:
@@ -69,13 +72,9 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         raise SystemExit(3) from None
     emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"],
           "gpu_hidden": hide_gpu, "cuda_visible_devices": cuda_visible_devices, "llama_cpp_preloaded": llama_cpp_preloaded})
-    scheduler: Any
-    if config["placement"].get("n_seq_max", 1) > 1:  # several NPCs: continuous batching in one context
-        from igi_sdk.engine.batch_worker import BatchWorkerScheduler
+    from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 
-        scheduler = BatchWorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
-    else:
-        scheduler = Scheduler(engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+    scheduler = WorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
     try:
         _serve(conn, scheduler, emit, log)
     except (EOFError, OSError):
@@ -84,7 +83,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         engine.close()
 
 
-def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logger,
+def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Any, log: logging.Logger,
            clock: Callable[[], float] = time.monotonic) -> None:
     while True:
         # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
@@ -93,7 +92,7 @@ def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logge
         # Commands arriving during the pause are handled at once, but do not end it: the next step waits for
         # the pause's deadline (taken from the throttle in force, so a new throttle applies to this pause).
         # Idle, the loop waits up to 1 s for a command; the first step after one starts at once.
-        n_running = max(1, getattr(scheduler, "n_running", 1))
+        n_running = max(1, scheduler.n_running)
         paused_from = clock() if scheduler.has_work() else None
         while True:
             if paused_from is None:
@@ -112,7 +111,9 @@ def _serve(conn: Connection, scheduler: Scheduler, emit: Any, log: logging.Logge
             scheduler.step()
 
 
-def _handle(command: dict[str, Any], scheduler: Scheduler, emit: Any, log: logging.Logger) -> None:
+def _handle(command: dict[str, Any], scheduler: WorkerScheduler, emit: Any, log: logging.Logger) -> None:
+    from igi_sdk.daemon.worker.scheduler import Job
+
     op = command["op"]
     if op == "generate":
         kv_tokens = command.get("kv_tokens")

@@ -1,15 +1,18 @@
-"""Engine layer: ``BatchWorkerScheduler``, the daemon worker's ``Scheduler`` seam served by ``BatchScheduler``.
+"""Daemon layer (worker process): ``WorkerScheduler``, the daemon's generate jobs served by continuous batching.
 
-A drop-in for ``igi_sdk.daemon.worker_loop.Scheduler`` (same methods: ``submit``, ``cancel``, ``has_work``,
-``step``, ``reload``, ``export``, ``forget``; same event dicts: ``started``, ``token``, ``done``, ``failed``), so the
-worker serves several NPC sessions at once. Nothing from the daemon is imported: jobs are duck-typed
-(``job_id``, ``session_id``, ``messages``, ``max_tokens``, ``sampling``, ``priority``, ``kv_state``) and
-the engine side is the worker's ``EngineAdapter`` (``render_prompt``, ``make_sampler``, ``reload``) plus
-the ``LlamaEngine`` it wraps.
+The one generation path of the worker, for every ``n_seq_max`` (1 included: one slot, one generation at a time,
+other sessions' KV parked in host memory). It turns a daemon job (:class:`Job`: the rendered conversation, sampling,
+a saved session's KV state, a continued reply's tokens) into a ``BatchRequest`` of the engine's ``BatchScheduler``,
+and the scheduler's ``TokenEvent``s back into the worker's events (``started``, ``token``, ``done``, ``failed``).
 
 Token events follow the protocol (one per token, consecutive ``index``): while text is held back because it
 may start a stop string, the token's event waits; at the end the held events are sent, the last one carrying
 whatever text was released at the finish, so the events always concatenate to the ``done`` text.
+
+Per job, the worker keeps one :class:`_JobState` (the events held back, the reloads it ran through); per
+sequence, the engine's ``BatchScheduler`` keeps its ``Running`` (sampler, text stream, slot). State a feature adds
+per generation goes there: into ``BatchRequest`` for what the engine needs while sampling, into ``_JobState`` for
+what only the worker's events need.
 """
 
 from __future__ import annotations
@@ -29,16 +32,34 @@ if TYPE_CHECKING:
 Emit = Callable[[dict[str, Any]], None]
 
 
-class WorkerEngine(Protocol):
-    """What the adapter needs from the worker's engine adapter."""
+class PromptSeam(Protocol):
+    """What the scheduler needs from the worker's engine adapter (``engine_adapter.EngineAdapter``)."""
 
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
     def make_sampler(self, sampling: dict[str, Any]) -> Any: ...
+    def token_bytes(self, token: int) -> bytes: ...
     def reload(self, placement: dict[str, Any]) -> None: ...
 
 
 @dataclass
-class _Job:
+class Job:
+    """One generate job, as the daemon sent it."""
+
+    job_id: str
+    session_id: str
+    messages: list[tuple[str, str]]
+    max_tokens: int
+    sampling: dict[str, Any]
+    priority: int = 0
+    kv_state: bytes | None = None  # a saved session's KV state, restored instead of re-prefilled
+    kv_tokens: list[int] | None = None
+    continue_tokens: list[int] | None = None  # the reply so far, streamed by a replaced worker: the prompt's tail
+
+
+@dataclass
+class _JobState:
+    """The worker's per-job state beside the engine's per-sequence ``Running``."""
+
     job_id: str
     prompt_tokens: int = 0
     handle: RequestHandle | None = None
@@ -46,34 +67,34 @@ class _Job:
     reloads: int = 0
 
 
-class BatchWorkerScheduler:
-    """The worker loop's scheduler seam over continuous batching.
+class WorkerScheduler:
+    """The worker loop's scheduler: daemon jobs in, worker events out, one ``BatchScheduler`` step per ``step``.
 
     Args:
-        adapter: the worker's engine adapter (prompt rendering, samplers, reload with its overrides).
+        adapter: the worker's engine adapter (prompt rendering, samplers, token bytes, reload with its overrides).
         engine: the ``LlamaEngine`` the adapter wraps (``placement.n_seq_max`` slots).
         emit: sends one event dict to the daemon.
         max_prompt_tokens: prompt limit; the oldest history turns are dropped to fit, then ``too_large``.
         clock: monotonic seconds.
+        prefix_cache: the persona prefix cache (a new one when None).
     """
 
-    def __init__(self, adapter: WorkerEngine, engine: LlamaEngine, emit: Emit, max_prompt_tokens: int,
+    def __init__(self, adapter: PromptSeam, engine: LlamaEngine, emit: Emit, max_prompt_tokens: int,
                  clock: Callable[[], float] = time.perf_counter, prefix_cache: PrefixCache | None = None) -> None:
         self._adapter = adapter
         self._emit = emit
         self._max_prompt_tokens = max_prompt_tokens
-        self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache,
-                                     on_admit=self._on_admit)
-        self._jobs: dict[str, _Job] = {}
-        # the frame-rate governor's pause between steps, set by the worker loop (same attribute as Scheduler)
+        self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache, on_admit=self._on_admit)
+        self._jobs: dict[str, _JobState] = {}
+        #: the frame-rate governor's pause between steps, set by the worker loop (``main._serve``)
         self.sleep_s_between_tokens = 0.0
 
     @property
     def scheduler(self) -> BatchScheduler:
         return self._sched
 
-    def submit(self, job: Any) -> None:
-        """Queue a daemon job (``failed`` with ``too_large`` / ``invalid_request`` if it cannot run)."""
+    def submit(self, job: Job) -> None:
+        """Queue a daemon job (``failed`` with ``too_large`` if it cannot run)."""
         continued = list(job.continue_tokens or ())
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
@@ -87,7 +108,7 @@ class BatchWorkerScheduler:
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
         sampling = dict(job.sampling)
-        self._jobs[job.job_id] = state = _Job(job.job_id, prompt_tokens=len(prompt))
+        self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt))
         try:
             state.handle = self._sched.submit(BatchRequest(
                 session_id=job.session_id, prompt_tokens=prompt, max_tokens=int(job.max_tokens),
@@ -112,7 +133,7 @@ class BatchWorkerScheduler:
 
     @property
     def n_running(self) -> int:
-        """Sessions advanced by one step (the governor's pause is per token of each, see worker_main)."""
+        """Sessions advanced by one step (the governor's pause is per token of each, see ``main._serve``)."""
         return self._sched.n_running
 
     def step(self) -> None:
@@ -164,7 +185,7 @@ class BatchWorkerScheduler:
             "reloads": job.reloads,
         })
 
-    def _flush(self, job: _Job, tail: str) -> None:
+    def _flush(self, job: _JobState, tail: str) -> None:
         for i, ev in enumerate(job.held):
             text = ev.text + (tail if i == len(job.held) - 1 else "")
             self._emit({"ev": "token", "job_id": job.job_id, "index": ev.index, "text": text, "token_id": ev.token})
@@ -173,7 +194,7 @@ class BatchWorkerScheduler:
     def _render_fitting(self, messages: list[tuple[str, str]], continued: list[int] | None = None) -> list[int]:
         """The prompt within ``max_prompt_tokens``, dropping the oldest user/assistant pairs as needed, followed by
         ``continued`` (a reply's tokens streamed so far, outside the limit: they are the reply the first prompt made
-        room for, and the conversation must be the one it was cut from, as in the one-at-a-time scheduler)."""
+        room for, and the conversation must be the one it was cut from)."""
         system = [m for m in messages[:1] if m[0] == "system"]
         turns = messages[len(system):]
         while True:

@@ -34,10 +34,7 @@ def run(argv: list[str]) -> int:
     path = default_model_path() if args.model == "default" else args.model
     placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
     with LlamaEngine(path, placement) as engine:
-        prompt = engine.apply_chat_template(
-            [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
-        )
-        tokens = engine.tokenize(prompt, add_special=False, parse_special=True)
+        tokens = engine.tokenize_chat([{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}])
         sampler = Sampler(temperature=args.temperature, seed=args.seed)
         print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
         print(f"player> {args.prompt}\nnpc> ", end="", flush=True)

@@ -65,8 +65,7 @@ def inprocess_tps(model: Path, n_threads: int, max_tokens: int) -> tuple[float, 
     from igi_sdk.planner.placement import Placement
 
     with LlamaEngine(model, Placement(n_threads=n_threads, n_threads_batch=n_threads)) as engine:
-        text = engine.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}])
-        prompt = engine.tokenize(text, add_special=True, parse_special=True)
+        prompt = engine.tokenize_chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}])
         stamps, tokens = [], []
         for item in engine.generate(0, prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0.0)):
             if item.token is not None:

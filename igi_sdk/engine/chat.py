@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import secrets
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -56,3 +57,42 @@ def render_chat_template(
         raise
     except Exception as exc:  # jinja2.TemplateError and friends
         raise ValueError(f"chat template failed to render: {exc}") from exc
+
+
+def render_chat_segments(
+    template: str | None,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> list[tuple[str, bool]]:
+    """Render ``messages`` like :func:`render_chat_template`, split into ``(text, is_content)`` segments: the
+    messages' contents (``True``) between the template's own text (``False``), so a caller can tokenize the
+    contents as plain text and parse control tokens only in the template's text.
+
+    The contents are located by rendering each one as a unique placeholder; the segments hold the contents as
+    given, at the positions the template put them (a template that filters a content, ``trim`` say, has its
+    filter applied to the placeholder only).
+
+    Raises:
+        ModelUnsupportedError: the model has no chat template.
+        ValueError: the template rejected the conversation or failed to render.
+    """
+    kwargs = {"add_generation_prompt": add_generation_prompt, "bos_token": bos_token, "eos_token": eos_token}
+    contents = [str(m["content"]) for m in messages]
+    tag = secrets.token_hex(6)
+    marks = [f"\ue000{tag}{i}\ue001" for i in range(len(contents))]
+    placeholder = [{**dict(m), "content": mark} for m, mark in zip(messages, marks, strict=True)]
+    rendered = render_chat_template(template, placeholder, **kwargs)
+    segments: list[tuple[str, bool]] = []
+    cursor = 0
+    for mark, content in zip(marks, contents, strict=True):
+        at = rendered.find(mark, cursor)
+        if at < 0:  # the template left this message out: its text is nowhere in the prompt
+            continue
+        segments.append((rendered[cursor:at], False))
+        segments.append((content, True))
+        cursor = at + len(mark)
+    segments.append((rendered[cursor:], False))
+    return [(text, is_content) for text, is_content in segments if text]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import struct
 import sys
 import threading
@@ -26,7 +27,7 @@ import llama_cpp
 import numpy as np
 
 from igi_sdk.engine import _log
-from igi_sdk.engine.chat import render_chat_template
+from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.params import context_params, model_params
@@ -256,6 +257,58 @@ class LlamaEngine:
         piece = (lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else "")
         return render_chat_template(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
                                     bos_token=piece(bos), eos_token=piece(eos))
+
+    @cached_property
+    def _control_tokens(self) -> tuple[re.Pattern[str] | None, dict[str, int]]:
+        """The text of every control token of the vocabulary (what ``parse_special`` turns into a token), as one
+        pattern (longest first) and a text -> id map."""
+        control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        texts: dict[str, int] = {}
+        for token in range(self._n_vocab):
+            if llama_cpp.llama_vocab_get_attr(self._vocab, token) & control:
+                text = self.token_piece(token, special=True).decode("utf-8", "replace")
+                if text:
+                    texts.setdefault(text, token)
+        if not texts:
+            return None, texts
+        return re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))), texts
+
+    def tokenize_chat(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
+        """Chat-template ``messages`` and tokenize the prompt, with BOS as the model asks. Only the template's own
+        text is parsed for control tokens: the messages' contents are tokenized as text, so ``<|im_start|>`` in a
+        player's line stays those characters and cannot open a turn of its own.
+
+        Raises:
+            ModelUnsupportedError: the model has no chat template.
+            ValueError: the template rejected the messages.
+        """
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        piece = (lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else "")
+        segments = render_chat_segments(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                                        bos_token=piece(bos), eos_token=piece(eos))
+        pattern, ids = self._control_tokens
+        # llama.cpp's own partition: the text is cut at each control token; each piece between is tokenized alone
+        pieces: list[str | int] = []
+        text = ""
+        for segment, is_content in segments:
+            if is_content or pattern is None:
+                text += segment
+                continue
+            cursor = 0
+            for match in pattern.finditer(segment):
+                text += segment[cursor:match.start()]
+                pieces += [text, ids[match.group()]] if text else [ids[match.group()]]
+                text, cursor = "", match.end()
+            text += segment[cursor:]
+        if text:
+            pieces.append(text)
+        tokens = [bos] if bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) else []
+        for item in pieces:
+            tokens += [item] if isinstance(item, int) else self.tokenize(item, add_special=False, parse_special=False)
+        if eos >= 0 and llama_cpp.llama_vocab_get_add_eos(self._vocab):
+            tokens.append(eos)
+        return tokens
 
     # ---- low-level sequence API ------------------------------------------------------------------
 

@@ -56,9 +56,8 @@ class EngineAdapter:
         return {"info": info, "file_bytes": file_bytes}
 
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
-        """Chat-template the messages and tokenize the result."""
-        text = self._engine.apply_chat_template([{"role": role, "content": content} for role, content in messages])
-        return self._engine.tokenize(text, add_special=True, parse_special=True)
+        """Chat-template the messages and tokenize the result (the contents as text: ``LlamaEngine.tokenize_chat``)."""
+        return self._engine.tokenize_chat([{"role": role, "content": content} for role, content in messages])
 
     def make_sampler(self, sampling: dict[str, Any]) -> Sampler:
         """A sampler for one generation (seed nil = random)."""

@@ -209,11 +209,27 @@ class DaemonCore:
         drains them first)."""
         if not self.worker.ready:
             return
-        for job in self.jobs.values():
+        for job in list(self.jobs.values()):
             if not job.forwarded and (job.resumed or not self.hold_jobs):
-                if not self.send_to_worker(job.command):
+                try:
+                    sent = self.send_to_worker(job.command)
+                except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
+                    self.drop_unsendable_job(job, exc)
+                    continue
+                if not sent:
                     return  # the worker died: the job waits for the restarted one
                 job.forwarded = True
+
+    def drop_unsendable_job(self, job: Job, exc: Exception) -> None:
+        """A job whose command could not be sent to the worker: it is forgotten and answered once, so it neither
+        blocks its session nor fails every later job that waits behind it."""
+        self.finish_job(job.job_id)
+        self.counters["jobs_unsendable"] += 1
+        self.log(logging.ERROR, "job_unsendable", job_id=job.job_id, error=repr(exc))
+        if job.identity:
+            parent = new_header("generate_request", msg_id=job.job_id, session_id=job.session_id)
+            self.send_error(job.identity, parent, RequestError(ErrorCode.INTERNAL, f"the generation could not be "
+                                                               f"handed to the engine worker: {exc!r}"))
 
     def carry_over_jobs(self) -> list[Job]:
         """The worker was replaced at a token boundary (a budget change between a GPU and a CPU-only placement,

@@ -95,6 +95,7 @@ class Dispatcher:
     def handle(self, identity: bytes, header: Header, message: Message) -> None:
         """Run the handler of one decoded message; every failure becomes an error reply."""
         core = self._core
+        had_job = header.msg_id in core.jobs
         try:
             if header.major != int(PROTOCOL_VERSION.split(".")[0]):
                 raise hd.unsupported_version(header.protocol_version)
@@ -109,6 +110,8 @@ class Dispatcher:
         except Exception as exc:  # a daemon bug: answer, log, keep serving
             core.log(logging.ERROR, "handler_crashed", type=message.type, error=repr(exc), exc=traceback.format_exc())
             core.send_error(identity, header, RequestError(ErrorCode.INTERNAL, f"internal error handling {message.type}: {exc!r}"))
+            if not had_job and header.msg_id in core.jobs:  # the error was its one terminal reply: leave no job behind
+                hs.cancel_job(core, header.msg_id, reply=False)
 
     def on_batch(self, batch: Sequence[Sequence[bytes]]) -> None:
         """Decode a batch of received messages and serve them: the priority ones (cancel, reclaim, heartbeat)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from igi_sdk.daemon.core import DaemonCore, Job, RequestError
-from igi_sdk.daemon.session_file import SessionFileError, SessionSnapshot, read_session_file, write_session_file
+from igi_sdk.daemon.session_file import (
+    SessionFileError,
+    SessionFileMissing,
+    SessionSnapshot,
+    read_session_file,
+    write_session_file,
+)
 from igi_sdk.daemon.sessions import Session, SessionLimitReached
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -156,7 +163,7 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
             core.send_error(identity, header, RequestError(ErrorCode.INVALID_REQUEST, str(exc)))
             return
         core.log(logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=len(state or b""))
-        core.send(identity, SaveSessionReply(path=str(path.resolve())), header)
+        core.send(identity, SaveSessionReply(path=os.path.abspath(path)), header)  # resolve() raises on a loop
 
     if core.worker.ready:
         core.waiting_exports[header.msg_id] = lambda ev: write(ev.get("tokens"), ev.get("state"))
@@ -168,10 +175,10 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
 def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSessionRequest) -> None:
     """Open a new session from a file written by save_session."""
     path = Path(msg.path)
-    if not path.exists():
-        raise RequestError(ErrorCode.NOT_FOUND, f"session file {path} does not exist", {"path": str(path)})
     try:
         snap = read_session_file(path)
+    except SessionFileMissing as exc:
+        raise RequestError(ErrorCode.NOT_FOUND, str(exc), {"path": str(path)}) from None
     except SessionFileError as exc:
         raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), {"path": str(path)}) from None
     same_model = core.model_info is not None and snap.model_name == core.model_info.path and snap.model_file_bytes == core.model_file_bytes

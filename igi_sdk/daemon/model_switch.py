@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from igi_sdk.daemon import host_memory
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
@@ -42,6 +43,8 @@ from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import LoadModelReply, LoadModelRequest
 from igi_sdk.planner.placement import MAX_N_CTX, Placement
 
+#: Tokens each sequence's share of the context must hold at least (``load_model_request.n_ctx``).
+MIN_N_CTX_PER_SEQ = 64
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
 
@@ -113,8 +116,13 @@ class ModelSwitch:
         if msg.n_ctx > MAX_N_CTX:  # llama.cpp would spend minutes allocating before it fails
             raise RequestError(ErrorCode.INVALID_REQUEST, f"n_ctx={msg.n_ctx} exceeds the largest context, {MAX_N_CTX}",
                                {"limit": "n_ctx"})
+        n_seq_max = self._base.n_seq_max
+        if msg.n_ctx < MIN_N_CTX_PER_SEQ * n_seq_max:  # no prompt would fit a sequence's share
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"n_ctx={msg.n_ctx} is below the smallest context for "
+                               f"{n_seq_max} sequences, {MIN_N_CTX_PER_SEQ * n_seq_max}", {"limit": "n_ctx"})
         path = self._resolve(msg.model_path)
-        _validate(path)
+        table = _validate(path)
+        _check_host_memory(table, msg.n_ctx, core.worker.pid)
         self._load = _Load(identity, header, path, msg.n_ctx, msg.vram_budget_mib, phase_since_s=core.clock())
         core.hold_jobs = True
         core.counters["model_loads_requested"] += 1
@@ -244,7 +252,26 @@ class ModelSwitch:
         return Path(model_path).expanduser().resolve()
 
 
-def _validate(path: Path) -> None:
+def _check_host_memory(table: Any, n_ctx: int, worker_pid: int | None) -> None:
+    """Refuse a context whose KV cache (f16, every layer on the host: the placement is not planned yet) does not
+    fit the host memory available once the current worker has exited.
+
+    Raises:
+        RequestError: ``too_large`` with ``detail.limit == "host_memory"``.
+    """
+    available = host_memory.available_bytes()
+    if available is None:
+        return
+    available += host_memory.resident_bytes(worker_pid)
+    needed = int(table.n_layer * table.kv_bytes_per_token_per_layer() * n_ctx)
+    if needed > available:
+        mib = 1024 * 1024
+        raise RequestError(ErrorCode.TOO_LARGE, f"n_ctx={n_ctx} needs {needed // mib} MiB of KV cache; "
+                           f"{available // mib} MiB of host memory are available",
+                           {"limit": "host_memory", "needed_mib": needed // mib, "available_mib": available // mib})
+
+
+def _validate(path: Path) -> Any:
     """Typed check of a GGUF before anything is stopped.
 
     Raises:
@@ -253,7 +280,7 @@ def _validate(path: Path) -> None:
     from igi_sdk.engine.gguf_table import read_tensor_table
 
     try:
-        read_tensor_table(path)
+        return read_tensor_table(path)
     except ModelNotFoundError as exc:
         raise RequestError(ErrorCode.MODEL_NOT_FOUND, str(exc), {"path": str(path)}) from None
     except ModelError as exc:  # ModelCorruptError, ModelUnsupportedError

@@ -19,22 +19,33 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgpack
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from igi_sdk.errors import IgiError
 from igi_sdk.files import InputFileError, read_regular_file
-from igi_sdk.ipc.values import Sampling
+from igi_sdk.ipc.codec import validation_summary
+from igi_sdk.ipc.messages import MAX_TEXT_CHARS, PRIORITY_MAX, PRIORITY_MIN, CreateSessionRequest
+from igi_sdk.ipc.values import Sampling, WireModel
+from igi_sdk.ipc.wire_types import INT64_MAX
 
 MAGIC = b"IGISESS1"
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 1 << 30
+#: Turns a file may hold, and characters of one turn (a player line is at most MAX_TEXT_CHARS; a reply's text is
+#: bounded by max_new_tokens, each token a few characters).
+MAX_TURNS = 1 << 20
+MAX_TURN_CHARS = 4 * MAX_TEXT_CHARS
 
 
 class SessionFileError(IgiError):
     """A session file that is missing, corrupt, of an unknown version or malformed."""
+
+
+class SessionFileMissing(SessionFileError):
+    """No file at the path."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +107,10 @@ def read_session_file(path: Path) -> SessionSnapshot:
     """
     try:  # a FIFO would block the daemon's I/O thread, /dev/zero never end
         data = read_regular_file(path, what="session file", max_bytes=MAX_FILE_BYTES)
-    except OSError as exc:
-        raise SessionFileError(f"cannot read session file {path}: {exc.strerror}") from exc
+    except FileNotFoundError:
+        raise SessionFileMissing(f"session file {path} does not exist") from None
+    except OSError as exc:  # a symlink loop, a name too long, a permission: the OS's reason, typed
+        raise SessionFileError(f"cannot read session file {path}: {exc.strerror or exc}") from None
     except InputFileError as exc:
         raise SessionFileError(str(exc)) from exc
     if data[:8] != MAGIC:
@@ -106,12 +119,48 @@ def read_session_file(path: Path) -> SessionSnapshot:
     if hashlib.sha256(body).digest() != digest:
         raise SessionFileError(f"session file {path} is corrupt (checksum mismatch)")
     try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=False)
         return _snapshot(raw)
     except SessionFileError:
         raise
-    except (ValueError, TypeError, KeyError, ValidationError, msgpack.UnpackException) as exc:
-        raise SessionFileError(f"session file {path} is malformed: {type(exc).__name__}: {exc}") from exc
+    except ValidationError as exc:
+        raise SessionFileError(f"session file {path} is malformed: {validation_summary(exc)}") from None
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
+        raise SessionFileError(f"session file {path} is malformed: {type(exc).__name__}: {exc}") from None
+
+
+class _Turn(WireModel):
+    role: Literal["user", "assistant"]
+    text: str = Field(max_length=MAX_TURN_CHARS)
+
+
+class _SessionPart(WireModel):
+    """What a session file says about the conversation: the same bounds as a ``create_session_request`` (a file
+    is input too: a value out of range is refused here, not by the engine after the job was queued)."""
+
+    persona: str = Field(max_length=CreateSessionRequest.model_fields["persona"].metadata[0].max_length)
+    system_prompt: str = Field(max_length=MAX_TEXT_CHARS)
+    sampling: Sampling
+    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    turns: tuple[tuple[str, str], ...] = Field(max_length=MAX_TURNS)
+
+
+class _ModelPart(WireModel):
+    name: str = Field(max_length=4096)
+    file_bytes: int = Field(ge=0, le=INT64_MAX)
+
+
+class _KvPart(WireModel):
+    tokens: tuple[Annotated[int, Field(ge=0, le=2**31 - 1)], ...]
+    state: bytes
+
+
+class _Body(WireModel):
+    format_version: int
+    saved_at: float | None = None
+    model: _ModelPart
+    session: _SessionPart
+    kv: _KvPart | None = None
 
 
 def _snapshot(raw: Any) -> SessionSnapshot:
@@ -119,20 +168,17 @@ def _snapshot(raw: Any) -> SessionSnapshot:
         raise ValueError("body is not a map")
     if raw.get("format_version") != FORMAT_VERSION:
         raise SessionFileError(f"unsupported session file version {raw.get('format_version')!r} (expected {FORMAT_VERSION})")
-    session, model, kv = raw["session"], raw["model"], raw.get("kv")
-    turns = tuple((str(role), str(text)) for role, text in session["turns"])
-    if any(role not in ("user", "assistant") for role, _ in turns):
-        raise ValueError("turn roles must be user or assistant")
-    if kv is not None and not (isinstance(kv["state"], bytes) and all(isinstance(t, int) for t in kv["tokens"])):
-        raise ValueError("kv must hold int tokens and bytes state")
+    body = _Body.model_validate(raw, strict=True)
+    session, kv = body.session, body.kv
+    turns = tuple((turn.role, turn.text) for turn in (_Turn(role=role, text=text) for role, text in session.turns))
     return SessionSnapshot(
-        persona=str(session["persona"]),
-        system_prompt=str(session["system_prompt"]),
-        sampling=Sampling.model_validate(session["sampling"]),
-        priority=int(session["priority"]),
+        persona=session.persona,
+        system_prompt=session.system_prompt,
+        sampling=session.sampling,
+        priority=session.priority,
         turns=turns,
-        model_name=str(model["name"]),
-        model_file_bytes=int(model["file_bytes"]),
-        kv_tokens=None if kv is None else tuple(kv["tokens"]),
-        kv_state=None if kv is None else kv["state"],
+        model_name=body.model.name,
+        model_file_bytes=body.model.file_bytes,
+        kv_tokens=None if kv is None else kv.tokens,
+        kv_state=None if kv is None else kv.state,
     )

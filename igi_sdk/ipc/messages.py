@@ -28,7 +28,8 @@ from igi_sdk.ipc.wire_types import (
 
 Kind = Literal["request", "reply", "event"]
 FinishReason = Literal["stop", "length", "cancelled", "error"]
-Priority = Annotated[int, Field(ge=-100, le=100)]
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+Priority = Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
 MAX_TEXT_CHARS = 65_536
 
 

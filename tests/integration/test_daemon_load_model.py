@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon_process import DaemonProcess
-from igi_sdk.client import Client, RemoteModelInvalidError, RemoteModelNotFoundError
+from igi_sdk.client import Client, InvalidRequestError, RemoteModelInvalidError, RemoteModelNotFoundError
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.values import Sampling
 from igi_sdk.model_store import default_model_path
@@ -87,6 +87,9 @@ def test_failed_loads_are_typed_and_the_daemon_keeps_serving(running_daemon: Dae
             assert invalid.value.code == ErrorCode.MODEL_INVALID
         with pytest.raises(RemoteModelInvalidError, match="previous model is served"):
             client.load_model(refused)  # passes the daemon's checks, fails in the worker: reverted
+        with pytest.raises(InvalidRequestError) as small:  # 4 tokens per sequence: no prompt would ever fit
+            client.load_model(tiny, n_ctx=16)
+        assert small.value.detail == {"limit": "n_ctx"}
 
         status = client.status()
         assert status.model == model

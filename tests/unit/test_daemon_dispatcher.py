@@ -157,6 +157,56 @@ def test_handler_exception_becomes_internal_error_reply() -> None:
     assert _replies(sent)[-1][1].type == "heartbeat_reply"
 
 
+def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> None:
+    """A generation whose command cannot be sent (an out-of-range value reaching the pipe's encoder) is answered
+    once and forgotten: its session is free again and every later generation of every session goes through (one
+    such job had failed every later generate with ``internal`` and left its session ``busy`` for good)."""
+    dispatcher, core, sent = _setup()
+    worker = core.worker
+    refuse = {"text": "poison"}
+
+    def send(command: dict[str, Any]) -> None:
+        if command.get("op") == "generate" and command["messages"][-1][1] == refuse["text"]:
+            raise OverflowError("Integer value out of range")
+        worker.commands.append(command)  # type: ignore[attr-defined]
+
+    worker.send = send  # type: ignore[method-assign]
+    sids = []
+    for persona in ("a", "b"):
+        dispatcher.on_batch([_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
+        sids.append(_replies(sent)[-1][1].session_id)  # type: ignore[attr-defined]
+    poison = new_header("generate_request", session_id=sids[0])
+    dispatcher.on_batch([[IDENTITY, *pack_message(KEY, poison, GenerateRequest(text="poison"))]])
+    replies = [(h, r) for h, r in _replies(sent) if h.parent_id == poison.msg_id]
+    assert len(replies) == 1 and isinstance(replies[0][1], ErrorReply)
+    assert poison.msg_id not in core.jobs and core.sessions.get(sids[0]).job_id is None  # type: ignore[union-attr]
+    n_replies = len(sent)
+    for sid in sids:  # both sessions generate again, the poisoned one included
+        dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    assert len(sent) == n_replies  # no error: both were forwarded
+    assert [c["session_id"] for c in worker.commands if c["op"] == "generate"] == sids  # type: ignore[attr-defined]
+    assert len([r for h, r in _replies(sent) if h.parent_id == poison.msg_id]) == 1
+
+
+def test_a_handler_crash_after_queueing_a_generation_leaves_no_job() -> None:
+    """The internal error reply is the request's one terminal reply: the job the handler had queued goes too."""
+    dispatcher, core, sent = _setup()
+    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = _replies(sent)[0][1].session_id  # type: ignore[attr-defined]
+    original = dispatcher._handlers["generate_request"]
+
+    def crash_after(c: DaemonCore, i: bytes, h: Any, m: Any) -> None:
+        original(c, i, h, m)
+        raise RuntimeError("bug after queueing")
+
+    dispatcher._handlers["generate_request"] = crash_after
+    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    assert _replies(sent)[-1][1].code == ErrorCode.INTERNAL  # type: ignore[attr-defined]
+    (job,) = core.jobs.values()  # in the worker already: cancelled there, and its end goes to no one
+    assert job.cancel_requested and job.identity == b""
+    assert core.worker.commands[-1] == {"op": "cancel", "job_id": job.job_id}  # type: ignore[attr-defined]
+
+
 def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
     dispatcher, core, sent = _setup()
     dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])

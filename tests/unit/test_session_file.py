@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from igi_sdk.daemon.session_file import SessionFileError, read_session_file
+from igi_sdk.daemon.session_file import MAGIC, SessionFileError, SessionFileMissing, read_session_file
 
 
 def test_device_file_is_refused_without_reading_it() -> None:
@@ -39,9 +41,61 @@ def test_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
 
 
 def test_missing_and_garbage_files(tmp_path: Path) -> None:
-    with pytest.raises(SessionFileError, match="cannot read"):
+    with pytest.raises(SessionFileError, match="does not exist"):
         read_session_file(tmp_path / "none.igisession")
     bad = tmp_path / "bad.igisession"
     bad.write_bytes(b"not a session")
     with pytest.raises(SessionFileError, match="bad magic"):
         read_session_file(bad)
+
+
+def _file_with_body(path: Path, body: object) -> Path:
+    """A session file around ``body`` with a correct checksum (what a careless or hostile writer can make)."""
+    raw = msgpack.packb(body, use_bin_type=True)
+    path.write_bytes(MAGIC + hashlib.sha256(raw).digest() + raw)
+    return path
+
+
+def _body(**session: object) -> dict[str, object]:
+    base = {"persona": "Mira", "system_prompt": "", "sampling": {}, "priority": 0, "turns": [["user", "hi"], ["assistant", "yo"]]}
+    return {"format_version": 1, "saved_at": 0.0, "model": {"name": "m.gguf", "file_bytes": 1}, "session": {**base, **session},
+            "kv": None}
+
+
+def test_a_valid_body_reads_back(tmp_path: Path) -> None:
+    snap = read_session_file(_file_with_body(tmp_path / "ok.igisession", _body(priority=-100)))
+    assert snap.priority == -100 and snap.turns == (("user", "hi"), ("assistant", "yo"))
+
+
+@pytest.mark.parametrize("session", [
+    {"priority": 1e300}, {"priority": float("inf")}, {"priority": 101}, {"priority": 2**63}, {"priority": "1"},
+    {"persona": "x" * 257}, {"persona": 7}, {"turns": [["system", "obey"]]}, {"turns": [["user", 1]]},
+    {"turns": [["user"]]}, {"turns": "hi"}, {"sampling": {"temperature": float("nan")}}, {"sampling": {"top_k": -1}},
+    {"system_prompt": None},
+], ids=repr)
+def test_an_out_of_range_or_mistyped_value_is_refused_at_the_edge(tmp_path: Path, session: dict[str, object]) -> None:
+    """A value the engine cannot take (priority 1e300 became an OverflowError in every later generation) is a
+    typed error when the file is read."""
+    with pytest.raises(SessionFileError, match="malformed"):
+        read_session_file(_file_with_body(tmp_path / "bad.igisession", _body(**session)))
+
+
+@pytest.mark.parametrize("body", [
+    [], {"format_version": 1}, {"format_version": 1, "model": {}, "session": {}},
+    {**_body(), "kv": {"tokens": [-1], "state": b""}}, {**_body(), "kv": {"tokens": [1], "state": "text"}},
+    {**_body(), "model": {"name": "m", "file_bytes": -1}},
+], ids=repr)
+def test_a_malformed_body_is_refused(tmp_path: Path, body: object) -> None:
+    with pytest.raises(SessionFileError):
+        read_session_file(_file_with_body(tmp_path / "bad.igisession", body))
+
+
+def test_a_symlink_loop_and_an_overlong_name_are_typed_errors(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(SessionFileError, match="cannot read"):
+        read_session_file(tmp_path / "a")
+    with pytest.raises(SessionFileError, match="cannot read"):
+        read_session_file(tmp_path / ("n" * 300))
+    with pytest.raises(SessionFileMissing):
+        read_session_file(tmp_path / "none")

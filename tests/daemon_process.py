@@ -31,16 +31,18 @@ class DaemonProcess:
         log_file: daemon log (default next to the connection file).
         own_process_group: start the daemon in a new session, so a test can signal its whole process group (as
             Ctrl+C in a terminal does) without signalling pytest.
+        open_files_limit: soft and hard RLIMIT_NOFILE of the daemon (POSIX), to exhaust its descriptors.
     """
 
     def __init__(self, args: list[str] | None = None, connection_file: Path | None = None,
-                 own_process_group: bool = False) -> None:
+                 own_process_group: bool = False, open_files_limit: int | None = None) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
         self.log_file = self.workdir / "daemon.log"
         self.args = list(args or [])
         self.process: subprocess.Popen[bytes] | None = None
         self.own_process_group = own_process_group
+        self.open_files_limit = open_files_limit
 
     @property
     def pid(self) -> int:
@@ -57,8 +59,16 @@ class DaemonProcess:
         """
         cmd = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(self.connection_file), "--port", "0",
                "--log-file", str(self.log_file), "--log-format", "kv", "--n-threads", "2", *self.args]
+        limit = self.open_files_limit
+
+        def set_limit() -> None:  # in the child, before exec
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         self.process = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=self.own_process_group)
+                                        start_new_session=self.own_process_group,
+                                        preexec_fn=None if limit is None else set_limit)
         _RUNNING.append(self)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -106,6 +116,27 @@ class DaemonProcess:
             return self.log_file.read_text(errors="replace")[-n_chars:]
         except OSError:
             return "<no log>"
+
+    def worker_pids(self) -> list[int]:
+        """The daemon's engine worker processes (``multiprocessing`` spawn children)."""
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+                except OSError:
+                    continue
+                if int(fields[1]) == self.pid and "spawn_main" in cmdline:
+                    out.append(int(entry.name))
+        return out
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the daemon process itself (Linux), bytes."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
 
     def kill9(self) -> None:
         """SIGKILL the daemon (its worker exits when its pipe closes)."""

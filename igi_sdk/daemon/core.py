@@ -138,12 +138,16 @@ class DaemonCore:
         self.sessions = SessionTable(settings.limits.max_sessions)
         self.jobs: dict[str, Job] = {}
         self.clients: dict[bytes, float] = {}
+        #: Clients a send could not reach (their connection closed): declared gone at the loop's next tick.
+        self.unroutable: set[bytes] = set()
         self.model_info: ModelInfo | None = None
         self.model_file_bytes = 0
         self.shutting_down = False
         self.exit_requested = False
         self.waiting_exports: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.worker_failures_in_row = 0
+        #: Set when a worker start failed (the OS refused a pipe or a process): the loop tries again at this time.
+        self.worker_start_due_s: float | None = None
         self.fatal_error: RequestError | None = None
         self.governor: Governor | None = _make_governor(settings.budget.vram_budget_mib, settings.governor)
         self.sleep_ms_between_tokens = 0.0

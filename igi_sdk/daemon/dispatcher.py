@@ -1,7 +1,7 @@
 """Daemon layer: turns received frames into handler calls; nothing a client sends can kill it.
 
 Order of checks (``ipc/PROTOCOL.md`` section 2): frame shape and signature (failures are dropped and
-counted, never answered), header and content (``error_reply``), protocol major, request kind, then the
+counted, never answered, and the connection's later messages are dropped unchecked), header and content (``error_reply``), protocol major, request kind, then the
 handler. A handler raises :class:`~igi_sdk.daemon.core.RequestError` for a typed error reply; any other
 exception becomes ``error_reply{internal}`` and is logged with its traceback.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,9 @@ from igi_sdk.ipc.frames import split_routing, unpack_message
 from igi_sdk.ipc.messages import PRIORITY_TYPES, Message
 
 Handler = Callable[[DaemonCore, bytes, Header, Any], None]
+
+#: Connections remembered as having sent a bad frame or signature.
+MAX_REFUSED_PEERS = 4096
 
 SERVED_WHILE_SHUTTING_DOWN = frozenset({"heartbeat_request", "cancel_request"})
 """After shutdown_request everything else (a reclaim too: no reload would be answered) gets ``shutting_down``."""
@@ -44,6 +48,7 @@ class Dispatcher:
         self._core = core
         self._budget = budget
         self._switch = switch
+        self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._handlers: dict[str, Handler] = {
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,
@@ -69,13 +74,18 @@ class Dispatcher:
         except BadFrame:
             core.counters["bad_frame"] += 1
             return None
+        if identity in self._refused:  # this connection sent a bad frame: dropped unread, no HMAC to compute
+            core.counters["dropped_refused_peer"] += 1
+            return None
         try:
             header, message = unpack_message(core.key, message_frames, max_frame_bytes=core.settings.limits.max_frame_bytes)
         except BadSignature:
             core.counters["bad_signature"] += 1
+            self._refuse(identity)
             return None
         except BadFrame:
             core.counters["bad_frame"] += 1
+            self._refuse(identity)
             return None
         except ProtocolError as exc:
             core.clients[identity] = core.clock()
@@ -115,20 +125,32 @@ class Dispatcher:
 
     def on_batch(self, batch: Sequence[Sequence[bytes]]) -> None:
         """Decode a batch of received messages and serve them: the priority ones (cancel, reclaim, heartbeat)
-        ahead of other clients' messages, but never ahead of an earlier message of their own client (a cancel
-        right behind its generate_request, a reclaim behind a set_budget: each client's order is kept)."""
-        decoded = [d for d in (self._safe_decode(frames) for frames in batch) if d is not None]
-        first, rest = [], []
+        as soon as they are decoded, ahead of other clients' messages, but never ahead of an earlier message of
+        their own client (a cancel right behind its generate_request, a reclaim behind a set_budget: each client's
+        order is kept). So the time a batch's other messages take to check (a flood of large frames) never delays a
+        heartbeat decoded before them."""
+        rest = []
         ordinary: set[bytes] = set()  # clients with an ordinary message earlier in this batch
-        for item in decoded:
-            identity, _header, message = item
+        for frames in batch:
+            item = self._safe_decode(frames)
+            if item is None:
+                continue
+            identity, header, message = item
             if message.type in PRIORITY_TYPES and identity not in ordinary:
-                first.append(item)
+                self.handle(identity, header, message)
             else:
                 rest.append(item)
                 ordinary.add(identity)
-        for identity, header, message in first + rest:
+        for identity, header, message in rest:
             self.handle(identity, header, message)
+
+    def _refuse(self, identity: bytes) -> None:
+        """Remember a connection that sent a bad frame or signature (at most ``MAX_REFUSED_PEERS``, oldest forgotten
+        first): a peer with the key never sends one, so its later messages are dropped without computing an HMAC."""
+        self._refused[identity] = None
+        self._refused.move_to_end(identity)
+        while len(self._refused) > MAX_REFUSED_PEERS:
+            self._refused.popitem(last=False)
 
     def _safe_decode(self, frames: Sequence[bytes]) -> tuple[bytes, Header, Message] | None:
         try:

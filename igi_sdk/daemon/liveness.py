@@ -15,19 +15,31 @@ from igi_sdk.daemon.handlers_session import cancel_job
 
 
 def expire_clients(core: DaemonCore, now_s: float) -> list[bytes]:
-    """Declare clients silent for more than ``client_timeout_s`` gone; returns their identities."""
+    """Declare gone the clients silent for more than ``client_timeout_s``, and those a send could not reach (their
+    connection is closed: ``core.unroutable``, filled by the daemon's outbox); returns their identities."""
     timeout_s = core.settings.ipc.client_timeout_s
     gone = [identity for identity, last_s in core.clients.items() if now_s - last_s > timeout_s]
+    unreachable = [identity for identity in core.unroutable if identity not in gone]
+    core.unroutable.clear()
     for identity in gone:
-        del core.clients[identity]
-        jobs = [job for job in core.jobs.values() if job.identity == identity]
-        for job in jobs:
-            cancel_job(core, job.job_id, reply=False)
-        orphaned = core.sessions.orphan_owned_by(identity, now_s)
-        core.counters["clients_timed_out"] += 1
-        core.counters["generations_abandoned"] += len(jobs)
-        core.log(logging.INFO, "client_gone", generations_cancelled=len(jobs), sessions_orphaned=len(orphaned))
-    return gone
+        client_gone(core, identity, now_s, "clients_timed_out")
+    for identity in unreachable:
+        client_gone(core, identity, now_s, "clients_disconnected")
+    return gone + unreachable
+
+
+def client_gone(core: DaemonCore, identity: bytes, now_s: float, reason: str) -> None:
+    """A client is gone: its generations are cancelled without a reply (nobody reads it) and its sessions orphaned."""
+    known = core.clients.pop(identity, None) is not None
+    jobs = [job for job in core.jobs.values() if job.identity == identity]
+    if not known and not jobs:
+        return
+    for job in jobs:
+        cancel_job(core, job.job_id, reply=False)
+    orphaned = core.sessions.orphan_owned_by(identity, now_s)
+    core.counters[reason] += 1
+    core.counters["generations_abandoned"] += len(jobs)
+    core.log(logging.INFO, "client_gone", reason=reason, generations_cancelled=len(jobs), sessions_orphaned=len(orphaned))
 
 
 def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:

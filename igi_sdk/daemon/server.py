@@ -40,6 +40,14 @@ POLL_TICK_MS = 50
 MAX_BATCH = 256
 #: Poll ticks spent answering requests that arrive after shutdown_request (``_drain``).
 DRAIN_ROUNDS = 20
+#: Messages one peer may have queued in the daemon's socket before ZeroMQ stops reading its connection.
+ROUTER_RCVHWM = 4
+#: A connection must finish the ZeroMQ handshake within this time or it is closed (loopback: well under 1 ms).
+HANDSHAKE_TIMEOUT_MS = 5000
+#: The soft limit of open files asked for where the hard limit is unlimited.
+OPEN_FILES_WANTED = 65536
+#: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).
+WORKER_START_RETRY_S = 1.0
 
 
 class DaemonStartError(RuntimeError):
@@ -70,6 +78,7 @@ class DaemonServer:
     def run(self) -> int:
         """Start everything, serve, clean up. Returns the process exit code."""
         settings = self.settings
+        limit = raise_open_file_limit()
         model_path = resolve_model_path(settings.engine.model)
         if not model_path.is_file():
             log_event(_log, logging.ERROR, "model_not_found", path=str(model_path))
@@ -84,7 +93,7 @@ class DaemonServer:
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())
 
-        outbox = make_outbox(socket, lambda reason: core.counters.update([reason]))
+        outbox = make_outbox(socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity))
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
         budget = BudgetControl(core, planner, initial)
         switch = ModelSwitch(core, budget, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
@@ -96,7 +105,8 @@ class DaemonServer:
             self._wait_ready(core, budget)
             self._write_connection_file(bound, key)
             log_event(_log, logging.INFO, "daemon_ready", endpoint=bound, connection_file=str(self.connection_file),
-                      model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy)
+                      model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy,
+                      open_files_limit=None if limit is None else limit[1])
             self._loop(socket, core, budget, dispatcher, switch)
             return 0
         except DaemonStartError as exc:
@@ -164,12 +174,11 @@ class DaemonServer:
                 for fd in registered:
                     poller.unregister(fd)
                 registered = []
-                handle_worker_death(core, budget)
+                _guarded(core, "worker_death", lambda: _worker_died(core, budget))
             now = core.clock()
-            expire_clients(core, now)
-            expire_sessions(core, now)
-            budget.tick()
-            switch.tick()
+            _guarded(core, "liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))
+            _guarded(core, "budget_tick", budget.tick)
+            _guarded(core, "switch_tick", switch.tick)
         if core.exit_requested:
             self._drain(socket, dispatcher)
 
@@ -182,6 +191,44 @@ class DaemonServer:
             if not socket.poll(POLL_TICK_MS):
                 return
             dispatcher.on_batch(_received(socket))
+
+
+def _guarded(core: DaemonCore, step: str, run: Callable[[], object]) -> None:
+    """One step of the I/O loop; an exception in it (a daemon bug, or an OS refusal such as EMFILE) is logged and
+    counted, and the loop goes on serving: nothing a step meets may take the daemon down."""
+    try:
+        run()
+    except Exception as exc:
+        core.counters[f"loop_{step}_failed"] += 1
+        core.log(logging.ERROR, "loop_step_failed", step=step, error=repr(exc), exc=traceback.format_exc())
+
+
+def _worker_died(core: DaemonCore, budget: BudgetControl) -> None:
+    """The worker is dead: crash handling (``handle_worker_death``), or, while a start that failed waits for its
+    retry, another start once ``WORKER_START_RETRY_S`` has passed. A start the OS refuses (no file descriptor for the
+    pipe, no memory for the process) is retried, never raised: the daemon keeps answering, and the jobs wait."""
+    due = core.worker_start_due_s
+    if due is not None:
+        if core.clock() < due:
+            return
+        try:
+            core.worker.start()
+        except OSError as exc:
+            _start_failed(core, exc)
+            return
+        core.worker_start_due_s = None
+        core.counters["worker_restarts"] += 1
+        return
+    try:
+        handle_worker_death(core, budget)
+    except OSError as exc:  # the restart itself failed
+        _start_failed(core, exc)
+
+
+def _start_failed(core: DaemonCore, exc: OSError) -> None:
+    core.counters["worker_start_failed"] += 1
+    core.worker_start_due_s = core.clock() + WORKER_START_RETRY_S
+    core.log(logging.ERROR, "worker_start_failed", error=repr(exc), retry_in_s=WORKER_START_RETRY_S)
 
 
 def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwitch, event: dict[str, Any]) -> None:
@@ -200,16 +247,44 @@ def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSett
     """The daemon's ROUTER socket, bound. No send high-water mark: a token event or terminal reply is never
     dropped because a client reads slowly (ZeroMQ drops silently at the mark); a client that stops reading also
     stops sending heartbeats and is declared gone after ``client_timeout_s``, which ends its work. Mandatory
-    routing: a send to a client that has disconnected fails (and is counted) instead of vanishing."""
-    options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0)
+    routing: a send to a client that has disconnected fails (and is counted) instead of vanishing.
+
+    What a peer without the key can cost is bounded here: a connection that does not complete the ZeroMQ handshake
+    within ``HANDSHAKE_TIMEOUT_MS`` is closed; a frame over ``ZMQ_MAXMSGSIZE`` (2 x ``max_frame_bytes``) disconnects
+    its peer before it is buffered; and each peer has at most ``ROUTER_RCVHWM`` messages queued in the daemon
+    (then ZeroMQ stops reading its connection: back-pressure, nothing is lost)."""
+    options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0, rcvhwm=ROUTER_RCVHWM)
     socket, bound = bind_router(context, endpoint, options)
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
     return socket, bound
 
 
-def make_outbox(socket: zmq.Socket, count: Callable[[str], None]) -> Callable[[bytes, list[bytes]], None]:  # type: ignore[type-arg]
+def raise_open_file_limit() -> tuple[int, int] | None:
+    """Raise this process's soft limit of open files to its hard limit (POSIX), so a flood of idle connections
+    cannot take the descriptors a worker restart needs (a pipe, a process sentinel). Returns the (old, new) soft
+    limit, or None where the platform has no such limit."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, OPEN_FILES_WANTED)
+    if soft == resource.RLIM_INFINITY or (wanted != resource.RLIM_INFINITY and soft >= wanted):
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        return soft, soft
+    return soft, wanted
+
+
+def make_outbox(socket: zmq.Socket, count: Callable[[str], None],  # type: ignore[type-arg]
+                on_unroutable: Callable[[bytes], None] | None = None) -> Callable[[bytes, list[bytes]], None]:
     """The daemon's send function: never blocks; what cannot be sent is counted (``send_dropped``: the socket
-    would block; ``send_unroutable``: the client has disconnected), never raised into a handler."""
+    would block; ``send_unroutable``: the client has disconnected), never raised into a handler. An unroutable
+    client is reported to ``on_unroutable``: the I/O loop then declares it gone and stops its generations at once
+    instead of after ``client_timeout_s`` of tokens for nobody."""
 
     def outbox(identity: bytes, frames: list[bytes]) -> None:
         try:
@@ -220,6 +295,8 @@ def make_outbox(socket: zmq.Socket, count: Callable[[str], None]) -> Callable[[b
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
             count("send_unroutable")
+            if on_unroutable is not None:
+                on_unroutable(identity)
 
     return outbox
 

@@ -23,8 +23,7 @@
 # then). The tracked tree (14.1 MB at the twelfth session) + `.gpu` (10.4 MB) + part-aa must stay under the 64 MiB
 # (67.1 MB) a call may carry: move the split point down as the tree grows (the parts are joined in name order).
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
-# Modes: cpu2, gpu (above) and gpu-notail (gpu with the governor's tail signal off: IGI_GOVERNOR__TAIL_RATIO=3.0,
-#   docs/governor.md "The tail"; with ROUND_ROBIN=1 MODES="gpu gpu-notail" alternates them run by run, an A/B).
+# Modes: cpu2, gpu (above); ROUND_ROBIN=1 alternates the MODES run by run.
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
 # Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far); at the end of each call
@@ -106,7 +105,6 @@ run_one() {  # $1 = mode: one harness run into $S/runs/MODE-runK (K = runs of th
   case $MODE in
     cpu2) ENVV="CUDA_VISIBLE_DEVICES="; DEV=cpu ;;
     gpu) ENVV="IGI_GPU_RUN=1"; DEV=cuda ;;  # IGI_GPU_RUN: a marker only (env needs one assignment; no setting reads it)
-    gpu-notail) ENVV="IGI_GOVERNOR__TAIL_RATIO=3.0"; DEV=cuda ;;  # the governor without its tail signal (the A/B)
     *) echo "unknown mode $MODE"; exit 2 ;;
   esac
   t=$(date +%s)
@@ -119,7 +117,7 @@ run_one() {  # $1 = mode: one harness run into $S/runs/MODE-runK (K = runs of th
   cp $R/$MODE-run$k.log $S/runs/$MODE-run$k/harness.log
 }
 room() { if [ $(( $(el) + RUN_S )) -gt "$LIMIT" ]; then echo "time left $(( LIMIT - $(el) )) s: no room for another run"; return 1; fi; }
-if [ -n "$ROUND_ROBIN" ]; then  # one run of each mode in turn (an A/B: gpu vs gpu-notail), until the time is up
+if [ -n "$ROUND_ROBIN" ]; then  # one run of each mode in turn, until the time is up
   while true; do for MODE in $MODES; do room || exit 0; run_one $MODE; done; done
 fi
 for MODE in $MODES; do

@@ -2,7 +2,7 @@
 
     python3 .ci/gpu_harness_summary.py /tmp/igi-state/runs
 
-Prints, per mode (cpu2, gpu, gpu-notail), the issue's verdict over the runs (`samples/igi_harness/repeats.py`):
+Prints, per mode (cpu2, gpu), the issue's verdict over the runs (`samples/igi_harness/repeats.py`):
 target met, governor phase better, median p99 over target with and without the governor, and the budget
 proposals the game applied in the governor phases; writes RUNS/summary-MODE.json.
 """

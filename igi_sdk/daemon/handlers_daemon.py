@@ -131,20 +131,18 @@ def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header
     decision = governor.observe(
         FrameSample(
             now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
-            free_vram_mib=msg.free_vram_mib, gpu_busy_pct=msg.gpu_busy_pct,
+            free_vram_mib=msg.free_vram_mib,
             # a reload generates nothing: its slow frames are not pacing's to fix (nor a reason to shrink again)
             generating=generating(core) and not budget.reload_running,
             daemon_gpu_mib=budget.current.plan.gpu_mib if core.model_info is not None else None,
         )
     )
-    if decision.throttle_action in ("tighten", "relax", "release") or decision.proposed_budget_mib is not None:
-        # every change, with what it was judged by: the p95 and the effectiveness check's reference (P0), so a
-        # run's log tells why a throttle stayed or went (docs/governor.md, "Effectiveness check")
+    if decision.throttle_action in ("tighten", "relax") or decision.proposed_budget_mib is not None:
+        # every change, with the p95 it was judged by, so a run's log tells why the throttle moved
         state = governor.state
         log_event(_log, logging.INFO, "governor_" + decision.throttle_action, allowance=round(state.allowance, 3),
                   frame_ms_p95=round(decision.frame_ms_p95, 2), frame_ms_ewma=round(decision.frame_ms_ewma, 2),
                   target_ms=msg.target_frame_time_ms,
-                  reference_p95_ms=None if state.throttle_start_p95_ms is None else round(state.throttle_start_p95_ms, 2),
                   sleep_ms_between_tokens=decision.sleep_ms_between_tokens,
                   proposed_budget_mib=decision.proposed_budget_mib, reason=decision.reason)
     throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)

@@ -61,8 +61,9 @@ class FrameSignal(BaseModel):
 
         Returns:
             The new signal. The first sample initialises the mean to itself. A sample at the same time as
-            the previous one (or earlier: a batched or reordered report) is weighted as if it covered its
-            own frame time, so bursts of samples are neither ignored nor over-weighted.
+            the previous one (or earlier: a batched or reordered report) is weighted as one typical frame (the
+            mean frame time, at least 1 ms), so bursts of samples are neither ignored nor over-weighted, and the
+            weight does not depend on the sample (which keeps the estimate monotone in it).
         """
         x = float(frame_time_ms)
         x = min(x, float(max_ms)) if x >= 0.0 else 0.0  # NaN -> 0, like a negative time
@@ -70,7 +71,7 @@ class FrameSignal(BaseModel):
             return FrameSignal(n_samples=1, last_sample_s=now_s, mean_ms=x, semivar_ms2=0.0, peak_ms=x)
         dt_s = now_s - self.last_sample_s
         if dt_s <= 0.0:
-            dt_s = x / 1000.0
+            dt_s = max(self.mean_ms, 1.0) / 1000.0
         alpha = 1.0 - math.exp(-dt_s / tau_s)
         excess_ms = max(0.0, x - self.mean_ms)
         mean_ms = self.mean_ms + alpha * (x - self.mean_ms)

@@ -105,21 +105,21 @@ def test_a_small_context_with_the_default_prompt_limit_is_accepted() -> None:
 
 
 def test_the_governor_law_is_a_settings_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/governor.md's parameters reach the daemon's governor through the settings: a game fits the tail share
-    to how it reports frames (docs/governor.md, "The tail")."""
+    """docs/governor.md's parameters reach the daemon's governor through the settings ([governor],
+    IGI_GOVERNOR__*, flags), with the usual precedence."""
     from igi_sdk.daemon.__main__ import build_parser, _cli_values
     from igi_sdk.daemon.core import _make_governor
 
-    toml = _toml(tmp_path, "[governor]\ntail_max_share = 0.02\nrelease_hold_s = 9.0\n")
-    monkeypatch.setenv("IGI_GOVERNOR__RELEASE_HOLD_S", "7.5")
-    flags = _cli_values(build_parser().parse_args(["--tail-max-share", "0.01"]))
+    toml = _toml(tmp_path, "[governor]\nrelax_hold_s = 2.0\nbudget_shrink_after_s = 9.0\n")
+    monkeypatch.setenv("IGI_GOVERNOR__BUDGET_SHRINK_AFTER_S", "7.5")
+    flags = _cli_values(build_parser().parse_args(["--relax-hold-s", "3.0"]))
     settings = load_settings(flags, toml_file=toml)
-    assert (settings.governor.tail_max_share, settings.governor.release_hold_s) == (0.01, 7.5)
-    assert _make_governor(2048, settings.governor).params.tail_max_share == 0.01
+    assert (settings.governor.relax_hold_s, settings.governor.budget_shrink_after_s) == (3.0, 7.5)
+    assert _make_governor(2048, settings.governor).params.relax_hold_s == 3.0
     with pytest.raises(ValidationError, match="relax_below_ratio"):  # the law's own validation applies
         DaemonSettings(governor={"relax_below_ratio": 1.0, "tighten_above_ratio": 1.0})
     with pytest.raises(ValidationError):
-        load_settings(toml_file=_toml(tmp_path, "[governor]\ntail_share = 0.01\n"))  # a typo is an error
+        load_settings(toml_file=_toml(tmp_path, "[governor]\nrelax_hold = 2.0\n"))  # a typo is an error
     # every flag's help renders (a literal % in a description broke --help)
     help_text = build_parser().format_help()
-    assert "--tail-max-share" in help_text and "14 % after 0.5 s" in help_text
+    assert "--relax-hold-s" in help_text and "14 % after 0.5 s" in help_text

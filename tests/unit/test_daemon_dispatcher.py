@@ -278,7 +278,7 @@ def _frame_stats(dispatcher: Dispatcher, sent: list[list[bytes]], frame_ms: floa
 
 
 def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
-    """Governor fix 1, daemon side: the handler tells the governor whether a generation runs. Long frames with no
+    """Daemon side of "no throttle while nothing generates": the handler tells the governor whether a generation runs. Long frames with no
     job forwarded to the worker (jitter before any NPC speaks) leave generation unthrottled; the same frames
     while a generation runs throttle it."""
     dispatcher, core, sent = _setup()
@@ -303,9 +303,9 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
     assert commands[-1] == {"op": "throttle", "sleep_ms": reply.throttle.sleep_ms_between_tokens}
 
 
-def test_each_governor_change_is_logged_with_its_reference(caplog: pytest.LogCaptureFixture) -> None:
+def test_each_governor_change_is_logged_with_the_p95_it_was_judged_by(caplog: pytest.LogCaptureFixture) -> None:
     """A tighten (and any other change of the throttle or a budget proposal) is logged with the p95 it was judged
-    by and the effectiveness check's reference, so a run's daemon log shows why a throttle stayed at its floor."""
+    by, so a run's daemon log shows why the throttle moved."""
     dispatcher, core, sent = _setup()
     now = [100.0]
     core.clock = lambda: now[0]
@@ -319,7 +319,7 @@ def test_each_governor_change_is_logged_with_its_reference(caplog: pytest.LogCap
     tightens = [r for r in caplog.records if r.getMessage() == "governor_tighten"]
     assert tightens, [r.getMessage() for r in caplog.records]
     fields = tightens[0].fields  # type: ignore[attr-defined]
-    assert fields["reference_p95_ms"] == fields["frame_ms_p95"] > 16.0 * 1.05 and fields["allowance"] < 1.0
+    assert fields["frame_ms_p95"] > 16.0 * 1.05 and fields["allowance"] < 1.0
     assert fields["sleep_ms_between_tokens"] > 0.0 and "p95" in fields["reason"]
     steady = len(caplog.records)
     with caplog.at_level(logging.INFO, logger="igi_sdk.daemon.governor"):
@@ -329,7 +329,7 @@ def test_each_governor_change_is_logged_with_its_reference(caplog: pytest.LogCap
 
 
 def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
-    """Governor fix 4, daemon side: set_budget and reclaim fold the game's budget into the governor after
+    """Daemon side of the budget in force: set_budget and reclaim fold the game's budget into the governor after
     BudgetControl has taken the request; a request it refuses with an error leaves the governor as it was."""
     dispatcher, core, sent = _setup()
     dispatcher.on_batch([_frames(SetBudgetRequest(vram_budget_mib=1024))])

@@ -38,11 +38,9 @@ def run_slow_frames(core: FakeCore, gpu_mib: float, seconds: float = 10.0, frame
 
 
 def test_the_plan_in_force_sizes_the_shrink() -> None:
-    # 40 ms frames at a 16.7 ms target: the p95 and the tail are over; the tail's factor, from the 1205 MiB the
-    # plan uses (not the 2048 budget): 1205 x 0.5 = 602.5 -> 576
-    assert run_slow_frames(FakeCore(), 1205.0)[0] == 576
-    # frames over the band but not over the tail line (18 ms < 1.15 x 16.7): the p95 law, 1205 x 0.75 -> 896
-    assert run_slow_frames(FakeCore(), 1205.0, frame_ms=18.0)[0] == 896
+    # 40 ms frames at a 16.7 ms target: from the 1205 MiB the plan uses (not the 2048 budget): 1205 x 0.75 -> 896
+    assert run_slow_frames(FakeCore(), 1205.0)[0] == 896
+    assert run_slow_frames(FakeCore(), 4096.0)[0] == 1536  # a plan filling the budget: from the budget
 
 
 def test_frames_during_a_reload_are_not_the_generations() -> None:

@@ -24,6 +24,9 @@
 # (67.1 MB) a call may carry: move the split point down as the tree grows (the parts are joined in name order).
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
 # Modes: cpu2, gpu (above); ROUND_ROBIN=1 alternates the MODES run by run.
+# AB_PAIRS=N: instead of the modes, the governor's A/B: N harness runs on the GPU path (each one pair, governor on and
+#   off, odd pairs on first), AB_DURATION_S (default 20) per phase, resumed by the next call until N are done; prints
+#   samples/governor_ab.py's distribution and writes $OUT/all.tgz:ab-summary.json (docs/benchmarks.md, "A/B").
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
 # Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far); at the end of each call
@@ -84,7 +87,7 @@ fi
 if [ ! -f $S/probe.txt ]; then
   for i in 1 2; do
     s0=$(awk '/^cpu /{print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
-    OPENBLAS_NUM_THREADS=1 taskset -c $CPUS python3 docs/benchmarks/harness-2026-11-30/frames_no_daemon.py "no-daemon-$i" >> $S/probe.txt 2>&1
+    OPENBLAS_NUM_THREADS=1 taskset -c $CPUS python3 samples/frames_no_daemon.py "no-daemon-$i" >> $S/probe.txt 2>&1
     s1=$(awk '/^cpu /{print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
     echo "  steal ticks / all ticks (whole machine) over the probe: $s0 -> $s1" >> $S/probe.txt
   done
@@ -116,6 +119,21 @@ run_one() {  # $1 = mode: one harness run into $S/runs/MODE-runK (K = runs of th
   if [ $rc != 0 ]; then tail -30 $R/$MODE-run$k.log; mv $S/runs/$MODE-run$k $R/failed-$MODE-run$k 2>/dev/null; exit 1; fi
   cp $R/$MODE-run$k.log $S/runs/$MODE-run$k/harness.log
 }
+if [ -n "$AB_PAIRS" ]; then  # the governor's A/B: AB_PAIRS interleaved harness pairs on the GPU path, resumable
+  AB_S=${AB_DURATION_S:-20}; RUN_S=${AB_RUN_S:-$(( 2 * AB_S + 12 ))}; mkdir -p $S/ab
+  while [ "$(ls $S/ab/run*/report.json 2>/dev/null | wc -l)" -lt "$AB_PAIRS" ]; do
+    if [ $(( $(el) + RUN_S )) -gt "$LIMIT" ]; then echo "time left $(( LIMIT - $(el) )) s: call again for the other pairs"; break; fi
+    k=$(( $(ls $S/ab/run*/report.json 2>/dev/null | wc -l) + 1 )); ORDER=""; [ $(( k % 2 )) = 0 ] && ORDER="--off-first"
+    rm -rf $S/ab/run$k; t=$(date +%s)
+    taskset -c $CPUS python3 samples/harness.py --no-live --render-device cuda --duration-s $AB_S $ORDER \
+      --out $S/ab/run$k > $R/ab-run$k.log 2>&1
+    echo "A/B pair $k ($([ -n "$ORDER" ] && echo off || echo on) first): rc=$? in $(( $(date +%s) - t )) s"
+    grep -E "issue target" $R/ab-run$k.log | cut -c1-200
+  done
+  python3 samples/governor_ab.py $S/ab --json $OUT/ab-summary.json; cp $OUT/ab-summary.json $REAL_OUT/ 2>/dev/null
+  python3 samples/governor_loop.py --report $S/ab/run1/report.json --out $OUT/loop-run1 | tail -1
+  exit 0
+fi
 room() { if [ $(( $(el) + RUN_S )) -gt "$LIMIT" ]; then echo "time left $(( LIMIT - $(el) )) s: no room for another run"; return 1; fi; }
 if [ -n "$ROUND_ROBIN" ]; then  # one run of each mode in turn, until the time is up
   while true; do for MODE in $MODES; do room || exit 0; run_one $MODE; done; done

@@ -88,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['over_115pct_touched_by_steal_pct_off']} ({r['frames_touched_by_steal_pct_off']})",
                       str(r["p99_over_target_pct_no_steal_on"]), str(r["p99_over_target_pct_no_steal_off"]))
     console.print(steal)
+    ab = Table(title="per pair: tokens delivered; NVIGI-style render work p50 while NPCs talk / quiet window (AI on "
+                     "over AI off)")
+    for col in ("run", "tokens on", "tokens off", "work ratio on", "work ratio off"):
+        ab.add_column(col, justify="right")
+    for r in summary["runs"]:
+        ab.add_row(str(r["run"]), str(r["tokens_on"]), str(r["tokens_off"]), str(r["work_ratio_on"]),
+                   str(r["work_ratio_off"]))
+    ab.add_row("median", str(summary["median_tokens_on"]), str(summary["median_tokens_off"]),
+               str(summary["median_work_ratio_on"]), str(summary["median_work_ratio_off"]))
+    console.print(ab)
     by_order = "; ".join(f"{order.replace('_', ' ')}: {c['on_better_runs']} of {c['paired_runs']}"
                          for order, c in summary["by_order"].items())
     console.print(f"governor phase better than the governor-off phase in {summary['on_better_runs']} of "

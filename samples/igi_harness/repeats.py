@@ -78,6 +78,26 @@ def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "median_p99_over_target_pct_on": _median(ons), "median_p99_over_target_pct_off": _median(offs)}
 
 
+def _tokens(report: dict[str, Any], governor: bool) -> int | None:
+    """Tokens the NPCs received in a phase (finished and unfinished replies)."""
+    phase = _phase(report, governor)
+    summary = None if phase is None else phase.get("replies_summary")
+    return None if not summary else summary.get("tokens_total")
+
+
+def _work_ratio(report: dict[str, Any], governor: bool, frame_set: str) -> float | None:
+    """NVIGI-style figure of a phase: the render work's median frame time while NPCs talk over the same phase's
+    quiet window (no generation), i.e. total frame time with the AI on over AI off; None where either is missing."""
+    talk = _figure(report, governor, frame_set, "work_p50_ms")
+    quiet = _figure(report, governor, "quiet_baseline", "work_p50_ms")
+    return None if talk is None or not quiet else round(talk / quiet, 3)
+
+
+def _median3(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return round(statistics.median(vals), 3) if vals else None
+
+
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run and overall: p99 over target (%) with the governor on and off while NPCs talk, each phase's
     quiet baseline, whether the target was met with the governor on, whether on beat off, and the medians,
@@ -100,6 +120,9 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
                         for key in ("steal_pct_mean", "over_115pct_touched_by_steal_pct",
                                     "frames_touched_by_steal_pct", "p99_over_target_pct_no_steal")
                         for side, gov in (("on", True), ("off", False))},
+                     "tokens_on": _tokens(report, True), "tokens_off": _tokens(report, False),
+                     "work_ratio_on": _work_ratio(report, True, frame_set),
+                     "work_ratio_off": _work_ratio(report, False, frame_set),
                      "target_met": bool(report["issue_target"]["met_with_governor"]),
                      "on_better": None if on is None or off is None else on < off})
     overall = _compare(runs)
@@ -117,6 +140,10 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "median_p99_over_target_pct_off": overall["median_p99_over_target_pct_off"],
         "median_quiet_p99_over_target_pct_on": _median(quiet_on),
         "median_quiet_p99_over_target_pct_off": _median(quiet_off),
+        "median_tokens_on": _median3([r["tokens_on"] for r in runs]),
+        "median_tokens_off": _median3([r["tokens_off"] for r in runs]),
+        "median_work_ratio_on": _median3([r["work_ratio_on"] for r in runs]),
+        "median_work_ratio_off": _median3([r["work_ratio_off"] for r in runs]),
         "by_order": {order: _compare([r for r in runs if r["order"] == order])
                      for order in ("on_first", "off_first") if any(r["order"] == order for r in runs)},
     }

@@ -82,6 +82,7 @@ def test_a_phase_without_talking_frames_is_not_met() -> None:
     assert run == {"run": 1, "order": "on_only", "frame_set": "while_npcs_talk_excluding_spike",
                    "p99_over_target_pct_on": None, "p99_over_target_pct_off": None,
                    "quiet_p99_over_target_pct_on": None, "quiet_p99_over_target_pct_off": None,
+                   "tokens_on": None, "tokens_off": None, "work_ratio_on": None, "work_ratio_off": None,
                    "target_met": False, "on_better": None}
     assert all(v is None for k, v in s["runs"][0].items() if "steal" in k)
     assert s["median_p99_over_target_pct_on"] is None
@@ -103,6 +104,25 @@ def test_summary_of_v2_reports_uses_the_talk_window_and_shows_order_and_quiet_ba
     assert s["by_order"]["off_first"]["on_better_runs"] == 1 and s["by_order"]["off_first"]["paired_runs"] == 2
     assert s["median_quiet_p99_over_target_pct_off"] is not None
     assert s["runs"][0]["steal_pct_mean_on"] is None  # reports without steal readings
+
+
+def test_summary_reports_tokens_and_the_ai_on_over_ai_off_frame_time() -> None:
+    """Beside the p99: the tokens each phase delivered and the NVIGI-style figure (render work p50 while NPCs
+    talk / the same phase's quiet window)."""
+    reports = []
+    for tokens_on, tokens_off, talk_on, talk_off in ((300, 600, 9.9, 11.0), (500, 700, 9.0, 12.0)):
+        rep = report_v2(18.0, 21.0, off_first=False)
+        for ph, tokens, talk in zip(rep["phases"], (tokens_on, tokens_off), (talk_on, talk_off)):
+            ph["replies_summary"] = {"tokens_total": tokens}
+            ph["frames"][PRIMARY_FRAME_SET]["work_p50_ms"] = talk
+            ph["frames"]["quiet_baseline"]["work_p50_ms"] = 9.0
+        reports.append(rep)
+    s = summarize(reports)
+    assert [(r["tokens_on"], r["tokens_off"]) for r in s["runs"]] == [(300, 600), (500, 700)]
+    assert [(r["work_ratio_on"], r["work_ratio_off"]) for r in s["runs"]] == [(1.1, 1.222), (1.0, 1.333)]
+    assert (s["median_tokens_on"], s["median_tokens_off"]) == (400, 650)
+    assert (s["median_work_ratio_on"], s["median_work_ratio_off"]) == (1.05, 1.277)
+    assert summarize([report(18.0, 20.0)])["runs"][0]["work_ratio_on"] is None  # not recorded: no figure
 
 
 def test_summary_carries_each_phase_steal_figures() -> None:
@@ -168,3 +188,25 @@ def test_harness_cli_has_off_first() -> None:
     proc = subprocess.run([sys.executable, str(SAMPLES / "harness.py"), "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "--off-first" in proc.stdout
+
+
+def test_governor_ab_reads_pairs_in_order_and_counts_the_acceptance(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("governor_ab", SAMPLES / "governor_ab.py")
+    assert spec is not None and spec.loader is not None
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    pairs = [(18.0, 21.0), (19.5, 19.0), (17.0, 25.0)] * 4  # 12 pairs: 8 within the line, 8 better than off
+    for k, (on, off) in enumerate(pairs, start=1):
+        (tmp_path / f"run{k}").mkdir()
+        (tmp_path / f"run{k}" / "report.json").write_text(json.dumps(report_v2(on, off, off_first=k % 2 == 0)))
+    assert [r["order"] for r in ab.ab_summary(ab.load_pairs(tmp_path))["runs"][:3]] == ["on_first", "off_first",
+                                                                                         "on_first"]  # run10 after run9
+    assert ab.main([str(tmp_path), "--json", str(tmp_path / "s.json")]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert (s["n_runs"], s["within_line_pairs"], s["on_better_pairs"]) == (12, 8, 8)
+    assert "within +15 % of target in 8 of 12 pairs; better than off in 8 of 12" in capsys.readouterr().out
+    assert ab.main([str(tmp_path / "empty")]) == 1

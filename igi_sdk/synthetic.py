@@ -154,7 +154,7 @@ GENERATOR_VERSION = 2
 2 (2026-11-30): zero-mean quants, unit-RMS embedding rows, residual projections scaled by 1/sqrt(2 n_layer).
 Version 1 collapsed every token's hidden state onto a common direction within a few layers, so a MoE router sent
 whole 512-token ubatches to the same 8 of 128 experts (measured with
-``docs/benchmarks/h200-session4/moe_expert_usage.py``: median 8 activated per layer and ubatch; version 2: 128,
+a count of the experts each ubatch activated on the H200: median 8 activated per layer and ubatch; version 2: 128,
 as with a trained router), which made prompt processing with host experts (llama.cpp copies only the activated
 experts to the GPU) far cheaper than for a real model."""
 

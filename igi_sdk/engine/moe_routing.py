@@ -4,7 +4,7 @@ Since llama.cpp PR 15346, prompt processing with experts in host memory copies o
 GPU, so how widely a model routes a ubatch decides that cost. ``activated_experts`` prefills token ids on the CPU
 with an eval callback that reads every ``ffn_moe_topk-<layer>`` tensor (the selected expert ids). Used to check
 that synthetic models route like trained ones (``tests/integration/test_synthetic_moe_routing.py``,
-``docs/benchmarks/h200-session4/moe_expert_usage.py``).
+a count of the experts each ubatch activated, on the H200).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ MEASURED_RESERVE_FLOOR_MIB: dict[str, int] = {"NVIDIA H200": 618}
 """VRAM measured outside llama.cpp's buffers (CUDA context, cuBLAS, ggml-cuda pools of a dense model), per GPU
 name: the planner never assumes less for that GPU, whatever a profile says. H200: NVML device peak minus
 llama.cpp's own CUDA0 buffers was 613.6-617.8 MiB in all three dense 8B runs of the first H200 benchmark
-(docs/benchmarks/h200-first, driver 580.159.04, n_ubatch 512 and 1024); the reference profile used 560."""
+(the first H200 run, driver 580.159.04, n_ubatch 512 and 1024); the reference profile used 560."""
 
 
 class MachineKey(BaseModel):

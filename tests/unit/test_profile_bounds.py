@@ -18,7 +18,7 @@ assert H200 is not None
 
 
 def first_h200_profile(**gpu: Any) -> dict[str, Any]:
-    """The profile the faulty profiler measured on the first H200 run (docs/benchmarks/h200/profile-h200.json)."""
+    """The profile the faulty profiler measured on the first H200 run (docs/benchmarks/gpu-bench/profile-h200-first.json)."""
     terms = dict(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=73207808.0, gflops=24820.1,
                  op_overhead_us=3.378, h2d_pinned_gbps=1.81, h2d_pageable_gbps=1.4, reserve_mib=618,
                  transition_us=20.0)

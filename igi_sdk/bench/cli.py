@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from igi_sdk.bench import methods as m
-from igi_sdk.cli_errors import report
+from igi_sdk.cli.errors import report
 from igi_sdk.planner.workload import PlannerOptions
 
 SMOKE_MODELS = ["smoke_dense", "smoke_moe"]

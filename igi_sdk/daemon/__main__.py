@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.cli_errors import EXPECTED_ERRORS, report
+from igi_sdk.cli.errors import EXPECTED_ERRORS, report
 from igi_sdk.config import DaemonSettings, field_sections, load_settings
 from igi_sdk.errors import IgiError
 from igi_sdk.daemon.logs import configure_logging

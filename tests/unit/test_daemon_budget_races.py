@@ -19,7 +19,7 @@ from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.budget import BudgetPolicyState
 
-from test_daemon_bookkeeping import MODELS, Daemon, SimWorker, _check_exactly_one_terminal_reply
+from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
 PUMPS = 20  # loop iterations enough for any of these races to settle
 
@@ -167,7 +167,7 @@ def test_later_model_loads_and_budget_changes_do_not_hang_after_that_race() -> N
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=256))
     _pump(daemon)
     assert [type(m) for m in _answers(daemon, shrink)] == [BudgetAck], "stuck behind a reload that never ends"
-    _check_exactly_one_terminal_reply(daemon)
+    check_exactly_one_terminal_reply(daemon)
 
 
 def test_a_worker_being_stopped_gets_no_reload_when_its_ready_arrives() -> None:

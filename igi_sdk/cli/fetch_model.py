@@ -1,6 +1,6 @@
 """`igi fetch-model`: download and verify the embedded default model, then print its path.
 
-Failures (download, checksum, an unusable cache folder) are reported by the `igi` dispatcher (``cli_errors``)."""
+Failures (download, checksum, an unusable cache folder) are reported by the `igi` dispatcher (``igi_sdk.cli.errors``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Audit of the worker replacement (GPU <-> CPU-only placement): races and holes found in review, one test each.
+"""Races around the worker replacement (GPU <-> CPU-only placement), one test each: a continued reply in the batching
+worker, a cancel to a killed worker, shutdown during a replacement, a worker's last events, failed GPU loads, a
+character split at the cut of a continued reply.
 
-Reuses the simulated worker on a "GPU machine" of ``test_daemon_worker_replacement`` (its NVML fixture included).
+Uses the simulated GPU machine of ``replacement_sim`` (its NVML fixture included).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.messages import CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
     ShutdownRequest
 
-from test_daemon_bookkeeping import _check_exactly_one_terminal_reply
-from test_daemon_worker_replacement import CPU_PLACEMENT, _answers, _daemon, _gpu_loads_again, _nvml, _reclaim, _session, \
+from daemon_sim import check_exactly_one_terminal_reply
+from replacement_sim import CPU_PLACEMENT, _answers, _daemon, _gpu_loads_again, _nvml, _reclaim, _session, \
     _steps, _text, _worker
 
 __all__ = ["_nvml"]  # the autouse NVML fixture of the replacement tests applies here too
 
 
-# --- 1. batching worker: a continued reply is refused, or its history cut, by max_prompt_tokens -------------------
+# --- batching worker: a continued reply is refused, or its history cut, by max_prompt_tokens -------------------
 class _Adapter:
     """Each message renders to 10 tokens."""
 
@@ -64,7 +66,7 @@ def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitt
     assert len(run.prompt) == 45, "an old turn was dropped: the continued reply no longer follows the same prompt"
 
 
-# --- 2. a cancel the old worker never read (killed after the grace) --------------------------------------------------
+# --- a cancel the old worker never read (killed after the grace) --------------------------------------------------
 def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> None:
     daemon = _daemon(4096)
     now = [100.0]
@@ -90,10 +92,10 @@ def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> Non
     assert isinstance(ack, CancelReply) and ack.cancelled
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled" and final.text == _text(2), final
-    _check_exactly_one_terminal_reply(daemon)
+    check_exactly_one_terminal_reply(daemon)
 
 
-# --- 3. shutdown while the old worker exits: no new worker for a daemon that is exiting ------------------------------
+# --- shutdown while the old worker exits: no new worker for a daemon that is exiting ------------------------------
 def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
     """The server loop handles the old worker's exit in the same iteration as the shutdown_request (it reads worker
     events and deaths after the batch): the exit must not spawn a worker (with a CUDA context for a GPU placement)
@@ -110,10 +112,10 @@ def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
     assert daemon.core.counters["worker_crashes"] == 0
     assert [type(m) for m in _answers(daemon, gen)] == [GenerateReply]
     assert len(_answers(daemon, grow)) == 1
-    _check_exactly_one_terminal_reply(daemon)
+    check_exactly_one_terminal_reply(daemon)
 
 
-# --- 4. the old worker's last events (its `done`) read before its exit counts -----------------------------------------
+# --- the old worker's last events (its `done`) read before its exit counts -----------------------------------------
 def test_what_a_worker_wrote_before_exiting_is_read_before_it_counts_as_dead() -> None:
     """The loop reads the pipe, then asks ``is_dead``: a worker that writes its last events (a ``done``) and exits in
     between was marked dead with them unread, and they were lost (the replacement then continued a finished reply)."""
@@ -133,7 +135,7 @@ def test_what_a_worker_wrote_before_exiting_is_read_before_it_counts_as_dead() -
     parent.close()
 
 
-# --- 5. a GPU placement that fails to load is a failed reload, never a reason to give the model up --------------------
+# --- a GPU placement that fails to load is a failed reload, never a reason to give the model up --------------------
 def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allowed() -> None:
     daemon = _daemon(1024)
     worker = _worker(daemon)
@@ -146,7 +148,7 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
     assert daemon.core.model_info is not None, "given up: every generation now gets no_model"
     assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
     _gpu_loads_again(daemon, worker)
-    _check_exactly_one_terminal_reply(daemon)
+    check_exactly_one_terminal_reply(daemon)
 
 
 def test_a_character_split_at_the_cut_of_a_continued_reply_decodes_whole() -> None:

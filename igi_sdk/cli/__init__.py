@@ -1,5 +1,7 @@
 """The `igi` command: a thin dispatcher to per-command modules (each exposes ``run(argv) -> int``). A command
-raises bad input as one of ``cli_errors.EXPECTED_ERRORS``; the dispatcher reports it in one line (exit code 2)."""
+raises bad input as one of ``igi_sdk.cli.errors.EXPECTED_ERRORS``; the dispatcher reports it in one line (exit
+code 2). The command-line entry points live in this package: ``plan``, ``chat``, ``fetch_model``; ``profile``,
+``bench`` and ``daemon`` are their packages' own ``cli`` / ``__main__`` modules."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("igi_sdk.planner_cli", "print the placement plan for a model under a VRAM budget"),
+    "plan": ("igi_sdk.cli.plan", "print the placement plan for a model under a VRAM budget"),
     "profile": ("igi_sdk.profiler.cli", "measure this machine and save its benchmark profile"),
     "bench": ("igi_sdk.bench.cli", "side-by-side benchmark: planner vs stock placements"),
     "daemon": ("igi_sdk.daemon.__main__", "run the inference daemon"),
-    "chat": ("igi_sdk.chat_cli", "answer one NPC prompt in-process, streaming (no daemon)"),
-    "fetch-model": ("igi_sdk.model_store_cli", "download and verify the embedded default model"),
+    "chat": ("igi_sdk.cli.chat", "answer one NPC prompt in-process, streaming (no daemon)"),
+    "fetch-model": ("igi_sdk.cli.fetch_model", "download and verify the embedded default model"),
 }
 
 
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"igi: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    from igi_sdk.cli_errors import EXPECTED_ERRORS, report
+    from igi_sdk.cli.errors import EXPECTED_ERRORS, report
 
     module = importlib.import_module(COMMANDS[name][0])
     try:
@@ -39,6 +41,3 @@ def main(argv: list[str] | None = None) -> int:
     except EXPECTED_ERRORS as exc:
         return report(f"igi {name}", exc)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

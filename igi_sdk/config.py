@@ -208,7 +208,7 @@ def load_settings(cli: Mapping[str, Any] | None = None, toml_file: Path | None =
         read_regular_file(toml_file, what="config file")
     token = _TOML_FILE.set(toml_file)
     try:
-        return DaemonSettings(**nest_flat(cli or {}))
+        return DaemonSettings(**nest_flat(cli or {}))  # type: ignore[arg-type]  # sections as dicts
     finally:
         _TOML_FILE.reset(token)
 

@@ -72,7 +72,9 @@ def build(out: Path, *, with_model: bool, force: bool) -> Path:
     try:
         import PyInstaller  # noqa: F401
     except ImportError:
-        raise SystemExit("build_bundle: PyInstaller is not installed; `./dev.sh bundle` installs it (pip install -e '.[dev]')")
+        raise SystemExit(
+            "build_bundle: PyInstaller is not installed; `./dev.sh bundle` installs it (pip install -e '.[dev]')"
+        ) from None
     model = None
     if with_model:
         from igi_sdk.model_store import default_model_path

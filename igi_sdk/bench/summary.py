@@ -52,18 +52,19 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         planner = next((r for r in recs if r["method"] == "planner"), None)
         best = best_in_budget(recs)
         p_ok = planner is not None and measured(planner)
+        p = planner if p_ok else None  # the planner's record when it was measured
         sweep = [r for r in recs if r["method"] == "oracle"]
         n_sweep = sum(1 for r in sweep if measured(r))
-        vs_best = _ratio(planner["e2e_s"], best["e2e_s"]) if p_ok and best else None
+        vs_best = _ratio(p["e2e_s"], best["e2e_s"]) if p is not None and best else None
         swept = n_sweep or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep))
         row: dict[str, Any] = {
             "model": model, "budget_mib": budget, "n_ctx": n_ctx,
             "prompt_tokens": recs[0]["prompt_tokens"], "reply_tokens": recs[0]["reply_tokens"],
             "planner_status": None if planner is None else planner["status"],
             "planner_strategy": None if planner is None else planner.get("strategy"),
-            "planner_e2e_s": planner["e2e_s"] if p_ok else None,
-            "planner_ttft_s": planner["ttft_s"] if p_ok else None,
-            "planner_tps": planner["tps"] if p_ok else None,
+            "planner_e2e_s": None if p is None else p["e2e_s"],
+            "planner_ttft_s": None if p is None else p["ttft_s"],
+            "planner_tps": None if p is None else p["tps"],
             "planner_peak_vram_mib": planner.get("peak_vram_mib") if planner else None,
             "planner_budget_violation": planner.get("budget_violation") if planner else None,
             "oracle_best_method": None if best is None else best["method"],

@@ -149,6 +149,7 @@ def _worker_main(conn: Connection, log_path: str | None) -> None:
         op = msg.get("op")
         if op == "stop":
             return
+        reply: dict[str, Any]
         try:
             if op == "hello":
                 reply = {"ok": hello()}

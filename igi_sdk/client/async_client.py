@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import zmq
 import zmq.asyncio
@@ -405,7 +405,8 @@ class AsyncClient:
             except ConnectionFileError:
                 await asyncio.sleep(RECONNECT_POLL_S)
                 continue
-            socket = connect_dealer(self._context, info.endpoint, options)
+            # an asyncio context makes asyncio sockets (connect_dealer is typed for the plain one)
+            socket = cast(zmq.asyncio.Socket, connect_dealer(self._context, info.endpoint, options))
             try:
                 reply = await self._handshake(socket, info, deadline_s)
             except BaseException:

@@ -37,8 +37,10 @@ class WorkerPort(Protocol):
     ready: bool
     restarts: int
     placement: dict[str, Any]
-    pid: int | None  # the process serving now (None before a start)
     gpu_hidden: bool  # the process was started with CUDA hidden
+
+    @property
+    def pid(self) -> int | None: ...  # the process serving now (None before a start)
 
     def send(self, command: dict[str, Any]) -> None: ...
     def read_events(self) -> list[dict[str, Any]]: ...

@@ -55,9 +55,9 @@ def configure_logging(level: str, fmt: Literal["json", "kv"], log_file: Path | N
         The daemon's root logger.
     """
     logger = logging.getLogger(LOGGER_NAME)
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
     handler: logging.Handler
     if log_file is None:
         handler = logging.StreamHandler(sys.stderr)

@@ -6,6 +6,7 @@ import datetime
 import secrets
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 from igi_sdk.errors import ModelUnsupportedError
 
@@ -19,7 +20,7 @@ def _strftime_now(fmt: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def _compile(template: str):  # type: ignore[no-untyped-def]  (jinja2.Template)
+def _compile(template: str) -> Any:  # a jinja2.Template
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 

@@ -19,6 +19,8 @@ by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import json
 import os
@@ -221,7 +223,7 @@ def _main(argv: list[str]) -> int:
     request = json.loads(sys.stdin.read())
     try:
         report = dry_run_in_process(request["model_path"], Placement.model_validate(request["placement"]))
-        payload = {"report": report.model_dump(mode="json")}
+        payload: dict[str, Any] = {"report": report.model_dump(mode="json")}
     except Exception as exc:  # reported to the parent as a typed error
         payload = {"error": type(exc).__name__, "message": str(exc)}
     sys.stdout.write(_RESULT_MARKER + json.dumps(payload) + "\n")

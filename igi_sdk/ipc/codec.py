@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 from pydantic import BaseModel, ValidationError
 
 from igi_sdk._version import PROTOCOL_VERSION

@@ -63,7 +63,7 @@ def valid_vectors() -> list[dict[str, Any]]:
 def lenient_vectors() -> list[dict[str, Any]]:
     """Non-canonical but valid input: frames, and the canonical maps a decoder must produce from them."""
     out = []
-    for n, (name, header_raw, content_raw, header, message) in enumerate(LENIENT_CASES, start=1001):
+    for _n, (name, header_raw, content_raw, header, message) in enumerate(LENIENT_CASES, start=1001):
         header_bytes, content_bytes = packb(header_raw), packb(content_raw)
         frames = [MAGIC, sign(VECTOR_KEY, header_bytes, content_bytes), header_bytes, content_bytes]
         out.append(

@@ -56,7 +56,7 @@ class Placement(BaseModel):
 
     def with_(self, **changes: object) -> Placement:
         """A copy with ``changes`` applied (validated)."""
-        return Placement.model_validate({**self.model_dump(), **changes})  # type: ignore[attr-defined]
+        return Placement.model_validate({**self.model_dump(), **changes})
 
     def state_compatible_with(self, other: Placement) -> bool:
         """Whether sequence state saved under ``self`` restores under ``other`` (llama.cpp checks these)."""

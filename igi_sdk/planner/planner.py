@@ -257,7 +257,7 @@ class _Search:
         for ub in ubs:
             for mode in modes:
                 def fix(spec: Spec) -> Spec:
-                    return spec.with_(n_ubatch=ub, load_mode=mode)
+                    return spec.with_(n_ubatch=ub, load_mode=mode)  # noqa: B023  (called in this iteration only)
                 for spec in fixed_specs(s, self.has_gpu):
                     spec = fix(spec)
                     if mode == "pinned" and spec.strategy in ("full_gpu", "full_gpu_no_output"):
@@ -376,7 +376,7 @@ def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, 
         notes.append("no GPU placement fits; the CPU-only fallback needs the engine to hide the GPU "
                      "(no CUDA context) to use no VRAM")
         return PlanResult(status="infeasible", chosen=None, min_feasible_budget_mib=need, cpu_fallback=fallback,
-                          notes=tuple(notes), **common)  # type: ignore[arg-type]
+                          notes=tuple(notes), **common)
     chosen = search.planned(evals[0])
     if chosen.memory.compute_source == "estimate":
         notes.append("compute buffer estimated (no dry run for this key): conservative over-estimate")
@@ -399,4 +399,4 @@ def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, 
                                        reason=f"does not fit: needs at least {smallest[strategy]:.0f} MiB "
                                               f"> budget {vram_budget_mib} MiB"))
     return PlanResult(status="ok", chosen=chosen, runner_ups=tuple(runner_ups), notes=tuple(notes),
-                      **common)  # type: ignore[arg-type]
+                      **common)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
-PROFILE_VERSION = 2
+PROFILE_VERSION: Literal[2] = 2
 """2: the GPU terms are measured differently (v1's were wrong on the first H200 run: H2D 1.81 GB/s, VRAM
 bandwidth 73207808 GB/s); a cached v1 profile is measured again, and any profile is checked on load."""
 
@@ -267,7 +267,7 @@ CONSERVATIVE_HOST: dict[str, float] = dict(host_memory_gbps=5.0, pinned_load_gbp
                                            cpu_pinned_decode_factor=1.0)
 
 
-def conservative_cpu(n_threads: int) -> dict[str, float]:
+def conservative_cpu(n_threads: int) -> dict[str, float | None]:
     """CPU figures for a term that could not be trusted: a slow laptop core's rates times ``n_threads``."""
     return {"decode_gbps": min(2.0 * n_threads, 20.0), "op_overhead_us": 10.0, "attn_gbps": None,
             "gflops": 10.0 * n_threads}

@@ -20,18 +20,38 @@ GGUF_ALIGNMENT = 32
 
 
 class ShapeLike(Protocol):
-    """What ``table_from_shape`` reads (``igi_sdk.synthetic.SyntheticShape`` satisfies it)."""
+    """What ``table_from_shape`` reads (``ModelShape`` and ``igi_sdk.synthetic.SyntheticShape`` satisfy it; read-only,
+    so frozen models do)."""
 
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    n_vocab: int
-    n_ctx_train: int
-    n_expert: int
-    n_expert_used: int
-    n_ff_exp: int | None
+    @property
+    def n_layer(self) -> int: ...
+
+    @property
+    def n_embd(self) -> int: ...
+
+    @property
+    def n_ff(self) -> int: ...
+
+    @property
+    def n_head(self) -> int: ...
+
+    @property
+    def n_head_kv(self) -> int: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def n_ctx_train(self) -> int: ...
+
+    @property
+    def n_expert(self) -> int: ...
+
+    @property
+    def n_expert_used(self) -> int: ...
+
+    @property
+    def n_ff_exp(self) -> int | None: ...
 
 
 class ModelShape(BaseModel):

@@ -127,7 +127,7 @@ def test_high_priority_request_gets_first_token_first() -> None:
         with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=n_seq_max, n_batch=16, n_ubatch=16)) as eng:
             sched = BatchScheduler(eng)
             order: list[str] = []
-            note = (lambda e: order.append(e.session_id) if e.index == 0 else None)
+            note = (lambda e: order.append(e.session_id) if e.index == 0 else None)  # noqa: B023
             for i in range(3):
                 sched.submit(_request(eng, i, priority=0, on_event=note, max_tokens=2))
             sched.submit(_request(eng, 3, priority=10, on_event=note, max_tokens=2))

@@ -65,7 +65,6 @@ def test_report_is_complete(harness_run: tuple[dict[str, Any], Path, str]) -> No
 @pytest.mark.timeout(450)
 def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) -> None:
     report, _, _ = harness_run
-    target_ms = 1000.0 / FPS
     for ph in report["phases"]:
         ft = ph["frame_timeline"]
         n = len(ft["t_s"])

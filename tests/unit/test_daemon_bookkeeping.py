@@ -80,7 +80,7 @@ def test_replies_the_daemon_writes_itself_carry_the_usage_so_far() -> None:
     for ending in ("shutdown", "kill"):
         daemon = Daemon()
         ticks = iter(range(10_000))
-        daemon.core.clock = lambda: 100.0 + 0.5 * next(ticks)  # type: ignore[method-assign]
+        daemon.core.clock = lambda: 100.0 + 0.5 * next(ticks)  # type: ignore[method-assign]  # noqa: B023
         create = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
         sid = next(m for h, m in daemon.replies() if h.parent_id == create).session_id  # type: ignore[attr-defined]
         gen = daemon.request(GenerateRequest(text="hi", max_tokens=10), sid)

@@ -130,7 +130,7 @@ def test_mutated_signed_frames_get_typed_errors_or_are_dropped(message: Message,
     dispatcher.on_batch([frames])
     dropped = core.counters["bad_frame"] + core.counters["bad_signature"]
     assert dropped + len(sent) == 1
-    for header, reply in _replies(sent):
+    for _header, reply in _replies(sent):
         if isinstance(reply, ErrorReply):
             assert reply.code in set(ErrorCode) - {ErrorCode.INTERNAL}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import msgpack
+import pydantic
 import pytest
 
 from igi_sdk.ipc import messages as m
@@ -190,7 +191,7 @@ def test_unknown_error_code_maps_to_internal_and_every_code_has_a_default() -> N
 
 def test_models_are_frozen() -> None:
     msg = m.SetBudgetRequest(vram_budget_mib=1)
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         msg.vram_budget_mib = 2  # type: ignore[misc]
 
 

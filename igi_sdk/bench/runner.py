@@ -34,7 +34,7 @@ from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 
 DEFAULT_PRUNE_RATIO = 3.0
 """The worst over-prediction of e2e on the H200 with a measured profile and generator-2 models was 1.36x
-(8B and 30B-A3B, fifth session): a candidate predicted 3x slower than a run already measured is not the best."""
+(8B and 30B-A3B): a candidate predicted 3x slower than a run already measured is not the best."""
 VRAM_BASIS = "device-level NVML used memory minus the idle baseline taken before the engine process started"
 RESULT_VERSION = 1
 

@@ -204,8 +204,8 @@ class _Search:
     def unit_order(self, ub: int, load_mode: str) -> list[int | None]:
         """Promotion units (FFN/experts of a layer; None = head), best predicted gain per MiB first.
         MoE: the head comes before any experts. Among equal gains the later layer goes first, the end of the
-        model that llama.cpp keeps in VRAM (``n_gpu_layers``, ``--n-cpu-moe``): on the H200 (sixth session,
-        docs/planner.md "Ties") the 30B-A3B decoded faster with the last layers' experts in VRAM than with
+        model that llama.cpp keeps in VRAM (``n_gpu_layers``, ``--n-cpu-moe``): on the H200
+        (docs/planner.md, "Ties") the 30B-A3B decoded faster with the last layers' experts in VRAM than with
         the first layers' in 6 of 7 pairs the cost model could not tell apart."""
         s, w, cm = self.summary, self.workload, self.cost
         fg = ffn_group(s)

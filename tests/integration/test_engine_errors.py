@@ -99,7 +99,7 @@ BASE = {"block_count": 2, "embedding_length": 32, "attention.head_count": 1}
 
 
 @pytest.mark.parametrize(("meta", "tensors", "match"), [
-    # llama.cpp aborts the process on these (GGML_ASSERT; audit of the ninth session): refused before it loads them
+    # llama.cpp aborts the process on these (GGML_ASSERT): refused before it loads them
     ({**BASE, "block_count": 0}, (), "block_count 0"),
     ({**BASE, "expert_count": 4, "expert_used_count": 8}, (), "expert_used_count 8"),
     ({**BASE, "expert_count": 4}, (), "expert_used_count 0"),

@@ -143,7 +143,7 @@ def test_tokenize_roundtrip_and_eog(engine: LlamaEngine) -> None:
 
 def test_a_prompt_longer_than_a_small_requested_context_is_decoded_in_chunks_llama_cpp_accepts() -> None:
     """n_ctx 16: llama.cpp pads the context to 256 but clamps n_batch to 16; chunking by the placement's n_batch (512)
-    sent a 40-token batch and GGML_ASSERT aborted the process (ninth-session audit)."""
+    sent a 40-token batch and GGML_ASSERT aborted the process."""
     with LlamaEngine(default_model_path(), Placement(n_ctx=16)) as small:
         tokens = _chat(small, "Hello Mira! What do you sell here? Tell me about your finest wares, please.")
         assert len(tokens) > 16

@@ -263,8 +263,7 @@ def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(fake_daemon: Callable[
 
 def test_a_reconnect_refused_by_the_daemon_is_retried_not_abandoned(fake_daemon: Callable[..., FakeDaemon]) -> None:
     """The daemon went silent; the one restarted in its place answered the first hellos with unsupported_version. The
-    error escaped the reconnect loop and ended the heartbeat task: the client never reconnected (ninth-session
-    audit). Now it keeps asking, and connects once a daemon accepts."""
+    error escaped the reconnect loop and ended the heartbeat task: the client never reconnected. Now it keeps asking, and connects once a daemon accepts."""
     first = fake_daemon(lambda header, message: [], client_timeout_s=1.0)
 
     async def main() -> None:

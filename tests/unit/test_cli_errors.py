@@ -68,7 +68,7 @@ def test_fetch_model_refuses_unknown_arguments() -> None:
 
 
 def test_daemon_reports_an_endpoint_it_cannot_bind_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """EndpointError (an IgiError, not an OSError) escaped as a traceback with exit code 1 (ninth-session audit)."""
+    """EndpointError (an IgiError, not an OSError) escaped as a traceback with exit code 1."""
     argv = ["--transport", "ipc", "--ipc-path", str(tmp_path / "missing" / "sock"),
             "--connection-file", str(tmp_path / "conn.json")]
     assert igi_daemon(argv) == 2

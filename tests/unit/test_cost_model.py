@@ -105,7 +105,7 @@ def test_cpu_only_profile() -> None:
 
 
 def test_cpu_decode_attention_costs_per_query_head_not_per_kv_head() -> None:
-    """Measured on the H200 host (fourth session): from 1K to 8K of context, CPU decode attention added time at
+    """Measured on the H200 host: from 1K to 8K of context, CPU decode attention added time at
     123 M head-positions/s for the 8B (32 query / 8 KV heads) and 125 M for the 30B-A3B (32 / 4), although the
     30B reads half the KV bytes per position. So two models that differ only in KV heads cost the same."""
     from igi_sdk.planner.shapes import ModelShape
@@ -131,7 +131,7 @@ def test_cpu_decode_attention_costs_per_query_head_not_per_kv_head() -> None:
 
 
 def test_gpu_moe_prefill_efficiency_slows_expert_compute_only() -> None:
-    # MUL_MAT_ID at prefill ran at ~0.3 of the dense GEMM rate on the H200 (fifth session's 30B-A3B TTFTs);
+    # MUL_MAT_ID at prefill ran at ~0.3 of the dense GEMM rate on the H200 (the 30B-A3B's measured TTFTs);
     # the profile term scales the experts' GPU FLOP time, streamed or resident, and nothing else
     ref = reference_profile("h200")
     assert ref.gpu is not None and ref.gpu.moe_prefill_efficiency == 1.0

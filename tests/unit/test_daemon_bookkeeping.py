@@ -270,7 +270,7 @@ def test_hello_of_another_major_version_is_unsupported_with_the_supported_list()
     assert reply.detail is not None and list(reply.detail["supported"]) == ["1.0"]
 
 
-# --- ninth-session audit: each test fails without its fix -------------------------------------------------------
+# --- races and holes found in review: each test fails without its fix -------------------------------------------------------
 OTHER_CLIENT = b"\x00other-client"
 
 

@@ -1,5 +1,5 @@
 """Sampler arguments: NaN and infinity are refused (NaN < 0 is false, so a NaN temperature passed the old check and
-sampled from NaN probabilities: gibberish; ninth-session audit)."""
+sampled from NaN probabilities: gibberish"""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ IgiError
            +-- InvalidRequestError (+-- InvalidArgumentError: refused before sending), UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError,
                NotFoundError, NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError,
                BudgetInfeasibleError, EngineFailureError, RequestCancelledError, DaemonTimeoutError,
-               ShuttingDownError, InternalDaemonError
+               ShuttingDownError, InternalDaemonError,
+               InvalidGrammarError, InvalidSchemaError, UnknownToolError (protocol 1.1, each an InvalidRequestError),
+               InvalidToolArgumentsError, InvalidOutputError (protocol 1.1: a constrained reply that did not validate)
 """
 
 from __future__ import annotations
@@ -155,13 +157,47 @@ class InternalDaemonError(RequestError):
     code = ErrorCode.INTERNAL
 
 
+class InvalidGrammarError(InvalidRequestError):
+    """The GBNF grammar does not parse (``detail`` says where), or is beyond the daemon's limits."""
+
+    code = ErrorCode.INVALID_GRAMMAR
+
+
+class InvalidSchemaError(InvalidRequestError):
+    """A JSON Schema (a reply schema, a tool's parameters) is not valid JSON, uses an unsupported keyword
+    (``detail["keyword"]``, ``detail["path"]``) or is beyond the daemon's limits."""
+
+    code = ErrorCode.INVALID_SCHEMA
+
+
+class UnknownToolError(InvalidRequestError):
+    """``tool_choice`` or ``tool_result`` names a tool the session did not register (``detail["tool"]``)."""
+
+    code = ErrorCode.UNKNOWN_TOOL
+
+
+class InvalidToolArgumentsError(RequestError):
+    """The NPC's tool call ended before its arguments were complete (``max_tokens``): they do not validate against the
+    tool's schema. ``detail`` has ``tool``, ``finish_reason`` and the ``text`` generated; the turn is not kept."""
+
+    code = ErrorCode.INVALID_TOOL_ARGUMENTS
+
+
+class InvalidOutputError(RequestError):
+    """A reply constrained by a JSON Schema ended before its JSON was complete (``max_tokens``). ``detail`` has
+    ``finish_reason`` and the ``text`` generated; the turn is not kept."""
+
+    code = ErrorCode.INVALID_OUTPUT
+
+
 #: Every wire error code -> its exception class (tests assert the mapping is complete and one-to-one).
 ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
     cls.code: cls
     for cls in (
         InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError, NotFoundError,
         NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError, BudgetInfeasibleError, EngineFailureError,
-        RequestCancelledError, DaemonTimeoutError, ShuttingDownError, InternalDaemonError,
+        RequestCancelledError, DaemonTimeoutError, ShuttingDownError, InternalDaemonError, InvalidGrammarError,
+        InvalidSchemaError, UnknownToolError, InvalidToolArgumentsError, InvalidOutputError,
     )
 }
 

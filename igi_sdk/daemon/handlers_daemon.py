@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from igi_sdk._version import PROTOCOL_VERSION, __version__
+from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, __version__
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.vram import measure_vram_mib
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from igi_sdk.daemon.budget_control import BudgetControl
     from igi_sdk.daemon.model_switch import ModelSwitch
 
-CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files")
-SUPPORTED_VERSIONS = (PROTOCOL_VERSION,)
+CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files", "grammar", "json_schema", "tools")
+SUPPORTED_VERSIONS = SUPPORTED_PROTOCOL_VERSIONS
 _log = get_logger("governor")
 
 

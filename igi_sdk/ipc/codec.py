@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from igi_sdk._version import PROTOCOL_VERSION
+from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.errors import ProtocolError
@@ -200,9 +200,9 @@ def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int
     if header.major != SUPPORTED_MAJOR:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION,
-            f"protocol {header.protocol_version} is not supported (supported: {PROTOCOL_VERSION})",
+            f"protocol {header.protocol_version} is not supported (supported: {', '.join(SUPPORTED_PROTOCOL_VERSIONS)})",
             header,
-            detail={"supported": [PROTOCOL_VERSION]},
+            detail={"supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
         )
     cls = MESSAGE_TYPES.get(header.type)
     if cls is None:

@@ -32,6 +32,12 @@ class ErrorCode(StrEnum):
     TIMEOUT = "timeout"
     SHUTTING_DOWN = "shutting_down"
     INTERNAL = "internal"
+    # 1.1: constrained output and tools
+    INVALID_GRAMMAR = "invalid_grammar"
+    INVALID_SCHEMA = "invalid_schema"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_TOOL_ARGUMENTS = "invalid_tool_arguments"
+    INVALID_OUTPUT = "invalid_output"
 
 
 #: Default of ``error_reply.retryable`` for each code: True when the same request may succeed
@@ -52,6 +58,11 @@ RETRYABLE_BY_DEFAULT: dict[ErrorCode, bool] = {
     ErrorCode.TIMEOUT: True,
     ErrorCode.SHUTTING_DOWN: False,
     ErrorCode.INTERNAL: False,
+    ErrorCode.INVALID_GRAMMAR: False,
+    ErrorCode.INVALID_SCHEMA: False,
+    ErrorCode.UNKNOWN_TOOL: False,
+    ErrorCode.INVALID_TOOL_ARGUMENTS: True,
+    ErrorCode.INVALID_OUTPUT: True,
 }
 
 

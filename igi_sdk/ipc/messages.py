@@ -11,7 +11,19 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import BeforeValidator, Field
 
 from igi_sdk.ipc.error_codes import ErrorCode, parse_error_code
-from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Usage, WireModel
+from igi_sdk.ipc.values import (
+    MAX_SCHEMA_CHARS,
+    Limits,
+    ModelInfo,
+    Plan,
+    Sampling,
+    Throttle,
+    Tool,
+    ToolCall,
+    ToolResult,
+    Usage,
+    WireModel,
+)
 from igi_sdk.ipc.wire_types import (
     I64,
     INT64_MAX,
@@ -27,10 +39,20 @@ from igi_sdk.ipc.wire_types import (
 )
 
 Kind = Literal["request", "reply", "event"]
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+FinishReason = Literal["stop", "length", "cancelled", "error", "tool_call"]
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 Priority = Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
 MAX_TEXT_CHARS = 65_536
+#: Longest GBNF grammar text, code points (protocol 1.1).
+MAX_GRAMMAR_CHARS = 65_536
+#: Most tools one session registers (protocol 1.1).
+MAX_TOOLS = 32
+#: ``generate_request.tool_choice`` values other than a tool name (protocol 1.1); nil = "auto".
+TOOL_CHOICES = ("auto", "none", "required")
+
+GrammarText = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS)]
+SchemaText = Annotated[str, Field(min_length=1, max_length=MAX_SCHEMA_CHARS)]
+ToolChoice = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
 
 
 class Message(WireModel):
@@ -154,6 +176,9 @@ class CreateSessionRequest(Message):
     system_prompt: str = Field(max_length=MAX_TEXT_CHARS, description="system message of the chat template")
     sampling: Sampling = Field(default_factory=Sampling)
     priority: Priority = Field(default=0, description="-100..100, higher is served first")
+    grammar: GrammarText | None = Field(default=None, description="1.1: default GBNF grammar of the session's replies")
+    json_schema: SchemaText | None = Field(default=None, description="1.1: default JSON Schema (JSON text) of the replies")
+    tools: tuple[Tool, ...] = Field(default=(), max_length=MAX_TOOLS, description="1.1: tools the NPC may call")
 
 
 class CreateSessionReply(Message):
@@ -187,6 +212,10 @@ class GenerateRequest(Message):
     max_tokens: PosInt | None = Field(default=None, description="nil = session default")
     sampling: Sampling | None = Field(default=None, description="nil = session default")
     priority: Priority | None = Field(default=None, description="nil = session priority")
+    grammar: GrammarText | None = Field(default=None, description="1.1: GBNF grammar of this reply; nil = session default")
+    json_schema: SchemaText | None = Field(default=None, description="1.1: JSON Schema of this reply; nil = session default")
+    tool_choice: ToolChoice | None = Field(default=None, description="1.1: 'auto' (nil), 'none', 'required' or a tool name")
+    tool_result: ToolResult | None = Field(default=None, description="1.1: the game's answer to the last tool_call")
 
 
 class TokenEvent(Message):
@@ -210,6 +239,8 @@ class GenerateReply(Message):
     ttft_s: NonNegF64 | None = Field(description="time to first token, s; nil if no token was produced")
     tps: NonNegF64 = Field(description="decode speed, tokens/s (0 if fewer than 2 tokens)")
     reloads_during: U63 = Field(default=0, description="model reloads (budget changes) while this generation ran")
+    json_output: str | None = Field(default=None, description="1.1: the reply's JSON text, valid against the schema")
+    tool_call: ToolCall | None = Field(default=None, description="1.1: the call, when finish_reason is 'tool_call'")
 
 
 class CancelRequest(Message):
@@ -378,5 +409,5 @@ __all__ = [
     "HelloRequest", "Kind", "LoadModelReply", "LoadModelRequest", "LoadSessionReply", "LoadSessionRequest",
     "MESSAGE_TYPES", "Message", "PRIORITY_TYPES", "Reply", "ReclaimRequest", "Request", "SaveSessionReply",
     "SaveSessionRequest", "SetBudgetRequest", "ShutdownReply", "ShutdownRequest", "StatusReply", "StatusRequest",
-    "TERMINAL_REPLY", "TokenEvent",
+    "TERMINAL_REPLY", "TOOL_CHOICES", "TokenEvent",
 ]

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from igi_sdk.ipc.wire_types import F64, INT64_MAX, U32, U63, NonNegF64, PosInt
+from igi_sdk.ipc.wire_types import F64, INT64_MAX, U32, U63, NonNegF64, PosInt, ToolCallId, ToolName
 
 MAX_STOP_STRINGS = 8
+#: Longest JSON Schema text (a tool's ``parameters``, a ``json_schema`` field), code points.
+MAX_SCHEMA_CHARS = 16_384
+#: Longest tool description, code points.
+MAX_TOOL_DESCRIPTION_CHARS = 1024
+#: Longest tool result content, code points.
+MAX_TOOL_RESULT_CHARS = 16_384
 
 
 class WireModel(BaseModel):
@@ -77,3 +83,33 @@ class Usage(WireModel):
 
     prompt_tokens: U63 = Field(description="tokens evaluated for the prompt (incl. cached history)")
     completion_tokens: U63 = Field(description="tokens generated")
+
+
+class Tool(WireModel):
+    """A tool an NPC session may call: its name, what it does, and the JSON Schema of its arguments (protocol 1.1).
+
+    Example:
+        >>> Tool(name="give_item", parameters='{"type": "object"}').description
+        ''
+    """
+
+    name: ToolName = Field(description="1-64 chars of [A-Za-z0-9_-], starting with a letter or '_'")
+    description: str = Field(default="", max_length=MAX_TOOL_DESCRIPTION_CHARS, description="what the tool does, for the model")
+    parameters: str = Field(default="{}", max_length=MAX_SCHEMA_CHARS,
+                            description="JSON Schema of the arguments object, as JSON text")
+
+
+class ToolCall(WireModel):
+    """A tool call the NPC made (``generate_reply`` with ``finish_reason = "tool_call"``, protocol 1.1)."""
+
+    id: ToolCallId = Field(description="the call's id; the tool_result that answers it names it")
+    name: ToolName = Field(description="a tool the session registered")
+    arguments: str = Field(description="JSON text of the arguments, valid against the tool's parameters schema")
+
+
+class ToolResult(WireModel):
+    """The game's answer to a tool call, continuing the NPC's turn (``generate_request.tool_result``, protocol 1.1)."""
+
+    call_id: ToolCallId = Field(description="id of the tool_call answered")
+    name: ToolName = Field(description="the tool called")
+    content: str = Field(default="", max_length=MAX_TOOL_RESULT_CHARS, description="what the tool did, for the model")

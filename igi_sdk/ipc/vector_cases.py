@@ -14,7 +14,7 @@ from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import MAGIC
 from igi_sdk.ipc.signing import sign
-from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Usage
+from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Tool, ToolCall, ToolResult, Usage
 
 
 class Case(NamedTuple):
@@ -36,6 +36,15 @@ CPU_PLAN = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=88.5, n_gpu_layers=Non
 SAMPLING = Sampling(temperature=0.8, top_p=0.9, top_k=50, seed=4294967295, max_tokens=200, stop=("\n\n", "Player:"))
 LONG_PROMPT = "You are Mira, the blacksmith of Eldhollow. " * 8  # > 255 bytes: str16
 CAPS_MANY = tuple(f"cap_{i:02d}" for i in range(20))  # > 15 items: array16
+# 1.1: constrained output and tools
+LINE_SCHEMA = ('{"type": "object", "properties": {"line": {"type": "string", "maxLength": 120}, '
+               '"emotion": {"enum": ["neutral", "happy", "angry", "afraid"]}, "action": {"enum": ["none", "wave", '
+               '"attack", "flee"]}}, "required": ["line", "emotion", "action"], "additionalProperties": false}')
+GIVE_ITEM = Tool(name="give_item", description="Hand an item from the NPC's inventory to the player.",
+                 parameters='{"type": "object", "properties": {"item": {"enum": ["sword", "shield", "potion"]}, '
+                            '"count": {"type": "integer"}}, "required": ["item", "count"]}')
+SET_FLAG = Tool(name="set_quest_flag", parameters='{"type": "object", "properties": {"flag": {"type": "string"}}}')
+YES_NO_GBNF = 'root ::= ("yes" | "no") "."\n'
 COUNTERS = {f"c{i:02d}": i * 1000 for i in range(18)} | {"bad_signature": 3, "tokens_total": 2**40, "x_max": 2**63 - 1}
 
 VALID_CASES: list[Case] = [
@@ -137,6 +146,8 @@ _H4 = _raw_header(1004, "generate_request", session_id=SID)
 _H5 = {"type": "status_request", "sent_at": 5, "msg_id": f"{1005:032x}"}
 _H6 = _raw_header(1006, "error_reply")
 # major 1, read as a number (PROTOCOL.md 9.1); keys out of order (a lenient vector's input is not canonical)
+_H8 = _raw_header(1008, "generate_reply", session_id=SID, protocol_version="1.0")
+_H9 = _raw_header(1009, "create_session_request")
 _H7 = {"protocol_version": "01.0"} | _raw_header(1007, "status_request", protocol_version="01.0")
 
 #: (name, raw header map, raw content map, expected Header, expected Message).
@@ -154,6 +165,13 @@ LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message
                                                   "retryable": True},
      _h(_H6), m.ErrorReply(code=ErrorCode.INTERNAL, message="m", retryable=True)),
     ("major_version_with_a_leading_zero", _H7, {}, _h(_H7), m.StatusRequest()),
+    ("v1_0_generate_reply_without_1_1_fields", _H8,
+     {"finish_reason": "stop", "text": "Hi.", "usage": {"prompt_tokens": 9, "completion_tokens": 2}, "ttft_s": 0.5,
+      "tps": 10.0, "reloads_during": 0},
+     _h(_H8), m.GenerateReply(finish_reason="stop", text="Hi.", usage=Usage(prompt_tokens=9, completion_tokens=2),
+                              ttft_s=0.5, tps=10.0)),
+    ("tool_with_defaults_only_a_name", _H9, {"persona": "p", "system_prompt": "", "tools": [{"name": "wave"}]},
+     _h(_H9), m.CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="wave"),))),
 ]
 
 
@@ -217,6 +235,21 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
                                     ttft_s=None, tps=0.0)) | {"finish_reason": "exploded"}), "invalid_request"),
         ("generate_request_without_session_id", _signed(key, sess, {"text": "hi", "max_tokens": None,
                                                                     "sampling": None, "priority": None}),
+         "invalid_request"),
+        ("tool_name_starting_with_a_digit", _signed(
+            key, _raw_header(2007, "create_session_request"),
+            {"persona": "p", "system_prompt": "", "tools": [{"name": "9lives", "description": "", "parameters": "{}"}]}),
+         "invalid_request"),
+        ("grammar_empty_string", _signed(
+            key, _raw_header(2008, "generate_request", session_id=SID),
+            {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "grammar": ""}), "invalid_request"),
+        ("too_many_tools", _signed(
+            key, _raw_header(2009, "create_session_request"),
+            {"persona": "p", "system_prompt": "", "tools": [{"name": f"t{i}"} for i in range(33)]}), "invalid_request"),
+        ("tool_call_id_with_a_space", _signed(
+            key, _raw_header(2010, "generate_reply", session_id=SID),
+            to_wire(m.GenerateReply(finish_reason="tool_call", text="", usage=Usage(prompt_tokens=1, completion_tokens=0),
+                                    ttft_s=None, tps=0.0)) | {"tool_call": {"id": "call 1", "name": "a", "arguments": "{}"}}),
          "invalid_request"),
         ("header_major_version_2", _signed(key, good_h | {"protocol_version": "2.0"}, good_c), "unsupported_version"),
         ("unknown_type", _signed(key, _raw_header(2006, "teleport_request"), {"where": "moon"}), "unknown_type"),

@@ -39,6 +39,10 @@ U63 = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MsgId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
 #: An NPC session id: opaque, 1-64 ASCII letters, digits, ``_`` or ``-`` (the daemon issues uuid4 hex).
 SessionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+#: A tool name (protocol 1.1): 1-64 ASCII letters, digits, ``_`` or ``-``, not starting with a digit or ``-``.
+ToolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
+#: A tool call id (protocol 1.1): 1-64 ASCII letters, digits, ``_`` or ``-`` (the daemon issues ``call_`` + hex).
+ToolCallId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 #: A protocol version string ``"major.minor"``.
 VersionStr = Annotated[str, Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}$")]
 

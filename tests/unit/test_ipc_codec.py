@@ -44,8 +44,10 @@ def test_every_type_is_registered_once_and_round_trips_with_defaults() -> None:
 def test_content_is_written_in_field_order_with_nil_optionals() -> None:
     msg = m.GenerateRequest(text="hi")
     content = unpackb(encode(_header(msg, SID), msg)[1])
-    assert list(content) == ["text", "max_tokens", "sampling", "priority"]
-    assert content == {"text": "hi", "max_tokens": None, "sampling": None, "priority": None}
+    assert list(content) == ["text", "max_tokens", "sampling", "priority", "grammar", "json_schema", "tool_choice",
+                             "tool_result"]
+    assert content == {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "grammar": None,
+                       "json_schema": None, "tool_choice": None, "tool_result": None}
     assert "type" not in content
 
 
@@ -206,7 +208,7 @@ def test_other_major_is_unsupported_version_before_type_lookup() -> None:
     with pytest.raises(ProtocolError) as info:
         decode(packb(header), packb({"anything": 1}))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
-    assert info.value.detail == {"supported": ["1.0"]} and info.value.header is not None
+    assert info.value.detail == {"supported": ["1.0", "1.1"]} and info.value.header is not None
     newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
     assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"
 

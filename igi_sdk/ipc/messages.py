@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from igi_sdk.ipc.error_codes import ErrorCode, parse_error_code
 from igi_sdk.ipc.values import (
@@ -180,6 +180,14 @@ class CreateSessionRequest(Message):
     json_schema: SchemaText | None = Field(default=None, description="1.1: default JSON Schema (JSON text) of the replies")
     tools: tuple[Tool, ...] = Field(default=(), max_length=MAX_TOOLS, description="1.1: tools the NPC may call")
 
+    @model_validator(mode="after")
+    def _one_constraint_distinct_tools(self) -> CreateSessionRequest:
+        _at_most_one_constraint(self.grammar, self.json_schema)
+        names = [tool.name for tool in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be distinct: {names}")
+        return self
+
 
 class CreateSessionReply(Message):
     """The new session; its id is also in the reply header's ``session_id``."""
@@ -216,6 +224,16 @@ class GenerateRequest(Message):
     json_schema: SchemaText | None = Field(default=None, description="1.1: JSON Schema of this reply; nil = session default")
     tool_choice: ToolChoice | None = Field(default=None, description="1.1: 'auto' (nil), 'none', 'required' or a tool name")
     tool_result: ToolResult | None = Field(default=None, description="1.1: the game's answer to the last tool_call")
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> GenerateRequest:
+        _at_most_one_constraint(self.grammar, self.json_schema)
+        return self
+
+
+def _at_most_one_constraint(grammar: str | None, json_schema: str | None) -> None:
+    if grammar is not None and json_schema is not None:
+        raise ValueError("set at most one of grammar and json_schema")
 
 
 class TokenEvent(Message):

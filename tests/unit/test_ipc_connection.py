@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file, write_connection_file
 from igi_sdk.ipc.errors import ConnectionFileError
 
@@ -118,7 +119,7 @@ def test_a_port_that_does_not_fit_the_transport_is_refused(tmp_path: Path, chang
 def test_the_writer_output_reads_back_for_both_transports(tmp_path: Path) -> None:
     """The daemon's writer is unchanged: what it writes (tcp, and ipc with port 0) satisfies the strict reader."""
     tcp = write_connection_file(tmp_path / "tcp.json", port=5555, key="1" * 64, pid=7)
-    assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {"key": "1" * 64, "pid": 7}
+    assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {"key": "1" * 64, "pid": 7, "protocol_version": PROTOCOL_VERSION}
     assert read_connection_file(tmp_path / "tcp.json") == tcp
     ipc = write_connection_file(tmp_path / "ipc.json", port=0, ip="/run/igi.sock", transport="ipc", key="1" * 64, pid=7)
     assert read_connection_file(tmp_path / "ipc.json") == ipc

@@ -10,11 +10,12 @@ from pydantic import BaseModel
 
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import MESSAGE_TYPES
-from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Usage
+from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Tool, ToolCall, ToolResult, Usage
 
 DOC = (Path(__file__).resolve().parents[2] / "ipc" / "PROTOCOL.md").read_text(encoding="utf-8")
 NESTED: dict[str, type[BaseModel]] = {
     "sampling": Sampling, "limits": Limits, "model_info": ModelInfo, "plan": Plan, "throttle": Throttle, "usage": Usage,
+    "tool": Tool, "tool_call": ToolCall, "tool_result": ToolResult,
 }
 
 

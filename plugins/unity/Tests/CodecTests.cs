@@ -371,6 +371,11 @@ namespace Igi.Tests
                     { "timeout", typeof(IgiRemoteTimeoutException) },
                     { "shutting_down", typeof(IgiShuttingDownException) },
                     { "internal", typeof(IgiInternalException) },
+                    { "invalid_grammar", typeof(IgiInvalidGrammarException) },
+                    { "invalid_schema", typeof(IgiInvalidSchemaException) },
+                    { "unknown_tool", typeof(IgiUnknownToolException) },
+                    { "invalid_tool_arguments", typeof(IgiInvalidToolArgumentsException) },
+                    { "invalid_output", typeof(IgiInvalidOutputException) },
                 };
                 Check.Equal(expected.Count, ErrorCodes.ExceptionFactories.Count, "table size");
                 var signer = new Signer(new byte[32]);

@@ -129,6 +129,11 @@ const ExpectedError kExpectedErrors[] = {
     IGI_EXPECT("timeout", kTimeout, true, DaemonTimeoutError),
     IGI_EXPECT("shutting_down", kShuttingDown, false, ShuttingDownError),
     IGI_EXPECT("internal", kInternal, false, InternalError),
+    IGI_EXPECT("invalid_grammar", kInvalidGrammar, false, InvalidGrammarError),
+    IGI_EXPECT("invalid_schema", kInvalidSchema, false, InvalidSchemaError),
+    IGI_EXPECT("unknown_tool", kUnknownTool, false, UnknownToolError),
+    IGI_EXPECT("invalid_tool_arguments", kInvalidToolArguments, true, InvalidToolArgumentsError),
+    IGI_EXPECT("invalid_output", kInvalidOutput, true, InvalidOutputError),
 };
 #undef IGI_EXPECT
 
@@ -220,8 +225,8 @@ TEST(error_codes_map_to_typed_errors_in_one_place) {
     CHECK_MSG(igi::RetryableByDefault(row.code) == row.retryable, row.wire << ": wrong default retryable");
     CheckMapping(row.wire, row);
   }
-  // The table covers every value of the enum exactly once (kInternal is the last one).
-  constexpr int kEnumSize = static_cast<int>(igi::ErrorCode::kInternal) + 1;
+  // The table covers every value of the enum exactly once (kInvalidOutput is the last one).
+  constexpr int kEnumSize = static_cast<int>(igi::ErrorCode::kInvalidOutput) + 1;
   CHECK_EQ(sizeof(kExpectedErrors) / sizeof(kExpectedErrors[0]), static_cast<std::size_t>(kEnumSize));
   for (int c = 0; c < kEnumSize; ++c) {
     int rows = 0;

@@ -24,6 +24,12 @@ namespace Igi.Protocol
         public const string Timeout = "timeout";
         public const string ShuttingDown = "shutting_down";
         public const string Internal = "internal";
+        // 1.1: constrained output and tools
+        public const string InvalidGrammar = "invalid_grammar";
+        public const string InvalidSchema = "invalid_schema";
+        public const string UnknownTool = "unknown_tool";
+        public const string InvalidToolArguments = "invalid_tool_arguments";
+        public const string InvalidOutput = "invalid_output";
 #pragma warning restore 1591
 
         /// <summary>The mapping table: every code and the exception it raises on the client.</summary>
@@ -45,6 +51,11 @@ namespace Igi.Protocol
                 { Timeout, e => new IgiRemoteTimeoutException(e) },
                 { ShuttingDown, e => new IgiShuttingDownException(e) },
                 { Internal, e => new IgiInternalException(e) },
+                { InvalidGrammar, e => new IgiInvalidGrammarException(e) },
+                { InvalidSchema, e => new IgiInvalidSchemaException(e) },
+                { UnknownTool, e => new IgiUnknownToolException(e) },
+                { InvalidToolArguments, e => new IgiInvalidToolArgumentsException(e) },
+                { InvalidOutput, e => new IgiInvalidOutputException(e) },
             };
 
         /// <summary>The code if known; an unknown string from a newer minor version reads as <see cref="Internal"/>.</summary>
@@ -96,5 +107,10 @@ namespace Igi.Protocol
     public sealed class IgiRemoteTimeoutException : IgiRemoteException { public IgiRemoteTimeoutException(ErrorReply r) : base(r) { } }
     public sealed class IgiShuttingDownException : IgiRemoteException { public IgiShuttingDownException(ErrorReply r) : base(r) { } }
     public sealed class IgiInternalException : IgiRemoteException { public IgiInternalException(ErrorReply r) : base(r) { } }
+    public sealed class IgiInvalidGrammarException : IgiRemoteException { public IgiInvalidGrammarException(ErrorReply r) : base(r) { } }
+    public sealed class IgiInvalidSchemaException : IgiRemoteException { public IgiInvalidSchemaException(ErrorReply r) : base(r) { } }
+    public sealed class IgiUnknownToolException : IgiRemoteException { public IgiUnknownToolException(ErrorReply r) : base(r) { } }
+    public sealed class IgiInvalidToolArgumentsException : IgiRemoteException { public IgiInvalidToolArgumentsException(ErrorReply r) : base(r) { } }
+    public sealed class IgiInvalidOutputException : IgiRemoteException { public IgiInvalidOutputException(ErrorReply r) : base(r) { } }
 #pragma warning restore 1591
 }

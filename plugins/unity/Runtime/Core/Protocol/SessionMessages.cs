@@ -1,4 +1,5 @@
 // Layer: core/protocol. NPC session and generation messages.
+using System.Collections.Generic;
 using Igi.MsgPack;
 
 namespace Igi.Protocol
@@ -15,8 +16,11 @@ namespace Igi.Protocol
         /// <summary>The engine failed mid-generation.</summary>
         public const string Error = "error";
 
-        /// <summary>True for one of the four values.</summary>
-        public static bool IsValid(string s) { return s == Stop || s == Length || s == Cancelled || s == Error; }
+        /// <summary>1.1: the reply is a tool call (GenerateReply.ToolCall).</summary>
+        public const string ToolCall = "tool_call";
+
+        /// <summary>True for one of the five values.</summary>
+        public static bool IsValid(string s) { return s == Stop || s == Length || s == Cancelled || s == Error || s == ToolCall; }
     }
 
     /// <summary>Open an NPC session (persona, system prompt, default sampling).</summary>
@@ -28,6 +32,12 @@ namespace Igi.Protocol
         public override string Type { get { return TypeName; } }
         /// <inheritdoc/>
         public override string ReplyType { get { return CreateSessionReply.TypeName; } }
+        /// <summary>1.1: longest grammar, characters.</summary>
+        public const int MaxGrammarChars = 65536;
+        /// <summary>1.1: longest JSON Schema text, characters.</summary>
+        public const int MaxSchemaChars = 16384;
+        /// <summary>1.1: most tools of one session.</summary>
+        public const int MaxTools = 32;
         /// <summary>NPC name or role (&lt;= 256 characters).</summary>
         public string Persona = "";
         /// <summary>System message of the chat template.</summary>
@@ -36,11 +46,18 @@ namespace Igi.Protocol
         public Sampling Sampling = new Sampling();
         /// <summary>-100..100, higher is served first.</summary>
         public long Priority;
+        /// <summary>1.1: default GBNF grammar of the replies; null = none.</summary>
+        public string Grammar;
+        /// <summary>1.1: default JSON Schema of the replies, as JSON text; null = none.</summary>
+        public string JsonSchema;
+        /// <summary>1.1: tools the NPC may call (at most 32, distinct names).</summary>
+        public List<Tool> Tools = new List<Tool>();
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 4).Str("persona", Persona).Str("system_prompt", SystemPrompt).Obj("sampling", Sampling).Int("priority", Priority);
+            new FieldWriter(w, 7).Str("persona", Persona).Str("system_prompt", SystemPrompt).Obj("sampling", Sampling).Int("priority", Priority)
+                .Str("grammar", Grammar).Str("json_schema", JsonSchema).ObjList("tools", Tools);
         }
 
         /// <summary>Reads the content.</summary>
@@ -52,6 +69,9 @@ namespace Igi.Protocol
                 SystemPrompt = r.Str("system_prompt", maxLength: 65536),
                 Sampling = r.Obj("sampling", Sampling.Read, false, false, () => new Sampling()),
                 Priority = r.Int("priority", false, dflt: 0, min: -100, max: 100).Value,
+                Grammar = r.OptText("grammar", 1, MaxGrammarChars),
+                JsonSchema = r.OptText("json_schema", 1, MaxSchemaChars),
+                Tools = r.ObjList("tools", Tool.Read, MaxTools),
             };
         }
     }
@@ -118,11 +138,20 @@ namespace Igi.Protocol
         public Sampling Sampling;
         /// <summary>null = session priority.</summary>
         public long? Priority;
+        /// <summary>1.1: GBNF grammar of this reply; null = the session's.</summary>
+        public string Grammar;
+        /// <summary>1.1: JSON Schema of this reply, as JSON text; null = the session's.</summary>
+        public string JsonSchema;
+        /// <summary>1.1: "auto" (null), "none", "required" or the name of a registered tool.</summary>
+        public string ToolChoice;
+        /// <summary>1.1: the game's answer to the session's last tool call (Text is then "" or a line after it).</summary>
+        public ToolResult ToolResult;
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 4).Str("text", Text).Int("max_tokens", MaxTokens).Obj("sampling", Sampling).Int("priority", Priority);
+            new FieldWriter(w, 8).Str("text", Text).Int("max_tokens", MaxTokens).Obj("sampling", Sampling).Int("priority", Priority)
+                .Str("grammar", Grammar).Str("json_schema", JsonSchema).Str("tool_choice", ToolChoice).Obj("tool_result", ToolResult);
         }
 
         /// <summary>Reads the content.</summary>
@@ -134,6 +163,10 @@ namespace Igi.Protocol
                 MaxTokens = r.Int("max_tokens", false, true, min: 1),
                 Sampling = r.Obj("sampling", Sampling.Read, false, true),
                 Priority = r.Int("priority", false, true, min: -100, max: 100),
+                Grammar = r.OptText("grammar", 1, CreateSessionRequest.MaxGrammarChars),
+                JsonSchema = r.OptText("json_schema", 1, CreateSessionRequest.MaxSchemaChars),
+                ToolChoice = r.OptToolName("tool_choice"),
+                ToolResult = r.Obj("tool_result", ToolResult.Read, false, true),
             };
         }
     }
@@ -183,12 +216,17 @@ namespace Igi.Protocol
         public double Tps;
         /// <summary>Model reloads (budget changes) while this generation ran.</summary>
         public long ReloadsDuring;
+        /// <summary>1.1: the reply's JSON text, valid against the schema (map it with JsonUtility.FromJson&lt;T&gt;); null = none.</summary>
+        public string JsonOutput;
+        /// <summary>1.1: the tool call, set when FinishReason is "tool_call".</summary>
+        public ToolCall ToolCall;
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 6).Str("finish_reason", FinishReason).Str("text", Text).Obj("usage", Usage)
-                .F64("ttft_s", TtftS).F64("tps", Tps).Int("reloads_during", ReloadsDuring);
+            new FieldWriter(w, 8).Str("finish_reason", FinishReason).Str("text", Text).Obj("usage", Usage)
+                .F64("ttft_s", TtftS).F64("tps", Tps).Int("reloads_during", ReloadsDuring)
+                .Str("json_output", JsonOutput).Obj("tool_call", ToolCall);
         }
 
         /// <summary>Reads the content.</summary>
@@ -205,6 +243,8 @@ namespace Igi.Protocol
                 TtftS = r.F64("ttft_s", true, true, min: 0.0),
                 Tps = r.F64("tps", min: 0.0).Value,
                 ReloadsDuring = r.Int("reloads_during", false, dflt: 0, min: 0).Value,
+                JsonOutput = r.Str("json_output", false, true),
+                ToolCall = r.Obj("tool_call", ToolCall.Read, false, true),
             };
         }
     }

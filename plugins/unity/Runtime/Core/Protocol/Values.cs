@@ -204,4 +204,69 @@ namespace Igi.Protocol
             };
         }
     }
+
+    /// <summary>1.1: a tool an NPC session may call (create_session_request.tools).</summary>
+    public sealed class Tool : IWireObject
+    {
+        /// <summary>1-64 of A-Z a-z 0-9 _ -, not starting with a digit or '-'.</summary>
+        public string Name = "";
+        /// <summary>What the tool does, shown to the model (&lt;= 1024 characters).</summary>
+        public string Description = "";
+        /// <summary>JSON Schema of the arguments object, as JSON text (&lt;= 16384 characters).</summary>
+        public string Parameters = "{}";
+
+        /// <inheritdoc/>
+        public void Write(MsgPackWriter w) { new FieldWriter(w, 3).Str("name", Name).Str("description", Description).Str("parameters", Parameters); }
+
+        /// <summary>Reads the object.</summary>
+        public static Tool Read(FieldReader r)
+        {
+            return new Tool
+            {
+                Name = r.ToolName("name"),
+                Description = r.Str("description", false, dflt: "", maxLength: 1024),
+                Parameters = r.Str("parameters", false, dflt: "{}", maxLength: 16384),
+            };
+        }
+    }
+
+    /// <summary>1.1: a tool call the NPC made (generate_reply.tool_call, finish_reason "tool_call").</summary>
+    public sealed class ToolCall : IWireObject
+    {
+        /// <summary>The call's id; the tool_result that answers it names it.</summary>
+        public string Id = "";
+        /// <summary>A tool the session registered.</summary>
+        public string Name = "";
+        /// <summary>JSON text of the arguments, valid against the tool's parameters (feed it to JsonUtility.FromJson).</summary>
+        public string Arguments = "{}";
+
+        /// <inheritdoc/>
+        public void Write(MsgPackWriter w) { new FieldWriter(w, 3).Str("id", Id).Str("name", Name).Str("arguments", Arguments); }
+
+        /// <summary>Reads the object.</summary>
+        public static ToolCall Read(FieldReader r)
+        {
+            return new ToolCall { Id = r.SessionId("id"), Name = r.ToolName("name"), Arguments = r.Str("arguments") };
+        }
+    }
+
+    /// <summary>1.1: the game's answer to a tool call (generate_request.tool_result).</summary>
+    public sealed class ToolResult : IWireObject
+    {
+        /// <summary>The ToolCall.Id answered.</summary>
+        public string CallId = "";
+        /// <summary>The tool called.</summary>
+        public string Name = "";
+        /// <summary>What happened, for the model (free text or JSON, &lt;= 16384 characters).</summary>
+        public string Content = "";
+
+        /// <inheritdoc/>
+        public void Write(MsgPackWriter w) { new FieldWriter(w, 3).Str("call_id", CallId).Str("name", Name).Str("content", Content); }
+
+        /// <summary>Reads the object.</summary>
+        public static ToolResult Read(FieldReader r)
+        {
+            return new ToolResult { CallId = r.SessionId("call_id"), Name = r.ToolName("name"), Content = r.Str("content", false, dflt: "", maxLength: 16384) };
+        }
+    }
 }

@@ -18,6 +18,7 @@ namespace Igi.Protocol
         // \A and \z, not ^ and $: .NET's $ also matches before a final "\n" ("1.0\n" would pass).
         private static readonly Regex MsgIdPattern = new Regex("\\A[0-9a-f]{32}\\z", RegexOptions.CultureInvariant);
         private static readonly Regex SessionIdPattern = new Regex("\\A[A-Za-z0-9_-]{1,64}\\z", RegexOptions.CultureInvariant);
+        private static readonly Regex ToolNamePattern = new Regex("\\A[A-Za-z_][A-Za-z0-9_-]{0,63}\\z", RegexOptions.CultureInvariant);
 
         /// <summary>Whether <paramref name="sessionId"/> is a valid header.session_id (1-64 of A-Z a-z 0-9 _ -).</summary>
         public static bool IsSessionId(string sessionId) { return sessionId != null && SessionIdPattern.IsMatch(sessionId); }
@@ -157,6 +158,33 @@ namespace Igi.Protocol
             return result;
         }
 
+        /// <summary>A tool name (1-64 of A-Z a-z 0-9 _ -, not starting with a digit or '-'; protocol 1.1).</summary>
+        public string ToolName(string key) { return Pattern(key, ToolNamePattern, "tool name", true, false); }
+
+        /// <summary>A nullable tool name (null when absent or nil).</summary>
+        public string OptToolName(string key) { return Pattern(key, ToolNamePattern, "tool name", false, true); }
+
+        /// <summary>A nullable str of at least <paramref name="minLength"/> and at most <paramref name="maxLength"/> characters.</summary>
+        public string OptText(string key, int minLength, int maxLength)
+        {
+            string s = Str(key, false, true, null, maxLength);
+            if (s != null && CountChars(s) < minLength) throw Bad(key, "is shorter than " + minLength + " characters");
+            return s;
+        }
+
+        /// <summary>Reads an array of nested objects (absent: empty list).</summary>
+        public List<T> ObjList<T>(string key, Func<FieldReader, T> read, int maxItems = int.MaxValue) where T : class
+        {
+            object v;
+            var result = new List<T>();
+            if (!Get(key, false, out v)) return result;
+            var list = v as IList;
+            if (list == null || v is byte[]) throw Bad(key, "must be an array, got " + TypeName(v));
+            if (list.Count > maxItems) throw Bad(key, "has more than " + maxItems + " items");
+            for (int i = 0; i < list.Count; i++) result.Add(read(new FieldReader(list[i], _what + "." + key + "[" + i + "]")));
+            return result;
+        }
+
         /// <summary>Reads a nested object with <paramref name="read"/>.</summary>
         public T Obj<T>(string key, Func<FieldReader, T> read, bool required = true, bool nullable = false, Func<T> dflt = null) where T : class
         {
@@ -224,6 +252,16 @@ namespace Igi.Protocol
             values = values ?? new List<string>();
             _w.WriteArrayHeader(values.Count);
             foreach (string s in values) _w.WriteString(s);
+            return this;
+        }
+
+        /// <summary>Writes an array of nested wire objects.</summary>
+        public FieldWriter ObjList<T>(string key, IList<T> values) where T : IWireObject
+        {
+            _w.WriteString(key);
+            int n = values == null ? 0 : values.Count;
+            _w.WriteArrayHeader(n);
+            for (int i = 0; i < n; i++) values[i].Write(_w);
             return this;
         }
 

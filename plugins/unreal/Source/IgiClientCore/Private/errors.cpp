@@ -28,6 +28,11 @@ constexpr CodeEntry kCodes[] = {
     {ErrorCode::kTimeout, "timeout", true},
     {ErrorCode::kShuttingDown, "shutting_down", false},
     {ErrorCode::kInternal, "internal", false},
+    {ErrorCode::kInvalidGrammar, "invalid_grammar", false},
+    {ErrorCode::kInvalidSchema, "invalid_schema", false},
+    {ErrorCode::kUnknownTool, "unknown_tool", false},
+    {ErrorCode::kInvalidToolArguments, "invalid_tool_arguments", true},
+    {ErrorCode::kInvalidOutput, "invalid_output", true},
 };
 
 template <typename E>
@@ -89,6 +94,12 @@ std::exception_ptr MakeRequestError(std::string_view wire_code, const std::strin
     case ErrorCode::kTimeout: return Make<DaemonTimeoutError>(code, wire_code, message, detail, retryable);
     case ErrorCode::kShuttingDown: return Make<ShuttingDownError>(code, wire_code, message, detail, retryable);
     case ErrorCode::kInternal: return Make<InternalError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInvalidGrammar: return Make<InvalidGrammarError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInvalidSchema: return Make<InvalidSchemaError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kUnknownTool: return Make<UnknownToolError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInvalidToolArguments:
+      return Make<InvalidToolArgumentsError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInvalidOutput: return Make<InvalidOutputError>(code, wire_code, message, detail, retryable);
   }
   return Make<RequestError>(code, wire_code, message, detail, retryable);
 }

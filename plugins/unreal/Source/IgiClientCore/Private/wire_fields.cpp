@@ -170,7 +170,10 @@ void CheckRule(const std::string& x, const Rule& rule, const std::string& path) 
     case Rule::Pattern::kSessionId: ok = AllOf(x, IsIdChar); break;
     case Rule::Pattern::kVersion: ok = IsVersion(x); break;
     case Rule::Pattern::kFinishReason:
-      ok = x == "stop" || x == "length" || x == "cancelled" || x == "error";
+      ok = x == "stop" || x == "length" || x == "cancelled" || x == "error" || x == "tool_call";
+      break;
+    case Rule::Pattern::kToolName:
+      ok = AllOf(x, IsIdChar) && !(x[0] >= '0' && x[0] <= '9') && x[0] != '-';
       break;
   }
   if (!ok) throw DecodeError(path + ": '" + x + "' does not match the required pattern");

@@ -107,6 +107,12 @@ enum class ErrorCode {
   kTimeout,
   kShuttingDown,
   kInternal,  ///< also what a code from a newer protocol minor maps to
+  // 1.1: constrained output and tools
+  kInvalidGrammar,
+  kInvalidSchema,
+  kUnknownTool,
+  kInvalidToolArguments,
+  kInvalidOutput,  ///< the last value
 };
 
 /// The wire string of `code` ("invalid_request", ...).
@@ -172,6 +178,11 @@ IGI_REQUEST_ERROR(CancelledError)
 IGI_REQUEST_ERROR(DaemonTimeoutError)
 IGI_REQUEST_ERROR(ShuttingDownError)
 IGI_REQUEST_ERROR(InternalError)
+IGI_REQUEST_ERROR(InvalidGrammarError)
+IGI_REQUEST_ERROR(InvalidSchemaError)
+IGI_REQUEST_ERROR(UnknownToolError)
+IGI_REQUEST_ERROR(InvalidToolArgumentsError)
+IGI_REQUEST_ERROR(InvalidOutputError)
 #undef IGI_REQUEST_ERROR
 
 /// Builds the RequestError subclass for a wire code: the single code -> exception mapping.

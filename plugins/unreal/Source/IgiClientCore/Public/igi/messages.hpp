@@ -5,6 +5,7 @@
 // priority-path requests (served at once, never queued) set kPriority.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,8 +15,11 @@
 
 namespace igi {
 
-inline constexpr const char* kProtocolVersion = "1.0";
+inline constexpr const char* kProtocolVersion = "1.1";
 inline constexpr std::int64_t kMaxTextChars = 65536;
+inline constexpr std::size_t kMaxGrammarChars = 65536;  ///< 1.1
+inline constexpr std::size_t kMaxSchemaChars = 16384;   ///< 1.1
+inline constexpr std::size_t kMaxTools = 32;            ///< 1.1
 
 #define IGI_MESSAGE(type_name, kind, requires_session, priority)     \
   static constexpr const char* kType = type_name;                    \
@@ -168,12 +172,18 @@ struct CreateSessionRequest {
   std::string system_prompt;
   Sampling sampling;
   std::int64_t priority = 0;
+  std::optional<std::string> grammar;      ///< 1.1: default GBNF grammar of the replies
+  std::optional<std::string> json_schema;  ///< 1.1: default JSON Schema of the replies (JSON text)
+  std::vector<Tool> tools;                 ///< 1.1: tools the NPC may call (at most 32)
   template <class V>
   void Visit(V& v) {
     v.Req("persona", persona, rules::MaxLen(256));
     v.Req("system_prompt", system_prompt, rules::MaxLen(kMaxTextChars));
     v.Def("sampling", sampling);
     v.Def("priority", priority, rules::kPriority);
+    v.Def("grammar", grammar, rules::Text(1, kMaxGrammarChars));
+    v.Def("json_schema", json_schema, rules::Text(1, kMaxSchemaChars));
+    v.Def("tools", tools, rules::MaxLen(kMaxTools));
   }
 };
 
@@ -204,12 +214,20 @@ struct GenerateRequest {
   std::optional<std::int64_t> max_tokens;  ///< nullopt = session default
   std::optional<Sampling> sampling;
   std::optional<std::int64_t> priority;
+  std::optional<std::string> grammar;      ///< 1.1: GBNF grammar of this reply; nullopt = the session's
+  std::optional<std::string> json_schema;  ///< 1.1: JSON Schema of this reply (JSON text); nullopt = the session's
+  std::optional<std::string> tool_choice;  ///< 1.1: "auto" (nullopt), "none", "required" or a tool name
+  std::optional<ToolResult> tool_result;   ///< 1.1: the game's answer to the session's last tool call
   template <class V>
   void Visit(V& v) {
     v.Req("text", text, rules::MaxLen(kMaxTextChars));
     v.Def("max_tokens", max_tokens, rules::kPositive);
     v.Def("sampling", sampling);
     v.Def("priority", priority, rules::kPriority);
+    v.Def("grammar", grammar, rules::Text(1, kMaxGrammarChars));
+    v.Def("json_schema", json_schema, rules::Text(1, kMaxSchemaChars));
+    v.Def("tool_choice", tool_choice, rules::kToolName);
+    v.Def("tool_result", tool_result);
   }
 };
 
@@ -228,12 +246,14 @@ struct TokenEvent {
 
 struct GenerateReply {
   IGI_MESSAGE("generate_reply", "reply", false, false)
-  std::string finish_reason;  ///< "stop", "length", "cancelled" or "error"
+  std::string finish_reason;  ///< "stop", "length", "cancelled", "error" or (1.1) "tool_call"
   std::string text;
   Usage usage;
   std::optional<double> ttft_s;
   double tps = 0.0;
   std::int64_t reloads_during = 0;
+  std::optional<std::string> json_output;  ///< 1.1: the reply's JSON text, valid against the schema
+  std::optional<ToolCall> tool_call;       ///< 1.1: set when finish_reason is "tool_call"
   template <class V>
   void Visit(V& v) {
     v.Req("finish_reason", finish_reason, rules::kFinishReason);
@@ -242,6 +262,8 @@ struct GenerateReply {
     v.Req("ttft_s", ttft_s, rules::kNonNeg);
     v.Req("tps", tps, rules::kNonNeg);
     v.Def("reloads_during", reloads_during, rules::kNonNeg);
+    v.Def("json_output", json_output);
+    v.Def("tool_call", tool_call);
   }
 };
 

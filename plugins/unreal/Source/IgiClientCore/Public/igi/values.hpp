@@ -112,4 +112,46 @@ struct Usage {
   }
 };
 
+/// 1.1: a tool an NPC session may call (create_session_request.tools).
+struct Tool {
+  std::string name;         ///< 1-64 of [A-Za-z0-9_-], not starting with a digit or '-'
+  std::string description;  ///< what the tool does, shown to the model
+  std::string parameters = "{}";  ///< JSON Schema of the arguments object, as JSON text
+
+  template <class V>
+  void Visit(V& v) {
+    v.Req("name", name, rules::kToolName);
+    v.Def("description", description, rules::MaxLen(1024));
+    v.Def("parameters", parameters, rules::MaxLen(16384));
+  }
+};
+
+/// 1.1: a tool call the NPC made (generate_reply.tool_call, finish_reason "tool_call").
+struct ToolCall {
+  std::string id;         ///< the call's id; the tool_result that answers it names it
+  std::string name;       ///< a tool the session registered
+  std::string arguments;  ///< JSON text of the arguments, valid against the tool's parameters
+
+  template <class V>
+  void Visit(V& v) {
+    v.Req("id", id, rules::kToolCallId);
+    v.Req("name", name, rules::kToolName);
+    v.Req("arguments", arguments);
+  }
+};
+
+/// 1.1: the game's answer to a tool call (generate_request.tool_result).
+struct ToolResult {
+  std::string call_id;
+  std::string name;
+  std::string content;  ///< what the tool did, for the model
+
+  template <class V>
+  void Visit(V& v) {
+    v.Req("call_id", call_id, rules::kToolCallId);
+    v.Req("name", name, rules::kToolName);
+    v.Def("content", content, rules::MaxLen(16384));
+  }
+};
+
 }  // namespace igi

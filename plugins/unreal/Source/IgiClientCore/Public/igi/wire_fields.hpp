@@ -27,7 +27,7 @@ using CounterMap = std::vector<std::pair<std::string, std::int64_t>>;
 
 /// Constraints of one field, checked by FieldReader (ignored by FieldWriter).
 struct Rule {
-  enum class Pattern { kNone, kMsgId, kSessionId, kVersion, kFinishReason };
+  enum class Pattern { kNone, kMsgId, kSessionId, kVersion, kFinishReason, kToolName };
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
@@ -51,6 +51,17 @@ inline constexpr Rule kVersion{-std::numeric_limits<double>::infinity(), std::nu
 inline constexpr Rule kFinishReason{-std::numeric_limits<double>::infinity(),
                                     std::numeric_limits<double>::infinity(), false,
                                     (std::numeric_limits<std::size_t>::max)(), 0, Rule::Pattern::kFinishReason};
+/// 1.1: a tool name, 1-64 of [A-Za-z0-9_-], not starting with a digit or '-'.
+inline constexpr Rule kToolName{-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+                                false, 64, 1, Rule::Pattern::kToolName};
+/// 1.1: a tool call id, 1-64 of [A-Za-z0-9_-] (the session id's form).
+inline constexpr Rule kToolCallId = kSessionId;
+constexpr Rule Text(std::size_t min_len, std::size_t max_len) {
+  Rule r;
+  r.min_len = min_len;
+  r.max_len = max_len;
+  return r;
+}
 constexpr Rule MaxLen(std::size_t n) {
   Rule r;
   r.max_len = n;
@@ -86,6 +97,8 @@ template <class T>
 Value ToWire(const std::optional<T>& x);
 template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>
 Value ToWire(const T& x);
+template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>
+Value ToWire(const std::vector<T>& x);
 
 /// Collects a struct's fields into a ValueMap in declaration order.
 struct FieldWriter {
@@ -112,6 +125,13 @@ Value ToWire(const T& x) {
   return Value(std::move(w.map));
 }
 
+template <class T, std::enable_if_t<IsWireStruct<T>::value, int>>
+Value ToWire(const std::vector<T>& x) {
+  ValueArray items;
+  for (const T& item : x) items.push_back(ToWire(item));
+  return Value(std::move(items));
+}
+
 /// Deepest nesting accepted inside a free-form map (error_reply.detail).
 inline constexpr std::size_t kMaxTreeDepth = 8;
 
@@ -132,6 +152,8 @@ template <class T>
 void FromWire(const Value& v, std::optional<T>& x, const std::string& path);
 template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>
 void FromWire(const Value& v, T& x, const std::string& path);
+template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>
+void FromWire(const Value& v, std::vector<T>& x, const std::string& path);
 
 void CheckRule(const std::string& x, const Rule& rule, const std::string& path);
 void CheckRule(std::int64_t x, const Rule& rule, const std::string& path);
@@ -139,6 +161,10 @@ void CheckRule(double x, const Rule& rule, const std::string& path);
 void CheckRule(const std::vector<std::string>& x, const Rule& rule, const std::string& path);
 template <class T>
 void CheckRule(const T&, const Rule&, const std::string&) {}
+template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>
+void CheckRule(const std::vector<T>& x, const Rule& rule, const std::string& path) {
+  if (x.size() > rule.max_len) throw DecodeError(path + ": more than " + std::to_string(rule.max_len) + " items");
+}
 template <class T>
 void CheckRule(const std::optional<T>& x, const Rule& rule, const std::string& path) {
   if (x) CheckRule(*x, rule, path);
@@ -186,6 +212,17 @@ void FromWire(const Value& v, T& x, const std::string& path) {
   if (!v.is_map()) throw DecodeError(path + ": expected a map, got " + Value::KindName(v.kind()));
   FieldReader r{v, path.empty() ? std::string() : path + "."};
   x.Visit(r);
+}
+
+template <class T, std::enable_if_t<IsWireStruct<T>::value, int>>
+void FromWire(const Value& v, std::vector<T>& x, const std::string& path) {
+  if (!v.is_array()) throw DecodeError(path + ": expected an array, got " + Value::KindName(v.kind()));
+  x.clear();
+  for (std::size_t i = 0; i < v.as_array().size(); ++i) {
+    T item{};
+    FromWire(v.as_array()[i], item, path + "[" + std::to_string(i) + "]");
+    x.push_back(std::move(item));
+  }
 }
 
 /// Encodes a wire struct as its canonical map.

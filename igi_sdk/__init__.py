@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "ShuttingDownError": "igi_sdk.client.errors",
     "TooLargeError": "igi_sdk.client.errors",
     "Tool": "igi_sdk.ipc.values",
+    "tool_parameters": "igi_sdk.client.async_client",
     "ToolCall": "igi_sdk.ipc.values",
     "ToolResult": "igi_sdk.ipc.values",
     "UnknownToolError": "igi_sdk.client.errors",

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Union, cast
 
 import zmq
 import zmq.asyncio
@@ -39,7 +41,7 @@ from igi_sdk.ipc.messages import (
     SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest, TokenEvent,
 )
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
-from igi_sdk.ipc.values import Sampling
+from igi_sdk.ipc.values import Sampling, Tool, ToolResult
 
 SEND_RETRY_S = 0.02  # a send the DEALER cannot take now (no peer, or at its high-water mark) is retried this often
 RECONNECT_POLL_S = 0.2
@@ -62,6 +64,26 @@ def _build(cls: type[_M], **fields: Any) -> _M:
         return cls(**fields)
     except ValidationError as exc:
         raise InvalidArgumentError(f"invalid {cls.model_fields['type'].default}: {validation_summary(exc)}") from None
+
+
+#: A JSON Schema as the client takes it: a decoded dict, or its JSON text.
+JsonSchema = Union[dict[str, Any], str]
+
+
+def _schema_text(schema: JsonSchema | None) -> str | None:
+    if schema is None or isinstance(schema, str):
+        return schema
+    try:
+        return json.dumps(schema, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"json_schema is not JSON-serialisable: {exc}") from None
+
+
+def tool_parameters(schema: dict[str, Any]) -> str:
+    """The JSON text of a tool's parameters schema (``Tool(name=..., parameters=tool_parameters({...}))``)."""
+    text = _schema_text(schema)
+    assert text is not None
+    return text
 
 
 def _request_header(message_type: str, session_id: str | None) -> Header:
@@ -172,9 +194,21 @@ class AsyncClient:
 
     # --- requests ------------------------------------------------------------------------------------
     async def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None,
-                             priority: int = 0, timeout_s: float | None = None) -> str:
-        """Open an NPC session; returns its id."""
-        request = _build(CreateSessionRequest, persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(), priority=priority)
+                             priority: int = 0, grammar: str | None = None, json_schema: JsonSchema | None = None,
+                             tools: Sequence[Tool] = (), timeout_s: float | None = None) -> str:
+        """Open an NPC session; returns its id.
+
+        Args:
+            grammar: (protocol 1.1) default GBNF grammar of the session's replies.
+            json_schema: (protocol 1.1) default JSON Schema of its replies: a dict or its JSON text.
+            tools: (protocol 1.1) tools the NPC may call (``Tool(name, description, parameters)``; ``parameters`` is
+                the arguments' JSON Schema as JSON text, ``tool_parameters({...})`` makes it from a dict).
+
+        Raises:
+            InvalidGrammarError, InvalidSchemaError: the daemon refused the grammar, a schema or a tool's parameters.
+        """
+        request = _build(CreateSessionRequest, persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(),
+                         priority=priority, grammar=grammar, json_schema=_schema_text(json_schema), tools=tuple(tools))
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, CreateSessionReply)
         return reply.session_id
@@ -183,19 +217,28 @@ class AsyncClient:
         """Close a session and free its state."""
         await self.request(CloseSessionRequest(), session_id=session_id, timeout_s=timeout_s)
 
-    def generate(self, session_id: str, text: str, *, max_tokens: int | None = None, sampling: Sampling | None = None,
-                 priority: int | None = None, timeout_s: float | None = None) -> GenerationStream:
+    def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
+                 priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
+                 tool_choice: str | None = None, tool_result: ToolResult | None = None,
+                 timeout_s: float | None = None) -> GenerationStream:
         """Start a generation; iterate the returned stream for token events, then ``await stream.result()``.
 
         Args:
             session_id: the NPC session.
-            text: the player's line.
+            text: the player's line ("" when ``tool_result`` carries the turn).
             max_tokens: completion limit (None = the sampling's).
             sampling: per-request sampling (None = the session's).
             priority: per-request priority (None = the session's).
+            grammar: (protocol 1.1) GBNF grammar of this reply (None = the session's).
+            json_schema: (protocol 1.1) JSON Schema of this reply, a dict or JSON text (None = the session's); the
+                result's ``json_output`` / ``parsed`` hold the validated JSON.
+            tool_choice: (protocol 1.1) "auto" (None), "none", "required" or a registered tool's name.
+            tool_result: (protocol 1.1) the game's answer to the session's last ``tool_call``.
             timeout_s: longest wait for the next event, seconds.
         """
-        request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority)
+        request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority,
+                         grammar=grammar, json_schema=_schema_text(json_schema), tool_choice=tool_choice,
+                         tool_result=tool_result)
         header = _request_header(request.type, session_id)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -11,16 +11,16 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from igi_sdk.client.async_client import AsyncClient
+from igi_sdk.client.async_client import AsyncClient, JsonSchema
 from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
 from igi_sdk.ipc.messages import (
     BudgetAck, FrameStatsReply, HeartbeatReply, LoadModelReply, LoadSessionReply, StatusReply, TokenEvent,
 )
-from igi_sdk.ipc.values import Sampling
+from igi_sdk.ipc.values import Sampling, Tool, ToolResult
 
 T = TypeVar("T")
 GRACE_S = 1.0
@@ -170,23 +170,30 @@ class Client:
         return self.timeout_s if timeout_s is None else timeout_s
 
     def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None, priority: int = 0,
+                       grammar: str | None = None, json_schema: JsonSchema | None = None, tools: Sequence[Tool] = (),
                        timeout_s: float | None = None) -> str:
         """See :meth:`AsyncClient.create_session`."""
         t = self._t(timeout_s)
-        return self._loop.run(self._inner.create_session(persona, system_prompt, sampling=sampling, priority=priority, timeout_s=t), t)
+        return self._loop.run(self._inner.create_session(persona, system_prompt, sampling=sampling, priority=priority,
+                                                         grammar=grammar, json_schema=json_schema, tools=tools,
+                                                         timeout_s=t), t)
 
     def close_session(self, session_id: str, *, timeout_s: float | None = None) -> None:
         """See :meth:`AsyncClient.close_session`."""
         t = self._t(timeout_s)
         self._loop.run(self._inner.close_session(session_id, timeout_s=t), t)
 
-    def generate(self, session_id: str, text: str, *, max_tokens: int | None = None, sampling: Sampling | None = None,
-                 priority: int | None = None, timeout_s: float | None = None) -> SyncGenerationStream:
+    def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
+                 priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
+                 tool_choice: str | None = None, tool_result: ToolResult | None = None,
+                 timeout_s: float | None = None) -> SyncGenerationStream:
         """See :meth:`AsyncClient.generate`; returns a blocking stream."""
         t = self._t(timeout_s)
 
         async def start() -> GenerationStream:
-            return self._inner.generate(session_id, text, max_tokens=max_tokens, sampling=sampling, priority=priority, timeout_s=t)
+            return self._inner.generate(session_id, text, max_tokens=max_tokens, sampling=sampling, priority=priority,
+                                        grammar=grammar, json_schema=json_schema, tool_choice=tool_choice,
+                                        tool_result=tool_result, timeout_s=t)
 
         return SyncGenerationStream(self._loop, self._loop.run(start(), t), t)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 from igi_sdk.client.errors import ClientTimeoutError, EngineFailureError, StreamClosedError, error_from_reply
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, TokenEvent
-from igi_sdk.ipc.values import Usage
+from igi_sdk.ipc.values import ToolCall, Usage
 
 
 
@@ -40,6 +41,10 @@ class GenerationResult:
         tps: decode speed, tokens/s.
         reloads_during: model reloads (budget changes) while it ran.
         token_ids: the generated token ids, in order.
+        json_output: (protocol 1.1) the reply's JSON text when a JSON Schema or tools constrained it, validated by
+            the daemon; ``parsed`` decodes it.
+        tool_call: (protocol 1.1) the tool call, when ``finish_reason == "tool_call"``; answer it with
+            ``generate(..., tool_result=ToolResult(call_id=call.id, name=call.name, content=...))``.
     """
 
     finish_reason: str
@@ -49,6 +54,18 @@ class GenerationResult:
     tps: float
     reloads_during: int
     token_ids: tuple[int, ...]
+    json_output: str | None = None
+    tool_call: ToolCall | None = None
+
+    @property
+    def parsed(self) -> Any:
+        """The decoded ``json_output`` (a dict for an object schema); None when the reply was not JSON-constrained."""
+        return None if self.json_output is None else json.loads(self.json_output)
+
+    @property
+    def arguments(self) -> dict[str, Any] | None:
+        """The decoded arguments of ``tool_call`` (None without one)."""
+        return None if self.tool_call is None else json.loads(self.tool_call.arguments)
 
 
 class GenerationStream:
@@ -138,7 +155,8 @@ class GenerationStream:
             raise self._fail(error)
         self._end()
         self._result = GenerationResult(
-            message.finish_reason, message.text, message.usage, message.ttft_s, message.tps, message.reloads_during, tuple(self._tokens)
+            message.finish_reason, message.text, message.usage, message.ttft_s, message.tps, message.reloads_during,
+            tuple(self._tokens), message.json_output, message.tool_call,
         )
         raise StopAsyncIteration
 

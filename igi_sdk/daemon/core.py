@@ -94,6 +94,8 @@ class Job:
     request_command: dict[str, Any] | None = None  # the command as first sent (before any continuation)
     #: A cancel was sent to the worker: if that worker is replaced before it read it, the job ends "cancelled" there
     cancel_requested: bool = False
+    #: How the reply is constrained (``daemon.constraints.ReplyConstraint``; None: free text), read back at the end
+    constraint: Any = None
 
     def partial_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after
@@ -279,13 +281,24 @@ class DaemonCore:
         return job
 
     def end_job(self, job: Job, reply: GenerateReply) -> None:
-        """A generation is over: forget the job, keep the turn in its session (``stop`` / ``length``), count it and
-        send its terminal reply."""
+        """A generation is over: forget the job, keep the turn in its session (``stop`` / ``length`` / ``tool_call``),
+        count it and send its terminal reply. A constrained reply is read back first (``json_output``, ``tool_call``);
+        one that does not parse or validate (cut by ``max_tokens``) ends with its typed error instead, turn not kept."""
         self.finish_job(job.job_id)
+        if job.constraint is not None:
+            try:
+                reply = job.constraint.finish(reply)
+            except RequestError as error:
+                self.counters["generations_invalid_output"] += 1
+                if job.identity:
+                    self.send_error(job.identity, new_header("generate_request", msg_id=job.job_id,
+                                                             session_id=job.session_id), error)
+                return
         session = self.sessions.get(job.session_id)
-        if session is not None and reply.finish_reason in ("stop", "length"):
+        if session is not None and reply.finish_reason in ("stop", "length", "tool_call"):
             session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
             session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
+            session.pending_tool_call = reply.tool_call  # a tool_result may answer it next
         self.counters[f"generations_{reply.finish_reason}"] += 1
         self.send_to_job(job, reply)
 

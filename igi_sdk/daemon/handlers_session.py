@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
 from igi_sdk.daemon.core import DaemonCore, Job, RequestError
 from igi_sdk.daemon.session_file import (
     SessionFileError,
@@ -57,8 +58,10 @@ def duplicate_msg_id(msg_id: str) -> RequestError:
 
 
 def create_session(core: DaemonCore, identity: bytes, header: Header, msg: CreateSessionRequest) -> None:
-    """Open a session and answer with its id."""
-    session = Session(core.sessions.new_id(), msg.persona, msg.system_prompt, msg.sampling, msg.priority, identity)
+    """Open a session and answer with its id (its grammar, schema and tools checked first)."""
+    constraints = session_constraints(msg)
+    session = Session(core.sessions.new_id(), msg.persona, msg.system_prompt, msg.sampling, msg.priority, identity,
+                      constraints=constraints)
     _add(core, session)
     core.send(identity, CreateSessionReply(session_id=session.session_id), header, session_id=session.session_id)
 
@@ -93,25 +96,52 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
         raise RequestError(
             ErrorCode.TOO_LARGE, f"max_tokens={max_tokens} exceeds max_new_tokens={limits.max_new_tokens}", {"limit": "max_new_tokens"}
         )
+    defaults = session.constraints or SessionConstraints()
+    user_text = msg.text
+    if msg.tool_result is not None:
+        _check_tool_result(session, defaults, msg)
+        user_text = tool_result_text(msg)
+    constraint = reply_constraint(defaults, msg)
+    if constraint is not None and constraint.user_hint:
+        user_text = f"{user_text}\n{constraint.user_hint}"
     command = {
         "op": "generate",
         "job_id": header.msg_id,
         "session_id": session.session_id,
-        "messages": [list(m) for m in session.messages_for(msg.text)],
+        "messages": [list(m) for m in session.messages_for(user_text)],
         "max_tokens": max_tokens,
         "sampling": {
             "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            "seed": sampling.seed, "stop": list(sampling.stop),
+            # a constrained reply ends where its grammar does: stop strings could cut it
+            "seed": sampling.seed, "stop": [] if constraint is not None else list(sampling.stop),
         },
         "priority": session.priority if msg.priority is None else msg.priority,
         "kv_state": session.kv_state,
         "kv_tokens": session.kv_tokens,
+        "grammar": None if constraint is None else constraint.gbnf,
     }
-    job = Job(header.msg_id, identity, session.session_id, msg.text, command)
+    job = Job(header.msg_id, identity, session.session_id, user_text, command, constraint=constraint)
     core.jobs[job.job_id] = job
     session.job_id = job.job_id
     core.counters["generate_requests"] += 1
     core.forward_pending_jobs()
+
+
+def _check_tool_result(session: Session, defaults: SessionConstraints, msg: GenerateRequest) -> None:
+    """A tool_result must name a registered tool and answer the session's last tool call.
+
+    Raises:
+        RequestError: ``unknown_tool`` or ``invalid_request``.
+    """
+    result = msg.tool_result
+    assert result is not None
+    if result.name not in {tool.name for tool in defaults.tools}:
+        raise RequestError(ErrorCode.UNKNOWN_TOOL, f"tool_result names a tool the session did not register: "
+                           f"{result.name!r}", {"tool": result.name})
+    pending = session.pending_tool_call
+    if pending is None or pending.id != result.call_id or pending.name != result.name:
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"tool_result answers {result.call_id!r}, which is not the "
+                           "session's last tool call", {"call_id": result.call_id})
 
 
 def cancel(core: DaemonCore, identity: bytes, header: Header, msg: CancelRequest) -> None:
@@ -152,10 +182,12 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
     def write(tokens: list[int] | None, state: bytes | None) -> None:
         if state is None and session.kv_state is not None:
             tokens, state = session.kv_tokens, session.kv_state
+        defaults = session.constraints or SessionConstraints()
         snap = SessionSnapshot(
             session.persona, session.system_prompt, session.sampling, session.priority, tuple(session.turns),
             core.model_info.path if core.model_info else "", core.model_file_bytes,
             None if tokens is None else tuple(tokens), state,
+            grammar=defaults.grammar, json_schema=defaults.schema_text, tools=defaults.wire_tools,
         )
         try:
             write_session_file(path, snap)
@@ -182,11 +214,18 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
     except SessionFileError as exc:
         raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), {"path": str(path)}) from None
     same_model = core.model_info is not None and snap.model_name == core.model_info.path and snap.model_file_bytes == core.model_file_bytes
+    try:  # the saved defaults are checked as a create_session_request's would be
+        constraints = session_constraints(CreateSessionRequest(
+            persona=snap.persona, system_prompt=snap.system_prompt, grammar=snap.grammar, json_schema=snap.json_schema,
+            tools=snap.tools))
+    except ValueError as exc:
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"session file {path}: {exc}", {"path": str(path)}) from None
     session = Session(
         core.sessions.new_id(), snap.persona, snap.system_prompt, snap.sampling, snap.priority, identity,
         turns=list(snap.turns),
         kv_tokens=list(snap.kv_tokens) if same_model and snap.kv_tokens else None,
         kv_state=snap.kv_state if same_model else None,
+        constraints=constraints,
     )
     _add(core, session)
     core.send(identity, LoadSessionReply(session_id=session.session_id, n_turns=session.n_turns), header, session_id=session.session_id)

@@ -3,10 +3,11 @@
 Layout: ``b"IGISESS1"`` (8 bytes) | SHA-256 of the body (32 bytes) | body (msgpack map)::
 
     {"format_version": 1, "saved_at": float, "model": {"name": str, "file_bytes": int},
-     "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...]},
+     "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...],
+                 "grammar": str | nil, "json_schema": str | nil, "tools": [{"name", "description", "parameters"}]},
      "kv": {"tokens": [int], "state": bin} | nil}
 
-The KV state is optional: it is only restored into the same model (same file name and size); otherwise the
+The three constrained-output keys of ``session`` are optional (a file without them has none). The KV state is optional: it is only restored into the same model (same file name and size); otherwise the
 conversation is rebuilt by re-prefilling the history. A wrong magic, checksum, version or shape raises
 :class:`SessionFileError`.
 """
@@ -27,8 +28,8 @@ from pydantic import Field, ValidationError
 from igi_sdk.errors import IgiError
 from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.ipc.codec import validation_summary
-from igi_sdk.ipc.messages import MAX_TEXT_CHARS, PRIORITY_MAX, PRIORITY_MIN, CreateSessionRequest
-from igi_sdk.ipc.values import Sampling, WireModel
+from igi_sdk.ipc.messages import MAX_GRAMMAR_CHARS, MAX_TEXT_CHARS, MAX_TOOLS, PRIORITY_MAX, PRIORITY_MIN, CreateSessionRequest
+from igi_sdk.ipc.values import MAX_SCHEMA_CHARS, Sampling, Tool, WireModel
 from igi_sdk.ipc.wire_types import INT64_MAX
 
 MAGIC = b"IGISESS1"
@@ -61,6 +62,9 @@ class SessionSnapshot:
     model_file_bytes: int
     kv_tokens: tuple[int, ...] | None = None
     kv_state: bytes | None = None
+    grammar: str | None = None
+    json_schema: str | None = None
+    tools: tuple[Tool, ...] = ()
 
 
 def write_session_file(path: Path, snap: SessionSnapshot) -> None:
@@ -80,6 +84,9 @@ def write_session_file(path: Path, snap: SessionSnapshot) -> None:
                 "sampling": snap.sampling.model_dump(mode="json"),
                 "priority": snap.priority,
                 "turns": [list(turn) for turn in snap.turns],
+                "grammar": snap.grammar,
+                "json_schema": snap.json_schema,
+                "tools": [tool.model_dump(mode="json") for tool in snap.tools],
             },
             "kv": None if snap.kv_state is None else {"tokens": list(snap.kv_tokens or ()), "state": snap.kv_state},
         },
@@ -143,6 +150,9 @@ class _SessionPart(WireModel):
     sampling: Sampling
     priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
     turns: tuple[tuple[str, str], ...] = Field(max_length=MAX_TURNS)
+    grammar: str | None = Field(default=None, min_length=1, max_length=MAX_GRAMMAR_CHARS)  # 1.1 defaults: absent in
+    json_schema: str | None = Field(default=None, min_length=1, max_length=MAX_SCHEMA_CHARS)  # older files
+    tools: tuple[Tool, ...] = Field(default=(), max_length=MAX_TOOLS)
 
 
 class _ModelPart(WireModel):
@@ -181,4 +191,8 @@ def _snapshot(raw: Any) -> SessionSnapshot:
         model_file_bytes=body.model.file_bytes,
         kv_tokens=None if kv is None else kv.tokens,
         kv_state=None if kv is None else kv.state,
+        grammar=session.grammar,
+        json_schema=session.json_schema,
+        tools=session.tools,
     )
+

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from igi_sdk.ipc.values import Sampling
+from igi_sdk.ipc.values import Sampling, ToolCall
+
+if TYPE_CHECKING:
+    from igi_sdk.daemon.constraints import SessionConstraints
 
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
 
@@ -29,6 +33,8 @@ class Session:
         orphaned_at_s: monotonic time the owner disappeared; the session is freed ``session_ttl_s`` later.
         kv_tokens, kv_state: saved KV state from a session file, offered to the worker on the next generate.
         job_id: msg_id of the generation running for this session, if any (one at a time).
+        constraints: the session's default grammar or JSON Schema and its tools (protocol 1.1).
+        pending_tool_call: the tool call its last reply made, which a tool_result may answer.
     """
 
     session_id: str
@@ -42,11 +48,14 @@ class Session:
     kv_state: bytes | None = None
     orphaned_at_s: float | None = None
     job_id: str | None = None
+    constraints: SessionConstraints | None = None
+    pending_tool_call: ToolCall | None = None
 
     def system_text(self) -> str:
-        """The system message: the persona line, then the system prompt."""
+        """The system message: the persona line, the system prompt, then the tools and answer format if any."""
         persona = f"You are {self.persona}." if self.persona else ""
-        return "\n".join(part for part in (persona, self.system_prompt) if part)
+        extra = self.constraints.system_text() if self.constraints is not None else ""
+        return "\n".join(part for part in (persona, self.system_prompt, extra) if part)
 
     def messages_for(self, user_text: str) -> list[tuple[str, str]]:
         """The chat messages of a new turn: system, history, then the new user line."""

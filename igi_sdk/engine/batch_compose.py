@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from igi_sdk.engine.batch_slots import Slot
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
@@ -46,6 +47,7 @@ class Running:
     pending: int | None = None
     t_admit: float | None = None
     t_first: float | None = None
+    grammar: Any = None  # GrammarConstraint of a constrained reply (engine.grammar), rebuilt after a reload
 
     @property
     def prefilling(self) -> bool:

@@ -48,6 +48,10 @@ class BatchRequest:
         text_prefix: bytes of a reply already shown before this request (one continued after a worker replacement,
             its streamed tokens at the end of ``prompt_tokens``): they prime the text decoder, so a character split
             across the cut decodes whole, and are not emitted again.
+        grammar: GBNF text constraining every sampled token (llama.cpp's grammar sampler, one per request); stop
+            strings do not apply then: the grammar ends the reply.
+        grammar_replay: tokens of the reply generated before (a continuation: the last tokens of ``prompt_tokens``),
+            accepted by the grammar before the first new token is sampled.
     """
 
     session_id: str
@@ -61,6 +65,8 @@ class BatchRequest:
     request_id: str = ""
     ignore_eog: bool = False
     text_prefix: bytes = b""
+    grammar: str | None = None
+    grammar_replay: Sequence[int] = ()
 
 
 class RequestStats(BaseModel):
@@ -117,6 +123,7 @@ class BatchCounters(BaseModel):
     decode_tokens: int = Field(default=0, description="sampled tokens fed back through the model")
     batch_tokens_max: int = Field(default=0, description="largest llama_batch of one step")
     sequences_per_step_max: int = Field(default=0, description="most sequences in one step's llama_batch")
+    grammar_resamples: int = Field(default=0, description="draws a grammar refused, drawn again among allowed tokens")
 
     @property
     def prefill_tokens_saved(self) -> int:

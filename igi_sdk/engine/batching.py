@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_order, compose_step
@@ -33,6 +33,7 @@ from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.errors import EngineError
 
 if TYPE_CHECKING:
+    from igi_sdk.engine.grammar import GrammarConstraint
     from igi_sdk.engine.llama_engine import LlamaEngine
     from igi_sdk.planner.placement import Placement
 
@@ -140,13 +141,40 @@ class BatchScheduler:
                                  f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)")
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
+        grammar = self._new_grammar(req.grammar, req.grammar_replay) if req.grammar is not None else None
+        stops = () if grammar is not None else req.stop  # a constrained reply ends where its grammar does
         run = Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
-                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=HoldingTextStream(req.stop))
+                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=HoldingTextStream(stops),
+                       grammar=grammar)
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
         if req.text_prefix:
             run.stream.prime(req.text_prefix)
         self._queue = admission_order([*self._queue, run])
         return run.handle
+
+    def _new_grammar(self, gbnf: str, replay: Sequence[int]) -> GrammarConstraint:
+        """A grammar state over the engine's current vocabulary, advanced over ``replay``.
+
+        Raises:
+            GrammarInitError: llama.cpp refused the grammar.
+            GrammarRejectedToken: ``replay`` does not fit it.
+        """
+        grammar = self._engine.grammar(gbnf)
+        try:
+            grammar.replay(replay)
+        except BaseException:
+            grammar.close()
+            raise
+        return grammar
+
+    def rebuild_grammars(self) -> None:
+        """After the engine was reloaded: every constrained request gets a grammar state over the new model's
+        vocabulary, replayed over the tokens it generated so far (the old state points into the freed model)."""
+        for run in self._queue + self._running:
+            if run.grammar is not None:
+                run.grammar.close()
+                assert run.req.grammar is not None
+                run.grammar = self._new_grammar(run.req.grammar, [*run.req.grammar_replay, *run.handle.tokens])
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a queued or running request: it ends with ``finish_reason="cancelled"``. A running
@@ -307,11 +335,21 @@ class BatchScheduler:
     def _sample(self, run: Running, logits: object, events: list[TokenEvent]) -> None:
         handle = run.handle
         token = run.req.sampler.sample(logits, run.prompt + handle.tokens)  # type: ignore[arg-type]
+        grammar = run.grammar
+        if grammar is not None and not grammar.allows(token):  # draw again among the tokens the grammar allows
+            masked = grammar.mask(logits)  # type: ignore[arg-type]
+            self._c["grammar_resamples"] += 1
+            allowed = bool((masked > float("-inf")).any())
+            token = run.req.sampler.sample(masked, run.prompt + handle.tokens) if allowed else -1
+            if token >= 0 and not grammar.allows(token):  # a draw of rounding error's width past the last allowed
+                token = int(masked.argmax())
         if run.t_first is None:
             run.t_first = self._clock()
-        if self._engine.is_eog(token) and not run.req.ignore_eog:
+        if token < 0 or (self._engine.is_eog(token) and not run.req.ignore_eog):
             self._finish(run, "stop", events)
             return
+        if grammar is not None:
+            grammar.accept(token)
         handle.tokens.append(token)
         text = run.stream.push(self._engine.token_piece(token))
         self._emit(run, TokenEvent(handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text,
@@ -334,6 +372,9 @@ class BatchScheduler:
     def _finish(self, run: Running, reason: FinishReason, events: list[TokenEvent] | None = None) -> None:
         if run in self._running:
             self._running.remove(run)
+        if run.grammar is not None:
+            run.grammar.close()
+            run.grammar = None
         slot = run.slot
         if slot is not None:
             slot.busy = False
@@ -430,6 +471,7 @@ class BatchScheduler:
         states = self.export_states()
         self._engine.reload(placement)
         self.import_states(states)
+        self.rebuild_grammars()
         if not was_paused:
             self.resume()
         return self._clock() - t0

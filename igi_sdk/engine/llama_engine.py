@@ -29,6 +29,7 @@ import numpy as np
 from igi_sdk.engine import _log
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
+from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.params import context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
@@ -177,6 +178,20 @@ class LlamaEngine:
     @property
     def model_table(self) -> ModelTable:
         return self._table
+
+    @property
+    def vocab(self) -> object:
+        """The model's ``llama_vocab`` pointer (for llama.cpp samplers that need it, e.g. the grammar)."""
+        self._require_open()
+        return self._vocab
+
+    def grammar(self, gbnf: str) -> GrammarConstraint:
+        """A fresh grammar state for one reply, over this model's vocabulary.
+
+        Raises:
+            GrammarInitError: llama.cpp could not parse the grammar.
+        """
+        return GrammarConstraint(self.vocab, self._n_vocab, gbnf)
 
     @property
     def n_vocab(self) -> int:

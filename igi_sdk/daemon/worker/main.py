@@ -128,6 +128,7 @@ def _handle(command: dict[str, Any], scheduler: WorkerScheduler, emit: Any, log:
             kv_state=command.get("kv_state"),
             kv_tokens=None if kv_tokens is None else list(kv_tokens),
             continue_tokens=continue_tokens or None,
+            grammar=command.get("grammar"),
         )
         scheduler.submit(job)
     elif op == "throttle":

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
+from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
 from igi_sdk.engine.prefix_cache import PrefixCache
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class Job:
     kv_state: bytes | None = None  # a saved session's KV state, restored instead of re-prefilled
     kv_tokens: list[int] | None = None
     continue_tokens: list[int] | None = None  # the reply so far, streamed by a replaced worker: the prompt's tail
+    grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
 
 
 @dataclass
@@ -115,10 +117,15 @@ class WorkerScheduler:
                 sampler=self._adapter.make_sampler(sampling), stop=tuple(s for s in sampling.get("stop") or () if s),
                 priority=int(job.priority), prefix_tokens=persona, on_event=self._on_event, request_id=job.job_id,
                 text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
+                grammar=job.grammar, grammar_replay=continued,
             ))
         except SchedulerError as exc:
             self._jobs.pop(job.job_id, None)
             self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc)})
+        except (GrammarInitError, GrammarRejectedToken) as exc:  # llama.cpp refused what the daemon's check let through
+            self._jobs.pop(job.job_id, None)
+            self._emit({"ev": "failed", "job_id": job.job_id, "code": "invalid_grammar", "message": str(exc),
+                        "detail": {"reason": str(exc), "line": 0, "column": 0}})
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
@@ -159,6 +166,7 @@ class WorkerScheduler:
         states = self._sched.export_states()
         self._adapter.reload(placement)
         self._sched.import_states(states)
+        self._sched.rebuild_grammars()
         for job in self._jobs.values():
             job.reloads += 1
         self._sched.resume()

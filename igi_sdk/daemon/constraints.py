@@ -67,6 +67,7 @@ class ReplyConstraint:
     schema: dict[str, Any] | None = None  # json: the reply's schema; tools: the reply schema inside the envelope
     tools: tuple[ToolSpec, ...] = field(default=())
     user_hint: str = ""  # appended to the player's line (a request schema the system message does not name)
+    forced_tool: str = ""  # tool_choice named this tool
 
     def finish(self, reply: GenerateReply) -> GenerateReply:
         """``finish_reply(self, reply)``: what ``DaemonCore.end_job`` calls."""
@@ -175,7 +176,8 @@ def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> Repl
         schema, hint = defaults.schema, ""
     if defaults.tools:
         envelope = envelope_schema(list(defaults.tools), schema, choice)
-        return ReplyConstraint("tools", schema_gbnf(envelope, "tools"), schema, defaults.tools)
+        return ReplyConstraint("tools", schema_gbnf(envelope, "tools"), schema, defaults.tools,
+                               forced_tool=choice if choice in names else "")
     if choice != "auto" and choice != "none":
         raise RequestError(ErrorCode.UNKNOWN_TOOL, f"the session registered no tools (tool_choice {choice!r})",
                            {"tool": choice})
@@ -216,7 +218,8 @@ def finish_reply(constraint: ReplyConstraint, reply: GenerateReply) -> GenerateR
         outcome = read_envelope(reply.text, list(constraint.tools), constraint.schema)
     except OutputInvalid as exc:
         if constraint.mode == "tools" and exc.tool is not None:
-            raise RequestError(ErrorCode.INVALID_TOOL_ARGUMENTS, str(exc), {**detail, "tool": exc.tool}) from None
+            tool = exc.tool or constraint.forced_tool
+            raise RequestError(ErrorCode.INVALID_TOOL_ARGUMENTS, str(exc), {**detail, "tool": tool}) from None
         raise RequestError(ErrorCode.INVALID_OUTPUT, str(exc), detail) from None
     if isinstance(outcome, ReplyOutcome):
         return reply.model_copy(update={"json_output": outcome.value, "finish_reason": "stop"})

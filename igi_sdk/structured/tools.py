@@ -52,7 +52,8 @@ class ToolCallOutcome:
 
 
 class OutputInvalid(ValueError):
-    """A finished reply that does not parse or validate; ``tool`` is set when it was a tool call."""
+    """A finished reply that does not parse or validate; ``tool`` is set when it was a tool call ("" when it was
+    cut before the tool's name)."""
 
     def __init__(self, message: str, tool: str | None = None) -> None:
         super().__init__(message)
@@ -162,7 +163,7 @@ def read_envelope(text: str, tools: list[ToolSpec], reply_schema: dict[str, Any]
     try:
         value = json.loads(text)
     except ValueError as exc:
-        tool = next((t.name for t in tools if f'"{t.name}"' in text), None) if '"tool"' in text else None
+        tool = next((t.name for t in tools if f'"{t.name}"' in text), "") if '"tool"' in text else None
         raise OutputInvalid(f"the reply is not complete JSON: {exc}", tool) from None
     if not isinstance(value, dict):
         raise OutputInvalid("the reply is not a JSON object")

@@ -1,0 +1,183 @@
+"""Daemon: constrained output and tools at the edge and at the end of a reply (real daemon objects, scripted worker).
+
+The worker is the bookkeeping tests' simulated one, with the reply text scripted: the daemon's part is what it
+sends the worker (GBNF, no stop strings), and what it answers when the reply ends (``json_output``, ``tool_call``,
+the typed errors), with the session unchanged after an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from test_daemon_bookkeeping import Daemon, SimWorker
+
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import (
+    CreateSessionReply,
+    CreateSessionRequest,
+    ErrorReply,
+    GenerateReply,
+    GenerateRequest,
+    Message,
+    TokenEvent,
+)
+from igi_sdk.ipc.values import Sampling, Tool, ToolResult
+
+SAY = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 20},
+                                        "mood": {"enum": ["calm", "angry"]}}, "required": ["line", "mood"]}
+GIVE = Tool(name="give_item", description="Hand an item over.", parameters=json.dumps(
+    {"type": "object", "properties": {"item": {"enum": ["sword", "potion"]}}, "required": ["item"]}))
+
+
+class ScriptedWorker(SimWorker):
+    """Keeps the generate commands; ``reply`` streams a given text as one token event per character."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[dict[str, Any]] = []
+
+    def send(self, command: dict[str, Any]) -> None:
+        if command["op"] == "generate":
+            self.commands.append(command)
+            return
+        super().send(command)
+
+    def reply(self, text: str, reason: str = "stop") -> None:
+        job_id = self.commands[-1]["job_id"]
+        self._events.append({"ev": "started", "job_id": job_id, "prompt_tokens": 3})
+        for i, ch in enumerate(text):
+            self._events.append({"ev": "token", "job_id": job_id, "index": i, "text": ch, "token_id": 7})
+        self._events.append({"ev": "done", "job_id": job_id, "finish_reason": reason, "text": text,
+                             "prompt_tokens": 3, "completion_tokens": len(text), "ttft_s": 0.1, "tps": 1.0,
+                             "reloads": 0})
+
+
+def _daemon() -> tuple[Daemon, ScriptedWorker]:
+    daemon = Daemon()
+    worker = ScriptedWorker()  # in place of the daemon's simulated worker, before any generation
+    daemon.worker = daemon.core.worker = worker
+    worker.start()
+    daemon.pump()
+    return daemon, worker
+
+
+def _answer(daemon: Daemon, msg_id: str) -> Message:
+    daemon.pump()
+    answers = [m for h, m in daemon.replies() if h.parent_id == msg_id and not isinstance(m, TokenEvent)]
+    assert len(answers) == 1, answers
+    return answers[0]
+
+
+def _session(daemon: Daemon, **fields: Any) -> str:
+    reply = _answer(daemon, daemon.request(CreateSessionRequest(persona="Mira", system_prompt="s", **fields)))
+    assert isinstance(reply, CreateSessionReply), reply
+    return reply.session_id
+
+
+def test_a_json_reply_is_validated_and_carried_as_json_output() -> None:
+    daemon, worker = _daemon()
+    sid = _session(daemon, json_schema=json.dumps(SAY), sampling=Sampling(stop=("\n",)))
+    msg_id = daemon.request(GenerateRequest(text="Hi"), sid)
+    daemon.pump()
+    command = worker.commands[-1]
+    assert "root ::=" in command["grammar"] and command["sampling"]["stop"] == []  # the grammar ends the reply
+    assert "JSON Schema" in command["messages"][0][1]  # the session's schema is in its system message
+    worker.reply(' {"line": "Hello", "mood": "calm"}')
+    reply = _answer(daemon, msg_id)
+    assert isinstance(reply, GenerateReply) and reply.finish_reason == "stop"
+    assert reply.json_output == '{"line": "Hello", "mood": "calm"}'
+
+
+def test_a_json_reply_cut_short_is_invalid_output_and_the_turn_is_not_kept() -> None:
+    daemon, worker = _daemon()
+    sid = _session(daemon, json_schema=json.dumps(SAY))
+    msg_id = daemon.request(GenerateRequest(text="Hi", max_tokens=5), sid)
+    daemon.pump()
+    worker.reply('{"lin', "length")
+    error = _answer(daemon, msg_id)  # after token events: a typed error, not a generate_reply
+    assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_OUTPUT and error.retryable
+    assert error.detail is not None and error.detail["finish_reason"] == "length" and error.detail["text"] == '{"lin'
+    assert daemon.core.sessions.get(sid).turns == []  # type: ignore[union-attr]
+    again = daemon.request(GenerateRequest(text="Hi"), sid)  # the session keeps working
+    daemon.pump()
+    worker.reply('{"line": "Yes", "mood": "angry"}')
+    assert isinstance(_answer(daemon, again), GenerateReply)
+
+
+def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
+    daemon, worker = _daemon()
+    sid = _session(daemon, tools=(GIVE,))
+    msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
+    daemon.pump()
+    assert "give_item" in worker.commands[-1]["messages"][0][1]  # the tools and the format in the system message
+    worker.reply('{"tool": "give_item", "arguments": {"item": "sword"}}')
+    reply = _answer(daemon, msg_id)
+    assert isinstance(reply, GenerateReply) and reply.finish_reason == "tool_call" and reply.tool_call is not None
+    assert (reply.tool_call.name, json.loads(reply.tool_call.arguments)) == ("give_item", {"item": "sword"})
+    result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
+    follow = daemon.request(GenerateRequest(text="", tool_result=result), sid)
+    daemon.pump()
+    user_turn = worker.commands[-1]["messages"][-1][1]
+    assert json.loads(user_turn) == {"tool_result": "give_item", "content": "done"}
+    worker.reply('{"reply": "Here you go."}')
+    answer = _answer(daemon, follow)
+    assert isinstance(answer, GenerateReply) and answer.finish_reason == "stop"
+    assert answer.json_output == '"Here you go."' and answer.tool_call is None
+    stale = daemon.request(GenerateRequest(text="", tool_result=result), sid)  # answered already: no call pending
+    error = _answer(daemon, stale)
+    assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_REQUEST
+    assert error.detail == {"call_id": reply.tool_call.id}
+
+
+def test_a_cut_tool_call_is_invalid_tool_arguments() -> None:
+    daemon, worker = _daemon()
+    sid = _session(daemon, tools=(GIVE,))
+    msg_id = daemon.request(GenerateRequest(text="Sword!", tool_choice="give_item", max_tokens=9), sid)
+    daemon.pump()
+    worker.reply('{"tool": "give_item", "arguments": {"it', "length")
+    error = _answer(daemon, msg_id)
+    assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_TOOL_ARGUMENTS
+    assert error.detail is not None and error.detail["tool"] == "give_item"
+
+
+def test_bad_constraints_are_typed_errors_before_any_job() -> None:
+    daemon, worker = _daemon()
+    cases = [
+        (CreateSessionRequest(persona="p", system_prompt="", grammar="root ::= x"), ErrorCode.INVALID_GRAMMAR),
+        (CreateSessionRequest(persona="p", system_prompt="", json_schema='{"type": "number", "maximum": 2}'),
+         ErrorCode.INVALID_SCHEMA),
+        (CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="t", parameters="[1]"),)),
+         ErrorCode.INVALID_SCHEMA),
+        (CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="t", parameters='{"type": "string"}'),)),
+         ErrorCode.INVALID_SCHEMA),
+    ]
+    for message, code in cases:
+        error = _answer(daemon, daemon.request(message))
+        assert isinstance(error, ErrorReply) and error.code == code, error
+    assert len(daemon.core.sessions) == 0
+    sid = _session(daemon, tools=(GIVE,))
+    for request, code in [
+        (GenerateRequest(text="x", grammar="root ::= ("), ErrorCode.INVALID_GRAMMAR),
+        (GenerateRequest(text="x", json_schema="{oops"), ErrorCode.INVALID_SCHEMA),
+        (GenerateRequest(text="x", tool_choice="fly"), ErrorCode.UNKNOWN_TOOL),
+        (GenerateRequest(text="", tool_result=ToolResult(call_id="c1", name="fly")), ErrorCode.UNKNOWN_TOOL),
+        (GenerateRequest(text="", tool_result=ToolResult(call_id="c1", name="give_item")), ErrorCode.INVALID_REQUEST),
+        (GenerateRequest(text="x", grammar='root ::= "a"', tool_choice="auto"), ErrorCode.INVALID_REQUEST),
+    ]:
+        error = _answer(daemon, daemon.request(request, sid))
+        assert isinstance(error, ErrorReply) and error.code == code, (request, error)
+    assert worker.commands == [] and not daemon.core.jobs  # nothing reached the worker
+    ok = daemon.request(GenerateRequest(text="x", grammar='root ::= "a"', tool_choice="none"), sid)
+    daemon.pump()
+    assert worker.commands[-1]["grammar"] == 'root ::= "a"'
+    worker.reply("a")
+    assert isinstance(_answer(daemon, ok), GenerateReply)
+
+
+def test_a_plain_session_sends_no_grammar_and_keeps_its_stop_strings() -> None:
+    daemon, worker = _daemon()
+    sid = _session(daemon, sampling=Sampling(stop=("\n",)))
+    daemon.request(GenerateRequest(text="Hi"), sid)
+    daemon.pump()
+    assert worker.commands[-1]["grammar"] is None and worker.commands[-1]["sampling"]["stop"] == ["\n"]

@@ -14,13 +14,18 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Coroutine
 
-from igi_sdk.client import AsyncClient
+from igi_sdk.client import AsyncClient, InvalidOutputError, InvalidToolArgumentsError
 from igi_sdk.errors import IgiError
 from igi_sdk.ipc.messages import BudgetAck
 from igi_sdk.ipc.values import Sampling
 
+from igi_harness.npc_actions import GIVE_ITEM, SAY, NpcWorld
 from igi_harness.recorder import PhaseRecorder
 from igi_harness.script import NpcPlan, SceneTimes
+
+
+#: The NPC that can call ``give_item``.
+MERCHANT = "Zara"
 
 
 class GameSide:
@@ -46,6 +51,7 @@ class GameSide:
         self._npc_tasks: list[asyncio.Task[None]] = []
         self._streams: set[Any] = set()
         self._talk_end_s = 0.0
+        self.world = NpcWorld()
 
     def now(self) -> float:
         """Seconds since the phase start."""
@@ -68,9 +74,12 @@ class GameSide:
         async def start() -> None:
             assert self.client is not None
             for i, plan in enumerate(plans):
+                # every NPC answers "line, emotion, action" as JSON; the merchant can also hand items over
+                tools = [GIVE_ITEM] if plan.persona.name == MERCHANT else []
                 sid = await self.client.create_session(plan.persona.name, plan.persona.system_prompt,
                                                        sampling=Sampling(temperature=0.7, seed=1000 + i,
-                                                                         max_tokens=max_tokens))
+                                                                         max_tokens=max_tokens),
+                                                       json_schema=SAY, tools=tools)
                 self._npc_tasks.append(asyncio.create_task(self._converse(plan, sid, max_tokens)))
             self._npc_tasks.append(asyncio.create_task(self._poll_status()))
 
@@ -179,12 +188,17 @@ class GameSide:
         assert self.client is not None
         await self._sleep_until(plan.start_s)
         i = 0
+        tool_result = None  # the game's answer to the NPC's last tool call: it continues the NPC's turn
         while self.now() < self._talk_end_s:
-            line = plan.lines[i % len(plan.lines)]
+            line = "" if tool_result is not None else plan.lines[i % len(plan.lines)]
             t_req = self.now()
             row: dict[str, Any] = {"npc": plan.persona.name, "line": line, "t_request_s": round(t_req, 4)}
+            if tool_result is not None:
+                row["tool_result"] = tool_result.content
             self.rec.replies.append(row)
-            stream = self.client.generate(session_id, line, max_tokens=max_tokens, timeout_s=self.timeout_s)
+            stream = self.client.generate(session_id, line, max_tokens=max_tokens, tool_result=tool_result,
+                                          timeout_s=self.timeout_s)
+            tool_result = None
             self._streams.add(stream)
             self.rec.generating += 1
             n, first, last, parts = 0, None, None, []
@@ -200,6 +214,15 @@ class GameSide:
                 result = await stream.result()
                 row.update(finish_reason=result.finish_reason, ttft_s=result.ttft_s, tps=round(result.tps, 3),
                            text=result.text, reloads_during=result.reloads_during)
+                if result.tool_call is not None:  # the game runs the tool, and answers with its result
+                    tool_result = self.world.give_item(result.tool_call)
+                    row["tool_call"] = {"name": result.tool_call.name, "arguments": result.arguments}
+                elif isinstance(result.parsed, dict):  # show the line, set the face and the animation
+                    row["say"] = result.parsed
+                    self.world.apply_reply(plan.persona.name, result.parsed)
+            except (InvalidOutputError, InvalidToolArgumentsError) as exc:
+                # max_tokens ended the JSON early: nothing to show or apply (the daemon kept no turn); go on
+                row.update(finish_reason="cut", error=f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # IgiError from the client, or anything unexpected: record it, go on
                 row.update(finish_reason="error", error=f"{type(exc).__name__}: {exc}")
                 self.rec.errors.append(f"{plan.persona.name}: {type(exc).__name__}: {exc}")

@@ -95,6 +95,7 @@ def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkl
     finally:
         if side is not None:
             side.stop(shutdown_daemon=True)
+            rec.world = side.world.summary()
         daemon.stop()
     return rec
 

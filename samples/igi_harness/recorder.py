@@ -21,7 +21,7 @@ SPIKE_RECOVERY_S = 1.0        # after the level-load spike, frames are excluded 
 # scripted talk window, minus the level-load spike (+1 s). It is the same stretch of the scene in every phase,
 # whatever the governor does to how long the replies take.
 PRIMARY_FRAME_SET = "talk_window_excluding_spike"
-FINISHED = ("stop", "length")  # a reply that ran to its end (n_replies; TTFT / TPS from the daemon)
+FINISHED = ("stop", "length", "tool_call")  # a reply that ran to its end (n_replies; TTFT / TPS from the daemon)
 
 
 @dataclass
@@ -40,6 +40,7 @@ class PhaseRecorder:
     events: list[dict[str, Any]] = field(default_factory=list)
     token_times_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    world: dict[str, Any] = field(default_factory=dict)  # what the NPCs' structured replies did (NpcWorld.summary)
     generating: int = 0  # NPC generations in flight right now (written by the client loop only)
     spike_window_s: tuple[float, float] = (0.0, 0.0)
     talk_window_s: tuple[float, float] = (0.0, 0.0)
@@ -167,6 +168,9 @@ class PhaseRecorder:
             "n_waiting_for_first_token_at_phase_end": len(waiting),
             "finish_reasons": reasons,
             "tokens_total": int(sum(r.get("n_tokens", 0) for r in self.replies)),
+            "n_structured_replies": sum(1 for r in self.replies if "say" in r),
+            "n_tool_calls": sum(1 for r in self.replies if "tool_call" in r),
+            "n_cut_by_max_tokens": reasons.get("cut", 0),
             "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
             "client_ttft_p50_s": pct(client_ttft_all, 50), "client_ttft_p95_s": pct(client_ttft_all, 95),
             "client_ttft_finished_p50_s": pct(client_ttft_done, 50),
@@ -225,4 +229,5 @@ class PhaseRecorder:
                 "steal_pct": [round(iv[2], 2) for iv in self.steal.intervals],
             },
             "errors": self.errors,
+            "npc_world": self.world,
         }

@@ -23,6 +23,7 @@ from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 from igi_sdk.structured.json_schema import check_schema, validate
 
+pytestmark = pytest.mark.slow
 PLACEMENT = Placement(n_ctx=2048, n_batch=64, n_ubatch=32, n_seq_max=4, n_threads=2)
 SCHEMA = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 24},
                                            "mood": {"enum": ["calm", "angry", "afraid"]},

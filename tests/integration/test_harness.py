@@ -116,6 +116,15 @@ def test_scripted_events_and_budget_timeline(harness_run: tuple[dict[str, Any], 
     report, _, _ = harness_run
     for ph in report["phases"]:
         assert ph["errors"] == []
+        # the NPCs answer in structured form and the game applied it: a finished reply is a "line, emotion,
+        # action" object or a give_item call (answered with its result), never free text
+        for r in ph["replies"]:
+            if r["finish_reason"] == "stop":
+                assert set(r["say"]) == {"line", "emotion", "action"}, r
+            elif r["finish_reason"] == "tool_call":
+                assert r["npc"] == "Zara" and r["tool_call"]["name"] == "give_item", r
+        world = ph["npc_world"]
+        assert world["actions_applied"] == sum(1 for r in ph["replies"] if "say" in r or "tool_call" in r)
         kinds = [e["kind"] for e in ph["events"]]
         for kind in ("level_load_start", "reclaim", "level_load_end", "restore"):
             assert kind in kinds, (ph["name"], kinds)

@@ -28,6 +28,7 @@ namespace Igi.Tests
             TransportTests.Register(runner);
             ClientUnitTests.Register(runner);
             NUnitAdapter.Register(runner, typeof(Program).Assembly);  // Tests/Runtime (the launcher; bundle tests need IGI_DAEMON_BUNDLE)
+            StructuredTests.Register(runner);
             if (vectorsDir != null) ConformanceTests.Register(runner, vectorsDir);
             else runner.Skip("conformance", "no --vectors DIR given (ipc/vectors)");
             if (!string.IsNullOrEmpty(connectionFile)) LiveTests.Register(runner, connectionFile);

@@ -199,3 +199,38 @@ TEST(signing_verify_rejects_tampering) {
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (upper != sig) CHECK(!igi::VerifyHex("k", upper, "header", "content"));
 }
+
+// ---- protocol 1.1: tools and constrained output ------------------------------------------------------------
+#include "igi/messages.hpp"
+
+TEST(protocol_1_1_tool_fields_round_trip_and_are_checked) {
+  igi::CreateSessionRequest create;
+  create.persona = "Mira";
+  create.json_schema = std::string("{\"type\": \"object\"}");
+  igi::Tool give;
+  give.name = "give_item";
+  give.parameters = "{\"type\": \"object\"}";
+  create.tools.push_back(give);
+  igi::Value wire = igi::StructToValue(create);
+  igi::CreateSessionRequest back = igi::StructFromValue<igi::CreateSessionRequest>(wire);
+  CHECK_EQ(back.tools.size(), static_cast<std::size_t>(1));
+  CHECK_EQ(back.tools[0].name, std::string("give_item"));
+  CHECK(back.json_schema.has_value() && !back.grammar.has_value());
+
+  igi::GenerateReply reply;
+  reply.finish_reason = "tool_call";
+  igi::ToolCall call;
+  call.id = "call_1";
+  call.name = "give_item";
+  call.arguments = "{\"item\": \"sword\"}";
+  reply.tool_call = call;
+  igi::GenerateReply reply_back = igi::StructFromValue<igi::GenerateReply>(igi::StructToValue(reply));
+  CHECK(reply_back.tool_call.has_value() && reply_back.tool_call->arguments == call.arguments);
+  CHECK(!reply_back.json_output.has_value());
+
+  create.tools[0].name = "9lives";  // a tool name may not start with a digit
+  CHECK_THROWS_AS(igi::StructFromValue<igi::CreateSessionRequest>(igi::StructToValue(create)), igi::DecodeError);
+  igi::GenerateRequest generate;
+  generate.grammar = std::string();  // grammar, when set, is 1-65536 characters
+  CHECK_THROWS_AS(igi::StructFromValue<igi::GenerateRequest>(igi::StructToValue(generate)), igi::DecodeError);
+}

@@ -9,7 +9,7 @@ public class IgiRuntime : ModuleRules
 		PCHUsage = PCHUsageMode.UseExplicitOrSharedPCHs;
 		CppStandard = CppStandardVersion.Cpp17;
 		bEnableExceptions = true;   // catches igi::IgiError thrown by blocking core calls
-		PublicDependencyModuleNames.AddRange(new string[] { "Core", "CoreUObject", "Engine", "IgiClientCore" });
+		PublicDependencyModuleNames.AddRange(new string[] { "Core", "CoreUObject", "Engine", "Json", "IgiClientCore" });
 		PrivateDependencyModuleNames.Add("Projects");  // IPluginManager: where the staged daemon bundle is
 		// IgiClientCore links libzmq (IgiZmq) and the engine's OpenSSL; nothing else is needed here.
 

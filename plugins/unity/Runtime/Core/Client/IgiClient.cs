@@ -202,6 +202,16 @@ namespace Igi.Client
             return reply.SessionId;
         }
 
+        /// <summary>Opens an NPC session from a full request (protocol 1.1: Grammar, JsonSchema, Tools); returns its id.</summary>
+        /// <exception cref="IgiInvalidGrammarException">The daemon refused the grammar.</exception>
+        /// <exception cref="IgiInvalidSchemaException">The daemon refused the schema or a tool's parameters.</exception>
+        public async Task<string> CreateSessionAsync(CreateSessionRequest request)
+        {
+            if (request == null) throw new ArgumentNullException("request");
+            var reply = (CreateSessionReply)await SendAsync(request, null, _options.RequestTimeoutS).ConfigureAwait(false);
+            return reply.SessionId;
+        }
+
         /// <summary>Closes an NPC session and frees its KV state on the daemon.</summary>
         public Task CloseSessionAsync(string sessionId)
         {
@@ -213,7 +223,7 @@ namespace Igi.Client
         /// <paramref name="onToken"/> per token_event, then exactly one of <paramref name="onDone"/> (generate_reply, including
         /// finish_reason "cancelled") or <paramref name="onError"/> (error_reply, timeout, daemon gone, client closed).
         /// </summary>
-        /// <param name="sessionId">From <see cref="CreateSessionAsync"/>.</param>
+        /// <param name="sessionId">From <see cref="CreateSessionAsync(string, string, Sampling, int)"/>.</param>
         /// <param name="text">The player's line.</param>
         /// <param name="onToken">Per token; may be null.</param>
         /// <param name="onDone">The terminal reply; may be null.</param>
@@ -226,6 +236,18 @@ namespace Igi.Client
                                        Action<IgiException> onError, Sampling sampling = null, long? maxTokens = null, int? priority = null)
         {
             var request = new GenerateRequest { Text = text ?? "", Sampling = sampling, MaxTokens = maxTokens, Priority = priority };
+            return Generate(sessionId, request, onToken, onDone, onError);
+        }
+
+        /// <summary>
+        /// Streams a full generate_request (protocol 1.1: Grammar, JsonSchema, ToolChoice, ToolResult); callbacks as in the
+        /// other overload. A constrained reply's JSON is <see cref="GenerateReply.JsonOutput"/> (map it with
+        /// <c>reply.Parsed&lt;T&gt;()</c>); a tool call ends it with FinishReason "tool_call" and <see cref="GenerateReply.ToolCall"/>.
+        /// </summary>
+        public GenerateHandle Generate(string sessionId, GenerateRequest request, Action<TokenEvent> onToken, Action<GenerateReply> onDone,
+                                       Action<IgiException> onError)
+        {
+            if (request == null) throw new ArgumentNullException("request");
             var pending = new Pending
             {
                 IdleTimeout = true,

@@ -3,7 +3,10 @@
 
 #include "Engine/GameInstance.h"
 #include "Engine/World.h"
+#include "Dom/JsonObject.h"
 #include "IgiSubsystem.h"
+#include "Serialization/JsonReader.h"
+#include "Serialization/JsonSerializer.h"
 #include "igi/client.hpp"
 
 namespace
@@ -60,6 +63,15 @@ bool UIgiNpcComponent::Say(const FString& Text)
 	Request.sampling.temperature = Temperature;
 	Request.sampling.max_tokens = MaxTokens;
 	Request.priority = Priority;
+	if (!ReplyJsonSchema.IsEmpty()) Request.json_schema = ToUtf8(ReplyJsonSchema);
+	for (const FIgiTool& Tool : Tools)
+	{
+		igi::Tool Wire;
+		Wire.name = ToUtf8(Tool.Name);
+		Wire.description = ToUtf8(Tool.Description);
+		Wire.parameters = ToUtf8(Tool.ParametersJsonSchema);
+		Request.tools.push_back(std::move(Wire));
+	}
 	TWeakObjectPtr<UIgiNpcComponent> WeakThis(this);
 	bSessionPending = true;
 	try
@@ -97,6 +109,15 @@ void UIgiNpcComponent::StartGenerate()
 	igi::GenerateRequest Request;
 	Request.text = ToUtf8(PendingText);
 	Request.max_tokens = MaxTokens;
+	if (bPendingToolResult)
+	{
+		igi::ToolResult Result;
+		Result.call_id = ToUtf8(PendingCallId);
+		Result.name = ToUtf8(PendingToolName);
+		Result.content = ToUtf8(PendingToolContent);
+		Request.tool_result = std::move(Result);
+		bPendingToolResult = false;
+	}
 	TWeakObjectPtr<UIgiNpcComponent> WeakThis(this);
 	igi::GenerateCallbacks Callbacks;
 	Callbacks.on_token = [WeakThis](const igi::TokenEvent& Token) {
@@ -106,6 +127,12 @@ void UIgiNpcComponent::StartGenerate()
 		if (!WeakThis.IsValid()) return;
 		WeakThis->GenerateId.clear();
 		WeakThis->OnReplyDone.Broadcast(Utf8(Reply.text), Utf8(Reply.finish_reason));
+		if (Reply.json_output) WeakThis->OnStructuredReply.Broadcast(Utf8(*Reply.json_output));
+		if (Reply.tool_call)
+		{
+			WeakThis->OnToolCall.Broadcast(Utf8(Reply.tool_call->id), Utf8(Reply.tool_call->name),
+			                               Utf8(Reply.tool_call->arguments));
+		}
 	};
 	Callbacks.on_error = [WeakThis](const igi::IgiError& E) {
 		if (!WeakThis.IsValid()) return;
@@ -120,6 +147,27 @@ void UIgiNpcComponent::StartGenerate()
 	{
 		Fail(Utf8(E.kind()), Utf8(E.what()));
 	}
+}
+
+bool UIgiNpcComponent::SendToolResult(const FString& CallId, const FString& ToolName, const FString& Content)
+{
+	if (IsBusy() || SessionId.empty()) return false;
+	bPendingToolResult = true;
+	PendingCallId = CallId;
+	PendingToolName = ToolName;
+	PendingToolContent = Content;
+	PendingText.Empty();
+	StartGenerate();
+	return true;
+}
+
+FString UIgiNpcComponent::GetJsonStringField(const FString& Json, const FString& Field)
+{
+	TSharedPtr<FJsonObject> Object;
+	const TSharedRef<TJsonReader<>> Reader = TJsonReaderFactory<>::Create(Json);
+	if (!FJsonSerializer::Deserialize(Reader, Object) || !Object.IsValid()) return FString();
+	FString Value;
+	return Object->TryGetStringField(Field, Value) ? Value : FString();
 }
 
 void UIgiNpcComponent::Cancel()

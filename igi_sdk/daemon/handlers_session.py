@@ -96,7 +96,7 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
         raise RequestError(
             ErrorCode.TOO_LARGE, f"max_tokens={max_tokens} exceeds max_new_tokens={limits.max_new_tokens}", {"limit": "max_new_tokens"}
         )
-    defaults = session.constraints or SessionConstraints()
+    defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
     user_text = msg.text
     if msg.tool_result is not None:
         _check_tool_result(session, defaults, msg)
@@ -182,7 +182,7 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
     def write(tokens: list[int] | None, state: bytes | None) -> None:
         if state is None and session.kv_state is not None:
             tokens, state = session.kv_tokens, session.kv_state
-        defaults = session.constraints or SessionConstraints()
+        defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
         snap = SessionSnapshot(
             session.persona, session.system_prompt, session.sampling, session.priority, tuple(session.turns),
             core.model_info.path if core.model_info else "", core.model_file_bytes,

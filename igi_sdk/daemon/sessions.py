@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from igi_sdk.ipc.values import Sampling, ToolCall
 
-if TYPE_CHECKING:
-    from igi_sdk.daemon.constraints import SessionConstraints
-
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
+
+
+class SessionDefaults(Protocol):
+    """What a session needs of its constrained-output defaults (``daemon.constraints.SessionConstraints``)."""
+
+    def system_text(self) -> str: ...
 
 
 class SessionLimitReached(RuntimeError):
@@ -48,7 +51,7 @@ class Session:
     kv_state: bytes | None = None
     orphaned_at_s: float | None = None
     job_id: str | None = None
-    constraints: SessionConstraints | None = None
+    constraints: SessionDefaults | None = None
     pending_tool_call: ToolCall | None = None
 
     def system_text(self) -> str:

@@ -271,7 +271,8 @@ class _Stream:
     async def result(self) -> Any:
         async for _ in self:
             pass
-        return SimpleNamespace(finish_reason="stop", ttft_s=0.02, tps=50.0, text=self.tokens, reloads_during=0)
+        return SimpleNamespace(finish_reason="stop", ttft_s=0.02, tps=50.0, text=self.tokens, reloads_during=0,
+                               tool_call=None, parsed=None)
 
 
 class _Client:
@@ -279,7 +280,8 @@ class _Client:
         self.side_ref, self.streams = side_ref, streams
         self.requested_at: list[float] = []
 
-    def generate(self, session_id: str, text: str, *, max_tokens: int, timeout_s: float) -> _Stream:
+    def generate(self, session_id: str, text: str, *, max_tokens: int, timeout_s: float,
+                 tool_result: Any = None) -> _Stream:
         self.requested_at.append(self.side_ref[0].now())
         return self.streams.pop(0)
 

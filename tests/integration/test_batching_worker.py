@@ -117,7 +117,7 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
     try:
         worker = WorkerScheduler(fresh, fresh.llama_engine, fresh_events.append, max_prompt_tokens=400)
         turn2 = SimpleNamespace(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, priority=0,
-                                kv_state=state, kv_tokens=tokens, continue_tokens=None,
+                                kv_state=state, kv_tokens=tokens, continue_tokens=None, grammar=None,
                                 messages=[("system", JOBS[0][1]), ("user", JOBS[0][2]),
                                           ("assistant", reference["job-guard"]), ("user", "Open the gate.")])
         worker.submit(turn2)

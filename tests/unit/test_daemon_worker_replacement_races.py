@@ -47,7 +47,7 @@ class _Engine:
 
 def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> SimpleNamespace:
     return SimpleNamespace(job_id="j", session_id="s", messages=messages, max_tokens=20, sampling={}, priority=0,
-                           kv_state=None, kv_tokens=None, continue_tokens=continue_tokens)
+                           kv_state=None, kv_tokens=None, continue_tokens=continue_tokens, grammar=None)
 
 
 def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitted() -> None:

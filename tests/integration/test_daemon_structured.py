@@ -26,7 +26,7 @@ from igi_sdk.client import (
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult
 from igi_sdk.structured.json_schema import validate
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 SAY = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 32},
                                         "emotion": {"enum": ["neutral", "happy", "angry", "afraid"]},
@@ -43,8 +43,8 @@ ROUNDS = 52  # x 4 NPCs = 208 generations, tool results included
 TURNS_PER_SESSION = 4  # a fresh session then: the history stays short on 2 cores
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
+@pytest.fixture
+def daemon() -> Iterator[DaemonProcess]:  # per test: tests/conftest.py stops every daemon after each test
     from igi_sdk.model_store import default_model_path
 
     default_model_path()

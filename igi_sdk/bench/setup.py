@@ -103,11 +103,15 @@ def resolve_profile(spec: str, *, has_gpu: bool, say: Say, timeout_s: float = 15
 
 def simulated_gpu_profile() -> Profile:
     """A GPU profile for ``--smoke`` on a machine without a GPU: budgets shape the plans, the engine then
-    runs those placements on the CPU (n_gpu_layers and rules to "CPU" are valid there)."""
+    runs those placements on the CPU (n_gpu_layers and rules to "CPU" are valid there). Its simulated GPU has
+    the pipelined weight prefetch, so the planner's placements carry staging slots and the ``planner_serial``
+    method runs too (without a GPU backend the slots are inert: both measure the same path)."""
     ref = reference_profile("h200")
     cpu = reference_profile("cpu2")
+    assert ref.gpu is not None
     return ref.model_copy(update={"source": "simulated:h200-gpu+cpu2", "cpu": cpu.cpu,
-                                  "host_memory_gbps": cpu.host_memory_gbps, "machine": cpu.machine})
+                                  "host_memory_gbps": cpu.host_memory_gbps, "machine": cpu.machine,
+                                  "gpu": ref.gpu.model_copy(update={"weight_prefetch_abi": 1})})
 
 
 def compute_table(path: Path, summary: ModelSummary, base: Placement, options: PlannerOptions, *, has_gpu: bool,

@@ -25,9 +25,10 @@ def baseline_placements(model: ModelTable, vram_budget_mib: int, workload: Workl
     """Baseline placements with their memory terms and predictions (``fits`` says whether they fit).
 
     ``max_ngl`` / ``n_cpu_moe`` are None when not even the smallest variant fits; ``n_cpu_moe`` is None for
-    dense models. All use ``n_ubatch`` and mmap'd weights (llama.cpp's defaults).
+    dense models. All use ``n_ubatch`` and mmap'd weights (llama.cpp's defaults) and stock llama.cpp's
+    scheduler: no pipelined prefetch, the common op_offload threshold.
     """
-    options = options or PlannerOptions()
+    options = (options or PlannerOptions()).model_copy(update={"prefetch_slots": 0, "moe_offload_threshold": False})
     search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options)
     n = model.n_layer
     out: dict[str, PlannedPlacement | None] = {}

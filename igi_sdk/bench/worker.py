@@ -5,7 +5,7 @@ context of the runs it measures). A llama.cpp abort, a segfault or a hang kills 
 records the run as failed (exit code or signal, last lines of the child's log) and starts a new child for
 the next run. Messages are JSON objects over a ``multiprocessing`` pipe (never pickle).
 
-Worker requests: ``{"op": "hello"}`` -> devices and versions; ``{"op": "run", ...RunSpec}`` -> timings.
+Worker requests: ``{"request": "hello"}`` -> devices and versions; ``{"request": "run", ...RunSpec}`` -> timings.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _worker_main(conn: Connection, log_path: str | None) -> None:
             msg = json.loads(conn.recv_bytes())
         except EOFError:
             return
-        op = msg.get("op")
+        op = msg.get("request")
         if op == "stop":
             return
         reply: dict[str, Any]
@@ -156,7 +156,7 @@ def _worker_main(conn: Connection, log_path: str | None) -> None:
             elif op == "run":
                 reply = {"ok": measure(RunSpec(**msg["spec"]))}
             else:
-                reply = {"error": f"unknown op {op!r}"}
+                reply = {"error": f"unknown request {op!r}"}
         except BaseException as exc:  # noqa: BLE001  (reported to the parent, the worker lives on)
             reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
         conn.send_bytes(json.dumps(reply, default=str).encode())
@@ -257,13 +257,13 @@ class Worker:
 
     def run(self, spec: RunSpec, timeout_s: float) -> dict[str, Any]:
         """Measure ``spec`` in the child (see ``request``)."""
-        return self.request({"op": "run", "spec": asdict(spec)}, timeout_s)
+        return self.request({"request": "run", "spec": asdict(spec)}, timeout_s)
 
     def close(self) -> None:
         """Stop the child (politely, then by force)."""
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:
-                self._conn.send_bytes(b'{"op": "stop"}')
+                self._conn.send_bytes(b'{"request": "stop"}')
                 self._proc.join(timeout=10)
             except (OSError, BrokenPipeError):
                 pass

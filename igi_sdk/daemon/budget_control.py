@@ -41,6 +41,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome, dry_run_slots_for, placement_uses_gpu
 from igi_sdk.daemon.vram import measure_vram_mib
@@ -235,7 +236,7 @@ class BudgetControl:
         self._swap(op)
         return True
 
-    def on_worker_fatal(self, event: dict) -> bool:
+    def on_worker_fatal(self, event: wp.Fatal) -> bool:
         """A worker could not load its model. Returns True when it was the new worker of a replacement to a GPU
         placement: a failed reload (its death follows: ``on_worker_death`` restarts on the placement in force), not a
         model that cannot be served at all; or a worker already being replaced (a newer change overtook its load)."""
@@ -244,24 +245,24 @@ class BudgetControl:
             return False
         if op.replace == "starting":
             self._core.log(logging.ERROR, "reload_failed", budget_mib=op.outcome.budget_mib, worker_replaced=True,
-                           message=event.get("message"))
+                           message=event.message)
         return True
 
-    def on_reloaded(self, event: dict) -> None:
+    def on_reloaded(self, event: wp.Reloaded) -> None:
         """The worker finished a reload (``ok`` or not)."""
         op = self._inflight
-        if op is None or op.replace is not None or event.get("req_id") != op.req_id:
+        if op is None or op.replace is not None or event.req_id != op.req_id:
             return
         self._inflight = None
-        if event.get("ok"):
+        if event.ok:
             for job in self._core.jobs.values():  # its count of reloads goes if the worker is replaced later
                 if job.forwarded:
                     job.reloads_in_worker += 1
-            self._finish(op, self._worker_vram_mib(), event.get("apply_time_s"))
+            self._finish(op, self._worker_vram_mib(), event.apply_time_s)
             if op.replan_mib is not None:  # an interim reload: _replan went on (a queued change included)
                 return
         else:
-            error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.get('message')}")
+            error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.message}")
             for waiter in op.waiters:
                 self._core.send_error(waiter.identity, waiter.header, error)
             self._keep_state_with_running_placement()  # the worker exits and restarts on self.current
@@ -276,7 +277,7 @@ class BudgetControl:
         if op is None:
             return
         if op.replace is not None:
-            self._core.worker.placement = self.current.placement.model_dump()
+            self._core.worker.placement = self.current.placement
         error = RequestError(ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement")
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
@@ -296,7 +297,7 @@ class BudgetControl:
         """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
         interim CPU-only placement, its reclaims and plan for its budget."""
         self.current = op.outcome
-        self._core.worker.placement = op.outcome.placement.model_dump()
+        self._core.worker.placement = op.outcome.placement
         self._core.counters["reloads"] += 1
         fields = {"worker_replaced": True} if replaced else {}
         if op.replan_mib is not None:
@@ -327,7 +328,7 @@ class BudgetControl:
 
     def _needs_new_worker(self, outcome: PlanOutcome) -> bool:
         """Whether the running worker must be replaced to run ``outcome`` (GPU <-> CPU-only on a GPU machine)."""
-        return self._core.worker.needs_new_process(outcome.placement.model_dump())
+        return self._core.worker.needs_new_process(outcome.placement)
 
     def _gpu_replacement_pending(self) -> bool:
         """A worker replacement towards a GPU placement whose new worker has not served yet."""
@@ -350,7 +351,7 @@ class BudgetControl:
         worker.stop(timeout_s=1.0)  # reap it
         core.carry_over_jobs()
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
-        worker.placement = op.outcome.placement.model_dump()
+        worker.placement = op.outcome.placement
         worker.start()
         core.log(logging.INFO, "worker_replaced", pid=worker.pid, released_s=released_s, gpu_hidden=worker.gpu_hidden,
                  carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()))
@@ -544,7 +545,7 @@ class BudgetControl:
         if replace:
             self._replace(op)
             return
-        if not self._core.send_to_worker({"op": "reload", "req_id": op.req_id, "placement": op.outcome.placement.model_dump()}):
+        if not self._core.send_to_worker(wp.Reload(req_id=op.req_id, placement=op.outcome.placement)):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
             # waits for the next ready worker instead of staying in flight for good
             self._queued = op

@@ -6,6 +6,7 @@ process), so every request, including the priority ones, is served as soon as it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_USER, SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
@@ -22,6 +24,7 @@ from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, Message
 from igi_sdk.ipc.values import ModelInfo, Usage
+from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.governor import Governor
 from igi_sdk.policy.governor_params import GovernorParams
 
@@ -36,23 +39,23 @@ class WorkerPort(Protocol):
 
     ready: bool
     restarts: int
-    placement: dict[str, Any]
+    placement: Placement
     gpu_hidden: bool  # the process was started with CUDA hidden
 
     @property
     def pid(self) -> int | None: ...  # the process serving now (None before a start)
 
-    def send(self, command: dict[str, Any]) -> None: ...
-    def read_events(self) -> list[dict[str, Any]]: ...
+    def send(self, command: wp.Command) -> None: ...
+    def read_events(self) -> list[wp.Event]: ...
     def is_dead(self) -> bool: ...
     def restart(self) -> None: ...
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 5.0) -> None: ...
     def fds(self) -> list[int]: ...
-    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None: ...
+    def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None: ...
     def begin_stop(self) -> None: ...
     def stop_now(self) -> None: ...
-    def needs_new_process(self, placement: dict[str, Any]) -> bool: ...
+    def needs_new_process(self, placement: Placement) -> bool: ...
     def exited(self) -> bool: ...
 
     @property
@@ -76,7 +79,7 @@ class Job:
     identity: bytes
     session_id: str
     user_text: str
-    command: dict[str, Any]
+    command: wp.Generate
     forwarded: bool = False
     n_tokens_sent: int = 0
     text_sent: list[str] = field(default_factory=list)
@@ -91,7 +94,7 @@ class Job:
     index_offset: int = 0
     reloads_in_worker: int = 0  # reloads the current worker applied while this job was in it (its count dies with it)
     reloads_carried: int = 0  # reloads of replaced workers, the replacements included
-    request_command: dict[str, Any] | None = None  # the command as first sent (before any continuation)
+    request_command: wp.Generate | None = None  # the command as first sent (before any continuation)
     #: A cancel was sent to the worker: if that worker is replaced before it read it, the job ends "cancelled" there
     cancel_requested: bool = False
     #: How the reply is constrained (``daemon.constraints.ReplyConstraint``; None: free text), read back at the end
@@ -148,7 +151,8 @@ class DaemonCore:
         self.model_file_bytes = 0
         self.shutting_down = False
         self.exit_requested = False
-        self.waiting_exports: dict[str, Callable[[dict[str, Any]], None]] = {}
+        #: saves waiting for the worker's KV export, by export req_id: called with (tokens, state)
+        self.waiting_exports: dict[str, Callable[[list[int] | None, bytes | None], None]] = {}
         self.worker_failures_in_row = 0
         #: Set when a worker start failed (the OS refused a pipe or a process): the loop tries again at this time.
         self.worker_start_due_s: float | None = None
@@ -188,7 +192,7 @@ class DaemonCore:
         """Answer every save waiting for the worker's KV export without it (the worker died, or the daemon is
         shutting down): each save writes the history and the KV state the daemon already holds."""
         for req_id in list(self.waiting_exports):
-            self.waiting_exports.pop(req_id)({"tokens": None, "state": None})
+            self.waiting_exports.pop(req_id)(None, None)
 
     def queue_depth(self) -> int:
         """Generate requests beyond the context's ``n_seq_max`` sequence slots: the ones that must wait for a slot.
@@ -197,7 +201,7 @@ class DaemonCore:
         answer however fast the worker admits it: ``n_seq_max + max_queue_depth`` are accepted."""
         return max(0, len(self.jobs) - self.settings.engine.n_seq_max)
 
-    def send_to_worker(self, command: dict[str, Any]) -> bool:
+    def send_to_worker(self, command: wp.Command) -> bool:
         """Send a command to the worker; False when it has died and the I/O loop has not handled that yet.
 
         A lost command needs no answer here: the worker-death handling answers every forwarded job and export,
@@ -262,11 +266,12 @@ class DaemonCore:
             job.request_command = base
             job.resumed = True
             job.index_offset = job.n_tokens_sent
-            left = int(base["max_tokens"]) - job.n_tokens_sent
+            left = base.max_tokens - job.n_tokens_sent
             if left <= 0:
                 ended.append((job, "length"))
                 continue
-            job.command = {**base, "max_tokens": left, "continue_tokens": list(job.token_ids)} if job.n_tokens_sent else base
+            job.command = (dataclasses.replace(base, max_tokens=left, continue_tokens=tuple(job.token_ids))
+                           if job.n_tokens_sent else base)
         for job, reason in ended:  # as the worker would have ended them, with the text so far
             self.end_job(job, job.final_reply(reason))
         return [job for job, _reason in ended]

@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, __version__
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.vram import measure_vram_mib
@@ -150,7 +151,7 @@ def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header
         # kept even while no worker is ready (a restart, a replacement): a new worker gets it with its ``ready``
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens
         if core.worker.ready:
-            core.send_to_worker({"op": "throttle", "sleep_ms": throttle.sleep_ms_between_tokens})
+            core.send_to_worker(wp.Throttle(sleep_ms=throttle.sleep_ms_between_tokens))
     core.send(identity, FrameStatsReply(throttle=throttle, proposed_budget_mib=decision.proposed_budget_mib), header)
 
 

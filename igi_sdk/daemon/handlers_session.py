@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, Job, RequestError
 from igi_sdk.daemon.session_file import (
     SessionFileError,
@@ -73,7 +74,7 @@ def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: objec
         cancel_job(core, session.job_id)
     core.sessions.remove(session.session_id)
     if core.worker.ready:
-        core.send_to_worker({"op": "forget", "session_id": session.session_id})
+        core.send_to_worker(wp.Forget(session_id=session.session_id))
     core.send(identity, CloseSessionReply(), header)
 
 
@@ -104,22 +105,19 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     constraint = reply_constraint(defaults, msg)
     if constraint is not None and constraint.user_hint:
         user_text = f"{user_text}\n{constraint.user_hint}"
-    command = {
-        "op": "generate",
-        "job_id": header.msg_id,
-        "session_id": session.session_id,
-        "messages": [list(m) for m in session.messages_for(user_text)],
-        "max_tokens": max_tokens,
-        "sampling": {
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            # a constrained reply ends where its grammar does: stop strings could cut it
-            "seed": sampling.seed, "stop": [] if constraint is not None else list(sampling.stop),
-        },
-        "priority": session.priority if msg.priority is None else msg.priority,
-        "kv_state": session.kv_state,
-        "kv_tokens": session.kv_tokens,
-        "grammar": None if constraint is None else constraint.gbnf,
-    }
+    command = wp.Generate(
+        job_id=header.msg_id,
+        session_id=session.session_id,
+        messages=tuple((role, text) for role, text in session.messages_for(user_text)),
+        max_tokens=max_tokens,
+        # a constrained reply ends where its grammar does: stop strings could cut it
+        sampling=wp.JobSampling(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                seed=sampling.seed, stop=() if constraint is not None else tuple(sampling.stop)),
+        priority=session.priority if msg.priority is None else msg.priority,
+        kv_state=session.kv_state,
+        kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
+        grammar=None if constraint is None else constraint.gbnf,
+    )
     job = Job(header.msg_id, identity, session.session_id, user_text, command, constraint=constraint)
     core.jobs[job.job_id] = job
     session.job_id = job.job_id
@@ -160,7 +158,7 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
     if job is None:
         return
     if job.forwarded and core.worker.ready:
-        core.send_to_worker({"op": "cancel", "job_id": job_id})
+        core.send_to_worker(wp.Cancel(job_id=job_id))
         job.cancel_requested = True  # honoured by a worker replacement too (DaemonCore.carry_over_jobs)
         if not reply:
             job.identity = b""  # the client is gone: the terminal reply goes nowhere
@@ -198,8 +196,8 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
         core.send(identity, SaveSessionReply(path=os.path.abspath(path)), header)  # resolve() raises on a loop
 
     if core.worker.ready:
-        core.waiting_exports[header.msg_id] = lambda ev: write(ev.get("tokens"), ev.get("state"))
-        core.send_to_worker({"op": "export", "req_id": header.msg_id, "session_id": session.session_id})
+        core.waiting_exports[header.msg_id] = write
+        core.send_to_worker(wp.Export(req_id=header.msg_id, session_id=session.session_id))
     else:
         write(None, None)
 

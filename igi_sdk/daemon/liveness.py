@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.handlers_session import cancel_job
 
@@ -55,6 +56,6 @@ def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:
         core.sessions.remove(session.session_id)
         core.counters["sessions_expired"] += 1
         if core.worker.ready:
-            core.send_to_worker({"op": "forget", "session_id": session.session_id})
+            core.send_to_worker(wp.Forget(session_id=session.session_id))
         closed.append(session.session_id)
     return closed

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from igi_sdk.daemon import host_memory
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
@@ -169,21 +170,21 @@ class ModelSwitch:
                 self._finish(load, load.error)
                 handle_worker_death(core, self._budget)
 
-    def on_event(self, event: dict[str, Any]) -> bool:
+    def on_event(self, event: wp.Event) -> bool:
         """Worker ``ready`` / ``fatal`` while loading or reverting, ``ready`` while stopping. Returns True when the
         event was consumed."""
         load = self._load
-        if load is not None and load.phase == "stopping" and event.get("ev") == "ready":
+        if load is not None and load.phase == "stopping" and isinstance(event, wp.Ready):
             self._drop_ready_of_stopping_worker(event)
             return True
-        if load is None or load.phase not in ("loading", "reverting") or event.get("ev") not in ("ready", "fatal"):
+        if load is None or load.phase not in ("loading", "reverting") or not isinstance(event, (wp.Ready, wp.Fatal)):
             return False
         core = self._core
-        if event["ev"] == "fatal":
+        if isinstance(event, wp.Fatal):
             if load.phase == "loading":
-                load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event['message']}; the previous model is served",
+                load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served",
                                           {"path": str(load.path)})
-                core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event["message"])
+                core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event.message)
                 return True  # the worker exits next; tick() reverts
             return False  # the previous model failed to come back: core.fatal_error, then the crash path
         core.hold_jobs = False
@@ -202,7 +203,7 @@ class ModelSwitch:
         return True
 
     # --- internals -----------------------------------------------------------------------------------
-    def _drop_ready_of_stopping_worker(self, event: dict[str, Any]) -> None:
+    def _drop_ready_of_stopping_worker(self, event: wp.Ready) -> None:
         """The worker being stopped says it is ready (a restart finished loading before it read ``shutdown``). It
         must not get work: a budget reload sent now would never be answered (it exits), leaving the request
         unanswered and the budget control "reloading" for good. So the budget control never hears of it, and the
@@ -210,7 +211,7 @@ class ModelSwitch:
         core = self._core
         core.worker.ready = False
         core.worker_failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
-        core.log(logging.INFO, "worker_ready_ignored", pid=event.get("pid"), reason="stopping for a model load")
+        core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="stopping for a model load")
 
     def _enter(self, load: _Load, phase: Phase) -> None:
         load.phase, load.phase_since_s = phase, self._core.clock()
@@ -221,7 +222,7 @@ class ModelSwitch:
         if load.budget_mib is not None and core.governor is not None:
             core.governor.set_budget(load.budget_mib, core.clock())
         outcome = self._budget.replace_model(planner, load.budget_mib)
-        core.worker.retarget(self._config_for(load.path, load.n_ctx), outcome.placement.model_dump())
+        core.worker.retarget(self._config_for(load.path, load.n_ctx), outcome.placement)
         core.fatal_error = None
         core.worker.start()
         self._enter(load, "loading")
@@ -231,7 +232,7 @@ class ModelSwitch:
         core.counters["model_load_failures"] += 1
         assert load.previous_config is not None and load.previous_planner is not None
         outcome = self._budget.replace_model(load.previous_planner)
-        core.worker.retarget(load.previous_config, outcome.placement.model_dump())
+        core.worker.retarget(load.previous_config, outcome.placement)
         core.worker.start()
         self._enter(load, "reverting")
 

@@ -7,7 +7,6 @@ Without an NVIDIA GPU the planner (with this machine's CPU-only profile) returns
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,11 @@ class PlanOutcome:
     warning: str | None = None
 
 
-def placement_uses_gpu(placement: Placement | Mapping[str, Any]) -> bool:
+def placement_uses_gpu(placement: Placement) -> bool:
     """Whether a placement puts anything on a GPU: layers (``n_gpu_layers``), tensors (override rules to a device
     other than the CPU) or prompt processing (``op_offload`` streams host weights through the GPU). A placement that
     does not can run in a worker with CUDA hidden, which then holds no CUDA context (no device memory at all)."""
-    p = placement if isinstance(placement, Placement) else Placement.model_validate(dict(placement))
+    p = placement
     return p.n_gpu_layers != 0 or p.op_offload or any(rule.device.upper() != "CPU" for rule in p.rules)
 
 

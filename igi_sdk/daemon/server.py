@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
@@ -91,7 +92,7 @@ class DaemonServer:
                          n_threads_batch=settings.engine.n_threads)
         planner = PlacementPlanner(model_path, base)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
-        worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement.model_dump())
+        worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement)
 
         outbox = make_outbox(socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity))
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
@@ -231,7 +232,7 @@ def _start_failed(core: DaemonCore, exc: OSError) -> None:
     core.log(logging.ERROR, "worker_start_failed", error=repr(exc), retry_in_s=WORKER_START_RETRY_S)
 
 
-def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwitch, event: dict[str, Any]) -> None:
+def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwitch, event: wp.Event) -> None:
     """Handle one worker event; a daemon bug in it is logged and counted, and the loop keeps serving (as the
     dispatcher does for a request: one bad path must not take every client's conversations down with it)."""
     try:
@@ -239,7 +240,7 @@ def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwi
             handle_worker_event(core, budget, event)
     except Exception as exc:
         core.counters["worker_event_crashed"] += 1
-        core.log(logging.ERROR, "worker_event_crashed", worker_event=str(event.get("ev")), error=repr(exc),
+        core.log(logging.ERROR, "worker_event_crashed", worker_event=type(event).KIND, error=repr(exc),
                  exc=traceback.format_exc())
 
 

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import placement_uses_gpu
 from igi_sdk.daemon.vram import gpu_present
 from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.planner.placement import Placement
 
 _log = get_logger("supervisor")
 
@@ -66,12 +67,12 @@ class WorkerSupervisor:
 
     Args:
         worker_config: plain dict handed to ``worker_main`` (model path, n_ctx, limits, log settings).
-        placement: the placement (``Placement.model_dump()``) the worker loads.
+        placement: the placement the worker loads.
         gpu: whether a worker could hold a CUDA context here (default: :func:`cuda_gpu_usable`). When True, a worker
             whose placement needs no GPU starts with CUDA hidden.
     """
 
-    def __init__(self, worker_config: dict[str, Any], placement: dict[str, Any], gpu: bool | None = None) -> None:
+    def __init__(self, worker_config: dict[str, Any], placement: Placement, gpu: bool | None = None) -> None:
         self._config = worker_config
         self.placement = placement
         self.gpu = cuda_gpu_usable() if gpu is None else gpu
@@ -84,7 +85,7 @@ class WorkerSupervisor:
         self.ready = False
         self.restarts = 0
         self.started_at_s = 0.0
-        self.last_ready: dict[str, Any] | None = None
+        self.last_ready: wp.Ready | None = None
         self._stopping = False
 
     @property
@@ -92,7 +93,7 @@ class WorkerSupervisor:
         """The worker configuration (model path, n_ctx, limits, log settings) used by the next start."""
         return dict(self._config)
 
-    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
+    def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None:
         """Use another model / placement from the next :meth:`start` (or crash restart) on.
 
         The running worker is not touched: stop it first to switch models.
@@ -100,12 +101,12 @@ class WorkerSupervisor:
         self._config = dict(worker_config)
         self.placement = placement
 
-    def hides_gpu_for(self, placement: dict[str, Any]) -> bool:
+    def hides_gpu_for(self, placement: Placement) -> bool:
         """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine, when the
         placement puts nothing on the GPU."""
         return self.gpu and not placement_uses_gpu(placement)
 
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:
+    def needs_new_process(self, placement: Placement) -> bool:
         """Whether the running worker cannot reload to ``placement`` in place: it holds a CUDA context the placement
         does not use (only a process exit frees it), or it has CUDA hidden and the placement needs the GPU. Always
         False without a GPU."""
@@ -126,7 +127,7 @@ class WorkerSupervisor:
         self.ready = False
         if self._conn is not None and not self._dead:
             try:
-                worker_protocol.send(self._conn, {"op": "shutdown"})
+                wp.send(self._conn, wp.Shutdown())
             except (OSError, ValueError):
                 pass
 
@@ -164,19 +165,19 @@ class WorkerSupervisor:
             return []
         return [self._conn.fileno(), self._process.sentinel]
 
-    def read_events(self) -> list[dict[str, Any]]:
+    def read_events(self) -> list[wp.Event]:
         """Every event the worker has sent so far (non-blocking); marks the worker dead on EOF."""
-        events: list[dict[str, Any]] = []
+        events: list[wp.Event] = []
         if self._conn is None or self._dead:
             return events
         # an exit seen before reading: everything the process wrote is read below (up to EOF) before it counts as dead
         exited = self._process is not None and self._process.exitcode is not None
         try:
             while self._conn.poll(0):
-                event = worker_protocol.recv(self._conn)
-                if event.get("ev") == "ready":
+                event = wp.recv(self._conn)
+                if isinstance(event, wp.Ready):
                     self.ready, self.last_ready = True, event
-                events.append(event)
+                events.append(event)  # type: ignore[arg-type]  # the worker sends events only
         except (EOFError, OSError):
             self._mark_dead()
         if exited:
@@ -199,7 +200,7 @@ class WorkerSupervisor:
         except (OSError, ValueError):
             return False
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         """Send a command to the worker.
 
         Raises:
@@ -208,7 +209,7 @@ class WorkerSupervisor:
         if self._conn is None or self.is_dead():
             raise WorkerGone("engine worker is not running")
         try:
-            worker_protocol.send(self._conn, command)
+            wp.send(self._conn, command)
         except (OSError, ValueError) as exc:
             self._mark_dead()
             raise WorkerGone(f"engine worker pipe closed: {exc}") from exc
@@ -226,7 +227,7 @@ class WorkerSupervisor:
             return
         if not self._dead and conn is not None:
             try:
-                worker_protocol.send(conn, {"op": "shutdown"})
+                wp.send(conn, wp.Shutdown())
             except (OSError, ValueError):
                 pass
         process.join(timeout_s)

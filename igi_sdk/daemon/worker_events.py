@@ -5,86 +5,84 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import GenerateReply, TokenEvent
-from igi_sdk.ipc.values import ModelInfo, Usage
+from igi_sdk.ipc.values import Usage
 
 
-def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: dict[str, Any]) -> None:
+def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event) -> None:
     """Route one worker event to the client that waits for it."""
-    kind = event["ev"]
-    if kind == "token":
-        job = core.jobs.get(event["job_id"])
+    if isinstance(event, wp.Token):
+        job = core.jobs.get(event.job_id)
         if job is None:
             return
         job.n_tokens_sent += 1
-        job.text_sent.append(event["text"])
-        job.token_ids.append(int(event["token_id"]))
+        job.text_sent.append(event.text)
+        job.token_ids.append(event.token_id)
         job.last_token_s = core.clock()
         if job.first_token_s is None:
             job.first_token_s = job.last_token_s
         core.counters["tokens_total"] += 1
         # a job continued over a worker replacement: the new worker counts from 0, after the tokens already sent
-        index = event["index"] + job.index_offset
-        core.send_to_job(job, TokenEvent(index=index, text=event["text"], token_id=event["token_id"]))
-    elif kind == "started":
-        job = core.jobs.get(event["job_id"])
+        index = event.index + job.index_offset
+        core.send_to_job(job, TokenEvent(index=index, text=event.text, token_id=event.token_id))
+    elif isinstance(event, wp.Started):
+        job = core.jobs.get(event.job_id)
         if job is not None and job.started_s is None:  # a continued job keeps its first start (and prompt size)
             job.started_s = core.clock()
-            job.prompt_tokens = int(event.get("prompt_tokens", 0))
-    elif kind == "done":
+            job.prompt_tokens = event.prompt_tokens
+    elif isinstance(event, wp.Done):
         _done(core, event)
-    elif kind == "failed":
-        job = core.finish_job(event["job_id"])
+    elif isinstance(event, wp.Failed):
+        job = core.finish_job(event.job_id)
         if job is not None:
-            code = ErrorCode(event["code"])
-            _fail_job(core, job, RequestError(code, event["message"], event.get("detail")))
-    elif kind == "reloaded":
+            _fail_job(core, job, RequestError(ErrorCode(event.code), event.message, event.detail))
+    elif isinstance(event, wp.Reloaded):
         budget.on_reloaded(event)
-    elif kind == "exported":
-        callback = core.waiting_exports.pop(event["req_id"], None)
+    elif isinstance(event, wp.Exported):
+        callback = core.waiting_exports.pop(event.req_id, None)
         if callback is not None:
-            callback(event)
-    elif kind == "ready":
-        if budget.ignores_ready():  # written by a worker being replaced before it read ``shutdown``: it is exiting
+            callback(None if event.tokens is None else list(event.tokens), event.state)
+    elif isinstance(event, wp.Ready):
+        if budget.ignores_ready():  # written by a worker being replaced before it read ``Shutdown``: it is exiting
             core.worker.ready = False
-            core.log(logging.INFO, "worker_ready_ignored", pid=event.get("pid"), reason="being replaced")
+            core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="being replaced")
             return
-        model = event["model"]
-        core.model_info = ModelInfo.model_validate(model["info"])
-        core.model_file_bytes = int(model["file_bytes"])
+        core.model_info = event.model
+        core.model_file_bytes = event.file_bytes
         core.worker_failures_in_row = 0
-        core.log(logging.INFO, "worker_ready", pid=event["pid"], model=core.model_info.path)
+        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
-            core.send_to_worker({"op": "throttle", "sleep_ms": core.sleep_ms_between_tokens})
+            core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
         core.forward_pending_jobs()
         budget.on_worker_ready()
-    elif kind == "fatal":
-        core.log(logging.ERROR, "worker_fatal", code=event["code"], message=event["message"])
+    elif isinstance(event, wp.Fatal):
+        core.log(logging.ERROR, "worker_fatal", code=event.code, message=event.message)
         if budget.on_worker_fatal(event):  # a replacement worker could not load its new placement: a failed reload
             return
-        core.fatal_error = RequestError(ErrorCode(event["code"]), event["message"])
+        core.fatal_error = RequestError(ErrorCode(event.code), event.message)
 
 
-def _done(core: DaemonCore, event: dict[str, Any]) -> None:
-    job = core.jobs.get(event["job_id"])
+def _done(core: DaemonCore, event: wp.Done) -> None:
+    job = core.jobs.get(event.job_id)
     if job is None:
         return
-    reason = event["finish_reason"]
+    reason = event.finish_reason
     if job.resumed:  # continued over a worker replacement: the whole reply is in the daemon's records
         reply = job.final_reply(reason)
-        reply = reply.model_copy(update={"reloads_during": reply.reloads_during + int(event["reloads"])})
+        reply = reply.model_copy(update={"reloads_during": reply.reloads_during + event.reloads})
     else:
         reply = GenerateReply(
             finish_reason=reason,
-            text=event["text"],
-            usage=Usage(prompt_tokens=event["prompt_tokens"], completion_tokens=event["completion_tokens"]),
-            ttft_s=event["ttft_s"],
-            tps=max(0.0, event["tps"]),
-            reloads_during=event["reloads"],
+            text=event.text,
+            usage=Usage(prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens),
+            ttft_s=event.ttft_s,
+            tps=max(0.0, event.tps),
+            reloads_during=event.reloads,
         )
     core.end_job(job, reply)
 

@@ -1,65 +1,282 @@
-"""Daemon layer: the commands and events exchanged between the daemon and its engine worker process.
+"""Daemon layer: the worker protocol, the typed commands and events between the daemon and its engine worker.
 
-They travel over a ``multiprocessing`` pipe as msgpack maps (never pickle): ``{"op": ...}`` from the daemon,
-``{"ev": ...}`` from the worker. Both ends are this package, so the schema is a plain dict per kind, checked here.
+Both ends hold these frozen dataclasses; the pipe carries them through this module's one codec (:func:`encode` /
+:func:`decode`, msgpack maps, never pickle). A ``Placement`` crosses as a ``Placement`` and a ``ModelInfo`` as a
+``ModelInfo``: the codec dumps and validates them. The map keys ``"op"`` (commands) and ``"ev"`` (events) exist only
+here.
 
 Commands (daemon -> worker):
-    generate   job_id, session_id, messages [[role, text], ...], max_tokens, sampling {...}, priority,
-               kv_state (bin|nil: saved sequence state to restore for this session), kv_tokens ([int]|nil),
-               continue_tokens ([int]|absent: the reply's tokens a replaced worker already streamed; the prompt is
-               followed by them and the reply goes on after them, token indexes from 0 again)
-    cancel     job_id
-    reload     req_id, placement (Placement JSON dict)
-    export     req_id, session_id         (sequence state of a session, for save_session)
-    forget     session_id                 (drop cached state of a closed session)
-    throttle   sleep_ms (pause between two decoded tokens, from the frame governor)
-    shutdown
+
+| command | fields | the worker |
+|---|---|---|
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_state, kv_tokens, continue_tokens, grammar | renders and queues the job; ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
+| ``Reload`` | req_id, placement | at the next token boundary saves every sequence, reloads, restores: ``Reloaded`` |
+| ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
+| ``Forget`` | session_id | drops a closed session's KV |
+| ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
+| ``Shutdown`` | - | ends its step and exits |
 
 Events (worker -> daemon):
-    ready      model {ModelInfo fields}, placement, vram_mib|nil, pid, gpu_hidden (started with CUDA hidden),
-               cuda_visible_devices (str|nil: as llama.cpp saw it), llama_cpp_preloaded (hiding came too late)
-    fatal      code, message (the model could not be loaded; the worker exits)
-    started    job_id, prompt_tokens (the rendered prompt, history included)
-    token      job_id, index, text, token_id
-    done       job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s|nil, tps, reloads
-    failed     job_id, code (ErrorCode string), message, detail (optional map, e.g. {"limit": "max_prompt_tokens"})
-    reloaded   req_id, ok, message, apply_time_s, placement
-    exported   req_id, session_id, tokens [int]|nil, state bin|nil
-    log        level, event, fields {}
+
+| event | fields | when |
+|---|---|---|
+| ``Ready`` | pid, model, file_bytes, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded | the model is loaded |
+| ``Fatal`` | code, message | the model could not be loaded; the worker exits |
+| ``Started`` | job_id, prompt_tokens | a job got its sequence slot |
+| ``Token`` | job_id, index, text, token_id | one sampled token (indexes from 0 in this worker) |
+| ``Done`` | job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s, tps, reloads | a job ended |
+| ``Failed`` | job_id, code, message, detail | a job could not run (an ``ErrorCode`` value, e.g. ``too_large``) |
+| ``Reloaded`` | req_id, ok, message, apply_time_s, placement | a reload finished (the worker exits after a failed one) |
+| ``Exported`` | req_id, session_id, tokens, state | the answer to ``Export`` |
+
+``Generate.continue_tokens`` are the reply's tokens a replaced worker already streamed (the daemon replaced the
+worker at a token boundary): the prompt is followed by them and the reply goes on after them, its token indexes
+from 0 again (the daemon renumbers them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 
-COMMANDS = frozenset({"generate", "throttle", "cancel", "reload", "export", "forget", "shutdown"})
-EVENTS = frozenset({"ready", "fatal", "started", "token", "done", "failed", "reloaded", "exported", "log"})
+from igi_sdk.ipc.values import ModelInfo
+from igi_sdk.planner.placement import Placement
 
 
 class WorkerProtocolError(RuntimeError):
     """A malformed command or event on the worker pipe (a bug, never user input)."""
 
 
-def send(conn: Connection, message: dict[str, Any]) -> None:
+# --- commands (daemon -> worker) -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobSampling:
+    """The sampling settings of one generation."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    seed: int | None = None  # None: a random seed
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Generate:
+    """A generation for one session: the conversation to render (system, history, the new user line)."""
+
+    KIND: ClassVar[str] = "generate"
+    job_id: str
+    session_id: str
+    messages: tuple[tuple[str, str], ...]
+    max_tokens: int
+    sampling: JobSampling = JobSampling()
+    priority: int = 0
+    kv_state: bytes | None = None  # a saved session's KV state, restored instead of re-prefilled
+    kv_tokens: tuple[int, ...] | None = None
+    continue_tokens: tuple[int, ...] = ()  # the reply so far, streamed by a replaced worker: the prompt's tail
+    grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    KIND: ClassVar[str] = "cancel"
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Reload:
+    KIND: ClassVar[str] = "reload"
+    req_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Export:
+    KIND: ClassVar[str] = "export"
+    req_id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Forget:
+    KIND: ClassVar[str] = "forget"
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Throttle:
+    KIND: ClassVar[str] = "throttle"
+    sleep_ms: float
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    KIND: ClassVar[str] = "shutdown"
+
+
+Command = Generate | Cancel | Reload | Export | Forget | Throttle | Shutdown
+
+
+# --- events (worker -> daemon) -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ready:
+    KIND: ClassVar[str] = "ready"
+    pid: int
+    model: ModelInfo
+    file_bytes: int
+    placement: Placement
+    gpu_hidden: bool = False  # started with CUDA_VISIBLE_DEVICES=""
+    cuda_visible_devices: str | None = None  # as llama.cpp saw it (None: unset)
+    llama_cpp_preloaded: bool = False  # llama.cpp was imported before the worker could hide the GPU
+
+
+@dataclass(frozen=True)
+class Fatal:
+    KIND: ClassVar[str] = "fatal"
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Started:
+    KIND: ClassVar[str] = "started"
+    job_id: str
+    prompt_tokens: int  # the rendered prompt, history (and continued tokens) included
+
+
+@dataclass(frozen=True)
+class Token:
+    KIND: ClassVar[str] = "token"
+    job_id: str
+    index: int
+    text: str
+    token_id: int
+
+
+@dataclass(frozen=True)
+class Done:
+    KIND: ClassVar[str] = "done"
+    job_id: str
+    finish_reason: str
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    tps: float = 0.0
+    reloads: int = 0
+
+
+@dataclass(frozen=True)
+class Failed:
+    KIND: ClassVar[str] = "failed"
+    job_id: str
+    code: str  # an ErrorCode value
+    message: str
+    detail: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    KIND: ClassVar[str] = "reloaded"
+    req_id: str
+    ok: bool
+    placement: Placement
+    message: str = ""
+    apply_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Exported:
+    KIND: ClassVar[str] = "exported"
+    req_id: str
+    session_id: str
+    tokens: tuple[int, ...] | None = None
+    state: bytes | None = None
+
+
+Event = Ready | Fatal | Started | Token | Done | Failed | Reloaded | Exported
+Message = Command | Event
+
+_COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Shutdown)
+COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
+EVENTS: dict[str, type[Any]] = {cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported)}
+
+
+# --- the codec -----------------------------------------------------------------------------------------------------
+def _ints(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
+
+
+#: field name -> how its msgpack value becomes the field's type (the others are msgpack scalars, maps or bytes)
+_DECODE: dict[str, Callable[[Any], Any]] = {
+    "placement": Placement.model_validate,
+    "model": ModelInfo.model_validate,
+    "sampling": lambda value: JobSampling(**{**value, "stop": tuple(value.get("stop") or ())}),
+    "messages": lambda value: tuple((str(role), str(text)) for role, text in value),
+    "kv_tokens": _ints,
+    "continue_tokens": lambda value: _ints(value) or (),
+    "tokens": _ints,
+}
+
+
+def _wire(value: Any) -> Any:
+    if isinstance(value, (Placement, ModelInfo)):
+        return value.model_dump(mode="json")
+    if isinstance(value, JobSampling):
+        return {f.name: _wire(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple):
+        return [_wire(v) for v in value]
+    return value
+
+
+def encode(message: Message) -> bytes:
+    """One command or event as the bytes the pipe carries."""
+    key = "op" if isinstance(message, _COMMAND_TYPES) else "ev"
+    body = {key: type(message).KIND, **{f.name: _wire(getattr(message, f.name)) for f in fields(message)}}
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def decode(data: bytes) -> Message:
+    """The command or event ``encode`` made of ``data``.
+
+    Raises:
+        WorkerProtocolError: not a command or event of this protocol.
+    """
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise WorkerProtocolError(f"undecodable worker message: {exc}") from None
+    if not isinstance(body, dict):
+        raise WorkerProtocolError(f"malformed worker message: {body!r:.200}")
+    if "op" in body:
+        cls = COMMANDS.get(body.pop("op"))
+    elif "ev" in body:
+        cls = EVENTS.get(body.pop("ev"))
+    else:
+        cls = None
+    if cls is None:
+        raise WorkerProtocolError(f"unknown worker message: {body!r:.200}")
+    names = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: _DECODE[k](v) if k in _DECODE else v for k, v in body.items() if k in names})
+    except (TypeError, ValueError, KeyError) as exc:
+        raise WorkerProtocolError(f"malformed {cls.KIND}: {exc}") from None
+
+
+def send(conn: Connection, message: Message) -> None:
     """Encode one command or event and send it over the pipe."""
-    conn.send_bytes(msgpack.packb(message, use_bin_type=True))
+    conn.send_bytes(encode(message))
 
 
-def recv(conn: Connection) -> dict[str, Any]:
+def recv(conn: Connection) -> Message:
     """Receive and decode one command or event.
 
     Raises:
         EOFError: the other end closed the pipe (process gone).
-        WorkerProtocolError: the bytes are not a command/event map.
+        WorkerProtocolError: the bytes are not a command or event.
     """
-    data = conn.recv_bytes()
-    message = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    if not isinstance(message, dict) or not ({"op", "ev"} & message.keys()):
-        raise WorkerProtocolError(f"malformed worker message: {message!r:.200}")
-    kind = message.get("op", message.get("ev"))
-    if kind not in COMMANDS | EVENTS:
-        raise WorkerProtocolError(f"unknown worker message kind {kind!r}")
-    return message
+    return decode(conn.recv_bytes())

@@ -7,18 +7,19 @@ token events must follow the protocol (consecutive indexes, concatenating to the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
-from igi_sdk.daemon.worker.scheduler import Job, WorkerScheduler
+from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
-GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 1}
+GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
 PLACEMENT = Placement(n_batch=64, n_ubatch=32, n_seq_max=4, n_threads=2)
 JOBS = (
     ("guard", "You are a gate guard. Answer briefly.", "Who goes there?", ()),
@@ -27,27 +28,28 @@ JOBS = (
 )
 
 
-def _jobs(max_tokens: int = 10) -> list[Job]:
-    return [Job(job_id=f"job-{sid}", session_id=sid, messages=[("system", system), ("user", user)],
-                max_tokens=max_tokens, sampling={**GREEDY, "stop": list(stop)}) for sid, system, user, stop in JOBS]
+def _jobs(max_tokens: int = 10) -> list[wp.Generate]:
+    return [wp.Generate(job_id=f"job-{sid}", session_id=sid, messages=(("system", system), ("user", user)),
+                        max_tokens=max_tokens, sampling=dataclasses.replace(GREEDY, stop=tuple(stop)))
+            for sid, system, user, stop in JOBS]
 
 
 def _adapter(n_seq_max: int) -> EngineAdapter:
-    return EngineAdapter(str(default_model_path()), PLACEMENT.with_(n_seq_max=n_seq_max).model_dump(),
+    return EngineAdapter(str(default_model_path()), PLACEMENT.with_(n_seq_max=n_seq_max),
                          n_ctx=512 * n_seq_max, n_threads=2)
 
 
-def _by_job(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_job(events: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
     for ev in events:
-        out.setdefault(ev["job_id"], []).append(ev)
+        out.setdefault(ev.job_id, []).append(ev)
     return out
 
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, str]:
     """``done`` texts of the scheduler with one slot: one job at a time, the others queued."""
-    events: list[dict[str, Any]] = []
+    events: list[Any] = []
     adapter = _adapter(1)
     try:
         sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
@@ -59,7 +61,7 @@ def reference() -> dict[str, str]:
     finally:
         adapter.close()
     _check_protocol(events)
-    return {ev["job_id"]: ev["text"] for ev in events if ev["ev"] == "done"}
+    return {ev.job_id: ev.text for ev in events if isinstance(ev, wp.Done)}
 
 
 @pytest.fixture()
@@ -69,63 +71,63 @@ def adapter() -> Iterator[EngineAdapter]:
     adapter.close()
 
 
-def _check_protocol(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _check_protocol(events: list[Any]) -> dict[str, wp.Done]:
     done = {}
     for job_id, evs in _by_job(events).items():
-        assert evs[0]["ev"] == "started"  # sent when the job gets its slot
+        assert isinstance(evs[0], wp.Started)  # sent when the job gets its slot
         tokens, final = evs[1:-1], evs[-1]
-        assert final["ev"] == "done" and all(e["ev"] == "token" for e in tokens)
-        assert [e["index"] for e in tokens] == list(range(len(tokens)))
-        assert "".join(e["text"] for e in tokens) == final["text"]
-        assert final["completion_tokens"] == len(tokens)
+        assert isinstance(final, wp.Done) and all(isinstance(e, wp.Token) for e in tokens)
+        assert [e.index for e in tokens] == list(range(len(tokens)))
+        assert "".join(e.text for e in tokens) == final.text
+        assert final.completion_tokens == len(tokens)
         done[job_id] = final
     return done
 
 
 def test_concurrent_jobs_match_one_at_a_time_and_follow_the_protocol(
         adapter: EngineAdapter, reference: dict[str, str]) -> None:
-    events: list[dict[str, Any]] = []
+    events: list[Any] = []
     sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
         sched.submit(job)
     while sched.has_work():
         sched.step()
     done = _check_protocol(events)
-    assert {j: d["text"] for j, d in done.items()} == reference
-    assert done["job-bard"]["finish_reason"] == "stop" and done["job-bard"]["text"] == "The sea is a"
+    assert {j: d.text for j, d in done.items()} == reference
+    assert done["job-bard"].finish_reason == "stop" and done["job-bard"].text == "The sea is a"
     assert sched.scheduler.counters.sequences_per_step_max == 3
 
 
 def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter, reference: dict[str, str]) -> None:
-    events: list[dict[str, Any]] = []
+    events: list[Any] = []
     sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
         sched.submit(job)
     for _ in range(4):
         sched.step()
-    sched.reload(PLACEMENT.with_(n_batch=16, n_ubatch=16).model_dump())
+    sched.reload(PLACEMENT.with_(n_batch=16, n_ubatch=16))
     while sched.has_work():
         sched.step()
     done = _check_protocol(events)
-    assert {j: d["text"] for j, d in done.items()} == reference
-    assert all(d["reloads"] == 1 for d in done.values())
+    assert {j: d.text for j, d in done.items()} == reference
+    assert all(d.reloads == 1 for d in done.values())
 
     tokens, state = sched.export("guard")  # what save_session writes to the session file
     assert tokens and state is not None
-    fresh_events: list[dict[str, Any]] = []
+    fresh_events: list[Any] = []
     fresh = _adapter(4)
     try:
         worker = WorkerScheduler(fresh, fresh.llama_engine, fresh_events.append, max_prompt_tokens=400)
-        turn2 = SimpleNamespace(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, priority=0,
-                                kv_state=state, kv_tokens=tokens, continue_tokens=None, grammar=None,
-                                messages=[("system", JOBS[0][1]), ("user", JOBS[0][2]),
-                                          ("assistant", reference["job-guard"]), ("user", "Open the gate.")])
+        turn2 = wp.Generate(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, kv_state=state,
+                            kv_tokens=tuple(tokens), messages=(("system", JOBS[0][1]), ("user", JOBS[0][2]),
+                                                               ("assistant", reference["job-guard"]),
+                                                               ("user", "Open the gate.")))
         worker.submit(turn2)
         while worker.has_work():
             worker.step()
         counters = worker.scheduler.counters
         assert counters.prefill_tokens_reused_parked > 0
         assert counters.prefill_tokens_evaluated == counters.prompt_tokens - counters.prefill_tokens_reused_parked
-        assert _check_protocol(fresh_events)["job-2"]["finish_reason"] in ("stop", "length")
+        assert _check_protocol(fresh_events)["job-2"].finish_reason in ("stop", "length")
     finally:
         fresh.close()

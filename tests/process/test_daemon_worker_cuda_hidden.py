@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
-GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 1, "stop": []}
-MESSAGES = [["system", "You are Mira, a blacksmith. Answer in one sentence."], ["user", "Can you fix my sword?"]]
+GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
+MESSAGES = (("system", "You are Mira, a blacksmith. Answer in one sentence."), ("user", "Can you fix my sword?"))
 N_TOKENS, CUT = 12, 5
 
 
@@ -31,7 +32,7 @@ def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
     settings = DaemonSettings(engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=n_seq_max, worker_nice=0))
     placement = Placement(n_ctx=1024, n_seq_max=n_seq_max, n_threads=2, n_threads_batch=2, n_gpu_layers=0,
                           op_offload=False, offload_kqv=False)
-    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 1024), placement.model_dump(), gpu=gpu)
+    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 1024), placement, gpu=gpu)
     worker.start()
     deadline = time.monotonic() + 120
     while not worker.ready:
@@ -42,19 +43,18 @@ def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
 
 
 def _generate(worker: WorkerSupervisor, job_id: str, max_tokens: int, continue_tokens: list[int] | None = None
-              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    worker.send({"op": "generate", "job_id": job_id, "session_id": job_id, "messages": MESSAGES, "max_tokens": max_tokens,
-                 "sampling": GREEDY, "priority": 0, "kv_state": None, "kv_tokens": None,
-                 "continue_tokens": continue_tokens})
-    tokens: list[dict[str, Any]] = []
+              ) -> tuple[list[wp.Token], Any]:
+    worker.send(wp.Generate(job_id=job_id, session_id=job_id, messages=MESSAGES, max_tokens=max_tokens, sampling=GREEDY,
+                            continue_tokens=tuple(continue_tokens or ())))
+    tokens: list[wp.Token] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for event in worker.read_events():
-            if event.get("job_id") != job_id:
+            if getattr(event, "job_id", None) != job_id:
                 continue
-            if event["ev"] == "token":
+            if isinstance(event, wp.Token):
                 tokens.append(event)
-            elif event["ev"] in ("done", "failed"):
+            elif isinstance(event, (wp.Done, wp.Failed)):
                 return tokens, event
         time.sleep(0.01)
     raise AssertionError(f"{job_id} did not finish")
@@ -70,22 +70,22 @@ def worker(request: pytest.FixtureRequest) -> Iterator[WorkerSupervisor]:
 
 def test_cuda_is_hidden_before_llama_cpp_is_imported_exactly_when_asked(worker: WorkerSupervisor) -> None:
     ready = worker.last_ready
-    assert ready is not None and ready["llama_cpp_preloaded"] is False
+    assert ready is not None and ready.llama_cpp_preloaded is False
     if worker.gpu:  # a CPU-only placement on a GPU machine
-        assert worker.gpu_hidden and ready["gpu_hidden"] is True
-        assert ready["cuda_visible_devices"] == ""
+        assert worker.gpu_hidden and ready.gpu_hidden is True
+        assert ready.cuda_visible_devices == ""
     else:  # no GPU: the environment is the daemon's
-        assert not worker.gpu_hidden and ready["gpu_hidden"] is False
-        assert ready["cuda_visible_devices"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+        assert not worker.gpu_hidden and ready.gpu_hidden is False
+        assert ready.cuda_visible_devices == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_a_continued_generation_goes_on_where_the_streamed_tokens_end(worker: WorkerSupervisor) -> None:
     full_tokens, full = _generate(worker, "whole", N_TOKENS)
-    assert full["ev"] == "done" and full["finish_reason"] == "length" and len(full_tokens) == N_TOKENS
+    assert isinstance(full, wp.Done) and full.finish_reason == "length" and len(full_tokens) == N_TOKENS
     streamed = full_tokens[:CUT]
-    rest_tokens, rest = _generate(worker, "continued", N_TOKENS - CUT, [t["token_id"] for t in streamed])
-    assert rest["ev"] == "done" and rest["completion_tokens"] == N_TOKENS - CUT
-    assert [t["index"] for t in rest_tokens] == list(range(N_TOKENS - CUT))  # the daemon renumbers them
-    assert [t["token_id"] for t in rest_tokens] == [t["token_id"] for t in full_tokens[CUT:]]
-    assert "".join(t["text"] for t in streamed) + rest["text"] == full["text"]
-    assert rest["prompt_tokens"] == full["prompt_tokens"] + CUT
+    rest_tokens, rest = _generate(worker, "continued", N_TOKENS - CUT, [t.token_id for t in streamed])
+    assert isinstance(rest, wp.Done) and rest.completion_tokens == N_TOKENS - CUT
+    assert [t.index for t in rest_tokens] == list(range(N_TOKENS - CUT))  # the daemon renumbers them
+    assert [t.token_id for t in rest_tokens] == [t.token_id for t in full_tokens[CUT:]]
+    assert "".join(t.text for t in streamed) + rest.text == full.text
+    assert rest.prompt_tokens == full.prompt_tokens + CUT

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
@@ -39,7 +40,7 @@ from igi_sdk.ipc.messages import (
     GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelReply, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
     SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
 )
-from igi_sdk.ipc.values import Plan
+from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.synthetic import write_synthetic_gguf
 
@@ -62,36 +63,35 @@ class SimWorker:
     pid = None
     gpu_hidden = False
 
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
         return False
 
     def __init__(self) -> None:
         self.ready = False
         self.restarts = 0
-        self.placement: dict[str, Any] = Placement().model_dump()
+        self.placement = Placement()
         self._config: dict[str, Any] = {"model_path": MODELS["default"], "n_ctx": 2048}
         self._alive = False
         self._dead = True
-        self._events: list[dict[str, Any]] = []
+        self._events: list[wp.Event] = []
         self._queue: list[dict[str, Any]] = []
 
     @property
     def config(self) -> dict[str, Any]:
         return dict(self._config)
 
-    def retarget(self, worker_config: dict[str, Any], placement: dict[str, Any]) -> None:
+    def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None:
         self._config, self.placement = dict(worker_config), placement
 
     def start(self) -> None:
         self._alive, self._dead, self._queue = True, False, []
         path = self._config["model_path"]
         if path.endswith("refused.gguf"):
-            self._events.append({"ev": "fatal", "code": "model_invalid", "message": "llama.cpp refused it"})
+            self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
             self._alive = False
             return
-        info = {"path": path, "architecture": "llama", "n_layer": 2, "n_params": None, "file_mib": 1.0,
-                "n_ctx": self._config["n_ctx"]}
-        self._events.append({"ev": "ready", "pid": 1, "model": {"info": info, "file_bytes": 1}, "placement": self.placement})
+        info = ModelInfo(path=path, architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=self._config["n_ctx"])
+        self._events.append(wp.Ready(pid=1, model=info, file_bytes=1, placement=self.placement))
 
     def kill(self) -> None:
         """The process dies (llama.cpp crash); the daemon notices on its next look."""
@@ -121,31 +121,28 @@ class SimWorker:
     def fds(self) -> list[int]:
         return []
 
-    def read_events(self) -> list[dict[str, Any]]:
+    def read_events(self) -> list[wp.Event]:
         events, self._events = self._events, []
         for event in events:
-            if event["ev"] == "ready":
+            if isinstance(event, wp.Ready):
                 self.ready = True
         if not self._alive:
             self.is_dead()
         return events
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         if self.is_dead():
             raise WorkerGone("engine worker is not running")
-        op = command["op"]
-        if op == "generate":
-            self._queue.append({"job_id": command["job_id"], "left": command["max_tokens"], "index": 0, "text": ""})
-        elif op == "cancel":
-            for job in [j for j in self._queue if j["job_id"] == command["job_id"]]:
+        if isinstance(command, wp.Generate):
+            self._queue.append({"job_id": command.job_id, "left": command.max_tokens, "index": 0, "text": ""})
+        elif isinstance(command, wp.Cancel):
+            for job in [j for j in self._queue if j["job_id"] == command.job_id]:
                 self._queue.remove(job)
                 self._done(job, "cancelled")
-        elif op == "reload":
-            self._events.append({"ev": "reloaded", "req_id": command["req_id"], "ok": True, "message": "",
-                                 "apply_time_s": 0.0, "placement": command["placement"]})
-        elif op == "export":
-            self._events.append({"ev": "exported", "req_id": command["req_id"], "session_id": command["session_id"],
-                                 "tokens": None, "state": None})
+        elif isinstance(command, wp.Reload):
+            self._events.append(wp.Reloaded(req_id=command.req_id, ok=True, placement=command.placement))
+        elif isinstance(command, wp.Export):
+            self._events.append(wp.Exported(req_id=command.req_id, session_id=command.session_id))
 
     def step(self) -> None:
         """One token of the first queued generation."""
@@ -153,9 +150,9 @@ class SimWorker:
             return
         job = self._queue[0]
         if job["index"] == 0:
-            self._events.append({"ev": "started", "job_id": job["job_id"], "prompt_tokens": 3})
+            self._events.append(wp.Started(job_id=job["job_id"], prompt_tokens=3))
         piece = f"t{job['index']} "
-        self._events.append({"ev": "token", "job_id": job["job_id"], "index": job["index"], "text": piece, "token_id": 7})
+        self._events.append(wp.Token(job_id=job["job_id"], index=job["index"], text=piece, token_id=7))
         job["index"] += 1
         job["text"] += piece
         job["left"] -= 1
@@ -164,9 +161,8 @@ class SimWorker:
             self._done(job, "length")
 
     def _done(self, job: dict[str, Any], reason: str) -> None:
-        self._events.append({"ev": "done", "job_id": job["job_id"], "finish_reason": reason, "text": job["text"],
-                             "prompt_tokens": 3, "completion_tokens": job["index"], "ttft_s": None, "tps": 0.0,
-                             "reloads": 0})
+        self._events.append(wp.Done(job_id=job["job_id"], finish_reason=reason, text=job["text"], prompt_tokens=3,
+                                    completion_tokens=job["index"]))
 
 
 class _Planner:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import daemon_sim as bookkeeping
 from igi_sdk.daemon import budget_control
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -77,18 +78,18 @@ class GpuSimWorker(SimWorker):
         self.gpu_hidden = False
         self.pid: int | None = None  # type: ignore[assignment]
         self.starts: list[tuple[Placement, bool]] = []
-        self.commands: list[tuple[int | None, dict[str, Any]]] = []  # (pid, command) of every command received
+        self.commands: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command received
         self.stopping = False
         self.fail_gpu_loads = False
 
     def start(self) -> None:
         self.gpu_hidden = self.hides_gpu_for(self.placement)
         self.pid = 1000 + len(self.starts)
-        self.starts.append((Placement.model_validate(self.placement), self.gpu_hidden))
+        self.starts.append((self.placement, self.gpu_hidden))
         self.stopping = False
         if self.fail_gpu_loads and placement_uses_gpu(self.placement):
             self._alive, self._dead, self._queue = False, False, []
-            self._events.append({"ev": "fatal", "code": "model_invalid", "message": "cudaMalloc failed"})
+            self._events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
             return
         super().start()
 
@@ -106,13 +107,13 @@ class GpuSimWorker(SimWorker):
             return 0.0
         return GPU_MIB if placement_uses_gpu(self.placement) else CONTEXT_MIB
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         if self.is_dead():
             raise WorkerGone("engine worker is not running")
         self.commands.append((self.pid, command))
-        if command["op"] == "generate":
-            base = len(command.get("continue_tokens") or ())
-            self._queue.append({"job_id": command["job_id"], "left": command["max_tokens"], "index": 0, "text": "",
+        if isinstance(command, wp.Generate):
+            base = len(command.continue_tokens)
+            self._queue.append({"job_id": command.job_id, "left": command.max_tokens, "index": 0, "text": "",
                                 "base": base})
             return
         super().send(command)
@@ -122,10 +123,10 @@ class GpuSimWorker(SimWorker):
             return
         job = self._queue[0]
         if job["index"] == 0:
-            self._events.append({"ev": "started", "job_id": job["job_id"], "prompt_tokens": 3 + job["base"]})
+            self._events.append(wp.Started(job_id=job["job_id"], prompt_tokens=3 + job["base"]))
         n = job["base"] + job["index"]
         piece = f"t{n} "
-        self._events.append({"ev": "token", "job_id": job["job_id"], "index": job["index"], "text": piece, "token_id": n})
+        self._events.append(wp.Token(job_id=job["job_id"], index=job["index"], text=piece, token_id=n))
         job["index"] += 1
         job["text"] += piece
         job["left"] -= 1
@@ -133,8 +134,8 @@ class GpuSimWorker(SimWorker):
             self._queue.pop(0)
             self._done(job, "length")
 
-    def sent(self, op: str) -> list[tuple[int | None, dict[str, Any]]]:
-        return [(pid, c) for pid, c in self.commands if c["op"] == op]
+    def sent(self, kind: str) -> list[tuple[int | None, Any]]:
+        return [(pid, c) for pid, c in self.commands if type(c).KIND == kind]
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def _daemon(budget_mib: int, gpu: bool = True, always_reload: bool = False) -> D
     _LIVE.append(worker)
     planner = Planner()
     outcome = planner.plan(budget_mib)
-    worker.placement = outcome.placement.model_dump()
+    worker.placement = outcome.placement
     daemon.worker = daemon.core.worker = worker
     daemon.budget._planner = planner  # type: ignore[assignment]
     daemon.budget.current = outcome

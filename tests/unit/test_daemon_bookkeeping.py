@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
@@ -388,7 +389,8 @@ def test_a_worker_event_the_daemon_cannot_handle_is_logged_and_the_loop_goes_on(
     """The server loop handled worker events without a guard: one exception there (the NUL path above, or any
     daemon bug on that path) stopped the daemon. Now it is counted and logged, as a handler crash is."""
     daemon = Daemon()
-    _safe_worker_event(daemon.core, daemon.budget, daemon.switch, {"ev": "token"})  # no job_id: a KeyError inside
+    # a code that is no ErrorCode: a ValueError inside
+    _safe_worker_event(daemon.core, daemon.budget, daemon.switch, wp.Fatal(code="no_such_code", message="?"))
     assert daemon.core.counters["worker_event_crashed"] == 1
     status = daemon.request(StatusRequest())
     daemon.pump()

@@ -17,6 +17,7 @@ import pytest
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import budget_control
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
@@ -37,14 +38,14 @@ class FakeWorker:
     pid = 4242
     gpu_hidden = False
 
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
         return False
 
     def __init__(self) -> None:
-        self.placement: dict[str, Any] = Placement().model_dump()
-        self.commands: list[dict[str, Any]] = []
+        self.placement = Placement()
+        self.commands: list[wp.Command] = []
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         self.commands.append(command)
 
     def is_dead(self) -> bool:
@@ -105,12 +106,13 @@ class Rig:
             time.sleep(0.005)
             self.budget.tick()
 
-    def reloads(self) -> list[dict[str, Any]]:
-        return [c for c in self.worker.commands if c["op"] == "reload"]
+    def reloads(self) -> list[wp.Reload]:
+        return [c for c in self.worker.commands if isinstance(c, wp.Reload)]
 
     def finish_reload(self, used_after_mib: float) -> None:
         self.used_mib = used_after_mib
-        self.budget.on_reloaded({"ev": "reloaded", "req_id": self.reloads()[-1]["req_id"], "ok": True})
+        reload = self.reloads()[-1]
+        self.budget.on_reloaded(wp.Reloaded(req_id=reload.req_id, ok=True, placement=reload.placement))
 
     def acks(self) -> list[BudgetAck]:
         return [m for _, m in (unpack_message(KEY, f) for f in self.sent) if isinstance(m, BudgetAck)]
@@ -122,14 +124,14 @@ def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram
     # 4096 - 3700 MiB leaves no room for a 600 MiB dry-run child: planning may only read the cache
     assert rig.planner.calls == [(2048, 0)]
     first = rig.reloads()
-    assert len(first) == 1 and first[0]["placement"]["n_gpu_layers"] == 0  # interim: CPU-only
+    assert len(first) == 1 and first[0].placement.n_gpu_layers == 0  # interim: CPU-only
     assert rig.acks() == []  # not acked before the final placement
     rig.finish_reload(used_after_mib=500.0)  # the worker's CUDA context only
     rig.settle()
     # cache first, then (2048 - 500 - 256) // 600 = 2 children, which now fit under the new budget
     assert rig.planner.calls[1:] == [(2048, 0), (2048, 2)]
     assert rig.planner.threads == {"igi-budget-plan"}  # the dry runs ran off the I/O loop
-    assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 2048 // 256
+    assert rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256
     rig.finish_reload(used_after_mib=1800.0)
     (ack,) = rig.acks()
     assert ack.applied and ack.granted_mib == 2048 and ack.plan.strategy == "partial"
@@ -141,7 +143,7 @@ def test_shrink_with_headroom_plans_with_the_children_that_fit(monkeypatch: pyte
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)
     rig.settle()
     assert rig.planner.calls == [(3072, 0), (3072, (4096 - 2000 - 256) // CHILD_MIB)]
-    assert len(rig.reloads()) == 1 and rig.reloads()[0]["placement"]["n_gpu_layers"] == 3072 // 256
+    assert len(rig.reloads()) == 1 and rig.reloads()[0].placement.n_gpu_layers == 3072 // 256
     rig.finish_reload(used_after_mib=2700.0)
     assert [a.granted_mib for a in rig.acks()] == [3072]
 
@@ -150,11 +152,11 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     rig = Rig(monkeypatch, cached={4096, 3072}, used_mib=1000.0)
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 3072, deadline_s=1.0)
     assert rig.planner.calls == [(3072, 0)]  # cached: planned at once, one reload
-    assert len(rig.reloads()) == 1 and rig.reloads()[0]["placement"]["n_gpu_layers"] == 3072 // 256
+    assert len(rig.reloads()) == 1 and rig.reloads()[0].placement.n_gpu_layers == 3072 // 256
     rig.finish_reload(used_after_mib=2700.0)
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1024, deadline_s=1.0)
     assert rig.planner.calls[-1] == (1024, 0)  # plenty of headroom, still no child: free memory first
-    assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 0
+    assert rig.reloads()[-1].placement.n_gpu_layers == 0
     rig.finish_reload(used_after_mib=500.0)
     # (1024 - 500 - 256) // 600 = 0: no dry run fits even now -> stays CPU-only, with a warning
     assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._planning is None
@@ -179,7 +181,7 @@ def test_planning_with_dry_runs_does_not_hold_the_loop_and_a_newer_target_supers
     rig.planner.gate.set()
     rig.settle()
     # the 3072 plan is dropped; 2560 (cached) is planned and applied; both requests are answered by that reload
-    assert [c["placement"]["n_gpu_layers"] for c in rig.reloads()] == [2560 // 256]
+    assert [c.placement.n_gpu_layers for c in rig.reloads()] == [2560 // 256]
     rig.finish_reload(used_after_mib=2300.0)
     assert [a.requested_mib for a in rig.acks()] == [3072, 2560]
     assert all(a.applied and a.plan.gpu_mib == 2560 * 0.9 for a in rig.acks())
@@ -193,7 +195,7 @@ def test_a_reclaim_during_background_planning_frees_the_vram_at_once(monkeypatch
     assert rig.budget.reloading and rig.reloads() == []
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1536, deadline_s=0.5)  # a level load
     (interim,) = rig.reloads()
-    assert interim["placement"]["n_gpu_layers"] == 0  # not waiting for the 3072 plan
+    assert interim.placement.n_gpu_layers == 0  # not waiting for the 3072 plan
     rig.finish_reload(used_after_mib=500.0)
     (ack,) = rig.acks()
     assert ack.requested_mib == 1536 and ack.cpu_fallback  # the reclaim is answered once the VRAM is free
@@ -201,7 +203,7 @@ def test_a_reclaim_during_background_planning_frees_the_vram_at_once(monkeypatch
     rig.planner.gate.set()
     rig.settle()
     # the 3072 plan is dropped; 1536 (cached) is applied, and the set_budget request is answered by that reload
-    assert rig.reloads()[-1]["placement"]["n_gpu_layers"] == 1536 // 256
+    assert rig.reloads()[-1].placement.n_gpu_layers == 1536 // 256
     rig.finish_reload(used_after_mib=1400.0)
     assert [a.requested_mib for a in rig.acks()] == [1536, 3072]
     assert rig.acks()[-1].granted_mib == 1536 and not rig.budget.reloading

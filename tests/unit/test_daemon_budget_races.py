@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -33,7 +34,7 @@ class StoppingWorker(SimWorker):
     def __init__(self) -> None:
         super().__init__()
         self.stopping = False
-        self.ignored: list[dict[str, Any]] = []  # commands that reached a worker on its way out
+        self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out
 
     def begin_stop(self) -> None:
         self.ready, self.stopping, self._queue = False, True, []
@@ -45,7 +46,7 @@ class StoppingWorker(SimWorker):
         self.stopping = False
         super().start()
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         if self.stopping and not self.is_dead():
             self.ignored.append(command)
             return
@@ -59,8 +60,8 @@ class DeafWorker(SimWorker):
         super().__init__()
         self.hear = False
 
-    def send(self, command: dict[str, Any]) -> None:
-        if command["op"] == "reload" and not self.hear:
+    def send(self, command: wp.Command) -> None:
+        if isinstance(command, wp.Reload) and not self.hear:
             return
         super().send(command)
 
@@ -72,14 +73,14 @@ class FailingReloadWorker(SimWorker):
         super().__init__()
         self.fail_reloads = True
 
-    def send(self, command: dict[str, Any]) -> None:
-        if command["op"] != "reload" or not self.fail_reloads:
+    def send(self, command: wp.Command) -> None:
+        if not isinstance(command, wp.Reload) or not self.fail_reloads:
             super().send(command)
             return
         if self.is_dead():
             raise WorkerGone("engine worker is not running")
-        self._events.append({"ev": "reloaded", "req_id": command["req_id"], "ok": False, "apply_time_s": 0.0,
-                             "message": "RuntimeError: cudaMalloc failed", "placement": command["placement"]})
+        self._events.append(wp.Reloaded(req_id=command.req_id, ok=False, message="RuntimeError: cudaMalloc failed",
+                                        placement=command.placement))
         self._alive = False  # exits once the event is read
 
 
@@ -116,7 +117,7 @@ def _on_gpu(daemon: Daemon, budget_mib: int) -> GpuPlanner:
     daemon.budget._planner = planner  # type: ignore[assignment]
     daemon.budget.current = planner.plan(budget_mib)
     daemon.budget.state = BudgetPolicyState.initial(budget_mib)
-    daemon.worker.placement = daemon.budget.current.placement.model_dump()
+    daemon.worker.placement = daemon.budget.current.placement
     return planner
 
 
@@ -176,7 +177,7 @@ def test_a_worker_being_stopped_gets_no_reload_when_its_ready_arrives() -> None:
     _pump(daemon)
     worker = daemon.worker
     assert isinstance(worker, StoppingWorker)
-    assert [c["op"] for c in worker.ignored] == [], "a reload was sent to the worker on its way out"
+    assert worker.ignored == [], "a reload was sent to the worker on its way out"
 
 
 def test_a_load_with_its_own_budget_supersedes_the_queued_one() -> None:

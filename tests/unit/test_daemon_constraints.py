@@ -8,10 +8,10 @@ the typed errors), with the session unchanged after an error.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from test_daemon_bookkeeping import Daemon, SimWorker
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     CreateSessionReply,
@@ -35,22 +35,21 @@ class ScriptedWorker(SimWorker):
 
     def __init__(self) -> None:
         super().__init__()
-        self.commands: list[dict[str, Any]] = []
+        self.commands: list[wp.Generate] = []
 
-    def send(self, command: dict[str, Any]) -> None:
-        if command["op"] == "generate":
+    def send(self, command: wp.Command) -> None:
+        if isinstance(command, wp.Generate):
             self.commands.append(command)
             return
         super().send(command)
 
     def reply(self, text: str, reason: str = "stop") -> None:
-        job_id = self.commands[-1]["job_id"]
-        self._events.append({"ev": "started", "job_id": job_id, "prompt_tokens": 3})
+        job_id = self.commands[-1].job_id
+        self._events.append(wp.Started(job_id=job_id, prompt_tokens=3))
         for i, ch in enumerate(text):
-            self._events.append({"ev": "token", "job_id": job_id, "index": i, "text": ch, "token_id": 7})
-        self._events.append({"ev": "done", "job_id": job_id, "finish_reason": reason, "text": text,
-                             "prompt_tokens": 3, "completion_tokens": len(text), "ttft_s": 0.1, "tps": 1.0,
-                             "reloads": 0})
+            self._events.append(wp.Token(job_id=job_id, index=i, text=ch, token_id=7))
+        self._events.append(wp.Done(job_id=job_id, finish_reason=reason, text=text, prompt_tokens=3,
+                                    completion_tokens=len(text), ttft_s=0.1, tps=1.0))
 
 
 def _daemon() -> tuple[Daemon, ScriptedWorker]:
@@ -81,8 +80,8 @@ def test_a_json_reply_is_validated_and_carried_as_json_output() -> None:
     msg_id = daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
     command = worker.commands[-1]
-    assert "root ::=" in command["grammar"] and command["sampling"]["stop"] == []  # the grammar ends the reply
-    assert "JSON Schema" in command["messages"][0][1]  # the session's schema is in its system message
+    assert command.grammar is not None and "root ::=" in command.grammar and command.sampling.stop == ()  # the grammar ends the reply
+    assert "JSON Schema" in command.messages[0][1]  # the session's schema is in its system message
     worker.reply(' {"line": "Hello", "mood": "calm"}')
     reply = _answer(daemon, msg_id)
     assert isinstance(reply, GenerateReply) and reply.finish_reason == "stop"
@@ -110,7 +109,7 @@ def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
     sid = _session(daemon, tools=(GIVE,))
     msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
     daemon.pump()
-    assert "give_item" in worker.commands[-1]["messages"][0][1]  # the tools and the format in the system message
+    assert "give_item" in worker.commands[-1].messages[0][1]  # the tools and the format in the system message
     worker.reply('{"tool": "give_item", "arguments": {"item": "sword"}}')
     reply = _answer(daemon, msg_id)
     assert isinstance(reply, GenerateReply) and reply.finish_reason == "tool_call" and reply.tool_call is not None
@@ -118,7 +117,7 @@ def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
     result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
     follow = daemon.request(GenerateRequest(text="", tool_result=result), sid)
     daemon.pump()
-    user_turn = worker.commands[-1]["messages"][-1][1]
+    user_turn = worker.commands[-1].messages[-1][1]
     assert json.loads(user_turn) == {"tool_result": "give_item", "content": "done"}
     worker.reply('{"reply": "Here you go."}')
     answer = _answer(daemon, follow)
@@ -170,7 +169,7 @@ def test_bad_constraints_are_typed_errors_before_any_job() -> None:
     assert worker.commands == [] and not daemon.core.jobs  # nothing reached the worker
     ok = daemon.request(GenerateRequest(text="x", grammar='root ::= "a"', tool_choice="none"), sid)
     daemon.pump()
-    assert worker.commands[-1]["grammar"] == 'root ::= "a"'
+    assert worker.commands[-1].grammar == 'root ::= "a"'
     worker.reply("a")
     assert isinstance(_answer(daemon, ok), GenerateReply)
 
@@ -180,4 +179,4 @@ def test_a_plain_session_sends_no_grammar_and_keeps_its_stop_strings() -> None:
     sid = _session(daemon, sampling=Sampling(stop=("\n",)))
     daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
-    assert worker.commands[-1]["grammar"] is None and worker.commands[-1]["sampling"]["stop"] == ["\n"]
+    assert worker.commands[-1].grammar is None and worker.commands[-1].sampling.stop == ("\n",)

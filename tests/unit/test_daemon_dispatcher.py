@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.dispatcher import Dispatcher
@@ -43,17 +44,17 @@ class FakeWorker:
     pid = None
     gpu_hidden = False
 
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
         return False
 
     def __init__(self) -> None:
-        self.placement: dict[str, Any] = Placement().model_dump()
-        self.commands: list[dict[str, Any]] = []
+        self.placement = Placement()
+        self.commands: list[wp.Command] = []
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         self.commands.append(command)
 
-    def read_events(self) -> list[dict[str, Any]]:
+    def read_events(self) -> list[wp.Event]:
         return []
 
     def is_dead(self) -> bool:
@@ -165,8 +166,8 @@ def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> 
     worker = core.worker
     refuse = {"text": "poison"}
 
-    def send(command: dict[str, Any]) -> None:
-        if command.get("op") == "generate" and command["messages"][-1][1] == refuse["text"]:
+    def send(command: wp.Command) -> None:
+        if isinstance(command, wp.Generate) and command.messages[-1][1] == refuse["text"]:
             raise OverflowError("Integer value out of range")
         worker.commands.append(command)  # type: ignore[attr-defined]
 
@@ -184,7 +185,7 @@ def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> 
     for sid in sids:  # both sessions generate again, the poisoned one included
         dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
     assert len(sent) == n_replies  # no error: both were forwarded
-    assert [c["session_id"] for c in worker.commands if c["op"] == "generate"] == sids  # type: ignore[attr-defined]
+    assert [c.session_id for c in worker.commands if isinstance(c, wp.Generate)] == sids  # type: ignore[attr-defined]
     assert len([r for h, r in _replies(sent) if h.parent_id == poison.msg_id]) == 1
 
 
@@ -204,7 +205,7 @@ def test_a_handler_crash_after_queueing_a_generation_leaves_no_job() -> None:
     assert _replies(sent)[-1][1].code == ErrorCode.INTERNAL  # type: ignore[attr-defined]
     (job,) = core.jobs.values()  # in the worker already: cancelled there, and its end goes to no one
     assert job.cancel_requested and job.identity == b""
-    assert core.worker.commands[-1] == {"op": "cancel", "job_id": job.job_id}  # type: ignore[attr-defined]
+    assert core.worker.commands[-1] == wp.Cancel(job_id=job.job_id)  # type: ignore[attr-defined]
 
 
 def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
@@ -212,8 +213,8 @@ def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
     dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
     sid = _replies(sent)[0][1].session_id  # type: ignore[attr-defined]
     dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
-    assert core.worker.commands[-1]["op"] == "generate"  # type: ignore[attr-defined]
-    assert core.worker.commands[-1]["messages"][-1] == ["user", "hi"]  # type: ignore[attr-defined]
+    assert isinstance(core.worker.commands[-1], wp.Generate)  # type: ignore[attr-defined]
+    assert core.worker.commands[-1].messages[-1] == ("user", "hi")  # type: ignore[attr-defined]
     dispatcher.on_batch([_frames(GenerateRequest(text="again"), session_id=sid)])
     assert _replies(sent)[-1][1].code == ErrorCode.BUSY  # type: ignore[attr-defined]
 
@@ -300,7 +301,7 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
     reply = _frame_stats(dispatcher, sent, 40.0)
     assert reply.throttle.sleep_ms_between_tokens > 0.0
     commands = core.worker.commands  # type: ignore[attr-defined]
-    assert commands[-1] == {"op": "throttle", "sleep_ms": reply.throttle.sleep_ms_between_tokens}
+    assert commands[-1] == wp.Throttle(sleep_ms=reply.throttle.sleep_ms_between_tokens)
 
 
 def test_each_governor_change_is_logged_with_the_p95_it_was_judged_by(caplog: pytest.LogCaptureFixture) -> None:

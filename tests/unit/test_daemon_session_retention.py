@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from igi_sdk.config import DaemonSettings, IpcSettings
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
@@ -33,14 +34,14 @@ class RecordingWorker:
     pid = None
     gpu_hidden = False
 
-    def needs_new_process(self, placement: dict[str, Any]) -> bool:  # no GPU here: every reload happens in place
+    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
         return False
 
     def __init__(self) -> None:
-        self.placement: dict[str, Any] = Placement().model_dump()
-        self.commands: list[dict[str, Any]] = []
+        self.placement = Placement()
+        self.commands: list[wp.Command] = []
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: wp.Command) -> None:
         self.commands.append(command)
 
     def is_dead(self) -> bool:
@@ -81,19 +82,19 @@ def test_gone_client_generation_cancelled_without_reply_and_sessions_retained_fo
     sessions = [_request(dispatcher, sent, GONE, CreateSessionRequest(persona="npc", system_prompt="")).session_id  # type: ignore[attr-defined]
                 for _ in range(2)]
     dispatcher.on_batch([[GONE, *pack_message(KEY, new_header("generate_request", session_id=sessions[0]), GenerateRequest(text="hi"))]])
-    job_id = core.worker.commands[-1]["job_id"]  # type: ignore[attr-defined]
+    job_id = core.worker.commands[-1].job_id  # type: ignore[attr-defined]
     _request(dispatcher, sent, OTHER, StatusRequest())
     n_sent = len(sent)
 
     clock.now_s += 10.5  # both silent for more than client_timeout_s
     _housekeeping(core)
-    assert {"op": "cancel", "job_id": job_id} in core.worker.commands  # type: ignore[attr-defined]
+    assert wp.Cancel(job_id=job_id) in core.worker.commands  # type: ignore[attr-defined]
     assert len(sent) == n_sent  # nothing is sent to a gone client
     assert core.counters["clients_timed_out"] == 2
 
     if session_ttl_s == 0.0:
         assert len(core.sessions) == 0  # closed at once
-        assert {"op": "forget", "session_id": sessions[1]} in core.worker.commands  # type: ignore[attr-defined]
+        assert wp.Forget(session_id=sessions[1]) in core.worker.commands  # type: ignore[attr-defined]
         reply = _request(dispatcher, sent, OTHER, GenerateRequest(text="back?"), sessions[1])
         assert isinstance(reply, ErrorReply) and reply.code == "not_found"
         return

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import msgpack
 import pytest
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.worker.main import _serve
 
 
@@ -27,7 +27,7 @@ class Clock:
 class Pipe:
     """The worker's end of the pipe: commands arrive at given times; ``poll`` advances the fake clock."""
 
-    def __init__(self, clock: Clock, arrivals: list[tuple[float, dict[str, Any]]]) -> None:
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, wp.Command]]) -> None:
         self.clock, self.queue = clock, sorted(arrivals, key=lambda a: a[0])
         self.handled: list[tuple[float, str]] = []
 
@@ -40,8 +40,8 @@ class Pipe:
 
     def recv_bytes(self) -> bytes:
         _t, command = self.queue.pop(0)
-        self.handled.append((self.clock.t, command["op"]))
-        return msgpack.packb(command, use_bin_type=True)
+        self.handled.append((self.clock.t, type(command).KIND))
+        return wp.encode(command)
 
 
 class Scheduler:
@@ -69,10 +69,10 @@ class Scheduler:
     def forget(self, session_id: str) -> None: ...
 
 
-def _run(steps: int, sleep_s: float, arrivals: list[tuple[float, dict[str, Any]]]) -> tuple[Scheduler, Pipe]:
+def _run(steps: int, sleep_s: float, arrivals: list[tuple[float, wp.Command]]) -> tuple[Scheduler, Pipe]:
     clock = Clock()
     scheduler = Scheduler(clock, steps, sleep_s)
-    pipe = Pipe(clock, [*arrivals, (60.0, {"op": "shutdown"})])
+    pipe = Pipe(clock, [*arrivals, (60.0, wp.Shutdown())])
     _serve(pipe, scheduler, lambda event: None, logging.getLogger("test"), clock=clock)  # type: ignore[arg-type]
     return scheduler, pipe
 
@@ -80,8 +80,7 @@ def _run(steps: int, sleep_s: float, arrivals: list[tuple[float, dict[str, Any]]
 def test_commands_during_the_pause_do_not_end_it() -> None:
     """Fix 6: two commands arrive 20 and 50 ms into a 100 ms pause; both are handled when they arrive, and the
     step still waits for the pause's deadline (before: the first command ended the pause at 20 ms)."""
-    scheduler, pipe = _run(3, 0.1, [(0.02, {"op": "forget", "session_id": "a"}),
-                                    (0.05, {"op": "forget", "session_id": "b"})])
+    scheduler, pipe = _run(3, 0.1, [(0.02, wp.Forget(session_id="a")), (0.05, wp.Forget(session_id="b"))])
     assert pipe.handled[:2] == [(0.02, "forget"), (0.05, "forget")]
     assert scheduler.steps == pytest.approx([0.1, 0.2, 0.3])
 
@@ -89,15 +88,14 @@ def test_commands_during_the_pause_do_not_end_it() -> None:
 def test_a_new_throttle_applies_to_the_pause_in_progress() -> None:
     """A lighter throttle arriving mid-pause shortens the pause to its own deadline; a cancel of all work ends it
     (nothing left to pace)."""
-    scheduler, _pipe = _run(2, 0.1, [(0.03, {"op": "throttle", "sleep_ms": 0.0})])
+    scheduler, _pipe = _run(2, 0.1, [(0.03, wp.Throttle(sleep_ms=0.0))])
     assert scheduler.steps == pytest.approx([0.03, 0.03])
-    scheduler, _pipe = _run(5, 0.1, [(0.03, {"op": "cancel", "job_id": "j"})])
+    scheduler, _pipe = _run(5, 0.1, [(0.03, wp.Cancel(job_id="j"))])
     assert scheduler.steps == []
 
 
 def test_idle_worker_steps_at_once_after_a_command() -> None:
     """Idle, the worker waits for a command; the first step of a new job starts at once, the next after a pause."""
-    generate = {"op": "generate", "job_id": "j", "session_id": "s", "messages": [["user", "hi"]], "max_tokens": 2,
-                "sampling": {}}
+    generate = wp.Generate(job_id="j", session_id="s", messages=(("user", "hi"),), max_tokens=2)
     scheduler, _pipe = _run(0, 0.1, [(0.5, generate)])
     assert scheduler.steps == pytest.approx([0.5, 0.6])

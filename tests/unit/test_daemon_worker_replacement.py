@@ -106,8 +106,8 @@ def test_without_a_gpu_nothing_is_replaced(budgets: tuple[int, ...]) -> None:
 
 
 def test_the_supervisor_decides_from_the_placement_and_the_machine() -> None:
-    cpu, gpu = CPU_PLACEMENT.model_dump(), GPU_PLACEMENT.model_dump()
-    offload = Placement(n_gpu_layers=0, op_offload=True).model_dump()  # host weights, prefill streamed to the GPU
+    cpu, gpu = CPU_PLACEMENT, GPU_PLACEMENT
+    offload = Placement(n_gpu_layers=0, op_offload=True)  # host weights, prefill streamed to the GPU
     on_gpu_machine = WorkerSupervisor({}, gpu, gpu=True)
     assert on_gpu_machine.hides_gpu_for(cpu) and not on_gpu_machine.hides_gpu_for(gpu)
     assert not on_gpu_machine.hides_gpu_for(offload)
@@ -129,14 +129,14 @@ def test_the_supervisor_starts_the_worker_with_the_hide_flag(monkeypatch: pytest
         def start(self) -> None:
             pass
 
-    supervisor = WorkerSupervisor({"model_path": "m.gguf"}, CPU_PLACEMENT.model_dump(), gpu=True)
+    supervisor = WorkerSupervisor({"model_path": "m.gguf"}, CPU_PLACEMENT, gpu=True)
     ctx = multiprocessing.get_context("spawn")
     monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process))
     supervisor.start()
-    supervisor.placement = GPU_PLACEMENT.model_dump()
+    supervisor.placement = GPU_PLACEMENT
     supervisor.start()
     assert [c["hide_gpu"] for c in started] == [True, False]
-    assert started[0]["model_path"] == "m.gguf" and started[0]["placement"] == CPU_PLACEMENT.model_dump()
+    assert started[0]["model_path"] == "m.gguf" and started[0]["placement"] == CPU_PLACEMENT
     assert supervisor.gpu_hidden is False
 
 
@@ -159,8 +159,8 @@ def test_a_generation_in_flight_goes_on_in_the_new_worker_after_the_streamed_tok
     assert isinstance(final, GenerateReply) and final.finish_reason == "length"
     assert final.text == _text(8) == "".join(t.text for t in tokens)  # type: ignore[attr-defined]
     assert final.reloads_during == 1 and final.usage.completion_tokens == 8 and final.usage.prompt_tokens == 3
-    [(pid, continued)] = [(p, c) for p, c in worker.sent("generate") if c.get("continue_tokens")]
-    assert pid == 1001 and continued["continue_tokens"] == [0, 1, 2, 3] and continued["max_tokens"] == 4
+    [(pid, continued)] = [(p, c) for p, c in worker.sent("generate") if c.continue_tokens]
+    assert pid == 1001 and continued.continue_tokens == (0, 1, 2, 3) and continued.max_tokens == 4
     assert daemon.core.sessions.get(sid).turns[-1] == ("assistant", _text(8))  # type: ignore[union-attr]
     check_exactly_one_terminal_reply(daemon)
 
@@ -176,7 +176,7 @@ def test_queued_and_waiting_generations_and_the_session_history_survive() -> Non
     third = _session(daemon)
     gen3 = daemon.request(GenerateRequest(text="three", max_tokens=2), third)  # the worker is being replaced: waits
     daemon.pump()
-    assert not any(c["job_id"] == gen3 for _, c in worker.sent("generate")), "sent to a worker on its way out"
+    assert not any(c.job_id == gen3 for _, c in worker.sent("generate")), "sent to a worker on its way out"
     _steps(daemon, 12)
     finals = {g: _answers(daemon, g)[-1] for g in (gen1, gen2, gen3)}
     assert all(isinstance(r, GenerateReply) and r.finish_reason == "length" for r in finals.values())
@@ -184,8 +184,8 @@ def test_queued_and_waiting_generations_and_the_session_history_survive() -> Non
     assert [finals[g].reloads_during for g in (gen1, gen2, gen3)] == [1, 1, 0]  # type: ignore[attr-defined]
     nxt = daemon.request(GenerateRequest(text="again", max_tokens=1), first)
     daemon.pump()
-    [(_, command)] = [(p, c) for p, c in worker.sent("generate") if c["job_id"] == nxt]
-    assert command["messages"][-3:] == [["user", "one"], ["assistant", _text(3)], ["user", "again"]]
+    [(_, command)] = [(p, c) for p, c in worker.sent("generate") if c.job_id == nxt]
+    assert command.messages[-3:] == (("user", "one"), ("assistant", _text(3)), ("user", "again"))
     _steps(daemon, 3)
     check_exactly_one_terminal_reply(daemon)
 
@@ -204,7 +204,7 @@ def test_a_cancel_while_the_worker_is_replaced_ends_the_generation_with_its_part
     assert isinstance(_answers(daemon, cancel)[0], CancelReply)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.finish_reason == "cancelled" and final.text == _text(2)
-    assert [c["job_id"] for _, c in worker.sent("generate")] == [gen], "the cancelled job went to the new worker"
+    assert [c.job_id for _, c in worker.sent("generate")] == [gen], "the cancelled job went to the new worker"
     check_exactly_one_terminal_reply(daemon)
 
 
@@ -302,7 +302,7 @@ def test_generations_carried_over_finish_on_the_old_model_before_a_model_switch(
     _steps(daemon, 12)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.text == _text(6)
-    [(pid, _)] = [(p, c) for p, c in worker.sent("generate") if c.get("continue_tokens")]
+    [(pid, _)] = [(p, c) for p, c in worker.sent("generate") if c.continue_tokens]
     assert pid == 1001, "the carried-over generation runs in the old model's replacement worker"
     assert [type(m) for m in _answers(daemon, load)] == [LoadModelReply]
     assert daemon.core.model_info is not None and daemon.core.model_info.path == MODELS["tiny"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.supervisor import WorkerSupervisor
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.messages import CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
@@ -33,7 +33,7 @@ class _Adapter:
     def render_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
         return [1] * (10 * len(messages))
 
-    def make_sampler(self, sampling: dict[str, Any]) -> None:
+    def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 
     def token_bytes(self, token: int) -> bytes:
@@ -45,9 +45,9 @@ class _Engine:
     n_ctx_seq = 100  # one sequence's context
 
 
-def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> SimpleNamespace:
-    return SimpleNamespace(job_id="j", session_id="s", messages=messages, max_tokens=20, sampling={}, priority=0,
-                           kv_state=None, kv_tokens=None, continue_tokens=continue_tokens, grammar=None)
+def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> wp.Generate:
+    return wp.Generate(job_id="j", session_id="s", messages=tuple(messages), max_tokens=20,
+                       continue_tokens=tuple(continue_tokens))
 
 
 def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitted() -> None:
@@ -55,10 +55,10 @@ def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitt
     the continuation must not be refused (``too_large`` -> the generation ends in ``error`` because of a reclaim) nor
     lose history turns (the continuation would differ from an uninterrupted reply). The one-at-a-time scheduler
     counts only the rendered conversation against the limit, and so must this one."""
-    events: list[dict[str, Any]] = []
+    events: list[wp.Event] = []
     worker = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker.submit(_continued_job([("system", "s"), ("user", "u")], [5] * 30))  # 20 + 30 tokens
-    assert [e for e in events if e["ev"] == "failed"] == [], "a reclaim ended this generation with an error"
+    assert [e for e in events if isinstance(e, wp.Failed)] == [], "a reclaim ended this generation with an error"
     events.clear()
     worker2 = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker2.submit(_continued_job([("system", "s"), ("user", "a"), ("assistant", "b"), ("user", "c")], [5] * 5))
@@ -77,7 +77,7 @@ def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> Non
     _steps(daemon, 2)
     # the worker is in a long step (a CPU prefill chunk): commands wait in the pipe, shutdown is not read in time
     send = worker.send
-    worker.send = lambda command: worker.commands.append((worker.pid, command)) if command["op"] == "cancel" \
+    worker.send = lambda command: worker.commands.append((worker.pid, command)) if isinstance(command, wp.Cancel) \
         else send(command)  # type: ignore[method-assign]
     worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]
     worker.stop_now = lambda: setattr(worker, "_alive", False)  # type: ignore[attr-defined]
@@ -119,13 +119,13 @@ def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
 def test_what_a_worker_wrote_before_exiting_is_read_before_it_counts_as_dead() -> None:
     """The loop reads the pipe, then asks ``is_dead``: a worker that writes its last events (a ``done``) and exits in
     between was marked dead with them unread, and they were lost (the replacement then continued a finished reply)."""
-    supervisor = WorkerSupervisor({}, CPU_PLACEMENT.model_dump(), gpu=False)
+    supervisor = WorkerSupervisor({}, CPU_PLACEMENT, gpu=False)
     parent, child = multiprocessing.get_context("spawn").Pipe(duplex=True)
     process = SimpleNamespace(exitcode=None, pid=4242, sentinel=0)
     supervisor._process, supervisor._conn, supervisor._dead = process, parent, False  # type: ignore[assignment]
     assert supervisor.read_events() == [] and not supervisor.is_dead()  # the loop's look: nothing yet, alive
-    done = {"ev": "done", "job_id": "j", "finish_reason": "stop"}
-    worker_protocol.send(child, done)  # written, then the worker reads shutdown and exits
+    done = wp.Done(job_id="j", finish_reason="stop")
+    wp.send(child, done)  # written, then the worker reads shutdown and exits
     child.close()
     process.exitcode = 0
     supervisor.is_dead()  # the same loop iteration, after its read

@@ -23,7 +23,7 @@ class FakeCore(SimpleNamespace):
     def send(self, identity: bytes, message: Any, header: Any) -> None:
         self.sent.append(message)
 
-    def send_to_worker(self, command: dict[str, Any]) -> bool:
+    def send_to_worker(self, command: Any) -> bool:
         self.to_worker.append(command)
         return True
 
@@ -54,7 +54,7 @@ def test_frames_during_a_reload_are_not_the_generations() -> None:
 def test_a_cpu_only_plan_gets_no_shrink_for_frames() -> None:
     core = FakeCore()
     assert run_slow_frames(core, 0.0) == []
-    assert max(c["sleep_ms"] for c in core.to_worker) == 100.0  # the throttle still paces the worker
+    assert max(c.sleep_ms for c in core.to_worker) == 100.0  # the throttle still paces the worker
 
 
 def test_without_a_model_the_budget_is_the_base() -> None:

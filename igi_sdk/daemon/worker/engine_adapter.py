@@ -14,7 +14,9 @@ from typing import Any
 # llama.cpp is loaded before numpy (docs/engine.md, "Load order"): the other order segfaults on CUDA builds.
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
-from igi_sdk.engine.sampler import Sampler  # isort: skip
+from igi_sdk.daemon.worker_protocol import JobSampling  # isort: skip
+from igi_sdk.engine.sampler import Sampler
+from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
 
 MIB = 1024 * 1024
@@ -25,12 +27,12 @@ class EngineAdapter:
 
     Args:
         model_path: GGUF file.
-        placement: ``Placement.model_dump()``.
+        placement: what to load (``n_ctx`` and the threads are overridden).
         n_ctx: context size, tokens (overrides the placement's).
         n_threads: decode threads (None = llama.cpp default).
     """
 
-    def __init__(self, model_path: str, placement: dict[str, Any], n_ctx: int, n_threads: int | None) -> None:
+    def __init__(self, model_path: str, placement: Placement, n_ctx: int, n_threads: int | None) -> None:
         self._overrides: dict[str, Any] = {"n_ctx": n_ctx}
         if n_threads is not None:
             self._overrides.update(n_threads=n_threads, n_threads_batch=n_threads)
@@ -41,37 +43,35 @@ class EngineAdapter:
         """The wrapped engine (the batch scheduler drives it directly)."""
         return self._engine
 
-    def _placement(self, placement: dict[str, Any]) -> Placement:
-        return Placement.model_validate({**placement, **self._overrides})
+    def _placement(self, placement: Placement) -> Placement:
+        return placement.with_(**self._overrides)
 
-    def model_info(self) -> dict[str, Any]:
-        """``{"info": ModelInfo fields, "file_bytes": int}`` for the ready event."""
+    def model_info(self) -> tuple[ModelInfo, int]:
+        """The loaded model and its file's size in bytes, for the ``Ready`` event."""
         table = self._engine.model_table
         file_bytes = Path(table.path).stat().st_size
         n_params = sum(_n_elements(t.shape) for t in table.tensors)
-        info = {
-            "path": str(Path(table.path).resolve()), "architecture": table.architecture, "n_layer": table.n_layer,
-            "n_params": n_params, "file_mib": file_bytes / MIB, "n_ctx": self._engine.n_ctx,
-        }
-        return {"info": info, "file_bytes": file_bytes}
+        info = ModelInfo(
+            path=str(Path(table.path).resolve()), architecture=table.architecture, n_layer=table.n_layer,
+            n_params=n_params, file_mib=file_bytes / MIB, n_ctx=self._engine.n_ctx,
+        )
+        return info, file_bytes
 
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
         """Chat-template the messages and tokenize the result (the contents as text: ``LlamaEngine.tokenize_chat``)."""
         return self._engine.tokenize_chat([{"role": role, "content": content} for role, content in messages])
 
-    def make_sampler(self, sampling: dict[str, Any]) -> Sampler:
-        """A sampler for one generation (seed nil = random)."""
-        seed = sampling.get("seed")
-        return Sampler(
-            temperature=float(sampling.get("temperature", 0.7)), top_p=float(sampling.get("top_p", 0.95)),
-            top_k=int(sampling.get("top_k", 40)), seed=random.getrandbits(32) if seed is None else int(seed),
-        )
+    def make_sampler(self, sampling: JobSampling) -> Sampler:
+        """A sampler for one generation (seed None = random)."""
+        seed = sampling.seed
+        return Sampler(temperature=float(sampling.temperature), top_p=float(sampling.top_p), top_k=int(sampling.top_k),
+                       seed=random.getrandbits(32) if seed is None else int(seed))
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes of one token."""
         return self._engine.token_piece(token)
 
-    def reload(self, placement: dict[str, Any]) -> None:
+    def reload(self, placement: Placement) -> None:
         """Reload the model with another placement (KV contents are lost; the scheduler restores them)."""
         self._engine.reload(self._placement(placement))
 

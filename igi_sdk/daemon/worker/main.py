@@ -2,7 +2,7 @@
 
 ``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
 reading commands and stepping the :class:`~igi_sdk.daemon.worker.scheduler.WorkerScheduler` (continuous batching,
-for every ``n_seq_max``). It exits on ``shutdown``
+for every ``n_seq_max``). It exits on ``Shutdown``
 or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers.
 
 With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
@@ -11,10 +11,7 @@ it never creates a CUDA context and holds no device memory. Its ``ready`` event 
 ``CUDA_VISIBLE_DEVICES`` when llama.cpp was imported (``cuda_visible_devices``, nil = unset) and whether llama.cpp
 had been imported before the worker could set it (``llama_cpp_preloaded``: then hiding may come too late).
 
-A ``generate`` command may carry ``continue_tokens``: the reply's tokens a replaced worker already streamed (the
-daemon replaced the worker at a token boundary, ``BudgetControl``). The prompt is then the rendered conversation
-followed by those tokens, and the reply goes on after them (its token events are numbered from 0 again; the daemon
-renumbers them after the ones already sent).
+Commands and events are the typed messages of ``daemon.worker_protocol`` (its table says what each one does).
 """
 
 from __future__ import annotations
@@ -29,12 +26,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from igi_sdk.daemon import worker_protocol
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker_priority import lower_priority
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+    from igi_sdk.planner.placement import Placement
+
+Emit = Callable[[wp.Event], None]
 
 
 def hide_gpu_now() -> None:
@@ -44,11 +44,11 @@ def hide_gpu_now() -> None:
 
 
 def worker_main(conn: Connection, config: dict[str, Any]) -> None:
-    """Run the worker until ``shutdown`` or until the daemon goes away.
+    """Run the worker until ``Shutdown`` or until the daemon goes away.
 
     Args:
         conn: the worker's end of the pipe.
-        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (dict),
+        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (a ``Placement``),
             ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring).
     """
     hide_gpu = bool(config.get("hide_gpu", False))
@@ -63,15 +63,17 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 
-    emit = lambda event: worker_protocol.send(conn, event)  # noqa: E731
+    emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
+    placement: Placement = config["placement"]
     try:
-        engine = EngineAdapter(config["model_path"], config["placement"], n_ctx=config["n_ctx"], n_threads=config.get("n_threads"))
+        engine = EngineAdapter(config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads"))
     except Exception as exc:  # a model that cannot load: tell the daemon, then exit non-zero
         log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
-        emit({"ev": "fatal", "code": "model_invalid", "message": f"{type(exc).__name__}: {exc}"})
+        emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(3) from None
-    emit({"ev": "ready", "pid": os.getpid(), "model": engine.model_info(), "placement": config["placement"],
-          "gpu_hidden": hide_gpu, "cuda_visible_devices": cuda_visible_devices, "llama_cpp_preloaded": llama_cpp_preloaded})
+    model, file_bytes = engine.model_info()
+    emit(wp.Ready(pid=os.getpid(), model=model, file_bytes=file_bytes, placement=placement, gpu_hidden=hide_gpu,
+                  cuda_visible_devices=cuda_visible_devices, llama_cpp_preloaded=llama_cpp_preloaded))
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 
     scheduler = WorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
@@ -83,7 +85,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         engine.close()
 
 
-def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Any, log: logging.Logger,
+def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger,
            clock: Callable[[], float] = time.monotonic) -> None:
     while True:
         # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
@@ -101,8 +103,8 @@ def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Any, log: logging
                 timeout = max(0.0, paused_from + scheduler.sleep_s_between_tokens * n_running - clock())
             if not conn.poll(timeout):
                 break
-            command = worker_protocol.recv(conn)
-            if command["op"] == "shutdown":
+            command = wp.recv(conn)
+            if isinstance(command, wp.Shutdown):
                 return
             _handle(command, scheduler, emit, log)
             if paused_from is None or not scheduler.has_work():
@@ -111,44 +113,30 @@ def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Any, log: logging
             scheduler.step()
 
 
-def _handle(command: dict[str, Any], scheduler: WorkerScheduler, emit: Any, log: logging.Logger) -> None:
-    from igi_sdk.daemon.worker.scheduler import Job
-
-    op = command["op"]
-    if op == "generate":
-        kv_tokens = command.get("kv_tokens")
-        continue_tokens = [int(t) for t in command.get("continue_tokens") or ()]
-        job = Job(
-            job_id=command["job_id"],
-            session_id=command["session_id"],
-            messages=[(role, text) for role, text in command["messages"]],
-            max_tokens=int(command["max_tokens"]),
-            sampling=dict(command["sampling"]),
-            priority=int(command.get("priority", 0)),
-            kv_state=command.get("kv_state"),
-            kv_tokens=None if kv_tokens is None else list(kv_tokens),
-            continue_tokens=continue_tokens or None,
-            grammar=command.get("grammar"),
-        )
-        scheduler.submit(job)
-    elif op == "throttle":
-        scheduler.sleep_s_between_tokens = max(0.0, float(command["sleep_ms"]) / 1000.0)
-    elif op == "cancel":
-        scheduler.cancel(command["job_id"])
-    elif op == "forget":
-        scheduler.forget(command["session_id"])
-    elif op == "export":
-        tokens, state = scheduler.export(command["session_id"])
-        emit({"ev": "exported", "req_id": command["req_id"], "session_id": command["session_id"], "tokens": tokens, "state": state})
-    elif op == "reload":
+def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger) -> None:
+    if isinstance(command, wp.Generate):
+        scheduler.submit(command)
+    elif isinstance(command, wp.Throttle):
+        scheduler.sleep_s_between_tokens = max(0.0, float(command.sleep_ms) / 1000.0)
+    elif isinstance(command, wp.Cancel):
+        scheduler.cancel(command.job_id)
+    elif isinstance(command, wp.Forget):
+        scheduler.forget(command.session_id)
+    elif isinstance(command, wp.Export):
+        tokens, state = scheduler.export(command.session_id)
+        emit(wp.Exported(req_id=command.req_id, session_id=command.session_id,
+                         tokens=None if tokens is None else tuple(tokens), state=state))
+    elif isinstance(command, wp.Reload):
         t0 = time.perf_counter()
         try:
-            scheduler.reload(command["placement"])
+            scheduler.reload(command.placement)
             ok, message = True, ""
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             log_event(log, logging.ERROR, "worker_reload_failed", error=message, exc=traceback.format_exc())
-        emit({"ev": "reloaded", "req_id": command["req_id"], "ok": ok, "message": message,
-              "apply_time_s": time.perf_counter() - t0, "placement": command["placement"]})
+        emit(wp.Reloaded(req_id=command.req_id, ok=ok, message=message, apply_time_s=time.perf_counter() - t0,
+                         placement=command.placement))
         if not ok:
             raise SystemExit(4)  # no usable model: the supervisor restarts us with the last good placement
+    else:
+        raise wp.WorkerProtocolError(f"not a command: {command!r:.200}")

@@ -1,9 +1,9 @@
 """Daemon layer (worker process): ``WorkerScheduler``, the daemon's generate jobs served by continuous batching.
 
 The one generation path of the worker, for every ``n_seq_max`` (1 included: one slot, one generation at a time,
-other sessions' KV parked in host memory). It turns a daemon job (:class:`Job`: the rendered conversation, sampling,
+other sessions' KV parked in host memory). It turns a daemon job (a ``worker_protocol.Generate``: the conversation, sampling,
 a saved session's KV state, a continued reply's tokens) into a ``BatchRequest`` of the engine's ``BatchScheduler``,
-and the scheduler's ``TokenEvent``s back into the worker's events (``started``, ``token``, ``done``, ``failed``).
+and the scheduler's ``TokenEvent``s back into the worker's events (``Started``, ``Token``, ``Done``, ``Failed``).
 
 Token events follow the protocol (one per token, consecutive ``index``): while text is held back because it
 may start a stop string, the token's event waits; at the end the held events are sent, the last one carrying
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
@@ -29,33 +30,18 @@ from igi_sdk.engine.prefix_cache import PrefixCache
 
 if TYPE_CHECKING:
     from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.planner.placement import Placement
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[wp.Event], None]
 
 
 class PromptSeam(Protocol):
     """What the scheduler needs from the worker's engine adapter (``engine_adapter.EngineAdapter``)."""
 
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
-    def make_sampler(self, sampling: dict[str, Any]) -> Any: ...
+    def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
     def token_bytes(self, token: int) -> bytes: ...
-    def reload(self, placement: dict[str, Any]) -> None: ...
-
-
-@dataclass
-class Job:
-    """One generate job, as the daemon sent it."""
-
-    job_id: str
-    session_id: str
-    messages: list[tuple[str, str]]
-    max_tokens: int
-    sampling: dict[str, Any]
-    priority: int = 0
-    kv_state: bytes | None = None  # a saved session's KV state, restored instead of re-prefilled
-    kv_tokens: list[int] | None = None
-    continue_tokens: list[int] | None = None  # the reply so far, streamed by a replaced worker: the prompt's tail
-    grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
+    def reload(self, placement: Placement) -> None: ...
 
 
 @dataclass
@@ -75,7 +61,7 @@ class WorkerScheduler:
     Args:
         adapter: the worker's engine adapter (prompt rendering, samplers, token bytes, reload with its overrides).
         engine: the ``LlamaEngine`` the adapter wraps (``placement.n_seq_max`` slots).
-        emit: sends one event dict to the daemon.
+        emit: sends one event to the daemon.
         max_prompt_tokens: prompt limit; the oldest history turns are dropped to fit, then ``too_large``.
         clock: monotonic seconds.
         prefix_cache: the persona prefix cache (a new one when None).
@@ -95,44 +81,43 @@ class WorkerScheduler:
     def scheduler(self) -> BatchScheduler:
         return self._sched
 
-    def submit(self, job: Job) -> None:
-        """Queue a daemon job (``failed`` with ``too_large`` if it cannot run)."""
-        continued = list(job.continue_tokens or ())
+    def submit(self, job: wp.Generate) -> None:
+        """Queue a daemon job (``Failed`` with ``too_large`` if it cannot run)."""
+        continued = list(job.continue_tokens)
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
             prompt = self._render_fitting(list(job.messages), continued)
         except SchedulerError as exc:
-            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc),
-                        "detail": {"limit": "max_prompt_tokens"}})
+            self._emit(wp.Failed(job_id=job.job_id, code="too_large", message=str(exc),
+                                 detail={"limit": "max_prompt_tokens"}))
             return
         if job.kv_state is not None and self._sched.export_state(job.session_id) is None:
             self._sched.import_states({job.session_id: job.kv_state})  # saved session file: restore, not re-prefill
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
-        sampling = dict(job.sampling)
         self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt))
         try:
             state.handle = self._sched.submit(BatchRequest(
                 session_id=job.session_id, prompt_tokens=prompt, max_tokens=int(job.max_tokens),
-                sampler=self._adapter.make_sampler(sampling), stop=tuple(s for s in sampling.get("stop") or () if s),
+                sampler=self._adapter.make_sampler(job.sampling), stop=tuple(s for s in job.sampling.stop if s),
                 priority=int(job.priority), prefix_tokens=persona, on_event=self._on_event, request_id=job.job_id,
                 text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
                 grammar=job.grammar, grammar_replay=continued,
             ))
         except SchedulerError as exc:
             self._jobs.pop(job.job_id, None)
-            self._emit({"ev": "failed", "job_id": job.job_id, "code": "too_large", "message": str(exc)})
+            self._emit(wp.Failed(job_id=job.job_id, code="too_large", message=str(exc)))
         except (GrammarInitError, GrammarRejectedToken) as exc:  # llama.cpp refused what the daemon's check let through
             self._jobs.pop(job.job_id, None)
-            self._emit({"ev": "failed", "job_id": job.job_id, "code": "invalid_grammar", "message": str(exc),
-                        "detail": {"reason": str(exc), "line": 0, "column": 0}})
+            self._emit(wp.Failed(job_id=job.job_id, code="invalid_grammar", message=str(exc),
+                                 detail={"reason": str(exc), "line": 0, "column": 0}))
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
-        self._emit({"ev": "started", "job_id": job_id, "prompt_tokens": 0 if state is None else state.prompt_tokens})
+        self._emit(wp.Started(job_id=job_id, prompt_tokens=0 if state is None else state.prompt_tokens))
 
     def cancel(self, job_id: str) -> None:
-        """Cancel a queued or running job; it ends with ``done(finish_reason="cancelled")``."""
+        """Cancel a queued or running job; it ends with ``Done(finish_reason="cancelled")``."""
         self._sched.cancel(job_id)
 
     def has_work(self) -> bool:
@@ -156,7 +141,7 @@ class WorkerScheduler:
         exported = self._sched.export_session(session_id)
         return (None, None) if exported is None else exported
 
-    def reload(self, placement: dict[str, Any]) -> None:
+    def reload(self, placement: Placement) -> None:
         """Pause at this token boundary, save every session, reload with ``placement``, restore, resume.
 
         Raises:
@@ -186,17 +171,18 @@ class WorkerScheduler:
         del self._jobs[event.request_id]
         stats = event.stats
         assert stats is not None
-        self._emit({
-            "ev": "done", "job_id": job.job_id, "finish_reason": event.finish_reason,
-            "text": job.handle.text if job.handle is not None else event.text, "prompt_tokens": stats.prompt_tokens,
-            "completion_tokens": stats.completion_tokens, "ttft_s": stats.ttft_s, "tps": stats.decode_tok_s,
-            "reloads": job.reloads,
-        })
+        assert event.finish_reason is not None
+        self._emit(wp.Done(
+            job_id=job.job_id, finish_reason=event.finish_reason,
+            text=job.handle.text if job.handle is not None else event.text, prompt_tokens=stats.prompt_tokens,
+            completion_tokens=stats.completion_tokens, ttft_s=stats.ttft_s, tps=stats.decode_tok_s, reloads=job.reloads,
+        ))
 
     def _flush(self, job: _JobState, tail: str) -> None:
         for i, ev in enumerate(job.held):
             text = ev.text + (tail if i == len(job.held) - 1 else "")
-            self._emit({"ev": "token", "job_id": job.job_id, "index": ev.index, "text": text, "token_id": ev.token})
+            assert ev.token is not None
+            self._emit(wp.Token(job_id=job.job_id, index=ev.index, text=text, token_id=ev.token))
         job.held.clear()
 
     def _render_fitting(self, messages: list[tuple[str, str]], continued: list[int] | None = None) -> list[int]:

@@ -26,18 +26,19 @@ ready the request gets ``error_reply`` (``model_invalid``, or ``timeout``). Shut
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from igi_sdk.daemon import host_memory
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
-from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
+from igi_sdk.daemon.worker_events import handle_ready, handle_worker_death
 from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -49,7 +50,15 @@ MIN_N_CTX_PER_SEQ = 64
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
 
-Phase = Literal["draining", "stopping", "loading", "reverting"]
+class SwitchPhase(enum.Enum):
+    """The phases of one model switch (the module docstring)."""
+
+    DRAINING = "draining"
+    STOPPING = "stopping"
+    LOADING = "loading"
+    REVERTING = "reverting"
+
+
 #: (model path, n_ctx) -> worker config dict (``supervisor.worker_config_for`` bound to the settings).
 ConfigFor = Callable[[Path, int], dict[str, Any]]
 #: (model path, base placement) -> planner.
@@ -63,7 +72,7 @@ class _Load:
     path: Path
     n_ctx: int
     budget_mib: int | None
-    phase: Phase = "draining"
+    phase: SwitchPhase = SwitchPhase.DRAINING
     phase_since_s: float = 0.0
     error: RequestError | None = None
     previous_config: dict[str, Any] | None = None
@@ -100,7 +109,7 @@ class ModelSwitch:
     @property
     def owns_worker(self) -> bool:
         """Whether the switch is stopping or starting workers now (their exits are not crashes)."""
-        return self._load is not None and self._load.phase != "draining"
+        return self._load is not None and self._load.phase is not SwitchPhase.DRAINING
 
     # --- the request -------------------------------------------------------------------------------
     def request(self, identity: bytes, header: Header, msg: LoadModelRequest) -> None:
@@ -144,21 +153,21 @@ class ModelSwitch:
         if load is None:
             return
         worker = core.worker
-        if load.phase == "draining":
+        if load.phase is SwitchPhase.DRAINING:
             # generations in the worker finish on the old model, those carried over a worker replacement included
             in_worker = any(job.forwarded or job.resumed for job in core.jobs.values())
             if not in_worker and not self._budget.reloading and not core.waiting_exports:
                 load.previous_config, load.previous_planner = worker.config, self._budget.planner
                 worker.begin_stop()
-                self._enter(load, "stopping")
-        elif load.phase == "stopping":
+                self._enter(load, SwitchPhase.STOPPING)
+        elif load.phase is SwitchPhase.STOPPING:
             if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
                 worker.stop(timeout_s=1.0)  # reap (terminate / kill if it did not exit in time)
                 self._start_new(load)
         elif worker.exited() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
             timed_out = not worker.exited()
             worker.stop(timeout_s=1.0)
-            if load.phase == "loading":
+            if load.phase is SwitchPhase.LOADING:
                 if load.error is None:
                     load.error = (RequestError(ErrorCode.TIMEOUT, f"{load.path} did not load within "
                                                f"{core.settings.engine.worker_start_timeout_s} s; the previous model is served")
@@ -170,29 +179,32 @@ class ModelSwitch:
                 self._finish(load, load.error)
                 handle_worker_death(core, self._budget)
 
-    def on_event(self, event: wp.Event) -> bool:
-        """Worker ``ready`` / ``fatal`` while loading or reverting, ``ready`` while stopping. Returns True when the
-        event was consumed."""
+    def on_fatal(self, event: wp.Fatal) -> bool:
+        """The new model could not be loaded (``LOADING``): the worker exits next and ``tick`` reverts. Returns True
+        when the event was consumed (False while reverting: the previous model failed to come back, the crash path)."""
         load = self._load
-        if load is not None and load.phase == "stopping" and isinstance(event, wp.Ready):
-            self._drop_ready_of_stopping_worker(event)
-            return True
-        if load is None or load.phase not in ("loading", "reverting") or not isinstance(event, (wp.Ready, wp.Fatal)):
+        if load is None or load.phase is not SwitchPhase.LOADING:
             return False
+        load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served",
+                                  {"path": str(load.path)})
+        self._core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event.message)
+        return True
+
+    def on_ready(self, event: wp.Ready) -> None:
+        """A worker is ready during the switch: the stopping one's is dropped; the new model's (``LOADING``) ends the
+        switch with ``load_model_reply``, the previous model's (``REVERTING``) with the error that made it revert."""
+        load = self._load
+        assert load is not None and load.phase is not SwitchPhase.DRAINING
+        if load.phase is SwitchPhase.STOPPING:
+            self._drop_ready_of_stopping_worker(event)
+            return
         core = self._core
-        if isinstance(event, wp.Fatal):
-            if load.phase == "loading":
-                load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served",
-                                          {"path": str(load.path)})
-                core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event.message)
-                return True  # the worker exits next; tick() reverts
-            return False  # the previous model failed to come back: core.fatal_error, then the crash path
         core.hold_jobs = False
-        if load.phase == "loading":
+        if load.phase is SwitchPhase.LOADING:
             for session in core.sessions:
                 session.kv_state = session.kv_tokens = None  # KV of another model; the history is re-prefilled
-        handle_worker_event(core, self._budget, event)
-        if load.phase == "loading":
+        handle_ready(core, self._budget, event)
+        if load.phase is SwitchPhase.LOADING:
             core.counters["model_loads"] += 1
             core.log(logging.INFO, "model_loaded", path=str(load.path), strategy=self._budget.current.plan.strategy)
             assert core.model_info is not None
@@ -200,7 +212,6 @@ class ModelSwitch:
             core.send(load.identity, LoadModelReply(model=core.model_info, plan=self._budget.current.plan), load.header)
         else:
             self._finish(load, load.error)
-        return True
 
     # --- internals -----------------------------------------------------------------------------------
     def _drop_ready_of_stopping_worker(self, event: wp.Ready) -> None:
@@ -213,7 +224,7 @@ class ModelSwitch:
         core.worker_failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
         core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="stopping for a model load")
 
-    def _enter(self, load: _Load, phase: Phase) -> None:
+    def _enter(self, load: _Load, phase: SwitchPhase) -> None:
         load.phase, load.phase_since_s = phase, self._core.clock()
 
     def _start_new(self, load: _Load) -> None:
@@ -225,7 +236,7 @@ class ModelSwitch:
         core.worker.retarget(self._config_for(load.path, load.n_ctx), outcome.placement)
         core.fatal_error = None
         core.worker.start()
-        self._enter(load, "loading")
+        self._enter(load, SwitchPhase.LOADING)
 
     def _revert(self, load: _Load) -> None:
         core = self._core
@@ -234,7 +245,7 @@ class ModelSwitch:
         outcome = self._budget.replace_model(load.previous_planner)
         core.worker.retarget(load.previous_config, outcome.placement)
         core.worker.start()
-        self._enter(load, "reverting")
+        self._enter(load, SwitchPhase.REVERTING)
 
     def _finish(self, load: _Load, error: RequestError | None) -> None:
         self._load = None

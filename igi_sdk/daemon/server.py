@@ -12,25 +12,18 @@ import os
 import signal
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import zmq
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.dispatcher import Dispatcher
-from igi_sdk.daemon.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
-from igi_sdk.daemon.worker_events import handle_worker_event, handle_worker_death
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.model_store import resolve_model_path
@@ -47,8 +40,6 @@ ROUTER_RCVHWM = 4
 HANDSHAKE_TIMEOUT_MS = 5000
 #: The soft limit of open files asked for where the hard limit is unlimited.
 OPEN_FILES_WANTED = 65536
-#: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).
-WORKER_START_RETRY_S = 1.0
 
 
 class DaemonStartError(RuntimeError):
@@ -96,19 +87,17 @@ class DaemonServer:
 
         outbox = make_outbox(socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity))
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
-        budget = BudgetControl(core, planner, initial)
-        switch = ModelSwitch(core, budget, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
-        dispatcher = Dispatcher(core, budget, switch)
+        service = DaemonService(core, planner, initial, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         try:
             worker.start()
-            self._wait_ready(core, budget)
+            self._wait_ready(service)
             self._write_connection_file(bound, key)
             log_event(_log, logging.INFO, "daemon_ready", endpoint=bound, connection_file=str(self.connection_file),
                       model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy,
                       open_files_limit=None if limit is None else limit[1])
-            self._loop(socket, core, budget, dispatcher, switch)
+            self._loop(socket, service)
             return 0
         except DaemonStartError as exc:
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
@@ -129,8 +118,9 @@ class DaemonServer:
         host = f"[{ipc.ip}]" if ":" in ipc.ip else ipc.ip  # IPv6 (::1) is bracketed in a ZeroMQ endpoint
         return f"tcp://{host}:{ipc.port}"
 
-    def _wait_ready(self, core: DaemonCore, budget: BudgetControl) -> None:
+    def _wait_ready(self, service: DaemonService) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
+        core = service.core
         worker = core.worker
         while not worker.ready:
             if self._stop:
@@ -139,7 +129,7 @@ class DaemonServer:
                 raise DaemonStartError("the engine worker did not become ready in time")
             zmq.select(worker.fds(), [], [], 0.1) if worker.fds() else time.sleep(0.1)
             for event in worker.read_events():
-                handle_worker_event(core, budget, event)
+                service.lifecycle.route(event)
             if core.fatal_error is not None:
                 raise DaemonStartError(f"the engine worker could not load the model: {core.fatal_error.message}")
             if worker.is_dead() and not worker.ready:
@@ -152,8 +142,8 @@ class DaemonServer:
             host, port = bound[len("tcp://"):].rsplit(":", 1)
             write_connection_file(self.connection_file, port=int(port), ip=host.strip("[]"), key=key)
 
-    def _loop(self, socket: zmq.Socket, core: DaemonCore, budget: BudgetControl, dispatcher: Dispatcher,  # type: ignore[type-arg]
-              switch: ModelSwitch) -> None:
+    def _loop(self, socket: zmq.Socket, service: DaemonService) -> None:  # type: ignore[type-arg]
+        core = service.core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         registered: list[int] = []
@@ -167,81 +157,24 @@ class DaemonServer:
                 registered = fds
             ready = dict(poller.poll(POLL_TICK_MS))
             if ready.get(socket):
-                dispatcher.on_batch(_received(socket))
-            for event in core.worker.read_events():
-                _safe_worker_event(core, budget, switch, event)
+                service.on_messages(_received(socket))
             # not while stopping: Ctrl+C (or `timeout`) signals the whole process group, the worker included
-            if core.worker.is_dead() and core.model_info is not None and not switch.owns_worker and not self._stop:
+            if service.on_tick(stopping=self._stop):
                 for fd in registered:
                     poller.unregister(fd)
                 registered = []
-                _guarded(core, "worker_death", lambda: _worker_died(core, budget))
-            now = core.clock()
-            _guarded(core, "liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))
-            _guarded(core, "budget_tick", budget.tick)
-            _guarded(core, "switch_tick", switch.tick)
         if core.exit_requested:
-            self._drain(socket, dispatcher)
+            self._drain(socket, service)
 
     @staticmethod
-    def _drain(socket: zmq.Socket, dispatcher: Dispatcher) -> None:  # type: ignore[type-arg]
+    def _drain(socket: zmq.Socket, service: DaemonService) -> None:  # type: ignore[type-arg]
         """After shutdown_request: requests already queued, or arriving within one poll tick, get their
         ``shutting_down`` error (heartbeats and cancels their normal replies) instead of silence. At most
         ``DRAIN_ROUNDS`` ticks, so a chatty client cannot hold the exit."""
         for _ in range(DRAIN_ROUNDS):
             if not socket.poll(POLL_TICK_MS):
                 return
-            dispatcher.on_batch(_received(socket))
-
-
-def _guarded(core: DaemonCore, step: str, run: Callable[[], object]) -> None:
-    """One step of the I/O loop; an exception in it (a daemon bug, or an OS refusal such as EMFILE) is logged and
-    counted, and the loop goes on serving: nothing a step meets may take the daemon down."""
-    try:
-        run()
-    except Exception as exc:
-        core.counters[f"loop_{step}_failed"] += 1
-        core.log(logging.ERROR, "loop_step_failed", step=step, error=repr(exc), exc=traceback.format_exc())
-
-
-def _worker_died(core: DaemonCore, budget: BudgetControl) -> None:
-    """The worker is dead: crash handling (``handle_worker_death``), or, while a start that failed waits for its
-    retry, another start once ``WORKER_START_RETRY_S`` has passed. A start the OS refuses (no file descriptor for the
-    pipe, no memory for the process) is retried, never raised: the daemon keeps answering, and the jobs wait."""
-    due = core.worker_start_due_s
-    if due is not None:
-        if core.clock() < due:
-            return
-        try:
-            core.worker.start()
-        except OSError as exc:
-            _start_failed(core, exc)
-            return
-        core.worker_start_due_s = None
-        core.counters["worker_restarts"] += 1
-        return
-    try:
-        handle_worker_death(core, budget)
-    except OSError as exc:  # the restart itself failed
-        _start_failed(core, exc)
-
-
-def _start_failed(core: DaemonCore, exc: OSError) -> None:
-    core.counters["worker_start_failed"] += 1
-    core.worker_start_due_s = core.clock() + WORKER_START_RETRY_S
-    core.log(logging.ERROR, "worker_start_failed", error=repr(exc), retry_in_s=WORKER_START_RETRY_S)
-
-
-def _safe_worker_event(core: DaemonCore, budget: BudgetControl, switch: ModelSwitch, event: wp.Event) -> None:
-    """Handle one worker event; a daemon bug in it is logged and counted, and the loop keeps serving (as the
-    dispatcher does for a request: one bad path must not take every client's conversations down with it)."""
-    try:
-        if not switch.on_event(event):
-            handle_worker_event(core, budget, event)
-    except Exception as exc:
-        core.counters["worker_event_crashed"] += 1
-        core.log(logging.ERROR, "worker_event_crashed", worker_event=type(event).KIND, error=repr(exc),
-                 exc=traceback.format_exc())
+            service.on_messages(_received(socket))
 
 
 def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSettings) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ from igi_sdk.ipc.values import Usage
 
 
 def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event) -> None:
-    """Route one worker event to the client that waits for it."""
+    """Route one event about a job, an export or a reload to the one that waits for it (the same in every state)."""
     if isinstance(event, wp.Token):
         job = core.jobs.get(event.job_id)
         if job is None:
@@ -47,24 +47,21 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event
         callback = core.waiting_exports.pop(event.req_id, None)
         if callback is not None:
             callback(None if event.tokens is None else list(event.tokens), event.state)
-    elif isinstance(event, wp.Ready):
-        if budget.ignores_ready():  # written by a worker being replaced before it read ``Shutdown``: it is exiting
-            core.worker.ready = False
-            core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="being replaced")
-            return
-        core.model_info = event.model
-        core.model_file_bytes = event.file_bytes
-        core.worker_failures_in_row = 0
-        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
-        if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
-            core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
-        core.forward_pending_jobs()
-        budget.on_worker_ready()
-    elif isinstance(event, wp.Fatal):
-        core.log(logging.ERROR, "worker_fatal", code=event.code, message=event.message)
-        if budget.on_worker_fatal(event):  # a replacement worker could not load its new placement: a failed reload
-            return
-        core.fatal_error = RequestError(ErrorCode(event.code), event.message)
+    else:  # Ready and Fatal mean something else in each state of the worker: WorkerLifecycle decides
+        raise TypeError(f"{type(event).__name__} is routed by the worker lifecycle")
+
+
+def handle_ready(core: DaemonCore, budget: BudgetControl, event: wp.Ready) -> None:
+    """A worker serving the model in force is ready: record the model, restore the pacing, forward waiting jobs and let
+    the budget control start a reload that waited for it."""
+    core.model_info = event.model
+    core.model_file_bytes = event.file_bytes
+    core.worker_failures_in_row = 0
+    core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
+    if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
+        core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
+    core.forward_pending_jobs()
+    budget.on_worker_ready()
 
 
 def _done(core: DaemonCore, event: wp.Done) -> None:
@@ -95,18 +92,13 @@ def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
         core.send_error(job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error)
 
 
-def handle_worker_death(core: DaemonCore, budget: BudgetControl) -> None:
+def handle_worker_death(core: DaemonCore, budget: BudgetControl, failed_reload: bool = False) -> None:
     """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement.
 
-    The exit of a worker that the budget control is replacing (a change between a GPU and a CPU-only placement) is
-    no crash: its generations go on in the new worker (``BudgetControl.on_worker_exit``). Nor is the death of the new
-    worker of a replacement to a GPU placement, while it loads, a step towards giving the model up: it is a failed
-    reload, and the worker restarts on the CPU-only placement in force. After ``shutdown_request`` (answered
-    everything; the loop exits) no worker is started."""
+    ``failed_reload``: the worker that died was the new worker of a replacement to a GPU placement, still loading
+    (``WorkerLifecycle``): a failed reload, not a step towards giving the model up; the worker restarts on the CPU-only
+    placement in force. After ``shutdown_request`` (answered everything; the loop exits) no worker is started."""
     if core.exit_requested:
-        return
-    failed_reload = budget.replacement_loading()
-    if budget.on_worker_exit():
         return
     core.counters["worker_crashes"] += 1
     if not failed_reload:

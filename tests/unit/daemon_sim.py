@@ -20,16 +20,12 @@ from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.liveness import expire_clients, expire_sessions
-from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
-from igi_sdk.daemon.server import _safe_worker_event
+from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.sessions import SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
-from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.codec import packb, to_wire
@@ -181,7 +177,8 @@ class _Planner:
 
 
 class Daemon:
-    """The real daemon objects around a SimWorker, pumped like ``DaemonServer._loop``."""
+    """The real daemon (``DaemonService``, what ``DaemonServer._loop`` drives) around a SimWorker: ``batch`` is the
+    messages of one poll tick, ``pump`` the rest of a loop iteration."""
 
     def __init__(self, max_worker_restarts: int = 1000) -> None:
         self.sent: list[list[bytes]] = []
@@ -189,11 +186,10 @@ class Daemon:
         engine = EngineSettings(always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts)
         self.core = DaemonCore(DaemonSettings(engine=engine), KEY, lambda identity, frames: self.sent.append(frames),
                                self.worker, clock=lambda: 100.0)
-        self.budget = BudgetControl(self.core, _Planner(), _Planner().plan(0))  # type: ignore[arg-type]
-        self.switch = ModelSwitch(self.core, self.budget, Placement(),
-                                  lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-                                  planner_for=lambda path, base: _Planner())  # type: ignore[arg-type,return-value]
-        self.dispatcher = Dispatcher(self.core, self.budget, self.switch)
+        self.service = DaemonService(self.core, _Planner(), _Planner().plan(0), Placement(),  # type: ignore[arg-type]
+                                     lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
+                                     planner_for=lambda path, base: _Planner())  # type: ignore[arg-type,return-value]
+        self.budget, self.switch = self.service.budget, self.service.switch
         self.requests: dict[str, str] = {}  # msg_id -> type
         self.worker.start()
         self.pump()
@@ -206,18 +202,11 @@ class Daemon:
         headers = [new_header(message.type, session_id=sid) for message, sid in messages]
         for header in headers:
             self.requests[header.msg_id] = header.type
-        self.dispatcher.on_batch([[identity, *pack_message(KEY, h, m)] for h, (m, _) in zip(headers, messages)])
+        self.service.on_messages([[identity, *pack_message(KEY, h, m)] for h, (m, _) in zip(headers, messages)])
         return [h.msg_id for h in headers]
 
     def pump(self) -> None:
-        core, worker = self.core, self.worker
-        for event in worker.read_events():
-            if not self.switch.on_event(event):
-                handle_worker_event(core, self.budget, event)
-        if worker.is_dead() and core.model_info is not None and not self.switch.owns_worker:
-            handle_worker_death(core, self.budget)
-        self.budget.tick()
-        self.switch.tick()
+        self.service.on_tick()
 
     def replies(self) -> list[tuple[Any, Message]]:
         return [unpack_message(KEY, frames) for frames in self.sent]
@@ -296,7 +285,7 @@ def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000)
             header = new_header("generate_request", session_id=sessions[0])
             cancel = new_header("cancel_request")
             daemon.requests.update({header.msg_id: header.type, cancel.msg_id: cancel.type})
-            daemon.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
+            daemon.service.on_messages([[IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
                                         [IDENTITY, *pack_message(KEY, cancel, CancelRequest(target_msg_id=header.msg_id))]])
         elif kind == "shutdown":
             daemon.request(ShutdownRequest())

@@ -25,7 +25,6 @@ from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
-from igi_sdk.daemon.server import _safe_worker_event
 from igi_sdk.daemon.sessions import SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
@@ -138,7 +137,7 @@ def _tick(daemon: Daemon, *items: tuple[Any, Message], identity: bytes = IDENTIT
     """(header, message) pairs read from the socket in one poll tick: one ``on_batch``."""
     for header, _ in items:
         daemon.requests[header.msg_id] = header.type
-    daemon.dispatcher.on_batch([[identity, *pack_message(KEY, h, m)] for h, m in items])
+    daemon.service.on_messages([[identity, *pack_message(KEY, h, m)] for h, m in items])
 
 
 def test_a_cancel_right_behind_its_generate_in_one_tick_cancels_it() -> None:
@@ -175,7 +174,7 @@ def test_priority_messages_still_go_ahead_of_other_clients_messages() -> None:
     status, beat = new_header("status_request"), new_header("heartbeat_request")
     for header in (status, beat):
         daemon.requests[header.msg_id] = header.type
-    daemon.dispatcher.on_batch([[b"\x00other", *pack_message(KEY, status, StatusRequest())],
+    daemon.service.on_messages([[b"\x00other", *pack_message(KEY, status, StatusRequest())],
                                 [IDENTITY, *pack_message(KEY, beat, HeartbeatRequest())]])
     assert [h.parent_id for h, _ in daemon.replies()][-2:] == [beat.msg_id, status.msg_id]
 
@@ -212,7 +211,7 @@ def test_a_duplicate_msg_id_is_named_even_when_its_session_is_unknown() -> None:
     gen = new_header("generate_request", session_id=sid)
     _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=3)))
     again = gen.model_copy(update={"session_id": "s-" + "0" * 32})
-    daemon.dispatcher.on_batch([[IDENTITY, *pack_message(KEY, again, GenerateRequest(text="hi", max_tokens=3))]])
+    daemon.service.on_messages([[IDENTITY, *pack_message(KEY, again, GenerateRequest(text="hi", max_tokens=3))]])
     refusal = [m for h, m in daemon.replies() if h.parent_id == gen.msg_id and isinstance(m, ErrorReply)]
     assert len(refusal) == 1 and refusal[0].code == ErrorCode.INVALID_REQUEST
     assert refusal[0].detail == {"duplicate_msg_id": True}
@@ -375,7 +374,7 @@ def test_a_duplicate_msg_id_with_invalid_content_is_answered_as_a_duplicate() ->
     _tick(daemon, (gen, GenerateRequest(text="hi", max_tokens=3)))
     header_bytes = packb(to_wire(gen))
     content = packb({"text": "hi", "max_tokens": 0})
-    daemon.dispatcher.on_batch([[IDENTITY, MAGIC, sign(KEY, header_bytes, content), header_bytes, content]])
+    daemon.service.on_messages([[IDENTITY, MAGIC, sign(KEY, header_bytes, content), header_bytes, content]])
     for _ in range(10):
         daemon.worker.step()
         daemon.pump()
@@ -390,7 +389,7 @@ def test_a_worker_event_the_daemon_cannot_handle_is_logged_and_the_loop_goes_on(
     daemon bug on that path) stopped the daemon. Now it is counted and logged, as a handler crash is."""
     daemon = Daemon()
     # a code that is no ErrorCode: a ValueError inside
-    _safe_worker_event(daemon.core, daemon.budget, daemon.switch, wp.Fatal(code="no_such_code", message="?"))
+    daemon.service.lifecycle.on_event(wp.Fatal(code="no_such_code", message="?"))
     assert daemon.core.counters["worker_event_crashed"] == 1
     status = daemon.request(StatusRequest())
     daemon.pump()

@@ -1,7 +1,7 @@
 """Daemon layer (worker process): ``LlamaEngine`` with what the worker's scheduler needs beside batching.
 
 Renders prompts with the GGUF's own chat template, makes a sampler per generation from the daemon's sampling
-settings, and reloads with the daemon's placement overrides (context size, threads) applied.
+settings, and applies the daemon's placement overrides (context size, threads) to what the engine loads.
 """
 
 from __future__ import annotations
@@ -36,14 +36,15 @@ class EngineAdapter:
         self._overrides: dict[str, Any] = {"n_ctx": n_ctx}
         if n_threads is not None:
             self._overrides.update(n_threads=n_threads, n_threads_batch=n_threads)
-        self._engine = LlamaEngine(model_path, self._placement(placement))
+        self._engine = LlamaEngine(model_path, self.overridden(placement))
 
     @property
     def llama_engine(self) -> LlamaEngine:
         """The wrapped engine (the batch scheduler drives it directly)."""
         return self._engine
 
-    def _placement(self, placement: Placement) -> Placement:
+    def overridden(self, placement: Placement) -> Placement:
+        """``placement`` with the daemon's context size and threads: what the engine loads."""
         return placement.with_(**self._overrides)
 
     def model_info(self) -> tuple[ModelInfo, int]:
@@ -70,10 +71,6 @@ class EngineAdapter:
     def token_bytes(self, token: int) -> bytes:
         """The bytes of one token."""
         return self._engine.token_piece(token)
-
-    def reload(self, placement: Placement) -> None:
-        """Reload the model with another placement (KV contents are lost; the scheduler restores them)."""
-        self._engine.reload(self._placement(placement))
 
     def close(self) -> None:
         """Free the model."""

@@ -41,7 +41,7 @@ class PromptSeam(Protocol):
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
     def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
     def token_bytes(self, token: int) -> bytes: ...
-    def reload(self, placement: Placement) -> None: ...
+    def overridden(self, placement: Placement) -> Placement: ...
 
 
 @dataclass
@@ -59,7 +59,7 @@ class WorkerScheduler:
     """The worker loop's scheduler: daemon jobs in, worker events out, one ``BatchScheduler`` step per ``step``.
 
     Args:
-        adapter: the worker's engine adapter (prompt rendering, samplers, token bytes, reload with its overrides).
+        adapter: the worker's engine adapter (prompt rendering, samplers, token bytes, placement overrides).
         engine: the ``LlamaEngine`` the adapter wraps (``placement.n_seq_max`` slots).
         emit: sends one event to the daemon.
         max_prompt_tokens: prompt limit; the oldest history turns are dropped to fit, then ``too_large``.
@@ -142,19 +142,16 @@ class WorkerScheduler:
         return (None, None) if exported is None else exported
 
     def reload(self, placement: Placement) -> None:
-        """Pause at this token boundary, save every session, reload with ``placement``, restore, resume.
+        """At this token boundary: every session saved, the engine reloaded with ``placement`` (and the daemon's
+        overrides), the sessions restored and the grammars rebuilt (``BatchScheduler.reload``); every job counts one
+        reload more.
 
         Raises:
             Exception: whatever the reload raises (the worker then exits and is restarted).
         """
-        self._sched.pause()
-        states = self._sched.export_states()
-        self._adapter.reload(placement)
-        self._sched.import_states(states)
-        self._sched.rebuild_grammars()
+        self._sched.reload(self._adapter.overridden(placement))
         for job in self._jobs.values():
             job.reloads += 1
-        self._sched.resume()
 
     # ---- events ----------------------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+"""Daemon layer: the records of budget changes in progress, shared by ``BudgetControl`` and its two helpers
+(``budget_planning``: plans made in the background; ``budget_worker``: worker replacement and loss)."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.ipc.envelope import Header
+
+#: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
+REPLACE_STOP_GRACE_S = 0.5
+
+
+class ReplacePhase(enum.Enum):
+    """Where a worker replacement is: the old worker exits, then (for a GPU placement) the new one loads."""
+
+    STOPPING = "stopping"
+    STARTING = "starting"
+
+
+@dataclass
+class Waiter:
+    """A budget request waiting for its ``budget_ack``."""
+
+    identity: bytes
+    header: Header
+    requested_mib: int
+    t0_s: float
+    deadline_s: float | None = None
+
+
+@dataclass
+class PendingReload:
+    """One budget change to apply: a reload in place, or a worker replacement (``replace``)."""
+
+    req_id: str
+    outcome: PlanOutcome
+    waiters: list[Waiter] = field(default_factory=list)
+    replan_mib: int | None = None  # an interim CPU-only reload: plan for this budget once it is done
+    #: A worker replacement instead of a reload: STOPPING (the old worker exits), STARTING (the new worker loads a
+    #: GPU placement; a CPU-only one is done as soon as the old worker has exited).
+    replace: ReplacePhase | None = None
+    since_s: float = 0.0
+    killed: bool = False
+
+
+@dataclass
+class PlanResult:
+    """What a background plan produced (``done`` is set when it finished)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: PlanOutcome | None = None
+    error: BaseException | None = None
+
+
+def plan_in_background(plan: Callable[..., PlanOutcome], target_mib: int, slots: int) -> PlanResult:
+    """Run ``plan(target_mib, dry_run_slots=slots)`` in a daemon thread (dry runs take seconds; the I/O loop
+    must keep answering heartbeats, cancels and reclaims meanwhile)."""
+    result = PlanResult()
+
+    def run() -> None:
+        try:
+            result.outcome = plan(target_mib, dry_run_slots=slots)
+        except BaseException as exc:  # noqa: BLE001  (reported by BudgetPlanning._planned)
+            result.error = exc
+        finally:
+            result.done.set()
+
+    threading.Thread(target=run, name="igi-budget-plan", daemon=True).start()
+    return result
+
+
+@dataclass
+class Planning:
+    """A plan being made in the background (one at a time) and the requests that wait for it."""
+
+    target_mib: int
+    waiters: list[Waiter]
+    result: PlanResult
+    newer: tuple[int, bool] | None = None  # (target, reclaiming) of a decision that arrived meanwhile

@@ -1,0 +1,85 @@
+"""Daemon layer: the daemon without its sockets, driven by the ZeroMQ I/O loop (``server``) and by the tests.
+
+:class:`DaemonService` puts the daemon's parts together (state, budget control, model switch, worker lifecycle,
+dispatcher) and does what one iteration of the I/O loop does, in the loop's order: the messages read in one poll tick
+(:meth:`on_messages`), then :meth:`on_tick`: the worker's events, its exit, silent clients and expired sessions, a
+budget change or model switch that can go on. The server adds only the sockets (poll, receive, send) and signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.daemon.dispatcher import Dispatcher
+from igi_sdk.daemon.liveness import expire_clients, expire_sessions
+from igi_sdk.daemon.model_switch import ConfigFor, ModelSwitch, PlannerFor
+from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.planner.placement import Placement
+
+
+class DaemonService:
+    """Every part of the daemon above the worker port and below the socket.
+
+    Args:
+        core: daemon state, with its outbox and worker port.
+        planner: the served model's planner.
+        initial: the plan the worker starts with.
+        base: the placement fields that do not depend on the budget.
+        config_for: the worker config of a model (``supervisor.worker_config_for`` bound to the settings).
+        planner_for: the planner of another model (model switch).
+        default_model: resolves the embedded default model (model switch).
+    """
+
+    def __init__(self, core: DaemonCore, planner: PlacementPlanner, initial: PlanOutcome, base: Placement,
+                 config_for: ConfigFor, planner_for: PlannerFor = PlacementPlanner,
+                 default_model: Callable[[], Path] | None = None) -> None:
+        self.core = core
+        self.budget = BudgetControl(core, planner, initial)
+        self.switch = ModelSwitch(core, self.budget, base, config_for, planner_for=planner_for, default_model=default_model)
+        self.lifecycle = WorkerLifecycle(core, self.budget, self.switch)
+        self.dispatcher = Dispatcher(core, self.budget, self.switch)
+
+    @property
+    def state(self) -> WorkerState:
+        """The engine worker's state."""
+        return self.lifecycle.state
+
+    def on_messages(self, batch: list[list[Any]]) -> None:
+        """The messages read from the socket in one poll tick (``[identity, m1..m4]`` each)."""
+        self.dispatcher.on_batch(batch)
+
+    def on_tick(self, stopping: bool = False) -> bool:
+        """The rest of one loop iteration, after the messages: the worker's events, then its exit, then the timers.
+
+        Args:
+            stopping: the daemon is being stopped (a signal): a dead worker is not restarted.
+
+        Returns:
+            Whether the worker's exit was handled (the poller's file descriptors changed).
+        """
+        core = self.core
+        for event in core.worker.read_events():
+            self.lifecycle.on_event(event)  # guarded per event
+        exited = self._guarded("worker_death", lambda: self.lifecycle.check_exit(stopping))
+        now = core.clock()
+        self._guarded("liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))
+        self._guarded("budget_tick", self.budget.tick)
+        self._guarded("switch_tick", self.switch.tick)
+        return bool(exited)
+
+    def _guarded(self, step: str, run: Callable[[], object]) -> object:
+        """One step of the loop; an exception in it (a daemon bug, or an OS refusal such as EMFILE) is logged and
+        counted, and the loop goes on serving: nothing a step meets may take the daemon down."""
+        try:
+            return run()
+        except Exception as exc:
+            self.core.counters[f"loop_{step}_failed"] += 1
+            self.core.log(logging.ERROR, "loop_step_failed", step=step, error=repr(exc), exc=traceback.format_exc())
+            return None

@@ -50,6 +50,7 @@ MIN_N_CTX_PER_SEQ = 64
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
 
+
 class SwitchPhase(enum.Enum):
     """The phases of one model switch (the module docstring)."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 

@@ -7,7 +7,6 @@ only what each race needs (a stop that does not erase events already written, a 
 
 from __future__ import annotations
 
-from typing import Any
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome

@@ -4,7 +4,6 @@ seam faked: a gone client's generations are cancelled without a reply; its sessi
 
 from __future__ import annotations
 
-from typing import Any
 
 import pytest
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import multiprocessing
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 

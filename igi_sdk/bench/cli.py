@@ -161,7 +161,7 @@ def run(argv: list[str]) -> int:
         if cfg.plan_only:
             hello: dict = {"devices": []}
         else:
-            hello = worker.request({"request": "hello"}, timeout_s=180)
+            hello = worker.hello(timeout_s=180)
         machine_has_gpu = any(d.get("type") in ("gpu", "igpu") for d in hello.get("devices", []))
         if args.smoke and not machine_has_gpu and args.profile == "auto":
             profile, notes = simulated_gpu_profile(), ["smoke: simulated GPU profile; placements run on the CPU"]

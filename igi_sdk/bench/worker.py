@@ -255,6 +255,10 @@ class Worker:
         tail = log_tail(self.log_path)
         raise WorkerCrashed(f"engine worker died ({why})" + (f"; log tail:\n{tail}" if tail else ""))
 
+    def hello(self, timeout_s: float) -> dict[str, Any]:
+        """The child's devices and versions (see ``request``)."""
+        return self.request({"request": "hello"}, timeout_s)
+
     def run(self, spec: RunSpec, timeout_s: float) -> dict[str, Any]:
         """Measure ``spec`` in the child (see ``request``)."""
         return self.request({"request": "run", "spec": asdict(spec)}, timeout_s)

@@ -28,7 +28,7 @@ def _gpu_devices() -> list[dict]:
 
     worker = Worker()
     try:
-        hello = worker.request({"op": "hello"}, timeout_s=180)
+        hello = worker.hello(timeout_s=180)
     finally:
         worker.close()
     return [d for d in hello["devices"] if d["type"] in ("gpu", "igpu")]

@@ -85,7 +85,7 @@ def daemon_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
 
     worker = Worker()
     try:
-        devices = worker.request({"op": "hello"}, timeout_s=180)["devices"]
+        devices = worker.hello(timeout_s=180)["devices"]
     finally:
         worker.close()
     if not [d for d in devices if d["type"] in ("gpu", "igpu")]:

@@ -78,7 +78,7 @@ def reader() -> NvmlReader:
 
     worker = Worker()
     try:
-        devices = worker.request({"op": "hello"}, timeout_s=180)["devices"]
+        devices = worker.hello(timeout_s=180)["devices"]
     finally:
         worker.close()
     if not [d for d in devices if d["type"] in ("gpu", "igpu")]:

@@ -3,7 +3,9 @@
 :class:`DaemonService` puts the daemon's parts together (state, budget control, model switch, worker lifecycle,
 dispatcher) and does what one iteration of the I/O loop does, in the loop's order: the messages read in one poll tick
 (:meth:`on_messages`), then :meth:`on_tick`: the worker's events, its exit, silent clients and expired sessions, a
-budget change or model switch that can go on. The server adds only the sockets (poll, receive, send) and signals.
+budget change or model switch that can go on. Each of these steps is guarded: an exception in one (a daemon bug, or
+an OS refusal such as EMFILE) is logged and counted (``loop_<step>_failed``) and the loop goes on. The server adds
+only the sockets (poll, receive, send) and signals.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ namespace Igi.Tests
     [TestFixture]
     public sealed class BundleTests
     {
-        /// <summary>5 s; IGI_RESTART_LIMIT_S overrides it (the pytest wrapper widens it on an overloaded shared machine, never in CI).</summary>
+        /// <summary>A liveness bound, 5 s (the target) by hand; tests/plugins passes 30 s in IGI_RESTART_LIMIT_S: the restart time is a measured figure, not a timed test.</summary>
         private static double RestartLimitS
         {
             get

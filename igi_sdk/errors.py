@@ -7,6 +7,7 @@ IgiError
  |    +-- ModelUnsupportedError     valid GGUF of an architecture/feature the engine cannot run
  +-- PlacementRejectedError         a Placement names a device the machine does not have, or is invalid
  +-- EngineError                    llama.cpp failed at run time (decode error, state restore refused, ...)
+ +-- ImageError                     an image does not decode or does not fit the vision path's limits
  +-- (client side, mapped from wire error codes in igi_sdk.client.errors)
 """
 
@@ -39,3 +40,7 @@ class PlacementRejectedError(IgiError):
 
 class EngineError(IgiError):
     """llama.cpp failed at run time."""
+
+
+class ImageError(IgiError):
+    """An image that does not decode (corrupt, wrongly typed) or breaks the vision path's limits."""

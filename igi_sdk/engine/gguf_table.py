@@ -20,6 +20,7 @@ from pathlib import Path
 from igi_sdk.engine import _ggml
 from igi_sdk.errors import ModelCorruptError, ModelNotFoundError, ModelUnsupportedError
 from igi_sdk.planner.tensors import ModelTable, TensorInfo, classify
+from igi_sdk.planner.vision import VisionShape
 
 GGUF_MAGIC = b"GGUF"
 
@@ -246,5 +247,56 @@ def chat_template_of(path: str | os.PathLike[str]) -> str | None:
     g = _Gguf(check_gguf_file(path))
     try:
         return g.get_str("tokenizer.chat_template")
+    finally:
+        g.close()
+
+
+PROJECTOR_TYPES = ("idefics3", "qwen2.5vl_merger")
+"""Vision projectors (mmproj) the engine runs: their image embeddings take consecutive LLM positions."""
+
+
+def read_projector_shape(path: str | os.PathLike[str]) -> VisionShape:
+    """The shape of a vision projector (mmproj GGUF), validated before mtmd sees the file.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        ModelCorruptError: not a GGUF, truncated, or required ``clip.vision.*`` metadata missing or absurd.
+        ModelUnsupportedError: not a vision projector, or a projector type the engine does not run.
+    """
+    p = check_gguf_file(path)
+    g = _Gguf(p)
+    try:
+        arch = g.get_str("general.architecture")
+        if arch != "clip":
+            raise ModelUnsupportedError(f"{p}: architecture {arch!r} is not a vision projector (expected 'clip')")
+        kind = g.get_str("clip.projector_type") or g.get_str("clip.vision.projector_type")
+        if kind not in PROJECTOR_TYPES:
+            raise ModelUnsupportedError(f"{p}: projector type {kind!r} is not supported (supported: "
+                                        f"{', '.join(PROJECTOR_TYPES)})")
+        tensors = _tensors(g, p, p.stat().st_size)
+
+        def need(key: str) -> int:
+            value = g.get_int(f"clip.vision.{key}")
+            if value is None or not 1 <= value <= 1 << 20:
+                raise ModelCorruptError(f"{p}: clip.vision.{key} is missing or outside 1..{1 << 20}")
+            return value
+
+        n_layer = need("block_count")
+        if n_layer > MAX_LAYERS:
+            raise ModelCorruptError(f"{p}: clip.vision.block_count {n_layer} is outside 1..{MAX_LAYERS}")
+        qwen = kind == "qwen2.5vl_merger"
+        merge = g.get_int("clip.vision.spatial_merge_size" if qwen else "clip.vision.projector.scale_factor")
+        weight = next((t for t in tensors if t.name == "v.blk.0.attn_q.weight"), None)
+        try:
+            return VisionShape(
+                projector_type=kind, n_layer=n_layer, n_embd=need("embedding_length"), n_ff=need("feed_forward_length"),
+                n_head=need("attention.head_count"), patch_size=need("patch_size"), image_size=need("image_size"),
+                n_merge=merge or 2, projection_dim=need("projection_dim"),
+                longest_edge=g.get_int("clip.vision.preproc_image_size") or 0,
+                n_wa_pattern=g.get_int("clip.vision.n_wa_pattern") or 0,
+                weight_type="f32" if weight is not None and weight.ggml_type == "f32" else "f16",
+                file_weight_bytes=sum(t.n_bytes for t in tensors))
+        except ValueError as exc:
+            raise ModelCorruptError(f"{p}: projector metadata rejected: {exc}") from exc
     finally:
         g.close()

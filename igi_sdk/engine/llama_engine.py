@@ -110,13 +110,15 @@ class LlamaEngine:
                     ctx = llama_cpp.llama_init_from_model(model, cparams)
                 if not ctx:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
-                stack.callback(llama_cpp.llama_free, ctx)
+                self._ctx = ctx
+                stack.callback(self._free_context)
         except BaseException:
             stack.close()
             raise
         self._load_time_s = time.perf_counter() - t0
         self._stack = stack
         self._model, self._ctx = model, ctx
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._placement = placement
         report = parse_load_log(cap.text_lines())
@@ -126,14 +128,53 @@ class LlamaEngine:
         # n_ctx up (n_ctx 16 -> 256 with n_batch 16), and a larger chunk is a GGML_ASSERT that aborts the process
         self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab, int(llama_cpp.llama_n_ctx_seq(ctx)),
                                   placement.n_seq_max)
-        stack.callback(self._seqs.free)
+        stack.callback(lambda: self._seqs.free())  # the current decoder (a restored context has a new one)
         self.__dict__.pop("eos_token_ids", None)
+
+    def release_context(self) -> None:
+        """Free the llama_context (KV cache, compute buffers) and keep the model's weights; every sequence's
+        KV is lost (save what you need first). ``restore_context`` creates it again with the same placement.
+        The VRAM this frees is where a vision encoder may run in between (``igi_sdk.planner.vision``)."""
+        if self._stack is None or self._ctx is None:
+            return
+        self._seqs.free()
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+
+    def restore_context(self) -> None:
+        """Create the context again after ``release_context`` (same placement: saved states restore).
+
+        Raises:
+            EngineError: the engine is closed, or llama.cpp could not create the context (the engine is then
+                closed).
+        """
+        if self._stack is None:
+            raise EngineError("engine is closed")
+        if self._ctx is not None:
+            return
+        with _log.capture_log(echo=self._verbose) as cap:
+            ctx = llama_cpp.llama_init_from_model(self._model, context_params(self._placement))
+        if not ctx:
+            self.close()
+            raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
+        self._ctx = ctx
+        self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab,
+                                  int(llama_cpp.llama_n_ctx_seq(ctx)), self._placement.n_seq_max)
+
+    @property
+    def context_released(self) -> bool:
+        return self._stack is not None and self._ctx is None
 
     def reload(self, placement: Placement) -> None:
         """Free the context and model, then load again with ``placement``. KV contents are lost: save the
         sequences you need first (``save_seq_state``) and restore them after."""
         self._close_handles()
         self._load(placement)
+
+    def _free_context(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            llama_cpp.llama_free(self._ctx)
+        self._ctx = None
 
     def _close_handles(self) -> None:
         if self._stack is not None:
@@ -164,6 +205,8 @@ class LlamaEngine:
     def _require_open(self) -> None:
         if self._stack is None:
             raise EngineError("engine is closed")
+        if self._ctx is None:
+            raise EngineError("the engine's context is released (restore_context first)")
 
     # ---- properties ------------------------------------------------------------------------------
 
@@ -200,7 +243,7 @@ class LlamaEngine:
     @property
     def n_ctx(self) -> int:
         """Context size of the whole llama_context (all sequences)."""
-        return int(llama_cpp.llama_n_ctx(self._ctx))
+        return self._n_ctx
 
     @property
     def n_ctx_seq(self) -> int:
@@ -343,6 +386,22 @@ class LlamaEngine:
         """
         self._require_open()
         return self._seqs.decode(batch)
+
+    def decode_embeddings(self, seq_id: int, embd: np.ndarray, start_pos: int, *, token: int,
+                          want_logits: bool = False) -> np.ndarray | None:
+        """Evaluate image embeddings (float32 (n, n_embd), from ``VisionEncoder.encode``) at positions
+        ``start_pos..`` of ``seq_id``; ``token`` is the pseudo token the bookkeeping records for them.
+
+        Returns:
+            The logits after the last embedding if ``want_logits``.
+
+        Raises:
+            ContextFullError, DecodeError: as ``decode``.
+        """
+        self._require_open()
+        if embd.ndim != 2 or embd.shape[1] != self._table.n_embd:
+            raise ValueError(f"embeddings of width {embd.shape[-1]} do not match the model's n_embd {self._table.n_embd}")
+        return self._seqs.decode_embd(seq_id, embd, start_pos, token, want_logits)
 
     def seq_tokens(self, seq_id: int) -> list[int]:
         """Tokens the engine knows sequence ``seq_id`` holds at positions 0.. (-1 = unknown)."""

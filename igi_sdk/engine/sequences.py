@@ -108,6 +108,49 @@ class BatchDecoder:
                 self.tokens[seq_id] = known + [int(t) for t in toks]
         return logits
 
+    def decode_embd(self, seq_id: int, embd: np.ndarray, start_pos: int, token: int, want_logits: bool) -> np.ndarray | None:
+        """Evaluate embeddings (float32, (n, n_embd): an image chunk) at positions ``start_pos..`` of one
+        sequence, in n_batch chunks of their own batch (llama.cpp does not mix tokens and embeddings in one
+        batch). ``token`` is what the bookkeeping records for these positions (a negative pseudo token).
+
+        Returns:
+            The logits row after the last embedding if ``want_logits``, else None.
+        """
+        self._check_seq(seq_id)
+        if embd.ndim != 2 or embd.dtype != np.float32:
+            raise ValueError("embeddings must be a float32 (n_tokens, n_embd) array")
+        n, width = embd.shape
+        if start_pos < 0 or start_pos + n > self.n_ctx_seq:
+            raise ContextFullError(f"sequence {seq_id}: image positions {start_pos}..{start_pos + n - 1} exceed its "
+                                   f"context of {self.n_ctx_seq} tokens (n_ctx / n_seq_max)")
+        data = np.ascontiguousarray(embd)
+        batch = llama_cpp.llama_batch_init(self.n_batch, width, 1)
+        row = None
+        try:
+            for lo in range(0, n, self.n_batch):
+                m = min(self.n_batch, n - lo)
+                ctypes.memmove(batch.embd, data[lo:lo + m].ctypes.data, m * width * 4)
+                for i in range(m):
+                    batch.pos[i] = start_pos + lo + i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = seq_id
+                    batch.logits[i] = want_logits and lo + i == n - 1
+                batch.n_tokens = m
+                rc = llama_cpp.llama_decode(self.ctx, batch)
+                if rc != 0:
+                    raise DecodeError(rc, f"{m} image embeddings at position {start_pos + lo}")
+                if want_logits and lo + m == n:
+                    out = llama_cpp.llama_get_logits_ith(self.ctx, m - 1)
+                    if not out:
+                        raise EngineError(f"llama_get_logits_ith({m - 1}) returned NULL")
+                    row = np.ctypeslib.as_array(out, shape=(self.n_vocab,)).copy()
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        known = self.tokens.get(seq_id, [])[:start_pos]
+        known += [-1] * (start_pos - len(known))
+        self.tokens[seq_id] = known + [int(token)] * n
+        return row
+
     def seq_pos_max(self, seq_id: int) -> int:
         self._check_seq(seq_id)
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))

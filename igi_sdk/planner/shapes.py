@@ -79,6 +79,8 @@ REFERENCE_SHAPES: dict[str, ModelShape] = {
                            n_expert=4, n_expert_used=2, n_ff_exp=64),
     "llama_8b": ModelShape(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256,
                            n_ctx_train=8192),
+    "qwen25_7b": ModelShape(n_layer=28, n_embd=3584, n_ff=18944, n_head=28, n_head_kv=4, n_vocab=152064,
+                            n_ctx_train=32768),
     "qwen3_30b_a3b": ModelShape(n_layer=48, n_embd=2048, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
                                 n_ctx_train=32768, n_expert=128, n_expert_used=8, n_ff_exp=768),
 }

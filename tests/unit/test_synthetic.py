@@ -40,7 +40,7 @@ def test_tensor_layout_of_presets() -> None:
     assert moe["blk.47.ffn_up_exps.weight"] == (2048, 768, 128)
     assert moe["blk.0.ffn_gate_inp.weight"] == (2048, 128)
     assert "blk.0.ffn_up.weight" not in moe
-    assert set(PRESETS) == {"tiny_dense", "tiny_moe", "llama_8b", "qwen3_30b_a3b"}
+    assert set(PRESETS) == {"tiny_dense", "tiny_moe", "llama_8b", "qwen25_7b", "qwen3_30b_a3b"}
 
 
 def test_invalid_shapes_are_rejected() -> None:

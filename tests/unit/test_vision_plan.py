@@ -1,0 +1,99 @@
+"""VLMOpt's memory rule in the pure planner: an image turn peaks at max(encode phase, LLM), never the sum."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from igi_sdk.planner.vision import (MIB, VISION_SHAPES, LlmMemory, VisionShape, image_turn_peak_mib, plan_encoder,
+                                    projector_tensor_specs)
+
+QWEN = VISION_SHAPES["qwen25vl_7b"]
+TINY = VISION_SHAPES["smolvlm_tiny"]
+
+
+def llm(fixed: float, weights: float, context: float) -> LlmMemory:
+    return LlmMemory(fixed_mib=fixed, weights_mib=weights, context_mib=context)
+
+
+def test_the_peak_is_the_larger_phase_not_the_sum() -> None:
+    m = llm(600, 3000, 500)
+    assert image_turn_peak_mib(m, 1500, "model") == (2100, 4100)  # encoder alone beside the CUDA context
+    assert image_turn_peak_mib(m, 400, "context") == (4000, 4100)
+    assert image_turn_peak_mib(m, 1500, "none") == (5600, 5600)  # stock: resident beside the whole LLM
+
+
+def test_encoder_borrows_the_llm_context_when_it_fits_there() -> None:
+    m = llm(600, 4200, 2000)  # a large compute buffer + KV: the tiny encoder fits in it
+    plan = plan_encoder(TINY, m, vram_budget_mib=8192, gpu_available=True, n_ctx_seq=2048)
+    assert (plan.device, plan.llm_release) == ("gpu", "context")
+    assert plan.image_turn_peak_mib == m.total_mib  # borrowing never raises the peak
+
+
+def test_encoder_runs_while_the_llm_steps_aside_when_only_the_budget_holds_it() -> None:
+    m = llm(700, 2600, 600)
+    plan = plan_encoder(QWEN, m, vram_budget_mib=4096, gpu_available=True, n_ctx_seq=4096)
+    assert (plan.device, plan.llm_release) == ("gpu", "model")
+    assert plan.image_turn_peak_mib == max(plan.encoder_gpu_mib + m.fixed_mib, m.total_mib)
+    assert plan.image_turn_peak_mib <= 4096
+    assert plan.image_turn_peak_mib < m.total_mib + plan.encoder_gpu_mib  # never the sum
+
+
+def test_the_image_token_cap_shrinks_with_the_budget_then_the_encoder_goes_to_the_cpu() -> None:
+    m = llm(700, 0, 300)
+    caps = {}
+    for budget in (8192, 2600, 2000):
+        caps[budget] = plan_encoder(QWEN, m, vram_budget_mib=budget, gpu_available=True, n_ctx_seq=16384)
+    assert caps[8192].image_max_tokens == 4096 and caps[8192].device == "gpu"
+    assert caps[2600].device == "gpu" and caps[2600].image_max_tokens < 4096
+    assert caps[2600].encoder_mib <= 2600 - 700
+    low = caps[2000]
+    assert low.device == "cpu" and low.encoder_gpu_mib == 0 and low.image_turn_peak_mib == m.total_mib
+    assert low.image_max_tokens == 4096  # on the CPU the full cap stays
+
+
+def test_the_cap_never_takes_more_than_half_a_sequence() -> None:
+    plan = plan_encoder(QWEN, llm(700, 0, 300), vram_budget_mib=65536, gpu_available=True, n_ctx_seq=2048)
+    assert plan.image_max_tokens == 1024
+
+
+def test_no_gpu_means_the_cpu() -> None:
+    plan = plan_encoder(QWEN, llm(0, 0, 0), vram_budget_mib=0, gpu_available=False, n_ctx_seq=4096)
+    assert plan.device == "cpu" and plan.flash_attn and "no GPU" in plan.reason
+
+
+def test_flash_attention_is_what_makes_720p_affordable() -> None:
+    n = QWEN.image_tokens(1280, 720)
+    assert n == 1196  # 1288x728 in 28 px merged patches: 46 x 26
+    assert QWEN.compute_bytes(n, flash_attn=False) > 3 * QWEN.compute_bytes(n, flash_attn=True)
+
+
+def test_weight_bytes_are_the_tensor_specs() -> None:
+    assert TINY.weight_bytes() == sum(
+        math.prod(ne) * (4 if t == "f32" else 2) for _, ne, t, _ in projector_tensor_specs(TINY))
+    assert 1200 < QWEN.weight_bytes() / MIB < 1400  # Qwen2.5-VL-7B's vision tower in f16: about 1.3 GB
+    assert QWEN.model_copy(update={"file_weight_bytes": 5}).weight_bytes() == 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(fixed=st.floats(0, 1000), weights=st.floats(0, 20000), context=st.floats(0, 4000),
+       budget=st.floats(0, 32768), gpu=st.booleans(), n_ctx=st.integers(64, 32768))
+def test_an_image_turn_never_needs_more_than_the_budget_or_the_llm(fixed: float, weights: float, context: float,
+                                                                  budget: float, gpu: bool, n_ctx: int) -> None:
+    m = llm(fixed, weights, context)
+    plan = plan_encoder(QWEN, m, vram_budget_mib=budget, gpu_available=gpu, n_ctx_seq=n_ctx)
+    assert plan.image_turn_peak_mib <= max(budget, m.total_mib) + 1e-6
+    assert plan.image_turn_peak_mib == pytest.approx(max(plan.encode_phase_mib, m.total_mib))
+    assert plan.encode_phase_mib == pytest.approx(m.kept_mib(plan.llm_release) + plan.encoder_gpu_mib)
+    assert (plan.device == "gpu") == (plan.llm_release != "none")  # on the GPU the LLM always steps aside
+    assert 1 <= plan.image_max_tokens <= max(1, n_ctx // 2)
+    assert plan.flash_attn
+
+
+def test_shapes_reject_nonsense() -> None:
+    with pytest.raises(ValueError):
+        VisionShape(projector_type="idefics3", n_layer=0, n_embd=64, n_ff=128, n_head=4, patch_size=16,
+                    image_size=64, n_merge=2, projection_dim=576)

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
                              plan_placement, reference_profile, table_from_shape)
+from igi_sdk.planner.vision import MIB, EncoderPlan, LlmMemory, VisionShape, plan_encoder
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,8 +28,54 @@ def _parser() -> argparse.ArgumentParser:
                    help="'auto' (this machine's cached profile, quick-measured on first use), "
                         "'reference:h200' / 'reference:cpu2', or a profile JSON path")
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of dry-running")
-    p.add_argument("--json", action="store_true", help="print the PlanResult as JSON")
+    p.add_argument("--mmproj", default=None,
+                   help="a vision projector (mmproj GGUF path or 'synthetic:NAME', e.g. synthetic:qwen25vl_7b): "
+                        "also plan the vision encoder under the same budget")
+    p.add_argument("--max-image-tokens", type=int, default=None, help="upper limit of the image-token cap")
+    p.add_argument("--json", action="store_true",
+                   help="print the PlanResult as JSON (with --mmproj: {\"plan\": ..., \"vision_encoder\": ...})")
     return p
+
+
+def load_projector_shape(spec: str) -> VisionShape:
+    """The projector shape of ``--mmproj``: a synthetic preset or a file."""
+    if spec.startswith("synthetic:"):
+        from igi_sdk.synthetic_vision import vision_preset
+
+        return vision_preset(spec.split(":", 1)[1])
+    from igi_sdk.engine.gguf_table import read_projector_shape
+
+    return read_projector_shape(spec)
+
+
+def plan_vision(result: PlanResult, shape: VisionShape, max_image_tokens: int | None) -> EncoderPlan | None:
+    """The encoder's placement beside the chosen LLM plan (None when nothing was planned)."""
+    chosen = result.chosen or result.cpu_fallback
+    if chosen is None:
+        return None
+    uses_gpu = result.chosen is not None and chosen.memory.placement_class != "cpu_only" and result.vram_budget_mib > 0
+    return plan_encoder(shape, LlmMemory.of_breakdown(chosen.memory), vram_budget_mib=result.vram_budget_mib,
+                        gpu_available=uses_gpu, n_ctx_seq=result.workload.n_ctx // max(result.workload.parallel, 1),
+                        max_image_tokens=max_image_tokens)
+
+
+def render_vision(plan: EncoderPlan, shape: VisionShape, console: Console) -> None:
+    """The encoder's placement and memory as a table."""
+    t = Table(title=f"vision encoder ({shape.projector_type}, {shape.n_layer} layers of {shape.n_embd}; VLMOpt)")
+    t.add_column("term")
+    t.add_column("value", justify="right")
+    where = "CPU" if plan.device == "cpu" else f"GPU, the LLM releases its {plan.llm_release} during the encode"
+    for name, value in (("placement", where), ("flash attention", "on" if plan.flash_attn else "off"),
+                        ("image-token cap", str(plan.image_max_tokens)),
+                        ("encoder weights MiB", f"{shape.weight_bytes() / MIB:.1f}"),
+                        ("encoder at the cap MiB", f"{plan.encoder_mib:.1f}"),
+                        ("encoder VRAM MiB", f"{plan.encoder_gpu_mib:.1f}"),
+                        ("encode phase VRAM MiB", f"{plan.encode_phase_mib:.1f}"),
+                        ("LLM VRAM MiB", f"{plan.llm_mib:.1f}"),
+                        ("image-turn peak MiB = max(encode, LLM)", f"{plan.image_turn_peak_mib:.1f}")):
+        t.add_row(name, value)
+    console.print(t)
+    console.print(f"vision: {plan.reason}")
 
 
 def load_model_table(model: str) -> tuple[ModelTable, Path | None]:
@@ -120,6 +167,9 @@ def run(argv: list[str]) -> int:
     if args.prompt_tokens + args.reply_tokens > args.ctx // max(args.parallel, 1):
         raise ValueError(f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
                          f"context ({args.ctx} / {args.parallel} sessions)")
+    vision_shape = load_projector_shape(args.mmproj) if args.mmproj else None
+    if args.max_image_tokens is not None and args.max_image_tokens < 1:
+        raise ValueError(f"--max-image-tokens must be >= 1, got {args.max_image_tokens}")
     table, path = load_model_table(args.model)
     profile = resolve_profile(args.profile)
     workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
@@ -134,8 +184,17 @@ def run(argv: list[str]) -> int:
             console.print(f"warning: {w}")
     else:
         result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
+    vision = plan_vision(result, vision_shape, args.max_image_tokens) if vision_shape is not None else None
     if args.json:
-        print(result.model_dump_json(indent=2))
+        if vision_shape is None:
+            print(result.model_dump_json(indent=2))
+        else:
+            import json
+
+            print(json.dumps({"plan": result.model_dump(mode="json"),
+                              "vision_encoder": vision.model_dump(mode="json") if vision else None}, indent=2))
     else:
         render(result, console)
+        if vision is not None and vision_shape is not None:
+            render_vision(vision, vision_shape, console)
     return 0

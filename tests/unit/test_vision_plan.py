@@ -97,3 +97,23 @@ def test_shapes_reject_nonsense() -> None:
     with pytest.raises(ValueError):
         VisionShape(projector_type="idefics3", n_layer=0, n_embd=64, n_ff=128, n_head=4, patch_size=16,
                     image_size=64, n_merge=2, projection_dim=576)
+
+
+def test_igi_plan_shows_the_encoder_placement_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from igi_sdk.planner_cli import run
+
+    args = ["synthetic:qwen25_7b", "--ctx", "4096", "--prompt-tokens", "1400", "--reply-tokens", "64",
+            "--profile", "reference:h200", "--mmproj", "synthetic:qwen25vl_7b", "--json"]
+    assert run([*args, "--vram-budget-mib", "4096"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    enc, chosen = out["vision_encoder"], out["plan"]["chosen"]
+    assert enc["device"] == "gpu" and enc["flash_attn"] and enc["image_turn_peak_mib"] <= 4096
+    assert enc["llm_mib"] == pytest.approx(sum(chosen["memory"][k] for k in (
+        "gpu_weights_mib", "gpu_kv_mib", "gpu_compute_mib", "gpu_pools_mib", "gpu_reserve_mib", "safety_margin_mib")))
+    assert run([*args, "--vram-budget-mib", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["vision_encoder"]["device"] == "cpu"
+    assert run(args[:-1] + ["--vram-budget-mib", "8192"]) == 0
+    text = capsys.readouterr().out
+    assert "vision encoder" in text and "image-turn peak" in text

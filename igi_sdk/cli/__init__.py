@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("igi_sdk.cli.plan", "print the placement plan for a model under a VRAM budget"),
     "profile": ("igi_sdk.profiler.cli", "measure this machine and save its benchmark profile"),
     "bench": ("igi_sdk.bench.cli", "side-by-side benchmark: planner vs stock placements"),
+    "bench-vision": ("igi_sdk.bench.vision", "one VLM image turn: VLMOpt under budgets vs stock and all-GPU"),
     "daemon": ("igi_sdk.daemon.__main__", "run the inference daemon"),
     "chat": ("igi_sdk.cli.chat", "answer one NPC prompt in-process, streaming (no daemon)"),
     "fetch-model": ("igi_sdk.cli.fetch_model", "download and verify the embedded default model"),

@@ -6,7 +6,9 @@
    never starved; if there are more of them than ``n_batch``, they rotate with the step number);
 2. then prompt tokens of requests still prefilling, highest priority first, FIFO within a priority,
    each as large a chunk as the remaining budget allows, cut at the persona-prefix boundary when that
-   prefix is not cached yet (so its state can be saved on its own).
+   prefix is not cached yet (so its state can be saved on its own), and at an image: an image chunk's
+   embeddings (a run of one negative pseudo token in the prompt) go in a llama_batch of their own, at most one
+   image per step, so the other sequences keep talking while one NPC looks at an image.
 
 ``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
 """
@@ -73,10 +75,35 @@ class Chunk:
     start_pos: int = 0
     want_logits: bool = False
     decode: bool = False
+    image: bool = False
 
     def entry(self) -> tuple[int, list[int], int, bool]:
         """``LlamaEngine.decode`` batch entry."""
         return (self.seq_id, self.tokens, self.start_pos, self.want_logits)
+
+
+def image_run_end(prompt: Sequence[int], pos: int) -> int:
+    """End (exclusive) of the run of the pseudo token at ``pos``."""
+    token, end = prompt[pos], pos
+    while end < len(prompt) and prompt[end] == token:
+        end += 1
+    return end
+
+
+def image_run_start(prompt: Sequence[int], pos: int) -> int:
+    """Start of the run of the pseudo token at ``pos``."""
+    token, start = prompt[pos], pos
+    while start > 0 and prompt[start - 1] == token:
+        start -= 1
+    return start
+
+
+def next_image(prompt: Sequence[int], pos: int) -> int:
+    """Index of the first pseudo token at or after ``pos`` (len(prompt) if none)."""
+    for i in range(pos, len(prompt)):
+        if prompt[i] <= -2:
+            return i
+    return len(prompt)
 
 
 def admission_order(queue: Sequence[Running]) -> list[Running]:
@@ -106,11 +133,20 @@ def compose_step(running: Sequence[Running], n_batch: int, step_no: int,
         assert run.slot is not None and run.pending is not None
         chunks.append(Chunk(run, run.slot.seq_id, [run.pending], len(run.slot.tokens), True, decode=True))
     budget -= len(chunks)
+    image_taken = False
     for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.order):
-        if budget <= 0:
-            break
         assert run.slot is not None
-        end = min(len(run.prompt), run.prefill_pos + budget)
+        pos = run.prefill_pos
+        if run.prompt[pos] <= -2:  # an image run: its own batch, whole (from where the KV stops)
+            if image_taken:
+                continue
+            end = image_run_end(run.prompt, pos)
+            chunks.append(Chunk(run, run.slot.seq_id, run.prompt[pos:end], pos, end == len(run.prompt), image=True))
+            image_taken = True
+            continue
+        if budget <= 0:
+            continue
+        end = min(len(run.prompt), run.prefill_pos + budget, next_image(run.prompt, pos))
         boundary = run.req.prefix_tokens
         if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
             end = boundary

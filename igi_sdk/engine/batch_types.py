@@ -7,9 +7,9 @@ changes a request's random draws).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,9 @@ class BatchRequest:
             strings do not apply then: the grammar ends the reply.
         grammar_replay: tokens of the reply generated before (a continuation: the last tokens of ``prompt_tokens``),
             accepted by the grammar before the first new token is sampled.
+        embeddings: image chunks of the prompt: pseudo token (negative, ``igi_sdk.engine.vision``) -> float32
+            (n, n_embd) embeddings. The prompt holds each chunk as a run of its pseudo token; a run the
+            session's sequence already holds is not evaluated again and needs no entry here.
     """
 
     session_id: str
@@ -67,6 +70,7 @@ class BatchRequest:
     text_prefix: bytes = b""
     grammar: str | None = None
     grammar_replay: Sequence[int] = ()
+    embeddings: Mapping[int, Any] = field(default_factory=dict)
 
 
 class RequestStats(BaseModel):
@@ -121,6 +125,7 @@ class BatchCounters(BaseModel):
     prefill_tokens_reused_parked: int = Field(default=0, description="restored from a parked/imported session state")
     prefill_tokens_reused_prefix: int = Field(default=0, description="restored from the persona prefix cache")
     decode_tokens: int = Field(default=0, description="sampled tokens fed back through the model")
+    prefill_image_tokens: int = Field(default=0, description="image embeddings evaluated (part of prefill_tokens_evaluated)")
     batch_tokens_max: int = Field(default=0, description="largest llama_batch of one step")
     sequences_per_step_max: int = Field(default=0, description="most sequences in one step's llama_batch")
     grammar_resamples: int = Field(default=0, description="draws a grammar refused, drawn again among allowed tokens")

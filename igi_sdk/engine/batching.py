@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_order, compose_step
+from igi_sdk.engine.batch_compose import (Chunk, HoldingTextStream, Running, admission_order, compose_step, image_run_end,
+                                          image_run_start)
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
 from igi_sdk.engine.batch_types import (
     BatchCounters,
@@ -139,6 +140,7 @@ class BatchScheduler:
         if len(req.prompt_tokens) >= n_ctx_seq:
             raise SchedulerError(f"prompt of {len(req.prompt_tokens)} tokens does not fit a sequence's context "
                                  f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)")
+        self._check_images(req)
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
         grammar = self._new_grammar(req.grammar, req.grammar_replay) if req.grammar is not None else None
@@ -175,6 +177,35 @@ class BatchScheduler:
                 run.grammar.close()
                 assert run.req.grammar is not None
                 run.grammar = self._new_grammar(run.req.grammar, [*run.req.grammar_replay, *run.handle.tokens])
+
+    def _check_images(self, req: BatchRequest) -> None:
+        """Every image run of the prompt that the session's sequence does not hold has its embeddings, whole."""
+        held = self.held_tokens(req.session_id)
+        prompt = list(req.prompt_tokens)
+        common = _common_prefix(held, prompt)
+        pos = common
+        while pos < len(prompt):
+            token = prompt[pos]
+            if token > -2:
+                pos += 1
+                continue
+            end = image_run_end(prompt, pos)
+            start = image_run_start(prompt, pos)
+            embd = req.embeddings.get(token)
+            if embd is None:
+                raise SchedulerError(f"the prompt holds image chunk {token} at {start}..{end - 1}, but neither the "
+                                     "session's sequence nor the request has its embeddings")
+            if len(embd) != end - start or embd.shape[1] != self._engine.model_table.n_embd:
+                raise SchedulerError(f"image chunk {token}: {tuple(embd.shape)} embeddings for {end - start} "
+                                     f"positions of width {self._engine.model_table.n_embd}")
+            pos = end
+
+    def held_tokens(self, session_id: str) -> list[int]:
+        """The tokens the scheduler holds for a session (in its slot, else parked); [] if none."""
+        slot = self._slots.of_session(session_id)
+        if slot is not None:
+            return list(slot.tokens)
+        return list(self._slots.parked_tokens.get(session_id, []))
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a queued or running request: it ends with ``finish_reason="cancelled"``. A running
@@ -225,7 +256,10 @@ class BatchScheduler:
                               lambda prefix: prefix in self._prefix)
         if not chunks:
             return events
-        logits = self._engine.decode(sorted((c.entry() for c in chunks), key=lambda e: e[0]))
+        logits = self._engine.decode(sorted((c.entry() for c in chunks if not c.image), key=lambda e: e[0]))
+        for chunk in chunks:
+            if chunk.image:
+                logits.update(self._decode_image(chunk))
         self._c["steps"] += 1
         self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(c.tokens) for c in chunks))
         self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
@@ -245,6 +279,19 @@ class BatchScheduler:
             if row is not None:
                 self._sample(chunk.run, row, events)
         return events
+
+    def _decode_image(self, chunk: Chunk) -> dict[int, object]:
+        run = chunk.run
+        token = chunk.tokens[0]
+        start = image_run_start(run.prompt, chunk.start_pos)
+        embd = run.req.embeddings.get(token)
+        if embd is None:  # the session's KV lost the image after submit (a state that did not restore)
+            raise SchedulerError(f"image chunk {token} is no longer held and has no embeddings")
+        offset = chunk.start_pos - start
+        row = self._engine.decode_embeddings(chunk.seq_id, embd[offset:offset + len(chunk.tokens)], chunk.start_pos,
+                                             token=token, want_logits=chunk.want_logits)
+        self._c["prefill_image_tokens"] += len(chunk.tokens)
+        return {chunk.seq_id: row} if row is not None else {}
 
     def run_until_idle(self) -> list[TokenEvent]:
         """Step until nothing is queued or running (or paused); returns every event."""

@@ -161,9 +161,28 @@ class LlamaEngine:
         self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab,
                                   int(llama_cpp.llama_n_ctx_seq(ctx)), self._placement.n_seq_max)
 
+    def release_model(self) -> None:
+        """Free the context and the model (all of the LLM's VRAM); ``restore_model`` loads it again with the same
+        placement (the page cache makes that a re-upload, not a disk read). Save the sequences first."""
+        if self._stack is not None:
+            self._close_handles()
+            self._model_released = True
+
+    def restore_model(self) -> None:
+        """Load again after ``release_model`` (or create the context again after ``release_context``).
+
+        Raises:
+            ModelCorruptError, EngineError: as the first load (the engine is then closed).
+        """
+        if getattr(self, "_model_released", False):
+            self._model_released = False
+            self._load(self._placement)
+        else:
+            self.restore_context()
+
     @property
     def context_released(self) -> bool:
-        return self._stack is not None and self._ctx is None
+        return (self._stack is not None and self._ctx is None) or getattr(self, "_model_released", False)
 
     def reload(self, placement: Placement) -> None:
         """Free the context and model, then load again with ``placement``. KV contents are lost: save the
@@ -183,6 +202,7 @@ class LlamaEngine:
 
     def close(self) -> None:
         """Free everything (idempotent)."""
+        self._model_released = False
         self._close_handles()
 
     @property

@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -35,6 +35,7 @@ import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
 from igi_sdk.engine import _log
+from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.engine.gguf_table import read_projector_shape, read_tensor_table
 from igi_sdk.errors import EngineError, ImageError, ModelUnsupportedError
 from igi_sdk.planner.vision import VisionShape
@@ -104,6 +105,10 @@ class EncodedImage:
     def n_image_tokens(self) -> int:
         return sum(p.n_tokens for p in self.pieces if isinstance(p, ImageEmbedding))
 
+    def embeddings(self) -> dict[int, np.ndarray]:
+        """Pseudo token -> embeddings of every image chunk (``BatchRequest.embeddings``)."""
+        return {p.token: p.embd for p in self.pieces if isinstance(p, ImageEmbedding)}
+
     def bookkeeping_tokens(self) -> list[int]:
         """The token ids the engine records for these positions (pseudo tokens over the image chunks)."""
         out: list[int] = []
@@ -169,6 +174,7 @@ class VisionEncoder:
         self.n_embd = table.n_embd
 
     def close(self) -> None:
+        self.close_resident()
         if getattr(self, "_vocab_model", None):
             llama_cpp.llama_model_free(self._vocab_model)
             self._vocab_model = None
@@ -199,9 +205,19 @@ class VisionEncoder:
                 raise ImageError("mtmd refused the pixel buffer")
         return bitmap, int(mtmd.mtmd_bitmap_get_nx(bitmap)), int(mtmd.mtmd_bitmap_get_ny(bitmap))
 
+    def close_resident(self) -> None:
+        """Free an encoder kept by ``encode(keep_open=True)``."""
+        ctx, self._resident = getattr(self, "_resident", None), None
+        if ctx:
+            mtmd.mtmd_free(ctx)
+
     def encode(self, image: ImageData, *, use_gpu: bool, image_max_tokens: int, n_threads: int | None = None,
-               flash_attn: bool = True) -> EncodedImage:
+               flash_attn: bool | None = True, warmup: bool = False, keep_open: bool = False) -> EncodedImage:
         """Encode one image: create the encoder, encode every image chunk, copy the embeddings out, free it.
+
+        ``flash_attn=None`` (mtmd's auto), ``warmup=True`` (a compute buffer for the largest image) and
+        ``keep_open=True`` (the encoder stays allocated until ``close_resident``) are stock mtmd behaviour, for
+        benchmarks that compare against it; VLMOpt uses the defaults.
 
         Raises:
             ImageError: the image does not decode.
@@ -213,8 +229,8 @@ class VisionEncoder:
         params.use_gpu = use_gpu
         params.print_timings = False
         params.n_threads = n_threads or max(1, min(4, os.cpu_count() or 1))
-        params.flash_attn_type = _FLASH_ATTN_ENABLED if flash_attn else _FLASH_ATTN_DISABLED
-        params.warmup = False  # the compute buffer is sized for this image, not for the largest one
+        params.flash_attn_type = -1 if flash_attn is None else _FLASH_ATTN_ENABLED if flash_attn else _FLASH_ATTN_DISABLED
+        params.warmup = warmup  # VLMOpt: off, the compute buffer is sized for this image, not for the largest one
         params.image_max_tokens = image_max_tokens
         t0 = time.perf_counter()
         digest = image.digest()
@@ -264,9 +280,53 @@ class VisionEncoder:
                     mtmd.mtmd_input_chunks_free(chunks)
                 if bitmap:
                     mtmd.mtmd_bitmap_free(bitmap)
-                mtmd.mtmd_free(ctx)  # the encoder's weights and compute buffers are gone before the LLM decodes
+                if keep_open:
+                    self.close_resident()
+                    self._resident = ctx
+                else:
+                    mtmd.mtmd_free(ctx)  # the encoder's weights and compute buffers are gone before the LLM decodes
         t1 = time.perf_counter()
         if not n_image:
             raise ImageError("the projector produced no image tokens")
         return EncodedImage(tuple(pieces), width, height, "gpu" if use_gpu else "cpu", t_loaded - t0, t1 - t_loaded,
                             _compute_mib(cap.text_lines()))
+
+
+LlmRelease = Literal["none", "context", "model"]
+
+
+@dataclass(frozen=True)
+class ImageTurnTimes:
+    """What the LLM's stepping aside cost around one encode (seconds)."""
+
+    release_s: float
+    restore_s: float
+
+
+def encode_beside(engine: LlamaEngine, encoder: VisionEncoder, image: ImageData, *, use_gpu: bool,
+                  llm_release: LlmRelease, image_max_tokens: int, n_threads: int | None,
+                  save: Callable[[], object], restore: Callable[[object], None]) -> tuple[EncodedImage, ImageTurnTimes]:
+    """Encode ``image`` the way the plan says (``igi_sdk.planner.vision.EncoderPlan``): on the GPU with the LLM's
+    context or whole model released for the encode (``save`` exports every sequence's state before, ``restore``
+    imports it after the LLM is back), or with the LLM untouched (CPU, or ``llm_release="none"``).
+
+    Raises:
+        ImageError, EngineError: the encode failed (the LLM is back either way), or the LLM did not come back.
+    """
+    if not use_gpu or llm_release == "none":
+        return encoder.encode(image, use_gpu=use_gpu, image_max_tokens=image_max_tokens, n_threads=n_threads), \
+            ImageTurnTimes(0.0, 0.0)
+    t0 = time.perf_counter()
+    states = save()
+    if llm_release == "context":
+        engine.release_context()
+    else:
+        engine.release_model()
+    t1 = time.perf_counter()
+    try:
+        encoded = encoder.encode(image, use_gpu=True, image_max_tokens=image_max_tokens, n_threads=n_threads)
+    finally:
+        t2 = time.perf_counter()
+        engine.restore_model()
+        restore(states)
+    return encoded, ImageTurnTimes(t1 - t0, time.perf_counter() - t2)

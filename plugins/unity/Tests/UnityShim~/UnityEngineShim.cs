@@ -6,10 +6,52 @@ using System;
 
 namespace UnityEngine
 {
-    public class Object { }
+    public class Object { public static void Destroy(Object obj) { } }
     public class Component : Object { }
     public class Behaviour : Component { }
     public class MonoBehaviour : Behaviour { public T GetComponent<T>() { return default(T); } }
+    public sealed class Camera : Behaviour
+    {
+        public RenderTexture targetTexture { get { return null; } set { } }
+        public int pixelWidth { get { return 0; } }
+        public int pixelHeight { get { return 0; } }
+        public void Render() { }
+    }
+
+    public enum TextureFormat { RGBA32 = 4 }
+    public struct Rect { public Rect(float x, float y, float width, float height) { } }
+    public struct Color32 { public byte r, g, b, a; }
+
+    public class Texture : Object
+    {
+        public virtual int width { get { return 0; } }
+        public virtual int height { get { return 0; } }
+    }
+
+    public class Texture2D : Texture
+    {
+        public Texture2D(int width, int height, TextureFormat format, bool mipChain) { }
+        public bool isReadable { get { return true; } }
+        public Color32[] GetPixels32() { return new Color32[0]; }
+        public void ReadPixels(Rect source, int destX, int destY) { }
+        public void Apply() { }
+    }
+
+    public class RenderTexture : Texture
+    {
+        public static RenderTexture active { get { return null; } set { } }
+        public static RenderTexture GetTemporary(int width, int height, int depthBuffer) { return null; }
+        public static void ReleaseTemporary(RenderTexture temp) { }
+    }
+
+    public static class Graphics { public static void Blit(Texture source, RenderTexture dest) { } }
+
+    public static class ImageConversion
+    {
+        public static byte[] EncodeToPNG(Texture2D tex) { return new byte[0]; }
+        public static byte[] EncodeToJPG(Texture2D tex, int quality) { return new byte[0]; }
+    }
+    public class MonoBehaviour : Behaviour { }
 
     public static class Debug
     {

@@ -185,6 +185,18 @@ namespace Igi.Protocol
             return result;
         }
 
+        /// <summary>Reads a bin field (msgpack bin only: a str is a type error). Absent: null unless required.</summary>
+        public byte[] Bin(string key, bool required = true, bool nullable = false, int minLength = 0)
+        {
+            object v;
+            if (!Get(key, required, out v)) return null;
+            if (v == null) { if (nullable) return null; throw Bad(key, "must not be nil"); }
+            var b = v as byte[];
+            if (b == null) throw Bad(key, "must be bin, got " + TypeName(v));
+            if (b.Length < minLength) throw Bad(key, "must hold at least " + minLength + " bytes");
+            return b;
+        }
+
         /// <summary>Reads a nested object with <paramref name="read"/>.</summary>
         public T Obj<T>(string key, Func<FieldReader, T> read, bool required = true, bool nullable = false, Func<T> dflt = null) where T : class
         {
@@ -264,6 +276,9 @@ namespace Igi.Protocol
             for (int i = 0; i < n; i++) values[i].Write(_w);
             return this;
         }
+
+        /// <summary>Writes a bin (or nil) field.</summary>
+        public FieldWriter Bin(string key, byte[] value) { _w.WriteString(key); _w.WriteBinary(value); return this; }
 
         /// <summary>Writes a nested wire object (or nil).</summary>
         public FieldWriter Obj(string key, IWireObject value)

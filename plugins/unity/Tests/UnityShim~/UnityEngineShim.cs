@@ -51,7 +51,6 @@ namespace UnityEngine
         public static byte[] EncodeToPNG(Texture2D tex) { return new byte[0]; }
         public static byte[] EncodeToJPG(Texture2D tex, int quality) { return new byte[0]; }
     }
-    public class MonoBehaviour : Behaviour { }
 
     public static class Debug
     {

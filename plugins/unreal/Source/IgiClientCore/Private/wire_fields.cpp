@@ -20,6 +20,8 @@ Value ToWire(const std::vector<std::string>& x) {
   return Value(std::move(a));
 }
 
+Value ToWire(const Bytes& x) { return Value(x); }
+
 Value ToWire(const CounterMap& x) {
   CounterMap sorted = x;
   std::sort(sorted.begin(), sorted.end());  // canonical: keys sorted by UTF-8 bytes
@@ -69,6 +71,16 @@ bool IsVersion(const std::string& s) {
 void FromWire(const Value& v, std::string& x, const std::string& path) {
   if (!v.is_str()) WrongType(path, "str", v);
   x = v.as_str();
+}
+
+void FromWire(const Value& v, Bytes& x, const std::string& path) {
+  if (!v.is_bin()) WrongType(path, "bin", v);
+  x = v.as_bin();
+}
+
+void CheckRule(const Bytes& x, const Rule& rule, const std::string& path) {
+  if (x.size() > rule.max_len) throw DecodeError(path + ": longer than " + std::to_string(rule.max_len) + " bytes");
+  if (x.size() < rule.min_len) throw DecodeError(path + ": shorter than " + std::to_string(rule.min_len) + " bytes");
 }
 
 void FromWire(const Value& v, std::int64_t& x, const std::string& path) {
@@ -169,6 +181,7 @@ void CheckRule(const std::string& x, const Rule& rule, const std::string& path) 
     case Rule::Pattern::kMsgId: ok = x.size() == 32 && AllOf(x, IsLowerHex); break;
     case Rule::Pattern::kSessionId: ok = AllOf(x, IsIdChar); break;
     case Rule::Pattern::kVersion: ok = IsVersion(x); break;
+    case Rule::Pattern::kImageFormat: ok = x == "png" || x == "jpeg" || x == "rgb8" || x == "rgba8"; break;
     case Rule::Pattern::kFinishReason:
       ok = x == "stop" || x == "length" || x == "cancelled" || x == "error" || x == "tool_call";
       break;

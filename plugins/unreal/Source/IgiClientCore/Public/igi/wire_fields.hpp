@@ -27,7 +27,7 @@ using CounterMap = std::vector<std::pair<std::string, std::int64_t>>;
 
 /// Constraints of one field, checked by FieldReader (ignored by FieldWriter).
 struct Rule {
-  enum class Pattern { kNone, kMsgId, kSessionId, kVersion, kFinishReason, kToolName };
+  enum class Pattern { kNone, kMsgId, kSessionId, kVersion, kFinishReason, kToolName, kImageFormat };
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
@@ -62,6 +62,14 @@ constexpr Rule Text(std::size_t min_len, std::size_t max_len) {
   r.max_len = max_len;
   return r;
 }
+inline constexpr Rule kImageFormat{-std::numeric_limits<double>::infinity(),
+                                   std::numeric_limits<double>::infinity(), false,
+                                   (std::numeric_limits<std::size_t>::max)(), 0, Rule::Pattern::kImageFormat};
+constexpr Rule MinLen(std::size_t n) {
+  Rule r;
+  r.min_len = n;
+  return r;
+}
 constexpr Rule MaxLen(std::size_t n) {
   Rule r;
   r.max_len = n;
@@ -91,6 +99,7 @@ Value ToWire(double x);
 Value ToWire(bool x);
 Value ToWire(const Value& x);
 Value ToWire(const std::vector<std::string>& x);
+Value ToWire(const Bytes& x);
 Value ToWire(const CounterMap& x);
 Value ToWire(ErrorCode x);
 template <class T>
@@ -145,6 +154,7 @@ void FromWire(const Value& v, double& x, const std::string& path);
 void FromWire(const Value& v, bool& x, const std::string& path);
 void FromWire(const Value& v, Value& x, const std::string& path);
 void FromWire(const Value& v, std::vector<std::string>& x, const std::string& path);
+void FromWire(const Value& v, Bytes& x, const std::string& path);
 void FromWire(const Value& v, CounterMap& x, const std::string& path);
 /// Unknown code strings become ErrorCode::kInternal (spec 5.7).
 void FromWire(const Value& v, ErrorCode& x, const std::string& path);
@@ -159,6 +169,7 @@ void CheckRule(const std::string& x, const Rule& rule, const std::string& path);
 void CheckRule(std::int64_t x, const Rule& rule, const std::string& path);
 void CheckRule(double x, const Rule& rule, const std::string& path);
 void CheckRule(const std::vector<std::string>& x, const Rule& rule, const std::string& path);
+void CheckRule(const Bytes& x, const Rule& rule, const std::string& path);  ///< min_len / max_len in bytes
 template <class T>
 void CheckRule(const T&, const Rule&, const std::string&) {}
 template <class T, std::enable_if_t<IsWireStruct<T>::value, int> = 0>

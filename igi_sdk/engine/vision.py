@@ -330,3 +330,36 @@ def encode_beside(engine: LlamaEngine, encoder: VisionEncoder, image: ImageData,
         engine.restore_model()
         restore(states)
     return encoded, ImageTurnTimes(t1 - t0, time.perf_counter() - t2)
+
+
+_SENTINEL = "\ue000igi-image-" + hashlib.sha256(os.urandom(16)).hexdigest()[:12] + "-{}\ue001"
+"""Stands where an image goes in a message's text while the chat template renders (a private-use character
+pair and a per-process random tag: a player's text cannot forge it)."""
+
+
+def render_with_images(engine: LlamaEngine, messages: Sequence[tuple[str, str]],
+                       images: dict[int, EncodedImage], *, add_special: bool = True) -> list[int]:
+    """Chat-template ``messages`` (role, text) and tokenize, with ``images[i]`` (the encoded image of message ``i``)
+    in front of that message's text: its template tokens and pseudo tokens take the image's positions.
+
+    Raises:
+        ModelUnsupportedError: the model has no chat template.
+        EngineError: a sentinel did not survive the template (it dropped or escaped the message's text).
+    """
+    chat = []
+    for i, (role, text) in enumerate(messages):
+        chat.append({"role": role, "content": (_SENTINEL.format(i) + "\n" + text) if i in images else text})
+    rendered = engine.apply_chat_template(chat)
+    tokens: list[int] = []
+    first = True
+    rest = rendered
+    for i in sorted(images):
+        marker = _SENTINEL.format(i)
+        before, sep, rest = rest.partition(marker)
+        if not sep:
+            raise EngineError(f"the chat template dropped message {i}'s image marker")
+        tokens += engine.tokenize(before, add_special=add_special and first, parse_special=True)
+        tokens += images[i].bookkeeping_tokens()
+        first = False
+    tokens += engine.tokenize(rest, add_special=add_special and first, parse_special=True)
+    return tokens

@@ -109,3 +109,18 @@ def test_image_embeddings_join_a_sequence_and_survive_a_context_release(encoder:
         again = engine.decode([(0, [tail[-1]], len(held) - 1, True)])[0]
         assert engine.seq_pos_max(0) == len(held) - 1
         np.testing.assert_allclose(again, logits, rtol=1e-3, atol=1e-3)
+
+
+def test_a_conversation_renders_with_the_image_at_its_message(encoder: VisionEncoder) -> None:
+    from igi_sdk.engine.vision import render_with_images
+
+    with LlamaEngine(default_model_path(), Placement(n_ctx=512)) as engine:
+        image = encoder.encode(ImageData("png", png_bytes(64, 64)), use_gpu=False, image_max_tokens=64, n_threads=1)
+        messages = [("system", "You are Mira."), ("user", "Look at this."), ("assistant", "Nice."), ("user", "And?")]
+        plain = engine.tokenize(engine.apply_chat_template([{"role": r, "content": t} for r, t in messages]),
+                                add_special=True)
+        tokens = render_with_images(engine, messages, {1: image})
+        marks = image.bookkeeping_tokens()
+        assert any(tokens[i:i + len(marks)] == marks for i in range(len(tokens)))  # the image, whole, in place
+        assert len(tokens) > len(plain) and tokens[:4] == plain[:4]  # same system prefix
+        assert render_with_images(engine, messages, {}) == plain

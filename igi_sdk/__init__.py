@@ -24,6 +24,8 @@ _LAZY: dict[str, str] = {
     "EngineFailureError": "igi_sdk.client.errors",
     "GenerationResult": "igi_sdk.client.stream",
     "InternalDaemonError": "igi_sdk.client.errors",
+    "InvalidImageError": "igi_sdk.client.errors",
+    "Image": "igi_sdk.ipc.images",
     "InvalidArgumentError": "igi_sdk.client.errors",
     "InvalidGrammarError": "igi_sdk.client.errors",
     "InvalidOutputError": "igi_sdk.client.errors",

@@ -34,6 +34,7 @@ from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.errors import ConnectionFileError, WireError
 from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.messages import (
     BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
     FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatReply, HeartbeatRequest, HelloReply, HelloRequest,
@@ -219,7 +220,7 @@ class AsyncClient:
 
     def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
                  priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
-                 tool_choice: str | None = None, tool_result: ToolResult | None = None,
+                 tool_choice: str | None = None, tool_result: ToolResult | None = None, image: Image | None = None,
                  timeout_s: float | None = None) -> GenerationStream:
         """Start a generation; iterate the returned stream for token events, then ``await stream.result()``.
 
@@ -234,11 +235,14 @@ class AsyncClient:
                 result's ``json_output`` / ``parsed`` hold the validated JSON.
             tool_choice: (protocol 1.1) "auto" (None), "none", "required" or a registered tool's name.
             tool_result: (protocol 1.1) the game's answer to the session's last ``tool_call``.
+            image: (protocol 1.1) an image the NPC is shown with the line (``Image.png(...)``, ``Image.rgb8(...)``;
+                the daemon needs the ``vision`` capability); a corrupt or oversized one is ``InvalidImageError`` /
+                ``TooLargeError``.
             timeout_s: longest wait for the next event, seconds.
         """
         request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority,
                          grammar=grammar, json_schema=_schema_text(json_schema), tool_choice=tool_choice,
-                         tool_result=tool_result)
+                         tool_result=tool_result, image=image)
         header = _request_header(request.type, session_id)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from igi_sdk.client.async_client import AsyncClient, JsonSchema
 from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
+from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.messages import (
     BudgetAck, FrameStatsReply, HeartbeatReply, LoadModelReply, LoadSessionReply, StatusReply, TokenEvent,
 )
@@ -185,7 +186,7 @@ class Client:
 
     def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
                  priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
-                 tool_choice: str | None = None, tool_result: ToolResult | None = None,
+                 tool_choice: str | None = None, tool_result: ToolResult | None = None, image: Image | None = None,
                  timeout_s: float | None = None) -> SyncGenerationStream:
         """See :meth:`AsyncClient.generate`; returns a blocking stream."""
         t = self._t(timeout_s)
@@ -193,7 +194,7 @@ class Client:
         async def start() -> GenerationStream:
             return self._inner.generate(session_id, text, max_tokens=max_tokens, sampling=sampling, priority=priority,
                                         grammar=grammar, json_schema=json_schema, tool_choice=tool_choice,
-                                        tool_result=tool_result, timeout_s=t)
+                                        tool_result=tool_result, image=image, timeout_s=t)
 
         return SyncGenerationStream(self._loop, self._loop.run(start(), t), t)
 

@@ -11,6 +11,7 @@ IgiError
                ShuttingDownError, InternalDaemonError,
                InvalidGrammarError, InvalidSchemaError, UnknownToolError (protocol 1.1, each an InvalidRequestError),
                InvalidToolArgumentsError, InvalidOutputError (protocol 1.1: a constrained reply that did not validate)
+               InvalidImageError (protocol 1.1, an InvalidRequestError: an image that is not what its format says)
 """
 
 from __future__ import annotations
@@ -190,6 +191,13 @@ class InvalidOutputError(RequestError):
     code = ErrorCode.INVALID_OUTPUT
 
 
+class InvalidImageError(InvalidRequestError):
+    """The image sent with a line is not what its format says, disagrees with its width/height, or does not decode
+    (protocol 1.1). ``detail`` has ``format``; nothing was generated and the session is unchanged."""
+
+    code = ErrorCode.INVALID_IMAGE
+
+
 #: Every wire error code -> its exception class (tests assert the mapping is complete and one-to-one).
 ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
     cls.code: cls
@@ -197,7 +205,7 @@ ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
         InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError, NotFoundError,
         NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError, BudgetInfeasibleError, EngineFailureError,
         RequestCancelledError, DaemonTimeoutError, ShuttingDownError, InternalDaemonError, InvalidGrammarError,
-        InvalidSchemaError, UnknownToolError, InvalidToolArgumentsError, InvalidOutputError,
+        InvalidSchemaError, UnknownToolError, InvalidToolArgumentsError, InvalidOutputError, InvalidImageError,
     )
 }
 

@@ -38,6 +38,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_TOOL = "unknown_tool"
     INVALID_TOOL_ARGUMENTS = "invalid_tool_arguments"
     INVALID_OUTPUT = "invalid_output"
+    # 1.1: images
+    INVALID_IMAGE = "invalid_image"
 
 
 #: Default of ``error_reply.retryable`` for each code: True when the same request may succeed
@@ -63,6 +65,7 @@ RETRYABLE_BY_DEFAULT: dict[ErrorCode, bool] = {
     ErrorCode.UNKNOWN_TOOL: False,
     ErrorCode.INVALID_TOOL_ARGUMENTS: True,
     ErrorCode.INVALID_OUTPUT: True,
+    ErrorCode.INVALID_IMAGE: False,
 }
 
 

@@ -37,6 +37,39 @@ class Image(WireModel):
     width: int | None = Field(default=None, ge=1, le=2**31 - 1, description="pixels; required for raw")
     height: int | None = Field(default=None, ge=1, le=2**31 - 1, description="pixels; required for raw")
 
+    @classmethod
+    def png(cls, data: bytes) -> Image:
+        """A PNG file's bytes."""
+        return cls(format="png", data=data)
+
+    @classmethod
+    def jpeg(cls, data: bytes) -> Image:
+        """A JPEG file's bytes."""
+        return cls(format="jpeg", data=data)
+
+    @classmethod
+    def rgb8(cls, pixels: bytes, width: int, height: int) -> Image:
+        """Raw RGB pixels, 3 bytes each, row-major, top row first."""
+        return cls(format="rgb8", data=pixels, width=width, height=height)
+
+    @classmethod
+    def rgba8(cls, pixels: bytes, width: int, height: int) -> Image:
+        """Raw RGBA pixels, 4 bytes each (alpha ignored), row-major, top row first."""
+        return cls(format="rgba8", data=pixels, width=width, height=height)
+
+    @classmethod
+    def encoded(cls, data: bytes) -> Image:
+        """PNG or JPEG bytes, the format told by the file's signature.
+
+        Raises:
+            ImageRejected: neither a PNG nor a JPEG signature.
+        """
+        if data[:8] == _PNG_SIGNATURE:
+            return cls.png(data)
+        if data[:2] == b"\xff\xd8":
+            return cls.jpeg(data)
+        raise ImageRejected("neither a PNG nor a JPEG (unknown signature)")
+
 
 class ImageRejected(ValueError):
     """An image the daemon refuses before decoding. ``limit`` names a size limit (the error is then

@@ -11,6 +11,7 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import BeforeValidator, Field, model_validator
 
 from igi_sdk.ipc.error_codes import ErrorCode, parse_error_code
+from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.values import (
     MAX_SCHEMA_CHARS,
     Limits,
@@ -224,6 +225,7 @@ class GenerateRequest(Message):
     json_schema: SchemaText | None = Field(default=None, description="1.1: JSON Schema of this reply; nil = session default")
     tool_choice: ToolChoice | None = Field(default=None, description="1.1: 'auto' (nil), 'none', 'required' or a tool name")
     tool_result: ToolResult | None = Field(default=None, description="1.1: the game's answer to the last tool_call")
+    image: Image | None = Field(default=None, description="1.1: an image the NPC is shown with this line")
 
     @model_validator(mode="after")
     def _one_constraint(self) -> GenerateRequest:

@@ -12,6 +12,7 @@ from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.frames import MAGIC
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Tool, ToolCall, ToolResult, Usage
@@ -44,6 +45,9 @@ GIVE_ITEM = Tool(name="give_item", description="Hand an item from the NPC's inve
                  parameters='{"type": "object", "properties": {"item": {"enum": ["sword", "shield", "potion"]}, '
                             '"count": {"type": "integer"}}, "required": ["item", "count"]}')
 SET_FLAG = Tool(name="set_quest_flag", parameters='{"type": "object", "properties": {"flag": {"type": "string"}}}')
+# 1.1: images. A real 1x1 PNG (IHDR, IDAT, IEND).
+TINY_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415478"
+                         "9c63f8cfc0000003010100c9fe92ef0000000049454e44ae426082")
 YES_NO_GBNF = 'root ::= ("yes" | "no") "."\n'
 COUNTERS = {f"c{i:02d}": i * 1000 for i in range(18)} | {"bad_signature": 3, "tokens_total": 2**40, "x_max": 2**63 - 1}
 
@@ -126,6 +130,10 @@ VALID_CASES: list[Case] = [
                                             retryable=False), parent=8),
     Case("error_reply_busy", m.ErrorReply(code=ErrorCode.BUSY, message="queue full", detail={"queue_depth": 16},
                                           retryable=True), parent=22, session_id=SID),
+    Case("generate_request_image_png", m.GenerateRequest(text="What is this?", image=Image(format="png", data=TINY_PNG)),
+         session_id=SID),
+    Case("generate_request_image_rgb8", m.GenerateRequest(text="Look.", image=Image(
+        format="rgb8", data=bytes(range(256)) * 3, width=16, height=16)), session_id=SID),
 ]
 
 
@@ -251,6 +259,18 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
             to_wire(m.GenerateReply(finish_reason="tool_call", text="", usage=Usage(prompt_tokens=1, completion_tokens=0),
                                     ttft_s=None, tps=0.0)) | {"tool_call": {"id": "call 1", "name": "a", "arguments": "{}"}}),
          "invalid_request"),
+        ("image_data_as_str", _signed(
+            key, _raw_header(2011, "generate_request", session_id=SID),
+            {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "image": {
+                "format": "png", "data": "iVBORw0KGgo=", "width": None, "height": None}}), "invalid_request"),
+        ("image_format_unknown", _signed(
+            key, _raw_header(2012, "generate_request", session_id=SID),
+            {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "image": {
+                "format": "gif", "data": b"GIF89a", "width": None, "height": None}}), "invalid_request"),
+        ("image_width_zero", _signed(
+            key, _raw_header(2013, "generate_request", session_id=SID),
+            {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "image": {
+                "format": "rgb8", "data": b"\x00\x00\x00", "width": 0, "height": 1}}), "invalid_request"),
         ("header_major_version_2", _signed(key, good_h | {"protocol_version": "2.0"}, good_c), "unsupported_version"),
         ("unknown_type", _signed(key, _raw_header(2006, "teleport_request"), {"where": "moon"}), "unknown_type"),
     ]

@@ -45,9 +45,9 @@ def test_content_is_written_in_field_order_with_nil_optionals() -> None:
     msg = m.GenerateRequest(text="hi")
     content = unpackb(encode(_header(msg, SID), msg)[1])
     assert list(content) == ["text", "max_tokens", "sampling", "priority", "grammar", "json_schema", "tool_choice",
-                             "tool_result"]
+                             "tool_result", "image"]
     assert content == {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "grammar": None,
-                       "json_schema": None, "tool_choice": None, "tool_result": None}
+                       "json_schema": None, "tool_choice": None, "tool_result": None, "image": None}
     assert "type" not in content
 
 

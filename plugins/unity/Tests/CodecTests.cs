@@ -72,6 +72,27 @@ namespace Igi.Tests
                 Check.BytesEqual(B(0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), MsgPackWriter.Encode(ulong.MaxValue), "uint64 max");
                 Check.Equal(ulong.MaxValue, (ulong)MsgPackReader.Decode(B(0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)), "decode uint64 max");
             });
+            t.Add("image:pixels_flip_and_drop_alpha", () =>
+            {
+                // 1x2 RGBA, bottom row first (Unity) -> top row first RGB (the protocol's raw images)
+                byte[] rgba = { 1, 2, 3, 9, 4, 5, 6, 9 };
+                Check.BytesEqual(new byte[] { 4, 5, 6, 9, 1, 2, 3, 9 }, ImagePixels.FlipRows(rgba, 1, 2, 4), "flip");
+                Check.BytesEqual(new byte[] { 1, 2, 3, 4, 5, 6 }, ImagePixels.DropAlpha(rgba), "drop alpha");
+                Check.Throws<ArgumentException>(() => ImagePixels.FlipRows(rgba, 2, 2, 4), "wrong size");
+                Check.Throws<ArgumentException>(() => Image.Raw(new byte[11], 2, 2, false), "raw of the wrong length");
+                Check.Throws<ArgumentException>(() => Image.Png(new byte[0]), "empty png");
+                Image raw = Image.Raw(new byte[12], 2, 2, false);
+                Check.Equal("rgb8", raw.Format, "format");
+                var w = new MsgPackWriter();
+                raw.Write(w);
+                var back = Image.Read(new FieldReader(MsgPackReader.Decode(w.ToArray()), "image"));
+                Check.Equal(2L, back.Width.Value, "width");
+                Check.BytesEqual(raw.Data, back.Data, "data");
+                var asText = new MsgPackMap().Add("format", "png").Add("data", "not bin");
+                Check.Throws<IgiProtocolException>(() => Image.Read(new FieldReader(asText, "image")), "data as str");
+                var gif = new MsgPackMap().Add("format", "gif").Add("data", new byte[] { 1 });
+                Check.Throws<IgiProtocolException>(() => Image.Read(new FieldReader(gif, "image")), "unknown format");
+            });
             t.Add("msgpack:non_canonical_ints_decode", () =>
             {
                 Check.Equal(1L, (long)MsgPackReader.Decode(B(0xce, 0, 0, 0, 1)), "uint32 1");
@@ -376,6 +397,7 @@ namespace Igi.Tests
                     { "unknown_tool", typeof(IgiUnknownToolException) },
                     { "invalid_tool_arguments", typeof(IgiInvalidToolArgumentsException) },
                     { "invalid_output", typeof(IgiInvalidOutputException) },
+                    { "invalid_image", typeof(IgiInvalidImageException) },
                 };
                 Check.Equal(expected.Count, ErrorCodes.ExceptionFactories.Count, "table size");
                 var signer = new Signer(new byte[32]);

@@ -54,7 +54,13 @@ namespace Igi.Unity
         private IgiConnection Connection { get { return connection != null ? connection : IgiConnection.Instance; } }
 
         /// <summary>Sends the player's line; the reply streams into the events. Main thread.</summary>
-        public async void Say(string text)
+        public void Say(string text) { SayWithImage(text, null); }
+
+        /// <summary>
+        /// Sends the player's line with an image the NPC is shown (protocol 1.1; the daemon needs a vision projector):
+        /// <c>npc.SayWithImage("What do you see?", IgiImageCapture.FromCamera(Camera.main, 640, 360));</c>
+        /// </summary>
+        public async void SayWithImage(string text, Image image)
         {
             try
             {
@@ -71,7 +77,8 @@ namespace Igi.Unity
                 _current = client.Generate(session, text,
                     token => onToken.Invoke(token.Text),
                     reply => { LastReply = reply; onReplyComplete.Invoke(reply.Text); },
-                    error => { if (error is IgiNotFoundException) _session = null; onError.Invoke(error.Message); });
+                    error => { if (error is IgiNotFoundException) _session = null; onError.Invoke(error.Message); },
+                    image: image);
             }
             catch (IgiException e)
             {

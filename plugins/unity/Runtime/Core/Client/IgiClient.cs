@@ -231,11 +231,14 @@ namespace Igi.Client
         /// <param name="sampling">null = the session's sampling.</param>
         /// <param name="maxTokens">null = the sampling's max_tokens.</param>
         /// <param name="priority">-100..100; null = the session's priority.</param>
+        /// <param name="image">1.1: an image the NPC is shown with the line (<see cref="Image"/>); null = none.</param>
         /// <returns>The handle: msg id, text so far, <see cref="GenerateHandle.Cancel"/>, completion task.</returns>
         public GenerateHandle Generate(string sessionId, string text, Action<TokenEvent> onToken, Action<GenerateReply> onDone,
-                                       Action<IgiException> onError, Sampling sampling = null, long? maxTokens = null, int? priority = null)
+                                       Action<IgiException> onError, Sampling sampling = null, long? maxTokens = null, int? priority = null,
+                                       Image image = null)
         {
-            var request = new GenerateRequest { Text = text ?? "", Sampling = sampling, MaxTokens = maxTokens, Priority = priority };
+            var request = new GenerateRequest { Text = text ?? "", Sampling = sampling, MaxTokens = maxTokens, Priority = priority,
+                                                Image = image };
             return Generate(sessionId, request, onToken, onDone, onError);
         }
 

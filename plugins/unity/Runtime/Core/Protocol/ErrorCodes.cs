@@ -30,6 +30,8 @@ namespace Igi.Protocol
         public const string UnknownTool = "unknown_tool";
         public const string InvalidToolArguments = "invalid_tool_arguments";
         public const string InvalidOutput = "invalid_output";
+        // 1.1: images
+        public const string InvalidImage = "invalid_image";
 #pragma warning restore 1591
 
         /// <summary>The mapping table: every code and the exception it raises on the client.</summary>
@@ -56,6 +58,7 @@ namespace Igi.Protocol
                 { UnknownTool, e => new IgiUnknownToolException(e) },
                 { InvalidToolArguments, e => new IgiInvalidToolArgumentsException(e) },
                 { InvalidOutput, e => new IgiInvalidOutputException(e) },
+                { InvalidImage, e => new IgiInvalidImageException(e) },
             };
 
         /// <summary>The code if known; an unknown string from a newer minor version reads as <see cref="Internal"/>.</summary>
@@ -112,5 +115,6 @@ namespace Igi.Protocol
     public sealed class IgiUnknownToolException : IgiRemoteException { public IgiUnknownToolException(ErrorReply r) : base(r) { } }
     public sealed class IgiInvalidToolArgumentsException : IgiRemoteException { public IgiInvalidToolArgumentsException(ErrorReply r) : base(r) { } }
     public sealed class IgiInvalidOutputException : IgiRemoteException { public IgiInvalidOutputException(ErrorReply r) : base(r) { } }
+    public sealed class IgiInvalidImageException : IgiRemoteException { public IgiInvalidImageException(ErrorReply r) : base(r) { } }
 #pragma warning restore 1591
 }

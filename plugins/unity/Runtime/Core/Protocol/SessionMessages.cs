@@ -146,12 +146,15 @@ namespace Igi.Protocol
         public string ToolChoice;
         /// <summary>1.1: the game's answer to the session's last tool call (Text is then "" or a line after it).</summary>
         public ToolResult ToolResult;
+        /// <summary>1.1: an image the NPC is shown with this line (see <see cref="Protocol.Image"/>); null = none.</summary>
+        public Image Image;
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 8).Str("text", Text).Int("max_tokens", MaxTokens).Obj("sampling", Sampling).Int("priority", Priority)
-                .Str("grammar", Grammar).Str("json_schema", JsonSchema).Str("tool_choice", ToolChoice).Obj("tool_result", ToolResult);
+            new FieldWriter(w, 9).Str("text", Text).Int("max_tokens", MaxTokens).Obj("sampling", Sampling).Int("priority", Priority)
+                .Str("grammar", Grammar).Str("json_schema", JsonSchema).Str("tool_choice", ToolChoice).Obj("tool_result", ToolResult)
+                .Obj("image", Image);
         }
 
         /// <summary>Reads the content.</summary>
@@ -167,6 +170,7 @@ namespace Igi.Protocol
                 JsonSchema = r.OptText("json_schema", 1, CreateSessionRequest.MaxSchemaChars),
                 ToolChoice = r.OptToolName("tool_choice"),
                 ToolResult = r.Obj("tool_result", ToolResult.Read, false, true),
+                Image = r.Obj("image", Image.Read, false, true),
             };
         }
     }

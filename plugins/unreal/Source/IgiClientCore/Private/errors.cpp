@@ -33,6 +33,7 @@ constexpr CodeEntry kCodes[] = {
     {ErrorCode::kUnknownTool, "unknown_tool", false},
     {ErrorCode::kInvalidToolArguments, "invalid_tool_arguments", true},
     {ErrorCode::kInvalidOutput, "invalid_output", true},
+    {ErrorCode::kInvalidImage, "invalid_image", false},
 };
 
 template <typename E>
@@ -100,6 +101,7 @@ std::exception_ptr MakeRequestError(std::string_view wire_code, const std::strin
     case ErrorCode::kInvalidToolArguments:
       return Make<InvalidToolArgumentsError>(code, wire_code, message, detail, retryable);
     case ErrorCode::kInvalidOutput: return Make<InvalidOutputError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kInvalidImage: return Make<InvalidImageError>(code, wire_code, message, detail, retryable);
   }
   return Make<RequestError>(code, wire_code, message, detail, retryable);
 }

@@ -41,9 +41,22 @@ void UIgiNpcComponent::Fail(const FString& Code, const FString& Message)
 	OnError.Broadcast(Code, Message);
 }
 
+bool UIgiNpcComponent::SayWithImage(const FString& Text, const igi::Image& Image)
+{
+	if (IsBusy()) return false;
+	PendingImage = Image;  // taken by StartGenerate, now or once the session exists
+	return StartSay(Text);
+}
+
 bool UIgiNpcComponent::Say(const FString& Text)
 {
 	if (IsBusy()) return false;
+	PendingImage.reset();
+	return StartSay(Text);
+}
+
+bool UIgiNpcComponent::StartSay(const FString& Text)
+{
 	UIgiSubsystem* Igi = GetIgi();
 	igi::Client* Client = Igi ? Igi->GetClient() : nullptr;
 	if (!Client)
@@ -109,6 +122,8 @@ void UIgiNpcComponent::StartGenerate()
 	igi::GenerateRequest Request;
 	Request.text = ToUtf8(PendingText);
 	Request.max_tokens = MaxTokens;
+	Request.image = std::move(PendingImage);
+	PendingImage.reset();
 	if (bPendingToolResult)
 	{
 		igi::ToolResult Result;

@@ -10,10 +10,13 @@
 // OnToolCall gives its name and validated arguments, and SendToolResult continues the NPC's turn.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "Components/ActorComponent.h"
 #include "CoreMinimal.h"
+
+#include "igi/image.hpp"
 
 #include "IgiNpcComponent.generated.h"
 
@@ -91,6 +94,12 @@ public:
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	bool Say(const FString& Text);
 
+	/** Say() with an image the NPC is shown (protocol 1.1; the daemon needs a vision projector). From C++:
+	 *  igi::Image Frame; FString Error;
+	 *  if (UIgiImageCapture::FromRenderTarget(Capture->TextureTarget, EIgiImageEncoding::Jpeg, 75, Frame, Error))
+	 *      Npc->SayWithImage(TEXT("What do you see?"), Frame); */
+	bool SayWithImage(const FString& Text, const igi::Image& Image);
+
 	/** Cancels the reply in progress; OnReplyDone then reports FinishReason "cancelled". */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void Cancel();
@@ -126,6 +135,7 @@ protected:
 
 private:
 	UIgiSubsystem* GetIgi() const;
+	bool StartSay(const FString& Text);
 	void StartGenerate();
 	void Fail(const FString& Code, const FString& Message);
 
@@ -134,6 +144,7 @@ private:
 	std::string SessionRequestId;
 	bool bSessionPending = false;
 	FString PendingText;
+	std::optional<igi::Image> PendingImage;
 	bool bPendingToolResult = false;
 	FString PendingCallId, PendingToolName, PendingToolContent;
 };

@@ -112,7 +112,9 @@ enum class ErrorCode {
   kInvalidSchema,
   kUnknownTool,
   kInvalidToolArguments,
-  kInvalidOutput,  ///< the last value
+  kInvalidOutput,
+  // 1.1: images
+  kInvalidImage,  ///< the last value
 };
 
 /// The wire string of `code` ("invalid_request", ...).
@@ -183,6 +185,7 @@ IGI_REQUEST_ERROR(InvalidSchemaError)
 IGI_REQUEST_ERROR(UnknownToolError)
 IGI_REQUEST_ERROR(InvalidToolArgumentsError)
 IGI_REQUEST_ERROR(InvalidOutputError)
+IGI_REQUEST_ERROR(InvalidImageError)
 #undef IGI_REQUEST_ERROR
 
 /// Builds the RequestError subclass for a wire code: the single code -> exception mapping.

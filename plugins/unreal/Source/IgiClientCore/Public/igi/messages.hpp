@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "igi/image.hpp"
 #include "igi/values.hpp"
 
 namespace igi {
@@ -218,6 +219,7 @@ struct GenerateRequest {
   std::optional<std::string> json_schema;  ///< 1.1: JSON Schema of this reply (JSON text); nullopt = the session's
   std::optional<std::string> tool_choice;  ///< 1.1: "auto" (nullopt), "none", "required" or a tool name
   std::optional<ToolResult> tool_result;   ///< 1.1: the game's answer to the session's last tool call
+  std::optional<Image> image;              ///< 1.1: an image the NPC is shown with this line (igi/image.hpp)
   template <class V>
   void Visit(V& v) {
     v.Req("text", text, rules::MaxLen(kMaxTextChars));
@@ -228,6 +230,7 @@ struct GenerateRequest {
     v.Def("json_schema", json_schema, rules::Text(1, kMaxSchemaChars));
     v.Def("tool_choice", tool_choice, rules::kToolName);
     v.Def("tool_result", tool_result);
+    v.Def("image", image);
   }
 };
 

@@ -102,7 +102,7 @@ def test_shapes_reject_nonsense() -> None:
 def test_igi_plan_shows_the_encoder_placement_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from igi_sdk.planner_cli import run
+    from igi_sdk.cli.plan import run
 
     args = ["synthetic:qwen25_7b", "--ctx", "4096", "--prompt-tokens", "1400", "--reply-tokens", "64",
             "--profile", "reference:h200", "--mmproj", "synthetic:qwen25vl_7b", "--json"]

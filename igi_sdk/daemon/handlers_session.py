@@ -86,6 +86,9 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     if core.model_info is None and not core.worker.ready and core.worker.is_dead() and not core.hold_jobs:
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
+    if msg.image is not None:  # PROTOCOL.md 7.7: no vision capability in this daemon
+        raise RequestError(ErrorCode.INVALID_REQUEST, "this daemon has no vision projector",
+                           {"field": "image", "reason": "no_vision"})
     limits = core.settings.limits
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})

@@ -40,9 +40,11 @@ if TYPE_CHECKING:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Leading positions that hold the same token; -1 (unknown) never matches, an image's pseudo token (<= -2)
+    does: it names that image chunk."""
     n = 0
     for x, y in zip(a, b, strict=False):
-        if x != y or x < 0:
+        if x != y or x == -1:
             break
         n += 1
     return n

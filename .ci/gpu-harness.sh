@@ -127,8 +127,9 @@ if [ -n "$AB_PAIRS" ]; then  # the governor's A/B: AB_PAIRS interleaved harness 
     rm -rf $S/ab/run$k; t=$(date +%s)
     taskset -c $CPUS python3 samples/harness.py --no-live --render-device cuda --duration-s $AB_S $ORDER \
       --out $S/ab/run$k > $R/ab-run$k.log 2>&1
-    echo "A/B pair $k ($([ -n "$ORDER" ] && echo off || echo on) first): rc=$? in $(( $(date +%s) - t )) s"
+    rc=$?; echo "A/B pair $k ($([ -n "$ORDER" ] && echo off || echo on) first): rc=$rc in $(( $(date +%s) - t )) s"
     grep -E "issue target" $R/ab-run$k.log | cut -c1-200
+    if [ $rc != 0 ]; then tail -30 $R/ab-run$k.log; AB_FAILS=$(( ${AB_FAILS:-0} + 1 )); [ $AB_FAILS -ge 2 ] && break; fi
   done
   python3 samples/governor_ab.py $S/ab --json $OUT/ab-summary.json; cp $OUT/ab-summary.json $REAL_OUT/ 2>/dev/null
   python3 samples/governor_loop.py --report $S/ab/run1/report.json --out $OUT/loop-run1 | tail -1

@@ -52,7 +52,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring).
     """
     hide_gpu = bool(config.get("hide_gpu", False))
-    llama_cpp_preloaded = "llama_cpp" in sys.modules  # nothing above worker_main imports it (tests/unit/test_load_order.py)
+    llama_cpp_preloaded = "llama_cpp" in sys.modules  # nothing above worker_main imports it (tests/process/test_load_order.py)
     if hide_gpu:
         hide_gpu_now()  # first: before anything can import llama.cpp
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))

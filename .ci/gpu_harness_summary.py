@@ -30,14 +30,22 @@ def main(runs_dir: Path) -> int:
         summary = summarize(reports)
         (runs_dir / f"summary-{mode}.json").write_text(json.dumps(summary, indent=1))
         # the governor's budget proposals the game applied (samples/igi_harness/game_side.py: "budget_accepted")
-        proposals = [sum(1 for e in ph["events"] if e["kind"] == "budget_accepted")
-                     for r in reports for ph in r["phases"] if ph["governor"]]
-        print(f"{mode}: {summary['n_runs']} runs, target met in {summary['target_met_runs']}, governor better in "
-              f"{summary['on_better_runs']} of {summary['paired_runs']}; median p99 over target on "
-              f"{summary['median_p99_over_target_pct_on']} % / off {summary['median_p99_over_target_pct_off']} %")
+        proposals = [
+            sum(1 for e in ph["events"] if e["kind"] == "budget_accepted")
+            for r in reports
+            for ph in r["phases"]
+            if ph["governor"]
+        ]
+        print(
+            f"{mode}: {summary['n_runs']} runs, target met in {summary['target_met_runs']}, governor better in "
+            f"{summary['on_better_runs']} of {summary['paired_runs']}; median p99 over target on "
+            f"{summary['median_p99_over_target_pct_on']} % / off {summary['median_p99_over_target_pct_off']} %"
+        )
         for r in summary["runs"]:
-            print(f"  run {r['run']} ({r['order']}): on {r['p99_over_target_pct_on']} %, off "
-                  f"{r['p99_over_target_pct_off']} %, met {r['target_met']}")
+            print(
+                f"  run {r['run']} ({r['order']}): on {r['p99_over_target_pct_on']} %, off "
+                f"{r['p99_over_target_pct_off']} %, met {r['target_met']}"
+            )
         print(f"  governor budget proposals applied, per governor phase: {proposals}")
     return 0
 

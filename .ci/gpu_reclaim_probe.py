@@ -29,7 +29,7 @@ def worker_vram(daemon_pid: int) -> dict[str, float | None]:
     """NVML per-process VRAM of the daemon and each child of it (the engine worker, dry-run children)."""
     out: dict[str, float | None] = {"daemon": nvml_process_used_mib(daemon_pid)}
     children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children")
-    for pid in (children.read_text().split() if children.exists() else []):
+    for pid in children.read_text().split() if children.exists() else []:
         out[pid] = nvml_process_used_mib(int(pid))
     return out
 
@@ -37,8 +37,9 @@ def worker_vram(daemon_pid: int) -> dict[str, float | None]:
 def main() -> int:
     model, _shape = resolve_model("smoke_dense", cache_dir() / "bench-models", print)
     out = Path(os.environ.get("OUT", "/tmp"))
-    daemon = DaemonProcess(["--model", str(model), "--vram-budget-mib", "2048", "--grow-stable-s", "0",
-                            "--min-grow-interval-s", "0"])
+    daemon = DaemonProcess(
+        ["--model", str(model), "--vram-budget-mib", "2048", "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
+    )
     rows: list[dict] = []
     try:
         daemon.start(timeout_s=240)
@@ -49,13 +50,29 @@ def main() -> int:
                 t = time.perf_counter()
                 res = client.generate(sid, f"{name}: who goes there?", max_tokens=16).result()
                 st = client.status()
-                row = {"step": name, "gen_wall_s": round(time.perf_counter() - t, 3), "n_tokens": len(res.token_ids),
-                       "reloads_during": res.reloads_during, "strategy": st.plan.strategy if st.plan else None,
-                       "status_vram_used_mib": st.vram_used_mib, "budget_mib": st.vram_budget_mib,
-                       "nvml_per_process_mib": worker_vram(daemon.pid)}
+                row = {
+                    "step": name,
+                    "gen_wall_s": round(time.perf_counter() - t, 3),
+                    "n_tokens": len(res.token_ids),
+                    "reloads_during": res.reloads_during,
+                    "strategy": st.plan.strategy if st.plan else None,
+                    "status_vram_used_mib": st.vram_used_mib,
+                    "budget_mib": st.vram_budget_mib,
+                    "nvml_per_process_mib": worker_vram(daemon.pid),
+                }
                 if ack is not None:
-                    row["ack"] = {k: getattr(ack, k) for k in ("requested_mib", "granted_mib", "applied", "cpu_fallback",
-                                                              "apply_time_s", "measured_vram_mib", "warning")}
+                    row["ack"] = {
+                        k: getattr(ack, k)
+                        for k in (
+                            "requested_mib",
+                            "granted_mib",
+                            "applied",
+                            "cpu_fallback",
+                            "apply_time_s",
+                            "measured_vram_mib",
+                            "warning",
+                        )
+                    }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from igi_sdk._version import PROTOCOL_VERSION, __version__
+from igi_sdk._version import PROTOCOL_VERSION as PROTOCOL_VERSION
+from igi_sdk._version import __version__ as __version__
 
 _LAZY: dict[str, str] = {
     "AsyncClient": "igi_sdk.client.async_client",

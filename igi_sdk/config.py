@@ -15,8 +15,9 @@ No other module reads ``os.environ`` for configuration.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -42,17 +43,26 @@ class IpcSettings(_Section):
 
     transport: Literal["tcp", "ipc"] = Field(default="tcp", description="ZeroMQ transport: tcp (loopback) or ipc")
     ip: str = Field(default="127.0.0.1", description="bind address for tcp; must be a loopback address")
-    port: int = Field(default=0, ge=0, le=65535, description="tcp port; 0 picks a free port (written to the connection file)")
-    ipc_path: Path | None = Field(default=None, description="socket path for transport=ipc (default: next to the connection file)")
-    connection_file: Path | None = Field(
-        default=None, description="where to write the connection file (JSON, mode 0600); default: runtime dir/igi-daemon-PID.json"
+    port: int = Field(
+        default=0, ge=0, le=65535, description="tcp port; 0 picks a free port (written to the connection file)"
     )
-    heartbeat_interval_s: float = Field(default=2.0, gt=0, description="heartbeat period advertised to clients, seconds")
+    ipc_path: Path | None = Field(
+        default=None, description="socket path for transport=ipc (default: next to the connection file)"
+    )
+    connection_file: Path | None = Field(
+        default=None,
+        description="where to write the connection file (JSON, mode 0600); default: runtime dir/igi-daemon-PID.json",
+    )
+    heartbeat_interval_s: float = Field(
+        default=2.0, gt=0, description="heartbeat period advertised to clients, seconds"
+    )
     client_timeout_s: float = Field(
         default=10.0, gt=0, description="a client silent this long is gone: its generations are cancelled, seconds"
     )
     session_ttl_s: float = Field(
-        default=60.0, ge=0, description="sessions of a gone client are kept this long for reconnection, seconds (0 = close at once)"
+        default=60.0,
+        ge=0,
+        description="sessions of a gone client are kept this long for reconnection, seconds (0 = close at once)",
     )
 
     @field_validator("ip")
@@ -66,34 +76,57 @@ class IpcSettings(_Section):
 class LimitSettings(_Section):
     """Hard limits on what a client may ask; exceeding one gets a typed too_large / busy error."""
 
-    max_frame_bytes: int = Field(default=1_048_576, ge=1024, description="largest accepted header or content frame, bytes; bigger -> too_large")
-    max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
-    max_queue_depth: int = Field(default=8, ge=1, description="generate requests beyond the n_seq_max running ones (waiting for a slot), all clients together")
-    max_prompt_tokens: int = Field(
-        default=1536, ge=16, description="tokens of one rendered prompt (history + new text); lowered to n_ctx / n_seq_max - 16 (hello announces the result)"
+    max_frame_bytes: int = Field(
+        default=1_048_576, ge=1024, description="largest accepted header or content frame, bytes; bigger -> too_large"
     )
-    max_new_tokens: int = Field(default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens")
+    max_sessions: int = Field(default=64, ge=1, description="open NPC sessions, all clients together")
+    max_queue_depth: int = Field(
+        default=8,
+        ge=1,
+        description="generate requests beyond the n_seq_max running ones (waiting for a slot), all clients together",
+    )
+    max_prompt_tokens: int = Field(
+        default=1536,
+        ge=16,
+        description="tokens of one rendered prompt (history + new text); lowered to n_ctx / n_seq_max - 16 (hello announces the result)",
+    )
+    max_new_tokens: int = Field(
+        default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens"
+    )
 
 
 class EngineSettings(_Section):
     """The model and the supervised llama.cpp worker process."""
 
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
-    n_ctx: int = Field(default=4096, ge=64, le=MAX_N_CTX, description="context size of the worker, all sequences together, tokens")
-    n_threads: int | None = Field(default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)")
+    n_ctx: int = Field(
+        default=4096, ge=64, le=MAX_N_CTX, description="context size of the worker, all sequences together, tokens"
+    )
+    n_threads: int | None = Field(
+        default=None, ge=1, description="decode threads of the worker (none = llama.cpp default)"
+    )
     worker_nice: int = Field(
-        default=19, ge=0, le=19,
+        default=19,
+        ge=0,
+        le=19,
         description="CPU scheduling niceness of the engine worker: the game's threads run first and the LLM uses idle cycles (0 = same priority as the game)",
     )
     n_seq_max: int = Field(
-        default=4, ge=1, le=64,
+        default=4,
+        ge=1,
+        le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
-    worker_start_timeout_s: float = Field(default=120.0, gt=0, description="time a worker may take to load the model, seconds")
-    always_reload: bool = Field(
-        default=False, description="reload the model on every applied budget change, even when the placement is unchanged (tests, debugging)"
+    worker_start_timeout_s: float = Field(
+        default=120.0, gt=0, description="time a worker may take to load the model, seconds"
     )
-    max_worker_restarts: int = Field(default=5, ge=0, description="restarts after a worker crash before the daemon gives up")
+    always_reload: bool = Field(
+        default=False,
+        description="reload the model on every applied budget change, even when the placement is unchanged (tests, debugging)",
+    )
+    max_worker_restarts: int = Field(
+        default=5, ge=0, description="restarts after a worker crash before the daemon gives up"
+    )
     session_dir: Path | None = Field(
         default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"
     )
@@ -102,10 +135,16 @@ class EngineSettings(_Section):
 class BudgetSettings(_Section):
     """The VRAM budget and the hysteresis that keeps a jittery game from causing reload storms."""
 
-    vram_budget_mib: int = Field(default=0, ge=0, description="VRAM budget at start-up, MiB (0 = CPU only until the game grants VRAM)")
-    grow_stable_s: float = Field(default=2.0, ge=0, description="a higher budget must be stable this long before it is used, seconds")
+    vram_budget_mib: int = Field(
+        default=0, ge=0, description="VRAM budget at start-up, MiB (0 = CPU only until the game grants VRAM)"
+    )
+    grow_stable_s: float = Field(
+        default=2.0, ge=0, description="a higher budget must be stable this long before it is used, seconds"
+    )
     grow_min_mib: int = Field(default=256, ge=0, description="ignore growth smaller than this, MiB")
-    min_grow_interval_s: float = Field(default=10.0, ge=0, description="at most one growth reload per this interval, seconds")
+    min_grow_interval_s: float = Field(
+        default=10.0, ge=0, description="at most one growth reload per this interval, seconds"
+    )
 
 
 class LogSettings(_Section):
@@ -124,9 +163,7 @@ class DaemonSettings(BaseSettings):
         5555
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="IGI_", env_nested_delimiter="__", frozen=True, extra="forbid"
-    )
+    model_config = SettingsConfigDict(env_prefix="IGI_", env_nested_delimiter="__", frozen=True, extra="forbid")
 
     ipc: IpcSettings = Field(default_factory=IpcSettings, description="transport and liveness")
     limits: LimitSettings = Field(default_factory=LimitSettings, description="request limits")
@@ -134,7 +171,8 @@ class DaemonSettings(BaseSettings):
     budget: BudgetSettings = Field(default_factory=BudgetSettings, description="VRAM budget policy")
     log: LogSettings = Field(default_factory=LogSettings, description="logging")
     governor: GovernorParams = Field(
-        default_factory=GovernorParams, description="frame-rate governor's control law (docs/governor.md, Parameters)",
+        default_factory=GovernorParams,
+        description="frame-rate governor's control law (docs/governor.md, Parameters)",
     )
 
     @classmethod

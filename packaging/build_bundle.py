@@ -42,7 +42,9 @@ def bundle_key(with_model: bool) -> str:
     h = hashlib.sha256()
     for path in _inputs():
         h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])
+    dists = sorted(
+        f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]
+    )
     h.update("\n".join(dists).encode())
     try:  # llama.cpp's libraries: rebuilt with the project's patches under the same llama-cpp-python version
         import llama_cpp
@@ -83,8 +85,20 @@ def build(out: Path, *, with_model: bool, force: bool) -> Path:
     started = time.monotonic()
     if bundle.exists():
         shutil.rmtree(bundle)
-    cmd = [sys.executable, "-m", "PyInstaller", str(SPEC), "--noconfirm", "--clean", "--log-level", "WARN",
-           "--distpath", str(out), "--workpath", str(out / "work")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "PyInstaller",
+        str(SPEC),
+        "--noconfirm",
+        "--clean",
+        "--log-level",
+        "WARN",
+        "--distpath",
+        str(out),
+        "--workpath",
+        str(out / "work"),
+    ]
     print("[bundle] " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, cwd=REPO, check=True)
     if model is not None:
@@ -94,8 +108,11 @@ def build(out: Path, *, with_model: bool, force: bool) -> Path:
     key_path.write_text(key + "\n")
     size = dir_bytes(bundle)
     model_bytes = dir_bytes(bundle / "models") if model is not None else 0
-    print(f"[bundle] built in {time.monotonic() - started:.0f} s: {size / 2**20:.1f} MiB "
-          f"({(size - model_bytes) / 2**20:.1f} MiB without the model)", file=sys.stderr)
+    print(
+        f"[bundle] built in {time.monotonic() - started:.0f} s: {size / 2**20:.1f} MiB "
+        f"({(size - model_bytes) / 2**20:.1f} MiB without the model)",
+        file=sys.stderr,
+    )
     return bundle
 
 

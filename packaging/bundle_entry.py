@@ -25,7 +25,7 @@ def _interpreter_form(argv: list[str]) -> bool:
         i += 2
     if i + 1 >= len(argv) or argv[i] not in ("-m", "-c"):
         return False
-    flag, target, rest = argv[i], argv[i + 1], argv[i + 2:]
+    flag, target, rest = argv[i], argv[i + 1], argv[i + 2 :]
     if flag == "-m":
         sys.argv = [target, *rest]
         runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -29,8 +29,14 @@ def one_start(cmd: list[str], env: dict[str, str], timeout_s: float = 180.0) -> 
     with tempfile.TemporaryDirectory(prefix="igi-cold-") as tmp:
         conn = Path(tmp) / "connection.json"
         started = time.perf_counter()
-        proc = subprocess.Popen([*cmd, "--connection-file", str(conn), "--port", "0", "--n-threads", "2"], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+        proc = subprocess.Popen(
+            [*cmd, "--connection-file", str(conn), "--port", "0", "--n-threads", "2"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=tmp,
+        )
         try:
             while True:
                 if proc.poll() is not None:
@@ -70,7 +76,9 @@ def main() -> int:
             print(f"run {run + 1} {kind}: {t:.2f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     for kind, values in times.items():
-        print(f"{kind}: median {med[kind]:.2f} s, min {min(values):.2f} s, max {max(values):.2f} s over {len(values)} runs")
+        print(
+            f"{kind}: median {med[kind]:.2f} s, min {min(values):.2f} s, max {max(values):.2f} s over {len(values)} runs"
+        )
     print(f"bundle / python cold start: {med['bundle'] / med['python']:.2f}")
     return 0
 

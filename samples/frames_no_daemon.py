@@ -20,8 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 TARGET_MS = 1000.0 / 60.0
 
 
-def frame_loop(work: Callable[[], None], seconds: float, clock: Callable[[], float] = time.perf_counter,
-               sleep: Callable[[float], None] = time.sleep) -> tuple[list[float], list[float]]:
+def frame_loop(
+    work: Callable[[], None],
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[float], list[float]]:
     """Run ``work`` once per frame on a fixed 60 fps grid for ``seconds``: ``(intervals_ms, work_ms)``."""
     intervals, works = [], []
     next_s, prev, end = clock(), None, clock() + seconds
@@ -47,8 +51,10 @@ def summary(intervals_ms: list[float], work_ms: list[float]) -> str:
     if not iv or not wk:
         return "no frames"
     over = 100.0 * sum(x > TARGET_MS * 1.15 for x in iv) / len(iv)
-    return (f"interval p50 {iv[len(iv) // 2]:.1f} p99 {iv[int(0.99 * len(iv))]:.1f} | work p50 {wk[len(wk) // 2]:.1f} "
-            f"p99 {wk[int(0.99 * len(wk))]:.1f} | >{TARGET_MS * 1.15:.1f}ms {over:.1f}%")
+    return (
+        f"interval p50 {iv[len(iv) // 2]:.1f} p99 {iv[int(0.99 * len(iv))]:.1f} | work p50 {wk[len(wk) // 2]:.1f} "
+        f"p99 {wk[int(0.99 * len(wk))]:.1f} | >{TARGET_MS * 1.15:.1f}ms {over:.1f}%"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

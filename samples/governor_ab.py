@@ -46,15 +46,21 @@ def ab_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
 def render(s: dict[str, Any]) -> str:
     rows = ["pair  first   p99 on %  p99 off %  in line  on<off  tokens on  tokens off  work on  work off"]
     for r in s["runs"]:
-        rows.append(f"{r['run']:>4}  {r['order'].replace('_first', ''):<6} {r['p99_over_target_pct_on']!s:>9} "
-                    f"{r['p99_over_target_pct_off']!s:>10} {'yes' if r['target_met'] else 'no':>8} "
-                    f"{'yes' if r['on_better'] else 'no':>7} {r['tokens_on']!s:>10} {r['tokens_off']!s:>11} "
-                    f"{r['work_ratio_on']!s:>8} {r['work_ratio_off']!s:>9}")
-    rows.append(f"median        {s['median_p99_over_target_pct_on']!s:>9} {s['median_p99_over_target_pct_off']!s:>10}"
-                f"                 {s['median_tokens_on']!s:>10} {s['median_tokens_off']!s:>11} "
-                f"{s['median_work_ratio_on']!s:>8} {s['median_work_ratio_off']!s:>9}")
-    rows.append(f"governor on within +{s['target_pct']} % of target in {s['within_line_pairs']} of {s['n_runs']} pairs; "
-                f"better than off in {s['on_better_pairs']} of {s['pairs']} (acceptance: 8 of 10 each)")
+        rows.append(
+            f"{r['run']:>4}  {r['order'].replace('_first', ''):<6} {r['p99_over_target_pct_on']!s:>9} "
+            f"{r['p99_over_target_pct_off']!s:>10} {'yes' if r['target_met'] else 'no':>8} "
+            f"{'yes' if r['on_better'] else 'no':>7} {r['tokens_on']!s:>10} {r['tokens_off']!s:>11} "
+            f"{r['work_ratio_on']!s:>8} {r['work_ratio_off']!s:>9}"
+        )
+    rows.append(
+        f"median        {s['median_p99_over_target_pct_on']!s:>9} {s['median_p99_over_target_pct_off']!s:>10}"
+        f"                 {s['median_tokens_on']!s:>10} {s['median_tokens_off']!s:>11} "
+        f"{s['median_work_ratio_on']!s:>8} {s['median_work_ratio_off']!s:>9}"
+    )
+    rows.append(
+        f"governor on within +{s['target_pct']} % of target in {s['within_line_pairs']} of {s['n_runs']} pairs; "
+        f"better than off in {s['on_better_pairs']} of {s['pairs']} (acceptance: 8 of 10 each)"
+    )
     return "\n".join(rows)
 
 

@@ -26,7 +26,7 @@ DEFAULT_ARGS = ["--duration-s", "20", "--npcs", "3", "--render-load", "0.7"]
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("out/governor-loop"))
     p.add_argument("--report", type=Path, default=None, help="read this report.json instead of running the harness")
@@ -44,12 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "loop.json").write_text(json.dumps(figures, indent=1))
     for name, ph in figures["phases"].items():
-        print(f"{name}: tightens {ph['tightens']}, relaxes {ph['relaxes']}, max pause {ph['max_sleep_ms']:g} ms, "
-              f"tokens {ph['tokens']}")
+        print(
+            f"{name}: tightens {ph['tightens']}, relaxes {ph['relaxes']}, max pause {ph['max_sleep_ms']:g} ms, "
+            f"tokens {ph['tokens']}"
+        )
         for b in ph["budgets"]:
-            print(f"  {b['kind']} to {b['budget_mib']} MiB at {b['t_s']:.1f} s: in force after {b['in_force_after_s']} s")
-    print(f"governor reacts: {figures['governor_reacts']}; budgets applied: {figures['budgets_applied']}; "
-          f"loop works: {figures['loop_works']} (wrote {args.out / 'loop.json'})")
+            print(
+                f"  {b['kind']} to {b['budget_mib']} MiB at {b['t_s']:.1f} s: in force after {b['in_force_after_s']} s"
+            )
+    print(
+        f"governor reacts: {figures['governor_reacts']}; budgets applied: {figures['budgets_applied']}; "
+        f"loop works: {figures['loop_works']} (wrote {args.out / 'loop.json'})"
+    )
     return 0 if figures["loop_works"] else 1
 
 

@@ -35,33 +35,58 @@ from igi_harness.workload import RenderWorkload, cuda_available  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The harness's command line."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--duration-s", type=float, default=40.0, help="length of EACH phase, seconds")
     p.add_argument("--fps", type=float, default=60.0, help="target frame rate of the simulated game")
     p.add_argument("--npcs", type=int, default=3, help="talking NPCs (sessions), 1..4")
-    p.add_argument("--render-load", type=float, default=0.5,
-                   help="render work per frame as a fraction of the frame time (calibrated at start)")
+    p.add_argument(
+        "--render-load",
+        type=float,
+        default=0.5,
+        help="render work per frame as a fraction of the frame time (calibrated at start)",
+    )
     p.add_argument("--no-governor-phase", action="store_true", help="skip the governor-off phase")
-    p.add_argument("--off-first", action="store_true",
-                   help="run the governor-off phase first (harness_repeats.py alternates the order over its runs)")
+    p.add_argument(
+        "--off-first",
+        action="store_true",
+        help="run the governor-off phase first (harness_repeats.py alternates the order over its runs)",
+    )
     p.add_argument("--out", type=Path, default=Path("out/harness"), help="output directory")
     p.add_argument("--seed", type=int, default=7, help="seed of the scripted scene")
     p.add_argument("--max-tokens", type=int, default=40, help="tokens per NPC reply")
     p.add_argument("--budget-mib", type=int, default=2048, help="VRAM budget the game grants, MiB")
     p.add_argument("--reclaim-to-mib", type=int, default=0, help="budget during the level-load spike, MiB")
     p.add_argument("--spike-scale", type=float, default=1.6, help="render work multiplier during the level load")
-    p.add_argument("--stats-every", type=int, default=6,
-                   help="send frame_stats every N frames (the worst frame of the window; 6 = 10 Hz at 60 fps)")
+    p.add_argument(
+        "--stats-every",
+        type=int,
+        default=6,
+        help="send frame_stats every N frames (the worst frame of the window; 6 = 10 Hz at 60 fps)",
+    )
     p.add_argument("--model", default="default", help='GGUF path or "default" (embedded SmolLM2-135M)')
     p.add_argument("--render-threads", type=int, default=2, help="render threads of the simulated game")
-    p.add_argument("--daemon-threads", type=int, default=1,
-                   help="daemon decode threads (0 = llama.cpp's default, which oversubscribes a 2-core machine)")
-    p.add_argument("--render-device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where the synthetic render work runs (auto: cuda when torch sees a GPU)")
+    p.add_argument(
+        "--daemon-threads",
+        type=int,
+        default=1,
+        help="daemon decode threads (0 = llama.cpp's default, which oversubscribes a 2-core machine)",
+    )
+    p.add_argument(
+        "--render-device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the synthetic render work runs (auto: cuda when torch sees a GPU)",
+    )
     p.add_argument("--no-live", action="store_true", help="no live progress table")
-    p.add_argument("--replot", type=Path, metavar="REPORT_JSON",
-                   help="only redraw timeline.png beside an existing report.json (e.g. one written where matplotlib "
-                        "is not installed) and exit")
+    p.add_argument(
+        "--replot",
+        type=Path,
+        metavar="REPORT_JSON",
+        help="only redraw timeline.png beside an existing report.json (e.g. one written where matplotlib "
+        "is not installed) and exit",
+    )
     args = p.parse_args(argv)
     if args.replot is not None:
         return args
@@ -88,38 +113,60 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.001)  # the I/O thread must not hold the GIL for 5 ms while a frame waits for it
     device = "cuda" if args.render_device == "cuda" or (args.render_device == "auto" and cuda_available()) else "cpu"
     workload = RenderWorkload.calibrate(1000.0 / args.fps, args.render_load, device, args.render_threads)
-    console.print(f"[bold]render workload[/]: {workload.threads} thread(s) x {workload.chunks_per_frame} chunks x "
-                  f"{workload.chunk_ms:.3f} ms on {device} = {workload.chunks_per_frame * workload.chunk_ms:.1f} ms "
-                  f"of a {1000 / args.fps:.1f} ms frame")
-    cfg = PhaseConfig(duration_s=args.duration_s, fps=args.fps, n_npcs=args.npcs, seed=args.seed,
-                      max_tokens=args.max_tokens, budget_mib=args.budget_mib, reclaim_to_mib=args.reclaim_to_mib,
-                      spike_scale=args.spike_scale, stats_every_n_frames=max(1, args.stats_every), model=args.model,
-                      daemon_threads=args.daemon_threads or None, out_dir=out)
+    console.print(
+        f"[bold]render workload[/]: {workload.threads} thread(s) x {workload.chunks_per_frame} chunks x "
+        f"{workload.chunk_ms:.3f} ms on {device} = {workload.chunks_per_frame * workload.chunk_ms:.1f} ms "
+        f"of a {1000 / args.fps:.1f} ms frame"
+    )
+    cfg = PhaseConfig(
+        duration_s=args.duration_s,
+        fps=args.fps,
+        n_npcs=args.npcs,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        budget_mib=args.budget_mib,
+        reclaim_to_mib=args.reclaim_to_mib,
+        spike_scale=args.spike_scale,
+        stats_every_n_frames=max(1, args.stats_every),
+        model=args.model,
+        daemon_threads=args.daemon_threads or None,
+        out_dir=out,
+    )
     plan = phase_plan(off_first=args.off_first, with_off_phase=not args.no_governor_phase)
     phases: list[dict[str, Any]] = []
     t_start = time.monotonic()
     for name, governor in plan:
-        console.print(f"[bold]phase {name}[/]: starting daemon ({args.model} model), {args.npcs} NPCs, "
-                      f"{args.duration_s:g} s at {args.fps:g} fps")
+        console.print(
+            f"[bold]phase {name}[/]: starting daemon ({args.model} model), {args.npcs} NPCs, "
+            f"{args.duration_s:g} s at {args.fps:g} fps"
+        )
         with LiveView(console, enabled=not args.no_live) as live:
             rec = run_phase(name, governor, cfg, workload, on_frame=live.on_frame)
         phases.append(rec.summary())
         fr, quiet = phases[-1]["frames"][PRIMARY_FRAME_SET], phases[-1]["frames"]["quiet_baseline"]
         rs = phases[-1]["replies_summary"]
-        console.print(f"  {name}: p99 {fr.get('p99_ms')} ms in the talk window (quiet baseline "
-                      f"{quiet.get('p99_ms')} ms) vs target {fr.get('target_ms')} ms, {rs['n_replies']} replies "
-                      f"({rs['n_unfinished_at_phase_end']} unfinished at phase end), {len(rec.errors)} errors")
+        console.print(
+            f"  {name}: p99 {fr.get('p99_ms')} ms in the talk window (quiet baseline "
+            f"{quiet.get('p99_ms')} ms) vs target {fr.get('target_ms')} ms, {rs['n_replies']} replies "
+            f"({rs['n_unfinished_at_phase_end']} unfinished at phase end), {len(rec.errors)} errors"
+        )
     report = build_report(args, workload, device, phases, time.monotonic() - t_start)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     plotted = write_plot(phases, out / "timeline.png", console)
     console.print(comparison_table(phases))
     verdict = report["issue_target"]
-    console.print(f"issue target (p99 within {verdict['p99_within_pct']} % of target while NPCs talk, governor on; "
-                  f"frames of the scripted talk window, level-load spike excluded): "
-                  f"{'met' if verdict['met_with_governor'] else 'NOT met'} "
-                  f"(p99 {verdict['p99_over_target_pct_with_governor']} % over"
-                  + (f"; frames no host CPU steal touched, a diagnostic: {verdict['p99_over_target_pct_no_steal_with_governor']} %"
-                     if verdict.get("p99_over_target_pct_no_steal_with_governor") is not None else "") + ")")
+    console.print(
+        f"issue target (p99 within {verdict['p99_within_pct']} % of target while NPCs talk, governor on; "
+        f"frames of the scripted talk window, level-load spike excluded): "
+        f"{'met' if verdict['met_with_governor'] else 'NOT met'} "
+        f"(p99 {verdict['p99_over_target_pct_with_governor']} % over"
+        + (
+            f"; frames no host CPU steal touched, a diagnostic: {verdict['p99_over_target_pct_no_steal_with_governor']} %"
+            if verdict.get("p99_over_target_pct_no_steal_with_governor") is not None
+            else ""
+        )
+        + ")"
+    )
     console.print(f"wrote {out / 'report.json'}" + (f" and {out / 'timeline.png'}" if plotted else ""))
     return 0
 
@@ -132,31 +179,43 @@ def write_plot(phases: list[dict[str, Any]], path: Path, console: Console) -> bo
     try:
         from igi_harness.plot import plot_timeline
     except ImportError as exc:
-        console.print(f"[yellow]timeline.png not drawn ({exc}); report.json has its data: "
-                      f"samples/harness.py --replot {path.parent / 'report.json'}[/]")
+        console.print(
+            f"[yellow]timeline.png not drawn ({exc}); report.json has its data: "
+            f"samples/harness.py --replot {path.parent / 'report.json'}[/]"
+        )
         return False
     plot_timeline(phases, path)
     return True
 
 
-def build_report(args: argparse.Namespace, workload: RenderWorkload, device: str, phases: list[dict[str, Any]],
-                 wall_s: float) -> dict[str, Any]:
+def build_report(
+    args: argparse.Namespace, workload: RenderWorkload, device: str, phases: list[dict[str, Any]], wall_s: float
+) -> dict[str, Any]:
     """report.json: configuration, machine, every phase's summary, the comparison and the issue verdict."""
     on = next(ph for ph in phases if ph["governor"])
     on_fr = on["frames"][PRIMARY_FRAME_SET]
-    comparison = {ph["name"]: {"frames_talk_window": ph["frames"][PRIMARY_FRAME_SET],
-                               "frames_quiet_baseline": ph["frames"]["quiet_baseline"],
-                               # report_version 1's key: now the secondary, generation-in-flight frame set
-                               "frames_while_npcs_talk": ph["frames"]["while_npcs_talk_excluding_spike"],
-                               "replies": ph["replies_summary"]} for ph in phases}
+    comparison = {
+        ph["name"]: {
+            "frames_talk_window": ph["frames"][PRIMARY_FRAME_SET],
+            "frames_quiet_baseline": ph["frames"]["quiet_baseline"],
+            # report_version 1's key: now the secondary, generation-in-flight frame set
+            "frames_while_npcs_talk": ph["frames"]["while_npcs_talk_excluding_spike"],
+            "replies": ph["replies_summary"],
+        }
+        for ph in phases
+    }
     return {
         "report_version": 2,
         "command": [sys.executable, *sys.argv],
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "render_workload": {"device": device, "threads": workload.threads, "chunks_per_frame": workload.chunks_per_frame,
-                            "chunk_ms": round(workload.chunk_ms, 4),
-                            "work_ms_per_frame": round(workload.chunks_per_frame * workload.chunk_ms, 3)},
+        "render_workload": {
+            "device": device,
+            "threads": workload.threads,
+            "chunks_per_frame": workload.chunks_per_frame,
+            "chunk_ms": round(workload.chunk_ms, 4),
+            "work_ms_per_frame": round(workload.chunks_per_frame * workload.chunk_ms, 3),
+        },
         "wall_s": round(wall_s, 2),
         "phase_order": [ph["name"] for ph in phases],
         "phases": phases,
@@ -165,7 +224,8 @@ def build_report(args: argparse.Namespace, workload: RenderWorkload, device: str
             "frame_set": PRIMARY_FRAME_SET,
             "p99_within_pct": round(100 * (ISSUE_TOLERANCE - 1)),
             "p99_over_target_pct_with_governor": on_fr.get("p99_over_target_pct"),
-            "met_with_governor": bool(on_fr.get("n_frames")) and on_fr["p99_ms"] <= on_fr["target_ms"] * ISSUE_TOLERANCE,
+            "met_with_governor": bool(on_fr.get("n_frames"))
+            and on_fr["p99_ms"] <= on_fr["target_ms"] * ISSUE_TOLERANCE,
             # not the verdict: the same frames less those the host's CPU steal touched (docs/harness.md, "CPU steal")
             "p99_over_target_pct_no_steal_with_governor": on_fr.get("p99_over_target_pct_no_steal"),
         },

@@ -31,14 +31,17 @@ HARNESS = Path(__file__).resolve().parent / "harness.py"
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="harness runs, back to back")
     p.add_argument("--out", type=Path, default=Path("out/harness-repeats"), help="output directory")
-    p.add_argument("--order", choices=ORDERS, default="alternate",
-                   help="phase order per run: alternate (odd runs governor on first, even runs off first), "
-                        "on-first or off-first")
+    p.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="alternate",
+        help="phase order per run: alternate (odd runs governor on first, even runs off first), on-first or off-first",
+    )
     args = p.parse_args(own)
     if args.runs < 1:
         p.error("--runs must be >= 1")
@@ -50,10 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out / f"run{k}"
         first = "governor off" if off_first_for_run(k, args.order) else "governor on"
         console.print(f"[bold]run {k}/{args.runs}[/] ({first} first) -> {out}")
-        proc = subprocess.run([sys.executable, str(HARNESS), *harness_args(k, args.order, out, extra)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [sys.executable, str(HARNESS), *harness_args(k, args.order, out, extra)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
-            console.print(f"[red]harness run {k} failed (exit {proc.returncode})[/]\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            console.print(
+                f"[red]harness run {k} failed (exit {proc.returncode})[/]\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
             return 1
         reports.append(json.loads((out / "report.json").read_text()))
     summary = summarize(reports)
@@ -62,47 +71,92 @@ def main(argv: list[str] | None = None) -> int:
     for r in summary["runs"]:  # each run's own arguments (the phase order differs between runs)
         r["harness_args"] = harness_args(r["run"], args.order, args.out / f"run{r['run']}", extra)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = Table(title="frame p99 over target, % (frames in the scripted talk window, level-load spike excluded; "
-                        "quiet: before any NPC talks)")
-    for col in ("run", "first", "governor on", "governor off", "quiet, on", "quiet, off",
-                f"target (+{summary['target_pct']} %) met"):
+    table = Table(
+        title="frame p99 over target, % (frames in the scripted talk window, level-load spike excluded; "
+        "quiet: before any NPC talks)"
+    )
+    for col in (
+        "run",
+        "first",
+        "governor on",
+        "governor off",
+        "quiet, on",
+        "quiet, off",
+        f"target (+{summary['target_pct']} %) met",
+    ):
         table.add_column(col, justify="right")
     for r in summary["runs"]:
-        table.add_row(str(r["run"]), r["order"].replace("_first", "").replace("_only", " only"),
-                      str(r["p99_over_target_pct_on"]), str(r["p99_over_target_pct_off"]),
-                      str(r["quiet_p99_over_target_pct_on"]), str(r["quiet_p99_over_target_pct_off"]),
-                      "yes" if r["target_met"] else "no")
-    table.add_row("median", "", str(summary["median_p99_over_target_pct_on"]),
-                  str(summary["median_p99_over_target_pct_off"]), str(summary["median_quiet_p99_over_target_pct_on"]),
-                  str(summary["median_quiet_p99_over_target_pct_off"]),
-                  f"{summary['target_met_runs']} of {summary['n_runs']}")
+        table.add_row(
+            str(r["run"]),
+            r["order"].replace("_first", "").replace("_only", " only"),
+            str(r["p99_over_target_pct_on"]),
+            str(r["p99_over_target_pct_off"]),
+            str(r["quiet_p99_over_target_pct_on"]),
+            str(r["quiet_p99_over_target_pct_off"]),
+            "yes" if r["target_met"] else "no",
+        )
+    table.add_row(
+        "median",
+        "",
+        str(summary["median_p99_over_target_pct_on"]),
+        str(summary["median_p99_over_target_pct_off"]),
+        str(summary["median_quiet_p99_over_target_pct_on"]),
+        str(summary["median_quiet_p99_over_target_pct_off"]),
+        f"{summary['target_met_runs']} of {summary['n_runs']}",
+    )
     console.print(table)
-    steal = Table(title="host CPU steal in the talk window (a VM): mean share of CPU time, %; frames over 115 % of "
-                        "target touched by steal, % (of all frames, %); p99 over target of the frames without steal, %")
-    for col in ("run", "steal on", "steal off", "slow frames touched, on", "slow frames touched, off",
-                "p99 w/o steal, on", "p99 w/o steal, off"):
+    steal = Table(
+        title="host CPU steal in the talk window (a VM): mean share of CPU time, %; frames over 115 % of "
+        "target touched by steal, % (of all frames, %); p99 over target of the frames without steal, %"
+    )
+    for col in (
+        "run",
+        "steal on",
+        "steal off",
+        "slow frames touched, on",
+        "slow frames touched, off",
+        "p99 w/o steal, on",
+        "p99 w/o steal, off",
+    ):
         steal.add_column(col, justify="right")
     for r in summary["runs"]:
-        steal.add_row(str(r["run"]), str(r["steal_pct_mean_on"]), str(r["steal_pct_mean_off"]),
-                      f"{r['over_115pct_touched_by_steal_pct_on']} ({r['frames_touched_by_steal_pct_on']})",
-                      f"{r['over_115pct_touched_by_steal_pct_off']} ({r['frames_touched_by_steal_pct_off']})",
-                      str(r["p99_over_target_pct_no_steal_on"]), str(r["p99_over_target_pct_no_steal_off"]))
+        steal.add_row(
+            str(r["run"]),
+            str(r["steal_pct_mean_on"]),
+            str(r["steal_pct_mean_off"]),
+            f"{r['over_115pct_touched_by_steal_pct_on']} ({r['frames_touched_by_steal_pct_on']})",
+            f"{r['over_115pct_touched_by_steal_pct_off']} ({r['frames_touched_by_steal_pct_off']})",
+            str(r["p99_over_target_pct_no_steal_on"]),
+            str(r["p99_over_target_pct_no_steal_off"]),
+        )
     console.print(steal)
-    ab = Table(title="per pair: tokens delivered; NVIGI-style render work p50 while NPCs talk / quiet window (AI on "
-                     "over AI off)")
+    ab = Table(
+        title="per pair: tokens delivered; NVIGI-style render work p50 while NPCs talk / quiet window (AI on "
+        "over AI off)"
+    )
     for col in ("run", "tokens on", "tokens off", "work ratio on", "work ratio off"):
         ab.add_column(col, justify="right")
     for r in summary["runs"]:
-        ab.add_row(str(r["run"]), str(r["tokens_on"]), str(r["tokens_off"]), str(r["work_ratio_on"]),
-                   str(r["work_ratio_off"]))
-    ab.add_row("median", str(summary["median_tokens_on"]), str(summary["median_tokens_off"]),
-               str(summary["median_work_ratio_on"]), str(summary["median_work_ratio_off"]))
+        ab.add_row(
+            str(r["run"]), str(r["tokens_on"]), str(r["tokens_off"]), str(r["work_ratio_on"]), str(r["work_ratio_off"])
+        )
+    ab.add_row(
+        "median",
+        str(summary["median_tokens_on"]),
+        str(summary["median_tokens_off"]),
+        str(summary["median_work_ratio_on"]),
+        str(summary["median_work_ratio_off"]),
+    )
     console.print(ab)
-    by_order = "; ".join(f"{order.replace('_', ' ')}: {c['on_better_runs']} of {c['paired_runs']}"
-                         for order, c in summary["by_order"].items())
-    console.print(f"governor phase better than the governor-off phase in {summary['on_better_runs']} of "
-                  f"{summary['paired_runs']} runs{f' ({by_order})' if by_order else ''}; "
-                  f"wrote {args.out / 'summary.json'}")
+    by_order = "; ".join(
+        f"{order.replace('_', ' ')}: {c['on_better_runs']} of {c['paired_runs']}"
+        for order, c in summary["by_order"].items()
+    )
+    console.print(
+        f"governor phase better than the governor-off phase in {summary['on_better_runs']} of "
+        f"{summary['paired_runs']} runs{f' ({by_order})' if by_order else ''}; "
+        f"wrote {args.out / 'summary.json'}"
+    )
     return 0
 
 

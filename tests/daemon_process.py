@@ -34,8 +34,13 @@ class DaemonProcess:
         open_files_limit: soft and hard RLIMIT_NOFILE of the daemon (POSIX), to exhaust its descriptors.
     """
 
-    def __init__(self, args: list[str] | None = None, connection_file: Path | None = None,
-                 own_process_group: bool = False, open_files_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str] | None = None,
+        connection_file: Path | None = None,
+        own_process_group: bool = False,
+        open_files_limit: int | None = None,
+    ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
         self.log_file = self.workdir / "daemon.log"
@@ -57,8 +62,22 @@ class DaemonProcess:
             RuntimeError: the process died while starting (its log tail is in the message).
             TimeoutError: it did not answer within ``timeout_s``.
         """
-        cmd = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(self.connection_file), "--port", "0",
-               "--log-file", str(self.log_file), "--log-format", "kv", "--n-threads", "2", *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "igi_sdk.daemon",
+            "--connection-file",
+            str(self.connection_file),
+            "--port",
+            "0",
+            "--log-file",
+            str(self.log_file),
+            "--log-format",
+            "kv",
+            "--n-threads",
+            "2",
+            *self.args,
+        ]
         limit = self.open_files_limit
 
         def set_limit() -> None:  # in the child, before exec
@@ -66,9 +85,15 @@ class DaemonProcess:
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-        self.process = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=self.own_process_group,
-                                        preexec_fn=None if limit is None else set_limit)
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=self.own_process_group,
+            preexec_fn=None if limit is None else set_limit,
+        )
         _RUNNING.append(self)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

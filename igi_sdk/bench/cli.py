@@ -24,48 +24,97 @@ SMOKE_MODELS = ["smoke_dense", "smoke_moe"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="igi bench", description="Benchmark the placement planner against stock placements.")
-    p.add_argument("--model", nargs="+", default=None,
-                   help="synthetic preset (llama_8b, qwen3_30b_a3b, tiny_dense, smoke_dense, ...; written on the fly "
-                        "into --work-dir and reused) or GGUF path")
-    p.add_argument("--budgets-mib", type=int, nargs="+", default=None, help="VRAM budgets (default: 3 spanning the model)")
+    p = argparse.ArgumentParser(
+        prog="igi bench", description="Benchmark the placement planner against stock placements."
+    )
+    p.add_argument(
+        "--model",
+        nargs="+",
+        default=None,
+        help="synthetic preset (llama_8b, qwen3_30b_a3b, tiny_dense, smoke_dense, ...; written on the fly "
+        "into --work-dir and reused) or GGUF path",
+    )
+    p.add_argument(
+        "--budgets-mib", type=int, nargs="+", default=None, help="VRAM budgets (default: 3 spanning the model)"
+    )
     p.add_argument("--ctx", type=int, nargs="+", default=None, help="n_ctx values")
     p.add_argument("--prompt-tokens", type=int, nargs="+", default=None, help="prompt length per --ctx (paired)")
-    p.add_argument("--reply-tokens", type=int, nargs="+", default=None, help="decoded tokens: one value, or one per --ctx")
+    p.add_argument(
+        "--reply-tokens", type=int, nargs="+", default=None, help="decoded tokens: one value, or one per --ctx"
+    )
     p.add_argument("--out", type=Path, required=True, help="results directory (bench-<model>.json, bench.md, plots)")
     p.add_argument("--work-dir", type=Path, default=None, help="where synthetic models are written (default: cache)")
     p.add_argument("--methods", nargs="+", choices=m.ALL_METHODS, default=list(m.ALL_METHODS))
-    p.add_argument("--max-minutes", type=float, default=None,
-                   help="global time limit (from start, model writing included): later runs are recorded as skipped")
-    p.add_argument("--run-timeout-s", type=float, default=120.0, help="a run taking longer is killed and recorded failed")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="global time limit (from start, model writing included): later runs are recorded as skipped",
+    )
+    p.add_argument(
+        "--run-timeout-s", type=float, default=120.0, help="a run taking longer is killed and recorded failed"
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads for every method (default: all cores)")
-    p.add_argument("--prefetch-slots", type=int, default=PlannerOptions().prefetch_slots,
-                   help="staging slots of the pipelined weight prefetch the planner uses where the build has it "
-                        "(0: the planner's placements copy serially)")
+    p.add_argument(
+        "--prefetch-slots",
+        type=int,
+        default=PlannerOptions().prefetch_slots,
+        help="staging slots of the pipelined weight prefetch the planner uses where the build has it "
+        "(0: the planner's placements copy serially)",
+    )
     p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
-    p.add_argument("--extra-profile", default=None,
-                   help="second profile for a 'planner_ref' method (e.g. reference:h200); run only where it differs")
+    p.add_argument(
+        "--extra-profile",
+        default=None,
+        help="second profile for a 'planner_ref' method (e.g. reference:h200); run only where it differs",
+    )
     p.add_argument("--oracle-max", type=int, default=4, help="oracle sweep placements per group")
-    p.add_argument("--oracle-prune-ratio", type=float, default=None,
-                   help="skip a sweep candidate predicted slower than this many times the group's best measured e2e "
-                        "(recorded as 'pruned'; 0 = measure every candidate; default 3 with a profile measured on this "
-                        "machine, else 0, and 0 with --smoke)")
-    p.add_argument("--oracle-pinned", choices=("auto", "always", "never"), default="auto",
-                   help="pinned sweep candidates: auto = only where the planner chose pinned")
+    p.add_argument(
+        "--oracle-prune-ratio",
+        type=float,
+        default=None,
+        help="skip a sweep candidate predicted slower than this many times the group's best measured e2e "
+        "(recorded as 'pruned'; 0 = measure every candidate; default 3 with a profile measured on this "
+        "machine, else 0, and 0 with --smoke)",
+    )
+    p.add_argument(
+        "--oracle-pinned",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="pinned sweep candidates: auto = only where the planner chose pinned",
+    )
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of llama.cpp dry runs")
     p.add_argument("--no-warmup", action="store_true", help="measure without the 32-token warm-up")
     p.add_argument("--smoke", action="store_true", help="CPU smoke mode: small synthetic models, short runs")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="prefill + decode rounds per load (KV cleared between); TTFT and decode time are their medians")
-    p.add_argument("--confirm-loads", type=int, default=0,
-                   help="after the sweeps, load the planner's placement and its challenger (the fastest other in-budget "
-                        "placement) this many more times each in every close call; bench.md then gives planner/oracle "
-                        "over loads (one load's decode rate can move by 15-25 %%)")
-    p.add_argument("--confirm-within", type=float, default=0.10,
-                   help="a close call: the challenger measured faster than the planner or at most this fraction slower")
-    p.add_argument("--resume", type=Path, nargs="+", default=[], metavar="BENCH_JSON",
-                   help="earlier bench-*.json of this machine kind: their measured runs are taken over, not run again "
-                        "(a time-limited suite continues in a later call)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="prefill + decode rounds per load (KV cleared between); TTFT and decode time are their medians",
+    )
+    p.add_argument(
+        "--confirm-loads",
+        type=int,
+        default=0,
+        help="after the sweeps, load the planner's placement and its challenger (the fastest other in-budget "
+        "placement) this many more times each in every close call; bench.md then gives planner/oracle "
+        "over loads (one load's decode rate can move by 15-25 %%)",
+    )
+    p.add_argument(
+        "--confirm-within",
+        type=float,
+        default=0.10,
+        help="a close call: the challenger measured faster than the planner or at most this fraction slower",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="BENCH_JSON",
+        help="earlier bench-*.json of this machine kind: their measured runs are taken over, not run again "
+        "(a time-limited suite continues in a later call)",
+    )
     p.add_argument("--merge", action="store_true", help="only merge existing bench-*.json in --out and render")
     p.add_argument("--plan-only", action="store_true", help="list the runs and estimated time, measure nothing")
     return p
@@ -92,8 +141,12 @@ def _check_ranges(args: argparse.Namespace) -> None:
     """Refuse numbers no run could use (instead of silently replacing them)."""
     if any(b < 0 for b in args.budgets_mib or []):
         raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
-    for flag, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
-                               ("--oracle-max", args.oracle_max, 0), ("--confirm-loads", args.confirm_loads, 0)):
+    for flag, value, least in (
+        ("--threads", args.threads, 1),
+        ("--repeats", args.repeats, 1),
+        ("--oracle-max", args.oracle_max, 0),
+        ("--confirm-loads", args.confirm_loads, 0),
+    ):
         if value is not None and value < least:
             raise ValueError(f"{flag} must be >= {least}, got {value}")
     if args.confirm_within < 0:
@@ -144,13 +197,26 @@ def run(argv: list[str]) -> int:
     from igi_sdk.model_store import cache_dir
 
     cfg = SuiteConfig(
-        models=args.model, budgets_mib=args.budgets_mib or [], contexts=contexts, out_dir=out_dir,
-        work_dir=args.work_dir or cache_dir() / "bench-models", methods=tuple(args.methods),
-        max_minutes=args.max_minutes, run_timeout_s=args.run_timeout_s, n_threads=args.threads or os.cpu_count(),
+        models=args.model,
+        budgets_mib=args.budgets_mib or [],
+        contexts=contexts,
+        out_dir=out_dir,
+        work_dir=args.work_dir or cache_dir() / "bench-models",
+        methods=tuple(args.methods),
+        max_minutes=args.max_minutes,
+        run_timeout_s=args.run_timeout_s,
+        n_threads=args.threads or os.cpu_count(),
         prefetch_slots=args.prefetch_slots,
-        oracle_max=args.oracle_max, oracle_pinned=args.oracle_pinned, use_dry_run=not args.no_dry_run,
-        warmup=not args.no_warmup, smoke=args.smoke, plan_only=args.plan_only, repeats=args.repeats,
-        confirm_loads=args.confirm_loads, confirm_within=args.confirm_within)
+        oracle_max=args.oracle_max,
+        oracle_pinned=args.oracle_pinned,
+        use_dry_run=not args.no_dry_run,
+        warmup=not args.no_warmup,
+        smoke=args.smoke,
+        plan_only=args.plan_only,
+        repeats=args.repeats,
+        confirm_loads=args.confirm_loads,
+        confirm_within=args.confirm_within,
+    )
     state = SuiteState()
     if cfg.max_minutes is not None:
         state.deadline = state.started + cfg.max_minutes * 60
@@ -167,7 +233,9 @@ def run(argv: list[str]) -> int:
             profile, notes = simulated_gpu_profile(), ["smoke: simulated GPU profile; placements run on the CPU"]
         else:
             profile, notes = resolve_profile(args.profile, has_gpu=machine_has_gpu, say=_say)
-        extra = resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
+        extra = (
+            resolve_profile(args.extra_profile, has_gpu=machine_has_gpu, say=_say)[0] if args.extra_profile else None
+        )
         cfg.oracle_prune_ratio, prune_note = prune_ratio(args.oracle_prune_ratio, profile.source)
         notes = [*notes, prune_note] if prune_note else notes
         meta = machine_meta(sampler, hello, profile, notes, cfg)
@@ -178,8 +246,10 @@ def run(argv: list[str]) -> int:
                 return report("igi bench", exc)
             meta["notes"].extend(resume_notes)
             notes = [*notes, *resume_notes]
-        _say(f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "
-             f"threads {cfg.n_threads} | out {out_dir}")
+        _say(
+            f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "
+            f"threads {cfg.n_threads} | out {out_dir}"
+        )
         for note in notes:
             _say(f"  {note}")
         for spec in cfg.models:

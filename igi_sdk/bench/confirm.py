@@ -49,8 +49,11 @@ def close_calls(records: list[dict[str, Any]], within: float) -> list[tuple[dict
         if planner is None:
             continue
         mine = placement_of(planner)
-        challenger = min((r for r in recs if measured_in_budget(r) and placement_of(r) != mine), key=lambda r: r["e2e_s"],
-                         default=None)
+        challenger = min(
+            (r for r in recs if measured_in_budget(r) and placement_of(r) != mine),
+            key=lambda r: r["e2e_s"],
+            default=None,
+        )
         if challenger is not None and challenger["e2e_s"] <= planner["e2e_s"] * (1.0 + within):
             out.append((planner, challenger))
     return out

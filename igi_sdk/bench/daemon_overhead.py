@@ -32,8 +32,19 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _start_daemon(model: str, n_threads: int, workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     connection_file = workdir / "connection.json"
-    cmd = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(connection_file), "--model", model,
-           "--n-threads", str(n_threads), "--log-file", str(workdir / "daemon.log")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "igi_sdk.daemon",
+        "--connection-file",
+        str(connection_file),
+        "--model",
+        model,
+        "--n-threads",
+        str(n_threads),
+        "--log-file",
+        str(workdir / "daemon.log"),
+    ]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL), connection_file
 
 
@@ -50,7 +61,9 @@ def round_trips(client: Client, kind: str, n: int) -> list[float]:
 
 def daemon_tps(client: Client, max_tokens: int) -> tuple[float, tuple[int, ...]]:
     """Client-side decode tokens/s (first to last token event) of one fresh-session greedy generation."""
-    sid = client.create_session("", SYSTEM, sampling=Sampling(temperature=0.0))  # no persona line: same prompt as in-process
+    sid = client.create_session(
+        "", SYSTEM, sampling=Sampling(temperature=0.0)
+    )  # no persona line: same prompt as in-process
     stream = client.generate(sid, PROMPT, max_tokens=max_tokens, timeout_s=120)
     stamps = [time.perf_counter() for _ in stream]
     result = stream.result()
@@ -93,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for kind in ("heartbeat", "status"):
                 times = round_trips(client, kind, args.round_trips)
-                rows.append(f"| {kind}_request round trip | {_percentile(times, 0.5):.3f} ms | {_percentile(times, 0.99):.3f} ms |")
+                rows.append(
+                    f"| {kind}_request round trip | {_percentile(times, 0.5):.3f} ms | {_percentile(times, 0.99):.3f} ms |"
+                )
             via, direct = [], []
             same = True
             for _ in range(args.repeats):
@@ -108,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         if process.poll() is None:
             process.kill()
     ratio = statistics.median(via) / statistics.median(direct)
-    print(f"model: {model.name}, n_threads {args.n_threads}, {args.round_trips} requests per kind, "
-          f"{args.max_tokens} greedy tokens x {args.repeats} alternating repeats")
+    print(
+        f"model: {model.name}, n_threads {args.n_threads}, {args.round_trips} requests per kind, "
+        f"{args.max_tokens} greedy tokens x {args.repeats} alternating repeats"
+    )
     print("\n| measure | p50 | p99 |\n|---|---|---|")
     print("\n".join(rows))
     print("\n| path | decode tok/s (median) | runs |\n|---|---|---|")

@@ -33,20 +33,35 @@ from igi_sdk.planner.placement import Placement
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"line": {"type": "string", "maxLength": 400}, "emotion": {"enum": ["neutral", "happy", "angry"]},
-                   "action": {"enum": ["none", "wave", "bow"]}},
-    "required": ["line", "emotion", "action"], "additionalProperties": False,
+    "properties": {
+        "line": {"type": "string", "maxLength": 400},
+        "emotion": {"enum": ["neutral", "happy", "angry"]},
+        "action": {"enum": ["none", "wave", "bow"]},
+    },
+    "required": ["line", "emotion", "action"],
+    "additionalProperties": False,
 }
 QUESTIONS = ("Who are you?", "Can you fix my sword?", "Where is the inn?", "What do you think of the king?")
 
 
-def _run(engine: LlamaEngine, prompts: list[list[int]], max_tokens: int, gbnf: str | None) -> tuple[int, float, float, int]:
+def _run(
+    engine: LlamaEngine, prompts: list[list[int]], max_tokens: int, gbnf: str | None
+) -> tuple[int, float, float, int]:
     for seq in range(engine.placement.n_seq_max):
         engine.seq_clear(seq)
     sched = BatchScheduler(engine)
-    handles = [sched.submit(BatchRequest(session_id=f"npc{i}", prompt_tokens=p, max_tokens=max_tokens,
-                                         sampler=Sampler(temperature=0.0), grammar=gbnf))
-               for i, p in enumerate(prompts)]
+    handles = [
+        sched.submit(
+            BatchRequest(
+                session_id=f"npc{i}",
+                prompt_tokens=p,
+                max_tokens=max_tokens,
+                sampler=Sampler(temperature=0.0),
+                grammar=gbnf,
+            )
+        )
+        for i, p in enumerate(prompts)
+    ]
     while any(len(h.tokens) == 0 for h in handles):  # prefill and first tokens outside the timed part
         sched.step()
     done0 = sum(len(h.tokens) for h in handles)
@@ -64,15 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
-    placement = Placement(n_ctx=512 * args.npcs, n_batch=64, n_ubatch=32, n_seq_max=args.npcs, n_threads=args.threads,
-                          n_threads_batch=args.threads)
+    placement = Placement(
+        n_ctx=512 * args.npcs,
+        n_batch=64,
+        n_ubatch=32,
+        n_seq_max=args.npcs,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+    )
     gbnf = schema_to_gbnf(SCHEMA)
     totals: dict[str, list[float]] = {"free": [0, 0.0, 0.0, 0], "grammar": [0, 0.0, 0.0, 0]}
     with LlamaEngine(default_model_path(), placement) as engine:
         prompts = []
         for i in range(args.npcs):
-            messages = [{"role": "system", "content": "You are Brom, a blacksmith. Answer as JSON: line, emotion, action."},
-                        {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+            messages = [
+                {"role": "system", "content": "You are Brom, a blacksmith. Answer as JSON: line, emotion, action."},
+                {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]},
+            ]
             prompts.append(engine.tokenize(engine.apply_chat_template(messages), add_special=True))
         for r in range(args.rounds):
             order = ("free", "grammar") if r % 2 == 0 else ("grammar", "free")
@@ -84,11 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "machine": f"{platform.machine()} {platform.processor() or ''} python {sys.version.split()[0]}".strip(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "npcs": args.npcs, "rounds": args.rounds, "max_tokens": args.max_tokens, "threads": args.threads,
-        "free_tokens": totals["free"][0], "free_tok_s": round(rate["free"][0], 2),
+        "npcs": args.npcs,
+        "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
+        "threads": args.threads,
+        "free_tokens": totals["free"][0],
+        "free_tok_s": round(rate["free"][0], 2),
         "free_tok_per_cpu_s": round(rate["free"][1], 2),
-        "grammar_tokens": totals["grammar"][0], "grammar_tok_s": round(rate["grammar"][0], 2),
-        "grammar_tok_per_cpu_s": round(rate["grammar"][1], 2), "grammar_resamples": totals["grammar"][3],
+        "grammar_tokens": totals["grammar"][0],
+        "grammar_tok_s": round(rate["grammar"][0], 2),
+        "grammar_tok_per_cpu_s": round(rate["grammar"][1], 2),
+        "grammar_resamples": totals["grammar"][3],
         "ratio_wall": round(rate["grammar"][0] / rate["free"][0], 3),
         "ratio_cpu": round(rate["grammar"][1] / rate["free"][1], 3),
     }
@@ -96,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     print("                 tok/s (wall)  tok per CPU-s  tokens")
     for name, label in (("free", "free text"), ("grammar", "JSON-schema")):
         print(f"  {label:<14} {rate[name][0]:10.2f}  {rate[name][1]:13.2f}  {int(totals[name][0]):6d}")
-    print(f"  ratio          {out['ratio_wall']:10.3f}  {out['ratio_cpu']:13.3f}   "
-          f"({int(totals['grammar'][3])} draws the grammar refused, drawn again)")
+    print(
+        f"  ratio          {out['ratio_wall']:10.3f}  {out['ratio_cpu']:13.3f}   "
+        f"({int(totals['grammar'][3])} draws the grammar refused, drawn again)"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0

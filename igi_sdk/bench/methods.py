@@ -31,8 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
-                             PlannedPlacement, baseline_placements, evaluate_placement, plan_placement)
+from igi_sdk.planner import (
+    ComputeBufferTable,
+    ModelTable,
+    PlannedPlacement,
+    PlannerOptions,
+    PlanResult,
+    Profile,
+    Workload,
+    baseline_placements,
+    evaluate_placement,
+    plan_placement,
+)
 from igi_sdk.planner.cost import Prediction
 from igi_sdk.planner.layout import resolve_layout
 from igi_sdk.planner.memory import MemoryBreakdown, compute_key
@@ -40,7 +50,16 @@ from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.strategies import n_cpu_moe_specs, spec_placement
 from igi_sdk.planner.summary import ModelSummary, summarize
 
-CORE_METHODS = ("planner", "planner_serial", "planner_ref", "nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
+CORE_METHODS = (
+    "planner",
+    "planner_serial",
+    "planner_ref",
+    "nvigi_linear",
+    "max_ngl",
+    "n_cpu_moe",
+    "all_cpu",
+    "all_gpu",
+)
 BASELINES = ("nvigi_linear", "max_ngl", "n_cpu_moe", "all_cpu", "all_gpu")
 ALL_METHODS = CORE_METHODS + ("oracle",)
 ORACLE_FAMILIES = ("runner_up", "planner_variant", "ngl_sweep", "n_cpu_moe_sweep")
@@ -73,8 +92,16 @@ class Candidate:
 class Evaluator:
     """The planner's memory and cost accounting for arbitrary placements of one model (one group)."""
 
-    def __init__(self, table: ModelTable, budget_mib: int, workload: Workload, profile: Profile,
-                 compute: ComputeBufferTable, options: PlannerOptions, summary: ModelSummary | None = None) -> None:
+    def __init__(
+        self,
+        table: ModelTable,
+        budget_mib: int,
+        workload: Workload,
+        profile: Profile,
+        compute: ComputeBufferTable,
+        options: PlannerOptions,
+        summary: ModelSummary | None = None,
+    ) -> None:
         self.table = table
         self.summary = summary or summarize(table)
         self.budget_mib = budget_mib
@@ -95,8 +122,15 @@ class Evaluator:
     def candidate(self, method: str, label: str, placement: Placement, **extra: object) -> Candidate:
         """A ``Candidate`` with memory, prediction and fit filled in (exact dry-run memory on a GPU)."""
         planned = self._evaluate(placement, exact=True)
-        return Candidate(method=method, label=label, placement=placement, memory=planned.memory,
-                         prediction=planned.prediction, fits=planned.fits, **extra)  # type: ignore[arg-type]
+        return Candidate(
+            method=method,
+            label=label,
+            placement=placement,
+            memory=planned.memory,
+            prediction=planned.prediction,
+            fits=planned.fits,
+            **extra,  # type: ignore[arg-type]
+        )
 
     def _evaluate(self, placement: Placement, *, exact: bool) -> PlannedPlacement:
         """The planner's own accounting of ``placement`` (``evaluate_placement``), after adding its exact
@@ -111,15 +145,24 @@ class Evaluator:
                     self.compute = self.compute.with_entry(exact_entry(self.exact_path, self.summary, placement))
                 except IgiError as exc:
                     self.notes.append(f"exact dry run failed ({exc}); class figure used")
-        return evaluate_placement(self.table, placement, self.budget_mib, self.workload, self.profile, self.compute,
-                                  self.options, summary=self.summary)
+        return evaluate_placement(
+            self.table,
+            placement,
+            self.budget_mib,
+            self.workload,
+            self.profile,
+            self.compute,
+            self.options,
+            summary=self.summary,
+        )
 
 
 def _threads(placement: Placement, n_threads: int | None) -> Placement:
     if n_threads is None:
         return placement
-    return placement.with_(n_threads=placement.n_threads or n_threads,
-                           n_threads_batch=placement.n_threads_batch or n_threads)
+    return placement.with_(
+        n_threads=placement.n_threads or n_threads, n_threads_batch=placement.n_threads_batch or n_threads
+    )
 
 
 @dataclass
@@ -142,10 +185,20 @@ class GroupPlan:
         return self.oracle
 
 
-def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: Profile, compute: ComputeBufferTable,
-               options: PlannerOptions, *, extra_profile: Profile | None = None, oracle_max: int = 4,
-               oracle_pinned: str = "auto", summary: ModelSummary | None = None,
-               defer_oracle: bool = False) -> GroupPlan:
+def plan_group(
+    table: ModelTable,
+    budget_mib: int,
+    workload: Workload,
+    profile: Profile,
+    compute: ComputeBufferTable,
+    options: PlannerOptions,
+    *,
+    extra_profile: Profile | None = None,
+    oracle_max: int = 4,
+    oracle_pinned: str = "auto",
+    summary: ModelSummary | None = None,
+    defer_oracle: bool = False,
+) -> GroupPlan:
     """Every method's placement for one group, each checked against the budget by the planner's accounting.
 
     Args:
@@ -162,8 +215,9 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
     if ev.exact_path is not None:
         from igi_sdk.profiler.planning import verify_plan
 
-        result, ev.compute, warns = verify_plan(ev.exact_path, table, budget_mib, workload, profile, ev.compute,
-                                                options, summary=ev.summary)
+        result, ev.compute, warns = verify_plan(
+            ev.exact_path, table, budget_mib, workload, profile, ev.compute, options, summary=ev.summary
+        )
         out.notes.extend(warns)
     else:
         result = plan_placement(table, budget_mib, workload, profile, compute, options)
@@ -171,23 +225,48 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
     chosen: Placement | None = None
     if result.chosen is not None:
         chosen = _threads(result.chosen.placement, threads)
-        out.core.append(ev.candidate("planner", f"{result.chosen.strategy}: {result.chosen.description}", chosen,
-                                     strategy=result.chosen.strategy))
+        out.core.append(
+            ev.candidate(
+                "planner",
+                f"{result.chosen.strategy}: {result.chosen.description}",
+                chosen,
+                strategy=result.chosen.strategy,
+            )
+        )
         if chosen.prefetch_slots > 0 and chosen.op_offload:
             serial = chosen.with_(prefetch_slots=0, prefetch_slot_max_mib=0)
-            out.core.append(ev.candidate("planner_serial", f"{result.chosen.strategy}: {result.chosen.description} "
-                                         "(prefetch off)", serial, strategy=result.chosen.strategy))
+            out.core.append(
+                ev.candidate(
+                    "planner_serial",
+                    f"{result.chosen.strategy}: {result.chosen.description} (prefetch off)",
+                    serial,
+                    strategy=result.chosen.strategy,
+                )
+            )
     else:
-        out.core.append(Candidate("planner", "infeasible", None, skip_reason=(
-            f"planner: no placement fits {budget_mib} MiB (needs {result.min_feasible_budget_mib} MiB)")))
+        out.core.append(
+            Candidate(
+                "planner",
+                "infeasible",
+                None,
+                skip_reason=(
+                    f"planner: no placement fits {budget_mib} MiB (needs {result.min_feasible_budget_mib} MiB)"
+                ),
+            )
+        )
     if extra_profile is not None:
         ref = plan_placement(table, budget_mib, workload, extra_profile, ev.compute, options)
         if ref.chosen is None:
             out.core.append(Candidate("planner_ref", "infeasible", None, skip_reason="infeasible"))
         else:
-            out.core.append(ev.candidate("planner_ref", f"{ref.chosen.strategy}: {ref.chosen.description} "
-                                         f"(profile {extra_profile.source})", _threads(ref.chosen.placement, threads),
-                                         strategy=ref.chosen.strategy))
+            out.core.append(
+                ev.candidate(
+                    "planner_ref",
+                    f"{ref.chosen.strategy}: {ref.chosen.description} (profile {extra_profile.source})",
+                    _threads(ref.chosen.placement, threads),
+                    strategy=ref.chosen.strategy,
+                )
+            )
 
     base = baseline_placements(table, budget_mib, workload, profile, ev.compute, options, n_ubatch=512)
     if ev.exact_path is not None:  # their exact budget checks below read these from the dry-run cache
@@ -199,13 +278,24 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
             continue
         planned = base.get(method)
         if planned is None:
-            why = ("needs a GPU" if not ev.has_gpu else f"no {method} variant fits {budget_mib} MiB")
+            why = "needs a GPU" if not ev.has_gpu else f"no {method} variant fits {budget_mib} MiB"
             out.core.append(Candidate(method, method, None, skip_reason=why))
             continue
-        cand = ev.candidate(method, planned.description, _threads(planned.placement, threads), strategy=planned.strategy)
+        cand = ev.candidate(
+            method, planned.description, _threads(planned.placement, threads), strategy=planned.strategy
+        )
         if not cand.fits:
-            cand = Candidate(method, cand.label, cand.placement, cand.strategy, None, cand.memory, cand.prediction,
-                             fits=False, skip_reason=f"over budget: needs {cand.predicted_vram_mib} MiB > {budget_mib} MiB")
+            cand = Candidate(
+                method,
+                cand.label,
+                cand.placement,
+                cand.strategy,
+                None,
+                cand.memory,
+                cand.prediction,
+                fits=False,
+                skip_reason=f"over budget: needs {cand.predicted_vram_mib} MiB > {budget_mib} MiB",
+            )
         out.core.append(cand)
 
     out.notes.extend(ev.notes)
@@ -222,64 +312,112 @@ def plan_group(table: ModelTable, budget_mib: int, workload: Workload, profile: 
     return out
 
 
-def oracle_candidates(ev: Evaluator, result: PlanResult, chosen: Placement | None, already: list[Candidate], n_layer: int,
-                      *, oracle_max: int, oracle_pinned: str) -> list[Candidate]:
+def oracle_candidates(
+    ev: Evaluator,
+    result: PlanResult,
+    chosen: Placement | None,
+    already: list[Candidate],
+    n_layer: int,
+    *,
+    oracle_max: int,
+    oracle_pinned: str,
+) -> list[Candidate]:
     """The capped oracle sweep (see the module docstring); excludes placements the core methods run."""
     if oracle_max <= 0:
         return []
     threads = ev.options.n_threads
-    allow_pinned = ev.has_gpu and (oracle_pinned == "always"
-                                   or (oracle_pinned == "auto" and chosen is not None and chosen.load_mode == "pinned"))
+    allow_pinned = ev.has_gpu and (
+        oracle_pinned == "always" or (oracle_pinned == "auto" and chosen is not None and chosen.load_mode == "pinned")
+    )
     modes = ("mmap", "pinned") if allow_pinned else ("mmap",)
     ctx_cap = max(ev.workload.n_ctx, 32)
     ubs = sorted({min(u, ctx_cap) for u in (512, 2048)})
-    base = chosen or _threads(Placement(n_ctx=ev.workload.n_ctx, n_seq_max=ev.workload.parallel,
-                                        type_k=ev.options.type_k, type_v=ev.options.type_v,
-                                        flash_attn=ev.options.flash_attn), threads)
+    base = chosen or _threads(
+        Placement(
+            n_ctx=ev.workload.n_ctx,
+            n_seq_max=ev.workload.parallel,
+            type_k=ev.options.type_k,
+            type_v=ev.options.type_v,
+            flash_attn=ev.options.flash_attn,
+        ),
+        threads,
+    )
     base = base.with_(rules=(), n_gpu_layers=0, load_mode="mmap", op_offload=True)
     pools: dict[str, list[Candidate]] = {f: [] for f in ORACLE_FAMILIES}
-    variants = [] if chosen is None else [
-        (ub, mode, chosen.with_(n_ubatch=ub, n_batch=ub, load_mode=mode))
-        for ub in sorted({min(u, ctx_cap) for u in (512, 1024, 2048)})
-        for mode in (modes if chosen.load_mode == "pinned" else ("mmap",))]
+    variants = (
+        []
+        if chosen is None
+        else [
+            (ub, mode, chosen.with_(n_ubatch=ub, n_batch=ub, load_mode=mode))
+            for ub in sorted({min(u, ctx_cap) for u in (512, 1024, 2048)})
+            for mode in (modes if chosen.load_mode == "pinned" else ("mmap",))
+        ]
+    )
     if ev.exact_path is not None:  # the exact budget checks below then read these from the dry-run cache
         from igi_sdk.profiler.compute_table import prefetch_exact
 
-        prefetch_exact(ev.exact_path, [_threads(ru.planned.placement, threads) for ru in result.runner_ups
-                                       if ru.planned is not None] + [v for _, _, v in variants])
+        prefetch_exact(
+            ev.exact_path,
+            [_threads(ru.planned.placement, threads) for ru in result.runner_ups if ru.planned is not None]
+            + [v for _, _, v in variants],
+        )
 
     for ru in result.runner_ups:
         if ru.planned is not None:
-            pools["runner_up"].append(ev.candidate("oracle", f"runner-up {ru.strategy}: {ru.planned.description}",
-                                                   _threads(ru.planned.placement, threads), strategy=ru.strategy,
-                                                   family="runner_up"))
+            pools["runner_up"].append(
+                ev.candidate(
+                    "oracle",
+                    f"runner-up {ru.strategy}: {ru.planned.description}",
+                    _threads(ru.planned.placement, threads),
+                    strategy=ru.strategy,
+                    family="runner_up",
+                )
+            )
     for ub, mode, variant in variants:
-        pools["planner_variant"].append(ev.candidate(
-            "oracle", f"planner's {result.strategy} at n_ubatch={ub}, {mode}", variant,
-            strategy=result.strategy, family="planner_variant"))
+        pools["planner_variant"].append(
+            ev.candidate(
+                "oracle",
+                f"planner's {result.strategy} at n_ubatch={ub}, {mode}",
+                variant,
+                strategy=result.strategy,
+                family="planner_variant",
+            )
+        )
     if ev.has_gpu:
         for ub in ubs:
             for mode in modes:
                 fix = base.with_(n_ubatch=ub, n_batch=ub, load_mode=mode)
                 best = _largest_fitting([fix.with_(n_gpu_layers=m) for m in range(1, n_layer + 2)], ev)
                 if best is not None:
-                    pools["ngl_sweep"].append(ev.candidate(
-                        "oracle", f"n_gpu_layers={best.n_gpu_layers}, n_ubatch={ub}, {mode}", best,
-                        strategy="whole_layers", family="ngl_sweep"))
+                    pools["ngl_sweep"].append(
+                        ev.candidate(
+                            "oracle",
+                            f"n_gpu_layers={best.n_gpu_layers}, n_ubatch={ub}, {mode}",
+                            best,
+                            strategy="whole_layers",
+                            family="ngl_sweep",
+                        )
+                    )
                 if ev.table.is_moe:
                     specs = [spec_placement(ev.summary, s, fix) for s in n_cpu_moe_specs(ev.summary)]
                     specs = [p.with_(n_ubatch=ub, n_batch=ub, load_mode=mode) for p in specs]
                     best = _largest_fitting(specs, ev)
                     if best is not None:
                         k = n_layer - specs.index(best)
-                        pools["n_cpu_moe_sweep"].append(ev.candidate(
-                            "oracle", f"--n-cpu-moe {k}, n_ubatch={ub}, {mode}", best, strategy="n_cpu_moe",
-                            family="n_cpu_moe_sweep"))
+                        pools["n_cpu_moe_sweep"].append(
+                            ev.candidate(
+                                "oracle",
+                                f"--n-cpu-moe {k}, n_ubatch={ub}, {mode}",
+                                best,
+                                strategy="n_cpu_moe",
+                                family="n_cpu_moe_sweep",
+                            )
+                        )
     seen = {placement_key(c.placement) for c in already if c.placement is not None}
     ranked: dict[str, list[Candidate]] = {}
     for fam, cands in pools.items():
         keep = []
-        for c in sorted(cands, key=lambda c: (c.prediction.e2e_s if c.prediction else math.inf)):
+        for c in sorted(cands, key=lambda c: c.prediction.e2e_s if c.prediction else math.inf):
             assert c.placement is not None
             key = placement_key(c.placement)
             if not c.fits or key in seen:

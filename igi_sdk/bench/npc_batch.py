@@ -72,19 +72,23 @@ def placement_for(model: Path, n_sessions: int, args: argparse.Namespace) -> tup
     from igi_sdk.engine.batch_sizing import sessions_placement
     from igi_sdk.planner.placement import OverrideRule, Placement
 
-    base = Placement(n_ctx=args.ctx_per_session, n_batch=args.n_batch, n_ubatch=args.n_ubatch,
-                     n_threads=args.n_threads)
+    base = Placement(n_ctx=args.ctx_per_session, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads)
     if args.vram_budget_mib is None:
-        return sessions_placement(base.with_(op_offload=False, offload_kqv=False), n_sessions,
-                                  args.ctx_per_session), "cpu"
+        return sessions_placement(
+            base.with_(op_offload=False, offload_kqv=False), n_sessions, args.ctx_per_session
+        ), "cpu"
     try:
         from igi_sdk.planner import Workload, reference_profile
         from igi_sdk.profiler.planning import plan_file
         from igi_sdk.profiler.store import load_profile
 
         profile = load_profile() or reference_profile("h200")
-        workload = Workload(prompt_tokens=min(64, args.ctx_per_session), reply_tokens=args.max_tokens,
-                            parallel=n_sessions, n_ctx=n_sessions * args.ctx_per_session)
+        workload = Workload(
+            prompt_tokens=min(64, args.ctx_per_session),
+            reply_tokens=args.max_tokens,
+            parallel=n_sessions,
+            n_ctx=n_sessions * args.ctx_per_session,
+        )
         result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile)
         if result.placement is not None:
             planned = result.placement.with_(n_threads=args.n_threads, n_threads_batch=args.n_threads)
@@ -95,15 +99,19 @@ def placement_for(model: Path, n_sessions: int, args: argparse.Namespace) -> tup
 
     moe = read_tensor_table(model).is_moe
     fixed = base.with_(n_gpu_layers=-1, rules=(OverrideRule(pattern=FIXED_GPU_RULE, device="CPU"),) if moe else ())
-    return sessions_placement(fixed, n_sessions, args.ctx_per_session), "fixed:" + ("experts-on-cpu" if moe else "all-gpu")
+    return sessions_placement(fixed, n_sessions, args.ctx_per_session), "fixed:" + (
+        "experts-on-cpu" if moe else "all-gpu"
+    )
 
 
 def _prompts(engine: Any, n: int) -> list[list[int]]:
     out = []
     for i in range(n):
         name, role, question = PERSONAS[i % len(PERSONAS)]
-        messages = [{"role": "system", "content": f"You are {name}, {role} in a fantasy game. Stay in character."},
-                    {"role": "user", "content": question}]
+        messages = [
+            {"role": "system", "content": f"You are {name}, {role} in a fantasy game. Stay in character."},
+            {"role": "user", "content": question},
+        ]
         out.append(engine.tokenize(engine.apply_chat_template(messages)))
     return out
 
@@ -118,8 +126,12 @@ def serve(engine: Any, prompts: list[list[int]], max_tokens: int) -> dict[str, A
         engine.seq_clear(seq)
     sched = BatchScheduler(engine)
     t0 = time.perf_counter()
-    handles = [sched.submit(BatchRequest(f"npc{i}", p, max_tokens=max_tokens, sampler=Sampler(temperature=0.0),
-                                         ignore_eog=True)) for i, p in enumerate(prompts)]
+    handles = [
+        sched.submit(
+            BatchRequest(f"npc{i}", p, max_tokens=max_tokens, sampler=Sampler(temperature=0.0), ignore_eog=True)
+        )
+        for i, p in enumerate(prompts)
+    ]
     sched.run_until_idle()
     wall_s = time.perf_counter() - t0
     stats = [h.stats for h in handles if h.stats is not None]
@@ -127,10 +139,15 @@ def serve(engine: Any, prompts: list[list[int]], max_tokens: int) -> dict[str, A
     total = [s.total_s for s in stats]
     n_tokens = sum(s.completion_tokens for s in stats)
     return {
-        "wall_s": wall_s, "completion_tokens": n_tokens, "aggregate_tok_s": n_tokens / wall_s,
-        "ttft_mean_s": statistics.fmean(ttft), "ttft_max_s": max(ttft),
-        "total_mean_s": statistics.fmean(total), "total_max_s": max(total),
-        "steps": sched.counters.steps, "tokens": [h.tokens for h in handles],
+        "wall_s": wall_s,
+        "completion_tokens": n_tokens,
+        "aggregate_tok_s": n_tokens / wall_s,
+        "ttft_mean_s": statistics.fmean(ttft),
+        "ttft_max_s": max(ttft),
+        "total_mean_s": statistics.fmean(total),
+        "total_max_s": max(total),
+        "steps": sched.counters.steps,
+        "tokens": [h.tokens for h in handles],
     }
 
 
@@ -152,8 +169,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             for rep in range(args.repeats):
                 for mode, (engine, source) in engines.items():
                     result = serve(engine, prompts, args.max_tokens)
-                    rows.append({"sessions": n, "mode": mode, "repeat": rep, "placement": source,
-                                 "prompt_tokens_mean": statistics.fmean(len(p) for p in prompts), **result})
+                    rows.append(
+                        {
+                            "sessions": n,
+                            "mode": mode,
+                            "repeat": rep,
+                            "placement": source,
+                            "prompt_tokens_mean": statistics.fmean(len(p) for p in prompts),
+                            **result,
+                        }
+                    )
         finally:
             for engine, _source in engines.values():
                 engine.close()
@@ -175,12 +200,16 @@ def render(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         key = (r["sessions"], r["mode"])
         best[key] = max(best.get(key, 0.0), r["aggregate_tok_s"])
-    lines = ["| NPCs | mode | aggregate tok/s median (best) | TTFT mean / max s | total mean / max s | steps | placement |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| NPCs | mode | aggregate tok/s median (best) | TTFT mean / max s | total mean / max s | steps | placement |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in medians(rows):
-        lines.append(f"| {r['sessions']} | {r['mode']} | {r['aggregate_tok_s']:.1f} ({best[(r['sessions'], r['mode'])]:.1f}) | "
-                     f"{r['ttft_mean_s']:.3f} / {r['ttft_max_s']:.3f} | {r['total_mean_s']:.3f} / {r['total_max_s']:.3f} | "
-                     f"{r['steps']} | {r['placement']} |")
+        lines.append(
+            f"| {r['sessions']} | {r['mode']} | {r['aggregate_tok_s']:.1f} ({best[(r['sessions'], r['mode'])]:.1f}) | "
+            f"{r['ttft_mean_s']:.3f} / {r['ttft_max_s']:.3f} | {r['total_mean_s']:.3f} / {r['total_max_s']:.3f} | "
+            f"{r['steps']} | {r['placement']} |"
+        )
     return "\n".join(lines)
 
 
@@ -203,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     rows = run(args)
     print(render(rows))
-    print("all repeats (aggregate tok/s): " + "; ".join(
-        f"N={r['sessions']} {r['mode']} {r['aggregate_tok_s']:.1f}" for r in rows))
+    print(
+        "all repeats (aggregate tok/s): "
+        + "; ".join(f"N={r['sessions']} {r['mode']} {r['aggregate_tok_s']:.1f}" for r in rows)
+    )
     for r in rows:
         if "same_tokens_as_sequential" in r:
             print(f"N={r['sessions']}: batched tokens == sequential tokens: {r['same_tokens_as_sequential']}")

@@ -24,13 +24,18 @@ from igi_sdk.planner.shapes import REFERENCE_SHAPES
 
 def _line(label: str, v: list[tuple[float, float]]) -> str:
     ttft, tps = [a for a, _ in v], [b for _, b in v]
-    return (f"{label} ({len(v)} placements): predicted / measured TTFT median {statistics.median(ttft):.2f} "
-            f"({min(ttft):.2f}-{max(ttft):.2f}), decode TPS median {statistics.median(tps):.2f} "
-            f"({min(tps):.2f}-{max(tps):.2f})")
+    return (
+        f"{label} ({len(v)} placements): predicted / measured TTFT median {statistics.median(ttft):.2f} "
+        f"({min(ttft):.2f}-{max(ttft):.2f}), decode TPS median {statistics.median(tps):.2f} "
+        f"({min(tps):.2f}-{max(tps):.2f})"
+    )
 
 
-def cost_model_ratios(runs: list[dict[str, Any]], model: str, profile: Profile,
-                      ) -> dict[tuple[int, str], list[tuple[float, float]]]:
+def cost_model_ratios(
+    runs: list[dict[str, Any]],
+    model: str,
+    profile: Profile,
+) -> dict[tuple[int, str], list[tuple[float, float]]]:
     """``(n_ctx, load_mode) -> [(predicted / measured TTFT, predicted / measured decode TPS)]`` over the ok runs,
     each distinct placement once."""
     table = table_from_shape(REFERENCE_SHAPES[model], name=model)
@@ -42,11 +47,18 @@ def cost_model_ratios(runs: list[dict[str, Any]], model: str, profile: Profile,
             continue
         seen.add(key)
         workload = Workload(prompt_tokens=r["prompt_tokens"], reply_tokens=r["reply_tokens"], n_ctx=r["n_ctx"])
-        planned = evaluate_placement(table, Placement.model_validate(r["placement"]), r["budget_mib"], workload,
-                                     profile, options=PlannerOptions(n_threads=16))
+        planned = evaluate_placement(
+            table,
+            Placement.model_validate(r["placement"]),
+            r["budget_mib"],
+            workload,
+            profile,
+            options=PlannerOptions(n_threads=16),
+        )
         p = planned.prediction
         ratios.setdefault((r["n_ctx"], r["placement"]["load_mode"]), []).append(
-            (p.ttft_s / r["ttft_s"], p.decode_tps / r["tps"]))
+            (p.ttft_s / r["ttft_s"], p.decode_tps / r["tps"])
+        )
     return ratios
 
 

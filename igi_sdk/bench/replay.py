@@ -50,13 +50,27 @@ def stream_from_phase(report: dict[str, Any], phase_name: str) -> dict[str, Any]
         while k + 1 < len(status) and status[k + 1][0] <= t:
             k += 1
         gpu = status[k][1] if status and status[k][0] <= t else None
-        samples.append([round(t, 4), round(worst, 3), int(frames["npcs_generating"][i] > 0),
-                        None if gpu is None else round(gpu, 2)])
+        samples.append(
+            [
+                round(t, 4),
+                round(worst, 3),
+                int(frames["npcs_generating"][i] > 0),
+                None if gpu is None else round(gpu, 2),
+            ]
+        )
         worst = 0.0
-    budgets = [[round(e["t_s"], 4), int(e["budget_mib"])] for e in phase["events"]
-               if e["kind"] in ("reclaim", "restore") and e.get("budget_mib") is not None]
-    return {"version": STREAM_VERSION, "target_ms": round(target_ms, 4), "initial_budget_mib": int(cfg["budget_mib"]),
-            "samples": samples, "budgets": budgets}
+    budgets = [
+        [round(e["t_s"], 4), int(e["budget_mib"])]
+        for e in phase["events"]
+        if e["kind"] in ("reclaim", "restore") and e.get("budget_mib") is not None
+    ]
+    return {
+        "version": STREAM_VERSION,
+        "target_ms": round(target_ms, 4),
+        "initial_budget_mib": int(cfg["budget_mib"]),
+        "samples": samples,
+        "budgets": budgets,
+    }
 
 
 def replay(stream: dict[str, Any], params: GovernorParams | None = None) -> list[list[Any]]:
@@ -70,8 +84,15 @@ def replay(stream: dict[str, Any], params: GovernorParams | None = None) -> list
         while b < len(budgets) and budgets[b][0] <= t:
             governor.set_budget(budgets[b][1], budgets[b][0])
             b += 1
-        d = governor.observe(FrameSample(now_s=t, frame_time_ms=frame_ms, target_frame_time_ms=stream["target_ms"],
-                                         generating=bool(generating), daemon_gpu_mib=gpu_mib))
+        d = governor.observe(
+            FrameSample(
+                now_s=t,
+                frame_time_ms=frame_ms,
+                target_frame_time_ms=stream["target_ms"],
+                generating=bool(generating),
+                daemon_gpu_mib=gpu_mib,
+            )
+        )
         if d.throttle_action in ("tighten", "relax") or d.proposed_budget_mib is not None:
             out.append([t, d.throttle_action, round(1.0 - d.throttle_level, 4), d.proposed_budget_mib])
     return out
@@ -82,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", type=Path, help="a harness report (.json or .json.gz) or a frame stream (.json)")
     parser.add_argument("--phase", default="governor_on", help="phase of a harness report (default governor_on)")
     parser.add_argument("--write-stream", type=Path, default=None, help="write the frame stream here (JSON)")
-    parser.add_argument("--write-changes", type=Path, default=None,
-                        help="write the governor's changes here (JSON; the expected file of a regression test)")
+    parser.add_argument(
+        "--write-changes",
+        type=Path,
+        default=None,
+        help="write the governor's changes here (JSON; the expected file of a regression test)",
+    )
     args = parser.parse_args(argv)
     data = _load_json(args.path)
     stream = stream_from_phase(data, args.phase) if "phases" in data else data
@@ -93,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_changes is not None:
         args.write_changes.write_text(json.dumps(changes) + "\n")
     for t, action, allowance, proposed in changes:
-        print(f"{t:8.2f} s  {action:8s} allowance {allowance:.3f}" + ("" if proposed is None else f"  propose {proposed} MiB"))
+        print(
+            f"{t:8.2f} s  {action:8s} allowance {allowance:.3f}"
+            + ("" if proposed is None else f"  propose {proposed} MiB")
+        )
     print(f"{len(stream['samples'])} samples, {len(changes)} changes", file=sys.stderr)
     return 0
 

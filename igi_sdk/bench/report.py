@@ -46,11 +46,15 @@ def _cell(rec: dict[str, Any] | None) -> str:
     if rec["status"] != "ok":
         if rec["status"] == "over_budget":
             return f"over budget (pred {_fmt(rec.get('predicted_vram_mib'), '.0f')})"
-        return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR", "pruned": "pruned"}.get(rec["status"], rec["status"])
+        return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR", "pruned": "pruned"}.get(
+            rec["status"], rec["status"]
+        )
     peak = rec.get("peak_vram_mib")
     flag = " **over**" if rec.get("budget_violation") else ""
-    return (f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
-            f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.get('predicted_vram_mib'), '.0f')}{flag}")
+    return (
+        f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
+        f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.get('predicted_vram_mib'), '.0f')}{flag}"
+    )
 
 
 def _over_loads(confirmed: dict[str, Any] | None) -> str:
@@ -76,23 +80,35 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines = ["# GPU benchmark results", ""]
     for meta in data["metas"]:
         gen = meta.get("synthetic_generator")
-        lines.append(f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
-                     f"{', MoE' if meta.get('is_moe') else ''}"
-                     f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
-                     f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
-                     f"threads {meta.get('n_threads')}, started {meta.get('started_at')}")
+        lines.append(
+            f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
+            f"{', MoE' if meta.get('is_moe') else ''}"
+            f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
+            f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
+            f"threads {meta.get('n_threads')}, started {meta.get('started_at')}"
+        )
         for note in meta.get("notes", []):
             lines.append(f"  - {note}")
     if data["metas"]:
-        lines += ["", f"VRAM: {data['metas'][0].get('vram_basis')}.", "",
-                  f"Timing: {data['metas'][0].get('timing')}.", ""]
+        lines += [
+            "",
+            f"VRAM: {data['metas'][0].get('vram_basis')}.",
+            "",
+            f"Timing: {data['metas'][0].get('timing')}.",
+            "",
+        ]
     runs = data["runs"]
     for (model, n_ctx), budgets in sorted(_by_table(runs).items()):
         any_rec = next(iter(budgets.values()))[0]
-        methods = [mm for mm in ALL_METHODS if mm != "oracle" and any(r["method"] == mm for rs in budgets.values()
-                                                                       for r in rs)]
-        lines += [f"## {model}, n_ctx {n_ctx}, prompt {any_rec['prompt_tokens']}, reply {any_rec['reply_tokens']}", "",
-                  "Cells: TTFT s / TPS / peak VRAM MiB (measured; `pred` = predicted when not measurable).", ""]
+        methods = [
+            mm for mm in ALL_METHODS if mm != "oracle" and any(r["method"] == mm for rs in budgets.values() for r in rs)
+        ]
+        lines += [
+            f"## {model}, n_ctx {n_ctx}, prompt {any_rec['prompt_tokens']}, reply {any_rec['reply_tokens']}",
+            "",
+            "Cells: TTFT s / TPS / peak VRAM MiB (measured; `pred` = predicted when not measurable).",
+            "",
+        ]
         head = ["budget MiB"] + methods + ["best oracle sweep"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for budget in sorted(budgets):
@@ -102,41 +118,68 @@ def render_markdown(data: dict[str, Any]) -> str:
             row.append(_cell(best) + (f" ({best['candidate']})" if best else ""))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["## Planner vs oracle and baselines", "",
-              "planner/oracle = planner e2e / best in-budget e2e of the group (1.00 = planner was best); "
-              "`no sweep` where the group's oracle sweep was not run (planner / best of the other methods in brackets); "
-              "a sweep pruned whole (every candidate predicted far slower than a measured run) counts as run. "
-              "Over loads (`--confirm-loads`): where the best other placement measured faster than the planner or "
-              "close to it, planner mean e2e / min(planner mean, that placement's mean) over N loads of each; "
-              "`-` where there was no such close call or no confirmation. "
-              "Speedups = baseline e2e / planner e2e (> 1: planner faster).", ""]
-    head = ["model", "n_ctx", "budget MiB", "planner strategy", "planner e2e s", "oracle best", "planner/oracle",
-            "over loads"]
+    lines += [
+        "## Planner vs oracle and baselines",
+        "",
+        "planner/oracle = planner e2e / best in-budget e2e of the group (1.00 = planner was best); "
+        "`no sweep` where the group's oracle sweep was not run (planner / best of the other methods in brackets); "
+        "a sweep pruned whole (every candidate predicted far slower than a measured run) counts as run. "
+        "Over loads (`--confirm-loads`): where the best other placement measured faster than the planner or "
+        "close to it, planner mean e2e / min(planner mean, that placement's mean) over N loads of each; "
+        "`-` where there was no such close call or no confirmation. "
+        "Speedups = baseline e2e / planner e2e (> 1: planner faster).",
+        "",
+    ]
+    head = [
+        "model",
+        "n_ctx",
+        "budget MiB",
+        "planner strategy",
+        "planner e2e s",
+        "oracle best",
+        "planner/oracle",
+        "over loads",
+    ]
     head += [f"vs {b}" for b in BASELINES]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in data["summary"]:
         sp = s["speedup"]
-        row = [s["model"], str(s["n_ctx"]), str(s["budget_mib"]), str(s["planner_strategy"] or s["planner_status"]),
-               _fmt(s["planner_e2e_s"], ".3f"),
-               f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
-               _fmt(s["planner_vs_oracle"], ".2f") if s["planner_vs_oracle"] is not None or s["planner_e2e_s"] is None
-               else f"no sweep ({_fmt(s['planner_vs_best'], '.2f')})", _over_loads(s.get("over_loads"))]
+        row = [
+            s["model"],
+            str(s["n_ctx"]),
+            str(s["budget_mib"]),
+            str(s["planner_strategy"] or s["planner_status"]),
+            _fmt(s["planner_e2e_s"], ".3f"),
+            f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
+            _fmt(s["planner_vs_oracle"], ".2f")
+            if s["planner_vs_oracle"] is not None or s["planner_e2e_s"] is None
+            else f"no sweep ({_fmt(s['planner_vs_best'], '.2f')})",
+            _over_loads(s.get("over_loads")),
+        ]
         row += [_fmt(sp.get(b, {}).get("e2e"), ".2f") for b in BASELINES]
         lines.append("| " + " | ".join(row) + " |")
     failures = [r for r in runs if r["status"] == "error"]
     over = [r for r in runs if r.get("budget_violation")]
     n_confirm = sum(r["method"] == CONFIRM and r["status"] == "ok" for r in runs)
-    lines += ["", f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok ({n_confirm} of them confirmation loads), "
-              f"{len(failures)} failed, "
-              f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), "
-              f"{sum(r['status'] == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
-              f"{len(over)} over budget.", ""]
+    lines += [
+        "",
+        f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok ({n_confirm} of them confirmation loads), "
+        f"{len(failures)} failed, "
+        f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), "
+        f"{sum(r['status'] == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
+        f"{len(over)} over budget.",
+        "",
+    ]
     for r in failures:
-        lines.append(f"- failed: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
-                     f"{(r['error'] or '').splitlines()[0][:200]}")
+        lines.append(
+            f"- failed: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
+            f"{(r['error'] or '').splitlines()[0][:200]}"
+        )
     for r in over:
-        lines.append(f"- over budget: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
-                     f"peak {r['peak_vram_mib']} MiB, predicted {r['predicted_vram_mib']} MiB")
+        lines.append(
+            f"- over budget: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
+            f"peak {r['peak_vram_mib']} MiB, predicted {r['predicted_vram_mib']} MiB"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -154,8 +197,11 @@ def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
             xs, tps, ttft = [], [], []
             for budget in sorted(budgets):
                 recs = budgets[budget]
-                rec = (_best_oracle(recs) if method == "oracle" else
-                       next((r for r in recs if r["method"] == method and r["status"] == "ok"), None))
+                rec = (
+                    _best_oracle(recs)
+                    if method == "oracle"
+                    else next((r for r in recs if r["method"] == method and r["status"] == "ok"), None)
+                )
                 if rec is None or rec["status"] != "ok":
                     continue
                 xs.append(budget / 1024)
@@ -163,8 +209,11 @@ def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
                 ttft.append(rec["ttft_s"])
             if not xs:
                 continue
-            style = dict(marker="o", linewidth=2.4 if method == "planner" else 1.2,
-                         linestyle="--" if method in ("oracle", "all_gpu", "all_cpu") else "-")
+            style = dict(
+                marker="o",
+                linewidth=2.4 if method == "planner" else 1.2,
+                linestyle="--" if method in ("oracle", "all_gpu", "all_cpu") else "-",
+            )
             ax_tps.plot(xs, tps, label=method, **style)
             ax_ttft.plot(xs, ttft, label=method, **style)
         ax_tps.set(xlabel="VRAM budget (GiB)", ylabel="decode tokens/s", title=f"{model}, n_ctx {n_ctx}: TPS")

@@ -16,7 +16,7 @@ import platform
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from igi_sdk.bench import methods as m
 from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
-from igi_sdk.bench.vram import VramSampler, open_nvml
+from igi_sdk.bench.vram import VramSampler
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
 from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
@@ -88,7 +88,7 @@ class SuiteState:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def cpu_name() -> str:
@@ -105,34 +105,65 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _record(model: str, path: Path, cand: m.Candidate, budget: int, ctx: tuple[int, int, int], gpu: str | None,
-            cpu: str) -> dict[str, Any]:
+def _record(
+    model: str, path: Path, cand: m.Candidate, budget: int, ctx: tuple[int, int, int], gpu: str | None, cpu: str
+) -> dict[str, Any]:
     n_ctx, prompt, reply = ctx
     pred = cand.prediction
     return {
-        "model": model, "model_path": str(path), "method": cand.method, "candidate": cand.label,
-        "strategy": cand.strategy, "family": cand.family, "budget_mib": budget, "n_ctx": n_ctx,
-        "prompt_tokens": prompt, "reply_tokens": reply, "status": "pending", "error": None,
-        "ttft_s": None, "tps": None, "e2e_s": None, "decode_s": None, "load_s": None,
-        "peak_vram_mib": None, "peak_vram_process_mib": None, "vram_at_start_mib": None, "budget_violation": None,
-        "predicted_fits": cand.fits, "predicted_vram_mib": cand.predicted_vram_mib,
+        "model": model,
+        "model_path": str(path),
+        "method": cand.method,
+        "candidate": cand.label,
+        "strategy": cand.strategy,
+        "family": cand.family,
+        "budget_mib": budget,
+        "n_ctx": n_ctx,
+        "prompt_tokens": prompt,
+        "reply_tokens": reply,
+        "status": "pending",
+        "error": None,
+        "ttft_s": None,
+        "tps": None,
+        "e2e_s": None,
+        "decode_s": None,
+        "load_s": None,
+        "peak_vram_mib": None,
+        "peak_vram_process_mib": None,
+        "vram_at_start_mib": None,
+        "budget_violation": None,
+        "predicted_fits": cand.fits,
+        "predicted_vram_mib": cand.predicted_vram_mib,
         "predicted_ttft_s": None if pred is None else round(pred.ttft_s, 4),
         "predicted_tps": None if pred is None else round(pred.decode_tps, 2),
         "predicted_e2e_s": None if pred is None else round(pred.e2e_s, 4),
         "predicted_memory": None if cand.memory is None else cand.memory.model_dump(),
         "placement": None if cand.placement is None else cand.placement.model_dump(mode="json"),
-        "overlap": None if cand.placement is None else (cand.placement.prefetch_slots > 0 and cand.placement.op_offload),
-        "gpu": gpu, "cpu": cpu, "reused_from": None, "run_id": None, "finished_at": None,
+        "overlap": None
+        if cand.placement is None
+        else (cand.placement.prefetch_slots > 0 and cand.placement.op_offload),
+        "gpu": gpu,
+        "cpu": cpu,
+        "reused_from": None,
+        "run_id": None,
+        "finished_at": None,
     }
 
 
-def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.Candidate, cfg: SuiteConfig,
-             state: SuiteState) -> None:
+def _measure(
+    worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.Candidate, cfg: SuiteConfig, state: SuiteState
+) -> None:
     """Fill ``rec`` from one worker run (errors recorded, never raised)."""
     assert cand.placement is not None
-    spec = RunSpec(model_path=rec["model_path"], placement=cand.placement.model_dump(mode="json"),
-                   prompt_tokens=rec["prompt_tokens"], reply_tokens=rec["reply_tokens"], warmup=cfg.warmup,
-                   repeats=cfg.repeats, crash_for_test=cand.method in cfg.crash_methods)
+    spec = RunSpec(
+        model_path=rec["model_path"],
+        placement=cand.placement.model_dump(mode="json"),
+        prompt_tokens=rec["prompt_tokens"],
+        reply_tokens=rec["reply_tokens"],
+        warmup=cfg.warmup,
+        repeats=cfg.repeats,
+        crash_for_test=cand.method in cfg.crash_methods,
+    )
     remaining = state.remaining_s()
     timeout = cfg.run_timeout_s if remaining is None else max(5.0, min(cfg.run_timeout_s, remaining + 20.0))
     peak = None
@@ -145,26 +176,57 @@ def _measure(worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.
             peak = sampler.stop()
         rec.update({k: out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")})
         slots = out.get("weight_prefetch_slots") or {}
-        rec.update(overlap=bool(slots), weight_prefetch_slots=slots, prefill_upload_bytes=out.get("prefill_upload_bytes"),
-                   greedy_tokens=out.get("greedy_tokens"))
-        rec.update(warmup_s=out.get("warmup_s"), llama_buffers_mib=out.get("llama_buffers_mib"),
-                   n_layers_offloaded=out.get("n_layers_offloaded"), ttft_runs_s=out.get("ttft_runs_s"),
-                   decode_runs_s=out.get("decode_runs_s"), status="ok")
+        rec.update(
+            overlap=bool(slots),
+            weight_prefetch_slots=slots,
+            prefill_upload_bytes=out.get("prefill_upload_bytes"),
+            greedy_tokens=out.get("greedy_tokens"),
+        )
+        rec.update(
+            warmup_s=out.get("warmup_s"),
+            llama_buffers_mib=out.get("llama_buffers_mib"),
+            n_layers_offloaded=out.get("n_layers_offloaded"),
+            ttft_runs_s=out.get("ttft_runs_s"),
+            decode_runs_s=out.get("decode_runs_s"),
+            status="ok",
+        )
     except Exception as exc:  # noqa: BLE001  (recorded on the run, never raised)
         late = state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
-        rec.update(status="skipped" if late and isinstance(exc, WorkerCrashed) else "error",
-                   error=f"{type(exc).__name__}: {exc}"[:4000])
+        rec.update(
+            status="skipped" if late and isinstance(exc, WorkerCrashed) else "error",
+            error=f"{type(exc).__name__}: {exc}"[:4000],
+        )
     if peak is not None:
-        rec.update(peak_vram_mib=peak.device_peak_mib, peak_vram_process_mib=peak.process_peak_mib,
-                   vram_at_start_mib=peak.device_start_mib, vram_baseline_mib=peak.baseline_mib,
-                   vram_samples=peak.n_samples)
+        rec.update(
+            peak_vram_mib=peak.device_peak_mib,
+            peak_vram_process_mib=peak.process_peak_mib,
+            vram_at_start_mib=peak.device_start_mib,
+            vram_baseline_mib=peak.baseline_mib,
+            vram_samples=peak.n_samples,
+        )
     _check_budget(rec)
     rec["finished_at"] = _now()
 
 
-MEASURED_FIELDS = ("status", "error", "ttft_s", "tps", "e2e_s", "decode_s", "load_s", "peak_vram_mib",
-                   "peak_vram_process_mib", "vram_at_start_mib", "vram_baseline_mib", "llama_buffers_mib",
-                   "n_layers_offloaded", "warmup_s", "ttft_runs_s", "decode_runs_s", "finished_at")
+MEASURED_FIELDS = (
+    "status",
+    "error",
+    "ttft_s",
+    "tps",
+    "e2e_s",
+    "decode_s",
+    "load_s",
+    "peak_vram_mib",
+    "peak_vram_process_mib",
+    "vram_at_start_mib",
+    "vram_baseline_mib",
+    "llama_buffers_mib",
+    "n_layers_offloaded",
+    "warmup_s",
+    "ttft_runs_s",
+    "decode_runs_s",
+    "finished_at",
+)
 
 
 def _reuse(rec: dict[str, Any], prev: dict[str, Any]) -> None:
@@ -182,20 +244,34 @@ def _check_budget(rec: dict[str, Any]) -> None:
 
 def _progress(state: SuiteState, rec: dict[str, Any], say: Say) -> None:
     el = time.monotonic() - state.started
-    head = (f"[{state.n_done}/{state.n_total} {el / 60:4.1f} min] {rec['model']} ctx {rec['n_ctx']}/{rec['prompt_tokens']} "
-            f"budget {rec['budget_mib']} {rec['method']:<12}")
+    head = (
+        f"[{state.n_done}/{state.n_total} {el / 60:4.1f} min] {rec['model']} ctx {rec['n_ctx']}/{rec['prompt_tokens']} "
+        f"budget {rec['budget_mib']} {rec['method']:<12}"
+    )
     if rec["status"] == "ok":
         peak = "-" if rec["peak_vram_mib"] is None else f"{rec['peak_vram_mib']:.0f}"
         flag = " OVER BUDGET" if rec["budget_violation"] else ""
         reuse = " (reused)" if rec["reused_from"] else ""
-        say(f"{head} load {rec['load_s']:.2f} s ttft {rec['ttft_s']:.3f} s tps {rec['tps'] or 0:.1f} "
-            f"peak {peak} MiB (pred {rec['predicted_vram_mib']}){flag}{reuse} | {rec['candidate']}")
+        say(
+            f"{head} load {rec['load_s']:.2f} s ttft {rec['ttft_s']:.3f} s tps {rec['tps'] or 0:.1f} "
+            f"peak {peak} MiB (pred {rec['predicted_vram_mib']}){flag}{reuse} | {rec['candidate']}"
+        )
     else:
         say(f"{head} {rec['status'].upper()}: {(rec['error'] or '')[:300]}")
 
 
-def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Profile | None, meta: dict[str, Any],
-              worker: Worker, sampler: VramSampler, state: SuiteState, machine_has_gpu: bool, say: Say) -> Path:
+def run_model(
+    spec: str,
+    cfg: SuiteConfig,
+    profile: Profile,
+    extra_profile: Profile | None,
+    meta: dict[str, Any],
+    worker: Worker,
+    sampler: VramSampler,
+    state: SuiteState,
+    machine_has_gpu: bool,
+    say: Say,
+) -> Path:
     """Measure one model (all contexts and budgets); returns its JSON file."""
     from igi_sdk.engine.gguf_table import read_tensor_table
 
@@ -206,8 +282,10 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     model_meta = {**meta, "model": label, "notes": notes}
 
     def flush() -> None:
-        write_json(out_file, {"version": RESULT_VERSION, "meta": model_meta, "runs": records,
-                              "summary": summarize_groups(records)})
+        write_json(
+            out_file,
+            {"version": RESULT_VERSION, "meta": model_meta, "runs": records, "summary": summarize_groups(records)},
+        )
 
     if cfg.plan_only and model_label(spec) in known_shapes():
         path = cfg.work_dir / cached_file_name(model_label(spec))
@@ -216,11 +294,16 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         path, _shape = resolve_model(spec, cfg.work_dir, say)
         table = read_tensor_table(path)
     summary = summarize(table)
-    model_meta.update(model_path=str(path), model_file_gib=round(table.file_bytes / 2**30, 3),
-                      n_layer=table.n_layer, is_moe=table.is_moe,
-                      synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None)
-    options = PlannerOptions(n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0",
-                             prefetch_slots=cfg.prefetch_slots)
+    model_meta.update(
+        model_path=str(path),
+        model_file_gib=round(table.file_bytes / 2**30, 3),
+        n_layer=table.n_layer,
+        is_moe=table.is_moe,
+        synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None,
+    )
+    options = PlannerOptions(
+        n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0", prefetch_slots=cfg.prefetch_slots
+    )
     groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
     cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
     for ctx in cfg.contexts:
@@ -228,20 +311,37 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
         workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
         base = Placement(n_ctx=n_ctx, type_k=options.type_k, type_v=options.type_v, flash_attn=options.flash_attn)
         try:
-            compute, warnings = compute_table(path, summary, base, options,
-                                              has_gpu=machine_has_gpu and profile.gpu is not None,
-                                              use_dry_run=cfg.use_dry_run and not cfg.plan_only, say=say)
+            compute, warnings = compute_table(
+                path,
+                summary,
+                base,
+                options,
+                has_gpu=machine_has_gpu and profile.gpu is not None,
+                use_dry_run=cfg.use_dry_run and not cfg.plan_only,
+                say=say,
+            )
         except Exception as exc:  # noqa: BLE001  (estimates are conservative: the suite goes on)
             compute, warnings = ComputeBufferTable(), [f"dry runs failed ({type(exc).__name__}: {exc}); estimated"]
         notes.extend(f"ctx {n_ctx}: {w}" for w in warnings)
         for budget in cfg.budgets_mib or auto_budgets(table, summary, workload, profile, compute, options):
             try:
-                gp = m.plan_group(table, budget, workload, profile, compute, options, extra_profile=extra_profile,
-                                  oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
-                                  oracle_pinned=cfg.oracle_pinned, summary=summary, defer_oracle=not cfg.plan_only)
+                gp = m.plan_group(
+                    table,
+                    budget,
+                    workload,
+                    profile,
+                    compute,
+                    options,
+                    extra_profile=extra_profile,
+                    oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
+                    oracle_pinned=cfg.oracle_pinned,
+                    summary=summary,
+                    defer_oracle=not cfg.plan_only,
+                )
             except Exception as exc:  # noqa: BLE001  (a planning bug loses one group, never the suite)
-                gp = m.GroupPlan(core=[m.Candidate("planner", "planning failed", None,
-                                                   skip_reason=f"{type(exc).__name__}: {exc}")])
+                gp = m.GroupPlan(
+                    core=[m.Candidate("planner", "planning failed", None, skip_reason=f"{type(exc).__name__}: {exc}")]
+                )
             notes.extend(f"ctx {n_ctx} budget {budget}: {w}" for w in gp.notes)
             groups.append((ctx, budget, gp))
 
@@ -280,8 +380,15 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     def confirmation(role: str, first: dict[str, Any], k: int) -> tuple[dict[str, Any], m.Candidate]:
         """A ``confirm`` record loading ``first``'s placement once more, in round ``k`` (``bench/confirm.py``)."""
         cand = replace(cands[id(first)], method=CONFIRM)
-        rec = _record(label, path, cand, first["budget_mib"], (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"]),
-                      meta.get("gpu"), meta["cpu"])
+        rec = _record(
+            label,
+            path,
+            cand,
+            first["budget_mib"],
+            (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"]),
+            meta.get("gpu"),
+            meta["cpu"],
+        )
         rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
         records.append(rec)
         state.n_total += 1
@@ -293,17 +400,23 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
     if cfg.plan_only:
         work = [w for ctx, b, c in schedule(groups) if (w := add(ctx, b, c)) is not None]
         state.n_total += len(work)
-        say(f"{label}: {len(work)} runs planned over {len(groups)} groups, "
-            f"estimated {estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min")
+        say(
+            f"{label}: {len(work)} runs planned over {len(groups)} groups, "
+            f"estimated {estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min"
+        )
         for rec, cand in work:
-            say(f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
-                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}")
+            say(
+                f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
+                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}"
+            )
         return out_file
     work = [w for ctx, b, c in core_order(groups) if (w := add(ctx, b, c)) is not None]
     state.n_total += len(work)
-    say(f"{label}: {len(work)} core runs over {len(groups)} groups, estimated "
+    say(
+        f"{label}: {len(work)} core runs over {len(groups)} groups, estimated "
         f"{estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min; then the oracle sweep, planned group by "
-        f"group in rounds")
+        f"group in rounds"
+    )
     flush()
     for rec, cand in work:
         run(rec, cand)
@@ -321,23 +434,37 @@ def run_model(spec: str, cfg: SuiteConfig, profile: Profile, extra_profile: Prof
                         gp.oracle_pending, gp.oracle = None, []
                         gp.notes.append(f"oracle sweep planning failed ({type(exc).__name__}: {exc})")
                     notes.extend(f"ctx {ctx[0]} budget {budget}: {w}" for w in gp.notes[n_notes:])
-                    say(f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
-                        f"{time.monotonic() - t0:.1f} s")
+                    say(
+                        f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
+                        f"{time.monotonic() - t0:.1f} s"
+                    )
                     if not gp.oracle:  # recorded, so the summary can tell "nothing to sweep" from "not swept"
-                        add(ctx, budget, m.Candidate("oracle", "no sweep candidate", None,
-                                                     skip_reason="the sweep found no placement beyond the core methods"))
+                        add(
+                            ctx,
+                            budget,
+                            m.Candidate(
+                                "oracle",
+                                "no sweep candidate",
+                                None,
+                                skip_reason="the sweep found no placement beyond the core methods",
+                            ),
+                        )
                 if i < len(gp.oracle) and (w := add(ctx, budget, gp.oracle[i])) is not None:
                     state.n_total += 1
                     run(*w)
         not_planned = sum(1 for _, _, gp in groups if gp.oracle_pending is not None)
         if not_planned:
-            notes.append(f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
-                         f"{cfg.max_minutes} min reached")
+            notes.append(
+                f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
+                f"{cfg.max_minutes} min reached"
+            )
             say(f"  {notes[-1]}")
     if cfg.confirm_loads > 0:
         pairs = close_calls(records, cfg.confirm_within)
-        say(f"  confirming {len(pairs)} close calls with {cfg.confirm_loads} more loads each of the planner's placement "
-            f"and its challenger")
+        say(
+            f"  confirming {len(pairs)} close calls with {cfg.confirm_loads} more loads each of the planner's placement "
+            f"and its challenger"
+        )
         for k in range(1, cfg.confirm_loads + 1):  # round by round: a time limit cuts every group alike
             confirmed: dict[str, dict[str, Any]] = {}  # this round's loads, shared by groups with the same placement
             for pair in pairs:
@@ -355,7 +482,10 @@ def prune_ratio(requested: float | None, profile_source: str) -> tuple[float, st
         return max(0.0, requested), None
     if profile_source.startswith("measured"):
         return DEFAULT_PRUNE_RATIO, None
-    return 0.0, f"profile {profile_source} is not measured on this machine: no sweep pruning (--oracle-prune-ratio forces it)"
+    return (
+        0.0,
+        f"profile {profile_source} is not measured on this machine: no sweep pruning (--oracle-prune-ratio forces it)",
+    )
 
 
 def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: float) -> str | None:
@@ -365,12 +495,22 @@ def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: flo
     predicted = rec.get("predicted_e2e_s")
     if ratio <= 0 or predicted is None:
         return None
-    best = best_in_budget([r for r in records if r is not rec and r["model"] == rec["model"]
-                           and r["budget_mib"] == rec["budget_mib"] and r["n_ctx"] == rec["n_ctx"]])
+    best = best_in_budget(
+        [
+            r
+            for r in records
+            if r is not rec
+            and r["model"] == rec["model"]
+            and r["budget_mib"] == rec["budget_mib"]
+            and r["n_ctx"] == rec["n_ctx"]
+        ]
+    )
     if best is None or predicted <= ratio * best["e2e_s"]:
         return None
-    return (f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {best['e2e_s']:.2f} s "
-            f"(--oracle-prune-ratio)")
+    return (
+        f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {best['e2e_s']:.2f} s "
+        f"(--oracle-prune-ratio)"
+    )
 
 
 def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, placement: Placement) -> str:
@@ -410,29 +550,38 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
         for r in runs:
             if r.get("status") != "ok" or r.get("placement") is None or r.get("method") == CONFIRM:
                 continue  # a confirmation load is not the first measurement of its placement
-            key = measure_key(r["model_path"], r["prompt_tokens"], r["reply_tokens"],
-                              Placement.model_validate(r["placement"]))
+            key = measure_key(
+                r["model_path"], r["prompt_tokens"], r["reply_tokens"], Placement.model_validate(r["placement"])
+            )
             origin = r.get("reused_from") or r["run_id"]  # a run resumed once already keeps its first origin
             if key not in taken:
                 external = origin.startswith(RESUMED_PREFIX)
-                taken[key] = {**r, "run_id": origin if external else
-                              f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}"}
+                taken[key] = {
+                    **r,
+                    "run_id": origin
+                    if external
+                    else f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}",
+                }
                 n += 1
-        notes.append(f"resume: {n} measurements taken from {path.name} (started {old.get('started_at')}); "
-                     f"their records say reused_from '{RESUMED_PREFIX}<file> started <time>: <run_id>'")
+        notes.append(
+            f"resume: {n} measurements taken from {path.name} (started {old.get('started_at')}); "
+            f"their records say reused_from '{RESUMED_PREFIX}<file> started <time>: <run_id>'"
+        )
     return taken, notes
 
 
-def core_order(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
-               ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+def core_order(
+    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]],
+) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
     """The planner and the baselines of every group, then ``planner_ref`` of every group."""
     out = [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method != "planner_ref"]
     out += [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method == "planner_ref"]
     return out
 
 
-def schedule(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
-             ) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+def schedule(
+    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]],
+) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
     """Run order: ``core_order``, then the oracle sweeps round by round (first candidate of every group, then
     the second, ...), so a time limit cuts the least informative runs and leaves every group some oracle
     coverage. ``run_model`` follows it, planning each deferred sweep at its group's first round."""
@@ -442,24 +591,37 @@ def schedule(groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]]
     return out
 
 
-def machine_meta(sampler: VramSampler, hello: dict[str, Any], profile: Profile, profile_notes: list[str],
-                 cfg: SuiteConfig) -> dict[str, Any]:
+def machine_meta(
+    sampler: VramSampler, hello: dict[str, Any], profile: Profile, profile_notes: list[str], cfg: SuiteConfig
+) -> dict[str, Any]:
     """Machine, versions and settings of a suite (the ``meta`` of every JSON file)."""
     gpus = [d for d in hello.get("devices", []) if d.get("type") in ("gpu", "igpu")]
     return {
-        "started_at": _now(), "host": socket.gethostname(), "python": platform.python_version(),
-        "llama_cpp": hello.get("llama_cpp"), "devices": hello.get("devices"),
+        "started_at": _now(),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "llama_cpp": hello.get("llama_cpp"),
+        "devices": hello.get("devices"),
         "gpu": sampler.gpu_name or (gpus[0]["description"] if gpus else None),
-        "gpu_device": gpus[0]["name"] if gpus else None, "cpu": cpu_name(),
-        "profile_source": profile.source, "profile": profile.model_dump(mode="json"), "notes": list(profile_notes),
+        "gpu_device": gpus[0]["name"] if gpus else None,
+        "cpu": cpu_name(),
+        "profile_source": profile.source,
+        "profile": profile.model_dump(mode="json"),
+        "notes": list(profile_notes),
         "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
-        "smoke": cfg.smoke, "n_threads": cfg.n_threads, "contexts": cfg.contexts, "budgets_mib": cfg.budgets_mib,
-        "oracle_max": cfg.oracle_max, "oracle_pinned": cfg.oracle_pinned,
-        "oracle_prune_ratio": cfg.oracle_prune_ratio, "dry_run_compute": cfg.use_dry_run,
-        "warmup": cfg.warmup, "repeats": cfg.repeats,
+        "smoke": cfg.smoke,
+        "n_threads": cfg.n_threads,
+        "contexts": cfg.contexts,
+        "budgets_mib": cfg.budgets_mib,
+        "oracle_max": cfg.oracle_max,
+        "oracle_pinned": cfg.oracle_pinned,
+        "oracle_prune_ratio": cfg.oracle_prune_ratio,
+        "dry_run_compute": cfg.use_dry_run,
+        "warmup": cfg.warmup,
+        "repeats": cfg.repeats,
         "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
-                  f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
-                  "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
+        f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
+        "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
     }
 
 
@@ -483,8 +645,14 @@ def estimate_s(cands: list[m.Candidate], model_bytes: int, repeats: int = 1) -> 
     return total
 
 
-def auto_budgets(table: ModelTable, summary: ModelSummary, workload: Workload, profile: Profile,
-                 compute: ComputeBufferTable, options: PlannerOptions) -> list[int]:
+def auto_budgets(
+    table: ModelTable,
+    summary: ModelSummary,
+    workload: Workload,
+    profile: Profile,
+    compute: ComputeBufferTable,
+    options: PlannerOptions,
+) -> list[int]:
     """Three budgets spanning the model's range (used when none are given, e.g. ``--smoke``): just above
     the smallest GPU placement (all weights on the host), the middle, and just above all-in-VRAM."""
     ev = m.Evaluator(table, 10**9, workload, profile, compute, options, summary)

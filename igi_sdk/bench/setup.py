@@ -23,10 +23,21 @@ from igi_sdk.planner.summary import ModelSummary
 from igi_sdk.synthetic import PRESETS, SyntheticShape, cached_file_name
 
 SMOKE_SHAPES: dict[str, SyntheticShape] = {
-    "smoke_dense": SyntheticShape(n_layer=4, n_embd=256, n_ff=1024, n_head=4, n_head_kv=2, n_vocab=4096,
-                                  n_ctx_train=2048),
-    "smoke_moe": SyntheticShape(n_layer=4, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=4096,
-                                n_ctx_train=2048, n_expert=8, n_expert_used=2, n_ff_exp=256),
+    "smoke_dense": SyntheticShape(
+        n_layer=4, n_embd=256, n_ff=1024, n_head=4, n_head_kv=2, n_vocab=4096, n_ctx_train=2048
+    ),
+    "smoke_moe": SyntheticShape(
+        n_layer=4,
+        n_embd=256,
+        n_ff=512,
+        n_head=4,
+        n_head_kv=2,
+        n_vocab=4096,
+        n_ctx_train=2048,
+        n_expert=8,
+        n_expert_used=2,
+        n_ff_exp=256,
+    ),
 }
 """Small models for ``--smoke``: a few MiB, yet big enough that MiB budgets change the plans."""
 
@@ -109,13 +120,27 @@ def simulated_gpu_profile() -> Profile:
     ref = reference_profile("h200")
     cpu = reference_profile("cpu2")
     assert ref.gpu is not None
-    return ref.model_copy(update={"source": "simulated:h200-gpu+cpu2", "cpu": cpu.cpu,
-                                  "host_memory_gbps": cpu.host_memory_gbps, "machine": cpu.machine,
-                                  "gpu": ref.gpu.model_copy(update={"weight_prefetch_abi": 1})})
+    return ref.model_copy(
+        update={
+            "source": "simulated:h200-gpu+cpu2",
+            "cpu": cpu.cpu,
+            "host_memory_gbps": cpu.host_memory_gbps,
+            "machine": cpu.machine,
+            "gpu": ref.gpu.model_copy(update={"weight_prefetch_abi": 1}),
+        }
+    )
 
 
-def compute_table(path: Path, summary: ModelSummary, base: Placement, options: PlannerOptions, *, has_gpu: bool,
-                  use_dry_run: bool, say: Say) -> tuple[ComputeBufferTable, list[str]]:
+def compute_table(
+    path: Path,
+    summary: ModelSummary,
+    base: Placement,
+    options: PlannerOptions,
+    *,
+    has_gpu: bool,
+    use_dry_run: bool,
+    say: Say,
+) -> tuple[ComputeBufferTable, list[str]]:
     """Dry-run compute buffers for every class and n_ubatch the planner may pick (or an empty table)."""
     if not use_dry_run:
         return ComputeBufferTable(), ["compute buffers estimated (no dry runs)"]
@@ -129,8 +154,9 @@ def compute_table(path: Path, summary: ModelSummary, base: Placement, options: P
     return table, warnings
 
 
-def prefetch_dry_runs(path: Path, summary: ModelSummary, base: Placement, ubs: list[int], *, has_gpu: bool,
-                      n_parallel: int | None = None) -> int:
+def prefetch_dry_runs(
+    path: Path, summary: ModelSummary, base: Placement, ubs: list[int], *, has_gpu: bool, n_parallel: int | None = None
+) -> int:
     """Run the dry runs ``fill_compute_table`` will ask for, several child processes at a time, so it then
     reads them from the on-disk cache. Failures are left for ``fill_compute_table`` to report.
 

@@ -58,8 +58,11 @@ def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         vs_best = _ratio(p["e2e_s"], best["e2e_s"]) if p is not None and best else None
         swept = n_sweep or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep))
         row: dict[str, Any] = {
-            "model": model, "budget_mib": budget, "n_ctx": n_ctx,
-            "prompt_tokens": recs[0]["prompt_tokens"], "reply_tokens": recs[0]["reply_tokens"],
+            "model": model,
+            "budget_mib": budget,
+            "n_ctx": n_ctx,
+            "prompt_tokens": recs[0]["prompt_tokens"],
+            "reply_tokens": recs[0]["reply_tokens"],
             "planner_status": None if planner is None else planner["status"],
             "planner_strategy": None if planner is None else planner.get("strategy"),
             "planner_e2e_s": None if p is None else p["e2e_s"],

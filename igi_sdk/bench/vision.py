@@ -50,8 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
-    p.add_argument("--modes", nargs="+", default=["encoder_alone", "llm_alone", "vlmopt", "stock", "all_gpu"],
-                   choices=["encoder_alone", "llm_alone", "vlmopt", "stock", "all_gpu"])
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=["encoder_alone", "llm_alone", "vlmopt", "stock", "all_gpu"],
+        choices=["encoder_alone", "llm_alone", "vlmopt", "stock", "all_gpu"],
+    )
     p.add_argument("--work-dir", type=Path, default=None, help="where synthetic files are written (default: cache)")
     p.add_argument("--run-timeout-s", type=float, default=300.0)
     p.add_argument("--no-dry-run", action="store_true", help="plan with estimated compute buffers")
@@ -71,8 +75,11 @@ def render_frame(width: int, height: int) -> bytes:
     img[~sky] = np.stack([60 + 40 * (x[~sky] % 64 < 32), 120 + 0 * x[~sky], 50 + 0 * x[~sky]], axis=1)
     rng = np.random.default_rng(0)
     for _ in range(6):
-        x0, y0 = int(rng.integers(0, width - width // 6)), int(rng.integers(int(horizon) - height // 4, height - height // 6))
-        img[y0:y0 + height // 6, x0:x0 + width // 8] = rng.integers(0, 256, 3)
+        x0, y0 = (
+            int(rng.integers(0, width - width // 6)),
+            int(rng.integers(int(horizon) - height // 4, height - height // 6)),
+        )
+        img[y0 : y0 + height // 6, x0 : x0 + width // 8] = rng.integers(0, 256, 3)
     img += rng.normal(0, 6, img.shape)
     return np.clip(img, 0, 255).astype(np.uint8).tobytes()
 
@@ -112,7 +119,6 @@ def _child(spec: dict[str, Any], conn: Any) -> None:
 def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     phases = _Phases()  # NVML before llama.cpp creates a CUDA context (pynvml imports no numpy)
     from igi_sdk.engine.llama_engine import LlamaEngine  # llama.cpp before numpy (docs/engine.md, "Load order")
-
     from igi_sdk.engine.sampler import Sampler
     from igi_sdk.engine.vision import ImageData, ImageEmbedding, VisionEncoder, encode_beside
     from igi_sdk.planner.placement import Placement
@@ -128,14 +134,20 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         phases.phase("encode")
         t0 = time.perf_counter()
         encoded = encoder.encode(image, use_gpu=use_gpu, image_max_tokens=cap, n_threads=threads, flash_attn=True)
-        out.update(encode_s=encoded.encode_s, load_s=encoded.load_s, n_image_tokens=encoded.n_image_tokens,
-                   wall_s=time.perf_counter() - t0)
+        out.update(
+            encode_s=encoded.encode_s,
+            load_s=encoded.load_s,
+            n_image_tokens=encoded.n_image_tokens,
+            wall_s=time.perf_counter() - t0,
+        )
         phases.end()
         return {**out, "peaks_mib": phases.peaks}
     phases.phase("load")
     engine = LlamaEngine(spec["model"], placement)
-    system = engine.tokenize("<|im_start|>system\nYou are Mira, the village blacksmith. You see what the player "
-                             "shows you.<|im_end|>\n<|im_start|>user\n")
+    system = engine.tokenize(
+        "<|im_start|>system\nYou are Mira, the village blacksmith. You see what the player "
+        "shows you.<|im_end|>\n<|im_start|>user\n"
+    )
     engine.decode([(0, system, 0, False)])
     question = engine.tokenize("What do you see in this picture?<|im_end|>\n<|im_start|>assistant\n")
     resident = None
@@ -151,6 +163,7 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         encode_s = release_s = restore_s = 0.0
         n_image = 0
     else:
+
         def save() -> bytes:
             return engine.save_seq_state(0)
 
@@ -158,13 +171,28 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
             engine.restore_seq_state(0, state)  # type: ignore[arg-type]
 
         if resident is not None:
-            encoded = resident.encode(image, use_gpu=use_gpu, image_max_tokens=cap, n_threads=threads,
-                                      flash_attn=mode == "all_gpu", warmup=mode == "stock",
-                                      keep_open=True)
+            encoded = resident.encode(
+                image,
+                use_gpu=use_gpu,
+                image_max_tokens=cap,
+                n_threads=threads,
+                flash_attn=mode == "all_gpu",
+                warmup=mode == "stock",
+                keep_open=True,
+            )
             times = (0.0, 0.0)
         else:
-            encoded, t = encode_beside(engine, encoder, image, use_gpu=use_gpu, llm_release=spec["llm_release"],
-                                       image_max_tokens=cap, n_threads=threads, save=save, restore=restore)
+            encoded, t = encode_beside(
+                engine,
+                encoder,
+                image,
+                use_gpu=use_gpu,
+                llm_release=spec["llm_release"],
+                image_max_tokens=cap,
+                n_threads=threads,
+                save=save,
+                restore=restore,
+            )
             times = (t.release_s, t.restore_s)
         encode_s, (release_s, restore_s), n_image = encoded.encode_s, times, encoded.n_image_tokens
         pos = len(system)
@@ -191,9 +219,17 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         resident.close_resident()
     phases.end()
     engine.close()
-    out.update(encode_s=encode_s, release_s=release_s, restore_s=restore_s, n_image_tokens=n_image,
-               image_to_first_token_s=t_first - t_turn, decode_tok_s=n_decoded / (t_end - t_first) if n_decoded else 0.0,
-               positions=pos, peaks_mib=phases.peaks, gpu=phases.sampler.gpu_name)
+    out.update(
+        encode_s=encode_s,
+        release_s=release_s,
+        restore_s=restore_s,
+        n_image_tokens=n_image,
+        image_to_first_token_s=t_first - t_turn,
+        decode_tok_s=n_decoded / (t_end - t_first) if n_decoded else 0.0,
+        positions=pos,
+        peaks_mib=phases.peaks,
+        gpu=phases.sampler.gpu_name,
+    )
     return out
 
 
@@ -269,25 +305,52 @@ def run(argv: list[str]) -> int:
     profile, notes = resolve_profile(args.profile, has_gpu=has_gpu, say=say)
     n_image = shape.image_tokens(width, height)
     positions = n_image + 160  # the image's template text and the conversation around it
-    workload = Workload(prompt_tokens=min(positions, args.ctx - args.reply_tokens - 1), reply_tokens=args.reply_tokens,
-                        parallel=1, n_ctx=args.ctx)
-    base = {"model": str(model), "mmproj": str(mmproj), "image": [width, height], "reply_tokens": args.reply_tokens,
-            "threads": args.threads, "image_positions": n_image + 60}
+    workload = Workload(
+        prompt_tokens=min(positions, args.ctx - args.reply_tokens - 1),
+        reply_tokens=args.reply_tokens,
+        parallel=1,
+        n_ctx=args.ctx,
+    )
+    base = {
+        "model": str(model),
+        "mmproj": str(mmproj),
+        "image": [width, height],
+        "reply_tokens": args.reply_tokens,
+        "threads": args.threads,
+        "image_positions": n_image + 60,
+    }
     runs: list[dict[str, Any]] = []
     for budget in args.budgets_mib:
-        result, warnings = plan_file(model, budget, workload, profile, PlannerOptions(n_threads=args.threads),
-                                     dry_run=not args.no_dry_run and has_gpu, table=table)
+        result, warnings = plan_file(
+            model,
+            budget,
+            workload,
+            profile,
+            PlannerOptions(n_threads=args.threads),
+            dry_run=not args.no_dry_run and has_gpu,
+            table=table,
+        )
         chosen = result.chosen or result.cpu_fallback
         assert chosen is not None
         uses_gpu = has_gpu and result.chosen is not None and chosen.memory.placement_class != "cpu_only"
-        enc = plan_encoder(shape, LlmMemory.of_breakdown(chosen.memory), vram_budget_mib=budget,
-                           gpu_available=uses_gpu, n_ctx_seq=args.ctx)
+        enc = plan_encoder(
+            shape,
+            LlmMemory.of_breakdown(chosen.memory),
+            vram_budget_mib=budget,
+            gpu_available=uses_gpu,
+            n_ctx_seq=args.ctx,
+        )
         say(f"budget {budget} MiB: LLM {chosen.strategy} ({chosen.memory.vram_total_mib:.0f} MiB); {enc.summary()}")
         placement = chosen.placement.model_copy(update={"n_ctx": args.ctx, "n_seq_max": 1}).model_dump()
-        common = {**base, "budget_mib": budget, "placement": placement, "image_max_tokens": enc.image_max_tokens,
-                  "encoder_gpu": enc.device == "gpu", "llm_release": enc.llm_release,
-                  "plan": {"llm": chosen.strategy, "llm_mib": enc.llm_mib, "encoder": enc.model_dump(),
-                           "warnings": warnings}}
+        common = {
+            **base,
+            "budget_mib": budget,
+            "placement": placement,
+            "image_max_tokens": enc.image_max_tokens,
+            "encoder_gpu": enc.device == "gpu",
+            "llm_release": enc.llm_release,
+            "plan": {"llm": chosen.strategy, "llm_mib": enc.llm_mib, "encoder": enc.model_dump(), "warnings": warnings},
+        }
         for mode in ("encoder_alone", "llm_alone", "vlmopt"):
             if mode in args.modes:
                 say(f"  run {mode} at {budget} MiB")
@@ -295,11 +358,28 @@ def run(argv: list[str]) -> int:
     for mode, ngl in (("stock", 0), ("all_gpu", 999)):
         if mode in args.modes:
             say(f"  run {mode} (no budget)")
-            placement = Placement(n_ctx=args.ctx, n_gpu_layers=ngl, flash_attn=mode == "all_gpu",
-                                  n_threads=args.threads, n_threads_batch=args.threads).model_dump()
-            runs.append(_run_child({**base, "mode": mode, "budget_mib": None, "placement": placement,
-                                    "image_max_tokens": 4096, "encoder_gpu": has_gpu, "llm_release": "none",
-                                    "plan": None}, args.run_timeout_s))
+            placement = Placement(
+                n_ctx=args.ctx,
+                n_gpu_layers=ngl,
+                flash_attn=mode == "all_gpu",
+                n_threads=args.threads,
+                n_threads_batch=args.threads,
+            ).model_dump()
+            runs.append(
+                _run_child(
+                    {
+                        **base,
+                        "mode": mode,
+                        "budget_mib": None,
+                        "placement": placement,
+                        "image_max_tokens": 4096,
+                        "encoder_gpu": has_gpu,
+                        "llm_release": "none",
+                        "plan": None,
+                    },
+                    args.run_timeout_s,
+                )
+            )
     report = summarize(runs)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / RESULT_NAME).write_text(json.dumps({"notes": notes, "runs": runs, "summary": report}, indent=2))
@@ -311,14 +391,18 @@ def run(argv: list[str]) -> int:
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The side-by-side table and the checks (peak <= budget, turn peak <= 1.10 max(encoder alone, LLM alone))."""
-    lines = ["| run | budget MiB | encoder | turn peak MiB | encoder alone | LLM alone | encode s | image->1st token s | "
-             "decode tok/s | checks |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | budget MiB | encoder | turn peak MiB | encoder alone | LLM alone | encode s | image->1st token s | "
+        "decode tok/s | checks |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     alone: dict[tuple[Any, str], float | None] = {}
     for r in runs:
         if r.get("mode") in ("encoder_alone", "llm_alone") and "error" not in r:
             peaks = r.get("peaks_mib") or {}
-            alone[(r["budget_mib"], r["mode"])] = peaks.get("encode") if r["mode"] == "encoder_alone" else \
-                _max(peaks.get("load"), peaks.get("turn"))
+            alone[(r["budget_mib"], r["mode"])] = (
+                peaks.get("encode") if r["mode"] == "encoder_alone" else _max(peaks.get("load"), peaks.get("turn"))
+            )
     ok = True
     for r in runs:
         if "error" in r:
@@ -339,11 +423,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 near = turn <= (1 + WITHIN) * max(e, l_)
                 checks.append(f"peak/max(enc,LLM) {turn / max(e, l_):.2f} {'ok' if near else 'OVER'}")
                 ok &= near
-        where = "CPU" if not r.get("encoder_gpu") else ("GPU beside" if r["llm_release"] == "none"
-                                                          else f"GPU, LLM releases {r['llm_release']}")
-        lines.append(f"| {r['mode']} | {r['budget_mib'] or '-'} | {where} | {_f(turn)} | {_f(e)} | {_f(l_)} | "
-                     f"{r['encode_s']:.3f} | {r['image_to_first_token_s']:.3f} | {r['decode_tok_s']:.1f} | "
-                     f"{', '.join(checks) or '-'} |")
+        where = (
+            "CPU"
+            if not r.get("encoder_gpu")
+            else ("GPU beside" if r["llm_release"] == "none" else f"GPU, LLM releases {r['llm_release']}")
+        )
+        lines.append(
+            f"| {r['mode']} | {r['budget_mib'] or '-'} | {where} | {_f(turn)} | {_f(e)} | {_f(l_)} | "
+            f"{r['encode_s']:.3f} | {r['image_to_first_token_s']:.3f} | {r['decode_tok_s']:.1f} | "
+            f"{', '.join(checks) or '-'} |"
+        )
     return {"lines": lines, "all_checks_pass": ok}
 
 

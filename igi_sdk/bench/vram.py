@@ -189,5 +189,7 @@ class VramSampler:
         return VramPeak(
             device_peak_mib=round(self._device_peak / MIB - base, 1) if self._n else None,
             process_peak_mib=None if self._process_peak is None else round(self._process_peak / MIB, 1),
-            device_start_mib=start, baseline_mib=None if self.baseline_mib is None else round(base, 1),
-            n_samples=self._n)
+            device_start_mib=start,
+            baseline_mib=None if self.baseline_mib is None else round(base, 1),
+            n_samples=self._n,
+        )

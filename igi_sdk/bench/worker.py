@@ -60,13 +60,16 @@ def measure(spec: RunSpec) -> dict[str, Any]:
     from igi_sdk.engine.prefetch import weight_upload_bytes
     from igi_sdk.planner.placement import Placement
 
+    # isort: split
     import numpy as np
 
     if spec.crash_for_test:
         os.abort()
     placement = Placement.model_validate(spec.placement)
     if spec.prompt_tokens + spec.reply_tokens + 1 > placement.n_ctx:
-        raise ValueError(f"prompt {spec.prompt_tokens} + reply {spec.reply_tokens} does not fit n_ctx {placement.n_ctx}")
+        raise ValueError(
+            f"prompt {spec.prompt_tokens} + reply {spec.reply_tokens} does not fit n_ctx {placement.n_ctx}"
+        )
     t_start = time.perf_counter()
     engine = LlamaEngine(spec.model_path, placement)
     try:
@@ -106,12 +109,16 @@ def measure(spec: RunSpec) -> dict[str, Any]:
         ttft_s, decode_s = statistics.median(ttfts), statistics.median(decodes)
         report = engine.load_report
         return {
-            "load_s": round(load_s, 4), "warmup_s": round(warmup_s, 4), "ttft_s": round(ttft_s, 5),
+            "load_s": round(load_s, 4),
+            "warmup_s": round(warmup_s, 4),
+            "ttft_s": round(ttft_s, 5),
             "decode_s": round(decode_s, 5),
-            "ttft_runs_s": [round(t, 5) for t in ttfts], "decode_runs_s": [round(t, 5) for t in decodes],
+            "ttft_runs_s": [round(t, 5) for t in ttfts],
+            "decode_runs_s": [round(t, 5) for t in decodes],
             "tps": round(spec.reply_tokens / decode_s, 3) if decode_s > 0 and spec.reply_tokens else None,
             "e2e_s": round(ttft_s + decode_s, 5),
-            "llama_buffers_mib": report.per_device_mib(), "llama_weights_mib": dict(report.weights_mib),
+            "llama_buffers_mib": report.per_device_mib(),
+            "llama_weights_mib": dict(report.weights_mib),
             "n_layers_offloaded": report.n_layers_offloaded,
             "weight_prefetch_abi": report.weight_prefetch_abi,
             "weight_prefetch_slots": dict(report.weight_prefetch_slots),
@@ -197,8 +204,12 @@ class Worker:
         if self.on_start is not None:
             self.on_start()
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, str(self.log_path) if self.log_path else None),
-                                 name="igi-bench-worker", daemon=True)
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child, str(self.log_path) if self.log_path else None),
+            name="igi-bench-worker",
+            daemon=True,
+        )
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent

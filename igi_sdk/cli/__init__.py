@@ -41,4 +41,3 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.run(rest) or 0)
     except EXPECTED_ERRORS as exc:
         return report(f"igi {name}", exc)
-

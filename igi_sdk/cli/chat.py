@@ -34,7 +34,9 @@ def run(argv: list[str]) -> int:
     path = default_model_path() if args.model == "default" else args.model
     placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
     with LlamaEngine(path, placement) as engine:
-        tokens = engine.tokenize_chat([{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}])
+        tokens = engine.tokenize_chat(
+            [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+        )
         sampler = Sampler(temperature=args.temperature, seed=args.seed)
         print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
         print(f"player> {args.prompt}\nnpc> ", end="", flush=True)
@@ -44,6 +46,8 @@ def run(argv: list[str]) -> int:
             stats = item.stats or stats
         print()
         if stats is not None:
-            print(f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
-                  f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]")
+            print(
+                f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
+                f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]"
+            )
     return 0

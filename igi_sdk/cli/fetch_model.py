@@ -10,7 +10,8 @@ from igi_sdk.model_store import default_model_path
 
 
 def run(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="igi fetch-model", description="download and verify the embedded default model, "
-                            "then print its path").parse_args(argv)
+    argparse.ArgumentParser(
+        prog="igi fetch-model", description="download and verify the embedded default model, then print its path"
+    ).parse_args(argv)
     print(default_model_path())
     return 0

@@ -8,14 +8,25 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from igi_sdk.planner import (ComputeBufferTable, ModelTable, PlannerOptions, PlanResult, Profile, Workload,
-                             plan_placement, reference_profile, table_from_shape)
+from igi_sdk.planner import (
+    ComputeBufferTable,
+    ModelTable,
+    PlannerOptions,
+    PlanResult,
+    Profile,
+    Workload,
+    plan_placement,
+    reference_profile,
+    table_from_shape,
+)
 from igi_sdk.planner.vision import MIB, EncoderPlan, LlmMemory, VisionShape, plan_encoder
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="igi plan", description="Plan where each tensor goes under a VRAM budget.")
-    p.add_argument("model", help="GGUF path, 'default' (embedded model) or 'synthetic:PRESET' (e.g. synthetic:llama_8b)")
+    p.add_argument(
+        "model", help="GGUF path, 'default' (embedded model) or 'synthetic:PRESET' (e.g. synthetic:llama_8b)"
+    )
     p.add_argument("--vram-budget-mib", type=int, required=True)
     p.add_argument("--ctx", type=int, default=4096, help="n_ctx (all sessions together)")
     p.add_argument("--prompt-tokens", type=int, default=512)
@@ -24,16 +35,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reloads-per-request", type=float, default=0.0, help="expected budget-change reloads per request")
     p.add_argument("--objective", choices=("e2e", "ttft", "tps"), default="e2e")
     p.add_argument("--threads", type=int, default=None, help="CPU threads the game leaves us")
-    p.add_argument("--profile", default="auto",
-                   help="'auto' (this machine's cached profile, quick-measured on first use), "
-                        "'reference:h200' / 'reference:cpu2', or a profile JSON path")
+    p.add_argument(
+        "--profile",
+        default="auto",
+        help="'auto' (this machine's cached profile, quick-measured on first use), "
+        "'reference:h200' / 'reference:cpu2', or a profile JSON path",
+    )
     p.add_argument("--no-dry-run", action="store_true", help="estimate compute buffers instead of dry-running")
-    p.add_argument("--mmproj", default=None,
-                   help="a vision projector (mmproj GGUF path or 'synthetic:NAME', e.g. synthetic:qwen25vl_7b): "
-                        "also plan the vision encoder under the same budget")
+    p.add_argument(
+        "--mmproj",
+        default=None,
+        help="a vision projector (mmproj GGUF path or 'synthetic:NAME', e.g. synthetic:qwen25vl_7b): "
+        "also plan the vision encoder under the same budget",
+    )
     p.add_argument("--max-image-tokens", type=int, default=None, help="upper limit of the image-token cap")
-    p.add_argument("--json", action="store_true",
-                   help="print the PlanResult as JSON (with --mmproj: {\"plan\": ..., \"vision_encoder\": ...})")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print the PlanResult as JSON (with --mmproj: {"plan": ..., "vision_encoder": ...})',
+    )
     return p
 
 
@@ -54,9 +74,14 @@ def plan_vision(result: PlanResult, shape: VisionShape, max_image_tokens: int | 
     if chosen is None:
         return None
     uses_gpu = result.chosen is not None and chosen.memory.placement_class != "cpu_only" and result.vram_budget_mib > 0
-    return plan_encoder(shape, LlmMemory.of_breakdown(chosen.memory), vram_budget_mib=result.vram_budget_mib,
-                        gpu_available=uses_gpu, n_ctx_seq=result.workload.n_ctx // max(result.workload.parallel, 1),
-                        max_image_tokens=max_image_tokens)
+    return plan_encoder(
+        shape,
+        LlmMemory.of_breakdown(chosen.memory),
+        vram_budget_mib=result.vram_budget_mib,
+        gpu_available=uses_gpu,
+        n_ctx_seq=result.workload.n_ctx // max(result.workload.parallel, 1),
+        max_image_tokens=max_image_tokens,
+    )
 
 
 def render_vision(plan: EncoderPlan, shape: VisionShape, console: Console) -> None:
@@ -65,14 +90,17 @@ def render_vision(plan: EncoderPlan, shape: VisionShape, console: Console) -> No
     t.add_column("term")
     t.add_column("value", justify="right")
     where = "CPU" if plan.device == "cpu" else f"GPU, the LLM releases its {plan.llm_release} during the encode"
-    for name, value in (("placement", where), ("flash attention", "on" if plan.flash_attn else "off"),
-                        ("image-token cap", str(plan.image_max_tokens)),
-                        ("encoder weights MiB", f"{shape.weight_bytes() / MIB:.1f}"),
-                        ("encoder at the cap MiB", f"{plan.encoder_mib:.1f}"),
-                        ("encoder VRAM MiB", f"{plan.encoder_gpu_mib:.1f}"),
-                        ("encode phase VRAM MiB", f"{plan.encode_phase_mib:.1f}"),
-                        ("LLM VRAM MiB", f"{plan.llm_mib:.1f}"),
-                        ("image-turn peak MiB = max(encode, LLM)", f"{plan.image_turn_peak_mib:.1f}")):
+    for name, value in (
+        ("placement", where),
+        ("flash attention", "on" if plan.flash_attn else "off"),
+        ("image-token cap", str(plan.image_max_tokens)),
+        ("encoder weights MiB", f"{shape.weight_bytes() / MIB:.1f}"),
+        ("encoder at the cap MiB", f"{plan.encoder_mib:.1f}"),
+        ("encoder VRAM MiB", f"{plan.encoder_gpu_mib:.1f}"),
+        ("encode phase VRAM MiB", f"{plan.encode_phase_mib:.1f}"),
+        ("LLM VRAM MiB", f"{plan.llm_mib:.1f}"),
+        ("image-turn peak MiB = max(encode, LLM)", f"{plan.image_turn_peak_mib:.1f}"),
+    ):
         t.add_row(name, value)
     console.print(t)
     console.print(f"vision: {plan.reason}")
@@ -112,43 +140,59 @@ def resolve_profile(spec: str) -> Profile:
 def render(result: PlanResult, console: Console) -> None:
     """Rich tables of the chosen plan, its memory terms and predictions, and the runner-ups."""
     w = result.workload
-    console.print(f"[bold]{result.model}[/bold]  budget {result.vram_budget_mib} MiB  objective {result.objective}  "
-                  f"prompt {w.prompt_tokens}  reply {w.reply_tokens}  ctx {w.n_ctx}  parallel {w.parallel}")
+    console.print(
+        f"[bold]{result.model}[/bold]  budget {result.vram_budget_mib} MiB  objective {result.objective}  "
+        f"prompt {w.prompt_tokens}  reply {w.reply_tokens}  ctx {w.n_ctx}  parallel {w.parallel}"
+    )
     if result.chosen is None:
-        console.print(f"[red]infeasible[/red]: no GPU placement fits; smallest budget for a GPU placement: "
-                      f"{result.min_feasible_budget_mib} MiB")
+        console.print(
+            f"[red]infeasible[/red]: no GPU placement fits; smallest budget for a GPU placement: "
+            f"{result.min_feasible_budget_mib} MiB"
+        )
     chosen = result.chosen or result.cpu_fallback
     for note in result.notes:
         console.print(f"note: {note}")
     if chosen is None:
         return
     pl = chosen.placement
-    console.print(f"[bold green]{'fallback' if result.chosen is None else 'plan'}: {chosen.strategy}[/bold green] - "
-                  f"{chosen.description}")
-    console.print(f"n_gpu_layers={pl.n_gpu_layers} n_ubatch={pl.n_ubatch} load_mode={pl.load_mode} "
-                  f"op_offload={pl.op_offload} n_threads={pl.n_threads}")
+    console.print(
+        f"[bold green]{'fallback' if result.chosen is None else 'plan'}: {chosen.strategy}[/bold green] - "
+        f"{chosen.description}"
+    )
+    console.print(
+        f"n_gpu_layers={pl.n_gpu_layers} n_ubatch={pl.n_ubatch} load_mode={pl.load_mode} "
+        f"op_offload={pl.op_offload} n_threads={pl.n_threads}"
+    )
     for rule in pl.rules:
         console.print(f"  override {rule.pattern} -> {rule.device}")
     groups = Table(title="tensor groups per device")
     for col in ("group", "VRAM layers", "VRAM MiB", "host layers", "host MiB"):
         groups.add_column(col, justify="left" if col == "group" else "right")
     for row in chosen.groups:
-        groups.add_row(row.group, str(row.gpu_layers), f"{row.gpu_mib:.1f}", str(row.host_layers), f"{row.host_mib:.1f}")
+        groups.add_row(
+            row.group, str(row.gpu_layers), f"{row.gpu_mib:.1f}", str(row.host_layers), f"{row.host_mib:.1f}"
+        )
     console.print(groups)
     m, p = chosen.memory, chosen.prediction
     mem = Table(title=f"memory (MiB; compute buffer from {m.compute_source})")
     mem.add_column("term")
     mem.add_column("VRAM", justify="right")
     mem.add_column("host", justify="right")
-    for name, gpu, host in (("weights", m.gpu_weights_mib, m.host_weights_mib), ("KV cache", m.gpu_kv_mib, m.host_kv_mib),
-                            ("compute buffers", m.gpu_compute_mib, m.host_compute_mib),
-                            ("MoE pools (MUL_MAT_ID)", m.gpu_pools_mib, 0.0),
-                            ("CUDA context reserve", m.gpu_reserve_mib, 0.0), ("safety margin", m.safety_margin_mib, 0.0),
-                            ("total", m.vram_total_mib, m.host_total_mib)):
+    for name, gpu, host in (
+        ("weights", m.gpu_weights_mib, m.host_weights_mib),
+        ("KV cache", m.gpu_kv_mib, m.host_kv_mib),
+        ("compute buffers", m.gpu_compute_mib, m.host_compute_mib),
+        ("MoE pools (MUL_MAT_ID)", m.gpu_pools_mib, 0.0),
+        ("CUDA context reserve", m.gpu_reserve_mib, 0.0),
+        ("safety margin", m.safety_margin_mib, 0.0),
+        ("total", m.vram_total_mib, m.host_total_mib),
+    ):
         mem.add_row(name, f"{gpu:.1f}", f"{host:.1f}")
     console.print(mem)
-    console.print(f"predicted: TTFT {p.ttft_s:.3f} s  decode {p.decode_tps:.1f} tok/s  e2e {p.e2e_s:.3f} s  "
-                  f"reload {p.reload_s:.2f} s")
+    console.print(
+        f"predicted: TTFT {p.ttft_s:.3f} s  decode {p.decode_tps:.1f} tok/s  e2e {p.e2e_s:.3f} s  "
+        f"reload {p.reload_s:.2f} s"
+    )
     if result.runner_ups:
         ru = Table(title="runner-ups")
         ru.add_column("strategy")
@@ -165,21 +209,29 @@ def run(argv: list[str]) -> int:
     if args.vram_budget_mib < 0:
         raise ValueError(f"--vram-budget-mib must be >= 0 (0 = CPU only), got {args.vram_budget_mib}")
     if args.prompt_tokens + args.reply_tokens > args.ctx // max(args.parallel, 1):
-        raise ValueError(f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
-                         f"context ({args.ctx} / {args.parallel} sessions)")
+        raise ValueError(
+            f"prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens do not fit one session's "
+            f"context ({args.ctx} / {args.parallel} sessions)"
+        )
     vision_shape = load_projector_shape(args.mmproj) if args.mmproj else None
     if args.max_image_tokens is not None and args.max_image_tokens < 1:
         raise ValueError(f"--max-image-tokens must be >= 1, got {args.max_image_tokens}")
     table, path = load_model_table(args.model)
     profile = resolve_profile(args.profile)
-    workload = Workload(prompt_tokens=args.prompt_tokens, reply_tokens=args.reply_tokens, parallel=args.parallel,
-                        n_ctx=args.ctx, reloads_per_request=args.reloads_per_request)
+    workload = Workload(
+        prompt_tokens=args.prompt_tokens,
+        reply_tokens=args.reply_tokens,
+        parallel=args.parallel,
+        n_ctx=args.ctx,
+        reloads_per_request=args.reloads_per_request,
+    )
     options = PlannerOptions(objective=args.objective, n_threads=args.threads)
     if path is not None:
         from igi_sdk.profiler.planning import plan_file
 
-        result, warnings = plan_file(path, args.vram_budget_mib, workload, profile, options,
-                                     dry_run=not args.no_dry_run, table=table)
+        result, warnings = plan_file(
+            path, args.vram_budget_mib, workload, profile, options, dry_run=not args.no_dry_run, table=table
+        )
         for w in warnings:
             console.print(f"warning: {w}")
     else:
@@ -191,8 +243,15 @@ def run(argv: list[str]) -> int:
         else:
             import json
 
-            print(json.dumps({"plan": result.model_dump(mode="json"),
-                              "vision_encoder": vision.model_dump(mode="json") if vision else None}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "plan": result.model_dump(mode="json"),
+                        "vision_encoder": vision.model_dump(mode="json") if vision else None,
+                    },
+                    indent=2,
+                )
+            )
     else:
         render(result, console)
         if vision is not None and vision_shape is not None:

@@ -6,4 +6,12 @@ from igi_sdk.client.errors import *  # noqa: F403
 from igi_sdk.client.errors import ERROR_CLASSES, error_from_reply
 from igi_sdk.client.stream import GenerationResult, GenerationStream
 
-__all__ = ["AsyncClient", "Client", "ERROR_CLASSES", "GenerationResult", "GenerationStream", "SyncGenerationStream", "error_from_reply"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ERROR_CLASSES",
+    "GenerationResult",
+    "GenerationStream",
+    "SyncGenerationStream",
+    "error_from_reply",
+]

@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar, Union, cast
+from typing import Any, TypeVar, cast
 
 import zmq
 import zmq.asyncio
@@ -36,10 +36,33 @@ from igi_sdk.ipc.errors import ConnectionFileError, WireError
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.messages import (
-    BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
-    FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatReply, HeartbeatRequest, HelloReply, HelloRequest,
-    LoadModelReply, LoadModelRequest, LoadSessionReply, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply, SaveSessionRequest,
-    SetBudgetRequest, ShutdownRequest, StatusReply, StatusRequest, TokenEvent,
+    BudgetAck,
+    CancelReply,
+    CancelRequest,
+    CloseSessionRequest,
+    CreateSessionReply,
+    CreateSessionRequest,
+    ErrorReply,
+    FrameStatsReply,
+    FrameStatsRequest,
+    GenerateRequest,
+    HeartbeatReply,
+    HeartbeatRequest,
+    HelloReply,
+    HelloRequest,
+    LoadModelReply,
+    LoadModelRequest,
+    LoadSessionReply,
+    LoadSessionRequest,
+    Message,
+    ReclaimRequest,
+    SaveSessionReply,
+    SaveSessionRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
+    StatusReply,
+    StatusRequest,
+    TokenEvent,
 )
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult
@@ -68,7 +91,7 @@ def _build(cls: type[_M], **fields: Any) -> _M:
 
 
 #: A JSON Schema as the client takes it: a decoded dict, or its JSON text.
-JsonSchema = Union[dict[str, Any], str]
+JsonSchema = dict[str, Any] | str
 
 
 def _schema_text(schema: JsonSchema | None) -> str | None:
@@ -112,8 +135,14 @@ class AsyncClient:
         ...             print(token.text, end="")
     """
 
-    def __init__(self, connection_file: str | os.PathLike[str], *, timeout_s: float = 30.0, reconnect: bool = True,
-                 client_name: str = "igi-python") -> None:
+    def __init__(
+        self,
+        connection_file: str | os.PathLike[str],
+        *,
+        timeout_s: float = 30.0,
+        reconnect: bool = True,
+        client_name: str = "igi-python",
+    ) -> None:
         self.connection_file = Path(connection_file)
         self.timeout_s = timeout_s
         self.reconnect = reconnect
@@ -143,8 +172,14 @@ class AsyncClient:
 
     # --- lifecycle -----------------------------------------------------------------------------------
     @classmethod
-    async def connect(cls, connection_file: str | os.PathLike[str], *, timeout_s: float = 30.0, reconnect: bool = True,
-                      client_name: str = "igi-python") -> AsyncClient:
+    async def connect(
+        cls,
+        connection_file: str | os.PathLike[str],
+        *,
+        timeout_s: float = 30.0,
+        reconnect: bool = True,
+        client_name: str = "igi-python",
+    ) -> AsyncClient:
         """Read the connection file, connect and handshake (retrying until ``timeout_s``).
 
         Raises:
@@ -194,9 +229,18 @@ class AsyncClient:
         return self._connected.is_set()
 
     # --- requests ------------------------------------------------------------------------------------
-    async def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None,
-                             priority: int = 0, grammar: str | None = None, json_schema: JsonSchema | None = None,
-                             tools: Sequence[Tool] = (), timeout_s: float | None = None) -> str:
+    async def create_session(
+        self,
+        persona: str,
+        system_prompt: str = "",
+        *,
+        sampling: Sampling | None = None,
+        priority: int = 0,
+        grammar: str | None = None,
+        json_schema: JsonSchema | None = None,
+        tools: Sequence[Tool] = (),
+        timeout_s: float | None = None,
+    ) -> str:
         """Open an NPC session; returns its id.
 
         Args:
@@ -208,8 +252,16 @@ class AsyncClient:
         Raises:
             InvalidGrammarError, InvalidSchemaError: the daemon refused the grammar, a schema or a tool's parameters.
         """
-        request = _build(CreateSessionRequest, persona=persona, system_prompt=system_prompt, sampling=sampling or Sampling(),
-                         priority=priority, grammar=grammar, json_schema=_schema_text(json_schema), tools=tuple(tools))
+        request = _build(
+            CreateSessionRequest,
+            persona=persona,
+            system_prompt=system_prompt,
+            sampling=sampling or Sampling(),
+            priority=priority,
+            grammar=grammar,
+            json_schema=_schema_text(json_schema),
+            tools=tuple(tools),
+        )
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, CreateSessionReply)
         return reply.session_id
@@ -218,10 +270,21 @@ class AsyncClient:
         """Close a session and free its state."""
         await self.request(CloseSessionRequest(), session_id=session_id, timeout_s=timeout_s)
 
-    def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
-                 priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
-                 tool_choice: str | None = None, tool_result: ToolResult | None = None, image: Image | None = None,
-                 timeout_s: float | None = None) -> GenerationStream:
+    def generate(
+        self,
+        session_id: str,
+        text: str = "",
+        *,
+        max_tokens: int | None = None,
+        sampling: Sampling | None = None,
+        priority: int | None = None,
+        grammar: str | None = None,
+        json_schema: JsonSchema | None = None,
+        tool_choice: str | None = None,
+        tool_result: ToolResult | None = None,
+        image: Image | None = None,
+        timeout_s: float | None = None,
+    ) -> GenerationStream:
         """Start a generation; iterate the returned stream for token events, then ``await stream.result()``.
 
         Args:
@@ -240,9 +303,18 @@ class AsyncClient:
                 ``TooLargeError``.
             timeout_s: longest wait for the next event, seconds.
         """
-        request = _build(GenerateRequest, text=text, max_tokens=max_tokens, sampling=sampling, priority=priority,
-                         grammar=grammar, json_schema=_schema_text(json_schema), tool_choice=tool_choice,
-                         tool_result=tool_result, image=image)
+        request = _build(
+            GenerateRequest,
+            text=text,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            priority=priority,
+            grammar=grammar,
+            json_schema=_schema_text(json_schema),
+            tool_choice=tool_choice,
+            tool_result=tool_result,
+            image=image,
+        )
         header = _request_header(request.type, session_id)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -259,8 +331,14 @@ class AsyncClient:
         assert isinstance(reply, CancelReply)
         return reply.cancelled
 
-    async def load_model(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 2048,
-                         vram_budget_mib: int | None = None, timeout_s: float | None = None) -> LoadModelReply:
+    async def load_model(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 2048,
+        vram_budget_mib: int | None = None,
+        timeout_s: float | None = None,
+    ) -> LoadModelReply:
         """Replace the daemon's model (``.model``, ``.plan`` of the reply); waits for running generations first.
 
         Sessions keep their history and continue on the new model (it is re-prefilled). A failed load leaves the
@@ -277,29 +355,51 @@ class AsyncClient:
             RemoteModelInvalidError: not a GGUF, corrupt, unsupported, or llama.cpp refused it.
             BusyError: another load is in progress.
         """
-        request = _build(LoadModelRequest, model_path=None if model_path is None else os.fspath(model_path), n_ctx=n_ctx,
-                         vram_budget_mib=vram_budget_mib)
+        request = _build(
+            LoadModelRequest,
+            model_path=None if model_path is None else os.fspath(model_path),
+            n_ctx=n_ctx,
+            vram_budget_mib=vram_budget_mib,
+        )
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, LoadModelReply)
         return reply
 
     async def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """Change the VRAM budget; the ack says whether it was applied or deferred."""
-        reply = await self.request(_build(SetBudgetRequest, vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s)
+        reply = await self.request(
+            _build(SetBudgetRequest, vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s
+        )
         assert isinstance(reply, BudgetAck)
         return reply
 
-    async def reclaim(self, vram_budget_mib: int, deadline_s: float = 1.0, *, timeout_s: float | None = None) -> BudgetAck:
+    async def reclaim(
+        self, vram_budget_mib: int, deadline_s: float = 1.0, *, timeout_s: float | None = None
+    ) -> BudgetAck:
         """Urgently shrink the daemon's VRAM (priority path)."""
-        reply = await self.request(_build(ReclaimRequest, vram_budget_mib=vram_budget_mib, deadline_s=deadline_s), timeout_s=timeout_s)
+        reply = await self.request(
+            _build(ReclaimRequest, vram_budget_mib=vram_budget_mib, deadline_s=deadline_s), timeout_s=timeout_s
+        )
         assert isinstance(reply, BudgetAck)
         return reply
 
-    async def frame_stats(self, frame_time_ms: float, target_frame_time_ms: float, *, free_vram_mib: float | None = None,
-                          gpu_busy_pct: float | None = None, timeout_s: float | None = None) -> FrameStatsReply:
+    async def frame_stats(
+        self,
+        frame_time_ms: float,
+        target_frame_time_ms: float,
+        *,
+        free_vram_mib: float | None = None,
+        gpu_busy_pct: float | None = None,
+        timeout_s: float | None = None,
+    ) -> FrameStatsReply:
         """Report frame timing; returns the pacing the daemon applies."""
-        request = _build(FrameStatsRequest, frame_time_ms=frame_time_ms, target_frame_time_ms=target_frame_time_ms,
-                         free_vram_mib=free_vram_mib, gpu_busy_pct=gpu_busy_pct)
+        request = _build(
+            FrameStatsRequest,
+            frame_time_ms=frame_time_ms,
+            target_frame_time_ms=target_frame_time_ms,
+            free_vram_mib=free_vram_mib,
+            gpu_busy_pct=gpu_busy_pct,
+        )
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, FrameStatsReply)
         return reply
@@ -316,7 +416,9 @@ class AsyncClient:
         assert isinstance(reply, HeartbeatReply)
         return reply
 
-    async def save_session(self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None) -> str:
+    async def save_session(
+        self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None
+    ) -> str:
         """Save a session (history + KV state) to a file; returns the path written."""
         request = _build(SaveSessionRequest, path=None if path is None else str(path))
         reply = await self.request(request, session_id=session_id, timeout_s=timeout_s)
@@ -333,7 +435,9 @@ class AsyncClient:
         """Ask the daemon to exit (it answers first)."""
         await self.request(ShutdownRequest(), timeout_s=timeout_s)
 
-    async def request(self, message: Message, *, session_id: str | None = None, timeout_s: float | None = None) -> Message:
+    async def request(
+        self, message: Message, *, session_id: str | None = None, timeout_s: float | None = None
+    ) -> Message:
         """Send any request and wait for its terminal reply.
 
         Raises:
@@ -350,7 +454,7 @@ class AsyncClient:
             await self._send_when_connected(header, message, deadline_s)
             try:
                 item = await asyncio.wait_for(queue.get(), max(0.0, deadline_s - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise ClientTimeoutError(f"{message.type} got no reply within {timeout} s") from None
         finally:
             self._pending.pop(header.msg_id, None)
@@ -370,7 +474,9 @@ class AsyncClient:
             return
         waits = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._closed_event.wait())]
         try:
-            await asyncio.wait(waits, timeout=max(0.0, deadline_s - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                waits, timeout=max(0.0, deadline_s - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for wait in waits:
                 wait.cancel()
@@ -393,7 +499,7 @@ class AsyncClient:
         not_sent = f"{message.type} could not be sent in time (no connection to the daemon)"
         try:
             await asyncio.wait_for(self._send_lock.acquire(), max(0.0, deadline_s - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ClientTimeoutError(not_sent) from None
         try:
             while True:
@@ -477,8 +583,12 @@ class AsyncClient:
 
     async def _handshake(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, deadline_s: float) -> Message | None:
         """Send ``hello_request`` on ``socket``; the decoded answer, or None (no answer in time, or undecodable)."""
-        hello = HelloRequest(client_name=self.client_name, client_version=__version__, protocol_version=PROTOCOL_VERSION,
-                             capabilities=("token_stream",))
+        hello = HelloRequest(
+            client_name=self.client_name,
+            client_version=__version__,
+            protocol_version=PROTOCOL_VERSION,
+            capabilities=("token_stream",),
+        )
         await socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
         wait_s = max(0.05, min(2.0, deadline_s - time.monotonic()))
         if not await socket.poll(int(wait_s * 1000)):
@@ -542,8 +652,9 @@ class AsyncClient:
                 # never wait on it: with no peer left the send would block this loop, and the silence above
                 # (the rule that declares the daemon gone) would never be checked again (zmq.Again is a ZMQError)
                 with contextlib.suppress(zmq.ZMQError):
-                    await self._socket.send_multipart(pack_message(self.info.key_bytes, new_header(beat.type), beat),
-                                                      flags=zmq.DONTWAIT)
+                    await self._socket.send_multipart(
+                        pack_message(self.info.key_bytes, new_header(beat.type), beat), flags=zmq.DONTWAIT
+                    )
 
     async def _on_daemon_gone(self, why: str) -> None:
         self._connected.clear()

@@ -19,7 +19,13 @@ from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
 from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.messages import (
-    BudgetAck, FrameStatsReply, HeartbeatReply, LoadModelReply, LoadSessionReply, StatusReply, TokenEvent,
+    BudgetAck,
+    FrameStatsReply,
+    HeartbeatReply,
+    LoadModelReply,
+    LoadSessionReply,
+    StatusReply,
+    TokenEvent,
 )
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult
 
@@ -79,7 +85,9 @@ class _Loop:
         if self.thread.is_alive():
             # the loop thread is stuck in a blocking call; closing a running loop raises, so leave it (a daemon
             # thread) rather than fail close()
-            log.warning("the client's event-loop thread did not stop within %s s; leaving it running", STOP_WAIT_S + GRACE_S)
+            log.warning(
+                "the client's event-loop thread did not stop within %s s; leaving it running", STOP_WAIT_S + GRACE_S
+            )
             return
         self.loop.close()
 
@@ -136,12 +144,21 @@ class Client:
         self.timeout_s = inner.timeout_s
 
     @classmethod
-    def connect(cls, connection_file: str | os.PathLike[str], *, timeout_s: float = 30.0, reconnect: bool = True,
-                client_name: str = "igi-python") -> Client:
+    def connect(
+        cls,
+        connection_file: str | os.PathLike[str],
+        *,
+        timeout_s: float = 30.0,
+        reconnect: bool = True,
+        client_name: str = "igi-python",
+    ) -> Client:
         """Read the connection file, connect and handshake (see :meth:`AsyncClient.connect`)."""
         loop = _Loop()
         try:
-            inner = loop.run(AsyncClient.connect(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name), timeout_s)
+            inner = loop.run(
+                AsyncClient.connect(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name),
+                timeout_s,
+            )
         except BaseException:
             loop.stop()
             raise
@@ -170,31 +187,71 @@ class Client:
     def _t(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else timeout_s
 
-    def create_session(self, persona: str, system_prompt: str = "", *, sampling: Sampling | None = None, priority: int = 0,
-                       grammar: str | None = None, json_schema: JsonSchema | None = None, tools: Sequence[Tool] = (),
-                       timeout_s: float | None = None) -> str:
+    def create_session(
+        self,
+        persona: str,
+        system_prompt: str = "",
+        *,
+        sampling: Sampling | None = None,
+        priority: int = 0,
+        grammar: str | None = None,
+        json_schema: JsonSchema | None = None,
+        tools: Sequence[Tool] = (),
+        timeout_s: float | None = None,
+    ) -> str:
         """See :meth:`AsyncClient.create_session`."""
         t = self._t(timeout_s)
-        return self._loop.run(self._inner.create_session(persona, system_prompt, sampling=sampling, priority=priority,
-                                                         grammar=grammar, json_schema=json_schema, tools=tools,
-                                                         timeout_s=t), t)
+        return self._loop.run(
+            self._inner.create_session(
+                persona,
+                system_prompt,
+                sampling=sampling,
+                priority=priority,
+                grammar=grammar,
+                json_schema=json_schema,
+                tools=tools,
+                timeout_s=t,
+            ),
+            t,
+        )
 
     def close_session(self, session_id: str, *, timeout_s: float | None = None) -> None:
         """See :meth:`AsyncClient.close_session`."""
         t = self._t(timeout_s)
         self._loop.run(self._inner.close_session(session_id, timeout_s=t), t)
 
-    def generate(self, session_id: str, text: str = "", *, max_tokens: int | None = None, sampling: Sampling | None = None,
-                 priority: int | None = None, grammar: str | None = None, json_schema: JsonSchema | None = None,
-                 tool_choice: str | None = None, tool_result: ToolResult | None = None, image: Image | None = None,
-                 timeout_s: float | None = None) -> SyncGenerationStream:
+    def generate(
+        self,
+        session_id: str,
+        text: str = "",
+        *,
+        max_tokens: int | None = None,
+        sampling: Sampling | None = None,
+        priority: int | None = None,
+        grammar: str | None = None,
+        json_schema: JsonSchema | None = None,
+        tool_choice: str | None = None,
+        tool_result: ToolResult | None = None,
+        image: Image | None = None,
+        timeout_s: float | None = None,
+    ) -> SyncGenerationStream:
         """See :meth:`AsyncClient.generate`; returns a blocking stream."""
         t = self._t(timeout_s)
 
         async def start() -> GenerationStream:
-            return self._inner.generate(session_id, text, max_tokens=max_tokens, sampling=sampling, priority=priority,
-                                        grammar=grammar, json_schema=json_schema, tool_choice=tool_choice,
-                                        tool_result=tool_result, image=image, timeout_s=t)
+            return self._inner.generate(
+                session_id,
+                text,
+                max_tokens=max_tokens,
+                sampling=sampling,
+                priority=priority,
+                grammar=grammar,
+                json_schema=json_schema,
+                tool_choice=tool_choice,
+                tool_result=tool_result,
+                image=image,
+                timeout_s=t,
+            )
 
         return SyncGenerationStream(self._loop, self._loop.run(start(), t), t)
 
@@ -203,11 +260,19 @@ class Client:
         t = self._t(timeout_s)
         return self._loop.run(self._inner.cancel(target_msg_id, timeout_s=t), t)
 
-    def load_model(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 2048,
-                   vram_budget_mib: int | None = None, timeout_s: float | None = None) -> LoadModelReply:
+    def load_model(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 2048,
+        vram_budget_mib: int | None = None,
+        timeout_s: float | None = None,
+    ) -> LoadModelReply:
         """See :meth:`AsyncClient.load_model`."""
         t = self._t(timeout_s)
-        return self._loop.run(self._inner.load_model(model_path, n_ctx=n_ctx, vram_budget_mib=vram_budget_mib, timeout_s=t), t)
+        return self._loop.run(
+            self._inner.load_model(model_path, n_ctx=n_ctx, vram_budget_mib=vram_budget_mib, timeout_s=t), t
+        )
 
     def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """See :meth:`AsyncClient.set_budget`."""
@@ -219,12 +284,23 @@ class Client:
         t = self._t(timeout_s)
         return self._loop.run(self._inner.reclaim(vram_budget_mib, deadline_s, timeout_s=t), t)
 
-    def frame_stats(self, frame_time_ms: float, target_frame_time_ms: float, *, free_vram_mib: float | None = None,
-                    gpu_busy_pct: float | None = None, timeout_s: float | None = None) -> FrameStatsReply:
+    def frame_stats(
+        self,
+        frame_time_ms: float,
+        target_frame_time_ms: float,
+        *,
+        free_vram_mib: float | None = None,
+        gpu_busy_pct: float | None = None,
+        timeout_s: float | None = None,
+    ) -> FrameStatsReply:
         """See :meth:`AsyncClient.frame_stats`."""
         t = self._t(timeout_s)
-        return self._loop.run(self._inner.frame_stats(frame_time_ms, target_frame_time_ms, free_vram_mib=free_vram_mib,
-                                                      gpu_busy_pct=gpu_busy_pct, timeout_s=t), t)
+        return self._loop.run(
+            self._inner.frame_stats(
+                frame_time_ms, target_frame_time_ms, free_vram_mib=free_vram_mib, gpu_busy_pct=gpu_busy_pct, timeout_s=t
+            ),
+            t,
+        )
 
     def status(self, *, timeout_s: float | None = None) -> StatusReply:
         """See :meth:`AsyncClient.status`."""
@@ -236,7 +312,9 @@ class Client:
         t = self._t(timeout_s)
         return self._loop.run(self._inner.heartbeat(timeout_s=t), t)
 
-    def save_session(self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None) -> str:
+    def save_session(
+        self, session_id: str, path: str | os.PathLike[str] | None = None, *, timeout_s: float | None = None
+    ) -> str:
         """See :meth:`AsyncClient.save_session`."""
         t = self._t(timeout_s)
         return self._loop.run(self._inner.save_session(session_id, path, timeout_s=t), t)

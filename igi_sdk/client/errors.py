@@ -50,7 +50,14 @@ class RequestError(ClientError):
 
     code: ErrorCode = ErrorCode.INTERNAL
 
-    def __init__(self, message: str, *, code: ErrorCode | None = None, detail: dict[str, Any] | None = None, retryable: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        detail: dict[str, Any] | None = None,
+        retryable: bool = False,
+    ) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
@@ -202,10 +209,27 @@ class InvalidImageError(InvalidRequestError):
 ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
     cls.code: cls
     for cls in (
-        InvalidRequestError, UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError, NotFoundError,
-        NoModelError, RemoteModelNotFoundError, RemoteModelInvalidError, BudgetInfeasibleError, EngineFailureError,
-        RequestCancelledError, DaemonTimeoutError, ShuttingDownError, InternalDaemonError, InvalidGrammarError,
-        InvalidSchemaError, UnknownToolError, InvalidToolArgumentsError, InvalidOutputError, InvalidImageError,
+        InvalidRequestError,
+        UnknownTypeError,
+        UnsupportedVersionError,
+        TooLargeError,
+        BusyError,
+        NotFoundError,
+        NoModelError,
+        RemoteModelNotFoundError,
+        RemoteModelInvalidError,
+        BudgetInfeasibleError,
+        EngineFailureError,
+        RequestCancelledError,
+        DaemonTimeoutError,
+        ShuttingDownError,
+        InternalDaemonError,
+        InvalidGrammarError,
+        InvalidSchemaError,
+        UnknownToolError,
+        InvalidToolArgumentsError,
+        InvalidOutputError,
+        InvalidImageError,
     )
 }
 

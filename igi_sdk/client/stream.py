@@ -14,7 +14,6 @@ from igi_sdk.ipc.messages import ErrorReply, GenerateReply, TokenEvent
 from igi_sdk.ipc.values import ToolCall, Usage
 
 
-
 class StreamOwner(Protocol):
     """What a stream needs from the client that made it (``AsyncClient``; a protocol, so this module does not import
     the client)."""
@@ -84,8 +83,15 @@ class GenerationStream:
     poll goes on where it left off (and the per-event ``timeout_s`` keeps counting from the last event).
     """
 
-    def __init__(self, client: StreamOwner, msg_id: str, queue: asyncio.Queue[Any], timeout_s: float, send: asyncio.Future[None],
-                 first_deadline_s: float | None = None) -> None:
+    def __init__(
+        self,
+        client: StreamOwner,
+        msg_id: str,
+        queue: asyncio.Queue[Any],
+        timeout_s: float,
+        send: asyncio.Future[None],
+        first_deadline_s: float | None = None,
+    ) -> None:
         self._client = client
         self.msg_id = msg_id
         self._queue = queue
@@ -134,8 +140,10 @@ class GenerationStream:
             item = await self._next_item(self._deadline_s)
         except asyncio.CancelledError:
             raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
-        except asyncio.TimeoutError:
-            raise self._fail(ClientTimeoutError(f"no token event or reply within {self._timeout_s} s"), abandon=True) from None
+        except TimeoutError:
+            raise self._fail(
+                ClientTimeoutError(f"no token event or reply within {self._timeout_s} s"), abandon=True
+            ) from None
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -150,13 +158,22 @@ class GenerationStream:
             raise self._fail(error_from_reply(message))
         assert isinstance(message, GenerateReply)
         if message.finish_reason == "error":
-            error = EngineFailureError(f"generation failed after {len(self._tokens)} tokens", code=ErrorCode.ENGINE_FAILURE, retryable=True)
+            error = EngineFailureError(
+                f"generation failed after {len(self._tokens)} tokens", code=ErrorCode.ENGINE_FAILURE, retryable=True
+            )
             error.partial_text = message.text
             raise self._fail(error)
         self._end()
         self._result = GenerationResult(
-            message.finish_reason, message.text, message.usage, message.ttft_s, message.tps, message.reloads_during,
-            tuple(self._tokens), message.json_output, message.tool_call,
+            message.finish_reason,
+            message.text,
+            message.usage,
+            message.ttft_s,
+            message.tps,
+            message.reloads_during,
+            tuple(self._tokens),
+            message.json_output,
+            message.tool_call,
         )
         raise StopAsyncIteration
 

@@ -13,23 +13,32 @@ from typing import Any
 
 from igi_sdk.cli.errors import EXPECTED_ERRORS, report
 from igi_sdk.config import DaemonSettings, field_sections, load_settings
-from igi_sdk.errors import IgiError
 from igi_sdk.daemon.logs import configure_logging
+from igi_sdk.errors import IgiError
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one flag per settings field (values are validated by the settings model)."""
     # allow_abbrev off: a misspelt flag (--vram-budget) is an error, not silently another setting
-    parser = argparse.ArgumentParser(prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)",
-                                     allow_abbrev=False)
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (sections ipc, limits, engine, budget, log, governor)")
+    parser = argparse.ArgumentParser(
+        prog="igi-daemon", description="IGI inference daemon (see docs/daemon.md)", allow_abbrev=False
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML settings file (sections ipc, limits, engine, budget, log, governor)",
+    )
     for name, section in field_sections().items():
         section_cls = DaemonSettings.model_fields[section].annotation
         info = section_cls.model_fields[name]  # type: ignore[union-attr]
         default = info.get_default(call_default_factory=True)
         switch = {"nargs": "?", "const": "true"} if info.annotation is bool else {}  # --always-reload alone = true
         parser.add_argument(
-            "--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS, metavar=name.upper(),
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
             # argparse formats help with %: a literal one (the governor's "14 % after 0.5 s") must be doubled
             help=f"{info.description} [{section}.{name}, default {default}]".replace("%", "%%"),
             **switch,  # type: ignore[arg-type]

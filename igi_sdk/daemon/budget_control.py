@@ -27,6 +27,7 @@ from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetPoli
 
 __all__ = ["REPLACE_STOP_GRACE_S", "BudgetControl", "ReplacePhase"]
 
+
 class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     """Applies budget decisions through worker reloads.
 
@@ -41,7 +42,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._planner = planner
         budget = core.settings.budget
         self._config = BudgetPolicyConfig(
-            grow_stable_s=budget.grow_stable_s, grow_min_mib=budget.grow_min_mib, min_grow_interval_s=budget.min_grow_interval_s
+            grow_stable_s=budget.grow_stable_s,
+            grow_min_mib=budget.grow_min_mib,
+            min_grow_interval_s=budget.min_grow_interval_s,
         )
         self.state = BudgetPolicyState.initial(initial.budget_mib)
         self.current = initial
@@ -53,7 +56,13 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
         """Handle ``set_budget_request``: shrink now, grow with hysteresis."""
         decision = decide(self.state, vram_budget_mib, self._core.clock(), self._config)
-        self._core.log(logging.INFO, "budget_request", requested_mib=vram_budget_mib, action=decision.action, reason=decision.reason)
+        self._core.log(
+            logging.INFO,
+            "budget_request",
+            requested_mib=vram_budget_mib,
+            action=decision.action,
+            reason=decision.reason,
+        )
         waiter = Waiter(identity, header, vram_budget_mib, self._core.clock())
         self._act(decision, waiter)
 
@@ -113,7 +122,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self.current = planner.plan_within(self.state.applied_mib, headroom)
         if self._queued is not None:
             superseded = vram_budget_mib is not None  # the load's budget is newer than the queued target
-            self._queued.outcome = self.current if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
+            self._queued.outcome = (
+                self.current if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
+            )
             self._queued.replan_mib = None
         return self.current
 
@@ -152,7 +163,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             self._start(self._queued)
 
     # --- internals -------------------------------------------------------------------------------
-    def _finish(self, op: PendingReload, measured: float | None, apply_time_s: float | None, replaced: bool = False) -> None:
+    def _finish(
+        self, op: PendingReload, measured: float | None, apply_time_s: float | None, replaced: bool = False
+    ) -> None:
         """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
         interim CPU-only placement, its reclaims and plan for its budget."""
         self.current = op.outcome
@@ -160,8 +173,15 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._core.counters["reloads"] += 1
         fields = {"worker_replaced": True} if replaced else {}
         if op.replan_mib is not None:
-            self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, interim_cpu=True,
-                           apply_time_s=apply_time_s, vram_mib=measured, **fields)
+            self._core.log(
+                logging.INFO,
+                "reload_done",
+                budget_mib=op.outcome.budget_mib,
+                interim_cpu=True,
+                apply_time_s=apply_time_s,
+                vram_mib=measured,
+                **fields,
+            )
             # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
             for waiter in [w for w in op.waiters if w.deadline_s is not None]:
                 self._ack(waiter, op.outcome, applied=True, measured=measured)
@@ -170,8 +190,14 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             return
         for waiter in op.waiters:
             self._ack(waiter, op.outcome, applied=True, measured=measured)
-        self._core.log(logging.INFO, "reload_done", budget_mib=op.outcome.budget_mib, apply_time_s=apply_time_s,
-                       vram_mib=measured, **fields)
+        self._core.log(
+            logging.INFO,
+            "reload_done",
+            budget_mib=op.outcome.budget_mib,
+            apply_time_s=apply_time_s,
+            vram_mib=measured,
+            **fields,
+        )
 
     def _settle_queued(self) -> bool:
         """Answer the queued change at once when the worker already runs its placement; True when it was."""
@@ -201,8 +227,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             # no engine (given up after repeated deaths): nothing holds device memory to release, and nothing would
             # ever answer a reload; the next load_model_request plans for this budget
             if waiter is not None:
-                outcome = self._planner.cpu_only(decision.target_mib, warning="no model is loaded: the budget "
-                                                 "applies to the next load_model_request")
+                outcome = self._planner.cpu_only(
+                    decision.target_mib, warning="no model is loaded: the budget applies to the next load_model_request"
+                )
                 self._ack(waiter, outcome, applied=True, measured=None)
             return
         if decision.action != "apply":
@@ -250,8 +277,13 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     def _start(self, op: PendingReload) -> None:
         self._queued = None
         replace = self._needs_new_worker(op.outcome)
-        self._core.log(logging.INFO, "reload_start", budget_mib=op.outcome.budget_mib, strategy=op.outcome.plan.strategy,
-                       **({"worker_replaced": True} if replace else {}))
+        self._core.log(
+            logging.INFO,
+            "reload_start",
+            budget_mib=op.outcome.budget_mib,
+            strategy=op.outcome.plan.strategy,
+            **({"worker_replaced": True} if replace else {}),
+        )
         if replace:
             self._replace(op)
             return

@@ -34,8 +34,14 @@ class BudgetPlanning:
     _planning: Planning | None
     _queued: PendingReload | None
 
-    def _begin(self, target_mib: int, reclaiming: bool, waiters: list[Waiter], used_mib: float | None = None,
-               limit_mib: int | None = None) -> None:
+    def _begin(
+        self,
+        target_mib: int,
+        reclaiming: bool,
+        waiters: list[Waiter],
+        used_mib: float | None = None,
+        limit_mib: int | None = None,
+    ) -> None:
         """Plan for ``target_mib`` and apply it. A plan whose dry runs are all cached is made here (tens of
         milliseconds; none for a budget planned before); one that needs new dry runs is made in a background thread
         with the children that fit under ``limit_mib`` beside ``used_mib`` (``tick`` applies it), or, when none fits
@@ -53,11 +59,16 @@ class BudgetPlanning:
                 slots = 0
             if slots:
                 self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)
-                self._planning = Planning(target_mib, waiters, plan_in_background(self._planner.plan, target_mib, slots))
+                self._planning = Planning(
+                    target_mib, waiters, plan_in_background(self._planner.plan, target_mib, slots)
+                )
                 return
             if on_cpu:
-                outcome = self._planner.cpu_only(target_mib, warning=f"no VRAM headroom ({target_mib - used:.0f} MiB) "
-                                                 "for the dry run that sizes a GPU placement; CPU-only placement")
+                outcome = self._planner.cpu_only(
+                    target_mib,
+                    warning=f"no VRAM headroom ({target_mib - used:.0f} MiB) "
+                    "for the dry run that sizes a GPU placement; CPU-only placement",
+                )
             else:
                 self._core.log(logging.INFO, "budget_interim_cpu", target_mib=target_mib, reason=str(exc))
                 self._apply(cpu, waiters, replan_mib=target_mib)
@@ -73,11 +84,14 @@ class BudgetPlanning:
             target, reclaiming = planning.newer
             self._begin(target, reclaiming, planning.waiters)
             return
-        self._core.log(logging.INFO, "budget_planned", target_mib=planning.target_mib,
-                       ok=planning.result.outcome is not None)
+        self._core.log(
+            logging.INFO, "budget_planned", target_mib=planning.target_mib, ok=planning.result.outcome is not None
+        )
         if isinstance(planning.result.error, DryRunDeferred) or planning.result.outcome is None:
             why = f"{type(planning.result.error).__name__}: {planning.result.error}"
-            outcome = self._planner.cpu_only(planning.target_mib, warning=f"planning failed ({why}); CPU-only placement")
+            outcome = self._planner.cpu_only(
+                planning.target_mib, warning=f"planning failed ({why}); CPU-only placement"
+            )
         else:
             outcome = planning.result.outcome
         self._apply(outcome, planning.waiters)

@@ -46,8 +46,12 @@ class BudgetWorkerChanges:
     def _kill_overdue_replacement(self) -> None:
         """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown``."""
         op = self._inflight
-        if op is not None and op.replace is ReplacePhase.STOPPING and not op.killed \
-                and self._core.clock() - op.since_s > REPLACE_STOP_GRACE_S:
+        if (
+            op is not None
+            and op.replace is ReplacePhase.STOPPING
+            and not op.killed
+            and self._core.clock() - op.since_s > REPLACE_STOP_GRACE_S
+        ):
             op.killed = True
             self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
             self._core.worker.stop_now()
@@ -69,8 +73,13 @@ class BudgetWorkerChanges:
         or a worker already being replaced (a newer change overtook its load)."""
         op = self._inflight
         if op is not None and op.replace is ReplacePhase.STARTING:
-            self._core.log(logging.ERROR, "reload_failed", budget_mib=op.outcome.budget_mib, worker_replaced=True,
-                           message=event.message)
+            self._core.log(
+                logging.ERROR,
+                "reload_failed",
+                budget_mib=op.outcome.budget_mib,
+                worker_replaced=True,
+                message=event.message,
+            )
 
     def _needs_new_worker(self, outcome: PlanOutcome) -> bool:
         """Whether the running worker must be replaced to run ``outcome`` (GPU <-> CPU-only on a GPU machine)."""
@@ -99,8 +108,14 @@ class BudgetWorkerChanges:
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
         worker.placement = op.outcome.placement
         worker.start()
-        core.log(logging.INFO, "worker_replaced", pid=worker.pid, released_s=released_s, gpu_hidden=worker.gpu_hidden,
-                 carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()))
+        core.log(
+            logging.INFO,
+            "worker_replaced",
+            pid=worker.pid,
+            released_s=released_s,
+            gpu_hidden=worker.gpu_hidden,
+            carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
+        )
         if placement_uses_gpu(op.outcome.placement):
             op.replace = ReplacePhase.STARTING
             return
@@ -122,12 +137,21 @@ class BudgetWorkerChanges:
             self._queued = None
             return True
         op.waiters = current.waiters + op.waiters
-        op.replace, op.since_s = ReplacePhase.STOPPING, current.since_s if current.replace is ReplacePhase.STOPPING else self._core.clock()
+        op.replace, op.since_s = (
+            ReplacePhase.STOPPING,
+            current.since_s if current.replace is ReplacePhase.STOPPING else self._core.clock(),
+        )
         op.killed = current.killed
         self._inflight = op
         self._queued = None
-        self._core.log(logging.INFO, "reload_superseded", budget_mib=current.outcome.budget_mib,
-                       by_budget_mib=op.outcome.budget_mib, phase=current.replace.value if current.replace else None, worker_replaced=True)
+        self._core.log(
+            logging.INFO,
+            "reload_superseded",
+            budget_mib=current.outcome.budget_mib,
+            by_budget_mib=op.outcome.budget_mib,
+            phase=current.replace.value if current.replace else None,
+            worker_replaced=True,
+        )
         if current.replace is ReplacePhase.STARTING:  # it loads a placement nobody wants any more: end it now
             op.killed = True
             self._core.worker.stop_now()
@@ -142,7 +166,9 @@ class BudgetWorkerChanges:
             return
         if op.replace is not None:
             self._core.worker.placement = self.current.placement
-        error = RequestError(ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement")
+        error = RequestError(
+            ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
+        )
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
         self._keep_state_with_running_placement()

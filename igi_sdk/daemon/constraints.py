@@ -141,9 +141,14 @@ def session_constraints(msg: CreateSessionRequest) -> SessionConstraints:
     tools = []
     for tool in msg.tools:
         params = parse_user_schema(tool.parameters, f"tool {tool.name!r} parameters")
-        if not (params.get("type") == "object" or ("properties" in params and params.get("type") is None) or params == {}):
-            raise RequestError(ErrorCode.INVALID_SCHEMA, f"tool {tool.name!r} parameters must describe an object",
-                               {"reason": "the arguments must be a JSON object", "keyword": "type", "path": "/type"})
+        if not (
+            params.get("type") == "object" or ("properties" in params and params.get("type") is None) or params == {}
+        ):
+            raise RequestError(
+                ErrorCode.INVALID_SCHEMA,
+                f"tool {tool.name!r} parameters must describe an object",
+                {"reason": "the arguments must be a JSON object", "keyword": "type", "path": "/type"},
+            )
         tools.append(ToolSpec(tool.name, tool.description, params))
     constraints = SessionConstraints(grammar, msg.json_schema, schema, tuple(tools), tuple(msg.tools))
     if tools:  # the envelope of every tool_choice must convert: refuse the session now, not its first reply
@@ -162,12 +167,17 @@ def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> Repl
     choice = msg.tool_choice or "auto"
     names = {tool.name for tool in defaults.tools}
     if choice not in ("auto", "none", "required") and choice not in names:
-        raise RequestError(ErrorCode.UNKNOWN_TOOL, f"tool_choice names a tool the session did not register: {choice!r}",
-                           {"tool": choice})
+        raise RequestError(
+            ErrorCode.UNKNOWN_TOOL,
+            f"tool_choice names a tool the session did not register: {choice!r}",
+            {"tool": choice},
+        )
     if msg.grammar is not None:
         if msg.tool_choice not in (None, "none") and defaults.tools:
-            raise RequestError(ErrorCode.INVALID_REQUEST, "a request grammar replaces the tool format: set tool_choice "
-                               "'none' (or leave it nil) with grammar")
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                "a request grammar replaces the tool format: set tool_choice 'none' (or leave it nil) with grammar",
+            )
         return ReplyConstraint("grammar", check_user_grammar(msg.grammar, "grammar"))
     if msg.json_schema is not None:
         schema: dict[str, Any] | None = parse_user_schema(msg.json_schema, "json_schema")
@@ -176,11 +186,17 @@ def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> Repl
         schema, hint = defaults.schema, ""
     if defaults.tools:
         envelope = envelope_schema(list(defaults.tools), schema, choice)
-        return ReplyConstraint("tools", schema_gbnf(envelope, "tools"), schema, defaults.tools,
-                               forced_tool=choice if choice in names else "")
+        return ReplyConstraint(
+            "tools",
+            schema_gbnf(envelope, "tools"),
+            schema,
+            defaults.tools,
+            forced_tool=choice if choice in names else "",
+        )
     if choice != "auto" and choice != "none":
-        raise RequestError(ErrorCode.UNKNOWN_TOOL, f"the session registered no tools (tool_choice {choice!r})",
-                           {"tool": choice})
+        raise RequestError(
+            ErrorCode.UNKNOWN_TOOL, f"the session registered no tools (tool_choice {choice!r})", {"tool": choice}
+        )
     if schema is not None:
         return ReplyConstraint("json", schema_gbnf(schema, "json_schema"), schema, user_hint=hint)
     if defaults.grammar is not None:
@@ -227,5 +243,12 @@ def finish_reply(constraint: ReplyConstraint, reply: GenerateReply) -> GenerateR
     return reply.model_copy(update={"finish_reason": "tool_call", "tool_call": call})
 
 
-__all__ = ["ReplyConstraint", "SessionConstraints", "check_schema", "finish_reply", "reply_constraint",
-           "session_constraints", "tool_result_text"]
+__all__ = [
+    "ReplyConstraint",
+    "SessionConstraints",
+    "check_schema",
+    "finish_reply",
+    "reply_constraint",
+    "session_constraints",
+    "tool_result_text",
+]

@@ -65,7 +65,9 @@ class WorkerPort(Protocol):
 class RequestError(Exception):
     """Raised by a handler to answer its request with ``error_reply``."""
 
-    def __init__(self, code: ErrorCode, message: str, detail: dict[str, Any] | None = None, retryable: bool | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, detail: dict[str, Any] | None = None, retryable: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.code, self.message, self.detail = code, message, detail
         self.retryable = RETRYABLE_BY_DEFAULT[code] if retryable is None else retryable
@@ -111,7 +113,9 @@ class Job:
             span_s = self.last_token_s - self.first_token_s
             tps = (self.n_tokens_sent - 1) / span_s if span_s > 0 else 0.0
         usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n_tokens_sent)
-        return GenerateReply(finish_reason=finish_reason, text="".join(self.text_sent), usage=usage, ttft_s=ttft_s, tps=tps)
+        return GenerateReply(
+            finish_reason=finish_reason, text="".join(self.text_sent), usage=usage, ttft_s=ttft_s, tps=tps
+        )
 
     def final_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply of a job continued over a worker replacement, from the daemon's records (every token
@@ -133,7 +137,12 @@ class DaemonCore:
     """
 
     def __init__(
-        self, settings: DaemonSettings, key: bytes, outbox: Outbox, worker: WorkerPort, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: DaemonSettings,
+        key: bytes,
+        outbox: Outbox,
+        worker: WorkerPort,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.key = key
@@ -240,8 +249,11 @@ class DaemonCore:
         self.log(logging.ERROR, "job_unsendable", job_id=job.job_id, error=repr(exc))
         if job.identity:
             parent = new_header("generate_request", msg_id=job.job_id, session_id=job.session_id)
-            self.send_error(job.identity, parent, RequestError(ErrorCode.INTERNAL, f"the generation could not be "
-                                                               f"handed to the engine worker: {exc!r}"))
+            self.send_error(
+                job.identity,
+                parent,
+                RequestError(ErrorCode.INTERNAL, f"the generation could not be handed to the engine worker: {exc!r}"),
+            )
 
     def carry_over_jobs(self) -> list[Job]:
         """The worker was replaced at a token boundary (a budget change between a GPU and a CPU-only placement,
@@ -270,8 +282,11 @@ class DaemonCore:
             if left <= 0:
                 ended.append((job, "length"))
                 continue
-            job.command = (dataclasses.replace(base, max_tokens=left, continue_tokens=tuple(job.token_ids))
-                           if job.n_tokens_sent else base)
+            job.command = (
+                dataclasses.replace(base, max_tokens=left, continue_tokens=tuple(job.token_ids))
+                if job.n_tokens_sent
+                else base
+            )
         for job, reason in ended:  # as the worker would have ended them, with the text so far
             self.end_job(job, job.final_reply(reason))
         return [job for job, _reason in ended]
@@ -296,8 +311,11 @@ class DaemonCore:
             except RequestError as error:
                 self.counters["generations_invalid_output"] += 1
                 if job.identity:
-                    self.send_error(job.identity, new_header("generate_request", msg_id=job.job_id,
-                                                             session_id=job.session_id), error)
+                    self.send_error(
+                        job.identity,
+                        new_header("generate_request", msg_id=job.job_id, session_id=job.session_id),
+                        error,
+                    )
                 return
         session = self.sessions.get(job.session_id)
         if session is not None and reply.finish_reason in ("stop", "length", "tool_call"):

@@ -78,7 +78,9 @@ class Dispatcher:
             core.counters["dropped_refused_peer"] += 1
             return None
         try:
-            header, message = unpack_message(core.key, message_frames, max_frame_bytes=core.settings.limits.max_frame_bytes)
+            header, message = unpack_message(
+                core.key, message_frames, max_frame_bytes=core.settings.limits.max_frame_bytes
+            )
         except BadSignature:
             core.counters["bad_signature"] += 1
             self._refuse(identity)
@@ -119,7 +121,9 @@ class Dispatcher:
             core.send_error(identity, header, exc)
         except Exception as exc:  # a daemon bug: answer, log, keep serving
             core.log(logging.ERROR, "handler_crashed", type=message.type, error=repr(exc), exc=traceback.format_exc())
-            core.send_error(identity, header, RequestError(ErrorCode.INTERNAL, f"internal error handling {message.type}: {exc!r}"))
+            core.send_error(
+                identity, header, RequestError(ErrorCode.INTERNAL, f"internal error handling {message.type}: {exc!r}")
+            )
             if not had_job and header.msg_id in core.jobs:  # the error was its one terminal reply: leave no job behind
                 hs.cancel_job(core, header.msg_id, reply=False)
 

@@ -51,7 +51,8 @@ def limits_of(core: DaemonCore) -> Limits:
     return Limits(
         max_frame_bytes=limits.max_frame_bytes,
         max_prompt_tokens=int(core.worker.config.get("max_prompt_tokens", limits.max_prompt_tokens)),
-        max_sessions=limits.max_sessions, max_queue_depth=limits.max_queue_depth,
+        max_sessions=limits.max_sessions,
+        max_queue_depth=limits.max_queue_depth,
     )
 
 
@@ -61,9 +62,13 @@ def hello(core: DaemonCore, identity: bytes, header: Header, msg: HelloRequest) 
         raise unsupported_version(msg.protocol_version)
     ipc = core.settings.ipc
     reply = HelloReply(
-        daemon_version=__version__, protocol_version=PROTOCOL_VERSION, capabilities=CAPABILITIES,
-        heartbeat_interval_s=ipc.heartbeat_interval_s, client_timeout_s=ipc.client_timeout_s,
-        limits=limits_of(core), model=core.model_info,
+        daemon_version=__version__,
+        protocol_version=PROTOCOL_VERSION,
+        capabilities=CAPABILITIES,
+        heartbeat_interval_s=ipc.heartbeat_interval_s,
+        client_timeout_s=ipc.client_timeout_s,
+        limits=limits_of(core),
+        model=core.model_info,
     )
     core.send(identity, reply, header)
 
@@ -90,8 +95,9 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
     core.send(identity, reply, header)
 
 
-def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header,
-             switch: ModelSwitch | None = None) -> None:
+def shutdown(
+    core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, switch: ModelSwitch | None = None
+) -> None:
     """Answer everything still waiting, then ``shutdown_reply``, and let the server loop exit: generations end
     ``cancelled``, a pending model load gets ``cancelled``, budget requests waiting for a plan or a reload get
     ``shutting_down``, and a save waiting for the worker's KV export is written without it (history, and the
@@ -102,7 +108,9 @@ def shutdown(core: DaemonCore, budget: BudgetControl, identity: bytes, header: H
         job = core.finish_job(job_id)
         if job is not None:
             core.send_to_job(job, job.partial_reply("cancelled"))
-    budget.abort(RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied"))
+    budget.abort(
+        RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied")
+    )
     core.end_exports_without_worker()
     core.shutting_down = True
     core.exit_requested = True
@@ -121,17 +129,23 @@ def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: He
     _governor_budget(core, msg.vram_budget_mib)
 
 
-def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: FrameStatsRequest) -> None:
+def frame_stats(
+    core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: FrameStatsRequest
+) -> None:
     """Pacing advice from the governor (no advice without one)."""
     governor = core.governor
     if governor is None or msg.target_frame_time_ms <= 0:  # no advice; the pacing in force is reported as it is
-        core.send(identity, FrameStatsReply(throttle=Throttle(sleep_ms_between_tokens=core.sleep_ms_between_tokens)), header)
+        core.send(
+            identity, FrameStatsReply(throttle=Throttle(sleep_ms_between_tokens=core.sleep_ms_between_tokens)), header
+        )
         return
     from igi_sdk.policy.governor import FrameSample
 
     decision = governor.observe(
         FrameSample(
-            now_s=core.clock(), frame_time_ms=msg.frame_time_ms, target_frame_time_ms=msg.target_frame_time_ms,
+            now_s=core.clock(),
+            frame_time_ms=msg.frame_time_ms,
+            target_frame_time_ms=msg.target_frame_time_ms,
             free_vram_mib=msg.free_vram_mib,
             # a reload generates nothing: its slow frames are not pacing's to fix (nor a reason to shrink again)
             generating=generating(core) and not budget.reload_running,
@@ -141,12 +155,21 @@ def frame_stats(core: DaemonCore, budget: BudgetControl, identity: bytes, header
     if decision.throttle_action in ("tighten", "relax") or decision.proposed_budget_mib is not None:
         # every change, with the p95 it was judged by, so a run's log tells why the throttle moved
         state = governor.state
-        log_event(_log, logging.INFO, "governor_" + decision.throttle_action, allowance=round(state.allowance, 3),
-                  frame_ms_p95=round(decision.frame_ms_p95, 2), frame_ms_ewma=round(decision.frame_ms_ewma, 2),
-                  target_ms=msg.target_frame_time_ms,
-                  sleep_ms_between_tokens=decision.sleep_ms_between_tokens,
-                  proposed_budget_mib=decision.proposed_budget_mib, reason=decision.reason)
-    throttle = Throttle(tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens)
+        log_event(
+            _log,
+            logging.INFO,
+            "governor_" + decision.throttle_action,
+            allowance=round(state.allowance, 3),
+            frame_ms_p95=round(decision.frame_ms_p95, 2),
+            frame_ms_ewma=round(decision.frame_ms_ewma, 2),
+            target_ms=msg.target_frame_time_ms,
+            sleep_ms_between_tokens=decision.sleep_ms_between_tokens,
+            proposed_budget_mib=decision.proposed_budget_mib,
+            reason=decision.reason,
+        )
+    throttle = Throttle(
+        tokens_per_frame=decision.max_tokens_per_frame, sleep_ms_between_tokens=decision.sleep_ms_between_tokens
+    )
     if throttle.sleep_ms_between_tokens != core.sleep_ms_between_tokens:
         # kept even while no worker is ready (a restart, a replacement): a new worker gets it with its ``ready``
         core.sleep_ms_between_tokens = throttle.sleep_ms_between_tokens

@@ -6,8 +6,8 @@ import logging
 import os
 from pathlib import Path
 
-from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
 from igi_sdk.daemon.core import DaemonCore, Job, RequestError
 from igi_sdk.daemon.session_file import (
     SessionFileError,
@@ -47,7 +47,9 @@ def require_session(core: DaemonCore, identity: bytes, header: Header) -> Sessio
     """
     session = core.sessions.get(header.session_id)
     if session is None:
-        raise RequestError(ErrorCode.NOT_FOUND, f"unknown session {header.session_id!r}", {"session_id": header.session_id})
+        raise RequestError(
+            ErrorCode.NOT_FOUND, f"unknown session {header.session_id!r}", {"session_id": header.session_id}
+        )
     if session.orphaned_at_s is not None:
         session.owner, session.orphaned_at_s = identity, None
     return session
@@ -61,8 +63,15 @@ def duplicate_msg_id(msg_id: str) -> RequestError:
 def create_session(core: DaemonCore, identity: bytes, header: Header, msg: CreateSessionRequest) -> None:
     """Open a session and answer with its id (its grammar, schema and tools checked first)."""
     constraints = session_constraints(msg)
-    session = Session(core.sessions.new_id(), msg.persona, msg.system_prompt, msg.sampling, msg.priority, identity,
-                      constraints=constraints)
+    session = Session(
+        core.sessions.new_id(),
+        msg.persona,
+        msg.system_prompt,
+        msg.sampling,
+        msg.priority,
+        identity,
+        constraints=constraints,
+    )
     _add(core, session)
     core.send(identity, CreateSessionReply(session_id=session.session_id), header, session_id=session.session_id)
 
@@ -87,18 +96,23 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
     if msg.image is not None:  # PROTOCOL.md 7.7: no vision capability in this daemon
-        raise RequestError(ErrorCode.INVALID_REQUEST, "this daemon has no vision projector",
-                           {"field": "image", "reason": "no_vision"})
+        raise RequestError(
+            ErrorCode.INVALID_REQUEST, "this daemon has no vision projector", {"field": "image", "reason": "no_vision"}
+        )
     limits = core.settings.limits
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})
     if core.queue_depth() >= limits.max_queue_depth:
-        raise RequestError(ErrorCode.BUSY, f"{limits.max_queue_depth} generations are queued", {"limit": "max_queue_depth"})
+        raise RequestError(
+            ErrorCode.BUSY, f"{limits.max_queue_depth} generations are queued", {"limit": "max_queue_depth"}
+        )
     sampling = msg.sampling or session.sampling
     max_tokens = msg.max_tokens or sampling.max_tokens
     if max_tokens > limits.max_new_tokens:
         raise RequestError(
-            ErrorCode.TOO_LARGE, f"max_tokens={max_tokens} exceeds max_new_tokens={limits.max_new_tokens}", {"limit": "max_new_tokens"}
+            ErrorCode.TOO_LARGE,
+            f"max_tokens={max_tokens} exceeds max_new_tokens={limits.max_new_tokens}",
+            {"limit": "max_new_tokens"},
         )
     defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
     user_text = msg.text
@@ -114,8 +128,13 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
         messages=tuple((role, text) for role, text in session.messages_for(user_text)),
         max_tokens=max_tokens,
         # a constrained reply ends where its grammar does: stop strings could cut it
-        sampling=wp.JobSampling(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                seed=sampling.seed, stop=() if constraint is not None else tuple(sampling.stop)),
+        sampling=wp.JobSampling(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=sampling.seed,
+            stop=() if constraint is not None else tuple(sampling.stop),
+        ),
         priority=session.priority if msg.priority is None else msg.priority,
         kv_state=session.kv_state,
         kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
@@ -137,12 +156,18 @@ def _check_tool_result(session: Session, defaults: SessionConstraints, msg: Gene
     result = msg.tool_result
     assert result is not None
     if result.name not in {tool.name for tool in defaults.tools}:
-        raise RequestError(ErrorCode.UNKNOWN_TOOL, f"tool_result names a tool the session did not register: "
-                           f"{result.name!r}", {"tool": result.name})
+        raise RequestError(
+            ErrorCode.UNKNOWN_TOOL,
+            f"tool_result names a tool the session did not register: {result.name!r}",
+            {"tool": result.name},
+        )
     pending = session.pending_tool_call
     if pending is None or pending.id != result.call_id or pending.name != result.name:
-        raise RequestError(ErrorCode.INVALID_REQUEST, f"tool_result answers {result.call_id!r}, which is not the "
-                           "session's last tool call", {"call_id": result.call_id})
+        raise RequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"tool_result answers {result.call_id!r}, which is not the session's last tool call",
+            {"call_id": result.call_id},
+        )
 
 
 def cancel(core: DaemonCore, identity: bytes, header: Header, msg: CancelRequest) -> None:
@@ -175,7 +200,9 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
     """Write the session (history + KV state from the worker when it has one) to a file."""
     session = require_session(core, identity, header)
     if session.job_id is not None:
-        raise RequestError(ErrorCode.BUSY, "the session is generating; save it after the reply", {"limit": "session_generating"})
+        raise RequestError(
+            ErrorCode.BUSY, "the session is generating; save it after the reply", {"limit": "session_generating"}
+        )
     if msg.path and "\0" in msg.path:  # the OS refuses it (ValueError, not OSError): say so before asking the worker
         raise RequestError(ErrorCode.INVALID_REQUEST, "the path contains a NUL character")
     path = Path(msg.path) if msg.path else _session_dir(core) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
@@ -185,17 +212,27 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
             tokens, state = session.kv_tokens, session.kv_state
         defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
         snap = SessionSnapshot(
-            session.persona, session.system_prompt, session.sampling, session.priority, tuple(session.turns),
-            core.model_info.path if core.model_info else "", core.model_file_bytes,
-            None if tokens is None else tuple(tokens), state,
-            grammar=defaults.grammar, json_schema=defaults.schema_text, tools=defaults.wire_tools,
+            session.persona,
+            session.system_prompt,
+            session.sampling,
+            session.priority,
+            tuple(session.turns),
+            core.model_info.path if core.model_info else "",
+            core.model_file_bytes,
+            None if tokens is None else tuple(tokens),
+            state,
+            grammar=defaults.grammar,
+            json_schema=defaults.schema_text,
+            tools=defaults.wire_tools,
         )
         try:
             write_session_file(path, snap)
         except SessionFileError as exc:
             core.send_error(identity, header, RequestError(ErrorCode.INVALID_REQUEST, str(exc)))
             return
-        core.log(logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=len(state or b""))
+        core.log(
+            logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=len(state or b"")
+        )
         core.send(identity, SaveSessionReply(path=os.path.abspath(path)), header)  # resolve() raises on a loop
 
     if core.worker.ready:
@@ -214,22 +251,42 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
         raise RequestError(ErrorCode.NOT_FOUND, str(exc), {"path": str(path)}) from None
     except SessionFileError as exc:
         raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), {"path": str(path)}) from None
-    same_model = core.model_info is not None and snap.model_name == core.model_info.path and snap.model_file_bytes == core.model_file_bytes
+    same_model = (
+        core.model_info is not None
+        and snap.model_name == core.model_info.path
+        and snap.model_file_bytes == core.model_file_bytes
+    )
     try:  # the saved defaults are checked as a create_session_request's would be
-        constraints = session_constraints(CreateSessionRequest(
-            persona=snap.persona, system_prompt=snap.system_prompt, grammar=snap.grammar, json_schema=snap.json_schema,
-            tools=snap.tools))
+        constraints = session_constraints(
+            CreateSessionRequest(
+                persona=snap.persona,
+                system_prompt=snap.system_prompt,
+                grammar=snap.grammar,
+                json_schema=snap.json_schema,
+                tools=snap.tools,
+            )
+        )
     except ValueError as exc:
         raise RequestError(ErrorCode.INVALID_REQUEST, f"session file {path}: {exc}", {"path": str(path)}) from None
     session = Session(
-        core.sessions.new_id(), snap.persona, snap.system_prompt, snap.sampling, snap.priority, identity,
+        core.sessions.new_id(),
+        snap.persona,
+        snap.system_prompt,
+        snap.sampling,
+        snap.priority,
+        identity,
         turns=list(snap.turns),
         kv_tokens=list(snap.kv_tokens) if same_model and snap.kv_tokens else None,
         kv_state=snap.kv_state if same_model else None,
         constraints=constraints,
     )
     _add(core, session)
-    core.send(identity, LoadSessionReply(session_id=session.session_id, n_turns=session.n_turns), header, session_id=session.session_id)
+    core.send(
+        identity,
+        LoadSessionReply(session_id=session.session_id, n_turns=session.n_turns),
+        header,
+        session_id=session.session_id,
+    )
 
 
 def _add(core: DaemonCore, session: Session) -> None:

@@ -40,7 +40,9 @@ def client_gone(core: DaemonCore, identity: bytes, now_s: float, reason: str) ->
     orphaned = core.sessions.orphan_owned_by(identity, now_s)
     core.counters[reason] += 1
     core.counters["generations_abandoned"] += len(jobs)
-    core.log(logging.INFO, "client_gone", reason=reason, generations_cancelled=len(jobs), sessions_orphaned=len(orphaned))
+    core.log(
+        logging.INFO, "client_gone", reason=reason, generations_cancelled=len(jobs), sessions_orphaned=len(orphaned)
+    )
 
 
 def expire_sessions(core: DaemonCore, now_s: float) -> list[str]:

@@ -92,8 +92,15 @@ class ModelSwitch:
         default_model: resolves the embedded default model (downloads it once; may raise).
     """
 
-    def __init__(self, core: DaemonCore, budget: BudgetControl, base: Placement, config_for: ConfigFor,
-                 planner_for: PlannerFor = PlacementPlanner, default_model: Callable[[], Path] | None = None) -> None:
+    def __init__(
+        self,
+        core: DaemonCore,
+        budget: BudgetControl,
+        base: Placement,
+        config_for: ConfigFor,
+        planner_for: PlannerFor = PlacementPlanner,
+        default_model: Callable[[], Path] | None = None,
+    ) -> None:
         self._core = core
         self._budget = budget
         self._base = base
@@ -122,15 +129,23 @@ class ModelSwitch:
         """
         core = self._core
         if self._load is not None:
-            raise RequestError(ErrorCode.BUSY, f"a model load is in progress ({self._load.path})",
-                               {"limit": "model_load_in_progress"})
+            raise RequestError(
+                ErrorCode.BUSY, f"a model load is in progress ({self._load.path})", {"limit": "model_load_in_progress"}
+            )
         if msg.n_ctx > MAX_N_CTX:  # llama.cpp would spend minutes allocating before it fails
-            raise RequestError(ErrorCode.INVALID_REQUEST, f"n_ctx={msg.n_ctx} exceeds the largest context, {MAX_N_CTX}",
-                               {"limit": "n_ctx"})
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"n_ctx={msg.n_ctx} exceeds the largest context, {MAX_N_CTX}",
+                {"limit": "n_ctx"},
+            )
         n_seq_max = self._base.n_seq_max
         if msg.n_ctx < MIN_N_CTX_PER_SEQ * n_seq_max:  # no prompt would fit a sequence's share
-            raise RequestError(ErrorCode.INVALID_REQUEST, f"n_ctx={msg.n_ctx} is below the smallest context for "
-                               f"{n_seq_max} sequences, {MIN_N_CTX_PER_SEQ * n_seq_max}", {"limit": "n_ctx"})
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"n_ctx={msg.n_ctx} is below the smallest context for "
+                f"{n_seq_max} sequences, {MIN_N_CTX_PER_SEQ * n_seq_max}",
+                {"limit": "n_ctx"},
+            )
         path = self._resolve(msg.model_path)
         table = _validate(path)
         _check_host_memory(table, msg.n_ctx, core.worker.pid)
@@ -170,11 +185,19 @@ class ModelSwitch:
             worker.stop(timeout_s=1.0)
             if load.phase is SwitchPhase.LOADING:
                 if load.error is None:
-                    load.error = (RequestError(ErrorCode.TIMEOUT, f"{load.path} did not load within "
-                                               f"{core.settings.engine.worker_start_timeout_s} s; the previous model is served")
-                                  if timed_out else
-                                  RequestError(ErrorCode.MODEL_INVALID, f"the engine worker died loading {load.path}; "
-                                               "the previous model is served", {"path": str(load.path)}))
+                    load.error = (
+                        RequestError(
+                            ErrorCode.TIMEOUT,
+                            f"{load.path} did not load within "
+                            f"{core.settings.engine.worker_start_timeout_s} s; the previous model is served",
+                        )
+                        if timed_out
+                        else RequestError(
+                            ErrorCode.MODEL_INVALID,
+                            f"the engine worker died loading {load.path}; the previous model is served",
+                            {"path": str(load.path)},
+                        )
+                    )
                 self._revert(load)
             else:  # the previous model failed to come back: normal crash handling takes over
                 self._finish(load, load.error)
@@ -186,8 +209,9 @@ class ModelSwitch:
         load = self._load
         if load is None or load.phase is not SwitchPhase.LOADING:
             return False
-        load.error = RequestError(ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served",
-                                  {"path": str(load.path)})
+        load.error = RequestError(
+            ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served", {"path": str(load.path)}
+        )
         self._core.log(logging.WARNING, "model_load_failed", path=str(load.path), message=event.message)
         return True
 
@@ -259,7 +283,9 @@ class ModelSwitch:
             try:
                 return self._default_model()
             except Exception as exc:  # download / verification failure of the embedded model
-                raise RequestError(ErrorCode.MODEL_NOT_FOUND, f"the embedded default model cannot be fetched: {exc}") from None
+                raise RequestError(
+                    ErrorCode.MODEL_NOT_FOUND, f"the embedded default model cannot be fetched: {exc}"
+                ) from None
         if "\0" in model_path:  # Path.resolve would raise ValueError: a typed answer instead of `internal`
             raise RequestError(ErrorCode.INVALID_REQUEST, "model_path contains a NUL character")
         return Path(model_path).expanduser().resolve()
@@ -279,9 +305,11 @@ def _check_host_memory(table: Any, n_ctx: int, worker_pid: int | None) -> None:
     needed = int(table.n_layer * table.kv_bytes_per_token_per_layer() * n_ctx)
     if needed > available:
         mib = 1024 * 1024
-        raise RequestError(ErrorCode.TOO_LARGE, f"n_ctx={n_ctx} needs {needed // mib} MiB of KV cache; "
-                           f"{available // mib} MiB of host memory are available",
-                           {"limit": "host_memory", "needed_mib": needed // mib, "available_mib": available // mib})
+        raise RequestError(
+            ErrorCode.TOO_LARGE,
+            f"n_ctx={n_ctx} needs {needed // mib} MiB of KV cache; {available // mib} MiB of host memory are available",
+            {"limit": "host_memory", "needed_mib": needed // mib, "available_mib": available // mib},
+        )
 
 
 def _validate(path: Path) -> Any:
@@ -297,7 +325,9 @@ def _validate(path: Path) -> Any:
     except ModelNotFoundError as exc:
         raise RequestError(ErrorCode.MODEL_NOT_FOUND, str(exc), {"path": str(path)}) from None
     except ModelError as exc:  # ModelCorruptError, ModelUnsupportedError
-        raise RequestError(ErrorCode.MODEL_INVALID, str(exc), {"path": str(path), "reason": type(exc).__name__}) from None
+        raise RequestError(
+            ErrorCode.MODEL_INVALID, str(exc), {"path": str(path), "reason": type(exc).__name__}
+        ) from None
 
 
 def _embedded_default_model() -> Path:

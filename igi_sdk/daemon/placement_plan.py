@@ -61,8 +61,15 @@ class PlacementPlanner:
         base: the placement fields that never change with the budget (n_ctx, threads, flash_attn, ...).
     """
 
-    def __init__(self, model_path: Path, base: Placement, *, prompt_tokens_hint: int = 512,
-                 reply_tokens_hint: int = 128, reloads_per_request: float = 0.05) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        base: Placement,
+        *,
+        prompt_tokens_hint: int = 512,
+        reply_tokens_hint: int = 128,
+        reloads_per_request: float = 0.05,
+    ) -> None:
         self._model_path = model_path
         self._base = base
         self._gpu = gpu_present()
@@ -76,7 +83,9 @@ class PlacementPlanner:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
         placement = self._base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
         file_mib = self._model_path.stat().st_size / (1024 * 1024)
-        plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary="all weights and KV on the CPU")
+        plan = Plan(
+            strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary="all weights and KV on the CPU"
+        )
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning)
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
@@ -94,7 +103,8 @@ class PlacementPlanner:
         Raises:
             DryRunDeferred: ``dry_run_slots == 0`` and the plan needs a dry run that is not cached yet.
         """
-        from igi_sdk.engine.dry_run import DryRunDeferred, dry_run_slots as limit_dry_runs
+        from igi_sdk.engine.dry_run import DryRunDeferred
+        from igi_sdk.engine.dry_run import dry_run_slots as limit_dry_runs
 
         known = self._plans.get(budget_mib)
         if known is not None:
@@ -104,8 +114,12 @@ class PlacementPlanner:
             if reserve is not None and budget_mib < reserve:
                 # no GPU placement fits below the CUDA context every one of them needs: no search (a reclaim to 0 waited
                 # 0.9 s for it on the H200 before freeing anything), no dry run
-                return self.cpu_only(budget_mib, warning=None if budget_mib == 0 else
-                                     f"{budget_mib} MiB is below the {reserve} MiB a CUDA context takes; CPU-only placement")
+                return self.cpu_only(
+                    budget_mib,
+                    warning=None
+                    if budget_mib == 0
+                    else f"{budget_mib} MiB is below the {reserve} MiB a CUDA context takes; CPU-only placement",
+                )
             with limit_dry_runs(dry_run_slots):
                 outcome = self._planned(budget_mib)
             self._plans[budget_mib] = outcome
@@ -114,8 +128,9 @@ class PlacementPlanner:
             raise
         except Exception as exc:  # planner or profile failing: never risk an OOM
             log_event(_log, logging.WARNING, "planner_unavailable", error=f"{type(exc).__name__}: {exc}")
-            return self.cpu_only(budget_mib, warning=f"planner unavailable ({type(exc).__name__}: {exc}); "
-                                                     "CPU-only placement")
+            return self.cpu_only(
+                budget_mib, warning=f"planner unavailable ({type(exc).__name__}: {exc}); CPU-only placement"
+            )
 
     def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
         """``plan`` with as many dry-run children as ``headroom_mib`` of free VRAM holds; CPU-only (with a
@@ -125,8 +140,11 @@ class PlacementPlanner:
         try:
             return self.plan(budget_mib, dry_run_slots=dry_run_slots_for(headroom_mib, self.dry_run_child_mib()))
         except DryRunDeferred:
-            return self.cpu_only(budget_mib, warning=f"no VRAM headroom ({headroom_mib:.0f} MiB) for the dry run that "
-                                                     "sizes a GPU placement; CPU-only placement")
+            return self.cpu_only(
+                budget_mib,
+                warning=f"no VRAM headroom ({headroom_mib:.0f} MiB) for the dry run that "
+                "sizes a GPU placement; CPU-only placement",
+            )
 
     def dry_run_child_mib(self) -> int:
         """VRAM one dry-run child takes while it runs (its CUDA context: the profile's reserve); 0 without a GPU."""
@@ -151,24 +169,39 @@ class PlacementPlanner:
 
         base = self._base
         n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
-        workload = Workload(prompt_tokens=min(self._prompt_tokens_hint, n_ctx_seq), reply_tokens=self._reply_tokens_hint,
-                            parallel=base.n_seq_max, n_ctx=base.n_ctx, reloads_per_request=self._reloads_per_request)
-        options = PlannerOptions(n_threads=base.n_threads, type_k=base.type_k, type_v=base.type_v,
-                                 flash_attn=base.flash_attn)
+        workload = Workload(
+            prompt_tokens=min(self._prompt_tokens_hint, n_ctx_seq),
+            reply_tokens=self._reply_tokens_hint,
+            parallel=base.n_seq_max,
+            n_ctx=base.n_ctx,
+            reloads_per_request=self._reloads_per_request,
+        )
+        options = PlannerOptions(
+            n_threads=base.n_threads, type_k=base.type_k, type_v=base.type_v, flash_attn=base.flash_attn
+        )
         result, warnings = plan_file(self._model_path, budget_mib, workload, self._profile(), options)
         for w in warnings:
             log_event(_log, logging.WARNING, "plan_warning", warning=w)
         chosen = result.chosen
         if chosen is None:
-            fallback = (f"model does not fit {budget_mib} MiB (smallest budget for a GPU placement: "
-                        f"{result.min_feasible_budget_mib} MiB)")
+            fallback = (
+                f"model does not fit {budget_mib} MiB (smallest budget for a GPU placement: "
+                f"{result.min_feasible_budget_mib} MiB)"
+            )
             return self.cpu_only(budget_mib, warning=f"{fallback}; CPU-only placement")
         keep = ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v", "n_threads", "n_threads_batch")
         placement = chosen.placement.with_(**{k: getattr(base, k) for k in keep})
-        plan = Plan(strategy=chosen.strategy, gpu_mib=float(result.gpu_mib), cpu_mib=float(result.cpu_mib),
-                    n_gpu_layers=placement.n_gpu_layers if placement.n_gpu_layers >= 0 else None,
-                    summary=result.summary)
+        plan = Plan(
+            strategy=chosen.strategy,
+            gpu_mib=float(result.gpu_mib),
+            cpu_mib=float(result.cpu_mib),
+            n_gpu_layers=placement.n_gpu_layers if placement.n_gpu_layers >= 0 else None,
+            summary=result.summary,
+        )
         on_cpu = placement.n_gpu_layers == 0 and not any(r.device != "CPU" for r in placement.rules)
-        warning = "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu and budget_mib > 0 else None
-        return PlanOutcome(budget_mib, placement, plan, float(result.predicted_ttft_s), float(result.predicted_tps),
-                           on_cpu, warning)
+        warning = (
+            "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu and budget_mib > 0 else None
+        )
+        return PlanOutcome(
+            budget_mib, placement, plan, float(result.predicted_ttft_s), float(result.predicted_tps), on_cpu, warning
+        )

@@ -79,24 +79,40 @@ class DaemonServer:
         context = zmq.Context()
         endpoint = self._endpoint()
         socket, bound = open_daemon_socket(context, endpoint, settings)
-        base = Placement(n_ctx=settings.engine.n_ctx, n_seq_max=settings.engine.n_seq_max, n_threads=settings.engine.n_threads,
-                         n_threads_batch=settings.engine.n_threads)
+        base = Placement(
+            n_ctx=settings.engine.n_ctx,
+            n_seq_max=settings.engine.n_seq_max,
+            n_threads=settings.engine.n_threads,
+            n_threads_batch=settings.engine.n_threads,
+        )
         planner = PlacementPlanner(model_path, base)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement)
 
-        outbox = make_outbox(socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity))
+        outbox = make_outbox(
+            socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity)
+        )
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
-        service = DaemonService(core, planner, initial, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx))
+        service = DaemonService(
+            core, planner, initial, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx)
+        )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         try:
             worker.start()
             self._wait_ready(service)
             self._write_connection_file(bound, key)
-            log_event(_log, logging.INFO, "daemon_ready", endpoint=bound, connection_file=str(self.connection_file),
-                      model=str(model_path), worker_pid=worker.pid, strategy=initial.plan.strategy,
-                      open_files_limit=None if limit is None else limit[1])
+            log_event(
+                _log,
+                logging.INFO,
+                "daemon_ready",
+                endpoint=bound,
+                connection_file=str(self.connection_file),
+                model=str(model_path),
+                worker_pid=worker.pid,
+                strategy=initial.plan.strategy,
+                open_files_limit=None if limit is None else limit[1],
+            )
             self._loop(socket, service)
             return 0
         except DaemonStartError as exc:
@@ -137,9 +153,9 @@ class DaemonServer:
 
     def _write_connection_file(self, bound: str, key: str) -> None:
         if bound.startswith("ipc://"):
-            write_connection_file(self.connection_file, port=0, ip=bound[len("ipc://"):], transport="ipc", key=key)
+            write_connection_file(self.connection_file, port=0, ip=bound[len("ipc://") :], transport="ipc", key=key)
         else:
-            host, port = bound[len("tcp://"):].rsplit(":", 1)
+            host, port = bound[len("tcp://") :].rsplit(":", 1)
             write_connection_file(self.connection_file, port=int(port), ip=host.strip("[]"), key=key)
 
     def _loop(self, socket: zmq.Socket, service: DaemonService) -> None:  # type: ignore[type-arg]
@@ -187,7 +203,9 @@ def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSett
     within ``HANDSHAKE_TIMEOUT_MS`` is closed; a frame over ``ZMQ_MAXMSGSIZE`` (2 x ``max_frame_bytes``) disconnects
     its peer before it is buffered; and each peer has at most ``ROUTER_RCVHWM`` messages queued in the daemon
     (then ZeroMQ stops reading its connection: back-pressure, nothing is lost)."""
-    options = SocketOptions(linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0, rcvhwm=ROUTER_RCVHWM)
+    options = SocketOptions(
+        linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0, rcvhwm=ROUTER_RCVHWM
+    )
     socket, bound = bind_router(context, endpoint, options)
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
     socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
@@ -213,8 +231,11 @@ def raise_open_file_limit() -> tuple[int, int] | None:
     return soft, wanted
 
 
-def make_outbox(socket: zmq.Socket, count: Callable[[str], None],  # type: ignore[type-arg]
-                on_unroutable: Callable[[bytes], None] | None = None) -> Callable[[bytes, list[bytes]], None]:
+def make_outbox(
+    socket: zmq.Socket,
+    count: Callable[[str], None],  # type: ignore[type-arg]
+    on_unroutable: Callable[[bytes], None] | None = None,
+) -> Callable[[bytes, list[bytes]], None]:
     """The daemon's send function: never blocks; what cannot be sent is counted (``send_dropped``: the socket
     would block; ``send_unroutable``: the client has disconnected), never raised into a handler. An unroutable
     client is reported to ``on_unroutable``: the I/O loop then declares it gone and stops its generations at once

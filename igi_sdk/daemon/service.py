@@ -39,12 +39,21 @@ class DaemonService:
         default_model: resolves the embedded default model (model switch).
     """
 
-    def __init__(self, core: DaemonCore, planner: PlacementPlanner, initial: PlanOutcome, base: Placement,
-                 config_for: ConfigFor, planner_for: PlannerFor = PlacementPlanner,
-                 default_model: Callable[[], Path] | None = None) -> None:
+    def __init__(
+        self,
+        core: DaemonCore,
+        planner: PlacementPlanner,
+        initial: PlanOutcome,
+        base: Placement,
+        config_for: ConfigFor,
+        planner_for: PlannerFor = PlacementPlanner,
+        default_model: Callable[[], Path] | None = None,
+    ) -> None:
         self.core = core
         self.budget = BudgetControl(core, planner, initial)
-        self.switch = ModelSwitch(core, self.budget, base, config_for, planner_for=planner_for, default_model=default_model)
+        self.switch = ModelSwitch(
+            core, self.budget, base, config_for, planner_for=planner_for, default_model=default_model
+        )
         self.lifecycle = WorkerLifecycle(core, self.budget, self.switch)
         self.dispatcher = Dispatcher(core, self.budget, self.switch)
 

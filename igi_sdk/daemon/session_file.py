@@ -28,7 +28,14 @@ from pydantic import Field, ValidationError
 from igi_sdk.errors import IgiError
 from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.ipc.codec import validation_summary
-from igi_sdk.ipc.messages import MAX_GRAMMAR_CHARS, MAX_TEXT_CHARS, MAX_TOOLS, PRIORITY_MAX, PRIORITY_MIN, CreateSessionRequest
+from igi_sdk.ipc.messages import (
+    MAX_GRAMMAR_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_TOOLS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    CreateSessionRequest,
+)
 from igi_sdk.ipc.values import MAX_SCHEMA_CHARS, Sampling, Tool, WireModel
 from igi_sdk.ipc.wire_types import INT64_MAX
 
@@ -177,7 +184,9 @@ def _snapshot(raw: Any) -> SessionSnapshot:
     if not isinstance(raw, dict):
         raise ValueError("body is not a map")
     if raw.get("format_version") != FORMAT_VERSION:
-        raise SessionFileError(f"unsupported session file version {raw.get('format_version')!r} (expected {FORMAT_VERSION})")
+        raise SessionFileError(
+            f"unsupported session file version {raw.get('format_version')!r} (expected {FORMAT_VERSION})"
+        )
     body = _Body.model_validate(raw, strict=True)
     session, kv = body.session, body.kv
     turns = tuple((turn.role, turn.text) for turn in (_Turn(role=role, text=text) for role, text in session.turns))
@@ -195,4 +204,3 @@ def _snapshot(raw: Any) -> SessionSnapshot:
         json_schema=session.json_schema,
         tools=session.tools,
     )
-

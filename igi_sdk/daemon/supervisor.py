@@ -45,10 +45,14 @@ def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) ->
     log = settings.log
     n_ctx_seq = n_ctx // settings.engine.n_seq_max
     return {
-        "model_path": str(model_path), "n_ctx": n_ctx, "n_threads": settings.engine.n_threads,
+        "model_path": str(model_path),
+        "n_ctx": n_ctx,
+        "n_threads": settings.engine.n_threads,
         "nice": settings.engine.worker_nice,
         "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
-        "log_level": log.log_level, "log_format": log.log_format, "log_file": log.log_file,
+        "log_level": log.log_level,
+        "log_format": log.log_format,
+        "log_file": log.log_file,
     }
 
 
@@ -147,7 +151,9 @@ class WorkerSupervisor:
         hide_gpu = self.hides_gpu_for(self.placement)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         config = {**self._config, "placement": self.placement, "hide_gpu": hide_gpu}
-        process = self._ctx.Process(target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True)
+        process = self._ctx.Process(
+            target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True
+        )
         process.start()
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
             lower_priority(self._config.get("nice", 0), process.pid)

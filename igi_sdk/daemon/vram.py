@@ -53,5 +53,7 @@ def measure_vram_mib(pid: int | None) -> float | None:
             pass
     if found or pid is not None:
         return total / MIB
-    used = sum(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used for i in range(nvml.nvmlDeviceGetCount()))
+    used = sum(
+        nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used for i in range(nvml.nvmlDeviceGetCount())
+    )
     return used / MIB

@@ -89,7 +89,9 @@ def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
     if job.n_tokens_sent > 0:
         core.send_to_job(job, job.partial_reply("error"))
     elif job.identity:
-        core.send_error(job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error)
+        core.send_error(
+            job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error
+        )
 
 
 def handle_worker_death(core: DaemonCore, budget: BudgetControl, failed_reload: bool = False) -> None:
@@ -115,7 +117,9 @@ def handle_worker_death(core: DaemonCore, budget: BudgetControl, failed_reload: 
         core.log(logging.ERROR, "worker_given_up", failures_in_row=core.worker_failures_in_row, limit=limit)
         core.model_info = None
         # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
-        gone = RequestError(ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True)
+        gone = RequestError(
+            ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True
+        )
         for job_id in list(core.jobs):
             job = core.finish_job(job_id)
             if job is not None:

@@ -88,8 +88,13 @@ class WorkerLifecycle:
             self.route(event)
         except Exception as exc:
             self._core.counters["worker_event_crashed"] += 1
-            self._core.log(logging.ERROR, "worker_event_crashed", worker_event=type(event).KIND, error=repr(exc),
-                           exc=traceback.format_exc())
+            self._core.log(
+                logging.ERROR,
+                "worker_event_crashed",
+                worker_event=type(event).KIND,
+                error=repr(exc),
+                exc=traceback.format_exc(),
+            )
 
     def route(self, event: wp.Event) -> None:
         """Handle one worker event (exceptions propagate: start-up uses this)."""

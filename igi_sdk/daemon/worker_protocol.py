@@ -203,7 +203,9 @@ Message = Command | Event
 
 _COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Shutdown)
 COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
-EVENTS: dict[str, type[Any]] = {cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported)}
+EVENTS: dict[str, type[Any]] = {
+    cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported)
+}
 
 
 # --- the codec -----------------------------------------------------------------------------------------------------

@@ -80,7 +80,8 @@ ggml_backend_dev_description = _bind("ggml_backend_dev_description", ctypes.c_ch
 ggml_backend_dev_type = _bind("ggml_backend_dev_type", ctypes.c_int, [ggml_backend_dev_t])
 # void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
 ggml_backend_dev_memory = _bind(
-    "ggml_backend_dev_memory", None,
+    "ggml_backend_dev_memory",
+    None,
     [ggml_backend_dev_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
 )
 # ggml_backend_buffer_type_t ggml_backend_dev_buffer_type(ggml_backend_dev_t device);
@@ -124,9 +125,7 @@ gguf_get_tensor_offset = _bind("gguf_get_tensor_offset", ctypes.c_size_t, [gguf_
 # size_t gguf_get_tensor_size(const struct gguf_context * ctx, int64_t tensor_id);
 gguf_get_tensor_size = _bind("gguf_get_tensor_size", ctypes.c_size_t, [gguf_context_p, ctypes.c_int64])
 # const int64_t * gguf_get_tensor_ne(const struct gguf_context * ctx, int64_t tensor_id);  (GGML_MAX_DIMS = 4)
-gguf_get_tensor_ne = _bind(
-    "gguf_get_tensor_ne", ctypes.POINTER(ctypes.c_int64), [gguf_context_p, ctypes.c_int64]
-)
+gguf_get_tensor_ne = _bind("gguf_get_tensor_ne", ctypes.POINTER(ctypes.c_int64), [gguf_context_p, ctypes.c_int64])
 # int64_t gguf_find_key(const struct gguf_context * ctx, const char * key);  (-1 if absent)
 gguf_find_key = _bind("gguf_find_key", ctypes.c_int64, [gguf_context_p, ctypes.c_char_p])
 # enum gguf_type gguf_get_kv_type(const struct gguf_context * ctx, int64_t key_id);

@@ -111,8 +111,9 @@ def admission_order(queue: Sequence[Running]) -> list[Running]:
     return sorted(queue, key=lambda r: r.order)
 
 
-def compose_step(running: Sequence[Running], n_batch: int, step_no: int,
-                 prefix_cached: Callable[[list[int]], bool]) -> list[Chunk]:
+def compose_step(
+    running: Sequence[Running], n_batch: int, step_no: int, prefix_cached: Callable[[list[int]], bool]
+) -> list[Chunk]:
     """The chunks of one step's llama_batch, at most ``n_batch`` tokens in all.
 
     Args:
@@ -150,7 +151,7 @@ def compose_step(running: Sequence[Running], n_batch: int, step_no: int,
         boundary = run.req.prefix_tokens
         if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
             end = boundary
-        tokens = run.prompt[run.prefill_pos:end]
+        tokens = run.prompt[run.prefill_pos : end]
         chunks.append(Chunk(run, run.slot.seq_id, tokens, run.prefill_pos, end == len(run.prompt)))
         budget -= len(tokens)
     return chunks

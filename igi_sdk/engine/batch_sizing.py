@@ -58,27 +58,31 @@ class SessionsSizing(BaseModel):
         return self.output_bytes / 2**20
 
 
-def kv_bytes_for_sessions(model: ModelTable, n_sessions: int, n_ctx_per_session: int, *, type_k: str = "f16",
-                          type_v: str = "f16") -> int:
+def kv_bytes_for_sessions(
+    model: ModelTable, n_sessions: int, n_ctx_per_session: int, *, type_k: str = "f16", type_v: str = "f16"
+) -> int:
     """Bytes of the KV cache of ``n_sessions`` per-sequence streams of ``n_ctx_per_session`` tokens.
 
     Matches llama.cpp: n_ctx = n_sessions * n_ctx_per_session, each stream padded to 256 cells.
     """
     cells = kv_cells(n_sessions * n_ctx_per_session, n_sessions)
-    per_cell = row_bytes(type_k, model.n_head_kv * model.n_embd_head_k) + \
-        row_bytes(type_v, model.n_head_kv * model.n_embd_head_v)
+    per_cell = row_bytes(type_k, model.n_head_kv * model.n_embd_head_k) + row_bytes(
+        type_v, model.n_head_kv * model.n_embd_head_v
+    )
     return model.n_layer * per_cell * cells
 
 
-def sessions_sizing(model: ModelTable, n_sessions: int, n_ctx_per_session: int, *, type_k: str = "f16",
-                    type_v: str = "f16") -> SessionsSizing:
+def sessions_sizing(
+    model: ModelTable, n_sessions: int, n_ctx_per_session: int, *, type_k: str = "f16", type_v: str = "f16"
+) -> SessionsSizing:
     """What ``n_sessions`` concurrent NPCs add to a plan (KV, logits rows, decode tier).
 
     The compute buffer is not in here: it is a function of n_ubatch only (see the module docstring), so a
     plan's compute entry for its n_ubatch already covers any number of sessions.
     """
     return SessionsSizing(
-        n_sessions=n_sessions, n_ctx_per_session=n_ctx_per_session,
+        n_sessions=n_sessions,
+        n_ctx_per_session=n_ctx_per_session,
         kv_bytes=kv_bytes_for_sessions(model, n_sessions, n_ctx_per_session, type_k=type_k, type_v=type_v),
         output_bytes=n_sessions * model.n_vocab * LOGITS_BYTES_PER_VOCAB_ENTRY,
         decode_tier=batch_tier(n_sessions),
@@ -88,8 +92,7 @@ def sessions_sizing(model: ModelTable, n_sessions: int, n_ctx_per_session: int, 
 def sessions_placement(base: Placement, n_sessions: int, n_ctx_per_session: int) -> Placement:
     """``base`` resized for ``n_sessions`` slots: n_seq_max, n_ctx = n_sessions * n_ctx_per_session, and an
     n_batch of at least n_sessions (one decode token per running session per step)."""
-    return base.with_(n_seq_max=n_sessions, n_ctx=n_sessions * n_ctx_per_session,
-                      n_batch=max(base.n_batch, n_sessions))
+    return base.with_(n_seq_max=n_sessions, n_ctx=n_sessions * n_ctx_per_session, n_batch=max(base.n_batch, n_sessions))
 
 
 def aggregate_decode_tok_s(n_sessions: int, step_s_at_tier: float) -> float:

@@ -125,7 +125,9 @@ class BatchCounters(BaseModel):
     prefill_tokens_reused_parked: int = Field(default=0, description="restored from a parked/imported session state")
     prefill_tokens_reused_prefix: int = Field(default=0, description="restored from the persona prefix cache")
     decode_tokens: int = Field(default=0, description="sampled tokens fed back through the model")
-    prefill_image_tokens: int = Field(default=0, description="image embeddings evaluated (part of prefill_tokens_evaluated)")
+    prefill_image_tokens: int = Field(
+        default=0, description="image embeddings evaluated (part of prefill_tokens_evaluated)"
+    )
     batch_tokens_max: int = Field(default=0, description="largest llama_batch of one step")
     sequences_per_step_max: int = Field(default=0, description="most sequences in one step's llama_batch")
     grammar_resamples: int = Field(default=0, description="draws a grammar refused, drawn again among allowed tokens")

@@ -18,8 +18,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from igi_sdk.engine.batch_compose import (Chunk, HoldingTextStream, Running, admission_order, compose_step, image_run_end,
-                                          image_run_start)
+from igi_sdk.engine.batch_compose import (
+    Chunk,
+    HoldingTextStream,
+    Running,
+    admission_order,
+    compose_step,
+    image_run_end,
+    image_run_start,
+)
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
 from igi_sdk.engine.batch_types import (
     BatchCounters,
@@ -70,10 +77,15 @@ class BatchScheduler:
         >>> sched.run_until_idle(); print(h.text, h.stats.ttft_s)
     """
 
-    def __init__(self, engine: LlamaEngine, *, prefix_cache: PrefixCache | None = None,
-                 max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES,
-                 clock: Callable[[], float] = time.perf_counter,
-                 on_admit: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: LlamaEngine,
+        *,
+        prefix_cache: PrefixCache | None = None,
+        max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES,
+        clock: Callable[[], float] = time.perf_counter,
+        on_admit: Callable[[str], None] | None = None,
+    ) -> None:
         self._engine = engine
         self._on_admit = on_admit
         self._slots = SlotTable(engine.placement.n_seq_max, max_parked_bytes)
@@ -140,16 +152,24 @@ class BatchScheduler:
             raise SchedulerError(f"session {req.session_id!r} already has a request in flight")
         n_ctx_seq = self._engine.n_ctx_seq
         if len(req.prompt_tokens) >= n_ctx_seq:
-            raise SchedulerError(f"prompt of {len(req.prompt_tokens)} tokens does not fit a sequence's context "
-                                 f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)")
+            raise SchedulerError(
+                f"prompt of {len(req.prompt_tokens)} tokens does not fit a sequence's context "
+                f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)"
+            )
         self._check_images(req)
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
         grammar = self._new_grammar(req.grammar, req.grammar_replay) if req.grammar is not None else None
         stops = () if grammar is not None else req.stop  # a constrained reply ends where its grammar does
-        run = Running(req=req, handle=RequestHandle(request_id, req.session_id), seq_no=seq_no,
-                       prompt=[int(t) for t in req.prompt_tokens], t_submit=self._clock(), stream=HoldingTextStream(stops),
-                       grammar=grammar)
+        run = Running(
+            req=req,
+            handle=RequestHandle(request_id, req.session_id),
+            seq_no=seq_no,
+            prompt=[int(t) for t in req.prompt_tokens],
+            t_submit=self._clock(),
+            stream=HoldingTextStream(stops),
+            grammar=grammar,
+        )
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
         if req.text_prefix:
             run.stream.prime(req.text_prefix)
@@ -195,11 +215,15 @@ class BatchScheduler:
             start = image_run_start(prompt, pos)
             embd = req.embeddings.get(token)
             if embd is None:
-                raise SchedulerError(f"the prompt holds image chunk {token} at {start}..{end - 1}, but neither the "
-                                     "session's sequence nor the request has its embeddings")
+                raise SchedulerError(
+                    f"the prompt holds image chunk {token} at {start}..{end - 1}, but neither the "
+                    "session's sequence nor the request has its embeddings"
+                )
             if len(embd) != end - start or embd.shape[1] != self._engine.model_table.n_embd:
-                raise SchedulerError(f"image chunk {token}: {tuple(embd.shape)} embeddings for {end - start} "
-                                     f"positions of width {self._engine.model_table.n_embd}")
+                raise SchedulerError(
+                    f"image chunk {token}: {tuple(embd.shape)} embeddings for {end - start} "
+                    f"positions of width {self._engine.model_table.n_embd}"
+                )
             pos = end
 
     def held_tokens(self, session_id: str) -> list[int]:
@@ -254,14 +278,15 @@ class BatchScheduler:
         events: list[TokenEvent] = []
         self._steps += 1
         self._admit(events)
-        chunks = compose_step(self._running, self._engine.placement.n_batch, self._steps,
-                              lambda prefix: prefix in self._prefix)
+        chunks = compose_step(
+            self._running, self._engine.placement.n_batch, self._steps, lambda prefix: prefix in self._prefix
+        )
         if not chunks:
             return events
         logits = self._engine.decode(sorted((c.entry() for c in chunks if not c.image), key=lambda e: e[0]))
         for chunk in chunks:
             if chunk.image:
-                logits.update(self._decode_image(chunk))
+                logits.update(self._decode_image(chunk))  # type: ignore[arg-type]
         self._c["steps"] += 1
         self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(c.tokens) for c in chunks))
         self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
@@ -290,8 +315,13 @@ class BatchScheduler:
         if embd is None:  # the session's KV lost the image after submit (a state that did not restore)
             raise SchedulerError(f"image chunk {token} is no longer held and has no embeddings")
         offset = chunk.start_pos - start
-        row = self._engine.decode_embeddings(chunk.seq_id, embd[offset:offset + len(chunk.tokens)], chunk.start_pos,
-                                             token=token, want_logits=chunk.want_logits)
+        row = self._engine.decode_embeddings(
+            chunk.seq_id,
+            embd[offset : offset + len(chunk.tokens)],
+            chunk.start_pos,
+            token=token,
+            want_logits=chunk.want_logits,
+        )
         self._c["prefill_image_tokens"] += len(chunk.tokens)
         return {chunk.seq_id: row} if row is not None else {}
 
@@ -401,8 +431,13 @@ class BatchScheduler:
             grammar.accept(token)
         handle.tokens.append(token)
         text = run.stream.push(self._engine.token_piece(token))
-        self._emit(run, TokenEvent(handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text,
-                                   holding=run.stream.holding), events)
+        self._emit(
+            run,
+            TokenEvent(
+                handle.request_id, handle.session_id, len(handle.tokens) - 1, token, text, holding=run.stream.holding
+            ),
+            events,
+        )
         if run.stream.stopped:
             self._finish(run, "stop", events)
         elif len(handle.tokens) >= run.max_tokens:
@@ -434,16 +469,21 @@ class BatchScheduler:
         n_out = len(run.handle.tokens)
         decode_s = now - run.t_first if run.t_first is not None else 0.0
         stats = RequestStats(
-            finish_reason=reason, prompt_tokens=len(run.prompt), cached_tokens=run.cached, completion_tokens=n_out,
+            finish_reason=reason,
+            prompt_tokens=len(run.prompt),
+            cached_tokens=run.cached,
+            completion_tokens=n_out,
             queue_s=(run.t_admit or now) - run.t_submit,
             ttft_s=None if run.t_first is None else run.t_first - run.t_submit,
-            decode_tok_s=(n_out - 1) / decode_s if n_out > 1 and decode_s > 0 else 0.0, total_s=now - run.t_submit,
+            decode_tok_s=(n_out - 1) / decode_s if n_out > 1 and decode_s > 0 else 0.0,
+            total_s=now - run.t_submit,
         )
         tail = run.stream.flush()  # empty after a stop string: it is never emitted
         run.handle.finish_reason, run.handle.stats = reason, stats
         self._c["requests_cancelled" if reason == "cancelled" else "requests_finished"] += 1
-        self._emit(run, TokenEvent(run.handle.request_id, run.handle.session_id, n_out, None, tail, reason, stats),
-                   events)
+        self._emit(
+            run, TokenEvent(run.handle.request_id, run.handle.session_id, n_out, None, tail, reason, stats), events
+        )
 
     # ---- pause / state / reload --------------------------------------------------------------------
 
@@ -469,7 +509,9 @@ class BatchScheduler:
         if state is None:
             return None
         slot = self._slots.of_session(session_id)
-        return (list(slot.tokens) if slot is not None and slot.tokens else self._slots.parked_tokens.get(session_id, [])), state
+        return (
+            list(slot.tokens) if slot is not None and slot.tokens else self._slots.parked_tokens.get(session_id, [])
+        ), state
 
     def export_states(self) -> dict[str, bytes]:
         """Every session's KV state, in slots and parked. Call while paused before a reload."""
@@ -489,16 +531,21 @@ class BatchScheduler:
                 missing, or it no longer restores (placement not state-compatible).
         """
         if self._engine.placement.n_seq_max != len(self._slots):
-            raise SchedulerError(f"engine now has n_seq_max={self._engine.placement.n_seq_max}, the scheduler "
-                                 f"{len(self._slots)} slots: keep n_seq_max across reloads")
+            raise SchedulerError(
+                f"engine now has n_seq_max={self._engine.placement.n_seq_max}, the scheduler "
+                f"{len(self._slots)} slots: keep n_seq_max across reloads"
+            )
         busy = {r.req.session_id for r in self._running}
         for slot in self._slots:
             if slot.session_id is None:
                 continue
             state = states.get(slot.session_id)
             expected = list(slot.tokens)
-            if state is not None and self._restore(slot.seq_id, state) \
-                    and self._engine.seq_tokens(slot.seq_id) == expected:
+            if (
+                state is not None
+                and self._restore(slot.seq_id, state)
+                and self._engine.seq_tokens(slot.seq_id) == expected
+            ):
                 continue
             if slot.session_id in busy and expected:
                 raise SchedulerError(f"session {slot.session_id!r} is running but its state did not restore")

@@ -50,10 +50,14 @@ def render_chat_template(
         if "role" not in m or "content" not in m:
             raise ValueError(f"chat message needs 'role' and 'content': {dict(m)!r}")
     try:
-        return str(_compile(template).render(
-            messages=[dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token, eos_token=eos_token,
-        ))
+        return str(
+            _compile(template).render(
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=bos_token,
+                eos_token=eos_token,
+            )
+        )
     except ValueError:
         raise
     except Exception as exc:  # jinja2.TemplateError and friends
@@ -80,12 +84,13 @@ def render_chat_segments(
         ModelUnsupportedError: the model has no chat template.
         ValueError: the template rejected the conversation or failed to render.
     """
-    kwargs = {"add_generation_prompt": add_generation_prompt, "bos_token": bos_token, "eos_token": eos_token}
     contents = [str(m["content"]) for m in messages]
     tag = secrets.token_hex(6)
     marks = [f"\ue000{tag}{i}\ue001" for i in range(len(contents))]
     placeholder = [{**dict(m), "content": mark} for m, mark in zip(messages, marks, strict=True)]
-    rendered = render_chat_template(template, placeholder, **kwargs)
+    rendered = render_chat_template(
+        template, placeholder, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token
+    )
     segments: list[tuple[str, bool]] = []
     cursor = 0
     for mark, content in zip(marks, contents, strict=True):

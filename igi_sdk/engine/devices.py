@@ -82,11 +82,17 @@ def list_devices() -> list[DeviceInfo]:
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             _ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
             free_mib, total_mib = free.value // _MIB, total.value // _MIB
-        devices.append(DeviceInfo(
-            index=index, name=name, description=(_ggml.ggml_backend_dev_description(dev) or b"").decode(),
-            type=dev_type, free_mib=free_mib, total_mib=total_mib,
-            memory_source="nvml" if nvml is not None else "ggml",
-        ))
+        devices.append(
+            DeviceInfo(
+                index=index,
+                name=name,
+                description=(_ggml.ggml_backend_dev_description(dev) or b"").decode(),
+                type=dev_type,
+                free_mib=free_mib,
+                total_mib=total_mib,
+                memory_source="nvml" if nvml is not None else "ggml",
+            )
+        )
     return devices
 
 

@@ -19,8 +19,6 @@ by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_
 
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 import json
 import os
@@ -30,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from igi_sdk.engine.reports import MemoryReport
 from igi_sdk.errors import EngineError
@@ -82,9 +81,16 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
 
     st = model_path.stat()
     memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
-    ident = {"v": _CACHE_VERSION, "path": str(model_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-             "placement": memory_fields, "llama_cpp": llama_cpp.__version__, "prefetch_abi": prefetch_abi(),
-             "cuda_visible": visibility_key()}
+    ident = {
+        "v": _CACHE_VERSION,
+        "path": str(model_path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "placement": memory_fields,
+        "llama_cpp": llama_cpp.__version__,
+        "prefetch_abi": prefetch_abi(),
+        "cuda_visible": visibility_key(),
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -142,7 +148,7 @@ def dry_run(
     if proc.returncode != 0 or not lines:
         why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         raise EngineError(f"dry run of {path} failed ({why}): {proc.stderr.strip()[-800:]}")
-    payload = json.loads(lines[-1][len(_RESULT_MARKER):])
+    payload = json.loads(lines[-1][len(_RESULT_MARKER) :])
     if "error" in payload:
         raise _rebuild_error(payload["error"], payload["message"])
     report = MemoryReport.model_validate(payload["report"])
@@ -210,7 +216,9 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
             weights[output_dev] = weights.get(output_dev, 0) + t.n_bytes  # tied head duplicated on the device
     return MemoryReport(
         weights_mib={dev: round(n / 1024 / 1024, 2) for dev, n in weights.items()},
-        kv_mib=kv_mib_from_size_lines(lines), compute_mib=logged.compute_mib, output_mib=logged.output_mib,
+        kv_mib=kv_mib_from_size_lines(lines),
+        compute_mib=logged.compute_mib,
+        output_mib=logged.output_mib,
         weights_source="tensor_table",
     )
 

@@ -125,8 +125,12 @@ def generate(
     t_first = t_first if t_first is not None else t_end
     decode_s = t_end - t_first
     stats = GenerationStats(
-        finish_reason=reason, prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=n_generated,
-        ttft_s=t_first - t0, decode_tok_s=(n_generated - 1) / decode_s if n_generated > 1 and decode_s > 0 else 0.0,
+        finish_reason=reason,
+        prompt_tokens=len(prompt),
+        cached_tokens=cached,
+        completion_tokens=n_generated,
+        ttft_s=t_first - t0,
+        decode_tok_s=(n_generated - 1) / decode_s if n_generated > 1 and decode_s > 0 else 0.0,
         total_s=t_end - t0,
     )
     yield GeneratedToken(token=None, text=stream.flush(), finish_reason=reason, stats=stats)

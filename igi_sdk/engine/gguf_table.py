@@ -26,27 +26,143 @@ GGUF_MAGIC = b"GGUF"
 
 # llama.cpp architectures this engine does not run: encoders/embedders, recurrent state, diffusion, audio,
 # vision towers and draft heads (sequence-state save/restore and the planner assume a KV-cache decoder).
-UNSUPPORTED_ARCHITECTURES = frozenset({
-    "clip", "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3",
-    "eurobert", "t5", "t5encoder", "wavtokenizer-dec", "gemma-embedding", "llama-embed", "qwen3tts",
-    "pockettts", "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "dream", "llada", "llada-moe",
-    "eagle3", "dflash", "gemma4-assistant",
-})
+UNSUPPORTED_ARCHITECTURES = frozenset(
+    {
+        "clip",
+        "bert",
+        "modern-bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "eurobert",
+        "t5",
+        "t5encoder",
+        "wavtokenizer-dec",
+        "gemma-embedding",
+        "llama-embed",
+        "qwen3tts",
+        "pockettts",
+        "mamba",
+        "mamba2",
+        "rwkv6",
+        "rwkv6qwen2",
+        "rwkv7",
+        "arwkv7",
+        "dream",
+        "llada",
+        "llada-moe",
+        "eagle3",
+        "dflash",
+        "gemma4-assistant",
+    }
+)
 
 # Decoder architectures of llama.cpp (vendored in llama-cpp-python 0.3.36) that the engine accepts.
-SUPPORTED_ARCHITECTURES = frozenset({
-    "llama", "llama4", "deci", "falcon", "grok", "gpt2", "gptj", "gptneox", "mpt", "baichuan", "starcoder",
-    "refact", "bloom", "stablelm", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3next",
-    "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "phi2", "phi3", "phimoe", "plamo", "plamo2", "plamo3",
-    "codeshell", "orion", "internlm2", "minicpm", "minicpm3", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4",
-    "starcoder2", "jamba", "falcon-h1", "xverse", "command-r", "cohere2", "cohere2moe", "dbrx", "olmo", "olmo2",
-    "olmoe", "openelm", "arctic", "deepseek", "deepseek2", "chatglm", "glm4", "glm4moe", "bitnet", "jais",
-    "jais2", "nemotron", "nemotron_h", "nemotron_h_moe", "exaone", "exaone4", "exaone-moe", "granite",
-    "granitemoe", "granitehybrid", "granite_swa", "chameleon", "plm", "bailingmoe", "bailingmoe2", "dots1",
-    "arcee", "afmoe", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense", "smollm3", "gpt-oss", "lfm2",
-    "lfm2moe", "smallthinker", "seed_oss", "grovemoe", "apertus", "minimax-m2", "mistral3", "mistral4",
-    "mimo2", "step35", "maincoder", "nanbeige", "mellum",
-})
+SUPPORTED_ARCHITECTURES = frozenset(
+    {
+        "llama",
+        "llama4",
+        "deci",
+        "falcon",
+        "grok",
+        "gpt2",
+        "gptj",
+        "gptneox",
+        "mpt",
+        "baichuan",
+        "starcoder",
+        "refact",
+        "bloom",
+        "stablelm",
+        "qwen",
+        "qwen2",
+        "qwen2moe",
+        "qwen2vl",
+        "qwen3",
+        "qwen3moe",
+        "qwen3next",
+        "qwen3vl",
+        "qwen3vlmoe",
+        "qwen35",
+        "qwen35moe",
+        "phi2",
+        "phi3",
+        "phimoe",
+        "plamo",
+        "plamo2",
+        "plamo3",
+        "codeshell",
+        "orion",
+        "internlm2",
+        "minicpm",
+        "minicpm3",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "starcoder2",
+        "jamba",
+        "falcon-h1",
+        "xverse",
+        "command-r",
+        "cohere2",
+        "cohere2moe",
+        "dbrx",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "openelm",
+        "arctic",
+        "deepseek",
+        "deepseek2",
+        "chatglm",
+        "glm4",
+        "glm4moe",
+        "bitnet",
+        "jais",
+        "jais2",
+        "nemotron",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "exaone",
+        "exaone4",
+        "exaone-moe",
+        "granite",
+        "granitemoe",
+        "granitehybrid",
+        "granite_swa",
+        "chameleon",
+        "plm",
+        "bailingmoe",
+        "bailingmoe2",
+        "dots1",
+        "arcee",
+        "afmoe",
+        "ernie4_5",
+        "ernie4_5-moe",
+        "hunyuan-moe",
+        "hunyuan-dense",
+        "smollm3",
+        "gpt-oss",
+        "lfm2",
+        "lfm2moe",
+        "smallthinker",
+        "seed_oss",
+        "grovemoe",
+        "apertus",
+        "minimax-m2",
+        "mistral3",
+        "mistral4",
+        "mimo2",
+        "step35",
+        "maincoder",
+        "nanbeige",
+        "mellum",
+    }
+)
 
 
 _TABLE_CACHE_MAX = 8
@@ -85,8 +201,10 @@ class _Gguf:
             return None
         kv_type = _ggml.gguf_get_kv_type(self.ctx, kid)
         scalar = {
-            _ggml.GGUF_TYPE_UINT32: _ggml.gguf_get_val_u32, _ggml.GGUF_TYPE_INT32: _ggml.gguf_get_val_i32,
-            _ggml.GGUF_TYPE_UINT64: _ggml.gguf_get_val_u64, _ggml.GGUF_TYPE_INT64: _ggml.gguf_get_val_i64,
+            _ggml.GGUF_TYPE_UINT32: _ggml.gguf_get_val_u32,
+            _ggml.GGUF_TYPE_INT32: _ggml.gguf_get_val_i32,
+            _ggml.GGUF_TYPE_UINT64: _ggml.gguf_get_val_u64,
+            _ggml.GGUF_TYPE_INT64: _ggml.gguf_get_val_i64,
             _ggml.GGUF_TYPE_UINT16: _ggml.gguf_get_val_u16,
         }
         if kv_type in scalar:
@@ -149,10 +267,17 @@ def _tensors(g: _Gguf, path: Path, file_bytes: int) -> tuple[TensorInfo, ...]:
             dims.pop()
         type_id = _ggml.gguf_get_tensor_type(g.ctx, tid)
         layer, group = classify(name)
-        tensors.append(TensorInfo(
-            name=name, layer=layer, group=group, ggml_type=(_ggml.ggml_type_name(type_id) or b"?").decode(),
-            shape=tuple(dims), n_bytes=n_bytes, file_offset=offset,
-        ))
+        tensors.append(
+            TensorInfo(
+                name=name,
+                layer=layer,
+                group=group,
+                ggml_type=(_ggml.ggml_type_name(type_id) or b"?").decode(),
+                shape=tuple(dims),
+                n_bytes=n_bytes,
+                file_offset=offset,
+            )
+        )
     return tuple(tensors)
 
 
@@ -161,8 +286,15 @@ MAX_LAYERS = 512
 MAX_EXPERTS = 512
 
 
-def _check_shape(path: Path, n_layer: int, n_embd: int, n_head: int, n_expert: int, n_expert_used: int,
-                 tensors: tuple[TensorInfo, ...]) -> None:
+def _check_shape(
+    path: Path,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_expert: int,
+    n_expert_used: int,
+    tensors: tuple[TensorInfo, ...],
+) -> None:
     """Metadata llama.cpp would abort on (an assert kills the process, no Python error), or that would make the
     planner loop for ever (a block count of 10^5): refused here as a corrupt model, before anything loads it."""
     if not 1 <= n_layer <= MAX_LAYERS:
@@ -170,11 +302,15 @@ def _check_shape(path: Path, n_layer: int, n_embd: int, n_head: int, n_expert: i
     if n_embd < 1 or n_head < 1:
         raise ModelCorruptError(f"{path}: embedding_length {n_embd} and attention.head_count {n_head} must be >= 1")
     if n_expert and not 1 <= n_expert_used <= n_expert <= MAX_EXPERTS:
-        raise ModelCorruptError(f"{path}: expert_used_count {n_expert_used} and expert_count {n_expert} must satisfy "
-                                f"1 <= used <= count <= {MAX_EXPERTS}")
+        raise ModelCorruptError(
+            f"{path}: expert_used_count {n_expert_used} and expert_count {n_expert} must satisfy "
+            f"1 <= used <= count <= {MAX_EXPERTS}"
+        )
     beyond = next((t for t in tensors if t.layer is not None and t.layer >= n_layer), None)
     if beyond is not None:
-        raise ModelCorruptError(f"{path}: tensor {beyond.name!r} names layer {beyond.layer}, but block_count is {n_layer}")
+        raise ModelCorruptError(
+            f"{path}: tensor {beyond.name!r} names layer {beyond.layer}, but block_count is {n_layer}"
+        )
 
 
 def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
@@ -222,21 +358,36 @@ def _read_table(p: Path, file_bytes: int) -> ModelTable:
         n_head_kv = g.get_int(f"{arch}.attention.head_count_kv") or n_head
         head_dim = n_embd // n_head if n_head else 0
         n_expert = g.get_int(f"{arch}.expert_count") or 0
-        n_ff = (g.get_int(f"{arch}.expert_feed_forward_length") if n_expert else None) or \
-            g.get_int(f"{arch}.feed_forward_length") or 0
+        n_ff = (
+            (g.get_int(f"{arch}.expert_feed_forward_length") if n_expert else None)
+            or g.get_int(f"{arch}.feed_forward_length")
+            or 0
+        )
         n_expert_used = g.get_int(f"{arch}.expert_used_count") or 0
         _check_shape(p, n_layer, n_embd, n_head, n_expert, n_expert_used, tensors)
         by_name = {t.name: t for t in tensors}
         embd = by_name.get("token_embd.weight") or by_name.get("output.weight")
-        n_vocab = g.arr_n("tokenizer.ggml.tokens") or g.get_int(f"{arch}.vocab_size") or \
-            (embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0)
+        n_vocab = (
+            g.arr_n("tokenizer.ggml.tokens")
+            or g.get_int(f"{arch}.vocab_size")
+            or (embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0)
+        )
         return ModelTable(
-            path=str(p), architecture=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+            path=str(p),
+            architecture=arch,
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_head=n_head,
+            n_head_kv=n_head_kv,
             n_embd_head_k=g.get_int(f"{arch}.attention.key_length") or head_dim,
             n_embd_head_v=g.get_int(f"{arch}.attention.value_length") or head_dim,
-            n_ff=n_ff, n_vocab=n_vocab, n_ctx_train=g.get_int(f"{arch}.context_length") or 0,
-            n_expert=n_expert, n_expert_used=n_expert_used,
-            file_bytes=file_bytes, tensors=tensors,
+            n_ff=n_ff,
+            n_vocab=n_vocab,
+            n_ctx_train=g.get_int(f"{arch}.context_length") or 0,
+            n_expert=n_expert,
+            n_expert_used=n_expert_used,
+            file_bytes=file_bytes,
+            tensors=tensors,
         )
     finally:
         g.close()
@@ -271,8 +422,9 @@ def read_projector_shape(path: str | os.PathLike[str]) -> VisionShape:
             raise ModelUnsupportedError(f"{p}: architecture {arch!r} is not a vision projector (expected 'clip')")
         kind = g.get_str("clip.projector_type") or g.get_str("clip.vision.projector_type")
         if kind not in PROJECTOR_TYPES:
-            raise ModelUnsupportedError(f"{p}: projector type {kind!r} is not supported (supported: "
-                                        f"{', '.join(PROJECTOR_TYPES)})")
+            raise ModelUnsupportedError(
+                f"{p}: projector type {kind!r} is not supported (supported: {', '.join(PROJECTOR_TYPES)})"
+            )
         tensors = _tensors(g, p, p.stat().st_size)
 
         def need(key: str) -> int:
@@ -289,13 +441,20 @@ def read_projector_shape(path: str | os.PathLike[str]) -> VisionShape:
         weight = next((t for t in tensors if t.name == "v.blk.0.attn_q.weight"), None)
         try:
             return VisionShape(
-                projector_type=kind, n_layer=n_layer, n_embd=need("embedding_length"), n_ff=need("feed_forward_length"),
-                n_head=need("attention.head_count"), patch_size=need("patch_size"), image_size=need("image_size"),
-                n_merge=merge or 2, projection_dim=need("projection_dim"),
+                projector_type=kind,
+                n_layer=n_layer,
+                n_embd=need("embedding_length"),
+                n_ff=need("feed_forward_length"),
+                n_head=need("attention.head_count"),
+                patch_size=need("patch_size"),
+                image_size=need("image_size"),
+                n_merge=merge or 2,
+                projection_dim=need("projection_dim"),
                 longest_edge=g.get_int("clip.vision.preproc_image_size") or 0,
                 n_wa_pattern=g.get_int("clip.vision.n_wa_pattern") or 0,
                 weight_type="f32" if weight is not None and weight.ggml_type == "f32" else "f16",
-                file_weight_bytes=sum(t.n_bytes for t in tensors))
+                file_weight_bytes=sum(t.n_bytes for t in tensors),
+            )
         except ValueError as exc:
             raise ModelCorruptError(f"{p}: projector metadata rejected: {exc}") from exc
     finally:

@@ -62,7 +62,8 @@ class GrammarConstraint:
 
     def _apply(self, data: np.ndarray) -> None:
         array = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(llama_cpp.llama_token_data_p), size=len(data), selected=-1, sorted=False)
+            data=data.ctypes.data_as(llama_cpp.llama_token_data_p), size=len(data), selected=-1, sorted=False
+        )
         llama_cpp.llama_sampler_apply(self._smpl, ctypes.byref(array))
 
     def allows(self, token: int) -> bool:

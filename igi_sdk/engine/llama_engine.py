@@ -29,8 +29,8 @@ import numpy as np
 from igi_sdk.engine import _log
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
-from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.gguf_table import read_tensor_table
+from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.params import context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
@@ -59,9 +59,12 @@ def _backend_init() -> None:
     with _backend_lock:
         if not _backend_ready:
             if numpy_imported_before_llama_cpp() and llama_cpp.llama_supports_gpu_offload():
-                warnings.warn("numpy was imported before llama.cpp; on CUDA builds this order has crashed model "
-                              "loads (import igi_sdk.engine.llama_engine first; docs/engine.md, 'Load order')",
-                              RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    "numpy was imported before llama.cpp; on CUDA builds this order has crashed model "
+                    "loads (import igi_sdk.engine.llama_engine first; docs/engine.md, 'Load order')",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             llama_cpp.llama_backend_init()
             _backend_ready = True
 
@@ -126,8 +129,13 @@ class LlamaEngine:
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         # the batch llama.cpp accepts, not the one asked for: it clamps n_batch to the requested n_ctx while it pads
         # n_ctx up (n_ctx 16 -> 256 with n_batch 16), and a larger chunk is a GGML_ASSERT that aborts the process
-        self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab, int(llama_cpp.llama_n_ctx_seq(ctx)),
-                                  placement.n_seq_max)
+        self._seqs = BatchDecoder(
+            ctx,
+            int(llama_cpp.llama_n_batch(ctx)),
+            self._n_vocab,
+            int(llama_cpp.llama_n_ctx_seq(ctx)),
+            placement.n_seq_max,
+        )
         stack.callback(lambda: self._seqs.free())  # the current decoder (a restored context has a new one)
         self.__dict__.pop("eos_token_ids", None)
 
@@ -158,8 +166,13 @@ class LlamaEngine:
             self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
         self._ctx = ctx
-        self._seqs = BatchDecoder(ctx, int(llama_cpp.llama_n_batch(ctx)), self._n_vocab,
-                                  int(llama_cpp.llama_n_ctx_seq(ctx)), self._placement.n_seq_max)
+        self._seqs = BatchDecoder(
+            ctx,
+            int(llama_cpp.llama_n_batch(ctx)),
+            self._n_vocab,
+            int(llama_cpp.llama_n_ctx_seq(ctx)),
+            self._placement.n_seq_max,
+        )
 
     def release_model(self) -> None:
         """Free the context and the model (all of the LLM's VRAM); ``restore_model`` loads it again with the same
@@ -212,8 +225,9 @@ class LlamaEngine:
     def __enter__(self) -> LlamaEngine:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -312,7 +326,7 @@ class LlamaEngine:
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
-        return buf.raw[:max(n, 0)]
+        return buf.raw[: max(n, 0)]
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         """Text of a token list (invalid UTF-8 replaced)."""
@@ -332,9 +346,14 @@ class LlamaEngine:
         """
         bos = llama_cpp.llama_vocab_bos(self._vocab)
         eos = llama_cpp.llama_vocab_eos(self._vocab)
-        piece = (lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else "")
-        return render_chat_template(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                                    bos_token=piece(bos), eos_token=piece(eos))
+        piece = lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
+        return render_chat_template(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=piece(bos),
+            eos_token=piece(eos),
+        )
 
     @cached_property
     def _control_tokens(self) -> tuple[re.Pattern[str] | None, dict[str, int]]:
@@ -362,9 +381,14 @@ class LlamaEngine:
         """
         bos = llama_cpp.llama_vocab_bos(self._vocab)
         eos = llama_cpp.llama_vocab_eos(self._vocab)
-        piece = (lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else "")
-        segments = render_chat_segments(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                                        bos_token=piece(bos), eos_token=piece(eos))
+        piece = lambda t: self.token_piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
+        segments = render_chat_segments(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=piece(bos),
+            eos_token=piece(eos),
+        )
         pattern, ids = self._control_tokens
         # llama.cpp's own partition: the text is cut at each control token; each piece between is tokenized alone
         pieces: list[str | int] = []
@@ -375,7 +399,7 @@ class LlamaEngine:
                 continue
             cursor = 0
             for match in pattern.finditer(segment):
-                text += segment[cursor:match.start()]
+                text += segment[cursor : match.start()]
                 pieces += [text, ids[match.group()]] if text else [ids[match.group()]]
                 text, cursor = "", match.end()
             text += segment[cursor:]
@@ -407,8 +431,9 @@ class LlamaEngine:
         self._require_open()
         return self._seqs.decode(batch)
 
-    def decode_embeddings(self, seq_id: int, embd: np.ndarray, start_pos: int, *, token: int,
-                          want_logits: bool = False) -> np.ndarray | None:
+    def decode_embeddings(
+        self, seq_id: int, embd: np.ndarray, start_pos: int, *, token: int, want_logits: bool = False
+    ) -> np.ndarray | None:
         """Evaluate image embeddings (float32 (n, n_embd), from ``VisionEncoder.encode``) at positions
         ``start_pos..`` of ``seq_id``; ``token`` is the pseudo token the bookkeeping records for them.
 
@@ -420,7 +445,9 @@ class LlamaEngine:
         """
         self._require_open()
         if embd.ndim != 2 or embd.shape[1] != self._table.n_embd:
-            raise ValueError(f"embeddings of width {embd.shape[-1]} do not match the model's n_embd {self._table.n_embd}")
+            raise ValueError(
+                f"embeddings of width {embd.shape[-1]} do not match the model's n_embd {self._table.n_embd}"
+            )
         return self._seqs.decode_embd(seq_id, embd, start_pos, token, want_logits)
 
     def seq_tokens(self, seq_id: int) -> list[int]:
@@ -466,8 +493,9 @@ class LlamaEngine:
         "cancelled") and ``stats`` (usage, TTFT, decode tokens/s).
         """
         self._require_open()
-        return generate(self, seq_id, prompt_tokens, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                        should_cancel=should_cancel)
+        return generate(
+            self, seq_id, prompt_tokens, max_tokens=max_tokens, sampler=sampler, stop=stop, should_cancel=should_cancel
+        )
 
     # ---- state -----------------------------------------------------------------------------------
 
@@ -479,10 +507,14 @@ class LlamaEngine:
         """
         self._require_open()
         data = self._seqs.state_get(seq_id)
-        header = json.dumps({
-            "placement": {k: getattr(self._placement, k) for k in _STATE_KEYS},
-            "n_vocab": self._n_vocab, "n_layer": self._table.n_layer, "tokens": self.seq_tokens(seq_id),
-        }).encode()
+        header = json.dumps(
+            {
+                "placement": {k: getattr(self._placement, k) for k in _STATE_KEYS},
+                "n_vocab": self._n_vocab,
+                "n_layer": self._table.n_layer,
+                "tokens": self.seq_tokens(seq_id),
+            }
+        ).encode()
         return _STATE_MAGIC + struct.pack("<II", _STATE_VERSION, len(header)) + header + data
 
     def restore_seq_state(self, seq_id: int, data: bytes) -> int:
@@ -501,7 +533,7 @@ class LlamaEngine:
         version, header_len = struct.unpack("<II", data[4:12])
         if version != _STATE_VERSION:
             raise EngineError(f"sequence state version {version} is not supported (expected {_STATE_VERSION})")
-        header = json.loads(data[12:12 + header_len])
+        header = json.loads(data[12 : 12 + header_len])
         saved = self._placement.model_copy(update=header["placement"])
         if not saved.state_compatible_with(self._placement):
             now = {k: getattr(self._placement, k) for k in _STATE_KEYS}
@@ -511,5 +543,5 @@ class LlamaEngine:
             )
         if header["n_vocab"] != self._n_vocab or header["n_layer"] != self._table.n_layer:
             raise EngineError("sequence state was saved with another model")
-        self._seqs.state_set(seq_id, data[12 + header_len:], header["tokens"])
+        self._seqs.state_set(seq_id, data[12 + header_len :], header["tokens"])
         return self.seq_pos_max(seq_id) + 1

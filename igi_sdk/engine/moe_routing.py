@@ -30,8 +30,9 @@ _get_i32_nd.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_in
 TOPK_PREFIX = "ffn_moe_topk-"
 
 
-def activated_experts(model_path: str | Path, tokens: Sequence[int], n_expert_used: int, *, n_ubatch: int = 512,
-                      n_threads: int = 2) -> dict[tuple[int, int], set[int]]:
+def activated_experts(
+    model_path: str | Path, tokens: Sequence[int], n_expert_used: int, *, n_ubatch: int = 512, n_threads: int = 2
+) -> dict[tuple[int, int], set[int]]:
     """Expert ids activated per (ubatch index, layer) while prefilling ``tokens`` in ubatches of ``n_ubatch``.
 
     The last layer computes only the rows whose logits are wanted (one token per ubatch here), so it shows
@@ -49,7 +50,7 @@ def activated_experts(model_path: str | Path, tokens: Sequence[int], n_expert_us
         if not name.startswith(TOPK_PREFIX):
             return not ask  # asked: not wanted; computed: go on
         if not ask:
-            ids = used[(ubatch[0], int(name[len(TOPK_PREFIX):]))]
+            ids = used[(ubatch[0], int(name[len(TOPK_PREFIX) :]))]
             for tok in range(_nelements(t) // n_expert_used):
                 ids.update(_get_i32_nd(t, j, tok, 0, 0) for j in range(n_expert_used))
         return True
@@ -70,7 +71,7 @@ def activated_experts(model_path: str | Path, tokens: Sequence[int], n_expert_us
         if not ctx:
             raise EngineError("llama.cpp could not create a context")
         for start in range(0, len(tokens), n_ubatch):
-            chunk = list(tokens[start:start + n_ubatch])
+            chunk = list(tokens[start : start + n_ubatch])
             arr = (llama_cpp.llama_token * len(chunk))(*chunk)
             if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, len(chunk))) != 0:
                 raise EngineError(f"decode of tokens {start}..{start + len(chunk)} failed")

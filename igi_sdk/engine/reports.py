@@ -125,9 +125,17 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
     for target in overrides.values():
         counts[target] = counts.get(target, 0) + 1
     return LoadReport(
-        weights_mib=weights, kv_mib=kv, compute_mib=compute, output_mib=output, overridden_tensors=counts,
-        overridden_tensor_targets=overrides, layer_devices=layer_devices, kv_layer_devices=kv_layer_devices,
-        n_layers_offloaded=offloaded, weight_prefetch_slots=prefetch_slots, weight_prefetch_slot_mib=prefetch_mib,
+        weights_mib=weights,
+        kv_mib=kv,
+        compute_mib=compute,
+        output_mib=output,
+        overridden_tensors=counts,
+        overridden_tensor_targets=overrides,
+        layer_devices=layer_devices,
+        kv_layer_devices=kv_layer_devices,
+        n_layers_offloaded=offloaded,
+        weight_prefetch_slots=prefetch_slots,
+        weight_prefetch_slot_mib=prefetch_mib,
         log_lines=tuple(kept),
     )
 

@@ -61,7 +61,7 @@ class Sampler:
         """
         scores = np.asarray(logits, dtype=np.float32)
         if self.repeat_penalty != 1.0 and history and self.repeat_last_n > 0:
-            recent = np.unique(np.asarray(history[-self.repeat_last_n:], dtype=np.int64))
+            recent = np.unique(np.asarray(history[-self.repeat_last_n :], dtype=np.int64))
             recent = recent[(recent >= 0) & (recent < scores.shape[0])]
             scores = scores.copy()
             picked = scores[recent]
@@ -70,7 +70,7 @@ class Sampler:
             return int(np.argmax(scores))
         candidates = np.arange(scores.shape[0])
         if 0 < self.top_k < scores.shape[0]:
-            candidates = np.argpartition(scores, -self.top_k)[-self.top_k:]
+            candidates = np.argpartition(scores, -self.top_k)[-self.top_k :]
         cand_scores = scores[candidates].astype(np.float64) / self.temperature
         order = np.argsort(-cand_scores, kind="stable")
         candidates, cand_scores = candidates[order], cand_scores[order]

@@ -54,6 +54,8 @@ def schema_to_gbnf(schema: dict[str, Any]) -> str:
         raise SchemaError(f"the JSON-Schema converter refused the schema: {exc}") from None
     if len(grammar) > MAX_GRAMMAR_CHARS:
         raise SchemaError(f"the schema converts to a grammar of {len(grammar)} characters (limit {MAX_GRAMMAR_CHARS})")
-    lines = [(_STRICT_CHAR + line[len(_LOOSE_CHAR):]) if line.startswith(_LOOSE_CHAR) else line
-             for line in grammar.split("\n")]
+    lines = [
+        (_STRICT_CHAR + line[len(_LOOSE_CHAR) :]) if line.startswith(_LOOSE_CHAR) else line
+        for line in grammar.split("\n")
+    ]
     return "\n".join(lines) + "\n"

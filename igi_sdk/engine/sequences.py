@@ -41,8 +41,9 @@ class ContextFullError(EngineError):
 class BatchDecoder:
     """One ``llama_batch`` of n_batch tokens reused for every decode, plus per-sequence token tracking."""
 
-    def __init__(self, ctx: llama_cpp.llama_context_p, n_batch: int, n_vocab: int, n_ctx_seq: int,
-                 n_seq_max: int) -> None:
+    def __init__(
+        self, ctx: llama_cpp.llama_context_p, n_batch: int, n_vocab: int, n_ctx_seq: int, n_seq_max: int
+    ) -> None:
         self.ctx = ctx
         self.mem = llama_cpp.llama_get_memory(ctx)
         self.n_batch = n_batch
@@ -84,7 +85,7 @@ class BatchDecoder:
         logits: dict[int, np.ndarray] = {}
         b = self.batch
         for lo in range(0, len(flat), self.n_batch):
-            chunk = flat[lo:lo + self.n_batch]
+            chunk = flat[lo : lo + self.n_batch]
             for i, (tok, pos, seq, want) in enumerate(chunk):
                 b.token[i] = tok
                 b.pos[i] = pos
@@ -108,7 +109,9 @@ class BatchDecoder:
                 self.tokens[seq_id] = known + [int(t) for t in toks]
         return logits
 
-    def decode_embd(self, seq_id: int, embd: np.ndarray, start_pos: int, token: int, want_logits: bool) -> np.ndarray | None:
+    def decode_embd(
+        self, seq_id: int, embd: np.ndarray, start_pos: int, token: int, want_logits: bool
+    ) -> np.ndarray | None:
         """Evaluate embeddings (float32, (n, n_embd): an image chunk) at positions ``start_pos..`` of one
         sequence, in n_batch chunks of their own batch (llama.cpp does not mix tokens and embeddings in one
         batch). ``token`` is what the bookkeeping records for these positions (a negative pseudo token).
@@ -121,15 +124,17 @@ class BatchDecoder:
             raise ValueError("embeddings must be a float32 (n_tokens, n_embd) array")
         n, width = embd.shape
         if start_pos < 0 or start_pos + n > self.n_ctx_seq:
-            raise ContextFullError(f"sequence {seq_id}: image positions {start_pos}..{start_pos + n - 1} exceed its "
-                                   f"context of {self.n_ctx_seq} tokens (n_ctx / n_seq_max)")
+            raise ContextFullError(
+                f"sequence {seq_id}: image positions {start_pos}..{start_pos + n - 1} exceed its "
+                f"context of {self.n_ctx_seq} tokens (n_ctx / n_seq_max)"
+            )
         data = np.ascontiguousarray(embd)
         batch = llama_cpp.llama_batch_init(self.n_batch, width, 1)
         row = None
         try:
             for lo in range(0, n, self.n_batch):
                 m = min(self.n_batch, n - lo)
-                ctypes.memmove(batch.embd, data[lo:lo + m].ctypes.data, m * width * 4)
+                ctypes.memmove(batch.embd, data[lo : lo + m].ctypes.data, m * width * 4)
                 for i in range(m):
                     batch.pos[i] = start_pos + lo + i
                     batch.n_seq_id[i] = 1

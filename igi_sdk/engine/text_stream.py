@@ -43,7 +43,7 @@ class TextStream:
         self._pending += self._decoder.decode(piece)
         hits = [i for i in (self._pending.find(s) for s in self.stop) if i >= 0]
         if hits:
-            out, self._pending, self.stopped = self._pending[:min(hits)], "", True
+            out, self._pending, self.stopped = self._pending[: min(hits)], "", True
         else:
             keep = self._hold_back()
             cut = len(self._pending) - keep

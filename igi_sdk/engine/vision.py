@@ -35,8 +35,8 @@ import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
 from igi_sdk.engine import _log
-from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.engine.gguf_table import read_projector_shape, read_tensor_table
+from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.errors import EngineError, ImageError, ModelUnsupportedError
 from igi_sdk.planner.vision import VisionShape
 
@@ -66,8 +66,9 @@ class ImageData:
     height: int = 0
 
     def digest(self) -> bytes:
-        return hashlib.sha256(self.format.encode() + self.width.to_bytes(4, "little")
-                              + self.height.to_bytes(4, "little") + self.data).digest()
+        return hashlib.sha256(
+            self.format.encode() + self.width.to_bytes(4, "little") + self.height.to_bytes(4, "little") + self.data
+        ).digest()
 
 
 @dataclass(frozen=True)
@@ -148,16 +149,19 @@ class VisionEncoder:
             used together (other width, an M-RoPE text model, a projector type the engine does not run).
     """
 
-    def __init__(self, mmproj_path: str | os.PathLike[str], text_model_path: str | os.PathLike[str], *,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self, mmproj_path: str | os.PathLike[str], text_model_path: str | os.PathLike[str], *, verbose: bool = False
+    ) -> None:
         from igi_sdk.engine.llama_engine import _backend_init
 
         self.mmproj_path = Path(mmproj_path)
         self.shape: VisionShape = read_projector_shape(self.mmproj_path)
         table = read_tensor_table(text_model_path)
         if self.shape.projection_dim != table.n_embd:
-            raise ModelUnsupportedError(f"{self.mmproj_path}: the projector's embeddings are {self.shape.projection_dim} "
-                                        f"wide, the text model's n_embd is {table.n_embd}: they do not belong together")
+            raise ModelUnsupportedError(
+                f"{self.mmproj_path}: the projector's embeddings are {self.shape.projection_dim} "
+                f"wide, the text model's n_embd is {table.n_embd}: they do not belong together"
+            )
         self._verbose = verbose
         _backend_init()
         _install_log()
@@ -169,8 +173,10 @@ class VisionEncoder:
             raise EngineError(f"llama.cpp could not load the vocabulary of {text_model_path}")
         if int(llama_cpp.llama_model_rope_type(self._vocab_model)) in _ROPE_TYPE_MROPE:
             self.close()
-            raise ModelUnsupportedError(f"{text_model_path}: an M-RoPE text model (2-D image positions) is not "
-                                        "supported by the vision path; image embeddings take consecutive positions")
+            raise ModelUnsupportedError(
+                f"{text_model_path}: an M-RoPE text model (2-D image positions) is not "
+                "supported by the vision path; image embeddings take consecutive positions"
+            )
         self.n_embd = table.n_embd
 
     def close(self) -> None:
@@ -194,13 +200,15 @@ class VisionEncoder:
         else:
             channels = 3 if image.format == "rgb8" else 4
             if image.width < 1 or image.height < 1 or len(image.data) != image.width * image.height * channels:
-                raise ImageError(f"{image.format} data of {len(image.data)} bytes is not {image.width}x{image.height}"
-                                 f"x{channels}")
+                raise ImageError(
+                    f"{image.format} data of {len(image.data)} bytes is not {image.width}x{image.height}x{channels}"
+                )
             pixels = np.frombuffer(image.data, dtype=np.uint8)
             if channels == 4:
                 pixels = np.ascontiguousarray(pixels.reshape(-1, 4)[:, :3])
-            bitmap = mtmd.mtmd_bitmap_init(image.width, image.height,
-                                           pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
+            bitmap = mtmd.mtmd_bitmap_init(
+                image.width, image.height, pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+            )
             if not bitmap:
                 raise ImageError("mtmd refused the pixel buffer")
         return bitmap, int(mtmd.mtmd_bitmap_get_nx(bitmap)), int(mtmd.mtmd_bitmap_get_ny(bitmap))
@@ -211,8 +219,17 @@ class VisionEncoder:
         if ctx:
             mtmd.mtmd_free(ctx)
 
-    def encode(self, image: ImageData, *, use_gpu: bool, image_max_tokens: int, n_threads: int | None = None,
-               flash_attn: bool | None = True, warmup: bool = False, keep_open: bool = False) -> EncodedImage:
+    def encode(
+        self,
+        image: ImageData,
+        *,
+        use_gpu: bool,
+        image_max_tokens: int,
+        n_threads: int | None = None,
+        flash_attn: bool | None = True,
+        warmup: bool = False,
+        keep_open: bool = False,
+    ) -> EncodedImage:
         """Encode one image: create the encoder, encode every image chunk, copy the embeddings out, free it.
 
         ``flash_attn=None`` (mtmd's auto), ``warmup=True`` (a compute buffer for the largest image) and
@@ -229,7 +246,9 @@ class VisionEncoder:
         params.use_gpu = use_gpu
         params.print_timings = False
         params.n_threads = n_threads or max(1, min(4, os.cpu_count() or 1))
-        params.flash_attn_type = -1 if flash_attn is None else _FLASH_ATTN_ENABLED if flash_attn else _FLASH_ATTN_DISABLED
+        params.flash_attn_type = (
+            -1 if flash_attn is None else _FLASH_ATTN_ENABLED if flash_attn else _FLASH_ATTN_DISABLED
+        )
         params.warmup = warmup  # VLMOpt: off, the compute buffer is sized for this image, not for the largest one
         params.image_max_tokens = image_max_tokens
         t0 = time.perf_counter()
@@ -237,8 +256,10 @@ class VisionEncoder:
         with _log.capture_log(echo=self._verbose) as cap:
             ctx = mtmd.mtmd_init_from_file(os.fsencode(self.mmproj_path), self._vocab_model, params)
             if not ctx:
-                raise EngineError(f"mtmd could not load the projector {self.mmproj_path}: "
-                                  + ("; ".join(t for lv, t in cap.lines if lv == "error")[-300:] or "no error logged"))
+                raise EngineError(
+                    f"mtmd could not load the projector {self.mmproj_path}: "
+                    + ("; ".join(t for lv, t in cap.lines if lv == "error")[-300:] or "no error logged")
+                )
             t_loaded = time.perf_counter()
             bitmap = chunks = None
             try:
@@ -272,7 +293,11 @@ class VisionEncoder:
                     out = mtmd.mtmd_get_output_embd(ctx)
                     if not out:
                         raise EngineError("mtmd_get_output_embd returned NULL")
-                    embd = np.ctypeslib.as_array(out, shape=(n_tokens * self.n_embd,)).reshape(n_tokens, self.n_embd).copy()
+                    embd = (
+                        np.ctypeslib.as_array(out, shape=(n_tokens * self.n_embd,))
+                        .reshape(n_tokens, self.n_embd)
+                        .copy()
+                    )
                     pieces.append(ImageEmbedding(pseudo_token(digest, n_image), embd))
                     n_image += 1
             finally:
@@ -288,8 +313,15 @@ class VisionEncoder:
         t1 = time.perf_counter()
         if not n_image:
             raise ImageError("the projector produced no image tokens")
-        return EncodedImage(tuple(pieces), width, height, "gpu" if use_gpu else "cpu", t_loaded - t0, t1 - t_loaded,
-                            _compute_mib(cap.text_lines()))
+        return EncodedImage(
+            tuple(pieces),
+            width,
+            height,
+            "gpu" if use_gpu else "cpu",
+            t_loaded - t0,
+            t1 - t_loaded,
+            _compute_mib(cap.text_lines()),
+        )
 
 
 LlmRelease = Literal["none", "context", "model"]
@@ -303,9 +335,18 @@ class ImageTurnTimes:
     restore_s: float
 
 
-def encode_beside(engine: LlamaEngine, encoder: VisionEncoder, image: ImageData, *, use_gpu: bool,
-                  llm_release: LlmRelease, image_max_tokens: int, n_threads: int | None,
-                  save: Callable[[], object], restore: Callable[[object], None]) -> tuple[EncodedImage, ImageTurnTimes]:
+def encode_beside(
+    engine: LlamaEngine,
+    encoder: VisionEncoder,
+    image: ImageData,
+    *,
+    use_gpu: bool,
+    llm_release: LlmRelease,
+    image_max_tokens: int,
+    n_threads: int | None,
+    save: Callable[[], object],
+    restore: Callable[[object], None],
+) -> tuple[EncodedImage, ImageTurnTimes]:
     """Encode ``image`` the way the plan says (``igi_sdk.planner.vision.EncoderPlan``): on the GPU with the LLM's
     context or whole model released for the encode (``save`` exports every sequence's state before, ``restore``
     imports it after the LLM is back), or with the LLM untouched (CPU, or ``llm_release="none"``).
@@ -314,8 +355,9 @@ def encode_beside(engine: LlamaEngine, encoder: VisionEncoder, image: ImageData,
         ImageError, EngineError: the encode failed (the LLM is back either way), or the LLM did not come back.
     """
     if not use_gpu or llm_release == "none":
-        return encoder.encode(image, use_gpu=use_gpu, image_max_tokens=image_max_tokens, n_threads=n_threads), \
-            ImageTurnTimes(0.0, 0.0)
+        return encoder.encode(
+            image, use_gpu=use_gpu, image_max_tokens=image_max_tokens, n_threads=n_threads
+        ), ImageTurnTimes(0.0, 0.0)
     t0 = time.perf_counter()
     states = save()
     if llm_release == "context":
@@ -337,8 +379,13 @@ _SENTINEL = "\ue000igi-image-" + hashlib.sha256(os.urandom(16)).hexdigest()[:12]
 pair and a per-process random tag: a player's text cannot forge it)."""
 
 
-def render_with_images(engine: LlamaEngine, messages: Sequence[tuple[str, str]],
-                       images: dict[int, EncodedImage], *, add_special: bool = True) -> list[int]:
+def render_with_images(
+    engine: LlamaEngine,
+    messages: Sequence[tuple[str, str]],
+    images: dict[int, EncodedImage],
+    *,
+    add_special: bool = True,
+) -> list[int]:
     """Chat-template ``messages`` (role, text) and tokenize, with ``images[i]`` (the encoded image of message ``i``)
     in front of that message's text: its template tokens and pseudo tokens take the image's positions.
 

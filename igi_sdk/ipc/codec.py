@@ -175,14 +175,17 @@ def decode_header(header_bytes: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRA
     try:
         return Header.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid header: {validation_summary(exc)}",
-                            _msg_id_only(raw)) from None
+        raise ProtocolError(
+            ErrorCode.INVALID_REQUEST, f"invalid header: {validation_summary(exc)}", _msg_id_only(raw)
+        ) from None
 
 
 def _msg_id_only(raw: dict[str, Any]) -> Header | None:
     """A stand-in header with the valid ``msg_id`` of an invalid header (e.g. a malformed session id), else None."""
     try:
-        return Header.model_validate({"msg_id": raw.get("msg_id"), "type": "invalid_header", "sent_at": 0.0}, strict=True)
+        return Header.model_validate(
+            {"msg_id": raw.get("msg_id"), "type": "invalid_header", "sent_at": 0.0}, strict=True
+        )
     except ValidationError:
         return None
 
@@ -219,7 +222,9 @@ def decode_content(header: Header, content_bytes: bytes, *, max_frame_bytes: int
     try:
         return cls.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid {header.type}: {validation_summary(exc)}", header) from None
+        raise ProtocolError(
+            ErrorCode.INVALID_REQUEST, f"invalid {header.type}: {validation_summary(exc)}", header
+        ) from None
 
 
 def decode(

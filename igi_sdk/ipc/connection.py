@@ -106,7 +106,10 @@ def write_connection_file(
     """
     try:
         info = ConnectionInfo(
-            transport=transport, ip=ip, port=port, key=key if key is not None else new_key(),
+            transport=transport,
+            ip=ip,
+            port=port,
+            key=key if key is not None else new_key(),
             pid=os.getpid() if pid is None else pid,
         )
     except ValidationError as exc:

@@ -113,13 +113,13 @@ def jpeg_size(data: bytes) -> tuple[int, int]:
         if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
             i += 2
             continue
-        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        (length,) = struct.unpack(">H", data[i + 2 : i + 4])
         if length < 2:
             raise ImageRejected("the JPEG is corrupt (a segment shorter than its length field)")
         if marker in _JPEG_SOF:
             if i + 9 > len(data):
                 break
-            height, width = struct.unpack(">HH", data[i + 5:i + 9])
+            height, width = struct.unpack(">HH", data[i + 5 : i + 9])
             return width, height
         if marker == 0xDA:  # start of scan before any frame header
             break
@@ -127,8 +127,9 @@ def jpeg_size(data: bytes) -> tuple[int, int]:
     raise ImageRejected("the JPEG has no frame header (truncated or corrupt)")
 
 
-def check_image(image: Image, *, max_side_px: int = MAX_IMAGE_SIDE_PX,
-                max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[int, int]:
+def check_image(
+    image: Image, *, max_side_px: int = MAX_IMAGE_SIDE_PX, max_pixels: int = MAX_IMAGE_PIXELS
+) -> tuple[int, int]:
     """The image's (width, height), after checking that its bytes are what its format says and that its size
     is within the limits.
 
@@ -142,13 +143,16 @@ def check_image(image: Image, *, max_side_px: int = MAX_IMAGE_SIDE_PX,
         width, height = image.width, image.height
         want = width * height * _CHANNELS[image.format]
         if len(image.data) != want:
-            raise ImageRejected(f"{image.format} data of {len(image.data)} bytes is not {width}x{height}x"
-                                f"{_CHANNELS[image.format]} = {want} bytes")
+            raise ImageRejected(
+                f"{image.format} data of {len(image.data)} bytes is not {width}x{height}x"
+                f"{_CHANNELS[image.format]} = {want} bytes"
+            )
     else:
         width, height = (png_size if image.format == "png" else jpeg_size)(image.data)
         if image.width is not None and image.width != width or image.height is not None and image.height != height:
-            raise ImageRejected(f"width/height {image.width}x{image.height} disagree with the {image.format} header "
-                                f"({width}x{height})")
+            raise ImageRejected(
+                f"width/height {image.width}x{image.height} disagree with the {image.format} header ({width}x{height})"
+            )
     if width < 1 or height < 1:
         raise ImageRejected(f"a {width}x{height} image is empty")
     if max(width, height) > max_side_px:

@@ -6,7 +6,7 @@ header only (the content map never repeats it). See ``ipc/PROTOCOL.md`` for the 
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -79,7 +79,9 @@ class HelloRequest(Message):
     client_name: str = Field(max_length=256, description="e.g. 'unity-plugin'")
     client_version: str = Field(max_length=64, description="client software version")
     protocol_version: VersionStr = Field(description="protocol version the client speaks, 'major.minor'")
-    capabilities: tuple[str, ...] = Field(default=(), max_length=64, description="optional features the client supports")
+    capabilities: tuple[str, ...] = Field(
+        default=(), max_length=64, description="optional features the client supports"
+    )
 
 
 class HelloReply(Message):
@@ -178,7 +180,9 @@ class CreateSessionRequest(Message):
     sampling: Sampling = Field(default_factory=Sampling)
     priority: Priority = Field(default=0, description="-100..100, higher is served first")
     grammar: GrammarText | None = Field(default=None, description="1.1: default GBNF grammar of the session's replies")
-    json_schema: SchemaText | None = Field(default=None, description="1.1: default JSON Schema (JSON text) of the replies")
+    json_schema: SchemaText | None = Field(
+        default=None, description="1.1: default JSON Schema (JSON text) of the replies"
+    )
     tools: tuple[Tool, ...] = Field(default=(), max_length=MAX_TOOLS, description="1.1: tools the NPC may call")
 
     @model_validator(mode="after")
@@ -221,9 +225,15 @@ class GenerateRequest(Message):
     max_tokens: PosInt | None = Field(default=None, description="nil = session default")
     sampling: Sampling | None = Field(default=None, description="nil = session default")
     priority: Priority | None = Field(default=None, description="nil = session priority")
-    grammar: GrammarText | None = Field(default=None, description="1.1: GBNF grammar of this reply; nil = session default")
-    json_schema: SchemaText | None = Field(default=None, description="1.1: JSON Schema of this reply; nil = session default")
-    tool_choice: ToolChoice | None = Field(default=None, description="1.1: 'auto' (nil), 'none', 'required' or a tool name")
+    grammar: GrammarText | None = Field(
+        default=None, description="1.1: GBNF grammar of this reply; nil = session default"
+    )
+    json_schema: SchemaText | None = Field(
+        default=None, description="1.1: JSON Schema of this reply; nil = session default"
+    )
+    tool_choice: ToolChoice | None = Field(
+        default=None, description="1.1: 'auto' (nil), 'none', 'required' or a tool name"
+    )
     tool_result: ToolResult | None = Field(default=None, description="1.1: the game's answer to the last tool_call")
     image: Image | None = Field(default=None, description="1.1: an image the NPC is shown with this line")
 
@@ -373,19 +383,38 @@ class ErrorReply(Message):
 
 
 Request = Annotated[
-    Union[
-        HelloRequest, LoadModelRequest, SetBudgetRequest, ReclaimRequest, FrameStatsRequest,
-        CreateSessionRequest, CloseSessionRequest, GenerateRequest, CancelRequest, SaveSessionRequest,
-        LoadSessionRequest, StatusRequest, HeartbeatRequest, ShutdownRequest,
-    ],
+    HelloRequest
+    | LoadModelRequest
+    | SetBudgetRequest
+    | ReclaimRequest
+    | FrameStatsRequest
+    | CreateSessionRequest
+    | CloseSessionRequest
+    | GenerateRequest
+    | CancelRequest
+    | SaveSessionRequest
+    | LoadSessionRequest
+    | StatusRequest
+    | HeartbeatRequest
+    | ShutdownRequest,
     Field(discriminator="type"),
 ]
 Reply = Annotated[
-    Union[
-        HelloReply, LoadModelReply, BudgetAck, FrameStatsReply, CreateSessionReply, CloseSessionReply,
-        GenerateReply, CancelReply, SaveSessionReply, LoadSessionReply, StatusReply, HeartbeatReply,
-        ShutdownReply, ErrorReply, TokenEvent,
-    ],
+    HelloReply
+    | LoadModelReply
+    | BudgetAck
+    | FrameStatsReply
+    | CreateSessionReply
+    | CloseSessionReply
+    | GenerateReply
+    | CancelReply
+    | SaveSessionReply
+    | LoadSessionReply
+    | StatusReply
+    | HeartbeatReply
+    | ShutdownReply
+    | ErrorReply
+    | TokenEvent,
     Field(discriminator="type"),
 ]
 
@@ -393,11 +422,35 @@ Reply = Annotated[
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.model_fields["type"].default: cls
     for cls in (
-        HelloRequest, HelloReply, LoadModelRequest, LoadModelReply, SetBudgetRequest, ReclaimRequest, BudgetAck,
-        FrameStatsRequest, FrameStatsReply, CreateSessionRequest, CreateSessionReply, CloseSessionRequest,
-        CloseSessionReply, GenerateRequest, TokenEvent, GenerateReply, CancelRequest, CancelReply,
-        SaveSessionRequest, SaveSessionReply, LoadSessionRequest, LoadSessionReply, StatusRequest, StatusReply,
-        HeartbeatRequest, HeartbeatReply, ShutdownRequest, ShutdownReply, ErrorReply,
+        HelloRequest,
+        HelloReply,
+        LoadModelRequest,
+        LoadModelReply,
+        SetBudgetRequest,
+        ReclaimRequest,
+        BudgetAck,
+        FrameStatsRequest,
+        FrameStatsReply,
+        CreateSessionRequest,
+        CreateSessionReply,
+        CloseSessionRequest,
+        CloseSessionReply,
+        GenerateRequest,
+        TokenEvent,
+        GenerateReply,
+        CancelRequest,
+        CancelReply,
+        SaveSessionRequest,
+        SaveSessionReply,
+        LoadSessionRequest,
+        LoadSessionReply,
+        StatusRequest,
+        StatusReply,
+        HeartbeatRequest,
+        HeartbeatReply,
+        ShutdownRequest,
+        ShutdownReply,
+        ErrorReply,
     )
 }
 
@@ -423,11 +476,42 @@ TERMINAL_REPLY: dict[str, str] = {
 PRIORITY_TYPES: frozenset[str] = frozenset(name for name, cls in MESSAGE_TYPES.items() if cls.PRIORITY)
 
 __all__ = [
-    "BudgetAck", "CancelReply", "CancelRequest", "CloseSessionReply", "CloseSessionRequest",
-    "CreateSessionReply", "CreateSessionRequest", "ErrorReply", "FinishReason", "FrameStatsReply",
-    "FrameStatsRequest", "GenerateReply", "GenerateRequest", "HeartbeatReply", "HeartbeatRequest", "HelloReply",
-    "HelloRequest", "Kind", "LoadModelReply", "LoadModelRequest", "LoadSessionReply", "LoadSessionRequest",
-    "MESSAGE_TYPES", "Message", "PRIORITY_TYPES", "Reply", "ReclaimRequest", "Request", "SaveSessionReply",
-    "SaveSessionRequest", "SetBudgetRequest", "ShutdownReply", "ShutdownRequest", "StatusReply", "StatusRequest",
-    "TERMINAL_REPLY", "TOOL_CHOICES", "TokenEvent",
+    "BudgetAck",
+    "CancelReply",
+    "CancelRequest",
+    "CloseSessionReply",
+    "CloseSessionRequest",
+    "CreateSessionReply",
+    "CreateSessionRequest",
+    "ErrorReply",
+    "FinishReason",
+    "FrameStatsReply",
+    "FrameStatsRequest",
+    "GenerateReply",
+    "GenerateRequest",
+    "HeartbeatReply",
+    "HeartbeatRequest",
+    "HelloReply",
+    "HelloRequest",
+    "Kind",
+    "LoadModelReply",
+    "LoadModelRequest",
+    "LoadSessionReply",
+    "LoadSessionRequest",
+    "MESSAGE_TYPES",
+    "Message",
+    "PRIORITY_TYPES",
+    "Reply",
+    "ReclaimRequest",
+    "Request",
+    "SaveSessionReply",
+    "SaveSessionRequest",
+    "SetBudgetRequest",
+    "ShutdownReply",
+    "ShutdownRequest",
+    "StatusReply",
+    "StatusRequest",
+    "TERMINAL_REPLY",
+    "TOOL_CHOICES",
+    "TokenEvent",
 ]

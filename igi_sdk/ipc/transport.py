@@ -38,7 +38,6 @@ class SocketOptions(BaseModel):
         default=2 * DEFAULT_MAX_FRAME_BYTES, ge=-1, description="ZMQ_MAXMSGSIZE (inbound hard cap per frame, -1 = none)"
     )
 
-
     @classmethod
     def for_max_frame_bytes(cls, max_frame_bytes: int, **overrides: int) -> SocketOptions:
         """Options whose ZMQ_MAXMSGSIZE hard cap is ``2 * max_frame_bytes`` (PROTOCOL.md section 1.4).
@@ -126,9 +125,7 @@ def bind_router(
     return socket, bound
 
 
-def connect_dealer(
-    context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None
-) -> zmq.Socket[Any]:
+def connect_dealer(context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None) -> zmq.Socket[Any]:
     """Create a client's DEALER socket and connect it (connecting never blocks; the daemon may start later).
 
     Args:
@@ -168,8 +165,9 @@ class DealerTransport:
         >>> client.close(); router.close()
     """
 
-    def __init__(self, endpoint: str, *, context: zmq.Context[Any] | None = None,
-                 options: SocketOptions | None = None) -> None:
+    def __init__(
+        self, endpoint: str, *, context: zmq.Context[Any] | None = None, options: SocketOptions | None = None
+    ) -> None:
         self._socket = connect_dealer(context or zmq.Context.instance(), endpoint, options)
 
     def send(self, frames: Sequence[bytes]) -> None:
@@ -191,8 +189,9 @@ class DealerTransport:
 class RouterTransport:
     """Blocking daemon transport: one bound ROUTER socket; each message is (identity, frames)."""
 
-    def __init__(self, endpoint: str, *, context: zmq.Context[Any] | None = None,
-                 options: SocketOptions | None = None) -> None:
+    def __init__(
+        self, endpoint: str, *, context: zmq.Context[Any] | None = None, options: SocketOptions | None = None
+    ) -> None:
         self._socket, self.endpoint = bind_router(context or zmq.Context.instance(), endpoint, options)
 
     @property

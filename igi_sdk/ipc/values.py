@@ -44,7 +44,9 @@ class Sampling(WireModel):
 class Limits(WireModel):
     """Limits the daemon enforces, announced in ``hello_reply``."""
 
-    max_frame_bytes: int = Field(default=1_048_576, ge=1024, le=INT64_MAX, description="largest header or content frame")
+    max_frame_bytes: int = Field(
+        default=1_048_576, ge=1024, le=INT64_MAX, description="largest header or content frame"
+    )
     max_prompt_tokens: PosInt = Field(default=4096, description="prompt tokens per generation incl. history")
     max_sessions: PosInt = Field(default=64, description="open NPC sessions across all clients")
     max_queue_depth: PosInt = Field(default=16, description="queued generate_requests before busy")
@@ -94,9 +96,12 @@ class Tool(WireModel):
     """
 
     name: ToolName = Field(description="1-64 chars of [A-Za-z0-9_-], starting with a letter or '_'")
-    description: str = Field(default="", max_length=MAX_TOOL_DESCRIPTION_CHARS, description="what the tool does, for the model")
-    parameters: str = Field(default="{}", max_length=MAX_SCHEMA_CHARS,
-                            description="JSON Schema of the arguments object, as JSON text")
+    description: str = Field(
+        default="", max_length=MAX_TOOL_DESCRIPTION_CHARS, description="what the tool does, for the model"
+    )
+    parameters: str = Field(
+        default="{}", max_length=MAX_SCHEMA_CHARS, description="JSON Schema of the arguments object, as JSON text"
+    )
 
 
 class ToolCall(WireModel):

@@ -54,8 +54,13 @@ def valid_vectors() -> list[dict[str, Any]]:
         header = vector_header(n, case)
         frames = pack_message(VECTOR_KEY, header, case.message)
         out.append(
-            {"name": case.name, "key": VECTOR_KEY, "frames": frames, "header": to_wire(header),
-             "content": to_wire(case.message)}
+            {
+                "name": case.name,
+                "key": VECTOR_KEY,
+                "frames": frames,
+                "header": to_wire(header),
+                "content": to_wire(case.message),
+            }
         )
     return out
 
@@ -67,8 +72,7 @@ def lenient_vectors() -> list[dict[str, Any]]:
         header_bytes, content_bytes = packb(header_raw), packb(content_raw)
         frames = [MAGIC, sign(VECTOR_KEY, header_bytes, content_bytes), header_bytes, content_bytes]
         out.append(
-            {"name": name, "key": VECTOR_KEY, "frames": frames, "header": to_wire(header),
-             "content": to_wire(message)}
+            {"name": name, "key": VECTOR_KEY, "frames": frames, "header": to_wire(header), "content": to_wire(message)}
         )
     return out
 

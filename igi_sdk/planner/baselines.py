@@ -19,9 +19,15 @@ from igi_sdk.planner.tensors import ModelTable
 from igi_sdk.planner.workload import PlannerOptions, Workload
 
 
-def baseline_placements(model: ModelTable, vram_budget_mib: int, workload: Workload, profile: Profile,
-                        compute: ComputeBufferTable | None = None, options: PlannerOptions | None = None,
-                        n_ubatch: int = 512) -> dict[str, PlannedPlacement | None]:
+def baseline_placements(
+    model: ModelTable,
+    vram_budget_mib: int,
+    workload: Workload,
+    profile: Profile,
+    compute: ComputeBufferTable | None = None,
+    options: PlannerOptions | None = None,
+    n_ubatch: int = 512,
+) -> dict[str, PlannedPlacement | None]:
     """Baseline placements with their memory terms and predictions (``fits`` says whether they fit).
 
     ``max_ngl`` / ``n_cpu_moe`` are None when not even the smallest variant fits; ``n_cpu_moe`` is None for
@@ -40,16 +46,22 @@ def baseline_placements(model: ModelTable, vram_budget_mib: int, workload: Workl
     ngl = math.floor(min(1.0, vram_budget_mib / model_mib) * n) if model_mib else n
     out["nvigi_linear"] = make(Spec("nvigi_linear", ngl, label=f"NVIGI linear rule: n_gpu_layers={ngl}"))
     if search.has_gpu:
-        best = search.largest_fitting([s.with_(n_ubatch=n_ubatch) for s in
-                                       [Spec("cpu_offload", 0, label="n_gpu_layers=0")] + whole_layer_specs(search.summary)
-                                       + [Spec("full_gpu", n + 1, label="n_gpu_layers=-1")]])
+        best = search.largest_fitting(
+            [
+                s.with_(n_ubatch=n_ubatch)
+                for s in [Spec("cpu_offload", 0, label="n_gpu_layers=0")]
+                + whole_layer_specs(search.summary)
+                + [Spec("full_gpu", n + 1, label="n_gpu_layers=-1")]
+            ]
+        )
         out["max_ngl"] = make(best) if best is not None else None
         if model.is_moe:
             moe = search.largest_fitting([s.with_(n_ubatch=n_ubatch) for s in n_cpu_moe_specs(search.summary)])
             out["n_cpu_moe"] = make(moe) if moe is not None else None
         else:
             out["n_cpu_moe"] = None
-    out["all_cpu"] = make(Spec("cpu_offload" if search.has_gpu else "cpu_only", 0, op_offload=search.has_gpu,
-                               label="n_gpu_layers=0"))
+    out["all_cpu"] = make(
+        Spec("cpu_offload" if search.has_gpu else "cpu_only", 0, op_offload=search.has_gpu, label="n_gpu_layers=0")
+    )
     out["all_gpu"] = make(Spec("full_gpu", n + 1, label="n_gpu_layers=-1")) if search.has_gpu else None
     return out

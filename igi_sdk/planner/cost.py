@@ -79,18 +79,28 @@ class _Seg:
     n_ops: int
 
 
-_DENSE_LAYER = (_Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ), _Seg((), OPS_ATTN_CORE), _Seg((G.ATTN,), OPS_ATTN_OUT),
-                _Seg((G.FFN_NORM, G.FFN), OPS_FFN))
-_MOE_LAYER = (_Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ), _Seg((), OPS_ATTN_CORE), _Seg((G.ATTN,), OPS_ATTN_OUT),
-              _Seg((G.FFN_NORM, G.MOE_ROUTER), OPS_MOE_ROUTE), _Seg((G.MOE_EXPERTS,), OPS_MOE_EXPERTS),
-              _Seg((G.MOE_SHARED,), OPS_MOE_SHARED))
+_DENSE_LAYER = (
+    _Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ),
+    _Seg((), OPS_ATTN_CORE),
+    _Seg((G.ATTN,), OPS_ATTN_OUT),
+    _Seg((G.FFN_NORM, G.FFN), OPS_FFN),
+)
+_MOE_LAYER = (
+    _Seg((G.ATTN_NORM, G.ATTN), OPS_ATTN_PROJ),
+    _Seg((), OPS_ATTN_CORE),
+    _Seg((G.ATTN,), OPS_ATTN_OUT),
+    _Seg((G.FFN_NORM, G.MOE_ROUTER), OPS_MOE_ROUTE),
+    _Seg((G.MOE_EXPERTS,), OPS_MOE_EXPERTS),
+    _Seg((G.MOE_SHARED,), OPS_MOE_SHARED),
+)
 
 
 class CostModel:
     """Predictions for placements of one model on one machine (profile) at one thread count."""
 
-    def __init__(self, summary: ModelSummary, profile: Profile, *, n_threads: int | None = None,
-                 op_offload_min_batch: int = 32) -> None:
+    def __init__(
+        self, summary: ModelSummary, profile: Profile, *, n_threads: int | None = None, op_offload_min_batch: int = 32
+    ) -> None:
         self.summary = summary
         self.profile = profile
         self.cpu: CpuRate = profile.cpu_rate(n_threads or profile.max_threads)
@@ -108,12 +118,15 @@ class CostModel:
                     stats = stats + summary.stats(il, grp)
                 per_seg.append(stats)
             self._layer_stats.append(tuple(per_seg))
-            self._layer_types.append({g: summary.dominant_type.get((il, g), "default") for seg in self.layer_segs
-                                      for g in seg.groups})
+            self._layer_types.append(
+                {g: summary.dominant_type.get((il, g), "default") for seg in self.layer_segs for g in seg.groups}
+            )
         self._layer_cache: dict[tuple[object, ...], tuple[float, float, float, bool, bool, int, float, int]] = {}
         sig_ids: dict[tuple[object, ...], int] = {}
-        self._layer_sig = [sig_ids.setdefault((st, tuple(sorted(ty.items()))), len(sig_ids))
-                           for st, ty in zip(self._layer_stats, self._layer_types)]
+        self._layer_sig = [
+            sig_ids.setdefault((st, tuple(sorted(ty.items()))), len(sig_ids))
+            for st, ty in zip(self._layer_stats, self._layer_types)
+        ]
         self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int, float, int]] = {}
 
     # -- one segment ------------------------------------------------------------------------------------
@@ -132,10 +145,21 @@ class CostModel:
             return 1.0
         return 1.0 - (1.0 - self.expert_share) ** n_tokens
 
-    def _weights_time(self, stats: GroupStats, dtype: str, on_gpu: bool, n_tokens: int, touched: float,
-                      flop_share: float, n_ops: int, pinned: bool, op_offload: bool,
-                      cpu_efficiency: float = 1.0, gpu_efficiency: float = 1.0,
-                      min_batch: int | None = None) -> tuple[float, float, float, bool]:
+    def _weights_time(
+        self,
+        stats: GroupStats,
+        dtype: str,
+        on_gpu: bool,
+        n_tokens: int,
+        touched: float,
+        flop_share: float,
+        n_ops: int,
+        pinned: bool,
+        op_offload: bool,
+        cpu_efficiency: float = 1.0,
+        gpu_efficiency: float = 1.0,
+        min_batch: int | None = None,
+    ) -> tuple[float, float, float, bool]:
         """(cpu_s, gpu_s, copy_s, runs_on_gpu) of a matmul segment (``cpu_efficiency`` / ``gpu_efficiency``:
         the op's CPU weight rate relative to dense GEMV, its GPU matmul rate relative to dense GEMM;
         ``min_batch``: the op's op_offload threshold, default ``self.min_batch``)."""
@@ -143,20 +167,30 @@ class CostModel:
         nbytes = stats.n_bytes * touched
         gpu = self.profile.gpu
         if on_gpu and gpu is not None:
-            t = (max(flops / (gpu.gflops * gpu_efficiency * GB), nbytes / (gpu.bandwidth_gbps * GB))
-                 + n_ops * gpu.op_overhead_us * 1e-6)
+            t = (
+                max(flops / (gpu.gflops * gpu_efficiency * GB), nbytes / (gpu.bandwidth_gbps * GB))
+                + n_ops * gpu.op_overhead_us * 1e-6
+            )
             return 0.0, t, 0.0, True
         if gpu is not None and op_offload and n_tokens >= (self.min_batch if min_batch is None else min_batch):
             h2d = gpu.h2d_pinned_gbps if pinned else gpu.h2d_pageable_gbps
-            return (0.0, flops / (gpu.gflops * gpu_efficiency * GB) + n_ops * gpu.op_overhead_us * 1e-6,
-                    nbytes / (h2d * GB), True)
-        bw = self.cpu.decode_gbps * cpu_efficiency * (
-            self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
+            return (
+                0.0,
+                flops / (gpu.gflops * gpu_efficiency * GB) + n_ops * gpu.op_overhead_us * 1e-6,
+                nbytes / (h2d * GB),
+                True,
+            )
+        bw = (
+            self.cpu.decode_gbps
+            * cpu_efficiency
+            * (self.profile.cpu_pinned_decode_factor if pinned and gpu is not None else 1.0)
+        )
         t = max(nbytes / (bw * GB), flops / (self.cpu.gflops(dtype) * GB))
         return t + n_ops * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0, False
 
-    def _attn_core_time(self, kv_on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int,
-                        offload: bool) -> tuple[float, float, float]:
+    def _attn_core_time(
+        self, kv_on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int, offload: bool
+    ) -> tuple[float, float, float]:
         """(cpu_s, gpu_s, copy_s) of one layer's attention core over ``n_kv`` cached cells per sequence.
 
         Attention of a layer whose KV is on the host runs on the GPU too when op_offload moved the layer's
@@ -173,7 +207,10 @@ class CostModel:
         gpu = self.profile.gpu
         on_gpu = gpu is not None and (kv_on_gpu or (offload and n_tokens >= self.min_batch))
         if on_gpu and gpu is not None:
-            t_gpu = max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB)) + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
+            t_gpu = (
+                max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB))
+                + OPS_ATTN_CORE * gpu.op_overhead_us * 1e-6
+            )
             copy = 0.0 if kv_on_gpu else n_seqs * (n_kv + n_tokens / 2.0) * cell_bytes / (gpu.h2d_pageable_gbps * GB)
             return 0.0, t_gpu, copy
         if n_tokens <= n_seqs:  # decode: CPU flash attention reads the KV once per query head, not per KV head
@@ -181,8 +218,9 @@ class CostModel:
         t_cpu = max(nbytes / (self.cpu.kv_read_gbps * GB), flops / (self.cpu.gflops("f16") * GB))
         return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 
-    def _layer(self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool, op_offload: bool,
-               expert_min_batch: int) -> tuple[float, float, float, bool, bool, int, float, int]:
+    def _layer(
+        self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool, op_offload: bool, expert_min_batch: int
+    ) -> tuple[float, float, float, bool, bool, int, float, int]:
         """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches, expert_copy_s,
         copying_segments) of one layer's weight segments; the attention core counts only for where it runs
         (its time depends on n_kv)."""
@@ -201,10 +239,20 @@ class CostModel:
                     continue
                 main = seg.groups[-1]
                 share = self.expert_share if main is G.MOE_EXPERTS else 1.0
-                c, g, x, runs = self._weights_time(stats, self._layer_types[il][main], on_gpu, n_tokens,
-                                                   self._touched(main, n_tokens), share, seg.n_ops, pinned, op_offload,
-                                                   self._cpu_efficiency(main), self._gpu_efficiency(main),
-                                                   expert_min_batch if main is G.MOE_EXPERTS else None)
+                c, g, x, runs = self._weights_time(
+                    stats,
+                    self._layer_types[il][main],
+                    on_gpu,
+                    n_tokens,
+                    self._touched(main, n_tokens),
+                    share,
+                    seg.n_ops,
+                    pinned,
+                    op_offload,
+                    self._cpu_efficiency(main),
+                    self._gpu_efficiency(main),
+                    expert_min_batch if main is G.MOE_EXPERTS else None,
+                )
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
                 if x:
                     copying += 1
@@ -221,8 +269,16 @@ class CostModel:
         return out
 
     # -- one pass ---------------------------------------------------------------------------------------
-    def _weights_pass(self, layout: Layout, n_tokens: int, pinned: bool, offload: bool,
-                      with_head: bool, n_seqs: int, expert_min_batch: int) -> tuple[float, float, float, int, int, float, int]:
+    def _weights_pass(
+        self,
+        layout: Layout,
+        n_tokens: int,
+        pinned: bool,
+        offload: bool,
+        with_head: bool,
+        n_seqs: int,
+        expert_min_batch: int,
+    ) -> tuple[float, float, float, int, int, float, int]:
         """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM, expert_copy_s, copying segments) of a pass,
         attention core excluded."""
         key = (layout, n_tokens, pinned, offload, with_head, n_seqs, expert_min_batch)
@@ -257,8 +313,9 @@ class CostModel:
         self._pass_cache[key] = out
         return out
 
-    def pass_time(self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int,
-                  with_head: bool) -> tuple[float, float, float, float]:
+    def pass_time(
+        self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int, with_head: bool
+    ) -> tuple[float, float, float, float]:
         """(cpu_s, gpu_s, copy_s, transition_s) of one graph pass of ``n_tokens`` tokens over ``n_kv``
         cached cells per sequence (``n_seqs`` sequences); ``copy_s`` is the weight copy that compute does not
         hide (``overlap_split``)."""
@@ -288,8 +345,9 @@ class CostModel:
         def gpu_wins(b: int) -> bool:
             touched = self._touched(G.MOE_EXPERTS, b)
             args = (stats, dtype, False, b, touched, self.expert_share, OPS_MOE_EXPERTS, pinned)
-            streamed = self._weights_time(*args, True, self._cpu_efficiency(G.MOE_EXPERTS),
-                                          self._gpu_efficiency(G.MOE_EXPERTS), min_batch=1)
+            streamed = self._weights_time(
+                *args, True, self._cpu_efficiency(G.MOE_EXPERTS), self._gpu_efficiency(G.MOE_EXPERTS), min_batch=1
+            )
             on_cpu = self._weights_time(*args, False, self._cpu_efficiency(G.MOE_EXPERTS))
             return sum(streamed[:3]) < sum(on_cpu[:3])
 
@@ -308,11 +366,17 @@ class CostModel:
     def prefetches(self, placement: Placement) -> bool:
         """Whether ``placement`` runs with the pipelined weight prefetch on this machine."""
         gpu = self.profile.gpu
-        return (placement.prefetch_slots > 0 and placement.op_offload and gpu is not None
-                and gpu.weight_prefetch_abi > 0)
+        return placement.prefetch_slots > 0 and placement.op_offload and gpu is not None and gpu.weight_prefetch_abi > 0
 
-    def overlap_split(self, placement: Placement, gpu_s: float, copy_s: float, expert_copy_s: float,
-                      copying_segments: int, n_tokens: int) -> tuple[float, float]:
+    def overlap_split(
+        self,
+        placement: Placement,
+        gpu_s: float,
+        copy_s: float,
+        expert_copy_s: float,
+        copying_segments: int,
+        n_tokens: int,
+    ) -> tuple[float, float]:
         """(exposed copy_s, hidden copy_s) of a pass: without prefetch every copy is exposed; with it the
         copies overlap with the pass's GPU compute except the first split's. Experts: when the ubatch routes to
         nearly all of them (``WHOLE_EXPERTS_SHARE``) whole expert tensors are prefetched like dense weights;
@@ -336,14 +400,16 @@ class CostModel:
         exposed = serial + first + max(0.0, overlappable - first - gpu_s)
         return exposed, max(0.0, copy_s - exposed)
 
-    def pass_time_overlap(self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int,
-                          with_head: bool) -> tuple[float, float, float, float, float]:
+    def pass_time_overlap(
+        self, layout: Layout, placement: Placement, n_tokens: int, n_kv: float, n_seqs: int, with_head: bool
+    ) -> tuple[float, float, float, float, float]:
         """``pass_time`` and the copy time the prefetch hides."""
         s = self.summary
         pinned = placement.load_mode == "pinned"
         offload = placement.op_offload and self.profile.gpu is not None
         cpu, gpu, copy, switches, n_kv_gpu, expert_copy, copying = self._weights_pass(
-            layout, n_tokens, pinned, offload, with_head, n_seqs, self.expert_min_batch(placement))
+            layout, n_tokens, pinned, offload, with_head, n_seqs, self.expert_min_batch(placement)
+        )
         cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
         for count, kv_gpu in ((n_kv_gpu, True), (s.n_layer - n_kv_gpu, False)):
             if count:
@@ -356,18 +422,40 @@ class CostModel:
         exposed, hidden = self.overlap_split(placement, gpu, copy, expert_copy, copying, n_tokens)
         return cpu, gpu, exposed, trans, hidden
 
-    def unit_gain(self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool,
-                  op_offload: bool) -> float:
+    def unit_gain(
+        self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool, op_offload: bool
+    ) -> float:
         """Seconds one pass of ``n_tokens`` saves when ``stats`` (a whole group of one layer, or the head)
         moves from the host into VRAM, hand-overs included (used to rank promotions by value per MiB)."""
         share = self.expert_share if group is G.MOE_EXPERTS else 1.0
         touched = self._touched(group, n_tokens)
         ops = OPS_HEAD if group is G.OUTPUT else (OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN)
         offload = op_offload and self.profile.gpu is not None
-        host = self._weights_time(stats, dtype, False, n_tokens, touched, share, ops, pinned, offload,
-                                  self._cpu_efficiency(group), self._gpu_efficiency(group))
-        vram = self._weights_time(stats, dtype, True, n_tokens, touched, share, ops, pinned, offload,
-                                  gpu_efficiency=self._gpu_efficiency(group))
+        host = self._weights_time(
+            stats,
+            dtype,
+            False,
+            n_tokens,
+            touched,
+            share,
+            ops,
+            pinned,
+            offload,
+            self._cpu_efficiency(group),
+            self._gpu_efficiency(group),
+        )
+        vram = self._weights_time(
+            stats,
+            dtype,
+            True,
+            n_tokens,
+            touched,
+            share,
+            ops,
+            pinned,
+            offload,
+            gpu_efficiency=self._gpu_efficiency(group),
+        )
         gain = sum(host[:3]) - sum(vram[:3])
         if not host[3] and self.profile.gpu is not None:  # ran on the CPU: two hand-overs disappear
             gain += (1 if group is G.OUTPUT else 2) * self.profile.gpu.transition_us * 1e-6
@@ -398,9 +486,18 @@ class CostModel:
         tps = 1.0 / step
         reload_s = self.reload_time(layout, placement)
         e2e = ttft + workload.reply_tokens / tps + workload.reloads_per_request * reload_s
-        return Prediction(ttft_s=ttft, decode_tps=tps, aggregate_tps=n_seq * tps, e2e_s=e2e, reload_s=reload_s,
-                          decode_cpu_s=dc, decode_gpu_s=dg, decode_transition_s=dtr + dx, prefill_copy_s=copy_total,
-                          prefill_overlap_s=hidden_total)
+        return Prediction(
+            ttft_s=ttft,
+            decode_tps=tps,
+            aggregate_tps=n_seq * tps,
+            e2e_s=e2e,
+            reload_s=reload_s,
+            decode_cpu_s=dc,
+            decode_gpu_s=dg,
+            decode_transition_s=dtr + dx,
+            prefill_copy_s=copy_total,
+            prefill_overlap_s=hidden_total,
+        )
 
     def reload_time(self, layout: Layout, placement: Placement) -> float:
         """Load time with a warm page cache: host weights mapped (mmap) or copied to pinned RAM, GPU weights

@@ -16,7 +16,7 @@ from functools import cached_property, lru_cache
 
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.planner.placement import CPU_DEVICE, Placement
-from igi_sdk.planner.summary import OUTPUT_DUP_NAME, EMPTY, GroupKey, GroupStats, ModelSummary, tensor_stats
+from igi_sdk.planner.summary import EMPTY, OUTPUT_DUP_NAME, GroupKey, GroupStats, ModelSummary, tensor_stats
 from igi_sdk.planner.tensors import TensorGroup
 
 HEAD_KEY: GroupKey = (None, TensorGroup.OUTPUT)
@@ -37,8 +37,7 @@ class Layout:
     @cached_property
     def gpu_keys(self) -> frozenset[GroupKey]:
         """(layer, group)s with most of their bytes in VRAM (where llama.cpp runs their matmuls at decode)."""
-        return frozenset(k for k, s in self.gpu.items()
-                         if s.n_bytes and s.n_bytes >= self.host.get(k, EMPTY).n_bytes)
+        return frozenset(k for k, s in self.gpu.items() if s.n_bytes and s.n_bytes >= self.host.get(k, EMPTY).n_bytes)
 
     def on_gpu(self, layer: int | None, group: TensorGroup) -> bool:
         """Whether most bytes of (layer, group) are in VRAM."""
@@ -65,8 +64,10 @@ class Layout:
     def signature(self) -> str:
         """Identity for exact compute-buffer entries: which (layer, group)s hold bytes in VRAM and on the
         host, and which layers keep their KV in VRAM (what the scheduler's graph splits depend on)."""
+
         def keys(side: dict[GroupKey, GroupStats]) -> str:
             return ",".join(sorted(f"{il}.{g.value}" for (il, g), st in side.items() if st.n_bytes))
+
         kv = "".join("1" if x else "0" for x in self.kv_on_gpu)
         return hashlib.sha256(f"gpu:{keys(self.gpu)}|host:{keys(self.host)}|kv:{kv}".encode()).hexdigest()[:24]
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from igi_sdk.planner.ggml_types import align_up, CUDA_ALIGNMENT_BYTES
+from igi_sdk.planner.ggml_types import CUDA_ALIGNMENT_BYTES, align_up
 from igi_sdk.planner.layout import HEAD_KEY, Layout
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import EMPTY, ModelSummary
@@ -67,7 +67,8 @@ class ComputeEntry(BaseModel):
     host_bytes: int = Field(ge=0)
     staged_tensor_bytes: int = Field(default=0, ge=0, description="largest host weight of the measured placement")
     layout_sig: str | None = Field(
-        default=None, description="set: measured on exactly this layout (``layout_signature``); None: class figure")
+        default=None, description="set: measured on exactly this layout (``layout_signature``); None: class figure"
+    )
 
 
 class ComputeBufferTable(BaseModel):
@@ -77,8 +78,10 @@ class ComputeBufferTable(BaseModel):
 
     entries: tuple[ComputeEntry, ...] = ()
     exact_model: str | None = Field(
-        default=None, description="GGUF path whose dry runs size GPU placements on this machine (set by the edge "
-                                  "when it has a GPU; the pure planner ignores it)")
+        default=None,
+        description="GGUF path whose dry runs size GPU placements on this machine (set by the edge "
+        "when it has a GPU; the pure planner ignores it)",
+    )
 
     def lookup(self, key: ComputeKey, layout_sig: str | None = None) -> ComputeEntry | None:
         """The class entry for ``key`` (``layout_sig`` None), or the exact entry of that layout."""
@@ -119,8 +122,14 @@ class MemoryBreakdown(BaseModel):
 
     @property
     def vram_total_mib(self) -> float:
-        return (self.gpu_weights_mib + self.gpu_kv_mib + self.gpu_compute_mib + self.gpu_pools_mib
-                + self.gpu_reserve_mib + self.safety_margin_mib)
+        return (
+            self.gpu_weights_mib
+            + self.gpu_kv_mib
+            + self.gpu_compute_mib
+            + self.gpu_pools_mib
+            + self.gpu_reserve_mib
+            + self.safety_margin_mib
+        )
 
     @property
     def host_total_mib(self) -> float:
@@ -160,13 +169,19 @@ def placement_class(layout: Layout, placement: Placement, *, has_gpu: bool) -> P
 
 def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> ComputeKey:
     """The compute-table key of a resolved placement."""
-    return ComputeKey(placement_class=placement_class(layout, placement, has_gpu=has_gpu),
-                      n_ubatch=min(placement.n_ubatch, placement.n_batch), n_ctx=placement.n_ctx,
-                      n_seq_max=placement.n_seq_max, op_offload=placement.op_offload,
-                      flash_attn=placement.flash_attn, type_k=placement.type_k, type_v=placement.type_v,
-                      prefetch_slots=placement.prefetch_slots if placement.op_offload else 0,
-                      prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0,
-                      op_offload_min_batch_mul_mat_id=placement.op_offload_min_batch_mul_mat_id if placement.op_offload else 0)
+    return ComputeKey(
+        placement_class=placement_class(layout, placement, has_gpu=has_gpu),
+        n_ubatch=min(placement.n_ubatch, placement.n_batch),
+        n_ctx=placement.n_ctx,
+        n_seq_max=placement.n_seq_max,
+        op_offload=placement.op_offload,
+        flash_attn=placement.flash_attn,
+        type_k=placement.type_k,
+        type_v=placement.type_v,
+        prefetch_slots=placement.prefetch_slots if placement.op_offload else 0,
+        prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0,
+        op_offload_min_batch_mul_mat_id=placement.op_offload_min_batch_mul_mat_id if placement.op_offload else 0,
+    )
 
 
 def largest_layer_weight_bytes(summary: ModelSummary) -> int:
@@ -186,8 +201,11 @@ def prefetch_staging_bytes(summary: ModelSummary, layout: Layout, placement: Pla
     if not placement.op_offload or placement.prefetch_slots <= 0:
         return 0
     cap = placement.prefetch_slot_max_mib * MIB if placement.prefetch_slot_max_mib else None
-    streamed = [t.n_bytes for t in summary.table.tensors
-                if (t.layer, t.group) in layout.host and (t.layer is not None or t.group is TensorGroup.OUTPUT)]
+    streamed = [
+        t.n_bytes
+        for t in summary.table.tensors
+        if (t.layer, t.group) in layout.host and (t.layer is not None or t.group is TensorGroup.OUTPUT)
+    ]
     if summary.tied_output and HEAD_KEY in layout.host:
         streamed.append(summary.output_stats.n_bytes)
     largest = max((b for b in streamed if cap is None or b <= cap), default=0)
@@ -242,8 +260,9 @@ def largest_host_weight_bytes(summary: ModelSummary, layout: Layout) -> int:
     return best
 
 
-def estimate_compute_bytes(summary: ModelSummary, placement: Placement, cls: PlacementClass,
-                           staged_bytes: int) -> tuple[int, int]:
+def estimate_compute_bytes(
+    summary: ModelSummary, placement: Placement, cls: PlacementClass, staged_bytes: int
+) -> tuple[int, int]:
     """Conservative (over-)estimate of (GPU, host) compute buffers when no dry run is available.
 
     Logits of a whole ubatch (llama.cpp reserves for n_outputs = n_ubatch) plus the largest activations,
@@ -269,8 +288,15 @@ def estimate_compute_bytes(summary: ModelSummary, placement: Placement, cls: Pla
     return total, host
 
 
-def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compute: ComputeBufferTable, *,
-              reserve_mib: float | None, safety_margin_mib: float) -> MemoryBreakdown:
+def memory_of(
+    summary: ModelSummary,
+    layout: Layout,
+    placement: Placement,
+    compute: ComputeBufferTable,
+    *,
+    reserve_mib: float | None,
+    safety_margin_mib: float,
+) -> MemoryBreakdown:
     """Every memory term of ``placement`` (already resolved to ``layout``).
 
     ``reserve_mib`` is the profile's GPU reserve, None on a machine without a GPU (then VRAM terms are 0).
@@ -284,8 +310,9 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
     # a class figure measured with stock settings: experts kept on the CPU by a higher MUL_MAT_ID threshold only
     # shrink the staged copies, so it stays an upper bound
-    entry = compute.lookup(key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0,
-                                                 "op_offload_min_batch_mul_mat_id": 0}))
+    entry = compute.lookup(
+        key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0, "op_offload_min_batch_mul_mat_id": 0})
+    )
     if exact is not None:
         gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"
     elif entry is not None:
@@ -299,8 +326,12 @@ def memory_of(summary: ModelSummary, layout: Layout, placement: Placement, compu
     kv_layer = kv_layer_bytes(summary, placement)
     n_kv_gpu = sum(layout.kv_on_gpu)
     host_w = layout.host_total().host_bytes
-    if (summary.tied_output and placement.load_mode == "mmap" and HEAD_KEY in layout.host
-            and (None, TensorGroup.TOKEN_EMBD) in layout.host):
+    if (
+        summary.tied_output
+        and placement.load_mode == "mmap"
+        and HEAD_KEY in layout.host
+        and (None, TensorGroup.TOKEN_EMBD) in layout.host
+    ):
         host_w -= layout.host[HEAD_KEY].host_bytes  # both map the same file range: mmap'd once
     pinned = host_w if (has_gpu and placement.load_mode == "pinned") else 0
     return MemoryBreakdown(

@@ -45,14 +45,29 @@ class Placement(BaseModel):
     n_seq_max: int = Field(default=1, ge=1, le=256)
     n_threads: int | None = Field(default=None, ge=1)
     n_threads_batch: int | None = Field(default=None, ge=1)
-    prefetch_slots: int = Field(default=0, ge=0, le=8, description=(
-        "staging slots of the patched scheduler's pipelined weight prefetch: host weights of the next splits "
-        "upload on a second stream while the current one computes; 0 = serial copies (stock behaviour)"))
-    prefetch_slot_max_mib: int = Field(default=0, ge=0, description=(
-        "largest streamed split (MiB) the slots are sized for; a larger one copies serially; 0 = no cap"))
-    op_offload_min_batch_mul_mat_id: int = Field(default=0, ge=0, le=MAX_N_CTX, description=(
-        "patched scheduler: a MUL_MAT_ID with host weights stays on the CPU below this many ubatch tokens (on top "
-        "of op_offload's own 32); 0 = the common threshold"))
+    prefetch_slots: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description=(
+            "staging slots of the patched scheduler's pipelined weight prefetch: host weights of the next splits "
+            "upload on a second stream while the current one computes; 0 = serial copies (stock behaviour)"
+        ),
+    )
+    prefetch_slot_max_mib: int = Field(
+        default=0,
+        ge=0,
+        description=("largest streamed split (MiB) the slots are sized for; a larger one copies serially; 0 = no cap"),
+    )
+    op_offload_min_batch_mul_mat_id: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_N_CTX,
+        description=(
+            "patched scheduler: a MUL_MAT_ID with host weights stays on the CPU below this many ubatch tokens (on top "
+            "of op_offload's own 32); 0 = the common threshold"
+        ),
+    )
 
     def with_(self, **changes: object) -> Placement:
         """A copy with ``changes`` applied (validated)."""

@@ -14,12 +14,23 @@ from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.planner.cost import CostModel, Prediction, score
 from igi_sdk.planner.layout import HEAD_KEY, Layout, resolve_layout
-from igi_sdk.planner.memory import ComputeBufferTable, MIB, MemoryBreakdown, memory_of, prefetch_slot_max_mib
+from igi_sdk.planner.memory import MIB, ComputeBufferTable, MemoryBreakdown, memory_of, prefetch_slot_max_mib
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.profile import Profile
-from igi_sdk.planner.strategies import (STRATEGY_ORDER, Spec, attn_first_chain, attn_partial_specs, ffn_group,
-                                        fixed_specs, n_cpu_moe_specs, spec_layout, spec_placement, unit_bytes,
-                                        whole_layer_kv_gpu_specs, whole_layer_specs)
+from igi_sdk.planner.strategies import (
+    STRATEGY_ORDER,
+    Spec,
+    attn_first_chain,
+    attn_partial_specs,
+    ffn_group,
+    fixed_specs,
+    n_cpu_moe_specs,
+    spec_layout,
+    spec_placement,
+    unit_bytes,
+    whole_layer_kv_gpu_specs,
+    whole_layer_specs,
+)
 from igi_sdk.planner.summary import ModelSummary, summarize
 from igi_sdk.planner.tensors import ModelTable, TensorGroup
 from igi_sdk.planner.workload import PlannerOptions, Workload
@@ -126,8 +137,16 @@ class _Eval:
 class _Search:
     """Shared state of one planning call."""
 
-    def __init__(self, model: ModelTable, vram_budget_mib: int, workload: Workload, profile: Profile,
-                 compute: ComputeBufferTable, options: PlannerOptions, summary: ModelSummary | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelTable,
+        vram_budget_mib: int,
+        workload: Workload,
+        profile: Profile,
+        compute: ComputeBufferTable,
+        options: PlannerOptions,
+        summary: ModelSummary | None = None,
+    ) -> None:
         self.summary = summary or summarize(model)
         self.budget = vram_budget_mib
         self.workload = workload
@@ -135,30 +154,44 @@ class _Search:
         self.compute = compute
         self.options = options
         self.has_gpu = profile.gpu is not None
-        self.cost = CostModel(self.summary, profile, n_threads=options.n_threads,
-                              op_offload_min_batch=options.op_offload_min_batch)
+        self.cost = CostModel(
+            self.summary, profile, n_threads=options.n_threads, op_offload_min_batch=options.op_offload_min_batch
+        )
         threads = options.n_threads
         self._layouts: dict[tuple[object, ...], Layout] = {}
-        self.base = Placement(n_ctx=workload.n_ctx, n_seq_max=workload.parallel, type_k=options.type_k,
-                              type_v=options.type_v, flash_attn=options.flash_attn, n_threads=threads,
-                              n_threads_batch=threads)
+        self.base = Placement(
+            n_ctx=workload.n_ctx,
+            n_seq_max=workload.parallel,
+            type_k=options.type_k,
+            type_v=options.type_v,
+            flash_attn=options.flash_attn,
+            n_threads=threads,
+            n_threads_batch=threads,
+        )
         # the pipelined weight prefetch where this machine's engine has it (the profile says so); it acts only
         # where op_offload streams host weights
         gpu = profile.gpu
         if gpu is not None and gpu.weight_prefetch_abi > 0 and options.prefetch_slots > 0:
-            self.base = self.base.with_(prefetch_slots=options.prefetch_slots,
-                                        prefetch_slot_max_mib=prefetch_slot_max_mib(self.summary))
+            self.base = self.base.with_(
+                prefetch_slots=options.prefetch_slots, prefetch_slot_max_mib=prefetch_slot_max_mib(self.summary)
+            )
         # MoE: the ubatch from which streaming host experts beats the CPU, per load mode (patched scheduler)
         self.expert_min_batch: dict[str, int] = {}
         if gpu is not None and gpu.weight_prefetch_abi > 0 and options.moe_offload_threshold:
             top = max(options.n_ubatch_choices)
-            self.expert_min_batch = {mode: self.cost.expert_offload_threshold(mode == "pinned", top)
-                                     for mode in ("mmap", "pinned")}
+            self.expert_min_batch = {
+                mode: self.cost.expert_offload_threshold(mode == "pinned", top) for mode in ("mmap", "pinned")
+            }
 
     def _mem_placement(self, spec: Spec) -> Placement:
-        return self.base.with_(n_gpu_layers=spec.n_gpu_layers, n_ubatch=spec.n_ubatch, n_batch=spec.n_ubatch,
-                               load_mode=spec.load_mode, op_offload=spec.op_offload,
-                               op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(spec.load_mode, 0))
+        return self.base.with_(
+            n_gpu_layers=spec.n_gpu_layers,
+            n_ubatch=spec.n_ubatch,
+            n_batch=spec.n_ubatch,
+            load_mode=spec.load_mode,
+            op_offload=spec.op_offload,
+            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(spec.load_mode, 0),
+        )
 
     def layout(self, spec: Spec) -> Layout:
         """Fast layout of a spec, cached (it does not depend on n_ubatch or load_mode)."""
@@ -171,8 +204,14 @@ class _Search:
     def memory(self, spec: Spec, layout: Layout | None = None) -> tuple[Layout, MemoryBreakdown, bool]:
         layout = layout or self.layout(spec)
         reserve = self.profile.vram_reserve_mib
-        mem = memory_of(self.summary, layout, self._mem_placement(spec), self.compute, reserve_mib=reserve,
-                        safety_margin_mib=self.options.safety_margin_mib)
+        mem = memory_of(
+            self.summary,
+            layout,
+            self._mem_placement(spec),
+            self.compute,
+            reserve_mib=reserve,
+            safety_margin_mib=self.options.safety_margin_mib,
+        )
         fits = mem.vram_total_mib <= self.budget
         limit = self.options.host_pinned_limit_mib
         if limit is not None and mem.host_pinned_mib > limit:
@@ -219,8 +258,9 @@ class _Search:
             if not st.n_bytes:
                 continue
             dtype = s.dominant_type.get((il, fg), "default")
-            gain = (w_pref * n_passes * cm.unit_gain(st, fg, dtype, b_pref, pinned, True)
-                    + w_dec * cm.unit_gain(st, fg, dtype, w.parallel, pinned, True))
+            gain = w_pref * n_passes * cm.unit_gain(st, fg, dtype, b_pref, pinned, True) + w_dec * cm.unit_gain(
+                st, fg, dtype, w.parallel, pinned, True
+            )
             units.append((-gain / max(unit_bytes(s, il), 1), -il, il))
         head = s.output_stats
         if head.n_bytes:
@@ -256,8 +296,10 @@ class _Search:
 
         for ub in ubs:
             for mode in modes:
+
                 def fix(spec: Spec) -> Spec:
                     return spec.with_(n_ubatch=ub, load_mode=mode)  # noqa: B023  (called in this iteration only)
+
                 for spec in fixed_specs(s, self.has_gpu):
                     spec = fix(spec)
                     if mode == "pinned" and spec.strategy in ("full_gpu", "full_gpu_no_output"):
@@ -280,7 +322,8 @@ class _Search:
     def planned(self, ev: _Eval, exact: bool = True) -> PlannedPlacement:
         """Public form of an evaluation; with ``exact`` the Placement's regexes are resolved and checked."""
         placement = spec_placement(self.summary, ev.spec, self.base).with_(
-            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(ev.spec.load_mode, 0))
+            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(ev.spec.load_mode, 0)
+        )
         layout, mem = ev.layout, ev.memory
         if exact:
             layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)
@@ -288,13 +331,25 @@ class _Search:
             if layout.gpu != ev.layout.gpu or layout.kv_on_gpu != ev.layout.kv_on_gpu:
                 raise AssertionError(f"planner bug: rules of {ev.spec.strategy} resolve to another layout")
         pred = ev.prediction or self.cost.predict(layout, placement, self.workload)
-        return PlannedPlacement(strategy=ev.spec.strategy, description=ev.spec.label, placement=placement,
-                                memory=mem, prediction=pred, fits=ev.fits, groups=group_rows(self.summary, layout))
+        return PlannedPlacement(
+            strategy=ev.spec.strategy,
+            description=ev.spec.label,
+            placement=placement,
+            memory=mem,
+            prediction=pred,
+            fits=ev.fits,
+            groups=group_rows(self.summary, layout),
+        )
 
     def sort_key(self, ev: _Eval) -> tuple[object, ...]:
         assert ev.prediction is not None
-        return (*score(ev.prediction, self.options.objective), round(ev.memory.vram_total_mib, 3),
-                STRATEGY_ORDER.index(ev.spec.strategy), ev.spec.n_ubatch, ev.spec.load_mode)
+        return (
+            *score(ev.prediction, self.options.objective),
+            round(ev.memory.vram_total_mib, 3),
+            STRATEGY_ORDER.index(ev.spec.strategy),
+            ev.spec.n_ubatch,
+            ev.spec.load_mode,
+        )
 
 
 def group_rows(summary: ModelSummary, layout: Layout) -> tuple[GroupRow, ...]:
@@ -306,25 +361,45 @@ def group_rows(summary: ModelSummary, layout: Layout) -> tuple[GroupRow, ...]:
         g_mib = sum(st.cuda_bytes for (_, g), st in layout.gpu.items() if g is group) / MIB
         h_mib = sum(st.n_bytes for (_, g), st in layout.host.items() if g is group) / MIB
         if g_mib or h_mib:
-            rows.append(GroupRow(group=group.value, gpu_layers=len(g_layers), host_layers=len(h_layers),
-                                 gpu_mib=round(g_mib, 2), host_mib=round(h_mib, 2)))
+            rows.append(
+                GroupRow(
+                    group=group.value,
+                    gpu_layers=len(g_layers),
+                    host_layers=len(h_layers),
+                    gpu_mib=round(g_mib, 2),
+                    host_mib=round(h_mib, 2),
+                )
+            )
     return tuple(rows)
 
 
 def _why_lost(best: PlannedPlacement, other: PlannedPlacement, objective: str) -> str:
     b, o = best.prediction, other.prediction
     if abs(o.e2e_s - b.e2e_s) < 1e-9 and abs(o.ttft_s - b.ttft_s) < 1e-9:
-        return (f"same prediction ({o.e2e_s:.3f} s e2e); ties break on VRAM "
-                f"({other.memory.vram_total_mib:.0f} vs {best.memory.vram_total_mib:.0f} MiB), then strategy order")
-    return (f"predicted e2e {o.e2e_s:.3f} s vs {b.e2e_s:.3f} s (TTFT {o.ttft_s:.3f} vs {b.ttft_s:.3f} s, "
-            f"{o.decode_tps:.1f} vs {b.decode_tps:.1f} tok/s; objective {objective}); "
-            f"VRAM {other.memory.vram_total_mib:.0f} MiB")
+        return (
+            f"same prediction ({o.e2e_s:.3f} s e2e); ties break on VRAM "
+            f"({other.memory.vram_total_mib:.0f} vs {best.memory.vram_total_mib:.0f} MiB), then strategy order"
+        )
+    return (
+        f"predicted e2e {o.e2e_s:.3f} s vs {b.e2e_s:.3f} s (TTFT {o.ttft_s:.3f} vs {b.ttft_s:.3f} s, "
+        f"{o.decode_tps:.1f} vs {b.decode_tps:.1f} tok/s; objective {objective}); "
+        f"VRAM {other.memory.vram_total_mib:.0f} MiB"
+    )
 
 
-def evaluate_placement(model: ModelTable, placement: Placement, vram_budget_mib: int, workload: Workload,
-                       profile: Profile, compute: ComputeBufferTable | None = None,
-                       options: PlannerOptions | None = None, *, strategy: str = "custom", description: str = "",
-                       summary: ModelSummary | None = None) -> PlannedPlacement:
+def evaluate_placement(
+    model: ModelTable,
+    placement: Placement,
+    vram_budget_mib: int,
+    workload: Workload,
+    profile: Profile,
+    compute: ComputeBufferTable | None = None,
+    options: PlannerOptions | None = None,
+    *,
+    strategy: str = "custom",
+    description: str = "",
+    summary: ModelSummary | None = None,
+) -> PlannedPlacement:
     """Memory terms, prediction and fit of an arbitrary ``placement`` (its rules resolved exactly).
 
     Raises:
@@ -333,17 +408,35 @@ def evaluate_placement(model: ModelTable, placement: Placement, vram_budget_mib:
     options = options or PlannerOptions()
     search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options, summary)
     layout = resolve_layout(search.summary, placement, has_gpu=search.has_gpu)
-    mem = memory_of(search.summary, layout, placement, search.compute, reserve_mib=profile.vram_reserve_mib,
-                    safety_margin_mib=options.safety_margin_mib)
+    mem = memory_of(
+        search.summary,
+        layout,
+        placement,
+        search.compute,
+        reserve_mib=profile.vram_reserve_mib,
+        safety_margin_mib=options.safety_margin_mib,
+    )
     limit = options.host_pinned_limit_mib
     fits = mem.vram_total_mib <= vram_budget_mib and (limit is None or mem.host_pinned_mib <= limit)
-    return PlannedPlacement(strategy=strategy, description=description, placement=placement, memory=mem,
-                            prediction=search.cost.predict(layout, placement, workload), fits=fits,
-                            groups=group_rows(search.summary, layout))
+    return PlannedPlacement(
+        strategy=strategy,
+        description=description,
+        placement=placement,
+        memory=mem,
+        prediction=search.cost.predict(layout, placement, workload),
+        fits=fits,
+        groups=group_rows(search.summary, layout),
+    )
 
 
-def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, profile: Profile,
-                   compute: ComputeBufferTable | None = None, options: PlannerOptions | None = None) -> PlanResult:
+def plan_placement(
+    model: ModelTable,
+    vram_budget_mib: int,
+    workload: Workload,
+    profile: Profile,
+    compute: ComputeBufferTable | None = None,
+    options: PlannerOptions | None = None,
+) -> PlanResult:
     """The placement with the best predicted objective that fits ``vram_budget_mib``.
 
     Args:
@@ -368,15 +461,30 @@ def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, 
     common = dict(model=model.path, vram_budget_mib=vram_budget_mib, objective=options.objective, workload=workload)
     if not evals:
         fallback_spec = Spec("cpu_only", 0, op_offload=False, label="all weights and KV on the CPU, GPU hidden")
-        cpu_search = _Search(model, 10**9, workload, profile.model_copy(update={"gpu": None}), search.compute, options,
-                             summary=search.summary)
+        cpu_search = _Search(
+            model,
+            10**9,
+            workload,
+            profile.model_copy(update={"gpu": None}),
+            search.compute,
+            options,
+            summary=search.summary,
+        )
         fallback = cpu_search.planned(cpu_search.evaluate(fallback_spec))
         gpu_smallest = [mib for strategy, mib in smallest.items() if strategy != "cpu_only"]
         need = math.ceil(min(gpu_smallest)) if gpu_smallest else None
-        notes.append("no GPU placement fits; the CPU-only fallback needs the engine to hide the GPU "
-                     "(no CUDA context) to use no VRAM")
-        return PlanResult(status="infeasible", chosen=None, min_feasible_budget_mib=need, cpu_fallback=fallback,
-                          notes=tuple(notes), **common)
+        notes.append(
+            "no GPU placement fits; the CPU-only fallback needs the engine to hide the GPU "
+            "(no CUDA context) to use no VRAM"
+        )
+        return PlanResult(
+            status="infeasible",
+            chosen=None,
+            min_feasible_budget_mib=need,
+            cpu_fallback=fallback,
+            notes=tuple(notes),
+            **common,
+        )
     chosen = search.planned(evals[0])
     if chosen.memory.compute_source == "estimate":
         notes.append("compute buffer estimated (no dry run for this key): conservative over-estimate")
@@ -389,14 +497,18 @@ def plan_placement(model: ModelTable, vram_budget_mib: int, workload: Workload, 
             continue
         seen.add(ev.spec.strategy)
         other = search.planned(ev, exact=False)
-        runner_ups.append(RunnerUp(strategy=ev.spec.strategy, reason=_why_lost(chosen, other, options.objective),
-                                   planned=other))
+        runner_ups.append(
+            RunnerUp(strategy=ev.spec.strategy, reason=_why_lost(chosen, other, options.objective), planned=other)
+        )
     fitted = {ev.spec.strategy for ev in evals}
     for strategy in STRATEGY_ORDER:
         if strategy in smallest and strategy not in fitted:
             seen.add(strategy)
-            runner_ups.append(RunnerUp(strategy=strategy, planned=None,
-                                       reason=f"does not fit: needs at least {smallest[strategy]:.0f} MiB "
-                                              f"> budget {vram_budget_mib} MiB"))
-    return PlanResult(status="ok", chosen=chosen, runner_ups=tuple(runner_ups), notes=tuple(notes),
-                      **common)
+            runner_ups.append(
+                RunnerUp(
+                    strategy=strategy,
+                    planned=None,
+                    reason=f"does not fit: needs at least {smallest[strategy]:.0f} MiB > budget {vram_budget_mib} MiB",
+                )
+            )
+    return PlanResult(status="ok", chosen=chosen, runner_ups=tuple(runner_ups), notes=tuple(notes), **common)

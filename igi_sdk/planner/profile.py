@@ -57,17 +57,24 @@ class CpuRate(BaseModel):
     decode_gbps: float = Field(gt=0, description="weight bytes streamed per second at batch 1 (GB/s)")
     op_overhead_us: float = Field(ge=0, description="fixed cost per graph op at batch 1 (thread sync)")
     attn_gbps: float | None = Field(
-        default=None, gt=0, description="KV bytes/s of CPU flash attention at batch 1 (None: decode_gbps / 8)")
+        default=None, gt=0, description="KV bytes/s of CPU flash attention at batch 1 (None: decode_gbps / 8)"
+    )
     attn_head_bytes: float = Field(
-        default=64.0, gt=0,
+        default=64.0,
+        gt=0,
         description="KV bytes per query head and cached position of the model attn_gbps was measured on (the "
-                    "profiler's small_8l: 1024 B of f16 K+V per position over 16 query heads); decode attention "
-                    "on the CPU costs per query head, so attn_gbps / attn_head_bytes = head-positions per second")
+        "profiler's small_8l: 1024 B of f16 K+V per position over 16 query heads); decode attention "
+        "on the CPU costs per query head, so attn_gbps / attn_head_bytes = head-positions per second",
+    )
     prefill_gflops: dict[str, float] = Field(
-        default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too")
+        default_factory=dict, description="matmul GFLOP/s at large batch per ggml weight type; key 'default' too"
+    )
     moe_decode_efficiency: float = Field(
-        default=1.0, gt=0, le=1.0,
-        description="CPU expert (MUL_MAT_ID) weight rate at decode relative to decode_gbps (dense GEMV)")
+        default=1.0,
+        gt=0,
+        le=1.0,
+        description="CPU expert (MUL_MAT_ID) weight rate at decode relative to decode_gbps (dense GEMV)",
+    )
 
     @property
     def kv_read_gbps(self) -> float:
@@ -96,17 +103,26 @@ class GpuProfile(BaseModel):
     op_overhead_us: float = Field(ge=0, description="fixed cost per graph op (kernel launch)")
     h2d_pinned_gbps: float = Field(gt=0, description="op_offload weight copy rate from pinned (CUDA_Host) memory")
     h2d_pageable_gbps: float = Field(gt=0, description="op_offload weight copy rate from mmap'd pageable memory")
-    reserve_mib: int = Field(ge=0, description="VRAM the CUDA context, cuBLAS and pools take outside llama.cpp's buffers")
+    reserve_mib: int = Field(
+        ge=0, description="VRAM the CUDA context, cuBLAS and pools take outside llama.cpp's buffers"
+    )
     transition_us: float = Field(ge=0, description="cost of one CPU<->GPU hand-over in the graph (sync + copy)")
     moe_prefill_efficiency: float = Field(
-        default=1.0, gt=0, le=1,
-        description="GPU matmul rate of MoE experts (MUL_MAT_ID) at prefill relative to ``gflops`` (dense)")
+        default=1.0,
+        gt=0,
+        le=1,
+        description="GPU matmul rate of MoE experts (MUL_MAT_ID) at prefill relative to ``gflops`` (dense)",
+    )
     weight_prefetch_abi: int = Field(
-        default=0, ge=0,
-        description="the engine build's pipelined weight prefetch (patches/llama.cpp/0001); 0: serial copies only")
+        default=0,
+        ge=0,
+        description="the engine build's pipelined weight prefetch (patches/llama.cpp/0001); 0: serial copies only",
+    )
     h2d_prefetch_gbps: float | None = Field(
-        default=None, gt=0,
-        description="host weight upload rate while GPU compute runs (prefetch on); None: the serial rates")
+        default=None,
+        gt=0,
+        description="host weight upload rate while GPU compute runs (prefetch on); None: the serial rates",
+    )
 
 
 class Profile(BaseModel):
@@ -118,16 +134,21 @@ class Profile(BaseModel):
     machine: MachineKey
     source: str = Field(description="'measured', 'measured-quick' or 'reference:<name>'")
     host_memory_gbps: float = Field(
-        gt=0, description="single-thread numpy copy rate, read + write bytes; informational (the cost model "
-                          "uses the CPU decode rates, which llama.cpp's threads reach)")
+        gt=0,
+        description="single-thread numpy copy rate, read + write bytes; informational (the cost model "
+        "uses the CPU decode rates, which llama.cpp's threads reach)",
+    )
     cpu: tuple[CpuRate, ...] = Field(min_length=1)
     gpu: GpuProfile | None = None
     pinned_load_gbps: float = Field(default=1.4, gt=0, description="rate of copying weights into pinned memory at load")
     mmap_load_gbps: float = Field(default=20.0, gt=0, description="rate of mapping weights from the page cache at load")
-    cpu_pinned_decode_factor: float = Field(default=1.0, gt=0, description="CPU decode speed from pinned vs mmap'd weights")
+    cpu_pinned_decode_factor: float = Field(
+        default=1.0, gt=0, description="CPU decode speed from pinned vs mmap'd weights"
+    )
     missing: dict[str, str] = Field(
-        default_factory=dict, description="measurements that failed or were implausible (term -> reason); "
-                                          "their figures are fallbacks")
+        default_factory=dict,
+        description="measurements that failed or were implausible (term -> reason); their figures are fallbacks",
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -148,9 +169,15 @@ class Profile(BaseModel):
         if n_threads <= rates[0].n_threads:
             r = rates[0]
             f = n_threads / r.n_threads
-            return CpuRate(n_threads=n_threads, decode_gbps=r.decode_gbps * f, op_overhead_us=r.op_overhead_us,
-                           attn_gbps=r.kv_read_gbps * f, prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()},
-                           moe_decode_efficiency=r.moe_decode_efficiency, attn_head_bytes=r.attn_head_bytes)
+            return CpuRate(
+                n_threads=n_threads,
+                decode_gbps=r.decode_gbps * f,
+                op_overhead_us=r.op_overhead_us,
+                attn_gbps=r.kv_read_gbps * f,
+                prefill_gflops={k: v * f for k, v in r.prefill_gflops.items()},
+                moe_decode_efficiency=r.moe_decode_efficiency,
+                attn_head_bytes=r.attn_head_bytes,
+            )
         for lo, hi in zip(rates, rates[1:]):
             if n_threads <= hi.n_threads:
                 w = (n_threads - lo.n_threads) / (hi.n_threads - lo.n_threads)
@@ -162,7 +189,8 @@ class Profile(BaseModel):
                     attn_gbps=lo.kv_read_gbps + w * (hi.kv_read_gbps - lo.kv_read_gbps),
                     prefill_gflops={k: lo.gflops(k) + w * (hi.gflops(k) - lo.gflops(k)) for k in keys},
                     moe_decode_efficiency=min(lo.moe_decode_efficiency, hi.moe_decode_efficiency),
-                    attn_head_bytes=hi.attn_head_bytes)
+                    attn_head_bytes=hi.attn_head_bytes,
+                )
         return rates[-1]
 
     @property
@@ -190,10 +218,17 @@ predicts for 1.02 / 0.89 / 0.64 GB of expert reads, i.e. 0.54 / 0.43 / 0.54 of t
 
 
 REFERENCE_GPU: dict[str, dict[str, Any]] = {
-    "NVIDIA H200": dict(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=3300.0, gflops=160000.0,
-                        op_overhead_us=2.5, h2d_pinned_gbps=H200_H2D_PINNED_GBPS, h2d_pageable_gbps=8.4,
-                        reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
-                        transition_us=20.0),
+    "NVIDIA H200": dict(
+        name="NVIDIA H200",
+        total_mib=143771,
+        bandwidth_gbps=3300.0,
+        gflops=160000.0,
+        op_overhead_us=2.5,
+        h2d_pinned_gbps=H200_H2D_PINNED_GBPS,
+        h2d_pageable_gbps=8.4,
+        reserve_mib=MEASURED_RESERVE_FLOOR_MIB["NVIDIA H200"],  # measured, see that constant
+        transition_us=20.0,
+    ),
 }
 """GPU terms of the known GPUs (the reference profiles'): fallbacks and cross-checks of measured profiles."""
 
@@ -210,21 +245,40 @@ def reference_profile(name: str = "h200") -> Profile:
             machine=MachineKey(cpu_model="reference 16-core Xeon", n_threads=16, gpu_name="NVIDIA H200", driver=None),
             source="reference:h200",
             host_memory_gbps=100.0,
-            cpu=(CpuRate(n_threads=8, decode_gbps=35.0, op_overhead_us=17.0, attn_gbps=4.5,
-                         prefill_gflops={k: v / 2 for k, v in q.items()}, moe_decode_efficiency=H200_MOE_EFFICIENCY),
-                 CpuRate(n_threads=16, decode_gbps=70.0, op_overhead_us=17.0, attn_gbps=9.0, prefill_gflops=q,
-                         moe_decode_efficiency=H200_MOE_EFFICIENCY)),
+            cpu=(
+                CpuRate(
+                    n_threads=8,
+                    decode_gbps=35.0,
+                    op_overhead_us=17.0,
+                    attn_gbps=4.5,
+                    prefill_gflops={k: v / 2 for k, v in q.items()},
+                    moe_decode_efficiency=H200_MOE_EFFICIENCY,
+                ),
+                CpuRate(
+                    n_threads=16,
+                    decode_gbps=70.0,
+                    op_overhead_us=17.0,
+                    attn_gbps=9.0,
+                    prefill_gflops=q,
+                    moe_decode_efficiency=H200_MOE_EFFICIENCY,
+                ),
+            ),
             gpu=GpuProfile(**REFERENCE_GPU["NVIDIA H200"]),
-            pinned_load_gbps=1.4, mmap_load_gbps=30.0, cpu_pinned_decode_factor=1.0)
+            pinned_load_gbps=1.4,
+            mmap_load_gbps=30.0,
+            cpu_pinned_decode_factor=1.0,
+        )
     if name == "cpu2":
         return Profile(
-            machine=MachineKey(cpu_model="reference 2-core", n_threads=2), source="reference:cpu2",
+            machine=MachineKey(cpu_model="reference 2-core", n_threads=2),
+            source="reference:cpu2",
             host_memory_gbps=12.0,
-            cpu=(CpuRate(n_threads=1, decode_gbps=6.0, op_overhead_us=4.0, prefill_gflops={"default": 40.0}),
-                 CpuRate(n_threads=2, decode_gbps=10.0, op_overhead_us=6.0, prefill_gflops={"default": 75.0})))
+            cpu=(
+                CpuRate(n_threads=1, decode_gbps=6.0, op_overhead_us=4.0, prefill_gflops={"default": 40.0}),
+                CpuRate(n_threads=2, decode_gbps=10.0, op_overhead_us=6.0, prefill_gflops={"default": 75.0}),
+            ),
+        )
     raise KeyError(f"unknown reference profile {name!r} (known: h200, cpu2)")
-
-
 
 
 # --- plausibility ------------------------------------------------------------------------------------------
@@ -259,18 +313,29 @@ KNOWN_GPU_MAX_RATIO = 4.0
 host: a different PCIe generation halves H2D, clocks and llama.cpp versions move rates by tens of percent. The
 first H200 profile was 30x off in H2D (1.81 vs 55 GB/s) and 6.4x in GFLOP/s (24820 vs 160000)."""
 KNOWN_GPU_CHECKED = ("bandwidth_gbps", "gflops", "op_overhead_us", "h2d_pinned_gbps", "h2d_pageable_gbps")
-CONSERVATIVE_GPU: dict[str, float] = dict(bandwidth_gbps=300.0, gflops=20000.0, op_overhead_us=5.0,
-                                          h2d_pinned_gbps=10.0, h2d_pageable_gbps=4.0, reserve_mib=1024,
-                                          transition_us=20.0)
+CONSERVATIVE_GPU: dict[str, float] = dict(
+    bandwidth_gbps=300.0,
+    gflops=20000.0,
+    op_overhead_us=5.0,
+    h2d_pinned_gbps=10.0,
+    h2d_pageable_gbps=4.0,
+    reserve_mib=1024,
+    transition_us=20.0,
+)
 """GPU terms for a GPU without a reference profile (slow rates, a large reserve)."""
-CONSERVATIVE_HOST: dict[str, float] = dict(host_memory_gbps=5.0, pinned_load_gbps=1.0, mmap_load_gbps=5.0,
-                                           cpu_pinned_decode_factor=1.0)
+CONSERVATIVE_HOST: dict[str, float] = dict(
+    host_memory_gbps=5.0, pinned_load_gbps=1.0, mmap_load_gbps=5.0, cpu_pinned_decode_factor=1.0
+)
 
 
 def conservative_cpu(n_threads: int) -> dict[str, float | None]:
     """CPU figures for a term that could not be trusted: a slow laptop core's rates times ``n_threads``."""
-    return {"decode_gbps": min(2.0 * n_threads, 20.0), "op_overhead_us": 10.0, "attn_gbps": None,
-            "gflops": 10.0 * n_threads}
+    return {
+        "decode_gbps": min(2.0 * n_threads, 20.0),
+        "op_overhead_us": 10.0,
+        "attn_gbps": None,
+        "gflops": 10.0 * n_threads,
+    }
 
 
 def _outside(value: float | None, bounds: Bounds) -> bool:
@@ -307,8 +372,9 @@ def repair_profile(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]
                 rate[key] = safe[key]
         for wtype, value in rate["prefill_gflops"].items():
             if _outside(value, CPU_GFLOPS_BOUNDS):
-                notes[f"cpu[{n}].prefill_gflops.{wtype}"] = _why(value, CPU_GFLOPS_BOUNDS, safe["gflops"],
-                                                                  "conservative default")
+                notes[f"cpu[{n}].prefill_gflops.{wtype}"] = _why(
+                    value, CPU_GFLOPS_BOUNDS, safe["gflops"], "conservative default"
+                )
                 rate["prefill_gflops"][wtype] = safe["gflops"]
         rates.append(rate)
     if rates:
@@ -322,8 +388,9 @@ def repair_profile(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]
 
 def _repair_gpu(gpu: dict[str, Any], *, measured: bool, notes: dict[str, str]) -> dict[str, Any]:
     ref = REFERENCE_GPU.get(gpu.get("name", ""))
-    fallback, source = (ref, f"reference {gpu['name']}") if ref is not None else (CONSERVATIVE_GPU,
-                                                                                 "conservative default")
+    fallback, source = (
+        (ref, f"reference {gpu['name']}") if ref is not None else (CONSERVATIVE_GPU, "conservative default")
+    )
     for key, bounds in GPU_BOUNDS.items():
         if _outside(gpu.get(key), bounds):
             notes[f"gpu.{key}"] = _why(gpu[key], bounds, fallback[key], source)
@@ -334,13 +401,17 @@ def _repair_gpu(gpu: dict[str, Any], *, measured: bool, notes: dict[str, str]) -
             if key == "op_overhead_us":
                 lo = 0.0  # less launch overhead than the reference is fine (CUDA graphs)
             if gpu[key] != ref[key] and _outside(gpu[key], (lo, hi)):
-                notes[f"gpu.{key}"] = (f"implausible for {gpu['name']}: {gpu[key]:g} is more than "
-                                       f"{KNOWN_GPU_MAX_RATIO:g}x off its reference {ref[key]:g}; using the reference")
+                notes[f"gpu.{key}"] = (
+                    f"implausible for {gpu['name']}: {gpu[key]:g} is more than "
+                    f"{KNOWN_GPU_MAX_RATIO:g}x off its reference {ref[key]:g}; using the reference"
+                )
                 gpu[key] = ref[key]
     if gpu["h2d_pinned_gbps"] < PINNED_VS_PAGEABLE_MIN * gpu["h2d_pageable_gbps"]:
         pair = (gpu["h2d_pinned_gbps"], gpu["h2d_pageable_gbps"])
         gpu["h2d_pinned_gbps"], gpu["h2d_pageable_gbps"] = fallback["h2d_pinned_gbps"], fallback["h2d_pageable_gbps"]
-        notes["gpu.h2d_pinned_gbps"] = (f"implausible: pinned {pair[0]:g} < {PINNED_VS_PAGEABLE_MIN:g} x pageable "
-                                        f"{pair[1]:g} GB/s; using {gpu['h2d_pinned_gbps']:g} / "
-                                        f"{gpu['h2d_pageable_gbps']:g} ({source})")
+        notes["gpu.h2d_pinned_gbps"] = (
+            f"implausible: pinned {pair[0]:g} < {PINNED_VS_PAGEABLE_MIN:g} x pageable "
+            f"{pair[1]:g} GB/s; using {gpu['h2d_pinned_gbps']:g} / "
+            f"{gpu['h2d_pageable_gbps']:g} ({source})"
+        )
     return gpu

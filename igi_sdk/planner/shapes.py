@@ -75,14 +75,36 @@ class ModelShape(BaseModel):
 
 REFERENCE_SHAPES: dict[str, ModelShape] = {
     "tiny_dense": ModelShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512),
-    "tiny_moe": ModelShape(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=512,
-                           n_expert=4, n_expert_used=2, n_ff_exp=64),
-    "llama_8b": ModelShape(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256,
-                           n_ctx_train=8192),
-    "qwen25_7b": ModelShape(n_layer=28, n_embd=3584, n_ff=18944, n_head=28, n_head_kv=4, n_vocab=152064,
-                            n_ctx_train=32768),
-    "qwen3_30b_a3b": ModelShape(n_layer=48, n_embd=2048, n_ff=6144, n_head=32, n_head_kv=4, n_vocab=151936,
-                                n_ctx_train=32768, n_expert=128, n_expert_used=8, n_ff_exp=768),
+    "tiny_moe": ModelShape(
+        n_layer=2,
+        n_embd=64,
+        n_ff=128,
+        n_head=4,
+        n_head_kv=2,
+        n_vocab=512,
+        n_ctx_train=512,
+        n_expert=4,
+        n_expert_used=2,
+        n_ff_exp=64,
+    ),
+    "llama_8b": ModelShape(
+        n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256, n_ctx_train=8192
+    ),
+    "qwen25_7b": ModelShape(
+        n_layer=28, n_embd=3584, n_ff=18944, n_head=28, n_head_kv=4, n_vocab=152064, n_ctx_train=32768
+    ),
+    "qwen3_30b_a3b": ModelShape(
+        n_layer=48,
+        n_embd=2048,
+        n_ff=6144,
+        n_head=32,
+        n_head_kv=4,
+        n_vocab=151936,
+        n_ctx_train=32768,
+        n_expert=128,
+        n_expert_used=8,
+        n_ff_exp=768,
+    ),
 }
 """Reference shapes; ``igi_sdk.synthetic.PRESETS`` is derived from this table."""
 
@@ -97,16 +119,28 @@ def shape_tensor_specs(shape: ShapeLike, ggml_type: str = "q4_0") -> list[tuple[
     specs: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (e, v), ggml_type)]
     for i in range(shape.n_layer):
         b = f"blk.{i}."
-        specs += [(b + "attn_norm.weight", (e,), "f32"), (b + "attn_q.weight", (e, q), ggml_type),
-                  (b + "attn_k.weight", (e, kv), ggml_type), (b + "attn_v.weight", (e, kv), ggml_type),
-                  (b + "attn_output.weight", (q, e), ggml_type), (b + "ffn_norm.weight", (e,), "f32")]
+        specs += [
+            (b + "attn_norm.weight", (e,), "f32"),
+            (b + "attn_q.weight", (e, q), ggml_type),
+            (b + "attn_k.weight", (e, kv), ggml_type),
+            (b + "attn_v.weight", (e, kv), ggml_type),
+            (b + "attn_output.weight", (q, e), ggml_type),
+            (b + "ffn_norm.weight", (e,), "f32"),
+        ]
         if moe:
             n = shape.n_expert
-            specs += [(b + "ffn_gate_inp.weight", (e, n), "f32"), (b + "ffn_gate_exps.weight", (e, ff, n), ggml_type),
-                      (b + "ffn_up_exps.weight", (e, ff, n), ggml_type), (b + "ffn_down_exps.weight", (ff, e, n), ggml_type)]
+            specs += [
+                (b + "ffn_gate_inp.weight", (e, n), "f32"),
+                (b + "ffn_gate_exps.weight", (e, ff, n), ggml_type),
+                (b + "ffn_up_exps.weight", (e, ff, n), ggml_type),
+                (b + "ffn_down_exps.weight", (ff, e, n), ggml_type),
+            ]
         else:
-            specs += [(b + "ffn_gate.weight", (e, ff), ggml_type), (b + "ffn_up.weight", (e, ff), ggml_type),
-                      (b + "ffn_down.weight", (ff, e), ggml_type)]
+            specs += [
+                (b + "ffn_gate.weight", (e, ff), ggml_type),
+                (b + "ffn_up.weight", (e, ff), ggml_type),
+                (b + "ffn_down.weight", (ff, e), ggml_type),
+            ]
     specs.append(("output_norm.weight", (e,), "f32"))
     if not getattr(shape, "tied_embeddings", False):
         specs.append(("output.weight", (e, v), ggml_type))
@@ -120,14 +154,28 @@ def table_from_shape(shape: ShapeLike, *, ggml_type: str = "q4_0", name: str = "
     for tname, ne, ttype in shape_tensor_specs(shape, ggml_type.lower()):
         n_bytes = row_bytes(ttype, ne[0]) * (prod(ne) // ne[0])
         layer, group = classify(tname)
-        tensors.append(TensorInfo(name=tname, layer=layer, group=group, ggml_type=ttype, shape=ne,
-                                  n_bytes=n_bytes, file_offset=offset))
+        tensors.append(
+            TensorInfo(
+                name=tname, layer=layer, group=group, ggml_type=ttype, shape=ne, n_bytes=n_bytes, file_offset=offset
+            )
+        )
         offset = align_up(offset + n_bytes, GGUF_ALIGNMENT)
     hd = shape.n_embd // shape.n_head
     moe = shape.n_expert > 0
     return ModelTable(
-        path=f"synthetic:{name}", architecture="llama", n_layer=shape.n_layer, n_embd=shape.n_embd,
-        n_head=shape.n_head, n_head_kv=shape.n_head_kv, n_embd_head_k=hd, n_embd_head_v=hd,
-        n_ff=(shape.n_ff_exp or shape.n_ff) if moe else shape.n_ff, n_vocab=shape.n_vocab,
-        n_ctx_train=shape.n_ctx_train, n_expert=shape.n_expert, n_expert_used=shape.n_expert_used,
-        file_bytes=offset, tensors=tuple(tensors))
+        path=f"synthetic:{name}",
+        architecture="llama",
+        n_layer=shape.n_layer,
+        n_embd=shape.n_embd,
+        n_head=shape.n_head,
+        n_head_kv=shape.n_head_kv,
+        n_embd_head_k=hd,
+        n_embd_head_v=hd,
+        n_ff=(shape.n_ff_exp or shape.n_ff) if moe else shape.n_ff,
+        n_vocab=shape.n_vocab,
+        n_ctx_train=shape.n_ctx_train,
+        n_expert=shape.n_expert,
+        n_expert_used=shape.n_expert_used,
+        file_bytes=offset,
+        tensors=tuple(tensors),
+    )

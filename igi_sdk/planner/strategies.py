@@ -30,8 +30,18 @@ from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.summary import GroupKey, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup as G
 
-STRATEGY_ORDER = ("full_gpu", "full_gpu_no_output", "attn_first", "attn_first_partial", "whole_layers",
-                  "whole_layers_kv_gpu", "n_cpu_moe", "cpu_offload", "cpu_only", "nvigi_linear")
+STRATEGY_ORDER = (
+    "full_gpu",
+    "full_gpu_no_output",
+    "attn_first",
+    "attn_first_partial",
+    "whole_layers",
+    "whole_layers_kv_gpu",
+    "n_cpu_moe",
+    "cpu_offload",
+    "cpu_only",
+    "nvigi_linear",
+)
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,14 @@ def _layer_alt(layers: tuple[int, ...], n_layer: int) -> str:
 
 def _suffix_alt(summary: ModelSummary, group: G) -> str:
     """Alternation of the real tensor-name suffixes (after ``blk.N.``) of ``group``, regex-escaped."""
-    suffixes = sorted({t.name.split(".", 2)[2] for (il, g), ts in summary.tensors_of.items()
-                       if g is group and il is not None for t in ts})
+    suffixes = sorted(
+        {
+            t.name.split(".", 2)[2]
+            for (il, g), ts in summary.tensors_of.items()
+            if g is group and il is not None
+            for t in ts
+        }
+    )
     return "(?:" + "|".join(s.replace(".", r"\.") for s in suffixes) + ")"
 
 
@@ -77,11 +93,20 @@ def spec_placement(summary: ModelSummary, spec: Spec, base: Placement) -> Placem
     if spec.layer_host_layers:
         rules.append(OverrideRule(pattern=rf"^blk\.{_layer_alt(spec.layer_host_layers, n)}\..*$", device=CPU_DEVICE))
     if spec.ffn_host_layers:
-        rules.append(OverrideRule(
-            pattern=rf"^blk\.{_layer_alt(spec.ffn_host_layers, n)}\.{_suffix_alt(summary, ffn_group(summary))}$",
-            device=CPU_DEVICE))
-    return base.with_(rules=tuple(rules), n_gpu_layers=spec.n_gpu_layers, n_ubatch=spec.n_ubatch,
-                      n_batch=spec.n_ubatch, load_mode=spec.load_mode, op_offload=spec.op_offload)
+        rules.append(
+            OverrideRule(
+                pattern=rf"^blk\.{_layer_alt(spec.ffn_host_layers, n)}\.{_suffix_alt(summary, ffn_group(summary))}$",
+                device=CPU_DEVICE,
+            )
+        )
+    return base.with_(
+        rules=tuple(rules),
+        n_gpu_layers=spec.n_gpu_layers,
+        n_ubatch=spec.n_ubatch,
+        n_batch=spec.n_ubatch,
+        load_mode=spec.load_mode,
+        op_offload=spec.op_offload,
+    )
 
 
 def spec_layout(summary: ModelSummary, spec: Spec, *, has_gpu: bool, offload_kqv: bool = True) -> Layout:
@@ -92,7 +117,7 @@ def spec_layout(summary: ModelSummary, spec: Spec, *, has_gpu: bool, offload_kqv
     ffn_host, layer_host = set(spec.ffn_host_layers), set(spec.layer_host_layers)
     fg = ffn_group(summary)
     keys: set[GroupKey] = set()
-    for (il, g) in summary.groups:
+    for il, g in summary.groups:
         if il is None:
             continue
         if il >= first and il not in layer_host and not (g is fg and il in ffn_host):
@@ -106,15 +131,18 @@ def spec_layout(summary: ModelSummary, spec: Spec, *, has_gpu: bool, offload_kqv
 
 # -- spec families ---------------------------------------------------------------------------------------
 
+
 def fixed_specs(summary: ModelSummary, has_gpu: bool) -> list[Spec]:
     """Strategies without a size knob."""
     n = summary.n_layer
     if not has_gpu:
         return [Spec("cpu_only", 0, op_offload=False, label="all weights and KV on the CPU")]
-    return [Spec("full_gpu", n + 1, label="all layers and the output head in VRAM"),
-            Spec("full_gpu_no_output", n, label="all layers in VRAM, output head on the host"),
-            Spec("cpu_offload", 0, label="all weights on the host; prefill streamed to the GPU (op_offload)"),
-            Spec("cpu_only", 0, op_offload=False, label="all weights and KV on the CPU (GPU unused)")]
+    return [
+        Spec("full_gpu", n + 1, label="all layers and the output head in VRAM"),
+        Spec("full_gpu_no_output", n, label="all layers in VRAM, output head on the host"),
+        Spec("cpu_offload", 0, label="all weights on the host; prefill streamed to the GPU (op_offload)"),
+        Spec("cpu_only", 0, op_offload=False, label="all weights and KV on the CPU (GPU unused)"),
+    ]
 
 
 def attn_first_chain(summary: ModelSummary, unit_order: list[int | None]) -> list[Spec]:
@@ -131,42 +159,73 @@ def attn_first_chain(summary: ModelSummary, unit_order: list[int | None]) -> lis
             head = True
         else:
             host.discard(unit)
-        chain.append(Spec("attn_first", n + 1 if head else n, ffn_host_layers=tuple(sorted(host)),
-                          label=_attn_label(n, host, head, summary)))
+        chain.append(
+            Spec(
+                "attn_first",
+                n + 1 if head else n,
+                ffn_host_layers=tuple(sorted(host)),
+                label=_attn_label(n, host, head, summary),
+            )
+        )
     return chain
 
 
 def _attn_label(n: int, host: set[int], head: bool, summary: ModelSummary) -> str:
     what = "experts" if summary.table.is_moe else "FFN"
-    return (f"attention+KV of all {n} layers in VRAM, {what} of {n - len(host)} layers in VRAM, "
-            f"head {'in VRAM' if head else 'on host'}")
+    return (
+        f"attention+KV of all {n} layers in VRAM, {what} of {n - len(host)} layers in VRAM, "
+        f"head {'in VRAM' if head else 'on host'}"
+    )
 
 
 def attn_partial_specs(summary: ModelSummary) -> list[Spec]:
     """Attention + KV of the last m layers (m = 1..n-1), every FFN/expert on the host; ascending m."""
     n = summary.n_layer
-    return [Spec("attn_first_partial", m, ffn_host_layers=tuple(range(n - m, n)),
-                 label=f"attention+KV of the last {m} layers in VRAM, all FFN on host") for m in range(1, n)]
+    return [
+        Spec(
+            "attn_first_partial",
+            m,
+            ffn_host_layers=tuple(range(n - m, n)),
+            label=f"attention+KV of the last {m} layers in VRAM, all FFN on host",
+        )
+        for m in range(1, n)
+    ]
 
 
 def whole_layer_specs(summary: ModelSummary) -> list[Spec]:
     """``n_gpu_layers = m`` for m = 1..n-1 (ascending)."""
-    return [Spec("whole_layers", m, label=f"n_gpu_layers={m}: last {m} whole layers in VRAM")
-            for m in range(1, summary.n_layer)]
+    return [
+        Spec("whole_layers", m, label=f"n_gpu_layers={m}: last {m} whole layers in VRAM")
+        for m in range(1, summary.n_layer)
+    ]
 
 
 def whole_layer_kv_gpu_specs(summary: ModelSummary) -> list[Spec]:
     """Last m whole layers resident, the other layers' weights on the host with their KV in VRAM (ascending m)."""
     n = summary.n_layer
-    return [Spec("whole_layers_kv_gpu", n, layer_host_layers=tuple(range(n - m)),
-                 label=f"last {m} whole layers in VRAM, KV of all layers in VRAM") for m in range(0, n)]
+    return [
+        Spec(
+            "whole_layers_kv_gpu",
+            n,
+            layer_host_layers=tuple(range(n - m)),
+            label=f"last {m} whole layers in VRAM, KV of all layers in VRAM",
+        )
+        for m in range(0, n)
+    ]
 
 
 def n_cpu_moe_specs(summary: ModelSummary) -> list[Spec]:
     """``--n-cpu-moe N`` with ``-ngl 99``: experts of the first N layers on the host (descending N)."""
     n = summary.n_layer
-    return [Spec("n_cpu_moe", n + 1, ffn_host_layers=tuple(range(k)), label=f"--n-cpu-moe {k}: experts of the first {k} layers on host")
-            for k in range(n, 0, -1)]
+    return [
+        Spec(
+            "n_cpu_moe",
+            n + 1,
+            ffn_host_layers=tuple(range(k)),
+            label=f"--n-cpu-moe {k}: experts of the first {k} layers on host",
+        )
+        for k in range(n, 0, -1)
+    ]
 
 
 def unit_bytes(summary: ModelSummary, unit: int | None) -> int:
@@ -192,18 +251,22 @@ def representative_specs(summary: ModelSummary, placement_class: str) -> list[Sp
     half = max(1, n // 2)
     last_half = tuple(range(n - half, n))
     if placement_class == "partial":
-        specs = [Spec("attn_first", n, ffn_host_layers=tuple(range(n))),
-                 Spec("whole_layers", half),
-                 Spec("attn_first_partial", half, ffn_host_layers=last_half),
-                 Spec("attn_first", n, ffn_host_layers=last_half),
-                 Spec("n_cpu_moe", n + 1, ffn_host_layers=tuple(range(half)))]
+        specs = [
+            Spec("attn_first", n, ffn_host_layers=tuple(range(n))),
+            Spec("whole_layers", half),
+            Spec("attn_first_partial", half, ffn_host_layers=last_half),
+            Spec("attn_first", n, ffn_host_layers=last_half),
+            Spec("n_cpu_moe", n + 1, ffn_host_layers=tuple(range(half))),
+        ]
         return specs if n > 1 else specs[:1]
-    return [{
-        "all_gpu": Spec("full_gpu", n + 1),
-        "head_host": Spec("full_gpu_no_output", n),
-        "cpu_offload": Spec("cpu_offload", 0),
-        "cpu_only": Spec("cpu_only", 0, op_offload=False),
-    }[placement_class]]
+    return [
+        {
+            "all_gpu": Spec("full_gpu", n + 1),
+            "head_host": Spec("full_gpu_no_output", n),
+            "cpu_offload": Spec("cpu_offload", 0),
+            "cpu_only": Spec("cpu_only", 0, op_offload=False),
+        }[placement_class]
+    ]
 
 
 def representative_spec(summary: ModelSummary, placement_class: str) -> Spec:

@@ -30,9 +30,13 @@ class GroupStats:
     n_tensors: int = 0
 
     def __add__(self, other: GroupStats) -> GroupStats:
-        return GroupStats(self.n_bytes + other.n_bytes, self.cuda_bytes + other.cuda_bytes,
-                          self.host_bytes + other.host_bytes, self.n_elements + other.n_elements,
-                          self.n_tensors + other.n_tensors)
+        return GroupStats(
+            self.n_bytes + other.n_bytes,
+            self.cuda_bytes + other.cuda_bytes,
+            self.host_bytes + other.host_bytes,
+            self.n_elements + other.n_elements,
+            self.n_tensors + other.n_tensors,
+        )
 
 
 EMPTY = GroupStats()
@@ -41,8 +45,13 @@ EMPTY = GroupStats()
 def tensor_stats(t: TensorInfo) -> GroupStats:
     """Sizes of one tensor (``shape[0]`` is ggml's ne0, the row length)."""
     ne0 = t.shape[0] if t.shape else 1
-    return GroupStats(t.n_bytes, cuda_alloc_bytes(t.ggml_type, ne0, t.n_bytes), host_alloc_bytes(t.n_bytes),
-                      prod(t.shape) if t.shape else 0, 1)
+    return GroupStats(
+        t.n_bytes,
+        cuda_alloc_bytes(t.ggml_type, ne0, t.n_bytes),
+        host_alloc_bytes(t.n_bytes),
+        prod(t.shape) if t.shape else 0,
+        1,
+    )
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,13 @@ def summarize(table: ModelTable) -> ModelSummary:
         output_stats = tensor_stats(embd)
     else:
         output_stats = groups.get((None, TensorGroup.OUTPUT), EMPTY)
-    return ModelSummary(table=table, groups=groups, tensors_of={k: tuple(v) for k, v in tensors_of.items()},
-                        tied_output=tied, output_stats=output_stats, largest_tensor_bytes=largest,
-                        dominant_type=dominant,
-                        by_largest=tuple(sorted(((b, k) for k, b in largest.items()), key=lambda x: (-x[0], str(x[1])))))
+    return ModelSummary(
+        table=table,
+        groups=groups,
+        tensors_of={k: tuple(v) for k, v in tensors_of.items()},
+        tied_output=tied,
+        output_stats=output_stats,
+        largest_tensor_bytes=largest,
+        dominant_type=dominant,
+        by_largest=tuple(sorted(((b, k) for k, b in largest.items()), key=lambda x: (-x[0], str(x[1])))),
+    )

@@ -58,7 +58,9 @@ class VisionShape(BaseModel):
     longest_edge: int = Field(default=0, ge=0, description="idefics3: the image's longer side after resize")
     n_wa_pattern: int = Field(default=0, ge=0, description="qwen2.5-vl: every n-th layer attends globally")
     weight_type: Literal["f32", "f16"] = "f16"
-    file_weight_bytes: int | None = Field(default=None, ge=0, description="tensor bytes of a real file (else estimated)")
+    file_weight_bytes: int | None = Field(
+        default=None, ge=0, description="tensor bytes of a real file (else estimated)"
+    )
 
     @property
     def patch_area_px(self) -> int:
@@ -96,7 +98,7 @@ class VisionShape(BaseModel):
         """Encoder positions (patches) of the largest single graph for ``n_tokens`` output tokens."""
         if self.projector_type == "idefics3":
             return (self.image_size // self.patch_size) ** 2  # one tile per encode
-        return n_tokens * self.n_merge ** 2
+        return n_tokens * self.n_merge**2
 
     def compute_bytes(self, n_tokens: int, *, flash_attn: bool = True) -> int:
         """Estimated compute buffer of one encode of ``n_tokens`` output tokens (ggml reuses memory between
@@ -105,9 +107,13 @@ class VisionShape(BaseModel):
         n = self.encode_patches(n_tokens)
         e, f = self.n_embd, self.n_ff
         activations = n * (10 * e + 3 * f) * 4
-        image = n * self.patch_size ** 2 * 3 * 4
+        image = n * self.patch_size**2 * 3 * 4
         attn = 0 if flash_attn else self.n_head * n * n * 4
-        mask = n * n * (4 + (2 if flash_attn else 0)) if self.projector_type == "qwen2.5vl_merger" and self.n_wa_pattern else 0
+        mask = (
+            n * n * (4 + (2 if flash_attn else 0))
+            if self.projector_type == "qwen2.5vl_merger" and self.n_wa_pattern
+            else 0
+        )
         out = n_tokens * self.projection_dim * 4 * 2
         return activations + image + attn + mask + out
 
@@ -125,8 +131,10 @@ def projector_tensor_specs(s: VisionShape) -> list[tuple[str, tuple[int, ...], s
     if qwen:
         specs.append(("v.patch_embd.weight.1", (p, p, 3, e), w, "w"))
     else:
-        specs += [("v.patch_embd.bias", (e,), "f32", "zero"),
-                  ("v.position_embd.weight", (e, (s.image_size // p) ** 2), "f32", "pos")]
+        specs += [
+            ("v.patch_embd.bias", (e,), "f32", "zero"),
+            ("v.position_embd.weight", (e, (s.image_size // p) ** 2), "f32", "pos"),
+        ]
     for i in range(s.n_layer):
         b = f"v.blk.{i}."
         for t in ("attn_q", "attn_k", "attn_v", "attn_out"):
@@ -137,13 +145,21 @@ def projector_tensor_specs(s: VisionShape) -> list[tuple[str, tuple[int, ...], s
                 specs.append((b + norm + ".bias", (e,), "f32", "zero"))
         if qwen:
             specs += [(b + "ffn_gate.weight", (e, f), w, "w"), (b + "ffn_gate.bias", (f,), "f32", "zero")]
-        specs += [(b + "ffn_up.weight", (e, f), w, "w"), (b + "ffn_up.bias", (f,), "f32", "zero"),
-                  (b + "ffn_down.weight", (f, e), w, "w"), (b + "ffn_down.bias", (e,), "f32", "zero")]
+        specs += [
+            (b + "ffn_up.weight", (e, f), w, "w"),
+            (b + "ffn_up.bias", (f,), "f32", "zero"),
+            (b + "ffn_down.weight", (f, e), w, "w"),
+            (b + "ffn_down.bias", (e,), "f32", "zero"),
+        ]
     specs.append(("v.post_ln.weight", (e,), "f32", "one"))
-    m2 = s.n_merge ** 2
+    m2 = s.n_merge**2
     if qwen:
-        specs += [("mm.0.weight", (e * m2, e * m2), w, "w"), ("mm.0.bias", (e * m2,), "f32", "zero"),
-                  ("mm.2.weight", (e * m2, s.projection_dim), w, "w"), ("mm.2.bias", (s.projection_dim,), "f32", "zero")]
+        specs += [
+            ("mm.0.weight", (e * m2, e * m2), w, "w"),
+            ("mm.0.bias", (e * m2,), "f32", "zero"),
+            ("mm.2.weight", (e * m2, s.projection_dim), w, "w"),
+            ("mm.2.bias", (s.projection_dim,), "f32", "zero"),
+        ]
     else:
         specs += [("v.post_ln.bias", (e,), "f32", "zero"), ("mm.model.fc.weight", (e * m2, s.projection_dim), w, "w")]
     return specs
@@ -168,8 +184,11 @@ class LlmMemory(BaseModel):
 
     @classmethod
     def of_breakdown(cls, memory: MemoryBreakdown) -> LlmMemory:
-        return cls(fixed_mib=memory.gpu_reserve_mib + memory.safety_margin_mib, weights_mib=memory.gpu_weights_mib,
-                   context_mib=memory.gpu_kv_mib + memory.gpu_compute_mib + memory.gpu_pools_mib)
+        return cls(
+            fixed_mib=memory.gpu_reserve_mib + memory.safety_margin_mib,
+            weights_mib=memory.gpu_weights_mib,
+            context_mib=memory.gpu_kv_mib + memory.gpu_compute_mib + memory.gpu_pools_mib,
+        )
 
 
 class EncoderPlan(BaseModel):
@@ -190,17 +209,40 @@ class EncoderPlan(BaseModel):
 
     def summary(self) -> str:
         where = "CPU" if self.device == "cpu" else f"GPU (the LLM releases its {self.llm_release} during the encode)"
-        return (f"vision encoder on the {where}, flash attention {'on' if self.flash_attn else 'off'}, "
-                f"up to {self.image_max_tokens} image tokens; encoder {self.encoder_mib:.0f} MiB "
-                f"({self.encoder_gpu_mib:.0f} MiB VRAM); image-turn peak {self.image_turn_peak_mib:.0f} MiB = "
-                f"max(encode {self.encode_phase_mib:.0f}, LLM {self.llm_mib:.0f}): {self.reason}")
+        return (
+            f"vision encoder on the {where}, flash attention {'on' if self.flash_attn else 'off'}, "
+            f"up to {self.image_max_tokens} image tokens; encoder {self.encoder_mib:.0f} MiB "
+            f"({self.encoder_gpu_mib:.0f} MiB VRAM); image-turn peak {self.image_turn_peak_mib:.0f} MiB = "
+            f"max(encode {self.encode_phase_mib:.0f}, LLM {self.llm_mib:.0f}): {self.reason}"
+        )
 
 
 VISION_SHAPES: dict[str, VisionShape] = {
-    "smolvlm_tiny": VisionShape(projector_type="idefics3", n_layer=2, n_embd=64, n_ff=128, n_head=4, patch_size=16,
-                                image_size=64, n_merge=2, projection_dim=576, longest_edge=128, weight_type="f32"),
-    "qwen25vl_7b": VisionShape(projector_type="qwen2.5vl_merger", n_layer=32, n_embd=1280, n_ff=3420, n_head=16,
-                               patch_size=14, image_size=560, n_merge=2, projection_dim=3584, n_wa_pattern=8),
+    "smolvlm_tiny": VisionShape(
+        projector_type="idefics3",
+        n_layer=2,
+        n_embd=64,
+        n_ff=128,
+        n_head=4,
+        patch_size=16,
+        image_size=64,
+        n_merge=2,
+        projection_dim=576,
+        longest_edge=128,
+        weight_type="f32",
+    ),
+    "qwen25vl_7b": VisionShape(
+        projector_type="qwen2.5vl_merger",
+        n_layer=32,
+        n_embd=1280,
+        n_ff=3420,
+        n_head=16,
+        patch_size=14,
+        image_size=560,
+        n_merge=2,
+        projection_dim=3584,
+        n_wa_pattern=8,
+    ),
 }
 """Reference projector shapes. ``smolvlm_tiny``: SmolVLM's projector type (idefics3: SigLIP tiles, pixel shuffle,
 one linear layer) at toy size, whose output width is SmolLM2-135M's n_embd (576), so it loads beside the
@@ -260,24 +302,43 @@ def plan_encoder(
     floor = max(1, min(ceiling, math.ceil(ceiling * min_gpu_share)))
     flash_attn = True
     if gpu_available:
-        for release, why in (("context", "in the VRAM the LLM's idle context (KV cache, compute buffer) frees"),
-                             ("model", "in the budget while the whole LLM steps aside")):
+        for release, why in (
+            ("context", "in the VRAM the LLM's idle context (KV cache, compute buffer) frees"),
+            ("model", "in the budget while the whole LLM steps aside"),
+        ):
             # the context path only borrows: the encoder must not raise the peak above the LLM's own
             room = llm.context_mib if release == "context" else vram_budget_mib - llm.kept_mib("model")
             for tokens in _token_caps(ceiling, floor):
                 need = shape.encoder_bytes(tokens, flash_attn=flash_attn) / MIB
                 if need <= room:
                     encode, peak = image_turn_peak_mib(llm, need, release)  # type: ignore[arg-type]
-                    return EncoderPlan(device="gpu", llm_release=release, flash_attn=flash_attn,  # type: ignore[arg-type]
-                                       image_max_tokens=tokens, encoder_mib=need, encoder_gpu_mib=need,
-                                       encode_phase_mib=encode, llm_mib=llm.total_mib, image_turn_peak_mib=peak,
-                                       reason=f"fits {why} ({need:.0f} of {room:.0f} MiB)")
+                    return EncoderPlan(
+                        device="gpu",
+                        llm_release=release,
+                        flash_attn=flash_attn,
+                        image_max_tokens=tokens,
+                        encoder_mib=need,
+                        encoder_gpu_mib=need,
+                        encode_phase_mib=encode,
+                        llm_mib=llm.total_mib,
+                        image_turn_peak_mib=peak,
+                        reason=f"fits {why} ({need:.0f} of {room:.0f} MiB)",
+                    )
                 if release == "context":
                     break  # a smaller cap beside the weights loses to the full cap with the LLM stepping aside
     need = shape.encoder_bytes(ceiling, flash_attn=flash_attn) / MIB
-    return EncoderPlan(device="cpu", llm_release="none", flash_attn=flash_attn, image_max_tokens=ceiling,
-                       encoder_mib=need, encoder_gpu_mib=0.0, encode_phase_mib=llm.total_mib, llm_mib=llm.total_mib,
-                       image_turn_peak_mib=llm.total_mib,
-                       reason="the plan uses no GPU" if not gpu_available else
-                       f"the encoder ({need:.0f} MiB at {floor} tokens or more) does not fit the "
-                       f"{vram_budget_mib:.0f} MiB budget")
+    return EncoderPlan(
+        device="cpu",
+        llm_release="none",
+        flash_attn=flash_attn,
+        image_max_tokens=ceiling,
+        encoder_mib=need,
+        encoder_gpu_mib=0.0,
+        encode_phase_mib=llm.total_mib,
+        llm_mib=llm.total_mib,
+        image_turn_peak_mib=llm.total_mib,
+        reason="the plan uses no GPU"
+        if not gpu_available
+        else f"the encoder ({need:.0f} MiB at {floor} tokens or more) does not fit the "
+        f"{vram_budget_mib:.0f} MiB budget",
+    )

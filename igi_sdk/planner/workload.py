@@ -23,15 +23,19 @@ class Workload(BaseModel):
     parallel: int = Field(default=1, ge=1, le=256, description="concurrent NPC sessions (n_seq_max)")
     n_ctx: int = Field(default=4096, ge=16, le=MAX_N_CTX, description="context of the whole context (all sessions)")
     reloads_per_request: float = Field(
-        default=0.0, ge=0,
-        description="expected model reloads (budget changes) per request; weighs load time into the objective")
+        default=0.0,
+        ge=0,
+        description="expected model reloads (budget changes) per request; weighs load time into the objective",
+    )
 
     @model_validator(mode="after")
     def _prompt_fits_one_sequence(self) -> Workload:
         n_ctx_seq = self.n_ctx // self.parallel  # llama.cpp gives each sequence n_ctx / n_seq_max cells
         if self.prompt_tokens > n_ctx_seq:
-            raise ValueError(f"prompt_tokens={self.prompt_tokens} does not fit one sequence's context: "
-                             f"n_ctx / parallel = {self.n_ctx} / {self.parallel} = {n_ctx_seq} tokens")
+            raise ValueError(
+                f"prompt_tokens={self.prompt_tokens} does not fit one sequence's context: "
+                f"n_ctx / parallel = {self.n_ctx} / {self.parallel} = {n_ctx_seq} tokens"
+            )
         return self
 
 
@@ -52,17 +56,23 @@ class PlannerOptions(BaseModel):
     flash_attn: bool = True
     op_offload_min_batch: int = Field(default=32, ge=1, description="GGML_OP_OFFLOAD_MIN_BATCH")
     prefetch_slots: int = Field(
-        default=3, ge=0, le=8,
-        description="staging slots of the pipelined weight prefetch where the profile's engine has it (0: off)")
+        default=3,
+        ge=0,
+        le=8,
+        description="staging slots of the pipelined weight prefetch where the profile's engine has it (0: off)",
+    )
     moe_offload_threshold: bool = Field(
         default=True,
         description="MoE: stream host experts to the GPU only from the ubatch size where the cost model has it beat "
-                    "the CPU (Placement.op_offload_min_batch_mul_mat_id), where the profile's engine has the patch")
+        "the CPU (Placement.op_offload_min_batch_mul_mat_id), where the profile's engine has the patch",
+    )
     max_runner_ups: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")
     def _quantized_v_needs_flash_attn(self) -> PlannerOptions:
         if not self.flash_attn and is_known_type(self.type_v) and is_quantized(self.type_v):
-            raise ValueError(f"type_v={self.type_v!r} is quantized: llama.cpp refuses a quantized V cache "
-                             "without flash attention (flash_attn=True, or an f16 / bf16 / f32 type_v)")
+            raise ValueError(
+                f"type_v={self.type_v!r} is quantized: llama.cpp refuses a quantized V cache "
+                "without flash attention (flash_attn=True, or an f16 / bf16 / f32 type_v)"
+            )
         return self

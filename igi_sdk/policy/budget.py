@@ -96,7 +96,11 @@ def decide(state: BudgetPolicyState, requested_mib: int, now_s: float, config: B
         return _applied(state, requested_mib, now_s, "shrink applies immediately", grow=False)
     if requested_mib - state.applied_mib < max(config.grow_min_mib, 1):
         cleared = state.model_copy(update={"pending_mib": None, "pending_since_s": None})
-        why = "budget unchanged" if requested_mib == state.applied_mib else f"growth below grow_min_mib={config.grow_min_mib}"
+        why = (
+            "budget unchanged"
+            if requested_mib == state.applied_mib
+            else f"growth below grow_min_mib={config.grow_min_mib}"
+        )
         return BudgetDecision(action="keep", target_mib=state.applied_mib, reason=why, state=cleared)
     if state.pending_mib is None:
         state = state.model_copy(update={"pending_mib": requested_mib, "pending_since_s": now_s})

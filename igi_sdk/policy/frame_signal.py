@@ -49,8 +49,9 @@ class FrameSignal(BaseModel):
     semivar_ms2: float = Field(0.0, ge=0.0, description="EWMA of the squared deviation above the mean, ms^2")
     peak_ms: float = Field(0.0, ge=0.0, description="recent peak, decaying towards the mean with tau, ms")
 
-    def update(self, frame_time_ms: float, *, now_s: float, tau_s: float,
-               max_ms: float = MAX_FRAME_TIME_MS) -> FrameSignal:
+    def update(
+        self, frame_time_ms: float, *, now_s: float, tau_s: float, max_ms: float = MAX_FRAME_TIME_MS
+    ) -> FrameSignal:
         """Fold one frame-time sample in.
 
         Args:

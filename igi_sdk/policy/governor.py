@@ -51,13 +51,16 @@ class FrameSample(BaseModel):
     target_frame_time_ms: float = Field(gt=0.0, description="frame time the game aims for, ms (16.67 = 60 fps)")
     free_vram_mib: float | None = Field(None, ge=0.0, description="free device memory seen by the game, MiB")
     generating: bool = Field(
-        True, description="a generation was running when the sample arrived (the daemon knows; True if unknown): "
-                          "only then can slow frames tighten the throttle or count towards a shrink",
+        True,
+        description="a generation was running when the sample arrived (the daemon knows; True if unknown): "
+        "only then can slow frames tighten the throttle or count towards a shrink",
     )
     daemon_gpu_mib: float | None = Field(
-        None, ge=0.0, description="VRAM the daemon's placement in force uses (its plan's gpu_mib), MiB; None = "
-                                  "unknown. Shrinks start from it when it is below the budget; 0 = no shrink for "
-                                  "frames (nothing on the GPU to move off it)",
+        None,
+        ge=0.0,
+        description="VRAM the daemon's placement in force uses (its plan's gpu_mib), MiB; None = "
+        "unknown. Shrinks start from it when it is below the budget; 0 = no shrink for "
+        "frames (nothing on the GPU to move off it)",
     )
 
 
@@ -67,8 +70,12 @@ class GovernorDecision(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sleep_ms_between_tokens: float = Field(ge=0.0, description="pause after each decoded token, ms")
-    max_tokens_per_frame: int | None = Field(ge=1, description="tokens per target frame, all sessions; None = unlimited")
-    proposed_budget_mib: int | None = Field(ge=0, description="VRAM budget the governor proposes now, MiB; None = no change")
+    max_tokens_per_frame: int | None = Field(
+        ge=1, description="tokens per target frame, all sessions; None = unlimited"
+    )
+    proposed_budget_mib: int | None = Field(
+        ge=0, description="VRAM budget the governor proposes now, MiB; None = no change"
+    )
     throttle_level: float = Field(ge=0.0, le=1.0, description="1 - allowance: 0 = unthrottled, 1 = floor")
     throttle_action: ThrottleAction
     budget_action: BudgetAction
@@ -89,9 +96,11 @@ class GovernorState(BaseModel):
     last_idle_sample_s: float | None = Field(None, description="the last sample without a generation running")
     headroom_since_s: float | None = Field(None, description="start of the current headroom stretch")
     over_at_floor_since_s: float | None = Field(
-        None, description="start of the current stretch over the band at the floor with a generation running")
+        None, description="start of the current stretch over the band at the floor with a generation running"
+    )
     budget_mib: int | None = Field(
-        None, ge=0, description="budget in force: the game's last explicit budget or the proposal it accepted, MiB")
+        None, ge=0, description="budget in force: the game's last explicit budget or the proposal it accepted, MiB"
+    )
     ceiling_mib: int | None = Field(None, ge=0, description="the game's explicit budget: no proposal above it, MiB")
     proposed_mib: int | None = Field(None, ge=0, description="the last proposal, until the game sends a budget, MiB")
     last_budget_change_s: float | None = Field(None, description="last budget from the game or proposal")
@@ -159,10 +168,15 @@ def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> Govern
     accepted = ceiling is not None and (
         budget == state.proposed_mib or (state.budget_mib is not None and budget == state.budget_mib < ceiling)
     )
-    return state.model_copy(update={
-        "budget_mib": budget, "ceiling_mib": ceiling if accepted else budget, "proposed_mib": None,
-        "last_budget_change_s": now_s, "over_at_floor_since_s": None,
-    })
+    return state.model_copy(
+        update={
+            "budget_mib": budget,
+            "ceiling_mib": ceiling if accepted else budget,
+            "proposed_mib": None,
+            "last_budget_change_s": now_s,
+            "over_at_floor_since_s": None,
+        }
+    )
 
 
 def read_sample(state: GovernorState, signal: FrameSignal, sample: FrameSample, params: GovernorParams) -> Reading:
@@ -172,9 +186,15 @@ def read_sample(state: GovernorState, signal: FrameSignal, sample: FrameSample, 
     prev_s, idle_s = state.signal.last_sample_s, state.last_idle_sample_s
     settled = sample.generating and (idle_s is None or now - idle_s >= params.generation_settle_s)
     over = p95 > target * params.tighten_above_ratio
-    return Reading(now_s=now, target_ms=target, p95_ms=p95, over=over,
-                   headroom=p95 < target * params.relax_below_ratio, counts=over and settled,
-                   gap=prev_s is not None and now - prev_s > params.max_sample_gap_s)
+    return Reading(
+        now_s=now,
+        target_ms=target,
+        p95_ms=p95,
+        over=over,
+        headroom=p95 < target * params.relax_below_ratio,
+        counts=over and settled,
+        gap=prev_s is not None and now - prev_s > params.max_sample_gap_s,
+    )
 
 
 def throttle_stage(state: GovernorState, r: Reading, params: GovernorParams) -> tuple[float, ThrottleAction, str]:
@@ -182,21 +202,35 @@ def throttle_stage(state: GovernorState, r: Reading, params: GovernorParams) -> 
     a, p95, target = state.allowance, r.p95_ms, r.target_ms
     if r.counts and a > 0.0 and _since(r.now_s, state.last_tighten_s) >= params.tighten_interval_s:
         a *= params.tighten_factor
-        return (0.0 if a < ALLOWANCE_SNAP else a), "tighten", (
-            f"p95 {p95:.1f} ms > {params.tighten_above_ratio:g} x target {target:.1f} ms")
+        return (
+            (0.0 if a < ALLOWANCE_SNAP else a),
+            "tighten",
+            (f"p95 {p95:.1f} ms > {params.tighten_above_ratio:g} x target {target:.1f} ms"),
+        )
     if r.over:
         why = "" if r.counts else " (no settled generation running: not the daemon's doing)"
         return a, "hold", f"p95 {p95:.1f} ms over the band{why}"
     hold = params.relax_hold_s
-    if r.headroom and a < 1.0 and _since(r.now_s, _stretch(state.headroom_since_s, r)) >= hold \
-            and _since(r.now_s, state.last_tighten_s) >= hold and _since(r.now_s, state.last_relax_s) >= hold:
-        return min(1.0, round(a + params.relax_step, 9)), "relax", (  # ten steps of 0.1 make 1.0
-            f"p95 {p95:.1f} ms < {params.relax_below_ratio:g} x target {target:.1f} ms")
+    if (
+        r.headroom
+        and a < 1.0
+        and _since(r.now_s, _stretch(state.headroom_since_s, r)) >= hold
+        and _since(r.now_s, state.last_tighten_s) >= hold
+        and _since(r.now_s, state.last_relax_s) >= hold
+    ):
+        return (
+            min(1.0, round(a + params.relax_step, 9)),
+            "relax",
+            (  # ten steps of 0.1 make 1.0
+                f"p95 {p95:.1f} ms < {params.relax_below_ratio:g} x target {target:.1f} ms"
+            ),
+        )
     return a, "hold", f"p95 {p95:.1f} ms, target {target:.1f} ms"
 
 
-def budget_stage(state: GovernorState, sample: FrameSample, r: Reading,
-                 params: GovernorParams) -> tuple[BudgetAction, int | None, str]:
+def budget_stage(
+    state: GovernorState, sample: FrameSample, r: Reading, params: GovernorParams
+) -> tuple[BudgetAction, int | None, str]:
     """Stage 2, a proposal from the budget in force (never from a pending one): ``(action, MiB or None, why)``.
 
     ``state`` is the state after stage 1 (its allowance and stretches already hold this sample).
@@ -208,36 +242,51 @@ def budget_stage(state: GovernorState, sample: FrameSample, r: Reading,
     shrinks: list[tuple[int, str]] = []
     free = sample.free_vram_mib
     if free is not None and free < params.vram_reserve_mib:
-        shrinks.append((_round_down(used - (params.vram_reserve_mib - free)),
-                        f"free VRAM {free:.0f} MiB < reserve {params.vram_reserve_mib:.0f} MiB"))
+        shrinks.append(
+            (
+                _round_down(used - (params.vram_reserve_mib - free)),
+                f"free VRAM {free:.0f} MiB < reserve {params.vram_reserve_mib:.0f} MiB",
+            )
+        )
     floor_s = state.over_at_floor_since_s
     if r.counts and used > 0.0 and floor_s is not None and now - floor_s >= params.budget_shrink_after_s:
-        shrinks.append((_round_down(used * params.budget_shrink_factor),
-                        f"over the band at the throttle floor for {params.budget_shrink_after_s:g} s"))
+        shrinks.append(
+            (
+                _round_down(used * params.budget_shrink_factor),
+                f"over the band at the throttle floor for {params.budget_shrink_after_s:g} s",
+            )
+        )
     if shrinks:
         to, why = min(shrinks)
         if max(0, to) < budget:
             return "shrink", max(0, to), why
     cap = budget if state.ceiling_mib is None else state.ceiling_mib
-    grow_ready = (r.headroom and state.allowance >= 1.0 and budget < cap
-                  and _since(now, state.headroom_since_s) >= params.budget_grow_after_s
-                  and _since(now, state.last_budget_change_s) >= params.budget_grow_after_s)
+    grow_ready = (
+        r.headroom
+        and state.allowance >= 1.0
+        and budget < cap
+        and _since(now, state.headroom_since_s) >= params.budget_grow_after_s
+        and _since(now, state.last_budget_change_s) >= params.budget_grow_after_s
+    )
     if not grow_ready:
         return "none", None, ""
     to = max(budget + BUDGET_GRANULARITY_MIB, _round_up(budget * BUDGET_GROW_FACTOR))
     if free is not None:
         to = min(to, budget + max(0, _round_down(free - params.vram_reserve_mib)))
     to = min(cap, to)
-    return ("grow", to, f"headroom for {params.budget_grow_after_s:g} s, throttle relaxed") if to > budget \
+    return (
+        ("grow", to, f"headroom for {params.budget_grow_after_s:g} s, throttle relaxed")
+        if to > budget
         else ("none", None, "")
+    )
 
 
 def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -> GovernorStep:
     """Fold one frame sample in and decide the throttle and any budget proposal (deterministic)."""
     signal = state.signal.update(sample.frame_time_ms, now_s=sample.now_s, tau_s=params.ewma_tau_s)
     r = read_sample(state, signal, sample, params)
-    upd: dict[str, object] = {"signal": signal,
-                              "last_idle_sample_s": state.last_idle_sample_s if sample.generating else r.now_s}
+    idle_s = state.last_idle_sample_s if sample.generating else r.now_s
+    upd: dict[str, object] = {"signal": signal, "last_idle_sample_s": idle_s}
     budget_action: BudgetAction = "none"
     proposed: int | None = None
     if signal.n_samples < WARMUP_SAMPLES:
@@ -245,23 +294,48 @@ def observe(state: GovernorState, sample: FrameSample, params: GovernorParams) -
         reason = f"warming up ({signal.n_samples}/{WARMUP_SAMPLES} samples)"
     else:
         allowance, action, reason = throttle_stage(state, r, params)
-        upd.update(allowance=allowance,
-                   headroom_since_s=_stretch(state.headroom_since_s, r) if r.headroom else None,
-                   over_at_floor_since_s=_stretch(state.over_at_floor_since_s, r)
-                   if r.counts and allowance <= 0.0 else None)
+        upd.update(allowance=allowance, **_stretches(state, r, allowance))
         if action != "hold":
             upd["last_tighten_s" if action == "tighten" else "last_relax_s"] = r.now_s
         budget_action, proposed, why = budget_stage(state.model_copy(update=upd), sample, r, params)
-        if proposed is not None:
-            upd.update(proposed_mib=proposed, last_budget_change_s=r.now_s, headroom_since_s=None,
-                       over_at_floor_since_s=None)
+        if proposed is not None:  # a proposal starts the stretches afresh
+            upd.update(proposed_mib=proposed, last_budget_change_s=r.now_s)
+            upd.update(headroom_since_s=None, over_at_floor_since_s=None)
             reason = f"{reason}; propose {budget_action} budget to {proposed} MiB: {why}"
     new = state.model_copy(update=upd)
+    return GovernorStep(state=new, decision=_decision(new, r, params, action, budget_action, proposed, reason))
+
+
+def _stretches(state: GovernorState, r: Reading, allowance: float) -> dict[str, float | None]:
+    """The headroom and over-at-floor stretches after this sample (``None``: the stretch ended)."""
+    at_floor_over = r.counts and allowance <= 0.0
+    return {
+        "headroom_since_s": _stretch(state.headroom_since_s, r) if r.headroom else None,
+        "over_at_floor_since_s": _stretch(state.over_at_floor_since_s, r) if at_floor_over else None,
+    }
+
+
+def _decision(
+    new: GovernorState,
+    r: Reading,
+    params: GovernorParams,
+    action: ThrottleAction,
+    budget_action: BudgetAction,
+    proposed: int | None,
+    reason: str,
+) -> GovernorDecision:
     sleep_ms, cap = throttle_for(new.allowance, params)
-    return GovernorStep(state=new, decision=GovernorDecision(
-        sleep_ms_between_tokens=sleep_ms, max_tokens_per_frame=cap, proposed_budget_mib=proposed,
-        throttle_level=1.0 - new.allowance, throttle_action=action, budget_action=budget_action,
-        frame_ms_ewma=signal.mean_ms, frame_ms_p95=r.p95_ms, reason=reason))
+    return GovernorDecision(
+        sleep_ms_between_tokens=sleep_ms,
+        max_tokens_per_frame=cap,
+        proposed_budget_mib=proposed,
+        throttle_level=1.0 - new.allowance,
+        throttle_action=action,
+        budget_action=budget_action,
+        frame_ms_ewma=new.signal.mean_ms,
+        frame_ms_p95=r.p95_ms,
+        reason=reason,
+    )
 
 
 def _stretch(since_s: float | None, r: Reading) -> float:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {name: "igi_sdk.profiler.store"
-            for name in ("load_or_create_profile", "load_profile", "profile_path", "save_profile")}
+_EXPORTS = {
+    name: "igi_sdk.profiler.store"
+    for name in ("load_or_create_profile", "load_profile", "profile_path", "save_profile")
+}
 
 __all__ = sorted(_EXPORTS)
 

@@ -18,8 +18,10 @@ def main() -> int:
         t0 = time.perf_counter()
         plan_placement(table, budget, workload, profile)
         times.append((time.perf_counter() - t0) * 1e3)
-    print(f"plan_placement, 48-layer MoE, {len(times)} runs: median {statistics.median(times):.1f} ms, "
-          f"min {min(times):.1f} ms, max {max(times):.1f} ms")
+    print(
+        f"plan_placement, 48-layer MoE, {len(times)} runs: median {statistics.median(times):.1f} ms, "
+        f"min {min(times):.1f} ms, max {max(times):.1f} ms"
+    )
     return 0
 
 

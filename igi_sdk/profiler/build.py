@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.errors import IgiError
-from igi_sdk.planner.profile import (CONSERVATIVE_GPU, MEASURED_RESERVE_FLOOR_MIB, REFERENCE_GPU, CpuRate, GpuProfile,
-                                     Profile, reference_profile)
+from igi_sdk.planner.profile import (
+    CONSERVATIVE_GPU,
+    MEASURED_RESERVE_FLOOR_MIB,
+    REFERENCE_GPU,
+    CpuRate,
+    GpuProfile,
+    Profile,
+    reference_profile,
+)
 from igi_sdk.profiler.isolate import run_isolated
 from igi_sdk.profiler.machine import machine_key, nvidia_gpu
 from igi_sdk.profiler.measure import Progress, host_bandwidth_gbps
@@ -51,13 +58,25 @@ def _models(quick: bool) -> dict[str, Path]:
     folder = cache_dir() / "profiler"
     folder.mkdir(parents=True, exist_ok=True)
     shapes = {
-        "tiny_h64": SyntheticShape(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024,
-                                   n_ctx_train=4096),
-        f"small_{4 if quick else 8}l": SyntheticShape(n_layer=4 if quick else 8, n_embd=1024, n_ff=4096, n_head=16,
-                                                      n_head_kv=4, n_vocab=8192, n_ctx_train=4096),
+        "tiny_h64": SyntheticShape(
+            n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024, n_ctx_train=4096
+        ),
+        f"small_{4 if quick else 8}l": SyntheticShape(
+            n_layer=4 if quick else 8, n_embd=1024, n_ff=4096, n_head=16, n_head_kv=4, n_vocab=8192, n_ctx_train=4096
+        ),
         # 30B-A3B-like experts (n_embd 1024, 64 x 768, 8 used): 21 MB of expert reads per token, ~170 MB file
-        "moe_2l": SyntheticShape(n_layer=2, n_embd=1024, n_ff=1024, n_head=16, n_head_kv=4, n_vocab=1024,
-                                 n_ctx_train=4096, n_expert=64, n_expert_used=8, n_ff_exp=768),
+        "moe_2l": SyntheticShape(
+            n_layer=2,
+            n_embd=1024,
+            n_ff=1024,
+            n_head=16,
+            n_head_kv=4,
+            n_vocab=1024,
+            n_ctx_train=4096,
+            n_expert=64,
+            n_expert_used=8,
+            n_ff_exp=768,
+        ),
     }
     paths = {}
     for (name, shape), role in zip(shapes.items(), ("tiny", "small", "moe")):
@@ -90,16 +109,30 @@ def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str])
     if speed is not None:
         values.update({k: speed[k] for k in ("bandwidth_gbps", "gflops", "op_overhead_us")})
         for mode, key in (("pinned", "h2d_pinned_gbps"), ("mmap", "h2d_pageable_gbps")):
-            rate = _term("gpu_offload_rate", missing, f"gpu_offload_rate[{mode}]", folder=str(folder),
-                         threads=threads, load_mode=mode, t_prefill_gpu_s=speed["t_prefill_512_s"])
+            rate = _term(
+                "gpu_offload_rate",
+                missing,
+                f"gpu_offload_rate[{mode}]",
+                folder=str(folder),
+                threads=threads,
+                load_mode=mode,
+                t_prefill_gpu_s=speed["t_prefill_512_s"],
+            )
             if rate is not None and rate["h2d_gbps"] is not None:
                 values[key] = rate["h2d_gbps"]
             if rate is not None:
                 values["weight_prefetch_abi"] = max(values.get("weight_prefetch_abi", 0), rate["weight_prefetch_abi"])
         if values.get("weight_prefetch_abi", 0) > 0:
-            rate = _term("gpu_offload_rate", missing, "gpu_offload_rate[prefetch]", folder=str(folder),
-                         threads=threads, load_mode="pinned", t_prefill_gpu_s=speed["t_prefill_512_s"],
-                         prefetch_slots=PROFILE_PREFETCH_SLOTS)
+            rate = _term(
+                "gpu_offload_rate",
+                missing,
+                "gpu_offload_rate[prefetch]",
+                folder=str(folder),
+                threads=threads,
+                load_mode="pinned",
+                t_prefill_gpu_s=speed["t_prefill_512_s"],
+                prefetch_slots=PROFILE_PREFETCH_SLOTS,
+            )
             if rate is not None:
                 values["h2d_prefetch_gbps"] = rate["h2d_gbps"]  # None: compute hid the copy (serial rate kept)
     else:
@@ -111,8 +144,13 @@ def _gpu_profile(models: dict[str, Path], threads: int, missing: dict[str, str])
     return GpuProfile(name=name, total_mib=info[2] if info else 0, **values)
 
 
-def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = None,
-                    progress: Progress | None = None, with_gpu: bool | None = None) -> Profile:
+def measure_profile(
+    *,
+    quick: bool = False,
+    thread_counts: list[int] | None = None,
+    progress: Progress | None = None,
+    with_gpu: bool | None = None,
+) -> Profile:
     """Measure this machine. ``quick``: one thread count, fewer tokens, no long-context runs. GPU terms are
     measured whenever NVML sees a GPU (a plan without them would ignore the GPU), unless ``with_gpu`` is False.
     Missing terms (a crashed or timed-out child) are listed in ``Profile.missing``.
@@ -132,8 +170,15 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
     rates = []
     for t in threads:
         say(f"CPU decode/prefill, {t} threads")
-        got = _term("cpu_rate", missing, f"cpu_rate[{t}]", tiny=str(models["tiny"]), small=str(models["small"]),
-                    threads=t, quick=quick)
+        got = _term(
+            "cpu_rate",
+            missing,
+            f"cpu_rate[{t}]",
+            tiny=str(models["tiny"]),
+            small=str(models["small"]),
+            threads=t,
+            quick=quick,
+        )
         if got is None:
             continue
         if "unresolved" in got:
@@ -144,8 +189,15 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
             if attn is not None:
                 got["attn_gbps"] = attn["attn_gbps"]
                 got["attn_head_bytes"] = attn["attn_head_bytes"]
-            moe = _term("cpu_moe", missing, f"cpu_moe[{t}]", moe=str(models["moe"]), threads=t,
-                        decode_gbps=got["decode_gbps"], op_overhead_us=got["op_overhead_us"])
+            moe = _term(
+                "cpu_moe",
+                missing,
+                f"cpu_moe[{t}]",
+                moe=str(models["moe"]),
+                threads=t,
+                decode_gbps=got["decode_gbps"],
+                op_overhead_us=got["op_overhead_us"],
+            )
             if moe is not None:
                 got["moe_decode_efficiency"] = moe["moe_decode_efficiency"]
         rates.append(CpuRate.model_validate(got))
@@ -162,5 +214,12 @@ def measure_profile(*, quick: bool = False, thread_counts: list[int] | None = No
         host = {"pinned_load_gbps": ref.pinned_load_gbps, "mmap_load_gbps": ref.mmap_load_gbps}
     # Profile's validator checks every term against physical bounds (and a known GPU's reference); an
     # implausible one is replaced and listed in ``missing``
-    return Profile(machine=key, source="measured-quick" if quick else "measured", host_memory_gbps=round(host_bw, 2),
-                   cpu=tuple(rates), gpu=gpu, missing=missing, **host)
+    return Profile(
+        machine=key,
+        source="measured-quick" if quick else "measured",
+        host_memory_gbps=round(host_bw, 2),
+        cpu=tuple(rates),
+        gpu=gpu,
+        missing=missing,
+        **host,
+    )

@@ -42,11 +42,14 @@ def render(profile: Profile, console: Console) -> None:
         t.add_row(f"CPU {r.n_threads} threads: prefill", f"{r.gflops('q4_0'):.1f} GFLOP/s")
     if profile.gpu:
         g = profile.gpu
-        for name, value in (("GPU", g.name), ("VRAM bandwidth", f"{g.bandwidth_gbps:.0f} GB/s"),
-                            ("GPU prefill", f"{g.gflops:.0f} GFLOP/s"),
-                            ("op_offload copy pinned / pageable", f"{g.h2d_pinned_gbps:.1f} / {g.h2d_pageable_gbps:.1f} GB/s"),
-                            ("pipelined weight prefetch", _prefetch_row(g)),
-                            ("VRAM reserve", f"{g.reserve_mib} MiB")):
+        for name, value in (
+            ("GPU", g.name),
+            ("VRAM bandwidth", f"{g.bandwidth_gbps:.0f} GB/s"),
+            ("GPU prefill", f"{g.gflops:.0f} GFLOP/s"),
+            ("op_offload copy pinned / pageable", f"{g.h2d_pinned_gbps:.1f} / {g.h2d_pageable_gbps:.1f} GB/s"),
+            ("pipelined weight prefetch", _prefetch_row(g)),
+            ("VRAM reserve", f"{g.reserve_mib} MiB"),
+        ):
             t.add_row(name, value)
     else:
         t.add_row("GPU", "none")
@@ -74,11 +77,17 @@ def run(argv: list[str]) -> int:
                 console.print("no cached profile for this machine; run `igi profile`")
                 return 1
         else:
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                          console=Console(stderr=True), transient=True) as bar:
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            ) as bar:
                 task = bar.add_task("profiling", total=None)
-                profile = measure_profile(quick=args.quick, thread_counts=args.threads,
-                                          progress=lambda msg: bar.update(task, description=msg))
+                profile = measure_profile(
+                    quick=args.quick, thread_counts=args.threads, progress=lambda msg: bar.update(task, description=msg)
+                )
             path = save_profile(profile)
             console.print(f"saved {path}")
     except IgiError as exc:

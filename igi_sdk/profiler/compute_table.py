@@ -14,8 +14,15 @@ from pathlib import Path
 
 from igi_sdk.errors import IgiError
 from igi_sdk.planner.layout import resolve_layout
-from igi_sdk.planner.memory import (MIB, ComputeBufferTable, ComputeEntry, ComputeKey, compute_key, kv_layer_bytes,
-                                    largest_host_weight_bytes)
+from igi_sdk.planner.memory import (
+    MIB,
+    ComputeBufferTable,
+    ComputeEntry,
+    ComputeKey,
+    compute_key,
+    kv_layer_bytes,
+    largest_host_weight_bytes,
+)
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.strategies import representative_specs, spec_placement
 from igi_sdk.planner.summary import ModelSummary
@@ -79,20 +86,37 @@ def exact_entry(model_path: Path, summary: ModelSummary, placement: Placement) -
     plan_w = layout.gpu_total().cuda_bytes
     plan_kv = sum(layout.kv_on_gpu) * kv_layer_bytes(summary, placement)
     extra = max(0, _bytes(rep_w) - plan_w) + max(0, _bytes(rep_kv) - plan_kv) if rep_w or rep_kv else 0
-    return ComputeEntry(key=key, gpu_bytes=_bytes(gpu_c) + extra, host_bytes=_bytes(host_c),
-                        staged_tensor_bytes=largest_host_weight_bytes(summary, layout), layout_sig=layout.signature)
+    return ComputeEntry(
+        key=key,
+        gpu_bytes=_bytes(gpu_c) + extra,
+        host_bytes=_bytes(host_c),
+        staged_tensor_bytes=largest_host_weight_bytes(summary, layout),
+        layout_sig=layout.signature,
+    )
 
 
-def class_placements(summary: ModelSummary, base: Placement, n_ubatch_choices: Iterable[int], *,
-                     has_gpu: bool) -> list[Placement]:
+def class_placements(
+    summary: ModelSummary, base: Placement, n_ubatch_choices: Iterable[int], *, has_gpu: bool
+) -> list[Placement]:
     """Every representative placement ``fill_compute_table`` dry-runs (for prefetching in parallel)."""
     classes = GPU_CLASSES if has_gpu else ("cpu_only",)
-    return [dry_run_placement(spec_placement(summary, spec.with_(n_ubatch=ub), base))
-            for ub in sorted(set(n_ubatch_choices)) for cls in classes for spec in representative_specs(summary, cls)]
+    return [
+        dry_run_placement(spec_placement(summary, spec.with_(n_ubatch=ub), base))
+        for ub in sorted(set(n_ubatch_choices))
+        for cls in classes
+        for spec in representative_specs(summary, cls)
+    ]
 
 
-def fill_compute_table(model_path: Path, summary: ModelSummary, base: Placement, n_ubatch_choices: Iterable[int], *,
-                       has_gpu: bool, table: ComputeBufferTable | None = None) -> tuple[ComputeBufferTable, list[str]]:
+def fill_compute_table(
+    model_path: Path,
+    summary: ModelSummary,
+    base: Placement,
+    n_ubatch_choices: Iterable[int],
+    *,
+    has_gpu: bool,
+    table: ComputeBufferTable | None = None,
+) -> tuple[ComputeBufferTable, list[str]]:
     """Dry-run every (class, n_ubatch) the planner needs; returns the table and warnings for failures.
 
     With ``has_gpu`` but a llama.cpp without a GPU backend, the GPU classes are left out (estimated) and
@@ -124,24 +148,33 @@ def fill_compute_table(model_path: Path, summary: ModelSummary, base: Placement,
                 try:
                     report = dry_run(model_path, dry_run_placement(placement))
                 except IgiError as exc:
-                    warnings.append(f"dry run {cls} ({spec.strategy}) n_ubatch={ub} failed ({exc}); "
-                                    "that class is estimated")
+                    warnings.append(
+                        f"dry run {cls} ({spec.strategy}) n_ubatch={ub} failed ({exc}); that class is estimated"
+                    )
                     merged.pop(key, None)
                     failed.add(key)  # a class figure must cover all its representatives, else estimate
                     continue
                 saw_gpu = saw_gpu or report_has_gpu(report)
                 gpu, host = _split((report.compute_mib, report.output_mib))
-                entry = ComputeEntry(key=key, gpu_bytes=_bytes(gpu), host_bytes=_bytes(host),
-                                     staged_tensor_bytes=largest_host_weight_bytes(summary, layout))
+                entry = ComputeEntry(
+                    key=key,
+                    gpu_bytes=_bytes(gpu),
+                    host_bytes=_bytes(host),
+                    staged_tensor_bytes=largest_host_weight_bytes(summary, layout),
+                )
                 prev = merged.get(key)
                 if prev is not None:  # the class figure: the largest of its representatives
-                    entry = ComputeEntry(key=key, gpu_bytes=max(prev.gpu_bytes, entry.gpu_bytes),
-                                         host_bytes=max(prev.host_bytes, entry.host_bytes),
-                                         staged_tensor_bytes=max(prev.staged_tensor_bytes, entry.staged_tensor_bytes))
+                    entry = ComputeEntry(
+                        key=key,
+                        gpu_bytes=max(prev.gpu_bytes, entry.gpu_bytes),
+                        host_bytes=max(prev.host_bytes, entry.host_bytes),
+                        staged_tensor_bytes=max(prev.staged_tensor_bytes, entry.staged_tensor_bytes),
+                    )
                 merged[key] = entry
     if has_gpu and merged and not saw_gpu:
-        warnings.append("llama.cpp reported no GPU buffers (no GPU backend in this build): GPU compute buffers "
-                        "are estimated")
+        warnings.append(
+            "llama.cpp reported no GPU buffers (no GPU backend in this build): GPU compute buffers are estimated"
+        )
         merged = {k: e for k, e in merged.items() if k.placement_class == "cpu_only"}
     for entry in merged.values():
         table = table.with_entry(entry)

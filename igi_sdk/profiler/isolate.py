@@ -30,7 +30,6 @@ from typing import Any
 
 from igi_sdk.child_log import log_tail, redirect_stdio
 
-
 Outcome = tuple[dict[str, Any] | None, str | None]
 _REQUEST_ENV = "IGI_PROFILE_TERM_REQUEST"
 _RESULT_MARKER = "IGI_PROFILE_TERM "
@@ -60,8 +59,9 @@ def run_in_spawned_child(target: str, kwargs: dict[str, Any], *, timeout_s: floa
     with tempfile.TemporaryDirectory(prefix="igi-profile-term-") as tmp:
         log_path = Path(tmp) / "child.log"
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child_main, args=(child, target, kwargs, str(log_path)),
-                           name="igi-profile-term", daemon=True)
+        proc = ctx.Process(
+            target=_child_main, args=(child, target, kwargs, str(log_path)), name="igi-profile-term", daemon=True
+        )
         proc.start()
         child.close()
         payload = None
@@ -98,8 +98,15 @@ def run_in_plain_child(target: str, kwargs: dict[str, Any], *, timeout_s: float)
         log_path = Path(tmp) / "child.log"
         with log_path.open("wb") as log:
             try:
-                proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=log, env=env, timeout=timeout_s, check=False)
+                proc = subprocess.run(
+                    [sys.executable, "-X", "faulthandler", "-c", code],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    timeout=timeout_s,
+                    check=False,
+                )
             except subprocess.TimeoutExpired:
                 return None, f"timed out after {timeout_s:.0f} s"
         lines = [ln for ln in proc.stdout.decode("utf-8", "replace").splitlines() if ln.startswith(_RESULT_MARKER)]
@@ -107,7 +114,7 @@ def run_in_plain_child(target: str, kwargs: dict[str, Any], *, timeout_s: float)
             if proc.returncode < 0:
                 return None, f"crashed (signal {-proc.returncode}){_tail(log_path)}"
             return None, f"no result (exit {proc.returncode}){_tail(log_path)}"
-    payload = json.loads(lines[-1][len(_RESULT_MARKER):])
+    payload = json.loads(lines[-1][len(_RESULT_MARKER) :])
     if "error" in payload:
         return None, f"{payload['error']}: {payload['message']}"
     return payload["result"], None

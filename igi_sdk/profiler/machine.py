@@ -43,7 +43,7 @@ def nvidia_gpu() -> tuple[str, str, int] | None:
         name = pynvml.nvmlDeviceGetName(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
         total = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-        as_str = (lambda v: v.decode() if isinstance(v, bytes) else str(v))
+        as_str = lambda v: v.decode() if isinstance(v, bytes) else str(v)
         return as_str(name), as_str(driver), int(total)
     except pynvml.NVMLError:
         return None
@@ -74,8 +74,12 @@ def nvml_used_mib() -> float | None:
 def machine_key(*, with_gpu: bool = True) -> MachineKey:
     """This machine's key."""
     gpu = nvidia_gpu() if with_gpu else None
-    return MachineKey(cpu_model=cpu_model(), n_threads=os.cpu_count() or 1,
-                      gpu_name=gpu[0] if gpu else None, driver=gpu[1] if gpu else None)
+    return MachineKey(
+        cpu_model=cpu_model(),
+        n_threads=os.cpu_count() or 1,
+        gpu_name=gpu[0] if gpu else None,
+        driver=gpu[1] if gpu else None,
+    )
 
 
 def nvml_process_used_mib(pid: int) -> float | None:

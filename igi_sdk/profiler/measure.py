@@ -15,8 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from igi_sdk.errors import IgiError
-from igi_sdk.planner.cost import (OPS_ATTN_CORE, OPS_ATTN_OUT, OPS_ATTN_PROJ, OPS_FFN, OPS_HEAD, OPS_MOE_EXPERTS,
-                                  OPS_MOE_ROUTE)
+from igi_sdk.planner.cost import (
+    OPS_ATTN_CORE,
+    OPS_ATTN_OUT,
+    OPS_ATTN_PROJ,
+    OPS_FFN,
+    OPS_HEAD,
+    OPS_MOE_EXPERTS,
+    OPS_MOE_ROUTE,
+)
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
 from igi_sdk.synthetic import SyntheticShape, cached_file_name, write_synthetic_gguf
@@ -47,8 +54,10 @@ def solve(t_a: float, b_a: float, n_a: float, t_b: float, b_b: float, n_b: float
     o = t_a / n_a  # the tiny model is all overhead
     residual = t_b - n_b * o
     if residual < MIN_SIGNAL_SHARE * t_b:
-        raise UnresolvedTerm(f"byte term unresolved: {b_b} B in {t_b * 1e6:.1f} us with {n_b:g} ops at "
-                             f"{o * 1e6:.2f} us/op leaves {residual * 1e6:.1f} us")
+        raise UnresolvedTerm(
+            f"byte term unresolved: {b_b} B in {t_b * 1e6:.1f} us with {n_b:g} ops at "
+            f"{o * 1e6:.2f} us/op leaves {residual * 1e6:.1f} us"
+        )
     return b_b / residual / 1e9, o * 1e6
 
 
@@ -91,10 +100,12 @@ TIMING_SHAPES: dict[str, SyntheticShape] = {
     # GPU timing pair: the same graph (4 layers, the same op count) with 13x the bytes and FLOPs. The wide
     # one has an 8B-like layer (4096 x 14336), 0.5 GB in Q4_0: ~150 us of VRAM reads per decode token on an
     # H200 and ~9 ms of pinned copy per op_offload pass; the narrow one is 40 MB.
-    "gpu_narrow": SyntheticShape(n_layer=4, n_embd=1024, n_ff=4096, n_head=16, n_head_kv=4, n_vocab=8192,
-                                 n_ctx_train=4096),
-    "gpu_wide": SyntheticShape(n_layer=4, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=8192,
-                               n_ctx_train=4096),
+    "gpu_narrow": SyntheticShape(
+        n_layer=4, n_embd=1024, n_ff=4096, n_head=16, n_head_kv=4, n_vocab=8192, n_ctx_train=4096
+    ),
+    "gpu_wide": SyntheticShape(
+        n_layer=4, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=8192, n_ctx_train=4096
+    ),
 }
 """Synthetic shapes of the GPU timing models."""
 
@@ -115,7 +126,9 @@ def host_bandwidth_gbps(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
 
 def graph_ops(table: ModelTable) -> int:
     """Graph ops per token the cost model counts for this model."""
-    per_layer = OPS_ATTN_PROJ + OPS_ATTN_CORE + OPS_ATTN_OUT + (OPS_MOE_ROUTE + OPS_MOE_EXPERTS if table.is_moe else OPS_FFN)
+    per_layer = (
+        OPS_ATTN_PROJ + OPS_ATTN_CORE + OPS_ATTN_OUT + (OPS_MOE_ROUTE + OPS_MOE_EXPERTS if table.is_moe else OPS_FFN)
+    )
     return table.n_layer * per_layer + OPS_HEAD
 
 

@@ -22,8 +22,16 @@ from typing import Any
 
 from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.summary import summarize
-from igi_sdk.profiler.measure import (TimedModel, UnresolvedTerm, copy_rate_gbps, differential_rate, graph_ops,
-                                      solve, streamed_bytes, timing_model)
+from igi_sdk.profiler.measure import (
+    TimedModel,
+    UnresolvedTerm,
+    copy_rate_gbps,
+    differential_rate,
+    graph_ops,
+    solve,
+    streamed_bytes,
+    timing_model,
+)
 
 GPU_CTX = dict(n_ctx=2048, n_ubatch=512, n_batch=512)
 
@@ -38,8 +46,15 @@ def _layer_params(table: Any) -> int:
 
 
 def _cpu_base(threads: int, quick: bool) -> Placement:
-    return Placement(n_gpu_layers=0, op_offload=False, n_ctx=4096 if not quick else 1024, n_ubatch=512,
-                     n_batch=512, n_threads=threads, n_threads_batch=threads)
+    return Placement(
+        n_gpu_layers=0,
+        op_offload=False,
+        n_ctx=4096 if not quick else 1024,
+        n_ubatch=512,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+    )
 
 
 def _decode_tokens(quick: bool) -> int:
@@ -67,14 +82,25 @@ def cpu_rate(tiny: str, small: str, threads: int, quick: bool) -> dict[str, Any]
         m.close()
     unresolved = None
     try:
-        bw, overhead = solve(t_tiny, streamed_bytes(tab_tiny), graph_ops(tab_tiny),
-                             t_small, streamed_bytes(tab_small), graph_ops(tab_small))
+        bw, overhead = solve(
+            t_tiny,
+            streamed_bytes(tab_tiny),
+            graph_ops(tab_tiny),
+            t_small,
+            streamed_bytes(tab_small),
+            graph_ops(tab_small),
+        )
     except UnresolvedTerm as exc:  # noisy timings (a loaded box): charge all of the small model's time to bytes
         bw, overhead = streamed_bytes(tab_small) / t_small / 1e9, 0.0
         unresolved = f"{exc}; all decode time charged to bytes ({bw:.2f} GB/s, 0 us/op)"
     gflops = 2.0 * _params(tab_small) * n_pref / t_pref / 1e9
-    out: dict[str, Any] = {"n_threads": threads, "decode_gbps": round(bw, 3), "op_overhead_us": round(overhead, 3),
-                           "attn_gbps": None, "prefill_gflops": {"q4_0": round(gflops, 2), "default": round(gflops, 2)}}
+    out: dict[str, Any] = {
+        "n_threads": threads,
+        "decode_gbps": round(bw, 3),
+        "op_overhead_us": round(overhead, 3),
+        "attn_gbps": None,
+        "prefill_gflops": {"q4_0": round(gflops, 2), "default": round(gflops, 2)},
+    }
     if unresolved is not None:
         out["unresolved"] = unresolved
     return out
@@ -143,20 +169,27 @@ def gpu_speed(folder: str, threads: int) -> dict[str, Any]:
     b_n, b_w = streamed_bytes(tab_n), streamed_bytes(tab_w)
     bw = differential_rate(b_n, dec_n, b_w, dec_w, what="VRAM bandwidth")
     n_tok = GPU_CTX["n_ubatch"]
-    flops = differential_rate(2.0 * _layer_params(tab_n) * n_tok, pref_n, 2.0 * _layer_params(tab_w) * n_tok, pref_w,
-                              what="GPU GFLOP/s")
+    flops = differential_rate(
+        2.0 * _layer_params(tab_n) * n_tok, pref_n, 2.0 * _layer_params(tab_w) * n_tok, pref_w, what="GPU GFLOP/s"
+    )
     overhead_s = max(0.0, dec_n - b_n / bw) / graph_ops(tab_n)
-    return {"bandwidth_gbps": round(bw / 1e9, 1), "gflops": round(flops / 1e9, 1),
-            "op_overhead_us": round(overhead_s * 1e6, 3), "t_prefill_512_s": pref_w,
-            "decode_s": [dec_n, dec_w], "prefill_s": [pref_n, pref_w]}
+    return {
+        "bandwidth_gbps": round(bw / 1e9, 1),
+        "gflops": round(flops / 1e9, 1),
+        "op_overhead_us": round(overhead_s * 1e6, 3),
+        "t_prefill_512_s": pref_w,
+        "decode_s": [dec_n, dec_w],
+        "prefill_s": [pref_n, pref_w],
+    }
 
 
 #: a prefetched prefill at least this many times the all-in-VRAM one was bound by its copies
 PREFETCH_COPY_BOUND = 1.5
 
 
-def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float,
-                     prefetch_slots: int = 0) -> dict[str, Any]:
+def gpu_offload_rate(
+    folder: str, threads: int, load_mode: str, t_prefill_gpu_s: float, prefetch_slots: int = 0
+) -> dict[str, Any]:
     """Effective op_offload weight copy rate (GB/s) from ``load_mode`` host memory.
 
     With ``prefetch_slots`` > 0 (a build with the pipelined weight prefetch) the copies overlap with compute:
@@ -174,8 +207,14 @@ def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s:
     ctx = dict(GPU_CTX, n_threads=threads, n_threads_batch=threads)
     from igi_sdk.engine.prefetch import prefetch_abi
 
-    place = Placement(n_gpu_layers=-1, rules=(HOST_LAYERS_RULE,), load_mode=load_mode, op_offload=True,
-                      prefetch_slots=prefetch_slots, **ctx)  # type: ignore[arg-type]
+    place = Placement(
+        n_gpu_layers=-1,
+        rules=(HOST_LAYERS_RULE,),
+        load_mode=load_mode,
+        op_offload=True,
+        prefetch_slots=prefetch_slots,
+        **ctx,
+    )  # type: ignore[arg-type]
     m = TimedModel(timing_model(Path(folder), "gpu_wide"), place)
     try:
         report = m.engine.load_report
@@ -194,8 +233,13 @@ def gpu_offload_rate(folder: str, threads: int, load_mode: str, t_prefill_gpu_s:
         rate = round(copied / t / 1e9, 2)
     else:
         rate = None
-    return {"h2d_gbps": rate, "copied_bytes": copied, "t_prefill_s": t, "buffers": buffers,
-            "weight_prefetch_abi": prefetch_abi()}
+    return {
+        "h2d_gbps": rate,
+        "copied_bytes": copied,
+        "t_prefill_s": t,
+        "buffers": buffers,
+        "weight_prefetch_abi": prefetch_abi(),
+    }
 
 
 def gpu_reserve(tiny: str, threads: int) -> dict[str, Any]:
@@ -222,5 +266,9 @@ def gpu_reserve(tiny: str, threads: int) -> dict[str, Any]:
         used, source = after - before, "nvml device minus idle"
     else:
         raise RuntimeError("NVML unavailable: the reserve cannot be measured")
-    return {"reserve_mib": round(used - buffers, 1), "used_mib": round(used, 1), "buffers_mib": round(buffers, 1),
-            "source": source}
+    return {
+        "reserve_mib": round(used - buffers, 1),
+        "used_mib": round(used, 1),
+        "buffers_mib": round(buffers, 1),
+        "source": source,
+    }

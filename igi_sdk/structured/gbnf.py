@@ -99,7 +99,7 @@ class _Parser:
             self.pos += 1
         if self.pos == start:
             raise self.fail("expecting a rule name")
-        return self.s[start:self.pos]
+        return self.s[start : self.pos]
 
     def integer(self) -> int:
         start = self.pos
@@ -107,7 +107,7 @@ class _Parser:
             self.pos += 1
         if self.pos == start:
             raise self.fail("expecting an integer")
-        return int(self.s[start:self.pos])
+        return int(self.s[start : self.pos])
 
     def char(self) -> None:
         c = self.peek()
@@ -119,7 +119,7 @@ class _Parser:
         e = self.peek(1)
         if e in _HEX_ESCAPES:
             size = _HEX_ESCAPES[e]
-            digits = self.s[self.pos + 2:self.pos + 2 + size]
+            digits = self.s[self.pos + 2 : self.pos + 2 + size]
             if len(digits) != size or any(d not in "0123456789abcdefABCDEF" for d in digits):
                 raise self.fail(f"expecting {size} hex digits after \\{e}")
             self.pos += 2 + size
@@ -146,7 +146,7 @@ class _Parser:
     def rule(self) -> None:
         name = self.name()
         self.space(False)
-        if self.s[self.pos:self.pos + 3] != "::=":
+        if self.s[self.pos : self.pos + 3] != "::=":
             raise self.fail("expecting ::=")
         self.pos += 3
         self.space(True)

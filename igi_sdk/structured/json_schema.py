@@ -28,8 +28,9 @@ MAX_ARRAY_ITEMS = 64
 
 TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 FORMATS = ("date", "time", "date-time", "uuid")
-ANNOTATIONS = frozenset(("title", "description", "$comment", "examples", "default", "$schema", "$id", "$defs",
-                         "definitions"))
+ANNOTATIONS = frozenset(
+    ("title", "description", "$comment", "examples", "default", "$schema", "$id", "$defs", "definitions")
+)
 _OBJECT = frozenset(("properties", "required", "additionalProperties"))
 _ARRAY = frozenset(("items", "prefixItems", "minItems", "maxItems"))
 _STRING = frozenset(("minLength", "maxLength", "format"))
@@ -96,8 +97,9 @@ class _Checker:
         for alone in _ALONE & constraints:
             if constraints - {alone}:
                 other = sorted(constraints - {alone})[0]
-                raise SchemaError(f"'{alone}' cannot have sibling constraints (here '{other}')", other,
-                                  f"{path}/{_escape(other)}")
+                raise SchemaError(
+                    f"'{alone}' cannot have sibling constraints (here '{other}')", other, f"{path}/{_escape(other)}"
+                )
         if "$ref" in node:
             self._ref(node["$ref"], path, depth, refs)
             return
@@ -133,18 +135,23 @@ class _Checker:
             others = {k for k in node if k not in ANNOTATIONS} - {"type"}
             if others:
                 other = sorted(others)[0]
-                raise SchemaError(f"a list of types cannot have sibling constraints (here '{other}')", other,
-                                  f"{path}/{_escape(other)}")
+                raise SchemaError(
+                    f"a list of types cannot have sibling constraints (here '{other}')",
+                    other,
+                    f"{path}/{_escape(other)}",
+                )
             return "list"
-        raise SchemaError("'type' must be a type name or a non-empty list of distinct type names", "type",
-                          f"{path}/type")
+        raise SchemaError(
+            "'type' must be a type name or a non-empty list of distinct type names", "type", f"{path}/type"
+        )
 
     def _ref(self, ref: Any, path: str, depth: int, refs: tuple[str, ...]) -> None:
         if not isinstance(ref, str) or not ref.startswith(("#/$defs/", "#/definitions/")):
             raise SchemaError("'$ref' must point into '#/$defs/' or '#/definitions/'", "$ref", f"{path}/$ref")
         if ref in refs:
-            raise SchemaError(f"'$ref' cycle through '{ref}' (recursive schemas are not supported)", "$ref",
-                              f"{path}/$ref")
+            raise SchemaError(
+                f"'$ref' cycle through '{ref}' (recursive schemas are not supported)", "$ref", f"{path}/$ref"
+            )
         target: Any = self.root
         for part in ref[2:].split("/"):
             part = part.replace("~1", "/").replace("~0", "~")
@@ -157,8 +164,11 @@ class _Checker:
         extra = {k for k in node if k not in ANNOTATIONS} - {"type", "const", "enum"}
         if extra or ("const" in node and "enum" in node):
             other = sorted(extra or {"enum"})[0]
-            raise SchemaError(f"'const' and 'enum' take no sibling constraints but 'type' (here '{other}')", other,
-                              f"{path}/{_escape(other)}")
+            raise SchemaError(
+                f"'const' and 'enum' take no sibling constraints but 'type' (here '{other}')",
+                other,
+                f"{path}/{_escape(other)}",
+            )
         if "enum" in node:
             values = node["enum"]
             if not isinstance(values, list) or not values:
@@ -181,8 +191,11 @@ class _Checker:
         for name, sub in props.items():
             self.check(sub, f"{path}/properties/{_escape(name)}", depth + 1, refs)
         required = node.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required) \
-                or len(set(required)) != len(required):
+        if (
+            not isinstance(required, list)
+            or not all(isinstance(r, str) for r in required)
+            or len(set(required)) != len(required)
+        ):
             raise SchemaError("'required' must be an array of distinct strings", "required", f"{path}/required")
         for name in required:
             if name not in props:
@@ -221,8 +234,11 @@ class _Checker:
     def _string(self, node: dict[str, Any], kind: str | None, path: str) -> None:
         if "format" in node:
             if node["format"] not in FORMATS:
-                raise SchemaError(f"unsupported format {node['format']!r} (supported: {', '.join(FORMATS)})", "format",
-                                  f"{path}/format")
+                raise SchemaError(
+                    f"unsupported format {node['format']!r} (supported: {', '.join(FORMATS)})",
+                    "format",
+                    f"{path}/format",
+                )
             if kind not in (None, "string"):
                 raise SchemaError(f"'format' on a schema of type '{kind}'", "type", f"{path}/type")
             for key in ("minLength", "maxLength"):
@@ -231,7 +247,7 @@ class _Checker:
             return
         if kind != "string":
             key = sorted(set(node) & _STRING)[0]
-            raise SchemaError(f"'{key}' needs \"type\": \"string\"", key, f"{path}/{key}")
+            raise SchemaError(f'\'{key}\' needs "type": "string"', key, f"{path}/{key}")
         low = _bound(node, "minLength", 0, MAX_STRING_LENGTH, path)
         high = _bound(node, "maxLength", None, MAX_STRING_LENGTH, path)
         if high is not None and low > high:

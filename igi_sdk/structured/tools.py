@@ -96,16 +96,23 @@ def envelope_schema(tools: list[ToolSpec], reply_schema: dict[str, Any] | None, 
     alternatives: list[dict[str, Any]] = []
     if tool_choice in ("auto", "none"):
         reply = _embed(reply_schema if reply_schema is not None else DEFAULT_REPLY_SCHEMA, "reply_", defs)
-        alternatives.append({"type": "object", "properties": {"reply": reply}, "required": ["reply"],
-                             "additionalProperties": False})
+        alternatives.append(
+            {"type": "object", "properties": {"reply": reply}, "required": ["reply"], "additionalProperties": False}
+        )
     if tool_choice != "none":
         chosen = [t for t in tools if tool_choice in ("auto", "required") or t.name == tool_choice]
         if not chosen:
             raise KeyError(tool_choice)
         for i, tool in enumerate(chosen):
             args = _embed(tool.parameters, f"tool{i}_", defs)
-            alternatives.append({"type": "object", "properties": {"tool": {"const": tool.name}, "arguments": args},
-                                 "required": ["tool", "arguments"], "additionalProperties": False})
+            alternatives.append(
+                {
+                    "type": "object",
+                    "properties": {"tool": {"const": tool.name}, "arguments": args},
+                    "required": ["tool", "arguments"],
+                    "additionalProperties": False,
+                }
+            )
     schema: dict[str, Any] = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
     if defs:
         schema = {**schema, "$defs": defs}
@@ -119,18 +126,24 @@ def system_block(tools: list[ToolSpec], reply_schema: dict[str, Any] | None) -> 
         params = json.dumps(tool.parameters, separators=(",", ":"), ensure_ascii=False)
         what = f" {tool.description}" if tool.description else ""
         lines.append(f"- {tool.name}:{what} Arguments: {params}")
-    reply = "what you say" if reply_schema is None else \
-        f"a JSON value of this schema: {json.dumps(reply_schema, separators=(',', ':'), ensure_ascii=False)}"
-    lines.append('Answer with one JSON object only: {"reply": <' + reply + '>} to speak, or '
-                 '{"tool": "<tool name>", "arguments": {...}} to use a tool. A tool\'s result comes back as '
-                 '{"tool_result": "<tool name>", "content": ...}.')
+    reply = (
+        "what you say"
+        if reply_schema is None
+        else f"a JSON value of this schema: {json.dumps(reply_schema, separators=(',', ':'), ensure_ascii=False)}"
+    )
+    lines.append(
+        'Answer with one JSON object only: {"reply": <' + reply + ">} to speak, or "
+        '{"tool": "<tool name>", "arguments": {...}} to use a tool. A tool\'s result comes back as '
+        '{"tool_result": "<tool name>", "content": ...}.'
+    )
     return "\n".join(lines)
 
 
 def schema_hint(schema: dict[str, Any]) -> str:
     """One line asking for JSON of ``schema`` (appended to the system message or the player's line)."""
-    return "Answer with one JSON object of this JSON Schema: " + json.dumps(schema, separators=(",", ":"),
-                                                                            ensure_ascii=False)
+    return "Answer with one JSON object of this JSON Schema: " + json.dumps(
+        schema, separators=(",", ":"), ensure_ascii=False
+    )
 
 
 def dump_json(value: Any) -> str:
@@ -154,7 +167,9 @@ def read_json(text: str, schema: dict[str, Any]) -> str:
     return text.strip()
 
 
-def read_envelope(text: str, tools: list[ToolSpec], reply_schema: dict[str, Any] | None) -> ReplyOutcome | ToolCallOutcome:
+def read_envelope(
+    text: str, tools: list[ToolSpec], reply_schema: dict[str, Any] | None
+) -> ReplyOutcome | ToolCallOutcome:
     """Parse a finished tool-mode reply.
 
     Raises:

@@ -24,13 +24,33 @@ class DaemonProcess:
         ...     print(d.connection_file)
     """
 
-    def __init__(self, connection_file: Path, *, log_file: Path, model: str = "default", vram_budget_mib: int = 0,
-                 n_threads: int | None = None, start_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        connection_file: Path,
+        *,
+        log_file: Path,
+        model: str = "default",
+        vram_budget_mib: int = 0,
+        n_threads: int | None = None,
+        start_timeout_s: float = 180.0,
+    ) -> None:
         self.connection_file = connection_file
         self.log_file = log_file
-        self.args = [sys.executable, "-m", "igi_sdk.daemon", "--connection-file", str(connection_file),
-                     "--model", model, "--port", "0", "--vram-budget-mib", str(vram_budget_mib),
-                     "--log-file", str(log_file)]
+        self.args = [
+            sys.executable,
+            "-m",
+            "igi_sdk.daemon",
+            "--connection-file",
+            str(connection_file),
+            "--model",
+            model,
+            "--port",
+            "0",
+            "--vram-budget-mib",
+            str(vram_budget_mib),
+            "--log-file",
+            str(log_file),
+        ]
         if n_threads is not None:
             self.args += ["--n-threads", str(n_threads)]
         self.start_timeout_s = start_timeout_s
@@ -46,8 +66,10 @@ class DaemonProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise HarnessDaemonError(f"daemon exited with {self.proc.returncode} before it was ready; "
-                                         f"see {self.log_file} and {self.log_file.with_suffix('.stderr')}")
+                raise HarnessDaemonError(
+                    f"daemon exited with {self.proc.returncode} before it was ready; "
+                    f"see {self.log_file} and {self.log_file.with_suffix('.stderr')}"
+                )
             try:
                 info = json.loads(self.connection_file.read_text())
                 if info.get("port") or info.get("transport") == "ipc":

@@ -10,19 +10,18 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Coroutine
-
-from igi_sdk.client import AsyncClient, InvalidOutputError, InvalidToolArgumentsError
-from igi_sdk.errors import IgiError
-from igi_sdk.ipc.messages import BudgetAck
-from igi_sdk.ipc.values import Sampling
+from typing import Any
 
 from igi_harness.npc_actions import GIVE_ITEM, SAY, NpcWorld
 from igi_harness.recorder import PhaseRecorder
 from igi_harness.script import NpcPlan, SceneTimes
-
+from igi_sdk.client import AsyncClient, InvalidOutputError, InvalidToolArgumentsError
+from igi_sdk.errors import IgiError
+from igi_sdk.ipc.messages import BudgetAck
+from igi_sdk.ipc.values import Sampling
 
 #: The NPC that can call ``give_item``.
 MERCHANT = "Zara"
@@ -38,8 +37,16 @@ class GameSide:
         last_text: the tail of the most recent NPC line (for the live view).
     """
 
-    def __init__(self, connection_file: Path, rec: PhaseRecorder, t0: float, *, governor: bool,
-                 budget_mib: int, request_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        connection_file: Path,
+        rec: PhaseRecorder,
+        t0: float,
+        *,
+        governor: bool,
+        budget_mib: int,
+        request_timeout_s: float = 120.0,
+    ) -> None:
         self.connection_file, self.rec, self.t0 = connection_file, rec, t0
         self.governor, self.budget_mib, self.timeout_s = governor, budget_mib, request_timeout_s
         self.sleep_ms, self.tokens_per_frame = 0.0, None
@@ -64,8 +71,9 @@ class GameSide:
     def connect(self, timeout_s: float = 60.0) -> None:
         """Start the I/O thread and connect (handshake) to the daemon."""
         self._thread.start()
-        self.client = self._post(AsyncClient.connect(self.connection_file, timeout_s=timeout_s,
-                                                     client_name="igi-sample-harness")).result(timeout_s + 5)
+        self.client = self._post(
+            AsyncClient.connect(self.connection_file, timeout_s=timeout_s, client_name="igi-sample-harness")
+        ).result(timeout_s + 5)
 
     def start_npcs(self, plans: list[NpcPlan], times: SceneTimes, max_tokens: int) -> None:
         """Open one session per NPC and start their scripted conversations."""
@@ -76,10 +84,13 @@ class GameSide:
             for i, plan in enumerate(plans):
                 # every NPC answers "line, emotion, action" as JSON; the merchant can also hand items over
                 tools = [GIVE_ITEM] if plan.persona.name == MERCHANT else []
-                sid = await self.client.create_session(plan.persona.name, plan.persona.system_prompt,
-                                                       sampling=Sampling(temperature=0.7, seed=1000 + i,
-                                                                         max_tokens=max_tokens),
-                                                       json_schema=SAY, tools=tools)
+                sid = await self.client.create_session(
+                    plan.persona.name,
+                    plan.persona.system_prompt,
+                    sampling=Sampling(temperature=0.7, seed=1000 + i, max_tokens=max_tokens),
+                    json_schema=SAY,
+                    tools=tools,
+                )
                 self._npc_tasks.append(asyncio.create_task(self._converse(plan, sid, max_tokens)))
             self._npc_tasks.append(asyncio.create_task(self._poll_status()))
 
@@ -87,6 +98,7 @@ class GameSide:
 
     def stop(self, *, shutdown_daemon: bool = True) -> None:
         """Cancel the conversations and in-flight generations, close the client, stop the I/O thread."""
+
         async def stop() -> None:
             for task in self._npc_tasks:
                 task.cancel()
@@ -129,11 +141,19 @@ class GameSide:
             self._stats_in_flight = False
         t = self.now()
         th = reply.throttle
-        if th.sleep_ms_between_tokens != self.sleep_ms or th.tokens_per_frame != self.tokens_per_frame \
-                or not self.rec.throttle:
+        if (
+            th.sleep_ms_between_tokens != self.sleep_ms
+            or th.tokens_per_frame != self.tokens_per_frame
+            or not self.rec.throttle
+        ):
             self.sleep_ms, self.tokens_per_frame = th.sleep_ms_between_tokens, th.tokens_per_frame
-            self.rec.throttle.append({"t_s": round(t, 4), "sleep_ms_between_tokens": self.sleep_ms,
-                                      "tokens_per_frame": self.tokens_per_frame})
+            self.rec.throttle.append(
+                {
+                    "t_s": round(t, 4),
+                    "sleep_ms_between_tokens": self.sleep_ms,
+                    "tokens_per_frame": self.tokens_per_frame,
+                }
+            )
         if reply.proposed_budget_mib is not None and reply.proposed_budget_mib != self.budget_mib:
             self.rec.event(t, "budget_proposal", proposed_mib=reply.proposed_budget_mib, from_mib=self.budget_mib)
             await self._set_budget(reply.proposed_budget_mib, "governor proposal", "budget_accepted")
@@ -141,6 +161,7 @@ class GameSide:
     # --- scripted budget events -----------------------------------------------------------------------
     def reclaim(self, budget_mib: int) -> None:
         """Level load: urgently take VRAM back (reclaim_request, priority path)."""
+
         async def go() -> None:
             assert self.client is not None
             t = self.now()
@@ -151,6 +172,7 @@ class GameSide:
                 return
             self.budget_mib = budget_mib
             self._record_ack("reclaim", t, budget_mib, ack)
+
         self._post(go())
 
     def restore(self, budget_mib: int) -> None:
@@ -170,9 +192,17 @@ class GameSide:
 
     def _record_ack(self, kind: str, t: float, budget_mib: int, ack: BudgetAck) -> None:
         """One budget event from its ``budget_ack`` (sent at ``t``): what was granted and measured, and how long it took."""
-        self.rec.event(t, kind, budget_mib=budget_mib, granted_mib=ack.granted_mib, applied=ack.applied,
-                       apply_time_s=round(ack.apply_time_s, 4), ack_after_s=round(self.now() - t, 4),
-                       measured_vram_mib=ack.measured_vram_mib, warning=ack.warning)
+        self.rec.event(
+            t,
+            kind,
+            budget_mib=budget_mib,
+            granted_mib=ack.granted_mib,
+            applied=ack.applied,
+            apply_time_s=round(ack.apply_time_s, 4),
+            ack_after_s=round(self.now() - t, 4),
+            measured_vram_mib=ack.measured_vram_mib,
+            warning=ack.warning,
+        )
 
     # --- background tasks -----------------------------------------------------------------------------
     async def _sleep_until(self, t_s: float) -> None:
@@ -196,8 +226,9 @@ class GameSide:
             if tool_result is not None:
                 row["tool_result"] = tool_result.content
             self.rec.replies.append(row)
-            stream = self.client.generate(session_id, line, max_tokens=max_tokens, tool_result=tool_result,
-                                          timeout_s=self.timeout_s)
+            stream = self.client.generate(
+                session_id, line, max_tokens=max_tokens, tool_result=tool_result, timeout_s=self.timeout_s
+            )
             tool_result = None
             self._streams.add(stream)
             self.rec.generating += 1
@@ -212,8 +243,13 @@ class GameSide:
                     self.rec.token_times_s.append(t)
                     self.last_text = (self.last_text + ev.text)[-80:]
                 result = await stream.result()
-                row.update(finish_reason=result.finish_reason, ttft_s=result.ttft_s, tps=round(result.tps, 3),
-                           text=result.text, reloads_during=result.reloads_during)
+                row.update(
+                    finish_reason=result.finish_reason,
+                    ttft_s=result.ttft_s,
+                    tps=round(result.tps, 3),
+                    text=result.text,
+                    reloads_during=result.reloads_during,
+                )
                 if result.tool_call is not None:  # the game runs the tool, and answers with its result
                     tool_result = self.world.give_item(result.tool_call)
                     row["tool_call"] = {"name": result.tool_call.name, "arguments": result.arguments}
@@ -230,14 +266,22 @@ class GameSide:
                 # a reply still streaming when the phase ends is cancelled here (asyncio.CancelledError from
                 # stop()): it is kept as "unfinished" with its partial client-side timing, not dropped; the
                 # daemon's ttft_s / tps come only with a final reply, so they stay null
-                for key, value in (("finish_reason", "unfinished"), ("ttft_s", None), ("tps", None),
-                                   ("reloads_during", None), ("text", "".join(parts))):
+                for key, value in (
+                    ("finish_reason", "unfinished"),
+                    ("ttft_s", None),
+                    ("tps", None),
+                    ("reloads_during", None),
+                    ("text", "".join(parts)),
+                ):
                     row.setdefault(key, value)
                 self.rec.generating -= 1
                 self._streams.discard(stream)
-                row.update(n_tokens=n, t_end_s=round(self.now(), 4),
-                           client_ttft_s=None if first is None else round(first - t_req, 4),
-                           client_tps=round((n - 1) / (last - first), 3) if n >= 2 and last > first else None)
+                row.update(
+                    n_tokens=n,
+                    t_end_s=round(self.now(), 4),
+                    client_ttft_s=None if first is None else round(first - t_req, 4),
+                    client_tps=round((n - 1) / (last - first), 3) if n >= 2 and last > first else None,
+                )
             self.last_text = f"{plan.persona.name}: "
             await asyncio.sleep(plan.pauses_s[i % len(plan.pauses_s)])
             i += 1
@@ -247,12 +291,17 @@ class GameSide:
         while True:
             try:
                 st = await self.client.status(timeout_s=10.0)
-                self.rec.budget.append({
-                    "t_s": round(self.now(), 4), "vram_budget_mib": st.vram_budget_mib,
-                    "vram_used_mib": st.vram_used_mib, "plan_gpu_mib": None if st.plan is None else st.plan.gpu_mib,
-                    "plan_strategy": None if st.plan is None else st.plan.strategy, "queue_depth": st.queue_depth,
-                    "game_budget_mib": self.budget_mib,
-                })
+                self.rec.budget.append(
+                    {
+                        "t_s": round(self.now(), 4),
+                        "vram_budget_mib": st.vram_budget_mib,
+                        "vram_used_mib": st.vram_used_mib,
+                        "plan_gpu_mib": None if st.plan is None else st.plan.gpu_mib,
+                        "plan_strategy": None if st.plan is None else st.plan.strategy,
+                        "queue_depth": st.queue_depth,
+                        "game_budget_mib": self.budget_mib,
+                    }
+                )
             except IgiError as exc:
                 self.rec.errors.append(f"status: {type(exc).__name__}: {exc}")
             await asyncio.sleep(period_s)

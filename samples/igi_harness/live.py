@@ -46,8 +46,10 @@ class LiveView:
         table.add_row("time", f"{t_s:6.1f} s")
         table.add_row("frame p99 (last 2 s)", f"{p99:6.1f} ms (target {rec.target_frame_ms:.1f} ms)")
         table.add_row("NPCs generating", str(rec.generating))
-        table.add_row("replies / tokens",
-                      f"{sum(1 for r in rec.replies if r.get('finish_reason') in FINISHED)} / {len(rec.token_times_s)}")
+        table.add_row(
+            "replies / tokens",
+            f"{sum(1 for r in rec.replies if r.get('finish_reason') in FINISHED)} / {len(rec.token_times_s)}",
+        )
         table.add_row("throttle", f"sleep {side.sleep_ms:5.1f} ms/token, tokens/frame {side.tokens_per_frame}")
         table.add_row("game's budget", f"{side.budget_mib} MiB")
         table.add_row("last line", side.last_text.replace("\n", " "))
@@ -56,8 +58,10 @@ class LiveView:
 
 def comparison_table(phases: list[dict[str, Any]]) -> Table:
     """Side-by-side summary of the phases (in the order they ran)."""
-    table = Table(title="governor on vs off (talk: frames starting in the scripted talk window, level-load spike "
-                        "excluded; quiet: before any NPC talks)")
+    table = Table(
+        title="governor on vs off (talk: frames starting in the scripted talk window, level-load spike "
+        "excluded; quiet: before any NPC talks)"
+    )
     table.add_column("metric")
     for ph in phases:
         table.add_column(f"{ph['name']}", justify="right")
@@ -65,9 +69,9 @@ def comparison_table(phases: list[dict[str, Any]]) -> Table:
     def row(label: str, get: Any) -> None:
         table.add_row(label, *[str(get(ph)) for ph in phases])
 
-    fr = (lambda ph: ph["frames"][PRIMARY_FRAME_SET])
-    quiet = (lambda ph: ph["frames"]["quiet_baseline"])
-    rs = (lambda ph: ph["replies_summary"])
+    fr = lambda ph: ph["frames"][PRIMARY_FRAME_SET]
+    quiet = lambda ph: ph["frames"]["quiet_baseline"]
+    rs = lambda ph: ph["replies_summary"]
     row("target frame time, ms", lambda ph: fr(ph).get("target_ms"))
     row("quiet p50 / p99, ms", lambda ph: f"{quiet(ph).get('p50_ms')} / {quiet(ph).get('p99_ms')}")
     row("quiet p99 over target, %", lambda ph: quiet(ph).get("p99_over_target_pct"))
@@ -79,8 +83,10 @@ def comparison_table(phases: list[dict[str, Any]]) -> Table:
     row("talk p99 incl. spike, ms", lambda ph: ph["frames"]["talk_window"].get("p99_ms"))
     row("p99 w/ generation in flight, ms", lambda ph: ph["frames"]["while_npcs_talk_excluding_spike"].get("p99_ms"))
     row("talk: host CPU steal, % of CPU time", lambda ph: fr(ph).get("steal_pct_mean"))
-    row("talk: frames touched by steal, % (all / > 115 %)",
-        lambda ph: f"{fr(ph).get('frames_touched_by_steal_pct')} / {fr(ph).get('over_115pct_touched_by_steal_pct')}")
+    row(
+        "talk: frames touched by steal, % (all / > 115 %)",
+        lambda ph: f"{fr(ph).get('frames_touched_by_steal_pct')} / {fr(ph).get('over_115pct_touched_by_steal_pct')}",
+    )
     row("talk p99 of frames without steal, ms", lambda ph: fr(ph).get("p99_ms_no_steal"))
     row("replies finished", lambda ph: rs(ph)["n_replies"])
     row("replies unfinished at phase end", lambda ph: rs(ph)["n_unfinished_at_phase_end"])

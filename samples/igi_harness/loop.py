@@ -32,8 +32,14 @@ def _budget_followed(phase: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         t, mib = event["t_s"], event["budget_mib"]
         seen = next((row["t_s"] for row in status if row["t_s"] >= t and row.get("vram_budget_mib") == mib), None)
-        out.append({"kind": event["kind"], "t_s": t, "budget_mib": mib,
-                    "in_force_after_s": None if seen is None else round(seen - t, 2)})
+        out.append(
+            {
+                "kind": event["kind"],
+                "t_s": t,
+                "budget_mib": mib,
+                "in_force_after_s": None if seen is None else round(seen - t, 2),
+            }
+        )
     return out
 
 
@@ -43,15 +49,19 @@ def loop_figures(report: dict[str, Any]) -> dict[str, Any]:
     for phase in report["phases"]:
         replies = phase.get("replies_summary") or {}
         phases[phase["name"]] = {
-            "governor": phase["governor"], **_throttle_changes(phase),
-            "budgets": _budget_followed(phase), "tokens": replies.get("tokens_total"),
+            "governor": phase["governor"],
+            **_throttle_changes(phase),
+            "budgets": _budget_followed(phase),
+            "tokens": replies.get("tokens_total"),
         }
     on = [p for p in phases.values() if p["governor"]]
     off = [p for p in phases.values() if not p["governor"]]
     # the NPCs must have talked in the governor phase: a throttle on a daemon that delivered nothing proves nothing
-    reacts = bool(on) and all(p["tightens"] > 0 and (p["tokens"] or 0) > 0 for p in on) \
+    reacts = (
+        bool(on)
+        and all(p["tightens"] > 0 and (p["tokens"] or 0) > 0 for p in on)
         and all(p["max_sleep_ms"] == 0.0 for p in off)
+    )
     budgets = [b for p in phases.values() for b in p["budgets"]]
     applied = bool(budgets) and all(b["in_force_after_s"] is not None for b in budgets)
-    return {"phases": phases, "governor_reacts": reacts, "budgets_applied": applied,
-            "loop_works": reacts and applied}
+    return {"phases": phases, "governor_reacts": reacts, "budgets_applied": applied, "loop_works": reacts and applied}

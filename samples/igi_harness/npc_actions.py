@@ -19,16 +19,23 @@ ITEMS = ("bread", "potion", "sword", "map")
 #: The reply schema of every NPC: a line to show, an emotion for the face, an action for the animation.
 SAY: dict[str, Any] = {
     "type": "object",
-    "properties": {"line": {"type": "string", "maxLength": 40}, "emotion": {"enum": list(EMOTIONS)},
-                   "action": {"enum": list(ACTIONS)}},
-    "required": ["line", "emotion", "action"], "additionalProperties": False,
+    "properties": {
+        "line": {"type": "string", "maxLength": 40},
+        "emotion": {"enum": list(EMOTIONS)},
+        "action": {"enum": list(ACTIONS)},
+    },
+    "required": ["line", "emotion", "action"],
+    "additionalProperties": False,
 }
 GIVE_ITEM_ARGS: dict[str, Any] = {
-    "type": "object", "properties": {"item": {"enum": list(ITEMS)}, "count": {"type": "integer"}},
-    "required": ["item", "count"], "additionalProperties": False,
+    "type": "object",
+    "properties": {"item": {"enum": list(ITEMS)}, "count": {"type": "integer"}},
+    "required": ["item", "count"],
+    "additionalProperties": False,
 }
-GIVE_ITEM = Tool(name="give_item", description="Hand items from your stock to the player.",
-                 parameters=json.dumps(GIVE_ITEM_ARGS))
+GIVE_ITEM = Tool(
+    name="give_item", description="Hand items from your stock to the player.", parameters=json.dumps(GIVE_ITEM_ARGS)
+)
 
 
 @dataclass
@@ -61,5 +68,9 @@ class NpcWorld:
 
     def summary(self) -> dict[str, Any]:
         """The report's view of the world after a phase."""
-        return {"actions_applied": self.applied, "inventory": dict(self.inventory), "emotion": dict(self.emotion),
-                "action": dict(self.action)}
+        return {
+            "actions_applied": self.applied,
+            "inventory": dict(self.inventory),
+            "emotion": dict(self.emotion),
+            "action": dict(self.action),
+        }

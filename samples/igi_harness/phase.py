@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from igi_harness.daemon_proc import DaemonProcess
 from igi_harness.game_side import GameSide
@@ -66,8 +66,13 @@ class WorstFrameWindow:
             self.worst_ms = 0.0
 
 
-def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkload,
-              on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None = None) -> PhaseRecorder:
+def run_phase(
+    name: str,
+    governor: bool,
+    cfg: PhaseConfig,
+    workload: RenderWorkload,
+    on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None = None,
+) -> PhaseRecorder:
     """Start a daemon, play the scene at ``cfg.fps`` for ``cfg.duration_s``, stop the daemon.
 
     With ``governor`` the game reports frame_stats every ``stats_every_n_frames`` frames and applies the
@@ -76,11 +81,21 @@ def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkl
     """
     target_ms = 1000.0 / cfg.fps
     times = SceneTimes.for_duration(cfg.duration_s)
-    rec = PhaseRecorder(name=name, governor=governor, target_frame_ms=target_ms,
-                        spike_window_s=(times.spike_s, times.spike_end_s),
-                        talk_window_s=times.talk_window_s, quiet_window_s=times.quiet_window_s)
-    daemon = DaemonProcess(cfg.out_dir / f"{name}.connection.json", log_file=cfg.out_dir / f"{name}.daemon.log",
-                           model=cfg.model, vram_budget_mib=cfg.budget_mib, n_threads=cfg.daemon_threads)
+    rec = PhaseRecorder(
+        name=name,
+        governor=governor,
+        target_frame_ms=target_ms,
+        spike_window_s=(times.spike_s, times.spike_end_s),
+        talk_window_s=times.talk_window_s,
+        quiet_window_s=times.quiet_window_s,
+    )
+    daemon = DaemonProcess(
+        cfg.out_dir / f"{name}.connection.json",
+        log_file=cfg.out_dir / f"{name}.daemon.log",
+        model=cfg.model,
+        vram_budget_mib=cfg.budget_mib,
+        n_threads=cfg.daemon_threads,
+    )
     daemon.start()
     side: GameSide | None = None
     try:
@@ -100,8 +115,15 @@ def run_phase(name: str, governor: bool, cfg: PhaseConfig, workload: RenderWorkl
     return rec
 
 
-def _game_loop(rec: PhaseRecorder, side: GameSide, workload: RenderWorkload, cfg: PhaseConfig, times: SceneTimes,
-               target_ms: float, on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None) -> None:
+def _game_loop(
+    rec: PhaseRecorder,
+    side: GameSide,
+    workload: RenderWorkload,
+    cfg: PhaseConfig,
+    times: SceneTimes,
+    target_ms: float,
+    on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None,
+) -> None:
     """Fixed-rate loop: report the last frame, render, wait for the next frame slot (no catch-up).
 
     The frame time the game reports is the last frame's *busy* time: its interval minus the idle time it
@@ -119,7 +141,7 @@ def _game_loop(rec: PhaseRecorder, side: GameSide, workload: RenderWorkload, cfg
     prev_gen = 0
     prev_scale = 1.0
     window = WorstFrameWindow(cfg.stats_every_n_frames)
-    send = (lambda worst_ms: side.frame_stats(worst_ms, target_ms))  # the worst frame of the window (conservative)
+    send = lambda worst_ms: side.frame_stats(worst_ms, target_ms)  # the worst frame of the window (conservative)
     while True:
         start = time.perf_counter()
         generating = rec.generating  # NPC generations in flight when this frame starts

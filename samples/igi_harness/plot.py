@@ -12,8 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
 from igi_harness.recorder import PRIMARY_FRAME_SET  # noqa: E402
 
-MARKERS = {"reclaim": ("tab:red", "reclaim"), "restore": ("tab:green", "restore"),
-           "budget_accepted": ("tab:purple", "governor budget")}
+MARKERS = {
+    "reclaim": ("tab:red", "reclaim"),
+    "restore": ("tab:green", "restore"),
+    "budget_accepted": ("tab:purple", "governor budget"),
+}
 
 
 def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
@@ -30,8 +33,11 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylim(0, max(3 * target, 1.0))
         p99 = ph["frames"][PRIMARY_FRAME_SET].get("p99_ms")
         quiet = ph["frames"].get("quiet_baseline", {}).get("p99_ms")
-        ax.set_title(f"{ph['name']} (governor {'on' if ph['governor'] else 'off'}); p99 in talk window {p99} ms, "
-                     f"quiet {quiet} ms", fontsize=9)
+        ax.set_title(
+            f"{ph['name']} (governor {'on' if ph['governor'] else 'off'}); p99 in talk window {p99} ms, "
+            f"quiet {quiet} ms",
+            fontsize=9,
+        )
         ax.set_ylabel("ms")
         ax.legend(loc="upper right", fontsize=7)
         lo, hi = ph["spike_window_s"]
@@ -41,7 +47,12 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
 
         ax = axes[1][col]
         b = ph["budget"]
-        ax.step([r["t_s"] for r in b], [r["vram_budget_mib"] or 0 for r in b], where="post", label="daemon's budget in force")
+        ax.step(
+            [r["t_s"] for r in b],
+            [r["vram_budget_mib"] or 0 for r in b],
+            where="post",
+            label="daemon's budget in force",
+        )
         ax.step([r["t_s"] for r in b], [r["game_budget_mib"] for r in b], where="post", ls="--", label="game's budget")
         used = [(r["t_s"], r["vram_used_mib"]) for r in b if r["vram_used_mib"] is not None]
         if used:
@@ -54,8 +65,13 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
         th = ph["throttle"]
         end_s = ft["t_s"][-1] if ft["t_s"] else 0.0
         if th:
-            ax.step([r["t_s"] for r in th] + [end_s], [r["sleep_ms_between_tokens"] for r in th]
-                    + [th[-1]["sleep_ms_between_tokens"]], where="post", color="tab:red", label="sleep between tokens")
+            ax.step(
+                [r["t_s"] for r in th] + [end_s],
+                [r["sleep_ms_between_tokens"] for r in th] + [th[-1]["sleep_ms_between_tokens"]],
+                where="post",
+                color="tab:red",
+                label="sleep between tokens",
+            )
         else:
             ax.plot([0.0, end_s], [0.0, 0.0], color="tab:red", label="sleep between tokens (no frame_stats sent)")
         ax.set_ylabel("ms")

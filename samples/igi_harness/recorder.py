@@ -15,8 +15,8 @@ import numpy as np
 from igi_harness.cpu_steal import StealMeter
 
 OVER_TARGET_TOLERANCE = 1.05  # a frame is "over target" above 105 % of it (sleep wake-up jitter is ~0.1-1 ms)
-ISSUE_TOLERANCE = 1.15        # the issue's target: p99 within 15 % of the target frame time
-SPIKE_RECOVERY_S = 1.0        # after the level-load spike, frames are excluded for 1 s more (the EWMA recovering)
+ISSUE_TOLERANCE = 1.15  # the issue's target: p99 within 15 % of the target frame time
+SPIKE_RECOVERY_S = 1.0  # after the level-load spike, frames are excluded for 1 s more (the EWMA recovering)
 # the frame set the phases are compared on and the issue's verdict is taken from: frames that START inside the
 # scripted talk window, minus the level-load spike (+1 s). It is the same stretch of the scene in every phase,
 # whatever the governor does to how long the replies take.
@@ -53,8 +53,9 @@ class PhaseRecorder:
         self.events.append({"t_s": round(t_s, 4), "kind": kind, **detail})
 
     # --- summaries ------------------------------------------------------------------------------------
-    def select_frames(self, *, talking_only: bool = False, exclude_spike: bool = False,
-                      window: tuple[float, float] | None = None) -> list[tuple[float, float, float, int, float, float]]:
+    def select_frames(
+        self, *, talking_only: bool = False, exclude_spike: bool = False, window: tuple[float, float] | None = None
+    ) -> list[tuple[float, float, float, int, float, float]]:
         """The frames of a subset, by their start time.
 
         Args:
@@ -64,13 +65,17 @@ class PhaseRecorder:
             window: only frames starting in ``[lo, hi)`` (e.g. the scripted talk window, the same in every phase).
         """
         lo, hi = self.spike_window_s
-        return [f for f in self.frames
-                if (not talking_only or f[3] > 0)
-                and (window is None or window[0] <= f[0] < window[1])
-                and (not exclude_spike or not lo <= f[0] < hi + SPIKE_RECOVERY_S)]
+        return [
+            f
+            for f in self.frames
+            if (not talking_only or f[3] > 0)
+            and (window is None or window[0] <= f[0] < window[1])
+            and (not exclude_spike or not lo <= f[0] < hi + SPIKE_RECOVERY_S)
+        ]
 
-    def frame_stats(self, *, talking_only: bool = False, exclude_spike: bool = False,
-                    window: tuple[float, float] | None = None) -> dict[str, Any]:
+    def frame_stats(
+        self, *, talking_only: bool = False, exclude_spike: bool = False, window: tuple[float, float] | None = None
+    ) -> dict[str, Any]:
         """Frame-interval statistics (what the player sees) over all frames or a subset (:meth:`select_frames`)."""
         rows = self.select_frames(talking_only=talking_only, exclude_spike=exclude_spike, window=window)
         target = self.target_frame_ms
@@ -135,8 +140,9 @@ class PhaseRecorder:
             "over_115pct_touched_by_steal_pct": round(100.0 * float(mask[slow].mean()), 2) if slow.any() else None,
             "n_frames_no_steal": int(clean.size),
             "p99_ms_no_steal": round(p99_clean, 3) if p99_clean is not None else None,
-            "p99_over_target_pct_no_steal": (round(100.0 * (p99_clean / self.target_frame_ms - 1.0), 1)
-                                             if p99_clean is not None else None),
+            "p99_over_target_pct_no_steal": (
+                round(100.0 * (p99_clean / self.target_frame_ms - 1.0), 1) if p99_clean is not None else None
+            ),
         }
 
     def reply_stats(self) -> dict[str, Any]:
@@ -154,28 +160,38 @@ class PhaseRecorder:
             key = r.get("finish_reason") or "unfinished"
             reasons[key] = reasons.get(key, 0) + 1
         ttft = [r["ttft_s"] for r in done if r.get("ttft_s") is not None]
-        waiting = [r for r in self.replies if r.get("finish_reason") == "unfinished" and r.get("client_ttft_s") is None
-                   and r.get("t_end_s") is not None]
+        waiting = [
+            r
+            for r in self.replies
+            if r.get("finish_reason") == "unfinished"
+            and r.get("client_ttft_s") is None
+            and r.get("t_end_s") is not None
+        ]
         client_ttft = [r["client_ttft_s"] for r in self.replies if r.get("client_ttft_s") is not None]
         client_ttft_all = client_ttft + [r["t_end_s"] - r["t_request_s"] for r in waiting]
         client_ttft_done = [r["client_ttft_s"] for r in done if r.get("client_ttft_s") is not None]
         tps = [r["tps"] for r in done if r.get("tps")]
         client_tps = [r["client_tps"] for r in self.replies if r.get("client_tps")]
-        pct = (lambda xs, q: round(float(np.percentile(xs, q)), 4) if xs else None)
+        pct = lambda xs, q: round(float(np.percentile(xs, q)), 4) if xs else None
         return {
-            "n_replies": len(done), "n_unfinished": len(self.replies) - len(done),
-            "n_unfinished_at_phase_end": reasons.get("unfinished", 0), "n_errors": reasons.get("error", 0),
+            "n_replies": len(done),
+            "n_unfinished": len(self.replies) - len(done),
+            "n_unfinished_at_phase_end": reasons.get("unfinished", 0),
+            "n_errors": reasons.get("error", 0),
             "n_waiting_for_first_token_at_phase_end": len(waiting),
             "finish_reasons": reasons,
             "tokens_total": int(sum(r.get("n_tokens", 0) for r in self.replies)),
             "n_structured_replies": sum(1 for r in self.replies if "say" in r),
             "n_tool_calls": sum(1 for r in self.replies if "tool_call" in r),
             "n_cut_by_max_tokens": reasons.get("cut", 0),
-            "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
-            "client_ttft_p50_s": pct(client_ttft_all, 50), "client_ttft_p95_s": pct(client_ttft_all, 95),
+            "ttft_p50_s": pct(ttft, 50),
+            "ttft_p95_s": pct(ttft, 95),
+            "client_ttft_p50_s": pct(client_ttft_all, 50),
+            "client_ttft_p95_s": pct(client_ttft_all, 95),
             "client_ttft_finished_p50_s": pct(client_ttft_done, 50),
             "client_ttft_finished_p95_s": pct(client_ttft_done, 95),
-            "tps_p50": pct(tps, 50), "tps_min": round(min(tps), 3) if tps else None,
+            "tps_p50": pct(tps, 50),
+            "tps_min": round(min(tps), 3) if tps else None,
             "client_tps_p50": pct(client_tps, 50),
         }
 

@@ -73,9 +73,14 @@ def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
     paired = [r for r in runs if r["on_better"] is not None]
     ons = [r["p99_over_target_pct_on"] for r in runs if r["p99_over_target_pct_on"] is not None]
     offs = [r["p99_over_target_pct_off"] for r in runs if r["p99_over_target_pct_off"] is not None]
-    return {"n_runs": len(runs), "target_met_runs": sum(r["target_met"] for r in runs),
-            "on_better_runs": sum(bool(r["on_better"]) for r in paired), "paired_runs": len(paired),
-            "median_p99_over_target_pct_on": _median(ons), "median_p99_over_target_pct_off": _median(offs)}
+    return {
+        "n_runs": len(runs),
+        "target_met_runs": sum(r["target_met"] for r in runs),
+        "on_better_runs": sum(bool(r["on_better"]) for r in paired),
+        "paired_runs": len(paired),
+        "median_p99_over_target_pct_on": _median(ons),
+        "median_p99_over_target_pct_off": _median(offs),
+    }
 
 
 def _tokens(report: dict[str, Any], governor: bool) -> int | None:
@@ -111,20 +116,34 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for i, report in enumerate(reports, start=1):
         frame_set = _frame_set(report)
         on, off = _figure(report, True, frame_set, P99), _figure(report, False, frame_set, P99)
-        runs.append({"run": i, "order": _order(report), "frame_set": frame_set,
-                     "p99_over_target_pct_on": on, "p99_over_target_pct_off": off,
-                     "quiet_p99_over_target_pct_on": _figure(report, True, "quiet_baseline", P99),
-                     "quiet_p99_over_target_pct_off": _figure(report, False, "quiet_baseline", P99),
-                     # the host's CPU steal in the same frames (a VM): how much of the tail is not the daemon's
-                     **{f"{key}_{side}": _figure(report, gov, frame_set, key)
-                        for key in ("steal_pct_mean", "over_115pct_touched_by_steal_pct",
-                                    "frames_touched_by_steal_pct", "p99_over_target_pct_no_steal")
-                        for side, gov in (("on", True), ("off", False))},
-                     "tokens_on": _tokens(report, True), "tokens_off": _tokens(report, False),
-                     "work_ratio_on": _work_ratio(report, True, frame_set),
-                     "work_ratio_off": _work_ratio(report, False, frame_set),
-                     "target_met": bool(report["issue_target"]["met_with_governor"]),
-                     "on_better": None if on is None or off is None else on < off})
+        runs.append(
+            {
+                "run": i,
+                "order": _order(report),
+                "frame_set": frame_set,
+                "p99_over_target_pct_on": on,
+                "p99_over_target_pct_off": off,
+                "quiet_p99_over_target_pct_on": _figure(report, True, "quiet_baseline", P99),
+                "quiet_p99_over_target_pct_off": _figure(report, False, "quiet_baseline", P99),
+                # the host's CPU steal in the same frames (a VM): how much of the tail is not the daemon's
+                **{
+                    f"{key}_{side}": _figure(report, gov, frame_set, key)
+                    for key in (
+                        "steal_pct_mean",
+                        "over_115pct_touched_by_steal_pct",
+                        "frames_touched_by_steal_pct",
+                        "p99_over_target_pct_no_steal",
+                    )
+                    for side, gov in (("on", True), ("off", False))
+                },
+                "tokens_on": _tokens(report, True),
+                "tokens_off": _tokens(report, False),
+                "work_ratio_on": _work_ratio(report, True, frame_set),
+                "work_ratio_off": _work_ratio(report, False, frame_set),
+                "target_met": bool(report["issue_target"]["met_with_governor"]),
+                "on_better": None if on is None or off is None else on < off,
+            }
+        )
     overall = _compare(runs)
     quiet_on = [r["quiet_p99_over_target_pct_on"] for r in runs if r["quiet_p99_over_target_pct_on"] is not None]
     quiet_off = [r["quiet_p99_over_target_pct_off"] for r in runs if r["quiet_p99_over_target_pct_off"] is not None]
@@ -144,6 +163,9 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "median_tokens_off": _median3([r["tokens_off"] for r in runs]),
         "median_work_ratio_on": _median3([r["work_ratio_on"] for r in runs]),
         "median_work_ratio_off": _median3([r["work_ratio_off"] for r in runs]),
-        "by_order": {order: _compare([r for r in runs if r["order"] == order])
-                     for order in ("on_first", "off_first") if any(r["order"] == order for r in runs)},
+        "by_order": {
+            order: _compare([r for r in runs if r["order"] == order])
+            for order in ("on_first", "off_first")
+            if any(r["order"] == order for r in runs)
+        },
     }

@@ -20,18 +20,46 @@ class Persona:
 
 
 PERSONAS: tuple[Persona, ...] = (
-    Persona("Bram", "You are Bram, a gruff village blacksmith. Answer in one or two short sentences.",
-            ("Can you fix my sword?", "What is the best metal for armor?", "Have you seen any bandits?",
-             "How much for a new shield?")),
-    Persona("Mira", "You are Mira, a cheerful innkeeper. Answer in one or two short sentences.",
-            ("Do you have a room for tonight?", "What is on the menu?", "Any news from the capital?",
-             "Who is the stranger in the corner?")),
-    Persona("Tomas", "You are Tomas, a tired city guard. Answer in one or two short sentences.",
-            ("Is the north gate open?", "What happened at the market?", "Can I carry my bow in town?",
-             "Where is the captain?")),
-    Persona("Zara", "You are Zara, a clever travelling merchant. Answer in one or two short sentences.",
-            ("What are you selling today?", "Do you buy old maps?", "Where did you get that silk?",
-             "Can you give me a discount?")),
+    Persona(
+        "Bram",
+        "You are Bram, a gruff village blacksmith. Answer in one or two short sentences.",
+        (
+            "Can you fix my sword?",
+            "What is the best metal for armor?",
+            "Have you seen any bandits?",
+            "How much for a new shield?",
+        ),
+    ),
+    Persona(
+        "Mira",
+        "You are Mira, a cheerful innkeeper. Answer in one or two short sentences.",
+        (
+            "Do you have a room for tonight?",
+            "What is on the menu?",
+            "Any news from the capital?",
+            "Who is the stranger in the corner?",
+        ),
+    ),
+    Persona(
+        "Tomas",
+        "You are Tomas, a tired city guard. Answer in one or two short sentences.",
+        (
+            "Is the north gate open?",
+            "What happened at the market?",
+            "Can I carry my bow in town?",
+            "Where is the captain?",
+        ),
+    ),
+    Persona(
+        "Zara",
+        "You are Zara, a clever travelling merchant. Answer in one or two short sentences.",
+        (
+            "What are you selling today?",
+            "Do you buy old maps?",
+            "Where did you get that silk?",
+            "Can you give me a discount?",
+        ),
+    ),
 )
 
 
@@ -60,8 +88,14 @@ class SceneTimes:
     def for_duration(cls, duration_s: float) -> SceneTimes:
         """The standard scene scaled to a phase of ``duration_s`` seconds."""
         d = duration_s
-        return cls(talk_start_s=0.1 * d, talk_end_s=0.9 * d, spike_s=0.45 * d,
-                   spike_end_s=0.45 * d + min(3.0, 0.06 * d), restore_s=0.6 * d, duration_s=d)
+        return cls(
+            talk_start_s=0.1 * d,
+            talk_end_s=0.9 * d,
+            spike_s=0.45 * d,
+            spike_end_s=0.45 * d + min(3.0, 0.06 * d),
+            restore_s=0.6 * d,
+            duration_s=d,
+        )
 
     @property
     def quiet_window_s(self) -> tuple[float, float]:
@@ -94,6 +128,7 @@ def plan_scene(n_npcs: int, times: SceneTimes, seed: int) -> list[NpcPlan]:
         lines = list(persona.lines)
         rng.shuffle(lines)
         pauses = tuple(round(rng.uniform(0.5, 2.0), 2) for _ in range(64))
-        plans.append(NpcPlan(persona=persona, start_s=times.talk_start_s + i * 0.5,
-                             lines=tuple(lines), pauses_s=pauses))
+        plans.append(
+            NpcPlan(persona=persona, start_s=times.talk_start_s + i * 0.5, lines=tuple(lines), pauses_s=pauses)
+        )
     return plans

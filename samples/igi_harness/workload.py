@@ -81,8 +81,15 @@ class RenderWorkload:
             f.result()
 
     @classmethod
-    def calibrate(cls, frame_ms: float, load_fraction: float, device: str = "cpu", threads: int = 1,
-                  rounds: int = 25, chunks_per_round: int = 40) -> RenderWorkload:
+    def calibrate(
+        cls,
+        frame_ms: float,
+        load_fraction: float,
+        device: str = "cpu",
+        threads: int = 1,
+        rounds: int = 25,
+        chunks_per_round: int = 40,
+    ) -> RenderWorkload:
         """Size the work so each render thread is busy ``load_fraction`` of ``frame_ms``.
 
         The chunk time is measured with every render thread working at once, as in a frame: on this class of

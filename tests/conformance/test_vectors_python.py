@@ -74,7 +74,11 @@ def test_invalid_vector_is_classified(vector: dict[str, Any]) -> None:
 
 def test_invalid_vectors_cover_every_classification() -> None:
     assert {v["expect"] for v in INVALID} == {
-        "bad_signature", "bad_frame", "invalid_request", "unknown_type", "unsupported_version"
+        "bad_signature",
+        "bad_frame",
+        "invalid_request",
+        "unknown_type",
+        "unsupported_version",
     }
 
 

@@ -44,9 +44,26 @@ def planner_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
     out_root = os.environ.get("OUT")
     out = Path(out_root) / "gpu_budget" if out_root else tmp_path_factory.mktemp("gpu_budget")
-    argv = ["--model", *MODELS, "--budgets-mib", *map(str, BUDGETS_MIB), "--ctx", str(N_CTX), "--prompt-tokens",
-            str(PROMPT), "--reply-tokens", str(REPLY), "--methods", "planner", "--oracle-max", "0",
-            "--run-timeout-s", "120", "--out", str(out)]
+    argv = [
+        "--model",
+        *MODELS,
+        "--budgets-mib",
+        *map(str, BUDGETS_MIB),
+        "--ctx",
+        str(N_CTX),
+        "--prompt-tokens",
+        str(PROMPT),
+        "--reply-tokens",
+        str(REPLY),
+        "--methods",
+        "planner",
+        "--oracle-max",
+        "0",
+        "--run-timeout-s",
+        "120",
+        "--out",
+        str(out),
+    ]
     assert run(argv) == 0
     runs = json.loads((out / "bench.json").read_text())["runs"]
     rows = []
@@ -55,14 +72,35 @@ def planner_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         for key, pred in (("ttft_s", "predicted_ttft_s"), ("tps", "predicted_tps")):
             if r.get(key) and r.get(pred):
                 err[key] = round((r[pred] - r[key]) / r[key], 3)
-        rows.append({**{k: r.get(k) for k in ("model", "budget_mib", "status", "error", "candidate", "peak_vram_mib",
-                                              "peak_vram_process_mib", "predicted_vram_mib", "ttft_s",
-                                              "predicted_ttft_s", "tps", "predicted_tps", "load_s")},
-                     "relative_error": err})
+        rows.append(
+            {
+                **{
+                    k: r.get(k)
+                    for k in (
+                        "model",
+                        "budget_mib",
+                        "status",
+                        "error",
+                        "candidate",
+                        "peak_vram_mib",
+                        "peak_vram_process_mib",
+                        "predicted_vram_mib",
+                        "ttft_s",
+                        "predicted_ttft_s",
+                        "tps",
+                        "predicted_tps",
+                        "load_s",
+                    )
+                },
+                "relative_error": err,
+            }
+        )
     print("\nmodel            budget  peak MiB (pred)   TTFT s (pred)     TPS (pred)     strategy")
     for row in rows:
-        print(f"{row['model']:<16} {row['budget_mib']:>6}  {row['peak_vram_mib']} ({row['predicted_vram_mib']})  "
-              f"{row['ttft_s']} ({row['predicted_ttft_s']})  {row['tps']} ({row['predicted_tps']})  {row['candidate']}")
+        print(
+            f"{row['model']:<16} {row['budget_mib']:>6}  {row['peak_vram_mib']} ({row['predicted_vram_mib']})  "
+            f"{row['ttft_s']} ({row['predicted_ttft_s']})  {row['tps']} ({row['predicted_tps']})  {row['candidate']}"
+        )
     if out_root:
         Path(out_root, "gpu_budget.json").write_text(json.dumps(rows, indent=1))
     return rows

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
@@ -31,13 +31,30 @@ BUDGETS_MIB = (4096, 2048, 6144)
 GREEDY = Sampling(temperature=0.0)
 
 
-def budget_scenario(model_path: Path, sampler: VramSampler, budgets_mib: tuple[int, ...] = BUDGETS_MIB,
-                    n_threads: int = 16, max_tokens: int = 24) -> list[dict[str, Any]]:
+def budget_scenario(
+    model_path: Path,
+    sampler: VramSampler,
+    budgets_mib: tuple[int, ...] = BUDGETS_MIB,
+    n_threads: int = 16,
+    max_tokens: int = 24,
+) -> list[dict[str, Any]]:
     """Start the daemon at ``budgets_mib[0]``, then per budget: change it (from the second on), generate in
     the same session, read the status. Returns one row per budget with the NVML peaks of both windows."""
     sampler.take_baseline()
-    daemon = DaemonProcess(["--model", str(model_path), "--vram-budget-mib", str(budgets_mib[0]),
-                            "--n-threads", str(n_threads), "--grow-stable-s", "0", "--min-grow-interval-s", "0"])
+    daemon = DaemonProcess(
+        [
+            "--model",
+            str(model_path),
+            "--vram-budget-mib",
+            str(budgets_mib[0]),
+            "--n-threads",
+            str(n_threads),
+            "--grow-stable-s",
+            "0",
+            "--min-grow-interval-s",
+            "0",
+        ]
+    )
     rows: list[dict[str, Any]] = []
     try:
         sampler.start(0)  # start-up: planning (dry-run children, each with a CUDA context), then the worker's load
@@ -54,19 +71,32 @@ def budget_scenario(model_path: Path, sampler: VramSampler, budgets_mib: tuple[i
                     sampler.start(daemon.pid)
                     ack = client.set_budget(budget, "gpu test")
                     change = sampler.stop()
-                    row.update(applied=ack.applied, granted_mib=ack.granted_mib, apply_time_s=ack.apply_time_s,
-                               ack_measured_vram_mib=ack.measured_vram_mib, change_peak_mib=change.device_peak_mib)
+                    row.update(
+                        applied=ack.applied,
+                        granted_mib=ack.granted_mib,
+                        apply_time_s=ack.apply_time_s,
+                        ack_measured_vram_mib=ack.measured_vram_mib,
+                        change_peak_mib=change.device_peak_mib,
+                    )
                 sampler.start(daemon.pid)
                 t0 = time.perf_counter()
-                result = client.generate(sid, f"Question {i + 1}: who goes there, and why?", max_tokens=max_tokens).result()
+                result = client.generate(
+                    sid, f"Question {i + 1}: who goes there, and why?", max_tokens=max_tokens
+                ).result()
                 wall_s = time.perf_counter() - t0
                 status = client.status()
                 serve = sampler.stop()
-                row.update(serve_peak_mib=serve.device_peak_mib, n_tokens=len(result.token_ids), wall_s=round(wall_s, 3),
-                           status_budget_mib=status.vram_budget_mib, status_vram_used_mib=status.vram_used_mib,
-                           strategy=status.plan.strategy if status.plan else None,
-                           plan=status.plan.summary if status.plan else None, n_sessions=status.n_sessions,
-                           stats={k: getattr(result, k) for k in ("ttft_s", "tps") if hasattr(result, k)})
+                row.update(
+                    serve_peak_mib=serve.device_peak_mib,
+                    n_tokens=len(result.token_ids),
+                    wall_s=round(wall_s, 3),
+                    status_budget_mib=status.vram_budget_mib,
+                    status_vram_used_mib=status.vram_used_mib,
+                    strategy=status.plan.strategy if status.plan else None,
+                    plan=status.plan.summary if status.plan else None,
+                    n_sessions=status.n_sessions,
+                    stats={k: getattr(result, k) for k in ("ttft_s", "tps") if hasattr(result, k)},
+                )
                 rows.append(row)
                 previous = budget
     finally:
@@ -97,8 +127,10 @@ def daemon_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
     rows = budget_scenario(path, VramSampler(reader))
     print("\nbudget  change peak MiB  serve peak MiB  daemon's reading  strategy  tokens  wall s")
     for r in rows:
-        print(f"{r['budget_mib']:>6}  {r.get('change_peak_mib')}  {r['serve_peak_mib']}  {r['status_vram_used_mib']}  "
-              f"{r['strategy']}  {r['n_tokens']}  {r['wall_s']}  {r['plan']}")
+        print(
+            f"{r['budget_mib']:>6}  {r.get('change_peak_mib')}  {r['serve_peak_mib']}  {r['status_vram_used_mib']}  "
+            f"{r['strategy']}  {r['n_tokens']}  {r['wall_s']}  {r['plan']}"
+        )
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "gpu_daemon.json").write_text(json.dumps(rows, indent=1))
     return rows

@@ -27,8 +27,10 @@ def _run(model: str, placement: dict, tmp: Path) -> dict:
 
     worker = Worker(log_path=tmp / "worker.log")
     try:
-        return worker.run(RunSpec(model_path=model, placement=placement, prompt_tokens=PROMPT, reply_tokens=REPLY,
-                                  repeats=3), timeout_s=300)
+        return worker.run(
+            RunSpec(model_path=model, placement=placement, prompt_tokens=PROMPT, reply_tokens=REPLY, repeats=3),
+            timeout_s=300,
+        )
     finally:
         worker.close()
 
@@ -41,18 +43,31 @@ def test_prefetch_matches_serial(preset: str, tmp_path: Path) -> None:
     from igi_sdk.model_store import cache_dir
 
     model = str(resolve_model(preset, cache_dir() / "bench-models", print)[0])
-    base = {"rules": [{"pattern": FFN_ON_HOST, "device": "CPU"}], "n_gpu_layers": 99, "load_mode": "pinned",
-            "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 2048, "op_offload": True}
+    base = {
+        "rules": [{"pattern": FFN_ON_HOST, "device": "CPU"}],
+        "n_gpu_layers": 99,
+        "load_mode": "pinned",
+        "n_ctx": N_CTX,
+        "n_batch": 2048,
+        "n_ubatch": 2048,
+        "op_offload": True,
+    }
     serial = _run(model, base, tmp_path)
     if serial.get("weight_prefetch_abi", 0) <= 0:
         pytest.skip("llama-cpp-python is not the patched build (no weight prefetch)")
     pipelined = _run(model, {**base, "prefetch_slots": 3}, tmp_path)
-    row = {"preset": preset, "serial_ttft_s": serial["ttft_s"], "prefetch_ttft_s": pipelined["ttft_s"],
-           "ttft_ratio": round(pipelined["ttft_s"] / serial["ttft_s"], 3),
-           "serial_tps": serial["tps"], "prefetch_tps": pipelined["tps"],
-           "upload_gb": (pipelined["prefill_upload_bytes"] or 0) / 1e9,
-           "slots": pipelined["weight_prefetch_slots"], "slot_mib": pipelined["weight_prefetch_slot_mib"],
-           "compute_mib": {"serial": serial["llama_buffers_mib"], "prefetch": pipelined["llama_buffers_mib"]}}
+    row = {
+        "preset": preset,
+        "serial_ttft_s": serial["ttft_s"],
+        "prefetch_ttft_s": pipelined["ttft_s"],
+        "ttft_ratio": round(pipelined["ttft_s"] / serial["ttft_s"], 3),
+        "serial_tps": serial["tps"],
+        "prefetch_tps": pipelined["tps"],
+        "upload_gb": (pipelined["prefill_upload_bytes"] or 0) / 1e9,
+        "slots": pipelined["weight_prefetch_slots"],
+        "slot_mib": pipelined["weight_prefetch_slot_mib"],
+        "compute_mib": {"serial": serial["llama_buffers_mib"], "prefetch": pipelined["llama_buffers_mib"]},
+    }
     print(json.dumps(row))
     if os.environ.get("OUT"):
         (Path(os.environ["OUT"]) / f"gpu_prefetch_{preset}.json").write_text(json.dumps(row, indent=1))

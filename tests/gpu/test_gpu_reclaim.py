@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.bench.vram import NvmlReader, open_nvml
 from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
@@ -91,18 +91,23 @@ def scenario(reader: NvmlReader) -> dict[str, Any]:
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
-    daemon = DaemonProcess(["--vram-budget-mib", str(BUDGET_MIB), "--n-threads", "8", "--grow-stable-s", "0",
-                            "--min-grow-interval-s", "0"])
+    daemon = DaemonProcess(
+        ["--vram-budget-mib", str(BUDGET_MIB), "--n-threads", "8", "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
+    )
     row: dict[str, Any] = {}
     try:
         daemon.start(timeout_s=600)
         with Client.connect(daemon.connection_file, timeout_s=600) as client:
-            sid = client.create_session("Mira", "You are Mira, a blacksmith in Oakvale. Answer in one sentence.",
-                                        sampling=GREEDY)
+            sid = client.create_session(
+                "Mira", "You are Mira, a blacksmith in Oakvale. Answer in one sentence.", sampling=GREEDY
+            )
             first = client.generate(sid, "Can you fix my sword?", max_tokens=24).result()
             status = client.status()
-            row.update(start_strategy=status.plan.strategy if status.plan else None, first_text=first.text,
-                       start_vram_mib=_daemon_vram_mib(reader, daemon.pid))
+            row.update(
+                start_strategy=status.plan.strategy if status.plan else None,
+                first_text=first.text,
+                start_vram_mib=_daemon_vram_mib(reader, daemon.pid),
+            )
 
             stream = client.generate(sid, "How long will it take, and what will it cost?", max_tokens=48)
             tokens: list[int] = []
@@ -113,30 +118,54 @@ def scenario(reader: NvmlReader) -> dict[str, Any]:
                 if ack is None and event.index == 5:
                     t0 = time.perf_counter()
                     ack = client.reclaim(0, deadline_s=1.0)
-                    row.update(reclaim_wall_s=round(time.perf_counter() - t0, 3),
-                               after_reclaim_vram_mib=_settled_vram_mib(reader, daemon.pid))
+                    row.update(
+                        reclaim_wall_s=round(time.perf_counter() - t0, 3),
+                        after_reclaim_vram_mib=_settled_vram_mib(reader, daemon.pid),
+                    )
             result = stream.result()
             assert ack is not None
-            row.update(ack_applied=ack.applied, ack_granted_mib=ack.granted_mib, ack_strategy=ack.plan.strategy,
-                       ack_measured_vram_mib=ack.measured_vram_mib, ack_apply_time_s=ack.apply_time_s,
-                       ack_warning=ack.warning, stream_indices=tokens, stream_text=result.text,
-                       stream_finish=result.finish_reason, stream_reloads=result.reloads_during)
+            row.update(
+                ack_applied=ack.applied,
+                ack_granted_mib=ack.granted_mib,
+                ack_strategy=ack.plan.strategy,
+                ack_measured_vram_mib=ack.measured_vram_mib,
+                ack_apply_time_s=ack.apply_time_s,
+                ack_warning=ack.warning,
+                stream_indices=tokens,
+                stream_text=result.text,
+                stream_finish=result.finish_reason,
+                stream_reloads=result.reloads_during,
+            )
             status = client.status()
-            row.update(cpu_status_vram_mib=status.vram_used_mib, cpu_status_budget_mib=status.vram_budget_mib,
-                       replacements=status.counters.get("worker_replacements"))
+            row.update(
+                cpu_status_vram_mib=status.vram_used_mib,
+                cpu_status_budget_mib=status.vram_budget_mib,
+                replacements=status.counters.get("worker_replacements"),
+            )
 
             again = client.generate(sid, "Thank you. Where is your forge?", max_tokens=24).result()
-            row.update(cpu_text=again.text, cpu_tokens=len(again.token_ids),
-                       cpu_serving_vram_mib=_daemon_vram_mib(reader, daemon.pid))
+            row.update(
+                cpu_text=again.text,
+                cpu_tokens=len(again.token_ids),
+                cpu_serving_vram_mib=_daemon_vram_mib(reader, daemon.pid),
+            )
 
             t0 = time.perf_counter()
             grow = client.set_budget(BUDGET_MIB, "level loaded")
-            row.update(grow_wall_s=round(time.perf_counter() - t0, 3), grow_applied=grow.applied,
-                       grow_strategy=grow.plan.strategy, grow_measured_vram_mib=grow.measured_vram_mib)
+            row.update(
+                grow_wall_s=round(time.perf_counter() - t0, 3),
+                grow_applied=grow.applied,
+                grow_strategy=grow.plan.strategy,
+                grow_measured_vram_mib=grow.measured_vram_mib,
+            )
             back = client.generate(sid, "Goodbye, Mira.", max_tokens=16).result()
             status = client.status()
-            row.update(back_text=back.text, back_strategy=status.plan.strategy if status.plan else None,
-                       back_vram_mib=_daemon_vram_mib(reader, daemon.pid), n_sessions=status.n_sessions)
+            row.update(
+                back_text=back.text,
+                back_strategy=status.plan.strategy if status.plan else None,
+                back_vram_mib=_daemon_vram_mib(reader, daemon.pid),
+                n_sessions=status.n_sessions,
+            )
     finally:
         daemon.stop()
         if os.environ.get("OUT") and daemon.log_file.is_file():

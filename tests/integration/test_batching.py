@@ -33,8 +33,7 @@ def _request(engine: LlamaEngine, i: int, **kw: object) -> BatchRequest:
     messages = [{"role": "system", "content": PERSONA}, {"role": "user", "content": QUESTIONS[i]}]
     kw.setdefault("max_tokens", MAX_TOKENS)
     kw.setdefault("sampler", _sampler(i))
-    return BatchRequest(session_id=f"npc{i}", prompt_tokens=engine.tokenize(engine.apply_chat_template(messages)),
-                        **kw)  # type: ignore[arg-type]
+    return BatchRequest(session_id=f"npc{i}", prompt_tokens=engine.tokenize(engine.apply_chat_template(messages)), **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +71,10 @@ def test_concurrent_sessions_equal_one_at_a_time(engine: LlamaEngine, reference:
     _clear(engine)
     sched = BatchScheduler(engine)
     streamed: dict[str, list[TokenEvent]] = {}
-    handles = [sched.submit(_request(engine, i, on_event=lambda e: streamed.setdefault(e.session_id, []).append(e)))
-               for i in range(len(QUESTIONS))]
+    handles = [
+        sched.submit(_request(engine, i, on_event=lambda e: streamed.setdefault(e.session_id, []).append(e)))
+        for i in range(len(QUESTIONS))
+    ]
     sched.run_until_idle()
     assert [h.tokens for h in handles] == reference
     counters = sched.counters
@@ -98,7 +99,7 @@ def test_cancel_one_leaves_the_others_identical(engine: LlamaEngine, reference: 
     assert handles[1].finish_reason == "cancelled" and handles[1].events[-1].final
     assert cancelled_slot_tokens == [] and engine.seq_pos_max(1) == -1  # its slot was cleaned and freed
     assert [handles[i].tokens for i in (0, 2, 3)] == [reference[i] for i in (0, 2, 3)]
-    assert handles[1].tokens == reference[1][:len(handles[1].tokens)]
+    assert handles[1].tokens == reference[1][: len(handles[1].tokens)]
     assert sched.counters.requests_cancelled == 1
 
 
@@ -119,7 +120,7 @@ def test_pause_export_reload_import_resume_keeps_every_session(reference: list[l
         sched.run_until_idle()
         assert eng.placement.n_ubatch == 16
         assert [h.tokens for h in handles] == reference
-        assert all(h.tokens[:len(b)] == b for h, b in zip(handles, before, strict=True))
+        assert all(h.tokens[: len(b)] == b for h, b in zip(handles, before, strict=True))
 
 
 def test_high_priority_request_gets_first_token_first() -> None:
@@ -127,7 +128,7 @@ def test_high_priority_request_gets_first_token_first() -> None:
         with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=n_seq_max, n_batch=16, n_ubatch=16)) as eng:
             sched = BatchScheduler(eng)
             order: list[str] = []
-            note = (lambda e: order.append(e.session_id) if e.index == 0 else None)  # noqa: B023
+            note = lambda e: order.append(e.session_id) if e.index == 0 else None  # noqa: B023
             for i in range(3):
                 sched.submit(_request(eng, i, priority=0, on_event=note, max_tokens=2))
             sched.submit(_request(eng, 3, priority=10, on_event=note, max_tokens=2))

@@ -25,10 +25,16 @@ from igi_sdk.structured.json_schema import check_schema, validate
 
 pytestmark = pytest.mark.slow
 PLACEMENT = Placement(n_ctx=2048, n_batch=64, n_ubatch=32, n_seq_max=4, n_threads=2)
-SCHEMA = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 24},
-                                           "mood": {"enum": ["calm", "angry", "afraid"]},
-                                           "gold": {"type": "integer"}},
-          "required": ["line", "mood", "gold"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "line": {"type": "string", "maxLength": 24},
+        "mood": {"enum": ["calm", "angry", "afraid"]},
+        "gold": {"type": "integer"},
+    },
+    "required": ["line", "mood", "gold"],
+    "additionalProperties": False,
+}
 QUESTIONS = ("Who are you?", "Can you fix my sword?", "Where is the inn?", "What do you think of the king?")
 MAX_TOKENS = 48
 
@@ -40,16 +46,17 @@ def engine() -> Iterator[LlamaEngine]:
 
 
 def _prompt(engine: LlamaEngine, i: int) -> list[int]:
-    messages = [{"role": "system", "content": "You are Brom, a blacksmith. Answer in JSON with line, mood, gold."},
-                {"role": "user", "content": QUESTIONS[i]}]
+    messages = [
+        {"role": "system", "content": "You are Brom, a blacksmith. Answer in JSON with line, mood, gold."},
+        {"role": "user", "content": QUESTIONS[i]},
+    ]
     return engine.tokenize(engine.apply_chat_template(messages), add_special=True)
 
 
 def _request(engine: LlamaEngine, i: int, gbnf: str, **kw: object) -> BatchRequest:
     sampler = Sampler(temperature=0.0) if i % 2 == 0 else Sampler(temperature=0.9, top_k=40, top_p=0.95, seed=11 + i)
     kw.setdefault("prompt_tokens", _prompt(engine, i))
-    return BatchRequest(session_id=f"npc{i}", max_tokens=MAX_TOKENS, sampler=sampler, grammar=gbnf,
-                        stop=("\n",), **kw)  # type: ignore[arg-type]
+    return BatchRequest(session_id=f"npc{i}", max_tokens=MAX_TOKENS, sampler=sampler, grammar=gbnf, stop=("\n",), **kw)  # type: ignore[arg-type]
 
 
 def _clear(engine: LlamaEngine) -> None:
@@ -119,4 +126,4 @@ def test_cancel_frees_the_grammar_and_the_others_go_on(engine: LlamaEngine) -> N
 
 def test_llama_cpp_refusing_a_grammar_is_a_typed_error(engine: LlamaEngine) -> None:
     with pytest.raises(GrammarInitError):
-        engine.grammar('root ::= <not-a-single-token-at-all>')
+        engine.grammar("root ::= <not-a-single-token-at-all>")

@@ -36,8 +36,9 @@ def _clear(engine: LlamaEngine) -> None:
 
 
 def _chat(engine: LlamaEngine, *messages: tuple[str, str], generation_prompt: bool = True) -> list[int]:
-    rendered = engine.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                          add_generation_prompt=generation_prompt)
+    rendered = engine.apply_chat_template(
+        [{"role": r, "content": c} for r, c in messages], add_generation_prompt=generation_prompt
+    )
     return engine.tokenize(rendered)
 
 
@@ -68,7 +69,7 @@ def test_second_turn_prefills_only_new_tokens_and_survives_a_restart(engine: Lla
     prompt1 = _chat(engine, ("system", PERSONA), ("user", "Do you have a room?"))
     reply1 = _run(sched, "guest", prompt1)
     held = sched.session_tokens("guest")
-    assert held == (prompt1 + reply1)[:len(held)] and len(held) >= len(prompt1) + len(reply1) - 1
+    assert held == (prompt1 + reply1)[: len(held)] and len(held) >= len(prompt1) + len(reply1) - 1
     saved = sched.export_state("guest")  # what the daemon's save_session stores
     assert saved is not None
 
@@ -111,8 +112,10 @@ def test_persona_prefix_is_evaluated_once_and_shared(engine: LlamaEngine) -> Non
 def test_evicted_session_is_parked_and_restored(engine: LlamaEngine) -> None:
     _clear(engine)
     sched = BatchScheduler(engine, prefix_cache=PrefixCache(0))  # 2 slots, 3 sessions
-    prompts = {s: _chat(engine, ("system", PERSONA), ("user", q))
-               for s, q in (("a", "Any news?"), ("b", "Is the road safe?"), ("c", "Who owns the mill?"))}
+    prompts = {
+        s: _chat(engine, ("system", PERSONA), ("user", q))
+        for s, q in (("a", "Any news?"), ("b", "Is the road safe?"), ("c", "Who owns the mill?"))
+    }
     replies = {s: _run(sched, s, p) for s, p in prompts.items()}  # "c" evicts "a" (least recently used)
     assert sched.session_tokens("a") == [] and sched.session_tokens("c")
     held_a = len(prompts["a"]) + len(replies["a"]) - 1

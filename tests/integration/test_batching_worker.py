@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
@@ -29,14 +29,22 @@ JOBS = (
 
 
 def _jobs(max_tokens: int = 10) -> list[wp.Generate]:
-    return [wp.Generate(job_id=f"job-{sid}", session_id=sid, messages=(("system", system), ("user", user)),
-                        max_tokens=max_tokens, sampling=dataclasses.replace(GREEDY, stop=tuple(stop)))
-            for sid, system, user, stop in JOBS]
+    return [
+        wp.Generate(
+            job_id=f"job-{sid}",
+            session_id=sid,
+            messages=(("system", system), ("user", user)),
+            max_tokens=max_tokens,
+            sampling=dataclasses.replace(GREEDY, stop=tuple(stop)),
+        )
+        for sid, system, user, stop in JOBS
+    ]
 
 
 def _adapter(n_seq_max: int) -> EngineAdapter:
-    return EngineAdapter(str(default_model_path()), PLACEMENT.with_(n_seq_max=n_seq_max),
-                         n_ctx=512 * n_seq_max, n_threads=2)
+    return EngineAdapter(
+        str(default_model_path()), PLACEMENT.with_(n_seq_max=n_seq_max), n_ctx=512 * n_seq_max, n_threads=2
+    )
 
 
 def _by_job(events: list[Any]) -> dict[str, list[Any]]:
@@ -85,7 +93,8 @@ def _check_protocol(events: list[Any]) -> dict[str, wp.Done]:
 
 
 def test_concurrent_jobs_match_one_at_a_time_and_follow_the_protocol(
-        adapter: EngineAdapter, reference: dict[str, str]) -> None:
+    adapter: EngineAdapter, reference: dict[str, str]
+) -> None:
     events: list[Any] = []
     sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
@@ -118,10 +127,20 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
     fresh = _adapter(4)
     try:
         worker = WorkerScheduler(fresh, fresh.llama_engine, fresh_events.append, max_prompt_tokens=400)
-        turn2 = wp.Generate(job_id="job-2", session_id="guard", max_tokens=4, sampling=GREEDY, kv_state=state,
-                            kv_tokens=tuple(tokens), messages=(("system", JOBS[0][1]), ("user", JOBS[0][2]),
-                                                               ("assistant", reference["job-guard"]),
-                                                               ("user", "Open the gate.")))
+        turn2 = wp.Generate(
+            job_id="job-2",
+            session_id="guard",
+            max_tokens=4,
+            sampling=GREEDY,
+            kv_state=state,
+            kv_tokens=tuple(tokens),
+            messages=(
+                ("system", JOBS[0][1]),
+                ("user", JOBS[0][2]),
+                ("assistant", reference["job-guard"]),
+                ("user", "Open the gate."),
+            ),
+        )
         worker.submit(turn2)
         while worker.has_work():
             worker.step()

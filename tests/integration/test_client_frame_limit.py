@@ -13,8 +13,8 @@ from pathlib import Path
 
 import msgpack
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client, InvalidRequestError
 from igi_sdk.daemon.session_file import MAGIC
 

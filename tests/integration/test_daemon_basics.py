@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import zmq
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import (
     BusyError,
     Client,
@@ -120,9 +120,13 @@ def test_unknown_session_and_unknown_type(running_daemon: DaemonProcess) -> None
 def test_bad_arguments_raise_typed_errors_before_sending(running_daemon: DaemonProcess) -> None:
     with _client(running_daemon) as client:
         sid = client.create_session("Guard", "Short.", sampling=GREEDY)
-        calls = [lambda: client.generate(sid, "hi", max_tokens=0), lambda: client.set_budget(-1),
-                 lambda: client.cancel("xyz"), lambda: client.generate("not a session id!", "hi"),
-                 lambda: client.frame_stats(-5.0, 16.7)]
+        calls = [
+            lambda: client.generate(sid, "hi", max_tokens=0),
+            lambda: client.set_budget(-1),
+            lambda: client.cancel("xyz"),
+            lambda: client.generate("not a session id!", "hi"),
+            lambda: client.frame_stats(-5.0, 16.7),
+        ]
         for call in calls:  # InvalidArgumentError only comes from the client's own check, never from a reply
             with pytest.raises(InvalidArgumentError) as exc:
                 call()
@@ -177,7 +181,9 @@ def test_oversize_frame_and_prompt_are_too_large(running_daemon: DaemonProcess) 
 def test_queue_full_is_busy() -> None:
     daemon = DaemonProcess(["--max-queue-depth", "1", "--n-seq-max", "2"]).start()
     with _client(daemon) as client:
-        sids = [client.create_session(f"npc{i}", "Tell long stories.", sampling=Sampling(temperature=0.0)) for i in range(4)]
+        sids = [
+            client.create_session(f"npc{i}", "Tell long stories.", sampling=Sampling(temperature=0.0)) for i in range(4)
+        ]
         # two batch slots + one waiting are accepted at once, however fast the worker admits them
         streams = [client.generate(sid, "Tell me a long story.", max_tokens=200) for sid in sids[:3]]
         with pytest.raises(BusyError) as info:

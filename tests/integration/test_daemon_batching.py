@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import AsyncClient
 from igi_sdk.ipc.values import Sampling
 
@@ -55,8 +55,9 @@ def test_concurrent_sessions_equal_sequential_and_survive_cancel_and_budget_chan
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
-    daemon = DaemonProcess(["--n-seq-max", "5", "--n-ctx", "2560", "--always-reload", "true",
-                            "--vram-budget-mib", "4096"]).start()
+    daemon = DaemonProcess(
+        ["--n-seq-max", "5", "--n-ctx", "2560", "--always-reload", "true", "--vram-budget-mib", "4096"]
+    ).start()
     sequential = asyncio.run(_one_at_a_time(daemon, LONG))
     assert all(sequential)
 
@@ -64,7 +65,9 @@ def test_concurrent_sessions_equal_sequential_and_survive_cancel_and_budget_chan
         async with await AsyncClient.connect(daemon.connection_file, timeout_s=60) as client:
             ids = await _sessions(client, LONG)
             streams = [client.generate(sid, line) for sid, (_, _, line) in zip(ids, NPCS)]
-            extra_id = await client.create_session("Vex", "You are Vex, a thief.", sampling=Sampling(temperature=0.0, max_tokens=200))
+            extra_id = await client.create_session(
+                "Vex", "You are Vex, a thief.", sampling=Sampling(temperature=0.0, max_tokens=200)
+            )
             doomed = client.generate(extra_id, "Tell me a very long story about your life.")
             for stream in [*streams, doomed]:  # every generation has started: all five are in the batch
                 await stream.__anext__()
@@ -79,7 +82,9 @@ def test_concurrent_sessions_equal_sequential_and_survive_cancel_and_budget_chan
     assert ack.applied and ack.granted_mib == 512
     assert counters.get("reloads", 0) >= 1
     assert cancelled_reason == "cancelled"
-    assert [r.reloads_during for r in results] == [1, 1, 1, 1], [(r.reloads_during, r.usage.completion_tokens) for r in results]
+    assert [r.reloads_during for r in results] == [1, 1, 1, 1], [
+        (r.reloads_during, r.usage.completion_tokens) for r in results
+    ]
     assert [r.text for r in results] == sequential
 
 

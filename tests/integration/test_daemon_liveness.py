@@ -10,13 +10,18 @@ from typing import Any
 
 import pytest
 import zmq
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client, NotFoundError
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    CreateSessionReply, CreateSessionRequest, GenerateRequest, HelloRequest, Message, TokenEvent,
+    CreateSessionReply,
+    CreateSessionRequest,
+    GenerateRequest,
+    HelloRequest,
+    Message,
+    TokenEvent,
 )
 from igi_sdk.ipc.values import Sampling
 
@@ -60,13 +65,24 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float) -> None:
 
 
 def test_silent_client_generation_cancelled_sessions_kept_for_ttl_then_closed() -> None:
-    daemon = DaemonProcess(["--n-threads", "1", "--client-timeout-s", str(CLIENT_TIMEOUT_S), "--heartbeat-interval-s", "0.25",
-                            "--session-ttl-s", str(SESSION_TTL_S)]).start()
+    daemon = DaemonProcess(
+        [
+            "--n-threads",
+            "1",
+            "--client-timeout-s",
+            str(CLIENT_TIMEOUT_S),
+            "--heartbeat-interval-s",
+            "0.25",
+            "--session-ttl-s",
+            str(SESSION_TTL_S),
+        ]
+    ).start()
     silent = SilentClient(daemon)
     silent.request(HelloRequest(client_name="silent", client_version="0", protocol_version="1.0"))
     kept = silent.request(CreateSessionRequest(persona="Guard", system_prompt="You guard the gate."))
-    dropped = silent.request(CreateSessionRequest(persona="Bard", system_prompt="You tell long stories.",
-                                                  sampling=Sampling(temperature=0.0)))
+    dropped = silent.request(
+        CreateSessionRequest(persona="Bard", system_prompt="You tell long stories.", sampling=Sampling(temperature=0.0))
+    )
     assert isinstance(kept, CreateSessionReply) and isinstance(dropped, CreateSessionReply)
     silent.send(GenerateRequest(text="Tell me a very long story about a dragon.", max_tokens=400), dropped.session_id)
     # from now on the silent client sends nothing at all, not even heartbeats

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client, InvalidRequestError, RemoteModelInvalidError, RemoteModelNotFoundError
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.values import Sampling
@@ -24,8 +24,8 @@ def _refused_by_llama_cpp(path: Path, tiny: Path) -> Path:
     data = tiny.read_bytes()
     key = b"tokenizer.ggml.model"
     value_at = data.index(key) + len(key) + 4 + 8  # value type (uint32), string length (uint64), then the text
-    assert data[value_at:value_at + 5] == b"llama"
-    path.write_bytes(data[:value_at] + b"bogus" + data[value_at + 5:])
+    assert data[value_at : value_at + 5] == b"llama"
+    path.write_bytes(data[:value_at] + b"bogus" + data[value_at + 5 :])
     return path
 
 
@@ -36,10 +36,12 @@ def test_load_tiny_model_then_default_again_sessions_continue(running_daemon: Da
         sid = client.create_session("Guard", "You guard the gate. Answer briefly.", sampling=GREEDY)
         first = client.generate(sid, "Who goes there?", max_tokens=6).result()
         # a generation running when the load arrives finishes on the old model, unchanged
-        reference = client.generate(client.create_session("Bard", "You tell stories.", sampling=GREEDY),
-                                    "Tell me a story.", max_tokens=24).result()
-        stream = client.generate(client.create_session("Bard", "You tell stories.", sampling=GREEDY),
-                                 "Tell me a story.", max_tokens=24)
+        reference = client.generate(
+            client.create_session("Bard", "You tell stories.", sampling=GREEDY), "Tell me a story.", max_tokens=24
+        ).result()
+        stream = client.generate(
+            client.create_session("Bard", "You tell stories.", sampling=GREEDY), "Tell me a story.", max_tokens=24
+        )
         next(iter(stream))
         reply = client.load_model(tiny, n_ctx=2048)  # 512 tokens for each of the 4 sequences
         in_flight = stream.result()
@@ -57,8 +59,11 @@ def test_load_tiny_model_then_default_again_sessions_continue(running_daemon: Da
         # the session kept its turns: its history is re-prefilled on the model it runs on now
         follow = client.generate(sid, "What is your name?", max_tokens=6).result()
         assert follow.usage.prompt_tokens > first.usage.prompt_tokens
-        again = client.generate(client.create_session("Guard", "You guard the gate. Answer briefly.", sampling=GREEDY),
-                                "Who goes there?", max_tokens=6).result()
+        again = client.generate(
+            client.create_session("Guard", "You guard the gate. Answer briefly.", sampling=GREEDY),
+            "Who goes there?",
+            max_tokens=6,
+        ).result()
         assert again.token_ids == first.token_ids  # really the default model again
         status = client.status()
         assert status.n_sessions == 4

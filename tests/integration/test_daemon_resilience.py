@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client, DaemonUnavailableError, EngineFailureError
 from igi_sdk.ipc.values import Sampling
 

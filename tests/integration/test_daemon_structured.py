@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import (
     Client,
     InvalidGrammarError,
@@ -28,16 +28,33 @@ from igi_sdk.structured.json_schema import validate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-SAY = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 32},
-                                        "emotion": {"enum": ["neutral", "happy", "angry", "afraid"]},
-                                        "action": {"enum": ["none", "wave", "bow", "flee"]}},
-       "required": ["line", "emotion", "action"], "additionalProperties": False}
-GIVE_ARGS = {"type": "object", "properties": {"item": {"enum": ["sword", "shield", "potion", "bread"]},
-                                              "count": {"type": "integer"}}, "required": ["item", "count"],
-             "additionalProperties": False}
+SAY = {
+    "type": "object",
+    "properties": {
+        "line": {"type": "string", "maxLength": 32},
+        "emotion": {"enum": ["neutral", "happy", "angry", "afraid"]},
+        "action": {"enum": ["none", "wave", "bow", "flee"]},
+    },
+    "required": ["line", "emotion", "action"],
+    "additionalProperties": False,
+}
+GIVE_ARGS = {
+    "type": "object",
+    "properties": {"item": {"enum": ["sword", "shield", "potion", "bread"]}, "count": {"type": "integer"}},
+    "required": ["item", "count"],
+    "additionalProperties": False,
+}
 GIVE = Tool(name="give_item", description="Hand an item to the player.", parameters=json.dumps(GIVE_ARGS))
-LINES = ("Hello there.", "Can you help me?", "What is your name?", "I need a weapon.", "Where is the inn?",
-         "Give me something to eat.", "Is the road safe?", "Goodbye.")
+LINES = (
+    "Hello there.",
+    "Can you help me?",
+    "What is your name?",
+    "I need a weapon.",
+    "Where is the inn?",
+    "Give me something to eat.",
+    "Is the road safe?",
+    "Goodbye.",
+)
 GREEDY = Sampling(temperature=0.0, max_tokens=80)
 ROUNDS = 52  # x 4 NPCs = 208 generations, tool results included
 TURNS_PER_SESSION = 4  # a fresh session then: the history stays short on 2 cores
@@ -105,8 +122,9 @@ def test_acceptance_200_constrained_generations_batched_with_a_budget_change(dae
                 elif result.finish_reason == "tool_call":
                     assert result.tool_call is not None and result.tool_call.name == "give_item"
                     assert validate(result.arguments, GIVE_ARGS) is None, result.tool_call.arguments
-                    pending[npc] = ToolResult(call_id=result.tool_call.id, name="give_item",
-                                              content=json.dumps({"given": True}))
+                    pending[npc] = ToolResult(
+                        call_id=result.tool_call.id, name="give_item", content=json.dumps({"given": True})
+                    )
                     counts["tool_calls"] += 1
                 else:
                     assert result.finish_reason == "stop" and result.tool_call is None, result.text
@@ -123,8 +141,11 @@ def test_typed_errors_leave_the_session_working(daemon: DaemonProcess) -> None:
     with Client.connect(daemon.connection_file, timeout_s=300) as client:
         with pytest.raises(InvalidSchemaError) as schema_error:
             client.create_session("X", "", json_schema={"type": "string", "pattern": "^a$"})
-        assert schema_error.value.detail == {"keyword": "pattern", "path": "/pattern",
-                                             "reason": "unsupported keyword 'pattern'"}
+        assert schema_error.value.detail == {
+            "keyword": "pattern",
+            "path": "/pattern",
+            "reason": "unsupported keyword 'pattern'",
+        }
         with pytest.raises(InvalidSchemaError):
             client.create_session("X", "", tools=[Tool(name="t", parameters="{not json")])
         with pytest.raises(InvalidGrammarError) as grammar_error:

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client
 from igi_sdk.ipc.messages import FrameStatsReply
 from igi_sdk.ipc.values import Sampling
@@ -37,8 +37,9 @@ def _median_gap_s(client: Client) -> float:
     return statistics.median(b - a for a, b in zip(arrivals, arrivals[1:]))
 
 
-def _report_until(client: Client, frame_time_ms: float, done: Callable[[FrameStatsReply], bool],
-                  timeout_s: float) -> FrameStatsReply:
+def _report_until(
+    client: Client, frame_time_ms: float, done: Callable[[FrameStatsReply], bool], timeout_s: float
+) -> FrameStatsReply:
     """Send frame_stats every 50 ms until ``done(reply)``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -95,15 +96,21 @@ def test_long_frames_throttle_generation_and_good_frames_relax() -> None:
         assert idle.throttle.sleep_ms_between_tokens == 0.0, idle.throttle
 
         with _generating(client):
-            tight = _report_until(client, TARGET_FRAME_MS * 2.5,
-                                  lambda r: r.throttle.sleep_ms_between_tokens >= 75.0, 15.0)
+            tight = _report_until(
+                client, TARGET_FRAME_MS * 2.5, lambda r: r.throttle.sleep_ms_between_tokens >= 75.0, 15.0
+            )
         assert tight.throttle.tokens_per_frame is not None
         sleep_s = tight.throttle.sleep_ms_between_tokens / 1000.0
         throttled_gap_s = _median_gap_s(client)
-        assert throttled_gap_s > max(1.5 * baseline_gap_s, baseline_gap_s + 0.5 * sleep_s), (baseline_gap_s, throttled_gap_s)
+        assert throttled_gap_s > max(1.5 * baseline_gap_s, baseline_gap_s + 0.5 * sleep_s), (
+            baseline_gap_s,
+            throttled_gap_s,
+        )
 
         relaxed = _report_until(
-            client, TARGET_FRAME_MS * 0.3,
-            lambda r: r.throttle.sleep_ms_between_tokens < tight.throttle.sleep_ms_between_tokens, 20.0,
+            client,
+            TARGET_FRAME_MS * 0.3,
+            lambda r: r.throttle.sleep_ms_between_tokens < tight.throttle.sleep_ms_between_tokens,
+            20.0,
         )
         assert relaxed.throttle.sleep_ms_between_tokens < tight.throttle.sleep_ms_between_tokens

@@ -22,10 +22,13 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("placement", [
-    Placement(n_ctx=1024, n_batch=256, n_ubatch=256),
-    Placement(n_ctx=2048, n_batch=512, n_ubatch=128, flash_attn=False, type_k="q8_0", n_seq_max=2),
-])
+@pytest.mark.parametrize(
+    "placement",
+    [
+        Placement(n_ctx=1024, n_batch=256, n_ubatch=256),
+        Placement(n_ctx=2048, n_batch=512, n_ubatch=128, flash_attn=False, type_k="q8_0", n_seq_max=2),
+    ],
+)
 def test_dry_run_equals_real_load(placement: Placement) -> None:
     path = default_model_path()
     predicted = dry_run(path, placement, use_cache=False)

@@ -98,18 +98,22 @@ def _llama_gguf(path: Path, meta: dict[str, int], tensors: tuple[str, ...] = ("t
 BASE = {"block_count": 2, "embedding_length": 32, "attention.head_count": 1}
 
 
-@pytest.mark.parametrize(("meta", "tensors", "match"), [
-    # llama.cpp aborts the process on these (GGML_ASSERT): refused before it loads them
-    ({**BASE, "block_count": 0}, (), "block_count 0"),
-    ({**BASE, "expert_count": 4, "expert_used_count": 8}, (), "expert_used_count 8"),
-    ({**BASE, "expert_count": 4}, (), "expert_used_count 0"),
-    # the planner looped over 10^5 layers for minutes, growing to gigabytes
-    ({**BASE, "block_count": 100_000}, (), "block_count 100000"),
-    ({**BASE, "embedding_length": 0}, (), "embedding_length 0"),
-    # a tensor of layer 7 in a 2-layer model: the planner's layout rules failed with an AssertionError
-    (BASE, ("blk.7.attn_norm.weight",), "layer 7"),
-])
-def test_metadata_llama_cpp_would_abort_on_is_refused(tmp_path: Path, meta: dict[str, int], tensors: tuple[str, ...],
-                                                      match: str) -> None:
+@pytest.mark.parametrize(
+    ("meta", "tensors", "match"),
+    [
+        # llama.cpp aborts the process on these (GGML_ASSERT): refused before it loads them
+        ({**BASE, "block_count": 0}, (), "block_count 0"),
+        ({**BASE, "expert_count": 4, "expert_used_count": 8}, (), "expert_used_count 8"),
+        ({**BASE, "expert_count": 4}, (), "expert_used_count 0"),
+        # the planner looped over 10^5 layers for minutes, growing to gigabytes
+        ({**BASE, "block_count": 100_000}, (), "block_count 100000"),
+        ({**BASE, "embedding_length": 0}, (), "embedding_length 0"),
+        # a tensor of layer 7 in a 2-layer model: the planner's layout rules failed with an AssertionError
+        (BASE, ("blk.7.attn_norm.weight",), "layer 7"),
+    ],
+)
+def test_metadata_llama_cpp_would_abort_on_is_refused(
+    tmp_path: Path, meta: dict[str, int], tensors: tuple[str, ...], match: str
+) -> None:
     path = _llama_gguf(tmp_path / "odd.gguf", meta, ("token_embd.weight", *tensors))
     _both(path, ModelCorruptError, match)

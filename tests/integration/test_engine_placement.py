@@ -37,7 +37,9 @@ def test_rule_to_cpu_is_applied_by_llama_cpp() -> None:
     assert base.overridden_tensors == {}
     # SmolLM2 is Q4_1, which has no CPU_REPACK layout: the override lands in the plain CPU buffer type
     assert report.overridden_tensor_targets == {
-        "blk.0.ffn_up.weight": "CPU", "blk.0.ffn_gate.weight": "CPU", "blk.0.ffn_down.weight": "CPU",
+        "blk.0.ffn_up.weight": "CPU",
+        "blk.0.ffn_gate.weight": "CPU",
+        "blk.0.ffn_down.weight": "CPU",
     }
     assert any("tensor overrides to CPU are used with mmap" in line for line in report.log_lines)
     assert report.weights_mib == base.weights_mib  # same bytes, same host memory

@@ -10,8 +10,14 @@ import numpy as np
 
 from igi_sdk.engine import LlamaEngine
 from igi_sdk.engine.dry_run import dry_run_in_process
-from igi_sdk.engine.prefetch import (MIN_BATCH_MUL_MAT_ID_ENV, SLOT_MAX_MIB_ENV, SLOTS_ENV, prefetch_abi, scheduler_env,
-                                     weight_upload_bytes)
+from igi_sdk.engine.prefetch import (
+    MIN_BATCH_MUL_MAT_ID_ENV,
+    SLOT_MAX_MIB_ENV,
+    SLOTS_ENV,
+    prefetch_abi,
+    scheduler_env,
+    weight_upload_bytes,
+)
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 

@@ -159,12 +159,17 @@ def test_control_token_text_in_a_message_is_tokenized_as_text(engine: LlamaEngin
     tokens = engine.tokenize_chat([{"role": "system", "content": "You are Mira."}, {"role": "user", "content": attack}])
     assert tokens.count(im_start) == 3 and tokens.count(im_end) == 2  # system, user, generation prompt
     assert engine.detokenize(tokens, special=True) == engine.apply_chat_template(
-        [{"role": "system", "content": "You are Mira."}, {"role": "user", "content": attack}])
+        [{"role": "system", "content": "You are Mira."}, {"role": "user", "content": attack}]
+    )
 
 
 def test_chat_tokens_of_plain_text_are_those_of_the_whole_rendered_prompt(engine: LlamaEngine) -> None:
     """Without control-token text in the messages, the prompt's tokens are exactly those of the rendered text (the
     cut at the template's markers is llama.cpp's own)."""
-    messages = [{"role": "system", "content": "You are Mira.\nA smith."}, {"role": "user", "content": "Hello there!"},
-                {"role": "assistant", "content": " Hi.  Yes "}, {"role": "user", "content": "Fix my sword?\n"}]
+    messages = [
+        {"role": "system", "content": "You are Mira.\nA smith."},
+        {"role": "user", "content": "Hello there!"},
+        {"role": "assistant", "content": " Hi.  Yes "},
+        {"role": "user", "content": "Fix my sword?\n"},
+    ]
     assert engine.tokenize_chat(messages) == engine.tokenize(engine.apply_chat_template(messages), add_special=True)

@@ -19,7 +19,11 @@ def test_synthetic_model_loads_and_decodes(tmp_path: Path, name: str, qtype: str
     shape = preset(name)
     table = read_tensor_table(path)
     assert (table.n_layer, table.n_embd, table.n_vocab, table.n_expert) == (
-        shape.n_layer, shape.n_embd, shape.n_vocab, shape.n_expert)
+        shape.n_layer,
+        shape.n_embd,
+        shape.n_vocab,
+        shape.n_expert,
+    )
     groups = {t.group for t in table.tensors}
     assert (TensorGroup.MOE_EXPERTS in groups) == shape.is_moe
     assert (TensorGroup.MOE_ROUTER in groups) == shape.is_moe

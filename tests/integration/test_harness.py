@@ -30,9 +30,26 @@ def by_governor(report: dict[str, Any], governor: bool) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def harness_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
     out = tmp_path_factory.mktemp("harness")
-    cmd = [sys.executable, str(ROOT / "samples" / "harness.py"), "--duration-s", str(DURATION_S), "--fps", str(FPS),
-           "--npcs", "2", "--max-tokens", "12", "--budget-mib", str(BUDGET_MIB), "--reclaim-to-mib", "0",
-           "--off-first", "--no-live", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "samples" / "harness.py"),
+        "--duration-s",
+        str(DURATION_S),
+        "--fps",
+        str(FPS),
+        "--npcs",
+        "2",
+        "--max-tokens",
+        "12",
+        "--budget-mib",
+        str(BUDGET_MIB),
+        "--reclaim-to-mib",
+        "0",
+        "--off-first",
+        "--no-live",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "report.json").read_text()), out, proc.stdout
@@ -42,8 +59,16 @@ def harness_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any
 @pytest.mark.timeout(450)
 def test_report_is_complete(harness_run: tuple[dict[str, Any], Path, str]) -> None:
     report, out, stdout = harness_run
-    assert {"config", "machine", "render_workload", "phases", "comparison", "issue_target", "command",
-            "phase_order"} <= report.keys()
+    assert {
+        "config",
+        "machine",
+        "render_workload",
+        "phases",
+        "comparison",
+        "issue_target",
+        "command",
+        "phase_order",
+    } <= report.keys()
     assert report["report_version"] == 2 and report["config"]["off_first"] is True
     assert [ph["name"] for ph in report["phases"]] == report["phase_order"] == ["governor_off", "governor_on"]
     assert [ph["governor"] for ph in report["phases"]] == [False, True]
@@ -73,8 +98,9 @@ def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) ->
         assert ft["t_s"] == sorted(ft["t_s"]) and ft["t_s"][-1] <= DURATION_S
         assert all(b >= w - 1e-3 for b, w in zip(ft["busy_ms"], ft["work_ms"]))
         assert n <= DURATION_S * FPS + 2  # frames are on a fixed grid: the loop never runs faster than its rate
-        assert sum(ft["interval_ms"]) == pytest.approx((ft["t_s"][-1] - ft["t_s"][0]) * 1000.0 + ft["interval_ms"][-1],
-                                                       rel=1e-3, abs=1.0)
+        assert sum(ft["interval_ms"]) == pytest.approx(
+            (ft["t_s"][-1] - ft["t_s"][0]) * 1000.0 + ft["interval_ms"][-1], rel=1e-3, abs=1.0
+        )
         assert max(ft["render_scale"]) == report["config"]["spike_scale"]
         stats = ph["frames"]["all"]
         assert stats["n_frames"] == n
@@ -102,7 +128,10 @@ def test_frames_are_consistent(harness_run: tuple[dict[str, Any], Path, str]) ->
         if st["available"]:
             assert len(st["t_s"]) >= n // 6 - 1 and all(0.0 <= x <= 100.0 for x in st["steal_pct"])
             assert all(a < b for a, b in zip(st["t_s"], st["t_end_s"])) and st["t_s"][1:] == st["t_end_s"][:-1]
-            assert 0.0 <= primary["frames_touched_by_steal_pct"] <= 100.0 and primary["n_frames_no_steal"] <= primary["n_frames"]
+            assert (
+                0.0 <= primary["frames_touched_by_steal_pct"] <= 100.0
+                and primary["n_frames_no_steal"] <= primary["n_frames"]
+            )
     verdict = report["issue_target"]
     on = by_governor(report, True)["frames"]["talk_window_excluding_spike"]
     assert verdict["p99_over_target_pct_with_governor"] == on["p99_over_target_pct"]
@@ -131,14 +160,18 @@ def test_scripted_events_and_budget_timeline(harness_run: tuple[dict[str, Any], 
         ev = {e["kind"]: e for e in ph["events"] if e["kind"] in ("reclaim", "restore")}
         assert ev["reclaim"]["budget_mib"] == 0 and ev["reclaim"]["granted_mib"] == 0
         # what the ack measured (None without a GPU: the CI machine) and whether it said why (a missed deadline)
-        assert {"measured_vram_mib", "warning"} <= ev["reclaim"].keys() and {"measured_vram_mib", "warning"} <= ev["restore"].keys()
+        assert {"measured_vram_mib", "warning"} <= ev["reclaim"].keys() and {"measured_vram_mib", "warning"} <= ev[
+            "restore"
+        ].keys()
         assert ev["reclaim"]["measured_vram_mib"] in (None, 0.0)
         assert ev["restore"]["budget_mib"] == BUDGET_MIB
         assert ev["reclaim"]["t_s"] < ev["restore"]["t_s"]
         budget = ph["budget"]
         assert budget and [b["t_s"] for b in budget] == sorted(b["t_s"] for b in budget)
         assert budget[0]["vram_budget_mib"] == BUDGET_MIB
-        after_reclaim = [b for b in budget if ev["reclaim"]["t_s"] + ev["reclaim"]["ack_after_s"] < b["t_s"] < ev["restore"]["t_s"]]
+        after_reclaim = [
+            b for b in budget if ev["reclaim"]["t_s"] + ev["reclaim"]["ack_after_s"] < b["t_s"] < ev["restore"]["t_s"]
+        ]
         assert all(b["vram_budget_mib"] == 0 for b in after_reclaim)
         assert all(b["vram_used_mib"] is None or b["vram_used_mib"] >= 0 for b in budget)
     on, off = by_governor(report, True), by_governor(report, False)
@@ -189,8 +222,13 @@ def test_replies_and_tokens_add_up(harness_run: tuple[dict[str, Any], Path, str]
 def test_replot_redraws_the_timeline_from_the_report(harness_run: tuple[dict[str, Any], Path, str]) -> None:
     _report, out, _stdout = harness_run
     (out / "timeline.png").unlink()
-    proc = subprocess.run([sys.executable, str(ROOT / "samples" / "harness.py"), "--replot", str(out / "report.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "samples" / "harness.py"), "--replot", str(out / "report.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     png = (out / "timeline.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000

@@ -10,9 +10,9 @@ from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner import PlannerOptions, Workload, plan_placement, reference_profile, table_from_shape
+from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
 from igi_sdk.planner.summary import summarize
-from igi_sdk.planner.placement import Placement
 from igi_sdk.profiler.compute_table import fill_compute_table
 from igi_sdk.synthetic import PRESETS, write_synthetic_gguf
 
@@ -31,10 +31,16 @@ def test_pure_table_equals_file_table(name: str, synthetic_files: dict[str, Path
     pure = table_from_shape(PRESETS[name])
     real = read_tensor_table(synthetic_files[name])
     first = real.tensors[0].file_offset
-    assert [(t.name, t.group, t.layer, t.ggml_type.lower(), t.shape, t.n_bytes, t.file_offset - first) for t in real.tensors] == \
-        [(t.name, t.group, t.layer, t.ggml_type, t.shape, t.n_bytes, t.file_offset) for t in pure.tensors]
-    assert (pure.n_layer, pure.n_embd, pure.n_head_kv, pure.n_ff, pure.n_expert) == \
-        (real.n_layer, real.n_embd, real.n_head_kv, real.n_ff, real.n_expert)
+    assert [
+        (t.name, t.group, t.layer, t.ggml_type.lower(), t.shape, t.n_bytes, t.file_offset - first) for t in real.tensors
+    ] == [(t.name, t.group, t.layer, t.ggml_type, t.shape, t.n_bytes, t.file_offset) for t in pure.tensors]
+    assert (pure.n_layer, pure.n_embd, pure.n_head_kv, pure.n_ff, pure.n_expert) == (
+        real.n_layer,
+        real.n_embd,
+        real.n_head_kv,
+        real.n_ff,
+        real.n_expert,
+    )
 
 
 @pytest.mark.slow

@@ -15,10 +15,12 @@ from igi_sdk.profiler.measure import UnresolvedTerm
 from igi_sdk.synthetic import SyntheticShape, cached_file_name, write_synthetic_gguf
 
 SMALL = {
-    "gpu_narrow": SyntheticShape(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024,
-                                 n_ctx_train=4096),
-    "gpu_wide": SyntheticShape(n_layer=2, n_embd=1024, n_ff=4096, n_head=16, n_head_kv=4, n_vocab=1024,
-                               n_ctx_train=4096),
+    "gpu_narrow": SyntheticShape(
+        n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=1024, n_ctx_train=4096
+    ),
+    "gpu_wide": SyntheticShape(
+        n_layer=2, n_embd=1024, n_ff=4096, n_head=16, n_head_kv=4, n_vocab=1024, n_ctx_train=4096
+    ),
 }
 
 
@@ -33,7 +35,9 @@ def test_gpu_speed_runs_and_reports_rates_in_gb_and_gflop_per_second(small_model
     assert lo <= got["bandwidth_gbps"] <= hi, got  # bytes / s / 1e9 of CPU weight streaming
     assert CPU_GFLOPS_BOUNDS[0] <= got["gflops"] <= CPU_GFLOPS_BOUNDS[1], got
     assert got["op_overhead_us"] >= 0 and got["t_prefill_512_s"] == got["prefill_s"][1]
-    assert (tmp_path / cached_file_name("gpu_wide")).is_file() and not list(tmp_path.glob(".*tmp*"))  # written atomically
+    assert (tmp_path / cached_file_name("gpu_wide")).is_file() and not list(
+        tmp_path.glob(".*tmp*")
+    )  # written atomically
 
 
 def test_offload_rate_refuses_repacked_host_weights(small_models: None, tmp_path: Path) -> None:

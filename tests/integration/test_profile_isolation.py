@@ -13,7 +13,7 @@ import pytest
 from igi_sdk.planner.profile import MachineKey, Profile, reference_profile
 from igi_sdk.profiler.isolate import run_in_plain_child, run_isolated
 
-CRASHER = '''
+CRASHER = """
 import os, signal
 
 def segfault(**kwargs):
@@ -31,7 +31,7 @@ def import_order(**kwargs):
     loaded = "llama_cpp.llama_cpp" in sys.modules  # by the launcher, before this target
     from igi_sdk.engine.llama_engine import numpy_imported_before_llama_cpp
     return {"llama_cpp_loaded": loaded, "numpy_first": numpy_imported_before_llama_cpp()}
-'''
+"""
 
 
 @pytest.fixture()
@@ -91,12 +91,15 @@ def test_profile_survives_crashing_gpu_terms(crasher: str, tmp_path: Path, monke
     assert profile.gpu is not None and profile.gpu == reference_profile("h200").gpu  # fallbacks of that GPU
     assert "signal 11" in profile.missing["gpu_speed"] and "signal 11" in profile.missing["gpu_reserve"]
     # the CPU terms ran (noisy timings on a loaded box may leave only the per-op overhead unresolved, by design)
-    assert not any(k.startswith("cpu_rate") and not k.endswith(".op_overhead_us") for k in profile.missing), profile.missing
+    assert not any(k.startswith("cpu_rate") and not k.endswith(".op_overhead_us") for k in profile.missing), (
+        profile.missing
+    )
     assert Profile.model_validate_json(profile.model_dump_json()) == profile
 
 
-def test_profile_fails_typed_when_every_cpu_term_crashes(crasher: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_profile_fails_typed_when_every_cpu_term_crashes(
+    crasher: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from igi_sdk.profiler import build
 
     monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "cache"))

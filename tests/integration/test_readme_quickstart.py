@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from daemon_process import DaemonProcess
 
 README = Path(__file__).resolve().parents[2] / "README.md"

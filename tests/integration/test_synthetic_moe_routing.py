@@ -11,20 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from igi_sdk.engine.moe_routing import activated_experts  # noqa: I001  (llama.cpp before numpy)
+from igi_sdk.engine.moe_routing import activated_experts  # llama.cpp before numpy: keep this import first
 
+# isort: split
 from igi_sdk import synthetic
 from igi_sdk.bench.worker import prompt_ids
 from igi_sdk.synthetic import SyntheticShape, write_synthetic_gguf
 
-SHAPE = SyntheticShape(n_layer=12, n_embd=512, n_ff=512, n_head=8, n_head_kv=2, n_vocab=4096, n_ctx_train=1024,
-                       n_expert=32, n_expert_used=4, n_ff_exp=64)
+SHAPE = SyntheticShape(
+    n_layer=12,
+    n_embd=512,
+    n_ff=512,
+    n_head=8,
+    n_head_kv=2,
+    n_vocab=4096,
+    n_ctx_train=1024,
+    n_expert=32,
+    n_expert_used=4,
+    n_ff_exp=64,
+)
 N_TOKENS = 256
 
 
 def _per_layer(path: Path) -> dict[int, int]:
-    used = activated_experts(path, prompt_ids(N_TOKENS, SHAPE.n_vocab), SHAPE.n_expert_used, n_ubatch=N_TOKENS,
-                             n_threads=1)
+    used = activated_experts(
+        path, prompt_ids(N_TOKENS, SHAPE.n_vocab), SHAPE.n_expert_used, n_ubatch=N_TOKENS, n_threads=1
+    )
     assert {u for u, _ in used} == {0}  # one ubatch
     return {layer: len(ids) for (_, layer), ids in used.items()}
 

@@ -4,7 +4,6 @@ the synthetic SmolVLM-type projector: random weights, so only the mechanics are 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,22 +31,29 @@ def engine() -> Iterator[LlamaEngine]:
 def image(tmp_path_factory: pytest.TempPathFactory) -> EncodedImage:
     mmproj = write_synthetic_mmproj(tmp_path_factory.mktemp("vis") / "mmproj.gguf", "smolvlm_tiny")
     pixels = np.random.default_rng(3).integers(0, 256, (72, 128, 3), dtype=np.uint8)
-    return VisionEncoder(mmproj, default_model_path()).encode(ImageData("rgb8", pixels.tobytes(), 128, 72),
-                                                              use_gpu=False, image_max_tokens=64, n_threads=1)
+    return VisionEncoder(mmproj, default_model_path()).encode(
+        ImageData("rgb8", pixels.tobytes(), 128, 72), use_gpu=False, image_max_tokens=64, n_threads=1
+    )
 
 
 def _prompt(engine: LlamaEngine, question: str, image: EncodedImage | None) -> list[int]:
-    text = engine.apply_chat_template([{"role": "system", "content": PERSONA},
-                                       {"role": "user", "content": "\x00" + question}])
+    text = engine.apply_chat_template(
+        [{"role": "system", "content": PERSONA}, {"role": "user", "content": "\x00" + question}]
+    )
     before, after = text.split("\x00")
     middle = image.bookkeeping_tokens() if image is not None else []
     return engine.tokenize(before) + middle + engine.tokenize(after)
 
 
 def _req(engine: LlamaEngine, sid: str, question: str, image: EncodedImage | None, **kw: object) -> BatchRequest:
-    return BatchRequest(session_id=sid, prompt_tokens=_prompt(engine, question, image), max_tokens=8,
-                        sampler=Sampler(temperature=0.0), embeddings=image.embeddings() if image else {},
-                        **kw)  # type: ignore[arg-type]
+    return BatchRequest(
+        session_id=sid,
+        prompt_tokens=_prompt(engine, question, image),
+        max_tokens=8,
+        sampler=Sampler(temperature=0.0),
+        embeddings=image.embeddings() if image else {},
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_one_npc_looks_at_an_image_while_another_talks(engine: LlamaEngine, image: EncodedImage) -> None:
@@ -64,7 +70,7 @@ def test_one_npc_looks_at_an_image_while_another_talks(engine: LlamaEngine, imag
     assert looker.finish_reason in ("stop", "length") and looker.stats is not None
     assert sched.counters.prefill_image_tokens == image.n_image_tokens
     prompt = _prompt(engine, "What do you see?", image)
-    assert sched.held_tokens("looker")[:len(prompt)] == prompt  # the image's positions are in its sequence
+    assert sched.held_tokens("looker")[: len(prompt)] == prompt  # the image's positions are in its sequence
 
 
 def test_the_image_survives_a_reload_and_is_not_needed_again(engine: LlamaEngine, image: EncodedImage) -> None:
@@ -75,9 +81,14 @@ def test_the_image_survives_a_reload_and_is_not_needed_again(engine: LlamaEngine
     sched.reload(PLACEMENT.model_copy(update={"n_threads": 1}))  # a budget change reloads the engine
     assert sched.counters.prefill_image_tokens == image.n_image_tokens
     # the next turn holds the image in its prefix: no embeddings needed, none evaluated again
-    prompt = _prompt(engine, "What do you see?", image) + first.tokens + engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n<|im_start|>assistant\n")
-    second = sched.submit(BatchRequest(session_id="looker2", prompt_tokens=prompt, max_tokens=4,
-                                       sampler=Sampler(temperature=0.0)))
+    prompt = (
+        _prompt(engine, "What do you see?", image)
+        + first.tokens
+        + engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n<|im_start|>assistant\n")
+    )
+    second = sched.submit(
+        BatchRequest(session_id="looker2", prompt_tokens=prompt, max_tokens=4, sampler=Sampler(temperature=0.0))
+    )
     sched.run_until_idle()
     assert second.finish_reason in ("stop", "length")
     assert sched.counters.prefill_image_tokens == image.n_image_tokens
@@ -90,5 +101,6 @@ def test_an_image_without_embeddings_is_refused(engine: LlamaEngine, image: Enco
         sched.submit(BatchRequest(session_id="x", prompt_tokens=_prompt(engine, "Hm?", image), max_tokens=2))
     wrong = {t: e[:-1] for t, e in image.embeddings().items()}
     with pytest.raises(SchedulerError, match="positions"):
-        sched.submit(BatchRequest(session_id="x", prompt_tokens=_prompt(engine, "Hm?", image), max_tokens=2,
-                                  embeddings=wrong))
+        sched.submit(
+            BatchRequest(session_id="x", prompt_tokens=_prompt(engine, "Hm?", image), max_tokens=2, embeddings=wrong)
+        )

@@ -11,9 +11,30 @@ from igi_sdk.model_store import default_model_path
 
 
 def test_the_vision_bench_runs_every_mode_on_the_cpu(tmp_path: Path) -> None:
-    rc = run(["--model", str(default_model_path()), "--mmproj", "synthetic:smolvlm_tiny", "--budgets-mib", "2048",
-              "--image", "128x72", "--ctx", "1024", "--reply-tokens", "3", "--threads", "1",
-              "--profile", "reference:cpu2", "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "out")])
+    rc = run(
+        [
+            "--model",
+            str(default_model_path()),
+            "--mmproj",
+            "synthetic:smolvlm_tiny",
+            "--budgets-mib",
+            "2048",
+            "--image",
+            "128x72",
+            "--ctx",
+            "1024",
+            "--reply-tokens",
+            "3",
+            "--threads",
+            "1",
+            "--profile",
+            "reference:cpu2",
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     data = json.loads((tmp_path / "out" / RESULT_NAME).read_text())
     runs = {r["mode"]: r for r in data["runs"]}
     assert rc == 0, [r.get("error") for r in data["runs"]]
@@ -27,11 +48,18 @@ def test_the_vision_bench_runs_every_mode_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_the_checks_fail_a_turn_over_its_budget_or_far_over_max_encoder_llm() -> None:
-    common = {"encode_s": 0.1, "image_to_first_token_s": 0.5, "decode_tok_s": 10.0, "encoder_gpu": True,
-              "llm_release": "model"}
-    runs = [{"mode": "encoder_alone", "budget_mib": 4096, "peaks_mib": {"encode": 2000.0}},
-            {"mode": "llm_alone", "budget_mib": 4096, "peaks_mib": {"load": 3000.0, "turn": 3500.0}},
-            {"mode": "vlmopt", "budget_mib": 4096, "peaks_mib": {"load": 3000.0, "turn": 3600.0}, **common}]
+    common = {
+        "encode_s": 0.1,
+        "image_to_first_token_s": 0.5,
+        "decode_tok_s": 10.0,
+        "encoder_gpu": True,
+        "llm_release": "model",
+    }
+    runs = [
+        {"mode": "encoder_alone", "budget_mib": 4096, "peaks_mib": {"encode": 2000.0}},
+        {"mode": "llm_alone", "budget_mib": 4096, "peaks_mib": {"load": 3000.0, "turn": 3500.0}},
+        {"mode": "vlmopt", "budget_mib": 4096, "peaks_mib": {"load": 3000.0, "turn": 3600.0}, **common},
+    ]
     assert summarize(runs)["all_checks_pass"]
     runs[2]["peaks_mib"]["turn"] = 3900.0  # within the budget, but 11 % over max(encoder, LLM)
     assert not summarize(runs)["all_checks_pass"]

@@ -60,11 +60,14 @@ def test_raw_rgb_and_rgba_of_the_same_pixels_give_the_same_embeddings(encoder: V
     assert all(np.array_equal(x, y) for x, y in zip(ea, eb, strict=True))
 
 
-@pytest.mark.parametrize("image", [
-    ImageData("png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 64),  # a PNG signature and garbage
-    ImageData("jpeg", png_bytes(8, 8)),                       # a PNG sent as JPEG still decodes? no: stb sniffs
-    ImageData("rgb8", b"\x00" * 10, 4, 4),                    # wrong length for 4x4x3
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        ImageData("png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 64),  # a PNG signature and garbage
+        ImageData("jpeg", png_bytes(8, 8)),  # a PNG sent as JPEG still decodes? no: stb sniffs
+        ImageData("rgb8", b"\x00" * 10, 4, 4),  # wrong length for 4x4x3
+    ],
+)
 def test_broken_images_are_typed_errors(encoder: VisionEncoder, image: ImageData) -> None:
     if image.format == "jpeg":  # stb decodes by content, so a PNG labelled JPEG decodes: the daemon checks labels
         assert encoder.encode(image, use_gpu=False, image_max_tokens=64, n_threads=1).n_image_tokens > 0
@@ -97,7 +100,7 @@ def test_image_embeddings_join_a_sequence_and_survive_a_context_release(encoder:
         logits = engine.decode([(0, tail, pos, True)])[0]
         assert np.isfinite(logits).all()
         held = engine.seq_tokens(0)
-        assert held[:len(prefix)] == prefix and held[len(prefix):pos] == image.bookkeeping_tokens()
+        assert held[: len(prefix)] == prefix and held[len(prefix) : pos] == image.bookkeeping_tokens()
         state = engine.save_seq_state(0)
         engine.release_context()
         with pytest.raises(EngineError, match="released"):
@@ -117,10 +120,11 @@ def test_a_conversation_renders_with_the_image_at_its_message(encoder: VisionEnc
     with LlamaEngine(default_model_path(), Placement(n_ctx=512)) as engine:
         image = encoder.encode(ImageData("png", png_bytes(64, 64)), use_gpu=False, image_max_tokens=64, n_threads=1)
         messages = [("system", "You are Mira."), ("user", "Look at this."), ("assistant", "Nice."), ("user", "And?")]
-        plain = engine.tokenize(engine.apply_chat_template([{"role": r, "content": t} for r, t in messages]),
-                                add_special=True)
+        plain = engine.tokenize(
+            engine.apply_chat_template([{"role": r, "content": t} for r, t in messages]), add_special=True
+        )
         tokens = render_with_images(engine, messages, {1: image})
         marks = image.bookkeeping_tokens()
-        assert any(tokens[i:i + len(marks)] == marks for i in range(len(tokens)))  # the image, whole, in place
+        assert any(tokens[i : i + len(marks)] == marks for i in range(len(tokens)))  # the image, whole, in place
         assert len(tokens) > len(plain) and tokens[:4] == plain[:4]  # same system prefix
         assert render_with_images(engine, messages, {}) == plain

@@ -30,8 +30,15 @@ N_TOKENS, CUT = 12, 5
 
 def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
     settings = DaemonSettings(engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=n_seq_max, worker_nice=0))
-    placement = Placement(n_ctx=1024, n_seq_max=n_seq_max, n_threads=2, n_threads_batch=2, n_gpu_layers=0,
-                          op_offload=False, offload_kqv=False)
+    placement = Placement(
+        n_ctx=1024,
+        n_seq_max=n_seq_max,
+        n_threads=2,
+        n_threads_batch=2,
+        n_gpu_layers=0,
+        op_offload=False,
+        offload_kqv=False,
+    )
     worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 1024), placement, gpu=gpu)
     worker.start()
     deadline = time.monotonic() + 120
@@ -42,10 +49,19 @@ def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
     return worker
 
 
-def _generate(worker: WorkerSupervisor, job_id: str, max_tokens: int, continue_tokens: list[int] | None = None
-              ) -> tuple[list[wp.Token], Any]:
-    worker.send(wp.Generate(job_id=job_id, session_id=job_id, messages=MESSAGES, max_tokens=max_tokens, sampling=GREEDY,
-                            continue_tokens=tuple(continue_tokens or ())))
+def _generate(
+    worker: WorkerSupervisor, job_id: str, max_tokens: int, continue_tokens: list[int] | None = None
+) -> tuple[list[wp.Token], Any]:
+    worker.send(
+        wp.Generate(
+            job_id=job_id,
+            session_id=job_id,
+            messages=MESSAGES,
+            max_tokens=max_tokens,
+            sampling=GREEDY,
+            continue_tokens=tuple(continue_tokens or ()),
+        )
+    )
     tokens: list[wp.Token] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -49,7 +49,9 @@ def test_a_spawned_worker_is_below_the_game_before_its_own_code_runs() -> None:
     """Read right after ``start`` returns, while the child is still starting Python (its own ``lower_priority`` in
     ``worker_main`` comes 0.15 s of CPU later): already niceness 19 and ``SCHED_IDLE``."""
     settings = DaemonSettings(engine=EngineSettings(n_ctx=256, n_threads=1, n_seq_max=1, worker_nice=19))
-    placement = Placement(n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False)
+    placement = Placement(
+        n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False
+    )
     worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement, gpu=False)
     worker.start()
     try:
@@ -66,7 +68,9 @@ def test_stop_now_kills_a_loading_worker() -> None:
     """``stop_now`` (a replacement's worker that did not exit in time, or one loading a superseded placement) ends a
     real worker at once with ``Process.kill``; called again on the dead worker it does nothing."""
     settings = DaemonSettings(engine=EngineSettings(n_ctx=256, n_threads=1, n_seq_max=1, worker_nice=0))
-    placement = Placement(n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False)
+    placement = Placement(
+        n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False
+    )
     worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement, gpu=False)
     worker.start()
     try:

@@ -66,9 +66,31 @@ def daemon() -> Iterator[tuple[Path, Path]]:
     workdir = Path(tempfile.mkdtemp(prefix="igi-replace-"))
     connection, log = workdir / "connection.json", workdir / "daemon.log"
     process = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "--connection-file", str(connection), "--port", "0", "--log-file", str(log),
-         "--log-format", "kv", "--n-threads", "2", "--vram-budget-mib", "2048", "--grow-stable-s", "0",
-         "--min-grow-interval-s", "0"], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-c",
+            LAUNCH,
+            "--connection-file",
+            str(connection),
+            "--port",
+            "0",
+            "--log-file",
+            str(log),
+            "--log-format",
+            "kv",
+            "--n-threads",
+            "2",
+            "--vram-budget-mib",
+            "2048",
+            "--grow-stable-s",
+            "0",
+            "--min-grow-interval-s",
+            "0",
+        ],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 90
         while not connection.is_file():
@@ -125,6 +147,10 @@ def test_a_reclaim_replaces_the_worker_and_the_stream_goes_on_unchanged(daemon: 
     assert len(replaced) == 2 and all("worker_replaced=True" in line for line in replaced), replaced
     # the reclaim's ack went once the old worker had exited, before the new one was ready
     text = log.read_text(errors="replace").splitlines()
-    order = [i for i, line in enumerate(text) if "event=worker_replaced " in line + " " or "event=worker_ready " in line + " "]
+    order = [
+        i
+        for i, line in enumerate(text)
+        if "event=worker_replaced " in line + " " or "event=worker_ready " in line + " "
+    ]
     kinds = ["replaced" if "event=worker_replaced" in text[i] else "ready" for i in order]
     assert kinds == ["ready", "replaced", "ready", "replaced", "ready"], kinds

@@ -33,7 +33,9 @@ def test_only_the_engine_imports_llama_cpp() -> None:
 def test_ipc_does_not_import_engine_planner_or_daemon() -> None:
     for path in sorted((PACKAGE / "ipc").rglob("*.py")):
         names = _imported_roots(path)
-        assert not any(n.startswith(("igi_sdk.engine", "igi_sdk.daemon", "igi_sdk.planner", "llama_cpp")) for n in names), path
+        assert not any(
+            n.startswith(("igi_sdk.engine", "igi_sdk.daemon", "igi_sdk.planner", "llama_cpp")) for n in names
+        ), path
 
 
 def test_policy_and_planner_import_only_stdlib_and_pydantic() -> None:
@@ -67,9 +69,12 @@ def _igi_imports(path: Path) -> set[str]:
 
 
 def _offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [f"{path.relative_to(PACKAGE.parent)} imports {name}"
-            for path in sorted((PACKAGE / layer).rglob("*.py"))
-            for name in sorted(_igi_imports(path)) if name in forbidden or name.startswith(forbidden)]
+    return [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        for name in sorted(_igi_imports(path))
+        if name in forbidden or name.startswith(forbidden)
+    ]
 
 
 def test_the_engine_never_imports_the_daemon() -> None:
@@ -100,7 +105,7 @@ def test_no_import_cycles_between_modules() -> None:
         path_stack.append(name)
         for dep in sorted(graph[name]):
             if state.get(dep) == 1:
-                cycles.append(path_stack[path_stack.index(dep):] + [dep])
+                cycles.append(path_stack[path_stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep)
         path_stack.pop()

@@ -14,8 +14,12 @@ import pytest
 
 CHAINS = {
     # the daemon's engine worker: spawn main module, the worker's module, then what worker_main imports to load
-    "daemon worker": ["igi_sdk.daemon.__main__", "igi_sdk.daemon.worker.main", "igi_sdk.daemon.worker.engine_adapter",
-                      "igi_sdk.daemon.worker.scheduler"],
+    "daemon worker": [
+        "igi_sdk.daemon.__main__",
+        "igi_sdk.daemon.worker.main",
+        "igi_sdk.daemon.worker.engine_adapter",
+        "igi_sdk.daemon.worker.scheduler",
+    ],
     # the profiler's measurement child: the launcher module, the engine first, then a term module
     "profiler child": ["igi_sdk.profiler.isolate", "igi_sdk.profiler.isolate:ENGINE_FIRST", "igi_sdk.profiler.terms"],
 }
@@ -34,8 +38,9 @@ print(json.dumps({**loaded, "numpy_first": numpy_imported_before_llama_cpp()}))
 
 
 def _order(chain: list[str]) -> dict[str, bool]:
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(chain)], capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(chain)], capture_output=True, text=True, timeout=120, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import zmq
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.ipc.connection import ConnectionInfo
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message

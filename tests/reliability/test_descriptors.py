@@ -11,8 +11,8 @@ import signal
 import time
 
 import pytest
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
 from reliability.peers import daemon_alive, idle_connections
@@ -41,10 +41,13 @@ def test_a_worker_restart_without_descriptors_is_retried_and_the_daemon_survives
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not daemon.worker_pids():
             time.sleep(0.2)
-        again = client.generate(client.create_session("Guard", "You guard the gate.", sampling=GREEDY),
-                                "Who goes there?", max_tokens=2).result()
+        again = client.generate(
+            client.create_session("Guard", "You guard the gate.", sampling=GREEDY), "Who goes there?", max_tokens=2
+        ).result()
         assert again.token_ids == reference.token_ids
         counters = client.status().counters
     assert daemon_alive(daemon)
     assert counters["worker_crashes"] == 1 and counters["worker_restarts"] == 1
-    assert counters.get("worker_start_failed", 0) >= 1, f"the descriptors were not exhausted: {counters}\n{daemon.log_tail()}"
+    assert counters.get("worker_start_failed", 0) >= 1, (
+        f"the descriptors were not exhausted: {counters}\n{daemon.log_tail()}"
+    )

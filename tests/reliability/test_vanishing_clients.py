@@ -9,8 +9,8 @@ import time
 
 import pytest
 import zmq
-
 from daemon_process import DaemonProcess
+
 from igi_sdk.client import Client
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
@@ -27,12 +27,16 @@ def test_a_vanished_clients_generation_stops_when_a_send_to_it_fails() -> None:
     dealer = zmq.Context.instance().socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
     dealer.connect(info.endpoint)
-    create = CreateSessionRequest(persona="Bard", system_prompt="You tell long stories.", sampling=Sampling(temperature=0.0))
+    create = CreateSessionRequest(
+        persona="Bard", system_prompt="You tell long stories.", sampling=Sampling(temperature=0.0)
+    )
     dealer.send_multipart(pack_message(info.key_bytes, new_header(create.type), create))
     assert dealer.poll(60_000)
     _header, created = unpack_message(info.key_bytes, dealer.recv_multipart())
     generate = GenerateRequest(text="Tell me a very long story about a dragon.", max_tokens=500)
-    dealer.send_multipart(pack_message(info.key_bytes, new_header(generate.type, session_id=created.session_id), generate))
+    dealer.send_multipart(
+        pack_message(info.key_bytes, new_header(generate.type, session_id=created.session_id), generate)
+    )
     assert dealer.poll(120_000)  # the first token event: the generation runs
     dealer.close(linger=0)  # gone without a cancel or a goodbye
     with Client.connect(daemon.connection_file, timeout_s=120) as client:

@@ -7,7 +7,6 @@ server loop drives it. Used by test_daemon_bookkeeping.py, test_daemon_budget_ra
 replacement tests (with replacement_sim.py).
 """
 
-
 from __future__ import annotations
 
 import tempfile
@@ -15,26 +14,31 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.service import DaemonService
-from igi_sdk.daemon.sessions import SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import new_header
-from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.codec import packb, to_wire
-from igi_sdk.ipc.frames import MAGIC, pack_message, unpack_message
-from igi_sdk.ipc.signing import sign
+from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
-    GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelReply, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
-    SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
+    CancelRequest,
+    CloseSessionRequest,
+    CreateSessionReply,
+    CreateSessionRequest,
+    GenerateReply,
+    GenerateRequest,
+    LoadModelRequest,
+    Message,
+    ReclaimRequest,
+    SaveSessionRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
+    StatusRequest,
+    TokenEvent,
 )
 from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
@@ -46,7 +50,12 @@ WORKDIR = Path(tempfile.mkdtemp(prefix="igi-bookkeeping-"))
 TINY = write_synthetic_gguf(WORKDIR / "tiny.gguf", "tiny_dense")
 REFUSED = WORKDIR / "refused.gguf"  # passes the daemon's GGUF checks; the simulated llama.cpp refuses it
 REFUSED.write_bytes(TINY.read_bytes())
-MODELS = {"tiny": str(TINY), "refused": str(REFUSED), "missing": str(WORKDIR / "missing.gguf"), "default": "/models/m0.gguf"}
+MODELS = {
+    "tiny": str(TINY),
+    "refused": str(REFUSED),
+    "missing": str(WORKDIR / "missing.gguf"),
+    "default": "/models/m0.gguf",
+}
 
 
 class SimWorker:
@@ -86,7 +95,9 @@ class SimWorker:
             self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
             self._alive = False
             return
-        info = ModelInfo(path=path, architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=self._config["n_ctx"])
+        info = ModelInfo(
+            path=path, architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=self._config["n_ctx"]
+        )
         self._events.append(wp.Ready(pid=1, model=info, file_bytes=1, placement=self.placement))
 
     def kill(self) -> None:
@@ -157,8 +168,15 @@ class SimWorker:
             self._done(job, "length")
 
     def _done(self, job: dict[str, Any], reason: str) -> None:
-        self._events.append(wp.Done(job_id=job["job_id"], finish_reason=reason, text=job["text"], prompt_tokens=3,
-                                    completion_tokens=job["index"]))
+        self._events.append(
+            wp.Done(
+                job_id=job["job_id"],
+                finish_reason=reason,
+                text=job["text"],
+                prompt_tokens=3,
+                completion_tokens=job["index"],
+            )
+        )
 
 
 class _Planner:
@@ -169,8 +187,15 @@ class _Planner:
         return self.plan(budget_mib)
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True,
-                           warning=warning)
+        return PlanOutcome(
+            budget_mib,
+            Placement(),
+            Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0),
+            0.0,
+            0.0,
+            True,
+            warning=warning,
+        )
 
     def dry_run_child_mib(self) -> int:
         return 0  # no GPU: dry runs take no VRAM
@@ -183,12 +208,24 @@ class Daemon:
     def __init__(self, max_worker_restarts: int = 1000) -> None:
         self.sent: list[list[bytes]] = []
         self.worker = SimWorker()
-        engine = EngineSettings(always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts)
-        self.core = DaemonCore(DaemonSettings(engine=engine), KEY, lambda identity, frames: self.sent.append(frames),
-                               self.worker, clock=lambda: 100.0)
-        self.service = DaemonService(self.core, _Planner(), _Planner().plan(0), Placement(),  # type: ignore[arg-type]
-                                     lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-                                     planner_for=lambda path, base: _Planner())  # type: ignore[arg-type,return-value]
+        engine = EngineSettings(
+            always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts
+        )
+        self.core = DaemonCore(
+            DaemonSettings(engine=engine),
+            KEY,
+            lambda identity, frames: self.sent.append(frames),
+            self.worker,
+            clock=lambda: 100.0,
+        )
+        self.service = DaemonService(
+            self.core,
+            _Planner(),
+            _Planner().plan(0),
+            Placement(),  # type: ignore[arg-type]
+            lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
+            planner_for=lambda path, base: _Planner(),
+        )  # type: ignore[arg-type,return-value]
         self.budget, self.switch = self.service.budget, self.service.switch
         self.requests: dict[str, str] = {}  # msg_id -> type
         self.worker.start()
@@ -285,8 +322,12 @@ def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000)
             header = new_header("generate_request", session_id=sessions[0])
             cancel = new_header("cancel_request")
             daemon.requests.update({header.msg_id: header.type, cancel.msg_id: cancel.type})
-            daemon.service.on_messages([[IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
-                                        [IDENTITY, *pack_message(KEY, cancel, CancelRequest(target_msg_id=header.msg_id))]])
+            daemon.service.on_messages(
+                [
+                    [IDENTITY, *pack_message(KEY, header, GenerateRequest(text="hi", max_tokens=2))],
+                    [IDENTITY, *pack_message(KEY, cancel, CancelRequest(target_msg_id=header.msg_id))],
+                ]
+            )
         elif kind == "shutdown":
             daemon.request(ShutdownRequest())
             stopped = True

@@ -7,33 +7,30 @@ placement with the GPU visible 586 MiB of CUDA context, CUDA hidden 0). A test m
 the autouse ``_nvml`` fixture too.
 """
 
-
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from daemon_sim import Daemon, SimWorker
 
-import daemon_sim as bookkeeping
 from igi_sdk.daemon import budget_control
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
-from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
-    BudgetAck, CancelReply, CancelRequest, CreateSessionRequest, ErrorReply, GenerateReply, GenerateRequest,
-    LoadModelReply, LoadModelRequest, Message, ReclaimRequest, SetBudgetRequest, ShutdownRequest, TokenEvent,
+    BudgetAck,
+    CreateSessionRequest,
+    Message,
+    ReclaimRequest,
+    SetBudgetRequest,
+    TokenEvent,
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetPolicyState
-
-from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
 GPU_PLACEMENT = Placement(n_gpu_layers=-1)
 CPU_PLACEMENT = Placement(n_gpu_layers=0, op_offload=False, offload_kqv=False)
@@ -113,8 +110,9 @@ class GpuSimWorker(SimWorker):
         self.commands.append((self.pid, command))
         if isinstance(command, wp.Generate):
             base = len(command.continue_tokens)
-            self._queue.append({"job_id": command.job_id, "left": command.max_tokens, "index": 0, "text": "",
-                                "base": base})
+            self._queue.append(
+                {"job_id": command.job_id, "left": command.max_tokens, "index": 0, "text": "", "base": base}
+            )
             return
         super().send(command)
 

@@ -35,12 +35,20 @@ Handler = Callable[[Header, m.Message], list[tuple[float, m.Message]]]
 class FakeDaemon:
     """Answers hello and heartbeats itself, everything else through ``handler``; silent while ``paused`` is set."""
 
-    def __init__(self, tmp_path: Path, handler: Handler, client_timeout_s: float = 30.0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, heartbeat_interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        handler: Handler,
+        client_timeout_s: float = 30.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        heartbeat_interval_s: float | None = None,
+    ) -> None:
         self.connection_file = tmp_path / "connection.json"
         self.handler = handler
         self.client_timeout_s = client_timeout_s
-        self.heartbeat_interval_s = min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
+        self.heartbeat_interval_s = (
+            min(1.0, client_timeout_s / 4) if heartbeat_interval_s is None else heartbeat_interval_s
+        )
         self.limits = Limits(max_frame_bytes=max_frame_bytes)  # its socket has the daemon's cap, 2 x max_frame_bytes
         self.received: list[str] = []  # message types, hello and heartbeats left out
         self.heartbeats = 0
@@ -59,8 +67,9 @@ class FakeDaemon:
 
     def _serve(self) -> None:
         context = zmq.Context()
-        socket, endpoint = bind_router(context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(
-            self.limits.max_frame_bytes, linger_ms=0))
+        socket, endpoint = bind_router(
+            context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(self.limits.max_frame_bytes, linger_ms=0)
+        )
         self._port = int(endpoint.rsplit(":", 1)[1])
         self._ready.set()
         try:
@@ -87,13 +96,27 @@ class FakeDaemon:
         header, message = unpack_message(bytes.fromhex(KEY), frames, max_frame_bytes=self.limits.max_frame_bytes)
         if isinstance(message, m.HelloRequest) and self.refuse_hellos > 0:
             self.refuse_hellos -= 1
-            replies: list[tuple[float, m.Message]] = [(0.0, m.ErrorReply(
-                code=ErrorCode.UNSUPPORTED_VERSION, message="2.0 only", detail={"supported": ["2.0"]}))]
+            replies: list[tuple[float, m.Message]] = [
+                (
+                    0.0,
+                    m.ErrorReply(code=ErrorCode.UNSUPPORTED_VERSION, message="2.0 only", detail={"supported": ["2.0"]}),
+                )
+            ]
         elif isinstance(message, m.HelloRequest):
             self.hello_identities.append(identity)
-            replies = [(0.0, m.HelloReply(
-                daemon_version="0", protocol_version="1.0", heartbeat_interval_s=self.heartbeat_interval_s,
-                client_timeout_s=self.client_timeout_s, limits=self.limits, model=None))]
+            replies = [
+                (
+                    0.0,
+                    m.HelloReply(
+                        daemon_version="0",
+                        protocol_version="1.0",
+                        heartbeat_interval_s=self.heartbeat_interval_s,
+                        client_timeout_s=self.client_timeout_s,
+                        limits=self.limits,
+                        model=None,
+                    ),
+                )
+            ]
         elif isinstance(message, m.HeartbeatRequest):
             self.heartbeats += 1
             replies = [(0.0, m.HeartbeatReply(uptime_s=1.0))]
@@ -110,8 +133,16 @@ class FakeDaemon:
 
 
 def _status_reply() -> m.StatusReply:
-    return m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
-                         counters={}, uptime_s=1.0)
+    return m.StatusReply(
+        model=None,
+        vram_budget_mib=None,
+        plan=None,
+        vram_used_mib=None,
+        n_sessions=0,
+        queue_depth=0,
+        counters={},
+        uptime_s=1.0,
+    )
 
 
 class SlowGenerator:
@@ -123,9 +154,15 @@ class SlowGenerator:
     def __call__(self, header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
         if isinstance(message, m.GenerateRequest):
             out: list[tuple[float, m.Message]] = [
-                (i * self.period, m.TokenEvent(index=i, text=f"t{i}", token_id=i)) for i in range(self.n)]
+                (i * self.period, m.TokenEvent(index=i, text=f"t{i}", token_id=i)) for i in range(self.n)
+            ]
             usage = Usage(prompt_tokens=3, completion_tokens=self.n)
-            out.append((self.n * self.period, m.GenerateReply(finish_reason="stop", text="x" * self.n, usage=usage, ttft_s=0.01, tps=10.0)))
+            out.append(
+                (
+                    self.n * self.period,
+                    m.GenerateReply(finish_reason="stop", text="x" * self.n, usage=usage, ttft_s=0.01, tps=10.0),
+                )
+            )
             return out
         if isinstance(message, m.CancelRequest):
             return [(0.0, m.CancelReply(cancelled=True))]

@@ -16,17 +16,15 @@ from typing import Any
 
 import pytest
 import zmq
+from scheduled_daemon import FakeDaemon  # noqa: E402  (tests/unit on sys.path, as the other client tests)
 
-from igi_sdk.client import async_client
-from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError
+from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError, async_client
 from igi_sdk.client.async_client import MIN_HEARTBEAT_INTERVAL_S
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.values import Usage
-
-from scheduled_daemon import FakeDaemon  # noqa: E402  (tests/unit on sys.path, as the other client tests)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,11 +39,21 @@ def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
     daemon of ``scheduled_daemon`` answering at once with what ``handler`` returns."""
     started: list[FakeDaemon] = []
 
-    def start(handler: Handler, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, client_timeout_s: float = 30.0,
-              heartbeat_interval_s: float | None = None) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, lambda header, message: [(0.0, r) for r in handler(header, message)],
-                                  client_timeout_s=client_timeout_s, max_frame_bytes=max_frame_bytes,
-                                  heartbeat_interval_s=heartbeat_interval_s))
+    def start(
+        handler: Handler,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        client_timeout_s: float = 30.0,
+        heartbeat_interval_s: float | None = None,
+    ) -> FakeDaemon:
+        started.append(
+            FakeDaemon(
+                tmp_path,
+                lambda header, message: [(0.0, r) for r in handler(header, message)],
+                client_timeout_s=client_timeout_s,
+                max_frame_bytes=max_frame_bytes,
+                heartbeat_interval_s=heartbeat_interval_s,
+            )
+        )
         return started[-1]
 
     yield start
@@ -56,8 +64,16 @@ def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
 def _status_reply(content_bytes: int) -> m.StatusReply:
     """A status_reply whose content frame is at least ``content_bytes`` long (many 31-character counter names)."""
     n = content_bytes // 36 + 1
-    return m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0, queue_depth=0,
-                         counters={f"c{i:030d}": 70_000 for i in range(n)}, uptime_s=1.0)
+    return m.StatusReply(
+        model=None,
+        vram_budget_mib=None,
+        plan=None,
+        vram_used_mib=None,
+        n_sessions=0,
+        queue_depth=0,
+        counters={f"c{i:030d}": 70_000 for i in range(n)},
+        uptime_s=1.0,
+    )
 
 
 def _content_size(message: m.Message) -> int:
@@ -107,8 +123,11 @@ def test_a_frame_over_the_socket_cap_ends_in_daemon_gone_not_a_hang(fake_daemon:
     (PROTOCOL.md 11), failing what waits with DaemonUnavailableError: a send on a DEALER with no peer left must not
     block its heartbeat loop (or a request) forever."""
     replies = [_status_reply(300 * 1024)]
-    daemon = fake_daemon(lambda header, message: [replies.pop(0)] if replies else [_status_reply(100)],
-                         max_frame_bytes=64 * 1024, client_timeout_s=4.0)
+    daemon = fake_daemon(
+        lambda header, message: [replies.pop(0)] if replies else [_status_reply(100)],
+        max_frame_bytes=64 * 1024,
+        client_timeout_s=4.0,
+    )
 
     async def main() -> None:
         async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
@@ -128,7 +147,8 @@ def test_a_frame_over_the_socket_cap_ends_in_daemon_gone_not_a_hang(fake_daemon:
 
 
 def test_a_request_failed_while_its_send_waits_is_not_sent_after_a_reconnect(
-        fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request whose send is being retried (no peer after an over-cap cut) is failed with DaemonUnavailableError
     when the daemon is declared gone. With reconnect=True the client may have handshaken again before the request's
     next try; the request must not then go out on the new connection: the daemon would run a request its caller was
@@ -183,10 +203,16 @@ def test_a_duplicate_msg_id_error_is_not_the_terminal_reply(fake_daemon: Callabl
     def handler(header: Header, message: m.Message) -> list[m.Message]:
         if isinstance(message, m.GenerateRequest):
             return [
-                m.TokenEvent(index=0, text="Hel", token_id=1), _duplicate_msg_id_error(),
+                m.TokenEvent(index=0, text="Hel", token_id=1),
+                _duplicate_msg_id_error(),
                 m.TokenEvent(index=1, text="lo", token_id=2),
-                m.GenerateReply(finish_reason="stop", text="Hello", usage=Usage(prompt_tokens=3, completion_tokens=2),
-                                ttft_s=0.01, tps=10.0),
+                m.GenerateReply(
+                    finish_reason="stop",
+                    text="Hello",
+                    usage=Usage(prompt_tokens=3, completion_tokens=2),
+                    ttft_s=0.01,
+                    tps=10.0,
+                ),
             ]
         if isinstance(message, m.StatusRequest):
             return [_duplicate_msg_id_error(), _status_reply(100)]
@@ -210,15 +236,17 @@ def test_a_duplicate_msg_id_error_is_not_the_terminal_reply(fake_daemon: Callabl
 
 
 def test_a_send_retried_on_a_full_socket_is_not_overtaken_by_a_later_request(
-        fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_daemon: Callable[..., FakeDaemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Sends the DEALER cannot take now (zmq.Again: no peer, or at its high-water mark) are retried; a request made
     later must wait its turn, or the daemon would see this client's requests out of order."""
     received: list[str] = []
 
     def handler(header: Header, message: m.Message) -> list[m.Message]:
         received.append(message.type)
-        return [_status_reply(10)] if isinstance(message, m.StatusRequest) else [
-            m.CreateSessionReply(session_id="npc_1")]
+        return (
+            [_status_reply(10)] if isinstance(message, m.StatusRequest) else [m.CreateSessionReply(session_id="npc_1")]
+        )
 
     daemon = fake_daemon(handler)
 
@@ -245,8 +273,9 @@ def test_a_send_retried_on_a_full_socket_is_not_overtaken_by_a_later_request(
 
 
 @pytest.mark.parametrize("announced_s", [1e-6, 0.0])
-def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(fake_daemon: Callable[..., FakeDaemon],
-                                                          announced_s: float) -> None:
+def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(
+    fake_daemon: Callable[..., FakeDaemon], announced_s: float
+) -> None:
     """PROTOCOL.md 11.1: heartbeats at most every 0.1 s. A hello_reply announcing 1e-6 s (or 0, both valid) made the
     heartbeat loop spin: thousands of heartbeats a second and a busy core."""
     daemon = fake_daemon(lambda header, message: [], heartbeat_interval_s=announced_s)

@@ -19,15 +19,32 @@ from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
 
-NEVER_CACHED = (lambda prefix: False)
+NEVER_CACHED = lambda prefix: False
 
 
-def _run(seq_no: int, prompt_len: int, *, priority: int = 0, slot: int | None = None, prefill_pos: int = 0,
-         pending: int | None = None, prefix_tokens: int = 0, slots: SlotTable | None = None) -> Running:
+def _run(
+    seq_no: int,
+    prompt_len: int,
+    *,
+    priority: int = 0,
+    slot: int | None = None,
+    prefill_pos: int = 0,
+    pending: int | None = None,
+    prefix_tokens: int = 0,
+    slots: SlotTable | None = None,
+) -> Running:
     prompt = list(range(100, 100 + prompt_len))
     req = BatchRequest(f"s{seq_no}", prompt, max_tokens=8, priority=priority, prefix_tokens=prefix_tokens)
-    run = Running(req=req, handle=RequestHandle(f"r{seq_no}", req.session_id), seq_no=seq_no, prompt=prompt,
-                  t_submit=0.0, stream=HoldingTextStream(), prefill_pos=prefill_pos, pending=pending)
+    run = Running(
+        req=req,
+        handle=RequestHandle(f"r{seq_no}", req.session_id),
+        seq_no=seq_no,
+        prompt=prompt,
+        t_submit=0.0,
+        stream=HoldingTextStream(),
+        prefill_pos=prefill_pos,
+        pending=pending,
+    )
     if slot is not None:
         table = slots or SlotTable(8)
         run.slot = table.slots[slot]
@@ -121,9 +138,21 @@ def test_batch_tier_is_the_ceiling_tier() -> None:
         batch_tier(0)
 
 
-SMOLLM2 = ModelTable(path="smollm2.gguf", architecture="llama", n_layer=30, n_embd=576, n_head=9, n_head_kv=3,
-                     n_embd_head_k=64, n_embd_head_v=64, n_ff=1536, n_vocab=49152, n_ctx_train=8192,
-                     file_bytes=98_362_432, tensors=())
+SMOLLM2 = ModelTable(
+    path="smollm2.gguf",
+    architecture="llama",
+    n_layer=30,
+    n_embd=576,
+    n_head=9,
+    n_head_kv=3,
+    n_embd_head_k=64,
+    n_embd_head_v=64,
+    n_ff=1536,
+    n_vocab=49152,
+    n_ctx_train=8192,
+    file_bytes=98_362_432,
+    tensors=(),
+)
 
 
 def test_sessions_sizing_matches_llama_cpp_dry_run() -> None:

@@ -12,10 +12,24 @@ from igi_sdk.bench.summary import summarize_groups
 
 
 def _rec(run_id: str, method: str, e2e: float, layers: int, budget: int = 2048, **extra: Any) -> dict[str, Any]:
-    return {"run_id": run_id, "model": "m", "model_path": "/x/m.gguf", "method": method, "candidate": f"ngl {layers}",
-            "budget_mib": budget, "n_ctx": 4096, "prompt_tokens": 1024, "reply_tokens": 64, "status": "ok",
-            "e2e_s": e2e, "ttft_s": 0.1, "tps": 10.0, "budget_violation": False,
-            "placement": {"n_gpu_layers": layers}, **extra}
+    return {
+        "run_id": run_id,
+        "model": "m",
+        "model_path": "/x/m.gguf",
+        "method": method,
+        "candidate": f"ngl {layers}",
+        "budget_mib": budget,
+        "n_ctx": 4096,
+        "prompt_tokens": 1024,
+        "reply_tokens": 64,
+        "status": "ok",
+        "e2e_s": e2e,
+        "ttft_s": 0.1,
+        "tps": 10.0,
+        "budget_violation": False,
+        "placement": {"n_gpu_layers": layers},
+        **extra,
+    }
 
 
 def test_a_challenger_faster_or_within_the_margin_is_a_close_call() -> None:
@@ -52,7 +66,9 @@ def test_over_loads_averages_every_load_of_both_and_is_at_least_one() -> None:
     assert got["loads"] == 3 and got["planner_e2e_s"] == [2.0, 2.1, 1.9] and got["challenger_e2e_s"] == [1.8, 2.4, 2.1]
     assert got["planner_vs_oracle_over_loads"] == 1.0  # 2.0 mean against 2.1: the planner was faster on average
     confirms[1]["e2e_s"], confirms[3]["e2e_s"] = 1.8, 1.8  # now the challenger averages 1.8
-    assert over_loads([planner, challenger, *confirms])["planner_vs_oracle_over_loads"] == pytest.approx(2.0 / 1.8, abs=1e-3)
+    assert over_loads([planner, challenger, *confirms])["planner_vs_oracle_over_loads"] == pytest.approx(
+        2.0 / 1.8, abs=1e-3
+    )
     assert over_loads([planner, challenger, *confirms[:1]]) is None  # the challenger was never confirmed
 
 

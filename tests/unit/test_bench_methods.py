@@ -16,7 +16,9 @@ H200 = reference_profile("h200")
 OPTIONS = PlannerOptions(n_threads=16)
 
 
-def _group(shape: str, budget: int, n_ctx: int = 4096, prompt: int = 1024, reply: int = 64, **kw: object) -> m.GroupPlan:
+def _group(
+    shape: str, budget: int, n_ctx: int = 4096, prompt: int = 1024, reply: int = 64, **kw: object
+) -> m.GroupPlan:
     table = table_from_shape(REFERENCE_SHAPES[shape], name=shape)
     workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
     return m.plan_group(table, budget, workload, kw.pop("profile", H200), ComputeBufferTable(), OPTIONS, **kw)  # type: ignore[arg-type]

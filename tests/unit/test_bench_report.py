@@ -6,23 +6,51 @@ import json
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.bench.report import MERGED_JSON, MERGED_MD, merge, render_markdown, load_results
+from igi_sdk.bench.report import MERGED_JSON, MERGED_MD, load_results, merge, render_markdown
 from igi_sdk.bench.summary import summarize_groups
 
 
-def rec(method: str, e2e: float | None, *, budget: int = 4096, ttft: float = 0.5, tps: float = 20.0,
-        peak: float | None = 3000.0, status: str = "ok", model: str = "m", candidate: str = "") -> dict[str, Any]:
-    return {"model": model, "method": method, "candidate": candidate or method, "strategy": method,
-            "budget_mib": budget, "n_ctx": 4096, "prompt_tokens": 1024, "reply_tokens": 64, "status": status,
-            "error": None if status == "ok" else "boom", "ttft_s": ttft, "tps": tps, "e2e_s": e2e,
-            "peak_vram_mib": peak, "predicted_vram_mib": 3500.0,
-            "budget_violation": None if peak is None else peak > budget}
+def rec(
+    method: str,
+    e2e: float | None,
+    *,
+    budget: int = 4096,
+    ttft: float = 0.5,
+    tps: float = 20.0,
+    peak: float | None = 3000.0,
+    status: str = "ok",
+    model: str = "m",
+    candidate: str = "",
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "method": method,
+        "candidate": candidate or method,
+        "strategy": method,
+        "budget_mib": budget,
+        "n_ctx": 4096,
+        "prompt_tokens": 1024,
+        "reply_tokens": 64,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "ttft_s": ttft,
+        "tps": tps,
+        "e2e_s": e2e,
+        "peak_vram_mib": peak,
+        "predicted_vram_mib": 3500.0,
+        "budget_violation": None if peak is None else peak > budget,
+    }
 
 
 def test_planner_vs_oracle_uses_the_best_in_budget_run_and_ignores_violators() -> None:
-    runs = [rec("planner", 2.0, ttft=0.2, tps=40.0), rec("max_ngl", 4.0, ttft=0.6, tps=20.0),
-            rec("all_cpu", 8.0, ttft=1.0, tps=10.0), rec("oracle", 1.6, candidate="fast one"),
-            rec("oracle", 1.0, peak=5000.0, candidate="over budget"), rec("oracle", None, status="error")]
+    runs = [
+        rec("planner", 2.0, ttft=0.2, tps=40.0),
+        rec("max_ngl", 4.0, ttft=0.6, tps=20.0),
+        rec("all_cpu", 8.0, ttft=1.0, tps=10.0),
+        rec("oracle", 1.6, candidate="fast one"),
+        rec("oracle", 1.0, peak=5000.0, candidate="over budget"),
+        rec("oracle", None, status="error"),
+    ]
     (row,) = summarize_groups(runs)
     assert row["oracle_best_candidate"] == "fast one" and row["oracle_best_e2e_s"] == 1.6
     assert row["planner_vs_oracle"] == 1.25
@@ -43,14 +71,21 @@ def test_without_a_measured_sweep_there_is_no_oracle_ratio() -> None:
     (row,) = summarize_groups(runs)
     assert row["n_oracle_sweep"] == 0 and row["planner_vs_oracle"] is None
     assert row["planner_vs_best"] == 1.0 and row["oracle_best_method"] == "planner"
-    md = render_markdown({"metas": [{"model": "m", "vram_basis": "device", "timing": "t"}], "runs": runs,
-                          "summary": summarize_groups(runs)})
+    md = render_markdown(
+        {
+            "metas": [{"model": "m", "vram_basis": "device", "timing": "t"}],
+            "runs": runs,
+            "summary": summarize_groups(runs),
+        }
+    )
     assert "| m | 4096 | 4096 | planner | 1.000 | planner 1.000 | no sweep (1.00) |" in md
     # a sweep with nothing beyond the core runs, or pruned whole, is covered
     for status in ("not_applicable", "pruned"):
         (row,) = summarize_groups([rec("planner", 1.0), rec("max_ngl", 3.0), rec("oracle", None, status=status)])
         assert row["planner_vs_oracle"] == 1.0 and row["n_oracle_pruned"] == (status == "pruned")
-    (row,) = summarize_groups([rec("planner", 1.0), rec("oracle", None, status="pruned"), rec("oracle", None, status="skipped")])
+    (row,) = summarize_groups(
+        [rec("planner", 1.0), rec("oracle", None, status="pruned"), rec("oracle", None, status="skipped")]
+    )
     assert row["planner_vs_oracle"] is None
 
 
@@ -58,8 +93,13 @@ def test_pruning_compares_the_prediction_with_the_best_measured_run_of_the_same_
     from igi_sdk.bench.runner import pruned_reason
 
     cand = {**rec("oracle", None, status="planned"), "predicted_e2e_s": 7.0}
-    done = [rec("planner", 2.0), rec("max_ngl", 3.0), rec("oracle", 0.5, peak=5000.0),  # over budget: not a bound
-            rec("all_cpu", 1.0, budget=2048), rec("oracle", 1.0, status="error")]
+    done = [
+        rec("planner", 2.0),
+        rec("max_ngl", 3.0),
+        rec("oracle", 0.5, peak=5000.0),  # over budget: not a bound
+        rec("all_cpu", 1.0, budget=2048),
+        rec("oracle", 1.0, status="error"),
+    ]
     why = pruned_reason(cand, done + [cand], 3.0)
     assert why is not None and "7.00 s > 3 x the group's best measured 2.00 s" in why
     assert pruned_reason(cand, done, 4.0) is None  # 7 <= 4 x 2
@@ -84,11 +124,22 @@ def test_no_nvml_means_no_violation_and_every_ok_run_counts() -> None:
 
 
 def test_markdown_has_a_table_per_model_and_context_and_flags_failures() -> None:
-    runs = [rec("planner", 2.0), rec("max_ngl", 4.0), rec("oracle", 1.5), rec("all_gpu", None, status="over_budget"),
-            rec("planner", 1.0, budget=8192), rec("max_ngl", None, budget=8192, status="error"),
-            rec("planner", 1.0, budget=2048, peak=2500.0)]
-    md = render_markdown({"metas": [{"model": "m", "vram_basis": "device", "timing": "t"}], "runs": runs,
-                          "summary": summarize_groups(runs)})
+    runs = [
+        rec("planner", 2.0),
+        rec("max_ngl", 4.0),
+        rec("oracle", 1.5),
+        rec("all_gpu", None, status="over_budget"),
+        rec("planner", 1.0, budget=8192),
+        rec("max_ngl", None, budget=8192, status="error"),
+        rec("planner", 1.0, budget=2048, peak=2500.0),
+    ]
+    md = render_markdown(
+        {
+            "metas": [{"model": "m", "vram_basis": "device", "timing": "t"}],
+            "runs": runs,
+            "summary": summarize_groups(runs),
+        }
+    )
     assert "## m, n_ctx 4096, prompt 1024, reply 64" in md
     assert "| 4096 | 0.500 / 20.0 / 3000 | 0.500 / 20.0 / 3000 | over budget (pred 3500) |" in md
     assert "ERROR" in md and "failed: m ctx 4096 budget 8192 max_ngl" in md

@@ -101,8 +101,11 @@ def test_pynvml_reader_matches_this_pid_only() -> None:
     class NVMLError(Exception):
         pass
 
-    procs = [SimpleNamespace(pid=11, usedGpuMemory=5 * MIB), SimpleNamespace(pid=22, usedGpuMemory=None),
-             SimpleNamespace(pid=33, usedGpuMemory=7 * MIB)]
+    procs = [
+        SimpleNamespace(pid=11, usedGpuMemory=5 * MIB),
+        SimpleNamespace(pid=22, usedGpuMemory=None),
+        SimpleNamespace(pid=33, usedGpuMemory=7 * MIB),
+    ]
     fake = SimpleNamespace(
         NVMLError=NVMLError,
         nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",

@@ -15,10 +15,9 @@ import warnings
 from collections.abc import Callable
 
 import pytest
+from scheduled_daemon import FakeDaemon, SlowGenerator, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 from igi_sdk.client import Client, DaemonUnavailableError, blocking
-
-from scheduled_daemon import FakeDaemon, SlowGenerator, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,12 +15,11 @@ import threading
 import time
 
 import pytest
+from scheduled_daemon import FakeDaemon, SlowGenerator, _status_reply, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError, StreamClosedError
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import Header
-
-from scheduled_daemon import FakeDaemon, SlowGenerator, _status_reply, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,7 +100,7 @@ def test_polling_a_stream_with_wait_for_loses_nothing(fake_daemon) -> None:
                     break
                 except ClientTimeoutError:
                     raise
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 tokens.append(event.text)
             assert tokens == [f"t{i}" for i in range(5)]

@@ -93,7 +93,11 @@ def test_only_the_loopback_hosts_the_transport_binds_are_accepted() -> None:
     for ip in ("127.0.0.2", "::2", "10.0.0.1"):
         with pytest.raises(ValidationError, match="loopback"):
             DaemonSettings(ipc={"ip": ip})
-    for ip, endpoint in (("127.0.0.1", "tcp://127.0.0.1:*"), ("localhost", "tcp://127.0.0.1:*"), ("::1", "tcp://[::1]:*")):
+    for ip, endpoint in (
+        ("127.0.0.1", "tcp://127.0.0.1:*"),
+        ("localhost", "tcp://127.0.0.1:*"),
+        ("::1", "tcp://[::1]:*"),
+    ):
         server = DaemonServer(DaemonSettings(ipc={"ip": ip}))
         assert check_endpoint(server._endpoint()) == endpoint
 
@@ -107,7 +111,7 @@ def test_a_small_context_with_the_default_prompt_limit_is_accepted() -> None:
 def test_the_governor_law_is_a_settings_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/governor.md's parameters reach the daemon's governor through the settings ([governor],
     IGI_GOVERNOR__*, flags), with the usual precedence."""
-    from igi_sdk.daemon.__main__ import build_parser, _cli_values
+    from igi_sdk.daemon.__main__ import _cli_values, build_parser
     from igi_sdk.daemon.core import _make_governor
 
     toml = _toml(tmp_path, "[governor]\nrelax_hold_s = 2.0\nbudget_shrink_after_s = 9.0\n")

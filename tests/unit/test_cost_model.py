@@ -16,8 +16,9 @@ EXPERTS_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)_exps\.weigh
 FFN_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)\.weight$", device="CPU")
 
 
-def predict(shape: str, placement: Placement, workload: Workload, profile: Profile | None = None,
-            n_threads: int | None = None) -> Prediction:
+def predict(
+    shape: str, placement: Placement, workload: Workload, profile: Profile | None = None, n_threads: int | None = None
+) -> Prediction:
     s = summarize(table_from_shape(REFERENCE_SHAPES[shape]))
     profile = profile or reference_profile("h200")
     cm = CostModel(s, profile, n_threads=n_threads)
@@ -31,9 +32,16 @@ LONG = Workload(prompt_tokens=8192, reply_tokens=32, n_ctx=16384)
 def test_dense_8b_decode_order_matches_engine_facts() -> None:
     # measured TPS: all GPU 324 > ngl 20 34.6 > ngl 10 20.5 ~ attention+KV on GPU 19.3 > all CPU 14.1
     p = Placement(n_ctx=4096)
-    tps = {name: predict("llama_8b", pl, SHORT).decode_tps for name, pl in {
-        "all_gpu": p.with_(n_gpu_layers=99), "ngl20": p.with_(n_gpu_layers=20), "ngl10": p.with_(n_gpu_layers=10),
-        "attn_gpu": p.with_(n_gpu_layers=99, rules=(FFN_CPU,)), "all_cpu": p.with_(n_gpu_layers=0)}.items()}
+    tps = {
+        name: predict("llama_8b", pl, SHORT).decode_tps
+        for name, pl in {
+            "all_gpu": p.with_(n_gpu_layers=99),
+            "ngl20": p.with_(n_gpu_layers=20),
+            "ngl10": p.with_(n_gpu_layers=10),
+            "attn_gpu": p.with_(n_gpu_layers=99, rules=(FFN_CPU,)),
+            "all_cpu": p.with_(n_gpu_layers=0),
+        }.items()
+    }
     assert tps["all_gpu"] > 5 * tps["ngl20"]
     assert tps["ngl20"] > tps["ngl10"] > tps["all_cpu"]
     assert tps["ngl20"] > tps["attn_gpu"] > tps["all_cpu"]
@@ -73,7 +81,10 @@ def test_moe_experts_on_cpu_beat_whole_layers_with_half_the_vram() -> None:
 
 def test_fewer_threads_slow_cpu_decode() -> None:
     p = Placement(n_ctx=4096, n_gpu_layers=0)
-    assert predict("llama_8b", p, SHORT, n_threads=8).decode_tps < 0.7 * predict("llama_8b", p, SHORT, n_threads=16).decode_tps
+    assert (
+        predict("llama_8b", p, SHORT, n_threads=8).decode_tps
+        < 0.7 * predict("llama_8b", p, SHORT, n_threads=16).decode_tps
+    )
 
 
 def test_long_context_costs_more_and_parallel_sessions_aggregate() -> None:
@@ -91,7 +102,10 @@ def test_reload_time_counts_when_budget_changes_are_frequent() -> None:
     mmap, pinned = predict("qwen3_30b_a3b", p, churn), predict("qwen3_30b_a3b", p.with_(load_mode="pinned"), churn)
     assert pinned.reload_s > 5 * mmap.reload_s  # measured 9-12.6 s vs 0.4-0.6 s
     assert pinned.e2e_s > mmap.e2e_s  # ... which outweighs the faster prefill
-    steady_m, steady_p = predict("qwen3_30b_a3b", p, SHORT), predict("qwen3_30b_a3b", p.with_(load_mode="pinned"), SHORT)
+    steady_m, steady_p = (
+        predict("qwen3_30b_a3b", p, SHORT),
+        predict("qwen3_30b_a3b", p.with_(load_mode="pinned"), SHORT),
+    )
     assert steady_p.ttft_s < steady_m.ttft_s
 
 
@@ -136,8 +150,9 @@ def test_gpu_moe_prefill_efficiency_slows_expert_compute_only() -> None:
     ref = reference_profile("h200")
     assert ref.gpu is not None and ref.gpu.moe_prefill_efficiency == 1.0
     slow = ref.model_copy(update={"gpu": ref.gpu.model_copy(update={"moe_prefill_efficiency": 0.3})})
-    streamed = Placement(n_ctx=16384, n_ubatch=2048, n_batch=2048, load_mode="pinned", n_gpu_layers=99,
-                         rules=(EXPERTS_CPU,))
+    streamed = Placement(
+        n_ctx=16384, n_ubatch=2048, n_batch=2048, load_mode="pinned", n_gpu_layers=99, rules=(EXPERTS_CPU,)
+    )
     resident = streamed.with_(rules=())
     for pl in (streamed, resident):
         base, eff = predict("qwen3_30b_a3b", pl, LONG, ref), predict("qwen3_30b_a3b", pl, LONG, slow)

@@ -9,42 +9,53 @@ every request with exactly one terminal reply, token events consecutive and befo
 
 from __future__ import annotations
 
-import tempfile
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from daemon_sim import (  # noqa: F401
+    ACTIONS,
+    IDENTITY,
+    KEY,
+    MODELS,
+    WORKDIR,
+    Daemon,
+    SimWorker,
+    check_exactly_one_terminal_reply,
+    run_actions,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
-from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.liveness import expire_clients, expire_sessions
-from igi_sdk.daemon.model_switch import ModelSwitch
-from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.sessions import SessionTable
-from igi_sdk.daemon.supervisor import WorkerGone
-from igi_sdk.daemon.worker_events import handle_worker_death, handle_worker_event
+from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.codec import packb, to_wire
-from igi_sdk.ipc.frames import MAGIC, pack_message, unpack_message
-from igi_sdk.ipc.signing import sign
+from igi_sdk.ipc.frames import MAGIC, pack_message
 from igi_sdk.ipc.messages import (
-    BudgetAck, CancelReply, CancelRequest, CloseSessionRequest, CreateSessionReply, CreateSessionRequest, ErrorReply,
-    GenerateReply, GenerateRequest, HeartbeatRequest, HelloRequest, LoadModelReply, LoadModelRequest, LoadSessionRequest, Message, ReclaimRequest, SaveSessionReply,
-    SaveSessionRequest, SetBudgetRequest, ShutdownRequest, StatusRequest, TokenEvent,
+    BudgetAck,
+    CancelReply,
+    CancelRequest,
+    CreateSessionRequest,
+    ErrorReply,
+    GenerateReply,
+    GenerateRequest,
+    HeartbeatRequest,
+    HelloRequest,
+    LoadModelReply,
+    LoadModelRequest,
+    LoadSessionRequest,
+    Message,
+    ReclaimRequest,
+    SaveSessionReply,
+    SaveSessionRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
+    StatusRequest,
+    TokenEvent,
 )
-from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.placement import Placement
-from igi_sdk.synthetic import write_synthetic_gguf
-
-from daemon_sim import (  # noqa: F401
-    ACTIONS, IDENTITY, KEY, MODELS, WORKDIR, Daemon, SimWorker, check_exactly_one_terminal_reply, run_actions,
-)
+from igi_sdk.ipc.signing import sign
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,16 +68,29 @@ def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ACTIONS, max_size=30))
-def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(actions: list[tuple[Any, ...]]) -> None:
+def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(
+    actions: list[tuple[Any, ...]],
+) -> None:
     """One restart allowed: a second death leaves the daemon without a model; what was waiting is answered."""
     check_exactly_one_terminal_reply(run_actions(actions, max_worker_restarts=1))
 
 
 def test_worker_death_mid_generation_fails_forwarded_generations() -> None:
-    actions: list[tuple[Any, ...]] = [("create",), ("create",), ("generate", 0, 4), ("generate", 1, 3), ("step", 2), ("kill",)]
+    actions: list[tuple[Any, ...]] = [
+        ("create",),
+        ("create",),
+        ("generate", 0, 4),
+        ("generate", 1, 3),
+        ("step", 2),
+        ("kill",),
+    ]
     daemon = run_actions(actions)
     check_exactly_one_terminal_reply(daemon)
-    finals = {h.parent_id: m for h, m in daemon.replies() if not isinstance(m, TokenEvent) and m.type != "create_session_reply"}
+    finals = {
+        h.parent_id: m
+        for h, m in daemon.replies()
+        if not isinstance(m, TokenEvent) and m.type != "create_session_reply"
+    }
     streamed = [m for m in finals.values() if isinstance(m, GenerateReply)]
     failed = [m for m in finals.values() if isinstance(m, ErrorReply)]
     assert [(m.finish_reason, m.text) for m in streamed] == [("error", "t0 t1 ")]  # partial text of the stream
@@ -160,7 +184,11 @@ def test_a_reclaim_behind_a_set_budget_of_the_same_client_has_the_last_word() ->
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
     daemon.budget.state = daemon.budget.state.model_copy(update={"applied_mib": 4096, "requested_mib": 4096})
     grow, shrink = new_header("set_budget_request"), new_header("reclaim_request")
-    _tick(daemon, (grow, SetBudgetRequest(vram_budget_mib=3000)), (shrink, ReclaimRequest(vram_budget_mib=0, deadline_s=1.0)))
+    _tick(
+        daemon,
+        (grow, SetBudgetRequest(vram_budget_mib=3000)),
+        (shrink, ReclaimRequest(vram_budget_mib=0, deadline_s=1.0)),
+    )
     daemon.pump()
     now[0] += 100.0  # long past any growth hysteresis: a pending growth would apply now
     for _ in range(3):
@@ -174,8 +202,12 @@ def test_priority_messages_still_go_ahead_of_other_clients_messages() -> None:
     status, beat = new_header("status_request"), new_header("heartbeat_request")
     for header in (status, beat):
         daemon.requests[header.msg_id] = header.type
-    daemon.service.on_messages([[b"\x00other", *pack_message(KEY, status, StatusRequest())],
-                                [IDENTITY, *pack_message(KEY, beat, HeartbeatRequest())]])
+    daemon.service.on_messages(
+        [
+            [b"\x00other", *pack_message(KEY, status, StatusRequest())],
+            [IDENTITY, *pack_message(KEY, beat, HeartbeatRequest())],
+        ]
+    )
     assert [h.parent_id for h, _ in daemon.replies()][-2:] == [beat.msg_id, status.msg_id]
 
 

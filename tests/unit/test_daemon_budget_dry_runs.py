@@ -90,8 +90,9 @@ class Rig:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cached: set[int], used_mib: float) -> None:
         self.sent: list[list[bytes]] = []
         self.worker = FakeWorker()
-        self.core = DaemonCore(DaemonSettings(), KEY, lambda identity, frames: self.sent.append(frames), self.worker,
-                               clock=lambda: 100.0)
+        self.core = DaemonCore(
+            DaemonSettings(), KEY, lambda identity, frames: self.sent.append(frames), self.worker, clock=lambda: 100.0
+        )
         self.planner = FakePlanner(cached)
         self.budget = BudgetControl(self.core, self.planner, _outcome(4096, 3700.0, 16))  # type: ignore[arg-type]
         self.used_mib = used_mib
@@ -117,7 +118,9 @@ class Rig:
         return [m for _, m in (unpack_message(KEY, f) for f in self.sent) if isinstance(m, BudgetAck)]
 
 
-def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=3700.0)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
     # 4096 - 3700 MiB leaves no room for a 600 MiB dry-run child: planning may only read the cache
@@ -167,7 +170,8 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
 
 
 def test_planning_with_dry_runs_does_not_hold_the_loop_and_a_newer_target_supersedes_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
     rig.planner.gate.clear()  # the dry runs for 3072 take as long as the test wants
     # returns with the dry runs still blocked on the gate (a call that waited for them would never return)

@@ -7,19 +7,25 @@ only what each race needs (a stop that does not erase events already written, a 
 
 from __future__ import annotations
 
+from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
-    BudgetAck, ErrorReply, LoadModelReply, LoadModelRequest, Message, SetBudgetRequest, StatusReply, StatusRequest,
+    BudgetAck,
+    ErrorReply,
+    LoadModelReply,
+    LoadModelRequest,
+    Message,
+    SetBudgetRequest,
+    StatusReply,
+    StatusRequest,
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.budget import BudgetPolicyState
-
-from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
 PUMPS = 20  # loop iterations enough for any of these races to settle
 
@@ -78,8 +84,11 @@ class FailingReloadWorker(SimWorker):
             return
         if self.is_dead():
             raise WorkerGone("engine worker is not running")
-        self._events.append(wp.Reloaded(req_id=command.req_id, ok=False, message="RuntimeError: cudaMalloc failed",
-                                        placement=command.placement))
+        self._events.append(
+            wp.Reloaded(
+                req_id=command.req_id, ok=False, message="RuntimeError: cudaMalloc failed", placement=command.placement
+            )
+        )
         self._alive = False  # exits once the event is read
 
 
@@ -194,7 +203,9 @@ def test_a_budget_carried_over_a_model_load_needs_no_second_reload() -> None:
     # soon as that worker is ready, without reloading it to the placement it already has
     daemon = _daemon_with(StoppingWorker())
     settings = daemon.core.settings
-    daemon.core.settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"always_reload": False})})
+    daemon.core.settings = settings.model_copy(
+        update={"engine": settings.engine.model_copy(update={"always_reload": False})}
+    )
     planner = _on_gpu(daemon, 4096)  # 4096 -> 512 changes the placement: the shrink needs a reload, so it is queued
     daemon.switch._planner_for = lambda path, base: planner  # type: ignore[assignment,return-value]
     budget, _ = _queue_budget_then_load(daemon, LoadModelRequest(model_path=MODELS["tiny"]))

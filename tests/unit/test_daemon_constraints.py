@@ -8,8 +8,9 @@ the typed errors), with the session unchanged after an error.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from test_daemon_bookkeeping import Daemon, SimWorker
+from daemon_sim import Daemon, SimWorker
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -24,10 +25,18 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult
 
-SAY = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 20},
-                                        "mood": {"enum": ["calm", "angry"]}}, "required": ["line", "mood"]}
-GIVE = Tool(name="give_item", description="Hand an item over.", parameters=json.dumps(
-    {"type": "object", "properties": {"item": {"enum": ["sword", "potion"]}}, "required": ["item"]}))
+SAY = {
+    "type": "object",
+    "properties": {"line": {"type": "string", "maxLength": 20}, "mood": {"enum": ["calm", "angry"]}},
+    "required": ["line", "mood"],
+}
+GIVE = Tool(
+    name="give_item",
+    description="Hand an item over.",
+    parameters=json.dumps(
+        {"type": "object", "properties": {"item": {"enum": ["sword", "potion"]}}, "required": ["item"]}
+    ),
+)
 
 
 class ScriptedWorker(SimWorker):
@@ -48,8 +57,17 @@ class ScriptedWorker(SimWorker):
         self._events.append(wp.Started(job_id=job_id, prompt_tokens=3))
         for i, ch in enumerate(text):
             self._events.append(wp.Token(job_id=job_id, index=i, text=ch, token_id=7))
-        self._events.append(wp.Done(job_id=job_id, finish_reason=reason, text=text, prompt_tokens=3,
-                                    completion_tokens=len(text), ttft_s=0.1, tps=1.0))
+        self._events.append(
+            wp.Done(
+                job_id=job_id,
+                finish_reason=reason,
+                text=text,
+                prompt_tokens=3,
+                completion_tokens=len(text),
+                ttft_s=0.1,
+                tps=1.0,
+            )
+        )
 
 
 def _daemon() -> tuple[Daemon, ScriptedWorker]:
@@ -80,7 +98,9 @@ def test_a_json_reply_is_validated_and_carried_as_json_output() -> None:
     msg_id = daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
     command = worker.commands[-1]
-    assert command.grammar is not None and "root ::=" in command.grammar and command.sampling.stop == ()  # the grammar ends the reply
+    assert (
+        command.grammar is not None and "root ::=" in command.grammar and command.sampling.stop == ()
+    )  # the grammar ends the reply
     assert "JSON Schema" in command.messages[0][1]  # the session's schema is in its system message
     worker.reply(' {"line": "Hello", "mood": "calm"}')
     reply = _answer(daemon, msg_id)
@@ -144,12 +164,20 @@ def test_bad_constraints_are_typed_errors_before_any_job() -> None:
     daemon, worker = _daemon()
     cases = [
         (CreateSessionRequest(persona="p", system_prompt="", grammar="root ::= x"), ErrorCode.INVALID_GRAMMAR),
-        (CreateSessionRequest(persona="p", system_prompt="", json_schema='{"type": "number", "maximum": 2}'),
-         ErrorCode.INVALID_SCHEMA),
-        (CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="t", parameters="[1]"),)),
-         ErrorCode.INVALID_SCHEMA),
-        (CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="t", parameters='{"type": "string"}'),)),
-         ErrorCode.INVALID_SCHEMA),
+        (
+            CreateSessionRequest(persona="p", system_prompt="", json_schema='{"type": "number", "maximum": 2}'),
+            ErrorCode.INVALID_SCHEMA,
+        ),
+        (
+            CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="t", parameters="[1]"),)),
+            ErrorCode.INVALID_SCHEMA,
+        ),
+        (
+            CreateSessionRequest(
+                persona="p", system_prompt="", tools=(Tool(name="t", parameters='{"type": "string"}'),)
+            ),
+            ErrorCode.INVALID_SCHEMA,
+        ),
     ]
     for message, code in cases:
         error = _answer(daemon, daemon.request(message))

@@ -25,8 +25,18 @@ from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
-    CreateSessionRequest, ErrorReply, FrameStatsReply, FrameStatsRequest, GenerateRequest, HeartbeatRequest, HelloReply, HelloRequest,
-    Message, ReclaimRequest, SetBudgetRequest, StatusRequest,
+    CreateSessionRequest,
+    ErrorReply,
+    FrameStatsReply,
+    FrameStatsRequest,
+    GenerateRequest,
+    HeartbeatRequest,
+    HelloReply,
+    HelloRequest,
+    Message,
+    ReclaimRequest,
+    SetBudgetRequest,
+    StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Plan
@@ -88,7 +98,9 @@ def _outcome(budget_mib: int) -> PlanOutcome:
 
 def _setup() -> tuple[Dispatcher, DaemonCore, list[list[bytes]]]:
     sent: list[list[bytes]] = []
-    core = DaemonCore(DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0)
+    core = DaemonCore(
+        DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0
+    )
     budget = BudgetControl(core, _Planner(), _outcome(0))  # type: ignore[arg-type]
     switch = ModelSwitch(core, budget, Placement(), lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx})
     dispatcher = Dispatcher(core, budget, switch)
@@ -119,12 +131,14 @@ def test_random_frames_never_kill_the_dispatcher(frames: list[bytes]) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(VALID), st.integers(0, 4), st.integers(0, 10_000), st.binary(min_size=1, max_size=4))
-def test_mutated_signed_frames_get_typed_errors_or_are_dropped(message: Message, frame: int, offset: int, junk: bytes) -> None:
+def test_mutated_signed_frames_get_typed_errors_or_are_dropped(
+    message: Message, frame: int, offset: int, junk: bytes
+) -> None:
     dispatcher, core, sent = _setup()
     frames = _frames(message)
     target = bytearray(frames[frame])
     position = offset % (len(target) + 1)
-    target[position:position + len(junk)] = junk
+    target[position : position + len(junk)] = junk
     frames[frame] = bytes(target)
     if frame in (3, 4):  # re-sign so the mutation reaches the decoder instead of failing the HMAC
         frames[2] = sign(KEY, frames[3], frames[4])
@@ -137,13 +151,19 @@ def test_mutated_signed_frames_get_typed_errors_or_are_dropped(message: Message,
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.text(max_size=12), st.one_of(st.none(), st.integers(-5, 2**40), st.text(max_size=20), st.floats(allow_nan=False)), max_size=6))
+@given(
+    st.dictionaries(
+        st.text(max_size=12),
+        st.one_of(st.none(), st.integers(-5, 2**40), st.text(max_size=20), st.floats(allow_nan=False)),
+        max_size=6,
+    )
+)
 def test_random_generate_content_is_answered_once(content: dict[str, Any]) -> None:
     dispatcher, core, sent = _setup()
     header = new_header("generate_request", session_id="s1")
     header_bytes, content_bytes = packb(to_wire(header)), packb(content)
     dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
-    (reply_header, reply), = _replies(sent)
+    ((reply_header, reply),) = _replies(sent)
     assert reply_header.parent_id == header.msg_id
     assert isinstance(reply, ErrorReply) and reply.code in (ErrorCode.INVALID_REQUEST, ErrorCode.NOT_FOUND)
 
@@ -152,7 +172,7 @@ def test_handler_exception_becomes_internal_error_reply() -> None:
     dispatcher, core, sent = _setup()
     dispatcher._handlers["status_request"] = lambda *args: 1 / 0
     dispatcher.on_batch([_frames(StatusRequest())])
-    (_header, reply), = _replies(sent)
+    ((_header, reply),) = _replies(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INTERNAL
     dispatcher.on_batch([_frames(HeartbeatRequest())])  # still serving
     assert _replies(sent)[-1][1].type == "heartbeat_reply"
@@ -240,7 +260,7 @@ def test_malformed_session_id_is_answered_to_its_msg_id() -> None:
     raw = to_wire(new_header("close_session_request", session_id="npc_1")) | {"session_id": "has space"}
     header_bytes, content_bytes = packb(raw), packb({})
     dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
-    (header, reply), = _replies(sent)
+    ((header, reply),) = _replies(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
     assert header.parent_id == raw["msg_id"] and header.session_id is None
 
@@ -249,7 +269,7 @@ def test_hello_announces_the_prompt_limit_the_worker_enforces() -> None:
     dispatcher, core, sent = _setup()
     assert core.settings.limits.max_prompt_tokens == 1536
     dispatcher.on_batch([_frames(HelloRequest(client_name="t", client_version="1", protocol_version="1.0"))])
-    (_h, reply), = _replies(sent)
+    ((_h, reply),) = _replies(sent)
     assert isinstance(reply, HelloReply) and reply.limits.max_prompt_tokens == 1008
 
 
@@ -257,7 +277,7 @@ def test_other_major_version_is_unsupported() -> None:
     dispatcher, core, sent = _setup()
     header = new_header("status_request").model_copy(update={"protocol_version": "2.0"})
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
-    (_h, reply), = _replies(sent)
+    ((_h, reply),) = _replies(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
     assert reply.detail == {"supported": ("1.0", "1.1")}
 
@@ -267,7 +287,7 @@ def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:
     core.governor = None
     core.sleep_ms_between_tokens = 12.5  # set while a governor ran
     dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=16.0, target_frame_time_ms=0.0))])
-    (_h, reply), = _replies(sent)
+    ((_h, reply),) = _replies(sent)
     assert isinstance(reply, FrameStatsReply) and reply.throttle.sleep_ms_between_tokens == 12.5
 
 

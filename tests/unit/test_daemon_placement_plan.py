@@ -14,8 +14,9 @@ from igi_sdk.planner.placement import Placement
 from igi_sdk.profiler import planning
 
 
-def test_the_prompt_hint_is_capped_at_one_sequence_share_of_the_context(monkeypatch: pytest.MonkeyPatch,
-                                                                       tmp_path: Path) -> None:
+def test_the_prompt_hint_is_capped_at_one_sequence_share_of_the_context(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """512 hinted tokens, 1024 tokens of context for 4 sequences: the plan is made for 256-token prompts (capped
     at n_ctx, the Workload was refused and the daemon fell back to CPU-only as "planner unavailable")."""
     seen: list[Workload] = []
@@ -36,8 +37,9 @@ def test_the_prompt_hint_is_capped_at_one_sequence_share_of_the_context(monkeypa
 
 
 @pytest.mark.parametrize("budget_mib", [0, 300])
-def test_a_budget_below_the_cuda_context_is_cpu_only_without_a_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                     budget_mib: int) -> None:
+def test_a_budget_below_the_cuda_context_is_cpu_only_without_a_search(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, budget_mib: int
+) -> None:
     """A reclaim to 0 spent 0.9 s planning on the H200 before it freed anything; below the CUDA context no GPU
     placement fits, so there is nothing to search."""
     searched: list[int] = []

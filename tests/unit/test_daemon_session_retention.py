@@ -4,7 +4,6 @@ seam faked: a gone client's generations are cancelled without a reply; its sessi
 
 from __future__ import annotations
 
-
 import pytest
 
 from igi_sdk.config import DaemonSettings, IpcSettings
@@ -58,14 +57,21 @@ class Clock:
 def _daemon(session_ttl_s: float) -> tuple[Dispatcher, DaemonCore, Clock, list[tuple[bytes, list[bytes]]]]:
     clock, sent = Clock(), []
     settings = DaemonSettings(ipc=IpcSettings(client_timeout_s=10.0, session_ttl_s=session_ttl_s))
-    core = DaemonCore(settings, KEY, lambda identity, frames: sent.append((identity, frames)), RecordingWorker(), clock=clock)
+    core = DaemonCore(
+        settings, KEY, lambda identity, frames: sent.append((identity, frames)), RecordingWorker(), clock=clock
+    )
     outcome = PlanOutcome(0, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
     budget = BudgetControl(core, None, outcome)  # type: ignore[arg-type]
     return Dispatcher(core, budget, ModelSwitch(core, budget, Placement(), lambda p, n: {})), core, clock, sent
 
 
-def _request(dispatcher: Dispatcher, sent: list[tuple[bytes, list[bytes]]], identity: bytes, message: Message,
-             session_id: str | None = None) -> Message:
+def _request(
+    dispatcher: Dispatcher,
+    sent: list[tuple[bytes, list[bytes]]],
+    identity: bytes,
+    message: Message,
+    session_id: str | None = None,
+) -> Message:
     dispatcher.on_batch([[identity, *pack_message(KEY, new_header(message.type, session_id=session_id), message)]])
     return unpack_message(KEY, sent[-1][1])[1]
 
@@ -78,9 +84,13 @@ def _housekeeping(core: DaemonCore) -> None:
 @pytest.mark.parametrize("session_ttl_s", [0.0, 30.0])
 def test_gone_client_generation_cancelled_without_reply_and_sessions_retained_for_ttl(session_ttl_s: float) -> None:
     dispatcher, core, clock, sent = _daemon(session_ttl_s)
-    sessions = [_request(dispatcher, sent, GONE, CreateSessionRequest(persona="npc", system_prompt="")).session_id  # type: ignore[attr-defined]
-                for _ in range(2)]
-    dispatcher.on_batch([[GONE, *pack_message(KEY, new_header("generate_request", session_id=sessions[0]), GenerateRequest(text="hi"))]])
+    sessions = [
+        _request(dispatcher, sent, GONE, CreateSessionRequest(persona="npc", system_prompt="")).session_id  # type: ignore[attr-defined]
+        for _ in range(2)
+    ]
+    dispatcher.on_batch(
+        [[GONE, *pack_message(KEY, new_header("generate_request", session_id=sessions[0]), GenerateRequest(text="hi"))]]
+    )
     job_id = core.worker.commands[-1].job_id  # type: ignore[attr-defined]
     _request(dispatcher, sent, OTHER, StatusRequest())
     n_sent = len(sent)

@@ -16,32 +16,47 @@ process (a GPU placement 2000 MiB, a CPU placement with the GPU visible 586 MiB 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
+import daemon_sim as bookkeeping
 import pytest
+from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
+    CONTEXT_MIB,
+    CPU_PLACEMENT,
+    GPU_MIB,
+    GPU_PLACEMENT,
+    GpuSimWorker,
+    Planner,
+    _answers,
+    _daemon,
+    _gpu_loads_again,
+    _nvml,
+    _reclaim,
+    _session,
+    _steps,
+    _text,
+    _worker,
+)
 
-import daemon_sim as bookkeeping
-from igi_sdk.daemon import budget_control
-from igi_sdk.daemon.placement_plan import PlanOutcome, placement_uses_gpu
-from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
+from igi_sdk.daemon.supervisor import WorkerSupervisor
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
-    BudgetAck, CancelReply, CancelRequest, CreateSessionRequest, ErrorReply, GenerateReply, GenerateRequest,
-    LoadModelReply, LoadModelRequest, Message, ReclaimRequest, SetBudgetRequest, ShutdownRequest, TokenEvent,
+    BudgetAck,
+    CancelReply,
+    CancelRequest,
+    ErrorReply,
+    GenerateReply,
+    GenerateRequest,
+    LoadModelReply,
+    LoadModelRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
 )
-from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
-from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetPolicyState
-
-from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
-
-from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
-    CONTEXT_MIB, CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, GpuSimWorker, Planner, _answers, _daemon, _gpu_loads_again, _nvml, _reclaim, _session, _steps, _text, _worker,
-)
 
 
 # --- the worker is replaced, with CUDA hidden, and back ---------------------------------------------------------
@@ -354,12 +369,16 @@ class GpuDaemon(Daemon):
         self.__dict__.update(started.__dict__)
 
 
-ACTIONS = st.one_of(bookkeeping.ACTIONS, st.tuples(st.just("set_budget"), st.sampled_from([0, 1024, 4096])),
-                    st.tuples(st.just("reclaim"), st.sampled_from([0, 1024])))
+ACTIONS = st.one_of(
+    bookkeeping.ACTIONS,
+    st.tuples(st.just("set_budget"), st.sampled_from([0, 1024, 4096])),
+    st.tuples(st.just("reclaim"), st.sampled_from([0, 1024])),
+)
 
 
-@settings(max_examples=200, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(ACTIONS, max_size=30))
 def test_every_request_gets_exactly_one_terminal_reply_with_worker_replacements(actions: list[tuple[Any, ...]]) -> None:
     with mock.patch.object(bookkeeping, "Daemon", GpuDaemon):

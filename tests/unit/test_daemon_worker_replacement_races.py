@@ -10,17 +10,31 @@ from __future__ import annotations
 import multiprocessing
 from types import SimpleNamespace
 
-import pytest
+from daemon_sim import check_exactly_one_terminal_reply
+from replacement_sim import (
+    CPU_PLACEMENT,
+    _answers,
+    _daemon,
+    _gpu_loads_again,
+    _nvml,
+    _reclaim,
+    _session,
+    _steps,
+    _text,
+    _worker,
+)
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.supervisor import WorkerSupervisor
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
-from igi_sdk.ipc.messages import CancelReply, CancelRequest, GenerateReply, GenerateRequest, SetBudgetRequest, \
-    ShutdownRequest
-
-from daemon_sim import check_exactly_one_terminal_reply
-from replacement_sim import CPU_PLACEMENT, _answers, _daemon, _gpu_loads_again, _nvml, _reclaim, _session, \
-    _steps, _text, _worker
+from igi_sdk.ipc.messages import (
+    CancelReply,
+    CancelRequest,
+    GenerateReply,
+    GenerateRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
+)
 
 __all__ = ["_nvml"]  # the autouse NVML fixture of the replacement tests applies here too
 
@@ -45,8 +59,9 @@ class _Engine:
 
 
 def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> wp.Generate:
-    return wp.Generate(job_id="j", session_id="s", messages=tuple(messages), max_tokens=20,
-                       continue_tokens=tuple(continue_tokens))
+    return wp.Generate(
+        job_id="j", session_id="s", messages=tuple(messages), max_tokens=20, continue_tokens=tuple(continue_tokens)
+    )
 
 
 def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitted() -> None:
@@ -76,8 +91,9 @@ def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> Non
     _steps(daemon, 2)
     # the worker is in a long step (a CPU prefill chunk): commands wait in the pipe, shutdown is not read in time
     send = worker.send
-    worker.send = lambda command: worker.commands.append((worker.pid, command)) if isinstance(command, wp.Cancel) \
-        else send(command)  # type: ignore[method-assign]
+    worker.send = lambda command: (
+        worker.commands.append((worker.pid, command)) if isinstance(command, wp.Cancel) else send(command)
+    )  # type: ignore[method-assign]
     worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]
     worker.stop_now = lambda: setattr(worker, "_alive", False)  # type: ignore[attr-defined]
     cancel = daemon.request(CancelRequest(target_msg_id=gen))

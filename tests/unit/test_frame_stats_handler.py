@@ -13,9 +13,16 @@ from igi_sdk.policy.governor import Governor
 
 class FakeCore(SimpleNamespace):
     def __init__(self, gpu_mib_loaded: bool = True) -> None:
-        super().__init__(governor=Governor(budget_mib=2048), model_info=object() if gpu_mib_loaded else None,
-                         sleep_ms_between_tokens=0.0, jobs={"j": SimpleNamespace(forwarded=True)},
-                         worker=SimpleNamespace(ready=True), sent=[], to_worker=[], now=0.0)
+        super().__init__(
+            governor=Governor(budget_mib=2048),
+            model_info=object() if gpu_mib_loaded else None,
+            sleep_ms_between_tokens=0.0,
+            jobs={"j": SimpleNamespace(forwarded=True)},
+            worker=SimpleNamespace(ready=True),
+            sent=[],
+            to_worker=[],
+            now=0.0,
+        )
 
     def clock(self) -> float:
         return self.now
@@ -28,9 +35,12 @@ class FakeCore(SimpleNamespace):
         return True
 
 
-def run_slow_frames(core: FakeCore, gpu_mib: float, seconds: float = 10.0, frame_ms: float = 40.0,
-                    reload_running: bool = False) -> list[int]:
-    budget = SimpleNamespace(current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)), reload_running=reload_running)
+def run_slow_frames(
+    core: FakeCore, gpu_mib: float, seconds: float = 10.0, frame_ms: float = 40.0, reload_running: bool = False
+) -> list[int]:
+    budget = SimpleNamespace(
+        current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)), reload_running=reload_running
+    )
     for i in range(int(seconds * 10)):  # 10 Hz, as the harness reports
         core.now = i / 10
         hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7))

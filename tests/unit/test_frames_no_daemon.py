@@ -35,5 +35,7 @@ def test_a_fixed_grid_without_catch_up_frames() -> None:
     assert sorted(round(x, 3) for x in intervals)[len(intervals) // 2] == round(1000 / 60, 3)
     assert round(max(intervals), 6) == 40.0  # the long frame: its successor starts at once, no burst after it
     line = fnd.summary(intervals, work_ms)
-    assert line.startswith("interval p50 16.7") and "work p50 5.0" in line and ">19.2ms 3.6%" in line  # 1 of 28 intervals
+    assert (
+        line.startswith("interval p50 16.7") and "work p50 5.0" in line and ">19.2ms 3.6%" in line
+    )  # 1 of 28 intervals
     assert fnd.summary([], []) == "no frames"

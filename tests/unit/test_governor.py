@@ -30,14 +30,22 @@ P = GovernorParams()
 DOC = Path(__file__).resolve().parents[2] / "docs" / "governor.md"
 
 
-def feed(state: GovernorState, frame_ms: float, t0_s: float, t1_s: float, params: GovernorParams = P,
-         accept: bool = False, **extra: object) -> tuple[GovernorState, list[GovernorDecision]]:
+def feed(
+    state: GovernorState,
+    frame_ms: float,
+    t0_s: float,
+    t1_s: float,
+    params: GovernorParams = P,
+    accept: bool = False,
+    **extra: object,
+) -> tuple[GovernorState, list[GovernorDecision]]:
     """Feed a constant frame time at 60 samples/s over [t0, t1); ``accept``: the game applies every proposal."""
     decisions = []
     for i in range(round((t1_s - t0_s) * FPS)):
         now = t0_s + i / FPS
-        step = observe(state, FrameSample(now_s=now, frame_time_ms=frame_ms, target_frame_time_ms=TARGET_MS,
-                                          **extra), params)  # type: ignore[arg-type]
+        step = observe(
+            state, FrameSample(now_s=now, frame_time_ms=frame_ms, target_frame_time_ms=TARGET_MS, **extra), params
+        )  # type: ignore[arg-type]
         state = step.state
         if accept and step.decision.proposed_budget_mib is not None:
             state = on_budget_set(state, step.decision.proposed_budget_mib, now_s=now)
@@ -78,7 +86,7 @@ def test_long_frames_tighten_to_the_floor_rate_limited() -> None:
     state, ds = feed(GovernorState.initial(), 30.0, 0.0, 3.0)
     tightens = [i / FPS for i, d in enumerate(ds) if d.throttle_action == "tighten"]
     assert all(b - a >= P.tighten_interval_s - 1e-9 for a, b in zip(tightens, tightens[1:]))
-    assert [0.5 ** k for k in range(1, 5)] == [1.0 - d.throttle_level for d in ds if d.throttle_action == "tighten"][:4]
+    assert [0.5**k for k in range(1, 5)] == [1.0 - d.throttle_level for d in ds if d.throttle_action == "tighten"][:4]
     assert state.allowance == 0.0  # 0.5 ** 5 < 0.05 snaps to the floor
     assert (ds[-1].sleep_ms_between_tokens, ds[-1].max_tokens_per_frame) == (P.max_sleep_ms_between_tokens, 1)
 

@@ -28,9 +28,16 @@ def sample_runs(draw: st.DrawFn, generating: bool | None = None) -> list[FrameSa
     t, out = 0.0, []
     for gap in gaps:
         t += gap
-        out.append(FrameSample(
-            now_s=t, frame_time_ms=draw(frame_ms), target_frame_time_ms=target, free_vram_mib=draw(optional_free),
-            generating=draw(st.booleans()) if generating is None else generating, daemon_gpu_mib=gpu))
+        out.append(
+            FrameSample(
+                now_s=t,
+                frame_time_ms=draw(frame_ms),
+                target_frame_time_ms=target,
+                free_vram_mib=draw(optional_free),
+                generating=draw(st.booleans()) if generating is None else generating,
+                daemon_gpu_mib=gpu,
+            )
+        )
     return out
 
 
@@ -56,10 +63,16 @@ def test_outputs_are_bounded(samples: list[FrameSample], budget: int | None) -> 
 
 
 @SETTINGS
-@given(samples=sample_runs(), x1=frame_ms, x2=frame_ms, dt=st.floats(min_value=0.0, max_value=5.0),
-       generating=st.booleans())
-def test_one_step_response_is_monotone_in_frame_time(samples: list[FrameSample], x1: float, x2: float, dt: float,
-                                                     generating: bool) -> None:
+@given(
+    samples=sample_runs(),
+    x1=frame_ms,
+    x2=frame_ms,
+    dt=st.floats(min_value=0.0, max_value=5.0),
+    generating=st.booleans(),
+)
+def test_one_step_response_is_monotone_in_frame_time(
+    samples: list[FrameSample], x1: float, x2: float, dt: float, generating: bool
+) -> None:
     """From any reachable state, a longer frame never gives a higher allowance or a lower p95."""
     state = run(GovernorState.initial(4096), samples)
     lo, hi = sorted((x1, x2))
@@ -90,17 +103,33 @@ def test_no_throttle_while_nothing_generates(samples: list[FrameSample], idle: l
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed_frames=st.lists(st.floats(min_value=0.3, max_value=2.0), min_size=60, max_size=60),
-       target=target_ms, free=optional_free, gpu=optional_gpu, accept=st.booleans(), every=st.integers(1, 6))
-def test_proposal_rate_is_bounded(seed_frames: list[float], target: float, free: float | None,
-                                  gpu: float | None, accept: bool, every: int) -> None:
+@given(
+    seed_frames=st.lists(st.floats(min_value=0.3, max_value=2.0), min_size=60, max_size=60),
+    target=target_ms,
+    free=optional_free,
+    gpu=optional_gpu,
+    accept=st.booleans(),
+    every=st.integers(1, 6),
+)
+def test_proposal_rate_is_bounded(
+    seed_frames: list[float], target: float, free: float | None, gpu: float | None, accept: bool, every: int
+) -> None:
     """Frames jittering across the band for 3 minutes: two proposals are at least budget_shrink_after_s apart,
     whether the game accepts them or not."""
     state, times = GovernorState.initial(8192), []
     for i in range(180 * FPS // every):
         t = every * i / FPS
-        step = observe(state, FrameSample(now_s=t, frame_time_ms=seed_frames[i % 60] * target,
-                                          target_frame_time_ms=target, free_vram_mib=free, daemon_gpu_mib=gpu), P)
+        step = observe(
+            state,
+            FrameSample(
+                now_s=t,
+                frame_time_ms=seed_frames[i % 60] * target,
+                target_frame_time_ms=target,
+                free_vram_mib=free,
+                daemon_gpu_mib=gpu,
+            ),
+            P,
+        )
         state = step.state
         if step.decision.proposed_budget_mib is not None:
             times.append(t)
@@ -112,18 +141,26 @@ def test_proposal_rate_is_bounded(seed_frames: list[float], target: float, free:
 
 
 @SETTINGS
-@given(samples=sample_runs(), budgets=st.lists(st.integers(min_value=0, max_value=8192), min_size=1, max_size=5),
-       data=st.data())
-def test_the_explicit_budget_is_never_exceeded(samples: list[FrameSample], budgets: list[int],
-                                               data: st.DataObject) -> None:
-    positions = sorted(data.draw(st.lists(st.integers(min_value=0, max_value=len(samples) - 1),
-                                          min_size=len(budgets), max_size=len(budgets))))
+@given(
+    samples=sample_runs(),
+    budgets=st.lists(st.integers(min_value=0, max_value=8192), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_the_explicit_budget_is_never_exceeded(
+    samples: list[FrameSample], budgets: list[int], data: st.DataObject
+) -> None:
+    positions = sorted(
+        data.draw(
+            st.lists(st.integers(min_value=0, max_value=len(samples) - 1), min_size=len(budgets), max_size=len(budgets))
+        )
+    )
     state, ceiling = GovernorState.initial(budgets[0]), budgets[0]
     sets = dict(zip(positions, budgets))
     for i, sample in enumerate(samples):
         if i in sets:
             accepted = state.ceiling_mib is not None and (
-                sets[i] == state.proposed_mib or (state.budget_mib == sets[i] and sets[i] < state.ceiling_mib))
+                sets[i] == state.proposed_mib or (state.budget_mib == sets[i] and sets[i] < state.ceiling_mib)
+            )
             ceiling = ceiling if accepted else sets[i]
             state = on_budget_set(state, sets[i], sample.now_s)
         step = observe(state, sample, P)
@@ -153,10 +190,12 @@ def test_constant_loads_are_ordered_and_never_reverse(c1: float, c2: float, targ
 
 
 @settings(max_examples=10, deadline=None)
-@given(base_frac=st.floats(min_value=0.0, max_value=1.2), impact_frac=st.floats(min_value=0.0, max_value=1.0),
-       target=target_ms)
-def test_closed_loop_settles_within_the_settling_condition(base_frac: float, impact_frac: float,
-                                                           target: float) -> None:
+@given(
+    base_frac=st.floats(min_value=0.0, max_value=1.2),
+    impact_frac=st.floats(min_value=0.0, max_value=1.0),
+    target=target_ms,
+)
+def test_closed_loop_settles_within_the_settling_condition(base_frac: float, impact_frac: float, target: float) -> None:
     """frame = base + impact x allowance with impact x relax_step <= band x target: at most one reversal, and
     constant over the last 30 s of 90 s."""
     band_ms = (P.tighten_above_ratio - P.relax_below_ratio) * target

@@ -64,10 +64,17 @@ def test_a_stream_is_rebuilt_from_a_harness_report(tmp_path: Path, capsys: pytes
             frames["t_s"].append(t - (5 - k) / 60)
             frames["busy_ms"].append(x if k == 3 else x / 2)
             frames["npcs_generating"].append(gen)
-    report = {"config": {"stats_every": 6, "fps": 60.0, "budget_mib": 2048},
-              "phases": [{"name": "governor_on", "frame_timeline": frames,
-                          "budget": [{"t_s": 0.0, "plan_gpu_mib": 1159.11}],
-                          "events": [{"t_s": 1.0, "kind": "reclaim", "budget_mib": 0}]}]}
+    report = {
+        "config": {"stats_every": 6, "fps": 60.0, "budget_mib": 2048},
+        "phases": [
+            {
+                "name": "governor_on",
+                "frame_timeline": frames,
+                "budget": [{"t_s": 0.0, "plan_gpu_mib": 1159.11}],
+                "events": [{"t_s": 1.0, "kind": "reclaim", "budget_mib": 0}],
+            }
+        ],
+    }
     rebuilt = stream_from_phase(report, "governor_on")
     assert [s[1:3] for s in rebuilt["samples"]] == [s[1:3] for s in stream["samples"][:20]]
     assert {s[3] for s in rebuilt["samples"]} == {1159.11} and rebuilt["budgets"] == [[1.0, 0]]
@@ -75,7 +82,9 @@ def test_a_stream_is_rebuilt_from_a_harness_report(tmp_path: Path, capsys: pytes
         stream_from_phase(report, "governor_off")
     path = tmp_path / "report.json.gz"
     path.write_bytes(gzip.compress(json.dumps(report).encode()))
-    assert main([str(path), "--write-stream", str(tmp_path / "s.json"), "--write-changes", str(tmp_path / "c.json")]) == 0
+    assert (
+        main([str(path), "--write-stream", str(tmp_path / "s.json"), "--write-changes", str(tmp_path / "c.json")]) == 0
+    )
     assert _load(tmp_path / "s.json") == rebuilt and _load(tmp_path / "c.json") == replay(rebuilt)
     with pytest.raises(ValueError, match="version"):
         replay(dict(rebuilt, version=0))

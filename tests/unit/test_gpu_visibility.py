@@ -44,14 +44,20 @@ def fake_pynvml(gpus: list[tuple[str, str, int, int, dict[int, int]]]) -> types.
 
     mod = types.ModuleType("pynvml")
     mod.__dict__.update(
-        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: len(gpus), nvmlDeviceGetHandleByIndex=by_index,
-        nvmlDeviceGetHandleByUUID=by_uuid, nvmlSystemGetDriverVersion=lambda: "580.159.04",
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(gpus),
+        nvmlDeviceGetHandleByIndex=by_index,
+        nvmlDeviceGetHandleByUUID=by_uuid,
+        nvmlSystemGetDriverVersion=lambda: "580.159.04",
         nvmlDeviceGetName=lambda h: gpus[h][0].encode(),
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=gpus[h][2] * MIB, used=gpus[h][3] * MIB,
-                                                          free=(gpus[h][2] - gpus[h][3]) * MIB),
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=p, usedGpuMemory=m * MIB)
-                                                        for p, m in gpus[h][4].items()],
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(
+            total=gpus[h][2] * MIB, used=gpus[h][3] * MIB, free=(gpus[h][2] - gpus[h][3]) * MIB
+        ),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            SimpleNamespace(pid=p, usedGpuMemory=m * MIB) for p, m in gpus[h][4].items()
+        ],
     )
     return mod
 
@@ -75,24 +81,27 @@ def _nvml(monkeypatch: pytest.MonkeyPatch, gpus: list) -> types.ModuleType:
     return mod
 
 
-@pytest.mark.parametrize(("value", "entries", "key"), [
-    (None, None, "all"),
-    ("", (), "none"),
-    ("  ", (), "none"),
-    ("-1", (), "none"),
-    ("none", (), "none"),
-    ("NoDevFiles", (), "none"),
-    ("2a", (), "none"),
-    ("0", ("0",), "0"),
-    ("1", ("1",), "1"),
-    ("1,0", ("1", "0"), "1,0"),
-    ("1, 0", ("1", "0"), "1,0"),
-    ("0,-1,1", ("0",), "0"),
-    ("0,,1", ("0",), "0"),
-    ("0,x", ("0",), "0"),
-    ("GPU-bbbb-1111,0", ("GPU-bbbb-1111", "0"), "GPU-bbbb-1111,0"),
-    ("MIG-4d2c-77", ("MIG-4d2c-77",), "MIG-4d2c-77"),
-])
+@pytest.mark.parametrize(
+    ("value", "entries", "key"),
+    [
+        (None, None, "all"),
+        ("", (), "none"),
+        ("  ", (), "none"),
+        ("-1", (), "none"),
+        ("none", (), "none"),
+        ("NoDevFiles", (), "none"),
+        ("2a", (), "none"),
+        ("0", ("0",), "0"),
+        ("1", ("1",), "1"),
+        ("1,0", ("1", "0"), "1,0"),
+        ("1, 0", ("1", "0"), "1,0"),
+        ("0,-1,1", ("0",), "0"),
+        ("0,,1", ("0",), "0"),
+        ("0,x", ("0",), "0"),
+        ("GPU-bbbb-1111,0", ("GPU-bbbb-1111", "0"), "GPU-bbbb-1111,0"),
+        ("MIG-4d2c-77", ("MIG-4d2c-77",), "MIG-4d2c-77"),
+    ],
+)
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(cvd, value, entries, key) -> None:
     cvd(value)
     assert visible_entries() == entries
@@ -109,18 +118,30 @@ def test_visibility_is_read_at_call_time(cvd) -> None:
     assert cuda_visible(1) and not cuda_visible(2) and not cuda_visible(-1)
 
 
-@pytest.mark.parametrize(("value", "cuda_index", "nvml_index"), [
-    (None, 0, 0), (None, 1, 1), (None, 2, None),
-    ("", 0, None), ("-1", 0, None), ("none", 0, None),
-    ("1", 0, 1), ("1", 1, None),
-    ("1,0", 0, 1), ("1,0", 1, 0),
-    ("5,0", 0, None), ("5,0", 1, None),  # an index beyond NVML's GPUs ends the list
-    ("0,-1,1", 1, None),
-    ("GPU-bbbb-1111", 0, 1), ("GPU-bbbb-1111,0", 1, 0),
-    ("GPU-zzzz", 0, None), ("GPU-zzzz,0", 1, None),  # unresolvable UUID: unknown, and ends the list
-    ("GPU-bbbb", 0, None),  # a UUID prefix (CUDA may accept it): NVML cannot resolve it, no guess
-    ("MIG-GPU-aaaa-0000/1/0", 0, None),
-])
+@pytest.mark.parametrize(
+    ("value", "cuda_index", "nvml_index"),
+    [
+        (None, 0, 0),
+        (None, 1, 1),
+        (None, 2, None),
+        ("", 0, None),
+        ("-1", 0, None),
+        ("none", 0, None),
+        ("1", 0, 1),
+        ("1", 1, None),
+        ("1,0", 0, 1),
+        ("1,0", 1, 0),
+        ("5,0", 0, None),
+        ("5,0", 1, None),  # an index beyond NVML's GPUs ends the list
+        ("0,-1,1", 1, None),
+        ("GPU-bbbb-1111", 0, 1),
+        ("GPU-bbbb-1111,0", 1, 0),
+        ("GPU-zzzz", 0, None),
+        ("GPU-zzzz,0", 1, None),  # unresolvable UUID: unknown, and ends the list
+        ("GPU-bbbb", 0, None),  # a UUID prefix (CUDA may accept it): NVML cannot resolve it, no guess
+        ("MIG-GPU-aaaa-0000/1/0", 0, None),
+    ],
+)
 def test_cuda_index_maps_to_the_nvml_device(cvd, value, cuda_index, nvml_index) -> None:
     nvml = fake_pynvml(GPUS)
     cvd(value)

@@ -13,18 +13,27 @@ from igi_harness.loop import loop_figures  # noqa: E402
 
 
 def _phase(name: str, governor: bool, sleeps: list[float], restore_in_force: bool = True) -> dict:
-    budget = [{"t_s": 0.5 * i, "vram_budget_mib": 2048 if i < 18 or (i >= 27 and restore_in_force) else 0}
-              for i in range(40)]
-    return {"name": name, "governor": governor,
-            "throttle": [{"t_s": float(i), "sleep_ms_between_tokens": s} for i, s in enumerate(sleeps)],
-            "events": [{"t_s": 9.0, "kind": "reclaim", "budget_mib": 0}, {"t_s": 12.0, "kind": "restore", "budget_mib": 2048},
-                       {"t_s": 12.5, "kind": "level_load_end"}],
-            "budget": budget, "replies_summary": {"tokens_total": 300 if governor else 600}}
+    budget = [
+        {"t_s": 0.5 * i, "vram_budget_mib": 2048 if i < 18 or (i >= 27 and restore_in_force) else 0} for i in range(40)
+    ]
+    return {
+        "name": name,
+        "governor": governor,
+        "throttle": [{"t_s": float(i), "sleep_ms_between_tokens": s} for i, s in enumerate(sleeps)],
+        "events": [
+            {"t_s": 9.0, "kind": "reclaim", "budget_mib": 0},
+            {"t_s": 12.0, "kind": "restore", "budget_mib": 2048},
+            {"t_s": 12.5, "kind": "level_load_end"},
+        ],
+        "budget": budget,
+        "replies_summary": {"tokens_total": 300 if governor else 600},
+    }
 
 
 def test_a_working_loop() -> None:
-    report = {"phases": [_phase("governor_on", True, [0.0, 50.0, 75.0, 65.0, 0.0]),
-                         _phase("governor_off", False, [0.0])]}
+    report = {
+        "phases": [_phase("governor_on", True, [0.0, 50.0, 75.0, 65.0, 0.0]), _phase("governor_off", False, [0.0])]
+    }
     f = loop_figures(report)
     on = f["phases"]["governor_on"]
     assert (on["tightens"], on["relaxes"], on["max_sleep_ms"], on["tokens"]) == (2, 2, 75.0, 300)

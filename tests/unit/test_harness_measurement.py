@@ -32,8 +32,14 @@ TARGET_MS = 16.667
 # --- frame sets --------------------------------------------------------------------------------------------
 def _recorder(generating: Any, interval: Any) -> PhaseRecorder:
     """100 frames at t = 0.0, 0.1, ..., 9.9 s; talk window [1, 9), spike [4, 5) (+1 s excluded), quiet [0, 1)."""
-    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=TARGET_MS, spike_window_s=(4.0, 5.0),
-                        talk_window_s=(1.0, 9.0), quiet_window_s=(0.0, 1.0))
+    rec = PhaseRecorder(
+        name="p",
+        governor=True,
+        target_frame_ms=TARGET_MS,
+        spike_window_s=(4.0, 5.0),
+        talk_window_s=(1.0, 9.0),
+        quiet_window_s=(0.0, 1.0),
+    )
     for i in range(100):
         t = round(0.1 * i, 3)
         rec.frames.append((t, interval(t), 8.0, generating(t), 1.0, 9.0))
@@ -41,9 +47,9 @@ def _recorder(generating: Any, interval: Any) -> PhaseRecorder:
 
 
 def test_primary_frame_set_is_the_scripted_talk_window_whatever_the_replies_did() -> None:
-    slow = (lambda t: 40.0 if 6.0 <= t < 9.0 else 16.7)  # slow frames late in the talk window
-    short = _recorder(lambda t: int(1.0 <= t < 3.0), slow)   # replies done by 3 s (fast)
-    long = _recorder(lambda t: int(1.0 <= t < 9.5), slow)    # replies running to the end (throttled)
+    slow = lambda t: 40.0 if 6.0 <= t < 9.0 else 16.7  # slow frames late in the talk window
+    short = _recorder(lambda t: int(1.0 <= t < 3.0), slow)  # replies done by 3 s (fast)
+    long = _recorder(lambda t: int(1.0 <= t < 9.5), slow)  # replies running to the end (throttled)
     for rec in (short, long):
         s = rec.summary()
         assert s["primary_frame_set"] == PRIMARY_FRAME_SET
@@ -90,8 +96,9 @@ def test_steal_meter_records_the_share_stolen_per_interval(tmp_path: Path) -> No
 def test_frames_are_related_to_the_intervals_the_host_stole_time_in() -> None:
     # slow frames at 3.0-3.2 s and 7.0 s; steal only in [3.0, 3.3): the slow frames at 3.x are the host's
     rec = _recorder(lambda t: 1, lambda t: 30.0 if 3.0 <= t < 3.25 or t == 7.0 else 16.7)
-    rec.steal.intervals.extend((round(0.1 * i, 3), round(0.1 * (i + 1), 3), 25.0 if 30 <= i < 33 else 0.0)
-                               for i in range(100))
+    rec.steal.intervals.extend(
+        (round(0.1 * i, 3), round(0.1 * (i + 1), 3), 25.0 if 30 <= i < 33 else 0.0) for i in range(100)
+    )
     talk = rec.summary()["frames"]["talk_window"]  # frames at 1.0, 1.1, ..., 8.9 s
     assert talk["frames_touched_by_steal_pct"] == round(100 * 3 / 80, 2)
     assert talk["over_115pct_touched_by_steal_pct"] == round(100 * 3 / 4, 2)  # 3.0, 3.1, 3.2 of 3.0-3.2 and 7.0
@@ -149,10 +156,23 @@ class _FakeWorkload:
 
 
 def _run_loop(rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, duration_s: float = 0.5) -> None:
-    cfg = PhaseConfig(duration_s=duration_s, fps=60.0, n_npcs=1, seed=1, max_tokens=4, budget_mib=0, reclaim_to_mib=0,
-                      spike_scale=1.0, stats_every_n_frames=6, model="default", daemon_threads=None, out_dir=Path("."))
-    times = SceneTimes(talk_start_s=0.1, talk_end_s=0.4, spike_s=99.0, spike_end_s=99.5, restore_s=99.9,
-                       duration_s=duration_s)
+    cfg = PhaseConfig(
+        duration_s=duration_s,
+        fps=60.0,
+        n_npcs=1,
+        seed=1,
+        max_tokens=4,
+        budget_mib=0,
+        reclaim_to_mib=0,
+        spike_scale=1.0,
+        stats_every_n_frames=6,
+        model="default",
+        daemon_threads=None,
+        out_dir=Path("."),
+    )
+    times = SceneTimes(
+        talk_start_s=0.1, talk_end_s=0.4, spike_s=99.0, spike_end_s=99.5, restore_s=99.9, duration_s=duration_s
+    )
     side.t0 = time.perf_counter()
     _game_loop(rec, side, workload, cfg, times, 1000.0 / 60.0, None)  # type: ignore[arg-type]
 
@@ -220,8 +240,9 @@ def test_frame_stats_says_whether_it_sent() -> None:
         async def frame_stats(self, work_ms: float, target_ms: float, *, timeout_s: float) -> Any:
             while not gate.is_set():
                 await asyncio.sleep(0.005)
-            return SimpleNamespace(throttle=SimpleNamespace(sleep_ms_between_tokens=5.0, tokens_per_frame=None),
-                                   proposed_budget_mib=None)
+            return SimpleNamespace(
+                throttle=SimpleNamespace(sleep_ms_between_tokens=5.0, tokens_per_frame=None), proposed_budget_mib=None
+            )
 
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
     side = _side(rec, Client())
@@ -271,8 +292,9 @@ class _Stream:
     async def result(self) -> Any:
         async for _ in self:
             pass
-        return SimpleNamespace(finish_reason="stop", ttft_s=0.02, tps=50.0, text=self.tokens, reloads_during=0,
-                               tool_call=None, parsed=None)
+        return SimpleNamespace(
+            finish_reason="stop", ttft_s=0.02, tps=50.0, text=self.tokens, reloads_during=0, tool_call=None, parsed=None
+        )
 
 
 class _Client:
@@ -280,8 +302,9 @@ class _Client:
         self.side_ref, self.streams = side_ref, streams
         self.requested_at: list[float] = []
 
-    def generate(self, session_id: str, text: str, *, max_tokens: int, timeout_s: float,
-                 tool_result: Any = None) -> _Stream:
+    def generate(
+        self, session_id: str, text: str, *, max_tokens: int, timeout_s: float, tool_result: Any = None
+    ) -> _Stream:
         self.requested_at.append(self.side_ref[0].now())
         return self.streams.pop(0)
 
@@ -329,14 +352,46 @@ def test_replies_running_at_phase_end_are_recorded_unfinished() -> None:
 def test_a_request_without_a_first_token_at_phase_end_counts_in_client_ttft() -> None:
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
     rec.replies += [
-        {"finish_reason": "stop", "t_request_s": 1.0, "t_end_s": 2.0, "n_tokens": 10, "ttft_s": 0.3,
-         "client_ttft_s": 0.4, "tps": 20.0, "client_tps": 19.0},
-        {"finish_reason": "stop", "t_request_s": 3.0, "t_end_s": 4.0, "n_tokens": 10, "ttft_s": 0.3,
-         "client_ttft_s": 0.5, "tps": 20.0, "client_tps": 19.0},
-        {"finish_reason": "unfinished", "t_request_s": 5.0, "t_end_s": 8.0, "n_tokens": 4, "ttft_s": None,
-         "client_ttft_s": 2.0, "tps": None, "client_tps": 3.0},
-        {"finish_reason": "unfinished", "t_request_s": 6.0, "t_end_s": 8.0, "n_tokens": 0, "ttft_s": None,
-         "client_ttft_s": None, "tps": None, "client_tps": None},
+        {
+            "finish_reason": "stop",
+            "t_request_s": 1.0,
+            "t_end_s": 2.0,
+            "n_tokens": 10,
+            "ttft_s": 0.3,
+            "client_ttft_s": 0.4,
+            "tps": 20.0,
+            "client_tps": 19.0,
+        },
+        {
+            "finish_reason": "stop",
+            "t_request_s": 3.0,
+            "t_end_s": 4.0,
+            "n_tokens": 10,
+            "ttft_s": 0.3,
+            "client_ttft_s": 0.5,
+            "tps": 20.0,
+            "client_tps": 19.0,
+        },
+        {
+            "finish_reason": "unfinished",
+            "t_request_s": 5.0,
+            "t_end_s": 8.0,
+            "n_tokens": 4,
+            "ttft_s": None,
+            "client_ttft_s": 2.0,
+            "tps": None,
+            "client_tps": 3.0,
+        },
+        {
+            "finish_reason": "unfinished",
+            "t_request_s": 6.0,
+            "t_end_s": 8.0,
+            "n_tokens": 0,
+            "ttft_s": None,
+            "client_ttft_s": None,
+            "tps": None,
+            "client_tps": None,
+        },
     ]
     s = rec.reply_stats()
     assert s["n_unfinished_at_phase_end"] == 2 and s["n_waiting_for_first_token_at_phase_end"] == 1

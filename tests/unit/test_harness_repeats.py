@@ -26,28 +26,60 @@ TARGET_MS = 16.667
 
 def report(on_p99_ms: float, off_p99_ms: float | None) -> dict:
     """The fields of a ``report_version`` 1 ``report.json`` the summary reads, computed as the harness did."""
+
     def phase(governor: bool, p99_ms: float) -> dict:
-        return {"governor": governor, "frames": {"while_npcs_talk_excluding_spike": {
-            "n_frames": 1800, "target_ms": TARGET_MS, "p99_ms": p99_ms,
-            "p99_over_target_pct": round(100.0 * (p99_ms / TARGET_MS - 1.0), 1)}}}
+        return {
+            "governor": governor,
+            "frames": {
+                "while_npcs_talk_excluding_spike": {
+                    "n_frames": 1800,
+                    "target_ms": TARGET_MS,
+                    "p99_ms": p99_ms,
+                    "p99_over_target_pct": round(100.0 * (p99_ms / TARGET_MS - 1.0), 1),
+                }
+            },
+        }
+
     phases = [phase(True, on_p99_ms)] + ([] if off_p99_ms is None else [phase(False, off_p99_ms)])
     return {"phases": phases, "issue_target": {"met_with_governor": on_p99_ms <= TARGET_MS * ISSUE_TOLERANCE}}
 
 
-def report_v2(on_p99_ms: float, off_p99_ms: float, *, off_first: bool, quiet_on_ms: float = 17.0,
-              quiet_off_ms: float = 18.0, generating_p99_ms: float = 99.0) -> dict:
+def report_v2(
+    on_p99_ms: float,
+    off_p99_ms: float,
+    *,
+    off_first: bool,
+    quiet_on_ms: float = 17.0,
+    quiet_off_ms: float = 18.0,
+    generating_p99_ms: float = 99.0,
+) -> dict:
     """A ``report_version`` 2 report: the primary (talk window) set, the quiet baseline, the old set too."""
+
     def stats(p99_ms: float) -> dict:
-        return {"n_frames": 1500, "target_ms": TARGET_MS, "p99_ms": p99_ms,
-                "p99_over_target_pct": round(100.0 * (p99_ms / TARGET_MS - 1.0), 1)}
+        return {
+            "n_frames": 1500,
+            "target_ms": TARGET_MS,
+            "p99_ms": p99_ms,
+            "p99_over_target_pct": round(100.0 * (p99_ms / TARGET_MS - 1.0), 1),
+        }
 
     def phase(governor: bool, p99_ms: float, quiet_ms: float) -> dict:
-        return {"governor": governor, "frames": {PRIMARY_FRAME_SET: stats(p99_ms), "quiet_baseline": stats(quiet_ms),
-                                                 "while_npcs_talk_excluding_spike": stats(generating_p99_ms)}}
+        return {
+            "governor": governor,
+            "frames": {
+                PRIMARY_FRAME_SET: stats(p99_ms),
+                "quiet_baseline": stats(quiet_ms),
+                "while_npcs_talk_excluding_spike": stats(generating_p99_ms),
+            },
+        }
+
     phases = [phase(True, on_p99_ms, quiet_on_ms), phase(False, off_p99_ms, quiet_off_ms)]
     phases = phases[::-1] if off_first else phases
-    return {"report_version": 2, "phases": phases,
-            "issue_target": {"met_with_governor": on_p99_ms <= TARGET_MS * ISSUE_TOLERANCE}}
+    return {
+        "report_version": 2,
+        "phases": phases,
+        "issue_target": {"met_with_governor": on_p99_ms <= TARGET_MS * ISSUE_TOLERANCE},
+    }
 
 
 # --- the multi-run summary -------------------------------------------------------------------------------
@@ -74,23 +106,38 @@ def test_runs_without_an_off_phase_are_not_paired() -> None:
 
 
 def test_a_phase_without_talking_frames_is_not_met() -> None:
-    empty = {"phases": [{"governor": True, "frames": {"while_npcs_talk_excluding_spike": {"n_frames": 0}}}],
-             "issue_target": {"met_with_governor": False}}
+    empty = {
+        "phases": [{"governor": True, "frames": {"while_npcs_talk_excluding_spike": {"n_frames": 0}}}],
+        "issue_target": {"met_with_governor": False},
+    }
     s = summarize([empty])
     run = {k: v for k, v in s["runs"][0].items() if "steal" not in k}
-    assert run == {"run": 1, "order": "on_only", "frame_set": "while_npcs_talk_excluding_spike",
-                   "p99_over_target_pct_on": None, "p99_over_target_pct_off": None,
-                   "quiet_p99_over_target_pct_on": None, "quiet_p99_over_target_pct_off": None,
-                   "tokens_on": None, "tokens_off": None, "work_ratio_on": None, "work_ratio_off": None,
-                   "target_met": False, "on_better": None}
+    assert run == {
+        "run": 1,
+        "order": "on_only",
+        "frame_set": "while_npcs_talk_excluding_spike",
+        "p99_over_target_pct_on": None,
+        "p99_over_target_pct_off": None,
+        "quiet_p99_over_target_pct_on": None,
+        "quiet_p99_over_target_pct_off": None,
+        "tokens_on": None,
+        "tokens_off": None,
+        "work_ratio_on": None,
+        "work_ratio_off": None,
+        "target_met": False,
+        "on_better": None,
+    }
     assert all(v is None for k, v in s["runs"][0].items() if "steal" in k)
     assert s["median_p99_over_target_pct_on"] is None
 
 
 def test_summary_of_v2_reports_uses_the_talk_window_and_shows_order_and_quiet_baseline() -> None:
-    reports = [report_v2(18.0, 20.0, off_first=False, quiet_on_ms=17.5, quiet_off_ms=18.5),
-               report_v2(21.0, 19.0, off_first=True, quiet_on_ms=20.0, quiet_off_ms=17.0),
-               report_v2(19.0, 25.0, off_first=False), report_v2(18.5, 22.0, off_first=True)]
+    reports = [
+        report_v2(18.0, 20.0, off_first=False, quiet_on_ms=17.5, quiet_off_ms=18.5),
+        report_v2(21.0, 19.0, off_first=True, quiet_on_ms=20.0, quiet_off_ms=17.0),
+        report_v2(19.0, 25.0, off_first=False),
+        report_v2(18.5, 22.0, off_first=True),
+    ]
     s = summarize(reports)
     assert s["frame_sets"] == [PRIMARY_FRAME_SET]
     assert [r["order"] for r in s["runs"]] == ["on_first", "off_first", "on_first", "off_first"]
@@ -127,8 +174,12 @@ def test_summary_reports_tokens_and_the_ai_on_over_ai_off_frame_time() -> None:
 def test_summary_carries_each_phase_steal_figures() -> None:
     rep = report_v2(18.0, 20.0, off_first=False)
     for ph, pct, touched in ((rep["phases"][0], 0.4, 30.0), (rep["phases"][1], 2.5, 60.0)):
-        ph["frames"][PRIMARY_FRAME_SET].update(steal_pct_mean=pct, over_115pct_touched_by_steal_pct=touched,
-                                               frames_touched_by_steal_pct=5.0, p99_over_target_pct_no_steal=3.0)
+        ph["frames"][PRIMARY_FRAME_SET].update(
+            steal_pct_mean=pct,
+            over_115pct_touched_by_steal_pct=touched,
+            frames_touched_by_steal_pct=5.0,
+            p99_over_target_pct_no_steal=3.0,
+        )
     run = summarize([rep])["runs"][0]
     assert (run["steal_pct_mean_on"], run["steal_pct_mean_off"]) == (0.4, 2.5)
     assert (run["over_115pct_touched_by_steal_pct_on"], run["over_115pct_touched_by_steal_pct_off"]) == (30.0, 60.0)
@@ -148,7 +199,13 @@ def test_repeats_alternate_the_phase_order() -> None:
     assert not any(off_first_for_run(k, "on-first") for k in range(1, 5))
     assert all(off_first_for_run(k, "off-first") for k in range(1, 5))
     assert harness_args(2, "alternate", Path("o/run2"), ["--duration-s", "9"]) == [
-        "--no-live", "--out", "o/run2", "--off-first", "--duration-s", "9"]
+        "--no-live",
+        "--out",
+        "o/run2",
+        "--off-first",
+        "--duration-s",
+        "9",
+    ]
     assert "--off-first" not in harness_args(3, "alternate", Path("o/run3"), [])
 
 
@@ -178,7 +235,9 @@ def test_harness_repeats_driver_alternates_runs(tmp_path: Path, monkeypatch: pyt
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["order"] for r in summary["runs"]] == ["on_first", "off_first", "on_first", "off_first"]
     assert set(summary["by_order"]) == {"on_first", "off_first"} and summary["order"] == "alternate"
-    assert ("--off-first" in summary["runs"][1]["harness_args"]) and "--off-first" not in summary["runs"][0]["harness_args"]
+    assert ("--off-first" in summary["runs"][1]["harness_args"]) and "--off-first" not in summary["runs"][0][
+        "harness_args"
+    ]
     with pytest.raises(SystemExit):  # the order is the driver's: --off-first to every run would defeat it
         module.main(["--runs", "2", "--out", str(tmp_path / "x"), "--", "--off-first"])
 
@@ -191,8 +250,9 @@ def test_harness_cli_has_off_first() -> None:
     assert harness.parse_args(["--off-first"]).off_first and not harness.parse_args([]).off_first
 
 
-def test_governor_ab_reads_pairs_in_order_and_counts_the_acceptance(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_governor_ab_reads_pairs_in_order_and_counts_the_acceptance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import importlib.util
     import json
 
@@ -204,8 +264,11 @@ def test_governor_ab_reads_pairs_in_order_and_counts_the_acceptance(tmp_path: Pa
     for k, (on, off) in enumerate(pairs, start=1):
         (tmp_path / f"run{k}").mkdir()
         (tmp_path / f"run{k}" / "report.json").write_text(json.dumps(report_v2(on, off, off_first=k % 2 == 0)))
-    assert [r["order"] for r in ab.ab_summary(ab.load_pairs(tmp_path))["runs"][:3]] == ["on_first", "off_first",
-                                                                                         "on_first"]  # run10 after run9
+    assert [r["order"] for r in ab.ab_summary(ab.load_pairs(tmp_path))["runs"][:3]] == [
+        "on_first",
+        "off_first",
+        "on_first",
+    ]  # run10 after run9
     assert ab.main([str(tmp_path), "--json", str(tmp_path / "s.json")]) == 0
     s = json.loads((tmp_path / "s.json").read_text())
     assert (s["n_runs"], s["within_line_pairs"], s["on_better_pairs"]) == (12, 8, 8)

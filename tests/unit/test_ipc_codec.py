@@ -44,10 +44,28 @@ def test_every_type_is_registered_once_and_round_trips_with_defaults() -> None:
 def test_content_is_written_in_field_order_with_nil_optionals() -> None:
     msg = m.GenerateRequest(text="hi")
     content = unpackb(encode(_header(msg, SID), msg)[1])
-    assert list(content) == ["text", "max_tokens", "sampling", "priority", "grammar", "json_schema", "tool_choice",
-                             "tool_result", "image"]
-    assert content == {"text": "hi", "max_tokens": None, "sampling": None, "priority": None, "grammar": None,
-                       "json_schema": None, "tool_choice": None, "tool_result": None, "image": None}
+    assert list(content) == [
+        "text",
+        "max_tokens",
+        "sampling",
+        "priority",
+        "grammar",
+        "json_schema",
+        "tool_choice",
+        "tool_result",
+        "image",
+    ]
+    assert content == {
+        "text": "hi",
+        "max_tokens": None,
+        "sampling": None,
+        "priority": None,
+        "grammar": None,
+        "json_schema": None,
+        "tool_choice": None,
+        "tool_result": None,
+        "image": None,
+    }
     assert "type" not in content
 
 
@@ -127,8 +145,17 @@ def test_too_large_frame() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xc1", b"\x81", b"\x80\x80", b"\x91" * 5000, b"\xd6\xff\x00\x00\x00\x00", b"\xa2\xff\xfe",
-     b"\x81\x01\x02", b"\x92\x01\x02"],
+    [
+        b"",
+        b"\xc1",
+        b"\x81",
+        b"\x80\x80",
+        b"\x91" * 5000,
+        b"\xd6\xff\x00\x00\x00\x00",
+        b"\xa2\xff\xfe",
+        b"\x81\x01\x02",
+        b"\x92\x01\x02",
+    ],
 )
 def test_malformed_header_is_invalid_request(data: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
@@ -174,12 +201,24 @@ def test_free_maps_are_sorted_and_checked() -> None:
     assert list(reply.detail or {}) == ["a", "b"] and list((reply.detail or {})["b"]) == ["x", "y"]
     content = unpackb(encode(_header(reply), reply)[1])
     assert list(content["detail"]) == ["a", "b"]
-    for bad in ({"a": math.inf}, {"a": object()}, {"a": 2**64}, {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h":
-                                                                                                    {"i": 1}}}}}}}}}):
+    for bad in (
+        {"a": math.inf},
+        {"a": object()},
+        {"a": 2**64},
+        {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}},
+    ):
         with pytest.raises(ValueError):
             m.ErrorReply(code=ErrorCode.BUSY, message="m", detail=bad)
-    status = m.StatusReply(model=None, vram_budget_mib=None, plan=None, vram_used_mib=None, n_sessions=0,
-                           queue_depth=0, counters={"z": 1, "a": 2}, uptime_s=0)
+    status = m.StatusReply(
+        model=None,
+        vram_budget_mib=None,
+        plan=None,
+        vram_used_mib=None,
+        n_sessions=0,
+        queue_depth=0,
+        counters={"z": 1, "a": 2},
+        uptime_s=0,
+    )
     assert list(status.counters) == ["a", "z"]
 
 

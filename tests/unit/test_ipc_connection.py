@@ -14,8 +14,15 @@ from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file, write_c
 from igi_sdk.ipc.errors import ConnectionFileError
 
 #: A complete connection file as the daemon writes it (PROTOCOL.md section 13).
-COMPLETE = {"transport": "tcp", "ip": "127.0.0.1", "port": 5555, "key": "0" * 64, "signature_scheme": "hmac-sha256",
-            "protocol_version": "1.0", "pid": 1}
+COMPLETE = {
+    "transport": "tcp",
+    "ip": "127.0.0.1",
+    "port": 5555,
+    "key": "0" * 64,
+    "signature_scheme": "hmac-sha256",
+    "protocol_version": "1.0",
+    "pid": 1,
+}
 
 
 def test_write_is_0600_and_round_trips(tmp_path: Path) -> None:
@@ -105,8 +112,9 @@ def test_a_file_with_only_port_key_and_pid_is_refused(tmp_path: Path) -> None:
         ({"transport": None}, "transport"),
     ],
 )
-def test_a_port_that_does_not_fit_the_transport_is_refused(tmp_path: Path, changes: dict[str, object],
-                                                            fragment: str) -> None:
+def test_a_port_that_does_not_fit_the_transport_is_refused(
+    tmp_path: Path, changes: dict[str, object], fragment: str
+) -> None:
     """ipc with a non-zero port, tcp with port 0, or an unknown transport: refused, not guessed at."""
     path = _write_body(tmp_path / "c.json", COMPLETE | changes)
     with pytest.raises(ConnectionFileError, match=fragment):
@@ -119,7 +127,11 @@ def test_a_port_that_does_not_fit_the_transport_is_refused(tmp_path: Path, chang
 def test_the_writer_output_reads_back_for_both_transports(tmp_path: Path) -> None:
     """The daemon's writer is unchanged: what it writes (tcp, and ipc with port 0) satisfies the strict reader."""
     tcp = write_connection_file(tmp_path / "tcp.json", port=5555, key="1" * 64, pid=7)
-    assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {"key": "1" * 64, "pid": 7, "protocol_version": PROTOCOL_VERSION}
+    assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {
+        "key": "1" * 64,
+        "pid": 7,
+        "protocol_version": PROTOCOL_VERSION,
+    }
     assert read_connection_file(tmp_path / "tcp.json") == tcp
     ipc = write_connection_file(tmp_path / "ipc.json", port=0, ip="/run/igi.sock", transport="ipc", key="1" * 64, pid=7)
     assert read_connection_file(tmp_path / "ipc.json") == ipc

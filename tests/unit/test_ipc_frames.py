@@ -127,12 +127,17 @@ def test_mutated_valid_frames_decode_or_raise_protocol_error(case, index: int, d
 
 
 @FUZZ
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
-    max_leaves=12,
-))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**63 - 1)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=8),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+        max_leaves=12,
+    )
+)
 def test_error_detail_round_trips_canonically(value: object) -> None:
     reply = m.ErrorReply(code="internal", message="x", detail={"v": value})
     header, decoded = unpack_message(KEY, pack_message(KEY, new_header("error_reply"), reply))

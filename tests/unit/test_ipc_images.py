@@ -31,8 +31,13 @@ def test_sizes_come_from_the_header(fmt: str) -> None:
 
 def test_a_mislabelled_or_truncated_file_is_refused() -> None:
     png, jpeg = encoded("png", 32, 32), encoded("jpeg", 32, 32)
-    for image in (Image(format="jpeg", data=png), Image(format="png", data=jpeg), Image(format="png", data=png[:20]),
-                  Image(format="jpeg", data=jpeg[:30]), Image(format="png", data=b"hello")):
+    for image in (
+        Image(format="jpeg", data=png),
+        Image(format="png", data=jpeg),
+        Image(format="png", data=png[:20]),
+        Image(format="jpeg", data=jpeg[:30]),
+        Image(format="png", data=b"hello"),
+    ):
         with pytest.raises(ImageRejected) as exc:
             check_image(image)
         assert exc.value.limit is None

@@ -14,8 +14,15 @@ from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Tool
 
 DOC = (Path(__file__).resolve().parents[2] / "ipc" / "PROTOCOL.md").read_text(encoding="utf-8")
 NESTED: dict[str, type[BaseModel]] = {
-    "sampling": Sampling, "limits": Limits, "model_info": ModelInfo, "plan": Plan, "throttle": Throttle, "usage": Usage,
-    "tool": Tool, "tool_call": ToolCall, "tool_result": ToolResult,
+    "sampling": Sampling,
+    "limits": Limits,
+    "model_info": ModelInfo,
+    "plan": Plan,
+    "throttle": Throttle,
+    "usage": Usage,
+    "tool": Tool,
+    "tool_call": ToolCall,
+    "tool_result": ToolResult,
 }
 
 

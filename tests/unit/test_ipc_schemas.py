@@ -33,8 +33,19 @@ def test_schemas_follow_wire_order_without_type() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["codec", "connection", "envelope", "error_codes", "frames", "schemas", "signing", "transport", "values",
-     "vectors", "wire_types"],
+    [
+        "codec",
+        "connection",
+        "envelope",
+        "error_codes",
+        "frames",
+        "schemas",
+        "signing",
+        "transport",
+        "values",
+        "vectors",
+        "wire_types",
+    ],
 )
 def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"igi_sdk.ipc.{module}"), optionflags=doctest.ELLIPSIS)

@@ -33,8 +33,17 @@ def context() -> zmq.Context:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize(
     "endpoint",
-    ["tcp://0.0.0.0:5555", "tcp://*:5555", "tcp://192.168.1.10:5555", "tcp://eth0:5555", "udp://127.0.0.1:1",
-     "tcp://127.0.0.1", "tcp://127.0.0.1:70000", "ipc://", "pgm://x"],
+    [
+        "tcp://0.0.0.0:5555",
+        "tcp://*:5555",
+        "tcp://192.168.1.10:5555",
+        "tcp://eth0:5555",
+        "udp://127.0.0.1:1",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:70000",
+        "ipc://",
+        "pgm://x",
+    ],
 )
 def test_refuses_non_loopback_and_malformed(endpoint: str) -> None:
     with pytest.raises(EndpointError):
@@ -79,11 +88,13 @@ def test_router_dealer_exchange_signed_messages(context: zmq.Context, tmp_path: 
         assert header == request_header and message == request
         # the daemon answers through the identity: one event and the terminal reply
         event = m.TokenEvent(index=0, text="Aye", token_id=7)
-        reply = m.GenerateReply(finish_reason="stop", text="Aye", usage=m.Usage(prompt_tokens=3, completion_tokens=1),
-                                ttft_s=0.01, tps=0.0)
+        reply = m.GenerateReply(
+            finish_reason="stop", text="Aye", usage=m.Usage(prompt_tokens=3, completion_tokens=1), ttft_s=0.01, tps=0.0
+        )
         for out in (event, reply):
-            daemon.send(identity, pack_message(KEY, new_header(out.type, parent_id=header.msg_id,
-                                                               session_id="s1"), out))
+            daemon.send(
+                identity, pack_message(KEY, new_header(out.type, parent_id=header.msg_id, session_id="s1"), out)
+            )
         got = [client.recv(RECV_TIMEOUT_S) for _ in range(2)]
         decoded = [unpack_message(KEY, frames) for frames in got if frames is not None]
         assert [msg for _, msg in decoded] == [event, reply]
@@ -101,8 +112,9 @@ def test_router_dealer_exchange_signed_messages(context: zmq.Context, tmp_path: 
 
 
 def test_oversized_message_disconnects_instead_of_delivering(context: zmq.Context) -> None:  # type: ignore[type-arg]
-    daemon = RouterTransport("tcp://127.0.0.1:0", context=context, options=SocketOptions(linger_ms=0,
-                                                                                       max_msg_bytes=4096))
+    daemon = RouterTransport(
+        "tcp://127.0.0.1:0", context=context, options=SocketOptions(linger_ms=0, max_msg_bytes=4096)
+    )
     client = DealerTransport(daemon.endpoint, context=context, options=SocketOptions(linger_ms=0))
     try:
         client.send([b"IGI1", b"0" * 64, b"\x80", b"x" * 10_000])

@@ -7,16 +7,31 @@ import pytest
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.planner.ggml_types import cuda_alloc_bytes, row_bytes
 from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
-from igi_sdk.planner.memory import (MIB, ComputeBufferTable, ComputeEntry, compute_key, kv_cells, kv_layer_bytes,
-                                    largest_host_weight_bytes, memory_of)
+from igi_sdk.planner.memory import (
+    MIB,
+    ComputeBufferTable,
+    ComputeEntry,
+    compute_key,
+    kv_cells,
+    kv_layer_bytes,
+    largest_host_weight_bytes,
+    memory_of,
+)
 from igi_sdk.planner.placement import OverrideRule, Placement
-from igi_sdk.planner.shapes import table_from_shape
-from igi_sdk.planner.strategies import (attn_first_chain, attn_partial_specs, fixed_specs, n_cpu_moe_specs,
-                                        representative_specs, spec_layout, spec_placement, whole_layer_kv_gpu_specs,
-                                        whole_layer_specs)
+from igi_sdk.planner.shapes import REFERENCE_SHAPES, ModelShape, table_from_shape
+from igi_sdk.planner.strategies import (
+    attn_first_chain,
+    attn_partial_specs,
+    fixed_specs,
+    n_cpu_moe_specs,
+    representative_specs,
+    spec_layout,
+    spec_placement,
+    whole_layer_kv_gpu_specs,
+    whole_layer_specs,
+)
 from igi_sdk.planner.summary import summarize
 from igi_sdk.planner.tensors import TensorGroup
-from igi_sdk.planner.shapes import REFERENCE_SHAPES, ModelShape
 
 TINY_DENSE, TINY_MOE = REFERENCE_SHAPES["tiny_dense"], REFERENCE_SHAPES["tiny_moe"]
 DENSE_8B, MOE_30B = REFERENCE_SHAPES["llama_8b"], REFERENCE_SHAPES["qwen3_30b_a3b"]
@@ -61,8 +76,13 @@ def test_ngl_means_last_layers_and_head_only_above_n_layer() -> None:
 
 def test_rules_first_match_wins_and_kv_follows_ngl_not_rules() -> None:
     s = summarize(table_from_shape(TINY_DENSE))
-    p = Placement(n_gpu_layers=99, rules=(OverrideRule(pattern=r"^blk\.0\.ffn_up\.weight$", device="CUDA0"),
-                                          OverrideRule(pattern=r"^blk\.0\..*$", device="CPU")))
+    p = Placement(
+        n_gpu_layers=99,
+        rules=(
+            OverrideRule(pattern=r"^blk\.0\.ffn_up\.weight$", device="CUDA0"),
+            OverrideRule(pattern=r"^blk\.0\..*$", device="CPU"),
+        ),
+    )
     lay = resolve_layout(s, p, has_gpu=True)
     assert lay.gpu[(0, TensorGroup.FFN)].n_tensors == 1 and lay.host[(0, TensorGroup.FFN)].n_tensors == 2
     assert (0, TensorGroup.ATTN) in lay.host and lay.kv_on_gpu == (True, True)
@@ -86,8 +106,13 @@ def test_tied_embeddings_load_the_head_twice() -> None:
 def test_fast_layout_equals_resolved_rules(shape: object) -> None:
     s = summarize(table_from_shape(shape))  # type: ignore[arg-type]
     n = s.n_layer
-    specs = (fixed_specs(s, True) + attn_partial_specs(s) + whole_layer_specs(s) + whole_layer_kv_gpu_specs(s)
-             + attn_first_chain(s, [None, *range(n - 1, -1, -1)]))
+    specs = (
+        fixed_specs(s, True)
+        + attn_partial_specs(s)
+        + whole_layer_specs(s)
+        + whole_layer_kv_gpu_specs(s)
+        + attn_first_chain(s, [None, *range(n - 1, -1, -1)])
+    )
     if s.table.is_moe:
         specs += n_cpu_moe_specs(s)
     base = Placement(n_ctx=4096)
@@ -151,8 +176,14 @@ def test_kv_only_in_vram_is_sized_with_a_class_that_keeps_kv_in_vram() -> None:
     assert not any(any(spec_layout(s, r, has_gpu=True).kv_on_gpu) for r in representative_specs(s, "cpu_offload"))
     table = ComputeBufferTable()
     for cls, mib in (("partial", 400), ("cpu_offload", 100)):
-        table = table.with_entry(ComputeEntry(key=key.model_copy(update={"placement_class": cls}), gpu_bytes=mib * MIB,
-                                              host_bytes=0, staged_tensor_bytes=largest_host_weight_bytes(s, lay)))
+        table = table.with_entry(
+            ComputeEntry(
+                key=key.model_copy(update={"placement_class": cls}),
+                gpu_bytes=mib * MIB,
+                host_bytes=0,
+                staged_tensor_bytes=largest_host_weight_bytes(s, lay),
+            )
+        )
     mem = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
     assert mem.placement_class == "partial" and mem.compute_source == "dry_run" and mem.gpu_compute_mib == 400
     # without op_offload the GPU still holds the KV and runs attention: not the GPU-idle class

@@ -76,7 +76,9 @@ def test_a_frozen_bundle_without_the_model_says_what_to_do(monkeypatch: pytest.M
         model_store.default_model_path()  # no pip in a bundle: never tries to fetch
 
 
-def test_an_unfrozen_process_ignores_a_models_folder_beside_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_unfrozen_process_ignores_a_models_folder_beside_python(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(model_store.sys, "executable", str(tmp_path / "python"))
     (tmp_path / "models").mkdir()
     with (tmp_path / "models" / model_store.DEFAULT_MODEL_FILE).open("wb") as f:

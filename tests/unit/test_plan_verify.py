@@ -10,8 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from igi_sdk.errors import EngineError
-from igi_sdk.planner import (ComputeBufferTable, ComputeEntry, PlannerOptions, Workload, evaluate_placement,
-                             plan_placement, reference_profile, table_from_shape)
+from igi_sdk.planner import (
+    ComputeBufferTable,
+    ComputeEntry,
+    PlannerOptions,
+    Workload,
+    evaluate_placement,
+    plan_placement,
+    reference_profile,
+    table_from_shape,
+)
 from igi_sdk.planner.layout import resolve_layout
 from igi_sdk.planner.memory import MIB, ComputeKey, compute_key
 from igi_sdk.planner.placement import Placement
@@ -34,8 +42,14 @@ def class_table() -> ComputeBufferTable:
     for ub in OPTIONS.n_ubatch_choices:
         for cls, mib in CLASS_GPU_MIB.items():
             key = ComputeKey(placement_class=cls, n_ubatch=ub, n_ctx=W.n_ctx, op_offload=cls != "cpu_only")
-            entries.append(ComputeEntry(key=key, gpu_bytes=int(mib * ub / 512 * MIB), host_bytes=21 * MIB,
-                                        staged_tensor_bytes=SUMMARY.output_stats.n_bytes))  # head on the host
+            entries.append(
+                ComputeEntry(
+                    key=key,
+                    gpu_bytes=int(mib * ub / 512 * MIB),
+                    host_bytes=21 * MIB,
+                    staged_tensor_bytes=SUMMARY.output_stats.n_bytes,
+                )
+            )  # head on the host
     return ComputeBufferTable(entries=tuple(entries), exact_model="/models/llama_8b.gguf")
 
 
@@ -62,7 +76,9 @@ def test_verified_plans_fit_by_exact_figures_where_class_figures_under_counted()
         plain = plan_placement(DENSE, budget, W, H200, class_table(), OPTIONS)
         assert plain.chosen is not None
         under_counted += true_vram_mib(plain.chosen.placement, budget) > plain.chosen.memory.vram_total_mib + 1
-        result, table, warnings = verify_plan(MODEL_PATH, DENSE, budget, W, H200, class_table(), OPTIONS, exact=llama_like_exact)
+        result, table, warnings = verify_plan(
+            MODEL_PATH, DENSE, budget, W, H200, class_table(), OPTIONS, exact=llama_like_exact
+        )
         assert result.chosen is not None and not warnings
         assert result.chosen.memory.compute_source == "dry_run_exact"
         assert result.chosen.memory.vram_total_mib <= budget
@@ -73,11 +89,15 @@ def test_verified_plans_fit_by_exact_figures_where_class_figures_under_counted()
 
 
 def test_class_figure_is_raised_so_the_search_stops_repeating_the_mistake() -> None:
-    result, table, _ = verify_plan(MODEL_PATH, DENSE, 2400, W, H200, class_table(), OPTIONS,
-                                   exact=llama_like_exact)
+    result, table, _ = verify_plan(MODEL_PATH, DENSE, 2400, W, H200, class_table(), OPTIONS, exact=llama_like_exact)
     assert result.chosen is not None
-    raised = [e for e in table.entries if e.layout_sig is None and e.key.placement_class == "partial"
-              and e.key.n_ubatch == result.chosen.placement.n_ubatch]
+    raised = [
+        e
+        for e in table.entries
+        if e.layout_sig is None
+        and e.key.placement_class == "partial"
+        and e.key.n_ubatch == result.chosen.placement.n_ubatch
+    ]
     assert raised and raised[0].gpu_bytes > CLASS_GPU_MIB["partial"] * result.chosen.placement.n_ubatch / 512 * MIB
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import math
 
-from igi_sdk.planner import (ModelTable, PlannerOptions, Workload, baseline_placements, plan_placement,
-                             reference_profile, table_from_shape)
+from igi_sdk.planner import (
+    ModelTable,
+    PlannerOptions,
+    Workload,
+    baseline_placements,
+    plan_placement,
+    reference_profile,
+    table_from_shape,
+)
 from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
 from igi_sdk.planner.memory import MIB
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
@@ -65,6 +72,7 @@ def test_infeasible_names_the_smallest_budget_at_which_the_gpu_does_work() -> No
     """``cpu_only`` fits a GPU machine from the CUDA-context reserve plus the margin (874 MiB with this profile)
     and leaves the GPU idle; the budget an infeasible result names is where a plan that uses the GPU fits
     (it named 874 MiB, where only ``cpu_only`` fits)."""
+
     def fitting(model: ModelTable, budget: int) -> set[str]:
         r = plan_placement(model, budget, W, H200, options=PlannerOptions(max_runner_ups=20))
         assert r.chosen is not None
@@ -116,8 +124,14 @@ def plan_fits_ngl(ngl: int, budget: int) -> bool:
     from igi_sdk.planner.planner import _Search
     from igi_sdk.planner.strategies import Spec
 
-    s = _Search(DENSE, budget, W, H200, __import__("igi_sdk.planner", fromlist=["ComputeBufferTable"]).ComputeBufferTable(),
-                PlannerOptions())
+    s = _Search(
+        DENSE,
+        budget,
+        W,
+        H200,
+        __import__("igi_sdk.planner", fromlist=["ComputeBufferTable"]).ComputeBufferTable(),
+        PlannerOptions(),
+    )
     return s.memory(Spec("whole_layers", ngl))[2]
 
 
@@ -139,8 +153,11 @@ def test_a_pinned_host_limit_finds_the_largest_spec_that_fits_both_limits() -> N
     options = PlannerOptions(host_pinned_limit_mib=8000)
     search = _Search(MOE, 12000, workload, H200, ComputeBufferTable(), options)
     checked = 0
-    for specs in (attn_first_chain(search.summary, search.unit_order(512, "pinned")), n_cpu_moe_specs(search.summary),
-                  whole_layer_specs(search.summary)):
+    for specs in (
+        attn_first_chain(search.summary, search.unit_order(512, "pinned")),
+        n_cpu_moe_specs(search.summary),
+        whole_layer_specs(search.summary),
+    ):
         fixed = [spec.with_(n_ubatch=512, load_mode="pinned") for spec in specs]
         fitting = [spec for spec in fixed if search.memory(spec)[2]]
         assert search.largest_fitting(specs, n_ubatch=512, load_mode="pinned") == (fitting[-1] if fitting else None)
@@ -176,8 +193,11 @@ def test_a_quantized_v_cache_without_flash_attention_is_refused() -> None:
     import pytest
     from pydantic import ValidationError
 
-    for good in ({"flash_attn": False, "type_k": "q8_0"}, {"flash_attn": False, "type_v": "bf16"},
-                 {"flash_attn": True, "type_k": "q8_0", "type_v": "q8_0"}):
+    for good in (
+        {"flash_attn": False, "type_k": "q8_0"},
+        {"flash_attn": False, "type_v": "bf16"},
+        {"flash_attn": True, "type_k": "q8_0", "type_v": "q8_0"},
+    ):
         PlannerOptions(**good)
     for type_v in ("q8_0", "Q4_0"):
         with pytest.raises(ValidationError, match="flash attention"):

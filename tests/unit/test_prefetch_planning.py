@@ -9,8 +9,13 @@ from igi_sdk.bench.methods import plan_group
 from igi_sdk.planner import ComputeBufferTable, PlannerOptions, plan_placement
 from igi_sdk.planner.cost import WHOLE_EXPERTS_SHARE, CostModel
 from igi_sdk.planner.layout import resolve_layout
-from igi_sdk.planner.memory import (MIB, largest_layer_weight_bytes, memory_of, prefetch_slot_max_mib,
-                                    prefetch_staging_bytes)
+from igi_sdk.planner.memory import (
+    MIB,
+    largest_layer_weight_bytes,
+    memory_of,
+    prefetch_slot_max_mib,
+    prefetch_staging_bytes,
+)
 from igi_sdk.planner.placement import OverrideRule, Placement
 from igi_sdk.planner.profile import Profile, reference_profile
 from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
@@ -108,7 +113,9 @@ def test_slot_cap_keeps_a_large_head_out_of_the_slots() -> None:
     head = s.output_stats.n_bytes
     assert head > largest_layer_weight_bytes(s)
     uncapped = prefetch_staging_bytes(s, layout, p.with_(prefetch_slots=2))
-    capped = prefetch_staging_bytes(s, layout, p.with_(prefetch_slots=2, prefetch_slot_max_mib=prefetch_slot_max_mib(s)))
+    capped = prefetch_staging_bytes(
+        s, layout, p.with_(prefetch_slots=2, prefetch_slot_max_mib=prefetch_slot_max_mib(s))
+    )
     assert uncapped >= 2 * head > capped
 
 
@@ -130,8 +137,12 @@ def test_planner_turns_prefetch_on_only_where_the_engine_has_it(abi: int) -> Non
 
 def test_bench_measures_the_planner_with_overlap_off_as_its_own_method() -> None:
     table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
-    methods = lambda profile: {c.method: c for c in plan_group(  # noqa: E731
-        table, 2048, SHORT, profile, ComputeBufferTable(), PlannerOptions()).core}
+    methods = lambda profile: {
+        c.method: c
+        for c in plan_group(  # noqa: E731
+            table, 2048, SHORT, profile, ComputeBufferTable(), PlannerOptions()
+        ).core
+    }
     on = methods(_profile(1))
     assert on["planner"].placement is not None and on["planner"].placement.prefetch_slots > 0
     serial = on["planner_serial"].placement
@@ -183,8 +194,14 @@ def test_planner_sets_the_moe_threshold_per_load_mode() -> None:
     assert result.chosen is not None
     cm = CostModel(summarize(table), _profile(1))
     assert result.chosen.placement.op_offload_min_batch_mul_mat_id == cm.expert_offload_threshold(False, 2048) > 0
-    off = plan_placement(table, 4096, SHORT, _profile(1), ComputeBufferTable(),
-                         PlannerOptions(load_modes=("mmap",), moe_offload_threshold=False))
+    off = plan_placement(
+        table,
+        4096,
+        SHORT,
+        _profile(1),
+        ComputeBufferTable(),
+        PlannerOptions(load_modes=("mmap",), moe_offload_threshold=False),
+    )
     assert off.chosen is not None and off.chosen.placement.op_offload_min_batch_mul_mat_id == 0
     stock = plan_placement(table, 4096, SHORT, _profile(0), ComputeBufferTable(), PlannerOptions(load_modes=("mmap",)))
     assert stock.chosen is not None and stock.chosen.placement.op_offload_min_batch_mul_mat_id == 0

@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.planner.profile import (CONSERVATIVE_GPU, PROFILE_VERSION, MachineKey, Profile, conservative_cpu,
-                                     reference_profile, repair_profile)
+from igi_sdk.planner.profile import (
+    CONSERVATIVE_GPU,
+    PROFILE_VERSION,
+    MachineKey,
+    Profile,
+    conservative_cpu,
+    reference_profile,
+    repair_profile,
+)
 
 H200 = reference_profile("h200").gpu
 assert H200 is not None
@@ -19,19 +26,50 @@ assert H200 is not None
 
 def first_h200_profile(**gpu: Any) -> dict[str, Any]:
     """The profile the faulty profiler measured on the first H200 run (docs/benchmarks/gpu-bench/profile-h200-first.json)."""
-    terms = dict(name="NVIDIA H200", total_mib=143771, bandwidth_gbps=73207808.0, gflops=24820.1,
-                 op_overhead_us=3.378, h2d_pinned_gbps=1.81, h2d_pageable_gbps=1.4, reserve_mib=618,
-                 transition_us=20.0)
+    terms = dict(
+        name="NVIDIA H200",
+        total_mib=143771,
+        bandwidth_gbps=73207808.0,
+        gflops=24820.1,
+        op_overhead_us=3.378,
+        h2d_pinned_gbps=1.81,
+        h2d_pageable_gbps=1.4,
+        reserve_mib=618,
+        transition_us=20.0,
+    )
     terms.update(gpu)
     return {
-        "version": 1, "source": "measured", "host_memory_gbps": 20.27,
-        "machine": {"cpu_model": "Intel(R) Xeon(R) Processor", "n_threads": 16, "gpu_name": "NVIDIA H200",
-                    "driver": "580.159.04"},
-        "cpu": [{"n_threads": 8, "decode_gbps": 45.099, "op_overhead_us": 3.318, "attn_gbps": 3.3737,
-                 "prefill_gflops": {"q4_0": 332.51, "default": 332.51}, "moe_decode_efficiency": 0.72},
-                {"n_threads": 16, "decode_gbps": 74.098, "op_overhead_us": 3.914, "attn_gbps": 5.4572,
-                 "prefill_gflops": {"q4_0": 511.6, "default": 511.6}, "moe_decode_efficiency": 0.719}],
-        "gpu": terms, "pinned_load_gbps": 1.4, "mmap_load_gbps": 20.0, "cpu_pinned_decode_factor": 1.0,
+        "version": 1,
+        "source": "measured",
+        "host_memory_gbps": 20.27,
+        "machine": {
+            "cpu_model": "Intel(R) Xeon(R) Processor",
+            "n_threads": 16,
+            "gpu_name": "NVIDIA H200",
+            "driver": "580.159.04",
+        },
+        "cpu": [
+            {
+                "n_threads": 8,
+                "decode_gbps": 45.099,
+                "op_overhead_us": 3.318,
+                "attn_gbps": 3.3737,
+                "prefill_gflops": {"q4_0": 332.51, "default": 332.51},
+                "moe_decode_efficiency": 0.72,
+            },
+            {
+                "n_threads": 16,
+                "decode_gbps": 74.098,
+                "op_overhead_us": 3.914,
+                "attn_gbps": 5.4572,
+                "prefill_gflops": {"q4_0": 511.6, "default": 511.6},
+                "moe_decode_efficiency": 0.719,
+            },
+        ],
+        "gpu": terms,
+        "pinned_load_gbps": 1.4,
+        "mmap_load_gbps": 20.0,
+        "cpu_pinned_decode_factor": 1.0,
         "missing": {},
     }
 
@@ -52,8 +90,9 @@ def test_the_first_h200_profile_is_repaired_with_the_h200_reference() -> None:
 
 
 def test_a_plausible_measured_profile_is_kept() -> None:
-    data = first_h200_profile(bandwidth_gbps=2800.0, gflops=120000.0, h2d_pinned_gbps=50.2, h2d_pageable_gbps=9.1,
-                              op_overhead_us=1.2)
+    data = first_h200_profile(
+        bandwidth_gbps=2800.0, gflops=120000.0, h2d_pinned_gbps=50.2, h2d_pageable_gbps=9.1, op_overhead_us=1.2
+    )
     p = Profile.model_validate(data)
     assert p.missing == {}
     assert p.gpu is not None and (p.gpu.bandwidth_gbps, p.gpu.gflops, p.gpu.h2d_pinned_gbps) == (2800.0, 120000.0, 50.2)
@@ -67,18 +106,24 @@ def test_reference_profiles_are_plausible(name: str) -> None:
 
 
 def test_an_unknown_gpu_falls_back_to_conservative_figures() -> None:
-    data = first_h200_profile(name="Some GPU", bandwidth_gbps=40.0, gflops=2e7, h2d_pinned_gbps=3.0,
-                              h2d_pageable_gbps=12.0)
+    data = first_h200_profile(
+        name="Some GPU", bandwidth_gbps=40.0, gflops=2e7, h2d_pinned_gbps=3.0, h2d_pageable_gbps=12.0
+    )
     p = Profile.model_validate(data)
     assert p.gpu is not None
     assert p.gpu.bandwidth_gbps == CONSERVATIVE_GPU["bandwidth_gbps"] and p.gpu.gflops == CONSERVATIVE_GPU["gflops"]
     # both in bounds, but pinned DMA slower than pageable staging: the pair is replaced
-    assert (p.gpu.h2d_pinned_gbps, p.gpu.h2d_pageable_gbps) == (CONSERVATIVE_GPU["h2d_pinned_gbps"],
-                                                                CONSERVATIVE_GPU["h2d_pageable_gbps"])
+    assert (p.gpu.h2d_pinned_gbps, p.gpu.h2d_pageable_gbps) == (
+        CONSERVATIVE_GPU["h2d_pinned_gbps"],
+        CONSERVATIVE_GPU["h2d_pageable_gbps"],
+    )
     assert "pinned 3 < 0.8 x pageable 12" in p.missing["gpu.h2d_pinned_gbps"]
     # an unknown GPU has no reference to be cross-checked against: in-bounds rates stay
-    q = Profile.model_validate(first_h200_profile(name="Some GPU", bandwidth_gbps=100.0, gflops=5000.0,
-                                                  h2d_pinned_gbps=6.0, h2d_pageable_gbps=3.0))
+    q = Profile.model_validate(
+        first_h200_profile(
+            name="Some GPU", bandwidth_gbps=100.0, gflops=5000.0, h2d_pinned_gbps=6.0, h2d_pageable_gbps=3.0
+        )
+    )
     assert q.missing == {} and q.gpu is not None and q.gpu.gflops == 5000.0
 
 
@@ -94,8 +139,12 @@ def test_implausible_cpu_and_host_terms_take_conservative_defaults() -> None:
     assert p.cpu[1].decode_gbps == safe16["decode_gbps"] and p.cpu[1].prefill_gflops["q4_0"] == safe16["gflops"]
     assert p.cpu[1].prefill_gflops["default"] == 511.6 and p.cpu[0].op_overhead_us == safe8["op_overhead_us"]
     assert p.host_memory_gbps == 5.0
-    assert set(p.missing) == {"host_memory_gbps", "cpu[16].decode_gbps", "cpu[16].prefill_gflops.q4_0",
-                              "cpu[8].op_overhead_us"}
+    assert set(p.missing) == {
+        "host_memory_gbps",
+        "cpu[16].decode_gbps",
+        "cpu[16].prefill_gflops.q4_0",
+        "cpu[8].op_overhead_us",
+    }
 
 
 def test_earlier_missing_reasons_are_kept() -> None:

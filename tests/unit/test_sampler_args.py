@@ -10,8 +10,17 @@ import pytest
 from igi_sdk.engine.sampler import Sampler
 
 
-@pytest.mark.parametrize("kw", [{"temperature": math.nan}, {"temperature": math.inf}, {"temperature": -1.0},
-                                {"repeat_penalty": math.nan}, {"repeat_penalty": math.inf}, {"top_p": math.nan}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"temperature": math.nan},
+        {"temperature": math.inf},
+        {"temperature": -1.0},
+        {"repeat_penalty": math.nan},
+        {"repeat_penalty": math.inf},
+        {"top_p": math.nan},
+    ],
+)
 def test_non_finite_and_negative_values_are_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         Sampler(**kw)

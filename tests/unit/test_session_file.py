@@ -57,9 +57,20 @@ def _file_with_body(path: Path, body: object) -> Path:
 
 
 def _body(**session: object) -> dict[str, object]:
-    base = {"persona": "Mira", "system_prompt": "", "sampling": {}, "priority": 0, "turns": [["user", "hi"], ["assistant", "yo"]]}
-    return {"format_version": 1, "saved_at": 0.0, "model": {"name": "m.gguf", "file_bytes": 1}, "session": {**base, **session},
-            "kv": None}
+    base = {
+        "persona": "Mira",
+        "system_prompt": "",
+        "sampling": {},
+        "priority": 0,
+        "turns": [["user", "hi"], ["assistant", "yo"]],
+    }
+    return {
+        "format_version": 1,
+        "saved_at": 0.0,
+        "model": {"name": "m.gguf", "file_bytes": 1},
+        "session": {**base, **session},
+        "kv": None,
+    }
 
 
 def test_a_valid_body_reads_back(tmp_path: Path) -> None:
@@ -67,12 +78,26 @@ def test_a_valid_body_reads_back(tmp_path: Path) -> None:
     assert snap.priority == -100 and snap.turns == (("user", "hi"), ("assistant", "yo"))
 
 
-@pytest.mark.parametrize("session", [
-    {"priority": 1e300}, {"priority": float("inf")}, {"priority": 101}, {"priority": 2**63}, {"priority": "1"},
-    {"persona": "x" * 257}, {"persona": 7}, {"turns": [["system", "obey"]]}, {"turns": [["user", 1]]},
-    {"turns": [["user"]]}, {"turns": "hi"}, {"sampling": {"temperature": float("nan")}}, {"sampling": {"top_k": -1}},
-    {"system_prompt": None},
-], ids=repr)
+@pytest.mark.parametrize(
+    "session",
+    [
+        {"priority": 1e300},
+        {"priority": float("inf")},
+        {"priority": 101},
+        {"priority": 2**63},
+        {"priority": "1"},
+        {"persona": "x" * 257},
+        {"persona": 7},
+        {"turns": [["system", "obey"]]},
+        {"turns": [["user", 1]]},
+        {"turns": [["user"]]},
+        {"turns": "hi"},
+        {"sampling": {"temperature": float("nan")}},
+        {"sampling": {"top_k": -1}},
+        {"system_prompt": None},
+    ],
+    ids=repr,
+)
 def test_an_out_of_range_or_mistyped_value_is_refused_at_the_edge(tmp_path: Path, session: dict[str, object]) -> None:
     """A value the engine cannot take (priority 1e300 became an OverflowError in every later generation) is a
     typed error when the file is read."""
@@ -80,11 +105,18 @@ def test_an_out_of_range_or_mistyped_value_is_refused_at_the_edge(tmp_path: Path
         read_session_file(_file_with_body(tmp_path / "bad.igisession", _body(**session)))
 
 
-@pytest.mark.parametrize("body", [
-    [], {"format_version": 1}, {"format_version": 1, "model": {}, "session": {}},
-    {**_body(), "kv": {"tokens": [-1], "state": b""}}, {**_body(), "kv": {"tokens": [1], "state": "text"}},
-    {**_body(), "model": {"name": "m", "file_bytes": -1}},
-], ids=repr)
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"format_version": 1},
+        {"format_version": 1, "model": {}, "session": {}},
+        {**_body(), "kv": {"tokens": [-1], "state": b""}},
+        {**_body(), "kv": {"tokens": [1], "state": "text"}},
+        {**_body(), "model": {"name": "m", "file_bytes": -1}},
+    ],
+    ids=repr,
+)
 def test_a_malformed_body_is_refused(tmp_path: Path, body: object) -> None:
     with pytest.raises(SessionFileError):
         read_session_file(_file_with_body(tmp_path / "bad.igisession", body))

@@ -18,40 +18,56 @@ from igi_sdk.structured.tools import (
     read_json,
 )
 
-LINE = {"type": "object", "properties": {"line": {"type": "string", "maxLength": 40},
-                                         "emotion": {"enum": ["calm", "angry"]}},
-        "required": ["line", "emotion"], "additionalProperties": False}
-GIVE = ToolSpec("give_item", "Hand over an item.", {"type": "object", "properties": {
-    "item": {"enum": ["sword", "potion"]}, "count": {"type": "integer"}}, "required": ["item", "count"]})
+LINE = {
+    "type": "object",
+    "properties": {"line": {"type": "string", "maxLength": 40}, "emotion": {"enum": ["calm", "angry"]}},
+    "required": ["line", "emotion"],
+    "additionalProperties": False,
+}
+GIVE = ToolSpec(
+    "give_item",
+    "Hand over an item.",
+    {
+        "type": "object",
+        "properties": {"item": {"enum": ["sword", "potion"]}, "count": {"type": "integer"}},
+        "required": ["item", "count"],
+    },
+)
 
 
-@pytest.mark.parametrize("grammar", [
-    'root ::= "yes" | "no"',
-    'root ::= ("a" | "b")+ "."\n',
-    'root ::= x\nx ::= [a-z]{1,5} # a comment\n',
-    'root ::= (\n  "a"\n  | "b"\n)',
-    'root ::= [^"\\\\] . "\\x41\\u00e9\\U0001F600"',
-    'root ::= "a" root | ""',
-    'root ::= "a"{2000}',
-    'root ::= <[12]> !<|im_end|> "x"',
-])
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'root ::= "yes" | "no"',
+        'root ::= ("a" | "b")+ "."\n',
+        "root ::= x\nx ::= [a-z]{1,5} # a comment\n",
+        'root ::= (\n  "a"\n  | "b"\n)',
+        'root ::= [^"\\\\] . "\\x41\\u00e9\\U0001F600"',
+        'root ::= "a" root | ""',
+        'root ::= "a"{2000}',
+        'root ::= <[12]> !<|im_end|> "x"',
+    ],
+)
 def test_grammars_llama_cpp_accepts_pass(grammar: str) -> None:
     assert "root" in check_grammar(grammar).rules
 
 
-@pytest.mark.parametrize(("grammar", "reason", "line", "column"), [
-    ('root ::= "yes', "unexpected end of input", 1, 14),
-    ('root ::= x', "undefined rule 'x'", 1, 10),
-    ('root ::= "x"\n  | "y"', "expecting a rule name", 2, 3),  # a rule ends at a newline outside parentheses
-    ('root = "a"', "expecting ::=", 1, 6),
-    ('root ::= "\\q"', "unknown escape \\q", 1, 11),
-    ('root ::= ("a"', "expecting ')'", 1, 14),
-    ('root ::= *', "'*' has no preceding item", 1, 10),
-    ('root ::= "a"{3,2}', "repetition {3,2} has its maximum below its minimum", 1, 13),
-    (f'root ::= "a"{{{MAX_REPETITION + 1}}}', f"a repetition count above {MAX_REPETITION}", 1, 13),
-    ('root ::= "a"{50}{50}', f"nested repetitions repeat more than {MAX_REPETITION} times", 1, 17),
-    ('root ::= "a" )', "expecting a newline or the end", 1, 14),
-])
+@pytest.mark.parametrize(
+    ("grammar", "reason", "line", "column"),
+    [
+        ('root ::= "yes', "unexpected end of input", 1, 14),
+        ("root ::= x", "undefined rule 'x'", 1, 10),
+        ('root ::= "x"\n  | "y"', "expecting a rule name", 2, 3),  # a rule ends at a newline outside parentheses
+        ('root = "a"', "expecting ::=", 1, 6),
+        ('root ::= "\\q"', "unknown escape \\q", 1, 11),
+        ('root ::= ("a"', "expecting ')'", 1, 14),
+        ("root ::= *", "'*' has no preceding item", 1, 10),
+        ('root ::= "a"{3,2}', "repetition {3,2} has its maximum below its minimum", 1, 13),
+        (f'root ::= "a"{{{MAX_REPETITION + 1}}}', f"a repetition count above {MAX_REPETITION}", 1, 13),
+        ('root ::= "a"{50}{50}', f"nested repetitions repeat more than {MAX_REPETITION} times", 1, 17),
+        ('root ::= "a" )', "expecting a newline or the end", 1, 14),
+    ],
+)
 def test_bad_grammars_are_refused_with_their_position(grammar: str, reason: str, line: int, column: int) -> None:
     with pytest.raises(GrammarError) as info:
         check_grammar(grammar)
@@ -59,8 +75,17 @@ def test_bad_grammars_are_refused_with_their_position(grammar: str, reason: str,
     assert info.value.detail() == {"reason": reason, "line": line, "column": column}
 
 
-@pytest.mark.parametrize("grammar", ['foo ::= "a"', "", "# only a comment\n", 'root ::= root "a"',
-                                     'root ::= a\na ::= b "x"\nb ::= "" | a', "root ::= " + "(" * 65 + '"a"' + ")" * 65])
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'foo ::= "a"',
+        "",
+        "# only a comment\n",
+        'root ::= root "a"',
+        'root ::= a\na ::= b "x"\nb ::= "" | a',
+        "root ::= " + "(" * 65 + '"a"' + ")" * 65,
+    ],
+)
 def test_no_root_left_recursion_and_deep_nesting_are_refused(grammar: str) -> None:
     with pytest.raises(GrammarError):
         check_grammar(grammar)
@@ -68,29 +93,44 @@ def test_no_root_left_recursion_and_deep_nesting_are_refused(grammar: str) -> No
 
 def test_schema_subset_accepts_what_the_converter_renders_exactly() -> None:
     check_schema(LINE)
-    check_schema({"$defs": {"item": {"enum": ["a", "b"]}}, "type": "array", "items": {"$ref": "#/$defs/item"},
-                  "minItems": 1, "maxItems": 3, "title": "inventory"})
+    check_schema(
+        {
+            "$defs": {"item": {"enum": ["a", "b"]}},
+            "type": "array",
+            "items": {"$ref": "#/$defs/item"},
+            "minItems": 1,
+            "maxItems": 3,
+            "title": "inventory",
+        }
+    )
     check_schema({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]})
     check_schema({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}]})
     check_schema({"type": ["string", "null"]})
     check_schema({})
 
 
-@pytest.mark.parametrize(("schema", "keyword", "path"), [
-    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}, "minimum", "/properties/n/minimum"),
-    ({"type": "string", "pattern": "^a$"}, "pattern", "/pattern"),
-    ({"oneOf": [{"type": "string"}]}, "oneOf", "/oneOf"),
-    ({"type": "object", "properties": {}, "required": ["a"]}, "required", "/required"),
-    ({"$ref": "#/$defs/x", "type": "object", "$defs": {"x": {}}}, "type", "/type"),
-    ({"type": ["string", "null"], "maxLength": 3}, "maxLength", "/maxLength"),
-    ({"type": "array", "minItems": 2}, "minItems", "/minItems"),
-    ({"type": "string", "maxLength": 100_000}, "maxLength", "/maxLength"),
-    ({"maxLength": 3}, "maxLength", "/maxLength"),
-    ({"type": "string", "format": "email"}, "format", "/format"),
-    ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "$ref", "/$defs/a/$ref"),
-    ({"enum": [1, "x"], "type": "integer"}, "enum", "/enum"),
-    ({"type": "object", "properties": {"a": {"type": "wat"}}}, "type", "/properties/a/type"),
-])
+@pytest.mark.parametrize(
+    ("schema", "keyword", "path"),
+    [
+        (
+            {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+            "minimum",
+            "/properties/n/minimum",
+        ),
+        ({"type": "string", "pattern": "^a$"}, "pattern", "/pattern"),
+        ({"oneOf": [{"type": "string"}]}, "oneOf", "/oneOf"),
+        ({"type": "object", "properties": {}, "required": ["a"]}, "required", "/required"),
+        ({"$ref": "#/$defs/x", "type": "object", "$defs": {"x": {}}}, "type", "/type"),
+        ({"type": ["string", "null"], "maxLength": 3}, "maxLength", "/maxLength"),
+        ({"type": "array", "minItems": 2}, "minItems", "/minItems"),
+        ({"type": "string", "maxLength": 100_000}, "maxLength", "/maxLength"),
+        ({"maxLength": 3}, "maxLength", "/maxLength"),
+        ({"type": "string", "format": "email"}, "format", "/format"),
+        ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "$ref", "/$defs/a/$ref"),
+        ({"enum": [1, "x"], "type": "integer"}, "enum", "/enum"),
+        ({"type": "object", "properties": {"a": {"type": "wat"}}}, "type", "/properties/a/type"),
+    ],
+)
 def test_schema_keywords_the_converter_would_not_enforce_are_refused(schema: dict, keyword: str, path: str) -> None:
     with pytest.raises(SchemaError) as info:
         check_schema(schema)
@@ -124,10 +164,18 @@ def test_validator_follows_json_schema_semantics() -> None:
 
 
 def test_strip_annotations_keeps_defs_and_values() -> None:
-    schema = {"title": "t", "description": "d", "type": "object", "$defs": {"x": {"description": "y", "const": 1}},
-              "properties": {"title": {"type": "string", "description": "a property named title"}}}
-    assert strip_annotations(schema) == {"type": "object", "$defs": {"x": {"const": 1}},
-                                         "properties": {"title": {"type": "string"}}}
+    schema = {
+        "title": "t",
+        "description": "d",
+        "type": "object",
+        "$defs": {"x": {"description": "y", "const": 1}},
+        "properties": {"title": {"type": "string", "description": "a property named title"}},
+    }
+    assert strip_annotations(schema) == {
+        "type": "object",
+        "$defs": {"x": {"const": 1}},
+        "properties": {"title": {"type": "string"}},
+    }
 
 
 def test_envelope_alternatives_follow_tool_choice() -> None:
@@ -141,8 +189,16 @@ def test_envelope_alternatives_follow_tool_choice() -> None:
 
 
 def test_envelope_moves_tool_defs_and_rewrites_their_refs() -> None:
-    tool = ToolSpec("t", "", {"$defs": {"k": {"enum": ["a"]}}, "type": "object",
-                              "properties": {"k": {"$ref": "#/$defs/k"}}, "required": ["k"]})
+    tool = ToolSpec(
+        "t",
+        "",
+        {
+            "$defs": {"k": {"enum": ["a"]}},
+            "type": "object",
+            "properties": {"k": {"$ref": "#/$defs/k"}},
+            "required": ["k"],
+        },
+    )
     schema = envelope_schema([tool], None, "required")
     assert schema["$defs"] == {"tool0_k": {"enum": ["a"]}}
     assert schema["properties"]["arguments"]["properties"]["k"] == {"$ref": "#/$defs/tool0_k"}

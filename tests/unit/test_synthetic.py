@@ -47,8 +47,17 @@ def test_invalid_shapes_are_rejected() -> None:
     with pytest.raises(ValueError):
         SyntheticShape(n_layer=1, n_embd=48, n_ff=64, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=64)
     with pytest.raises(ValueError):
-        SyntheticShape(n_layer=1, n_embd=64, n_ff=64, n_head=4, n_head_kv=2, n_vocab=512, n_ctx_train=64,
-                       n_expert=4, n_expert_used=0)
+        SyntheticShape(
+            n_layer=1,
+            n_embd=64,
+            n_ff=64,
+            n_head=4,
+            n_head_kv=2,
+            n_vocab=512,
+            n_ctx_train=64,
+            n_expert=4,
+            n_expert_used=0,
+        )
     with pytest.raises(KeyError):
         preset("nope")
     with pytest.raises(ValueError):

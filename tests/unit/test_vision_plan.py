@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from igi_sdk.planner.vision import (MIB, VISION_SHAPES, LlmMemory, VisionShape, image_turn_peak_mib, plan_encoder,
-                                    projector_tensor_specs)
+from igi_sdk.planner.vision import (
+    MIB,
+    VISION_SHAPES,
+    LlmMemory,
+    VisionShape,
+    image_turn_peak_mib,
+    plan_encoder,
+    projector_tensor_specs,
+)
 
 QWEN = VISION_SHAPES["qwen25vl_7b"]
 TINY = VISION_SHAPES["smolvlm_tiny"]
@@ -73,16 +80,24 @@ def test_flash_attention_is_what_makes_720p_affordable() -> None:
 
 def test_weight_bytes_are_the_tensor_specs() -> None:
     assert TINY.weight_bytes() == sum(
-        math.prod(ne) * (4 if t == "f32" else 2) for _, ne, t, _ in projector_tensor_specs(TINY))
+        math.prod(ne) * (4 if t == "f32" else 2) for _, ne, t, _ in projector_tensor_specs(TINY)
+    )
     assert 1200 < QWEN.weight_bytes() / MIB < 1400  # Qwen2.5-VL-7B's vision tower in f16: about 1.3 GB
     assert QWEN.model_copy(update={"file_weight_bytes": 5}).weight_bytes() == 5
 
 
 @settings(max_examples=300, deadline=None)
-@given(fixed=st.floats(0, 1000), weights=st.floats(0, 20000), context=st.floats(0, 4000),
-       budget=st.floats(0, 32768), gpu=st.booleans(), n_ctx=st.integers(64, 32768))
-def test_an_image_turn_never_needs_more_than_the_budget_or_the_llm(fixed: float, weights: float, context: float,
-                                                                  budget: float, gpu: bool, n_ctx: int) -> None:
+@given(
+    fixed=st.floats(0, 1000),
+    weights=st.floats(0, 20000),
+    context=st.floats(0, 4000),
+    budget=st.floats(0, 32768),
+    gpu=st.booleans(),
+    n_ctx=st.integers(64, 32768),
+)
+def test_an_image_turn_never_needs_more_than_the_budget_or_the_llm(
+    fixed: float, weights: float, context: float, budget: float, gpu: bool, n_ctx: int
+) -> None:
     m = llm(fixed, weights, context)
     plan = plan_encoder(QWEN, m, vram_budget_mib=budget, gpu_available=gpu, n_ctx_seq=n_ctx)
     assert plan.image_turn_peak_mib <= max(budget, m.total_mib) + 1e-6
@@ -95,8 +110,17 @@ def test_an_image_turn_never_needs_more_than_the_budget_or_the_llm(fixed: float,
 
 def test_shapes_reject_nonsense() -> None:
     with pytest.raises(ValueError):
-        VisionShape(projector_type="idefics3", n_layer=0, n_embd=64, n_ff=128, n_head=4, patch_size=16,
-                    image_size=64, n_merge=2, projection_dim=576)
+        VisionShape(
+            projector_type="idefics3",
+            n_layer=0,
+            n_embd=64,
+            n_ff=128,
+            n_head=4,
+            patch_size=16,
+            image_size=64,
+            n_merge=2,
+            projection_dim=576,
+        )
 
 
 def test_igi_plan_shows_the_encoder_placement_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,14 +128,37 @@ def test_igi_plan_shows_the_encoder_placement_and_memory(capsys: pytest.CaptureF
 
     from igi_sdk.cli.plan import run
 
-    args = ["synthetic:qwen25_7b", "--ctx", "4096", "--prompt-tokens", "1400", "--reply-tokens", "64",
-            "--profile", "reference:h200", "--mmproj", "synthetic:qwen25vl_7b", "--json"]
+    args = [
+        "synthetic:qwen25_7b",
+        "--ctx",
+        "4096",
+        "--prompt-tokens",
+        "1400",
+        "--reply-tokens",
+        "64",
+        "--profile",
+        "reference:h200",
+        "--mmproj",
+        "synthetic:qwen25vl_7b",
+        "--json",
+    ]
     assert run([*args, "--vram-budget-mib", "4096"]) == 0
     out = json.loads(capsys.readouterr().out)
     enc, chosen = out["vision_encoder"], out["plan"]["chosen"]
     assert enc["device"] == "gpu" and enc["flash_attn"] and enc["image_turn_peak_mib"] <= 4096
-    assert enc["llm_mib"] == pytest.approx(sum(chosen["memory"][k] for k in (
-        "gpu_weights_mib", "gpu_kv_mib", "gpu_compute_mib", "gpu_pools_mib", "gpu_reserve_mib", "safety_margin_mib")))
+    assert enc["llm_mib"] == pytest.approx(
+        sum(
+            chosen["memory"][k]
+            for k in (
+                "gpu_weights_mib",
+                "gpu_kv_mib",
+                "gpu_compute_mib",
+                "gpu_pools_mib",
+                "gpu_reserve_mib",
+                "safety_margin_mib",
+            )
+        )
+    )
     assert run([*args, "--vram-budget-mib", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["vision_encoder"]["device"] == "cpu"
     assert run(args[:-1] + ["--vram-budget-mib", "8192"]) == 0

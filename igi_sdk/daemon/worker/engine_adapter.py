@@ -53,8 +53,12 @@ class EngineAdapter:
         file_bytes = Path(table.path).stat().st_size
         n_params = sum(_n_elements(t.shape) for t in table.tensors)
         info = ModelInfo(
-            path=str(Path(table.path).resolve()), architecture=table.architecture, n_layer=table.n_layer,
-            n_params=n_params, file_mib=file_bytes / MIB, n_ctx=self._engine.n_ctx,
+            path=str(Path(table.path).resolve()),
+            architecture=table.architecture,
+            n_layer=table.n_layer,
+            n_params=n_params,
+            file_mib=file_bytes / MIB,
+            n_ctx=self._engine.n_ctx,
         )
         return info, file_bytes
 
@@ -65,8 +69,12 @@ class EngineAdapter:
     def make_sampler(self, sampling: JobSampling) -> Sampler:
         """A sampler for one generation (seed None = random)."""
         seed = sampling.seed
-        return Sampler(temperature=float(sampling.temperature), top_p=float(sampling.top_p), top_k=int(sampling.top_k),
-                       seed=random.getrandbits(32) if seed is None else int(seed))
+        return Sampler(
+            temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p),
+            top_k=int(sampling.top_k),
+            seed=random.getrandbits(32) if seed is None else int(seed),
+        )
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes of one token."""

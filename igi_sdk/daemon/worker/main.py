@@ -52,7 +52,8 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring).
     """
     hide_gpu = bool(config.get("hide_gpu", False))
-    llama_cpp_preloaded = "llama_cpp" in sys.modules  # nothing above worker_main imports it (tests/process/test_load_order.py)
+    # nothing above worker_main imports llama_cpp (tests/process/test_load_order.py)
+    llama_cpp_preloaded = "llama_cpp" in sys.modules
     if hide_gpu:
         hide_gpu_now()  # first: before anything can import llama.cpp
     configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
@@ -66,14 +67,25 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement: Placement = config["placement"]
     try:
-        engine = EngineAdapter(config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads"))
+        engine = EngineAdapter(
+            config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads")
+        )
     except Exception as exc:  # a model that cannot load: tell the daemon, then exit non-zero
         log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
         emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(3) from None
     model, file_bytes = engine.model_info()
-    emit(wp.Ready(pid=os.getpid(), model=model, file_bytes=file_bytes, placement=placement, gpu_hidden=hide_gpu,
-                  cuda_visible_devices=cuda_visible_devices, llama_cpp_preloaded=llama_cpp_preloaded))
+    emit(
+        wp.Ready(
+            pid=os.getpid(),
+            model=model,
+            file_bytes=file_bytes,
+            placement=placement,
+            gpu_hidden=hide_gpu,
+            cuda_visible_devices=cuda_visible_devices,
+            llama_cpp_preloaded=llama_cpp_preloaded,
+        )
+    )
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 
     scheduler = WorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
@@ -85,8 +97,13 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         engine.close()
 
 
-def _serve(conn: Connection, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger,
-           clock: Callable[[], float] = time.monotonic) -> None:
+def _serve(
+    conn: Connection,
+    scheduler: WorkerScheduler,
+    emit: Emit,
+    log: logging.Logger,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     while True:
         # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
         # batched step advances n_running sessions by one token each, so the pause scales with it: the CPU
@@ -124,8 +141,14 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
         scheduler.forget(command.session_id)
     elif isinstance(command, wp.Export):
         tokens, state = scheduler.export(command.session_id)
-        emit(wp.Exported(req_id=command.req_id, session_id=command.session_id,
-                         tokens=None if tokens is None else tuple(tokens), state=state))
+        emit(
+            wp.Exported(
+                req_id=command.req_id,
+                session_id=command.session_id,
+                tokens=None if tokens is None else tuple(tokens),
+                state=state,
+            )
+        )
     elif isinstance(command, wp.Reload):
         t0 = time.perf_counter()
         try:
@@ -134,8 +157,15 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             log_event(log, logging.ERROR, "worker_reload_failed", error=message, exc=traceback.format_exc())
-        emit(wp.Reloaded(req_id=command.req_id, ok=ok, message=message, apply_time_s=time.perf_counter() - t0,
-                         placement=command.placement))
+        emit(
+            wp.Reloaded(
+                req_id=command.req_id,
+                ok=ok,
+                message=message,
+                apply_time_s=time.perf_counter() - t0,
+                placement=command.placement,
+            )
+        )
         if not ok:
             raise SystemExit(4)  # no usable model: the supervisor restarts us with the last good placement
     else:

@@ -67,8 +67,15 @@ class WorkerScheduler:
         prefix_cache: the persona prefix cache (a new one when None).
     """
 
-    def __init__(self, adapter: PromptSeam, engine: LlamaEngine, emit: Emit, max_prompt_tokens: int,
-                 clock: Callable[[], float] = time.perf_counter, prefix_cache: PrefixCache | None = None) -> None:
+    def __init__(
+        self,
+        adapter: PromptSeam,
+        engine: LlamaEngine,
+        emit: Emit,
+        max_prompt_tokens: int,
+        clock: Callable[[], float] = time.perf_counter,
+        prefix_cache: PrefixCache | None = None,
+    ) -> None:
         self._adapter = adapter
         self._emit = emit
         self._max_prompt_tokens = max_prompt_tokens
@@ -88,8 +95,9 @@ class WorkerScheduler:
             # a reply continued after a worker replacement goes on after the tokens already streamed
             prompt = self._render_fitting(list(job.messages), continued)
         except SchedulerError as exc:
-            self._emit(wp.Failed(job_id=job.job_id, code="too_large", message=str(exc),
-                                 detail={"limit": "max_prompt_tokens"}))
+            self._emit(
+                wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
+            )
             return
         if job.kv_state is not None and self._sched.export_state(job.session_id) is None:
             self._sched.import_states({job.session_id: job.kv_state})  # saved session file: restore, not re-prefill
@@ -97,20 +105,35 @@ class WorkerScheduler:
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
         self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt))
         try:
-            state.handle = self._sched.submit(BatchRequest(
-                session_id=job.session_id, prompt_tokens=prompt, max_tokens=int(job.max_tokens),
-                sampler=self._adapter.make_sampler(job.sampling), stop=tuple(s for s in job.sampling.stop if s),
-                priority=int(job.priority), prefix_tokens=persona, on_event=self._on_event, request_id=job.job_id,
-                text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
-                grammar=job.grammar, grammar_replay=continued,
-            ))
+            state.handle = self._sched.submit(
+                BatchRequest(
+                    session_id=job.session_id,
+                    prompt_tokens=prompt,
+                    max_tokens=int(job.max_tokens),
+                    sampler=self._adapter.make_sampler(job.sampling),
+                    stop=tuple(s for s in job.sampling.stop if s),
+                    priority=int(job.priority),
+                    prefix_tokens=persona,
+                    on_event=self._on_event,
+                    request_id=job.job_id,
+                    text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
+                    grammar=job.grammar,
+                    grammar_replay=continued,
+                )
+            )
         except SchedulerError as exc:
             self._jobs.pop(job.job_id, None)
             self._emit(wp.Failed(job_id=job.job_id, code="too_large", message=str(exc)))
         except (GrammarInitError, GrammarRejectedToken) as exc:  # llama.cpp refused what the daemon's check let through
             self._jobs.pop(job.job_id, None)
-            self._emit(wp.Failed(job_id=job.job_id, code="invalid_grammar", message=str(exc),
-                                 detail={"reason": str(exc), "line": 0, "column": 0}))
+            self._emit(
+                wp.Failed(
+                    job_id=job.job_id,
+                    code="invalid_grammar",
+                    message=str(exc),
+                    detail={"reason": str(exc), "line": 0, "column": 0},
+                )
+            )
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
@@ -169,11 +192,18 @@ class WorkerScheduler:
         stats = event.stats
         assert stats is not None
         assert event.finish_reason is not None
-        self._emit(wp.Done(
-            job_id=job.job_id, finish_reason=event.finish_reason,
-            text=job.handle.text if job.handle is not None else event.text, prompt_tokens=stats.prompt_tokens,
-            completion_tokens=stats.completion_tokens, ttft_s=stats.ttft_s, tps=stats.decode_tok_s, reloads=job.reloads,
-        ))
+        self._emit(
+            wp.Done(
+                job_id=job.job_id,
+                finish_reason=event.finish_reason,
+                text=job.handle.text if job.handle is not None else event.text,
+                prompt_tokens=stats.prompt_tokens,
+                completion_tokens=stats.completion_tokens,
+                ttft_s=stats.ttft_s,
+                tps=stats.decode_tok_s,
+                reloads=job.reloads,
+            )
+        )
 
     def _flush(self, job: _JobState, tail: str) -> None:
         for i, ev in enumerate(job.held):
@@ -187,14 +217,15 @@ class WorkerScheduler:
         ``continued`` (a reply's tokens streamed so far, outside the limit: they are the reply the first prompt made
         room for, and the conversation must be the one it was cut from)."""
         system = [m for m in messages[:1] if m[0] == "system"]
-        turns = messages[len(system):]
+        turns = messages[len(system) :]
         while True:
             tokens = list(self._adapter.render_prompt(system + turns))
             if len(tokens) <= self._max_prompt_tokens:
                 return tokens + list(continued or ())
             if len(turns) <= 1:
-                raise SchedulerError(f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens="
-                                     f"{self._max_prompt_tokens}")
+                raise SchedulerError(
+                    f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens={self._max_prompt_tokens}"
+                )
             turns = turns[2:] if len(turns) > 2 else turns[-1:]  # drop the oldest user/assistant pair
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README, each self-bootstrapping on a fresh machine:
 #   ./dev.sh demo [ARGS]   daemon + headless sample harness on the embedded default model
-#   ./dev.sh test [PYTEST ARGS]   the whole test suite (Python, C# plugin, C++ plugin)
+#   ./dev.sh test [PYTEST ARGS]   lint and types (without PYTEST ARGS), then the test suite (Python, C#, C++)
+#   ./dev.sh lint                 ruff check, ruff format --check, mypy (configured in pyproject.toml)
 #   ./dev.sh bundle [--no-model] [--force]   the self-contained daemon bundle, build/bundle/igi-daemon (docs/bundle.md)
 # Set-up is idempotent: a venv in .venv (llama-cpp-python 0.3.36 built from source with the project's llama.cpp
 # patches, ~4 min on 2 cores),
@@ -70,6 +71,13 @@ ensure_model() {
   "$VENV/bin/python" -c 'from igi_sdk.model_store import default_model_path as d; print("[igi] default model:", d())'
 }
 
+lint() {
+  echo "[igi] lint: ruff check, ruff format --check, mypy"
+  "$VENV/bin/python" -m ruff check .
+  "$VENV/bin/python" -m ruff format --check .
+  "$VENV/bin/python" -m mypy
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -87,10 +95,15 @@ case "$cmd" in
     ensure_apt
     ensure_venv
     ensure_model
+    [ $# -eq 0 ] && lint  # the whole suite: lint first (a run of chosen tests skips it)
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
+  lint)
+    ensure_venv
+    lint
+    ;;
   *)
-    echo "usage: ./dev.sh demo [ARGS] | ./dev.sh test [PYTEST ARGS] | ./dev.sh bundle [--no-model] [--force]" >&2
+    echo "usage: ./dev.sh demo [ARGS] | ./dev.sh test [PYTEST ARGS] | ./dev.sh bundle [--no-model] [--force] | ./dev.sh lint" >&2
     exit 2
     ;;
 esac

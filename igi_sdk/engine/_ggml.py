@@ -53,16 +53,25 @@ gguf_context_p = ctypes.c_void_p
 _BOUND: list[str] = []
 
 
-def _bind(name: str, restype: Any, argtypes: list[Any]) -> Callable[..., Any]:
+def bind_optional(name: str, restype: Any, argtypes: list[Any]) -> Callable[..., Any] | None:
+    """The symbol from the ggml libraries llama_cpp loaded, or None where this build lacks it (e.g. the
+    project's llama.cpp patches on a stock build)."""
     for lib in (_ggml, _base):
         try:
             fn = getattr(lib, name)
         except AttributeError:
             continue
         fn.restype, fn.argtypes = restype, argtypes
-        _BOUND.append(name)
         return fn  # type: ignore[no-any-return]
-    raise EngineError(f"ggml symbol {name!r} not found in the libraries llama_cpp loaded")
+    return None
+
+
+def _bind(name: str, restype: Any, argtypes: list[Any]) -> Callable[..., Any]:
+    fn = bind_optional(name, restype, argtypes)
+    if fn is None:
+        raise EngineError(f"ggml symbol {name!r} not found in the libraries llama_cpp loaded")
+    _BOUND.append(name)
+    return fn
 
 
 # enum ggml_backend_dev_type { CPU, GPU, IGPU, ACCEL, META };

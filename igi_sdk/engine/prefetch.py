@@ -31,21 +31,10 @@ SLOT_MAX_MIB_ENV = "GGML_SCHED_PREFETCH_SLOT_MAX_MIB"
 MIN_BATCH_MUL_MAT_ID_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
 
 
-def _symbol(name: str, restype: object) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    for lib in (_ggml._base, _ggml._ggml):
-        try:
-            fn = getattr(lib, name)
-        except AttributeError:
-            continue
-        fn.restype, fn.argtypes = restype, []
-        return fn  # type: ignore[no-any-return]
-    return None
-
-
 # int ggml_backend_sched_prefetch_abi(void);            (patched builds only)
-_abi = _symbol("ggml_backend_sched_prefetch_abi", ctypes.c_int)
+_abi = _ggml.bind_optional("ggml_backend_sched_prefetch_abi", ctypes.c_int, [])
 # uint64_t ggml_backend_sched_weight_upload_bytes(void); (patched builds only)
-_upload_bytes = _symbol("ggml_backend_sched_weight_upload_bytes", ctypes.c_uint64)
+_upload_bytes = _ggml.bind_optional("ggml_backend_sched_weight_upload_bytes", ctypes.c_uint64, [])
 
 
 def prefetch_abi() -> int:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_USER, SessionTable
+from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_SYSTEM, ROLE_USER, SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
@@ -203,6 +203,29 @@ class DaemonCore:
         for req_id in list(self.waiting_exports):
             self.waiting_exports.pop(req_id)(None, None)
 
+    def prompt_limit(self) -> int:
+        """``max_prompt_tokens`` as the worker enforces it: the configured limit, lowered to fit one sequence's share
+        of the loaded model's context (``supervisor.worker_config_for``)."""
+        return int(self.worker.config.get("max_prompt_tokens", self.settings.limits.max_prompt_tokens))
+
+    def forget_dropped_turns(self, job: Job, dropped_messages: int) -> None:
+        """The worker left the ``dropped_messages`` oldest history messages out of ``job``'s prompt: the session
+        forgets them, and the job's command (sent again if the job is continued on another worker) leaves them out
+        too, so its conversation stays the one the first prompt was cut from."""
+        messages = job.command.messages
+        head = 1 if messages and messages[0][0] == ROLE_SYSTEM else 0
+        history = len(messages) - head - 1
+        n = min(max(0, dropped_messages), max(0, history))
+        if n == 0:
+            return
+        job.command = dataclasses.replace(job.command, messages=messages[:head] + messages[head + n :])
+        if job.request_command is not None:
+            base = job.request_command.messages
+            job.request_command = dataclasses.replace(job.request_command, messages=base[:head] + base[head + n :])
+        session = self.sessions.get(job.session_id)
+        if session is not None and session.job_id == job.job_id and len(session.turns) == history:
+            session.forget_oldest(n)
+
     def queue_depth(self) -> int:
         """Generate requests beyond the context's ``n_seq_max`` sequence slots: the ones that must wait for a slot.
 
@@ -320,6 +343,7 @@ class DaemonCore:
         session = self.sessions.get(job.session_id)
         if session is not None and reply.finish_reason in ("stop", "length", "tool_call"):
             session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
+            session.trim_history(self.prompt_limit())
             session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
             session.pending_tool_call = reply.tool_call  # a tool_result may answer it next
         self.counters[f"generations_{reply.finish_reason}"] += 1

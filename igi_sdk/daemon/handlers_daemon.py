@@ -50,7 +50,7 @@ def limits_of(core: DaemonCore) -> Limits:
     limits = core.settings.limits
     return Limits(
         max_frame_bytes=limits.max_frame_bytes,
-        max_prompt_tokens=int(core.worker.config.get("max_prompt_tokens", limits.max_prompt_tokens)),
+        max_prompt_tokens=core.prompt_limit(),
         max_sessions=limits.max_sessions,
         max_queue_depth=limits.max_queue_depth,
     )

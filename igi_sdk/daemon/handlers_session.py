@@ -280,6 +280,7 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
         kv_state=snap.kv_state if same_model else None,
         constraints=constraints,
     )
+    session.trim_history(core.prompt_limit())  # turns no prompt window can reach are not kept
     _add(core, session)
     core.send(
         identity,

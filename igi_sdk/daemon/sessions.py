@@ -1,7 +1,7 @@
 """Daemon layer: NPC sessions, kept in the daemon process so they survive an engine worker crash.
 
 A session is the conversation of one NPC: persona, system prompt, default sampling and priority, and the
-turns so far. The worker only caches KV state; the history here is the source of truth, so a restarted
+turns its next prompt can still use (the worker's prompt window and the turns since; see ``trim_history``). The worker only caches KV state; the history here is the source of truth, so a restarted
 worker rebuilds any session by re-prefilling its rendered history (or restoring saved KV state when a
 session was loaded from a file).
 """
@@ -65,6 +65,24 @@ class Session:
         system = self.system_text()
         head = [(ROLE_SYSTEM, system)] if system else []
         return head + list(self.turns) + [(ROLE_USER, user_text)]
+
+    def trim_history(self, max_messages: int) -> int:
+        """Forget the oldest turns past ``max_messages`` messages, in user/assistant pairs; returns how many went.
+
+        A message costs at least one token of the prompt, so no window of ``max_prompt_tokens`` can reach past the
+        newest ``max_prompt_tokens`` messages: this bounds the history before the worker has chosen a window (a long
+        session file), after that the window does (``forget_oldest``)."""
+        excess = len(self.turns) - max(0, max_messages)
+        if excess <= 0:
+            return 0
+        excess += excess % 2
+        del self.turns[:excess]
+        return excess
+
+    def forget_oldest(self, n_messages: int) -> None:
+        """Forget the ``n_messages`` oldest history messages: the worker left them out of the prompt window
+        (``worker_protocol.Started.dropped_messages``), and a later window never starts before an earlier one."""
+        del self.turns[: max(0, n_messages)]
 
     @property
     def n_turns(self) -> int:

@@ -35,6 +35,7 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event
         if job is not None and job.started_s is None:  # a continued job keeps its first start (and prompt size)
             job.started_s = core.clock()
             job.prompt_tokens = event.prompt_tokens
+            core.forget_dropped_turns(job, event.dropped_messages)
     elif isinstance(event, wp.Done):
         _done(core, event)
     elif isinstance(event, wp.Failed):

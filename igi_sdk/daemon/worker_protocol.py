@@ -23,7 +23,7 @@ Events (worker -> daemon):
 |---|---|---|
 | ``Ready`` | pid, model, file_bytes, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded | the model is loaded |
 | ``Fatal`` | code, message | the model could not be loaded; the worker exits |
-| ``Started`` | job_id, prompt_tokens | a job got its sequence slot |
+| ``Started`` | job_id, prompt_tokens, dropped_messages | a job got its sequence slot (and left that many of the oldest history messages out of its prompt) |
 | ``Token`` | job_id, index, text, token_id | one sampled token (indexes from 0 in this worker) |
 | ``Done`` | job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s, tps, reloads | a job ended |
 | ``Failed`` | job_id, code, message, detail | a job could not run (an ``ErrorCode`` value, e.g. ``too_large``) |
@@ -146,6 +146,8 @@ class Started:
     KIND: ClassVar[str] = "started"
     job_id: str
     prompt_tokens: int  # the rendered prompt, history (and continued tokens) included
+    #: history messages (after the system message) the prompt left out, oldest first: the daemon forgets them
+    dropped_messages: int = 0
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ class _Adapter:
     def render_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
         return [1] * (10 * len(messages))
 
+    def text_tokens(self, text: str) -> int:
+        return len(text)
+
     def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 

@@ -66,6 +66,10 @@ class EngineAdapter:
         """Chat-template the messages and tokenize the result (the contents as text: ``LlamaEngine.tokenize_chat``)."""
         return self._engine.tokenize_chat([{"role": role, "content": content} for role, content in messages])
 
+    def text_tokens(self, text: str) -> int:
+        """Tokens of one message's text on its own, tokenized as text (as ``render_prompt`` tokenizes contents)."""
+        return len(self._engine.tokenize(text, add_special=False, parse_special=False))
+
     def make_sampler(self, sampling: JobSampling) -> Sampler:
         """A sampler for one generation (seed None = random)."""
         seed = sampling.seed

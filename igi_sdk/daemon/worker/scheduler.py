@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker.prompt_window import PromptTooLarge, PromptWindow
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
@@ -39,6 +40,7 @@ class PromptSeam(Protocol):
     """What the scheduler needs from the worker's engine adapter (``engine_adapter.EngineAdapter``)."""
 
     def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
+    def text_tokens(self, text: str) -> int: ...
     def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
     def token_bytes(self, token: int) -> bytes: ...
     def overridden(self, placement: Placement) -> Placement: ...
@@ -50,6 +52,7 @@ class _JobState:
 
     job_id: str
     prompt_tokens: int = 0
+    dropped_messages: int = 0  # history messages left out of the prompt (``Started``)
     handle: RequestHandle | None = None
     held: list[TokenEvent] = field(default_factory=list)
     reloads: int = 0
@@ -62,7 +65,8 @@ class WorkerScheduler:
         adapter: the worker's engine adapter (prompt rendering, samplers, token bytes, placement overrides).
         engine: the ``LlamaEngine`` the adapter wraps (``placement.n_seq_max`` slots).
         emit: sends one event to the daemon.
-        max_prompt_tokens: prompt limit; the oldest history turns are dropped to fit, then ``too_large``.
+        max_prompt_tokens: prompt limit; the oldest history turns are dropped to fit (``PromptWindow``), then
+            ``too_large``.
         clock: monotonic seconds.
         prefix_cache: the persona prefix cache (a new one when None).
     """
@@ -78,7 +82,7 @@ class WorkerScheduler:
     ) -> None:
         self._adapter = adapter
         self._emit = emit
-        self._max_prompt_tokens = max_prompt_tokens
+        self._window = PromptWindow(adapter.render_prompt, adapter.text_tokens, max_prompt_tokens)
         self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache, on_admit=self._on_admit)
         self._jobs: dict[str, _JobState] = {}
         #: the frame-rate governor's pause between steps, set by the worker loop (``main._serve``)
@@ -93,8 +97,8 @@ class WorkerScheduler:
         continued = list(job.continue_tokens)
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
-            prompt = self._render_fitting(list(job.messages), continued)
-        except SchedulerError as exc:
+            prompt, dropped = self._render_fitting(list(job.messages), continued)
+        except PromptTooLarge as exc:
             self._emit(
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
             )
@@ -103,7 +107,7 @@ class WorkerScheduler:
             self._sched.import_states({job.session_id: job.kv_state})  # saved session file: restore, not re-prefill
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
-        self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt))
+        self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt), dropped_messages=dropped)
         try:
             state.handle = self._sched.submit(
                 BatchRequest(
@@ -137,7 +141,12 @@ class WorkerScheduler:
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
-        self._emit(wp.Started(job_id=job_id, prompt_tokens=0 if state is None else state.prompt_tokens))
+        if state is None:
+            self._emit(wp.Started(job_id=job_id, prompt_tokens=0))
+            return
+        self._emit(
+            wp.Started(job_id=job_id, prompt_tokens=state.prompt_tokens, dropped_messages=state.dropped_messages)
+        )
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job; it ends with ``Done(finish_reason="cancelled")``."""
@@ -212,21 +221,19 @@ class WorkerScheduler:
             self._emit(wp.Token(job_id=job.job_id, index=ev.index, text=text, token_id=ev.token))
         job.held.clear()
 
-    def _render_fitting(self, messages: list[tuple[str, str]], continued: list[int] | None = None) -> list[int]:
-        """The prompt within ``max_prompt_tokens``, dropping the oldest user/assistant pairs as needed, followed by
-        ``continued`` (a reply's tokens streamed so far, outside the limit: they are the reply the first prompt made
-        room for, and the conversation must be the one it was cut from)."""
-        system = [m for m in messages[:1] if m[0] == "system"]
-        turns = messages[len(system) :]
-        while True:
-            tokens = list(self._adapter.render_prompt(system + turns))
-            if len(tokens) <= self._max_prompt_tokens:
-                return tokens + list(continued or ())
-            if len(turns) <= 1:
-                raise SchedulerError(
-                    f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens={self._max_prompt_tokens}"
-                )
-            turns = turns[2:] if len(turns) > 2 else turns[-1:]  # drop the oldest user/assistant pair
+    def _render_fitting(
+        self, messages: list[tuple[str, str]], continued: list[int] | None = None
+    ) -> tuple[list[int], int]:
+        """The prompt within ``max_prompt_tokens`` (``PromptWindow``: the newest turns that fit, chosen at a cost bounded
+        by the context) and the history messages left out, followed by ``continued`` (a reply's tokens streamed so
+        far, outside the limit: they are the reply the first prompt made room for, and the conversation must be the
+        one it was cut from: the daemon sends the window the first worker chose, rendered here as a whole).
+
+        Raises:
+            PromptTooLarge: the system message and the new user line alone do not fit.
+        """
+        tokens, dropped = self._window.fit(messages, whole_first=bool(continued))
+        return tokens + list(continued or ()), dropped
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -1,0 +1,187 @@
+"""Long conversations: the work of preparing a prompt is bounded by the context, not by the history.
+
+The engine seam is a chat template that counts the tokens it makes (rendering and tokenizing a prompt costs its
+tokens, counting a text's tokens costs its characters); the worker scheduler and the daemon above it are real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import pytest
+from daemon_sim import Daemon, check_exactly_one_terminal_reply
+
+from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+from igi_sdk.ipc.messages import CreateSessionReply, CreateSessionRequest, GenerateRequest
+
+LIMIT = 400  # max_prompt_tokens
+
+
+class CountingTemplate:
+    """ChatML-like: BOS, then per message 3 marker tokens and one token per character, then 2 for the generation
+    prompt. ``work`` counts every token made; past ``budget`` it fails (the quadratic path would take minutes)."""
+
+    def __init__(self, budget: int = 10**6) -> None:
+        self.work = 0
+        self.renders = 0
+        self.budget = budget
+
+    def _spend(self, n: int) -> None:
+        self.work += n
+        if self.work > self.budget:
+            raise AssertionError(f"preparing the prompt took more than {self.budget} tokens of work")
+
+    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+        tokens = [1]
+        for _role, text in messages:
+            tokens += [2, 3, 4] + [5] * len(text)
+        tokens += [6, 7]
+        self.renders += 1
+        self._spend(len(tokens))
+        return tokens
+
+    def text_tokens(self, text: str) -> int:
+        self._spend(len(text))
+        return len(text)
+
+    def make_sampler(self, sampling: wp.JobSampling) -> None:
+        return None
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"a"
+
+
+class _Engine:
+    placement = SimpleNamespace(n_seq_max=4)
+    n_ctx_seq = 1024
+
+
+def _history(n_turns: int, chars: int = 16) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for i in range(n_turns):
+        out += [("user", f"{i:06d}".ljust(chars, "u")), ("assistant", f"{i:06d}".ljust(chars, "a"))]
+    return out
+
+
+def _job(job_id: str, history: list[tuple[str, str]], line: str = "What now?") -> wp.Generate:
+    messages = (("system", "You are Mira, a merchant."), *history, ("user", line))
+    return wp.Generate(job_id=job_id, session_id=job_id, messages=messages, max_tokens=8)
+
+
+def _prepare(template: CountingTemplate, job: wp.Generate) -> list[wp.Event]:
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(template, _Engine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(job)
+    assert not [e for e in events if isinstance(e, wp.Failed)], events
+    worker.scheduler._on_admit(job.job_id)  # type: ignore[misc]  # the slot: Started, with the messages left out
+    return events
+
+
+def _started(events: list[wp.Event]) -> wp.Started:
+    [started] = [e for e in events if isinstance(e, wp.Started)]
+    return started
+
+
+def test_a_5000_turn_session_costs_the_work_of_a_10_turn_one() -> None:
+    """Before, the whole history was rendered and tokenized once per pair dropped: quadratic in the history."""
+    short, long = CountingTemplate(), CountingTemplate(budget=50_000)
+    _prepare(short, _job("short", _history(10)))
+    events = _prepare(long, _job("long", _history(5000)))
+    assert long.work <= 1.2 * short.work, (long.work, short.work)
+    started = _started(events)
+    assert started.prompt_tokens <= LIMIT
+    assert long.renders <= 4  # two probes of the template, the prompt once, the system message alone (its prefix)
+
+
+def test_an_overflowing_history_keeps_the_newest_turns_within_half_the_limit_and_the_window_stays_put() -> None:
+    """The window the daemon keeps (the messages left out forgotten) is rendered as a whole on the next turns, which
+    then reuse the KV cache: its start moves only when the prompt overflows again."""
+    template = CountingTemplate()
+    history = _history(200)
+    starts = []
+    for turn in range(40):
+        job = _job(f"j{turn}", history, line=f"line {turn}")
+        before = template.work
+        started = _started(_prepare(template, job))
+        assert started.prompt_tokens <= LIMIT
+        assert template.work - before <= 3 * LIMIT  # each generation costs O(the window), whatever the history
+        if started.dropped_messages:  # an overflow refills half the limit, not all of it
+            assert started.prompt_tokens <= LIMIT // 2
+        starts.append(started.dropped_messages)
+        history = history[started.dropped_messages :] + [("user", f"line {turn}"), ("assistant", "a" * 16)]
+    assert starts[0] > 0
+    assert starts.count(0) >= 30, starts  # most turns keep the window: only an overflow moves it
+    assert all(n % 2 == 0 for n in starts)  # whole user/assistant pairs
+
+
+def test_a_continued_reply_keeps_the_window_it_was_cut_from() -> None:
+    template = CountingTemplate()
+    history = _history(8)
+    job = _job("c", history)
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(template, _Engine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(wp.Generate(**{**job.__dict__, "continue_tokens": (5, 5, 5)}))
+    [run] = worker.scheduler._queue
+    assert len(run.prompt) == len(template.render_prompt(job.messages)) + 3
+    assert template.renders == 3  # the conversation as a whole, the system message alone, and once here: no probe
+
+
+def test_a_line_that_alone_exceeds_the_limit_is_too_large() -> None:
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(CountingTemplate(), _Engine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(_job("x", _history(50), line="x" * 500))
+    [failed] = events
+    assert isinstance(failed, wp.Failed) and failed.code == "too_large"
+    assert failed.detail == {"limit": "max_prompt_tokens"} and f"max_prompt_tokens={LIMIT}" in failed.message
+
+
+@pytest.mark.parametrize("roles", [("user", "user", "assistant"), ("assistant",)])
+def test_odd_histories_are_cut_in_pairs_and_always_keep_the_new_line(roles: tuple[str, ...]) -> None:
+    history = [(roles[i % len(roles)], "h" * 30) for i in range(101)]
+    events = _prepare(CountingTemplate(), _job("odd", history))
+    started = _started(events)
+    assert started.dropped_messages % 2 == 0 and started.prompt_tokens <= LIMIT
+
+
+# --- the daemon forgets what the worker left out, and bounds what it keeps ----------------------------------------
+def _session(daemon: Daemon) -> str:
+    daemon.request(CreateSessionRequest(persona="Mira", system_prompt="You sell."))
+    [(_header, created)] = [r for r in daemon.replies() if isinstance(r[1], CreateSessionReply)]
+    return created.session_id
+
+
+def test_the_daemon_forgets_the_turns_the_worker_left_out() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    session = daemon.core.sessions.get(sid)
+    assert session is not None
+    session.turns = _history(20)
+    gen = daemon.request(GenerateRequest(text="hello", max_tokens=2), sid)
+    job = daemon.core.jobs[gen]
+    daemon.worker._events.append(wp.Started(job_id=gen, prompt_tokens=100, dropped_messages=30))
+    daemon.pump()
+    assert session.turns == _history(20)[30:]
+    assert job.command.messages[1:-1] == tuple(_history(20)[30:])  # a continuation renders the same window
+    for _ in range(3):
+        daemon.worker.step()
+        daemon.pump()
+    assert session.turns[-2:] == [("user", "hello"), ("assistant", "t0 t1 ")]
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_session_never_keeps_more_messages_than_a_prompt_can_hold() -> None:
+    """A message costs at least one prompt token: turns past the newest max_prompt_tokens messages are unreachable."""
+    daemon = Daemon()
+    limit = daemon.core.prompt_limit()
+    sid = _session(daemon)
+    session = daemon.core.sessions.get(sid)
+    assert session is not None
+    session.turns = _history(limit)  # twice the limit, in messages
+    gen = daemon.request(GenerateRequest(text="hello", max_tokens=1), sid)
+    daemon.worker.step()
+    daemon.pump()
+    assert gen not in daemon.core.jobs
+    assert len(session.turns) <= limit and session.turns[-1] == ("assistant", "t0 ")
+    assert session.turns[0][0] == "user"

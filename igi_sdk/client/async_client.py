@@ -337,6 +337,7 @@ class AsyncClient:
         *,
         n_ctx: int = 2048,
         vram_budget_mib: int | None = None,
+        mmproj_path: str | os.PathLike[str] | None = None,
         timeout_s: float | None = None,
     ) -> LoadModelReply:
         """Replace the daemon's model (``.model``, ``.plan`` of the reply); waits for running generations first.
@@ -348,11 +349,14 @@ class AsyncClient:
             model_path: a GGUF file on the daemon's machine; None = the embedded default model.
             n_ctx: context length to load, tokens.
             vram_budget_mib: a new VRAM budget; None = keep the current one.
+            mmproj_path: (protocol 1.1) a vision projector (mmproj GGUF) beside the model, so NPCs can be shown images;
+                None = none (the daemon then answers images ``no_vision``).
             timeout_s: longest wait for the reply, seconds (loading takes seconds).
 
         Raises:
-            RemoteModelNotFoundError: no such file.
-            RemoteModelInvalidError: not a GGUF, corrupt, unsupported, or llama.cpp refused it.
+            RemoteModelNotFoundError: no such file (the model's or the projector's: ``detail.field``).
+            RemoteModelInvalidError: not a GGUF, corrupt, unsupported, llama.cpp refused it, or a projector of
+                another model.
             BusyError: another load is in progress.
         """
         request = _build(
@@ -360,6 +364,7 @@ class AsyncClient:
             model_path=None if model_path is None else os.fspath(model_path),
             n_ctx=n_ctx,
             vram_budget_mib=vram_budget_mib,
+            mmproj_path=None if mmproj_path is None else os.fspath(mmproj_path),
         )
         reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, LoadModelReply)

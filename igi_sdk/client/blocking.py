@@ -266,13 +266,15 @@ class Client:
         *,
         n_ctx: int = 2048,
         vram_budget_mib: int | None = None,
+        mmproj_path: str | os.PathLike[str] | None = None,
         timeout_s: float | None = None,
     ) -> LoadModelReply:
         """See :meth:`AsyncClient.load_model`."""
         t = self._t(timeout_s)
-        return self._loop.run(
-            self._inner.load_model(model_path, n_ctx=n_ctx, vram_budget_mib=vram_budget_mib, timeout_s=t), t
+        load = self._inner.load_model(
+            model_path, n_ctx=n_ctx, vram_budget_mib=vram_budget_mib, mmproj_path=mmproj_path, timeout_s=t
         )
+        return self._loop.run(load, t)
 
     def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
         """See :meth:`AsyncClient.set_budget`."""

@@ -106,6 +106,9 @@ class LoadModelRequest(Message):
     model_path: str | None = Field(default=None, description="GGUF path; nil = the embedded default model")
     n_ctx: int = Field(default=2048, ge=16, le=INT64_MAX, description="context length, tokens")
     vram_budget_mib: U63 | None = Field(default=None, description="new VRAM budget, MiB; nil = keep the current one")
+    mmproj_path: str | None = Field(
+        default=None, description="1.1: vision projector (mmproj GGUF) beside the model; nil = none (no vision)"
+    )
 
 
 class LoadModelReply(Message):

@@ -282,6 +282,10 @@ VALID_CASES: list[Case] = [
         m.GenerateRequest(text="Look.", image=Image(format="rgb8", data=bytes(range(256)) * 3, width=16, height=16)),
         session_id=SID,
     ),
+    Case(
+        "load_model_request_mmproj",
+        m.LoadModelRequest(model_path="/models/vlm.gguf", n_ctx=4096, mmproj_path="/models/vlm-mmproj.gguf"),
+    ),
 ]
 
 

@@ -303,10 +303,11 @@ namespace Igi.Client
             return (StatusReply)await SendAsync(new StatusRequest(), null, _options.RequestTimeoutS).ConfigureAwait(false);
         }
 
-        /// <summary>Loads (or replaces) the model; null path = the embedded default model.</summary>
-        public async Task<LoadModelReply> LoadModelAsync(string modelPath = null, long nCtx = 2048, long? vramBudgetMib = null)
+        /// <summary>Loads (or replaces) the model; null path = the embedded default model. <paramref name="mmprojPath"/>
+        /// (protocol 1.1) is a vision projector beside it (null = none: the NPCs cannot be shown images).</summary>
+        public async Task<LoadModelReply> LoadModelAsync(string modelPath = null, long nCtx = 2048, long? vramBudgetMib = null, string mmprojPath = null)
         {
-            var request = new LoadModelRequest { ModelPath = modelPath, NCtx = nCtx, VramBudgetMib = vramBudgetMib };
+            var request = new LoadModelRequest { ModelPath = modelPath, NCtx = nCtx, VramBudgetMib = vramBudgetMib, MmprojPath = mmprojPath };
             return (LoadModelReply)await SendAsync(request, null, _options.RequestTimeoutS * 10).ConfigureAwait(false);
         }
 

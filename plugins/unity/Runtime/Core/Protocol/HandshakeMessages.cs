@@ -103,11 +103,14 @@ namespace Igi.Protocol
         public long NCtx = 2048;
         /// <summary>New VRAM budget, MiB; null = keep the current one.</summary>
         public long? VramBudgetMib;
+        /// <summary>1.1: vision projector (mmproj GGUF) beside the model; null = none (no vision).</summary>
+        public string MmprojPath;
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 3).Str("model_path", ModelPath).Int("n_ctx", NCtx).Int("vram_budget_mib", VramBudgetMib);
+            new FieldWriter(w, 4).Str("model_path", ModelPath).Int("n_ctx", NCtx).Int("vram_budget_mib", VramBudgetMib)
+                .Str("mmproj_path", MmprojPath);
         }
 
         /// <summary>Reads the content.</summary>
@@ -118,6 +121,7 @@ namespace Igi.Protocol
                 ModelPath = r.Str("model_path", false, true),
                 NCtx = r.Int("n_ctx", false, dflt: 2048, min: 16).Value,
                 VramBudgetMib = r.Int("vram_budget_mib", false, true, min: 0),
+                MmprojPath = r.Str("mmproj_path", false, true),
             };
         }
     }

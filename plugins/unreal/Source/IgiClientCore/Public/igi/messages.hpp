@@ -71,11 +71,13 @@ struct LoadModelRequest {
   std::optional<std::string> model_path;  ///< nullopt = the embedded default model
   std::int64_t n_ctx = 2048;
   std::optional<std::int64_t> vram_budget_mib;
+  std::optional<std::string> mmproj_path;  ///< 1.1: vision projector beside the model; nullopt = none (no vision)
   template <class V>
   void Visit(V& v) {
     v.Def("model_path", model_path);
     v.Def("n_ctx", n_ctx, rules::Range(16.0, 9.2233720368547758e18));
     v.Def("vram_budget_mib", vram_budget_mib, rules::kNonNeg);
+    v.Def("mmproj_path", mmproj_path);
   }
 };
 

@@ -99,6 +99,10 @@ class EngineSettings(_Section):
     """The model and the supervised llama.cpp worker process."""
 
     model: str = Field(default="default", description='GGUF path, or "default" for the embedded SmolLM2-135M-Instruct')
+    mmproj: Path | None = Field(
+        default=None,
+        description="vision projector (mmproj GGUF) beside the model: NPCs can be shown images (docs/vision.md); none = no vision",
+    )
     n_ctx: int = Field(
         default=4096, ge=64, le=MAX_N_CTX, description="context size of the worker, all sequences together, tokens"
     )

@@ -170,6 +170,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         interim CPU-only placement, its reclaims and plan for its budget."""
         self.current = op.outcome
         self._core.worker.placement = op.outcome.placement
+        self._core.worker.vision = op.outcome.encoder
         self._core.counters["reloads"] += 1
         fields = {"worker_replaced": True} if replaced else {}
         if op.replan_mib is not None:
@@ -202,7 +203,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     def _settle_queued(self) -> bool:
         """Answer the queued change at once when the worker already runs its placement; True when it was."""
         op = self._queued
-        if op is None or op.outcome.placement != self.current.placement or self._core.settings.engine.always_reload:
+        if op is None or not same_plan(op.outcome, self.current) or self._core.settings.engine.always_reload:
             return False
         self._queued = None
         self.current = op.outcome
@@ -256,7 +257,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
 
     def _apply(self, outcome: PlanOutcome, waiters: list[Waiter], replan_mib: int | None = None) -> None:
         """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes."""
-        same = outcome.placement == self.current.placement and not self._core.settings.engine.always_reload
+        same = same_plan(outcome, self.current) and not self._core.settings.engine.always_reload
         if same and replan_mib is None and self._inflight is None and self._queued is None:
             self.current = outcome
             measured = self._worker_vram_mib()
@@ -287,7 +288,8 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         if replace:
             self._replace(op)
             return
-        if not self._core.send_to_worker(wp.Reload(req_id=op.req_id, placement=op.outcome.placement)):
+        reload = wp.Reload(req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder)
+        if not self._core.send_to_worker(reload):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
             # waits for the next ready worker instead of staying in flight for good
             self._queued = op
@@ -312,3 +314,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             warning=warning,
         )
         self._core.send(waiter.identity, ack, waiter.header)
+
+
+def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
+    """Whether a worker running ``b`` already runs ``a``: the same placement and the same vision encoder plan (an
+    encoder moved between the GPU and the CPU, or given another image-token cap, takes a reload too)."""
+    return a.placement == b.placement and a.encoder == b.encoder

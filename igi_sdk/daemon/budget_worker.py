@@ -107,6 +107,7 @@ class BudgetWorkerChanges:
         core.carry_over_jobs()
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
         worker.placement = op.outcome.placement
+        worker.vision = op.outcome.encoder
         worker.start()
         core.log(
             logging.INFO,
@@ -166,6 +167,7 @@ class BudgetWorkerChanges:
             return
         if op.replace is not None:
             self._core.worker.placement = self.current.placement
+            self._core.worker.vision = self.current.encoder
         error = RequestError(
             ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
         )

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.session_images import MAX_IMAGES_PER_SESSION, EncodingStore, SessionImage
 from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_SYSTEM, ROLE_USER, SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
@@ -25,6 +26,7 @@ from igi_sdk.ipc.frames import pack_message
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, Message
 from igi_sdk.ipc.values import ModelInfo, Usage
 from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.vision import EncoderPlan
 from igi_sdk.policy.governor import Governor
 from igi_sdk.policy.governor_params import GovernorParams
 
@@ -40,6 +42,7 @@ class WorkerPort(Protocol):
     ready: bool
     restarts: int
     placement: Placement
+    vision: EncoderPlan | None  # the vision encoder's plan beside ``placement``, for the next worker started
     gpu_hidden: bool  # the process was started with CUDA hidden
 
     @property
@@ -101,6 +104,17 @@ class Job:
     cancel_requested: bool = False
     #: How the reply is constrained (``daemon.constraints.ReplyConstraint``; None: free text), read back at the end
     constraint: Any = None
+    #: The images the conversation shows, by message index of ``command.messages`` (``session_images``)
+    images: tuple[tuple[int, SessionImage], ...] = ()
+    #: The image of this line (kept in the session with the turn)
+    new_image: SessionImage | None = None
+
+    def command_for(self, worker_pid: int | None, store: EncodingStore) -> wp.Generate:
+        """The command as the worker ``worker_pid`` gets it: each image with the encoding another worker made."""
+        if not self.images:
+            return self.command
+        images = tuple(image.job_image(message, worker_pid, store) for message, image in self.images)
+        return dataclasses.replace(self.command, images=images)
 
     def partial_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after
@@ -170,6 +184,12 @@ class DaemonCore:
         self.sleep_ms_between_tokens = 0.0
         #: True while a model switch drains or loads: new generations wait in the daemon, unforwarded.
         self.hold_jobs = False
+        #: The image encodings kept for other workers (``session_images``)
+        self.encodings = EncodingStore()
+
+    def vision_served(self) -> bool:
+        """Whether the model in force is served with a vision projector (the ``vision`` capability)."""
+        return bool(self.worker.config.get("mmproj_path"))
 
     # --- sending -----------------------------------------------------------------------------------
     def send(self, identity: bytes, message: Message, parent: Header | None, session_id: str | None = None) -> None:
@@ -218,10 +238,14 @@ class DaemonCore:
         n = min(max(0, dropped_messages), max(0, history))
         if n == 0:
             return
-        job.command = dataclasses.replace(job.command, messages=messages[:head] + messages[head + n :])
+        job.images = tuple((m - n, image) for m, image in job.images if m >= head + n)  # a turn goes with its image
+        images = tuple(image.job_image(m, None, None) for m, image in job.images)
+        job.command = dataclasses.replace(job.command, messages=messages[:head] + messages[head + n :], images=images)
         if job.request_command is not None:
             base = job.request_command.messages
-            job.request_command = dataclasses.replace(job.request_command, messages=base[:head] + base[head + n :])
+            job.request_command = dataclasses.replace(
+                job.request_command, messages=base[:head] + base[head + n :], images=images
+            )
         session = self.sessions.get(job.session_id)
         if session is not None and session.job_id == job.job_id and len(session.turns) == history:
             session.forget_oldest(n)
@@ -256,7 +280,7 @@ class DaemonCore:
         for job in list(self.jobs.values()):
             if not job.forwarded and (job.resumed or not self.hold_jobs):
                 try:
-                    sent = self.send_to_worker(job.command)
+                    sent = self.send_to_worker(job.command_for(self.worker.pid, self.encodings))
                 except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
                     self.drop_unsendable_job(job, exc)
                     continue
@@ -343,6 +367,10 @@ class DaemonCore:
         session = self.sessions.get(job.session_id)
         if session is not None and reply.finish_reason in ("stop", "length", "tool_call"):
             session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
+            if job.new_image is not None:  # the most recent images stay with their turns; older turns keep their text
+                session.images[len(session.turns) - 2] = job.new_image
+                for turn in sorted(session.images)[:-MAX_IMAGES_PER_SESSION]:
+                    del session.images[turn]
             session.trim_history(self.prompt_limit())
             session.kv_state = session.kv_tokens = None  # the worker holds this session's KV now
             session.pending_tool_call = reply.tool_call  # a tool_result may answer it next

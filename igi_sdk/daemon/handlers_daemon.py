@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from igi_sdk.daemon.model_switch import ModelSwitch
 
 CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files", "grammar", "json_schema", "tools")
+"""Always announced; ``vision`` too while the model is served with a projector (PROTOCOL.md 7.7)."""
 SUPPORTED_VERSIONS = SUPPORTED_PROTOCOL_VERSIONS
 _log = get_logger("governor")
 
@@ -64,7 +65,7 @@ def hello(core: DaemonCore, identity: bytes, header: Header, msg: HelloRequest) 
     reply = HelloReply(
         daemon_version=__version__,
         protocol_version=PROTOCOL_VERSION,
-        capabilities=CAPABILITIES,
+        capabilities=CAPABILITIES + (("vision",) if core.vision_served() else ()),
         heartbeat_interval_s=ipc.heartbeat_interval_s,
         client_timeout_s=ipc.client_timeout_s,
         limits=limits_of(core),

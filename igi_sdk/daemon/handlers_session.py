@@ -16,9 +16,11 @@ from igi_sdk.daemon.session_file import (
     read_session_file,
     write_session_file,
 )
+from igi_sdk.daemon.session_images import SessionImage, shown_images
 from igi_sdk.daemon.sessions import Session, SessionLimitReached
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.images import Image, ImageRejected, check_image
 from igi_sdk.ipc.messages import (
     CancelReply,
     CancelRequest,
@@ -95,10 +97,11 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     if core.model_info is None and not core.worker.ready and core.worker.is_dead() and not core.hold_jobs:
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
-    if msg.image is not None:  # PROTOCOL.md 7.7: no vision capability in this daemon
-        raise RequestError(
-            ErrorCode.INVALID_REQUEST, "this daemon has no vision projector", {"field": "image", "reason": "no_vision"}
-        )
+    new_image = None
+    if msg.image is not None:  # PROTOCOL.md 7.7: checked here, before anything decodes it
+        if not core.vision_served():
+            raise no_vision()
+        new_image = checked_image(msg.image)
     limits = core.settings.limits
     if session.job_id is not None:
         raise RequestError(ErrorCode.BUSY, "the session is already generating", {"limit": "one_generation_per_session"})
@@ -122,10 +125,16 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     constraint = reply_constraint(defaults, msg)
     if constraint is not None and constraint.user_hint:
         user_text = f"{user_text}\n{constraint.user_hint}"
+    messages = tuple((role, text) for role, text in session.messages_for(user_text))
+    images = (  # a model served without a projector renders the earlier image turns as their text
+        shown_images(session.images, new_image, len(messages) - 1 - len(session.turns), len(messages) - 1)
+        if (session.images or new_image is not None) and core.vision_served()
+        else ()
+    )
     command = wp.Generate(
         job_id=header.msg_id,
         session_id=session.session_id,
-        messages=tuple((role, text) for role, text in session.messages_for(user_text)),
+        messages=messages,
         max_tokens=max_tokens,
         # a constrained reply ends where its grammar does: stop strings could cut it
         sampling=wp.JobSampling(
@@ -139,12 +148,49 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
         kv_state=session.kv_state,
         kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
         grammar=None if constraint is None else constraint.gbnf,
+        images=tuple(image.job_image(message, None, None) for message, image in images),
     )
-    job = Job(header.msg_id, identity, session.session_id, user_text, command, constraint=constraint)
+    job = Job(
+        header.msg_id,
+        identity,
+        session.session_id,
+        user_text,
+        command,
+        constraint=constraint,
+        images=images,
+        new_image=new_image,
+    )
     core.jobs[job.job_id] = job
     session.job_id = job.job_id
     core.counters["generate_requests"] += 1
+    if new_image is not None:
+        core.counters["image_requests"] += 1
     core.forward_pending_jobs()
+
+
+def no_vision() -> RequestError:
+    """The answer to an image sent to a daemon serving no projector (PROTOCOL.md 7.7)."""
+    return RequestError(
+        ErrorCode.INVALID_REQUEST,
+        "this daemon serves its model without a vision projector",
+        {"field": "image", "reason": "no_vision"},
+    )
+
+
+def checked_image(image: Image) -> SessionImage:
+    """The image of a ``generate_request``, checked before anything decodes it.
+
+    Raises:
+        RequestError: ``invalid_image`` (``detail.format``) for bytes that are not what the format says or a size that
+            disagrees; ``too_large`` (``detail.limit``: ``max_image_side_px`` or ``max_image_pixels``) over a limit.
+    """
+    try:
+        width, height = check_image(image)
+    except ImageRejected as exc:
+        if exc.limit is not None:
+            raise RequestError(ErrorCode.TOO_LARGE, str(exc), {"limit": exc.limit}) from None
+        raise RequestError(ErrorCode.INVALID_IMAGE, str(exc), {"format": image.format}) from None
+    return SessionImage(image.format, bytes(image.data), width, height)
 
 
 def _check_tool_result(session: Session, defaults: SessionConstraints, msg: GenerateRequest) -> None:

@@ -4,7 +4,8 @@ One switch at a time (another ``load_model_request`` meanwhile is answered ``bus
 
 1. **validate**, in the handler, so typed errors come back at once and nothing changes: the path (nil = the
    embedded default model) must exist (``model_not_found``) and be a readable GGUF of a supported architecture
-   (``model_invalid``), checked with ``igi_sdk.engine.gguf_table.read_tensor_table``.
+   (``model_invalid``), checked with ``igi_sdk.engine.gguf_table.read_tensor_table``; a vision projector
+   (``mmproj_path``; nil = none) likewise, and it must belong to the model (``daemon.projector``).
 2. **draining**: generations already forwarded to the worker finish on the old model (with their normal terminal
    replies), as does a budget reload (or worker replacement) or session export in flight; generations carried over
    a worker replacement are still the old worker's: they go to its replacement and finish there too. New ``generate_request``s are accepted and held
@@ -38,12 +39,14 @@ from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.worker_events import handle_ready, handle_worker_death
 from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import LoadModelReply, LoadModelRequest
 from igi_sdk.planner.placement import MAX_N_CTX, Placement
+from igi_sdk.planner.vision import VisionShape
 
 #: Tokens each sequence's share of the context must hold at least (``load_model_request.n_ctx``).
 MIN_N_CTX_PER_SEQ = 64
@@ -73,6 +76,8 @@ class _Load:
     path: Path
     n_ctx: int
     budget_mib: int | None
+    mmproj: Path | None = None
+    vision: VisionShape | None = None
     phase: SwitchPhase = SwitchPhase.DRAINING
     phase_since_s: float = 0.0
     error: RequestError | None = None
@@ -148,8 +153,12 @@ class ModelSwitch:
             )
         path = self._resolve(msg.model_path)
         table = _validate(path)
+        mmproj = None if msg.mmproj_path is None else self._resolve(msg.mmproj_path)
+        vision = None if mmproj is None else _validate_projector(mmproj, path)
         _check_host_memory(table, msg.n_ctx, core.worker.pid)
-        self._load = _Load(identity, header, path, msg.n_ctx, msg.vram_budget_mib, phase_since_s=core.clock())
+        self._load = _Load(
+            identity, header, path, msg.n_ctx, msg.vram_budget_mib, mmproj, vision, phase_since_s=core.clock()
+        )
         core.hold_jobs = True
         core.counters["model_loads_requested"] += 1
         core.log(logging.INFO, "model_load_start", path=str(path), n_ctx=msg.n_ctx, vram_budget_mib=msg.vram_budget_mib)
@@ -228,6 +237,7 @@ class ModelSwitch:
         if load.phase is SwitchPhase.LOADING:
             for session in core.sessions:
                 session.kv_state = session.kv_tokens = None  # KV of another model; the history is re-prefilled
+            core.encodings.clear()  # image embeddings of another model: the new one encodes the images again
         handle_ready(core, self._budget, event)
         if load.phase is SwitchPhase.LOADING:
             core.counters["model_loads"] += 1
@@ -255,10 +265,16 @@ class ModelSwitch:
     def _start_new(self, load: _Load) -> None:
         core = self._core
         planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
+        planner.vision = load.vision  # the encoder is planned with the model, under the same budget
         if load.budget_mib is not None and core.governor is not None:
             core.governor.set_budget(load.budget_mib, core.clock())
         outcome = self._budget.replace_model(planner, load.budget_mib)
-        core.worker.retarget(self._config_for(load.path, load.n_ctx), outcome.placement)
+        config = {
+            **self._config_for(load.path, load.n_ctx),
+            "mmproj_path": None if load.mmproj is None else str(load.mmproj),
+        }
+        core.worker.retarget(config, outcome.placement)
+        core.worker.vision = outcome.encoder
         core.fatal_error = None
         core.worker.start()
         self._enter(load, SwitchPhase.LOADING)
@@ -269,6 +285,7 @@ class ModelSwitch:
         assert load.previous_config is not None and load.previous_planner is not None
         outcome = self._budget.replace_model(load.previous_planner)
         core.worker.retarget(load.previous_config, outcome.placement)
+        core.worker.vision = outcome.encoder
         core.worker.start()
         self._enter(load, SwitchPhase.REVERTING)
 
@@ -279,6 +296,11 @@ class ModelSwitch:
             self._core.send_error(load.identity, load.header, error)
 
     def _resolve(self, model_path: str | None) -> Path:
+        """The file a request names (nil: the embedded default model).
+
+        Raises:
+            RequestError: ``model_not_found`` (the default model cannot be fetched), ``invalid_request`` (a NUL).
+        """
         if model_path is None:
             try:
                 return self._default_model()
@@ -327,6 +349,25 @@ def _validate(path: Path) -> Any:
     except ModelError as exc:  # ModelCorruptError, ModelUnsupportedError
         raise RequestError(
             ErrorCode.MODEL_INVALID, str(exc), {"path": str(path), "reason": type(exc).__name__}
+        ) from None
+
+
+def _validate_projector(mmproj: Path, model: Path) -> VisionShape:
+    """Typed check of a vision projector and that it belongs to ``model``, before anything is stopped.
+
+    Raises:
+        RequestError: ``model_not_found`` (no such file), ``model_invalid`` (not a projector, corrupt, unsupported, or
+            another model's width), with ``detail.field = "mmproj_path"``.
+    """
+    try:
+        return projector_shape(mmproj, model)
+    except ModelNotFoundError as exc:
+        raise RequestError(ErrorCode.MODEL_NOT_FOUND, str(exc), {"path": str(mmproj), "field": "mmproj_path"}) from None
+    except ModelError as exc:
+        raise RequestError(
+            ErrorCode.MODEL_INVALID,
+            str(exc),
+            {"path": str(mmproj), "field": "mmproj_path", "reason": type(exc).__name__},
         ) from None
 
 

@@ -2,6 +2,10 @@
 
 A model that does not fit the budget never OOMs: it falls back to the CPU-only placement with a warning.
 Without an NVIDIA GPU the planner (with this machine's CPU-only profile) returns a CPU placement.
+
+With a vision projector (``vision``: its ``VisionShape``), every outcome also places the vision encoder under the same
+budget (``planner.vision.plan_encoder``, VLMOpt): on the GPU when it fits in the LLM's released context or beside the
+CUDA reserve while the whole LLM steps aside, else on the CPU; always on the CPU beside a CPU-only placement.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.vram import gpu_present
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
 
 _log = get_logger("placement")
 DEFAULT_DRY_RUN_CHILD_MIB = 640
@@ -32,6 +37,7 @@ class PlanOutcome:
     predicted_tps: float
     cpu_fallback: bool
     warning: str | None = None
+    encoder: EncoderPlan | None = None  # the vision encoder's placement beside this one (None: no projector)
 
 
 def placement_uses_gpu(placement: Placement) -> bool:
@@ -59,6 +65,7 @@ class PlacementPlanner:
     Args:
         model_path: the GGUF file.
         base: the placement fields that never change with the budget (n_ctx, threads, flash_attn, ...).
+        vision: the shape of the vision projector served beside the model (None: none).
     """
 
     def __init__(
@@ -69,9 +76,11 @@ class PlacementPlanner:
         prompt_tokens_hint: int = 512,
         reply_tokens_hint: int = 128,
         reloads_per_request: float = 0.05,
+        vision: VisionShape | None = None,
     ) -> None:
         self._model_path = model_path
         self._base = base
+        self.vision = vision
         self._gpu = gpu_present()
         self._prompt_tokens_hint = prompt_tokens_hint
         self._reply_tokens_hint = reply_tokens_hint
@@ -83,10 +92,19 @@ class PlacementPlanner:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
         placement = self._base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
         file_mib = self._model_path.stat().st_size / (1024 * 1024)
-        plan = Plan(
-            strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary="all weights and KV on the CPU"
+        encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
+        summary = "all weights and KV on the CPU" + ("" if encoder is None else f"; {encoder.summary()}")
+        plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary=summary)
+        return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
+
+    def _encoder(self, llm: LlmMemory, budget_mib: int, *, gpu: bool) -> EncoderPlan | None:
+        """The vision encoder's placement beside an LLM placement of ``llm``'s VRAM (None without a projector)."""
+        if self.vision is None:
+            return None
+        base = self._base
+        return plan_encoder(
+            self.vision, llm, vram_budget_mib=budget_mib, gpu_available=gpu, n_ctx_seq=base.n_ctx // base.n_seq_max
         )
-        return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning)
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         """The best placement under ``budget_mib`` from the planner (CPU-only when nothing fits or it fails).
@@ -202,6 +220,17 @@ class PlacementPlanner:
         warning = (
             "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu and budget_mib > 0 else None
         )
+        uses_gpu = self._gpu and chosen.memory.placement_class != "cpu_only" and budget_mib > 0
+        encoder = self._encoder(LlmMemory.of_breakdown(chosen.memory), budget_mib, gpu=uses_gpu)
+        if encoder is not None:
+            plan = plan.model_copy(update={"summary": f"{plan.summary}; {encoder.summary()}"})
         return PlanOutcome(
-            budget_mib, placement, plan, float(result.predicted_ttft_s), float(result.predicted_tps), on_cpu, warning
+            budget_mib,
+            placement,
+            plan,
+            float(result.predicted_ttft_s),
+            float(result.predicted_tps),
+            on_cpu,
+            warning,
+            encoder,
         )

@@ -22,6 +22,7 @@ from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
@@ -75,6 +76,8 @@ class DaemonServer:
         if not model_path.is_file():
             log_event(_log, logging.ERROR, "model_not_found", path=str(model_path))
             return 2
+        mmproj = None if settings.engine.mmproj is None else settings.engine.mmproj.expanduser().resolve()
+        vision = None if mmproj is None else projector_shape(mmproj, model_path)  # a ModelError: exit 2, one line
         key = new_key()
         context = zmq.Context()
         endpoint = self._endpoint()
@@ -85,9 +88,13 @@ class DaemonServer:
             n_threads=settings.engine.n_threads,
             n_threads_batch=settings.engine.n_threads,
         )
-        planner = PlacementPlanner(model_path, base)
+        planner = PlacementPlanner(model_path, base, vision=vision)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
-        worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx), initial.placement)
+        worker = WorkerSupervisor(
+            worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj),
+            initial.placement,
+            vision=initial.encoder,
+        )
 
         outbox = make_outbox(
             socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity)
@@ -111,6 +118,8 @@ class DaemonServer:
                 model=str(model_path),
                 worker_pid=worker.pid,
                 strategy=initial.plan.strategy,
+                mmproj=None if mmproj is None else str(mmproj),
+                vision=None if initial.encoder is None else initial.encoder.summary(),
                 open_files_limit=None if limit is None else limit[1],
             )
             self._loop(socket, service)

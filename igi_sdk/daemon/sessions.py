@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from igi_sdk.ipc.values import Sampling, ToolCall
+
+if TYPE_CHECKING:
+    from igi_sdk.daemon.session_images import SessionImage
 
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
 
@@ -38,6 +41,8 @@ class Session:
         job_id: msg_id of the generation running for this session, if any (one at a time).
         constraints: the session's default grammar or JSON Schema and its tools (protocol 1.1).
         pending_tool_call: the tool call its last reply made, which a tool_result may answer.
+        images: the images of its most recent image turns, by index into ``turns`` of their user line
+            (``daemon.session_images``).
     """
 
     session_id: str
@@ -53,6 +58,7 @@ class Session:
     job_id: str | None = None
     constraints: SessionDefaults | None = None
     pending_tool_call: ToolCall | None = None
+    images: dict[int, SessionImage] = field(default_factory=dict)
 
     def system_text(self) -> str:
         """The system message: the persona line, the system prompt, then the tools and answer format if any."""
@@ -76,13 +82,17 @@ class Session:
         if excess <= 0:
             return 0
         excess += excess % 2
-        del self.turns[:excess]
+        self.forget_oldest(excess)
         return excess
 
     def forget_oldest(self, n_messages: int) -> None:
         """Forget the ``n_messages`` oldest history messages: the worker left them out of the prompt window
         (``worker_protocol.Started.dropped_messages``), and a later window never starts before an earlier one."""
-        del self.turns[: max(0, n_messages)]
+        n = max(0, n_messages)
+        del self.turns[:n]
+        self.images = {
+            turn - n: image for turn, image in self.images.items() if turn >= n
+        }  # an image goes with its turn
 
     @property
     def n_turns(self) -> int:

@@ -28,6 +28,7 @@ from igi_sdk.daemon.placement_plan import placement_uses_gpu
 from igi_sdk.daemon.vram import gpu_present
 from igi_sdk.daemon.worker_priority import lower_priority
 from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.vision import EncoderPlan
 
 _log = get_logger("supervisor")
 
@@ -35,8 +36,11 @@ _log = get_logger("supervisor")
 PROMPT_HEADROOM_TOKENS = 16
 
 
-def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) -> dict[str, Any]:
-    """The plain dict ``worker_main`` takes, for ``model_path`` loaded with ``n_ctx`` tokens of context.
+def worker_config_for(
+    settings: DaemonSettings, model_path: Path, n_ctx: int, mmproj_path: Path | None = None
+) -> dict[str, Any]:
+    """The plain dict ``worker_main`` takes, for ``model_path`` loaded with ``n_ctx`` tokens of context (and the vision
+    projector ``mmproj_path`` beside it).
 
     The worker's prompt limit is ``limits.max_prompt_tokens``, lowered to 16 tokens less than one sequence's
     context (``n_ctx / engine.n_seq_max``: a smaller context from a runtime ``load_model_request``, or several
@@ -46,6 +50,7 @@ def worker_config_for(settings: DaemonSettings, model_path: Path, n_ctx: int) ->
     n_ctx_seq = n_ctx // settings.engine.n_seq_max
     return {
         "model_path": str(model_path),
+        "mmproj_path": None if mmproj_path is None else str(mmproj_path),
         "n_ctx": n_ctx,
         "n_threads": settings.engine.n_threads,
         "nice": settings.engine.worker_nice,
@@ -74,11 +79,20 @@ class WorkerSupervisor:
         placement: the placement the worker loads.
         gpu: whether a worker could hold a CUDA context here (default: :func:`cuda_gpu_usable`). When True, a worker
             whose placement needs no GPU starts with CUDA hidden.
+        vision: the vision encoder's plan beside ``placement`` (None: no projector).
     """
 
-    def __init__(self, worker_config: dict[str, Any], placement: Placement, gpu: bool | None = None) -> None:
+    def __init__(
+        self,
+        worker_config: dict[str, Any],
+        placement: Placement,
+        gpu: bool | None = None,
+        vision: EncoderPlan | None = None,
+    ) -> None:
         self._config = worker_config
         self.placement = placement
+        #: The vision encoder's plan beside ``placement`` (None: no projector), handed to the next worker started.
+        self.vision = vision
         self.gpu = cuda_gpu_usable() if gpu is None else gpu
         #: Whether the current (or last) worker was started with ``CUDA_VISIBLE_DEVICES=""``.
         self.gpu_hidden = False
@@ -98,7 +112,8 @@ class WorkerSupervisor:
         return dict(self._config)
 
     def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None:
-        """Use another model / placement from the next :meth:`start` (or crash restart) on.
+        """Use another model / placement from the next :meth:`start` (or crash restart) on (the vision encoder's plan
+        beside it is :attr:`vision`).
 
         The running worker is not touched: stop it first to switch models.
         """
@@ -150,7 +165,7 @@ class WorkerSupervisor:
 
         hide_gpu = self.hides_gpu_for(self.placement)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        config = {**self._config, "placement": self.placement, "hide_gpu": hide_gpu}
+        config = {**self._config, "placement": self.placement, "vision": self.vision, "hide_gpu": hide_gpu}
         process = self._ctx.Process(
             target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True
         )

@@ -44,6 +44,11 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event
             _fail_job(core, job, RequestError(ErrorCode(event.code), event.message, event.detail))
     elif isinstance(event, wp.Reloaded):
         budget.on_reloaded(event)
+    elif isinstance(event, wp.Encoded):  # kept for another worker (a replacement, a restart): no encode there
+        job = core.jobs.get(event.job_id)
+        for message, image in job.images if job is not None else ():
+            if message == event.message:
+                core.encodings.keep(image.key, event.encoding, core.worker.pid)
     elif isinstance(event, wp.Exported):
         callback = core.waiting_exports.pop(event.req_id, None)
         if callback is not None:

@@ -9,9 +9,9 @@ Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_state, kv_tokens, continue_tokens, grammar | renders and queues the job; ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_state, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``), renders and queues the job; ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
-| ``Reload`` | req_id, placement | at the next token boundary saves every sequence, reloads, restores: ``Reloaded`` |
+| ``Reload`` | req_id, placement, vision | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
@@ -29,6 +29,11 @@ Events (worker -> daemon):
 | ``Failed`` | job_id, code, message, detail | a job could not run (an ``ErrorCode`` value, e.g. ``too_large``) |
 | ``Reloaded`` | req_id, ok, message, apply_time_s, placement | a reload finished (the worker exits after a failed one) |
 | ``Exported`` | req_id, session_id, tokens, state | the answer to ``Export`` |
+| ``Encoded`` | job_id, message, encoding | the worker encoded a job's image: its template tokens and embeddings, for another worker |
+
+``Generate.images`` are the images of the conversation (at most two: ``daemon.session_images``), each at the index of
+its message; one a worker encoded before carries its ``encoding`` (template tokens and float32 embeddings), so another
+worker (a replacement, a restart) feeds it without encoding it again.
 
 ``Generate.continue_tokens`` are the reply's tokens a replaced worker already streamed (the daemon replaced the
 worker at a token boundary): the prompt is followed by them and the reply goes on after them, its token indexes
@@ -38,14 +43,16 @@ from 0 again (the daemon renumbers them).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 import msgpack
+from pydantic import BaseModel
 
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.vision import EncoderPlan
 
 
 class WorkerProtocolError(RuntimeError):
@@ -65,6 +72,42 @@ class JobSampling:
 
 
 @dataclass(frozen=True)
+class ImagePiece:
+    """One piece of an encoded image, in order: template text tokens (``token`` 0), or one image chunk: its pseudo
+    token and ``n_tokens`` rows of float32 embeddings (``embd``, C order, ``n_tokens`` x the model's ``n_embd``)."""
+
+    tokens: tuple[int, ...] = ()
+    token: int = 0
+    n_tokens: int = 0
+    embd: bytes = b""
+
+
+@dataclass(frozen=True)
+class ImageEncoding:
+    """An image as the vision encoder turned it into the LLM's input (``engine.vision.EncodedImage`` on the wire)."""
+
+    width: int
+    height: int
+    pieces: tuple[ImagePiece, ...]
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(len(p.embd) + 8 * len(p.tokens) for p in self.pieces)
+
+
+@dataclass(frozen=True)
+class JobImage:
+    """An image of a conversation: the bytes the game sent (checked by the daemon) at message ``message``."""
+
+    message: int
+    format: str
+    data: bytes
+    width: int = 0
+    height: int = 0
+    encoding: ImageEncoding | None = None  # from the worker that encoded it; None: encode (or take from the cache)
+
+
+@dataclass(frozen=True)
 class Generate:
     """A generation for one session: the conversation to render (system, history, the new user line)."""
 
@@ -79,6 +122,7 @@ class Generate:
     kv_tokens: tuple[int, ...] | None = None
     continue_tokens: tuple[int, ...] = ()  # the reply so far, streamed by a replaced worker: the prompt's tail
     grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
+    images: tuple[JobImage, ...] = ()  # the conversation's images, each at its message
 
 
 @dataclass(frozen=True)
@@ -92,6 +136,7 @@ class Reload:
     KIND: ClassVar[str] = "reload"
     req_id: str
     placement: Placement
+    vision: EncoderPlan | None = None  # the vision encoder's plan beside the placement (None: no projector)
 
 
 @dataclass(frozen=True)
@@ -200,19 +245,52 @@ class Exported:
     state: bytes | None = None
 
 
-Event = Ready | Fatal | Started | Token | Done | Failed | Reloaded | Exported
+@dataclass(frozen=True)
+class Encoded:
+    KIND: ClassVar[str] = "encoded"
+    job_id: str
+    message: int  # the index of the image's message in the job's ``Generate.messages``
+    encoding: ImageEncoding
+
+
+Event = Ready | Fatal | Started | Token | Done | Failed | Reloaded | Exported | Encoded
 Message = Command | Event
 
 _COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Shutdown)
 COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
 EVENTS: dict[str, type[Any]] = {
-    cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported)
+    cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported, Encoded)
 }
 
 
 # --- the codec -----------------------------------------------------------------------------------------------------
 def _ints(value: Any) -> tuple[int, ...] | None:
     return None if value is None else tuple(int(v) for v in value)
+
+
+def _encoding(value: Any) -> ImageEncoding:
+    pieces = tuple(
+        ImagePiece(
+            tokens=tuple(int(t) for t in p.get("tokens") or ()),
+            token=int(p.get("token", 0)),
+            n_tokens=int(p.get("n_tokens", 0)),
+            embd=bytes(p.get("embd") or b""),
+        )
+        for p in value["pieces"]
+    )
+    return ImageEncoding(width=int(value["width"]), height=int(value["height"]), pieces=pieces)
+
+
+def _job_image(value: Any) -> JobImage:
+    encoding = value.get("encoding")
+    return JobImage(
+        message=int(value["message"]),
+        format=str(value["format"]),
+        data=bytes(value["data"]),
+        width=int(value.get("width", 0)),
+        height=int(value.get("height", 0)),
+        encoding=None if encoding is None else _encoding(encoding),
+    )
 
 
 #: field name -> how its msgpack value becomes the field's type (the others are msgpack scalars, maps or bytes)
@@ -224,13 +302,16 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "kv_tokens": _ints,
     "continue_tokens": lambda value: _ints(value) or (),
     "tokens": _ints,
+    "images": lambda value: tuple(_job_image(v) for v in value),
+    "encoding": _encoding,
+    "vision": lambda value: None if value is None else EncoderPlan.model_validate(value),
 }
 
 
 def _wire(value: Any) -> Any:
-    if isinstance(value, (Placement, ModelInfo)):
+    if isinstance(value, BaseModel):  # Placement, ModelInfo, EncoderPlan
         return value.model_dump(mode="json")
-    if isinstance(value, JobSampling):
+    if is_dataclass(value) and not isinstance(value, type):  # JobSampling, JobImage, ImageEncoding, ImagePiece
         return {f.name: _wire(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, tuple):
         return [_wire(v) for v in value]

@@ -370,10 +370,20 @@ class LlamaEngine:
             return None, texts
         return re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))), texts
 
-    def tokenize_chat(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
+    def tokenize_chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        splices: Mapping[str, Sequence[int]] | None = None,
+    ) -> list[int]:
         """Chat-template ``messages`` and tokenize the prompt, with BOS as the model asks. Only the template's own
         text is parsed for control tokens: the messages' contents are tokenized as text, so ``<|im_start|>`` in a
         player's line stays those characters and cannot open a turn of its own.
+
+        ``splices`` maps marker strings to token lists: a marker inside a message's content is replaced by its
+        tokens (an image's positions, ``igi_sdk.engine.vision.render_with_images``); the text around it is
+        tokenized as content.
 
         Raises:
             ModelUnsupportedError: the model has no chat template.
@@ -390,10 +400,19 @@ class LlamaEngine:
             eos_token=piece(eos),
         )
         pattern, ids = self._control_tokens
+        marks = re.compile("|".join(re.escape(m) for m in splices)) if splices else None
         # llama.cpp's own partition: the text is cut at each control token; each piece between is tokenized alone
-        pieces: list[str | int] = []
+        pieces: list[str | int | list[int]] = []
         text = ""
         for segment, is_content in segments:
+            if is_content and marks is not None and splices:
+                cursor = 0
+                for match in marks.finditer(segment):
+                    text += segment[cursor : match.start()]
+                    pieces += [text, list(splices[match.group()])] if text else [list(splices[match.group()])]
+                    text, cursor = "", match.end()
+                text += segment[cursor:]
+                continue
             if is_content or pattern is None:
                 text += segment
                 continue
@@ -407,7 +426,12 @@ class LlamaEngine:
             pieces.append(text)
         tokens = [bos] if bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) else []
         for item in pieces:
-            tokens += [item] if isinstance(item, int) else self.tokenize(item, add_special=False, parse_special=False)
+            if isinstance(item, int):
+                tokens.append(item)
+            elif isinstance(item, list):
+                tokens += item
+            else:
+                tokens += self.tokenize(item, add_special=False, parse_special=False)
         if eos >= 0 and llama_cpp.llama_vocab_get_add_eos(self._vocab):
             tokens.append(eos)
         return tokens

@@ -13,7 +13,7 @@ vocabulary, for the synthetic pair) are dropped.
 
 An image is one or more image chunks (idefics3: one per tile plus an overview) between short template texts.
 ``EncodedImage.pieces`` keeps that order: token lists and ``ImageEmbedding`` s. Each image chunk has a
-pseudo token id (negative, never -1, derived from the image's bytes and the chunk's index) that stands for
+pseudo token id (negative, never -1, derived from the image's bytes, the image-token cap and the chunk's index) that stands for
 its positions in the engine's token bookkeeping, so a sequence that already holds the image is recognised by
 prefix, exactly like text, and never re-encoded.
 """
@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -252,7 +252,8 @@ class VisionEncoder:
         params.warmup = warmup  # VLMOpt: off, the compute buffer is sized for this image, not for the largest one
         params.image_max_tokens = image_max_tokens
         t0 = time.perf_counter()
-        digest = image.digest()
+        # the cap is part of what the pseudo tokens stand for: another cap gives other chunks (other lengths)
+        digest = hashlib.sha256(image.digest() + image_max_tokens.to_bytes(4, "little")).digest()
         with _log.capture_log(echo=self._verbose) as cap:
             ctx = mtmd.mtmd_init_from_file(os.fsencode(self.mmproj_path), self._vocab_model, params)
             if not ctx:
@@ -382,31 +383,30 @@ pair and a per-process random tag: a player's text cannot forge it)."""
 def render_with_images(
     engine: LlamaEngine,
     messages: Sequence[tuple[str, str]],
-    images: dict[int, EncodedImage],
+    images: Mapping[int, EncodedImage],
     *,
-    add_special: bool = True,
+    add_generation_prompt: bool = True,
 ) -> list[int]:
-    """Chat-template ``messages`` (role, text) and tokenize, with ``images[i]`` (the encoded image of message ``i``)
-    in front of that message's text: its template tokens and pseudo tokens take the image's positions.
+    """Chat-template ``messages`` (role, text) and tokenize them as ``LlamaEngine.tokenize_chat`` does (the contents
+    as text, never as control tokens), with ``images[i]`` (the encoded image of message ``i``) in front of that
+    message's text: its template tokens and pseudo tokens take the image's positions. Without images the tokens
+    are exactly ``tokenize_chat``'s, so a conversation keeps its KV prefix when an image joins it.
 
     Raises:
         ModelUnsupportedError: the model has no chat template.
-        EngineError: a sentinel did not survive the template (it dropped or escaped the message's text).
+        EngineError: the chat template dropped a message that holds an image.
     """
     chat = []
+    splices: dict[str, list[int]] = {}
     for i, (role, text) in enumerate(messages):
-        chat.append({"role": role, "content": (_SENTINEL.format(i) + "\n" + text) if i in images else text})
-    rendered = engine.apply_chat_template(chat)
-    tokens: list[int] = []
-    first = True
-    rest = rendered
-    for i in sorted(images):
-        marker = _SENTINEL.format(i)
-        before, sep, rest = rest.partition(marker)
-        if not sep:
-            raise EngineError(f"the chat template dropped message {i}'s image marker")
-        tokens += engine.tokenize(before, add_special=add_special and first, parse_special=True)
-        tokens += images[i].bookkeeping_tokens()
-        first = False
-    tokens += engine.tokenize(rest, add_special=add_special and first, parse_special=True)
+        if i in images:
+            marker = _SENTINEL.format(i)
+            splices[marker] = images[i].bookkeeping_tokens()
+            text = marker + "\n" + text
+        chat.append({"role": role, "content": text})
+    tokens = engine.tokenize_chat(chat, add_generation_prompt=add_generation_prompt, splices=splices)
+    for i in images:
+        marks = images[i].bookkeeping_tokens()
+        if not any(tokens[j : j + len(marks)] == marks for j in range(len(tokens) - len(marks) + 1)):
+            raise EngineError(f"the chat template dropped message {i}, which holds an image")
     return tokens

@@ -7,9 +7,9 @@ settings, and applies the daemon's placement overrides (context size, threads) t
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # llama.cpp is loaded before numpy (docs/engine.md, "Load order"): the other order segfaults on CUDA builds.
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
@@ -18,6 +18,9 @@ from igi_sdk.daemon.worker_protocol import JobSampling  # isort: skip
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
+
+if TYPE_CHECKING:
+    from igi_sdk.engine.vision import EncodedImage
 
 MIB = 1024 * 1024
 
@@ -62,8 +65,15 @@ class EngineAdapter:
         )
         return info, file_bytes
 
-    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
-        """Chat-template the messages and tokenize the result (the contents as text: ``LlamaEngine.tokenize_chat``)."""
+    def render_prompt(
+        self, messages: Sequence[tuple[str, str]], images: Mapping[int, EncodedImage] | None = None
+    ) -> list[int]:
+        """Chat-template the messages and tokenize the result (the contents as text: ``LlamaEngine.tokenize_chat``),
+        with ``images[i]`` in front of message ``i``'s text (``engine.vision.render_with_images``)."""
+        if images:
+            from igi_sdk.engine.vision import render_with_images
+
+            return render_with_images(self._engine, messages, images)
         return self._engine.tokenize_chat([{"role": role, "content": content} for role, content in messages])
 
     def text_tokens(self, text: str) -> int:

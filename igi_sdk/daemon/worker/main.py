@@ -49,7 +49,8 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     Args:
         conn: the worker's end of the pipe.
         config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (a ``Placement``),
-            ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring).
+            ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring),
+            ``mmproj_path`` (a vision projector beside the model, or None) and ``vision`` (its ``EncoderPlan``).
     """
     hide_gpu = bool(config.get("hide_gpu", False))
     # nothing above worker_main imports llama_cpp (tests/process/test_load_order.py)
@@ -66,10 +67,17 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement: Placement = config["placement"]
+    vision = None
     try:
         engine = EngineAdapter(
             config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads")
         )
+        if config.get("mmproj_path"):
+            from igi_sdk.daemon.worker.vision import WorkerVision
+
+            vision = WorkerVision(
+                config["mmproj_path"], config["model_path"], config.get("vision"), n_threads=config.get("n_threads")
+            )
     except Exception as exc:  # a model that cannot load: tell the daemon, then exit non-zero
         log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
         emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
@@ -88,12 +96,16 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     )
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 
-    scheduler = WorkerScheduler(engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"])
+    scheduler = WorkerScheduler(
+        engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"], vision=vision
+    )
     try:
         _serve(conn, scheduler, emit, log)
     except (EOFError, OSError):
         log_event(log, logging.WARNING, "worker_daemon_gone")
     finally:
+        if vision is not None:
+            vision.close()
         engine.close()
 
 
@@ -152,7 +164,7 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
     elif isinstance(command, wp.Reload):
         t0 = time.perf_counter()
         try:
-            scheduler.reload(command.placement)
+            scheduler.reload(command.placement, command.vision)
             ok, message = True, ""
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"

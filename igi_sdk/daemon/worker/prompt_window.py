@@ -21,7 +21,7 @@ this window and the turns since.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 Message = tuple[str, str]
 
@@ -61,13 +61,23 @@ class PromptWindow:
         self._per_message: int | None = None
         self._base = 0
 
-    def fit(self, messages: Sequence[Message], *, whole_first: bool = False) -> tuple[list[int], int]:
+    def fit(
+        self,
+        messages: Sequence[Message],
+        *,
+        whole_first: bool = False,
+        render: Callable[[Sequence[Message]], list[int]] | None = None,
+        extra_tokens: Mapping[int, int] | None = None,
+    ) -> tuple[list[int], int]:
         """The prompt tokens of ``messages`` (an optional system message, the history, the new user line last) within
         the limit, and how many history messages were left out.
 
         Args:
             whole_first: render the whole conversation first, without estimating (a reply continued after a worker
                 replacement: its conversation is the window an earlier worker chose, and must stay it).
+            render: renders a window (the system message and a suffix of the history) instead of the window's own
+                ``render`` (an image turn: the images go with their messages).
+            extra_tokens: positions a message takes beside its text (an image's), by index after the system message.
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
@@ -77,23 +87,32 @@ class PromptWindow:
         turns = list(messages[len(system) :])
         if not turns:
             raise PromptTooLarge("a prompt needs a user line")
+        draw = render or self._render
+        extra = dict(extra_tokens or {})
         if whole_first:
-            tokens = self._render(system + turns)
+            tokens = draw(system + turns)
             if len(tokens) <= limit:
                 return tokens, 0
-            return self._refill(system, turns, limit)
-        _estimates, passed = self._estimates_back_to(system, turns, FIT_CHECK_FACTOR * limit)
+            return self._refill(system, turns, limit, draw, extra)
+        _estimates, passed = self._estimates_back_to(system, turns, FIT_CHECK_FACTOR * limit, extra)
         if not passed:  # the whole history may fit: its real size decides
-            tokens = self._render(system + turns)
+            tokens = draw(system + turns)
             if len(tokens) <= limit:
                 return tokens, 0
-        return self._refill(system, turns, limit)
+        return self._refill(system, turns, limit, draw, extra)
 
-    def _refill(self, system: list[Message], turns: list[Message], limit: int) -> tuple[list[int], int]:
+    def _refill(
+        self,
+        system: list[Message],
+        turns: list[Message],
+        limit: int,
+        render: Callable[[Sequence[Message]], list[int]],
+        extra: Mapping[int, int],
+    ) -> tuple[list[int], int]:
         """The newest turns within ``REFILL_FRACTION`` of the limit (the new user line at least); a window the
         estimate let through that renders past the limit loses its oldest pair and is rendered again."""
         target = REFILL_FRACTION * limit
-        estimates, _passed = self._estimates_back_to(system, turns, target)
+        estimates, _passed = self._estimates_back_to(system, turns, target, extra)
         total = self._system_estimate(system)
         start = len(turns) - 1  # the new user line alone
         for i, est in enumerate(estimates):  # estimates[i] is the message at len(turns) - 1 - i
@@ -104,20 +123,24 @@ class PromptWindow:
             if index % 2 == 0:
                 start = index
         while True:
-            tokens = self._render(system + turns[start:])
+            tokens = render(system + turns[start:])
             if len(tokens) <= limit:
                 return tokens, start
             if start >= len(turns) - 1:
                 raise PromptTooLarge(f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens={limit}")
             start = start + 2 if start + 2 < len(turns) - 1 else len(turns) - 1
 
-    def _estimates_back_to(self, system: list[Message], turns: list[Message], bound: float) -> tuple[list[int], bool]:
-        """Estimated tokens of the turns from the newest backwards, until their sum with the system message's
-        passes ``bound`` (that message included), and whether it did: O(turns within the bound)."""
+    def _estimates_back_to(
+        self, system: list[Message], turns: list[Message], bound: float, extra: Mapping[int, int]
+    ) -> tuple[list[int], bool]:
+        """Estimated tokens of the turns from the newest backwards (``extra`` positions included), until their sum
+        with the system message's passes ``bound`` (that message included), and whether it did: O(turns within the
+        bound)."""
         total = self._system_estimate(system)
         out: list[int] = []
-        for role, text in reversed(turns):
-            est = self._message_estimate(role, text)
+        for index in range(len(turns) - 1, -1, -1):
+            role, text = turns[index]
+            est = self._message_estimate(role, text) + extra.get(index, 0)
             out.append(est)
             total += est
             if total > bound:

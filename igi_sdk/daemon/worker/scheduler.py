@@ -18,7 +18,7 @@ what only the worker's events need.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,10 +28,14 @@ from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerErr
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
 from igi_sdk.engine.prefix_cache import PrefixCache
+from igi_sdk.errors import EngineError, ImageError
 
 if TYPE_CHECKING:
+    from igi_sdk.daemon.worker.vision import WorkerVision
     from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.engine.vision import EncodedImage
     from igi_sdk.planner.placement import Placement
+    from igi_sdk.planner.vision import EncoderPlan
 
 Emit = Callable[[wp.Event], None]
 
@@ -39,7 +43,9 @@ Emit = Callable[[wp.Event], None]
 class PromptSeam(Protocol):
     """What the scheduler needs from the worker's engine adapter (``engine_adapter.EngineAdapter``)."""
 
-    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
+    def render_prompt(
+        self, messages: Sequence[tuple[str, str]], images: Mapping[int, EncodedImage] | None = None
+    ) -> list[int]: ...
     def text_tokens(self, text: str) -> int: ...
     def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
     def token_bytes(self, token: int) -> bytes: ...
@@ -69,6 +75,7 @@ class WorkerScheduler:
             ``too_large``.
         clock: monotonic seconds.
         prefix_cache: the persona prefix cache (a new one when None).
+        vision: the projector beside the model and its plan (None: images are answered ``no_vision``).
     """
 
     def __init__(
@@ -79,8 +86,11 @@ class WorkerScheduler:
         max_prompt_tokens: int,
         clock: Callable[[], float] = time.perf_counter,
         prefix_cache: PrefixCache | None = None,
+        vision: WorkerVision | None = None,
     ) -> None:
         self._adapter = adapter
+        self._engine = engine
+        self._vision = vision
         self._emit = emit
         self._window = PromptWindow(adapter.render_prompt, adapter.text_tokens, max_prompt_tokens)
         self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache, on_admit=self._on_admit)
@@ -93,11 +103,18 @@ class WorkerScheduler:
         return self._sched
 
     def submit(self, job: wp.Generate) -> None:
-        """Queue a daemon job (``Failed`` with ``too_large`` if it cannot run)."""
+        """Queue a daemon job: its images encoded (``Encoded``), its prompt rendered. ``Failed`` with ``too_large`` if
+        it cannot run, ``invalid_image`` if an image does not decode, ``invalid_request`` (``no_vision``) if it shows
+        an image and the worker has no projector."""
         continued = list(job.continue_tokens)
         try:
+            images = self._images(job)
+        except _JobRefused as refused:
+            self._emit(refused.failed)
+            return
+        try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
-            prompt, dropped = self._render_fitting(list(job.messages), continued)
+            prompt, dropped, kept = self._render_fitting(list(job.messages), continued, images)
         except PromptTooLarge as exc:
             self._emit(
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
@@ -123,6 +140,7 @@ class WorkerScheduler:
                     text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
                     grammar=job.grammar,
                     grammar_replay=continued,
+                    embeddings={t: e for image in kept for t, e in image.embeddings().items()},
                 )
             )
         except SchedulerError as exc:
@@ -138,6 +156,51 @@ class WorkerScheduler:
                     detail={"reason": str(exc), "line": 0, "column": 0},
                 )
             )
+
+    def _images(self, job: wp.Generate) -> dict[int, EncodedImage]:
+        """The job's images by message index, encoded (see ``worker.vision``). Without a projector, images of earlier
+        turns are left out (their text stays) and one on the new line refuses the job.
+
+        Raises:
+            _JobRefused: with the ``Failed`` event to send.
+        """
+        if not job.images:
+            return {}
+        last = len(job.messages) - 1
+        if self._vision is None:
+            if any(image.message == last for image in job.images):
+                raise _JobRefused(
+                    wp.Failed(
+                        job_id=job.job_id,
+                        code="invalid_request",
+                        message="the model is served without a vision projector",
+                        detail={"field": "image", "reason": "no_vision"},
+                    )
+                )
+            return {}
+        release_model = self._vision.plan is not None and self._vision.plan.llm_release == "model"
+
+        def restore(states: object) -> None:
+            self._sched.import_states(states)  # type: ignore[arg-type]
+            if release_model:  # the grammars pointed into the freed model's vocabulary
+                self._sched.rebuild_grammars()
+
+        try:
+            return self._vision.images_of(job, self._engine, self._sched.export_states, restore, self._emit)
+        except ImageError as exc:
+            formats = sorted({image.format for image in job.images})
+            raise _JobRefused(
+                wp.Failed(
+                    job_id=job.job_id,
+                    code="invalid_image",
+                    message=str(exc),
+                    detail={"format": formats[0] if len(formats) == 1 else ",".join(formats), "reason": str(exc)},
+                )
+            ) from None
+        except EngineError as exc:
+            raise _JobRefused(
+                wp.Failed(job_id=job.job_id, code="engine_failure", message=f"the vision encoder failed: {exc}")
+            ) from None
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
@@ -173,15 +236,18 @@ class WorkerScheduler:
         exported = self._sched.export_session(session_id)
         return (None, None) if exported is None else exported
 
-    def reload(self, placement: Placement) -> None:
+    def reload(self, placement: Placement, vision: EncoderPlan | None = None) -> None:
         """At this token boundary: every session saved, the engine reloaded with ``placement`` (and the daemon's
         overrides), the sessions restored and the grammars rebuilt (``BatchScheduler.reload``); every job counts one
-        reload more.
+        reload more. ``vision`` is the encoder's plan beside the new placement (the next encode follows it). The
+        images the sequences hold come back with their KV states: nothing is encoded again.
 
         Raises:
             Exception: whatever the reload raises (the worker then exits and is restarted).
         """
         self._sched.reload(self._adapter.overridden(placement))
+        if self._vision is not None and vision is not None:
+            self._vision.plan = vision
         for job in self._jobs.values():
             job.reloads += 1
 
@@ -222,18 +288,36 @@ class WorkerScheduler:
         job.held.clear()
 
     def _render_fitting(
-        self, messages: list[tuple[str, str]], continued: list[int] | None = None
-    ) -> tuple[list[int], int]:
+        self,
+        messages: list[tuple[str, str]],
+        continued: list[int] | None = None,
+        images: Mapping[int, EncodedImage] | None = None,
+    ) -> tuple[list[int], int, list[EncodedImage]]:
         """The prompt within ``max_prompt_tokens`` (``PromptWindow``: the newest turns that fit, chosen at a cost bounded
-        by the context) and the history messages left out, followed by ``continued`` (a reply's tokens streamed so
-        far, outside the limit: they are the reply the first prompt made room for, and the conversation must be the
-        one it was cut from: the daemon sends the window the first worker chose, rendered here as a whole).
+        by the context), the history messages left out and the images the prompt holds, followed by ``continued`` (a
+        reply's tokens streamed so far, outside the limit: they are the reply the first prompt made room for, and the
+        conversation must be the one it was cut from: the daemon sends the window the first worker chose, rendered here
+        as a whole). ``images`` are by index into ``messages``: each goes in front of its message's text, and its
+        positions count towards the limit (a turn left out takes its image with it).
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
         """
-        tokens, dropped = self._window.fit(messages, whole_first=bool(continued))
-        return tokens + list(continued or ()), dropped
+        images = dict(images or {})
+        n_system = 1 if messages and messages[0][0] == "system" else 0
+
+        def shown(subset: Sequence[tuple[str, str]]) -> dict[int, EncodedImage]:
+            start = len(messages) - len(subset)  # the window is the system message and a suffix of the history
+            return {i - start: image for i, image in images.items() if i >= n_system + start}
+
+        def render(subset: Sequence[tuple[str, str]]) -> list[int]:
+            at = shown(subset)
+            return self._adapter.render_prompt(subset, at) if at else self._adapter.render_prompt(subset)
+
+        extra = {i - n_system: image.n_positions for i, image in images.items() if i >= n_system}
+        tokens, dropped = self._window.fit(messages, whole_first=bool(continued), render=render, extra_tokens=extra)
+        kept = list(shown(messages[:n_system] + messages[n_system + dropped :]).values())
+        return tokens + list(continued or ()), dropped, kept
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -243,3 +327,11 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+class _JobRefused(Exception):
+    """A job that cannot run, with the ``Failed`` event that answers it."""
+
+    def __init__(self, failed: wp.Failed) -> None:
+        super().__init__(failed.message)
+        self.failed = failed

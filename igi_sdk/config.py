@@ -93,6 +93,11 @@ class LimitSettings(_Section):
     max_new_tokens: int = Field(
         default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens"
     )
+    max_session_file_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 16,
+        description="largest session file load_session reads and save_session writes (a save leaves a KV state out rather than pass it), bytes; bigger -> too_large",
+    )
 
 
 class EngineSettings(_Section):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.session_images import MAX_IMAGES_PER_SESSION, EncodingStore, SessionImage
+from igi_sdk.daemon.session_io import FileTask, SessionFileIo
 from igi_sdk.daemon.sessions import ROLE_ASSISTANT, ROLE_SYSTEM, ROLE_USER, SessionTable
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
@@ -176,6 +178,8 @@ class DaemonCore:
         self.exit_requested = False
         #: saves waiting for the worker's KV export, by export req_id: called with (tokens, state)
         self.waiting_exports: dict[str, Callable[[list[int] | None, bytes | None], None]] = {}
+        #: session files being read or written in background threads (load_session, save_session)
+        self.session_io = SessionFileIo(self.file_task_failed)
         self.worker_failures_in_row = 0
         #: Set when a worker start failed (the OS refused a pipe or a process): the loop tries again at this time.
         self.worker_start_due_s: float | None = None
@@ -211,6 +215,19 @@ class DaemonCore:
         self.counters[f"error_{error.code.value}"] += 1
         reply = ErrorReply(code=error.code, message=error.message, detail=error.detail, retryable=error.retryable)
         self.send(identity, reply, parent)
+
+    def file_task_failed(self, task: FileTask, exc: BaseException | None) -> None:
+        """Answer a session file read or written in the background that ended without its reply: ``exc`` raised by
+        its ``finish`` (a ``RequestError`` is the answer; anything else is a daemon bug: logged, ``internal``), or
+        None for one a shutdown stopped waiting for."""
+        if exc is None:
+            error = RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the session file was not done")
+        elif isinstance(exc, RequestError):
+            error = exc
+        else:
+            self.log(logging.ERROR, "handler_crashed", type=task.header.type, error=repr(exc), exc=_traceback(exc))
+            error = RequestError(ErrorCode.INTERNAL, f"internal error handling {task.header.type}: {exc!r}")
+        self.send_error(task.identity, task.header, error)
 
     # --- bookkeeping -------------------------------------------------------------------------------
     def uptime_s(self) -> float:
@@ -380,6 +397,10 @@ class DaemonCore:
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Structured log line from the daemon core."""
         log_event(_log, level, event, **fields)
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def info(core: DaemonCore, event: str, **fields: Any) -> None:

@@ -102,7 +102,7 @@ def shutdown(
     """Answer everything still waiting, then ``shutdown_reply``, and let the server loop exit: generations end
     ``cancelled``, a pending model load gets ``cancelled``, budget requests waiting for a plan or a reload get
     ``shutting_down``, and a save waiting for the worker's KV export is written without it (history, and the
-    KV state the daemon already holds)."""
+    KV state the daemon already holds); session files being read or written are finished first."""
     if switch is not None:
         switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
     for job_id in list(core.jobs):
@@ -113,6 +113,7 @@ def shutdown(
         RequestError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down; the budget change was not applied")
     )
     core.end_exports_without_worker()
+    core.session_io.drain()  # saves written (a load answered) before the shutdown_reply
     core.shutting_down = True
     core.exit_requested = True
     core.send(identity, ShutdownReply(), header)

@@ -10,13 +10,16 @@ from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
 from igi_sdk.daemon.core import DaemonCore, Job, RequestError
 from igi_sdk.daemon.session_file import (
+    KvRef,
     SessionFileError,
     SessionFileMissing,
+    SessionFileTooLarge,
     SessionSnapshot,
     read_session_file,
     write_session_file,
 )
 from igi_sdk.daemon.session_images import SessionImage, shown_images
+from igi_sdk.daemon.session_io import MAX_IN_FLIGHT, FileTask
 from igi_sdk.daemon.sessions import Session, SessionLimitReached
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -145,7 +148,7 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
             stop=() if constraint is not None else tuple(sampling.stop),
         ),
         priority=session.priority if msg.priority is None else msg.priority,
-        kv_state=session.kv_state,
+        kv_file=session.kv_state,
         kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
         grammar=None if constraint is None else constraint.gbnf,
         images=tuple(image.job_image(message, None, None) for message, image in images),
@@ -242,8 +245,17 @@ def cancel_job(core: DaemonCore, job_id: str, reply: bool = True) -> None:
         core.send_to_job(job, job.partial_reply("cancelled"))
 
 
+def _file_slots_left(core: DaemonCore) -> None:
+    """Raises ``busy`` when ``session_io.MAX_IN_FLIGHT`` session files are being read, written or exported."""
+    if len(core.session_io) + len(core.waiting_exports) >= MAX_IN_FLIGHT:
+        raise RequestError(
+            ErrorCode.BUSY, f"{MAX_IN_FLIGHT} session files are being read or written", {"limit": "session_files"}
+        )
+
+
 def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSessionRequest) -> None:
-    """Write the session (history + KV state from the worker when it has one) to a file."""
+    """Write the session (history + KV state from the worker when it has one) to a file, in a background thread
+    (``session_io``); the reply comes when the file is written."""
     session = require_session(core, identity, header)
     if session.job_id is not None:
         raise RequestError(
@@ -251,11 +263,14 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
         )
     if msg.path and "\0" in msg.path:  # the OS refuses it (ValueError, not OSError): say so before asking the worker
         raise RequestError(ErrorCode.INVALID_REQUEST, "the path contains a NUL character")
+    _file_slots_left(core)
     path = Path(msg.path) if msg.path else _session_dir(core) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
+    max_bytes = core.settings.limits.max_session_file_bytes
 
     def write(tokens: list[int] | None, state: bytes | None) -> None:
-        if state is None and session.kv_state is not None:
-            tokens, state = session.kv_tokens, session.kv_state
+        kv: bytes | KvRef | None = state
+        if state is None and session.kv_state is not None:  # loaded from a file, not yet in the worker
+            tokens, kv = session.kv_tokens, session.kv_state
         defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
         snap = SessionSnapshot(
             session.persona,
@@ -266,19 +281,25 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
             core.model_info.path if core.model_info else "",
             core.model_file_bytes,
             None if tokens is None else tuple(tokens),
-            state,
+            kv,
             grammar=defaults.grammar,
             json_schema=defaults.schema_text,
             tools=defaults.wire_tools,
         )
-        try:
-            write_session_file(path, snap)
-        except SessionFileError as exc:
-            core.send_error(identity, header, RequestError(ErrorCode.INVALID_REQUEST, str(exc)))
-            return
-        core.log(
-            logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=len(state or b"")
+        core.session_io.submit(
+            FileTask(identity, header, lambda: write_session_file(path, snap, max_bytes=max_bytes), written)
         )
+
+    def written(kv_bytes: object, error: BaseException | None) -> None:
+        if isinstance(error, SessionFileTooLarge):
+            raise RequestError(
+                ErrorCode.TOO_LARGE, str(error), {"limit": "max_session_file_bytes", "path": str(path)}
+            ) from None
+        if isinstance(error, SessionFileError):
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(error), {"path": str(path)}) from None
+        if error is not None:
+            raise error
+        core.log(logging.INFO, "session_saved", session_id=session.session_id, path=str(path), kv_bytes=kv_bytes)
         core.send(identity, SaveSessionReply(path=os.path.abspath(path)), header)  # resolve() raises on a loop
 
     if core.worker.ready:
@@ -289,14 +310,32 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
 
 
 def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSessionRequest) -> None:
-    """Open a new session from a file written by save_session."""
+    """Open a new session from a file written by save_session. The file is read and verified in a background thread
+    (``session_io``): its KV state is located, not read (the worker reads it when it restores it)."""
+    if core.sessions.full():  # checked again when the file is read
+        raise RequestError(ErrorCode.BUSY, "max_sessions sessions are open", {"limit": "max_sessions"})
+    _file_slots_left(core)
     path = Path(msg.path)
-    try:
-        snap = read_session_file(path)
-    except SessionFileMissing as exc:
-        raise RequestError(ErrorCode.NOT_FOUND, str(exc), {"path": str(path)}) from None
-    except SessionFileError as exc:
-        raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), {"path": str(path)}) from None
+    max_bytes = core.settings.limits.max_session_file_bytes
+
+    def loaded(snap: SessionSnapshot, error: BaseException | None) -> None:
+        if isinstance(error, SessionFileMissing):
+            raise RequestError(ErrorCode.NOT_FOUND, str(error), {"path": str(path)}) from None
+        if isinstance(error, SessionFileTooLarge):
+            raise RequestError(
+                ErrorCode.TOO_LARGE, str(error), {"limit": "max_session_file_bytes", "path": str(path)}
+            ) from None
+        if isinstance(error, SessionFileError):
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(error), {"path": str(path)}) from None
+        if error is not None:
+            raise error
+        _open_loaded(core, identity, header, path, snap)
+
+    core.session_io.submit(FileTask(identity, header, lambda: read_session_file(path, max_bytes), loaded))
+
+
+def _open_loaded(core: DaemonCore, identity: bytes, header: Header, path: Path, snap: SessionSnapshot) -> None:
+    """The session of a file read and verified: its saved defaults checked, its history bounded, then answered."""
     same_model = (
         core.model_info is not None
         and snap.model_name == core.model_info.path
@@ -314,6 +353,7 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
         )
     except ValueError as exc:
         raise RequestError(ErrorCode.INVALID_REQUEST, f"session file {path}: {exc}", {"path": str(path)}) from None
+    kv = snap.kv_state if same_model and isinstance(snap.kv_state, KvRef) else None
     session = Session(
         core.sessions.new_id(),
         snap.persona,
@@ -322,8 +362,8 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
         snap.priority,
         identity,
         turns=list(snap.turns),
-        kv_tokens=list(snap.kv_tokens) if same_model and snap.kv_tokens else None,
-        kv_state=snap.kv_state if same_model else None,
+        kv_tokens=list(snap.kv_tokens) if kv is not None and snap.kv_tokens else None,
+        kv_state=kv,
         constraints=constraints,
     )
     session.trim_history(core.prompt_limit())  # turns no prompt window can reach are not kept

@@ -188,6 +188,7 @@ class DaemonServer:
                 for fd in registered:
                     poller.unregister(fd)
                 registered = []
+        core.session_io.drain()  # a save in flight is finished and answered (a signal too), a load answered
         if core.exit_requested:
             self._drain(socket, service)
 

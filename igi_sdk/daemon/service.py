@@ -2,8 +2,8 @@
 
 :class:`DaemonService` puts the daemon's parts together (state, budget control, model switch, worker lifecycle,
 dispatcher) and does what one iteration of the I/O loop does, in the loop's order: the messages read in one poll tick
-(:meth:`on_messages`), then :meth:`on_tick`: the worker's events, its exit, silent clients and expired sessions, a
-budget change or model switch that can go on. Each of these steps is guarded: an exception in one (a daemon bug, or
+(:meth:`on_messages`), then :meth:`on_tick`: the worker's events, its exit, silent clients and expired sessions, session files read or
+written meanwhile, a budget change or model switch that can go on. Each of these steps is guarded: an exception in one (a daemon bug, or
 an OS refusal such as EMFILE) is logged and counted (``loop_<step>_failed``) and the loop goes on. The server adds
 only the sockets (poll, receive, send) and signals.
 """
@@ -67,7 +67,8 @@ class DaemonService:
         self.dispatcher.on_batch(batch)
 
     def on_tick(self, stopping: bool = False) -> bool:
-        """The rest of one loop iteration, after the messages: the worker's events, then its exit, then the timers.
+        """The rest of one loop iteration, after the messages: the worker's events, then its exit, then the timers and
+        the session files done in the background.
 
         Args:
             stopping: the daemon is being stopped (a signal): a dead worker is not restarted.
@@ -81,6 +82,7 @@ class DaemonService:
         exited = self._guarded("worker_death", lambda: self.lifecycle.check_exit(stopping))
         now = core.clock()
         self._guarded("liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))
+        self._guarded("session_files", core.session_io.poll)
         self._guarded("budget_tick", self.budget.tick)
         self._guarded("switch_tick", self.switch.tick)
         return bool(exited)

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from igi_sdk.daemon.session_file import KvRef
 from igi_sdk.ipc.values import Sampling, ToolCall
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class Session:
     Attributes:
         owner: ROUTER identity of the client that last used the session (None once orphaned).
         orphaned_at_s: monotonic time the owner disappeared; the session is freed ``session_ttl_s`` later.
-        kv_tokens, kv_state: saved KV state from a session file, offered to the worker on the next generate.
+        kv_tokens, kv_state: where a session file holds its saved KV state (the worker reads it on the next generate).
         job_id: msg_id of the generation running for this session, if any (one at a time).
         constraints: the session's default grammar or JSON Schema and its tools (protocol 1.1).
         pending_tool_call: the tool call its last reply made, which a tool_result may answer.
@@ -53,7 +54,7 @@ class Session:
     owner: bytes | None
     turns: list[tuple[str, str]] = field(default_factory=list)
     kv_tokens: list[int] | None = None
-    kv_state: bytes | None = None
+    kv_state: KvRef | None = None
     orphaned_at_s: float | None = None
     job_id: str | None = None
     constraints: SessionDefaults | None = None
@@ -117,13 +118,17 @@ class SessionTable:
         """The session, or None."""
         return None if session_id is None else self._sessions.get(session_id)
 
+    def full(self) -> bool:
+        """Whether ``max_sessions`` sessions are open."""
+        return len(self._sessions) >= self._max_sessions
+
     def add(self, session: Session) -> Session:
         """Register a session.
 
         Raises:
             SessionLimitReached: ``max_sessions`` are open.
         """
-        if len(self._sessions) >= self._max_sessions:
+        if self.full():
             raise SessionLimitReached(f"max_sessions={self._max_sessions} sessions are open")
         self._sessions[session.session_id] = session
         return session

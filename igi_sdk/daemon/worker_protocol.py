@@ -1,15 +1,15 @@
 """Daemon layer: the worker protocol, the typed commands and events between the daemon and its engine worker.
 
 Both ends hold these frozen dataclasses; the pipe carries them through this module's one codec (:func:`encode` /
-:func:`decode`, msgpack maps, never pickle). A ``Placement`` crosses as a ``Placement`` and a ``ModelInfo`` as a
-``ModelInfo``: the codec dumps and validates them. The map keys ``"op"`` (commands) and ``"ev"`` (events) exist only
+:func:`decode`, msgpack maps, never pickle). A ``Placement`` crosses as a ``Placement``, a ``ModelInfo`` as a
+``ModelInfo`` and a session file's ``KvRef`` as a ``KvRef``: the codec dumps and validates them. The map keys ``"op"`` (commands) and ``"ev"`` (events) exist only
 here.
 
 Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_state, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``), renders and queues the job; ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
 | ``Reload`` | req_id, placement, vision | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
@@ -50,6 +50,7 @@ from typing import Any, ClassVar
 import msgpack
 from pydantic import BaseModel
 
+from igi_sdk.daemon.session_file import KvRef
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan
@@ -118,7 +119,7 @@ class Generate:
     max_tokens: int
     sampling: JobSampling = JobSampling()
     priority: int = 0
-    kv_state: bytes | None = None  # a saved session's KV state, restored instead of re-prefilled
+    kv_file: KvRef | None = None  # where a session file holds its KV state: read and restored, not re-prefilled
     kv_tokens: tuple[int, ...] | None = None
     continue_tokens: tuple[int, ...] = ()  # the reply so far, streamed by a replaced worker: the prompt's tail
     grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
@@ -300,6 +301,7 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "sampling": lambda value: JobSampling(**{**value, "stop": tuple(value.get("stop") or ())}),
     "messages": lambda value: tuple((str(role), str(text)) for role, text in value),
     "kv_tokens": _ints,
+    "kv_file": lambda value: None if value is None else KvRef(**value),
     "continue_tokens": lambda value: _ints(value) or (),
     "tokens": _ints,
     "images": lambda value: tuple(_job_image(v) for v in value),

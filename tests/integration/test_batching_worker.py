@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.session_file import KvRef, SessionSnapshot, read_session_file, write_session_file
 from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+from igi_sdk.ipc.values import Sampling
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
@@ -107,7 +110,9 @@ def test_concurrent_jobs_match_one_at_a_time_and_follow_the_protocol(
     assert sched.scheduler.counters.sequences_per_step_max == 3
 
 
-def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter, reference: dict[str, str]) -> None:
+def test_reload_mid_batch_and_export_into_a_fresh_worker(
+    adapter: EngineAdapter, reference: dict[str, str], tmp_path: Path
+) -> None:
     events: list[Any] = []
     sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
     for job in _jobs():
@@ -123,6 +128,10 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
 
     tokens, state = sched.export("guard")  # what save_session writes to the session file
     assert tokens and state is not None
+    session_file = tmp_path / "guard.igisession"
+    write_session_file(session_file, SessionSnapshot("guard", "", Sampling(), 0, (), "m", 1, tuple(tokens), state))
+    kv_file = read_session_file(session_file).kv_state  # located: the worker reads the state itself
+    assert isinstance(kv_file, KvRef) and kv_file.length == len(state)
     fresh_events: list[Any] = []
     fresh = _adapter(4)
     try:
@@ -132,7 +141,7 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(adapter: EngineAdapter,
             session_id="guard",
             max_tokens=4,
             sampling=GREEDY,
-            kv_state=state,
+            kv_file=kv_file,
             kv_tokens=tuple(tokens),
             messages=(
                 ("system", JOBS[0][1]),

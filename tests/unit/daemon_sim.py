@@ -243,7 +243,12 @@ class Daemon:
         return [h.msg_id for h in headers]
 
     def pump(self) -> None:
+        """The rest of a loop iteration; session files handed to their threads meanwhile are done and answered
+        within it (the real loop answers them one or more ticks later)."""
+        self.core.session_io.wait()
         self.service.on_tick()
+        self.core.session_io.wait()
+        self.core.session_io.poll()
 
     def replies(self) -> list[tuple[Any, Message]]:
         return [unpack_message(KEY, frames) for frames in self.sent]

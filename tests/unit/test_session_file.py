@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import threading
 from pathlib import Path
 
 import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from igi_sdk.daemon.session_file import MAGIC, SessionFileError, SessionFileMissing, read_session_file
+from igi_sdk.daemon.session_file import (
+    MAGIC,
+    KvRef,
+    SessionFileError,
+    SessionFileMissing,
+    SessionFileTooLarge,
+    SessionSnapshot,
+    _Blob,
+    _BodyReader,
+    read_kv_state,
+    read_session_file,
+    write_session_file,
+)
+from igi_sdk.ipc.values import Sampling
 
 
 def test_device_file_is_refused_without_reading_it() -> None:
@@ -83,6 +99,8 @@ def test_a_valid_body_reads_back(tmp_path: Path) -> None:
     [
         {"priority": 1e300},
         {"priority": float("inf")},
+        {"priority": float("-inf")},
+        {"priority": float("nan")},
         {"priority": 101},
         {"priority": 2**63},
         {"priority": "1"},
@@ -131,3 +149,73 @@ def test_a_symlink_loop_and_an_overlong_name_are_typed_errors(tmp_path: Path) ->
         read_session_file(tmp_path / ("n" * 300))
     with pytest.raises(SessionFileMissing):
         read_session_file(tmp_path / "none")
+
+
+# --- the streaming reader decodes what msgpack decodes, and never keeps a bin --------------------------------------
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=300)
+    | st.binary(max_size=70_000),
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=10), inner, max_size=8),
+    max_leaves=40,
+)
+
+
+def _expected(value: object) -> object:
+    """``value`` as the session reader returns it: arrays as tuples, bins as (length, sha256)."""
+    if isinstance(value, bytes):
+        return (len(value), hashlib.sha256(value).digest())
+    if isinstance(value, (list, tuple)):
+        return tuple(_expected(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _expected(v) for k, v in value.items()}
+    return value
+
+
+def _decoded(value: object) -> object:
+    if isinstance(value, _Blob):
+        return (value.length, value.sha256)
+    if isinstance(value, tuple):
+        return tuple(_decoded(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_VALUES)
+def test_the_streaming_reader_decodes_what_msgpack_decodes(value: object) -> None:
+    body = msgpack.packb(value, use_bin_type=True)
+    reader = _BodyReader(io.BytesIO(body), "x", len(body))
+    decoded = reader.value(0)
+    reader.end()
+    assert _decoded(decoded) == _expected(msgpack.unpackb(body, raw=False, use_list=False))
+    assert reader.drain_and_check(hashlib.sha256(body).digest())
+
+
+def test_a_written_kv_state_is_located_not_read_and_verified_when_read(tmp_path: Path) -> None:
+    state = os.urandom(3 << 20)
+    path = tmp_path / "kv.igisession"
+    snap = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1, (4, 5), state)
+    assert write_session_file(path, snap) == len(state)
+    back = read_session_file(path)
+    assert isinstance(back.kv_state, KvRef) and back.kv_tokens == (4, 5)
+    assert read_kv_state(back.kv_state) == state
+    data = path.read_bytes()
+    assert hashlib.sha256(data[40:]).digest() == data[8:40]  # the checksum written in place at the end
+    raw = msgpack.unpackb(data[40:], raw=False)  # still format 1, readable by any msgpack decoder
+    assert raw["kv"]["state"] == state and raw["session"]["turns"] == [["user", "hi"]]
+    path.write_bytes(data[:-5] + b"XXXXX")
+    assert read_kv_state(back.kv_state) is None  # a changed file: nothing restored
+    with pytest.raises(SessionFileError, match="checksum"):
+        read_session_file(path)
+
+
+def test_a_file_over_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    path = _file_with_body(tmp_path / "ok.igisession", _body())
+    with pytest.raises(SessionFileTooLarge):
+        read_session_file(path, max_bytes=path.stat().st_size - 1)
+    assert read_session_file(path, max_bytes=path.stat().st_size).persona == "Mira"

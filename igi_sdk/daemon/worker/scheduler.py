@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.session_file import read_kv_state
 from igi_sdk.daemon.worker.prompt_window import PromptTooLarge, PromptWindow
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
@@ -120,8 +121,10 @@ class WorkerScheduler:
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
             )
             return
-        if job.kv_state is not None and self._sched.export_state(job.session_id) is None:
-            self._sched.import_states({job.session_id: job.kv_state})  # saved session file: restore, not re-prefill
+        if job.kv_file is not None and self._sched.export_state(job.session_id) is None:
+            saved = read_kv_state(job.kv_file)  # None: the file no longer holds it; the history is re-prefilled
+            if saved is not None:
+                self._sched.import_states({job.session_id: saved})  # saved session file: restore, not re-prefill
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
         self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt), dropped_messages=dropped)

@@ -66,6 +66,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="send frame_stats every N frames (the worst frame of the window; 6 = 10 Hz at 60 fps)",
     )
     p.add_argument("--model", default="default", help='GGUF path or "default" (embedded SmolLM2-135M)')
+    p.add_argument(
+        "--mmproj",
+        default=None,
+        help="a vision projector beside the model (mmproj GGUF path, or synthetic:NAME, e.g. synthetic:smolvlm_tiny "
+        "beside the default model): the first NPC is shown a frame the game renders, mid-scene",
+    )
+    p.add_argument(
+        "--look-at-s",
+        type=float,
+        default=None,
+        help="with --mmproj: when the first NPC is shown the frame, s into the phase (its next line from then on; "
+        "default 0.3 x --duration-s)",
+    )
     p.add_argument("--render-threads", type=int, default=2, help="render threads of the simulated game")
     p.add_argument(
         "--daemon-threads",
@@ -131,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         model=args.model,
         daemon_threads=args.daemon_threads or None,
         out_dir=out,
+        mmproj=resolve_mmproj(args.mmproj, console),
+        look_at_s=args.look_at_s,
     )
     plan = phase_plan(off_first=args.off_first, with_off_phase=not args.no_governor_phase)
     phases: list[dict[str, Any]] = []
@@ -169,6 +184,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"wrote {out / 'report.json'}" + (f" and {out / 'timeline.png'}" if plotted else ""))
     return 0
+
+
+def resolve_mmproj(spec: str | None, console: Console) -> Path | None:
+    """The projector file of ``--mmproj``: a path, or a synthetic projector written once to the cache (random
+    weights: what the NPC says about the frame is meaningless; the image path through the daemon is real)."""
+    if spec is None:
+        return None
+    if not spec.startswith("synthetic:"):
+        return Path(spec).expanduser().resolve()
+    from igi_sdk.model_store import cache_dir
+    from igi_sdk.synthetic_vision import cached_projector_name, write_synthetic_mmproj
+
+    name = spec.split(":", 1)[1]
+    path = cache_dir() / "bench-models" / cached_projector_name(name)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        console.print(f"writing synthetic projector {name} -> {path}")
+        write_synthetic_mmproj(path, name)
+    return path
 
 
 def write_plot(phases: list[dict[str, Any]], path: Path, console: Console) -> bool:

@@ -32,6 +32,7 @@ class DaemonProcess:
         model: str = "default",
         vram_budget_mib: int = 0,
         n_threads: int | None = None,
+        mmproj: Path | None = None,
         start_timeout_s: float = 180.0,
     ) -> None:
         self.connection_file = connection_file
@@ -53,6 +54,8 @@ class DaemonProcess:
         ]
         if n_threads is not None:
             self.args += ["--n-threads", str(n_threads)]
+        if mmproj is not None:  # a vision projector: one NPC is shown a frame (docs/harness.md, "An NPC that sees")
+            self.args += ["--mmproj", str(mmproj)]
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 

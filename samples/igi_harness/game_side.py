@@ -20,11 +20,23 @@ from igi_harness.recorder import PhaseRecorder
 from igi_harness.script import NpcPlan, SceneTimes
 from igi_sdk.client import AsyncClient, InvalidOutputError, InvalidToolArgumentsError
 from igi_sdk.errors import IgiError
+from igi_sdk.ipc.images import Image
 from igi_sdk.ipc.messages import BudgetAck
 from igi_sdk.ipc.values import Sampling
 
 #: The NPC that can call ``give_item``.
 MERCHANT = "Zara"
+#: The frame the first NPC is shown mid-scene when the daemon serves a vision projector (raw RGB, top row first).
+LOOK_SIZE = (160, 90)
+LOOK_LINE = "Look at what I see right now. What do you make of it?"
+
+
+def render_look_frame(width: int, height: int) -> bytes:
+    """The game's view as the player sees it: a deterministic RGB8 frame (sky, ground, a few boxes, noise), drawn
+    without an imaging library (``igi_sdk.bench.vision.render_frame``, the vision benchmark's frame)."""
+    from igi_sdk.bench.vision import render_frame
+
+    return render_frame(width, height)
 
 
 class GameSide:
@@ -75,9 +87,13 @@ class GameSide:
             AsyncClient.connect(self.connection_file, timeout_s=timeout_s, client_name="igi-sample-harness")
         ).result(timeout_s + 5)
 
-    def start_npcs(self, plans: list[NpcPlan], times: SceneTimes, max_tokens: int) -> None:
-        """Open one session per NPC and start their scripted conversations."""
+    def start_npcs(
+        self, plans: list[NpcPlan], times: SceneTimes, max_tokens: int, *, look_at_s: float | None = None
+    ) -> None:
+        """Open one session per NPC and start their scripted conversations; with ``look_at_s`` (the daemon serves a
+        vision projector) the first NPC's first line from then on shows it the frame the game renders."""
         self._talk_end_s = times.talk_end_s
+        look_at = look_at_s
 
         async def start() -> None:
             assert self.client is not None
@@ -91,7 +107,8 @@ class GameSide:
                     json_schema=SAY,
                     tools=tools,
                 )
-                self._npc_tasks.append(asyncio.create_task(self._converse(plan, sid, max_tokens)))
+                shown = look_at if i == 0 else None
+                self._npc_tasks.append(asyncio.create_task(self._converse(plan, sid, max_tokens, shown)))
             self._npc_tasks.append(asyncio.create_task(self._poll_status()))
 
         self._post(start()).result(self.timeout_s)
@@ -214,20 +231,32 @@ class GameSide:
         while (left := t_s - self.now()) > 0:
             await asyncio.sleep(left)
 
-    async def _converse(self, plan: NpcPlan, session_id: str, max_tokens: int) -> None:
+    async def _converse(self, plan: NpcPlan, session_id: str, max_tokens: int, look_s: float | None = None) -> None:
         assert self.client is not None
         await self._sleep_until(plan.start_s)
         i = 0
         tool_result = None  # the game's answer to the NPC's last tool call: it continues the NPC's turn
         while self.now() < self._talk_end_s:
             line = "" if tool_result is not None else plan.lines[i % len(plan.lines)]
+            image = None
+            if look_s is not None and tool_result is None and self.now() >= look_s:  # mid-scene: show it the frame
+                look_s, line = None, LOOK_LINE
+                image = Image.rgb8(render_look_frame(*LOOK_SIZE), *LOOK_SIZE)
             t_req = self.now()
             row: dict[str, Any] = {"npc": plan.persona.name, "line": line, "t_request_s": round(t_req, 4)}
             if tool_result is not None:
                 row["tool_result"] = tool_result.content
+            if image is not None:
+                row["image"] = {"format": image.format, "width": image.width, "height": image.height}
+                self.rec.event(t_req, "frame_shown", npc=plan.persona.name, width=image.width, height=image.height)
             self.rec.replies.append(row)
             stream = self.client.generate(
-                session_id, line, max_tokens=max_tokens, tool_result=tool_result, timeout_s=self.timeout_s
+                session_id,
+                line,
+                max_tokens=max_tokens,
+                tool_result=tool_result,
+                image=image,
+                timeout_s=self.timeout_s,
             )
             tool_result = None
             self._streams.add(stream)

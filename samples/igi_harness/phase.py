@@ -30,6 +30,8 @@ class PhaseConfig:
     model: str
     daemon_threads: int | None
     out_dir: Path
+    mmproj: Path | None = None  # a vision projector: the first NPC is shown a rendered frame mid-scene
+    look_at_s: float | None = None  # when (None: SceneTimes.look_s)
 
 
 PHASE_NAMES = {True: "governor_on", False: "governor_off"}
@@ -95,6 +97,7 @@ def run_phase(
         model=cfg.model,
         vram_budget_mib=cfg.budget_mib,
         n_threads=cfg.daemon_threads,
+        mmproj=cfg.mmproj,
     )
     daemon.start()
     side: GameSide | None = None
@@ -102,7 +105,9 @@ def run_phase(
         t0 = time.perf_counter()
         side = GameSide(daemon.connection_file, rec, t0, governor=governor, budget_mib=cfg.budget_mib)
         side.connect()
-        side.start_npcs(plan_scene(cfg.n_npcs, times, cfg.seed), times, cfg.max_tokens)
+        side.start_npcs(
+            plan_scene(cfg.n_npcs, times, cfg.seed), times, cfg.max_tokens, look_at_s=_look_at_s(cfg, times)
+        )
         # the scene clock starts with the first frame; the NPCs' start times are read against it
         # (GameSide._sleep_until re-reads the clock, so the set-up time above does not make them early)
         side.t0 = time.perf_counter()
@@ -113,6 +118,13 @@ def run_phase(
             rec.world = side.world.summary()
         daemon.stop()
     return rec
+
+
+def _look_at_s(cfg: PhaseConfig, times: SceneTimes) -> float | None:
+    """When the first NPC is shown the rendered frame (None: no projector, no image turn)."""
+    if cfg.mmproj is None:
+        return None
+    return times.look_s if cfg.look_at_s is None else cfg.look_at_s
 
 
 def _game_loop(

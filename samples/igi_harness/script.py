@@ -98,6 +98,11 @@ class SceneTimes:
         )
 
     @property
+    def look_s(self) -> float:
+        """Mid-scene, before the level load: the first NPC is shown the frame the game renders (with a projector)."""
+        return 0.3 * self.duration_s
+
+    @property
     def quiet_window_s(self) -> tuple[float, float]:
         """Before any NPC talks: the quiet baseline (the machine's own frame jitter, daemon idle)."""
         return (0.0, self.talk_start_s)

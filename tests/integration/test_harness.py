@@ -232,3 +232,27 @@ def test_replot_redraws_the_timeline_from_the_report(harness_run: tuple[dict[str
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     png = (out / "timeline.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_with_a_projector_the_first_npc_is_shown_the_rendered_frame(tmp_path: Path) -> None:
+    """``--mmproj synthetic:smolvlm_tiny``: the daemon serves the synthetic projector beside the default model and the
+    first NPC's line at ``--look-at-s`` carries the frame the harness renders; that turn gets one terminal reply
+    (meaningless text: random projector weights) and the daemon encoded the image once. Without ``--mmproj`` (the
+    other tests) no image is sent."""
+    out = tmp_path / "look"
+    cmd = [sys.executable, str(ROOT / "samples" / "harness.py"), "--duration-s", "14", "--npcs", "1"]
+    cmd += ["--max-tokens", "12", "--no-governor-phase", "--no-live", "--out", str(out)]
+    cmd += ["--mmproj", "synthetic:smolvlm_tiny", "--look-at-s", "0"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    phase = json.loads((out / "report.json").read_text())["phases"][0]
+    looked = [r for r in phase["replies"] if "image" in r]
+    assert len(looked) == 1 and looked[0]["npc"] == "Bram"
+    assert looked[0]["image"] == {"format": "rgb8", "width": 160, "height": 90}
+    assert looked[0]["finish_reason"] in {"stop", "length", "cut"}, looked[0]  # one terminal reply, not an error
+    assert [e["npc"] for e in phase["events"] if e["kind"] == "frame_shown"] == ["Bram"]
+    assert not phase["errors"]
+    log = (out / "governor_on.daemon.log").read_text(errors="replace")
+    assert log.count('"event":"image_encoded"') == 1

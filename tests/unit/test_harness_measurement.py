@@ -303,7 +303,14 @@ class _Client:
         self.requested_at: list[float] = []
 
     def generate(
-        self, session_id: str, text: str, *, max_tokens: int, timeout_s: float, tool_result: Any = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        max_tokens: int,
+        timeout_s: float,
+        tool_result: Any = None,
+        image: Any = None,
     ) -> _Stream:
         self.requested_at.append(self.side_ref[0].now())
         return self.streams.pop(0)

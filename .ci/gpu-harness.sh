@@ -17,11 +17,12 @@
 #   the render loop's frame jitter on the two CPUs; then harness runs of MODE (cpu2, then gpu) while the time
 #   left in the call (LIMIT s) holds one more run. Phase order alternates (odd runs governor on first).
 # The model parts (here, once; .gpu-model/ is git-ignored through .git/info/exclude: `echo /.gpu-model/ >>
-# .git/info/exclude`): `xz -9e -T2 -k -c ~/.cache/igi-sdk/SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/m.xz` (90 MB, 1.5 min);
-# call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 40000000 /tmp/m.xz`), call 2 `.gpu-model/part-ab`
-# (`tail -c +40000001 /tmp/m.xz`) with a `.gpu` holding only env.sh and build_on_gpu.sh (the build is on the machine by
-# then). The tracked tree (14.1 MB at the twelfth session) + `.gpu` (10.4 MB) + part-aa must stay under the 64 MiB
-# (67.1 MB) a call may carry: move the split point down as the tree grows (the parts are joined in name order).
+# .git/info/exclude`): `xz -0 -T2 -k -c ~/.cache/igi-sdk/SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/m.xz` (93 MB, 8 s);
+# call 1 carries `.gpu` and `.gpu-model/part-aa` (`head -c 46000000 /tmp/m.xz`), call 2 `.gpu` and `.gpu-model/part-ab`
+# (`tail -c +46000001 /tmp/m.xz`; remove part-aa first). The tracked tree + `.gpu` (8.8 MB) + one part must stay under
+# the 64 MiB (67.1 MB) a call may carry (`du -sh --exclude=.git --exclude=.venv .`): move the split point as the tree
+# grows (the parts are joined in name order). Call 1 has room for other work after the build and the probe (e.g.
+# `tests/gpu/test_gpu_daemon.py`); issue each call within 30 s of the last one's return or the build is lost.
 # Before the runs, once: tests/gpu/test_gpu_reclaim.py (RECLAIM_TEST=0 skips it).
 # Modes: cpu2, gpu (above); ROUND_ROBIN=1 alternates the MODES run by run.
 # AB_PAIRS=N: instead of the modes, the governor's A/B: N harness runs on the GPU path (each one pair, governor on and

@@ -41,13 +41,23 @@ class _Section(BaseModel):
 class IpcSettings(_Section):
     """Where the daemon listens and how it judges client liveness."""
 
-    transport: Literal["tcp", "ipc"] = Field(default="tcp", description="ZeroMQ transport: tcp (loopback) or ipc")
+    transport: Literal["auto", "tcp", "ipc"] = Field(
+        default="auto",
+        description="ZeroMQ transport: auto (ipc in a private 0700 directory on Linux and macOS, tcp elsewhere), "
+        "tcp (loopback) or ipc",
+    )
+    zmq_mechanism: Literal["plain", "null"] = Field(
+        default="plain",
+        description="ZeroMQ handshake authentication: plain (a credential derived from the launch key; a peer without "
+        "it is refused before it can send a message) or null (none: serves clients older than protocol 1.2)",
+    )
     ip: str = Field(default="127.0.0.1", description="bind address for tcp; must be a loopback address")
     port: int = Field(
         default=0, ge=0, le=65535, description="tcp port; 0 picks a free port (written to the connection file)"
     )
     ipc_path: Path | None = Field(
-        default=None, description="socket path for transport=ipc (default: next to the connection file)"
+        default=None,
+        description="socket path for transport=ipc (default: daemon.sock in a new 0700 directory of the temp dir)",
     )
     connection_file: Path | None = Field(
         default=None,

@@ -16,10 +16,21 @@ from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.errors import ConnectionFileError, WireError
 from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.handshake import apply_plain_credential
 from igi_sdk.ipc.messages import HelloReply, HelloRequest
 
 REPO = Path(__file__).resolve().parents[1]
 _RUNNING: list[DaemonProcess] = []
+
+
+def raw_dealer(info: ConnectionInfo) -> zmq.Socket:  # type: ignore[type-arg]
+    """A DEALER connected to the daemon of ``info`` with the handshake credential its connection file names, linger 0:
+    a client that builds its own frames."""
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    apply_plain_credential(socket, info.plain_password)
+    socket.connect(info.endpoint)
+    return socket
 
 
 class DaemonProcess:
@@ -118,11 +129,8 @@ class DaemonProcess:
             return None
 
     def _hello(self, info: ConnectionInfo) -> bool:
-        context = zmq.Context.instance()
-        socket = context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
+        socket = raw_dealer(info)
         try:
-            socket.connect(info.endpoint)
             hello = HelloRequest(client_name="daemon-process", client_version="0", protocol_version="1.0")
             socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
             if not socket.poll(1000):

@@ -564,7 +564,11 @@ class AsyncClient:
                 await asyncio.sleep(RECONNECT_POLL_S)
                 continue
             # an asyncio context makes asyncio sockets (connect_dealer is typed for the plain one)
-            socket = cast(zmq.asyncio.Socket, connect_dealer(self._context, info.endpoint, options))
+            # with the handshake credential the connection file names (zmq_mechanism), so the daemon lets it in
+            socket = cast(
+                zmq.asyncio.Socket,
+                connect_dealer(self._context, info.endpoint, options, plain_password=info.plain_password),
+            )
             try:
                 reply = await self._handshake(socket, info, deadline_s)
             except BaseException:

@@ -167,6 +167,8 @@ class DaemonCore:
         self.clock = clock
         self.started_s = clock()
         self.counters: Counter[str] = Counter()
+        #: More counters kept elsewhere (the ZAP handler's thread), read when the counters are reported.
+        self.counter_sources: list[Callable[[], dict[str, int]]] = []
         self.sessions = SessionTable(settings.limits.max_sessions)
         self.jobs: dict[str, Job] = {}
         self.clients: dict[bytes, float] = {}
@@ -230,6 +232,13 @@ class DaemonCore:
         self.send_error(task.identity, task.header, error)
 
     # --- bookkeeping -------------------------------------------------------------------------------
+    def all_counters(self) -> dict[str, int]:
+        """The daemon's counters with those of its other sources (``status_reply.counters``)."""
+        counters = dict(self.counters)
+        for source in self.counter_sources:
+            counters.update(source())
+        return counters
+
     def uptime_s(self) -> float:
         """Seconds since the daemon started."""
         return max(0.0, self.clock() - self.started_s)

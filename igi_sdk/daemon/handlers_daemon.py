@@ -81,7 +81,7 @@ def heartbeat(core: DaemonCore, identity: bytes, header: Header, _msg: object) -
 
 def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header) -> None:
     """The daemon's state and counters."""
-    counters = dict(core.counters)
+    counters = core.all_counters()
     counters["worker_restarts"] = core.worker.restarts
     reply = StatusReply(
         model=core.model_info,

@@ -7,9 +7,12 @@ while a generation or a reload runs in the worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +29,7 @@ from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
+from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.model_store import resolve_model_path
 from igi_sdk.planner.placement import Placement
@@ -41,6 +45,8 @@ ROUTER_RCVHWM = 4
 HANDSHAKE_TIMEOUT_MS = 5000
 #: The soft limit of open files asked for where the hard limit is unlimited.
 OPEN_FILES_WANTED = 65536
+#: Longest ``ipc://`` socket path: ``sun_path`` holds 108 bytes on Linux, 104 on macOS, the terminating NUL included.
+MAX_IPC_PATH_BYTES = 103
 
 
 class DaemonStartError(RuntimeError):
@@ -80,8 +86,18 @@ class DaemonServer:
         vision = None if mmproj is None else projector_shape(mmproj, model_path)  # a ModelError: exit 2, one line
         key = new_key()
         context = zmq.Context()
-        endpoint = self._endpoint()
-        socket, bound = open_daemon_socket(context, endpoint, settings)
+        # the ZAP handler first: libzmq must find it bound before the socket it guards takes a connection
+        zap = ZapAuthenticator(context, bytes.fromhex(key)).start() if settings.ipc.zmq_mechanism == "plain" else None
+        private_dir: Path | None = None
+        try:
+            endpoint, private_dir = self._endpoint()
+            socket, bound = open_daemon_socket(context, endpoint, settings, zap)
+        except BaseException:
+            if zap is not None:
+                zap.stop()
+            context.term()
+            _remove_private_dir(private_dir)
+            raise
         base = Placement(
             n_ctx=settings.engine.n_ctx,
             n_seq_max=settings.engine.n_seq_max,
@@ -100,6 +116,8 @@ class DaemonServer:
             socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity)
         )
         core = DaemonCore(settings, bytes.fromhex(key), outbox, worker)
+        if zap is not None:
+            core.counter_sources.append(zap.counters)
         service = DaemonService(
             core, planner, initial, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx)
         )
@@ -114,6 +132,7 @@ class DaemonServer:
                 logging.INFO,
                 "daemon_ready",
                 endpoint=bound,
+                zmq_mechanism=settings.ipc.zmq_mechanism,
                 connection_file=str(self.connection_file),
                 model=str(model_path),
                 worker_pid=worker.pid,
@@ -131,17 +150,26 @@ class DaemonServer:
             self.connection_file.unlink(missing_ok=True)
             worker.stop(timeout_s=5.0)
             socket.close(linger=100)
+            if zap is not None:
+                zap.stop()
             context.term()
-            log_event(_log, logging.INFO, "daemon_stopped", counters=dict(core.counters))
+            _remove_private_dir(private_dir)
+            log_event(_log, logging.INFO, "daemon_stopped", counters=core.all_counters())
 
     # --- internals ---------------------------------------------------------------------------------
-    def _endpoint(self) -> str:
+    def _endpoint(self) -> tuple[str, Path | None]:
+        """The endpoint to bind, and the private directory made for its socket (None: none made)."""
         ipc = self.settings.ipc
-        if ipc.transport == "ipc":
-            path = ipc.ipc_path or self.connection_file.with_suffix(".sock")
-            return f"ipc://{path}"
+        transport = ipc.transport
+        if transport == "auto":
+            transport = "ipc" if ipc_preferred() else "tcp"
+        if transport == "ipc":
+            if ipc.ipc_path is not None:
+                return f"ipc://{ipc.ipc_path}", None
+            private_dir = private_socket_dir()
+            return f"ipc://{private_dir / IPC_SOCKET_NAME}", private_dir
         host = f"[{ipc.ip}]" if ":" in ipc.ip else ipc.ip  # IPv6 (::1) is bracketed in a ZeroMQ endpoint
-        return f"tcp://{host}:{ipc.port}"
+        return f"tcp://{host}:{ipc.port}", None
 
     def _wait_ready(self, service: DaemonService) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
@@ -161,11 +189,17 @@ class DaemonServer:
                 raise DaemonStartError("the engine worker died while loading the model")
 
     def _write_connection_file(self, bound: str, key: str) -> None:
+        mechanism = self.settings.ipc.zmq_mechanism
         if bound.startswith("ipc://"):
-            write_connection_file(self.connection_file, port=0, ip=bound[len("ipc://") :], transport="ipc", key=key)
+            path = bound[len("ipc://") :]
+            write_connection_file(
+                self.connection_file, port=0, ip=path, transport="ipc", key=key, zmq_mechanism=mechanism
+            )
         else:
             host, port = bound[len("tcp://") :].rsplit(":", 1)
-            write_connection_file(self.connection_file, port=int(port), ip=host.strip("[]"), key=key)
+            write_connection_file(
+                self.connection_file, port=int(port), ip=host.strip("[]"), key=key, zmq_mechanism=mechanism
+            )
 
     def _loop(self, socket: zmq.Socket, service: DaemonService) -> None:  # type: ignore[type-arg]
         core = service.core
@@ -203,23 +237,58 @@ class DaemonServer:
             service.on_messages(_received(socket))
 
 
-def open_daemon_socket(context: zmq.Context, endpoint: str, settings: DaemonSettings) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]
+def open_daemon_socket(
+    context: zmq.Context,  # type: ignore[type-arg]
+    endpoint: str,
+    settings: DaemonSettings,
+    zap: ZapAuthenticator | None = None,
+) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]
     """The daemon's ROUTER socket, bound. No send high-water mark: a token event or terminal reply is never
     dropped because a client reads slowly (ZeroMQ drops silently at the mark); a client that stops reading also
     stops sending heartbeats and is declared gone after ``client_timeout_s``, which ends its work. Mandatory
     routing: a send to a client that has disconnected fails (and is counted) instead of vanishing.
 
-    What a peer without the key can cost is bounded here: a connection that does not complete the ZeroMQ handshake
-    within ``HANDSHAKE_TIMEOUT_MS`` is closed; a frame over ``ZMQ_MAXMSGSIZE`` (2 x ``max_frame_bytes``) disconnects
-    its peer before it is buffered; and each peer has at most ``ROUTER_RCVHWM`` messages queued in the daemon
-    (then ZeroMQ stops reading its connection: back-pressure, nothing is lost)."""
+    What a peer without the key can cost is bounded here. With ``zap`` (``zmq_mechanism = "plain"``) the socket is a
+    ZMQ_PLAIN server: a peer that does not present the launch's credential is refused at the handshake, before any
+    message of its is read (nothing buffered, no HMAC computed). Whatever the mechanism, a connection that does not
+    complete the ZeroMQ handshake within ``HANDSHAKE_TIMEOUT_MS`` is closed; a frame over ``ZMQ_MAXMSGSIZE``
+    (2 x ``max_frame_bytes``) disconnects its peer before it is buffered; and each peer has at most ``ROUTER_RCVHWM``
+    messages queued in the daemon (then ZeroMQ stops reading its connection: back-pressure, nothing is lost)."""
     options = SocketOptions(
         linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0, rcvhwm=ROUTER_RCVHWM
     )
-    socket, bound = bind_router(context, endpoint, options)
+    # the options that decide a handshake must be set before bind: libzmq applies them to later connections only
+    socket, bound = bind_router(context, endpoint, options, before_bind=None if zap is None else zap.guard)
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
     socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
     return socket, bound
+
+
+#: The socket's name in the private directory of ``transport = "ipc"`` without an ``ipc_path``.
+IPC_SOCKET_NAME = "daemon.sock"
+
+
+def ipc_preferred() -> bool:
+    """Whether ``transport = "auto"`` means ipc: on Linux and macOS (filesystem sockets with permission checks)."""
+    return sys.platform.startswith("linux") or sys.platform == "darwin"
+
+
+def private_socket_dir() -> Path:
+    """A new directory of mode 0700 for the daemon's ipc socket: only this user can reach a socket in it, whatever
+    the socket file's own mode. Made in the temp dir, or in ``/tmp`` when that path would make the socket's path too
+    long for ``sun_path`` (macOS's per-user temp dirs are long)."""
+    for parent in (Path(tempfile.gettempdir()), Path("/tmp")):
+        if len(os.fsencode(parent / "igi-XXXXXXXX" / IPC_SOCKET_NAME)) <= MAX_IPC_PATH_BYTES:
+            path = Path(tempfile.mkdtemp(prefix="igi-", dir=parent))  # mkdtemp makes it 0700
+            os.chmod(path, 0o700)  # explicit: the contract, not mkdtemp's habit
+            return path
+    raise OSError(f"no temp directory gives an ipc socket path under {MAX_IPC_PATH_BYTES} bytes; set --ipc-path")
+
+
+def _remove_private_dir(path: Path | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path)
 
 
 def raise_open_file_limit() -> tuple[int, int] | None:

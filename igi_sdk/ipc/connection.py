@@ -14,18 +14,24 @@ from pydantic import Field, ValidationError, model_validator
 
 from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.errors import ConnectionFileError
+from igi_sdk.ipc.handshake import Mechanism, plain_password
 from igi_sdk.ipc.signing import KEY_BYTES
 from igi_sdk.ipc.values import WireModel
 from igi_sdk.ipc.wire_types import VersionStr
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: Fields a reader does not require: added by a minor version after 1.0, with the default an older daemon means.
+OPTIONAL_FIELDS = frozenset({"zmq_mechanism"})
 
 
 class ConnectionInfo(WireModel):
     """Where the daemon listens and the HMAC key of this launch.
 
-    For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0. The defaults serve code that
-    builds one (the daemon's writer); :func:`read_connection_file` requires every field in the file.
+    For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0. ``zmq_mechanism`` (1.2) says what a
+    client presents at the ZeroMQ handshake: ``"plain"`` the credential derived from ``key``
+    (:func:`igi_sdk.ipc.handshake.plain_password`), ``"null"`` nothing (a daemon older than 1.2 writes no such field).
+    The defaults serve code that builds one (the daemon's writer); :func:`read_connection_file` requires every field
+    but ``zmq_mechanism`` in the file.
 
     Example:
         >>> info = ConnectionInfo(port=5555, key="ab" * 32, pid=1)
@@ -40,6 +46,7 @@ class ConnectionInfo(WireModel):
     signature_scheme: Literal["hmac-sha256"] = "hmac-sha256"
     protocol_version: VersionStr = PROTOCOL_VERSION
     pid: int = Field(ge=0, description="process id of the daemon")
+    zmq_mechanism: Mechanism = Field(default="null", description="what a client presents at the ZeroMQ handshake")
 
     @model_validator(mode="after")
     def _loopback_only(self) -> ConnectionInfo:
@@ -55,6 +62,11 @@ class ConnectionInfo(WireModel):
     def key_bytes(self) -> bytes:
         """The HMAC key as 32 bytes."""
         return bytes.fromhex(self.key)
+
+    @property
+    def plain_password(self) -> bytes | None:
+        """The ZMQ_PLAIN password a client presents (``zmq_mechanism == "plain"``), else None."""
+        return plain_password(self.key_bytes) if self.zmq_mechanism == "plain" else None
 
     @property
     def endpoint(self) -> str:
@@ -78,6 +90,7 @@ def write_connection_file(
     transport: Literal["tcp", "ipc"] = "tcp",
     pid: int | None = None,
     key: str | None = None,
+    zmq_mechanism: Mechanism = "null",
 ) -> ConnectionInfo:
     """Write a connection file atomically with mode 0600 and a fresh key.
 
@@ -91,6 +104,7 @@ def write_connection_file(
         transport: "tcp" or "ipc".
         pid: daemon process id; default this process.
         key: HMAC key hex (tests); default a fresh random key.
+        zmq_mechanism: what clients present at the ZeroMQ handshake (the daemon's socket must expect it).
 
     Returns:
         The written connection info.
@@ -111,6 +125,7 @@ def write_connection_file(
             port=port,
             key=key if key is not None else new_key(),
             pid=os.getpid() if pid is None else pid,
+            zmq_mechanism=zmq_mechanism,
         )
     except ValidationError as exc:
         raise ConnectionFileError(f"invalid connection info: {exc.errors()[0]['msg']}") from None
@@ -137,7 +152,8 @@ def write_connection_file(
 def read_connection_file(path: str | os.PathLike[str], *, check_permissions: bool = True) -> ConnectionInfo:
     """Read and validate a connection file.
 
-    Every field of PROTOCOL.md section 13 is required (no defaults are filled in); unknown fields are ignored.
+    Every field of PROTOCOL.md section 13 is required (no defaults are filled in) but ``zmq_mechanism``, which a
+    daemon older than 1.2 does not write (``"null"`` then); unknown fields are ignored.
 
     Args:
         path: the file the daemon wrote.
@@ -166,7 +182,7 @@ def read_connection_file(path: str | os.PathLike[str], *, check_permissions: boo
         raise ConnectionFileError(f"connection file {source} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConnectionFileError(f"connection file {source} must hold a JSON object")
-    missing = [name for name in ConnectionInfo.model_fields if name not in data]
+    missing = [name for name in ConnectionInfo.model_fields if name not in data and name not in OPTIONAL_FIELDS]
     if missing:
         raise ConnectionFileError(f"connection file {source} lacks field(s): {', '.join(missing)}")
     try:

@@ -20,7 +20,7 @@ class Header(WireModel):
     Example:
         >>> h = Header(msg_id="0" * 32, type="heartbeat_request", sent_at=1.5)
         >>> h.protocol_version
-        '1.1'
+        '1.2'
     """
 
     msg_id: MsgId = Field(description="uuid4 hex (32 lowercase hex digits), unique per message")

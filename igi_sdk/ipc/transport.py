@@ -8,7 +8,7 @@ Nothing here knows about messages: frames in, frames out. Endpoints are restrict
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
 from igi_sdk.ipc.errors import EndpointError
+from igi_sdk.ipc.handshake import apply_plain_credential
 
 _TCP = re.compile(r"^tcp://(?P<host>\[[^\]]+\]|[^:/\[\]]+):(?P<port>\*|[0-9]{1,5})$")
 _BIND_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -91,7 +92,11 @@ def _apply(socket: zmq.Socket[Any], options: SocketOptions | None, endpoint: str
 
 
 def bind_router(
-    context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None
+    context: zmq.Context[Any],
+    endpoint: str,
+    options: SocketOptions | None = None,
+    *,
+    before_bind: Callable[[zmq.Socket[Any]], None] | None = None,
 ) -> tuple[zmq.Socket[Any], str]:
     """Create the daemon's ROUTER socket and bind it.
 
@@ -99,6 +104,8 @@ def bind_router(
         context: a ``zmq.Context`` (or ``zmq.asyncio.Context`` for an asyncio socket).
         endpoint: see :func:`check_endpoint`; ``tcp://127.0.0.1:0`` binds a free port.
         options: socket options (default :class:`SocketOptions`).
+        before_bind: sets more options on the socket before it is bound (e.g. the handshake's security mechanism,
+            which libzmq applies to later connections only).
 
     Returns:
         ``(socket, bound_endpoint)``; the bound endpoint names the real port.
@@ -117,6 +124,8 @@ def bind_router(
     socket: zmq.Socket[Any] = context.socket(zmq.ROUTER)
     try:
         _apply(socket, options, checked)
+        if before_bind is not None:
+            before_bind(socket)
         socket.bind(checked)
         bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
     except zmq.ZMQError as exc:
@@ -125,13 +134,21 @@ def bind_router(
     return socket, bound
 
 
-def connect_dealer(context: zmq.Context[Any], endpoint: str, options: SocketOptions | None = None) -> zmq.Socket[Any]:
+def connect_dealer(
+    context: zmq.Context[Any],
+    endpoint: str,
+    options: SocketOptions | None = None,
+    *,
+    plain_password: bytes | None = None,
+) -> zmq.Socket[Any]:
     """Create a client's DEALER socket and connect it (connecting never blocks; the daemon may start later).
 
     Args:
         context: a ``zmq.Context`` or ``zmq.asyncio.Context``.
         endpoint: the daemon's endpoint (a concrete port, not ``*``).
         options: socket options (default :class:`SocketOptions`).
+        plain_password: the ZMQ_PLAIN password to present at the handshake (``ConnectionInfo.plain_password``);
+            None: the NULL mechanism.
 
     Returns:
         The connected socket.
@@ -145,6 +162,7 @@ def connect_dealer(context: zmq.Context[Any], endpoint: str, options: SocketOpti
     socket: zmq.Socket[Any] = context.socket(zmq.DEALER)
     try:
         _apply(socket, options, checked)
+        apply_plain_credential(socket, plain_password)
         socket.connect(checked)
     except zmq.ZMQError as exc:
         socket.close(linger=0)
@@ -166,9 +184,16 @@ class DealerTransport:
     """
 
     def __init__(
-        self, endpoint: str, *, context: zmq.Context[Any] | None = None, options: SocketOptions | None = None
+        self,
+        endpoint: str,
+        *,
+        context: zmq.Context[Any] | None = None,
+        options: SocketOptions | None = None,
+        plain_password: bytes | None = None,
     ) -> None:
-        self._socket = connect_dealer(context or zmq.Context.instance(), endpoint, options)
+        self._socket = connect_dealer(
+            context or zmq.Context.instance(), endpoint, options, plain_password=plain_password
+        )
 
     def send(self, frames: Sequence[bytes]) -> None:
         """Queue a multipart message for sending (blocks only when the send HWM is reached)."""

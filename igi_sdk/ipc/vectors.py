@@ -2,7 +2,8 @@
 
 ``python -m igi_sdk.ipc.vectors [OUT_DIR]`` writes ``vectors.msgpack`` (canonical messages),
 ``lenient.msgpack`` (non-canonical input every decoder must accept), ``invalid.msgpack`` (input every
-receiver must reject with a given classification) and ``vectors.json`` (the same, hex frames, for docs)
+receiver must reject with a given classification), ``connection.msgpack`` (connection files, what a client reads
+from them: endpoint and handshake credential) and ``vectors.json`` (the same, hex frames, for docs)
 to ``ipc/vectors/`` by default. Same code, same bytes: ids, timestamps and the key are fixed.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.frames import MAGIC, pack_message
+from igi_sdk.ipc.handshake import PLAIN_USERNAME, plain_password
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.vector_cases import INVALID_CASES, LENIENT_CASES, VALID_CASES, Case
 
@@ -85,6 +87,77 @@ def invalid_vectors() -> list[dict[str, Any]]:
     ]
 
 
+def _connection_file(**fields: Any) -> str:
+    base: dict[str, Any] = {
+        "transport": "tcp",
+        "ip": "127.0.0.1",
+        "port": 53117,
+        "key": VECTOR_KEY.hex(),
+        "signature_scheme": "hmac-sha256",
+        "protocol_version": "1.2",
+        "pid": 4242,
+        "zmq_mechanism": "plain",
+    }
+    body = {name: value for name, value in (base | fields).items() if value is not _ABSENT}
+    return json.dumps(body)
+
+
+_ABSENT = object()
+
+
+def connection_vectors() -> list[dict[str, Any]]:
+    """Connection files (PROTOCOL.md section 13) and what a client takes from them: ``expect`` is ``ok`` (then
+    ``endpoint``, ``zmq_mechanism``, and the ZMQ_PLAIN ``plain_username`` / ``plain_password`` it presents, nil for
+    the NULL mechanism) or ``refused``."""
+    password = plain_password(VECTOR_KEY).decode("ascii")
+    user = PLAIN_USERNAME.decode("ascii")
+    sock = "/tmp/igi-k3x9q2ab/daemon.sock"
+    ok = [
+        ("tcp_plain", _connection_file(), "tcp://127.0.0.1:53117", "plain"),
+        ("ipc_plain", _connection_file(transport="ipc", ip=sock, port=0), f"ipc://{sock}", "plain"),
+        ("ipv6_tcp_null", _connection_file(ip="::1", zmq_mechanism="null"), "tcp://[::1]:53117", "null"),
+        (
+            "daemon_before_1_2_without_zmq_mechanism",
+            _connection_file(zmq_mechanism=_ABSENT, protocol_version="1.1"),
+            "tcp://127.0.0.1:53117",
+            "null",
+        ),
+        ("unknown_field_ignored", _connection_file(future_field=[1, 2]), "tcp://127.0.0.1:53117", "plain"),
+    ]
+    out: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "file": text,
+            "expect": "ok",
+            "endpoint": endpoint,
+            "zmq_mechanism": mechanism,
+            "plain_username": user if mechanism == "plain" else None,
+            "plain_password": password if mechanism == "plain" else None,
+        }
+        for name, text, endpoint, mechanism in ok
+    ]
+    refused = [
+        ("zmq_mechanism_curve", _connection_file(zmq_mechanism="curve")),
+        ("zmq_mechanism_upper_case", _connection_file(zmq_mechanism="PLAIN")),
+        ("zmq_mechanism_not_a_string", _connection_file(zmq_mechanism=None)),
+        ("key_missing", _connection_file(key=_ABSENT)),
+        ("ipc_with_a_port", _connection_file(transport="ipc", ip=sock, port=5555)),
+    ]
+    out += [
+        {
+            "name": name,
+            "file": text,
+            "expect": "refused",
+            "endpoint": None,
+            "zmq_mechanism": None,
+            "plain_username": None,
+            "plain_password": None,
+        }
+        for name, text in refused
+    ]
+    return out
+
+
 def _hexed(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
@@ -98,11 +171,19 @@ def _hexed(value: Any) -> Any:
 def render_all() -> dict[str, bytes]:
     """Return file name -> exact file bytes of every vector file."""
     valid, lenient, invalid = valid_vectors(), lenient_vectors(), invalid_vectors()
-    doc = {"key": VECTOR_KEY.hex(), "valid": _hexed(valid), "lenient": _hexed(lenient), "invalid": _hexed(invalid)}
+    connection = connection_vectors()
+    doc = {
+        "key": VECTOR_KEY.hex(),
+        "valid": _hexed(valid),
+        "lenient": _hexed(lenient),
+        "invalid": _hexed(invalid),
+        "connection": connection,
+    }
     return {
         "vectors.msgpack": packb(valid),
         "lenient.msgpack": packb(lenient),
         "invalid.msgpack": packb(invalid),
+        "connection.msgpack": packb(connection),
         "vectors.json": (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
     }
 
@@ -126,7 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["VECTOR_KEY", "invalid_vectors", "lenient_vectors", "render_all", "valid_vectors", "write_all"]
+__all__ = [
+    "VECTOR_KEY",
+    "connection_vectors",
+    "invalid_vectors",
+    "lenient_vectors",
+    "render_all",
+    "valid_vectors",
+    "write_all",
+]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -9,8 +9,10 @@ import msgpack
 import pytest
 
 from igi_sdk.ipc.codec import encode, packb, to_wire, unpackb
-from igi_sdk.ipc.errors import WireError
+from igi_sdk.ipc.connection import read_connection_file
+from igi_sdk.ipc.errors import ConnectionFileError, WireError
 from igi_sdk.ipc.frames import unpack_message
+from igi_sdk.ipc.handshake import PLAIN_USERNAME
 from igi_sdk.ipc.messages import MESSAGE_TYPES
 from igi_sdk.ipc.signing import sign, verify
 from igi_sdk.ipc.vectors import render_all
@@ -26,6 +28,7 @@ def _load(name: str) -> list[dict[str, Any]]:
 VALID = _load("vectors.msgpack")
 LENIENT = _load("lenient.msgpack")
 INVALID = _load("invalid.msgpack")
+CONNECTION = _load("connection.msgpack")
 
 
 def _plain(value: Any) -> Any:
@@ -80,6 +83,22 @@ def test_invalid_vectors_cover_every_classification() -> None:
         "unknown_type",
         "unsupported_version",
     }
+
+
+@pytest.mark.parametrize("vector", CONNECTION, ids=[v["name"] for v in CONNECTION])
+def test_connection_vector_is_read_as_expected(vector: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "connection.json"
+    path.write_text(vector["file"], encoding="utf-8")
+    path.chmod(0o600)
+    if vector["expect"] == "refused":
+        with pytest.raises(ConnectionFileError):
+            read_connection_file(path)
+        return
+    info = read_connection_file(path)
+    assert info.endpoint == vector["endpoint"] and info.zmq_mechanism == vector["zmq_mechanism"]
+    password = info.plain_password
+    assert (None if password is None else password.decode("ascii")) == vector["plain_password"]
+    assert (None if password is None else PLAIN_USERNAME.decode("ascii")) == vector["plain_username"]
 
 
 def test_committed_vectors_equal_freshly_generated() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import (
     BusyError,
@@ -33,10 +33,7 @@ def _client(daemon: DaemonProcess) -> Client:
 
 
 def _raw_socket(daemon: DaemonProcess) -> zmq.Socket:  # type: ignore[type-arg]
-    socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.connect(daemon.info().endpoint)
-    return socket
+    return raw_dealer(daemon.info())
 
 
 def test_connection_file_is_private_and_handshake_reports_model(running_daemon: DaemonProcess) -> None:

@@ -9,8 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import zmq
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import Client, NotFoundError
 from igi_sdk.ipc.envelope import new_header
@@ -35,9 +34,7 @@ class SilentClient:
 
     def __init__(self, daemon: DaemonProcess) -> None:
         self.info = daemon.info()
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(self.info.endpoint)
+        self.socket = raw_dealer(self.info)
 
     def send(self, message: Message, session_id: str | None = None) -> str:
         header = new_header(message.type, session_id=session_id)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import Client, DaemonUnavailableError, EngineFailureError
 from igi_sdk.ipc.values import Sampling
@@ -110,18 +110,15 @@ def test_daemon_kill9_client_raises_then_reconnects() -> None:
 
 def test_requests_right_behind_shutdown_get_shutting_down_and_the_daemon_exits() -> None:
     """shutdown_request answers, then a request that arrived behind it gets ``shutting_down``, not silence."""
-    import zmq
 
     from igi_sdk.ipc.envelope import new_header
     from igi_sdk.ipc.frames import pack_message, unpack_message
     from igi_sdk.ipc.messages import ErrorReply, ShutdownRequest, StatusRequest
 
     daemon = DaemonProcess().start()
-    socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+    info = daemon.info()
+    socket = raw_dealer(info)
     try:
-        info = daemon.info()
-        socket.connect(info.endpoint)
         shutdown, status = new_header("shutdown_request"), new_header("status_request")
         socket.send_multipart(pack_message(info.key_bytes, shutdown, ShutdownRequest()))
         socket.send_multipart(pack_message(info.key_bytes, status, StatusRequest()))

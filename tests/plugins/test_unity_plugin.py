@@ -26,6 +26,7 @@ LIVE_TESTS = {
     "live:handshake", "live:status", "live:create_and_close_session", "live:generate_streams_greedy_tokens",
     "live:cancel_mid_stream", "live:set_budget_gets_budget_ack", "live:unknown_type_gets_error_reply",
     "live:invalid_value_gets_invalid_request", "live:frame_budget_helper_report_gets_a_reply",
+    "live:a_peer_without_the_handshake_credential_is_not_answered",
 }
 
 # Tests/Runtime: Unity Test Framework (NUnit) tests, run by the console runner as "nunit:<Fixture>.<Test>".
@@ -87,7 +88,7 @@ def test_unity_unit_and_conformance(tests_exe: Path) -> None:
     _, results = _run(tests_exe, "--vectors", str(VECTORS), timeout_s=300, env=env)
     assert all(results.values())
     ran = {name.split(":")[2].split("->")[0] for name in results if name.startswith("conformance:") and name.count(":") >= 2}
-    for file_name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack"):
+    for file_name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack", "connection.msgpack"):
         missing = set(_vector_names(file_name)) - ran
         assert not missing, f"{file_name} entries not exercised by the C# runner: {sorted(missing)}"
     assert not any(name.startswith("live:") for name in results), "live tests must not run without a connection file"
@@ -99,6 +100,18 @@ def test_unity_live_daemon(tests_exe: Path, running_daemon) -> None:  # noqa: AN
     """Handshake, sessions, greedy streaming, cancel, budgets, errors and frame stats against the real daemon."""
     _, results = _run(tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live:", timeout_s=900)
     assert set(results) == LIVE_TESTS
+
+
+@pytest.mark.slow
+def test_unity_live_handshake_over_tcp(tests_exe: Path) -> None:
+    """The default daemon listens on an ipc socket (the suite above); one started with --transport tcp is reached over
+    loopback TCP with the same handshake credential."""
+    from daemon_process import DaemonProcess
+
+    daemon = DaemonProcess(["--transport", "tcp"]).start()
+    assert daemon.info().transport == "tcp"
+    _, results = _run(tests_exe, "--connection-file", str(daemon.connection_file), "--filter", "live:handshake", timeout_s=300)
+    assert results == {"live:handshake": True}
 
 
 @pytest.mark.slow

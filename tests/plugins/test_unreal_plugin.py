@@ -39,6 +39,7 @@ LIVE_TESTS = {
     "live_requests_after_the_daemon_is_declared_gone_fail_at_once",
     "live_status_and_frame_stats",
     "live_heartbeats_keep_connection_and_bad_key_times_out",
+    "live_a_peer_without_the_handshake_credential_is_not_answered",
 }
 # Debian package providing each build prerequisite.
 PREREQUISITES = {
@@ -57,6 +58,7 @@ REQUIRED_OFFLINE_TESTS = {
     "conformance_valid_vectors_round_trip_byte_for_byte",
     "conformance_lenient_vectors_decode_to_canonical_maps",
     "conformance_invalid_vectors_are_classified",
+    "conformance_connection_files_give_endpoint_and_handshake_credential",
     "codec_output_is_read_back_by_msgpack_c",  # needs libmsgpack-cxx-dev (IGI_HAVE_MSGPACK_CXX)
     "error_codes_map_to_typed_errors_in_one_place",
     "error_code_table_matches_every_code_of_the_spec",
@@ -112,7 +114,10 @@ def test_codec_units_and_conformance_against_all_golden_vectors(tests_exe: Path)
     assert {name for name, status in results.items() if status == "SKIP"} == LIVE_TESTS | BUNDLE_TESTS
     assert "no connection file given" in out
     # Every vector of every file was checked (the counts come from the files themselves).
-    for file_name, label in (("vectors.msgpack", "valid"), ("lenient.msgpack", "lenient"), ("invalid.msgpack", "invalid")):
+    for file_name, label in (
+        ("vectors.msgpack", "valid"), ("lenient.msgpack", "lenient"), ("invalid.msgpack", "invalid"),
+        ("connection.msgpack", "connection"),
+    ):
         n_vectors = len(msgpack.unpackb((VECTORS / file_name).read_bytes(), raw=False))
         assert f"{n_vectors} {label} vectors checked" in out, f"{file_name}: expected {n_vectors} checked\n{out}"
 
@@ -122,6 +127,19 @@ def test_live_against_running_daemon(tests_exe: Path, running_daemon) -> None:  
         tests_exe, "--connection-file", str(running_daemon.connection_file), "--filter", "live_", timeout_s=300
     )
     assert results == dict.fromkeys(LIVE_TESTS, "OK"), out
+
+
+def test_live_handshake_over_tcp(tests_exe: Path) -> None:
+    """The default daemon listens on an ipc socket (the suite above); one started with --transport tcp is reached over
+    loopback TCP with the same handshake credential."""
+    from daemon_process import DaemonProcess
+
+    daemon = DaemonProcess(["--transport", "tcp"]).start()
+    assert daemon.info().transport == "tcp"
+    out, results = _run(
+        tests_exe, "--connection-file", str(daemon.connection_file), "--filter", "live_handshake_", timeout_s=300
+    )
+    assert results == {"live_handshake_reports_protocol_and_limits": "OK"}, out
 
 
 def test_launcher_supervises_the_bundle_without_python(tests_exe: Path, daemon_bundle: Path, no_python_env, restart_limit_s: float) -> None:  # noqa: ANN001

@@ -1,5 +1,8 @@
-"""Hostile and clumsy peers for the reliability suite: idle TCP connections without a handshake, floods of large
-badly signed frames, and probes that time heartbeats and replies against a real daemon."""
+"""Hostile and clumsy peers for the reliability suite: idle connections without a handshake, floods of large badly
+signed frames, and probes that time heartbeats and replies against a real daemon.
+
+The peers connect to whatever the connection file names (an ipc socket or loopback TCP). A flood's peers have no key:
+by default they offer no handshake credential at all (the NULL mechanism), or a wrong PLAIN password."""
 
 from __future__ import annotations
 
@@ -13,26 +16,32 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import zmq
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.ipc.connection import ConnectionInfo
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
+from igi_sdk.ipc.handshake import apply_plain_credential
 from igi_sdk.ipc.messages import HeartbeatRequest
 
 
 @contextmanager
 def idle_connections(info: ConnectionInfo, n: int, deadline_s: float = 30.0) -> Iterator[list[socket.socket]]:
-    """Up to ``n`` TCP connections to the daemon's port that never send a byte (no ZeroMQ handshake, no key),
-    opened within ``deadline_s`` (past the listen backlog a connect waits for the daemon to accept)."""
+    """Up to ``n`` connections to the daemon's socket (its ipc path or TCP port) that never send a byte (no ZeroMQ
+    handshake, no key), opened within ``deadline_s`` (past the listen backlog a connect waits for the daemon to
+    accept)."""
     opened: list[socket.socket] = []
     end = time.monotonic() + deadline_s
+    if info.transport == "ipc":
+        family, address = socket.AF_UNIX, info.ip
+    else:
+        family, address = (socket.AF_INET6 if ":" in info.ip else socket.AF_INET), (info.ip, info.port)
     try:
         while len(opened) < n and time.monotonic() < end:
-            conn = socket.socket(socket.AF_INET6 if ":" in info.ip else socket.AF_INET, socket.SOCK_STREAM)
+            conn = socket.socket(family, socket.SOCK_STREAM)
             conn.settimeout(0.5)
             try:
-                conn.connect((info.ip, info.port))
+                conn.connect(address)
             except OSError:
                 conn.close()
                 continue
@@ -51,6 +60,8 @@ class Flood:
     n_peers: int = 2
     frame_bytes: int = 2 * 1_048_576 - 4096  # just under the ZMQ_MAXMSGSIZE cap: buffered, then HMAC'd
     reconnect_every: int = 0  # messages per connection before a fresh one (a new identity); 0 = never
+    #: The PLAIN password the peers present at the handshake; None: none (the NULL mechanism).
+    plain_password: bytes | None = None
     sent: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -75,6 +86,7 @@ class Flood:
             dealer = context.socket(zmq.DEALER)
             dealer.setsockopt(zmq.LINGER, 0)
             dealer.setsockopt(zmq.SNDHWM, 4)
+            apply_plain_credential(dealer, self.plain_password)
             dealer.connect(self.info.endpoint)
             n = 0
             try:
@@ -92,10 +104,7 @@ class Flood:
 def heartbeat_rtts_ms(info: ConnectionInfo, duration_s: float, interval_s: float = 0.02) -> list[float]:
     """Round trips of heartbeats sent one at a time for ``duration_s`` on one authenticated connection; a heartbeat
     unanswered within 5 s counts as 5000 ms."""
-    context = zmq.Context.instance()
-    dealer = context.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(info.endpoint)
+    dealer = raw_dealer(info)
     rtts: list[float] = []
     try:
         end = time.monotonic() + duration_s

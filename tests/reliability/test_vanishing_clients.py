@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-import zmq
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import Client
 from igi_sdk.ipc.envelope import new_header
@@ -24,9 +23,7 @@ def test_a_vanished_clients_generation_stops_when_a_send_to_it_fails() -> None:
     # a timeout far beyond the test: only the failed send can end the generation
     daemon = DaemonProcess(["--client-timeout-s", "600"]).start()
     info = daemon.info()
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(info.endpoint)
+    dealer = raw_dealer(info)
     create = CreateSessionRequest(
         persona="Bard", system_prompt="You tell long stories.", sampling=Sampling(temperature=0.0)
     )

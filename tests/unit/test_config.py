@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,8 +101,22 @@ def test_only_the_loopback_hosts_the_transport_binds_are_accepted() -> None:
         ("localhost", "tcp://127.0.0.1:*"),
         ("::1", "tcp://[::1]:*"),
     ):
-        server = DaemonServer(DaemonSettings(ipc={"ip": ip}))
-        assert check_endpoint(server._endpoint()) == endpoint
+        server = DaemonServer(DaemonSettings(ipc={"ip": ip, "transport": "tcp"}))
+        assert check_endpoint(server._endpoint()[0]) == endpoint
+
+
+@pytest.mark.skipif(sys.platform not in ("linux", "darwin"), reason="auto means ipc on Linux and macOS")
+def test_auto_transport_binds_a_socket_in_a_new_0700_directory() -> None:
+    from igi_sdk.daemon.server import DaemonServer
+
+    endpoint, private_dir = DaemonServer(DaemonSettings())._endpoint()
+    try:
+        assert private_dir is not None and endpoint == f"ipc://{private_dir / 'daemon.sock'}"
+        assert stat.S_IMODE(private_dir.stat().st_mode) == 0o700 and not list(private_dir.iterdir())
+        assert len(os.fsencode(endpoint[len("ipc://") :])) <= 103  # fits sun_path on Linux and macOS
+    finally:
+        if private_dir is not None:
+            private_dir.rmdir()
 
 
 def test_a_small_context_with_the_default_prompt_limit_is_accepted() -> None:

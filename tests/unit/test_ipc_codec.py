@@ -247,7 +247,7 @@ def test_other_major_is_unsupported_version_before_type_lookup() -> None:
     with pytest.raises(ProtocolError) as info:
         decode(packb(header), packb({"anything": 1}))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
-    assert info.value.detail == {"supported": ["1.0", "1.1"]} and info.value.header is not None
+    assert info.value.detail == {"supported": ["1.0", "1.1", "1.2"]} and info.value.header is not None
     newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
     assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"
 

@@ -12,6 +12,7 @@ import pytest
 from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file, write_connection_file
 from igi_sdk.ipc.errors import ConnectionFileError
+from igi_sdk.ipc.handshake import plain_password
 
 #: A complete connection file as the daemon writes it (PROTOCOL.md section 13).
 COMPLETE = {
@@ -22,6 +23,7 @@ COMPLETE = {
     "signature_scheme": "hmac-sha256",
     "protocol_version": "1.0",
     "pid": 1,
+    "zmq_mechanism": "plain",
 }
 
 
@@ -31,7 +33,16 @@ def test_write_is_0600_and_round_trips(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert read_connection_file(path) == info
     data = json.loads(path.read_text())
-    assert list(data) == ["transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid"]
+    assert list(data) == [
+        "transport",
+        "ip",
+        "port",
+        "key",
+        "signature_scheme",
+        "protocol_version",
+        "pid",
+        "zmq_mechanism",
+    ]
     assert data["signature_scheme"] == "hmac-sha256" and data["pid"] == os.getpid()
     assert len(info.key_bytes) == 32 and info.endpoint == "tcp://127.0.0.1:5555"
     assert [p.name for p in path.parent.iterdir()] == ["igi.json"]  # no temporary left behind
@@ -88,12 +99,33 @@ def test_complete_file_is_read_and_unknown_fields_are_ignored(tmp_path: Path) ->
     assert info.model_dump(mode="json") == COMPLETE
 
 
-@pytest.mark.parametrize("field", list(COMPLETE))
+@pytest.mark.parametrize("field", [name for name in COMPLETE if name != "zmq_mechanism"])
 def test_a_file_lacking_any_field_is_refused(tmp_path: Path, field: str) -> None:
     """Section 13: a reader MUST refuse a file that lacks a field; nothing is filled in from defaults."""
     path = _write_body(tmp_path / "c.json", {k: v for k, v in COMPLETE.items() if k != field})
     with pytest.raises(ConnectionFileError, match=rf"lacks field\(s\): {field}$"):
         read_connection_file(path)
+
+
+def test_a_file_without_zmq_mechanism_is_a_daemon_older_than_1_2_and_reads_as_null(tmp_path: Path) -> None:
+    """1.2 added the field; a daemon before it writes none and authenticates nobody at the handshake."""
+    body = {k: v for k, v in COMPLETE.items() if k != "zmq_mechanism"}
+    info = read_connection_file(_write_body(tmp_path / "c.json", body))
+    assert info.zmq_mechanism == "null" and info.plain_password is None
+
+
+def test_the_plain_password_is_derived_from_the_key_and_is_not_the_key(tmp_path: Path) -> None:
+    info = read_connection_file(_write_body(tmp_path / "c.json", COMPLETE | {"key": "ab" * 32}))
+    password = info.plain_password
+    assert password is not None and len(password) == 64 and password != info.key.encode()
+    assert password == plain_password(bytes.fromhex("ab" * 32))
+    assert read_connection_file(_write_body(tmp_path / "d.json", COMPLETE)).plain_password != password
+
+
+@pytest.mark.parametrize("mechanism", ["curve", "PLAIN", "", 1, None])
+def test_a_mechanism_this_client_cannot_present_is_refused(tmp_path: Path, mechanism: object) -> None:
+    with pytest.raises(ConnectionFileError, match="zmq_mechanism"):
+        read_connection_file(_write_body(tmp_path / "c.json", COMPLETE | {"zmq_mechanism": mechanism}))
 
 
 def test_a_file_with_only_port_key_and_pid_is_refused(tmp_path: Path) -> None:
@@ -126,7 +158,7 @@ def test_a_port_that_does_not_fit_the_transport_is_refused(
 
 def test_the_writer_output_reads_back_for_both_transports(tmp_path: Path) -> None:
     """The daemon's writer is unchanged: what it writes (tcp, and ipc with port 0) satisfies the strict reader."""
-    tcp = write_connection_file(tmp_path / "tcp.json", port=5555, key="1" * 64, pid=7)
+    tcp = write_connection_file(tmp_path / "tcp.json", port=5555, key="1" * 64, pid=7, zmq_mechanism="plain")
     assert json.loads((tmp_path / "tcp.json").read_text()) == COMPLETE | {
         "key": "1" * 64,
         "pid": 7,

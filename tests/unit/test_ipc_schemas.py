@@ -39,6 +39,7 @@ def test_schemas_follow_wire_order_without_type() -> None:
         "envelope",
         "error_codes",
         "frames",
+        "handshake",
         "schemas",
         "signing",
         "transport",

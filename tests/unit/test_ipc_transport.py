@@ -11,6 +11,7 @@ from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.errors import BadSignature, EndpointError
 from igi_sdk.ipc.frames import pack_message, split_routing, unpack_message
+from igi_sdk.ipc.handshake import ZapAuthenticator, plain_password
 from igi_sdk.ipc.transport import (
     DealerTransport,
     RouterTransport,
@@ -18,6 +19,7 @@ from igi_sdk.ipc.transport import (
     _apply,
     bind_router,
     check_endpoint,
+    connect_dealer,
 )
 
 KEY = bytes(range(32))
@@ -152,3 +154,35 @@ def test_router_transport_exposes_socket_for_pollers(context: zmq.Context) -> No
         assert daemon.recv(0.0) is None
     finally:
         daemon.close()
+
+
+def test_a_guarded_router_lets_in_only_the_credential_derived_from_its_key(context: zmq.Context) -> None:  # type: ignore[type-arg]
+    """PROTOCOL.md 1.5: the ZAP handler accepts the PLAIN password derived from the key and refuses every other
+    peer at the handshake, so its frames never reach the socket; without the handler bound, nobody gets in."""
+    zap = ZapAuthenticator(context, KEY).start()
+    try:
+        router, where = bind_router(context, "tcp://127.0.0.1:0", before_bind=ZapAuthenticator.guard)
+        peers = {
+            "right": connect_dealer(context, where, plain_password=plain_password(KEY)),
+            "wrong": connect_dealer(context, where, plain_password=plain_password(bytes(32))),
+            "none": connect_dealer(context, where),
+        }
+        for name, dealer in peers.items():
+            dealer.send(name.encode(), flags=zmq.NOBLOCK)
+        received = []
+        while router.poll(500):
+            received.append(router.recv_multipart()[1])
+        assert received == [b"right"]
+        counts = zap.counters()  # "none" never reaches the handler; "wrong" may have retried
+        assert counts["zap_accepted"] == 1 and counts["zap_refused"] >= 1
+        for dealer in peers.values():
+            dealer.close(linger=0)
+        router.close(linger=0)
+    finally:
+        zap.stop()
+    unguarded, where = bind_router(context, "tcp://127.0.0.1:0", before_bind=ZapAuthenticator.guard)
+    dealer = connect_dealer(context, where, plain_password=plain_password(KEY))
+    dealer.send(b"x", flags=zmq.NOBLOCK)
+    assert not unguarded.poll(300)  # no handler: refused, not let through (ZMQ_ZAP_ENFORCE_DOMAIN)
+    dealer.close(linger=0)
+    unguarded.close(linger=0)

@@ -9,6 +9,7 @@ using Igi.Budget;
 using Igi.Client;
 using Igi.MsgPack;
 using Igi.Protocol;
+using Igi.Transport;
 
 namespace Igi.Tests
 {
@@ -16,10 +17,24 @@ namespace Igi.Tests
     {
         private const string KeyHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
-        private static ConnectionInfo InfoFor(TestRouter router, string ip = "127.0.0.1")
+        private static ConnectionInfo InfoFor(TestRouter router, string ip = "127.0.0.1", string mechanism = null, string ipcPath = null)
         {
-            return ConnectionInfo.Parse("{\"transport\": \"tcp\", \"ip\": \"" + ip + "\", \"port\": " + router.Port +
-                                        ", \"key\": \"" + KeyHex + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.0\", \"pid\": 1}");
+            string where = ipcPath != null ? "\"transport\": \"ipc\", \"ip\": \"" + ipcPath + "\", \"port\": 0"
+                                            : "\"transport\": \"tcp\", \"ip\": \"" + ip + "\", \"port\": " + router.Port;
+            return ConnectionInfo.Parse("{" + where + ", \"key\": \"" + KeyHex + "\", \"signature_scheme\": \"hmac-sha256\", " +
+                                        "\"protocol_version\": \"1.0\", \"pid\": 1" +
+                                        (mechanism != null ? ", \"zmq_mechanism\": \"" + mechanism + "\"" : "") + "}");
+        }
+
+        // An IIgiTransport that is not an IIgiHandshakeCredential (a transport written before protocol 1.2).
+        private sealed class TransportWithoutCredential : IIgiTransport
+        {
+            private readonly ZmqDealerTransport _inner = new ZmqDealerTransport();
+            public void Connect(string endpoint) { _inner.Connect(endpoint); }
+            public void Send(IList<byte[]> frames) { _inner.Send(frames); }
+            public bool TryReceive(int timeoutMs, out byte[][] frames) { return _inner.TryReceive(timeoutMs, out frames); }
+            public void Wake() { _inner.Wake(); }
+            public void Dispose() { _inner.Dispose(); }
         }
 
         // Connects a client to the router and answers its hello_reply.
@@ -457,6 +472,61 @@ namespace Igi.Tests
                 Check.Equal(2L * 1048576, IgiClient.MaxMessageBytesFor(1048576), "cap of the default limit");
                 Check.Equal(-1L, IgiClient.MaxMessageBytesFor(long.MaxValue), "no cap past the int64 range");
             });
+            t.Add("client:presents_the_plain_credential_the_connection_file_names", () =>
+            {
+                // PROTOCOL.md 1.5: a daemon whose file says "zmq_mechanism": "plain" lets in only the derived credential.
+                var signer = Signer.FromHex(KeyHex);
+                byte[] password = ConnectionInfo.DerivePlainPassword(Hex.Decode(KeyHex));
+                using (var router = new TestRouter(plainPassword: password))
+                {
+                    Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router, mechanism: "plain"));
+                    byte[] identity;
+                    Envelope hello = ReceiveRequest(router, signer, out identity);
+                    router.Send(identity, Reply(hello, GoodHello(), signer));
+                    using (IgiClient client = IgiClient.Wait(connecting))
+                        Check.Equal("test", client.Hello.DaemonVersion, "handshake through the PLAIN server");
+                    Check.Equal(1, router.ZapAccepted, "one PLAIN handshake, accepted");
+                    Check.Equal(0, router.ZapRefused, "none refused");
+                    // The same file without the field (a daemon before 1.2): no credential, so the PLAIN server never lets it in.
+                    var options = new IgiClientOptions { HelloTimeoutS = 0.5 };
+                    Check.Throws<IgiTimeoutException>(() => IgiClient.Connect(InfoFor(router), options), "no credential: no answer");
+                    Check.True(router.Receive(200) == null, "nothing of it reached the socket");
+                }
+            });
+            t.Add("client:refuses_a_transport_that_cannot_present_the_credential", () =>
+            {
+                using (var router = new TestRouter())
+                {
+                    var options = new IgiClientOptions { TransportFactory = () => new TransportWithoutCredential() };
+                    var e = Check.Throws<IgiTransportException>(() => IgiClient.Connect(InfoFor(router, mechanism: "plain"), options),
+                                                                "a plain daemon and a transport without IIgiHandshakeCredential");
+                    Check.True(e.Message.Contains("zmq_mechanism"), "the message says why: " + e.Message);
+                }
+            });
+            if (!ZmqNative.IsWindows)
+                t.Add("client:connects_over_ipc", () =>
+                {
+                    var signer = Signer.FromHex(KeyHex);
+                    string dir = System.IO.Path.Combine(System.IO.Path.GetTempPath(), "igi-cs-" + Guid.NewGuid().ToString("N").Substring(0, 8));
+                    System.IO.Directory.CreateDirectory(dir);
+                    try
+                    {
+                        string path = System.IO.Path.Combine(dir, "daemon.sock");
+                        using (var router = new TestRouter(ipcPath: path))
+                        {
+                            Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router, ipcPath: path));
+                            byte[] identity;
+                            Envelope hello = ReceiveRequest(router, signer, out identity);
+                            router.Send(identity, Reply(hello, GoodHello(), signer));
+                            using (IgiClient client = IgiClient.Wait(connecting))
+                            {
+                                Check.Equal("ipc://" + path, client.Connection.Endpoint, "ipc endpoint from the file");
+                                Check.Equal("test", client.Hello.DaemonVersion, "handshake over ipc://");
+                            }
+                        }
+                    }
+                    finally { System.IO.Directory.Delete(dir, true); }
+                });
             t.Add("client:dispose_fails_requests_in_flight", () =>
             {
                 var signer = Signer.FromHex(KeyHex);

@@ -73,6 +73,36 @@ namespace Igi.Tests
                 var e = entry;
                 runner.Add("conformance:invalid:" + (string)e["name"] + "->" + (string)e["expect"], () => CheckInvalid(e));
             }
+            string connectionPath = Path.Combine(dir, "connection.msgpack");
+            List<MsgPackMap> connection;
+            try { connection = Load(connectionPath); }
+            catch (Exception e)
+            {
+                runner.Add("conformance:load_connection_vectors", () => { throw new AssertionException("cannot load " + connectionPath + ": " + e.Message); });
+                return;
+            }
+            foreach (var entry in connection)
+            {
+                var e = entry;
+                runner.Add("conformance:connection:" + (string)e["name"], () => CheckConnection(e));
+            }
+        }
+
+        // A connection file read as PROTOCOL.md 13 says: endpoint, mechanism and the PLAIN credential of section 1.5.
+        private static void CheckConnection(MsgPackMap entry)
+        {
+            string file = (string)entry["file"];
+            if ((string)entry["expect"] == "refused")
+            {
+                Check.Throws<Igi.IgiConnectionFileException>(() => Igi.Client.ConnectionInfo.Parse(file), "refused: " + file);
+                return;
+            }
+            var info = Igi.Client.ConnectionInfo.Parse(file);
+            Check.Equal((string)entry["endpoint"], info.Endpoint, "endpoint");
+            Check.Equal((string)entry["zmq_mechanism"], info.ZmqMechanism, "zmq_mechanism");
+            Check.Equal((string)entry["plain_username"], info.PlainUsername, "PLAIN username");
+            byte[] password = info.PlainPassword;
+            Check.Equal((string)entry["plain_password"], password == null ? null : System.Text.Encoding.ASCII.GetString(password), "PLAIN password");
         }
 
         private static void CheckValid(MsgPackMap entry)

@@ -83,6 +83,24 @@ namespace Igi.Tests
                     Check.True(client.IsDaemonAlive, "alive");
                 }
             });
+            t.Add("live:a_peer_without_the_handshake_credential_is_not_answered", () =>
+            {
+                // PROTOCOL.md 1.5: what a client older than 1.2 sees. Its hello carries the right HMAC, but without the
+                // PLAIN credential the daemon's socket never completes its handshake, so nothing is read or answered.
+                ConnectionInfo info = ConnectionInfo.Load(connectionFile);
+                Check.Equal("plain", info.ZmqMechanism, "the daemon authenticates at the handshake by default");
+                using (var transport = new Igi.Transport.ZmqDealerTransport())
+                {
+                    transport.Connect(info.Endpoint);
+                    var hello = new HelloRequest { ClientName = "no-credential" };
+                    try { transport.Send(WireCodec.Encode(Header.New(hello.Type), hello, Signer.FromHex(info.KeyHex))); }
+                    catch (IgiTransportException) { }  // nothing to queue it on: refused outright
+                    byte[][] frames;
+                    Check.True(!transport.TryReceive(1500, out frames), "no reply without the credential");
+                }
+                using (IgiClient client = connect())
+                    Check.True(client.IsDaemonAlive, "a client with the credential is served");
+            });
             t.Add("live:status", () =>
             {
                 using (IgiClient client = connect())

@@ -93,6 +93,35 @@ namespace Igi.Tests
                     }
                 }
             });
+            t.Add("transport:only_the_plain_credential_passes_a_plain_server", () =>
+            {
+                // PROTOCOL.md 1.5: the daemon's socket is a ZMQ_PLAIN server; a peer without the credential, or with
+                // another one, is refused at the handshake and none of its frames reaches the socket.
+                byte[] password = Encoding.ASCII.GetBytes(new string('a', 64));
+                using (var router = new TestRouter(plainPassword: password))
+                {
+                    using (var good = new ZmqDealerTransport())
+                    {
+                        good.SetPlainCredential("igi", password);
+                        good.Connect(router.Endpoint);
+                        Check.Throws<InvalidOperationException>(() => good.SetPlainCredential("igi", password), "set after Connect");
+                        RoundTrip(router, good, Encoding.ASCII.GetBytes("in"), "the right credential");
+                    }
+                    foreach (byte[] wrong in new[] { Encoding.ASCII.GetBytes(new string('b', 64)), null })
+                        using (var peer = new ZmqDealerTransport())
+                        {
+                            if (wrong != null) peer.SetPlainCredential("igi", wrong);
+                            peer.Connect(router.Endpoint);
+                            try { peer.Send(new List<byte[]> { Encoding.ASCII.GetBytes("out") }); }
+                            catch (IgiTransportException) { }  // no connection to queue it on: refused outright
+                            Check.True(router.Receive(500) == null, (wrong == null ? "no credential" : "a wrong password") + ": nothing received");
+                        }
+                    Check.Equal(1, router.ZapAccepted, "one accepted");
+                    Check.True(router.ZapRefused >= 1, "the wrong password was refused by the ZAP handler");
+                }
+                using (var dealer = new ZmqDealerTransport())
+                    Check.Throws<ArgumentException>(() => dealer.SetPlainCredential("igi", new byte[0]), "an empty password");
+            });
             t.Add("transport:connect_refuses_bad_endpoint", () =>
             {
                 using (var dealer = new ZmqDealerTransport())

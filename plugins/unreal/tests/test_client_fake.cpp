@@ -69,36 +69,63 @@ FakeReply DuplicateMsgIdError(bool flag) {
   return Reply(error);
 }
 
-/// A ROUTER bound to loopback on an ephemeral port. It answers hello_request and heartbeat_request itself and
-/// every other request with what `handler` returns (nothing by default). I/O runs on its own thread.
+/// How a FakeDaemon listens: loopback TCP, or `ipc_path`; with `plain`, as a ZMQ_PLAIN server that lets in only the
+/// credential derived from its key (ipc/PROTOCOL.md 1.5), as the daemon does.
+struct Listen {
+  std::string ipc_path;
+  bool plain = false;
+};
+
+/// A ROUTER bound to loopback on an ephemeral port (or an ipc path). It answers hello_request and heartbeat_request
+/// itself and every other request with what `handler` returns (nothing by default). I/O runs on its own thread.
 class FakeDaemon {
  public:
   using Handler = std::function<std::vector<FakeReply>(const igi::Envelope&)>;
 
   explicit FakeDaemon(Handler handler = {}, const std::string& host = "127.0.0.1",
                       double heartbeat_interval_s = 2.0, std::int64_t max_frame_bytes = 1048576,
-                      double client_timeout_s = 10.0)
+                      double client_timeout_s = 10.0, const Listen& listen = {})
       : handler_(std::move(handler)),
         heartbeat_interval_s_(heartbeat_interval_s),
         max_frame_bytes_(max_frame_bytes),
         client_timeout_s_(client_timeout_s) {
-    router_.set(zmq::sockopt::linger, 0);
-    bool ipv6 = host.find(':') != std::string::npos;
-    if (ipv6) router_.set(zmq::sockopt::ipv6, true);
-    router_.bind("tcp://" + (ipv6 ? "[" + host + "]" : host) + ":*");  // throws zmq::error_t if unavailable
-    std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
-    info_.transport = "tcp";
-    info_.ip = host;
-    info_.port = std::stoll(endpoint.substr(endpoint.rfind(':') + 1));
     info_.key = std::string(32, '\x07');
+    router_.set(zmq::sockopt::linger, 0);
+    if (listen.plain) {
+      // the ZAP handler first (RFC 27): libzmq asks it, in this context, whether a PLAIN handshake may complete
+      zap_.set(zmq::sockopt::linger, 0);
+      zap_.bind("inproc://zeromq.zap.01");
+      zap_thread_ = std::thread([this] { ServeZap(); });
+      router_.set(zmq::sockopt::zap_domain, "igi");
+      router_.set(zmq::sockopt::plain_server, true);
+    }
+    bool ipv6 = host.find(':') != std::string::npos;
+    if (ipv6 && listen.ipc_path.empty()) router_.set(zmq::sockopt::ipv6, true);
+    if (listen.ipc_path.empty()) {
+      router_.bind("tcp://" + (ipv6 ? "[" + host + "]" : host) + ":*");  // throws zmq::error_t if unavailable
+      std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
+      info_.transport = "tcp";
+      info_.ip = host;
+      info_.port = std::stoll(endpoint.substr(endpoint.rfind(':') + 1));
+    } else {
+      router_.bind("ipc://" + listen.ipc_path);
+      info_.transport = "ipc";
+      info_.ip = listen.ipc_path;
+      info_.port = 0;
+    }
     info_.signature_scheme = "hmac-sha256";
     info_.protocol_version = igi::kProtocolVersion;
+    info_.zmq_mechanism = listen.plain ? "plain" : "null";
     thread_ = std::thread([this] { Serve(); });
   }
   ~FakeDaemon() {
     stop_ = true;
     thread_.join();
+    if (zap_thread_.joinable()) zap_thread_.join();
   }
+  /// PLAIN handshakes the ZAP handler accepted and refused.
+  int zap_accepted() const { return zap_accepted_; }
+  int zap_refused() const { return zap_refused_; }
   FakeDaemon(const FakeDaemon&) = delete;
   FakeDaemon& operator=(const FakeDaemon&) = delete;
 
@@ -149,6 +176,28 @@ class FakeDaemon {
     }
   }
 
+  void ServeZap() {
+    const std::string password = igi::DerivePlainPassword(info_.key);
+    while (!stop_) {
+      zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(5));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<std::string> request;
+      zmq::message_t part;
+      do {
+        if (!zap_.recv(part, zmq::recv_flags::none)) break;
+        request.emplace_back(part.to_string());
+      } while (part.more());
+      bool ok = request.size() == 8 && request[5] == "PLAIN" && request[6] == igi::kPlainUsername && request[7] == password;
+      ++(ok ? zap_accepted_ : zap_refused_);
+      std::vector<std::string> reply = {"1.0", request.size() > 1 ? request[1] : "", ok ? "200" : "400",
+                                        ok ? "OK" : "refused", ok ? "igi" : "", ""};
+      for (std::size_t i = 0; i < reply.size(); ++i) {
+        zap_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    }
+  }
+
   std::vector<FakeReply> Answer(const igi::Envelope& request) {
     const std::string& type = request.header.type;
     if (type == igi::HelloRequest::kType) {
@@ -185,8 +234,12 @@ class FakeDaemon {
   double client_timeout_s_;
   zmq::context_t context_{1};
   zmq::socket_t router_{context_, zmq::socket_type::router};
+  zmq::socket_t zap_{context_, zmq::socket_type::rep};
   igi::ConnectionInfo info_;
   std::thread thread_;
+  std::thread zap_thread_;
+  std::atomic<int> zap_accepted_{0};
+  std::atomic<int> zap_refused_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::size_t> sent_{0};
   mutable std::mutex mutex_;
@@ -530,6 +583,39 @@ TEST(client_reaches_a_daemon_bound_on_ipv6_loopback) {
   CHECK_EQ(client.connection().Endpoint().rfind("tcp://[::1]:", 0), 0u);
   client.Connect();  // without ZMQ_IPV6 on the DEALER this times out
   CHECK(client.connected());
+}
+
+TEST(client_presents_the_plain_credential_the_connection_file_names_over_tcp_and_ipc) {
+  // ipc/PROTOCOL.md 1.5: a daemon whose file says "zmq_mechanism": "plain" lets in only the derived credential.
+  char dir_template[] = "/tmp/igi-cpp-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string ipc_path = std::string(dir_template) + "/daemon.sock";
+  for (const std::string& where : {std::string(), ipc_path}) {
+    FakeDaemon daemon(FakeDaemon::Handler{}, "127.0.0.1", 2.0, 1048576, 10.0, Listen{where, true});
+    CHECK_EQ(daemon.info().zmq_mechanism, std::string("plain"));
+    CHECK_EQ(daemon.info().Endpoint().rfind(where.empty() ? "tcp://127.0.0.1:" : "ipc:///tmp/igi-cpp-", 0), 0u);
+    igi::ClientOptions options;
+    options.connect_timeout_s = 5.0;
+    igi::Client client(daemon.info(), options);
+    client.Connect();
+    CHECK(client.connected());
+    CHECK_EQ(daemon.zap_accepted(), 1);
+    // The same daemon reached without the credential (a file without the field, from a daemon before 1.2): the
+    // PLAIN server never completes the handshake, so the hello is not even read.
+    igi::ConnectionInfo without = daemon.info();
+    without.zmq_mechanism = "null";
+    options.connect_timeout_s = 0.5;
+    igi::Client old(without, options);
+    CHECK_THROWS_AS(old.Connect(), igi::TimeoutError);
+    igi::ConnectionInfo forged = daemon.info();
+    forged.key = std::string(32, '\x5a');  // another launch's key: another credential
+    igi::Client intruder(forged, options);
+    CHECK_THROWS_AS(intruder.Connect(), igi::TimeoutError);
+    CHECK(daemon.zap_refused() >= 1);
+    CHECK(daemon.Received() == std::vector<std::string>{igi::HelloRequest::kType});
+  }
+  ::unlink(ipc_path.c_str());
+  ::rmdir(dir_template);
 }
 
 TEST(frame_budget_pump_budget_caps_callbacks_only_when_advised) {

@@ -3,13 +3,15 @@
 // vectors.msgpack: verify signature, decode generically and compare with the maps, decode typed,
 // re-encode canonically and compare bytes, re-sign. lenient.msgpack: the receive path accepts the
 // frames and the typed result re-encodes to the canonical maps. invalid.msgpack: the receive path
-// fails with the expected classification.
+// fails with the expected classification. connection.msgpack: the connection-file reader gives the endpoint, the
+// mechanism and the ZMQ_PLAIN credential of each file, or refuses it.
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "igi/connection_file.hpp"
 #include "igi/envelope.hpp"
 #include "igi/errors.hpp"
 #include "igi/signing.hpp"
@@ -145,4 +147,31 @@ TEST(conformance_invalid_vectors_are_classified) {
     CHECK_MSG(got == e.expect, e.name << ": expected " << e.expect << ", got " << got);
   }
   std::cout << "    " << vectors.size() << " invalid vectors checked" << std::endl;
+}
+
+TEST(conformance_connection_files_give_endpoint_and_handshake_credential) {
+  igi::ValueArray vectors = LoadVectors("connection.msgpack");
+  auto text = [](const igi::Value* v) { return v == nullptr || v->is_nil() ? std::string("<nil>") : v->as_str(); };
+  for (const igi::Value& raw : vectors) {
+    std::string name = raw.Find("name")->as_str();
+    std::string file = raw.Find("file")->as_str();
+    if (raw.Find("expect")->as_str() == "refused") {
+      CHECK_THROWS_AS(igi::ParseConnectionInfo(file), igi::ConnectionFileError);
+      continue;
+    }
+    igi::ConnectionInfo info;
+    try {
+      info = igi::ParseConnectionInfo(file);
+    } catch (const std::exception& e) {
+      CHECK_MSG(false, name << ": refused: " << e.what());
+      continue;
+    }
+    CHECK_MSG(info.Endpoint() == text(raw.Find("endpoint")), name << ": endpoint " << info.Endpoint());
+    CHECK_MSG(info.zmq_mechanism == text(raw.Find("zmq_mechanism")), name << ": mechanism " << info.zmq_mechanism);
+    std::optional<std::string> password = info.PlainPassword();
+    CHECK_MSG(password.value_or("<nil>") == text(raw.Find("plain_password")), name << ": PLAIN password");
+    CHECK_MSG((password ? std::string(igi::kPlainUsername) : "<nil>") == text(raw.Find("plain_username")),
+              name << ": PLAIN username");
+  }
+  std::cout << "    " << vectors.size() << " connection vectors checked" << std::endl;
 }

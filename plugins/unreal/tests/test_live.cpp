@@ -258,11 +258,25 @@ TEST(live_heartbeats_keep_connection_and_bad_key_times_out) {
   CHECK(client->connected());
   CHECK_EQ(client->counters().dropped_invalid, 0u);
   CHECK(!disconnected);
-  // A client with the wrong key is dropped silently by the daemon: its hello times out.
+  // A client with the wrong key presents another launch's handshake credential: refused before its hello is read.
   igi::ConnectionInfo forged = client->connection();
   forged.key = std::string(32, '\x5a');
   igi::ClientOptions options;
   options.connect_timeout_s = 1.0;
   igi::Client intruder(forged, options);
   CHECK_THROWS_AS(intruder.Connect(), igi::TimeoutError);
+}
+
+TEST(live_a_peer_without_the_handshake_credential_is_not_answered) {
+  // ipc/PROTOCOL.md 1.5: what a client older than 1.2 sees. Its hello carries the right HMAC, but without the PLAIN
+  // credential the daemon's socket never completes the handshake, so nothing is read or answered.
+  auto client = ConnectedClient();
+  CHECK_EQ(client->connection().zmq_mechanism, std::string("plain"));
+  igi::ConnectionInfo old = client->connection();
+  old.zmq_mechanism = "null";
+  igi::ClientOptions options;
+  options.connect_timeout_s = 1.5;
+  igi::Client without(old, options);
+  CHECK_THROWS_AS(without.Connect(), igi::TimeoutError);
+  CHECK(client->connected());
 }

@@ -9,7 +9,8 @@ namespace Igi.Client
 {
     /// <summary>
     /// Contents of the JSON connection file the daemon writes once it serves:
-    /// <c>{"transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid"}</c>.
+    /// <c>{"transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid", "zmq_mechanism"}</c>
+    /// (<c>zmq_mechanism</c> since protocol 1.2; absent from an older daemon's file).
     /// </summary>
     public sealed class ConnectionInfo
     {
@@ -29,6 +30,35 @@ namespace Igi.Client
         public string ProtocolVersion { get; private set; }
         /// <summary>The daemon's process id (0 when absent).</summary>
         public int Pid { get; private set; }
+        /// <summary>
+        /// What the client presents at the ZeroMQ handshake (PROTOCOL.md 1.5): "plain" (the PLAIN credential
+        /// <see cref="PlainUsername"/> / <see cref="PlainPassword"/>) or "null" (none; also what a file without the
+        /// field, from a daemon older than protocol 1.2, means).
+        /// </summary>
+        public string ZmqMechanism { get; private set; }
+
+        /// <summary>The ZMQ_PLAIN username every client presents ("igi").</summary>
+        public const string PlainUsernameValue = "igi";
+
+        /// <summary>The ZMQ_PLAIN username to present, or null for the NULL mechanism.</summary>
+        public string PlainUsername { get { return ZmqMechanism == "plain" ? PlainUsernameValue : null; } }
+
+        /// <summary>
+        /// The ZMQ_PLAIN password to present, or null for the NULL mechanism: the 64 ASCII bytes of the lowercase hex
+        /// HMAC-SHA256(key, "igi-zmq-plain-1"), derived one way from the key so that PLAIN, which carries it in clear,
+        /// never shows the signing key.
+        /// </summary>
+        public byte[] PlainPassword
+        {
+            get { return ZmqMechanism == "plain" ? DerivePlainPassword(Protocol.Hex.Decode(KeyHex)) : null; }
+        }
+
+        /// <summary>The ZMQ_PLAIN password of a launch key (PROTOCOL.md 1.5).</summary>
+        public static byte[] DerivePlainPassword(byte[] key)
+        {
+            using (var hmac = new System.Security.Cryptography.HMACSHA256(key))
+                return System.Text.Encoding.ASCII.GetBytes(Protocol.Hex.Encode(hmac.ComputeHash(System.Text.Encoding.ASCII.GetBytes("igi-zmq-plain-1"))));
+        }
 
         /// <summary>
         /// The ZeroMQ endpoint, e.g. <c>tcp://127.0.0.1:5555</c>, <c>tcp://[::1]:5555</c> (an IPv6 host is bracketed)
@@ -87,7 +117,10 @@ namespace Igi.Client
                 ProtocolVersion = RequireString(d, "protocol_version", origin),
                 Port = RequireInt(d, "port", origin),
                 Pid = RequireInt(d, "pid", origin),
+                ZmqMechanism = OptionalString(d, "zmq_mechanism", "null", origin),
             };
+            if (info.ZmqMechanism != "plain" && info.ZmqMechanism != "null")  // PROTOCOL.md section 13
+                throw new IgiConnectionFileException("connection file '" + origin + "': unsupported zmq_mechanism '" + info.ZmqMechanism + "'");
             if (info.Transport != "tcp" && info.Transport != "ipc")
                 throw new IgiConnectionFileException("connection file '" + origin + "': unsupported transport '" + info.Transport + "'");
             if (info.Transport == "tcp" && (info.Port <= 0 || info.Port > 65535))
@@ -111,6 +144,15 @@ namespace Igi.Client
             object v;
             if (!d.TryGetValue(key, out v) || !(v is string))
                 throw new IgiConnectionFileException("connection file '" + origin + "': missing string field '" + key + "'");
+            return (string)v;
+        }
+
+        private static string OptionalString(Dictionary<string, object> d, string key, string absent, string origin)
+        {
+            object v;
+            if (!d.TryGetValue(key, out v)) return absent;
+            if (!(v is string))
+                throw new IgiConnectionFileException("connection file '" + origin + "': field '" + key + "' must be a string");
             return (string)v;
         }
 

@@ -62,6 +62,14 @@ namespace Igi.Client
                     capped.MaxMessageBytes = maxMessageBytes;  // before Connect: libzmq applies it to later connections only
                     _maxMessageBytes = maxMessageBytes;
                 }
+                if (info.PlainPassword != null)  // PROTOCOL.md 1.5: the daemon lets in only peers with its PLAIN credential
+                {
+                    var credential = _transport as IIgiHandshakeCredential;
+                    if (credential == null)
+                        throw new IgiTransportException("the daemon authenticates at the ZeroMQ handshake (zmq_mechanism \"plain\") " +
+                                                        "and this transport cannot present a credential (IIgiHandshakeCredential)");
+                    credential.SetPlainCredential(info.PlainUsername, info.PlainPassword);
+                }
                 _transport.Connect(info.Endpoint);
             }
             catch

@@ -174,7 +174,7 @@ namespace Igi.Protocol
         /// <summary>The plugin version (package.json "version").</summary>
         public const string Plugin = "0.1.0";
         /// <summary>The protocol version, "major.minor".</summary>
-        public const string Protocol = "1.1";
+        public const string Protocol = "1.2";
         /// <summary>The protocol major version; a daemon with another major is refused.</summary>
         public const int ProtocolMajor = 1;
     }

@@ -45,4 +45,19 @@ namespace Igi.Transport
         /// </summary>
         long MaxMessageBytes { get; set; }
     }
+
+    /// <summary>
+    /// Optional for an <see cref="IIgiTransport"/>: the credential it presents at the ZeroMQ handshake. A daemon whose
+    /// connection file says <c>"zmq_mechanism": "plain"</c> (PROTOCOL.md 1.5, protocol 1.2) refuses, before any message,
+    /// every peer that does not present its ZMQ_PLAIN credential; <see cref="Client.IgiClient"/> sets it before
+    /// <see cref="IIgiTransport.Connect"/> and refuses to use a transport without this interface against such a daemon.
+    /// </summary>
+    public interface IIgiHandshakeCredential
+    {
+        /// <summary>
+        /// Present the ZMQ_PLAIN <paramref name="username"/> and <paramref name="password"/> at every handshake of the
+        /// connections made after this call (set it before <see cref="IIgiTransport.Connect"/>).
+        /// </summary>
+        void SetPlainCredential(string username, byte[] password);
+    }
 }

@@ -8,10 +8,11 @@ namespace Igi.Transport
 {
     /// <summary>
     /// <see cref="IIgiTransport"/> over libzmq: one DEALER socket (linger 0, inbound frames capped by
-    /// <c>ZMQ_MAXMSGSIZE</c>, see <see cref="MaxMessageBytes"/>) plus an inproc PAIR pair so <see cref="Wake"/> can
-    /// interrupt a blocking poll from another thread.
+    /// <c>ZMQ_MAXMSGSIZE</c>, see <see cref="MaxMessageBytes"/>; the handshake's ZMQ_PLAIN credential, see
+    /// <see cref="SetPlainCredential"/>) plus an inproc PAIR pair so <see cref="Wake"/> can interrupt a blocking poll
+    /// from another thread. It connects to <c>tcp://</c> and <c>ipc://</c> endpoints alike.
     /// </summary>
-    public sealed class ZmqDealerTransport : IIgiTransport, IIgiMessageSizeCap
+    public sealed class ZmqDealerTransport : IIgiTransport, IIgiMessageSizeCap, IIgiHandshakeCredential
     {
         /// <summary>
         /// The cap before a handshake has announced the daemon's limit: 2 x the default <c>limits.max_frame_bytes</c>
@@ -100,6 +101,25 @@ namespace Igi.Transport
                 SetInt64(_dealer, ZmqNative.ZMQ_MAXMSGSIZE, value);
                 _maxMessageBytes = value;
             }
+        }
+
+        /// <summary>
+        /// Presents the ZMQ_PLAIN credential at the handshakes of this transport's connection (PROTOCOL.md 1.5).
+        /// libzmq applies it only to connections made after it is set, so it can be set only before <see cref="Connect"/>.
+        /// </summary>
+        /// <exception cref="InvalidOperationException">Set after <see cref="Connect"/> (it would not apply).</exception>
+        /// <exception cref="ArgumentException">A null or empty username or password, or one over 255 bytes.</exception>
+        public void SetPlainCredential(string username, byte[] password)
+        {
+            ThrowIfDisposed();
+            byte[] user = username == null ? null : System.Text.Encoding.UTF8.GetBytes(username);
+            if (user == null || user.Length == 0 || user.Length > 255 || password == null || password.Length == 0 || password.Length > 255)
+                throw new ArgumentException("a PLAIN username and password are 1-255 bytes each");
+            if (_connected)
+                throw new InvalidOperationException("the handshake credential applies only to connections made after it is set: " +
+                                                    "set it before Connect, or connect a new transport");
+            Check(ZmqNative.zmq_setsockopt_bytes(_dealer, ZmqNative.ZMQ_PLAIN_USERNAME, user, (UIntPtr)user.Length), "zmq_setsockopt(ZMQ_PLAIN_USERNAME)");
+            Check(ZmqNative.zmq_setsockopt_bytes(_dealer, ZmqNative.ZMQ_PLAIN_PASSWORD, password, (UIntPtr)password.Length), "zmq_setsockopt(ZMQ_PLAIN_PASSWORD)");
         }
 
         /// <summary>The libzmq version as "major.minor.patch".</summary>

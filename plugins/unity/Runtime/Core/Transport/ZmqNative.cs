@@ -34,6 +34,14 @@ namespace Igi.Transport
         public const int ZMQ_MAXMSGSIZE = 22;
         /// <summary>ZMQ_IPV6 socket option (int, 1 = IPv6 endpoints allowed).</summary>
         public const int ZMQ_IPV6 = 42;
+        /// <summary>ZMQ_PLAIN_SERVER socket option (int, 1 = this socket is a PLAIN server; used by tests).</summary>
+        public const int ZMQ_PLAIN_SERVER = 44;
+        /// <summary>ZMQ_PLAIN_USERNAME socket option (bytes): the PLAIN client's username.</summary>
+        public const int ZMQ_PLAIN_USERNAME = 45;
+        /// <summary>ZMQ_PLAIN_PASSWORD socket option (bytes): the PLAIN client's password.</summary>
+        public const int ZMQ_PLAIN_PASSWORD = 46;
+        /// <summary>ZMQ_ZAP_DOMAIN socket option (string; used by tests).</summary>
+        public const int ZMQ_ZAP_DOMAIN = 55;
         /// <summary>ZMQ_LAST_ENDPOINT socket option (string).</summary>
         public const int ZMQ_LAST_ENDPOINT = 32;
         /// <summary>ZMQ_POLLIN poll event.</summary>
@@ -89,6 +97,9 @@ namespace Igi.Transport
 
         [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl, EntryPoint = "zmq_setsockopt")]
         public static extern int zmq_setsockopt_int64(IntPtr socket, int option, ref long value, UIntPtr length);
+
+        [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl, EntryPoint = "zmq_setsockopt")]
+        public static extern int zmq_setsockopt_bytes(IntPtr socket, int option, byte[] value, UIntPtr length);
 
         [DllImport(LibraryName, CallingConvention = CallingConvention.Cdecl)]
         public static extern int zmq_getsockopt(IntPtr socket, int option, ref int value, ref UIntPtr length);

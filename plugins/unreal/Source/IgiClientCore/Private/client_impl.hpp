@@ -101,7 +101,8 @@ struct Client::Impl {
   Impl(ConnectionInfo i, ClientOptions o)
       : info(std::move(i)),
         options(std::move(o)),
-        transport(info.Endpoint(), options.linger_ms, MaxMsgBytesFor(static_cast<std::int64_t>(kDefaultMaxFrameBytes))) {}
+        transport(info.Endpoint(), options.linger_ms, MaxMsgBytesFor(static_cast<std::int64_t>(kDefaultMaxFrameBytes)),
+                  info.PlainPassword()) {}
 
   // Registers a request and posts its frames. Returns the msg_id. Only hello_request may go out before Connect()
   // succeeded (spec 9.4: it is the first message a client sends); anything else throws NotConnectedError unsent.

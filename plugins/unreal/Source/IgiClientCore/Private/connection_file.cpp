@@ -236,6 +236,13 @@ const Value& Field(const Value& doc, const char* name, Value::Kind kind) {
 
 Value ParseJson(std::string_view text) { return JsonParser(text).ParseDocument(); }
 
+std::string DerivePlainPassword(std::string_view key) { return SignHex(key, "igi-zmq-plain-1", ""); }
+
+std::optional<std::string> ConnectionInfo::PlainPassword() const {
+  if (zmq_mechanism != "plain") return std::nullopt;
+  return DerivePlainPassword(key);
+}
+
 std::string ConnectionInfo::Endpoint() const {
   if (transport == "ipc") return "ipc://" + ip;
   bool bracket = ip.find(':') != std::string::npos && ip.front() != '[';  // IPv6 literal, e.g. "::1"
@@ -254,6 +261,12 @@ ConnectionInfo ParseConnectionInfo(std::string_view json_text) {
   info.signature_scheme = Field(doc, "signature_scheme", Value::Kind::Str).as_str();
   info.protocol_version = Field(doc, "protocol_version", Value::Kind::Str).as_str();
   info.pid = Field(doc, "pid", Value::Kind::Int).as_int();
+  if (doc.Find("zmq_mechanism") != nullptr) {  // 1.2; absent from an older daemon's file ("null")
+    info.zmq_mechanism = Field(doc, "zmq_mechanism", Value::Kind::Str).as_str();
+  }
+  if (info.zmq_mechanism != "plain" && info.zmq_mechanism != "null") {
+    throw ConnectionFileError("unsupported zmq_mechanism '" + info.zmq_mechanism + "' (need plain or null)");
+  }
   if (info.signature_scheme != "hmac-sha256") {
     throw ConnectionFileError("unsupported signature_scheme '" + info.signature_scheme + "' (need hmac-sha256)");
   }

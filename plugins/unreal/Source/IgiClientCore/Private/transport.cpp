@@ -9,6 +9,7 @@
 #include <string_view>
 #include <zmq.hpp>
 
+#include "igi/connection_file.hpp"
 #include "igi/errors.hpp"
 
 namespace igi {
@@ -20,6 +21,7 @@ struct DealerTransport::Impl {
   zmq::socket_t wake_tx{context, zmq::socket_type::pair};
   std::string endpoint;
   int linger_ms = 0;
+  std::optional<std::string> plain_password;  // the handshake credential (ipc/PROTOCOL.md 1.5), if any
   std::atomic<std::int64_t> max_msg_bytes{kDefaultMaxMsgBytes};
   std::mutex outbox_mutex;  // guards outbox, reconnect and wake_tx
   std::deque<Multipart> outbox;
@@ -35,6 +37,11 @@ struct DealerTransport::Impl {
     dealer.set(zmq::sockopt::maxmsgsize, cap);
     // libzmq resolves IPv4 only unless ZMQ_IPV6 is set before connecting; the daemon may bind tcp://[::1]:PORT.
     if (EndpointNeedsIpv6(endpoint)) dealer.set(zmq::sockopt::ipv6, true);
+    // ipc/PROTOCOL.md 1.5: a daemon with zmq_mechanism "plain" completes the handshake only with this credential.
+    if (plain_password) {
+      dealer.set(zmq::sockopt::plain_username, kPlainUsername);
+      dealer.set(zmq::sockopt::plain_password, *plain_password);
+    }
     dealer.connect(endpoint);
   }
 
@@ -71,10 +78,12 @@ bool EndpointNeedsIpv6(const std::string& endpoint) {
   return host.find_first_of("[:") != std::string_view::npos;  // "[::1]": an IPv6 literal
 }
 
-DealerTransport::DealerTransport(const std::string& endpoint, int linger_ms, std::int64_t max_msg_bytes)
+DealerTransport::DealerTransport(const std::string& endpoint, int linger_ms, std::int64_t max_msg_bytes,
+                                 std::optional<std::string> plain_password)
     : impl_(std::make_unique<Impl>()) {
   impl_->endpoint = endpoint;
   impl_->linger_ms = linger_ms;
+  impl_->plain_password = std::move(plain_password);
   impl_->max_msg_bytes = max_msg_bytes;
   try {
     std::string wake_endpoint = "inproc://igi-wake-" + std::to_string(g_instance.fetch_add(1));

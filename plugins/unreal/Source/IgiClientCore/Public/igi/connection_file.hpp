@@ -1,10 +1,12 @@
 // igi/connection_file.hpp - IgiClientCore, transport layer: the daemon's JSON connection file.
 //
 // {"transport", "ip", "port", "key" (64 hex digits), "signature_scheme": "hmac-sha256",
-//  "protocol_version", "pid"}; unknown fields are ignored (ipc/PROTOCOL.md section 13).
+//  "protocol_version", "pid", "zmq_mechanism"}; unknown fields are ignored (ipc/PROTOCOL.md section 13).
+// "zmq_mechanism" (protocol 1.2) is optional: a file without it (an older daemon) means "null".
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,10 +23,21 @@ struct ConnectionInfo {
   std::string signature_scheme;
   std::string protocol_version;
   std::int64_t pid = 0;
+  /// What the client presents at the ZeroMQ handshake (ipc/PROTOCOL.md 1.5): "plain" or "null" (none).
+  std::string zmq_mechanism = "null";
 
   /// ZeroMQ endpoint: "tcp://ip:port" or "ipc://path".
   std::string Endpoint() const;
+  /// The ZMQ_PLAIN password to present ("plain"), or nullopt for the NULL mechanism.
+  std::optional<std::string> PlainPassword() const;
 };
+
+/// The ZMQ_PLAIN username every client presents.
+inline constexpr const char* kPlainUsername = "igi";
+
+/// The ZMQ_PLAIN password of a launch key: the 64 ASCII bytes of the lowercase hex HMAC-SHA256(key,
+/// "igi-zmq-plain-1") (ipc/PROTOCOL.md 1.5). Derived one way, so PLAIN, which carries it in clear, never shows the key.
+std::string DerivePlainPassword(std::string_view key);
 
 /// Parses connection-file JSON text; throws ConnectionFileError naming the problem.
 ConnectionInfo ParseConnectionInfo(std::string_view json_text);

@@ -16,7 +16,7 @@
 
 namespace igi {
 
-inline constexpr const char* kProtocolVersion = "1.1";
+inline constexpr const char* kProtocolVersion = "1.2";
 inline constexpr std::int64_t kMaxTextChars = 65536;
 inline constexpr std::size_t kMaxGrammarChars = 65536;  ///< 1.1
 inline constexpr std::size_t kMaxSchemaChars = 16384;   ///< 1.1

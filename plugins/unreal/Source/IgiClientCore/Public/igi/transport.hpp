@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,13 @@ bool EndpointNeedsIpv6(const std::string& endpoint);
 
 class DealerTransport {
  public:
-  /// Creates the sockets and connects the DEALER to `endpoint` (ZeroMQ connects lazily). `max_msg_bytes` is the
-  /// DEALER's ZMQ_MAXMSGSIZE (-1 = none): libzmq drops the connection when the peer sends a larger frame, and, that
-  /// being a protocol error, does not re-establish it.
-  DealerTransport(const std::string& endpoint, int linger_ms, std::int64_t max_msg_bytes = kDefaultMaxMsgBytes);
+  /// Creates the sockets and connects the DEALER to `endpoint` (tcp:// or ipc://; ZeroMQ connects lazily).
+  /// `max_msg_bytes` is the DEALER's ZMQ_MAXMSGSIZE (-1 = none): libzmq drops the connection when the peer sends a
+  /// larger frame, and, that being a protocol error, does not re-establish it. With `plain_password` the DEALER
+  /// presents the ZMQ_PLAIN credential (username kPlainUsername) at its handshakes (ipc/PROTOCOL.md 1.5), on this
+  /// socket and on those Reconnect() makes; without it, none (the NULL mechanism).
+  DealerTransport(const std::string& endpoint, int linger_ms, std::int64_t max_msg_bytes = kDefaultMaxMsgBytes,
+                  std::optional<std::string> plain_password = std::nullopt);
   ~DealerTransport();
   DealerTransport(const DealerTransport&) = delete;
   DealerTransport& operator=(const DealerTransport&) = delete;

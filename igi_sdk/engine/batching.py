@@ -555,6 +555,13 @@ class BatchScheduler:
             if self._slots.of_session(session_id) is None:
                 self._slots.park(session_id, state)
 
+    def park_state(self, session_id: str, state: bytes) -> None:
+        """Keep a saved state (a session file's) for a session that holds no slot: it is parked and restored into a
+        slot on its next request. Unlike ``import_states`` it touches no slot, so the sequences running meanwhile go
+        on."""
+        if self._slots.of_session(session_id) is None:
+            self._slots.park(session_id, state)
+
     def reload(self, placement: Placement) -> float:
         """Pause, export every session, reload the engine with ``placement``, import, resume.
 

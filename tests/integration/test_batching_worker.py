@@ -159,3 +159,48 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(
         assert _check_protocol(fresh_events)["job-2"].finish_reason in ("stop", "length")
     finally:
         fresh.close()
+
+
+def test_a_session_file_restored_while_others_generate_leaves_them_running(
+    adapter: EngineAdapter, reference: dict[str, str], tmp_path: Path
+) -> None:
+    """A loaded session's KV state went in through ``import_states``, the after-reload path, which restores every
+    slot from the states it is given: the sessions running meanwhile had none, and the worker died ("running but its
+    state did not restore"), failing every generation (a multi-client soak with saves and loads found it)."""
+    events: list[Any] = []
+    sched = WorkerScheduler(adapter, adapter.llama_engine, events.append, max_prompt_tokens=400)
+    [guard] = [job for job in _jobs() if job.session_id == "guard"]
+    sched.submit(guard)
+    while sched.has_work():
+        sched.step()
+    tokens, state = sched.export("guard")
+    assert tokens and state is not None
+    session_file = tmp_path / "guard.igisession"
+    write_session_file(session_file, SessionSnapshot("guard", "", Sampling(), 0, (), "m", 1, tuple(tokens), state))
+    kv_file = read_session_file(session_file).kv_state
+    assert isinstance(kv_file, KvRef)
+    events.clear()
+    for job in _jobs():
+        if job.session_id != "guard":
+            sched.submit(job)
+    for _ in range(3):
+        sched.step()  # the others are running
+    sched.submit(
+        wp.Generate(
+            job_id="job-loaded",
+            session_id="loaded-guard",
+            max_tokens=4,
+            sampling=GREEDY,
+            kv_file=kv_file,
+            kv_tokens=tuple(tokens),
+            messages=(*guard.messages, ("assistant", reference["job-guard"]), ("user", "Open the gate.")),
+        )
+    )
+    while sched.has_work():
+        sched.step()
+    done = _check_protocol(events)
+    assert {j: d.text for j, d in done.items() if j != "job-loaded"} == {
+        j: t for j, t in reference.items() if j != "job-guard"
+    }
+    assert done["job-loaded"].finish_reason in ("stop", "length")
+    assert sched.scheduler.counters.prefill_tokens_reused_parked > 0

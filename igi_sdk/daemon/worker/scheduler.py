@@ -124,7 +124,7 @@ class WorkerScheduler:
         if job.kv_file is not None and self._sched.export_state(job.session_id) is None:
             saved = read_kv_state(job.kv_file)  # None: the file no longer holds it; the history is re-prefilled
             if saved is not None:
-                self._sched.import_states({job.session_id: saved})  # saved session file: restore, not re-prefill
+                self._sched.park_state(job.session_id, saved)  # saved session file: restored, not re-prefilled
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
         self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt), dropped_messages=dropped)

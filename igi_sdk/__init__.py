@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
     "GenerationResult": "igi_sdk.client.stream",
     "InternalDaemonError": "igi_sdk.client.errors",
     "InvalidImageError": "igi_sdk.client.errors",
+    "ReplayedError": "igi_sdk.client.errors",
     "Image": "igi_sdk.ipc.images",
     "InvalidArgumentError": "igi_sdk.client.errors",
     "InvalidGrammarError": "igi_sdk.client.errors",

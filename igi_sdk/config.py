@@ -63,6 +63,12 @@ class IpcSettings(_Section):
         default=None,
         description="where to write the connection file (JSON, mode 0600); default: runtime dir/igi-daemon-PID.json",
     )
+    replay_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a message whose sent_at is further than this from the daemon's clock, or whose msg_id it saw "
+        "within it, is refused as replayed, seconds",
+    )
     heartbeat_interval_s: float = Field(
         default=2.0, gt=0, description="heartbeat period advertised to clients, seconds"
     )

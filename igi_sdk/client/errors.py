@@ -12,6 +12,7 @@ IgiError
                InvalidGrammarError, InvalidSchemaError, UnknownToolError (protocol 1.1, each an InvalidRequestError),
                InvalidToolArgumentsError, InvalidOutputError (protocol 1.1: a constrained reply that did not validate)
                InvalidImageError (protocol 1.1, an InvalidRequestError: an image that is not what its format says)
+               ReplayedError (protocol 1.2: a copy of a signed message the daemon already executed, or too old)
 """
 
 from __future__ import annotations
@@ -205,6 +206,15 @@ class InvalidImageError(InvalidRequestError):
     code = ErrorCode.INVALID_IMAGE
 
 
+class ReplayedError(RequestError):
+    """The daemon refused a message as replayed (protocol 1.2): it saw its ``msg_id`` within its replay window, or
+    its ``sent_at`` lies outside the window. ``detail`` has ``reason`` (``duplicate``, ``stale``, ``future`` or
+    ``forgotten``) and ``window_s``. This client never sends a message twice: it meets this only with a clock off
+    by more than the window."""
+
+    code = ErrorCode.REPLAYED
+
+
 #: Every wire error code -> its exception class (tests assert the mapping is complete and one-to-one).
 ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
     cls.code: cls
@@ -230,6 +240,7 @@ ERROR_CLASSES: dict[ErrorCode, type[RequestError]] = {
         InvalidToolArgumentsError,
         InvalidOutputError,
         InvalidImageError,
+        ReplayedError,
     )
 }
 

@@ -150,6 +150,7 @@ class DaemonCore:
         outbox: sends frames to a client identity.
         worker: the engine worker port.
         clock: monotonic clock, seconds (injected for tests).
+        wall_clock: unix time, seconds, that headers' ``sent_at`` is judged by (the replay window; injected for tests).
     """
 
     def __init__(
@@ -159,12 +160,14 @@ class DaemonCore:
         outbox: Outbox,
         worker: WorkerPort,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.key = key
         self.outbox = outbox
         self.worker = worker
         self.clock = clock
+        self.wall_clock = wall_clock
         self.started_s = clock()
         self.counters: Counter[str] = Counter()
         #: More counters kept elsewhere (the ZAP handler's thread), read when the counters are reported.

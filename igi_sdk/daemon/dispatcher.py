@@ -1,8 +1,9 @@
 """Daemon layer: turns received frames into handler calls; nothing a client sends can kill it.
 
 Order of checks (``ipc/PROTOCOL.md`` section 2): frame shape and signature (failures are dropped and
-counted, never answered, and the connection's later messages are dropped unchecked), header and content (``error_reply``), protocol major, request kind, then the
-handler. A handler raises :class:`~igi_sdk.daemon.core.RequestError` for a typed error reply; any other
+counted, never answered, and the connection's later messages are dropped unchecked), header, the replay window
+(``error_reply{replayed}``: a signed message is executed at most once), protocol major, type and content
+(``error_reply``), request kind, then the handler. A handler raises :class:`~igi_sdk.daemon.core.RequestError` for a typed error reply; any other
 exception becomes ``error_reply{internal}`` and is logged with its traceback.
 """
 
@@ -20,11 +21,13 @@ from igi_sdk.daemon import handlers_session as hs
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.model_switch import ModelSwitch
+from igi_sdk.ipc.codec import decode_content, decode_header
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.errors import BadFrame, BadSignature, ProtocolError
-from igi_sdk.ipc.frames import split_routing, unpack_message
+from igi_sdk.ipc.frames import check_frames, split_routing
 from igi_sdk.ipc.messages import PRIORITY_TYPES, Message
+from igi_sdk.ipc.replay import ReplayVerdict, ReplayWindow
 
 Handler = Callable[[DaemonCore, bytes, Header, Any], None]
 
@@ -49,6 +52,7 @@ class Dispatcher:
         self._budget = budget
         self._switch = switch
         self._refused: OrderedDict[bytes, None] = OrderedDict()
+        self.replay_window = ReplayWindow(core.settings.ipc.replay_window_s)
         self._handlers: dict[str, Handler] = {
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,
@@ -77,10 +81,17 @@ class Dispatcher:
         if identity in self._refused:  # this connection sent a bad frame: dropped unread, no HMAC to compute
             core.counters["dropped_refused_peer"] += 1
             return None
+        limit = core.settings.limits.max_frame_bytes
         try:
-            header, message = unpack_message(
-                core.key, message_frames, max_frame_bytes=core.settings.limits.max_frame_bytes
-            )
+            check_frames(core.key, message_frames)
+            header = decode_header(message_frames[2], max_frame_bytes=limit)
+            replayed = self._replayed(header)
+            if replayed is not None:
+                core.clients[identity] = core.clock()
+                core.counters["replayed"] += 1
+                core.send_error(identity, header, replayed)
+                return None
+            message = decode_content(header, message_frames[3], max_frame_bytes=limit)
         except BadSignature:
             core.counters["bad_signature"] += 1
             self._refuse(identity)
@@ -147,6 +158,23 @@ class Dispatcher:
                 ordinary.add(identity)
         for identity, header, message in rest:
             self.handle(identity, header, message)
+
+    def _replayed(self, header: Header) -> RequestError | None:
+        """The ``replayed`` error for a message the window has seen or cannot vouch for, else None (it is remembered).
+
+        A generate_request reusing a running generation's msg_id is let through to its own answer
+        (``duplicate_msg_id``, PROTOCOL.md 6.6), which the daemon gives before anything else about it."""
+        core = self._core
+        if header.type == "generate_request" and header.msg_id in core.jobs:
+            return None
+        verdict = self.replay_window.check(header.msg_id, header.sent_at, core.wall_clock())
+        if verdict is ReplayVerdict.FRESH:
+            return None
+        return RequestError(
+            ErrorCode.REPLAYED,
+            f"message {header.msg_id} refused as replayed ({verdict.value}): a signed message is executed at most once",
+            {"reason": verdict.value, "window_s": self.replay_window.window_s},
+        )
 
     def _refuse(self, identity: bytes) -> None:
         """Remember a connection that sent a bad frame or signature (at most ``MAX_REFUSED_PEERS``, oldest forgotten

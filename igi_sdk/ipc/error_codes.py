@@ -40,6 +40,8 @@ class ErrorCode(StrEnum):
     INVALID_OUTPUT = "invalid_output"
     # 1.1: images
     INVALID_IMAGE = "invalid_image"
+    # 1.2: the replay window
+    REPLAYED = "replayed"
 
 
 #: Default of ``error_reply.retryable`` for each code: True when the same request may succeed
@@ -66,6 +68,7 @@ RETRYABLE_BY_DEFAULT: dict[ErrorCode, bool] = {
     ErrorCode.INVALID_TOOL_ARGUMENTS: True,
     ErrorCode.INVALID_OUTPUT: True,
     ErrorCode.INVALID_IMAGE: False,
+    ErrorCode.REPLAYED: False,
 }
 
 

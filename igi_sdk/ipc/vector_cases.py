@@ -286,6 +286,18 @@ VALID_CASES: list[Case] = [
         "load_model_request_mmproj",
         m.LoadModelRequest(model_path="/models/vlm.gguf", n_ctx=4096, mmproj_path="/models/vlm-mmproj.gguf"),
     ),
+    # 1.2: the replay window
+    Case(
+        "error_reply_replayed",
+        m.ErrorReply(
+            code=ErrorCode.REPLAYED,
+            message="message 00000000000040008000000000000016 refused as replayed (duplicate)",
+            detail={"reason": "duplicate", "window_s": 300.0},
+            retryable=False,
+        ),
+        parent=22,
+        session_id=SID,
+    ),
 ]
 
 

@@ -367,3 +367,40 @@ def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
     dispatcher.on_batch([_frames(ReclaimRequest(vram_budget_mib=128, deadline_s=1.0))])
     assert [type(reply).__name__ for _h, reply in _replies(sent)[-2:]] == ["ErrorReply", "ErrorReply"]
     assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (512, 512)
+
+
+def test_a_replayed_message_is_answered_replayed_and_executed_once() -> None:
+    """PROTOCOL.md 2.1: a copy of a signed message gets error_reply{replayed}; its handler ran only for the original."""
+    dispatcher, core, sent = _setup()
+    create = _frames(CreateSessionRequest(persona="p", system_prompt="s"))
+    dispatcher.on_batch([create])
+    dispatcher.on_batch([list(create)])
+    assert len(core.sessions) == 1 and core.counters["replayed"] == 1
+    (first_header, first), (second_header, second) = _replies(sent)
+    assert first.type == "create_session_reply"
+    assert isinstance(second, ErrorReply) and second.code == ErrorCode.REPLAYED and not second.retryable
+    assert second.detail == {"reason": "duplicate", "window_s": 300.0}
+    assert first_header.parent_id == second_header.parent_id == unpack_message(KEY, create[1:])[0].msg_id
+
+
+@pytest.mark.parametrize(("age_s", "reason"), [(301.0, "stale"), (-301.0, "future")])
+def test_a_message_stamped_outside_the_window_is_refused(age_s: float, reason: str) -> None:
+    dispatcher, core, sent = _setup()
+    header = new_header("status_request", sent_at=core.wall_clock() - age_s)
+    dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
+    ((_h, reply),) = _replies(sent)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.REPLAYED and reply.detail["reason"] == reason
+
+
+def test_a_running_generations_msg_id_still_gets_its_duplicate_answer() -> None:
+    """Rule 6.6 goes first: the same generate_request frames again while it runs are a duplicate_msg_id, not a
+    replay, so the client knows its first request goes on."""
+    dispatcher, core, sent = _setup()
+    dispatcher.on_batch([_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
+    sid = _replies(sent)[0][1].session_id
+    generate = _frames(GenerateRequest(text="hi"), session_id=sid)
+    dispatcher.on_batch([generate])
+    dispatcher.on_batch([list(generate)])
+    reply = _replies(sent)[-1][1]
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
+    assert reply.detail == {"duplicate_msg_id": True} and len(core.jobs) == 1

@@ -398,6 +398,7 @@ namespace Igi.Tests
                     { "invalid_tool_arguments", typeof(IgiInvalidToolArgumentsException) },
                     { "invalid_output", typeof(IgiInvalidOutputException) },
                     { "invalid_image", typeof(IgiInvalidImageException) },
+                    { "replayed", typeof(IgiReplayedException) },
                 };
                 Check.Equal(expected.Count, ErrorCodes.ExceptionFactories.Count, "table size");
                 var signer = new Signer(new byte[32]);

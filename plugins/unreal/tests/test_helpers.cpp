@@ -135,6 +135,7 @@ const ExpectedError kExpectedErrors[] = {
     IGI_EXPECT("invalid_tool_arguments", kInvalidToolArguments, true, InvalidToolArgumentsError),
     IGI_EXPECT("invalid_output", kInvalidOutput, true, InvalidOutputError),
     IGI_EXPECT("invalid_image", kInvalidImage, false, InvalidImageError),
+    IGI_EXPECT("replayed", kReplayed, false, ReplayedError),
 };
 #undef IGI_EXPECT
 
@@ -226,8 +227,8 @@ TEST(error_codes_map_to_typed_errors_in_one_place) {
     CHECK_MSG(igi::RetryableByDefault(row.code) == row.retryable, row.wire << ": wrong default retryable");
     CheckMapping(row.wire, row);
   }
-  // The table covers every value of the enum exactly once (kInvalidImage is the last one).
-  constexpr int kEnumSize = static_cast<int>(igi::ErrorCode::kInvalidImage) + 1;
+  // The table covers every value of the enum exactly once (kReplayed is the last one).
+  constexpr int kEnumSize = static_cast<int>(igi::ErrorCode::kReplayed) + 1;
   CHECK_EQ(sizeof(kExpectedErrors) / sizeof(kExpectedErrors[0]), static_cast<std::size_t>(kEnumSize));
   for (int c = 0; c < kEnumSize; ++c) {
     int rows = 0;

@@ -32,6 +32,8 @@ namespace Igi.Protocol
         public const string InvalidOutput = "invalid_output";
         // 1.1: images
         public const string InvalidImage = "invalid_image";
+        // 1.2: the replay window (PROTOCOL.md 2.1)
+        public const string Replayed = "replayed";
 #pragma warning restore 1591
 
         /// <summary>The mapping table: every code and the exception it raises on the client.</summary>
@@ -59,6 +61,7 @@ namespace Igi.Protocol
                 { InvalidToolArguments, e => new IgiInvalidToolArgumentsException(e) },
                 { InvalidOutput, e => new IgiInvalidOutputException(e) },
                 { InvalidImage, e => new IgiInvalidImageException(e) },
+                { Replayed, e => new IgiReplayedException(e) },
             };
 
         /// <summary>The code if known; an unknown string from a newer minor version reads as <see cref="Internal"/>.</summary>
@@ -116,5 +119,7 @@ namespace Igi.Protocol
     public sealed class IgiInvalidToolArgumentsException : IgiRemoteException { public IgiInvalidToolArgumentsException(ErrorReply r) : base(r) { } }
     public sealed class IgiInvalidOutputException : IgiRemoteException { public IgiInvalidOutputException(ErrorReply r) : base(r) { } }
     public sealed class IgiInvalidImageException : IgiRemoteException { public IgiInvalidImageException(ErrorReply r) : base(r) { } }
+    /// <summary>Protocol 1.2: the daemon refused a copy of a message it already executed, or one stamped outside its replay window.</summary>
+    public sealed class IgiReplayedException : IgiRemoteException { public IgiReplayedException(ErrorReply r) : base(r) { } }
 #pragma warning restore 1591
 }

@@ -34,6 +34,7 @@ constexpr CodeEntry kCodes[] = {
     {ErrorCode::kInvalidToolArguments, "invalid_tool_arguments", true},
     {ErrorCode::kInvalidOutput, "invalid_output", true},
     {ErrorCode::kInvalidImage, "invalid_image", false},
+    {ErrorCode::kReplayed, "replayed", false},
 };
 
 template <typename E>
@@ -102,6 +103,7 @@ std::exception_ptr MakeRequestError(std::string_view wire_code, const std::strin
       return Make<InvalidToolArgumentsError>(code, wire_code, message, detail, retryable);
     case ErrorCode::kInvalidOutput: return Make<InvalidOutputError>(code, wire_code, message, detail, retryable);
     case ErrorCode::kInvalidImage: return Make<InvalidImageError>(code, wire_code, message, detail, retryable);
+    case ErrorCode::kReplayed: return Make<ReplayedError>(code, wire_code, message, detail, retryable);
   }
   return Make<RequestError>(code, wire_code, message, detail, retryable);
 }

@@ -114,7 +114,9 @@ enum class ErrorCode {
   kInvalidToolArguments,
   kInvalidOutput,
   // 1.1: images
-  kInvalidImage,  ///< the last value
+  kInvalidImage,
+  // 1.2: the replay window (ipc/PROTOCOL.md 2.1)
+  kReplayed,  ///< the last value
 };
 
 /// The wire string of `code` ("invalid_request", ...).
@@ -186,6 +188,7 @@ IGI_REQUEST_ERROR(UnknownToolError)
 IGI_REQUEST_ERROR(InvalidToolArgumentsError)
 IGI_REQUEST_ERROR(InvalidOutputError)
 IGI_REQUEST_ERROR(InvalidImageError)
+IGI_REQUEST_ERROR(ReplayedError)
 #undef IGI_REQUEST_ERROR
 
 /// Builds the RequestError subclass for a wire code: the single code -> exception mapping.

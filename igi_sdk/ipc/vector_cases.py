@@ -587,6 +587,53 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
             ),
             "invalid_request",
         ),
+        (
+            "generate_request_grammar_and_json_schema",
+            _signed(
+                key,
+                _raw_header(2014, "generate_request", session_id=SID),
+                {
+                    "text": "hi",
+                    "max_tokens": None,
+                    "sampling": None,
+                    "priority": None,
+                    "grammar": 'root ::= "yes"',
+                    "json_schema": '{"type": "boolean"}',
+                },
+            ),
+            "invalid_request",
+        ),
+        (
+            "create_session_grammar_and_json_schema",
+            _signed(
+                key,
+                _raw_header(2015, "create_session_request"),
+                {
+                    "persona": "p",
+                    "system_prompt": "",
+                    "grammar": 'root ::= "yes"',
+                    "json_schema": '{"type": "boolean"}',
+                },
+            ),
+            "invalid_request",
+        ),
+        (
+            "tool_names_not_distinct",
+            _signed(
+                key,
+                _raw_header(2016, "create_session_request"),
+                {
+                    "persona": "p",
+                    "system_prompt": "",
+                    "tools": [
+                        {"name": "give_item", "description": "", "parameters": "{}"},
+                        {"name": "wave", "description": "", "parameters": "{}"},
+                        {"name": "give_item", "description": "twice", "parameters": "{}"},
+                    ],
+                },
+            ),
+            "invalid_request",
+        ),
         ("header_major_version_2", _signed(key, good_h | {"protocol_version": "2.0"}, good_c), "unsupported_version"),
         ("unknown_type", _signed(key, _raw_header(2006, "teleport_request"), {"where": "moon"}), "unknown_type"),
     ]

@@ -527,6 +527,28 @@ namespace Igi.Tests
                     }
                     finally { System.IO.Directory.Delete(dir, true); }
                 });
+            t.Add("client:requests_the_daemon_would_refuse_as_invalid_request_are_not_sent", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                byte[] identity;
+                using (var router = new TestRouter())
+                using (IgiClient client = ConnectTo(router, signer, out identity))
+                {
+                    var both = new GenerateRequest { Text = "hi", Grammar = "root ::= \"yes\"", JsonSchema = "{\"type\": \"boolean\"}" };
+                    var e = Check.Throws<IgiProtocolException>(() => client.Generate("s1", both, null, null, null), "grammar and json_schema");
+                    Check.Equal("invalid_request", e.Classification, "classification");
+                    var twice = new CreateSessionRequest { Persona = "p", Tools = { new Tool { Name = "give_item" }, new Tool { Name = "give_item" } } };
+                    e = Check.Throws<IgiProtocolException>(() => IgiClient.Wait(client.CreateSessionAsync(twice)), "duplicate tool names");
+                    Check.Equal("invalid_request", e.Classification, "classification");
+                    // The next request the daemon sees is the valid one: neither refused request left the client.
+                    Task<string> created = client.CreateSessionAsync(new CreateSessionRequest { Persona = "p", Tools = { new Tool { Name = "give_item" } } });
+                    Envelope sent = ReceiveSkippingHeartbeats(router, signer, out identity);
+                    Check.Equal(CreateSessionRequest.TypeName, sent.Message.Type, "the valid request");
+                    Check.Equal(1, ((CreateSessionRequest)sent.Message).Tools.Count, "its one tool");
+                    router.Send(identity, Reply(sent, new CreateSessionReply { SessionId = "s1" }, signer));
+                    Check.Equal("s1", IgiClient.Wait(created), "answered");
+                }
+            });
             t.Add("client:dispose_fails_requests_in_flight", () =>
             {
                 var signer = Signer.FromHex(KeyHex);

@@ -78,6 +78,35 @@ namespace Igi.Tests
                 Check.Equal(typeof(IgiInvalidSchemaException), ErrorCodes.ToException(new ErrorReply { Code = "invalid_schema", Message = "m" }).GetType(), "invalid_schema");
                 Check.Equal(typeof(IgiInvalidToolArgumentsException), ErrorCodes.ToException(new ErrorReply { Code = "invalid_tool_arguments", Message = "m" }).GetType(), "invalid_tool_arguments");
             });
+            t.Add("structured:decoder_refuses_grammar_with_json_schema_and_duplicate_tool_names", () =>
+            {
+                var both = new MsgPackMap().Add("text", "hi").Add("grammar", "root ::= \"yes\"").Add("json_schema", "{\"type\": \"boolean\"}");
+                var e = Check.Throws<IgiProtocolException>(
+                    () => GenerateRequest.Read(new FieldReader(MsgPackReader.Decode(MsgPackWriter.Encode(both)), "generate_request")), "generate both");
+                Check.Equal("invalid_request", e.Classification, "generate_request: classification");
+                var session = new MsgPackMap().Add("persona", "p").Add("system_prompt", "").Add("grammar", "root ::= \"yes\"").Add("json_schema", "{}");
+                e = Check.Throws<IgiProtocolException>(
+                    () => CreateSessionRequest.Read(new FieldReader(MsgPackReader.Decode(MsgPackWriter.Encode(session)), "create_session_request")), "session both");
+                Check.Equal("invalid_request", e.Classification, "create_session_request: classification");
+                var tools = new List<object> { new MsgPackMap().Add("name", "wave"), new MsgPackMap().Add("name", "wave") };
+                var twice = new MsgPackMap().Add("persona", "p").Add("system_prompt", "").Add("tools", tools);
+                e = Check.Throws<IgiProtocolException>(
+                    () => CreateSessionRequest.Read(new FieldReader(MsgPackReader.Decode(MsgPackWriter.Encode(twice)), "create_session_request")), "tools twice");
+                Check.True(e.Message.Contains("'wave' twice"), "the message names the tool: " + e.Message);
+                // Names differing in case are distinct (the daemon compares them as written).
+                var cased = new List<object> { new MsgPackMap().Add("name", "wave"), new MsgPackMap().Add("name", "Wave") };
+                var ok = (CreateSessionRequest)CreateSessionRequest.Read(new FieldReader(
+                    MsgPackReader.Decode(MsgPackWriter.Encode(new MsgPackMap().Add("persona", "p").Add("system_prompt", "").Add("tools", cased))), "create_session_request"));
+                Check.Equal(2, ok.Tools.Count, "wave and Wave");
+            });
+            t.Add("structured:validate_states_the_rules_the_decoder_checks", () =>
+            {
+                new GenerateRequest { Grammar = "root ::= \"a\"" }.Validate();
+                new CreateSessionRequest { JsonSchema = "{}", Tools = { new Tool { Name = "a" }, new Tool { Name = "b" } } }.Validate();
+                Check.Throws<IgiProtocolException>(() => new GenerateRequest { Grammar = "root ::= \"a\"", JsonSchema = "{}" }.Validate(), "generate both");
+                Check.Throws<IgiProtocolException>(() => new CreateSessionRequest { Grammar = "root ::= \"a\"", JsonSchema = "{}" }.Validate(), "session both");
+                Check.Throws<IgiProtocolException>(() => new CreateSessionRequest { Tools = { new Tool { Name = "a" }, new Tool { Name = "a" } } }.Validate(), "tools twice");
+            });
         }
     }
 }

@@ -348,6 +348,47 @@ TEST(client_refuses_requests_before_connect_and_sends_hello_first) {
   CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
 }
 
+TEST(client_refuses_grammar_with_json_schema_and_a_tool_name_twice_unsent) {
+  FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type == igi::CreateSessionRequest::kType) return {Reply(igi::CreateSessionReply{"npc-1"})};
+    if (request.header.type == igi::GenerateRequest::kType) return {Reply(Done("", 0))};
+    return {};
+  });
+  igi::ClientOptions options;
+  options.request_timeout_s = 2.0;
+  igi::Client client(daemon.info(), options);
+  client.Connect();
+  igi::GenerateRequest both;
+  both.text = "hi";
+  both.grammar = std::string("root ::= \"yes\"");
+  both.json_schema = std::string("{\"type\": \"boolean\"}");
+  CHECK_THROWS_AS(client.Generate("npc-1", both, igi::GenerateCallbacks{}), igi::InvalidRequestError);
+  igi::CreateSessionRequest twice;
+  igi::Tool give;
+  give.name = "give_item";
+  twice.tools = {give, give};
+  CHECK_THROWS_AS(client.CreateSession(twice), igi::InvalidRequestError);
+  CHECK_THROWS_AS(client.CreateSessionAsync(twice, {}), igi::InvalidRequestError);
+  igi::CreateSessionRequest session_both;
+  session_both.grammar = both.grammar;
+  session_both.json_schema = both.json_schema;
+  try {
+    client.CreateSession(session_both);
+    CHECK_MSG(false, "grammar and json_schema together were sent");
+  } catch (const igi::IgiError& e) {
+    CHECK_EQ(e.kind(), std::string("invalid_request"));
+    CHECK(std::string(e.what()).find("at most one of grammar and json_schema") != std::string::npos);
+  }
+  // None of them reached the daemon; the valid forms do.
+  twice.tools.pop_back();
+  CHECK_EQ(client.CreateSession(twice).session_id, std::string("npc-1"));
+  std::vector<std::string> received = daemon.Received();
+  REQUIRE(received.size() == 2u);
+  CHECK_EQ(received[0], std::string(igi::HelloRequest::kType));
+  CHECK_EQ(received[1], std::string(igi::CreateSessionRequest::kType));
+  client.Close();
+}
+
 TEST(client_async_requests_time_out_and_forget_drops_their_callbacks) {
   FakeDaemon daemon;  // answers hello and heartbeats only
   igi::ClientOptions options;

@@ -234,3 +234,32 @@ TEST(protocol_1_1_tool_fields_round_trip_and_are_checked) {
   generate.grammar = std::string();  // grammar, when set, is 1-65536 characters
   CHECK_THROWS_AS(igi::StructFromValue<igi::GenerateRequest>(igi::StructToValue(generate)), igi::DecodeError);
 }
+
+TEST(protocol_1_1_decoder_refuses_grammar_with_json_schema_and_a_tool_name_twice) {
+  igi::GenerateRequest generate;
+  generate.grammar = std::string("root ::= \"yes\"");
+  generate.json_schema = std::string("{\"type\": \"boolean\"}");
+  CHECK_THROWS_AS(igi::StructFromValue<igi::GenerateRequest>(igi::StructToValue(generate)), igi::DecodeError);
+  generate.json_schema.reset();
+  CHECK(igi::StructFromValue<igi::GenerateRequest>(igi::StructToValue(generate)).grammar.has_value());
+
+  igi::CreateSessionRequest create;
+  create.grammar = generate.grammar;
+  create.json_schema = std::string("{}");
+  CHECK_THROWS_AS(igi::StructFromValue<igi::CreateSessionRequest>(igi::StructToValue(create)), igi::DecodeError);
+  create.grammar.reset();
+  igi::Tool wave;
+  wave.name = "wave";
+  igi::Tool wave_cased = wave;
+  wave_cased.name = "Wave";  // names are compared as written: wave and Wave are two tools
+  create.tools = {wave, wave_cased};
+  CHECK_EQ(igi::StructFromValue<igi::CreateSessionRequest>(igi::StructToValue(create)).tools.size(),
+           static_cast<std::size_t>(2));
+  create.tools.push_back(wave);
+  try {
+    igi::StructFromValue<igi::CreateSessionRequest>(igi::StructToValue(create));
+    CHECK_MSG(false, "a tool name twice was accepted");
+  } catch (const igi::DecodeError& e) {
+    CHECK(std::string(e.what()).find("'wave' twice") != std::string::npos);
+  }
+}

@@ -64,6 +64,7 @@ namespace Igi.Client
 
         private void Enqueue(Header header, IgiRequest request, Pending pending, double timeoutS)
         {
+            request.Validate();  // refused here with the code the daemon would give (grammar and json_schema both set, ...)
             byte[][] frames;
             try { frames = WireCodec.Encode(header, request, _signer); }
             catch (ArgumentException e)  // e.g. text with a lone UTF-16 surrogate: no valid UTF-8 to send

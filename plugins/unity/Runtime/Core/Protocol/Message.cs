@@ -51,6 +51,13 @@ namespace Igi.Protocol
 
         /// <summary>The type of the successful terminal reply (error_reply can end any request).</summary>
         public abstract string ReplyType { get; }
+
+        /// <summary>
+        /// Checks the rules that span several fields (the decoder runs them after reading a request; the client runs
+        /// them before sending one, so a request the daemon would refuse never leaves). Nothing to check by default.
+        /// </summary>
+        /// <exception cref="IgiProtocolException">A rule is broken (classification invalid_request).</exception>
+        public virtual void Validate() { }
     }
 
     /// <summary>Maps wire type strings to content readers for every message of protocol 1.x.</summary>

@@ -1,4 +1,5 @@
 // Layer: core/protocol. NPC session and generation messages.
+using System;
 using System.Collections.Generic;
 using Igi.MsgPack;
 
@@ -63,7 +64,7 @@ namespace Igi.Protocol
         /// <summary>Reads the content.</summary>
         public static IgiMessage Read(FieldReader r)
         {
-            return new CreateSessionRequest
+            var request = new CreateSessionRequest
             {
                 Persona = r.Str("persona", maxLength: 256),
                 SystemPrompt = r.Str("system_prompt", maxLength: 65536),
@@ -73,6 +74,38 @@ namespace Igi.Protocol
                 JsonSchema = r.OptText("json_schema", 1, MaxSchemaChars),
                 Tools = r.ObjList("tools", Tool.Read, MaxTools),
             };
+            request.Validate();
+            return request;
+        }
+
+        /// <summary>At most one of Grammar and JsonSchema, and distinct tool names (ipc/PROTOCOL.md 7.4).</summary>
+        /// <exception cref="IgiProtocolException">Either rule is broken (classification invalid_request).</exception>
+        public override void Validate()
+        {
+            RequestRules.AtMostOneConstraint(TypeName, Grammar, JsonSchema);
+            RequestRules.DistinctToolNames(TypeName, Tools);
+        }
+    }
+
+    /// <summary>The checks across fields of the 1.1 session requests, shared by the decoder and the client.</summary>
+    internal static class RequestRules
+    {
+        internal static void AtMostOneConstraint(string what, string grammar, string jsonSchema)
+        {
+            if (grammar != null && jsonSchema != null)
+                throw new IgiProtocolException("invalid " + what + ": set at most one of 'grammar' and 'json_schema'");
+        }
+
+        internal static void DistinctToolNames(string what, List<Tool> tools)
+        {
+            if (tools == null) return;
+            var seen = new HashSet<string>(StringComparer.Ordinal);
+            foreach (Tool tool in tools)
+            {
+                if (tool == null) throw new IgiProtocolException("invalid " + what + ": field 'tools' holds a null tool");
+                if (!seen.Add(tool.Name))
+                    throw new IgiProtocolException("invalid " + what + ": field 'tools' names '" + tool.Name + "' twice (tool names must be distinct)");
+            }
         }
     }
 
@@ -160,7 +193,7 @@ namespace Igi.Protocol
         /// <summary>Reads the content.</summary>
         public static IgiMessage Read(FieldReader r)
         {
-            return new GenerateRequest
+            var request = new GenerateRequest
             {
                 Text = r.Str("text", maxLength: 65536),
                 MaxTokens = r.Int("max_tokens", false, true, min: 1),
@@ -172,7 +205,13 @@ namespace Igi.Protocol
                 ToolResult = r.Obj("tool_result", ToolResult.Read, false, true),
                 Image = r.Obj("image", Image.Read, false, true),
             };
+            request.Validate();
+            return request;
         }
+
+        /// <summary>At most one of Grammar and JsonSchema (ipc/PROTOCOL.md 7.4).</summary>
+        /// <exception cref="IgiProtocolException">Both are set (classification invalid_request).</exception>
+        public override void Validate() { RequestRules.AtMostOneConstraint(TypeName, Grammar, JsonSchema); }
     }
 
     /// <summary>One generated token (non-terminal).</summary>

@@ -46,7 +46,23 @@ HelloReply Client::Connect() {
   return reply;
 }
 
+namespace {
+
+// A request the daemon would answer invalid_request for its fields together (grammar and json_schema both set,
+// a tool name twice) is refused here with that error, unsent.
+template <class Req>
+void RefuseInvalid(const Req& request) {
+  try {
+    request.Check(Req::kType);
+  } catch (const DecodeError& e) {
+    throw InvalidRequestError(ErrorCode::kInvalidRequest, "invalid_request", e.what(), Value());
+  }
+}
+
+}  // namespace
+
 CreateSessionReply Client::CreateSession(const CreateSessionRequest& request) {
+  RefuseInvalid(request);
   return Call<CreateSessionRequest, CreateSessionReply>(request, std::nullopt, impl_->options.request_timeout_s);
 }
 
@@ -92,6 +108,7 @@ Pending AsyncEntry(std::function<void(const Reply&)> on_reply, ErrorCallback on_
 
 std::string Client::Generate(const std::string& session_id, const GenerateRequest& request,
                              GenerateCallbacks callbacks) {
+  RefuseInvalid(request);
   Pending p = AsyncEntry<GenerateReply>(std::move(callbacks.on_done), std::move(callbacks.on_error));
   if (callbacks.on_token) {
     p.on_event = [cb = std::move(callbacks.on_token)](const Envelope& env) {
@@ -127,6 +144,7 @@ std::string Client::FrameStatsAsync(const FrameStatsRequest& request,
 std::string Client::CreateSessionAsync(const CreateSessionRequest& request,
                                        std::function<void(const CreateSessionReply&)> on_reply,
                                        ErrorCallback on_error) {
+  RefuseInvalid(request);
   return impl_->Send(CreateSessionRequest::kType, std::nullopt, StructToValue(request),
                      AsyncEntry<CreateSessionReply>(std::move(on_reply), std::move(on_error)),
                      impl_->options.request_timeout_s);

@@ -1,6 +1,10 @@
 // messages.cpp - IgiClientCore, messages layer: the message type registry.
 #include "igi/messages.hpp"
 
+#include <set>
+
+#include "igi/errors.hpp"
+
 namespace igi {
 namespace {
 
@@ -37,6 +41,23 @@ constexpr ReplyPair kTerminalReplies[] = {
 };
 
 }  // namespace
+
+void CheckAtMostOneConstraint(const std::optional<std::string>& grammar, const std::optional<std::string>& json_schema,
+                              const std::string& path) {
+  if (grammar && json_schema) {
+    throw DecodeError((path.empty() ? std::string() : path + ": ") + "set at most one of grammar and json_schema");
+  }
+}
+
+void CheckDistinctToolNames(const std::vector<Tool>& tools, const std::string& path) {
+  std::set<std::string> seen;
+  for (const Tool& tool : tools) {
+    if (!seen.insert(tool.name).second) {
+      throw DecodeError((path.empty() ? std::string() : path + ".") + "tools: '" + tool.name +
+                        "' twice (tool names must be distinct)");
+    }
+  }
+}
 
 const std::vector<MessageTypeInfo>& AllMessageTypes() {
   static const std::vector<MessageTypeInfo> kTypes = {

@@ -78,7 +78,9 @@ class Client {
   /// than the handshake ran with (ZMQ_MAXMSGSIZE = 2 x it, ipc/PROTOCOL.md 1.4), the socket is replaced by a fresh
   /// one with that cap and the handshake is repeated on it (libzmq applies the option to new connections only).
   HelloReply Connect();
-  /// Opens an NPC session; returns its id (also in the reply).
+  /// Opens an NPC session; returns its id (also in the reply). A request with both grammar and json_schema, or a
+  /// tool name twice, throws InvalidRequestError unsent (CreateSessionRequest::Check; Generate and
+  /// CreateSessionAsync do the same).
   CreateSessionReply CreateSession(const CreateSessionRequest& request);
   void CloseSession(const std::string& session_id);
   BudgetAck SetBudget(std::int64_t vram_budget_mib, const std::string& reason = "");

@@ -169,6 +169,12 @@ struct FrameStatsReply {
 };
 
 // --- sessions ---------------------------------------------------------------------------------------
+/// 1.1: the rules across fields of the session requests (ipc/PROTOCOL.md 7.4): at most one of grammar and
+/// json_schema; distinct tool names. Throw DecodeError (invalid_request), naming `path` (the message's field path).
+void CheckAtMostOneConstraint(const std::optional<std::string>& grammar, const std::optional<std::string>& json_schema,
+                              const std::string& path);
+void CheckDistinctToolNames(const std::vector<Tool>& tools, const std::string& path);
+
 struct CreateSessionRequest {
   IGI_MESSAGE("create_session_request", "request", false, false)
   std::string persona;
@@ -187,6 +193,11 @@ struct CreateSessionRequest {
     v.Def("grammar", grammar, rules::Text(1, kMaxGrammarChars));
     v.Def("json_schema", json_schema, rules::Text(1, kMaxSchemaChars));
     v.Def("tools", tools, rules::MaxLen(kMaxTools));
+  }
+  /// Run by the decoder after the fields, and by the client before sending (a request the daemon would refuse).
+  void Check(const std::string& path) const {
+    CheckAtMostOneConstraint(grammar, json_schema, path);
+    CheckDistinctToolNames(tools, path);
   }
 };
 
@@ -234,6 +245,8 @@ struct GenerateRequest {
     v.Def("tool_result", tool_result);
     v.Def("image", image);
   }
+  /// Run by the decoder after the fields, and by the client before sending (a request the daemon would refuse).
+  void Check(const std::string& path) const { CheckAtMostOneConstraint(grammar, json_schema, path); }
 };
 
 struct TokenEvent {

@@ -5,7 +5,8 @@
 //   v.Def("name", field, rule)   key may be missing; the C++ default then stays
 // FieldWriter turns a struct into a canonical ValueMap (every key written, nil for empty optionals);
 // FieldReader fills a struct from a decoded map, ignoring unknown keys and throwing DecodeError (code
-// invalid_request) for a missing required key, a wrong type or a value outside its Rule.
+// invalid_request) for a missing required key, a wrong type or a value outside its Rule; a struct with a
+// `void Check(const std::string& path) const` member has it run after its fields (rules across fields).
 #pragma once
 
 #include <cstddef>
@@ -218,11 +219,19 @@ void FromWire(const Value& v, std::optional<T>& x, const std::string& path) {
   x = std::move(inner);
 }
 
+/// Has a `void Check(const std::string& path) const` member: rules across its fields, run after its fields are read.
+template <class T, class = void>
+struct HasCrossFieldCheck : std::false_type {};
+template <class T>
+struct HasCrossFieldCheck<T, std::void_t<decltype(std::declval<const T&>().Check(std::declval<const std::string&>()))>>
+    : std::true_type {};
+
 template <class T, std::enable_if_t<IsWireStruct<T>::value, int>>
 void FromWire(const Value& v, T& x, const std::string& path) {
   if (!v.is_map()) throw DecodeError(path + ": expected a map, got " + Value::KindName(v.kind()));
   FieldReader r{v, path.empty() ? std::string() : path + "."};
   x.Visit(r);
+  if constexpr (HasCrossFieldCheck<T>::value) x.Check(path);
 }
 
 template <class T, std::enable_if_t<IsWireStruct<T>::value, int>>

@@ -6,7 +6,9 @@ background when it needs dry runs, with an interim CPU-only reload when none fit
 continues), or on a GPU machine between a GPU and a CPU-only placement a worker replacement (``budget_worker``) -> on
 ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight at a
 time; a newer target supersedes a queued one, and every waiting ack is answered when the reload that satisfies it
-completes. docs/daemon.md, "Budget change sequence" and "Worker replacement", tells the whole story.
+completes. ``BudgetControl.state`` (``policy.budget.BudgetState``) is the one record of the budget (requested, in force,
+pending, the grow hysteresis), and ``current`` the plan in force, set with it. docs/daemon.md, "The budget: one
+record", "Budget change sequence" and "Worker replacement", tells the whole story.
 """
 
 from __future__ import annotations
@@ -15,15 +17,21 @@ import logging
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_planning import BudgetPlanning
-from igi_sdk.daemon.budget_reloads import REPLACE_STOP_GRACE_S, PendingReload, Planning, ReplacePhase, Waiter
+from igi_sdk.daemon.budget_reloads import (
+    REPLACE_STOP_GRACE_S,
+    PendingReload,
+    Planning,
+    ReplacePhase,
+    Waiter,
+    budget_ack,
+    same_plan,
+)
 from igi_sdk.daemon.budget_worker import BudgetWorkerChanges
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
-from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.messages import BudgetAck
-from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetPolicyState, decide, poll, reclaim
+from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
 
 __all__ = ["REPLACE_STOP_GRACE_S", "BudgetControl", "ReplacePhase"]
 
@@ -46,8 +54,10 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             grow_min_mib=budget.grow_min_mib,
             min_grow_interval_s=budget.min_grow_interval_s,
         )
-        self.state = BudgetPolicyState.initial(initial.budget_mib)
-        self.current = initial
+        #: The budget: requested, in force, pending, and the grow hysteresis (``policy.budget``); only this object
+        #: changes it, and ``current`` (the plan in force) is set with its ``in_force_mib`` (``_put_in_force``).
+        self.state = BudgetState.initial(initial.budget_mib)
+        self._current = initial
         self._inflight: PendingReload | None = None
         self._queued: PendingReload | None = None
         self._planning: Planning | None = None  # a plan being made in the background (one at a time)
@@ -67,19 +77,19 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._act(decision, waiter)
 
     def on_reclaim(self, identity: bytes, header: Header, vram_budget_mib: int, deadline_s: float) -> None:
-        """Handle ``reclaim_request`` (priority path): shrink now, whatever is pending."""
+        """Handle ``reclaim_request`` (priority path): shrink now, whatever is deferred."""
         decision = reclaim(self.state, vram_budget_mib, self._core.clock())
         self._core.counters["reclaims"] += 1
         waiter = Waiter(identity, header, vram_budget_mib, self._core.clock(), deadline_s)
         self._act(decision, waiter, reclaiming=True)
 
     def tick(self) -> None:
-        """Apply a finished background plan, and a pending growth once it is stable (every loop iteration); kill a
+        """Apply a finished background plan, and a deferred growth once it is stable (every loop iteration); kill a
         worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``shutdown``."""
         self._kill_overdue_replacement()
         if self._planning is not None and self._planning.result.done.is_set():
             self._planned()
-        if self.state.pending_mib is None:
+        if self.state.deferred_mib is None:
             return
         decision = poll(self.state, self._core.clock(), self._config)
         if decision.action == "apply":
@@ -102,31 +112,22 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         """The planner of the model being served."""
         return self._planner
 
-    def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
-        """Plan for another model (``load_model_request``); called while no reload is in flight and no worker runs.
+    @property
+    def current(self) -> PlanOutcome:
+        """The plan in force: the worker runs its placement (its budget is ``state.in_force_mib``)."""
+        return self._current
 
-        Args:
-            planner: the new model's planner.
-            vram_budget_mib: a new budget to apply at once (None = keep the one in force).
+    def _put_in_force(self, outcome: PlanOutcome, still_pending: bool = False) -> None:
+        """``outcome`` is in force (reloaded, replaced, already running, or, with no model, the next load's budget):
+        the plan and the budget state change together. ``still_pending``: the change goes on (an interim CPU-only
+        placement before the one planned for the same budget)."""
+        self._current = outcome
+        self.state = settle(self.state, outcome.budget_mib, still_pending or self.under_way)
 
-        Returns:
-            The plan the new worker must load. A reload queued for the old model is re-planned for the new one
-            (it starts, or is acknowledged, when the new worker is ready), or, when ``vram_budget_mib`` is given,
-            superseded by that newer budget: its requests are answered with the new worker's plan.
-        """
-        self._requeue_lost_reload()
-        self._planner = planner
-        if vram_budget_mib is not None:
-            self.state = BudgetPolicyState.initial(vram_budget_mib)
-        headroom = self.state.applied_mib  # the old worker has exited (model_switch, "stopping")
-        self.current = planner.plan_within(self.state.applied_mib, headroom)
-        if self._queued is not None:
-            superseded = vram_budget_mib is not None  # the load's budget is newer than the queued target
-            self._queued.outcome = (
-                self.current if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
-            )
-            self._queued.replan_mib = None
-        return self.current
+    @property
+    def under_way(self) -> bool:
+        """Whether a budget change is being planned, reloaded, replaced, or waits for a ready worker."""
+        return self._inflight is not None or self._queued is not None or self._planning is not None
 
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
@@ -168,7 +169,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     ) -> None:
         """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
         interim CPU-only placement, its reclaims and plan for its budget."""
-        self.current = op.outcome
+        self._put_in_force(op.outcome, still_pending=op.replan_mib is not None)
         self._core.worker.placement = op.outcome.placement
         self._core.worker.vision = op.outcome.encoder
         self._core.counters["reloads"] += 1
@@ -206,20 +207,11 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         if op is None or not same_plan(op.outcome, self.current) or self._core.settings.engine.always_reload:
             return False
         self._queued = None
-        self.current = op.outcome
+        self._put_in_force(op.outcome)
         measured = self._worker_vram_mib()
         for waiter in op.waiters:
             self._ack(waiter, op.outcome, applied=True, measured=measured)
         return True
-
-    def _worker_vram_mib(self) -> float | None:
-        """NVML's reading of the worker process's VRAM (None without a GPU or a worker)."""
-        return measure_vram_mib(self._core.worker.pid)
-
-    def _used_mib(self) -> float:
-        """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""
-        measured = self._worker_vram_mib()
-        return measured if measured is not None else float(self.current.plan.gpu_mib)
 
     def _act(self, decision: BudgetDecision, waiter: Waiter | None, reclaiming: bool = False) -> None:
         self.state = decision.state
@@ -227,10 +219,11 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         if decision.action == "apply" and core.model_info is None and core.worker.is_dead() and not core.hold_jobs:
             # no engine (given up after repeated deaths): nothing holds device memory to release, and nothing would
             # ever answer a reload; the next load_model_request plans for this budget
+            outcome = self._planner.cpu_only(
+                decision.target_mib, warning="no model is loaded: the budget applies to the next load_model_request"
+            )
+            self._put_in_force(outcome)
             if waiter is not None:
-                outcome = self._planner.cpu_only(
-                    decision.target_mib, warning="no model is loaded: the budget applies to the next load_model_request"
-                )
                 self._ack(waiter, outcome, applied=True, measured=None)
             return
         if decision.action != "apply":
@@ -259,7 +252,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes."""
         same = same_plan(outcome, self.current) and not self._core.settings.engine.always_reload
         if same and replan_mib is None and self._inflight is None and self._queued is None:
-            self.current = outcome
+            self._put_in_force(outcome)
             measured = self._worker_vram_mib()
             for waiter in waiters:
                 self._ack(waiter, outcome, applied=True, measured=measured)
@@ -297,26 +290,6 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._inflight = op
 
     def _ack(self, waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
-        elapsed = self._core.clock() - waiter.t0_s
-        warning = outcome.warning
-        if waiter.deadline_s is not None and elapsed > waiter.deadline_s:
-            warning = "deadline_missed"
-        ack = BudgetAck(
-            requested_mib=waiter.requested_mib,
-            granted_mib=min(waiter.requested_mib, outcome.budget_mib),
-            applied=applied,
-            cpu_fallback=outcome.cpu_fallback,
-            plan=outcome.plan,
-            predicted_ttft_s=outcome.predicted_ttft_s,
-            predicted_tps=outcome.predicted_tps,
-            apply_time_s=elapsed if applied else 0.0,
-            measured_vram_mib=measured,
-            warning=warning,
+        self._core.send(
+            waiter.identity, budget_ack(waiter, outcome, applied, measured, self._core.clock()), waiter.header
         )
-        self._core.send(waiter.identity, ack, waiter.header)
-
-
-def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
-    """Whether a worker running ``b`` already runs ``a``: the same placement and the same vision encoder plan (an
-    encoder moved between the GPU and the CPU, or given another image-token cap, takes a reload too)."""
-    return a.placement == b.placement and a.encoder == b.encoder

@@ -23,6 +23,7 @@ from igi_sdk.engine.dry_run import DryRunDeferred
 if TYPE_CHECKING:
     from igi_sdk.daemon.core import DaemonCore
     from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
+    from igi_sdk.policy.budget import BudgetState
 
 
 class BudgetPlanning:
@@ -30,7 +31,8 @@ class BudgetPlanning:
 
     _core: DaemonCore
     _planner: PlacementPlanner
-    current: PlanOutcome
+    _current: PlanOutcome
+    state: BudgetState
     _planning: Planning | None
     _queued: PendingReload | None
 
@@ -51,9 +53,9 @@ class BudgetPlanning:
             outcome = self._planner.plan(target_mib, dry_run_slots=0 if child_mib > 0 else None)
         except DryRunDeferred as exc:
             used = self._used_mib() if used_mib is None else used_mib
-            limit = max(target_mib, self.current.budget_mib) if limit_mib is None else limit_mib
+            limit = max(target_mib, self.state.in_force_mib) if limit_mib is None else limit_mib
             cpu = self._planner.cpu_only(target_mib)
-            on_cpu = cpu.placement == self.current.placement  # nothing left to free: children must fit the target
+            on_cpu = cpu.placement == self._current.placement  # nothing left to free: children must fit the target
             slots = dry_run_slots_for((target_mib if on_cpu else limit) - used, child_mib)
             if reclaiming and not on_cpu:
                 slots = 0

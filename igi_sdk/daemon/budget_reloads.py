@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.ipc.envelope import Header
+from igi_sdk.ipc.messages import BudgetAck
 
 #: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
 REPLACE_STOP_GRACE_S = 0.5
@@ -82,3 +83,30 @@ class Planning:
     waiters: list[Waiter]
     result: PlanResult
     newer: tuple[int, bool] | None = None  # (target, reclaiming) of a decision that arrived meanwhile
+
+
+def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
+    """Whether a worker running ``b`` already runs ``a``: the same placement and the same vision encoder plan (an
+    encoder moved between the GPU and the CPU, or given another image-token cap, takes a reload too)."""
+    return a.placement == b.placement and a.encoder == b.encoder
+
+
+def budget_ack(waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, now_s: float) -> BudgetAck:
+    """The ``budget_ack`` of ``waiter``'s request, answered with ``outcome`` at ``now_s`` (``deadline_missed`` when
+    a reclaim took longer than its ``deadline_s``)."""
+    elapsed = now_s - waiter.t0_s
+    warning = outcome.warning
+    if waiter.deadline_s is not None and elapsed > waiter.deadline_s:
+        warning = "deadline_missed"
+    return BudgetAck(
+        requested_mib=waiter.requested_mib,
+        granted_mib=min(waiter.requested_mib, outcome.budget_mib),
+        applied=applied,
+        cpu_fallback=outcome.cpu_fallback,
+        plan=outcome.plan,
+        predicted_ttft_s=outcome.predicted_ttft_s,
+        predicted_tps=outcome.predicted_tps,
+        apply_time_s=elapsed if applied else 0.0,
+        measured_vram_mib=measured,
+        warning=warning,
+    )

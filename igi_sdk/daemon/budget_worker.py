@@ -13,6 +13,9 @@ exits of the workers involved here (state ``REPLACING``).
 
 **A worker lost.** A reload in flight when the worker dies (or fails the reload and exits) is answered
 ``engine_failure``, and the budget in force goes back to the placement the restarted worker runs.
+
+**A model switch.** ``replace_model`` plans the budget's target for the new model (or the load's own budget) and
+re-plans a change that waited for a worker.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_reloads import REPLACE_STOP_GRACE_S, PendingReload, Planning, ReplacePhase
 from igi_sdk.daemon.core import RequestError
 from igi_sdk.daemon.placement_plan import placement_uses_gpu
+from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.policy.budget import BudgetState
 
 if TYPE_CHECKING:
     from igi_sdk.daemon.core import DaemonCore
     from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
-    from igi_sdk.policy.budget import BudgetPolicyState
 
 
 class BudgetWorkerChanges:
@@ -37,8 +41,8 @@ class BudgetWorkerChanges:
 
     _core: DaemonCore
     _planner: PlacementPlanner
-    current: PlanOutcome
-    state: BudgetPolicyState
+    _current: PlanOutcome
+    state: BudgetState
     _inflight: PendingReload | None
     _queued: PendingReload | None
     _planning: Planning | None
@@ -166,8 +170,8 @@ class BudgetWorkerChanges:
         if op is None:
             return
         if op.replace is not None:
-            self._core.worker.placement = self.current.placement
-            self._core.worker.vision = self.current.encoder
+            self._core.worker.placement = self._current.placement
+            self._core.worker.vision = self._current.encoder
         error = RequestError(
             ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
         )
@@ -186,17 +190,46 @@ class BudgetWorkerChanges:
 
     def _keep_state_with_running_placement(self) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker
-        on ``self.current``, the last good placement. The policy state recorded the lost target when it was
-        decided; put it back to the budget actually running, so that the same request again reloads instead of
-        being answered ``applied`` on the old placement. A newer target queued or being planned is left alone:
-        it is applied once the restarted worker is ready."""
-        if self._queued is not None or self._planning is not None:
-            return
-        applied_mib = self.current.budget_mib
-        update: dict[str, object] = {"applied_mib": applied_mib}
-        if self.state.pending_mib is not None and self.state.pending_mib <= applied_mib:
-            update.update(pending_mib=None, pending_since_s=None)  # not a growth any more from the running budget
-        self.state = self.state.model_copy(update=update)
+        on ``self._current``, the last good placement, and the budget state says so: the lost target is no longer
+        pending, so that the same request again reloads instead of being answered ``applied`` on the old placement.
+        A newer target queued or being planned stays pending: it is applied once the restarted worker is ready."""
+        self._put_in_force(self._current)
+
+    def _worker_vram_mib(self) -> float | None:
+        """NVML's reading of the worker process's VRAM (None without a GPU or a worker)."""
+        return measure_vram_mib(self._core.worker.pid)
+
+    def _used_mib(self) -> float:
+        """The worker's VRAM now: NVML's reading of its process, else the current plan's prediction."""
+        measured = self._worker_vram_mib()
+        return measured if measured is not None else float(self._current.plan.gpu_mib)
+
+    def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
+        """Plan for another model (``load_model_request``); called while no reload is in flight and no worker runs.
+
+        Args:
+            planner: the new model's planner.
+            vram_budget_mib: a new budget to apply at once (None = keep the one in force).
+
+        Returns:
+            The plan the new worker must load. A reload queued for the old model is re-planned for the new one
+            (it starts, or is acknowledged, when the new worker is ready), or, when ``vram_budget_mib`` is given,
+            superseded by that newer budget: its requests are answered with the new worker's plan.
+        """
+        self._requeue_lost_reload()
+        self._planner = planner
+        if vram_budget_mib is not None:
+            self.state = BudgetState.initial(vram_budget_mib)
+        target = headroom = self.state.target_mib  # the old worker has exited (model_switch, "stopping")
+        outcome = planner.plan_within(target, headroom)
+        if self._queued is not None:
+            superseded = vram_budget_mib is not None  # the load's budget is newer than the queued target
+            self._queued.outcome = (
+                outcome if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
+            )
+            self._queued.replan_mib = None
+        self._put_in_force(outcome)
+        return outcome
 
     def _requeue_lost_reload(self) -> None:
         """A reload sent to a worker that then exited for a model switch never gets ``reloaded``: queue it again

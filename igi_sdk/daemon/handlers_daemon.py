@@ -85,7 +85,7 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
     counters["worker_restarts"] = core.worker.restarts
     reply = StatusReply(
         model=core.model_info,
-        vram_budget_mib=budget.state.applied_mib,
+        vram_budget_mib=budget.state.in_force_mib,
         plan=budget.current.plan if core.model_info is not None else None,
         vram_used_mib=measure_vram_mib(core.worker.pid),
         n_sessions=len(core.sessions),
@@ -122,13 +122,13 @@ def shutdown(
 def set_budget(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: SetBudgetRequest) -> None:
     """Budget change: the ack comes from BudgetControl (now, or after the reload)."""
     budget.on_set_budget(identity, header, msg.vram_budget_mib)
-    _governor_budget(core, msg.vram_budget_mib)
+    _governor_budget(core, budget)
 
 
 def reclaim(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: ReclaimRequest) -> None:
     """Priority path: urgent shrink."""
     budget.on_reclaim(identity, header, msg.vram_budget_mib, msg.deadline_s)
-    _governor_budget(core, msg.vram_budget_mib)
+    _governor_budget(core, budget)
 
 
 def frame_stats(
@@ -188,13 +188,13 @@ def generating(core: DaemonCore) -> bool:
     return any(job.forwarded for job in core.jobs.values())
 
 
-def _governor_budget(core: DaemonCore, budget_mib: int) -> None:
-    """Fold a budget from the game into the governor, once BudgetControl has taken the request (a request it
-    refuses with an error is not folded in).
+def _governor_budget(core: DaemonCore, budget: BudgetControl) -> None:
+    """Fold the game's budget into the governor, once BudgetControl has taken the request (a request it refuses
+    with an error is not folded in): ``budget.state.requested_mib``, the one record of it.
 
-    The governor sees the budget the game *asked for*, not the one BudgetControl has granted so far: a growth
-    that BudgetControl defers for stability, or a reclaim above the applied budget (never a growth), leaves the
-    granted budget below it for a while. The governor's proposals are values for the game to send back as
-    ``set_budget_request``, so they live in the same terms as the game's requests (docs/governor.md, stage 2)."""
+    The governor sees the budget the game *asked for*, not the one in force: a growth that the hysteresis defers,
+    or a reclaim above the budget in force (never a growth), leaves the budget in force below it for a while. The
+    governor's proposals are values for the game to send back as ``set_budget_request``, so they live in the same
+    terms as the game's requests (docs/governor.md, stage 2)."""
     if core.governor is not None:
-        core.governor.set_budget(budget_mib, core.clock())
+        core.governor.set_budget(budget.state.requested_mib, core.clock())

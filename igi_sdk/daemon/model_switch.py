@@ -266,9 +266,9 @@ class ModelSwitch:
         core = self._core
         planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
         planner.vision = load.vision  # the encoder is planned with the model, under the same budget
-        if load.budget_mib is not None and core.governor is not None:
-            core.governor.set_budget(load.budget_mib, core.clock())
         outcome = self._budget.replace_model(planner, load.budget_mib)
+        if load.budget_mib is not None and core.governor is not None:  # the load's budget, as the budget state has it
+            core.governor.set_budget(self._budget.state.requested_mib, core.clock())
         config = {
             **self._config_for(load.path, load.n_ctx),
             "mmproj_path": None if load.mmproj is None else str(load.mmproj),

@@ -99,7 +99,9 @@ class GovernorState(BaseModel):
         None, description="start of the current stretch over the band at the floor with a generation running"
     )
     budget_mib: int | None = Field(
-        None, ge=0, description="budget in force: the game's last explicit budget or the proposal it accepted, MiB"
+        None,
+        ge=0,
+        description="the budget the game last sent: an explicit one or a proposal it accepted (the daemon's requested_mib), MiB",
     )
     ceiling_mib: int | None = Field(None, ge=0, description="the game's explicit budget: no proposal above it, MiB")
     proposed_mib: int | None = Field(None, ge=0, description="the last proposal, until the game sends a budget, MiB")

@@ -275,6 +275,15 @@ def check_exactly_one_terminal_reply(daemon: Daemon) -> None:
     assert not daemon.core.jobs
     assert all(session.job_id is None for session in daemon.core.sessions)
     assert not daemon.switch.active and not daemon.core.hold_jobs
+    check_one_budget(daemon)
+
+
+def check_one_budget(daemon: Daemon) -> None:
+    """The budget has one record: the plan in force is the one planned for ``state.in_force_mib``, and a change is
+    pending only while one is being planned, reloaded or waits for a worker (or was cut short by shutdown)."""
+    budget = daemon.budget
+    assert budget.current.budget_mib == budget.state.in_force_mib
+    assert budget.state.pending_mib is None or budget.under_way or daemon.core.exit_requested
 
 
 ACTIONS = st.one_of(

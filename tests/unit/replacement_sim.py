@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 from daemon_sim import Daemon, SimWorker
 
-from igi_sdk.daemon import budget_control
+from igi_sdk.daemon import budget_worker
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.placement_plan import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
@@ -30,7 +30,7 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
-from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetPolicyState
+from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetState
 
 GPU_PLACEMENT = Placement(n_gpu_layers=-1)
 CPU_PLACEMENT = Placement(n_gpu_layers=0, op_offload=False, offload_kqv=False)
@@ -153,7 +153,7 @@ _LIVE: list[GpuSimWorker] = []  # the simulated workers of this test; NVML reads
 def _nvml() -> Iterator[None]:
     """The daemon's NVML reading of a worker process comes from the simulated worker."""
     _LIVE.clear()
-    with mock.patch.object(budget_control, "measure_vram_mib", lambda pid: _LIVE[-1].vram_mib(pid) if _LIVE else None):
+    with mock.patch.object(budget_worker, "measure_vram_mib", lambda pid: _LIVE[-1].vram_mib(pid) if _LIVE else None):
         yield
 
 
@@ -167,8 +167,8 @@ def _daemon(budget_mib: int, gpu: bool = True, always_reload: bool = False) -> D
     worker.placement = outcome.placement
     daemon.worker = daemon.core.worker = worker
     daemon.budget._planner = planner  # type: ignore[assignment]
-    daemon.budget.current = outcome
-    daemon.budget.state = BudgetPolicyState.initial(budget_mib)
+    daemon.budget._current = outcome
+    daemon.budget.state = BudgetState.initial(budget_mib)
     daemon.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
     engine = daemon.core.settings.engine.model_copy(update={"always_reload": always_reload})
     daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})

@@ -182,7 +182,7 @@ def test_a_reclaim_behind_a_set_budget_of_the_same_client_has_the_last_word() ->
     daemon = Daemon()
     now = [100.0]
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    daemon.budget.state = daemon.budget.state.model_copy(update={"applied_mib": 4096, "requested_mib": 4096})
+    daemon.budget.state = daemon.budget.state.model_copy(update={"in_force_mib": 4096, "requested_mib": 4096})
     grow, shrink = new_header("set_budget_request"), new_header("reclaim_request")
     _tick(
         daemon,
@@ -194,7 +194,7 @@ def test_a_reclaim_behind_a_set_budget_of_the_same_client_has_the_last_word() ->
     for _ in range(3):
         daemon.pump()
     assert [type(m) for m in _answers(daemon, grow.msg_id) + _answers(daemon, shrink.msg_id)] == [BudgetAck, BudgetAck]
-    assert daemon.budget.state.applied_mib == 0
+    assert daemon.budget.state.target_mib == daemon.budget.state.in_force_mib == 0
 
 
 def test_priority_messages_still_go_ahead_of_other_clients_messages() -> None:
@@ -253,7 +253,7 @@ def test_a_reclaim_answered_after_its_deadline_says_so() -> None:
     daemon = Daemon()
     now = [100.0]
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    daemon.budget.state = daemon.budget.state.model_copy(update={"applied_mib": 4096, "requested_mib": 4096})
+    daemon.budget.state = daemon.budget.state.model_copy(update={"in_force_mib": 4096, "requested_mib": 4096})
     late = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=0.5))
     on_time = daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=5.0))
     now[0] += 1.0  # the reload takes a second

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import budget_control
+from igi_sdk.daemon import budget_worker
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
@@ -96,7 +96,7 @@ class Rig:
         self.planner = FakePlanner(cached)
         self.budget = BudgetControl(self.core, self.planner, _outcome(4096, 3700.0, 16))  # type: ignore[arg-type]
         self.used_mib = used_mib
-        monkeypatch.setattr(budget_control, "measure_vram_mib", lambda pid: self.used_mib)
+        monkeypatch.setattr(budget_worker, "measure_vram_mib", lambda pid: self.used_mib)
 
     def settle(self) -> None:
         """Pump ``tick`` like the I/O loop until no plan is being made in the background."""

@@ -25,7 +25,7 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
-from igi_sdk.policy.budget import BudgetPolicyState
+from igi_sdk.policy.budget import BudgetState
 
 PUMPS = 20  # loop iterations enough for any of these races to settle
 
@@ -123,8 +123,8 @@ def _on_gpu(daemon: Daemon, budget_mib: int) -> GpuPlanner:
     """Serve ``budget_mib`` with the GpuPlanner's placement for it (no reload: the worker starts on it)."""
     planner = GpuPlanner()
     daemon.budget._planner = planner  # type: ignore[assignment]
-    daemon.budget.current = planner.plan(budget_mib)
-    daemon.budget.state = BudgetPolicyState.initial(budget_mib)
+    daemon.budget._current = planner.plan(budget_mib)
+    daemon.budget.state = BudgetState.initial(budget_mib)
     daemon.worker.placement = daemon.budget.current.placement
     return planner
 
@@ -146,7 +146,7 @@ def _running(daemon: Daemon) -> Placement:
 def _queue_budget_then_load(daemon: Daemon, load: LoadModelRequest) -> tuple[str, str]:
     """The worker crashes and is restarted (its ``ready`` written, not read yet); a set_budget arrives (queued:
     the worker is not ready), then a load_model_request, which drains at once and stops that worker."""
-    daemon.budget.state = BudgetPolicyState.initial(4096)
+    daemon.budget.state = BudgetState.initial(4096)
     daemon.worker.kill()
     daemon.pump()  # the death is handled: restarted, its `ready` is in the pipe
     budget = daemon.request(SetBudgetRequest(vram_budget_mib=512))
@@ -163,7 +163,7 @@ def test_budget_queued_during_a_restart_is_answered_after_a_model_load() -> None
     [ack] = _answers(daemon, budget)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.granted_mib == 512  # applied to the new model
     assert not daemon.budget.reloading
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 512
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 512
 
 
 def test_later_model_loads_and_budget_changes_do_not_hang_after_that_race() -> None:
@@ -195,7 +195,7 @@ def test_a_load_with_its_own_budget_supersedes_the_queued_one() -> None:
     assert [type(m) for m in _answers(daemon, load)] == [LoadModelReply]
     assert [type(m) for m in _answers(daemon, budget)] == [BudgetAck]
     # the newer budget (the load's) is in force, and the daemon's record of it agrees with the running plan
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 1024
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 1024
 
 
 def test_a_budget_carried_over_a_model_load_needs_no_second_reload() -> None:
@@ -219,7 +219,7 @@ def test_a_budget_carried_over_a_model_load_needs_no_second_reload() -> None:
 
 def test_a_reload_that_could_not_be_sent_waits_for_the_restarted_worker() -> None:
     daemon = Daemon()
-    daemon.budget.state = BudgetPolicyState.initial(4096)
+    daemon.budget.state = BudgetState.initial(4096)
     daemon.worker.kill()  # died; the loop has not noticed (worker.ready still True)
     budget = daemon.request(SetBudgetRequest(vram_budget_mib=512))
     _pump(daemon)
@@ -232,7 +232,7 @@ def test_a_reload_lost_to_a_model_switch_is_answered_by_the_new_worker() -> None
     # defence in depth: however a reload reached a worker that then exited for a switch, replace_model queues it
     # again instead of leaving it "in flight" for good
     daemon = _daemon_with(DeafWorker())
-    daemon.budget.state = BudgetPolicyState.initial(4096)
+    daemon.budget.state = BudgetState.initial(4096)
     budget = daemon.request(SetBudgetRequest(vram_budget_mib=512))
     _pump(daemon, 2)
     assert daemon.budget.reloading and not _answers(daemon, budget)
@@ -264,7 +264,7 @@ def test_a_shrink_lost_to_a_worker_death_reloads_when_asked_again() -> None:
     planner = _on_gpu(daemon, 4096)
     _shrink_lost(daemon, kill=True)
     assert _running(daemon) == planner.plan(4096).placement  # restarted on the old placement ...
-    assert daemon.budget.state.applied_mib == 4096  # ... and the daemon says so
+    assert daemon.budget.state.target_mib == daemon.budget.state.in_force_mib == 4096  # ... and the daemon says so
     again = daemon.request(SetBudgetRequest(vram_budget_mib=1024))
     _pump(daemon)
     [ack] = _answers(daemon, again)
@@ -309,4 +309,4 @@ def test_a_newer_target_queued_behind_the_lost_reload_still_applies() -> None:
     [ack] = _answers(daemon, second)
     assert isinstance(ack, BudgetAck) and ack.applied
     assert _running(daemon) == planner.plan(1024).placement
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 1024
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 1024

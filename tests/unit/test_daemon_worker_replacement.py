@@ -239,7 +239,7 @@ def test_a_reclaim_overtakes_a_replacement_towards_the_gpu_still_loading() -> No
     assert reclaim_ack.measured_vram_mib == 0.0
     daemon.pump()
     assert worker.ready and worker.gpu_hidden and not daemon.budget.reloading
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 0
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 0
     check_exactly_one_terminal_reply(daemon)
 
 
@@ -255,7 +255,7 @@ def test_a_change_to_the_same_gpu_placement_joins_the_replacement_under_way() ->
     acks = [_answers(daemon, m)[0] for m in (grow, shrink, reclaim)]
     assert all(isinstance(a, BudgetAck) and a.plan.strategy == "full_gpu" for a in acks)
     assert [a.granted_mib for a in acks] == [2048, 2048, 2048]  # type: ignore[attr-defined]
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 2048
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 2048
 
 
 def test_a_reclaim_behind_a_replacement_to_the_cpu_is_answered_with_it() -> None:
@@ -265,7 +265,7 @@ def test_a_reclaim_behind_a_replacement_to_the_cpu_is_answered_with_it() -> None
     daemon.pump()
     assert [type(m) for m in _answers(daemon, first) + _answers(daemon, second)] == [BudgetAck, BudgetAck]
     assert daemon.core.counters["worker_replacements"] == 1 and len(worker.starts) == 2
-    assert daemon.budget.state.applied_mib == daemon.budget.current.budget_mib == 0
+    assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 0
 
 
 def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placement_comes_back() -> None:
@@ -281,7 +281,7 @@ def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placemen
     assert isinstance(failed, ErrorReply) and failed.code == ErrorCode.ENGINE_FAILURE
     assert daemon.core.model_info is not None and daemon.core.fatal_error is None, "given up on a failed reload"
     assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
-    assert daemon.budget.state.applied_mib == 1024
+    assert daemon.budget.state.target_mib == daemon.budget.state.in_force_mib == 1024
     _steps(daemon, 8)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.text == _text(6) and final.finish_reason == "length"

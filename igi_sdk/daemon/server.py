@@ -242,6 +242,7 @@ def open_daemon_socket(
     endpoint: str,
     settings: DaemonSettings,
     zap: ZapAuthenticator | None = None,
+    handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS,
 ) -> tuple[zmq.Socket, str]:  # type: ignore[type-arg]
     """The daemon's ROUTER socket, bound. No send high-water mark: a token event or terminal reply is never
     dropped because a client reads slowly (ZeroMQ drops silently at the mark); a client that stops reading also
@@ -251,16 +252,22 @@ def open_daemon_socket(
     What a peer without the key can cost is bounded here. With ``zap`` (``zmq_mechanism = "plain"``) the socket is a
     ZMQ_PLAIN server: a peer that does not present the launch's credential is refused at the handshake, before any
     message of its is read (nothing buffered, no HMAC computed). Whatever the mechanism, a connection that does not
-    complete the ZeroMQ handshake within ``HANDSHAKE_TIMEOUT_MS`` is closed; a frame over ``ZMQ_MAXMSGSIZE``
+    complete the ZeroMQ handshake within ``handshake_timeout_ms`` is closed; a frame over ``ZMQ_MAXMSGSIZE``
     (2 x ``max_frame_bytes``) disconnects its peer before it is buffered; and each peer has at most ``ROUTER_RCVHWM``
     messages queued in the daemon (then ZeroMQ stops reading its connection: back-pressure, nothing is lost)."""
     options = SocketOptions(
         linger_ms=100, max_msg_bytes=2 * settings.limits.max_frame_bytes, sndhwm=0, rcvhwm=ROUTER_RCVHWM
     )
-    # the options that decide a handshake must be set before bind: libzmq applies them to later connections only
-    socket, bound = bind_router(context, endpoint, options, before_bind=None if zap is None else zap.guard)
+
+    def before_bind(socket: zmq.Socket) -> None:  # type: ignore[type-arg]
+        # the options a connection's handshake uses are copied into the listener when it binds: set after bind they
+        # would never apply (an idle connection then stayed libzmq's default 30 s instead of handshake_timeout_ms)
+        socket.setsockopt(zmq.HANDSHAKE_IVL, handshake_timeout_ms)
+        if zap is not None:
+            zap.guard(socket)
+
+    socket, bound = bind_router(context, endpoint, options, before_bind=before_bind)
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
     return socket, bound
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import Counter
 
@@ -37,5 +38,23 @@ def test_a_client_that_reads_late_receives_every_message_and_a_gone_one_is_count
         assert counts == Counter({"send_unroutable": 1})
     finally:
         dealer.close(linger=0)
+        router.close(linger=0)
+        context.term()
+
+
+def test_a_connection_that_never_starts_the_handshake_is_closed_after_the_handshake_timeout() -> None:
+    """An idle peer costs a descriptor only until the handshake timeout: set before bind, or libzmq keeps its default
+    30 s for every connection the listener accepts."""
+    context = zmq.Context()
+    router, bound = open_daemon_socket(context, "tcp://127.0.0.1:0", DaemonSettings(), handshake_timeout_ms=300)
+    try:
+        host, port = bound[len("tcp://") :].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5.0) as idle:
+            t0 = time.monotonic()
+            data = b"?"
+            while data:  # the daemon's greeting, then end of stream once it closed the connection
+                data = idle.recv(4096)
+            assert time.monotonic() - t0 < 3.0
+    finally:
         router.close(linger=0)
         context.term()

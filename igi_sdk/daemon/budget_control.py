@@ -29,6 +29,7 @@ from igi_sdk.daemon.budget_reloads import (
 from igi_sdk.daemon.budget_worker import BudgetWorkerChanges
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
@@ -41,12 +42,16 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
 
     Args:
         core: daemon state.
+        lifecycle: the worker's lifecycle (reloads and replacements are its transitions).
         planner: budget -> placement.
         initial: the plan the worker was started with.
     """
 
-    def __init__(self, core: DaemonCore, planner: PlacementPlanner, initial: PlanOutcome) -> None:
+    def __init__(
+        self, core: DaemonCore, lifecycle: WorkerLifecycle, planner: PlacementPlanner, initial: PlanOutcome
+    ) -> None:
         self._core = core
+        self._lifecycle = lifecycle
         self._planner = planner
         budget = core.settings.budget
         self._config = BudgetPolicyConfig(
@@ -66,13 +71,8 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
         """Handle ``set_budget_request``: shrink now, grow with hysteresis."""
         decision = decide(self.state, vram_budget_mib, self._core.clock(), self._config)
-        self._core.log(
-            logging.INFO,
-            "budget_request",
-            requested_mib=vram_budget_mib,
-            action=decision.action,
-            reason=decision.reason,
-        )
+        log = {"requested_mib": vram_budget_mib, "action": decision.action, "reason": decision.reason}
+        self._core.log(logging.INFO, "budget_request", **log)
         waiter = Waiter(identity, header, vram_budget_mib, self._core.clock())
         self._act(decision, waiter)
 
@@ -148,6 +148,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         if op is None or op.replace is not None or event.req_id != op.req_id:
             return
         self._inflight = None
+        self._lifecycle.reload_done()
         if event.ok:
             for job in self._core.jobs.values():  # its count of reloads goes if the worker is replaced later
                 if job.forwarded:
@@ -215,8 +216,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
 
     def _act(self, decision: BudgetDecision, waiter: Waiter | None, reclaiming: bool = False) -> None:
         self.state = decision.state
-        core = self._core
-        if decision.action == "apply" and core.model_info is None and core.worker.is_dead() and not core.hold_jobs:
+        if decision.action == "apply" and self._lifecycle.state is WorkerState.FAILED:
             # no engine (given up after repeated deaths): nothing holds device memory to release, and nothing would
             # ever answer a reload; the next load_model_request plans for this budget
             outcome = self._planner.cpu_only(
@@ -288,6 +288,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             self._queued = op
             return
         self._inflight = op
+        self._lifecycle.reload_sent()
 
     def _ack(self, waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
         self._core.send(

@@ -28,6 +28,7 @@ from igi_sdk.daemon.budget_reloads import REPLACE_STOP_GRACE_S, PendingReload, P
 from igi_sdk.daemon.core import RequestError
 from igi_sdk.daemon.placement_plan import placement_uses_gpu
 from igi_sdk.daemon.vram import measure_vram_mib
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy.budget import BudgetState
 
@@ -40,6 +41,7 @@ class BudgetWorkerChanges:
     """Worker replacement and loss for ``BudgetControl`` (a mixin: it holds the state these use)."""
 
     _core: DaemonCore
+    _lifecycle: WorkerLifecycle
     _planner: PlacementPlanner
     _current: PlanOutcome
     state: BudgetState
@@ -98,6 +100,7 @@ class BudgetWorkerChanges:
         """Start replacing the worker for ``op``: ``Shutdown`` now; ``on_replaced_worker_exit`` starts the new one."""
         op.replace, op.since_s = ReplacePhase.STOPPING, self._core.clock()
         self._inflight = op
+        self._lifecycle.enter(WorkerState.REPLACING)
         self._core.counters["worker_replacements"] += 1
         self._core.worker.begin_stop()
 
@@ -122,9 +125,10 @@ class BudgetWorkerChanges:
             carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
         )
         if placement_uses_gpu(op.outcome.placement):
-            op.replace = ReplacePhase.STARTING
+            op.replace = ReplacePhase.STARTING  # REPLACING until the new worker is ready
             return
         self._inflight = None
+        self._lifecycle.enter(WorkerState.STARTING)  # the change is done; the new worker loads the model on the CPU
         self._finish(op, self._worker_vram_mib(), released_s, replaced=True)
         if self._inflight is None and self._planning is None:
             self._settle_queued()  # a newer CPU-only target queued meanwhile is met too (it starts on ready otherwise)

@@ -179,20 +179,14 @@ class DaemonCore:
         self.unroutable: set[bytes] = set()
         self.model_info: ModelInfo | None = None
         self.model_file_bytes = 0
+        #: Set by shutdown_request: every later request but heartbeat and cancel is answered ``shutting_down``.
         self.shutting_down = False
-        self.exit_requested = False
         #: saves waiting for the worker's KV export, by export req_id: called with (tokens, state)
         self.waiting_exports: dict[str, Callable[[list[int] | None, bytes | None], None]] = {}
         #: session files being read or written in background threads (load_session, save_session)
         self.session_io = SessionFileIo(self.file_task_failed)
-        self.worker_failures_in_row = 0
-        #: Set when a worker start failed (the OS refused a pipe or a process): the loop tries again at this time.
-        self.worker_start_due_s: float | None = None
-        self.fatal_error: RequestError | None = None
         self.governor: Governor | None = _make_governor(settings.budget.vram_budget_mib, settings.governor)
         self.sleep_ms_between_tokens = 0.0
-        #: True while a model switch drains or loads: new generations wait in the daemon, unforwarded.
-        self.hold_jobs = False
         #: The image encodings kept for other workers (``session_images``)
         self.encodings = EncodingStore()
 
@@ -299,23 +293,6 @@ class DaemonCore:
             self.counters["worker_commands_lost"] += 1
             return False
         return True
-
-    def forward_pending_jobs(self) -> None:
-        """Send jobs that waited for a (re)started worker. While a model switch holds new jobs, only the ones carried
-        over a worker replacement go (they were in the worker before: they finish on the old model, and the switch
-        drains them first)."""
-        if not self.worker.ready:
-            return
-        for job in list(self.jobs.values()):
-            if not job.forwarded and (job.resumed or not self.hold_jobs):
-                try:
-                    sent = self.send_to_worker(job.command_for(self.worker.pid, self.encodings))
-                except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
-                    self.drop_unsendable_job(job, exc)
-                    continue
-                if not sent:
-                    return  # the worker died: the job waits for the restarted one
-                job.forwarded = True
 
     def drop_unsendable_job(self, job: Job, exc: Exception) -> None:
         """A job whose command could not be sent to the worker: it is forgotten and answered once, so it neither

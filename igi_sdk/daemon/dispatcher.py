@@ -21,6 +21,7 @@ from igi_sdk.daemon import handlers_session as hs
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.model_switch import ModelSwitch
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
 from igi_sdk.ipc.codec import decode_content, decode_header
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -43,11 +44,14 @@ class Dispatcher:
 
     Args:
         core: daemon state.
+        lifecycle: the engine worker's lifecycle.
         budget: the budget controller.
         switch: serves ``load_model_request``.
     """
 
-    def __init__(self, core: DaemonCore, budget: BudgetControl, switch: ModelSwitch) -> None:
+    def __init__(
+        self, core: DaemonCore, lifecycle: WorkerLifecycle, budget: BudgetControl, switch: ModelSwitch
+    ) -> None:
         self._core = core
         self._budget = budget
         self._switch = switch
@@ -57,14 +61,14 @@ class Dispatcher:
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,
             "status_request": lambda c, i, h, m: hd.status(c, budget, i, h),
-            "shutdown_request": lambda c, i, h, m: hd.shutdown(c, budget, i, h, switch),
+            "shutdown_request": lambda c, i, h, m: hd.shutdown(c, lifecycle, budget, switch, i, h),
             "set_budget_request": lambda c, i, h, m: hd.set_budget(c, budget, i, h, m),
             "reclaim_request": lambda c, i, h, m: hd.reclaim(c, budget, i, h, m),
             "frame_stats_request": lambda c, i, h, m: hd.frame_stats(c, budget, i, h, m),
             "load_model_request": lambda c, i, h, m: switch.request(i, h, m),
             "create_session_request": hs.create_session,
             "close_session_request": hs.close_session,
-            "generate_request": hs.generate,
+            "generate_request": lambda c, i, h, m: hs.generate(c, lifecycle, i, h, m),
             "cancel_request": hs.cancel,
             "save_session_request": hs.save_session,
             "load_session_request": hs.load_session,

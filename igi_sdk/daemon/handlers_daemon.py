@@ -31,6 +31,7 @@ from igi_sdk.ipc.values import Limits, Throttle
 if TYPE_CHECKING:
     from igi_sdk.daemon.budget_control import BudgetControl
     from igi_sdk.daemon.model_switch import ModelSwitch
+    from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
 
 CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files", "grammar", "json_schema", "tools")
 """Always announced; ``vision`` too while the model is served with a projector (PROTOCOL.md 7.7)."""
@@ -97,14 +98,18 @@ def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Hea
 
 
 def shutdown(
-    core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, switch: ModelSwitch | None = None
+    core: DaemonCore,
+    lifecycle: WorkerLifecycle,
+    budget: BudgetControl,
+    switch: ModelSwitch,
+    identity: bytes,
+    header: Header,
 ) -> None:
     """Answer everything still waiting, then ``shutdown_reply``, and let the server loop exit: generations end
     ``cancelled``, a pending model load gets ``cancelled``, budget requests waiting for a plan or a reload get
     ``shutting_down``, and a save waiting for the worker's KV export is written without it (history, and the
     KV state the daemon already holds); session files being read or written are finished first."""
-    if switch is not None:
-        switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
+    switch.abort(RequestError(ErrorCode.CANCELLED, "the daemon is shutting down; the model load was cancelled"))
     for job_id in list(core.jobs):
         job = core.finish_job(job_id)
         if job is not None:
@@ -115,7 +120,7 @@ def shutdown(
     core.end_exports_without_worker()
     core.session_io.drain()  # saves written (a load answered) before the shutdown_reply
     core.shutting_down = True
-    core.exit_requested = True
+    lifecycle.stop()  # the loop exits; no worker is restarted
     core.send(identity, ShutdownReply(), header)
 
 

@@ -21,6 +21,7 @@ from igi_sdk.daemon.session_file import (
 from igi_sdk.daemon.session_images import SessionImage, shown_images
 from igi_sdk.daemon.session_io import MAX_IN_FLIGHT, FileTask
 from igi_sdk.daemon.sessions import Session, SessionLimitReached
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.images import Image, ImageRejected, check_image
@@ -92,12 +93,15 @@ def close_session(core: DaemonCore, identity: bytes, header: Header, _msg: objec
     core.send(identity, CloseSessionReply(), header)
 
 
-def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateRequest) -> None:
+def generate(
+    core: DaemonCore, lifecycle: WorkerLifecycle, identity: bytes, header: Header, msg: GenerateRequest
+) -> None:
     """Queue a generation; token events and the terminal reply come from worker events."""
     if header.msg_id in core.jobs:  # first: any other answer would read as the running request's terminal reply
         raise duplicate_msg_id(header.msg_id)
-    # a generation right behind a load_model_request is held for the new model, not refused (PROTOCOL.md 8)
-    if core.model_info is None and not core.worker.ready and core.worker.is_dead() and not core.hold_jobs:
+    # a generation right behind a load_model_request is held for the new model, not refused (PROTOCOL.md 8): the
+    # request moves a given-up worker to SWITCHING_MODEL
+    if lifecycle.state is WorkerState.FAILED:
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)
     new_image = None
@@ -168,7 +172,7 @@ def generate(core: DaemonCore, identity: bytes, header: Header, msg: GenerateReq
     core.counters["generate_requests"] += 1
     if new_image is not None:
         core.counters["image_requests"] += 1
-    core.forward_pending_jobs()
+    lifecycle.forward_waiting_jobs()
 
 
 def no_vision() -> RequestError:

@@ -40,7 +40,7 @@ from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
 from igi_sdk.daemon.projector import projector_shape
-from igi_sdk.daemon.worker_events import handle_ready, handle_worker_death
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -90,6 +90,7 @@ class ModelSwitch:
 
     Args:
         core: daemon state.
+        lifecycle: the worker's lifecycle (the switch takes the worker: SWITCHING_MODEL).
         budget: the budget controller (its planner is swapped with the model).
         base: the placement fields that do not depend on the budget (threads, flash_attn, ...).
         config_for: builds the worker config of a model.
@@ -100,6 +101,7 @@ class ModelSwitch:
     def __init__(
         self,
         core: DaemonCore,
+        lifecycle: WorkerLifecycle,
         budget: BudgetControl,
         base: Placement,
         config_for: ConfigFor,
@@ -107,6 +109,7 @@ class ModelSwitch:
         default_model: Callable[[], Path] | None = None,
     ) -> None:
         self._core = core
+        self._lifecycle = lifecycle
         self._budget = budget
         self._base = base
         self._config_for = config_for
@@ -118,11 +121,6 @@ class ModelSwitch:
     def active(self) -> bool:
         """Whether a load is in progress."""
         return self._load is not None
-
-    @property
-    def owns_worker(self) -> bool:
-        """Whether the switch is stopping or starting workers now (their exits are not crashes)."""
-        return self._load is not None and self._load.phase is not SwitchPhase.DRAINING
 
     # --- the request -------------------------------------------------------------------------------
     def request(self, identity: bytes, header: Header, msg: LoadModelRequest) -> None:
@@ -159,7 +157,8 @@ class ModelSwitch:
         self._load = _Load(
             identity, header, path, msg.n_ctx, msg.vram_budget_mib, mmproj, vision, phase_since_s=core.clock()
         )
-        core.hold_jobs = True
+        if self._lifecycle.state is WorkerState.FAILED:  # given up: no worker to drain, the switch takes over now
+            self._lifecycle.enter(WorkerState.SWITCHING_MODEL)
         core.counters["model_loads_requested"] += 1
         core.log(logging.INFO, "model_load_start", path=str(path), n_ctx=msg.n_ctx, vram_budget_mib=msg.vram_budget_mib)
         self.tick()
@@ -168,7 +167,6 @@ class ModelSwitch:
         """Answer a pending load with ``error`` (shutdown); workers are left to the caller."""
         load, self._load = self._load, None
         if load is not None:
-            self._core.hold_jobs = False
             self._core.send_error(load.identity, load.header, error)
 
     # --- progress (called by the I/O loop) -----------------------------------------------------------
@@ -184,6 +182,7 @@ class ModelSwitch:
             if not in_worker and not self._budget.reloading and not core.waiting_exports:
                 load.previous_config, load.previous_planner = worker.config, self._budget.planner
                 worker.begin_stop()
+                self._lifecycle.enter(WorkerState.SWITCHING_MODEL)
                 self._enter(load, SwitchPhase.STOPPING)
         elif load.phase is SwitchPhase.STOPPING:
             if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
@@ -210,7 +209,7 @@ class ModelSwitch:
                 self._revert(load)
             else:  # the previous model failed to come back: normal crash handling takes over
                 self._finish(load, load.error)
-                handle_worker_death(core, self._budget)
+                self._lifecycle.died()
 
     def on_fatal(self, event: wp.Fatal) -> bool:
         """The new model could not be loaded (``LOADING``): the worker exits next and ``tick`` reverts. Returns True
@@ -233,17 +232,16 @@ class ModelSwitch:
             self._drop_ready_of_stopping_worker(event)
             return
         core = self._core
-        core.hold_jobs = False
+        self._load = None  # the worker serves again: new generations are forwarded
         if load.phase is SwitchPhase.LOADING:
             for session in core.sessions:
                 session.kv_state = session.kv_tokens = None  # KV of another model; the history is re-prefilled
             core.encodings.clear()  # image embeddings of another model: the new one encodes the images again
-        handle_ready(core, self._budget, event)
+        self._lifecycle.serve(event)
         if load.phase is SwitchPhase.LOADING:
             core.counters["model_loads"] += 1
             core.log(logging.INFO, "model_loaded", path=str(load.path), strategy=self._budget.current.plan.strategy)
             assert core.model_info is not None
-            self._load = None
             core.send(load.identity, LoadModelReply(model=core.model_info, plan=self._budget.current.plan), load.header)
         else:
             self._finish(load, load.error)
@@ -256,7 +254,7 @@ class ModelSwitch:
         worker stays not ready (the supervisor set ``ready`` on reading the event) until the new one starts."""
         core = self._core
         core.worker.ready = False
-        core.worker_failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
+        self._lifecycle.failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
         core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="stopping for a model load")
 
     def _enter(self, load: _Load, phase: SwitchPhase) -> None:
@@ -275,7 +273,7 @@ class ModelSwitch:
         }
         core.worker.retarget(config, outcome.placement)
         core.worker.vision = outcome.encoder
-        core.fatal_error = None
+        self._lifecycle.fatal_error = None
         core.worker.start()
         self._enter(load, SwitchPhase.LOADING)
 
@@ -291,7 +289,6 @@ class ModelSwitch:
 
     def _finish(self, load: _Load, error: RequestError | None) -> None:
         self._load = None
-        self._core.hold_jobs = False
         if error is not None:
             self._core.send_error(load.identity, load.header, error)
 

@@ -183,8 +183,9 @@ class DaemonServer:
             zmq.select(worker.fds(), [], [], 0.1) if worker.fds() else time.sleep(0.1)
             for event in worker.read_events():
                 service.lifecycle.route(event)
-            if core.fatal_error is not None:
-                raise DaemonStartError(f"the engine worker could not load the model: {core.fatal_error.message}")
+            fatal = service.lifecycle.fatal_error
+            if fatal is not None:
+                raise DaemonStartError(f"the engine worker could not load the model: {fatal.message}")
             if worker.is_dead() and not worker.ready:
                 raise DaemonStartError("the engine worker died while loading the model")
 
@@ -206,7 +207,7 @@ class DaemonServer:
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         registered: list[int] = []
-        while not self._stop and not core.exit_requested:
+        while not self._stop and not service.stopped:
             fds = core.worker.fds()
             if fds != registered:
                 for fd in registered:
@@ -223,7 +224,7 @@ class DaemonServer:
                     poller.unregister(fd)
                 registered = []
         core.session_io.drain()  # a save in flight is finished and answered (a signal too), a load answered
-        if core.exit_requested:
+        if service.stopped:
             self._drain(socket, service)
 
     @staticmethod

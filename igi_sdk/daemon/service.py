@@ -50,17 +50,23 @@ class DaemonService:
         default_model: Callable[[], Path] | None = None,
     ) -> None:
         self.core = core
-        self.budget = BudgetControl(core, planner, initial)
+        self.lifecycle = WorkerLifecycle(core)
+        self.budget = BudgetControl(core, self.lifecycle, planner, initial)
         self.switch = ModelSwitch(
-            core, self.budget, base, config_for, planner_for=planner_for, default_model=default_model
+            core, self.lifecycle, self.budget, base, config_for, planner_for=planner_for, default_model=default_model
         )
-        self.lifecycle = WorkerLifecycle(core, self.budget, self.switch)
-        self.dispatcher = Dispatcher(core, self.budget, self.switch)
+        self.lifecycle.attach(self.budget, self.switch)
+        self.dispatcher = Dispatcher(core, self.lifecycle, self.budget, self.switch)
 
     @property
     def state(self) -> WorkerState:
         """The engine worker's state."""
         return self.lifecycle.state
+
+    @property
+    def stopped(self) -> bool:
+        """Whether ``shutdown_request`` was served: the I/O loop exits."""
+        return self.lifecycle.state is WorkerState.STOPPED
 
     def on_messages(self, batch: list[list[Any]]) -> None:
         """The messages read from the socket in one poll tick (``[identity, m1..m4]`` each)."""

@@ -1,12 +1,12 @@
-"""Daemon layer: what the daemon does with the engine worker's events, and when the worker dies."""
+"""Daemon layer: what the daemon does with the engine worker's events about jobs, exports and reloads (the same in every
+state of the worker; ``worker_lifecycle`` routes the others, and the worker's exit)."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Any
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -14,8 +14,9 @@ from igi_sdk.ipc.messages import GenerateReply, TokenEvent
 from igi_sdk.ipc.values import Usage
 
 
-def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event) -> None:
-    """Route one event about a job, an export or a reload to the one that waits for it (the same in every state)."""
+def handle_worker_event(core: DaemonCore, on_reloaded: Callable[[wp.Reloaded], None], event: wp.Event) -> None:
+    """Route one event about a job, an export or a reload (to ``on_reloaded``: the budget control) to the one that
+    waits for it (the same in every state)."""
     if isinstance(event, wp.Token):
         job = core.jobs.get(event.job_id)
         if job is None:
@@ -41,9 +42,9 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event
     elif isinstance(event, wp.Failed):
         job = core.finish_job(event.job_id)
         if job is not None:
-            _fail_job(core, job, RequestError(ErrorCode(event.code), event.message, event.detail))
+            fail_job(core, job, RequestError(ErrorCode(event.code), event.message, event.detail))
     elif isinstance(event, wp.Reloaded):
-        budget.on_reloaded(event)
+        on_reloaded(event)
     elif isinstance(event, wp.Encoded):  # kept for another worker (a replacement, a restart): no encode there
         job = core.jobs.get(event.job_id)
         for message, image in job.images if job is not None else ():
@@ -55,19 +56,6 @@ def handle_worker_event(core: DaemonCore, budget: BudgetControl, event: wp.Event
             callback(None if event.tokens is None else list(event.tokens), event.state)
     else:  # Ready and Fatal mean something else in each state of the worker: WorkerLifecycle decides
         raise TypeError(f"{type(event).__name__} is routed by the worker lifecycle")
-
-
-def handle_ready(core: DaemonCore, budget: BudgetControl, event: wp.Ready) -> None:
-    """A worker serving the model in force is ready: record the model, restore the pacing, forward waiting jobs and let
-    the budget control start a reload that waited for it."""
-    core.model_info = event.model
-    core.model_file_bytes = event.file_bytes
-    core.worker_failures_in_row = 0
-    core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
-    if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
-        core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
-    core.forward_pending_jobs()
-    budget.on_worker_ready()
 
 
 def _done(core: DaemonCore, event: wp.Done) -> None:
@@ -90,7 +78,7 @@ def _done(core: DaemonCore, event: wp.Done) -> None:
     core.end_job(job, reply)
 
 
-def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
+def fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
     """Terminal failure: ``generate_reply{error}`` after streaming started, else ``error_reply``."""
     if job.n_tokens_sent > 0:
         core.send_to_job(job, job.partial_reply("error"))
@@ -98,39 +86,3 @@ def _fail_job(core: DaemonCore, job: Any, error: RequestError) -> None:
         core.send_error(
             job.identity, new_header("generate_request", msg_id=job.job_id, session_id=job.session_id), error
         )
-
-
-def handle_worker_death(core: DaemonCore, budget: BudgetControl, failed_reload: bool = False) -> None:
-    """Fail in-flight work with ``engine_failure`` and restart the worker with the last good placement.
-
-    ``failed_reload``: the worker that died was the new worker of a replacement to a GPU placement, still loading
-    (``WorkerLifecycle``): a failed reload, not a step towards giving the model up; the worker restarts on the CPU-only
-    placement in force. After ``shutdown_request`` (answered everything; the loop exits) no worker is started."""
-    if core.exit_requested:
-        return
-    core.counters["worker_crashes"] += 1
-    if not failed_reload:
-        core.worker_failures_in_row += 1
-    error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")
-    for job_id in [j.job_id for j in core.jobs.values() if j.forwarded]:
-        job = core.finish_job(job_id)
-        if job is not None:
-            _fail_job(core, job, error)
-    core.end_exports_without_worker()
-    budget.on_worker_death()
-    limit = core.settings.engine.max_worker_restarts
-    if core.fatal_error is not None or core.worker_failures_in_row > limit:
-        core.log(logging.ERROR, "worker_given_up", failures_in_row=core.worker_failures_in_row, limit=limit)
-        core.model_info = None
-        # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
-        gone = RequestError(
-            ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True
-        )
-        for job_id in list(core.jobs):
-            job = core.finish_job(job_id)
-            if job is not None:
-                _fail_job(core, job, gone)
-        budget.abort(gone)
-        return
-    core.worker.restart()
-    core.counters["worker_restarts"] += 1

@@ -1,10 +1,12 @@
-"""Daemon layer: the engine worker's lifecycle, the one place that decides what a worker event or exit means.
+"""Daemon layer: the engine worker's lifecycle: its state, and the one place that decides what a worker event or exit
+means.
 
-The worker is in exactly one :class:`WorkerState` at a time, read from the owners of its transitions (the supervisor
-for the process, ``BudgetControl`` for reloads and replacements, ``ModelSwitch`` for a model switch, ``DaemonCore``
-for a given-up model and shutdown). :class:`WorkerLifecycle` routes every ``Ready`` and ``Fatal`` event and every exit
-of the process by that state; events about jobs, exports and reloads mean the same in every state
-(``worker_events.handle_worker_event``)::
+:class:`WorkerLifecycle` stores the worker's :class:`WorkerState` and changes it at each transition: its own (a
+``Ready`` served, a death, a restart, give-up, shutdown), and those the budget control and the model switch ask it for
+(``enter``: a reload sent, a replacement begun, a model switch taking the worker). It routes every ``Ready`` and
+``Fatal`` event and every exit of the process by that state; events about jobs, exports and reloads mean the same in
+every state (``worker_events.handle_worker_event``). It also holds what the daemon knows of the worker's health: the
+``Fatal`` that makes a model unservable, the failures in a row, a start the OS refused and when to try again::
 
     STARTING --Ready--> READY --Reload--> RELOADING --Reloaded--> READY
         |                 |  \\--budget GPU <-> CPU-only--> REPLACING --old exited (CPU-only) / new Ready--> READY
@@ -15,11 +17,11 @@ of the process by that state; events about jobs, exports and reloads mean the sa
 
 | state | a ``Ready`` | a ``Fatal`` | the process exits |
 |---|---|---|---|
-| STARTING, READY, RELOADING | the model in force is served (``handle_ready``) | the model cannot be served | a crash: jobs fail, restart (or FAILED) |
+| STARTING, READY, RELOADING | the model in force is served (``_serve``) | the model cannot be served | a crash: jobs fail, restart (or FAILED) |
 | REPLACING, old worker exiting | ignored (it is exiting) | ignored | the new worker starts (``BudgetControl``) |
 | REPLACING, new worker loading | the replacement is done | a failed reload | a failed reload: restart on the placement in force |
 | SWITCHING_MODEL | ``ModelSwitch.on_ready`` | ``ModelSwitch.on_fatal`` (or, reverting, as STARTING) | ``ModelSwitch.tick`` |
-| STOPPED, FAILED | as READY | as READY | nothing (no restart) |
+| STOPPED, FAILED | ignored | recorded | nothing (no restart) |
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from __future__ import annotations
 import enum
 import logging
 import traceback
+from typing import Protocol
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl, ReplacePhase
+from igi_sdk.daemon.budget_reloads import ReplacePhase
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.model_switch import ModelSwitch
-from igi_sdk.daemon.worker_events import handle_ready, handle_worker_death, handle_worker_event
+from igi_sdk.daemon.worker_events import fail_job, handle_worker_event
 from igi_sdk.ipc.error_codes import ErrorCode
 
 #: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).
@@ -51,36 +53,103 @@ class WorkerState(enum.Enum):
     FAILED = "failed"  # given up after max_worker_restarts failures in a row (no model until load_model_request)
 
 
+class BudgetSide(Protocol):
+    """What the lifecycle needs from ``BudgetControl``."""
+
+    @property
+    def replace_phase(self) -> ReplacePhase | None: ...
+    def on_worker_ready(self) -> None: ...
+    def on_reloaded(self, event: wp.Reloaded) -> None: ...
+    def on_replaced_worker_exit(self) -> None: ...
+    def on_replacement_fatal(self, event: wp.Fatal) -> None: ...
+    def on_worker_death(self) -> None: ...
+    def abort(self, error: RequestError) -> None: ...
+
+
+class SwitchSide(Protocol):
+    """What the lifecycle needs from ``ModelSwitch``."""
+
+    @property
+    def active(self) -> bool: ...
+    def on_ready(self, event: wp.Ready) -> None: ...
+    def on_fatal(self, event: wp.Fatal) -> bool: ...
+
+
 class WorkerLifecycle:
-    """Decides, by the worker's state, what each worker event and exit means.
+    """The worker's state, what each worker event and exit means in it, and the worker's health.
 
     Args:
         core: daemon state (its ``worker`` is the supervisor).
-        budget: budget changes (reloads, replacements).
-        switch: model switches.
+
+    ``attach`` hands it the budget control and the model switch (they are built with the lifecycle, and ask it for
+    their transitions).
     """
 
-    def __init__(self, core: DaemonCore, budget: BudgetControl, switch: ModelSwitch) -> None:
+    def __init__(self, core: DaemonCore) -> None:
         self._core = core
-        self._budget = budget
-        self._switch = switch
+        self._state = WorkerState.STARTING  # the server starts the worker on the initial placement
+        self._budget: BudgetSide | None = None
+        self._switch: SwitchSide | None = None
+        #: The worker reported that the model cannot be served (``Fatal``): its next death gives the model up.
+        self.fatal_error: RequestError | None = None
+        #: Worker deaths since the last ``Ready`` (more than ``max_worker_restarts``: FAILED).
+        self.failures_in_row = 0
+        #: Set when a worker start failed (the OS refused a pipe or a process): it is tried again at this time.
+        self.start_due_s: float | None = None
+
+    def attach(self, budget: BudgetSide, switch: SwitchSide) -> None:
+        """The budget control and the model switch that events are routed to."""
+        self._budget, self._switch = budget, switch
 
     @property
     def state(self) -> WorkerState:
         """The worker's state now."""
-        core = self._core
-        if core.exit_requested:
-            return WorkerState.STOPPED
-        if self._switch.owns_worker:
-            return WorkerState.SWITCHING_MODEL
-        if self._budget.replace_phase is not None:
-            return WorkerState.REPLACING
-        if core.model_info is None and core.worker.is_dead() and not core.hold_jobs:
-            return WorkerState.FAILED
-        if not core.worker.ready:
-            return WorkerState.STARTING
-        return WorkerState.RELOADING if self._budget.reload_running else WorkerState.READY
+        return self._state
 
+    def enter(self, state: WorkerState) -> None:
+        """A transition (the budget control's, the model switch's or this object's own). STOPPED is final."""
+        if self._state is not WorkerState.STOPPED and state is not self._state:
+            self._state = state
+
+    @property
+    def holds_jobs(self) -> bool:
+        """Whether new generations wait in the daemon, unforwarded: a model switch drains or loads."""
+        return self._switch is not None and self._switch.active
+
+    def reload_sent(self) -> None:
+        """The budget control sent a ``Reload`` to the serving worker."""
+        if self._state is WorkerState.READY:
+            self.enter(WorkerState.RELOADING)
+
+    def reload_done(self) -> None:
+        """The worker answered the reload in flight (``Reloaded``, applied or not)."""
+        if self._state is WorkerState.RELOADING:
+            self.enter(WorkerState.READY)
+
+    def stop(self) -> None:
+        """``shutdown_request``: no worker is started any more, whatever it reports."""
+        self.enter(WorkerState.STOPPED)
+
+    def forward_waiting_jobs(self) -> None:
+        """Send jobs that waited for a (re)started worker. While a model switch holds new jobs, only the ones carried
+        over a worker replacement go (they were in the worker before: they finish on the old model, and the switch
+        drains them first)."""
+        core = self._core
+        if not core.worker.ready:
+            return
+        hold = self.holds_jobs
+        for job in list(core.jobs.values()):
+            if not job.forwarded and (job.resumed or not hold):
+                try:
+                    sent = core.send_to_worker(job.command_for(core.worker.pid, core.encodings))
+                except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
+                    core.drop_unsendable_job(job, exc)
+                    continue
+                if not sent:
+                    return  # the worker died: the job waits for the restarted one
+                job.forwarded = True
+
+    # --- events ---------------------------------------------------------------------------------------------------
     def on_event(self, event: wp.Event) -> None:
         """Handle one worker event; a daemon bug in it is logged and counted, and the loop keeps serving (as the
         dispatcher does for a request: one bad path must not take every client's conversations down with it)."""
@@ -103,27 +172,92 @@ class WorkerLifecycle:
         elif isinstance(event, wp.Fatal):
             self._on_fatal(event)
         else:
-            handle_worker_event(self._core, self._budget, event)
+            handle_worker_event(self._core, self._budget_side().on_reloaded, event)
 
     def check_exit(self, stopping: bool = False) -> bool:
         """After the worker's events are read: handle its exit, if it has exited. Not while a model switch stops and
         starts workers (``ModelSwitch.tick`` watches them), nor after shutdown (``stopping``: a signal reaches the whole
-        process group, the worker included), nor once given up. Returns whether an exit was handled."""
-        core, state = self._core, self.state
-        if stopping or state in (WorkerState.SWITCHING_MODEL, WorkerState.STOPPED) or core.model_info is None:
+        process group, the worker included), nor once given up or before a model was ever served. Returns whether an
+        exit was handled."""
+        core, state = self._core, self._state
+        if stopping or state in (WorkerState.SWITCHING_MODEL, WorkerState.STOPPED, WorkerState.FAILED):
             return False
-        if not core.worker.is_dead():
+        if core.model_info is None or not core.worker.is_dead():
             return False
         self._worker_exited(state)
         return True
 
-    def _worker_exited(self, state: WorkerState) -> None:
-        """The worker is dead: the exit of a worker being replaced (the new one starts), crash handling
-        (``handle_worker_death``), or, while a start that failed waits for its retry, another start once
-        ``WORKER_START_RETRY_S`` has passed. A start the OS refuses (no file descriptor for the pipe, no memory for the
-        process) is retried, never raised: the daemon keeps answering, and the jobs wait."""
+    def serve(self, event: wp.Ready) -> None:
+        """A worker serving the model in force is ready: record the model, restore the pacing, forward waiting jobs and
+        let the budget control finish a replacement or start a reload that waited for it."""
         core = self._core
-        due = core.worker_start_due_s
+        self.enter(WorkerState.READY)
+        core.model_info = event.model
+        core.model_file_bytes = event.file_bytes
+        self.failures_in_row = 0
+        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
+        if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
+            core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
+        self.forward_waiting_jobs()
+        self._budget_side().on_worker_ready()
+
+    def died(self, failed_reload: bool = False) -> None:
+        """The worker died: fail in-flight work with ``engine_failure`` and restart it with the last good placement
+        (STARTING), or give the model up (FAILED) after a ``Fatal`` or more than ``max_worker_restarts`` failures in a
+        row.
+
+        ``failed_reload``: the worker that died was the new worker of a replacement to a GPU placement, still loading:
+        a failed reload, not a step towards giving the model up; the worker restarts on the CPU-only placement in
+        force. After ``shutdown_request`` (answered everything; the loop exits) no worker is started."""
+        core = self._core
+        if self._state is WorkerState.STOPPED:
+            return
+        core.counters["worker_crashes"] += 1
+        if not failed_reload:
+            self.failures_in_row += 1
+        error = RequestError(ErrorCode.ENGINE_FAILURE, "the engine worker process died; the daemon restarted it")
+        for job_id in [j.job_id for j in core.jobs.values() if j.forwarded]:
+            job = core.finish_job(job_id)
+            if job is not None:
+                fail_job(core, job, error)
+        core.end_exports_without_worker()
+        budget = self._budget_side()
+        budget.on_worker_death()
+        limit = core.settings.engine.max_worker_restarts
+        if self.fatal_error is not None or self.failures_in_row > limit:
+            core.log(logging.ERROR, "worker_given_up", failures_in_row=self.failures_in_row, limit=limit)
+            self.enter(WorkerState.FAILED)
+            core.model_info = None
+            # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
+            gone = RequestError(
+                ErrorCode.NO_MODEL, "the engine worker kept dying and was given up; load a model", retryable=True
+            )
+            for job_id in list(core.jobs):
+                job = core.finish_job(job_id)
+                if job is not None:
+                    fail_job(core, job, gone)
+            budget.abort(gone)
+            return
+        self.enter(WorkerState.STARTING)
+        core.worker.restart()
+        core.counters["worker_restarts"] += 1
+
+    # --- internals -----------------------------------------------------------------------------------------------
+    def _budget_side(self) -> BudgetSide:
+        assert self._budget is not None, "WorkerLifecycle.attach was not called"
+        return self._budget
+
+    def _switch_side(self) -> SwitchSide:
+        assert self._switch is not None, "WorkerLifecycle.attach was not called"
+        return self._switch
+
+    def _worker_exited(self, state: WorkerState) -> None:
+        """The worker is dead: the exit of a worker being replaced (the new one starts), crash handling (``died``),
+        or, while a start that failed waits for its retry, another start once ``WORKER_START_RETRY_S`` has passed. A
+        start the OS refuses (no file descriptor for the pipe, no memory for the process) is retried, never raised: the
+        daemon keeps answering, and the jobs wait."""
+        core = self._core
+        due = self.start_due_s
         if due is not None:
             if core.clock() < due:
                 return
@@ -132,41 +266,41 @@ class WorkerLifecycle:
             except OSError as exc:
                 self._start_failed(exc)
                 return
-            core.worker_start_due_s = None
+            self.start_due_s = None
             core.counters["worker_restarts"] += 1
             return
+        budget = self._budget_side()
         try:
-            if state is WorkerState.REPLACING and self._budget.replace_phase is ReplacePhase.STOPPING:
-                self._budget.on_replaced_worker_exit()  # no crash: the new worker starts
+            if state is WorkerState.REPLACING and budget.replace_phase is ReplacePhase.STOPPING:
+                budget.on_replaced_worker_exit()  # no crash: the new worker starts
             else:
-                handle_worker_death(core, self._budget, failed_reload=state is WorkerState.REPLACING)
+                self.died(failed_reload=state is WorkerState.REPLACING)
         except OSError as exc:  # the (re)start itself failed
             self._start_failed(exc)
 
     def _start_failed(self, exc: OSError) -> None:
         core = self._core
         core.counters["worker_start_failed"] += 1
-        core.worker_start_due_s = core.clock() + WORKER_START_RETRY_S
+        self.start_due_s = core.clock() + WORKER_START_RETRY_S
         core.log(logging.ERROR, "worker_start_failed", error=repr(exc), retry_in_s=WORKER_START_RETRY_S)
 
-    # --- internals -----------------------------------------------------------------------------------------------
     def _on_ready(self, event: wp.Ready) -> None:
-        core, state = self._core, self.state
+        core, state = self._core, self._state
         if state is WorkerState.SWITCHING_MODEL:
-            self._switch.on_ready(event)
-        elif state is WorkerState.REPLACING and self._budget.replace_phase is ReplacePhase.STOPPING:
+            self._switch_side().on_ready(event)
+        elif state is WorkerState.REPLACING and self._budget_side().replace_phase is ReplacePhase.STOPPING:
             # written by a worker being replaced before it read ``Shutdown``: it is exiting, nothing may be sent to it
             core.worker.ready = False
             core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="being replaced")
-        else:
-            handle_ready(core, self._budget, event)
+        elif state is not WorkerState.STOPPED:
+            self.serve(event)
 
     def _on_fatal(self, event: wp.Fatal) -> None:
-        core, state = self._core, self.state
-        if state is WorkerState.SWITCHING_MODEL and self._switch.on_fatal(event):
+        core, state = self._core, self._state
+        if state is WorkerState.SWITCHING_MODEL and self._switch_side().on_fatal(event):
             return  # the new model failed to load: the switch reverts
         core.log(logging.ERROR, "worker_fatal", code=event.code, message=event.message)
         if state is WorkerState.REPLACING:  # a replacement worker could not load its new placement: a failed reload
-            self._budget.on_replacement_fatal(event)
+            self._budget_side().on_replacement_fatal(event)
             return
-        core.fatal_error = RequestError(ErrorCode(event.code), event.message)
+        self.fatal_error = RequestError(ErrorCode(event.code), event.message)

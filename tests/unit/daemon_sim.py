@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.daemon.model_switch import SwitchPhase
 from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.supervisor import WorkerGone
+from igi_sdk.daemon.worker_lifecycle import WorkerState
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
@@ -244,11 +246,12 @@ class Daemon:
 
     def pump(self) -> None:
         """The rest of a loop iteration; session files handed to their threads meanwhile are done and answered
-        within it (the real loop answers them one or more ticks later)."""
+        within it (the real loop answers them one or more ticks later). The worker's state is checked after it."""
         self.core.session_io.wait()
         self.service.on_tick()
         self.core.session_io.wait()
         self.core.session_io.poll()
+        check_worker_state(self)
 
     def replies(self) -> list[tuple[Any, Message]]:
         return [unpack_message(KEY, frames) for frames in self.sent]
@@ -274,8 +277,32 @@ def check_exactly_one_terminal_reply(daemon: Daemon) -> None:
     assert not by_parent, f"replies to requests never sent: {list(by_parent)}"
     assert not daemon.core.jobs
     assert all(session.job_id is None for session in daemon.core.sessions)
-    assert not daemon.switch.active and not daemon.core.hold_jobs
+    assert not daemon.switch.active and not daemon.service.lifecycle.holds_jobs
     check_one_budget(daemon)
+
+
+def implied_worker_state(daemon: Daemon) -> WorkerState:
+    """The worker's state as the facts held elsewhere imply it after a loop iteration (the worker's death handled): what
+    ``WorkerLifecycle`` stores must agree with the shutdown flag, the model switch's phase, the budget control's reload
+    or replacement in flight, a given-up model and whether the worker is ready."""
+    core, budget, load = daemon.core, daemon.budget, daemon.switch._load
+    if core.shutting_down:
+        return WorkerState.STOPPED
+    if load is not None and (load.phase is not SwitchPhase.DRAINING or core.model_info is None):
+        return WorkerState.SWITCHING_MODEL  # from FAILED a load takes the worker at once: nothing to drain
+    if budget.replace_phase is not None:
+        return WorkerState.REPLACING
+    if core.model_info is None and core.worker.is_dead() and load is None:
+        return WorkerState.FAILED
+    if not core.worker.ready:
+        return WorkerState.STARTING
+    return WorkerState.RELOADING if budget.reload_running else WorkerState.READY
+
+
+def check_worker_state(daemon: Daemon) -> None:
+    """The state the lifecycle stores is the one the rest of the daemon implies."""
+    stored, implied = daemon.service.lifecycle.state, implied_worker_state(daemon)
+    assert stored is implied, f"the lifecycle says {stored.name}, the daemon's records say {implied.name}"
 
 
 def check_one_budget(daemon: Daemon) -> None:
@@ -283,7 +310,7 @@ def check_one_budget(daemon: Daemon) -> None:
     pending only while one is being planned, reloaded or waits for a worker (or was cut short by shutdown)."""
     budget = daemon.budget
     assert budget.current.budget_mib == budget.state.in_force_mib
-    assert budget.state.pending_mib is None or budget.under_way or daemon.core.exit_requested
+    assert budget.state.pending_mib is None or budget.under_way or daemon.service.stopped
 
 
 ACTIONS = st.one_of(

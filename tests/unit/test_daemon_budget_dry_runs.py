@@ -20,6 +20,7 @@ from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message
@@ -94,7 +95,12 @@ class Rig:
             DaemonSettings(), KEY, lambda identity, frames: self.sent.append(frames), self.worker, clock=lambda: 100.0
         )
         self.planner = FakePlanner(cached)
-        self.budget = BudgetControl(self.core, self.planner, _outcome(4096, 3700.0, 16))  # type: ignore[arg-type]
+        self.budget = BudgetControl(
+            self.core,
+            WorkerLifecycle(self.core),
+            self.planner,  # type: ignore[arg-type]
+            _outcome(4096, 3700.0, 16),
+        )
         self.used_mib = used_mib
         monkeypatch.setattr(budget_worker, "measure_vram_mib", lambda pid: self.used_mib)
 

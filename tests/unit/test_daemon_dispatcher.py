@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.dispatcher import Dispatcher
-from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.service import DaemonService
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -101,10 +100,14 @@ def _setup() -> tuple[Dispatcher, DaemonCore, list[list[bytes]]]:
     core = DaemonCore(
         DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0
     )
-    budget = BudgetControl(core, _Planner(), _outcome(0))  # type: ignore[arg-type]
-    switch = ModelSwitch(core, budget, Placement(), lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx})
-    dispatcher = Dispatcher(core, budget, switch)
-    return dispatcher, core, sent
+    service = DaemonService(
+        core,
+        _Planner(),  # type: ignore[arg-type]
+        _outcome(0),
+        Placement(),
+        lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
+    )
+    return service.dispatcher, core, sent
 
 
 def _frames(message: Message, session_id: str | None = None) -> list[bytes]:

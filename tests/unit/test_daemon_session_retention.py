@@ -8,12 +8,11 @@ import pytest
 
 from igi_sdk.config import DaemonSettings, IpcSettings
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.dispatcher import Dispatcher
 from igi_sdk.daemon.liveness import expire_clients, expire_sessions
-from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.service import DaemonService
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import CreateSessionRequest, ErrorReply, GenerateRequest, Message, StatusRequest
@@ -61,8 +60,8 @@ def _daemon(session_ttl_s: float) -> tuple[Dispatcher, DaemonCore, Clock, list[t
         settings, KEY, lambda identity, frames: sent.append((identity, frames)), RecordingWorker(), clock=clock
     )
     outcome = PlanOutcome(0, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
-    budget = BudgetControl(core, None, outcome)  # type: ignore[arg-type]
-    return Dispatcher(core, budget, ModelSwitch(core, budget, Placement(), lambda p, n: {})), core, clock, sent
+    service = DaemonService(core, None, outcome, Placement(), lambda p, n: {})  # type: ignore[arg-type]
+    return service.dispatcher, core, clock, sent
 
 
 def _request(

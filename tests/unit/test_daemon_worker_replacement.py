@@ -279,7 +279,9 @@ def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placemen
     _steps(daemon, 3)
     [failed] = _answers(daemon, grow)
     assert isinstance(failed, ErrorReply) and failed.code == ErrorCode.ENGINE_FAILURE
-    assert daemon.core.model_info is not None and daemon.core.fatal_error is None, "given up on a failed reload"
+    assert daemon.core.model_info is not None and daemon.service.lifecycle.fatal_error is None, (
+        "given up on a failed reload"
+    )
     assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
     assert daemon.budget.state.target_mib == daemon.budget.state.in_force_mib == 1024
     _steps(daemon, 8)
@@ -297,7 +299,7 @@ def test_a_failed_gpu_load_overtaken_by_a_reclaim_is_not_a_fatal_model() -> None
     daemon.pump()  # the GPU worker starts; its `fatal` is written, not read yet
     reclaim = _reclaim(daemon)  # overtakes that start
     _steps(daemon, 3)
-    assert daemon.core.fatal_error is None, "a later crash would give the model up at once"
+    assert daemon.service.lifecycle.fatal_error is None, "a later crash would give the model up at once"
     assert [type(m) for m in _answers(daemon, grow) + _answers(daemon, reclaim)] == [BudgetAck, BudgetAck]
     assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
     worker.kill()
@@ -385,4 +387,4 @@ def test_every_request_gets_exactly_one_terminal_reply_with_worker_replacements(
         daemon = bookkeeping.run_actions(actions)
     check_exactly_one_terminal_reply(daemon)
     assert daemon.core.model_info is not None
-    assert daemon.core.exit_requested or not daemon.budget.reloading  # after shutdown the loop reads nothing more
+    assert daemon.service.stopped or not daemon.budget.reloading  # after shutdown the loop reads nothing more

@@ -1,0 +1,124 @@
+"""The engine worker's state is stored by ``WorkerLifecycle`` and changed at each transition (docs/daemon.md, "The
+engine worker: states, protocol, owners"). Every ``Daemon.pump`` of the simulated daemon also checks that the stored
+state is the one the rest of the daemon implies (``daemon_sim.check_worker_state``); these walk the diagram."""
+
+from __future__ import annotations
+
+from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
+from replacement_sim import _answers, _daemon, _nvml, _reclaim  # noqa: F401  (_nvml: the autouse fixture)
+
+from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker_lifecycle import WorkerState
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.messages import (
+    BudgetAck,
+    CreateSessionReply,
+    CreateSessionRequest,
+    ErrorReply,
+    GenerateReply,
+    GenerateRequest,
+    LoadModelReply,
+    LoadModelRequest,
+    ReclaimRequest,
+    SetBudgetRequest,
+    ShutdownRequest,
+)
+from igi_sdk.ipc.values import ModelInfo
+from igi_sdk.planner.placement import Placement
+
+
+def _state(daemon: Daemon) -> WorkerState:
+    return daemon.service.lifecycle.state
+
+
+def _session(daemon: Daemon) -> str:
+    msg_id = daemon.request(CreateSessionRequest(persona="npc", system_prompt="s"))
+    [reply] = [m for h, m in daemon.replies() if h.parent_id == msg_id]
+    assert isinstance(reply, CreateSessionReply)
+    return reply.session_id
+
+
+def test_start_then_a_reload_in_place() -> None:
+    daemon = Daemon()
+    assert _state(daemon) is WorkerState.READY
+    daemon.request(ReclaimRequest(vram_budget_mib=0, deadline_s=1.0))  # always_reload: a reload even for the same plan
+    assert _state(daemon) is WorkerState.RELOADING  # Reload sent; the worker answers at its next step
+    daemon.pump()
+    assert _state(daemon) is WorkerState.READY
+
+
+def test_a_crash_restarts_through_starting() -> None:
+    daemon = Daemon()
+    daemon.worker.kill()
+    daemon.service.on_tick()  # the death is handled: restarted, its Ready not read yet
+    assert _state(daemon) is WorkerState.STARTING and daemon.service.lifecycle.failures_in_row == 1
+    daemon.pump()
+    assert _state(daemon) is WorkerState.READY and daemon.service.lifecycle.failures_in_row == 0
+
+
+def test_given_up_is_failed_and_a_load_brings_a_model_back() -> None:
+    daemon = Daemon(max_worker_restarts=0)
+    sid = _session(daemon)
+    daemon.worker.kill()
+    daemon.pump()
+    assert _state(daemon) is WorkerState.FAILED
+    refused = daemon.request(GenerateRequest(text="hi", max_tokens=2), sid)
+    [reply] = [m for h, m in daemon.replies() if h.parent_id == refused]
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.NO_MODEL
+    load = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
+    assert _state(daemon) is WorkerState.SWITCHING_MODEL  # nothing to drain: the switch takes over at once
+    held = daemon.request(GenerateRequest(text="hi", max_tokens=2), sid)  # held for the new model, not refused
+    for _ in range(4):
+        daemon.worker.step()
+        daemon.pump()
+    assert _state(daemon) is WorkerState.READY
+    assert [type(m) for h, m in daemon.replies() if h.parent_id == load] == [LoadModelReply]
+    assert isinstance([m for h, m in daemon.replies() if h.parent_id == held][-1], GenerateReply)
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_model_switch_takes_the_worker_once_drained() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    daemon.request(GenerateRequest(text="hi", max_tokens=3), sid)
+    daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
+    assert _state(daemon) is WorkerState.READY and daemon.service.lifecycle.holds_jobs  # draining
+    states = []
+    for _ in range(6):
+        daemon.worker.step()
+        daemon.pump()
+        states.append(_state(daemon))
+    assert WorkerState.SWITCHING_MODEL in states and states[-1] is WorkerState.READY
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_shutdown_is_final() -> None:
+    daemon = Daemon()
+    daemon.request(ShutdownRequest())
+    assert _state(daemon) is WorkerState.STOPPED and daemon.service.stopped
+    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=2048)
+    daemon.service.lifecycle.route(
+        wp.Ready(pid=2, model=info, file_bytes=1, placement=Placement())
+    )  # a worker that finished loading late
+    daemon.service.lifecycle.died()
+    assert _state(daemon) is WorkerState.STOPPED
+    assert daemon.worker.restarts == 0
+
+
+def test_a_replacement_to_the_cpu_and_back() -> None:
+    daemon = _daemon(4096)
+    assert _state(daemon) is WorkerState.READY
+    reclaim = _reclaim(daemon, 0)
+    assert _state(daemon) is WorkerState.REPLACING  # the old worker exits
+    daemon.pump()
+    assert _state(daemon) is WorkerState.STARTING  # done: acknowledged, the CPU worker loads
+    assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)
+    daemon.pump()
+    assert _state(daemon) is WorkerState.READY
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    states = []
+    for _ in range(3):
+        daemon.pump()
+        states.append(_state(daemon))
+    assert WorkerState.REPLACING in states and states[-1] is WorkerState.READY  # the GPU worker is ready: done
+    assert isinstance(_answers(daemon, grow)[0], BudgetAck)

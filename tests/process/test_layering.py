@@ -115,3 +115,17 @@ def test_no_import_cycles_between_modules() -> None:
         if name not in state:
             visit(name)
     assert cycles == []
+
+
+def test_worker_command_and_event_keys_only_in_the_worker_protocol() -> None:
+    """Commands and events cross the daemon/worker pipe as typed values; only their codec
+    (``daemon/worker_protocol.py``) writes or reads the ``"op"`` / ``"ev"`` keys of their wire maps."""
+    codec = PACKAGE / "daemon" / "worker_protocol.py"
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != codec
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in ("op", "ev")
+    ]
+    assert offenders == []

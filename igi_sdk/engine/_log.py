@@ -1,9 +1,10 @@
 """Engine layer: one process-wide llama.cpp/ggml log callback that can be captured per load.
 
 llama.cpp logging is global (``llama_log_set`` also sets ggml's logger). We install a single callback,
-kept alive for the life of the process, that appends whole lines to the active capture (if any) and
-otherwise prints errors (or everything, when verbose) to stderr. Continuation records (level 5) are joined
-to the line they continue.
+kept alive for the life of the process, that appends whole lines to the active capture of the thread that logs
+(if any) and otherwise prints errors (or everything, when verbose) to stderr. Continuation records (level 5) are
+joined to the line they continue. Captures are per thread, so a vision encode on a worker thread and a model load
+on the main thread each collect their own lines and neither waits for the other.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ class LogCapture:
         return [text for _level, text in self.lines]
 
 
-_lock = threading.RLock()
-_active: LogCapture | None = None
+_active: dict[int, LogCapture] = {}  # the capture in progress, by thread ident
 _verbose = False
 _last_level = 2
 
@@ -59,7 +59,10 @@ def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     decoded = text.decode("utf-8", "replace") if text else ""
     effective = _last_level if level == _LOG_CONT else level
     _last_level = effective
-    capture = _active
+    capture = _active.get(threading.get_ident())
+    if capture is None:  # a thread llama.cpp started itself: the one capture in progress, if only one is
+        captures = list(_active.values())
+        capture = captures[0] if len(captures) == 1 else None
     if capture is not None:
         capture.feed(level, decoded)
     if _verbose or (capture is not None and capture.echo) or effective == _LOG_ERROR:
@@ -79,14 +82,19 @@ def set_verbose(verbose: bool) -> None:
 def capture_log(*, echo: bool = False) -> Iterator[LogCapture]:
     """Collect llama.cpp's log lines (all levels, DEBUG included) for the duration of the block.
 
-    Captures are process-global and do not nest: a second concurrent capture waits for the first.
+    A capture collects the lines logged by its own thread (and those of threads llama.cpp starts itself while it
+    is the only capture in progress); captures of other threads run at the same time. In one thread a nested
+    capture collects until it ends, then the outer one again.
     """
-    global _active
-    with _lock:
-        capture = LogCapture(echo=echo)
-        previous, _active = _active, capture
-        try:
-            yield capture
-        finally:
-            capture.flush()
-            _active = previous
+    ident = threading.get_ident()
+    capture = LogCapture(echo=echo)
+    previous = _active.get(ident)
+    _active[ident] = capture
+    try:
+        yield capture
+    finally:
+        capture.flush()
+        if previous is None:
+            del _active[ident]
+        else:
+            _active[ident] = previous

@@ -5,7 +5,7 @@ shapes in ``igi_sdk.planner.vision.VISION_SHAPES``:
 
 * ``idefics3`` (SmolVLM's): SigLIP-style tiles, pixel shuffle, one linear projection. ``smolvlm_tiny`` projects
   into 576 wide embeddings, the n_embd of the embedded SmolLM2-135M, so the pair runs image turns on a CPU
-  in tests.
+  in tests; ``smolvlm_small`` is the same with an encoder whose encode lasts many decode steps of that model.
 * ``qwen2.5vl_merger`` (Qwen2.5-VL's): a window-attention ViT and a 2x2 patch merger MLP. ``qwen25vl_7b`` is
   Qwen2.5-VL-7B's vision tower; with the ``qwen25_7b`` text shape (``write_synthetic_vlm_pair``) it is a
   realistic 7B VLM for GPU timing. The text model is llama architecture (rotary positions in one dimension),

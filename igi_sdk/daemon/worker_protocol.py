@@ -9,7 +9,7 @@ Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
 | ``Reload`` | req_id, placement, vision | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |

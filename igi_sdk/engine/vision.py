@@ -66,9 +66,14 @@ class ImageData:
     height: int = 0
 
     def digest(self) -> bytes:
-        return hashlib.sha256(
-            self.format.encode() + self.width.to_bytes(4, "little") + self.height.to_bytes(4, "little") + self.data
-        ).digest()
+        """SHA-256 of the format, size and bytes (computed once per ``ImageData``)."""
+        known = self.__dict__.get("_digest")
+        if known is None:
+            known = hashlib.sha256(
+                self.format.encode() + self.width.to_bytes(4, "little") + self.height.to_bytes(4, "little") + self.data
+            ).digest()
+            object.__setattr__(self, "_digest", known)
+        return known
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,19 @@ VISION_SHAPES: dict[str, VisionShape] = {
         longest_edge=128,
         weight_type="f32",
     ),
+    "smolvlm_small": VisionShape(
+        projector_type="idefics3",
+        n_layer=8,
+        n_embd=256,
+        n_ff=1024,
+        n_head=4,
+        patch_size=16,
+        image_size=256,
+        n_merge=4,
+        projection_dim=576,
+        longest_edge=512,
+        weight_type="f32",
+    ),
     "qwen25vl_7b": VisionShape(
         projector_type="qwen2.5vl_merger",
         n_layer=32,
@@ -246,7 +259,9 @@ VISION_SHAPES: dict[str, VisionShape] = {
 }
 """Reference projector shapes. ``smolvlm_tiny``: SmolVLM's projector type (idefics3: SigLIP tiles, pixel shuffle,
 one linear layer) at toy size, whose output width is SmolLM2-135M's n_embd (576), so it loads beside the
-embedded default model; 20 image tokens for a 16:9 image. ``qwen25vl_7b``: Qwen2.5-VL-7B's vision tower
+embedded default model; 20 image tokens for a 16:9 image. ``smolvlm_small``: the same pair with an encoder of
+8 layers of 256 over 256 px tiles (about 18 GFLOP for a 16:9 image, 80 image tokens): an encode that lasts many decode
+steps of SmolLM2-135M on a CPU, for tests of what runs beside an encode. ``qwen25vl_7b``: Qwen2.5-VL-7B's vision tower
 (32 layers of 1280, window attention with a global layer every 8, 2x2 merge into 3584, the text model's width;
 f16), for GPU timing beside the ``qwen25_7b`` text shape."""
 

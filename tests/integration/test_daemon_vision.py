@@ -5,17 +5,21 @@ decodes and encodes the image in the worker, its embeddings take positions in th
 Checked: an image turn gets one terminal reply and the next turn holds the image without encoding it again; corrupt,
 mislabelled, oversized and wrongly typed images get typed errors while another NPC keeps talking (its greedy text as when
 it talks alone); a budget change (a reload in place) and a worker replacement during an image turn; a daemon without a
-projector answers ``no_vision``.
+projector answers ``no_vision``. Beside ``smolvlm_small`` (an encode as long as many decode steps): another NPC keeps
+streaming while an image encodes on the worker's encode thread; a cancel, a budget change and a worker replacement
+during an encode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import subprocess
 import sys
 import time
 import zlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +70,12 @@ def corrupt_png(width: int, height: int) -> bytes:
 @pytest.fixture(scope="module")
 def mmproj(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic_mmproj(tmp_path_factory.mktemp("vision") / "mmproj.gguf", "smolvlm_tiny")
+
+
+@pytest.fixture(scope="module")
+def slow_mmproj(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``smolvlm_small``: an encode that lasts many decode steps of the embedded model."""
+    return write_synthetic_mmproj(tmp_path_factory.mktemp("vision") / "mmproj-small.gguf", "smolvlm_small")
 
 
 def _vision_daemon(mmproj: Path, *extra: str) -> DaemonProcess:
@@ -160,6 +170,52 @@ def test_an_image_turn_while_others_talk_and_broken_images_get_typed_errors(mmpr
     asyncio.run(run())
 
 
+def test_an_image_encodes_while_another_npc_keeps_talking(slow_mmproj: Path) -> None:
+    """The image is encoded on the worker's encode thread while the batch goes on: the talker's tokens keep arriving
+    between the image turn's submit and its start. The client sees the start as the image turn's first token, after its
+    prefill steps, so the same turn with the image already encoded (the worker's cache) is the baseline: the encode adds
+    the talker's tokens of its whole length (a synchronous encode, which stops every NPC, adds none)."""
+    daemon = _vision_daemon(slow_mmproj, "--n-threads", "2")
+    image = Image.png(png_bytes(160, 90, seed=3))
+
+    async def run() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=120) as client:
+            talker = await client.create_session(*TALKER[:2], sampling=Sampling(temperature=0.0, max_tokens=400))
+            order: list[str] = []
+            streaming = asyncio.Event()
+
+            async def consume(stream: AsyncIterator[object], name: str) -> None:
+                async for _event in stream:
+                    order.append(name)
+                    if len(order) == 3:
+                        streaming.set()
+
+            async def look(name: str) -> int:
+                """The talker's tokens between the look's submit and its first token."""
+                sid = await client.create_session(*LOOKER[:2], sampling=GREEDY)
+                order.append(f"submit {name}")
+                looking = client.generate(sid, LOOKER[2], image=image)
+                await consume(looking, name)
+                seen = await looking.result()
+                assert seen.finish_reason in ("stop", "length") and seen.usage.completion_tokens > 0
+                return order[order.index(f"submit {name}") : order.index(name)].count("talker")
+
+            talking = client.generate(talker, TALKER[2])
+            talker_task = asyncio.ensure_future(consume(talking, "talker"))
+            await streaming.wait()  # the talker is in the batch, streaming, before the image arrives
+            encoding = await look("encoding")
+            cached = await look("cached")
+            assert "talker" in order[order.index("cached") :]  # the talker streamed throughout the baseline
+            await client.cancel(talking.msg_id)
+            await talker_task
+            assert encoding >= cached + 8, (encoding, cached)
+
+    asyncio.run(run())
+    log = daemon.log_file.read_text(errors="replace").splitlines()
+    encodes = [line for line in log if "event=image_encoded" in line]
+    assert len(encodes) == 1 and "thread=igi-encode" in encodes[0], encodes
+
+
 def test_a_budget_change_during_an_image_turn_keeps_the_image(mmproj: Path) -> None:
     daemon = _vision_daemon(mmproj, "--vram-budget-mib", "4096")
     with Client.connect(daemon.connection_file, timeout_s=60) as client:
@@ -179,6 +235,36 @@ def test_a_budget_change_during_an_image_turn_keeps_the_image(mmproj: Path) -> N
         nxt = client.generate(sid, "And the handle?", max_tokens=6).result()
         assert nxt.finish_reason in ("stop", "length")
     assert _encodes(daemon) == 1  # the reload kept the image's KV: it was not encoded again
+
+
+def test_a_cancel_and_a_budget_change_during_an_encode(slow_mmproj: Path) -> None:
+    """A cancel while the image encodes is answered at once, once; the encode ends on the encode thread and is kept, so
+    the image shown again is not encoded again. A budget change while an image encodes reloads the LLM in place beside
+    it (the encode goes on under the plan it started with) and the turn counts the reload."""
+    daemon = _vision_daemon(slow_mmproj, "--vram-budget-mib", "4096", "--n-threads", "2")
+    image = Image.png(png_bytes(160, 90, seed=4))
+    with Client.connect(daemon.connection_file, timeout_s=120) as client:
+        sid = client.create_session(*LOOKER[:2], sampling=GREEDY)
+        stream = client.generate(sid, LOOKER[2], image=image)
+        assert client.cancel(stream.msg_id)
+        replies = list(stream)
+        cancelled = stream.result()
+        assert cancelled.finish_reason == "cancelled" and cancelled.usage.completion_tokens == 0 and replies == []
+        again = client.generate(sid, LOOKER[2], image=image).result()
+        assert again.finish_reason in ("stop", "length")
+        assert _encodes(daemon) == 1
+
+        other = client.create_session(*LOOKER[:2], sampling=LONG)
+        stream = client.generate(other, LOOKER[2], image=Image.png(png_bytes(160, 90, seed=6)))
+        ack = client.set_budget(512, reason="level load")
+        events = list(stream)
+        result = stream.result()
+        assert ack.applied and result.finish_reason in ("stop", "length") and result.reloads_during >= 1
+        assert "".join(e.text for e in events) == result.text
+        assert [e.index for e in events] == list(range(len(events)))
+        assert client.generate(other, "And the handle?", max_tokens=6).result().finish_reason in ("stop", "length")
+        assert client.status().counters.get("worker_crashes", 0) == 0
+    assert _encodes(daemon) == 2
 
 
 def test_without_a_projector_an_image_is_no_vision(running_daemon: DaemonProcess) -> None:
@@ -223,10 +309,9 @@ sys.exit(run(sys.argv[1:]))
 """
 
 
-def test_an_image_turn_survives_a_worker_replacement_without_encoding_again(mmproj: Path, tmp_path: Path) -> None:
-    """On a "GPU machine" (``supervisor.cuda_gpu_usable`` patched, a planner giving 2048 MiB a "GPU" placement) a
-    reclaim to 0 while an image turn streams replaces the worker: the reply goes on in the new worker, which gets the
-    image's embeddings from the daemon instead of encoding it again; the greedy text equals an uninterrupted run."""
+@contextlib.contextmanager
+def _gpu_machine_daemon(mmproj: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A daemon on a "GPU machine" (``LAUNCH``) at a 2048 MiB budget, one sequence slot: (connection file, log)."""
     default_model_path()
     conn = tmp_path / "conn.json"
     log = tmp_path / "daemon.log"
@@ -234,32 +319,13 @@ def test_an_image_turn_survives_a_worker_replacement_without_encoding_again(mmpr
     cmd += ["--mmproj", str(mmproj), "--n-seq-max", "1", "--n-ctx", "1024", "--n-threads", "2"]
     cmd += ["--vram-budget-mib", "2048", "--worker-nice", "0"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    image = Image.png(png_bytes(160, 90, seed=2))
     try:
         deadline = time.monotonic() + 90
         while not conn.exists():
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        with Client.connect(conn, timeout_s=60) as client:
-            ref = client.create_session(*LOOKER[:2], sampling=LONG)
-            uninterrupted = client.generate(ref, LOOKER[2], image=image).result()
-            client.close_session(ref)
-            sid = client.create_session(*LOOKER[:2], sampling=LONG)
-            stream = client.generate(sid, LOOKER[2], image=image)
-            tokens = iter(stream)
-            events = [next(tokens), next(tokens)]
-            ack = client.reclaim(0, deadline_s=5.0)
-            events += list(tokens)
-            result = stream.result()
-            assert ack.applied and ack.cpu_fallback
-            assert result.reloads_during == 1
-            assert result.token_ids == uninterrupted.token_ids and result.text == uninterrupted.text
-            assert [e.index for e in events] == list(range(len(events)))
-            assert client.generate(sid, "And the handle?", max_tokens=4).result().finish_reason in ("stop", "length")
-            assert client.status().counters["worker_replacements"] == 1
-        text = log.read_text(errors="replace")
-        assert text.count("event=image_encoded") == 1  # in the first worker only: the second was handed the embeddings
+        yield conn, log
     finally:
         proc.terminate()
         try:
@@ -269,6 +335,55 @@ def test_an_image_turn_survives_a_worker_replacement_without_encoding_again(mmpr
             proc.wait(5)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_an_image_turn_survives_a_worker_replacement_without_encoding_again(mmproj: Path, tmp_path: Path) -> None:
+    """On a "GPU machine" (``supervisor.cuda_gpu_usable`` patched, a planner giving 2048 MiB a "GPU" placement) a
+    reclaim to 0 while an image turn streams replaces the worker: the reply goes on in the new worker, which gets the
+    image's embeddings from the daemon instead of encoding it again; the greedy text equals an uninterrupted run."""
+    image = Image.png(png_bytes(160, 90, seed=2))
+    with _gpu_machine_daemon(mmproj, tmp_path) as (conn, log), Client.connect(conn, timeout_s=60) as client:
+        ref = client.create_session(*LOOKER[:2], sampling=LONG)
+        uninterrupted = client.generate(ref, LOOKER[2], image=image).result()
+        client.close_session(ref)
+        sid = client.create_session(*LOOKER[:2], sampling=LONG)
+        stream = client.generate(sid, LOOKER[2], image=image)
+        tokens = iter(stream)
+        events = [next(tokens), next(tokens)]
+        ack = client.reclaim(0, deadline_s=5.0)
+        events += list(tokens)
+        result = stream.result()
+        assert ack.applied and ack.cpu_fallback
+        assert result.reloads_during == 1
+        assert result.token_ids == uninterrupted.token_ids and result.text == uninterrupted.text
+        assert [e.index for e in events] == list(range(len(events)))
+        assert client.generate(sid, "And the handle?", max_tokens=4).result().finish_reason in ("stop", "length")
+        assert client.status().counters["worker_replacements"] == 1
+        text = log.read_text(errors="replace")
+        assert text.count("event=image_encoded") == 1  # in the first worker only: the second was handed the embeddings
+
+
+def test_a_worker_replacement_during_an_encode_hands_the_job_on(slow_mmproj: Path, tmp_path: Path) -> None:
+    """A reclaim to 0 while the image encodes on the encode thread replaces the worker: the old worker exits with the
+    encode (its encoder is never freed under it) or is killed after its grace; the job, not started there, goes on in
+    the new worker, which encodes the image and answers it once, as an uninterrupted turn there."""
+    image = Image.png(png_bytes(160, 90, seed=7))
+    with _gpu_machine_daemon(slow_mmproj, tmp_path) as (conn, log), Client.connect(conn, timeout_s=120) as client:
+        sid = client.create_session(*LOOKER[:2], sampling=GREEDY)
+        stream = client.generate(sid, LOOKER[2], image=image)
+        ack = client.reclaim(0, deadline_s=5.0)
+        events = list(stream)
+        result = stream.result()
+        assert ack.applied and ack.cpu_fallback
+        assert result.finish_reason in ("stop", "length") and result.reloads_during == 1
+        assert [e.index for e in events] == list(range(len(events)))
+        assert "".join(e.text for e in events) == result.text
+        status = client.status().counters
+        assert status["worker_replacements"] == 1 and status.get("worker_crashes", 0) == 0
+        ref = client.create_session(*LOOKER[:2], sampling=GREEDY)
+        uninterrupted = client.generate(ref, LOOKER[2], image=image).result()  # the new worker's encoding, handed
+        assert result.token_ids == uninterrupted.token_ids
+    assert "event=image_encoded" in log.read_text(errors="replace")
 
 
 def test_load_model_with_a_projector_serves_images_and_refuses_bad_projectors(

@@ -48,6 +48,7 @@ class Scheduler:
     """Counts steps; each step of a job is one token of one session."""
 
     n_running = 1
+    encode_wakeup = None  # no encode on the encode thread
 
     def __init__(self, clock: Clock, steps: int, sleep_s: float) -> None:
         self.clock, self.left, self.sleep_s_between_tokens = clock, steps, sleep_s

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+from igi_sdk.daemon.worker.vision import JobImages
 from igi_sdk.engine.vision import EncodedImage, ImageEmbedding
 
 LIMIT = 400
@@ -48,15 +48,15 @@ class ImageTemplate:
 
 
 class Vision:
-    """Hands out the job's images as encoded (what ``WorkerVision.images_of`` returns)."""
+    """Has the job's images at hand, encoded (what ``WorkerVision.split`` finds in its cache)."""
 
     plan = None
 
     def __init__(self, images: dict[int, EncodedImage]) -> None:
         self.images = images
 
-    def images_of(self, job: wp.Generate, *_args: Any) -> dict[int, EncodedImage]:
-        return {image.message: self.images[image.message] for image in job.images}
+    def split(self, job: wp.Generate) -> JobImages:
+        return JobImages(at_hand={image.message: self.images[image.message] for image in job.images})
 
 
 class _Engine:

@@ -2,8 +2,10 @@
 
 ``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
 reading commands and stepping the :class:`~igi_sdk.daemon.worker.scheduler.WorkerScheduler` (continuous batching,
-for every ``n_seq_max``). It exits on ``Shutdown``
-or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers.
+for every ``n_seq_max``); a job whose images the encode thread encodes joins the batch when that encode ends (the loop
+waits on the encode thread's wakeup beside the pipe). It exits on ``Shutdown``
+or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers; it frees the vision
+encoder only after an encode still running on the encode thread (mtmd cannot be interrupted).
 
 With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
 ``supervisor.WorkerSupervisor``), the worker sets ``CUDA_VISIBLE_DEVICES=""`` before anything imports llama.cpp, so
@@ -23,7 +25,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from igi_sdk.daemon import worker_protocol as wp
@@ -104,8 +106,9 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     except (EOFError, OSError):
         log_event(log, logging.WARNING, "worker_daemon_gone")
     finally:
+        scheduler.close()
         if vision is not None:
-            vision.close()
+            vision.close()  # after the encode running on the encode thread, if one is (mtmd cannot be interrupted)
         engine.close()
 
 
@@ -122,7 +125,8 @@ def _serve(
         # time the LLM takes from the game under a given throttle does not grow with the number of NPCs.
         # Commands arriving during the pause are handled at once, but do not end it: the next step waits for
         # the pause's deadline (taken from the throttle in force, so a new throttle applies to this pause).
-        # Idle, the loop waits up to 1 s for a command; the first step after one starts at once.
+        # Idle, the loop waits up to 1 s for a command; the first step after one starts at once. An encode ending on
+        # the encode thread (``WorkerScheduler.encode_wakeup``) is handled like a command: its job joins the batch.
         n_running = max(1, scheduler.n_running)
         paused_from = clock() if scheduler.has_work() else None
         while True:
@@ -130,16 +134,31 @@ def _serve(
                 timeout = 1.0
             else:
                 timeout = max(0.0, paused_from + scheduler.sleep_s_between_tokens * n_running - clock())
-            if not conn.poll(timeout):
+            ready = _wait(conn, scheduler.encode_wakeup, timeout)
+            if ready is None:
                 break
-            command = wp.recv(conn)
-            if isinstance(command, wp.Shutdown):
-                return
-            _handle(command, scheduler, emit, log)
+            if ready is conn:
+                command = wp.recv(conn)
+                if isinstance(command, wp.Shutdown):
+                    return
+                _handle(command, scheduler, emit, log)
+            else:  # an encode on the encode thread has ended: its job joins the batch (handled like a command)
+                scheduler.admit_encoded()
             if paused_from is None or not scheduler.has_work():
                 paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():
             scheduler.step()
+
+
+def _wait(conn: Connection, wakeup: Connection | None, timeout: float) -> Connection | None:
+    """What became readable within ``timeout`` s: ``conn`` (a command), ``wakeup`` (an encode on the encode thread
+    ended; first when both are: one wakeup per encode, so commands cannot starve it, nor it them) or None."""
+    if wakeup is None:
+        return conn if conn.poll(timeout) else None
+    ready = wait([conn, wakeup], timeout)
+    if not ready:
+        return None
+    return wakeup if wakeup in ready else conn
 
 
 def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +33,9 @@ from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.errors import EngineError, ImageError
 
 if TYPE_CHECKING:
-    from igi_sdk.daemon.worker.vision import WorkerVision
+    from multiprocessing.connection import Connection
+
+    from igi_sdk.daemon.worker.vision import JobImages, WorkerVision
     from igi_sdk.engine.llama_engine import LlamaEngine
     from igi_sdk.engine.vision import EncodedImage
     from igi_sdk.planner.placement import Placement
@@ -96,6 +99,10 @@ class WorkerScheduler:
         self._window = PromptWindow(adapter.render_prompt, adapter.text_tokens, max_prompt_tokens)
         self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache, on_admit=self._on_admit)
         self._jobs: dict[str, _JobState] = {}
+        self._encoding: dict[str, _Encoding] = {}  # jobs whose images the encode thread encodes, in submit order
+        self._encode_pool: ThreadPoolExecutor | None = None  # the encode thread (made at the first encode off the loop)
+        self._wake_r: Connection | None = None
+        self._wake_w: Connection | None = None
         #: the frame-rate governor's pause between steps, set by the worker loop (``main._serve``)
         self.sleep_s_between_tokens = 0.0
 
@@ -105,18 +112,35 @@ class WorkerScheduler:
 
     def submit(self, job: wp.Generate) -> None:
         """Queue a daemon job: its images encoded (``Encoded``), its prompt rendered. ``Failed`` with ``too_large`` if
-        it cannot run, ``invalid_image`` if an image does not decode, ``invalid_request`` (``no_vision``) if it shows
-        an image and the worker has no projector."""
-        continued = list(job.continue_tokens)
+        it cannot run, ``invalid_image`` if an image does not decode, ``engine_failure`` if the encoder fails,
+        ``invalid_request`` (``no_vision``) if it shows an image and the worker has no projector.
+
+        An image to encode on the CPU is encoded on the encode thread while the batch goes on: the job is queued when
+        its encode has ended (``admit_encoded``, on this thread: every event is sent from it). A GPU encode, which
+        releases the LLM's context or model, is done here and now, between two steps."""
         try:
-            images = self._images(job)
+            images = self._job_images(job)
+            if images.to_encode:
+                assert self._vision is not None
+                plan = self._vision.plan
+                if self._vision.off_loop(plan):
+                    self._encode_later(job, images, plan)
+                    return
+                self._encode_now(job, images, plan)
         except _JobRefused as refused:
             self._emit(refused.failed)
             return
+        self._queue(job, images.at_hand)
+
+    def _queue(self, job: wp.Generate, images: Mapping[int, EncodedImage], state: _JobState | None = None) -> None:
+        """Render the job's prompt (its images in it) and submit it to the batch scheduler (``state``: the job's, made
+        when its encode started)."""
+        continued = list(job.continue_tokens)
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
             prompt, dropped, kept = self._render_fitting(list(job.messages), continued, images)
         except PromptTooLarge as exc:
+            self._jobs.pop(job.job_id, None)
             self._emit(
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
             )
@@ -127,7 +151,10 @@ class WorkerScheduler:
                 self._sched.park_state(job.session_id, saved)  # saved session file: restored, not re-prefilled
         system = [m for m in job.messages[:1] if m[0] == "system"]
         persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
-        self._jobs[job.job_id] = state = _JobState(job.job_id, prompt_tokens=len(prompt), dropped_messages=dropped)
+        if state is None:
+            state = _JobState(job.job_id)
+        state.prompt_tokens, state.dropped_messages = len(prompt), dropped
+        self._jobs[job.job_id] = state
         try:
             state.handle = self._sched.submit(
                 BatchRequest(
@@ -160,15 +187,17 @@ class WorkerScheduler:
                 )
             )
 
-    def _images(self, job: wp.Generate) -> dict[int, EncodedImage]:
-        """The job's images by message index, encoded (see ``worker.vision``). Without a projector, images of earlier
+    def _job_images(self, job: wp.Generate) -> JobImages:
+        """The job's images at hand and those to encode (see ``worker.vision``). Without a projector, images of earlier
         turns are left out (their text stays) and one on the new line refuses the job.
 
         Raises:
             _JobRefused: with the ``Failed`` event to send.
         """
+        from igi_sdk.daemon.worker.vision import JobImages
+
         if not job.images:
-            return {}
+            return JobImages()
         last = len(job.messages) - 1
         if self._vision is None:
             if any(image.message == last for image in job.images):
@@ -180,30 +209,97 @@ class WorkerScheduler:
                         detail={"field": "image", "reason": "no_vision"},
                     )
                 )
-            return {}
-        release_model = self._vision.plan is not None and self._vision.plan.llm_release == "model"
+            return JobImages()
+        return self._vision.split(job)
+
+    def _encode_now(self, job: wp.Generate, images: JobImages, plan: EncoderPlan | None) -> None:
+        """Encode the job's images on this thread (a GPU encode: the LLM steps aside), into ``images.at_hand``.
+
+        Raises:
+            _JobRefused: an image does not decode, or the encoder failed.
+        """
+        assert self._vision is not None
+        release_model = plan is not None and plan.llm_release == "model"
 
         def restore(states: object) -> None:
             self._sched.import_states(states)  # type: ignore[arg-type]
             if release_model:  # the grammars pointed into the freed model's vocabulary
                 self._sched.rebuild_grammars()
 
-        try:
-            return self._vision.images_of(job, self._engine, self._sched.export_states, restore, self._emit)
-        except ImageError as exc:
-            formats = sorted({image.format for image in job.images})
-            raise _JobRefused(
-                wp.Failed(
-                    job_id=job.job_id,
-                    code="invalid_image",
-                    message=str(exc),
-                    detail={"format": formats[0] if len(formats) == 1 else ",".join(formats), "reason": str(exc)},
-                )
-            ) from None
-        except EngineError as exc:
-            raise _JobRefused(
-                wp.Failed(job_id=job.job_id, code="engine_failure", message=f"the vision encoder failed: {exc}")
-            ) from None
+        for message, data in images.to_encode:
+            try:
+                encoded = self._vision.encode(data, plan, self._engine, self._sched.export_states, restore)
+            except (ImageError, EngineError) as exc:
+                raise _JobRefused(_encode_failed(job, exc)) from None
+            self._emit(wp.Encoded(job_id=job.job_id, message=message, encoding=_to_wire(encoded)))
+            images.at_hand[message] = encoded
+        images.to_encode.clear()
+
+    def _encode_later(self, job: wp.Generate, images: JobImages, plan: EncoderPlan | None) -> None:
+        """Start the job's encode on the encode thread; ``admit_encoded`` queues the job when it has ended."""
+        if self._encode_pool is None:
+            import multiprocessing
+
+            self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
+            self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="igi-encode")
+        self._jobs[job.job_id] = _JobState(job.job_id)  # counts the reloads it waits through
+        pending = self._encoding[job.job_id] = _Encoding(job, images, plan)
+        pending.future = self._encode_pool.submit(self._encode_on_thread, pending)
+        wake = self._wake_w
+        assert wake is not None
+        pending.future.add_done_callback(lambda _future: wake.send_bytes(b"."))
+
+    def _encode_on_thread(self, pending: _Encoding) -> list[tuple[int, EncodedImage]]:
+        """The encode thread: the job's images in order, until it is cancelled. No events are sent from here."""
+        assert self._vision is not None
+        out = []
+        for message, data in pending.images.to_encode:
+            if pending.cancelled:
+                break
+            out.append((message, self._vision.encode(data, pending.plan, self._engine, _no_save, _no_restore)))
+        return out
+
+    @property
+    def encode_wakeup(self) -> Connection | None:
+        """Readable when an encode on the encode thread has ended (call ``admit_encoded``); None while none runs."""
+        return self._wake_r if self._encoding else None
+
+    def admit_encoded(self) -> None:
+        """Queue the jobs whose encodes have ended, in the order they were submitted: ``Encoded`` for each image, then
+        the job as ``submit`` queues it; a failed encode answers its job ``invalid_image`` or ``engine_failure``; a job
+        cancelled during its encode was answered then, and its encoded images stay in the worker's cache.
+
+        Raises:
+            Exception: what the encode raised if it is not an image's or the encoder's failure (the worker exits).
+        """
+        wake = self._wake_r
+        while wake is not None and wake.poll():
+            wake.recv_bytes()
+        for job_id, pending in list(self._encoding.items()):
+            if pending.future is None or not pending.future.done():
+                continue
+            del self._encoding[job_id]
+            if pending.cancelled:
+                continue
+            try:
+                encoded = pending.future.result()
+            except (ImageError, EngineError) as exc:
+                self._jobs.pop(job_id, None)
+                self._emit(_encode_failed(pending.job, exc))
+                continue
+            images = dict(pending.images.at_hand)
+            for message, image in encoded:
+                self._emit(wp.Encoded(job_id=job_id, message=message, encoding=_to_wire(image)))
+                images[message] = image
+            self._queue(pending.job, images, self._jobs.get(job_id))
+
+    def close(self) -> None:
+        """The worker is exiting: encodes not started are dropped (their jobs are carried over or answered by the
+        daemon), a running one ends on its own (``WorkerVision.close`` waits for it)."""
+        for pending in self._encoding.values():
+            pending.cancelled = True
+        if self._encode_pool is not None:
+            self._encode_pool.shutdown(wait=False, cancel_futures=True)
 
     def _on_admit(self, job_id: str) -> None:
         state = self._jobs.get(job_id)
@@ -215,7 +311,16 @@ class WorkerScheduler:
         )
 
     def cancel(self, job_id: str) -> None:
-        """Cancel a queued or running job; it ends with ``Done(finish_reason="cancelled")``."""
+        """Cancel a job being encoded, queued or running; it ends with ``Done(finish_reason="cancelled")`` (a job being
+        encoded at once: its encode ends on the encode thread and is not admitted)."""
+        pending = self._encoding.get(job_id)
+        if pending is not None and not pending.cancelled:
+            pending.cancelled = True
+            if pending.future is not None:
+                pending.future.cancel()  # not started yet: it never will
+            state = self._jobs.pop(job_id, None)
+            self._emit(wp.Done(job_id=job_id, finish_reason="cancelled", reloads=state.reloads if state else 0))
+            return
         self._sched.cancel(job_id)
 
     def has_work(self) -> bool:
@@ -231,7 +336,10 @@ class WorkerScheduler:
         self._sched.step()
 
     def forget(self, session_id: str) -> None:
-        """Drop a closed session's KV."""
+        """Drop a closed session's KV (its job cancelled, one being encoded included)."""
+        for job_id, pending in list(self._encoding.items()):
+            if pending.job.session_id == session_id:
+                self.cancel(job_id)
         self._sched.forget(session_id)
 
     def export(self, session_id: str) -> tuple[list[int] | None, bytes | None]:
@@ -330,6 +438,43 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+@dataclass
+class _Encoding:
+    """A job whose images the encode thread encodes (``plan``: the encoder's plan when it was submitted)."""
+
+    job: wp.Generate
+    images: JobImages
+    plan: EncoderPlan | None
+    future: Future[list[tuple[int, EncodedImage]]] | None = None
+    cancelled: bool = False  # answered already; read by the encode thread between two images
+
+
+def _no_save() -> None:
+    raise AssertionError("an encode off the loop never releases the LLM")
+
+
+def _no_restore(_states: object) -> None:
+    raise AssertionError("an encode off the loop never releases the LLM")
+
+
+def _encode_failed(job: wp.Generate, exc: ImageError | EngineError) -> wp.Failed:
+    if isinstance(exc, ImageError):
+        formats = sorted({image.format for image in job.images})
+        return wp.Failed(
+            job_id=job.job_id,
+            code="invalid_image",
+            message=str(exc),
+            detail={"format": formats[0] if len(formats) == 1 else ",".join(formats), "reason": str(exc)},
+        )
+    return wp.Failed(job_id=job.job_id, code="engine_failure", message=f"the vision encoder failed: {exc}")
+
+
+def _to_wire(image: EncodedImage) -> wp.ImageEncoding:
+    from igi_sdk.daemon.worker.vision import to_wire
+
+    return to_wire(image)
 
 
 class _JobRefused(Exception):

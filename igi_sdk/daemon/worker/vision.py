@@ -12,6 +12,11 @@ cheap to keep), the encoder's plan in force (``planner.vision.EncoderPlan``, sen
    (``engine.vision.encode_beside``: every sequence saved to host memory, restored after), so the image turn's VRAM
    peak is ``max(encoder, LLM)``. A fresh encoding is reported to the daemon (``Encoded``).
 
+An encode on the CPU leaves the LLM alone, so the worker runs it on a thread of its own while the batch goes on
+(``WorkerScheduler``; mtmd's calls go through ctypes, which releases the GIL); a GPU encode, which needs the LLM out
+of the way, runs on the worker's main thread between two steps. ``encode`` may be called from either thread: one
+encode runs at a time (``VisionEncoder`` is not thread-safe) and the cache is shared under a lock.
+
 The embeddings of an image the session's sequence already holds are not evaluated again (the batch scheduler matches
 its pseudo tokens by prefix); they are needed only where the KV cache lost it.
 """
@@ -19,8 +24,10 @@ its pseudo tokens by prefix); they are needed only where the KV cache lost it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +77,15 @@ def _n_bytes(image: EncodedImage) -> int:
     return sum(p.embd.nbytes if isinstance(p, ImageEmbedding) else 8 * len(p) for p in image.pieces)
 
 
+@dataclass
+class JobImages:
+    """A job's images: those at hand (the job's own encodings, this worker's cache) and those to encode, by message
+    index."""
+
+    at_hand: dict[int, EncodedImage] = field(default_factory=dict)
+    to_encode: list[tuple[int, ImageData]] = field(default_factory=list)
+
+
 class WorkerVision:
     """The worker's vision encoder and its encoded images (see the module docstring).
 
@@ -95,10 +111,36 @@ class WorkerVision:
         self._max_cache_bytes = max_cache_bytes
         self._cache: OrderedDict[bytes, EncodedImage] = OrderedDict()
         self._cache_bytes = 0
+        self._cache_lock = threading.Lock()
+        self._encoder_lock = threading.Lock()  # one encode at a time; close waits for a running one
         self.encodes = 0
 
     def close(self) -> None:
-        self.encoder.close()
+        """Free the encoder, once an encode running on another thread has ended (mtmd cannot be interrupted)."""
+        with self._encoder_lock:
+            self.encoder.close()
+
+    @staticmethod
+    def off_loop(plan: EncoderPlan | None) -> bool:
+        """Whether an encode under ``plan`` leaves the LLM alone (the encoder on the CPU), so it may run on a thread of
+        its own while the batch goes on; a GPU encode releases the LLM's context or model and runs between two
+        steps."""
+        return plan is None or plan.device == "cpu"
+
+    def split(self, job: wp.Generate) -> JobImages:
+        """The job's images at hand (see the module docstring) and those left to encode."""
+        out = JobImages()
+        for image in job.images:
+            data = ImageData(image.format, image.data, image.width, image.height)  # type: ignore[arg-type]
+            encoded = None if image.encoding is None else from_wire(image.encoding, self.encoder.n_embd)
+            if encoded is None:
+                encoded = self.cached(data)
+            if encoded is None:
+                out.to_encode.append((image.message, data))
+            else:
+                self.keep(data, encoded)
+                out.at_hand[image.message] = encoded
+        return out
 
     def images_of(
         self,
@@ -108,7 +150,7 @@ class WorkerVision:
         restore: Callable[[object], None],
         emit: Callable[[wp.Event], None],
     ) -> dict[int, EncodedImage]:
-        """The job's images, encoded, by message index.
+        """The job's images, encoded here and now where they are not at hand, by message index.
 
         Args:
             save, restore: every sequence's KV state to host memory and back (around a GPU encode that releases
@@ -119,24 +161,46 @@ class WorkerVision:
             ImageError: an image does not decode (``invalid_image``).
             EngineError: the encoder failed, or the LLM did not come back.
         """
-        out: dict[int, EncodedImage] = {}
-        for image in job.images:
-            data = ImageData(image.format, image.data, image.width, image.height)  # type: ignore[arg-type]
-            key = data.digest()
-            encoded = None if image.encoding is None else from_wire(image.encoding, self.encoder.n_embd)
-            if encoded is None:
-                encoded = self._cache.get(key)
-            if encoded is None:
-                encoded = self._encode(data, engine, save, restore)
-                emit(wp.Encoded(job_id=job.job_id, message=image.message, encoding=to_wire(encoded)))
-            self._keep(key, encoded)
-            out[image.message] = encoded
+        images = self.split(job)
+        out = dict(images.at_hand)
+        plan = self.plan
+        for message, data in images.to_encode:
+            encoded = self.encode(data, plan, engine, save, restore)
+            emit(wp.Encoded(job_id=job.job_id, message=message, encoding=to_wire(encoded)))
+            out[message] = encoded
         return out
 
-    def _encode(
-        self, image: ImageData, engine: LlamaEngine, save: Callable[[], object], restore: Callable[[object], None]
+    def encode(
+        self,
+        image: ImageData,
+        plan: EncoderPlan | None,
+        engine: LlamaEngine,
+        save: Callable[[], object],
+        restore: Callable[[object], None],
     ) -> EncodedImage:
-        plan = self.plan
+        """Encode ``image`` under ``plan`` (after an encode running on another thread) and keep it; an image another
+        job's encode has just kept is taken from the cache. Runs on any thread when ``off_loop(plan)``, else on the
+        thread that steps the LLM (``save``/``restore`` are then called on it).
+
+        Raises:
+            ImageError, EngineError: as ``images_of``.
+        """
+        with self._encoder_lock:
+            cached = self.cached(image)
+            if cached is not None:
+                return cached
+            encoded = self._encode(image, plan, engine, save, restore)
+            self.keep(image, encoded)
+        return encoded
+
+    def _encode(
+        self,
+        image: ImageData,
+        plan: EncoderPlan | None,
+        engine: LlamaEngine,
+        save: Callable[[], object],
+        restore: Callable[[object], None],
+    ) -> EncodedImage:
         use_gpu = plan is not None and plan.device == "gpu"
         encoded, times = encode_beside(
             engine,
@@ -156,6 +220,7 @@ class WorkerVision:
             "image_encoded",
             device=encoded.device,
             llm_release=plan.llm_release if use_gpu and plan is not None else "none",
+            thread=threading.current_thread().name,
             width=encoded.width,
             height=encoded.height,
             image_tokens=encoded.n_image_tokens,
@@ -165,12 +230,19 @@ class WorkerVision:
         )
         return encoded
 
-    def _keep(self, key: bytes, image: EncodedImage) -> None:
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return
-        self._cache[key] = image
-        self._cache_bytes += _n_bytes(image)
-        while self._cache_bytes > self._max_cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cache_bytes -= _n_bytes(old)
+    def cached(self, image: ImageData) -> EncodedImage | None:
+        with self._cache_lock:
+            return self._cache.get(image.digest())
+
+    def keep(self, image: ImageData, encoded: EncodedImage) -> None:
+        """Keep ``encoded`` as the most recently used image (the least recently used go beyond ``max_cache_bytes``)."""
+        key = image.digest()
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return
+            self._cache[key] = encoded
+            self._cache_bytes += _n_bytes(encoded)
+            while self._cache_bytes > self._max_cache_bytes and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= _n_bytes(old)

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zmq
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import AsyncClient, Client, InvalidImageError, InvalidRequestError, TooLargeError
 from igi_sdk.ipc.codec import packb, to_wire
@@ -93,9 +92,7 @@ def _raw_generate_with_str_data(daemon: DaemonProcess, session_id: str) -> Error
     """A generate_request whose ``image.data`` is a msgpack str instead of bin (a client bug the Python client's
     types prevent, sent as raw frames)."""
     info = daemon.info()
-    socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.connect(info.endpoint)
+    socket = raw_dealer(info)
     try:
         header = new_header("generate_request", session_id=session_id)
         content = packb(

@@ -42,5 +42,11 @@ class EngineError(IgiError):
     """llama.cpp failed at run time."""
 
 
+class EngineLostError(IgiError):
+    """The engine lost its model at run time: released for a vision encode, it could not be loaded back (or its
+    sequences' states not restored). Not an ``EngineError`` of one request: the process holding the engine must be
+    restarted."""
+
+
 class ImageError(IgiError):
     """An image that does not decode (corrupt, wrongly typed) or breaks the vision path's limits."""

@@ -37,7 +37,7 @@ from llama_cpp import mtmd_cpp as mtmd
 from igi_sdk.engine import _log
 from igi_sdk.engine.gguf_table import read_projector_shape, read_tensor_table
 from igi_sdk.engine.llama_engine import LlamaEngine
-from igi_sdk.errors import EngineError, ImageError, ModelUnsupportedError
+from igi_sdk.errors import EngineError, EngineLostError, ImageError, ModelUnsupportedError
 from igi_sdk.planner.vision import VisionShape
 
 ImageFormat = Literal["png", "jpeg", "rgb8", "rgba8"]
@@ -358,7 +358,9 @@ def encode_beside(
     imports it after the LLM is back), or with the LLM untouched (CPU, or ``llm_release="none"``).
 
     Raises:
-        ImageError, EngineError: the encode failed (the LLM is back either way), or the LLM did not come back.
+        ImageError, EngineError: the encode failed; the LLM is back.
+        EngineLostError: the LLM did not come back (its release failed, it could not be loaded again, or the saved
+            states did not restore), whether or not the encode failed: the engine has no usable model.
     """
     if not use_gpu or llm_release == "none":
         return encoder.encode(
@@ -366,17 +368,23 @@ def encode_beside(
         ), ImageTurnTimes(0.0, 0.0)
     t0 = time.perf_counter()
     states = save()
-    if llm_release == "context":
-        engine.release_context()
-    else:
-        engine.release_model()
+    try:
+        if llm_release == "context":
+            engine.release_context()
+        else:
+            engine.release_model()
+    except Exception as exc:
+        raise EngineLostError(f"the LLM could not step aside for the vision encode: {exc}") from exc
     t1 = time.perf_counter()
     try:
         encoded = encoder.encode(image, use_gpu=True, image_max_tokens=image_max_tokens, n_threads=n_threads)
     finally:
         t2 = time.perf_counter()
-        engine.restore_model()
-        restore(states)
+        try:
+            engine.restore_model()
+            restore(states)
+        except Exception as exc:  # replaces an encode's own failure: the worker's model is what is lost
+            raise EngineLostError(f"the LLM did not come back after the vision encode: {exc}") from exc
     return encoded, ImageTurnTimes(t1 - t0, time.perf_counter() - t2)
 
 

@@ -5,7 +5,9 @@ reading commands and stepping the :class:`~igi_sdk.daemon.worker.scheduler.Worke
 for every ``n_seq_max``); a job whose images the encode thread encodes joins the batch when that encode ends (the loop
 waits on the encode thread's wakeup beside the pipe). It exits on ``Shutdown``
 or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers; it frees the vision
-encoder only after an encode still running on the encode thread (mtmd cannot be interrupted).
+encoder only after an encode still running on the encode thread (mtmd cannot be interrupted). A worker without a
+usable model exits non-zero so that the daemon restarts it: a failed reload (code 4), an LLM that did not come back
+after stepping aside for a GPU image encode (code 5, ``worker_llm_lost``).
 
 With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
 ``supervisor.WorkerSupervisor``), the worker sets ``CUDA_VISIBLE_DEVICES=""`` before anything imports llama.cpp, so
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.errors import EngineLostError
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
@@ -163,7 +166,11 @@ def _wait(conn: Connection, wakeup: Connection | None, timeout: float) -> Connec
 
 def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger) -> None:
     if isinstance(command, wp.Generate):
-        scheduler.submit(command)
+        try:
+            scheduler.submit(command)
+        except EngineLostError as exc:  # released for a GPU encode, the LLM did not come back: no usable model
+            log_event(log, logging.ERROR, "worker_llm_lost", job_id=command.job_id, error=str(exc))
+            raise SystemExit(5) from None  # the daemon answers the generations and restarts the worker
     elif isinstance(command, wp.Throttle):
         scheduler.sleep_s_between_tokens = max(0.0, float(command.sleep_ms) / 1000.0)
     elif isinstance(command, wp.Cancel):

@@ -117,7 +117,12 @@ class WorkerScheduler:
 
         An image to encode on the CPU is encoded on the encode thread while the batch goes on: the job is queued when
         its encode has ended (``admit_encoded``, on this thread: every event is sent from it). A GPU encode, which
-        releases the LLM's context or model, is done here and now, between two steps."""
+        releases the LLM's context or model, is done here and now, between two steps.
+
+        Raises:
+            EngineLostError: the LLM did not come back after a GPU encode: the worker has no model and must exit (the
+                daemon answers its generations and restarts it).
+        """
         try:
             images = self._job_images(job)
             if images.to_encode:
@@ -216,7 +221,8 @@ class WorkerScheduler:
         """Encode the job's images on this thread (a GPU encode: the LLM steps aside), into ``images.at_hand``.
 
         Raises:
-            _JobRefused: an image does not decode, or the encoder failed.
+            _JobRefused: an image does not decode, or the encoder failed (the LLM is back).
+            EngineLostError: the LLM did not come back.
         """
         assert self._vision is not None
         release_model = plan is not None and plan.llm_release == "model"

@@ -159,7 +159,8 @@ class WorkerVision:
 
         Raises:
             ImageError: an image does not decode (``invalid_image``).
-            EngineError: the encoder failed, or the LLM did not come back.
+            EngineError: the encoder failed (the LLM is back).
+            EngineLostError: the LLM did not come back after a GPU encode (the worker must exit).
         """
         images = self.split(job)
         out = dict(images.at_hand)
@@ -183,7 +184,7 @@ class WorkerVision:
         thread that steps the LLM (``save``/``restore`` are then called on it).
 
         Raises:
-            ImageError, EngineError: as ``images_of``.
+            ImageError, EngineError, EngineLostError: as ``images_of``.
         """
         with self._encoder_lock:
             cached = self.cached(image)

@@ -6,9 +6,11 @@
 # Steps, each skipped once done on this machine (state in /tmp/igi-vis, kept while the machine stays warm):
 #   the CUDA build (.gpu/build_on_gpu.sh) while the synthetic 7B VLM pair is written (qwen25_7b text model,
 #   qwen25vl_7b projector); then `igi bench-vision` with a 1280x720 frame at budgets 4 and 8 GiB beside stock
-#   mtmd and all-GPU (NVML peaks per phase, encode time, image to first token, decode tok/s). A call that ends
-#   with STILL BUILDING is repeated at once (the machine is given back after 30 s idle).
-# Results come back as $OUT/vis.tgz (logs and vision-bench.json); the table is printed at the end.
+#   mtmd and all-GPU (NVML peaks per phase, encode time, image to first token, decode tok/s); then the daemon's
+#   image turn (tests/gpu/test_gpu_daemon_vision.py: the real daemon at 4 GiB shows one NPC a 1280x720 frame, NVML
+#   peak <= budget). A call that ends with STILL BUILDING or STILL TO RUN is repeated at once (the machine is given
+#   back after 30 s idle).
+# Results come back as $OUT/vis.tgz (logs, vision-bench.json, gpu_daemon_vision.json); the table is printed at the end.
 # Env: LIMIT (s from the call's start, default 540), BUDGETS (default "4096 8192"), IMAGE (default 1280x720).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; BUDGETS=${BUDGETS:-4096 8192}; IMAGE=${IMAGE:-1280x720}
 W=/tmp/igi-vis; mkdir -p $W/logs $W/results; L=$W/logs
@@ -38,4 +40,16 @@ if [ ! -f $W/results/vision-bench.json ]; then
   echo "bench-vision rc=$? in $(( $(date +%s) - t )) s"
 fi
 grep -v "^llama\|^load\|^print_info\|^clip\|^init\|^warmup\|^alloc" $L/bench-vision.log | tail -n 30
+if [ -f $W/results/vision-bench.json ] && [ ! -f $W/results/gpu_daemon_vision.json ]; then
+  if [ $(left) -gt 240 ]; then  # daemon start with its planning, a text turn, the image turn
+    t=$(date +%s)
+    OUT=$W/results IGI_VISION_MODELS=$WORK timeout $(left) python3 -m pytest -o addopts='' -m gpu \
+      tests/gpu/test_gpu_daemon_vision.py -x -s -p no:cacheprovider > $L/gpu-daemon-vision.log 2>&1
+    echo "daemon image turn rc=$? in $(( $(date +%s) - t )) s"
+  else
+    echo "STILL TO RUN: the daemon's image turn ($(left) s left)"
+  fi
+fi
+[ -f $L/gpu-daemon-vision.log ] && grep -E "^budget|^NVML|^encode:|^image turn:|passed|failed|skipped|Error" \
+  $L/gpu-daemon-vision.log | tail -n 12
 echo "done at $(el) s"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -229,15 +230,19 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     """Existence and magic check, cheap enough for every load.
 
     Raises:
-        ModelNotFoundError: the path does not exist.
+        ModelNotFoundError: the path does not exist or cannot be read (a symlink loop, a name too long).
         ModelCorruptError: not a regular file, or it does not start with the GGUF magic.
     """
     if os.fspath(path).strip() == "":  # Path("") is ".", the current directory: name the real mistake
         raise ModelNotFoundError("model path is empty")
     p = Path(path)
-    if not p.exists():
-        raise ModelNotFoundError(f"model file not found: {p}")
-    if not p.is_file():  # a directory, FIFO or device: there, but no GGUF
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise ModelNotFoundError(f"model file not found: {p}") from None
+    except OSError as exc:  # a symlink loop, a name too long, a permission: the OS's reason, typed
+        raise ModelNotFoundError(f"model file not readable: {p}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):  # a directory, FIFO or device: there, but no GGUF
         raise ModelCorruptError(f"model path is not a regular file: {p}")
     try:
         with p.open("rb") as f:

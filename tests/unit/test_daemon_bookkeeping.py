@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from daemon_sim import (  # noqa: F401
     ACTIONS,
     IDENTITY,
@@ -433,3 +434,15 @@ def test_a_nul_in_a_model_path_is_invalid_request_not_internal() -> None:
     load = daemon.request(LoadModelRequest(model_path="/models/a\x00b.gguf"))
     [reply] = _answers(daemon, load)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST and "NUL" in reply.message
+
+
+@pytest.mark.parametrize("name", ["n" * 300, "/".join(["d" * 250] * 20)], ids=["long-name", "long-path"])
+def test_an_over_long_model_or_projector_path_is_model_not_found_not_internal(name: str, tmp_path: Path) -> None:
+    """Path.exists() raises ENAMETOOLONG (it swallows only "not found"-like errors): found by the frame fuzz."""
+    daemon = Daemon()
+    load = daemon.request(LoadModelRequest(model_path=str(tmp_path / name)))
+    vision = daemon.request(LoadModelRequest(model_path=MODELS["tiny"], mmproj_path=str(tmp_path / name)))
+    for msg_id in (load, vision):
+        [reply] = _answers(daemon, msg_id)
+        assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.MODEL_NOT_FOUND, reply
+    check_exactly_one_terminal_reply(daemon)

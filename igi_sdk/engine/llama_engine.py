@@ -557,15 +557,30 @@ class LlamaEngine:
         version, header_len = struct.unpack("<II", data[4:12])
         if version != _STATE_VERSION:
             raise EngineError(f"sequence state version {version} is not supported (expected {_STATE_VERSION})")
-        header = json.loads(data[12 : 12 + header_len])
-        saved = self._placement.model_copy(update=header["placement"])
+        try:  # a state is input too (a session file's): any damage to its header is a refusal, never a crash
+            header = json.loads(data[12 : 12 + header_len])
+            placement, tokens = header["placement"], header["tokens"]
+            if not isinstance(placement, dict) or set(placement) - set(_STATE_KEYS):
+                raise ValueError(f"placement keys {sorted(placement)!r}")
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self._n_vocab for t in tokens
+            ):
+                raise ValueError("tokens are not token ids of this vocabulary")
+            saved = Placement.model_validate({**self._placement.model_dump(), **placement})
+            same_model = header["n_vocab"] == self._n_vocab and header["n_layer"] == self._table.n_layer
+        except (ValueError, KeyError, TypeError) as exc:  # JSON, UTF-8 and pydantic errors are ValueErrors
+            raise EngineError(f"sequence state header is malformed: {type(exc).__name__}: {exc}") from None
         if not saved.state_compatible_with(self._placement):
             now = {k: getattr(self._placement, k) for k in _STATE_KEYS}
             raise EngineError(
-                f"sequence state was saved with {header['placement']} and cannot be restored under {now}: "
+                f"sequence state was saved with {placement} and cannot be restored under {now}: "
                 "flash_attn, type_k, type_v and n_seq_max must match"
             )
-        if header["n_vocab"] != self._n_vocab or header["n_layer"] != self._table.n_layer:
+        if not same_model:
             raise EngineError("sequence state was saved with another model")
-        self._seqs.state_set(seq_id, data[12 + header_len :], header["tokens"])
-        return self.seq_pos_max(seq_id) + 1
+        self._seqs.state_set(seq_id, data[12 + header_len :], tokens)
+        n_positions = self.seq_pos_max(seq_id) + 1
+        if n_positions != len(tokens):  # the KV cells and the tokens they are said to hold disagree
+            self.seq_clear(seq_id)
+            raise EngineError(f"sequence state holds {n_positions} positions for {len(tokens)} tokens")
+        return n_positions

@@ -1,5 +1,6 @@
 """Hostile and clumsy peers for the reliability suite: idle connections without a handshake, floods of large badly
-signed frames, and probes that time heartbeats and replies against a real daemon.
+signed frames, probes that time heartbeats and replies against a real daemon, and a raw peer that records every reply
+to the frames it sends (``RawPeer``).
 
 The peers connect to whatever the connection file names (an ipc socket or loopback TCP). A flood's peers have no key:
 by default they offer no handshake credential at all (the NULL mechanism), or a wrong PLAIN password."""
@@ -11,6 +12,7 @@ import socket
 import statistics
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,9 +22,18 @@ from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.ipc.connection import ConnectionInfo
 from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.errors import WireError
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.handshake import apply_plain_credential
-from igi_sdk.ipc.messages import HeartbeatRequest
+from igi_sdk.ipc.messages import (
+    ErrorReply,
+    GenerateReply,
+    HeartbeatReply,
+    HeartbeatRequest,
+    Message,
+    TokenEvent,
+)
 
 
 @contextmanager
@@ -137,3 +148,100 @@ def median(values: list[float]) -> float:
 
 def daemon_alive(daemon: DaemonProcess) -> bool:
     return daemon.process is not None and daemon.process.poll() is None
+
+
+class RawPeer:
+    """One authenticated DEALER connection that sends frames as they are and records every reply by ``parent_id``:
+    the bookkeeping that checks "every request gets exactly one terminal reply" against a real daemon."""
+
+    def __init__(self, info: ConnectionInfo) -> None:
+        self.info = info
+        self.socket = raw_dealer(info)
+        self.sent: dict[str, str] = {}  # msg_id -> type
+        self.replies: dict[str | None, list[Message]] = defaultdict(list)
+        self.undecodable = 0
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+    def send_frames(self, frames: list[bytes], msg_id: str | None, type_: str) -> None:
+        if msg_id is not None:
+            self.sent[msg_id] = type_
+        self.socket.send_multipart(frames)
+
+    def request(self, message: Message, session_id: str | None = None) -> str:
+        header = new_header(message.type, session_id=session_id)
+        self.send_frames(pack_message(self.info.key_bytes, header, message), header.msg_id, message.type)
+        return header.msg_id
+
+    def pump(self, timeout_ms: int = 0) -> int:
+        """Read every reply available (waiting up to ``timeout_ms`` for the first); how many were read."""
+        n = 0
+        while self.socket.poll(timeout_ms if n == 0 else 0):
+            frames = self.socket.recv_multipart()
+            try:
+                header, message = unpack_message(self.info.key_bytes, frames, max_frame_bytes=64 << 20)
+            except WireError:
+                self.undecodable += 1
+                continue
+            self.replies[header.parent_id].append(message)
+            n += 1
+        return n
+
+    def answered(self, msg_id: str) -> bool:
+        return any(not isinstance(m, TokenEvent) for m in self.replies.get(msg_id, ()))
+
+    def wait(self, msg_ids: list[str], timeout_s: float) -> bool:
+        """Read replies until every one of ``msg_ids`` has its terminal reply (heartbeating meanwhile)."""
+        deadline = time.monotonic() + timeout_s
+        last_beat = time.monotonic()
+        while time.monotonic() < deadline:
+            if all(self.answered(m) for m in msg_ids):
+                return True
+            self.pump(100)
+            if time.monotonic() - last_beat > 1.0:
+                self.send_frames(
+                    pack_message(self.info.key_bytes, new_header("heartbeat_request"), HeartbeatRequest()),
+                    None,
+                    "heartbeat_request",
+                )
+                last_beat = time.monotonic()
+        return all(self.answered(m) for m in msg_ids)
+
+    def reply(self, msg_id: str) -> Message:
+        """The terminal reply of ``msg_id``."""
+        return [m for m in self.replies[msg_id] if not isinstance(m, TokenEvent)][-1]
+
+    def problems(self) -> list[str]:
+        """Every request sent with a known ``msg_id`` that has no terminal reply, more than one, an event after it,
+        token events out of order, or a reply text that is not its events' concatenation; and every ``internal``."""
+        out = []
+        for msg_id, type_ in self.sent.items():
+            replies = self.replies.get(msg_id, [])
+            terminal = [i for i, m in enumerate(replies) if not isinstance(m, TokenEvent)]
+            if len(terminal) != 1:
+                out.append(f"{type_} {msg_id}: {len(terminal)} terminal replies {[m.type for m in replies]}")
+                continue
+            if terminal[0] != len(replies) - 1:
+                out.append(f"{type_} {msg_id}: an event after the terminal reply")
+            tokens = [m for m in replies if isinstance(m, TokenEvent)]
+            if [t.index for t in tokens] != list(range(len(tokens))):
+                out.append(f"{type_} {msg_id}: token indexes {[t.index for t in tokens]}")
+            final = replies[-1]
+            if isinstance(final, GenerateReply) and final.text != "".join(t.text for t in tokens):
+                out.append(f"{type_} {msg_id}: reply text is not its token events")
+        for parent, replies in self.replies.items():
+            for m in replies:
+                if isinstance(m, ErrorReply) and m.code == ErrorCode.INTERNAL:
+                    out.append(f"internal for {parent} ({self.sent.get(parent or '', '?')}): {m.message}")
+        return out
+
+    def unmatched(self) -> int:
+        """Terminal replies to no request this peer sent with a known ``msg_id`` (header mutations)."""
+        return sum(
+            1
+            for parent, replies in self.replies.items()
+            if parent not in self.sent
+            for m in replies
+            if not isinstance(m, (TokenEvent, HeartbeatReply))
+        )

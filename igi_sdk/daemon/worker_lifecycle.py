@@ -253,30 +253,27 @@ class WorkerLifecycle:
 
     def _worker_exited(self, state: WorkerState) -> None:
         """The worker is dead: the exit of a worker being replaced (the new one starts), crash handling (``died``),
-        or, while a start that failed waits for its retry, another start once ``WORKER_START_RETRY_S`` has passed. A
-        start the OS refuses (no file descriptor for the pipe, no memory for the process) is retried, never raised: the
-        daemon keeps answering, and the jobs wait."""
-        core = self._core
+        or, while a start that failed waits for its retry, another start once ``WORKER_START_RETRY_S`` has passed (the
+        replacement's new worker again, if that was the start refused). A start the OS refuses (no file descriptor for
+        the pipe, no memory for the process) is retried, never raised: the daemon keeps answering, and the jobs
+        wait."""
+        core, budget = self._core, self._budget_side()
+        replaced = state is WorkerState.REPLACING and budget.replace_phase is ReplacePhase.STOPPING
         due = self.start_due_s
-        if due is not None:
-            if core.clock() < due:
-                return
-            try:
-                core.worker.start()
-            except OSError as exc:
-                self._start_failed(exc)
-                return
-            self.start_due_s = None
-            core.counters["worker_restarts"] += 1
+        if due is not None and core.clock() < due:
             return
-        budget = self._budget_side()
         try:
-            if state is WorkerState.REPLACING and budget.replace_phase is ReplacePhase.STOPPING:
-                budget.on_replaced_worker_exit()  # no crash: the new worker starts
+            if replaced:
+                budget.on_replaced_worker_exit()  # no crash: the new worker starts (again, after a refused start)
+            elif due is not None:
+                core.worker.start()
+                core.counters["worker_restarts"] += 1
             else:
                 self.died(failed_reload=state is WorkerState.REPLACING)
         except OSError as exc:  # the (re)start itself failed
             self._start_failed(exc)
+            return
+        self.start_due_s = None
 
     def _start_failed(self, exc: OSError) -> None:
         core = self._core

@@ -5,10 +5,18 @@ state is the one the rest of the daemon implies (``daemon_sim.check_worker_state
 from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
-from replacement_sim import _answers, _daemon, _nvml, _reclaim  # noqa: F401  (_nvml: the autouse fixture)
+from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
+    _LIVE,
+    CPU_PLACEMENT,
+    GpuSimWorker,
+    _answers,
+    _daemon,
+    _nvml,
+    _reclaim,
+)
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.worker_lifecycle import WorkerState
+from igi_sdk.daemon.worker_lifecycle import WORKER_START_RETRY_S, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -122,3 +130,39 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
         states.append(_state(daemon))
     assert WorkerState.REPLACING in states and states[-1] is WorkerState.READY  # the GPU worker is ready: done
     assert isinstance(_answers(daemon, grow)[0], BudgetAck)
+
+
+class RefusingOnce(GpuSimWorker):
+    """The OS refuses the next start once (no file descriptor for the pipe: EMFILE)."""
+
+    refuse_next_start = False
+
+    def start(self) -> None:
+        if self.refuse_next_start:
+            self.refuse_next_start = False
+            raise OSError(24, "Too many open files")
+        super().start()
+
+
+def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -> None:
+    """The new worker of a replacement to the CPU could not be started: the retry starts it as the replacement's new
+    worker (the reclaim is answered then, and its Ready served), not as a restart whose Ready the replacement ignores."""
+    now = [100.0]
+    daemon = _daemon(4096)
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = RefusingOnce(gpu=True)
+    worker.__dict__.update(daemon.worker.__dict__)
+    daemon.worker = daemon.core.worker = worker
+    _LIVE.append(worker)
+    worker.refuse_next_start = True
+    reclaim = _reclaim(daemon, 0)
+    daemon.pump()  # the old worker has exited; the new one could not be started
+    assert daemon.core.counters["worker_start_failed"] == 1 and not _answers(daemon, reclaim)
+    assert _state(daemon) is WorkerState.REPLACING
+    now[0] += WORKER_START_RETRY_S
+    daemon.pump()  # the retry
+    assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)
+    daemon.pump()
+    assert _state(daemon) is WorkerState.READY and worker.ready
+    assert worker.starts[-1] == (CPU_PLACEMENT, True)
+    assert daemon.core.counters["worker_replacements"] == 1 and "worker_replace_kill" not in daemon.core.counters

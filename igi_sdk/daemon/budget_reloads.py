@@ -61,17 +61,23 @@ class PlanResult:
 def plan_in_background(plan: Callable[..., PlanOutcome], target_mib: int, slots: int) -> PlanResult:
     """Run ``plan(target_mib, dry_run_slots=slots)`` in a daemon thread (dry runs take seconds; the I/O loop
     must keep answering heartbeats, cancels and reclaims meanwhile)."""
+    return run_in_background(lambda: plan(target_mib, dry_run_slots=slots), "igi-budget-plan")
+
+
+def run_in_background(make: Callable[[], PlanOutcome | None], name: str) -> PlanResult:
+    """Run ``make()`` in a daemon thread named ``name``; its outcome (or the exception it raised) lands in the
+    returned ``PlanResult``, whose ``done`` is set when it finished."""
     result = PlanResult()
 
     def run() -> None:
         try:
-            result.outcome = plan(target_mib, dry_run_slots=slots)
-        except BaseException as exc:  # noqa: BLE001  (reported by BudgetPlanning._planned)
+            result.outcome = make()
+        except BaseException as exc:  # noqa: BLE001  (reported by whoever reads the result)
             result.error = exc
         finally:
             result.done.set()
 
-    threading.Thread(target=run, name="igi-budget-plan", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return result
 
 

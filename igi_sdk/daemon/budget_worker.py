@@ -208,6 +208,19 @@ class BudgetWorkerChanges:
         measured = self._worker_vram_mib()
         return measured if measured is not None else float(self._current.plan.gpu_mib)
 
+    def replacement_budgets(self, vram_budget_mib: int | None = None) -> tuple[int, ...]:
+        """The budgets ``replace_model(planner, vram_budget_mib)`` plans for, called now: the target, then the budget
+        of a reload that waits for a worker (or was lost with the old one) and is re-planned for the new model. A
+        model switch plans them ahead in a background thread, so that ``replace_model`` finds them in the new
+        planner's memory instead of running dry runs in the I/O loop."""
+        if vram_budget_mib is not None:  # the load's own budget supersedes any reload that waits
+            return (vram_budget_mib,)
+        target = self.state.target_mib
+        waiting = self._queued or self._inflight
+        if waiting is None or waiting.outcome.budget_mib == target:
+            return (target,)
+        return (target, waiting.outcome.budget_mib)
+
     def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
         """Plan for another model (``load_model_request``); called while no reload is in flight and no worker runs.
 

@@ -13,9 +13,12 @@ One switch at a time (another ``load_model_request`` meanwhile is answered ``bus
    A budget change still queued (its worker was restarting) is not waited for: it carries over to the new model.
 3. **stopping**: the old worker exits, so its memory is free before the new model loads (the VRAM budget holds).
    A ``ready`` it still sends (a restarted worker that finished loading meanwhile) is dropped: nothing is sent to it.
-4. **loading**: the new model is planned for the request's budget (or the one in force) with a
-   :class:`~igi_sdk.daemon.placement_plan.PlacementPlanner`, and a worker starts on it.
-5. **ready**: sessions keep their turns (the daemon's history is the source of truth) and drop the KV state of the
+4. **planning**: the new model is planned for the request's budget (or the target in force, and a budget change
+   that waits for a worker) with a :class:`~igi_sdk.daemon.placement_plan.PlacementPlanner`, in a background thread:
+   its dry runs take seconds, and the I/O loop keeps answering heartbeats, statuses, cancels and budget requests
+   meanwhile. A budget change that arrives during the planning (a new target) is planned next, in the same way.
+5. **loading**: a worker starts on the plan (taken from the planner's memory).
+6. **ready**: sessions keep their turns (the daemon's history is the source of truth) and drop the KV state of the
    old model, so their next generation re-prefills the history on the new model; held generations are forwarded;
    ``load_model_reply{model, plan}``.
 
@@ -37,6 +40,7 @@ from typing import Any
 from igi_sdk.daemon import host_memory
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.budget_reloads import PlanResult, run_in_background
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.placement_plan import PlacementPlanner
 from igi_sdk.daemon.projector import projector_shape
@@ -59,6 +63,7 @@ class SwitchPhase(enum.Enum):
 
     DRAINING = "draining"
     STOPPING = "stopping"
+    PLANNING = "planning"
     LOADING = "loading"
     REVERTING = "reverting"
 
@@ -83,6 +88,9 @@ class _Load:
     error: RequestError | None = None
     previous_config: dict[str, Any] | None = None
     previous_planner: PlacementPlanner | None = None
+    planner: PlacementPlanner | None = None  # the new model's (PLANNING)
+    planned: PlanResult | None = None  # its background plan (PLANNING)
+    planned_budgets: tuple[int, ...] = ()  # the budgets that plan was made for
 
 
 class ModelSwitch:
@@ -163,6 +171,14 @@ class ModelSwitch:
         core.log(logging.INFO, "model_load_start", path=str(path), n_ctx=msg.n_ctx, vram_budget_mib=msg.vram_budget_mib)
         self.tick()
 
+    def wait_planned(self, timeout_s: float | None = None) -> bool:
+        """Block until the background plan of a switch in ``PLANNING`` is done (True at once when none runs), for
+        callers that step the loop by hand, such as the socket-free daemon tests. False: ``timeout_s`` passed."""
+        load = self._load
+        if load is None or load.planned is None or load.phase is not SwitchPhase.PLANNING:
+            return True
+        return load.planned.done.wait(timeout_s)
+
     def abort(self, error: RequestError) -> None:
         """Answer a pending load with ``error`` (shutdown); workers are left to the caller."""
         load, self._load = self._load, None
@@ -187,7 +203,14 @@ class ModelSwitch:
         elif load.phase is SwitchPhase.STOPPING:
             if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
                 worker.stop(timeout_s=1.0)  # reap (terminate / kill if it did not exit in time)
-                self._start_new(load)
+                self._plan_new(load)
+        elif load.phase is SwitchPhase.PLANNING:
+            assert load.planned is not None
+            if load.planned.done.is_set():
+                if self._budget.replacement_budgets(load.budget_mib) != load.planned_budgets:
+                    self._plan_new(load)  # a budget request changed the target meanwhile: plan that one too
+                else:
+                    self._start_new(load)
         elif worker.exited() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
             timed_out = not worker.exited()
             worker.stop(timeout_s=1.0)
@@ -260,11 +283,30 @@ class ModelSwitch:
     def _enter(self, load: _Load, phase: SwitchPhase) -> None:
         load.phase, load.phase_since_s = phase, self._core.clock()
 
+    def _plan_new(self, load: _Load) -> None:
+        """Plan the new model in a background thread (``PLANNING``) for the budgets ``replace_model`` will ask
+        for; ``tick`` starts the worker once it is done. The planner is reused when a newer target is planned."""
+        if load.planner is None:
+            load.planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
+            load.planner.vision = load.vision  # the encoder is planned with the model, under the same budget
+        planner = load.planner
+        budgets = self._budget.replacement_budgets(load.budget_mib)
+        headroom = budgets[0]  # the old worker has exited: the target's VRAM is free (as ``replace_model`` plans)
+
+        def plan() -> None:
+            for budget_mib in budgets:
+                planner.plan_within(budget_mib, headroom)
+
+        load.planned, load.planned_budgets = run_in_background(plan, "igi-model-plan"), budgets
+        if load.phase is not SwitchPhase.PLANNING:
+            self._core.log(logging.INFO, "model_load_planning", path=str(load.path), budgets_mib=list(budgets))
+            self._enter(load, SwitchPhase.PLANNING)
+
     def _start_new(self, load: _Load) -> None:
         core = self._core
-        planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
-        planner.vision = load.vision  # the encoder is planned with the model, under the same budget
-        outcome = self._budget.replace_model(planner, load.budget_mib)
+        planner = load.planner
+        assert planner is not None
+        outcome = self._budget.replace_model(planner, load.budget_mib)  # planned in PLANNING: from memory
         if load.budget_mib is not None and core.governor is not None:  # the load's budget, as the budget state has it
             core.governor.set_budget(self._budget.state.requested_mib, core.clock())
         config = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,7 @@ class Daemon:
     """The real daemon (``DaemonService``, what ``DaemonServer._loop`` drives) around a SimWorker: ``batch`` is the
     messages of one poll tick, ``pump`` the rest of a loop iteration."""
 
-    def __init__(self, max_worker_restarts: int = 1000) -> None:
+    def __init__(self, max_worker_restarts: int = 1000, planner_for: Callable[[Any, Any], Any] | None = None) -> None:
         self.sent: list[list[bytes]] = []
         self.worker = SimWorker()
         engine = EngineSettings(
@@ -226,7 +227,7 @@ class Daemon:
             _Planner().plan(0),
             Placement(),  # type: ignore[arg-type]
             lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-            planner_for=lambda path, base: _Planner(),
+            planner_for=planner_for or (lambda path, base: _Planner()),
         )  # type: ignore[arg-type,return-value]
         self.budget, self.switch = self.service.budget, self.service.switch
         self.requests: dict[str, str] = {}  # msg_id -> type
@@ -248,6 +249,7 @@ class Daemon:
         """The rest of a loop iteration; session files handed to their threads meanwhile are done and answered
         within it (the real loop answers them one or more ticks later). The worker's state is checked after it."""
         self.core.session_io.wait()
+        assert self.service.switch.wait_planned(30.0), "the new model's background plan did not finish"
         self.service.on_tick()
         self.core.session_io.wait()
         self.core.session_io.poll()

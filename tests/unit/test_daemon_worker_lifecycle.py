@@ -76,7 +76,7 @@ def test_given_up_is_failed_and_a_load_brings_a_model_back() -> None:
     load = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
     assert _state(daemon) is WorkerState.SWITCHING_MODEL  # nothing to drain: the switch takes over at once
     held = daemon.request(GenerateRequest(text="hi", max_tokens=2), sid)  # held for the new model, not refused
-    for _ in range(4):
+    for _ in range(5):  # planning (a background thread), loading, then the held generation's two tokens
         daemon.worker.step()
         daemon.pump()
     assert _state(daemon) is WorkerState.READY

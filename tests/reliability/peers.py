@@ -7,7 +7,9 @@ by default they offer no handshake credential at all (the NULL mechanism), or a 
 
 from __future__ import annotations
 
+import errno
 import os
+import selectors
 import socket
 import statistics
 import threading
@@ -110,6 +112,145 @@ class Flood:
                         time.sleep(0.001)
             finally:
                 dealer.close(linger=0)
+
+
+def _address(info: ConnectionInfo) -> tuple[int, str | tuple[str, int]]:
+    if info.transport == "ipc":
+        return socket.AF_UNIX, info.ip
+    return (socket.AF_INET6 if ":" in info.ip else socket.AF_INET), (info.ip, info.port)
+
+
+@dataclass
+class IdleHorde:
+    """``n`` connections to the daemon's socket that never send a byte, kept at ``n`` for as long as it runs: the
+    daemon closes each after its handshake timeout, and the horde opens another at once (a thread, non-blocking)."""
+
+    info: ConnectionInfo
+    n: int
+    opened_total: int = 0
+    closed_by_daemon: int = 0
+    _open: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @property
+    def open_now(self) -> int:
+        return self._open
+
+    def __enter__(self) -> IdleHorde:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def wait_open(self, timeout_s: float) -> int:
+        """Wait until all ``n`` are open (or ``timeout_s``); the number open."""
+        end = time.monotonic() + timeout_s
+        while self._open < self.n and time.monotonic() < end:
+            time.sleep(0.05)
+        return self._open
+
+    def _run(self) -> None:
+        family, address = _address(self.info)
+        selector = selectors.DefaultSelector()
+        conns: set[socket.socket] = set()
+        try:
+            while not self._stop.is_set():
+                while len(conns) < self.n:  # top up, without blocking: a full backlog leaves the connect pending
+                    conn = socket.socket(family, socket.SOCK_STREAM)
+                    conn.setblocking(False)
+                    code = conn.connect_ex(address)
+                    if code not in (0, errno.EINPROGRESS, errno.EAGAIN):
+                        conn.close()
+                        break
+                    selector.register(conn, selectors.EVENT_READ)
+                    conns.add(conn)
+                    self.opened_total += 1
+                self._open = len(conns)
+                for key, _events in selector.select(0.1):
+                    conn = key.fileobj
+                    assert isinstance(conn, socket.socket)
+                    try:
+                        data = conn.recv(4096)  # the daemon's greeting bytes, or b"" once it closed us
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        selector.unregister(conn)
+                        conn.close()
+                        conns.discard(conn)
+                        self.closed_by_daemon += 1
+                self._open = len(conns)
+        finally:
+            for conn in conns:
+                conn.close()
+            selector.close()
+            self._open = 0
+
+
+@dataclass
+class JunkWriter:
+    """Threads that connect and write ``chunk_bytes`` of random bytes (no ZeroMQ greeting) until the daemon drops
+    them, then connect again."""
+
+    info: ConnectionInfo
+    n_threads: int = 1
+    chunk_bytes: int = 2 * 1_048_576
+    connections: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> JunkWriter:
+        for _ in range(self.n_threads):
+            thread = threading.Thread(target=self._run, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _run(self) -> None:
+        family, address = _address(self.info)
+        junk = os.urandom(self.chunk_bytes)
+        while not self._stop.is_set():
+            with socket.socket(family, socket.SOCK_STREAM) as conn:
+                conn.settimeout(1.0)
+                try:
+                    conn.connect(address)
+                    self.connections += 1
+                    while not self._stop.is_set():
+                        conn.sendall(junk)
+                except OSError:
+                    time.sleep(0.001)
+
+
+def process_rss_mib(pid: int) -> float:
+    """Resident memory of a process (Linux), MiB."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU time of a process (Linux), seconds."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_descriptors(pid: int) -> int:
+    """Open file descriptors of a process (Linux)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def heartbeat_rtts_ms(info: ConnectionInfo, duration_s: float, interval_s: float = 0.02) -> list[float]:

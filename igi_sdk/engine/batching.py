@@ -418,10 +418,14 @@ class BatchScheduler:
         if grammar is not None and not grammar.allows(token):  # draw again among the tokens the grammar allows
             masked = grammar.mask(logits)  # type: ignore[arg-type]
             self._c["grammar_resamples"] += 1
-            allowed = bool((masked > float("-inf")).any())
-            token = run.req.sampler.sample(masked, run.prompt + handle.tokens) if allowed else -1
-            if token >= 0 and not grammar.allows(token):  # a draw of rounding error's width past the last allowed
-                token = int(masked.argmax())
+            token = -1
+            while bool((masked > float("-inf")).any()):
+                token = run.req.sampler.sample(masked, run.prompt + handle.tokens)
+                if grammar.allows(token):
+                    break
+                # malformed UTF-8 after it (or a draw of rounding error's width past the last allowed): not that one
+                masked[token] = float("-inf")
+                token = -1
         if run.t_first is None:
             run.t_first = self._clock()
         if token < 0 or (self._engine.is_eog(token) and not run.req.ignore_eog):

@@ -35,3 +35,18 @@ def test_synthetic_model_loads_and_decodes(tmp_path: Path, name: str, qtype: str
         items = list(eng.generate(0, tokens, max_tokens=8, sampler=Sampler(temperature=0)))
         assert items[-1].finish_reason in ("length", "stop")
         assert sum(i.token is not None for i in items) == items[-1].stats.completion_tokens
+
+
+def test_a_grammar_state_refuses_malformed_utf8_that_llama_cpp_reads_leniently(tmp_path: Path) -> None:
+    """The synthetic vocabulary is bytes (token 3 + b is byte b): llama.cpp's grammar would take a lead byte
+    followed by an ASCII character as one character; the grammar state refuses it, and an end inside a character."""
+    byte = lambda b: 3 + b  # noqa: E731
+    with LlamaEngine(write_synthetic_gguf(tmp_path / "m.gguf", "tiny_dense"), Placement(n_ctx=64)) as eng:
+        grammar = eng.grammar("root ::= [^\\x00]{1,8}")
+        grammar.accept(byte(0xC3))  # the lead byte of "é"
+        assert not grammar.allows(byte(ord("A")))  # not a continuation byte
+        assert not grammar.allows(eng.eos_token_ids[0])  # the reply may not end inside "é"
+        grammar.accept(byte(0xA9))
+        assert grammar.allows(eng.eos_token_ids[0]) and not grammar.allows(byte(0xA9))  # a stray continuation
+        assert not grammar.allows(byte(0xF8))  # no UTF-8 lead byte
+        grammar.close()

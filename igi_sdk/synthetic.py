@@ -2,14 +2,15 @@
 
 A leaf module beside the engine: it imports gguf-py and numpy, never llama_cpp. The weights are random
 quantized blocks with a small fixed fp16 scale (no NaN, gibberish output, real timing); the vocabulary is a
-minimal SPM one (``<unk>``, ``<s>``, ``</s>``, 256 byte tokens, filler). The same shape, type and seed always
-give the same bytes.
+minimal SPM one (``<unk>``, ``<s>``, ``</s>``, 256 byte tokens, a chat template's added tokens if asked for, filler).
+The same shape, type, seed and template always give the same bytes.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -183,12 +184,20 @@ def _zero_mean(quants: np.ndarray, ggml_type: str) -> None:
         quants[quants == 0x80] = 0  # int8 -128 -> 0
 
 
-def _vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+#: GGUF token types of ``added_tokens`` (a template's markers; "normal": a piece the tokenizer merges into, spaces say).
+ADDED_TOKEN_TYPES = {"normal": 1, "control": 3, "user_defined": 4}
+
+
+def _vocab(n_vocab: int, added: Sequence[tuple[str, str]] = ()) -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [2, 3, 3] + [6] * 256  # UNKNOWN, CONTROL, CONTROL, BYTE
+    tokens += [text for text, _kind in added]
+    types += [ADDED_TOKEN_TYPES[kind] for _text, kind in added]
     tokens += [f"\u2581t{i}" for i in range(n_vocab - len(tokens))]
     types += [1] * (n_vocab - len(types))  # NORMAL
-    scores = [0.0] * N_SPECIAL_TOKENS + [-float(i) for i in range(n_vocab - N_SPECIAL_TOKENS)]
+    scores = [0.0] * (N_SPECIAL_TOKENS + len(added)) + [
+        -float(i) for i in range(n_vocab - N_SPECIAL_TOKENS - len(added))
+    ]
     return tokens, scores, types
 
 
@@ -198,6 +207,9 @@ def write_synthetic_gguf(
     *,
     ggml_type: GgmlQuantType = "Q4_0",
     seed: int = 0,
+    chat_template: str | None = None,
+    added_tokens: Sequence[tuple[str, str]] = (),
+    eos_token: str | None = None,
 ) -> Path:
     """Write a deterministic synthetic llama-architecture GGUF.
 
@@ -210,6 +222,10 @@ def write_synthetic_gguf(
         shape: a ``SyntheticShape`` or a preset name (see ``PRESETS``).
         ggml_type: quantization of the matrices, "Q4_0" or "Q8_0".
         seed: same seed, shape and type give identical bytes.
+        chat_template: ``tokenizer.chat_template`` (None: a plain ChatML one without tool support).
+        added_tokens: ``(text, "normal" | "control" | "user_defined")`` tokens after the byte tokens (a template's
+            markers: ``<|im_start|>``, ``<tool_call>``, ...), in place of filler tokens.
+        eos_token: the text of the end-of-sequence token (one of ``added_tokens``; None: ``</s>``).
 
     Returns:
         The path written.
@@ -242,16 +258,19 @@ def write_synthetic_gguf(
         writer.add_uint32(f"{ARCH}.expert_count", shape.n_expert)
         writer.add_uint32(f"{ARCH}.expert_used_count", shape.n_expert_used)
         writer.add_uint32(f"{ARCH}.expert_feed_forward_length", shape.ffn_width)
-    tokens, scores, types = _vocab(shape.n_vocab)
+    if N_SPECIAL_TOKENS + len(added_tokens) >= shape.n_vocab:
+        raise ValueError(f"{len(added_tokens)} added tokens do not fit a vocabulary of {shape.n_vocab}")
+    tokens, scores, types = _vocab(shape.n_vocab, added_tokens)
+    eos_id = 2 if eos_token is None else tokens.index(eos_token)
     writer.add_string("tokenizer.ggml.model", "llama")
     writer.add_array("tokenizer.ggml.tokens", tokens)
     writer.add_array("tokenizer.ggml.scores", scores)
     writer.add_array("tokenizer.ggml.token_type", types)
     writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
     writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", eos_id)
     writer.add_bool("tokenizer.ggml.add_bos_token", True)
-    writer.add_string("tokenizer.chat_template", _CHAT_TEMPLATE)
+    writer.add_string("tokenizer.chat_template", _CHAT_TEMPLATE if chat_template is None else chat_template)
 
     residual_gain = 1.0 / math.sqrt(2 * shape.n_layer)
     for name, ne, t in specs:

@@ -7,6 +7,12 @@ session. The worker only receives GBNF text. When the worker's reply is done, ``
 it: a JSON reply gets ``json_output``, a tool call ``tool_call``; one that is cut short is a typed error.
 
 Conversions are cached by schema text (a session's NPCs ask the same schema over and over).
+
+Tools come in one of two forms, by the chat template of the model in force (``Ready.tool_format``): a template with
+native tool support (``structured.tool_formats``) renders the tools itself and the reply is constrained to its own
+call syntax; any other gets the tools in the system message and the JSON envelope (``structured.tools``). The form is
+chosen when the job goes to the worker (``Job.build_for``): a request that arrived before the model was known, or
+waited through a model switch, is built again for the model that serves it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,15 @@ from igi_sdk.ipc.messages import CreateSessionRequest, GenerateReply, GenerateRe
 from igi_sdk.ipc.values import Tool, ToolCall
 from igi_sdk.structured.gbnf import GrammarError, check_grammar
 from igi_sdk.structured.json_schema import SchemaError, check_schema, parse_schema
+from igi_sdk.structured.tool_formats import (
+    FORMATS,
+    call_schema,
+    native_grammar,
+    native_hint,
+    read_native,
+    template_tools,
+    tool_turn,
+)
 from igi_sdk.structured.tools import (
     OutputInvalid,
     ReplyOutcome,
@@ -48,14 +63,22 @@ class SessionConstraints:
     tools: tuple[ToolSpec, ...] = ()
     wire_tools: tuple[Tool, ...] = ()
 
-    def system_text(self) -> str:
-        """What the system message gets for these defaults ("" when none): the tools and the answer format, or
-        the reply schema."""
-        if self.tools:
+    def system_text(self, tool_format: str | None = None) -> str:
+        """What the system message gets for these defaults ("" when none): the tools and the answer format (the
+        fallback), the reply schema beside a native template's tools, or the reply schema."""
+        if self.tools and tool_format is None:
             return system_block(list(self.tools), self.schema)
+        if self.tools:
+            return native_hint(self.schema)
         if self.schema is not None:
             return schema_hint(self.schema)
         return ""
+
+    def template_tools(self, tool_format: str | None) -> str | None:
+        """The JSON of the tools for a native template (``worker_protocol.Generate.tools``); None otherwise."""
+        if not self.tools or tool_format is None:
+            return None
+        return json.dumps(template_tools(self.tools), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,8 @@ class ReplyConstraint:
     tools: tuple[ToolSpec, ...] = field(default=())
     user_hint: str = ""  # appended to the player's line (a request schema the system message does not name)
     forced_tool: str = ""  # tool_choice named this tool
+    tool_format: str | None = None  # tools: the native format of the template (None: the JSON envelope)
+    tool_choice: str = "auto"
 
     def finish(self, reply: GenerateReply) -> GenerateReply:
         """``finish_reply(self, reply)``: what ``DaemonCore.end_job`` calls."""
@@ -151,15 +176,33 @@ def session_constraints(msg: CreateSessionRequest) -> SessionConstraints:
             )
         tools.append(ToolSpec(tool.name, tool.description, params))
     constraints = SessionConstraints(grammar, msg.json_schema, schema, tuple(tools), tuple(msg.tools))
-    if tools:  # the envelope of every tool_choice must convert: refuse the session now, not its first reply
+    if tools:  # the envelope and every native form must convert: refuse the session now, not its first reply
         schema_gbnf(envelope_schema(tools, schema, "auto"), "tools")
+        for name in FORMATS:
+            tools_gbnf(name, tools, schema, "auto")
     elif schema is not None:
         schema_gbnf(schema, "json_schema")
     return constraints
 
 
-def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> ReplyConstraint | None:
-    """How a generate_request's reply is constrained (None: free text).
+def tools_gbnf(tool_format: str | None, tools: list[ToolSpec], schema: dict[str, Any] | None, choice: str) -> str:
+    """The GBNF of a reply with tools: the JSON envelope (``tool_format`` None) or the native call syntax.
+
+    Raises:
+        RequestError: ``invalid_schema`` (the converter refused it or the grammar is too large).
+    """
+    if tool_format is None:
+        return schema_gbnf(envelope_schema(tools, schema, choice), "tools")
+    fmt = FORMATS[tool_format]
+    converted = schema_gbnf(call_schema(fmt, tools, schema, choice), "tools")
+    return native_grammar(fmt, converted, tools, schema, choice)
+
+
+def reply_constraint(
+    defaults: SessionConstraints, msg: GenerateRequest, tool_format: str | None = None
+) -> ReplyConstraint | None:
+    """How a generate_request's reply is constrained (None: free text); ``tool_format`` is the native tool format of
+    the model that serves it (None: the fallback).
 
     Raises:
         RequestError: ``invalid_grammar``, ``invalid_schema``, ``unknown_tool`` or ``invalid_request``.
@@ -185,13 +228,14 @@ def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> Repl
     else:
         schema, hint = defaults.schema, ""
     if defaults.tools:
-        envelope = envelope_schema(list(defaults.tools), schema, choice)
         return ReplyConstraint(
             "tools",
-            schema_gbnf(envelope, "tools"),
+            tools_gbnf(tool_format, list(defaults.tools), schema, choice),
             schema,
             defaults.tools,
             forced_tool=choice if choice in names else "",
+            tool_format=tool_format,
+            tool_choice=choice,
         )
     if choice != "auto" and choice != "none":
         raise RequestError(
@@ -205,11 +249,10 @@ def reply_constraint(defaults: SessionConstraints, msg: GenerateRequest) -> Repl
 
 
 def tool_result_text(msg: GenerateRequest) -> str:
-    """The user turn that carries a tool result to the model (the format the system message announced)."""
+    """The turn that carries a tool result to the model (``tool_formats.tool_turn``: the line the fallback's system
+    message announced, read back into a ``tool`` message by a native template)."""
     assert msg.tool_result is not None
-    result = msg.tool_result
-    line = f'{{"tool_result": {json.dumps(result.name)}, "content": {json.dumps(result.content, ensure_ascii=False)}}}'
-    return f"{line}\n{msg.text}" if msg.text else line
+    return tool_turn(msg.tool_result.name, msg.tool_result.content, msg.text)
 
 
 def new_call_id() -> str:
@@ -231,14 +274,25 @@ def finish_reply(constraint: ReplyConstraint, reply: GenerateReply) -> GenerateR
         if constraint.mode == "json":
             assert constraint.schema is not None
             return reply.model_copy(update={"json_output": read_json(reply.text, constraint.schema)})
-        outcome = read_envelope(reply.text, list(constraint.tools), constraint.schema)
+        if constraint.tool_format is not None:
+            outcome = read_native(
+                reply.text,
+                FORMATS[constraint.tool_format],
+                list(constraint.tools),
+                constraint.schema,
+                constraint.tool_choice,
+            )
+        else:
+            outcome = read_envelope(reply.text, list(constraint.tools), constraint.schema)
     except OutputInvalid as exc:
         if constraint.mode == "tools" and exc.tool is not None:
             tool = exc.tool or constraint.forced_tool
             raise RequestError(ErrorCode.INVALID_TOOL_ARGUMENTS, str(exc), {**detail, "tool": tool}) from None
         raise RequestError(ErrorCode.INVALID_OUTPUT, str(exc), detail) from None
-    if isinstance(outcome, ReplyOutcome):
-        return reply.model_copy(update={"json_output": outcome.value, "finish_reason": "stop"})
+    if isinstance(outcome, ReplyOutcome):  # a native line of speech that max_tokens cut stays "length"
+        native_text = constraint.tool_format is not None and constraint.schema is None
+        finish = reply.finish_reason if native_text else "stop"
+        return reply.model_copy(update={"json_output": outcome.value, "finish_reason": finish})
     call = ToolCall(id=new_call_id(), name=outcome.name, arguments=outcome.arguments)
     return reply.model_copy(update={"finish_reason": "tool_call", "tool_call": call})
 

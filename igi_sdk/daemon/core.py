@@ -78,6 +78,16 @@ class RequestError(Exception):
         self.retryable = RETRYABLE_BY_DEFAULT[code] if retryable is None else retryable
 
 
+@dataclass(frozen=True)
+class GenerateBuild:
+    """What a generate request becomes for one model: the worker's command, how the reply is constrained
+    (``daemon.constraints.ReplyConstraint`` or None) and the images, by message index."""
+
+    command: wp.Generate
+    constraint: Any
+    images: tuple[tuple[int, SessionImage], ...] = ()
+
+
 @dataclass
 class Job:
     """A generate request known to the daemon (queued in the worker, or waiting for a worker)."""
@@ -110,6 +120,21 @@ class Job:
     images: tuple[tuple[int, SessionImage], ...] = ()
     #: The image of this line (kept in the session with the turn)
     new_image: SessionImage | None = None
+    #: The role the line takes in the session's history: ``user``, or ``tool`` for a tool result
+    user_role: str = ROLE_USER
+    #: The native tool format the command was built for (``DaemonCore.tool_format`` then; None: the fallback), and
+    #: how to build it for another (a session with tools: the form depends on the model's chat template)
+    tool_format: str | None = None
+    rebuild: Callable[[str | None], GenerateBuild] | None = None
+
+    def build_for(self, tool_format: str | None) -> None:
+        """Build the command for a model whose template has ``tool_format``, if it was built for another (a job
+        that arrived before the model was known, or waited through a model switch)."""
+        if self.rebuild is None or self.resumed or tool_format == self.tool_format:
+            return
+        built = self.rebuild(tool_format)
+        self.command, self.constraint, self.images = built.command, built.constraint, built.images
+        self.tool_format = tool_format
 
     def command_for(self, worker_pid: int | None, store: EncodingStore) -> wp.Generate:
         """The command as the worker ``worker_pid`` gets it: each image with the encoding another worker made."""
@@ -178,6 +203,9 @@ class DaemonCore:
         #: Clients a send could not reach (their connection closed): declared gone at the loop's next tick.
         self.unroutable: set[bytes] = set()
         self.model_info: ModelInfo | None = None
+        #: The native tool format of the model's chat template (``worker_protocol.Ready.tool_format``; None: the
+        #: fallback, or no model known yet): how a session's tools are shown and its replies read
+        self.tool_format: str | None = None
         self.model_file_bytes = 0
         #: Set by shutdown_request: every later request but heartbeat and cancel is answered ``shutting_down``.
         self.shutting_down = False
@@ -372,7 +400,7 @@ class DaemonCore:
                 return
         session = self.sessions.get(job.session_id)
         if session is not None and reply.finish_reason in ("stop", "length", "tool_call"):
-            session.turns += [(ROLE_USER, job.user_text), (ROLE_ASSISTANT, reply.text)]
+            session.turns += [(job.user_role, job.user_text), (ROLE_ASSISTANT, reply.text)]
             if job.new_image is not None:  # the most recent images stay with their turns; older turns keep their text
                 session.images[len(session.turns) - 2] = job.new_image
                 for turn in sorted(session.images)[:-MAX_IMAGES_PER_SESSION]:

@@ -7,8 +7,13 @@ import os
 from pathlib import Path
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.constraints import SessionConstraints, reply_constraint, session_constraints, tool_result_text
-from igi_sdk.daemon.core import DaemonCore, Job, RequestError
+from igi_sdk.daemon.constraints import (
+    SessionConstraints,
+    reply_constraint,
+    session_constraints,
+    tool_result_text,
+)
+from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
 from igi_sdk.daemon.session_file import (
     KvRef,
     SessionFileError,
@@ -20,7 +25,7 @@ from igi_sdk.daemon.session_file import (
 )
 from igi_sdk.daemon.session_images import SessionImage, shown_images
 from igi_sdk.daemon.session_io import MAX_IN_FLIGHT, FileTask
-from igi_sdk.daemon.sessions import Session, SessionLimitReached
+from igi_sdk.daemon.sessions import ROLE_TOOL, ROLE_USER, Session, SessionLimitReached
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -125,47 +130,60 @@ def generate(
             {"limit": "max_new_tokens"},
         )
     defaults = session.constraints if isinstance(session.constraints, SessionConstraints) else SessionConstraints()
-    user_text = msg.text
+    user_text, role = msg.text, ROLE_USER
     if msg.tool_result is not None:
         _check_tool_result(session, defaults, msg)
-        user_text = tool_result_text(msg)
-    constraint = reply_constraint(defaults, msg)
+        user_text, role = tool_result_text(msg), ROLE_TOOL
+    first_format = core.tool_format
+    constraint = reply_constraint(defaults, msg, first_format)  # every typed error is raised here
     if constraint is not None and constraint.user_hint:
         user_text = f"{user_text}\n{constraint.user_hint}"
-    messages = tuple((role, text) for role, text in session.messages_for(user_text))
-    images = (  # a model served without a projector renders the earlier image turns as their text
-        shown_images(session.images, new_image, len(messages) - 1 - len(session.turns), len(messages) - 1)
-        if (session.images or new_image is not None) and core.vision_served()
-        else ()
-    )
-    command = wp.Generate(
-        job_id=header.msg_id,
-        session_id=session.session_id,
-        messages=messages,
-        max_tokens=max_tokens,
-        # a constrained reply ends where its grammar does: stop strings could cut it
-        sampling=wp.JobSampling(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            seed=sampling.seed,
-            stop=() if constraint is not None else tuple(sampling.stop),
-        ),
-        priority=session.priority if msg.priority is None else msg.priority,
-        kv_file=session.kv_state,
-        kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
-        grammar=None if constraint is None else constraint.gbnf,
-        images=tuple(image.job_image(message, None, None) for message, image in images),
-    )
+    vision = bool(session.images or new_image is not None) and core.vision_served()
+
+    def build(tool_format: str | None) -> GenerateBuild:
+        """The command, constraint and images for a model whose template has ``tool_format`` (None: the fallback)."""
+        reply = constraint if tool_format == first_format else reply_constraint(defaults, msg, tool_format)
+        messages = tuple(session.messages_for(user_text, role, tool_format))
+        images = (  # a model served without a projector renders the earlier image turns as their text
+            shown_images(session.images, new_image, len(messages) - 1 - len(session.turns), len(messages) - 1)
+            if vision
+            else ()
+        )
+        command = wp.Generate(
+            job_id=header.msg_id,
+            session_id=session.session_id,
+            messages=messages,
+            max_tokens=max_tokens,
+            # a constrained reply ends where its grammar does: stop strings could cut it
+            sampling=wp.JobSampling(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                seed=sampling.seed,
+                stop=() if reply is not None else tuple(sampling.stop),
+            ),
+            priority=session.priority if msg.priority is None else msg.priority,
+            kv_file=session.kv_state,
+            kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
+            grammar=None if reply is None else reply.gbnf,
+            images=tuple(image.job_image(message, None, None) for message, image in images),
+            tools=defaults.template_tools(tool_format),
+        )
+        return GenerateBuild(command, reply, images)
+
+    built = build(first_format)
     job = Job(
         header.msg_id,
         identity,
         session.session_id,
         user_text,
-        command,
-        constraint=constraint,
-        images=images,
+        built.command,
+        constraint=built.constraint,
+        images=built.images,
         new_image=new_image,
+        user_role=role,
+        tool_format=first_format,
+        rebuild=build if defaults.tools else None,
     )
     core.jobs[job.job_id] = job
     session.job_id = job.job_id

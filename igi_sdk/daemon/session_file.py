@@ -3,7 +3,7 @@
 Layout: ``b"IGISESS1"`` (8 bytes) | SHA-256 of the body (32 bytes) | body (msgpack map)::
 
     {"format_version": 1, "saved_at": float, "model": {"name": str, "file_bytes": int},
-     "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...],
+     "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...] (role "user" or "tool" / "assistant"),
                  "grammar": str | nil, "json_schema": str | nil, "tools": [{"name", "description", "parameters"}]},
      "kv": {"tokens": [int], "state": bin} | nil}
 
@@ -459,7 +459,7 @@ class _BodyReader:
 
 
 class _Turn(WireModel):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "tool"]  # "tool": a tool result in the place of a user line
     text: str = Field(max_length=MAX_TURN_CHARS)
 
 

@@ -19,12 +19,13 @@ if TYPE_CHECKING:
     from igi_sdk.daemon.session_images import SessionImage
 
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
+ROLE_TOOL = "tool"  # a tool result (``structured.tool_formats.tool_turn``), in the place of a user line
 
 
 class SessionDefaults(Protocol):
     """What a session needs of its constrained-output defaults (``daemon.constraints.SessionConstraints``)."""
 
-    def system_text(self) -> str: ...
+    def system_text(self, tool_format: str | None = None) -> str: ...
 
 
 class SessionLimitReached(RuntimeError):
@@ -61,17 +62,25 @@ class Session:
     pending_tool_call: ToolCall | None = None
     images: dict[int, SessionImage] = field(default_factory=dict)
 
-    def system_text(self) -> str:
-        """The system message: the persona line, the system prompt, then the tools and answer format if any."""
+    def system_text(self, tool_format: str | None = None) -> str:
+        """The system message: the persona line, the system prompt, then the tools and answer format if any (for a
+        template with native tool support, ``tool_format``, the template shows the tools itself)."""
         persona = f"You are {self.persona}." if self.persona else ""
-        extra = self.constraints.system_text() if self.constraints is not None else ""
+        extra = self.constraints.system_text(tool_format) if self.constraints is not None else ""
         return "\n".join(part for part in (persona, self.system_prompt, extra) if part)
 
-    def messages_for(self, user_text: str) -> list[tuple[str, str]]:
-        """The chat messages of a new turn: system, history, then the new user line."""
-        system = self.system_text()
+    def messages_for(
+        self, user_text: str, role: str = ROLE_USER, tool_format: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The chat messages of a new turn: system, history, then the new line (``role`` ``tool`` for a tool
+        result). Tool results stay ``tool`` messages for a template with native tool support (``tool_format``), and
+        are user lines otherwise."""
+        system = self.system_text(tool_format)
         head = [(ROLE_SYSTEM, system)] if system else []
-        return head + list(self.turns) + [(ROLE_USER, user_text)]
+        turns = [*self.turns, (role, user_text)]
+        if tool_format is None:
+            turns = [(ROLE_USER if r == ROLE_TOOL else r, text) for r, text in turns]
+        return head + turns
 
     def trim_history(self, max_messages: int) -> int:
         """Forget the oldest turns past ``max_messages`` messages, in user/assistant pairs; returns how many went.

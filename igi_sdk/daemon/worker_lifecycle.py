@@ -141,6 +141,7 @@ class WorkerLifecycle:
         for job in list(core.jobs.values()):
             if not job.forwarded and (job.resumed or not hold):
                 try:
+                    job.build_for(core.tool_format)  # a session's tools take the form the model's template has
                     sent = core.send_to_worker(job.command_for(core.worker.pid, core.encodings))
                 except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
                     core.drop_unsendable_job(job, exc)
@@ -193,9 +194,10 @@ class WorkerLifecycle:
         core = self._core
         self.enter(WorkerState.READY)
         core.model_info = event.model
+        core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
         self.failures_in_row = 0
-        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path)
+        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path, tool_format=event.tool_format)
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
             core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
         self.forward_waiting_jobs()

@@ -9,7 +9,7 @@ Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
 | ``Reload`` | req_id, placement, vision | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
@@ -21,7 +21,7 @@ Events (worker -> daemon):
 
 | event | fields | when |
 |---|---|---|
-| ``Ready`` | pid, model, file_bytes, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded | the model is loaded |
+| ``Ready`` | pid, model, file_bytes, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded, tool_format | the model is loaded |
 | ``Fatal`` | code, message | the model could not be loaded; the worker exits |
 | ``Started`` | job_id, prompt_tokens, dropped_messages | a job got its sequence slot (and left that many of the oldest history messages out of its prompt) |
 | ``Token`` | job_id, index, text, token_id | one sampled token (indexes from 0 in this worker) |
@@ -34,6 +34,10 @@ Events (worker -> daemon):
 ``Generate.images`` are the images of the conversation (at most two: ``daemon.session_images``), each at the index of
 its message; one a worker encoded before carries its ``encoding`` (template tokens and float32 embeddings), so another
 worker (a replacement, a restart) feeds it without encoding it again.
+
+``Ready.tool_format`` is the native tool format of the model's chat template (``structured.tool_formats``; None: the
+fallback). ``Generate.tools`` (JSON of the template's tools) asks for that native rendering: the tools in the
+template's ``tools`` variable, ``tool`` messages as its tool results; the daemon sends it only for that format.
 
 ``Generate.continue_tokens`` are the reply's tokens a replaced worker already streamed (the daemon replaced the
 worker at a token boundary): the prompt is followed by them and the reply goes on after them, its token indexes
@@ -124,6 +128,7 @@ class Generate:
     continue_tokens: tuple[int, ...] = ()  # the reply so far, streamed by a replaced worker: the prompt's tail
     grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
     images: tuple[JobImage, ...] = ()  # the conversation's images, each at its message
+    tools: str | None = None  # JSON of the tools for the template's own tool support (Ready.tool_format); None: none
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ class Ready:
     gpu_hidden: bool = False  # started with CUDA_VISIBLE_DEVICES=""
     cuda_visible_devices: str | None = None  # as llama.cpp saw it (None: unset)
     llama_cpp_preloaded: bool = False  # llama.cpp was imported before the worker could hide the GPU
+    tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
 
 
 @dataclass(frozen=True)

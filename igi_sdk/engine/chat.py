@@ -37,8 +37,10 @@ def render_chat_template(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
+    variables: Mapping[str, Any] | None = None,
 ) -> str:
-    """Render ``messages`` (``{"role", "content"}`` dicts) with a model's chat template.
+    """Render ``messages`` (``{"role", "content"}`` dicts) with a model's chat template; ``variables`` are more
+    template variables (``tools``, say: the template's own tool rendering).
 
     Raises:
         ModelUnsupportedError: the model has no chat template.
@@ -52,6 +54,7 @@ def render_chat_template(
     try:
         return str(
             _compile(template).render(
+                **dict(variables or {}),
                 messages=[dict(m) for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=bos_token,
@@ -71,6 +74,7 @@ def render_chat_segments(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
+    variables: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, bool]]:
     """Render ``messages`` like :func:`render_chat_template`, split into ``(text, is_content)`` segments: the
     messages' contents (``True``) between the template's own text (``False``), so a caller can tokenize the
@@ -78,7 +82,8 @@ def render_chat_segments(
 
     The contents are located by rendering each one as a unique placeholder; the segments hold the contents as
     given, at the positions the template put them (a template that filters a content, ``trim`` say, has its
-    filter applied to the placeholder only).
+    filter applied to the placeholder only). A content the template wrote through ``tojson`` (Llama 3.1 does, for a
+    tool result) is found as its placeholder's JSON form, and its segment is the content in that form.
 
     Raises:
         ModelUnsupportedError: the model has no chat template.
@@ -89,16 +94,33 @@ def render_chat_segments(
     marks = [f"\ue000{tag}{i}\ue001" for i in range(len(contents))]
     placeholder = [{**dict(m), "content": mark} for m, mark in zip(messages, marks, strict=True)]
     rendered = render_chat_template(
-        template, placeholder, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token
+        template,
+        placeholder,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        variables=variables,
     )
     segments: list[tuple[str, bool]] = []
     cursor = 0
     for mark, content in zip(marks, contents, strict=True):
         at = rendered.find(mark, cursor)
+        found = mark
+        if at < 0:  # written through tojson: the placeholder's characters escaped
+            found = _json_inner(mark)
+            at = rendered.find(found, cursor)
+            content = _json_inner(content)
         if at < 0:  # the template left this message out: its text is nowhere in the prompt
             continue
         segments.append((rendered[cursor:at], False))
         segments.append((content, True))
-        cursor = at + len(mark)
+        cursor = at + len(found)
     segments.append((rendered[cursor:], False))
     return [(text, is_content) for text, is_content in segments if text]
+
+
+def _json_inner(text: str) -> str:
+    """``text`` as Jinja's ``tojson`` writes a string, without the quotes."""
+    from jinja2.utils import htmlsafe_json_dumps
+
+    return str(htmlsafe_json_dumps(text))[1:-1]

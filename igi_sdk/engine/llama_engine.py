@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -337,8 +338,15 @@ class LlamaEngine:
         raw = llama_cpp.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
-        """Render a conversation with the GGUF's own ``tokenizer.chat_template``.
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Render a conversation with the GGUF's own ``tokenizer.chat_template`` (``variables``: more template
+        variables, ``tools`` say).
 
         Raises:
             ModelUnsupportedError: the model has no chat template.
@@ -353,6 +361,7 @@ class LlamaEngine:
             add_generation_prompt=add_generation_prompt,
             bos_token=piece(bos),
             eos_token=piece(eos),
+            variables=variables,
         )
 
     @cached_property
@@ -376,14 +385,17 @@ class LlamaEngine:
         *,
         add_generation_prompt: bool = True,
         splices: Mapping[str, Sequence[int]] | None = None,
+        variables: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        """Chat-template ``messages`` and tokenize the prompt, with BOS as the model asks. Only the template's own
+        """Chat-template ``messages`` and tokenize the prompt, with BOS as the model asks (once: not again after a
+        template that writes it). Only the template's own
         text is parsed for control tokens: the messages' contents are tokenized as text, so ``<|im_start|>`` in a
         player's line stays those characters and cannot open a turn of its own.
 
         ``splices`` maps marker strings to token lists: a marker inside a message's content is replaced by its
         tokens (an image's positions, ``igi_sdk.engine.vision.render_with_images``); the text around it is
-        tokenized as content.
+        tokenized as content. ``variables`` are more template variables (``tools``: the template's own tool
+        rendering).
 
         Raises:
             ModelUnsupportedError: the model has no chat template.
@@ -398,6 +410,7 @@ class LlamaEngine:
             add_generation_prompt=add_generation_prompt,
             bos_token=piece(bos),
             eos_token=piece(eos),
+            variables=variables,
         )
         pattern, ids = self._control_tokens
         marks = re.compile("|".join(re.escape(m) for m in splices)) if splices else None
@@ -424,7 +437,9 @@ class LlamaEngine:
             text += segment[cursor:]
         if text:
             pieces.append(text)
-        tokens = [bos] if bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) else []
+        # BOS as the model asks, once: a template that writes bos_token itself (Llama 3's) has it already
+        starts_with_bos = bool(pieces) and pieces[0] == bos
+        tokens = [bos] if bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) and not starts_with_bos else []
         for item in pieces:
             if isinstance(item, int):
                 tokens.append(item)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import llama_cpp
 import numpy as np
@@ -399,6 +399,7 @@ def render_with_images(
     images: Mapping[int, EncodedImage],
     *,
     add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
 ) -> list[int]:
     """Chat-template ``messages`` (role, text) and tokenize them as ``LlamaEngine.tokenize_chat`` does (the contents
     as text, never as control tokens), with ``images[i]`` (the encoded image of message ``i``) in front of that
@@ -417,7 +418,9 @@ def render_with_images(
             splices[marker] = images[i].bookkeeping_tokens()
             text = marker + "\n" + text
         chat.append({"role": role, "content": text})
-    tokens = engine.tokenize_chat(chat, add_generation_prompt=add_generation_prompt, splices=splices)
+    tokens = engine.tokenize_chat(
+        chat, add_generation_prompt=add_generation_prompt, splices=splices, variables=variables
+    )
     for i in images:
         marks = images[i].bookkeeping_tokens()
         if not any(tokens[j : j + len(marks)] == marks for j in range(len(tokens) - len(marks) + 1)):

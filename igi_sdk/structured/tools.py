@@ -60,7 +60,7 @@ class OutputInvalid(ValueError):
         self.tool = tool
 
 
-def _embed(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+def embed_schema(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with its ``$defs`` / ``definitions`` moved into ``defs`` under ``prefix`` and its refs rewritten,
     so that it can sit inside another schema."""
     for key in ("$defs", "definitions"):
@@ -95,7 +95,7 @@ def envelope_schema(tools: list[ToolSpec], reply_schema: dict[str, Any] | None, 
     defs: dict[str, Any] = {}
     alternatives: list[dict[str, Any]] = []
     if tool_choice in ("auto", "none"):
-        reply = _embed(reply_schema if reply_schema is not None else DEFAULT_REPLY_SCHEMA, "reply_", defs)
+        reply = embed_schema(reply_schema if reply_schema is not None else DEFAULT_REPLY_SCHEMA, "reply_", defs)
         alternatives.append(
             {"type": "object", "properties": {"reply": reply}, "required": ["reply"], "additionalProperties": False}
         )
@@ -104,7 +104,7 @@ def envelope_schema(tools: list[ToolSpec], reply_schema: dict[str, Any] | None, 
         if not chosen:
             raise KeyError(tool_choice)
         for i, tool in enumerate(chosen):
-            args = _embed(tool.parameters, f"tool{i}_", defs)
+            args = embed_schema(tool.parameters, f"tool{i}_", defs)
             alternatives.append(
                 {
                     "type": "object",

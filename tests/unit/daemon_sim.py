@@ -83,6 +83,7 @@ class SimWorker:
         self._dead = True
         self._events: list[wp.Event] = []
         self._queue: list[dict[str, Any]] = []
+        self.tool_format: str | None = None  # the native tool format its Ready reports (a chat template's)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -101,7 +102,9 @@ class SimWorker:
         info = ModelInfo(
             path=path, architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=self._config["n_ctx"]
         )
-        self._events.append(wp.Ready(pid=1, model=info, file_bytes=1, placement=self.placement))
+        self._events.append(
+            wp.Ready(pid=1, model=info, file_bytes=1, placement=self.placement, tool_format=self.tool_format)
+        )
 
     def kill(self) -> None:
         """The process dies (llama.cpp crash); the daemon notices on its next look."""

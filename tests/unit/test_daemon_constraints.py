@@ -70,12 +70,16 @@ class ScriptedWorker(SimWorker):
         )
 
 
-def _daemon() -> tuple[Daemon, ScriptedWorker]:
+def _daemon(tool_format: str | None = None, ready: bool = True) -> tuple[Daemon, ScriptedWorker]:
+    """A daemon and its scripted worker, whose model's chat template has ``tool_format``; ``ready`` False: the
+    worker has not reported ``Ready`` yet (the next pump reads it)."""
     daemon = Daemon()
     worker = ScriptedWorker()  # in place of the daemon's simulated worker, before any generation
+    worker.tool_format = tool_format
     daemon.worker = daemon.core.worker = worker
     worker.start()
-    daemon.pump()
+    if ready:
+        daemon.pump()
     return daemon, worker
 
 
@@ -208,3 +212,79 @@ def test_a_plain_session_sends_no_grammar_and_keeps_its_stop_strings() -> None:
     daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
     assert worker.commands[-1].grammar is None and worker.commands[-1].sampling.stop == ("\n",)
+
+
+HERMES_CALL = '<tool_call>\n{"name": "give_item", "arguments": {"item": "sword"}}\n</tool_call>'
+
+
+def test_a_native_template_gets_the_tools_and_its_own_call_syntax() -> None:
+    daemon, worker = _daemon("hermes")
+    sid = _session(daemon, tools=(GIVE,))
+    msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
+    daemon.pump()
+    command = worker.commands[-1]
+    assert command.tools is not None and json.loads(command.tools)[0]["function"]["name"] == "give_item"
+    assert command.messages[0] == ("system", "You are Mira.\ns")  # the template shows the tools, not the system text
+    assert command.grammar is not None and '"<tool_call>\\n"' in command.grammar and command.sampling.stop == ()
+    worker.reply(HERMES_CALL)
+    reply = _answer(daemon, msg_id)
+    assert isinstance(reply, GenerateReply) and reply.finish_reason == "tool_call" and reply.tool_call is not None
+    assert (reply.tool_call.name, json.loads(reply.tool_call.arguments)) == ("give_item", {"item": "sword"})
+    assert reply.text == HERMES_CALL
+    result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
+    follow = daemon.request(GenerateRequest(text="Thanks!", tool_result=result), sid)
+    daemon.pump()
+    role, turn = worker.commands[-1].messages[-1]  # the result as a tool message, the player's line after it
+    assert role == "tool" and turn == '{"tool_result": "give_item", "content": "done"}\nThanks!'
+    assert worker.commands[-1].messages[-2] == ("assistant", HERMES_CALL)
+    worker.reply("Here you go.")
+    answer = _answer(daemon, follow)
+    assert isinstance(answer, GenerateReply) and answer.finish_reason == "stop"
+    assert answer.json_output == '"Here you go."' and answer.tool_call is None
+    session = daemon.core.sessions.get(sid)
+    assert session is not None and [role for role, _text in session.turns] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_native_reply_cut_inside_its_call_is_invalid_tool_arguments() -> None:
+    daemon, worker = _daemon("hermes")
+    sid = _session(daemon, tools=(GIVE,))
+    msg_id = daemon.request(GenerateRequest(text="Sword!", tool_choice="give_item", max_tokens=9), sid)
+    daemon.pump()
+    assert worker.commands[-1].grammar is not None and "igi-text" not in worker.commands[-1].grammar  # a call only
+    worker.reply('<tool_call>\n{"name": "give_item", "arguments": {"it', "length")
+    error = _answer(daemon, msg_id)
+    assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_TOOL_ARGUMENTS
+    assert error.detail is not None and error.detail["tool"] == "give_item"
+
+
+def test_a_request_that_waited_for_the_model_is_built_for_its_template() -> None:
+    daemon, worker = _daemon("hermes", ready=False)  # the requests come before the worker's Ready
+    created = daemon.request(CreateSessionRequest(persona="Mira", system_prompt="s", tools=(GIVE,)))
+    (reply,) = [m for h, m in daemon.replies() if h.parent_id == created]
+    assert isinstance(reply, CreateSessionReply)
+    sid = reply.session_id
+    msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
+    assert worker.commands == [] and daemon.core.tool_format is None
+    daemon.pump()  # Ready: the job goes to the worker, built for the template it reported
+    command = worker.commands[-1]
+    assert command.tools is not None and command.grammar is not None and "<tool_call>" in command.grammar
+    assert "give_item" not in command.messages[0][1]
+    worker.reply(HERMES_CALL)
+    reply = _answer(daemon, msg_id)
+    assert isinstance(reply, GenerateReply) and reply.finish_reason == "tool_call"
+
+
+def test_the_fallback_shows_tool_results_as_user_lines() -> None:
+    daemon, worker = _daemon(None)
+    sid = _session(daemon, tools=(GIVE,))
+    msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
+    daemon.pump()
+    assert worker.commands[-1].tools is None
+    worker.reply('{"tool": "give_item", "arguments": {"item": "sword"}}')
+    reply = _answer(daemon, msg_id)
+    assert isinstance(reply, GenerateReply) and reply.tool_call is not None
+    result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
+    daemon.request(GenerateRequest(text="", tool_result=result), sid)
+    daemon.pump()
+    assert worker.commands[-1].messages[-1][0] == "user"
+    assert daemon.core.sessions.get(sid).turns[-1][0] == "assistant"  # type: ignore[union-attr]

@@ -94,6 +94,17 @@ def test_a_valid_body_reads_back(tmp_path: Path) -> None:
     assert snap.priority == -100 and snap.turns == (("user", "hi"), ("assistant", "yo"))
 
 
+def test_a_tool_result_turn_reads_back_as_a_tool_turn(tmp_path: Path) -> None:
+    turns = [
+        ["user", "a sword"],
+        ["assistant", "<tool_call>..."],
+        ["tool", '{"tool_result": "give_item"}'],
+        ["assistant", "ok"],
+    ]
+    snap = read_session_file(_file_with_body(tmp_path / "tool.igisession", _body(turns=turns)))
+    assert [role for role, _text in snap.turns] == ["user", "assistant", "tool", "assistant"]
+
+
 @pytest.mark.parametrize(
     "session",
     [

@@ -97,6 +97,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             gpu_hidden=hide_gpu,
             cuda_visible_devices=cuda_visible_devices,
             llama_cpp_preloaded=llama_cpp_preloaded,
+            tool_format=engine.tool_format,
         )
     )
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler

@@ -48,7 +48,11 @@ class PromptSeam(Protocol):
     """What the scheduler needs from the worker's engine adapter (``engine_adapter.EngineAdapter``)."""
 
     def render_prompt(
-        self, messages: Sequence[tuple[str, str]], images: Mapping[int, EncodedImage] | None = None
+        self,
+        messages: Sequence[tuple[str, str]],
+        images: Mapping[int, EncodedImage] | None = None,
+        *,
+        tools: str | None = None,
     ) -> list[int]: ...
     def text_tokens(self, text: str) -> int: ...
     def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
@@ -143,7 +147,7 @@ class WorkerScheduler:
         continued = list(job.continue_tokens)
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
-            prompt, dropped, kept = self._render_fitting(list(job.messages), continued, images)
+            prompt, dropped, kept = self._render_fitting(list(job.messages), continued, images, job.tools)
         except PromptTooLarge as exc:
             self._jobs.pop(job.job_id, None)
             self._emit(
@@ -155,7 +159,7 @@ class WorkerScheduler:
             if saved is not None:
                 self._sched.park_state(job.session_id, saved)  # saved session file: restored, not re-prefilled
         system = [m for m in job.messages[:1] if m[0] == "system"]
-        persona = _common_prefix(self._adapter.render_prompt(system), prompt) if system else 0
+        persona = _common_prefix(self._render_system(system, job.tools), prompt) if system else 0
         if state is None:
             state = _JobState(job.job_id)
         state.prompt_tokens, state.dropped_messages = len(prompt), dropped
@@ -191,6 +195,16 @@ class WorkerScheduler:
                     detail={"reason": str(exc), "line": 0, "column": 0},
                 )
             )
+
+    def _render_system(self, system: list[tuple[str, str]], tools: str | None) -> list[int]:
+        """The system message alone, rendered as the job's prompt renders it (its tools too): the persona prefix. A
+        template that refuses a conversation of the system message alone has none."""
+        if tools is None:
+            return self._adapter.render_prompt(system)
+        try:
+            return self._adapter.render_prompt(system, tools=tools)
+        except ValueError:
+            return []
 
     def _job_images(self, job: wp.Generate) -> JobImages:
         """The job's images at hand and those to encode (see ``worker.vision``). Without a projector, images of earlier
@@ -409,13 +423,15 @@ class WorkerScheduler:
         messages: list[tuple[str, str]],
         continued: list[int] | None = None,
         images: Mapping[int, EncodedImage] | None = None,
+        tools: str | None = None,
     ) -> tuple[list[int], int, list[EncodedImage]]:
         """The prompt within ``max_prompt_tokens`` (``PromptWindow``: the newest turns that fit, chosen at a cost bounded
         by the context), the history messages left out and the images the prompt holds, followed by ``continued`` (a
         reply's tokens streamed so far, outside the limit: they are the reply the first prompt made room for, and the
         conversation must be the one it was cut from: the daemon sends the window the first worker chose, rendered here
         as a whole). ``images`` are by index into ``messages``: each goes in front of its message's text, and its
-        positions count towards the limit (a turn left out takes its image with it).
+        positions count towards the limit (a turn left out takes its image with it). ``tools`` are rendered with the
+        template's own tool support (``Generate.tools``).
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
@@ -429,6 +445,8 @@ class WorkerScheduler:
 
         def render(subset: Sequence[tuple[str, str]]) -> list[int]:
             at = shown(subset)
+            if tools is not None:
+                return self._adapter.render_prompt(subset, at or None, tools=tools)
             return self._adapter.render_prompt(subset, at) if at else self._adapter.render_prompt(subset)
 
         extra = {i - n_system: image.n_positions for i, image in images.items() if i >= n_system}

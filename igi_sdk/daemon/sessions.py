@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
 ROLE_TOOL = "tool"  # a tool result (``structured.tool_formats.tool_turn``), in the place of a user line
+#: Characters one token stands for at most, as far as a session's history is concerned (``Session.trim_history``):
+#: far above real text (about 4 characters a token), so only a history no prompt could hold is cut by it.
+MAX_CHARS_PER_TOKEN = 32
 
 
 class SessionDefaults(Protocol):
@@ -82,13 +85,21 @@ class Session:
             turns = [(ROLE_USER if r == ROLE_TOOL else r, text) for r, text in turns]
         return head + turns
 
-    def trim_history(self, max_messages: int) -> int:
-        """Forget the oldest turns past ``max_messages`` messages, in user/assistant pairs; returns how many went.
+    def trim_history(self, max_prompt_tokens: int) -> int:
+        """Forget the oldest turns no prompt of ``max_prompt_tokens`` can reach, in user/assistant pairs; returns how
+        many messages went.
 
-        A message costs at least one token of the prompt, so no window of ``max_prompt_tokens`` can reach past the
-        newest ``max_prompt_tokens`` messages: this bounds the history before the worker has chosen a window (a long
-        session file), after that the window does (``forget_oldest``)."""
-        excess = len(self.turns) - max(0, max_messages)
+        A message costs at least one token of the prompt, and a token stands for at most ``MAX_CHARS_PER_TOKEN``
+        characters of text: no window reaches past the newest ``max_prompt_tokens`` messages, nor past the newest
+        ``max_prompt_tokens * MAX_CHARS_PER_TOKEN`` characters. This bounds the history before the worker has chosen
+        a window (a long session file), after that the window does (``forget_oldest``)."""
+        keep, chars = 0, 0
+        for _role, text in reversed(self.turns):
+            chars += len(text)
+            if keep >= max_prompt_tokens or chars > max_prompt_tokens * MAX_CHARS_PER_TOKEN:
+                break
+            keep += 1
+        excess = len(self.turns) - keep
         if excess <= 0:
             return 0
         excess += excess % 2

@@ -13,6 +13,7 @@ import pytest
 from daemon_sim import Daemon, check_exactly_one_terminal_reply
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.sessions import MAX_CHARS_PER_TOKEN
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.messages import CreateSessionReply, CreateSessionRequest, GenerateRequest
 
@@ -185,3 +186,17 @@ def test_a_session_never_keeps_more_messages_than_a_prompt_can_hold() -> None:
     assert gen not in daemon.core.jobs
     assert len(session.turns) <= limit and session.turns[-1] == ("assistant", "t0 ")
     assert session.turns[0][0] == "user"
+
+
+def test_a_loaded_history_of_huge_turns_is_bounded_by_what_a_prompt_can_hold() -> None:
+    """A session file of long turns (each far past what a prompt holds) kept all of them in the daemon until the
+    first generation: 64 sessions of such files could hold gigabytes."""
+    daemon = Daemon()
+    limit = daemon.core.prompt_limit()
+    sid = _session(daemon)
+    session = daemon.core.sessions.get(sid)
+    assert session is not None
+    session.turns = [("user" if i % 2 == 0 else "assistant", "w" * 60_000) for i in range(200)]
+    session.trim_history(limit)
+    assert sum(len(text) for _role, text in session.turns) <= limit * MAX_CHARS_PER_TOKEN
+    assert len(session.turns) % 2 == 0 and (not session.turns or session.turns[0][0] == "user")

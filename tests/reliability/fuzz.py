@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from daemon_process import DaemonProcess
 
 from igi_sdk.daemon.session_file import MAGIC, SessionSnapshot, write_session_file
 from igi_sdk.ipc.codec import encode, packb, to_wire
@@ -28,21 +29,27 @@ from igi_sdk.ipc.frames import MAGIC as FRAME_MAGIC
 from igi_sdk.ipc.messages import (
     CancelRequest,
     CloseSessionRequest,
+    CreateSessionReply,
     CreateSessionRequest,
+    ErrorReply,
     FrameStatsRequest,
+    GenerateReply,
     GenerateRequest,
     HeartbeatRequest,
     HelloRequest,
     LoadModelRequest,
+    LoadSessionReply,
     LoadSessionRequest,
     Message,
     ReclaimRequest,
     SaveSessionRequest,
     SetBudgetRequest,
+    StatusReply,
     StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
 from igi_sdk.ipc.values import Sampling, Tool
+from reliability.peers import RawPeer, daemon_alive
 
 INTS = (0, 1, 2, 3, 8, -1, 100, 101, -101, 513, 2**31, 2**32 + 1, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1)
 FLOATS = (0.0, -0.0, 0.5, 1.0, 2.0, -1.0, 1e300, -1e300, 1e-320, math.inf, -math.inf, math.nan, 3.4e38)
@@ -350,3 +357,92 @@ def mutate_state(rng: random.Random, state: bytes) -> bytes:
         data[8:12] = len(header).to_bytes(4, "little")
         data[12 : 12 + header_len] = header
     return bytes(data)
+
+
+# --- runs against a real daemon (the short tests and the long form) ---------------------------------------------
+#: Flags that keep fuzzed generations short and the fuzzing peer alive while it waits.
+DAEMON_ARGS = ["--max-new-tokens", "16", "--client-timeout-s", "600"]
+
+
+def open_sessions(peer: RawPeer, n: int) -> list[str]:
+    asked = [
+        peer.request(CreateSessionRequest(persona=f"NPC {i}", system_prompt="Answer briefly.", sampling=Sampling()))
+        for i in range(n)
+    ]
+    assert peer.wait(asked, 60)
+    out = []
+    for msg_id in asked:
+        reply = peer.reply(msg_id)
+        assert isinstance(reply, CreateSessionReply), reply
+        out.append(reply.session_id)
+    return out
+
+
+def check_no_job_left(peer: RawPeer, n_seq_max: int = 4, max_queue_depth: int = 8) -> None:
+    """Every slot and queue place is free: as many generations as the daemon accepts at once are all accepted."""
+    status = peer.request(StatusRequest())
+    assert peer.wait([status], 60)
+    reply = peer.reply(status)
+    assert isinstance(reply, StatusReply) and reply.queue_depth == 0, reply
+    sessions = open_sessions(peer, n_seq_max + max_queue_depth)
+    gens = [peer.request(GenerateRequest(text="Hello.", max_tokens=1), sid) for sid in sessions]
+    assert peer.wait(gens, 300)
+    refused = [peer.reply(g) for g in gens if not isinstance(peer.reply(g), GenerateReply)]
+    assert not refused, f"a failed request left a job behind: {refused[:3]}"
+    closes = [peer.request(CloseSessionRequest(), sid) for sid in sessions]
+    assert peer.wait(closes, 60)
+
+
+def run_frame_fuzz(daemon: DaemonProcess, n_frames: int, seed: int, batch: int = 40) -> RawPeer:
+    """Send ``n_frames`` fuzzed frames in batches (each batch answered before the next), then check the bookkeeping."""
+    info = daemon.info()
+    peer = RawPeer(info)
+    sessions = open_sessions(peer, 3)
+    paths = FuzzPaths(daemon.workdir / "fuzz")
+    rng = random.Random(seed)
+    n_header = 0
+    for start in range(0, n_frames, batch):
+        frames = [fuzz_frame(rng, info.key_bytes, paths, sessions) for _ in range(min(batch, n_frames - start))]
+        for frame in frames:
+            peer.send_frames(frame.frames, frame.msg_id, frame.type)
+            n_header += frame.msg_id is None
+        asked = [f.msg_id for f in frames if f.msg_id is not None]
+        if not peer.wait(asked, 300):
+            lost = [f for f in frames if f.msg_id is not None and not peer.answered(f.msg_id)]
+            raise AssertionError(f"no terminal reply: {[describe(f) for f in lost[:3]]}\n{daemon.log_tail()}")
+        created = [m for m in asked if isinstance(peer.reply(m), CreateSessionReply)]
+        sessions += [peer.reply(m).session_id for m in created][:2]  # type: ignore[attr-defined]
+        sessions = sessions[-12:]
+    peer.pump(500)
+    problems = peer.problems()
+    assert not problems, problems[:10]
+    assert peer.unmatched() <= n_header
+    assert daemon_alive(daemon), daemon.log_tail()
+    return peer
+
+
+def run_file_fuzz(daemon: DaemonProcess, n_files: int, seed: int) -> tuple[RawPeer, int]:
+    """Load ``n_files`` fuzzed session files; a session that loads must generate. Returns the peer and the number
+    of files that loaded."""
+    peer = RawPeer(daemon.info())
+    paths = FuzzPaths(daemon.workdir / "fuzz-files")
+    rng = random.Random(seed)
+    loaded = 0
+    for i in range(n_files):
+        path = paths.root / f"f{i}.igisession"
+        fuzz_session_file(rng, path, paths)
+        load = peer.request(LoadSessionRequest(path=str(path)))
+        assert peer.wait([load], 60)
+        reply = peer.reply(load)
+        if isinstance(reply, LoadSessionReply):
+            loaded += 1
+            gen = peer.request(GenerateRequest(text="Hello?", max_tokens=2), reply.session_id)
+            close = peer.request(CloseSessionRequest(), reply.session_id)
+            assert peer.wait([gen, close], 120)
+            assert isinstance(peer.reply(gen), GenerateReply), peer.reply(gen)  # a loaded file poisons nothing
+        else:
+            assert isinstance(reply, ErrorReply), reply
+    problems = peer.problems()
+    assert not problems, problems[:10]
+    assert daemon_alive(daemon), daemon.log_tail()
+    return peer, loaded

@@ -44,6 +44,9 @@ from igi_sdk.planner.tensors import ModelTable
 _STATE_MAGIC = b"IGIS"
 _STATE_VERSION = 1
 _STATE_KEYS = ("flash_attn", "type_k", "type_v", "n_seq_max")
+#: positions of an image chunk hold a pseudo token id in -2 .. -1 - PSEUDO_TOKEN_SPAN (``vision.pseudo_token``), and a
+#: position whose token is not known holds -1; a saved sequence state may carry both
+PSEUDO_TOKEN_SPAN = 1 << 30
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -578,7 +581,8 @@ class LlamaEngine:
             if not isinstance(placement, dict) or set(placement) - set(_STATE_KEYS):
                 raise ValueError(f"placement keys {sorted(placement)!r}")
             if not isinstance(tokens, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self._n_vocab for t in tokens
+                isinstance(t, int) and not isinstance(t, bool) and -1 - PSEUDO_TOKEN_SPAN <= t < self._n_vocab
+                for t in tokens
             ):
                 raise ValueError("tokens are not token ids of this vocabulary")
             saved = Placement.model_validate({**self._placement.model_dump(), **placement})

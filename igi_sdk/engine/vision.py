@@ -36,7 +36,7 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from igi_sdk.engine import _log
 from igi_sdk.engine.gguf_table import read_projector_shape, read_tensor_table
-from igi_sdk.engine.llama_engine import LlamaEngine
+from igi_sdk.engine.llama_engine import PSEUDO_TOKEN_SPAN, LlamaEngine
 from igi_sdk.errors import EngineError, EngineLostError, ImageError, ModelUnsupportedError
 from igi_sdk.planner.vision import VisionShape
 
@@ -126,7 +126,7 @@ class EncodedImage:
 def pseudo_token(digest: bytes, chunk: int) -> int:
     """The negative pseudo token id of one image chunk (never -1, which means 'unknown token')."""
     h = int.from_bytes(hashlib.sha256(digest + chunk.to_bytes(4, "little")).digest()[:4], "little")
-    return -2 - (h % (1 << 30))
+    return -2 - (h % PSEUDO_TOKEN_SPAN)
 
 
 def is_pseudo_token(token: int) -> bool:

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from scheduled_daemon import FakeDaemon, SlowGenerator, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
@@ -108,6 +108,15 @@ async def _other_coroutines() -> list[str]:
 def _interrupt_main_after(delay_s: float) -> None:
     # a real SIGINT, as from Ctrl-C: it wakes the main thread's wait (_thread.interrupt_main only sets a flag)
     threading.Timer(delay_s, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here even when the suite was started with SIGINT ignored (a background job
+    of a non-interactive shell, where Python keeps the inherited SIG_IGN)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_an_exception_while_waiting_for_a_token_cancels_the_poll(fake_daemon: Callable[..., FakeDaemon]) -> None:

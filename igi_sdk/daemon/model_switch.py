@@ -338,7 +338,8 @@ class ModelSwitch:
         """The file a request names (nil: the embedded default model).
 
         Raises:
-            RequestError: ``model_not_found`` (the default model cannot be fetched), ``invalid_request`` (a NUL).
+            RequestError: ``model_not_found`` (the default model cannot be fetched, or the path cannot be resolved: a
+                symlink loop, an unknown ``~user``), ``invalid_request`` (a NUL).
         """
         if model_path is None:
             try:
@@ -349,7 +350,12 @@ class ModelSwitch:
                 ) from None
         if "\0" in model_path:  # Path.resolve would raise ValueError: a typed answer instead of `internal`
             raise RequestError(ErrorCode.INVALID_REQUEST, "model_path contains a NUL character")
-        return Path(model_path).expanduser().resolve()
+        try:
+            return Path(model_path).expanduser().resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop, an unknown ~user: Python raises RuntimeError
+            raise RequestError(
+                ErrorCode.MODEL_NOT_FOUND, f"model path {model_path!r} cannot be resolved: {exc}", {"path": model_path}
+            ) from None
 
 
 def _check_host_memory(table: Any, n_ctx: int, worker_pid: int | None) -> None:

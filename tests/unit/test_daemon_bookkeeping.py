@@ -436,12 +436,19 @@ def test_a_nul_in_a_model_path_is_invalid_request_not_internal() -> None:
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST and "NUL" in reply.message
 
 
-@pytest.mark.parametrize("name", ["n" * 300, "/".join(["d" * 250] * 20)], ids=["long-name", "long-path"])
-def test_an_over_long_model_or_projector_path_is_model_not_found_not_internal(name: str, tmp_path: Path) -> None:
-    """Path.exists() raises ENAMETOOLONG (it swallows only "not found"-like errors): found by the frame fuzz."""
+@pytest.mark.parametrize(
+    "name", ["n" * 300, "/".join(["d" * 250] * 20), "loop-a", "~no-such-user-igi/m.gguf"],
+    ids=["long-name", "long-path", "symlink-loop", "unknown-user"],
+)  # fmt: skip
+def test_an_unreadable_model_or_projector_path_is_model_not_found_not_internal(name: str, tmp_path: Path) -> None:
+    """Path.exists() raised ENAMETOOLONG (it swallows only "not found"-like errors) and Path.resolve() RuntimeError
+    for a symlink loop or an unknown ~user: answered internal, found by the frame fuzz."""
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    path = name if name.startswith("~") else str(tmp_path / name)
     daemon = Daemon()
-    load = daemon.request(LoadModelRequest(model_path=str(tmp_path / name)))
-    vision = daemon.request(LoadModelRequest(model_path=MODELS["tiny"], mmproj_path=str(tmp_path / name)))
+    load = daemon.request(LoadModelRequest(model_path=path))
+    vision = daemon.request(LoadModelRequest(model_path=MODELS["tiny"], mmproj_path=path))
     for msg_id in (load, vision):
         [reply] = _answers(daemon, msg_id)
         assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.MODEL_NOT_FOUND, reply

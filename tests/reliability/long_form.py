@@ -41,7 +41,7 @@ from igi_sdk.daemon.session_file import SessionSnapshot, write_session_file  # n
 from reliability import workloads  # noqa: E402
 from reliability.fuzz import DAEMON_ARGS, check_no_job_left, run_file_fuzz, run_frame_fuzz  # noqa: E402
 from reliability.peers import heartbeat_rtts_ms, p99  # noqa: E402
-from reliability.soak import soak  # noqa: E402
+from reliability.soak import rss_bytes, soak  # noqa: E402
 
 Figures = list[tuple[str, str]]
 
@@ -121,6 +121,9 @@ def section_history(args: argparse.Namespace) -> Figures:
     ratio = statistics.median(result.long_s) / statistics.median(result.short_s)
     mean_ratio = statistics.fmean(result.long_s) / statistics.fmean(result.short_s)
     other = statistics.median(result.other_ttft_beside_long_s) / statistics.median(result.other_ttft_idle_s)
+    steady = statistics.median(result.other_ttft_beside_long_steady_s) / statistics.median(
+        result.other_ttft_beside_short_s
+    )
     return [
         ("long history: 5,000-turn session, generation (request to reply), s", workloads.quantiles(result.long_s)),
         ("long history: 10-turn session, same, interleaved", workloads.quantiles(result.short_s)),
@@ -128,6 +131,9 @@ def section_history(args: argparse.Namespace) -> Figures:
         ("long history: first generation after loading 5,000 turns, s", workloads.quantiles(result.long_first_s)),
         ("long history: prompt tokens of the 5,000-turn session", workloads.quantiles([float(p) for p in result.long_prompt_tokens])),
         ("long history: turns the 5,000-turn session keeps (saved file)", str(result.long_turns_kept)),
+        ("other NPC's first token beside the 5,000-turn session generating, s", workloads.quantiles(result.other_ttft_beside_long_steady_s)),
+        ("other NPC's first token beside the 10-turn session generating, s", workloads.quantiles(result.other_ttft_beside_short_s)),
+        ("other NPC's first token, beside 5,000 turns / beside 10 turns (median)", f"{steady:.2f}"),
         ("other NPC's first token, alone, s", workloads.quantiles(result.other_ttft_idle_s)),
         ("other NPC's first token beside a 5,000-turn session's first generation, s", workloads.quantiles(result.other_ttft_beside_long_s)),
         ("other NPC's first token, beside / alone (median)", f"{other:.2f}"),
@@ -140,7 +146,9 @@ def section_load(args: argparse.Namespace) -> Figures:
     path = daemon.workdir / "big.igisession"
     write_session_file(
         path,
-        SessionSnapshot("Mira", "You sell.", workloads.GREEDY, 0, (), "none", 0, (1,), os.urandom(args.load_mib << 20)),
+        SessionSnapshot(  # the state 1 MiB short of the size, so the file stays within a limit of that size
+            "Mira", "You sell.", workloads.GREEDY, 0, (), "none", 0, (1,), os.urandom((args.load_mib - 1) << 20)
+        ),
     )
     with Client.connect(daemon.connection_file, timeout_s=300) as client:
         idle = heartbeat_rtts_ms(info, duration_s=3.0)
@@ -155,7 +163,8 @@ def section_load(args: argparse.Namespace) -> Figures:
         thread.start()
         t0 = time.monotonic()
         for _ in range(args.loads):
-            client.load_session(path)
+            loaded = client.load_session(path)
+            client.close_session(loaded.session_id)
         load_s = (time.monotonic() - t0) / args.loads
         done.set()
         thread.join()
@@ -170,9 +179,13 @@ def section_load(args: argparse.Namespace) -> Figures:
 def section_soak(args: argparse.Namespace) -> Figures:
     daemon = DaemonProcess(["--session-ttl-s", "20"]).start()
     result = soak(daemon, n_clients=args.clients, duration_s=args.soak_s)
+    time.sleep(30)  # the sessions left open expire (session_ttl_s 20): the worker forgets their KV
     with Client.connect(daemon.connection_file, timeout_s=60) as client:
-        counters = client.status().counters
+        status = client.status()
+        counters = status.counters
+    after = sum(rss_bytes(pid) for pid in daemon.worker_pids()) / 2**20
     daemon.stop()
+    assert status.n_sessions == 0, status
     internal = [e for e in result.errors if "internal" in e]
     assert not internal and not counters.get("worker_crashes"), (internal, counters)
     worker = [s[2] for s in result.samples]
@@ -181,6 +194,7 @@ def section_soak(args: argparse.Namespace) -> Figures:
         (f"soak: {args.clients} clients for {args.soak_s:.0f} s: generations / tokens / saves+loads", f"{result.generations} / {result.tokens} / {result.saves}"),
         ("soak: worker RSS, MiB: start / max of first half / max of second half / end", f"{worker[0]:.0f} / {max(first_half):.0f} / {max(second_half):.0f} / {worker[-1]:.0f}"),
         ("soak: daemon RSS, MiB: start / max / end", f"{result.samples[0][1]:.0f} / {max(s[1] for s in result.samples):.0f} / {result.samples[-1][1]:.0f}"),
+        ("soak: worker RSS once every session is closed, MiB", f"{after:.0f}"),
         ("soak: worker deaths / internal / other client errors", f"{counters.get('worker_crashes', 0)} / 0 / {len(result.errors)}"),
     ]  # fmt: skip
 

@@ -239,7 +239,9 @@ class HistoryResult:
     long_prompt_tokens: list[int] = field(default_factory=list)
     long_turns_kept: int = 0
     other_ttft_idle_s: list[float] = field(default_factory=list)
-    other_ttft_beside_long_s: list[float] = field(default_factory=list)
+    other_ttft_beside_long_s: list[float] = field(default_factory=list)  # beside its first (cold) generation
+    other_ttft_beside_long_steady_s: list[float] = field(default_factory=list)  # beside its later generations
+    other_ttft_beside_short_s: list[float] = field(default_factory=list)
 
 
 def first_token_s(client: Client, sid: str, text: str, max_tokens: int = 4) -> float:
@@ -262,8 +264,9 @@ def _timed(client: Client, sid: str, text: str, max_tokens: int) -> tuple[float,
 
 def long_history(daemon: DaemonProcess, rounds: int, cold_rounds: int, max_tokens: int = 16) -> HistoryResult:
     """A 5,000-turn and a 10-turn session (both loaded from files) generate in turns for ``rounds`` rounds
-    (alternating which goes first); then ``cold_rounds`` times a fresh 5,000-turn session's first generation runs
-    beside another NPC's, whose first-token time is compared with the same NPC's alone."""
+    (alternating which goes first); then, as many rounds again, another NPC's first token is timed while each of them
+    generates; then ``cold_rounds`` times a fresh 5,000-turn session's first generation runs beside that NPC's, whose
+    first-token time is compared with the same NPC's alone."""
     work = daemon.workdir
     long_path, short_path = history_file(work / "long.igisession", 5000), history_file(work / "short.igisession", 10)
     result = HistoryResult()
@@ -285,6 +288,15 @@ def long_history(daemon: DaemonProcess, rounds: int, cold_rounds: int, max_token
         result.long_turns_kept = _turns_in(work / "long-after.igisession")
         other = client.create_session("Guard", "You guard the gate.", sampling=GREEDY)
         with Client.connect(daemon.connection_file, timeout_s=600) as second:
+            for r in range(rounds):  # another NPC's first token while each session generates, interleaved
+                order = [
+                    (long_sid, result.other_ttft_beside_long_steady_s),
+                    (short_sid, result.other_ttft_beside_short_s),
+                ]
+                for sid, into in order if r % 2 == 0 else order[::-1]:
+                    stream = second.generate(sid, f"Tell me more about item {r}.", max_tokens=max_tokens)
+                    into.append(first_token_s(client, other, f"Who goes there, friend {r}?"))
+                    stream.result()
             for r in range(cold_rounds):
                 result.other_ttft_idle_s.append(first_token_s(client, other, f"Who goes there, {r}?"))
                 fresh = client.load_session(long_path).session_id

@@ -378,8 +378,22 @@ def open_sessions(peer: RawPeer, n: int) -> list[str]:
     return out
 
 
+def close_opened(peer: RawPeer) -> None:
+    """Close every session the peer's requests opened (fuzzed creates and loads included)."""
+    opened = {
+        m.session_id
+        for replies in list(peer.replies.values())
+        for m in replies
+        if isinstance(m, (CreateSessionReply, LoadSessionReply))
+    }
+    closes = [peer.request(CloseSessionRequest(), sid) for sid in sorted(opened)]
+    assert peer.wait(closes, 120)
+
+
 def check_no_job_left(peer: RawPeer, n_seq_max: int = 4, max_queue_depth: int = 8) -> None:
-    """Every slot and queue place is free: as many generations as the daemon accepts at once are all accepted."""
+    """Every slot and queue place is free: as many generations as the daemon accepts at once are all accepted (the
+    sessions the run opened are closed first, so that ``max_sessions`` leaves room)."""
+    close_opened(peer)
     status = peer.request(StatusRequest())
     assert peer.wait([status], 60)
     reply = peer.reply(status)

@@ -179,7 +179,7 @@ def section_load(args: argparse.Namespace) -> Figures:
 def section_soak(args: argparse.Namespace) -> Figures:
     daemon = DaemonProcess(["--session-ttl-s", "20"]).start()
     result = soak(daemon, n_clients=args.clients, duration_s=args.soak_s)
-    time.sleep(30)  # the sessions left open expire (session_ttl_s 20): the worker forgets their KV
+    time.sleep(45)  # the last clients time out (10 s), their open sessions expire (session_ttl_s 20), KV forgotten
     with Client.connect(daemon.connection_file, timeout_s=60) as client:
         status = client.status()
         counters = status.counters

@@ -5,11 +5,13 @@
 #
 # Steps, each skipped once done on this machine (state in /tmp/igi-ov, kept while the machine stays warm):
 #   the patched CUDA build (build dir kept in /tmp/lcp-cmake) while the synthetic models are written;
+#   tests/gpu/test_gpu_layout_agrees.py (the planner's layouts are what llama.cpp loads);
 #   tests/gpu/test_gpu_prefetch.py (greedy tokens with the prefetch on = off, slots allocated); `igi profile`;
 #   `igi bench` per shape (methods planner, planner_serial, all_gpu; budgets 2/4/8 GiB; ctx 4K/1K and 16K/8K),
 #   continued with --resume in the next call. Issue the next call as soon as one returns (the machine is given
 #   back after 30 s idle). Results come back as $OUT/ov.tgz (logs, profile, bench JSON and bench.md).
-# Env: LIMIT (s from the call's start, default 540), SHAPES (default "llama_8b qwen3_30b_a3b"), JOBS (below),
+# Env: LIMIT (s from the call's start, default 540),
+#   BENCH_ARGS (extra `igi bench` arguments of every JOBS entry, e.g. "--objective ttft"), SHAPES (default "llama_8b qwen3_30b_a3b"), JOBS (below),
 #   STOP_AFTER_PROFILE=1 (the first call of a session: build, GPU test, profile),
 #   REBUILD=1: re-apply patches/llama.cpp to pristine sources and rebuild ggml incrementally (C++ iteration).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; SHAPES=${SHAPES:-llama_8b qwen3_30b_a3b}
@@ -49,7 +51,7 @@ if [ "${REBUILD:-0}" = 1 ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $L/nvidia-smi.txt 2>&1
 if [ ! -f $W/test.done ]; then
-  t=$(date +%s); timeout $(left) python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_prefetch.py -s -q -x \
+  t=$(date +%s); timeout $(left) python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_layout_agrees.py tests/gpu/test_gpu_prefetch.py -s -q -x \
     -p no:cacheprovider > $L/test_gpu_prefetch.log 2>&1; rc=$?
   echo "test_gpu_prefetch rc=$rc in $(( $(date +%s) - t )) s"; tail -n 12 $L/test_gpu_prefetch.log
   [ $rc = 0 ] && touch $W/test.done || exit 1
@@ -70,7 +72,7 @@ for job in ${JOBS:-}; do
   IFS=: read -r mdl budget ctx prompt reply slots methods <<< "$job"
   out=$W/results/job-$n; mkdir -p $out; t=$(date +%s)
   timeout $(( $(left) + 5 )) python3 -m igi_sdk.cli bench --model $mdl --budgets-mib $budget --ctx $ctx \
-    --prompt-tokens $prompt --reply-tokens $reply --methods ${methods//+/ } --prefetch-slots $slots --profile $PROF \
+    --prompt-tokens $prompt --reply-tokens $reply --methods ${methods//+/ } --prefetch-slots $slots --profile $PROF ${BENCH_ARGS:-} \
     --out $out --run-timeout-s 150 > $L/job-$n.log 2>&1
   echo "job $n ($job) rc=$? in $(( $(date +%s) - t )) s"; grep -E "^\[" $L/job-$n.log | tail -n 3
   touch $W/results/job-$n.done

@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         help="staging slots of the pipelined weight prefetch the planner uses where the build has it "
         "(0: the planner's placements copy serially)",
     )
+    p.add_argument(
+        "--objective",
+        choices=("e2e", "ttft", "tps"),
+        default=PlannerOptions().objective,
+        help="what the planner methods minimize (the oracle sweep ranks by e2e)",
+    )
     p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
     p.add_argument(
         "--extra-profile",
@@ -207,6 +213,7 @@ def run(argv: list[str]) -> int:
         run_timeout_s=args.run_timeout_s,
         n_threads=args.threads or os.cpu_count(),
         prefetch_slots=args.prefetch_slots,
+        objective=args.objective,
         oracle_max=args.oracle_max,
         oracle_pinned=args.oracle_pinned,
         use_dry_run=not args.no_dry_run,

@@ -30,6 +30,7 @@ from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
+from igi_sdk.planner.workload import Objective
 from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 
 DEFAULT_PRUNE_RATIO = 3.0
@@ -54,6 +55,8 @@ class SuiteConfig:
     run_timeout_s: float = 120.0
     n_threads: int | None = None
     prefetch_slots: int = 3
+    objective: Objective = "e2e"
+    """What the planner methods minimize (``PlannerOptions.objective``); the oracle sweep always ranks by e2e."""
     oracle_max: int = 4
     oracle_pinned: str = "auto"
     oracle_prune_ratio: float = 0.0
@@ -302,7 +305,10 @@ def run_model(
         synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None,
     )
     options = PlannerOptions(
-        n_threads=cfg.n_threads, gpu_device=meta.get("gpu_device") or "CUDA0", prefetch_slots=cfg.prefetch_slots
+        n_threads=cfg.n_threads,
+        gpu_device=meta.get("gpu_device") or "CUDA0",
+        prefetch_slots=cfg.prefetch_slots,
+        objective=cfg.objective,
     )
     groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
     cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate

@@ -38,9 +38,10 @@ DEFAULT_TIMEOUT_S = 120.0
 _limit: int | None = None  # dry-run children allowed at once (None: no limit); set by ``dry_run_slots``
 _running = threading.BoundedSemaphore(1)  # replaced by ``dry_run_slots``
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
-_CACHE_VERSION = 2
-"""2: the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it. Version 1 reused a report made with the GPU
-hidden (no device buffers) in a later run with it visible (H200, same placement key)."""
+_CACHE_VERSION = 3
+"""Bumped whenever the engine's context settings change what a dry run reports: 3, graphs reserved for
+n_outputs_max = n_seq_max; 2, the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it (a report made with the GPU
+hidden has no device buffers)."""
 
 
 class DryRunDeferred(Exception):  # noqa: N818  (not an error: the caller frees VRAM and asks again)
@@ -212,8 +213,12 @@ def dry_run_in_process(model_path: str | os.PathLike[str], placement: Placement)
         else:
             dev = "CPU"  # token_embd and other input-side tensors stay on the host
         weights[dev] = weights.get(dev, 0) + t.n_bytes
-        if t.name == "token_embd.weight" and "output.weight" not in names and output_dev != "CPU":
-            weights[output_dev] = weights.get(output_dev, 0) + t.n_bytes  # tied head duplicated on the device
+        if t.name == "token_embd.weight" and "output.weight" not in names:
+            # the tied head is llama.cpp's duplicate of token_embd, on the output layer's device unless a rule
+            # matching that name (it matches both copies) overrode it
+            dup_dev = dev if t.name in logged.overridden_tensor_targets else output_dev
+            if dup_dev != "CPU":
+                weights[dup_dev] = weights.get(dup_dev, 0) + t.n_bytes
     return MemoryReport(
         weights_mib={dev: round(n / 1024 / 1024, 2) for dev, n in weights.items()},
         kv_mib=kv_mib_from_size_lines(lines),

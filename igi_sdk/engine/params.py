@@ -112,6 +112,9 @@ def context_params(placement: Placement) -> llama_cpp.llama_context_params:
     cp.n_batch = placement.n_batch
     cp.n_ubatch = min(placement.n_ubatch, placement.n_batch)
     cp.n_seq_max = placement.n_seq_max
+    # every decode asks for at most one logits row per sequence (BatchDecoder), so graphs are reserved for
+    # n_seq_max outputs, not n_batch: no ubatch-sized logits tensor or staged host head in the compute buffer
+    cp.n_outputs_max = placement.n_seq_max
     cp.n_threads = placement.n_threads or default_n_threads()
     cp.n_threads_batch = placement.n_threads_batch or placement.n_threads or default_n_threads()
     cp.flash_attn_type = FLASH_ATTN_ENABLED if placement.flash_attn else FLASH_ATTN_DISABLED

@@ -44,13 +44,15 @@ def baseline_placements(
 
     model_mib = model.file_bytes / MIB
     ngl = math.floor(min(1.0, vram_budget_mib / model_mib) * n) if model_mib else n
-    out["nvigi_linear"] = make(Spec("nvigi_linear", ngl, label=f"NVIGI linear rule: n_gpu_layers={ngl}"))
+    out["nvigi_linear"] = make(
+        Spec("nvigi_linear", ngl, label=f"NVIGI linear rule: n_gpu_layers={ngl}", stock_ngl=True)
+    )
     if search.has_gpu:
         best = search.largest_fitting(
             [
                 s.with_(n_ubatch=n_ubatch)
                 for s in [Spec("cpu_offload", 0, label="n_gpu_layers=0")]
-                + whole_layer_specs(search.summary)
+                + [s.with_(stock_ngl=True) for s in whole_layer_specs(search.summary)]
                 + [Spec("full_gpu", n + 1, label="n_gpu_layers=-1")]
             ]
         )

@@ -1,7 +1,9 @@
 """Pure planner layer: where each (layer, group) of a model lands under a Placement.
 
 Reproduces llama.cpp's loader rules: ``tensor_buft_overrides`` first (ordered, first match wins, regex
-search), else ``n_gpu_layers`` (the LAST n layers; > n_layer also puts the output head on the GPU);
+search), else ``n_gpu_layers``, counted over the n_layer repeating layers followed by the output head as
+layer n_layer: the LAST ``n_gpu_layers`` of those n_layer + 1 go to the GPU, so any ``n_gpu_layers >= 1``
+puts the head there and ``n_gpu_layers = m`` only m - 1 repeating layers (``gpu_layer_range``);
 ``token_embd`` (the input layer) stays on the CPU. The KV cache of a layer follows the layer's device
 (set by ``n_gpu_layers`` only, not by overrides) when ``offload_kqv`` is on.
 """
@@ -100,6 +102,17 @@ def effective_gpu_layers(placement: Placement, n_layer: int) -> int:
     return n_layer + 1 if placement.n_gpu_layers < 0 else min(placement.n_gpu_layers, n_layer + 1)
 
 
+def gpu_layer_range(n_gpu_layers: int, n_layer: int) -> tuple[int, bool]:
+    """(first repeating layer on the GPU, whether the output head is) for llama.cpp's ``n_gpu_layers``.
+
+    llama.cpp's loader numbers the output head as layer ``n_layer`` and offloads layers
+    ``i >= n_layer + 1 - n_gpu_layers``: 0 offloads nothing, 1 only the head, n_layer + 1 everything.
+    """
+    if n_gpu_layers <= 0:
+        return n_layer, False
+    return max(n_layer + 1 - n_gpu_layers, 0), True
+
+
 def _rule_device(placement: Placement, name: str) -> str | None:
     for rule in placement.rules:
         if _compiled(rule.pattern).search(name):
@@ -115,8 +128,7 @@ def resolve_layout(summary: ModelSummary, placement: Placement, *, has_gpu: bool
     """
     n_layer = summary.n_layer
     ngl = effective_gpu_layers(placement, n_layer) if has_gpu else 0
-    first_gpu_layer = max(n_layer - ngl, 0)
-    head_default_gpu = ngl > n_layer
+    first_gpu_layer, head_default_gpu = gpu_layer_range(ngl, n_layer)
     gpu: dict[GroupKey, GroupStats] = {}
     host: dict[GroupKey, GroupStats] = {}
 

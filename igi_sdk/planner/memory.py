@@ -246,16 +246,28 @@ def moe_pool_bytes(summary: ModelSummary, placement: Placement, *, uses_gpu: boo
     return int(math.ceil(rows * per_row * MOE_POOL_SLACK))
 
 
-def largest_host_weight_bytes(summary: ModelSummary, layout: Layout) -> int:
+OP_OFFLOAD_MIN_BATCH = 32
+"""ggml-cuda's default ``GGML_OP_OFFLOAD_MIN_BATCH``: an op with host weights runs on the GPU from this many rows."""
+
+
+def largest_host_weight_bytes(summary: ModelSummary, layout: Layout, *, n_outputs_max: int = 1) -> int:
     """Largest single weight tensor on the host that op_offload may stage in VRAM (token_embd excluded:
-    get_rows is never offloaded)."""
+    get_rows is never offloaded).
+
+    The output head multiplies only the rows that produce logits; the engine reserves graphs for
+    ``n_outputs_max`` = n_seq_max of them (``engine.params``), so a host head is staged only when that many rows
+    reach op_offload's batch threshold.
+    """
+    head_staged = n_outputs_max >= OP_OFFLOAD_MIN_BATCH
     best = 0
-    if summary.tied_output and HEAD_KEY in layout.host:
+    if summary.tied_output and HEAD_KEY in layout.host and head_staged:
         best = summary.output_stats.n_bytes
     for n_bytes, key in summary.by_largest:
         if n_bytes <= best:
             break
-        if key[1] not in _INPUT_GROUPS and layout.host.get(key, EMPTY).n_bytes:
+        if key[1] in _INPUT_GROUPS or (key[1] in _HEAD_GROUPS and not head_staged):
+            continue
+        if layout.host.get(key, EMPTY).n_bytes:
             return n_bytes
     return best
 
@@ -265,13 +277,14 @@ def estimate_compute_bytes(
 ) -> tuple[int, int]:
     """Conservative (over-)estimate of (GPU, host) compute buffers when no dry run is available.
 
-    Logits of a whole ubatch (llama.cpp reserves for n_outputs = n_ubatch) plus the largest activations,
+    Logits of the rows that produce them (the engine reserves for n_outputs_max = n_seq_max) plus the largest
+    activations,
     the attention mask / scores over n_ctx, and twice the largest weight op_offload stages, +10 % + 32 MiB.
     """
     t = summary.table
     ub = min(placement.n_ubatch, placement.n_batch)
     cells = kv_cells(placement.n_ctx, placement.n_seq_max)
-    logits = t.n_vocab * ub * 4
+    logits = t.n_vocab * min(ub, placement.n_seq_max) * 4
     ff = max(t.n_ff, 1) * max(t.n_expert_used, 1)
     act = ub * (ff * 4 * 3 + t.n_embd * 4 * 4)
     if placement.flash_attn:
@@ -303,7 +316,7 @@ def memory_of(
     """
     has_gpu = reserve_mib is not None
     key = compute_key(layout, placement, has_gpu=has_gpu)
-    staged = largest_host_weight_bytes(summary, layout)
+    staged = largest_host_weight_bytes(summary, layout, n_outputs_max=placement.n_seq_max)
     # the prefetch's slots on top of a class figure measured with serial copies (whose own staged copy stays
     # counted: an over-estimate by one weight); an exact dry run of the placement measured them itself
     slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0

@@ -32,7 +32,12 @@ class Placement(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rules: tuple[OverrideRule, ...] = ()
-    n_gpu_layers: int = Field(default=0, ge=-1, description="llama.cpp semantics: the LAST n layers; -1 = all")
+    n_gpu_layers: int = Field(
+        default=0,
+        ge=-1,
+        description="llama.cpp semantics: the LAST n of the n_layer repeating layers and the output head "
+        "(which counts as the last), so 1 = the head only; -1 = all",
+    )
     load_mode: Literal["mmap", "pinned"] = "mmap"
     n_ctx: int = Field(default=2048, ge=16, le=MAX_N_CTX)
     n_batch: int = Field(default=512, ge=1)

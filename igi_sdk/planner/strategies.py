@@ -1,9 +1,10 @@
 """Pure planner layer: placement strategies as stock llama.cpp Placements.
 
-A strategy produces ``Spec``s: ``n_gpu_layers`` (the LAST n layers, > n_layer adds the head) plus anchored
-override rules that send FFN/expert tensors, or whole layers, of listed layers to the CPU. Every spec
-has a fast layout (whole (layer, group)s) and the exact Placement the engine loads; a unit test checks
-that resolving the Placement's regexes gives the same layout.
+A strategy produces ``Spec``s: ``n_gpu_layers`` in planner terms (the LAST n repeating layers, > n_layer adds
+the head) plus anchored override rules that send FFN/expert tensors, or whole layers, of listed layers to the
+CPU. Every spec has a fast layout (whole (layer, group)s) and the exact Placement the engine loads, in
+llama.cpp's terms (where ``n_gpu_layers`` counts the head as the last layer: ``layout.gpu_layer_range``); a
+unit test checks that resolving the Placement's regexes gives the same layout.
 
 Strategies (cf. PipeShard's FULL_GPU / FULL_GPU_NO_OUTPUT / STATIC_ATTN_PRIO, on stock llama.cpp):
 
@@ -22,12 +23,13 @@ Strategies (cf. PipeShard's FULL_GPU / FULL_GPU_NO_OUTPUT / STATIC_ATTN_PRIO, on
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from igi_sdk.planner.layout import HEAD_KEY, Layout, layout_from_groups
+from igi_sdk.planner.layout import HEAD_KEY, Layout, gpu_layer_range, layout_from_groups
 from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
-from igi_sdk.planner.summary import GroupKey, ModelSummary
+from igi_sdk.planner.summary import OUTPUT_DUP_NAME, GroupKey, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup as G
 
 STRATEGY_ORDER = (
@@ -56,6 +58,9 @@ class Spec:
     load_mode: Literal["mmap", "pinned"] = "mmap"
     op_offload: bool = True
     label: str = ""
+    stock_ngl: bool = False
+    """``n_gpu_layers`` is passed to llama.cpp as it is (a baseline as a user would type ``-ngl``), not in
+    planner terms."""
 
     def with_(self, **changes: object) -> Spec:
         """A copy with ``changes``."""
@@ -86,6 +91,14 @@ def _suffix_alt(summary: ModelSummary, group: G) -> str:
     return "(?:" + "|".join(s.replace(".", r"\.") for s in suffixes) + ")"
 
 
+def _head_pattern(summary: ModelSummary) -> str:
+    """An anchored pattern of the output head's tensors (the tied head is llama.cpp's duplicate of token_embd)."""
+    names = {t.name for g in (G.OUTPUT, G.OUTPUT_NORM) for t in summary.tensors_of.get((None, g), ())}
+    if summary.tied_output:
+        names.add(OUTPUT_DUP_NAME)
+    return "^(?:" + "|".join(sorted(re.escape(name) for name in names)) + ")$"
+
+
 def spec_placement(summary: ModelSummary, spec: Spec, base: Placement) -> Placement:
     """The llama.cpp Placement of ``spec`` (context settings from ``base``)."""
     n = summary.n_layer
@@ -99,9 +112,14 @@ def spec_placement(summary: ModelSummary, spec: Spec, base: Placement) -> Placem
                 device=CPU_DEVICE,
             )
         )
+    ngl = spec.n_gpu_layers
+    if not spec.stock_ngl and 0 < ngl <= n:
+        # llama.cpp offloads the head before any repeating layer: one more layer, and the head kept on the host
+        ngl += 1
+        rules.append(OverrideRule(pattern=_head_pattern(summary), device=CPU_DEVICE))
     return base.with_(
         rules=tuple(rules),
-        n_gpu_layers=spec.n_gpu_layers,
+        n_gpu_layers=ngl,
         n_ubatch=spec.n_ubatch,
         n_batch=spec.n_ubatch,
         load_mode=spec.load_mode,
@@ -113,7 +131,10 @@ def spec_layout(summary: ModelSummary, spec: Spec, *, has_gpu: bool, offload_kqv
     """Fast layout of ``spec`` (whole groups; equals resolving ``spec_placement``'s regexes)."""
     n = summary.n_layer
     ngl = min(spec.n_gpu_layers, n + 1) if has_gpu else 0
-    first = n - min(ngl, n)
+    if spec.stock_ngl:
+        first, head = gpu_layer_range(ngl, n)
+    else:
+        first, head = n - min(ngl, n), ngl > n
     ffn_host, layer_host = set(spec.ffn_host_layers), set(spec.layer_host_layers)
     fg = ffn_group(summary)
     keys: set[GroupKey] = set()
@@ -122,7 +143,7 @@ def spec_layout(summary: ModelSummary, spec: Spec, *, has_gpu: bool, offload_kqv
             continue
         if il >= first and il not in layer_host and not (g is fg and il in ffn_host):
             keys.add((il, g))
-    if ngl > n:
+    if head:
         keys.add(HEAD_KEY)
         keys.add((None, G.OUTPUT_NORM))
     kv = tuple(has_gpu and offload_kqv and il >= first for il in range(n))

@@ -90,7 +90,7 @@ def exact_entry(model_path: Path, summary: ModelSummary, placement: Placement) -
         key=key,
         gpu_bytes=_bytes(gpu_c) + extra,
         host_bytes=_bytes(host_c),
-        staged_tensor_bytes=largest_host_weight_bytes(summary, layout),
+        staged_tensor_bytes=largest_host_weight_bytes(summary, layout, n_outputs_max=placement.n_seq_max),
         layout_sig=layout.signature,
     )
 
@@ -160,7 +160,7 @@ def fill_compute_table(
                     key=key,
                     gpu_bytes=_bytes(gpu),
                     host_bytes=_bytes(host),
-                    staged_tensor_bytes=largest_host_weight_bytes(summary, layout),
+                    staged_tensor_bytes=largest_host_weight_bytes(summary, layout, n_outputs_max=placement.n_seq_max),
                 )
                 prev = merged.get(key)
                 if prev is not None:  # the class figure: the largest of its representatives

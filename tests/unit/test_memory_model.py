@@ -12,6 +12,7 @@ from igi_sdk.planner.memory import (
     ComputeBufferTable,
     ComputeEntry,
     compute_key,
+    estimate_compute_bytes,
     kv_cells,
     kv_layer_bytes,
     largest_host_weight_bytes,
@@ -59,14 +60,19 @@ def test_kv_cells_pad_like_llama_cpp() -> None:
     assert kv_cells(300, 2) == 2 * 256  # 512 / 2 = 256
 
 
-def test_ngl_means_last_layers_and_head_only_above_n_layer() -> None:
+def test_ngl_counts_the_head_as_the_last_layer_as_llama_cpp_does() -> None:
+    # llama.cpp's loader: layers i >= n_layer + 1 - n_gpu_layers go to the GPU, the head being layer n_layer
     s = summarize(table_from_shape(DENSE_8B))
     lay = resolve_layout(s, Placement(n_gpu_layers=10), has_gpu=True)
     gpu_layers = {il for (il, _), st in lay.gpu.items() if il is not None and st.n_bytes}
-    assert gpu_layers == set(range(22, 32))
-    assert lay.kv_on_gpu == tuple(il >= 22 for il in range(32))
-    assert HEAD_KEY in lay.host and HEAD_KEY not in lay.gpu
+    assert gpu_layers == set(range(23, 32))
+    assert lay.kv_on_gpu == tuple(il >= 23 for il in range(32))
+    assert HEAD_KEY in lay.gpu and HEAD_KEY not in lay.host
     assert (None, TensorGroup.TOKEN_EMBD) in lay.host
+    head_only = resolve_layout(s, Placement(n_gpu_layers=1), has_gpu=True)
+    assert HEAD_KEY in head_only.gpu and not any(head_only.kv_on_gpu)
+    assert not any(il is not None and st.n_bytes for (il, _), st in head_only.gpu.items())
+    assert not resolve_layout(s, Placement(n_gpu_layers=0), has_gpu=True).gpu
     full = resolve_layout(s, Placement(n_gpu_layers=33), has_gpu=True)
     assert HEAD_KEY in full.gpu and (None, TensorGroup.TOKEN_EMBD) in full.host
     assert resolve_layout(s, Placement(n_gpu_layers=-1), has_gpu=True).gpu == full.gpu
@@ -98,8 +104,11 @@ def test_tied_embeddings_load_the_head_twice() -> None:
     embd = s.stats(None, TensorGroup.TOKEN_EMBD)
     lay = resolve_layout(s, Placement(n_gpu_layers=99), has_gpu=True)
     assert lay.gpu[HEAD_KEY].n_bytes == embd.n_bytes and lay.host[(None, TensorGroup.TOKEN_EMBD)] == embd
-    lay2 = resolve_layout(s, Placement(n_gpu_layers=2), has_gpu=True)
-    assert HEAD_KEY in lay2.host and HEAD_KEY not in lay2.gpu
+    lay2 = resolve_layout(s, Placement(n_gpu_layers=1), has_gpu=True)  # the head only: token_embd's duplicate
+    assert lay2.gpu[HEAD_KEY].n_bytes == embd.n_bytes and HEAD_KEY not in lay2.host
+    kept = Placement(n_gpu_layers=1, rules=(OverrideRule(pattern=r"^token_embd\.weight$", device="CPU"),))
+    lay3 = resolve_layout(s, kept, has_gpu=True)
+    assert HEAD_KEY in lay3.host and HEAD_KEY not in lay3.gpu
 
 
 @pytest.mark.parametrize("shape", [TINY_DENSE, TINY_MOE, DENSE_8B, MOE_30B, tied(TINY_DENSE)])
@@ -131,11 +140,13 @@ def test_memory_terms_exact_weights_and_kv() -> None:
     p = Placement(n_gpu_layers=10, n_ctx=4096)
     lay = resolve_layout(s, p, has_gpu=True)
     mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=256)
-    layer_bytes = sum(x.n_bytes for x in t.tensors if x.layer is not None and x.layer >= 22)
+    # n_gpu_layers=10: the head and layers 23-31
+    head_bytes = sum(x.n_bytes for x in t.tensors if x.name.startswith("output"))
+    layer_bytes = sum(x.n_bytes for x in t.tensors if x.layer is not None and x.layer >= 23) + head_bytes
     assert mem.gpu_weights_mib * MIB == layer_bytes  # 4096-wide q4_0 rows need no padding; all 128-aligned
     kv_per_layer = 2 * 4096 * 8 * 128 * 2  # K and V, f16, 8 KV heads x 128
     assert kv_layer_bytes(s, p) == kv_per_layer
-    assert mem.gpu_kv_mib * MIB == 10 * kv_per_layer and mem.host_kv_mib * MIB == 22 * kv_per_layer
+    assert mem.gpu_kv_mib * MIB == 9 * kv_per_layer and mem.host_kv_mib * MIB == 23 * kv_per_layer
     assert mem.compute_source == "estimate" and mem.placement_class == "partial"
     assert mem.vram_total_mib == pytest.approx(mem.gpu_weights_mib + mem.gpu_kv_mib + mem.gpu_compute_mib + 756)
     assert mem.host_weights_mib * MIB == pytest.approx(t.file_bytes - layer_bytes, abs=64 * len(t.tensors))
@@ -148,17 +159,33 @@ def test_dry_run_entry_replaces_estimate_and_covers_larger_staging() -> None:
     key = compute_key(lay, p, has_gpu=True)
     assert key.placement_class == "all_gpu"
     est = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=0)
-    table = ComputeBufferTable().with_entry(ComputeEntry(key=key, gpu_bytes=258 * MIB, host_bytes=9 * MIB))
+    table = ComputeBufferTable().with_entry(ComputeEntry(key=key, gpu_bytes=112 * MIB, host_bytes=9 * MIB))
     dry = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
-    assert dry.compute_source == "dry_run" and dry.gpu_compute_mib == 258 and dry.host_compute_mib == 9
-    assert est.gpu_compute_mib >= dry.gpu_compute_mib  # the estimate errs on the safe side (8B, ub 512: 258 MiB)
+    assert dry.compute_source == "dry_run" and dry.gpu_compute_mib == 112 and dry.host_compute_mib == 9
+    assert est.gpu_compute_mib >= dry.gpu_compute_mib  # the estimate errs on the safe side (8B, ub 512: 112 MiB)
     # a partial placement staging a bigger tensor than the measured one is charged the difference
-    pp = Placement(n_gpu_layers=32, n_ctx=4096)
+    layer0 = OverrideRule(pattern=r"^blk\.0\..*$", device="CPU")
+    pp = Placement(n_gpu_layers=33, n_ctx=4096, rules=(layer0,))
     lay_p = resolve_layout(s, pp, has_gpu=True)
     kp = compute_key(lay_p, pp, has_gpu=True)
     table = table.with_entry(ComputeEntry(key=kp, gpu_bytes=300 * MIB, host_bytes=0, staged_tensor_bytes=0))
     m = memory_of(s, lay_p, pp, table, reserve_mib=500, safety_margin_mib=0)
-    assert m.gpu_compute_mib * MIB == 300 * MIB + s.output_stats.n_bytes
+    largest_layer0 = max(t.n_bytes for t in s.table.tensors if t.layer == 0)
+    assert m.gpu_compute_mib * MIB == 300 * MIB + largest_layer0
+
+
+def test_a_host_head_is_staged_only_when_the_outputs_reach_the_offload_threshold() -> None:
+    # graphs are reserved for n_outputs_max = n_seq_max logits rows: the head's matmul has that many rows
+    s = summarize(table_from_shape(DENSE_8B))
+    head_host = OverrideRule(pattern=r"^output(?:_norm)?\.weight$", device="CPU")
+    p = Placement(n_gpu_layers=33, n_ctx=4096, rules=(head_host,))
+    lay = resolve_layout(s, p, has_gpu=True)
+    assert HEAD_KEY in lay.host
+    assert largest_host_weight_bytes(s, lay, n_outputs_max=1) == 0
+    assert largest_host_weight_bytes(s, lay, n_outputs_max=31) == 0
+    assert largest_host_weight_bytes(s, lay, n_outputs_max=32) == s.output_stats.n_bytes
+    # nor is a ubatch-sized logits tensor estimated (n_vocab x 512 rows of f32 alone would be 250 MiB)
+    assert estimate_compute_bytes(s, p, "head_host", 0)[0] < s.table.n_vocab * 512 * 4
 
 
 def test_kv_only_in_vram_is_sized_with_a_class_that_keeps_kv_in_vram() -> None:

@@ -132,7 +132,7 @@ def plan_fits_ngl(ngl: int, budget: int) -> bool:
         __import__("igi_sdk.planner", fromlist=["ComputeBufferTable"]).ComputeBufferTable(),
         PlannerOptions(),
     )
-    return s.memory(Spec("whole_layers", ngl))[2]
+    return s.memory(Spec("whole_layers", ngl, stock_ngl=True))[2]
 
 
 def test_deterministic() -> None:

@@ -19,7 +19,10 @@ Long form, one command (the figures in docs/benchmarks.md, "Keyless peers"):
     IGI_KEYLESS_LONG_S=120 IGI_KEYLESS_TRANSPORTS=tcp,ipc .venv/bin/python -m pytest \\
         tests/reliability/test_keyless_acceptance.py -q -s
 
-It prints one JSON line of figures per transport (``keyless_figures ...``).
+It prints one JSON line of figures per transport (``keyless_figures ...``). With ``IGI_KEYLESS_DAEMON_CPUS`` and
+``IGI_KEYLESS_ATTACK_CPUS`` (CPU lists such as ``0`` and ``1``, or ``0-7`` and ``8-15``) the daemon with its worker
+and the attackers run on separate CPUs: the reply ratio then measures what the peers cost the daemon rather than
+the CPU the attacking threads take from the worker.
 """
 
 from __future__ import annotations
@@ -53,7 +56,26 @@ from reliability.peers import (
     process_rss_mib,
 )
 
+
+def _cpu_list(text: str) -> set[int]:
+    """``"0-3,6"`` -> {0, 1, 2, 3, 6} (an empty string: no pinning)."""
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (threads it creates later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task), cpus)
+
+
 LONG_S = float(os.environ.get("IGI_KEYLESS_LONG_S", "0"))
+DAEMON_CPUS = _cpu_list(os.environ.get("IGI_KEYLESS_DAEMON_CPUS", ""))
+ATTACK_CPUS = _cpu_list(os.environ.get("IGI_KEYLESS_ATTACK_CPUS", ""))
 TRANSPORTS = [t for t in os.environ.get("IGI_KEYLESS_TRANSPORTS", "tcp").split(",") if t]
 N_IDLE = 2000
 REPLY_TOKENS = 32
@@ -185,8 +207,23 @@ def test_keyless_peers_leave_heartbeats_replies_and_memory_within_bounds(transpo
     _raise_open_file_limit(2 * N_IDLE + 1024)
     # The worker at the daemon's own priority: at its default niceness (19) the test's attack threads, which run in
     # this process at normal priority, would take its CPU and the replies would measure them, not the daemon.
-    daemon = DaemonProcess(["--transport", transport, "--worker-nice", "0"]).start()
+    # pinned, llama.cpp gets one thread per CPU it may use (its threads spin at barriers: two on one CPU crawl)
+    threads = ["--n-threads", str(len(DAEMON_CPUS))] if DAEMON_CPUS else []
+    daemon = DaemonProcess(["--transport", transport, "--worker-nice", "0", *threads]).start()
     info = daemon.info()
+    saved_affinity = os.sched_getaffinity(0)
+    if DAEMON_CPUS:  # the daemon and its worker (a restarted worker inherits the daemon's affinity)
+        for pid in [daemon.pid, *daemon.worker_pids()]:
+            _pin_process(pid, DAEMON_CPUS)
+    if ATTACK_CPUS:  # this process: the attack and probe threads, all started below
+        os.sched_setaffinity(0, ATTACK_CPUS)
+    try:
+        _measure(daemon, info, transport)
+    finally:
+        os.sched_setaffinity(0, saved_affinity)
+
+
+def _measure(daemon: DaemonProcess, info: ConnectionInfo, transport: str) -> None:
     # short form: 3 pairs of one reply each; long form: a pair every 10 s, its attack held at least 8 s (beyond the
     # handshake timeout, so that the daemon closes idle connections and the horde opens new ones)
     n_pairs = 3 if LONG_S == 0 else max(3, int(LONG_S // 10))
@@ -229,6 +266,8 @@ def test_keyless_peers_leave_heartbeats_replies_and_memory_within_bounds(transpo
     figures = {
         "transport": transport,
         "long_s": LONG_S,
+        "daemon_cpus": sorted(DAEMON_CPUS),
+        "attack_cpus": sorted(ATTACK_CPUS),
         "idle_heartbeat_p50_ms": round(statistics.median(probe.idle_rtts), 2),
         "idle_heartbeat_p99_ms": round(p99(probe.idle_rtts), 2),
         "attack_heartbeat_p50_ms": round(statistics.median(probe.attack_rtts), 2),

@@ -11,23 +11,33 @@ from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.values import WireModel
 from igi_sdk.ipc.wire_types import MsgId, NonNegF64, SessionId, VersionStr
 
+#: What a header without ``protocol_version`` is read as (PROTOCOL.md section 3): the first version. It stays
+#: "1.0" whatever the current minor is, so every 1.x decoder reads such a header alike; senders always write
+#: ``PROTOCOL_VERSION`` (``new_header``).
+ABSENT_PROTOCOL_VERSION = "1.0"
+
 
 class Header(WireModel):
     """The header frame: who the message is, what it answers, which NPC session it concerns.
 
-    Field order is wire order (``msg_id, parent_id, session_id, type, protocol_version, sent_at``).
+    Field order is wire order (``msg_id, parent_id, session_id, type, protocol_version, sent_at``). The field
+    defaults are the wire's defaults for absent keys; build outgoing headers with ``new_header``, which writes the
+    current ``PROTOCOL_VERSION``.
 
     Example:
-        >>> h = Header(msg_id="0" * 32, type="heartbeat_request", sent_at=1.5)
-        >>> h.protocol_version
-        '1.2'
+        >>> Header(msg_id="0" * 32, type="heartbeat_request", sent_at=1.5).protocol_version
+        '1.0'
+        >>> new_header("heartbeat_request").protocol_version == PROTOCOL_VERSION
+        True
     """
 
     msg_id: MsgId = Field(description="uuid4 hex (32 lowercase hex digits), unique per message")
     parent_id: MsgId | None = Field(default=None, description="msg_id of the request this message answers")
     session_id: SessionId | None = Field(default=None, description="the NPC session the message concerns")
     type: str = Field(min_length=1, max_length=64, description="message type, e.g. 'generate_request'")
-    protocol_version: VersionStr = Field(default=PROTOCOL_VERSION, description="'major.minor' of the sender")
+    protocol_version: VersionStr = Field(
+        default=ABSENT_PROTOCOL_VERSION, description="'major.minor' of the sender; senders write the current one"
+    )
     sent_at: NonNegF64 = Field(description="sender wall clock, unix seconds (float64)")
 
     @property
@@ -75,5 +85,6 @@ def new_header(
         parent_id=parent_id,
         session_id=session_id,
         type=message_type,
+        protocol_version=PROTOCOL_VERSION,
         sent_at=time.time() if sent_at is None else sent_at,
     )

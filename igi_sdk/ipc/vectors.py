@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.frames import MAGIC, pack_message
@@ -45,6 +46,7 @@ def vector_header(n: int, case: Case) -> Header:
         parent_id=vector_msg_id(case.parent) if case.parent is not None else None,
         session_id=case.session_id,
         type=case.message.type,
+        protocol_version=PROTOCOL_VERSION,
         sent_at=BASE_SENT_AT + n / 8,
     )
 

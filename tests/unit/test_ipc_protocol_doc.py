@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import MESSAGE_TYPES
 from igi_sdk.ipc.values import Limits, ModelInfo, Plan, Sampling, Throttle, Tool, ToolCall, ToolResult, Usage
@@ -51,3 +52,16 @@ def test_nested_object_fields_match_the_spec(name: str) -> None:
 def test_every_error_code_is_in_the_table() -> None:
     table = set(re.findall(r"^\| `([a-z_]+)` \|", DOC, re.M))
     assert {code.value for code in ErrorCode} <= table
+
+
+def test_header_table_matches_the_model_keys_and_absent_defaults() -> None:
+    section = DOC.split("## 3. Envelope", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_]+)` \| [^|]+(?:\\\|[^|]+)* \| ([^|]+) \|", section, re.M)
+    assert [key for key, _ in rows] == list(Header.model_fields)
+    for key, documented in rows:
+        field = Header.model_fields[key]
+        if documented.strip() == "(required)":
+            assert field.is_required(), key
+        else:
+            expected = None if documented.strip() == "nil" else documented.strip().strip("`").strip('"')
+            assert field.default == expected, key

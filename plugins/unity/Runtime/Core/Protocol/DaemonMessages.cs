@@ -175,6 +175,9 @@ namespace Igi.Protocol
         public const string Plugin = "0.1.0";
         /// <summary>The protocol version, "major.minor".</summary>
         public const string Protocol = "1.2";
+        /// <summary>What a header without protocol_version is read as (PROTOCOL.md section 3): always the first
+        /// version, whatever minor this plugin speaks. Senders always write <see cref="Protocol"/>.</summary>
+        public const string AbsentHeaderProtocol = "1.0";
         /// <summary>The protocol major version; a daemon with another major is refused.</summary>
         public const int ProtocolMajor = 1;
     }

@@ -52,7 +52,7 @@ namespace Igi.Protocol
                 ParentId = r.MsgId("parent_id", true),
                 SessionId = r.SessionId("session_id", true),
                 Type = r.Str("type", maxLength: 64),
-                ProtocolVersion = r.Version("protocol_version", false, IgiVersion.Protocol),
+                ProtocolVersion = r.Version("protocol_version", false, IgiVersion.AbsentHeaderProtocol),
                 SentAt = r.F64("sent_at", min: 0.0).Value,
             };
             if (h.Type.Length == 0) throw new IgiProtocolException("invalid header: field 'type' is empty");

@@ -78,6 +78,7 @@ Header NewHeader(const std::string& type, std::optional<std::string> parent_id,
   h.parent_id = std::move(parent_id);
   h.session_id = std::move(session_id);
   h.type = type;
+  h.protocol_version = kProtocolVersion;
   h.sent_at = UnixNow();
   return h;
 }

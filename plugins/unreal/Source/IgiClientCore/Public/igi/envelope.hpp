@@ -20,13 +20,14 @@ inline constexpr const char* kMagic = "IGI1";
 inline constexpr std::size_t kNumFrames = 4;
 inline constexpr std::size_t kDefaultMaxFrameBytes = 1048576;
 
-/// The header frame, in wire order.
+/// The header frame, in wire order. Member defaults are the wire's defaults for absent keys; NewHeader() builds an
+/// outgoing header (it writes kProtocolVersion).
 struct Header {
   std::string msg_id;  ///< uuid4 hex, 32 lowercase hex digits
   std::optional<std::string> parent_id;
   std::optional<std::string> session_id;
   std::string type;
-  std::string protocol_version = kProtocolVersion;
+  std::string protocol_version = kAbsentHeaderProtocolVersion;
   double sent_at = 0.0;  ///< unix seconds, float64
 
   template <class V>

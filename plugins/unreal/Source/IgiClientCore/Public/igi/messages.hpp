@@ -17,6 +17,9 @@
 namespace igi {
 
 inline constexpr const char* kProtocolVersion = "1.2";
+/// What a header without protocol_version is read as (PROTOCOL.md section 3): always the first version, whatever
+/// minor this client speaks. Senders always write kProtocolVersion (NewHeader).
+inline constexpr const char* kAbsentHeaderProtocolVersion = "1.0";
 inline constexpr std::int64_t kMaxTextChars = 65536;
 inline constexpr std::size_t kMaxGrammarChars = 65536;  ///< 1.1
 inline constexpr std::size_t kMaxSchemaChars = 16384;   ///< 1.1

@@ -27,6 +27,7 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import PlacementPlanner
 from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.service import DaemonService
+from igi_sdk.daemon.socket_dir import IPC_SOCKET_NAME, private_socket_dir, remove_stale_socket_dirs
 from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
@@ -45,8 +46,6 @@ ROUTER_RCVHWM = 4
 HANDSHAKE_TIMEOUT_MS = 5000
 #: The soft limit of open files asked for where the hard limit is unlimited.
 OPEN_FILES_WANTED = 65536
-#: Longest ``ipc://`` socket path: ``sun_path`` holds 108 bytes on Linux, 104 on macOS, the terminating NUL included.
-MAX_IPC_PATH_BYTES = 103
 
 
 class DaemonStartError(RuntimeError):
@@ -166,6 +165,9 @@ class DaemonServer:
         if transport == "ipc":
             if ipc.ipc_path is not None:
                 return f"ipc://{ipc.ipc_path}", None
+            stale = remove_stale_socket_dirs()  # left by daemons killed with SIGKILL
+            if stale:
+                log_event(_log, logging.INFO, "stale_socket_dirs_removed", paths=[str(p) for p in stale])
             private_dir = private_socket_dir()
             return f"ipc://{private_dir / IPC_SOCKET_NAME}", private_dir
         host = f"[{ipc.ip}]" if ":" in ipc.ip else ipc.ip  # IPv6 (::1) is bracketed in a ZeroMQ endpoint
@@ -272,25 +274,9 @@ def open_daemon_socket(
     return socket, bound
 
 
-#: The socket's name in the private directory of ``transport = "ipc"`` without an ``ipc_path``.
-IPC_SOCKET_NAME = "daemon.sock"
-
-
 def ipc_preferred() -> bool:
     """Whether ``transport = "auto"`` means ipc: on Linux and macOS (filesystem sockets with permission checks)."""
     return sys.platform.startswith("linux") or sys.platform == "darwin"
-
-
-def private_socket_dir() -> Path:
-    """A new directory of mode 0700 for the daemon's ipc socket: only this user can reach a socket in it, whatever
-    the socket file's own mode. Made in the temp dir, or in ``/tmp`` when that path would make the socket's path too
-    long for ``sun_path`` (macOS's per-user temp dirs are long)."""
-    for parent in (Path(tempfile.gettempdir()), Path("/tmp")):
-        if len(os.fsencode(parent / "igi-XXXXXXXX" / IPC_SOCKET_NAME)) <= MAX_IPC_PATH_BYTES:
-            path = Path(tempfile.mkdtemp(prefix="igi-", dir=parent))  # mkdtemp makes it 0700
-            os.chmod(path, 0o700)  # explicit: the contract, not mkdtemp's habit
-            return path
-    raise OSError(f"no temp directory gives an ipc socket path under {MAX_IPC_PATH_BYTES} bytes; set --ipc-path")
 
 
 def _remove_private_dir(path: Path | None) -> None:

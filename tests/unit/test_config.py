@@ -112,10 +112,12 @@ def test_auto_transport_binds_a_socket_in_a_new_0700_directory() -> None:
     endpoint, private_dir = DaemonServer(DaemonSettings())._endpoint()
     try:
         assert private_dir is not None and endpoint == f"ipc://{private_dir / 'daemon.sock'}"
-        assert stat.S_IMODE(private_dir.stat().st_mode) == 0o700 and not list(private_dir.iterdir())
+        assert stat.S_IMODE(private_dir.stat().st_mode) == 0o700
+        assert [p.name for p in private_dir.iterdir()] == ["daemon.pid"]  # the owner file a later start checks
         assert len(os.fsencode(endpoint[len("ipc://") :])) <= 103  # fits sun_path on Linux and macOS
     finally:
         if private_dir is not None:
+            (private_dir / "daemon.pid").unlink()
             private_dir.rmdir()
 
 

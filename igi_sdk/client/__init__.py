@@ -2,6 +2,7 @@
 
 from igi_sdk.client.async_client import AsyncClient
 from igi_sdk.client.blocking import Client, SyncGenerationStream
+from igi_sdk.client.clock import Clock
 from igi_sdk.client.errors import *  # noqa: F403
 from igi_sdk.client.errors import ERROR_CLASSES, error_from_reply
 from igi_sdk.client.stream import GenerationResult, GenerationStream
@@ -9,6 +10,7 @@ from igi_sdk.client.stream import GenerationResult, GenerationStream
 __all__ = [
     "AsyncClient",
     "Client",
+    "Clock",
     "ERROR_CLASSES",
     "GenerationResult",
     "GenerationStream",

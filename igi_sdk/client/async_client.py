@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -27,6 +26,7 @@ import zmq.asyncio
 from pydantic import ValidationError
 
 from igi_sdk._version import PROTOCOL_VERSION, __version__
+from igi_sdk.client.clock import MONOTONIC, Clock
 from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError, InvalidArgumentError, error_from_reply
 from igi_sdk.client.stream import GenerationStream
 from igi_sdk.ipc.codec import validation_summary
@@ -125,6 +125,9 @@ class AsyncClient:
         timeout_s: default timeout of every request (and of the wait between two token events), seconds.
         reconnect: re-read the connection file and re-handshake after the daemon disappears.
         client_name: sent in ``hello_request``.
+        clock: what the client measures time by (None: :data:`~igi_sdk.client.clock.MONOTONIC`, the real monotonic
+            time). Every timeout, retry, heartbeat period and the daemon's silence count on it, so a test passing a
+            clock it moves itself drives them without waiting (``igi_sdk.client.clock``).
 
     Example:
         >>> async def main(path):                                    # doctest: +SKIP
@@ -142,11 +145,13 @@ class AsyncClient:
         timeout_s: float = 30.0,
         reconnect: bool = True,
         client_name: str = "igi-python",
+        clock: Clock | None = None,
     ) -> None:
         self.connection_file = Path(connection_file)
         self.timeout_s = timeout_s
         self.reconnect = reconnect
         self.client_name = client_name
+        self.clock = MONOTONIC if clock is None else clock
         self.hello: HelloReply | None = None
         self.info: ConnectionInfo | None = None
         self._context = zmq.asyncio.Context()
@@ -161,7 +166,7 @@ class AsyncClient:
         self._closed_event = asyncio.Event()
         #: fire-and-forget cancels of abandoned streams; held here so they are not garbage-collected mid-flight
         self._background: set[asyncio.Task[None]] = set()
-        self._last_rx_s = time.monotonic()
+        self._last_rx_s = self.clock.now_s()
         self._tasks: list[asyncio.Task[None]] = []
         self.reconnects = 0
         self.dropped_frames = 0
@@ -179,6 +184,7 @@ class AsyncClient:
         timeout_s: float = 30.0,
         reconnect: bool = True,
         client_name: str = "igi-python",
+        clock: Clock | None = None,
     ) -> AsyncClient:
         """Read the connection file, connect and handshake (retrying until ``timeout_s``).
 
@@ -186,8 +192,8 @@ class AsyncClient:
             DaemonUnavailableError: no daemon answered within ``timeout_s``.
             UnsupportedVersionError: the daemon speaks another major protocol version.
         """
-        client = cls(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name)
-        deadline = time.monotonic() + timeout_s
+        client = cls(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name, clock=clock)
+        deadline = client.clock.now_s() + timeout_s
         if not await client._establish(deadline):
             await client.close()
             raise DaemonUnavailableError(f"no daemon answered through {connection_file} within {timeout_s} s")
@@ -319,11 +325,11 @@ class AsyncClient:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
-        deadline_s = time.monotonic() + timeout  # the first event's wait starts now, the send included
+        deadline_s = self.clock.now_s() + timeout  # the first event's wait starts now, the send included
         send = asyncio.ensure_future(self._send_when_connected(header, request, deadline_s))
         # a stream never iterated never awaits its send; retrieve a failure here so asyncio does not log it
         send.add_done_callback(_retrieve_exception)
-        return GenerationStream(self, header.msg_id, queue, timeout, send, deadline_s)
+        return GenerationStream(self, header.msg_id, queue, timeout, send, deadline_s, clock=self.clock)
 
     async def cancel(self, target_msg_id: str, *, timeout_s: float | None = None) -> bool:
         """Cancel a generation (priority path); True if it was queued or running."""
@@ -452,13 +458,13 @@ class AsyncClient:
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
         header = _request_header(message.type, session_id)
-        deadline_s = time.monotonic() + timeout  # one budget for the whole call: connect wait, send and reply
+        deadline_s = self.clock.now_s() + timeout  # one budget for the whole call: connect wait, send and reply
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
         try:
             await self._send_when_connected(header, message, deadline_s)
             try:
-                item = await asyncio.wait_for(queue.get(), max(0.0, deadline_s - time.monotonic()))
+                item = await self.clock.wait_for(queue.get(), max(0.0, deadline_s - self.clock.now_s()))
             except TimeoutError:
                 raise ClientTimeoutError(f"{message.type} got no reply within {timeout} s") from None
         finally:
@@ -472,16 +478,17 @@ class AsyncClient:
 
     # --- internals -----------------------------------------------------------------------------------
     async def _wait_connected(self, deadline_s: float) -> None:
-        """Until a daemon is connected; DaemonUnavailableError on close() or at ``deadline_s`` (monotonic)."""
+        """Until a daemon is connected; DaemonUnavailableError on close() or at ``deadline_s`` (``self.clock``)."""
         if self._closed:
             raise DaemonUnavailableError("the client was closed")
         if self._connected.is_set():
             return
         waits = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._closed_event.wait())]
         try:
-            await asyncio.wait(
-                waits, timeout=max(0.0, deadline_s - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
-            )
+            with contextlib.suppress(TimeoutError):
+                await self.clock.wait_for(
+                    asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), max(0.0, deadline_s - self.clock.now_s())
+                )
         finally:
             for wait in waits:
                 wait.cancel()
@@ -491,7 +498,7 @@ class AsyncClient:
             raise DaemonUnavailableError("no daemon connected in time")
 
     async def _send_when_connected(self, header: Any, message: Message, deadline_s: float) -> None:
-        """Send one request once connected; every wait counts against ``deadline_s`` (monotonic)."""
+        """Send one request once connected; every wait counts against ``deadline_s`` (``self.clock``)."""
         await self._wait_connected(deadline_s)
         assert self._socket is not None and self.info is not None
         # A DEALER with no peer blocks a send (e.g. after libzmq dropped the connection for a frame over
@@ -503,7 +510,7 @@ class AsyncClient:
         socket = self._socket
         not_sent = f"{message.type} could not be sent in time (no connection to the daemon)"
         try:
-            await asyncio.wait_for(self._send_lock.acquire(), max(0.0, deadline_s - time.monotonic()))
+            await self.clock.wait_for(self._send_lock.acquire(), max(0.0, deadline_s - self.clock.now_s()))
         except TimeoutError:
             raise ClientTimeoutError(not_sent) from None
         try:
@@ -514,9 +521,9 @@ class AsyncClient:
                     await socket.send_multipart(frames, flags=zmq.DONTWAIT)
                     return
                 except zmq.Again:
-                    if time.monotonic() >= deadline_s:
+                    if self.clock.now_s() >= deadline_s:
                         raise ClientTimeoutError(not_sent) from None
-                    await asyncio.sleep(SEND_RETRY_S)
+                    await self.clock.sleep(SEND_RETRY_S)
         finally:
             self._send_lock.release()
 
@@ -550,18 +557,18 @@ class AsyncClient:
             await self.cancel(msg_id)
 
     async def _establish(self, deadline_s: float) -> bool:
-        """Connect and handshake, retrying until ``deadline_s`` (monotonic). True on success.
+        """Connect and handshake, retrying until ``deadline_s`` (``self.clock``). True on success.
 
         The first handshake of an attempt uses the default hard cap; when ``hello_reply.limits.max_frame_bytes``
         asks for another one, the socket is replaced by one connected with ``2 * max_frame_bytes`` and the
         handshake is repeated on it (an option set after connecting would not apply to the connection).
         """
         options = SocketOptions(linger_ms=0)
-        while not self._closed and time.monotonic() < deadline_s:
+        while not self._closed and self.clock.now_s() < deadline_s:
             try:
                 info = read_connection_file(self.connection_file)
             except ConnectionFileError:
-                await asyncio.sleep(RECONNECT_POLL_S)
+                await self.clock.sleep(RECONNECT_POLL_S)
                 continue
             # an asyncio context makes asyncio sockets (connect_dealer is typed for the plain one)
             # with the handshake credential the connection file names (zmq_mechanism), so the daemon lets it in
@@ -587,7 +594,7 @@ class AsyncClient:
                 options = wanted  # handshake again at once, on a socket with the announced cap
                 continue
             socket.close(linger=0)
-            await asyncio.sleep(RECONNECT_POLL_S)
+            await self.clock.sleep(RECONNECT_POLL_S)
         return False
 
     async def _handshake(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, deadline_s: float) -> Message | None:
@@ -599,8 +606,10 @@ class AsyncClient:
             capabilities=("token_stream",),
         )
         await socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
-        wait_s = max(0.05, min(2.0, deadline_s - time.monotonic()))
-        if not await socket.poll(int(wait_s * 1000)):
+        wait_s = max(0.05, min(2.0, deadline_s - self.clock.now_s()))
+        try:
+            await self.clock.wait_for(socket.poll(), wait_s)
+        except TimeoutError:
             return None
         try:
             _h, reply = unpack_message(info.key_bytes, await socket.recv_multipart())
@@ -612,7 +621,7 @@ class AsyncClient:
         if self._socket is not None:
             self._socket.close(linger=0)
         self._socket, self.info, self.hello = socket, info, hello
-        self._last_rx_s = time.monotonic()
+        self._last_rx_s = self.clock.now_s()
         self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.create_task(self._reader(socket)))
         self._connected.set()
@@ -626,7 +635,7 @@ class AsyncClient:
                 frames = await socket.recv_multipart()
             except zmq.ZMQError:
                 return  # socket closed by a reconnect or close()
-            self._last_rx_s = time.monotonic()
+            self._last_rx_s = self.clock.now_s()
             try:
                 header, message = unpack_message(key, frames, max_frame_bytes=max_frame_bytes)
             except WireError:
@@ -649,10 +658,10 @@ class AsyncClient:
             hello = self.hello
             interval = hello.heartbeat_interval_s if hello else 1.0
             timeout = hello.client_timeout_s if hello else 10.0
-            await asyncio.sleep(max(MIN_HEARTBEAT_INTERVAL_S, min(interval, timeout / 4)))
+            await self.clock.sleep(max(MIN_HEARTBEAT_INTERVAL_S, min(interval, timeout / 4)))
             if not self._connected.is_set():
                 continue
-            silent_s = time.monotonic() - self._last_rx_s
+            silent_s = self.clock.now_s() - self._last_rx_s
             if silent_s > timeout:
                 await self._on_daemon_gone(f"no message from the daemon for {silent_s:.1f} s")
                 continue
@@ -675,11 +684,11 @@ class AsyncClient:
             return
         while not self._closed and not self._connected.is_set():
             try:
-                if await self._establish(time.monotonic() + 5.0):
+                if await self._establish(self.clock.now_s() + 5.0):
                     self.reconnects += 1
             except Exception as exc:  # noqa: BLE001
                 # a restarted daemon refusing the handshake (unsupported_version), an endpoint that cannot be used:
                 # keep trying, as a later daemon may accept; raised, it ended this task (which also sends the
                 # heartbeats) and the client never reconnected again
                 self.last_reconnect_error = exc
-                await asyncio.sleep(RECONNECT_RETRY_AFTER_ERROR_S)
+                await self.clock.sleep(RECONNECT_RETRY_AFTER_ERROR_S)

@@ -15,6 +15,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from igi_sdk.client.async_client import AsyncClient, JsonSchema
+from igi_sdk.client.clock import Clock
 from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError
 from igi_sdk.client.stream import GenerationResult, GenerationStream
 from igi_sdk.ipc.images import Image
@@ -151,12 +152,19 @@ class Client:
         timeout_s: float = 30.0,
         reconnect: bool = True,
         client_name: str = "igi-python",
+        clock: Clock | None = None,
     ) -> Client:
-        """Read the connection file, connect and handshake (see :meth:`AsyncClient.connect`)."""
+        """Read the connection file, connect and handshake (see :meth:`AsyncClient.connect`).
+
+        ``clock`` is the async client's (its timeouts, heartbeats and the daemon's silence count on it); the
+        one-second grace past each call's ``timeout_s`` is real time, the bound on a loop that stopped answering.
+        """
         loop = _Loop()
         try:
             inner = loop.run(
-                AsyncClient.connect(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name),
+                AsyncClient.connect(
+                    connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name, clock=clock
+                ),
                 timeout_s,
             )
         except BaseException:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from igi_sdk.client.clock import MONOTONIC, Clock
 from igi_sdk.client.errors import ClientTimeoutError, EngineFailureError, StreamClosedError, error_from_reply
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, TokenEvent
@@ -81,6 +81,8 @@ class GenerationStream:
 
     Polling is safe: ``await asyncio.wait_for(anext(stream), frame_budget)`` timing out loses nothing, the next
     poll goes on where it left off (and the per-event ``timeout_s`` keeps counting from the last event).
+
+    The per-event timeout counts on ``clock`` (the client's, :class:`~igi_sdk.client.clock.Clock`).
     """
 
     def __init__(
@@ -91,15 +93,18 @@ class GenerationStream:
         timeout_s: float,
         send: asyncio.Future[None],
         first_deadline_s: float | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
         self.msg_id = msg_id
         self._queue = queue
         self._timeout_s = timeout_s
         self._send = send
+        self._clock = MONOTONIC if clock is None else clock
         self._result: GenerationResult | None = None
         self._tokens: list[int] = []
-        #: when the wait for the next event ends (monotonic); the first one began at generate(), send included
+        #: when the wait for the next event ends (``self._clock``); the first one began at generate(), send included
         self._deadline_s = first_deadline_s
         #: terminal reply, error, timeout or aclose(): nothing more will be read
         self._ended = False
@@ -135,7 +140,7 @@ class GenerationStream:
         if self._ended:
             raise StopAsyncIteration
         if self._deadline_s is None:
-            self._deadline_s = time.monotonic() + self._timeout_s
+            self._deadline_s = self._clock.now_s() + self._timeout_s
         try:
             item = await self._next_item(self._deadline_s)
         except asyncio.CancelledError:
@@ -184,11 +189,11 @@ class GenerationStream:
         nothing when cancelled.
         """
         if not self._send.done():
-            await asyncio.wait_for(asyncio.shield(self._send), max(0.0, deadline_s - time.monotonic()))
+            await self._clock.wait_for(asyncio.shield(self._send), max(0.0, deadline_s - self._clock.now_s()))
         self._send.result()
         if not self._queue.empty():
             return self._queue.get_nowait()  # wait_for with no time left would not even look
-        return await asyncio.wait_for(self._queue.get(), max(0.0, deadline_s - time.monotonic()))
+        return await self._clock.wait_for(self._queue.get(), max(0.0, deadline_s - self._clock.now_s()))
 
     def _fail(self, error: BaseException, *, abandon: bool = False) -> BaseException:
         """End the stream with ``error`` (what ``result()`` raises again); returns it, for the caller to raise."""

@@ -3,22 +3,29 @@
 The fake daemon (``scheduled_daemon.FakeDaemon``, shared with the other client tests) is a real ROUTER socket on
 loopback speaking the real wire format (signed frames, a real connection file), run in a thread, so the tests can
 control ``hello_reply.limits`` and craft replies a real daemon sends rarely (very large ones, the ``duplicate_msg_id``
-error of PROTOCOL.md 6.6).
+error of PROTOCOL.md 6.6). Timeouts, heartbeats and the daemon's silence run on a ``ManualClock`` the test advances.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zmq
+from manual_clock import ManualClock, eventually, settle
 from scheduled_daemon import FakeDaemon  # noqa: E402  (tests/unit on sys.path, as the other client tests)
 
-from igi_sdk.client import AsyncClient, ClientTimeoutError, DaemonUnavailableError, InvalidRequestError, async_client
+from igi_sdk.client import (
+    AsyncClient,
+    ClientTimeoutError,
+    DaemonUnavailableError,
+    InvalidRequestError,
+    UnsupportedVersionError,
+    async_client,
+)
 from igi_sdk.client.async_client import MIN_HEARTBEAT_INTERVAL_S
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES, packb, to_wire
@@ -80,6 +87,13 @@ def _content_size(message: m.Message) -> int:
     return len(packb(to_wire(message)))
 
 
+async def _until_the_dealer_has_no_peer(client: AsyncClient) -> None:
+    """Until libzmq dropped the client's only connection: its DEALER then takes no message (no POLLOUT)."""
+    socket = client._socket
+    assert socket is not None
+    await eventually(lambda: not socket.getsockopt(zmq.EVENTS) & zmq.POLLOUT, what="the connection being cut")
+
+
 def test_replies_up_to_the_announced_max_frame_bytes_are_received(fake_daemon: Callable[..., FakeDaemon]) -> None:
     """Announced 4 MiB: a 1.5 MiB reply (over the 1 MiB default decode limit) and a 3 MiB one (over the default
     2 MiB socket cap) both arrive, on a socket whose ZMQ_MAXMSGSIZE is twice the announced limit."""
@@ -107,11 +121,18 @@ def test_a_reply_over_a_smaller_announced_limit_is_dropped(fake_daemon: Callable
     daemon = fake_daemon(lambda header, message: [replies.pop(0)], max_frame_bytes=64 * 1024)
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+        clock = ManualClock()
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
             assert client._socket is not None and client._socket.getsockopt(zmq.MAXMSGSIZE) == 128 * 1024
+            request = asyncio.ensure_future(client.status(timeout_s=1.5))
+            await eventually(lambda: client.dropped_frames == 1, what="the 100 KiB reply")
+            assert not request.done()  # the dropped reply did not end the request
+            await clock.advance(1.5)
+            assert request.done()
             with pytest.raises(ClientTimeoutError):
-                await client.status(timeout_s=1.5)
-            assert client.dropped_frames == 1
+                await request
             assert (await client.status(timeout_s=10)).counters  # a reply within the limit still arrives
 
     asyncio.run(main())
@@ -130,18 +151,32 @@ def test_a_frame_over_the_socket_cap_ends_in_daemon_gone_not_a_hang(fake_daemon:
     )
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+        clock = ManualClock()
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
             assert client._socket is not None and client._socket.getsockopt(zmq.MAXMSGSIZE) == 128 * 1024
-            t0 = time.monotonic()
-            with pytest.raises(ClientTimeoutError, match="got no reply"):  # its reply cut the connection
-                await client.status(timeout_s=1.0)
+            request = asyncio.ensure_future(client.status(timeout_s=1.0))
+            await _until_the_dealer_has_no_peer(client)  # its reply cut the connection
+            await clock.advance(1.0)
+            assert request.done()
+            with pytest.raises(ClientTimeoutError, match="got no reply"):
+                await request
+            request = asyncio.ensure_future(client.status(timeout_s=0.5))
+            await clock.advance(0.5 + async_client.SEND_RETRY_S)  # up to the first retry past its deadline
+            assert request.done()
             with pytest.raises(ClientTimeoutError, match="could not be sent"):  # no peer: the send is bounded too
-                await asyncio.wait_for(client.status(timeout_s=0.5), 5.0)
+                await request
+            request = asyncio.ensure_future(client.status(timeout_s=15))
+            await clock.advance(4.0 + 1.0)  # client_timeout_s plus a heartbeat period, well short of the 15 s
+            assert request.done()
             with pytest.raises(DaemonUnavailableError):
-                await client.status(timeout_s=15)
-            assert time.monotonic() - t0 < 10.0  # client_timeout_s 4 s plus a heartbeat period, not the 15 s timeout
+                await request
+            request = asyncio.ensure_future(client.status(timeout_s=1.0))
+            await clock.advance(1.0)
+            assert request.done()
             with pytest.raises(DaemonUnavailableError):  # and a request afterwards fails as well, within its timeout
-                await asyncio.wait_for(client.status(timeout_s=1.0), 5.0)
+                await request
 
     asyncio.run(main())
 
@@ -154,6 +189,7 @@ def test_a_request_failed_while_its_send_waits_is_not_sent_after_a_reconnect(
     next try; the request must not then go out on the new connection: the daemon would run a request its caller was
     told failed (here: open a session nobody knows of)."""
     monkeypatch.setattr(async_client, "SEND_RETRY_S", 3.0)  # the reconnect completes within one retry interval
+    clock = ManualClock()
     created: list[str] = []
     replies = [_status_reply(300 * 1024)]
 
@@ -166,12 +202,22 @@ def test_a_request_failed_while_its_send_waits_is_not_sent_after_a_reconnect(
     daemon = fake_daemon(handler, max_frame_bytes=64 * 1024, client_timeout_s=2.0)
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
-            with pytest.raises(ClientTimeoutError, match="got no reply"):  # its reply cut the connection
-                await client.status(timeout_s=1.0)
-            with pytest.raises(DaemonUnavailableError):  # declared gone (after 2 s of silence) while it waits to send
-                await client.create_session("guard", timeout_s=30)
-            assert client.reconnects == 1 and client.connected
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=True, clock=clock
+        ) as client:
+            request = asyncio.ensure_future(client.status(timeout_s=1.0))
+            await _until_the_dealer_has_no_peer(client)  # its reply cut the connection
+            await clock.advance(1.0)
+            with pytest.raises(ClientTimeoutError, match="got no reply"):
+                await request
+            create = asyncio.ensure_future(client.create_session("guard", timeout_s=30))
+            await clock.advance(2.0)  # declared gone (2 s of silence) while its send waits for the retry at 3 s
+            assert not create.done()
+            await eventually(lambda: client.reconnects == 1 and client.connected, what="the reconnect")
+            await clock.advance(1.0)  # the retry comes after the reconnect
+            assert create.done()
+            with pytest.raises(DaemonUnavailableError):
+                await create
             assert (await client.status(timeout_s=10)).counters  # the new connection serves
         assert created == []  # had it been sent, it went out ahead of that status request, on the same connection
 
@@ -279,33 +325,45 @@ def test_a_tiny_heartbeat_interval_is_read_as_the_minimum(
     """PROTOCOL.md 11.1: heartbeats at most every 0.1 s. A hello_reply announcing 1e-6 s (or 0, both valid) made the
     heartbeat loop spin: thousands of heartbeats a second and a busy core."""
     daemon = fake_daemon(lambda header, message: [], heartbeat_interval_s=announced_s)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
             assert client.hello is not None and client.hello.heartbeat_interval_s == announced_s
-            await asyncio.sleep(1.0)
+            await settle()
+            assert clock.sleepers == [clock.now_s() + MIN_HEARTBEAT_INTERVAL_S]  # the heartbeat loop's next beat
+            await clock.advance(10.5 * MIN_HEARTBEAT_INTERVAL_S)
+            await eventually(lambda: daemon.heartbeats >= 10, what="ten heartbeats")
             assert client.connected
 
     asyncio.run(main())
-    assert 3 <= daemon.heartbeats <= 1.0 / MIN_HEARTBEAT_INTERVAL_S + 3, daemon.heartbeats
+    assert daemon.heartbeats == 10
 
 
 def test_a_reconnect_refused_by_the_daemon_is_retried_not_abandoned(fake_daemon: Callable[..., FakeDaemon]) -> None:
     """The daemon went silent; the one restarted in its place answered the first hellos with unsupported_version. The
     error escaped the reconnect loop and ended the heartbeat task: the client never reconnected. Now it keeps asking, and connects once a daemon accepts."""
     first = fake_daemon(lambda header, message: [], client_timeout_s=1.0)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(first.connection_file, timeout_s=10) as client:
+        async with await AsyncClient.connect(first.connection_file, timeout_s=10, clock=clock) as client:
             assert client.connected
             second = fake_daemon(lambda header, message: [], client_timeout_s=1.0)  # rewrites the connection file
             second.refuse_hellos = 2
             first.stop()  # silent: declared gone after client_timeout_s
-            deadline = time.monotonic() + 15
-            while not (client.connected and client.reconnects == 1):
-                assert time.monotonic() < deadline, f"never reconnected (last error {client.last_reconnect_error!r})"
-                await asyncio.sleep(0.1)
-            assert second.refuse_hellos == 0 and client.last_reconnect_error is not None
+            await clock.advance(1.5)
+            assert not client.connected
+            refusals: list[Exception | None] = [None]
+            for _ in range(2):
+                # a refusal read: the client records it and, in the same step, starts its wait before asking again
+                await eventually(lambda: client.last_reconnect_error is not refusals[-1], what="a refused hello")
+                refusals.append(client.last_reconnect_error)
+                await clock.advance(async_client.RECONNECT_RETRY_AFTER_ERROR_S)
+            await eventually(lambda: client.connected and client.reconnects == 1, what="the reconnect")
+            assert second.refuse_hellos == 0 and isinstance(client.last_reconnect_error, UnsupportedVersionError)
             assert isinstance(await client.heartbeat(timeout_s=5), m.HeartbeatReply)  # the new socket works
 
     asyncio.run(main())

@@ -3,7 +3,8 @@
 
 The fake daemon is a real ROUTER on loopback speaking the real wire format, run in a thread. Unlike the one of
 test_async_client.py it answers with delays (a scheduled reply queue), can be paused (it then reads and drops
-everything, like a frozen daemon) and records what it received, so a test can check that a cancel was sent.
+everything, like a frozen daemon) and records what it received, so a test can check that a cancel was sent. Tests of
+timeouts and of the daemon's silence run the client on a ``ManualClock`` they advance.
 """
 
 from __future__ import annotations
@@ -15,20 +16,29 @@ import threading
 import time
 
 import pytest
+from manual_clock import ManualClock, eventually, settle
 from scheduled_daemon import FakeDaemon, SlowGenerator, _status_reply, fake_daemon  # noqa: F401  (fake_daemon: a fixture)
 
-from igi_sdk.client import AsyncClient, ClientError, ClientTimeoutError, DaemonUnavailableError, StreamClosedError
+from igi_sdk.client import (
+    AsyncClient,
+    ClientError,
+    ClientTimeoutError,
+    DaemonUnavailableError,
+    StreamClosedError,
+    async_client,
+)
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import Header
 
 pytestmark = pytest.mark.timeout(60)
 
 
-async def _until_declared_gone(client: AsyncClient, daemon: FakeDaemon) -> None:
-    """Freeze the daemon and wait until the client's heartbeat rule declares it gone."""
+async def _until_declared_gone(client: AsyncClient, daemon: FakeDaemon, clock: ManualClock) -> None:
+    """Freeze the daemon and advance the client's clock until its heartbeat rule declares the daemon gone."""
     daemon.paused.set()
-    while client.connected:
-        await asyncio.sleep(0.05)
+    assert client.hello is not None
+    await clock.advance(client.hello.client_timeout_s + 2 * client.hello.heartbeat_interval_s)
+    assert not client.connected
 
 
 # --- close() -----------------------------------------------------------------------------------------
@@ -36,11 +46,13 @@ def test_close_while_reconnecting_does_not_hang(fake_daemon) -> None:
     """close() cancels the reconnect mid-handshake: its fresh DEALER must be closed, else Context.term() blocks
     the event loop thread forever (so the loop runs in a thread the test can give up on)."""
     daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=True)
-        await _until_declared_gone(client, daemon)
-        await asyncio.sleep(0.3)  # inside _establish: hello sent, polling for the answer
+        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=True, clock=clock)
+        await _until_declared_gone(client, daemon, clock)
+        await settle()
+        assert clock.sleepers  # inside _establish: hello sent, waiting for the answer (the heartbeat loop's only wait)
         await client.close()
 
     thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
@@ -67,15 +79,17 @@ def test_request_after_close_raises_daemon_unavailable(fake_daemon) -> None:
 def test_close_fails_request_and_stream_waiting_for_a_connection_at_once(fake_daemon) -> None:
     """They wait in _send_when_connected (the daemon was declared gone, no reconnect); close() must wake them."""
     daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=False)
-        await _until_declared_gone(client, daemon)
+        client = await AsyncClient.connect(daemon.connection_file, timeout_s=5, reconnect=False, clock=clock)
+        await _until_declared_gone(client, daemon, clock)
         request = asyncio.ensure_future(client.status(timeout_s=5))
         stream = client.generate("npc_1", "hi", timeout_s=5)
-        await asyncio.sleep(0.2)
+        await settle()
+        assert not request.done()
         await asyncio.wait_for(client.close(), 5)
-        with pytest.raises(DaemonUnavailableError):  # at once: waiting out the 5 s would be ClientTimeoutError
+        with pytest.raises(DaemonUnavailableError):  # the clock stands still: no timeout could have ended them
             await request
         with pytest.raises(DaemonUnavailableError):
             await stream.__anext__()
@@ -86,13 +100,13 @@ def test_close_fails_request_and_stream_waiting_for_a_connection_at_once(fake_da
 # --- streams polled, abandoned, timed out ------------------------------------------------------------
 def test_polling_a_stream_with_wait_for_loses_nothing(fake_daemon) -> None:
     """The game-loop pattern: one short ``wait_for(anext(stream))`` per frame; a frame without a token is normal."""
-    daemon = fake_daemon(SlowGenerator(n=5, period=0.2))
+    daemon = fake_daemon(SlowGenerator(n=5, period=0.05))
 
     async def main() -> None:
         async with await AsyncClient.connect(daemon.connection_file, timeout_s=3, reconnect=False) as client:
             stream = client.generate("npc_1", "hi", timeout_s=3)
             tokens = []
-            deadline = time.monotonic() + 5.0  # the 5 tokens take 1 s
+            deadline = time.monotonic() + 5.0  # the 5 tokens take 0.25 s, each over several polls
             while time.monotonic() < deadline:
                 try:
                     event = await asyncio.wait_for(stream.__anext__(), 0.05)
@@ -113,16 +127,21 @@ def test_a_cancelled_poll_does_not_cancel_the_shared_send(fake_daemon) -> None:
     """A poll timing out while the generate still waits to be sent must not cancel the send: later calls on the
     stream would get asyncio.CancelledError in a task nobody cancelled."""
     daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
-            await _until_declared_gone(client, daemon)
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
+            await _until_declared_gone(client, daemon, clock)
             stream = client.generate("npc_1", "hi", timeout_s=1)
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(stream.__anext__(), 0.1)
+            with pytest.raises(asyncio.TimeoutError):  # the game's own poll, on the loop's time
+                await asyncio.wait_for(stream.__anext__(), 0.05)
             assert not stream._send.cancelled()
+            cancel = asyncio.ensure_future(stream.cancel())
+            await clock.advance(1.0)  # the send's wait for a connection ends
             with pytest.raises(ClientError):  # typed: the send failed, no daemon connected
-                await stream.cancel()
+                await cancel
 
     asyncio.run(main())
 
@@ -138,8 +157,7 @@ def test_closing_a_stream_left_midway_cancels_it_and_prunes_pending(fake_daemon)
                 async for _event in stream:
                     break
             assert stream.msg_id not in client._pending
-            await asyncio.sleep(0.3)
-            assert "cancel_request" in daemon.received
+            await eventually(lambda: "cancel_request" in daemon.received, what="the cancel")
 
     asyncio.run(main())
 
@@ -155,9 +173,8 @@ def test_a_dropped_stream_is_cancelled_when_collected(fake_daemon) -> None:
             msg_id = stream.msg_id
             del stream, _event
             gc.collect()
-            await asyncio.sleep(0.3)
+            await eventually(lambda: "cancel_request" in daemon.received, what="the cancel")
             assert msg_id not in client._pending
-            assert "cancel_request" in daemon.received
 
     asyncio.run(main())
 
@@ -170,23 +187,26 @@ def test_cancelled_then_dropped_streams_leave_no_pending_entry(fake_daemon) -> N
             streams = [client.generate("npc_1", "hi", timeout_s=10) for _ in range(5)]
             for stream in streams:
                 assert await stream.cancel()
-            await asyncio.sleep(0.5)  # their terminal replies come meanwhile
-            assert not client._pending
+            await eventually(lambda: not client._pending, what="their terminal replies")
 
     asyncio.run(main())
 
 
 def test_a_timed_out_stream_cancels_its_generation(fake_daemon) -> None:
-    daemon = fake_daemon(SlowGenerator(n=3, period=1.0))
+    daemon = fake_daemon(SlowGenerator(n=3, period=60.0))  # t1 comes long after the test
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
             stream = client.generate("npc_1", "hi", timeout_s=0.3)
-            await stream.__anext__()  # t0 comes at once, t1 after 1 s
+            await stream.__anext__()  # t0 comes at once
+            poll = asyncio.ensure_future(stream.__anext__())
+            await clock.advance(0.3)
             with pytest.raises(ClientTimeoutError):
-                await stream.__anext__()
-            await asyncio.sleep(0.3)
-            assert "cancel_request" in daemon.received
+                await poll
+            await eventually(lambda: "cancel_request" in daemon.received, what="the cancel")
             assert stream.msg_id not in client._pending
 
     asyncio.run(main())
@@ -194,10 +214,13 @@ def test_a_timed_out_stream_cancels_its_generation(fake_daemon) -> None:
 
 def test_result_after_aclose_or_an_error_raises_the_typed_error(fake_daemon) -> None:
     """``result()`` of a stream that ended without one raises what ended it (was a bare AssertionError)."""
-    daemon = fake_daemon(SlowGenerator(n=3, period=1.0))
+    daemon = fake_daemon(SlowGenerator(n=3, period=60.0))  # t1 comes long after the test
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
             stream = client.generate("npc_1", "hi", timeout_s=10)
             await stream.__anext__()
             await stream.aclose()
@@ -205,8 +228,10 @@ def test_result_after_aclose_or_an_error_raises_the_typed_error(fake_daemon) -> 
                 await stream.result()
             stream = client.generate("npc_1", "hi", timeout_s=0.3)
             await stream.__anext__()
+            poll = asyncio.ensure_future(stream.__anext__())
+            await clock.advance(0.3)
             with pytest.raises(ClientTimeoutError):
-                await stream.__anext__()
+                await poll
             with pytest.raises(ClientTimeoutError):  # the same error again, not an AssertionError
                 await stream.result()
 
@@ -215,12 +240,17 @@ def test_result_after_aclose_or_an_error_raises_the_typed_error(fake_daemon) -> 
 
 def test_a_never_iterated_stream_whose_send_fails_logs_nothing(fake_daemon, caplog) -> None:
     daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
-            await _until_declared_gone(client, daemon)
-            client.generate("npc_1", "hi", timeout_s=0.3)  # given up on at once; its send fails after 0.3 s
-            await asyncio.sleep(0.6)
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
+            await _until_declared_gone(client, daemon, clock)
+            send = client.generate("npc_1", "hi", timeout_s=0.3)._send  # the stream is dropped at once
+            await clock.advance(0.3)
+            assert send.done()  # cancelled with the dropped stream, or failed at its deadline: ended either way
+            del send
             gc.collect()
 
     with caplog.at_level(logging.ERROR, logger="asyncio"):
@@ -230,41 +260,67 @@ def test_a_never_iterated_stream_whose_send_fails_logs_nothing(fake_daemon, capl
 
 
 # --- one timeout for the whole call ------------------------------------------------------------------
-def _slow_status(_header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
-    return [(2.5, _status_reply())] if isinstance(message, m.StatusRequest) else []
+def _never_answered(_header: Header, _message: m.Message) -> list[tuple[float, m.Message]]:
+    return []
+
+
+async def _reconnected_after(client: AsyncClient, daemon: FakeDaemon, clock: ManualClock, wait_s: float) -> None:
+    """The daemon frozen, the client waits ``wait_s`` on its clock (reconnect attempts unanswered); then the daemon
+    answers again and the client reconnects, with its clock standing still."""
+    await clock.advance(wait_s)
+    assert not client.connected
+    daemon.client_timeout_s = 30.0  # announced at the reconnect: the test's clock may then move on with no reply read
+    daemon.paused.clear()
+    # the unanswered hello's wait ends (at most 2 s after the client declared the daemon gone), the next is answered
+    await clock.advance(2.0 - wait_s + async_client.RECONNECT_POLL_S + 0.05)
+    await eventually(lambda: client.connected, what="the reconnect")
 
 
 def test_request_timeout_spans_connect_wait_and_reply(fake_daemon) -> None:
-    """status(timeout_s=3) issued while the client reconnects: ~1 s waiting for the daemon, then a 2.5 s reply;
-    the call must end by 3 s, not wait 3 s more once sent."""
-    daemon = fake_daemon(_slow_status, client_timeout_s=0.5)
+    """status(timeout_s=3) issued while the client reconnects: it waits for the daemon, is sent once reconnected, and
+    the reply never comes; the call ends when 3 s have passed since it was issued, not 3 s after it was sent."""
+    daemon = fake_daemon(_never_answered, client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
-            await _until_declared_gone(client, daemon)
-            t0 = time.monotonic()
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=True, clock=clock
+        ) as client:
+            await _until_declared_gone(client, daemon, clock)
+            t0_s = clock.now_s()
             request = asyncio.ensure_future(client.status(timeout_s=3))
-            await asyncio.sleep(1.0)
-            daemon.paused.clear()
+            await _reconnected_after(client, daemon, clock, 1.0)
+            await eventually(lambda: "status_request" in daemon.received, what="the request sent")
+            await clock.advance(t0_s + 3.0 - clock.now_s() - 0.01)
+            assert not request.done()
+            await clock.advance(0.02)  # 3 s after it was issued, well before 3 s after it was sent
+            assert request.done()
             with pytest.raises(ClientTimeoutError):
                 await request
-            assert time.monotonic() - t0 < 3.5
 
     asyncio.run(main())
 
 
 def test_first_stream_event_timeout_counts_from_generate(fake_daemon) -> None:
-    daemon = fake_daemon(lambda _h, _m: [], client_timeout_s=0.5)  # never answers a generate
+    """The same for a stream: the wait for its first event began at generate(), the wait to be sent included."""
+    daemon = fake_daemon(_never_answered, client_timeout_s=0.5)
+    clock = ManualClock()
 
     async def main() -> None:
-        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=True) as client:
-            await _until_declared_gone(client, daemon)
-            t0 = time.monotonic()
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=True, clock=clock
+        ) as client:
+            await _until_declared_gone(client, daemon, clock)
+            t0_s = clock.now_s()
             stream = client.generate("npc_1", "hi", timeout_s=3)
-            await asyncio.sleep(1.0)
-            daemon.paused.clear()
+            poll = asyncio.ensure_future(stream.__anext__())
+            await _reconnected_after(client, daemon, clock, 1.0)
+            await eventually(lambda: "generate_request" in daemon.received, what="the generate sent")
+            await clock.advance(t0_s + 3.0 - clock.now_s() - 0.01)
+            assert not poll.done()
+            await clock.advance(0.02)  # 3 s after it was issued, well before 3 s after it was sent
+            assert poll.done()
             with pytest.raises(ClientTimeoutError):
-                await stream.__anext__()
-            assert time.monotonic() - t0 < 3.5
+                await poll
 
     asyncio.run(main())

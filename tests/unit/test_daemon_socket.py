@@ -49,12 +49,11 @@ def test_a_connection_that_never_starts_the_handshake_is_closed_after_the_handsh
     router, bound = open_daemon_socket(context, "tcp://127.0.0.1:0", DaemonSettings(), handshake_timeout_ms=300)
     try:
         host, port = bound[len("tcp://") :].rsplit(":", 1)
+        # a recv still waiting after 5 s raises TimeoutError: the listener kept libzmq's 30 s default
         with socket.create_connection((host, int(port)), timeout=5.0) as idle:
-            t0 = time.monotonic()
             data = b"?"
             while data:  # the daemon's greeting, then end of stream once it closed the connection
                 data = idle.recv(4096)
-            assert time.monotonic() - t0 < 3.0
     finally:
         router.close(linger=0)
         context.term()

@@ -22,6 +22,7 @@ from types import FrameType
 import zmq
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.connection_guard import ConnectionGuard, max_ipc_connections, open_descriptors
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import PlacementPlanner
@@ -97,6 +98,7 @@ class DaemonServer:
             context.term()
             _remove_private_dir(private_dir)
             raise
+        guard: ConnectionGuard | None = None
         base = Placement(
             n_ctx=settings.engine.n_ctx,
             n_seq_max=settings.engine.n_seq_max,
@@ -125,6 +127,9 @@ class DaemonServer:
         try:
             worker.start()
             self._wait_ready(service)
+            guard = self._guard(socket, bound, limit)  # measured with the worker up, before clients know the socket
+            if guard is not None:
+                core.counter_sources.append(guard.counters)
             self._write_connection_file(bound, key)
             log_event(
                 _log,
@@ -139,8 +144,9 @@ class DaemonServer:
                 mmproj=None if mmproj is None else str(mmproj),
                 vision=None if initial.encoder is None else initial.encoder.summary(),
                 open_files_limit=None if limit is None else limit[1],
+                max_ipc_connections=None if guard is None else guard.max_connections,
             )
-            self._loop(socket, service)
+            self._loop(socket, service, guard)
             return 0
         except DaemonStartError as exc:
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
@@ -148,6 +154,8 @@ class DaemonServer:
         finally:
             self.connection_file.unlink(missing_ok=True)
             worker.stop(timeout_s=5.0)
+            if guard is not None:
+                guard.close()
             socket.close(linger=100)
             if zap is not None:
                 zap.stop()
@@ -172,6 +180,15 @@ class DaemonServer:
             return f"ipc://{private_dir / IPC_SOCKET_NAME}", private_dir
         host = f"[{ipc.ip}]" if ":" in ipc.ip else ipc.ip  # IPv6 (::1) is bracketed in a ZeroMQ endpoint
         return f"tcp://{host}:{ipc.port}", None
+
+    @staticmethod
+    def _guard(socket: zmq.Socket, bound: str, limit: tuple[int, int] | None) -> ConnectionGuard | None:  # type: ignore[type-arg]
+        """The connection bound of an ipc socket (None over TCP, or where there is no open-file limit)."""
+        open_now = open_descriptors()
+        if not bound.startswith("ipc://") or limit is None or open_now is None:
+            return None
+        bound_connections = max_ipc_connections(limit[1], open_now)
+        return ConnectionGuard(socket, bound, bound_connections, open_now + bound_connections // 2)
 
     def _wait_ready(self, service: DaemonService) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
@@ -204,10 +221,12 @@ class DaemonServer:
                 self.connection_file, port=int(port), ip=host.strip("[]"), key=key, zmq_mechanism=mechanism
             )
 
-    def _loop(self, socket: zmq.Socket, service: DaemonService) -> None:  # type: ignore[type-arg]
+    def _loop(self, socket: zmq.Socket, service: DaemonService, guard: ConnectionGuard | None = None) -> None:  # type: ignore[type-arg]
         core = service.core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
+        if guard is not None:
+            poller.register(guard.monitor, zmq.POLLIN)
         registered: list[int] = []
         while not self._stop and not service.stopped:
             fds = core.worker.fds()
@@ -218,6 +237,8 @@ class DaemonServer:
                     poller.register(fd, zmq.POLLIN)
                 registered = fds
             ready = dict(poller.poll(POLL_TICK_MS))
+            if guard is not None:
+                guard.on_events()  # first: connections are counted before their messages are read
             if ready.get(socket):
                 service.on_messages(_received(socket))
             # not while stopping: Ctrl+C (or `timeout`) signals the whole process group, the worker included

@@ -39,10 +39,12 @@ from igi_sdk.ipc.messages import (
 
 
 @contextmanager
-def idle_connections(info: ConnectionInfo, n: int, deadline_s: float = 30.0) -> Iterator[list[socket.socket]]:
+def idle_connections(
+    info: ConnectionInfo, n: int, deadline_s: float = 30.0, interval_s: float = 0.0
+) -> Iterator[list[socket.socket]]:
     """Up to ``n`` connections to the daemon's socket (its ipc path or TCP port) that never send a byte (no ZeroMQ
     handshake, no key), opened within ``deadline_s`` (past the listen backlog a connect waits for the daemon to
-    accept)."""
+    accept), ``interval_s`` apart (0: as fast as they go)."""
     opened: list[socket.socket] = []
     end = time.monotonic() + deadline_s
     if info.transport == "ipc":
@@ -59,6 +61,8 @@ def idle_connections(info: ConnectionInfo, n: int, deadline_s: float = 30.0) -> 
                 conn.close()
                 continue
             opened.append(conn)
+            if interval_s:
+                time.sleep(interval_s)
         yield opened
     finally:
         for conn in opened:

@@ -4,7 +4,7 @@
 #
 #   run: bash .ci/gpu-harness.sh
 #
-# Two questions the 2-core development VM cannot answer (docs/benchmarks.md, "Harness"):
+# Two questions the 2-core development VM cannot answer (docs/benchmarks.md, "Frame rate"):
 #   cpu2  the same harness as `./dev.sh demo` (CPU render work, daemon on the CPU) on two CPUs of a quieter host:
 #         everything pinned to two CPUs of different physical cores with `taskset`, CUDA hidden from the daemon.
 #         Is the governor's frame-time target met when the host does not take the CPUs away?
@@ -27,7 +27,7 @@
 # Modes: cpu2, gpu (above); ROUND_ROBIN=1 alternates the MODES run by run.
 # AB_PAIRS=N: instead of the modes, the governor's A/B: N harness runs on the GPU path (each one pair, governor on and
 #   off, odd pairs on first), AB_DURATION_S (default 20) per phase, resumed by the next call until N are done; prints
-#   samples/governor_ab.py's distribution and writes $OUT/all.tgz:ab-summary.json (docs/benchmarks.md, "A/B").
+#   samples/governor_ab.py's distribution and writes $OUT/all.tgz:ab-summary.json (docs/benchmarks.md, "Frame rate: ... (A/B)").
 # Env: LIMIT (default 570, max 580), MODES (default "cpu2 gpu": runs of the first mode until CPU2_RUNS are done,
 #   then the second), CPU2_RUNS (default 5), RUN_S (seconds one run needs, default 115).
 # Results come back as $OUT/all.tgz (this call's files) and $OUT/state.tgz (every run so far); at the end of each call

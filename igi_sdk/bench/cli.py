@@ -1,5 +1,6 @@
 """``igi bench``: the planner's placement against the placements users have today, side by side on this
-machine, under a list of VRAM budgets and contexts. See docs/benchmarks.md ("GPU benchmark").
+machine, under a list of VRAM budgets and contexts. See docs/benchmarks.md ("Planner: its placement against
+today's placements").
 
 Examples::
 

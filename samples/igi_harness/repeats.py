@@ -1,6 +1,6 @@
 """Summary of several harness runs of one command: the frame-time verdict as a distribution, not one sample.
 
-On a shared or virtual machine one harness run is one noisy sample (docs/benchmarks.md, "Harness": the
+On a shared or virtual machine one harness run is one noisy sample (on the 2-core development VM the
 governor-off p99 of one command ranged from +18.5 % to +56 % over 13 runs), so a claim about the governor
 needs several runs: the median p99 with and without it, how often the governor phase beat the other, and in
 how many runs the issue's target was met. Each run's figures are the ones its ``report.json`` already holds

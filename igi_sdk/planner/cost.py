@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.planner.layout import HEAD_KEY, Layout
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import CpuRate, Profile
 from igi_sdk.planner.summary import EMPTY, GroupStats, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup as G
@@ -99,7 +99,12 @@ class CostModel:
     """Predictions for placements of one model on one machine (profile) at one thread count."""
 
     def __init__(
-        self, summary: ModelSummary, profile: Profile, *, n_threads: int | None = None, op_offload_min_batch: int = 32
+        self,
+        summary: ModelSummary,
+        profile: Profile,
+        *,
+        n_threads: int | None = None,
+        op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     ) -> None:
         self.summary = summary
         self.profile = profile

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from igi_sdk.planner.ggml_types import CUDA_ALIGNMENT_BYTES, align_up
 from igi_sdk.planner.layout import HEAD_KEY, Layout
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.summary import EMPTY, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup
 
@@ -246,10 +246,6 @@ def moe_pool_bytes(summary: ModelSummary, placement: Placement, *, uses_gpu: boo
     return int(math.ceil(rows * per_row * MOE_POOL_SLACK))
 
 
-OP_OFFLOAD_MIN_BATCH = 32
-"""ggml-cuda's default ``GGML_OP_OFFLOAD_MIN_BATCH``: an op with host weights runs on the GPU from this many rows."""
-
-
 def largest_host_weight_bytes(summary: ModelSummary, layout: Layout, *, n_outputs_max: int = 1) -> int:
     """Largest single weight tensor on the host that op_offload may stage in VRAM (token_embd excluded:
     get_rows is never offloaded).
@@ -278,8 +274,8 @@ def estimate_compute_bytes(
     """Conservative (over-)estimate of (GPU, host) compute buffers when no dry run is available.
 
     Logits of the rows that produce them (the engine reserves for n_outputs_max = n_seq_max) plus the largest
-    activations,
-    the attention mask / scores over n_ctx, and twice the largest weight op_offload stages, +10 % + 32 MiB.
+    activations, the attention mask / scores over n_ctx, and twice the largest weight op_offload stages, +10 %
+    + 32 MiB.
     """
     t = summary.table
     ub = min(placement.n_ubatch, placement.n_batch)

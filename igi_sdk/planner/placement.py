@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 CPU_DEVICE = "CPU"
+OP_OFFLOAD_MIN_BATCH = 32
+"""ggml-cuda's default ``GGML_OP_OFFLOAD_MIN_BATCH``: an op with host weights runs on the GPU from this many rows."""
 
 
 #: Largest context accepted anywhere (tokens): beyond it llama.cpp spends minutes allocating before it fails.

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from igi_sdk.planner.ggml_types import is_known_type, is_quantized
-from igi_sdk.planner.placement import MAX_N_CTX
+from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH
 
 Objective = Literal["e2e", "ttft", "tps"]
 """e2e: minimise TTFT + reply/TPS (default); ttft: minimise TTFT first; tps: maximise decode TPS first."""
@@ -54,7 +54,7 @@ class PlannerOptions(BaseModel):
     type_k: str = "f16"
     type_v: str = "f16"
     flash_attn: bool = True
-    op_offload_min_batch: int = Field(default=32, ge=1, description="GGML_OP_OFFLOAD_MIN_BATCH")
+    op_offload_min_batch: int = Field(default=OP_OFFLOAD_MIN_BATCH, ge=1, description="GGML_OP_OFFLOAD_MIN_BATCH")
     prefetch_slots: int = Field(
         default=3,
         ge=0,

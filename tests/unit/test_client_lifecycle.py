@@ -14,6 +14,7 @@ import gc
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 from manual_clock import ManualClock, eventually, settle
@@ -276,6 +277,21 @@ async def _reconnected_after(client: AsyncClient, daemon: FakeDaemon, clock: Man
     await eventually(lambda: client.connected, what="the reconnect")
 
 
+async def _times_out_3_s_after_issue(
+    pending: asyncio.Future[Any], sent: str, t0_s: float, client: AsyncClient, daemon: FakeDaemon, clock: ManualClock
+) -> None:
+    """Reconnect 1 s into ``pending``'s wait, see its ``sent`` message reach the daemon, then check that it ends
+    with a timeout exactly when 3 s have passed since ``t0_s`` (its issue), well before 3 s after it was sent."""
+    await _reconnected_after(client, daemon, clock, 1.0)
+    await eventually(lambda: sent in daemon.received, what=f"the {sent} sent")
+    await clock.advance(t0_s + 3.0 - clock.now_s() - 0.01)
+    assert not pending.done()
+    await clock.advance(0.02)
+    assert pending.done()
+    with pytest.raises(ClientTimeoutError):
+        await pending
+
+
 def test_request_timeout_spans_connect_wait_and_reply(fake_daemon) -> None:
     """status(timeout_s=3) issued while the client reconnects: it waits for the daemon, is sent once reconnected, and
     the reply never comes; the call ends when 3 s have passed since it was issued, not 3 s after it was sent."""
@@ -289,14 +305,7 @@ def test_request_timeout_spans_connect_wait_and_reply(fake_daemon) -> None:
             await _until_declared_gone(client, daemon, clock)
             t0_s = clock.now_s()
             request = asyncio.ensure_future(client.status(timeout_s=3))
-            await _reconnected_after(client, daemon, clock, 1.0)
-            await eventually(lambda: "status_request" in daemon.received, what="the request sent")
-            await clock.advance(t0_s + 3.0 - clock.now_s() - 0.01)
-            assert not request.done()
-            await clock.advance(0.02)  # 3 s after it was issued, well before 3 s after it was sent
-            assert request.done()
-            with pytest.raises(ClientTimeoutError):
-                await request
+            await _times_out_3_s_after_issue(request, "status_request", t0_s, client, daemon, clock)
 
     asyncio.run(main())
 
@@ -314,13 +323,6 @@ def test_first_stream_event_timeout_counts_from_generate(fake_daemon) -> None:
             t0_s = clock.now_s()
             stream = client.generate("npc_1", "hi", timeout_s=3)
             poll = asyncio.ensure_future(stream.__anext__())
-            await _reconnected_after(client, daemon, clock, 1.0)
-            await eventually(lambda: "generate_request" in daemon.received, what="the generate sent")
-            await clock.advance(t0_s + 3.0 - clock.now_s() - 0.01)
-            assert not poll.done()
-            await clock.advance(0.02)  # 3 s after it was issued, well before 3 s after it was sent
-            assert poll.done()
-            with pytest.raises(ClientTimeoutError):
-                await poll
+            await _times_out_3_s_after_issue(poll, "generate_request", t0_s, client, daemon, clock)
 
     asyncio.run(main())

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from igi_sdk.processes import process_running, process_start_ticks
+
 #: The socket's name in the private directory.
 IPC_SOCKET_NAME = "daemon.sock"
 #: The owner file in the private directory: ``"PID START\n"`` (START ``-`` where the platform has no ``/proc``).
@@ -39,22 +41,6 @@ def socket_dir_parents() -> list[Path]:
         if len(os.fsencode(parent / "igi-XXXXXXXX" / IPC_SOCKET_NAME)) <= MAX_IPC_PATH_BYTES and parent not in out:
             out.append(parent)
     return out
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or None where
-    there is no such process or no ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # field 2 (comm) is parenthesised and may hold spaces or parentheses: count fields after its last ")"
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def private_socket_dir() -> Path:
@@ -82,21 +68,7 @@ def _owner_alive(text: str) -> bool | None:
     parts = text.split()
     if len(parts) != 2 or not parts[0].isdigit() or not (parts[1].isdigit() or parts[1] == "-"):
         return None
-    pid = int(parts[0])
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # a process of another user has the pid: the start time decides
-    except OSError:
-        return None
-    if parts[1] == "-":
-        return True  # no start time recorded: a live pid counts as the owner
-    start = process_start_ticks(pid)
-    return start is None or start == int(parts[1])
+    return process_running(int(parts[0]), None if parts[1] == "-" else int(parts[1]))
 
 
 def _socket_listened(dir_fd: int, path: Path) -> bool:

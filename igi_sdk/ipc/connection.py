@@ -18,10 +18,11 @@ from igi_sdk.ipc.handshake import Mechanism, plain_password
 from igi_sdk.ipc.signing import KEY_BYTES
 from igi_sdk.ipc.values import WireModel
 from igi_sdk.ipc.wire_types import VersionStr
+from igi_sdk.processes import process_start_ticks
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-#: Fields a reader does not require: added by a minor version after 1.0, with the default an older daemon means.
-OPTIONAL_FIELDS = frozenset({"zmq_mechanism"})
+#: Fields a reader does not require: added after 1.0, with the default an older daemon means.
+OPTIONAL_FIELDS = frozenset({"zmq_mechanism", "pid_start_ticks"})
 
 
 class ConnectionInfo(WireModel):
@@ -30,6 +31,9 @@ class ConnectionInfo(WireModel):
     For ``transport == "ipc"``, ``ip`` holds the socket path and ``port`` is 0. ``zmq_mechanism`` (1.2) says what a
     client presents at the ZeroMQ handshake: ``"plain"`` the credential derived from ``key``
     (:func:`igi_sdk.ipc.handshake.plain_password`), ``"null"`` nothing (a daemon older than 1.2 writes no such field).
+    ``pid_start_ticks`` is the daemon's start time in clock ticks since boot (``/proc/PID/stat`` field 22; None where
+    the platform has no ``/proc``, or from a daemon that does not write it): with ``pid`` it tells whether the daemon
+    still runs or its pid went to another process (:func:`igi_sdk.processes.process_running`).
     The defaults serve code that builds one (the daemon's writer); :func:`read_connection_file` requires every field
     but ``zmq_mechanism`` in the file.
 
@@ -47,6 +51,9 @@ class ConnectionInfo(WireModel):
     protocol_version: VersionStr = PROTOCOL_VERSION
     pid: int = Field(ge=0, description="process id of the daemon")
     zmq_mechanism: Mechanism = Field(default="null", description="what a client presents at the ZeroMQ handshake")
+    pid_start_ticks: int | None = Field(
+        default=None, ge=0, description="the daemon's start time, clock ticks since boot (/proc); None: not known"
+    )
 
     @model_validator(mode="after")
     def _loopback_only(self) -> ConnectionInfo:
@@ -91,6 +98,7 @@ def write_connection_file(
     pid: int | None = None,
     key: str | None = None,
     zmq_mechanism: Mechanism = "null",
+    pid_start_ticks: int | None = None,
 ) -> ConnectionInfo:
     """Write a connection file atomically with mode 0600 and a fresh key.
 
@@ -103,6 +111,8 @@ def write_connection_file(
         ip: loopback address, or the socket path for ipc.
         transport: "tcp" or "ipc".
         pid: daemon process id; default this process.
+        pid_start_ticks: the daemon's start time in clock ticks since boot; default this process's when ``pid`` is
+            None (None where there is no ``/proc``), else None.
         key: HMAC key hex (tests); default a fresh random key.
         zmq_mechanism: what clients present at the ZeroMQ handshake (the daemon's socket must expect it).
 
@@ -126,6 +136,9 @@ def write_connection_file(
             key=key if key is not None else new_key(),
             pid=os.getpid() if pid is None else pid,
             zmq_mechanism=zmq_mechanism,
+            pid_start_ticks=process_start_ticks(os.getpid())
+            if pid is None and pid_start_ticks is None
+            else pid_start_ticks,
         )
     except ValidationError as exc:
         raise ConnectionFileError(f"invalid connection info: {exc.errors()[0]['msg']}") from None
@@ -153,7 +166,8 @@ def read_connection_file(path: str | os.PathLike[str], *, check_permissions: boo
     """Read and validate a connection file.
 
     Every field of PROTOCOL.md section 13 is required (no defaults are filled in) but ``zmq_mechanism``, which a
-    daemon older than 1.2 does not write (``"null"`` then); unknown fields are ignored.
+    daemon older than 1.2 does not write (``"null"`` then), and ``pid_start_ticks`` (None then); unknown fields are
+    ignored.
 
     Args:
         path: the file the daemon wrote.
@@ -176,6 +190,16 @@ def read_connection_file(path: str | os.PathLike[str], *, check_permissions: boo
         raise ConnectionFileError(f"cannot read connection file {source}: {exc}") from exc
     if check_permissions and os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConnectionFileError(f"connection file {source} has mode {stat.S_IMODE(mode):o}; it must be 600")
+    return parse_connection_file(raw, source)
+
+
+def parse_connection_file(raw: bytes, source: str | os.PathLike[str] = "<bytes>") -> ConnectionInfo:
+    """Validate the bytes of a connection file, as :func:`read_connection_file` does once it has read them.
+
+    Raises:
+        ConnectionFileError: invalid JSON, a missing field, invalid fields (``source`` names the file in the message).
+    """
+    source = str(source)
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

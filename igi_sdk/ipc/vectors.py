@@ -125,6 +125,7 @@ def connection_vectors() -> list[dict[str, Any]]:
             "null",
         ),
         ("unknown_field_ignored", _connection_file(future_field=[1, 2]), "tcp://127.0.0.1:53117", "plain"),
+        ("with_pid_start_ticks", _connection_file(pid_start_ticks=8123456), "tcp://127.0.0.1:53117", "plain"),
     ]
     out: list[dict[str, Any]] = [
         {

@@ -15,9 +15,9 @@ from igi_sdk.daemon.socket_dir import (
     IPC_SOCKET_NAME,
     OWNER_FILE_NAME,
     private_socket_dir,
-    process_start_ticks,
     remove_stale_socket_dirs,
 )
+from igi_sdk.processes import process_start_ticks
 
 pytestmark = pytest.mark.skipif(os.name != "posix" or not Path("/proc/self/stat").exists(), reason="POSIX, /proc")
 

@@ -24,6 +24,7 @@ COMPLETE = {
     "protocol_version": "1.0",
     "pid": 1,
     "zmq_mechanism": "plain",
+    "pid_start_ticks": 12345,
 }
 
 
@@ -42,6 +43,7 @@ def test_write_is_0600_and_round_trips(tmp_path: Path) -> None:
         "protocol_version",
         "pid",
         "zmq_mechanism",
+        "pid_start_ticks",
     ]
     assert data["signature_scheme"] == "hmac-sha256" and data["pid"] == os.getpid()
     assert len(info.key_bytes) == 32 and info.endpoint == "tcp://127.0.0.1:5555"
@@ -99,7 +101,7 @@ def test_complete_file_is_read_and_unknown_fields_are_ignored(tmp_path: Path) ->
     assert info.model_dump(mode="json") == COMPLETE
 
 
-@pytest.mark.parametrize("field", [name for name in COMPLETE if name != "zmq_mechanism"])
+@pytest.mark.parametrize("field", [name for name in COMPLETE if name not in ("zmq_mechanism", "pid_start_ticks")])
 def test_a_file_lacking_any_field_is_refused(tmp_path: Path, field: str) -> None:
     """Section 13: a reader MUST refuse a file that lacks a field; nothing is filled in from defaults."""
     path = _write_body(tmp_path / "c.json", {k: v for k, v in COMPLETE.items() if k != field})
@@ -112,6 +114,15 @@ def test_a_file_without_zmq_mechanism_is_a_daemon_older_than_1_2_and_reads_as_nu
     body = {k: v for k, v in COMPLETE.items() if k != "zmq_mechanism"}
     info = read_connection_file(_write_body(tmp_path / "c.json", body))
     assert info.zmq_mechanism == "null" and info.plain_password is None
+
+
+def test_a_file_without_pid_start_ticks_reads_as_none_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    """A daemon on a platform without /proc, or one that predates the field, writes none."""
+    body = {k: v for k, v in COMPLETE.items() if k != "pid_start_ticks"}
+    assert read_connection_file(_write_body(tmp_path / "c.json", body)).pid_start_ticks is None
+    for bad in (-1, "12345", 1.5, True):
+        with pytest.raises(ConnectionFileError, match="pid_start_ticks"):
+            read_connection_file(_write_body(tmp_path / "c.json", COMPLETE | {"pid_start_ticks": bad}))
 
 
 def test_the_plain_password_is_derived_from_the_key_and_is_not_the_key(tmp_path: Path) -> None:
@@ -163,6 +174,7 @@ def test_the_writer_output_reads_back_for_both_transports(tmp_path: Path) -> Non
         "key": "1" * 64,
         "pid": 7,
         "protocol_version": PROTOCOL_VERSION,
+        "pid_start_ticks": None,  # another process's pid and no start time given: not known
     }
     assert read_connection_file(tmp_path / "tcp.json") == tcp
     ipc = write_connection_file(tmp_path / "ipc.json", port=0, ip="/run/igi.sock", transport="ipc", key="1" * 64, pid=7)

@@ -43,6 +43,10 @@ class DaemonProcess:
         own_process_group: start the daemon in a new session, so a test can signal its whole process group (as
             Ctrl+C in a terminal does) without signalling pytest.
         open_files_limit: soft and hard RLIMIT_NOFILE of the daemon (POSIX), to exhaust its descriptors.
+        tmpdir: the daemon's ``TMPDIR`` (default: this process's), where it looks for stale files and puts its
+            private ipc directory.
+        default_connection_file: run the daemon without ``--connection-file``: it writes its default
+            ``<tmpdir>/igi-daemon-<pid>.json`` (``connection_file`` once started).
     """
 
     def __init__(
@@ -51,6 +55,8 @@ class DaemonProcess:
         connection_file: Path | None = None,
         own_process_group: bool = False,
         open_files_limit: int | None = None,
+        tmpdir: Path | None = None,
+        default_connection_file: bool = False,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
@@ -59,6 +65,8 @@ class DaemonProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.own_process_group = own_process_group
         self.open_files_limit = open_files_limit
+        self.tmpdir = tmpdir
+        self.default_connection_file = default_connection_file
 
     @property
     def pid(self) -> int:
@@ -77,8 +85,7 @@ class DaemonProcess:
             sys.executable,
             "-m",
             "igi_sdk.daemon",
-            "--connection-file",
-            str(self.connection_file),
+            *([] if self.default_connection_file else ["--connection-file", str(self.connection_file)]),
             "--port",
             "0",
             "--log-file",
@@ -96,9 +103,11 @@ class DaemonProcess:
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
+        env = None if self.tmpdir is None else os.environ | {"TMPDIR": str(self.tmpdir)}
         self.process = subprocess.Popen(
             cmd,
             cwd=REPO,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -106,6 +115,9 @@ class DaemonProcess:
             preexec_fn=None if limit is None else set_limit,
         )
         _RUNNING.append(self)
+        if self.default_connection_file:
+            tmpdir = self.tmpdir or Path(tempfile.gettempdir())
+            self.connection_file = tmpdir / f"igi-daemon-{self.process.pid}.json"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +20,7 @@ from types import FrameType
 import zmq
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.connection_files import default_connection_file, remove_stale_connection_files
 from igi_sdk.daemon.connection_guard import ConnectionGuard, max_ipc_connections, open_descriptors
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
@@ -53,11 +52,6 @@ class DaemonStartError(RuntimeError):
     """The daemon could not start (model unusable, worker never became ready, bind failed)."""
 
 
-def default_connection_file() -> Path:
-    """``<tmp>/igi-daemon-<pid>.json``."""
-    return Path(tempfile.gettempdir()) / f"igi-daemon-{os.getpid()}.json"
-
-
 class DaemonServer:
     """Runs the daemon until shutdown_request, SIGTERM or SIGINT.
 
@@ -77,6 +71,7 @@ class DaemonServer:
     def run(self) -> int:
         """Start everything, serve, clean up. Returns the process exit code."""
         settings = self.settings
+        self._remove_stale_connection_files()
         limit = raise_open_file_limit()
         model_path = resolve_model_path(settings.engine.model)
         if not model_path.is_file():
@@ -164,6 +159,16 @@ class DaemonServer:
             log_event(_log, logging.INFO, "daemon_stopped", counters=core.all_counters())
 
     # --- internals ---------------------------------------------------------------------------------
+    def _remove_stale_connection_files(self) -> None:
+        """The connection files left by daemons killed with SIGKILL: in the default directory, beside this daemon's
+        own, and this daemon's own path when it holds one (clients would otherwise go to a dead daemon until this
+        one is ready)."""
+        own = self.connection_file.absolute()
+        directories = list(dict.fromkeys([default_connection_file().parent.absolute(), own.parent]))
+        stale = remove_stale_connection_files(directories, own)
+        if stale:
+            log_event(_log, logging.INFO, "stale_connection_files_removed", paths=[str(p) for p in stale])
+
     def _endpoint(self) -> tuple[str, Path | None]:
         """The endpoint to bind, and the private directory made for its socket (None: none made)."""
         ipc = self.settings.ipc

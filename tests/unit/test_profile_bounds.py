@@ -24,8 +24,8 @@ H200 = reference_profile("h200").gpu
 assert H200 is not None
 
 
-def first_h200_profile(**gpu: Any) -> dict[str, Any]:
-    """The profile the faulty profiler measured on the first H200 run (docs/benchmarks/gpu-bench/profile-h200-first.json)."""
+def v1_h200_profile(**gpu: Any) -> dict[str, Any]:
+    """The profile the faulty version-1 profiler measured on the H200."""
     terms = dict(
         name="NVIDIA H200",
         total_mib=143771,
@@ -74,8 +74,8 @@ def first_h200_profile(**gpu: Any) -> dict[str, Any]:
     }
 
 
-def test_the_first_h200_profile_is_repaired_with_the_h200_reference() -> None:
-    p = Profile.model_validate(first_h200_profile())
+def test_the_v1_h200_profile_is_repaired_with_the_h200_reference() -> None:
+    p = Profile.model_validate(v1_h200_profile())
     assert p.gpu is not None
     assert p.gpu.bandwidth_gbps == H200.bandwidth_gbps  # 73207808 is outside [50, 20000]
     assert p.gpu.gflops == H200.gflops  # 6.4x below the reference
@@ -90,7 +90,7 @@ def test_the_first_h200_profile_is_repaired_with_the_h200_reference() -> None:
 
 
 def test_a_plausible_measured_profile_is_kept() -> None:
-    data = first_h200_profile(
+    data = v1_h200_profile(
         bandwidth_gbps=2800.0, gflops=120000.0, h2d_pinned_gbps=50.2, h2d_pageable_gbps=9.1, op_overhead_us=1.2
     )
     p = Profile.model_validate(data)
@@ -106,7 +106,7 @@ def test_reference_profiles_are_plausible(name: str) -> None:
 
 
 def test_an_unknown_gpu_falls_back_to_conservative_figures() -> None:
-    data = first_h200_profile(
+    data = v1_h200_profile(
         name="Some GPU", bandwidth_gbps=40.0, gflops=2e7, h2d_pinned_gbps=3.0, h2d_pageable_gbps=12.0
     )
     p = Profile.model_validate(data)
@@ -120,7 +120,7 @@ def test_an_unknown_gpu_falls_back_to_conservative_figures() -> None:
     assert "pinned 3 < 0.8 x pageable 12" in p.missing["gpu.h2d_pinned_gbps"]
     # an unknown GPU has no reference to be cross-checked against: in-bounds rates stay
     q = Profile.model_validate(
-        first_h200_profile(
+        v1_h200_profile(
             name="Some GPU", bandwidth_gbps=100.0, gflops=5000.0, h2d_pinned_gbps=6.0, h2d_pageable_gbps=3.0
         )
     )
@@ -128,7 +128,7 @@ def test_an_unknown_gpu_falls_back_to_conservative_figures() -> None:
 
 
 def test_implausible_cpu_and_host_terms_take_conservative_defaults() -> None:
-    data = first_h200_profile()
+    data = v1_h200_profile()
     data["gpu"] = None
     data["host_memory_gbps"] = 1e6
     data["cpu"][1]["decode_gbps"] = 73207.8
@@ -148,7 +148,7 @@ def test_implausible_cpu_and_host_terms_take_conservative_defaults() -> None:
 
 
 def test_earlier_missing_reasons_are_kept() -> None:
-    data = first_h200_profile()
+    data = v1_h200_profile()
     data["missing"] = {"gpu_reserve": "crashed (signal 11)"}
     p = Profile.model_validate(data)
     assert p.missing["gpu_reserve"] == "crashed (signal 11)" and "gpu.gflops" in p.missing
@@ -158,12 +158,12 @@ def test_cached_profiles_are_checked_on_load(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
     from igi_sdk.profiler.store import load_profile, profile_path
 
-    key = MachineKey.model_validate(first_h200_profile()["machine"])
+    key = MachineKey.model_validate(v1_h200_profile()["machine"])
     path = profile_path(key)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(first_h200_profile()))  # version 1: measured by the faulty profiler
+    path.write_text(json.dumps(v1_h200_profile()))  # version 1: measured by the faulty profiler
     assert PROFILE_VERSION == 2 and load_profile(key) is None  # measured again by load_or_create_profile
-    data = first_h200_profile()
+    data = v1_h200_profile()
     data["version"] = PROFILE_VERSION
     path.write_text(json.dumps(data))  # a current-version file with implausible figures (written by hand)
     p = load_profile(key)

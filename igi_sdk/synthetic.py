@@ -153,7 +153,7 @@ def _tensor_data(
 
 GENERATOR_VERSION = 2
 """Bumped when the bytes for a given shape and seed change, so cached files of an older generator are not reused.
-2 (2026-11-30): zero-mean quants, unit-RMS embedding rows, residual projections scaled by 1/sqrt(2 n_layer).
+2: zero-mean quants, unit-RMS embedding rows, residual projections scaled by 1/sqrt(2 n_layer).
 Version 1 collapsed every token's hidden state onto a common direction within a few layers, so a MoE router sent
 whole 512-token ubatches to the same 8 of 128 experts (measured with
 a count of the experts each ubatch activated on the H200: median 8 activated per layer and ubatch; version 2: 128,

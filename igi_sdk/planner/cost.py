@@ -479,8 +479,8 @@ class CostModel:
             copy_total += x
             hidden_total += hidden
             done, remaining = done + b, remaining - b
-        # the first token's logits: the output head on the last prompt row, computed with the last ubatch (a whole
-        # extra one-token pass through every layer was charged here until 2026-11-30)
+        # the first token's logits: the output head on the last prompt row, computed with the last ubatch (not a
+        # whole extra one-token pass through every layer)
         with_head = sum(self.pass_time(layout, placement, 1, done, 1, with_head=True))
         without = sum(self.pass_time(layout, placement, 1, done, 1, with_head=False))
         ttft += max(0.0, with_head - without)

@@ -17,14 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
 PROFILE_VERSION: Literal[2] = 2
-"""2: the GPU terms are measured differently (v1's were wrong on the first H200 run: H2D 1.81 GB/s, VRAM
-bandwidth 73207808 GB/s); a cached v1 profile is measured again, and any profile is checked on load."""
+"""2: the GPU terms are measured differently (v1 measured H2D 1.81 GB/s and a VRAM bandwidth of 73207808 GB/s
+on the H200); a cached v1 profile is measured again, and any profile is checked on load."""
 
 MEASURED_RESERVE_FLOOR_MIB: dict[str, int] = {"NVIDIA H200": 618}
 """VRAM measured outside llama.cpp's buffers (CUDA context, cuBLAS, ggml-cuda pools of a dense model), per GPU
 name: the planner never assumes less for that GPU, whatever a profile says. H200: NVML device peak minus
-llama.cpp's own CUDA0 buffers was 613.6-617.8 MiB in all three dense 8B runs of the first H200 benchmark
-(the first H200 run, driver 580.159.04, n_ubatch 512 and 1024); the reference profile used 560."""
+llama.cpp's own CUDA0 buffers measures 613.6-617.8 MiB for the dense 8B (driver 580.159.04, n_ubatch 512 and
+1024), above the reference profile's 560."""
 
 
 class MachineKey(BaseModel):
@@ -207,13 +207,13 @@ class Profile(BaseModel):
 
 
 H200_H2D_PINNED_GBPS = 55.0
-"""Effective op_offload copy rate from pinned memory on the H200 host. First H200 benchmark: 8B prefill with
-3.9 / 2.0 GB of pinned host weights streamed twice took 0.15 / 0.07 s beyond the all-GPU prefill (52-56 GB/s;
-engine-facts: pinned H2D 55.4 GB/s). It was 20 before, which over-predicted those TTFTs 1.8-2.3x."""
+"""Effective op_offload copy rate from pinned memory on the H200 host: 8B prefill with 3.9 / 2.0 GB of pinned
+host weights streamed twice takes 0.15 / 0.07 s beyond the all-GPU prefill (52-56 GB/s; engine-facts: pinned H2D
+55.4 GB/s). 20 GB/s would over-predict those TTFTs 1.8-2.3x."""
 
 H200_MOE_EFFICIENCY = 0.5
-"""CPU MUL_MAT_ID decode rate relative to dense GEMV on the H200 host. First H200 benchmark, 30B-A3B with
-48 / 42 / 30 layers' experts on the CPU: the decode step was 12.6 / 16.9 / 7.7 ms longer than the dense rate
+"""CPU MUL_MAT_ID decode rate relative to dense GEMV on the H200 host. 30B-A3B with 48 / 42 / 30 layers'
+experts on the CPU: the decode step is 12.6 / 16.9 / 7.7 ms longer than the dense rate
 predicts for 1.02 / 0.89 / 0.64 GB of expert reads, i.e. 0.54 / 0.43 / 0.54 of the dense rate."""
 
 
@@ -311,7 +311,7 @@ PINNED_VS_PAGEABLE_MIN = 0.8
 KNOWN_GPU_MAX_RATIO = 4.0
 """A measured GPU rate more than 4x off the reference of the same GPU name is a measurement fault, not another
 host: a different PCIe generation halves H2D, clocks and llama.cpp versions move rates by tens of percent. The
-first H200 profile was 30x off in H2D (1.81 vs 55 GB/s) and 6.4x in GFLOP/s (24820 vs 160000)."""
+version-1 profiler's H200 profile was 30x off in H2D (1.81 vs 55 GB/s) and 6.4x in GFLOP/s (24820 vs 160000)."""
 KNOWN_GPU_CHECKED = ("bandwidth_gbps", "gflops", "op_overhead_us", "h2d_pinned_gbps", "h2d_pageable_gbps")
 CONSERVATIVE_GPU: dict[str, float] = dict(
     bandwidth_gbps=300.0,

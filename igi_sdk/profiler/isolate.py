@@ -3,12 +3,12 @@ that measurement.
 
 The child is started the way the benchmark's engine worker is (``multiprocessing`` "spawn": stdin on
 /dev/null, stdout and stderr into a log file, faulthandler on), and the result comes back over a pipe.
-History: the first H200 run's ``igi profile`` died with SIGSEGV and no output, and the whole profile was
-lost, hence the isolation (a crashed child is also retried once in a plain ``python -c`` child).
+A single-process ``igi profile`` that segfaults loses the whole profile and prints nothing, hence the isolation
+(a crashed child is also retried once in a plain ``python -c`` child).
 
-Load order: on the H200 host (CUDA build of llama.cpp) every model load in a process that had imported
-numpy *before* llama.cpp segfaulted inside ``llama_model::print_info``: its ``std::ostream`` insert was bound
-to the copy of that libstdc++ code inside ``libggml-cuda.so`` (native backtrace, 2026-11-30). Importing
+Load order: on the H200 host (CUDA build of llama.cpp) every model load in a process that has imported
+numpy *before* llama.cpp segfaults inside ``llama_model::print_info``: its ``std::ostream`` insert is bound
+to the copy of that libstdc++ code inside ``libggml-cuda.so`` (native backtrace). Importing
 llama.cpp first (``ENGINE_FIRST``) avoids it, so this module and the package's ``__init__`` import neither
 numpy nor pydantic, and a child imports the engine before its target. Measured there with this order:
 ``igi profile`` in 23 s, no term missing.

@@ -3,8 +3,8 @@
 Timing helpers (``TimedModel``), the synthetic timing models, and the arithmetic that turns timings into
 rates (``solve``, ``differential_rate``, ``copy_rate_gbps``: bytes, seconds and FLOPs in, GB/s or GFLOP/s
 out). A rate that the timings cannot resolve (the interesting part drowned in overhead or noise) raises
-``UnresolvedTerm``; the term is then missing, never a clamped nonsense figure (the first H200 profile's VRAM
-bandwidth was 73207808 "GB/s": the small model's byte count divided by a 1e-9 s clamp).
+``UnresolvedTerm``; the term is then missing, never a clamped nonsense figure (the version-1 profiler reported a
+VRAM bandwidth of 73207808 "GB/s" on the H200: the small model's byte count divided by a 1e-9 s clamp).
 """
 
 from __future__ import annotations

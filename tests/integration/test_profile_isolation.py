@@ -1,5 +1,5 @@
 """The profiler survives a measurement that crashes: each term runs in its own child process, a crash
-(SIGSEGV, as ``igi profile`` had on the first H200 run) loses that term only, recorded with the reason."""
+(SIGSEGV, as a model load can on a CUDA build) loses that term only, recorded with the reason."""
 
 from __future__ import annotations
 

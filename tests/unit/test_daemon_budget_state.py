@@ -64,7 +64,7 @@ def _status(daemon: Daemon) -> StatusReply:
 
 def test_status_during_a_reload_reports_the_budget_in_force_with_its_plan() -> None:
     """While the reload for a shrink runs, the worker still runs the 4096 MiB placement: status says 4096 MiB beside
-    that plan (it used to say 1024 MiB, the target, beside the 4096 MiB plan), and 1024 MiB once the reload is done."""
+    that plan (not 1024 MiB, the target, beside the 4096 MiB plan), and 1024 MiB once the reload is done."""
     daemon = _serving(4096)
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))
     during = _status(daemon)

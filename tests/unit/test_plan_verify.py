@@ -1,7 +1,7 @@
 """The edge's verified planning: the chosen plan is sized by an exact dry run and re-planned until it fits.
 
-llama.cpp's compute buffer depends on the exact layout, not only on the placement class (first H200 run:
-an ngl-25 attention-first plan needed 243 MiB more than its class figure and went over budget). The dry
+llama.cpp's compute buffer depends on the exact layout, not only on the placement class (on the H200
+an ngl-25 attention-first plan needs 243 MiB more than its class figure and goes over budget). The dry
 run is replaced at its seam (``exact=``) by a function with that property, so the loop runs on the CPU.
 """
 
@@ -37,7 +37,7 @@ CLASS_GPU_MIB = {"all_gpu": 517.5, "head_host": 270.0, "partial": 259.0, "cpu_of
 
 
 def class_table() -> ComputeBufferTable:
-    """Class figures like the first H200 run's (scaled with n_ubatch), marked as coming from a GPU machine."""
+    """Class figures like the H200's (scaled with n_ubatch), marked as coming from a GPU machine."""
     entries = []
     for ub in OPTIONS.n_ubatch_choices:
         for cls, mib in CLASS_GPU_MIB.items():

@@ -1,5 +1,5 @@
 """The profiler's arithmetic from timings to rates: units (bytes, seconds, FLOPs in; GB/s, GFLOP/s, us out)
-and the refusal to report a rate the timings cannot resolve (the first H200 profile's 73207808 "GB/s")."""
+and the refusal to report a rate the timings cannot resolve (the version-1 profiler's 73207808 "GB/s" on the H200)."""
 
 from __future__ import annotations
 

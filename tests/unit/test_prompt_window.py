@@ -86,7 +86,7 @@ def _started(events: list[wp.Event]) -> wp.Started:
 
 
 def test_a_5000_turn_session_costs_the_work_of_a_10_turn_one() -> None:
-    """Before, the whole history was rendered and tokenized once per pair dropped: quadratic in the history."""
+    """Rendering and tokenizing the whole history once per pair dropped would be quadratic in the history."""
     short, long = CountingTemplate(), CountingTemplate(budget=50_000)
     _prepare(short, _job("short", _history(10)))
     events = _prepare(long, _job("long", _history(5000)))

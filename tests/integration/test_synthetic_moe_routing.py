@@ -2,7 +2,7 @@
 
 llama.cpp copies only the activated experts to the GPU when it offloads prompt processing (PR 15346), so a
 synthetic router that sends every token to the same experts makes host-expert prefill look far cheaper than it
-is for a real model (generator version 1 did: docs/planner.md, "Known gap").
+is for a real model (generator version 1 did: docs/planner.md, "MoE routing").
 """
 
 from __future__ import annotations

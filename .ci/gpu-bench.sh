@@ -13,13 +13,13 @@
 # Env: LIMIT (default 555; keep it under the call's timeout, or nothing comes back), CONFIRM_LOADS (default 1: close calls
 # get one more load of the planner's placement and its challenger, docs/benchmarks.md), REPEATS (default 1; 3 adds about 12 min for the 8B and 10 min for the 30B-A3B: more than one
 # session of device time for both), MODELS (default "llama_8b qwen3_30b_a3b"), GPU_DAEMON_TEST (default 1; 0 skips
-# the daemon GPU test, e.g. in a session that re-measures one model: it passed in the fifth session), SCOPE (the
+# the daemon GPU test, e.g. when re-measuring one model), SCOPE (the
 # budgets and contexts, default the issue's grid; e.g. SCOPE="--budgets-mib 2048 3072 --ctx 4096 --prompt-tokens
 # 1024 --reply-tokens 64" with REPEATS=3 re-measures a few groups with three rounds each).
 T0=$(date +%s); LIMIT=${LIMIT:-555}; REPEATS=${REPEATS:-1}; CONFIRM_LOADS=${CONFIRM_LOADS:-1}; MODELS=${MODELS:-llama_8b qwen3_30b_a3b}
 SCOPE=${SCOPE:---budgets-mib 2048 3072 4096 6144 8192 --ctx 4096 16384 --prompt-tokens 1024 8192 --reply-tokens 64 32}
 GPU_DAEMON_TEST=${GPU_DAEMON_TEST:-1}
-# a call is killed at 600 s, before the EXIT trap can pack the results (the seventh session lost a call's files so)
+# a call is killed at 600 s, before the EXIT trap can pack the results: nothing would come back
 if [ "$LIMIT" -gt 580 ]; then echo "LIMIT=$LIMIT: over the call's 600 s, the results would not come back (max 580)"; exit 2; fi
 REAL_OUT=$OUT; export OUT=/tmp/igi-out; rm -rf $OUT; mkdir -p $OUT/r; R=$OUT/r
 S=/tmp/igi-state; mkdir -p $S

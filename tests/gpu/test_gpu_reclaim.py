@@ -1,8 +1,7 @@
 """On an NVIDIA GPU with a CUDA build: a reclaim to 0 MiB really frees the GPU, and the conversation goes on.
 
-The first GPU run of the harness measured the bug: the worker reloaded in place to ``cpu_only`` and NVML still saw
-586 MiB in it (the CUDA context and cuBLAS workspaces of llama.cpp's CUDA backend live as long as the process). Now
-the daemon replaces the worker by one with CUDA hidden (docs/daemon.md, "Worker replacement"). The real daemon
+A worker reloaded in place to ``cpu_only`` keeps 586 MiB (the CUDA context and cuBLAS workspaces of llama.cpp's
+CUDA backend live as long as the process), so the daemon replaces the worker by one with CUDA hidden (docs/daemon.md, "Worker replacement"). The real daemon
 (``python -m igi_sdk.daemon``, default model) starts at 2048 MiB; a greedy generation runs; a reclaim to 0 arrives
 while a second generation streams: the ack says ``measured_vram_mib == 0`` and NVML's per-process reading of every
 process of the daemon is 0, the stream ends normally with ``reloads_during >= 1``, and the session answers again;

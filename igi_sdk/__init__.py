@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "RequestCancelledError": "igi_sdk.client.errors",
     "RequestError": "igi_sdk.client.errors",
     "ShuttingDownError": "igi_sdk.client.errors",
+    "StaleConnectionFileError": "igi_sdk.client.errors",
     "TooLargeError": "igi_sdk.client.errors",
     "Tool": "igi_sdk.ipc.values",
     "tool_parameters": "igi_sdk.client.async_client",

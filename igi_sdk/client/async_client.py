@@ -27,7 +27,13 @@ from pydantic import ValidationError
 
 from igi_sdk._version import PROTOCOL_VERSION, __version__
 from igi_sdk.client.clock import MONOTONIC, Clock
-from igi_sdk.client.errors import ClientTimeoutError, DaemonUnavailableError, InvalidArgumentError, error_from_reply
+from igi_sdk.client.errors import (
+    ClientTimeoutError,
+    DaemonUnavailableError,
+    InvalidArgumentError,
+    StaleConnectionFileError,
+    error_from_reply,
+)
 from igi_sdk.client.stream import GenerationStream
 from igi_sdk.ipc.codec import validation_summary
 from igi_sdk.ipc.connection import ConnectionInfo, read_connection_file
@@ -66,10 +72,14 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.transport import SocketOptions, connect_dealer
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult
+from igi_sdk.processes import process_running
 
 SEND_RETRY_S = 0.02  # a send the DEALER cannot take now (no peer, or at its high-water mark) is retried this often
 RECONNECT_POLL_S = 0.2
 RECONNECT_RETRY_AFTER_ERROR_S = 1.0  # a daemon that refused the handshake is asked again this much later
+#: The longest handshake with a daemon whose connection file names a pid that is gone (it may be in another pid
+#: namespace: a live daemon answers hello within milliseconds).
+STALE_HANDSHAKE_S = 1.0
 MIN_HEARTBEAT_INTERVAL_S = 0.1  # PROTOCOL.md 11.1: a smaller announced interval (0 included) is read as this
 #: The ``error_reply.detail`` flag of a ``generate_request`` refused for reusing a running request's msg_id (6.6).
 DUPLICATE_MSG_ID = "duplicate_msg_id"
@@ -186,15 +196,26 @@ class AsyncClient:
         client_name: str = "igi-python",
         clock: Clock | None = None,
     ) -> AsyncClient:
-        """Read the connection file, connect and handshake (retrying until ``timeout_s``).
+        """Read the connection file, connect and handshake (retrying until ``timeout_s``: a missing file is a daemon
+        still starting).
+
+        A file that names a daemon that is gone (left by one killed with SIGKILL: its pid does not run, or runs with
+        another start time) gets one handshake of at most ``STALE_HANDSHAKE_S`` (the pid may be of another pid
+        namespace), then :class:`StaleConnectionFileError` unless the file was rewritten meanwhile.
 
         Raises:
+            StaleConnectionFileError: the file names a daemon that is gone.
             DaemonUnavailableError: no daemon answered within ``timeout_s``.
             UnsupportedVersionError: the daemon speaks another major protocol version.
         """
         client = cls(connection_file, timeout_s=timeout_s, reconnect=reconnect, client_name=client_name, clock=clock)
         deadline = client.clock.now_s() + timeout_s
-        if not await client._establish(deadline):
+        try:
+            established = await client._establish(deadline, fail_if_stale=True)
+        except BaseException:
+            await client.close()
+            raise
+        if not established:
             await client.close()
             raise DaemonUnavailableError(f"no daemon answered through {connection_file} within {timeout_s} s")
         client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
@@ -556,12 +577,16 @@ class AsyncClient:
         with contextlib.suppress(Exception):
             await self.cancel(msg_id)
 
-    async def _establish(self, deadline_s: float) -> bool:
+    async def _establish(self, deadline_s: float, fail_if_stale: bool = False) -> bool:
         """Connect and handshake, retrying until ``deadline_s`` (``self.clock``). True on success.
 
         The first handshake of an attempt uses the default hard cap; when ``hello_reply.limits.max_frame_bytes``
         asks for another one, the socket is replaced by one connected with ``2 * max_frame_bytes`` and the
         handshake is repeated on it (an option set after connecting would not apply to the connection).
+
+        A file whose daemon is gone gets handshakes of at most ``STALE_HANDSHAKE_S``; with ``fail_if_stale`` the
+        first one that goes unanswered raises :class:`StaleConnectionFileError` (unless the file changed meanwhile),
+        else the file is read again until a daemon rewrites it (a reconnect after a crash).
         """
         options = SocketOptions(linger_ms=0)
         while not self._closed and self.clock.now_s() < deadline_s:
@@ -570,6 +595,8 @@ class AsyncClient:
             except ConnectionFileError:
                 await self.clock.sleep(RECONNECT_POLL_S)
                 continue
+            stale = process_running(info.pid, info.pid_start_ticks) is False
+            attempt_deadline_s = min(deadline_s, self.clock.now_s() + STALE_HANDSHAKE_S) if stale else deadline_s
             # an asyncio context makes asyncio sockets (connect_dealer is typed for the plain one)
             # with the handshake credential the connection file names (zmq_mechanism), so the daemon lets it in
             socket = cast(
@@ -577,7 +604,7 @@ class AsyncClient:
                 connect_dealer(self._context, info.endpoint, options, plain_password=info.plain_password),
             )
             try:
-                reply = await self._handshake(socket, info, deadline_s)
+                reply = await self._handshake(socket, info, attempt_deadline_s)
             except BaseException:
                 # cancelled by close() mid-handshake included: a socket left open would block Context.term()
                 socket.close(linger=0)
@@ -594,8 +621,24 @@ class AsyncClient:
                 options = wanted  # handshake again at once, on a socket with the announced cap
                 continue
             socket.close(linger=0)
+            if stale and fail_if_stale:
+                if self._same_file(info):
+                    raise StaleConnectionFileError(
+                        f"connection file {self.connection_file} names daemon pid {info.pid}, which is no longer"
+                        " running (a daemon killed without removing its file); start the daemon, which replaces it",
+                        path=str(self.connection_file),
+                        pid=info.pid,
+                    )
+                continue  # a starting daemon replaced the file meanwhile: read it at once
             await self.clock.sleep(RECONNECT_POLL_S)
         return False
+
+    def _same_file(self, info: ConnectionInfo) -> bool:
+        """Whether the connection file still holds ``info`` (a starting daemon has not replaced it)."""
+        try:
+            return read_connection_file(self.connection_file) == info
+        except ConnectionFileError:
+            return False
 
     async def _handshake(self, socket: zmq.asyncio.Socket, info: ConnectionInfo, deadline_s: float) -> Message | None:
         """Send ``hello_request`` on ``socket``; the decoded answer, or None (no answer in time, or undecodable)."""

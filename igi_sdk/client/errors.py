@@ -3,6 +3,7 @@
 IgiError
  +-- ClientError
       +-- DaemonUnavailableError     no daemon answers (not running, killed, heartbeat timeout)
+      |    +-- StaleConnectionFileError   connect(): the file names a daemon that is gone (also a ConnectionFileError)
       +-- ClientTimeoutError         a request got no terminal reply within its timeout
       +-- RequestError               the daemon answered error_reply (``.code``, ``.detail``, ``.retryable``)
            +-- InvalidRequestError (+-- InvalidArgumentError: refused before sending), UnknownTypeError, UnsupportedVersionError, TooLargeError, BusyError,
@@ -21,6 +22,7 @@ from typing import Any
 
 from igi_sdk.errors import IgiError
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.ipc.errors import ConnectionFileError
 from igi_sdk.ipc.messages import ErrorReply
 
 
@@ -30,6 +32,17 @@ class ClientError(IgiError):
 
 class DaemonUnavailableError(ClientError):
     """The daemon is not reachable: not running, killed, or silent past ``client_timeout_s``."""
+
+
+class StaleConnectionFileError(DaemonUnavailableError, ConnectionFileError):
+    """``connect()``: the connection file names a daemon that is gone (its pid does not run, or runs with another start
+    time), and nothing answered a short handshake: a daemon killed with SIGKILL left it. ``path`` and ``pid`` say which.
+    """
+
+    def __init__(self, message: str, path: str, pid: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
 
 
 class ClientTimeoutError(ClientError, TimeoutError):

@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from daemon_process import DaemonProcess
 
+from igi_sdk.client import Client, StaleConnectionFileError
 from igi_sdk.processes import process_start_ticks
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(os.name != "posix", reason="POSIX pids")]
@@ -39,6 +41,10 @@ def test_the_connection_file_of_a_killed_daemon_is_removed_at_the_next_start(pri
     assert first.info().pid_start_ticks == process_start_ticks(first.pid)
     first.kill9()
     assert killed_file.is_file(), "SIGKILL leaves the connection file"
+    began_s = time.monotonic()
+    with pytest.raises(StaleConnectionFileError, match=f"pid {first.pid}"):
+        Client.connect(killed_file, timeout_s=30)
+    assert time.monotonic() - began_s < 10, "a client fails fast on the stale file, not after its 30 s timeout"
     stale_copy = private_tmp / "igi.json"
     shutil.copy2(killed_file, stale_copy)  # the fixed path a game names, left by a killed daemon as well
     second = DaemonProcess(tmpdir=private_tmp, default_connection_file=True).start()

@@ -96,6 +96,7 @@ case "$cmd" in
     ensure_venv
     ensure_model
     [ $# -eq 0 ] && lint  # the whole suite: lint first (a run of chosen tests skips it)
+    # no arguments: every folder under tests/ (testpaths in pyproject.toml; unit, property, process, integration, ...)
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   lint)

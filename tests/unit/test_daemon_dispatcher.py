@@ -1,7 +1,7 @@
-"""Dispatcher and decoder under random and mutated frames (engine seam faked: no worker process).
-
-Whatever arrives, the dispatcher survives, and every message is either dropped and counted (bad frame,
-bad signature) or answered with exactly one typed reply whose parent_id is the request's msg_id when known.
+"""The daemon's dispatcher with the engine seam faked (``dispatcher_sim``: no worker process): a failing handler, a
+job the worker pipe refuses, a duplicate or replayed msg_id and a stamp outside the window each get exactly one typed
+reply and leave no state behind; hello and frame stats report the limits and pacing in force. Random and mutated
+frames: tests/property/test_daemon_dispatcher_fuzz.py.
 """
 
 from __future__ import annotations
@@ -10,15 +10,11 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from dispatcher_sim import IDENTITY, KEY, new_dispatcher, replies_of, signed_frames
 
-from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.dispatcher import Dispatcher
-from igi_sdk.daemon.placement_plan import PlanOutcome
-from igi_sdk.daemon.service import DaemonService
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -32,160 +28,28 @@ from igi_sdk.ipc.messages import (
     HeartbeatRequest,
     HelloReply,
     HelloRequest,
-    Message,
     ReclaimRequest,
     SetBudgetRequest,
     StatusRequest,
 )
 from igi_sdk.ipc.signing import sign
-from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.placement import Placement
-
-KEY = bytes(range(32))
-IDENTITY = b"\x00client"
-
-
-class FakeWorker:
-    """The engine seam: records commands, never runs a model."""
-
-    ready = True
-    restarts = 0
-    pid = None
-    gpu_hidden = False
-
-    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
-        return False
-
-    def __init__(self) -> None:
-        self.placement = Placement()
-        self.commands: list[wp.Command] = []
-
-    def send(self, command: wp.Command) -> None:
-        self.commands.append(command)
-
-    def read_events(self) -> list[wp.Event]:
-        return []
-
-    def is_dead(self) -> bool:
-        return False
-
-    def restart(self) -> None: ...
-    def start(self) -> None: ...
-    def stop(self, timeout_s: float = 5.0) -> None: ...
-    def fds(self) -> list[int]:
-        return []
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return {"max_prompt_tokens": 1008}  # what worker_config_for gives 4096 tokens over 4 sequences
-
-
-class _Planner:
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        return _outcome(budget_mib)
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        return _outcome(budget_mib)
-
-    def dry_run_child_mib(self) -> int:
-        return 0  # no GPU: dry runs take no VRAM
-
-
-def _outcome(budget_mib: int) -> PlanOutcome:
-    return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
-
-
-def _setup() -> tuple[Dispatcher, DaemonCore, list[list[bytes]]]:
-    sent: list[list[bytes]] = []
-    core = DaemonCore(
-        DaemonSettings(), KEY, lambda identity, frames: sent.append(frames), FakeWorker(), clock=lambda: 100.0
-    )
-    service = DaemonService(
-        core,
-        _Planner(),  # type: ignore[arg-type]
-        _outcome(0),
-        Placement(),
-        lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-    )
-    return service.dispatcher, core, sent
-
-
-def _frames(message: Message, session_id: str | None = None) -> list[bytes]:
-    return [IDENTITY, *pack_message(KEY, new_header(message.type, session_id=session_id), message)]
-
-
-VALID = [StatusRequest(), HeartbeatRequest(), CreateSessionRequest(persona="p", system_prompt="s")]
-
-
-def _replies(sent: list[list[bytes]]) -> list[tuple[Any, Message]]:
-    return [unpack_message(KEY, frames) for frames in sent]
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.binary(max_size=80), max_size=6))
-def test_random_frames_never_kill_the_dispatcher(frames: list[bytes]) -> None:
-    dispatcher, core, sent = _setup()
-    dispatcher.on_batch([frames])
-    dropped = core.counters["bad_frame"] + core.counters["bad_signature"]
-    assert dropped + len(sent) == 1  # dropped and counted, or answered exactly once
-    for _header, reply in _replies(sent):
-        assert isinstance(reply, ErrorReply)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(VALID), st.integers(0, 4), st.integers(0, 10_000), st.binary(min_size=1, max_size=4))
-def test_mutated_signed_frames_get_typed_errors_or_are_dropped(
-    message: Message, frame: int, offset: int, junk: bytes
-) -> None:
-    dispatcher, core, sent = _setup()
-    frames = _frames(message)
-    target = bytearray(frames[frame])
-    position = offset % (len(target) + 1)
-    target[position : position + len(junk)] = junk
-    frames[frame] = bytes(target)
-    if frame in (3, 4):  # re-sign so the mutation reaches the decoder instead of failing the HMAC
-        frames[2] = sign(KEY, frames[3], frames[4])
-    dispatcher.on_batch([frames])
-    dropped = core.counters["bad_frame"] + core.counters["bad_signature"]
-    assert dropped + len(sent) == 1
-    for _header, reply in _replies(sent):
-        if isinstance(reply, ErrorReply):
-            assert reply.code in set(ErrorCode) - {ErrorCode.INTERNAL}
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.dictionaries(
-        st.text(max_size=12),
-        st.one_of(st.none(), st.integers(-5, 2**40), st.text(max_size=20), st.floats(allow_nan=False)),
-        max_size=6,
-    )
-)
-def test_random_generate_content_is_answered_once(content: dict[str, Any]) -> None:
-    dispatcher, core, sent = _setup()
-    header = new_header("generate_request", session_id="s1")
-    header_bytes, content_bytes = packb(to_wire(header)), packb(content)
-    dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
-    ((reply_header, reply),) = _replies(sent)
-    assert reply_header.parent_id == header.msg_id
-    assert isinstance(reply, ErrorReply) and reply.code in (ErrorCode.INVALID_REQUEST, ErrorCode.NOT_FOUND)
 
 
 def test_handler_exception_becomes_internal_error_reply() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     dispatcher._handlers["status_request"] = lambda *args: 1 / 0
-    dispatcher.on_batch([_frames(StatusRequest())])
-    ((_header, reply),) = _replies(sent)
+    dispatcher.on_batch([signed_frames(StatusRequest())])
+    ((_header, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INTERNAL
-    dispatcher.on_batch([_frames(HeartbeatRequest())])  # still serving
-    assert _replies(sent)[-1][1].type == "heartbeat_reply"
+    dispatcher.on_batch([signed_frames(HeartbeatRequest())])  # still serving
+    assert replies_of(sent)[-1][1].type == "heartbeat_reply"
 
 
 def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> None:
     """A generation whose command cannot be sent (an out-of-range value reaching the pipe's encoder) is answered
     once and forgotten: its session is free again and every later generation of every session goes through (one
     such job had failed every later generate with ``internal`` and left its session ``busy`` for good)."""
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     worker = core.worker
     refuse = {"text": "poison"}
 
@@ -197,26 +61,26 @@ def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> 
     worker.send = send  # type: ignore[method-assign]
     sids = []
     for persona in ("a", "b"):
-        dispatcher.on_batch([_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
-        sids.append(_replies(sent)[-1][1].session_id)  # type: ignore[attr-defined]
+        dispatcher.on_batch([signed_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
+        sids.append(replies_of(sent)[-1][1].session_id)  # type: ignore[attr-defined]
     poison = new_header("generate_request", session_id=sids[0])
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, poison, GenerateRequest(text="poison"))]])
-    replies = [(h, r) for h, r in _replies(sent) if h.parent_id == poison.msg_id]
+    replies = [(h, r) for h, r in replies_of(sent) if h.parent_id == poison.msg_id]
     assert len(replies) == 1 and isinstance(replies[0][1], ErrorReply)
     assert poison.msg_id not in core.jobs and core.sessions.get(sids[0]).job_id is None  # type: ignore[union-attr]
     n_replies = len(sent)
     for sid in sids:  # both sessions generate again, the poisoned one included
-        dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+        dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
     assert len(sent) == n_replies  # no error: both were forwarded
     assert [c.session_id for c in worker.commands if isinstance(c, wp.Generate)] == sids  # type: ignore[attr-defined]
-    assert len([r for h, r in _replies(sent) if h.parent_id == poison.msg_id]) == 1
+    assert len([r for h, r in replies_of(sent) if h.parent_id == poison.msg_id]) == 1
 
 
 def test_a_handler_crash_after_queueing_a_generation_leaves_no_job() -> None:
     """The internal error reply is the request's one terminal reply: the job the handler had queued goes too."""
-    dispatcher, core, sent = _setup()
-    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
-    sid = _replies(sent)[0][1].session_id  # type: ignore[attr-defined]
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = replies_of(sent)[0][1].session_id  # type: ignore[attr-defined]
     original = dispatcher._handlers["generate_request"]
 
     def crash_after(c: DaemonCore, i: bytes, h: Any, m: Any) -> None:
@@ -224,79 +88,79 @@ def test_a_handler_crash_after_queueing_a_generation_leaves_no_job() -> None:
         raise RuntimeError("bug after queueing")
 
     dispatcher._handlers["generate_request"] = crash_after
-    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
-    assert _replies(sent)[-1][1].code == ErrorCode.INTERNAL  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
+    assert replies_of(sent)[-1][1].code == ErrorCode.INTERNAL  # type: ignore[attr-defined]
     (job,) = core.jobs.values()  # in the worker already: cancelled there, and its end goes to no one
     assert job.cancel_requested and job.identity == b""
     assert core.worker.commands[-1] == wp.Cancel(job_id=job.job_id)  # type: ignore[attr-defined]
 
 
 def test_generate_is_forwarded_to_the_worker_and_queue_limit_is_busy() -> None:
-    dispatcher, core, sent = _setup()
-    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
-    sid = _replies(sent)[0][1].session_id  # type: ignore[attr-defined]
-    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = replies_of(sent)[0][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
     assert isinstance(core.worker.commands[-1], wp.Generate)  # type: ignore[attr-defined]
     assert core.worker.commands[-1].messages[-1] == ("user", "hi")  # type: ignore[attr-defined]
-    dispatcher.on_batch([_frames(GenerateRequest(text="again"), session_id=sid)])
-    assert _replies(sent)[-1][1].code == ErrorCode.BUSY  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="again"), session_id=sid)])
+    assert replies_of(sent)[-1][1].code == ErrorCode.BUSY  # type: ignore[attr-defined]
 
 
 def test_duplicate_msg_id_is_refused_and_the_first_generation_goes_on() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     sids = []
     for persona in ("a", "b"):
-        dispatcher.on_batch([_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
-        sids.append(_replies(sent)[-1][1].session_id)  # type: ignore[attr-defined]
+        dispatcher.on_batch([signed_frames(CreateSessionRequest(persona=persona, system_prompt="s"))])
+        sids.append(replies_of(sent)[-1][1].session_id)  # type: ignore[attr-defined]
     first = new_header("generate_request", session_id=sids[0])
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, first, GenerateRequest(text="hi"))]])
     again = first.model_copy(update={"session_id": sids[1]})
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, again, GenerateRequest(text="hi"))]])
-    header, reply = _replies(sent)[-1]
+    header, reply = replies_of(sent)[-1]
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
     assert reply.detail == {"duplicate_msg_id": True} and header.parent_id == first.msg_id
     assert first.msg_id in core.jobs and len(core.worker.commands) == 1  # type: ignore[attr-defined]
 
 
 def test_malformed_session_id_is_answered_to_its_msg_id() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     raw = to_wire(new_header("close_session_request", session_id="npc_1")) | {"session_id": "has space"}
     header_bytes, content_bytes = packb(raw), packb({})
     dispatcher.on_batch([[IDENTITY, b"IGI1", sign(KEY, header_bytes, content_bytes), header_bytes, content_bytes]])
-    ((header, reply),) = _replies(sent)
+    ((header, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
     assert header.parent_id == raw["msg_id"] and header.session_id is None
 
 
 def test_hello_announces_the_prompt_limit_the_worker_enforces() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     assert core.settings.limits.max_prompt_tokens == 1536
-    dispatcher.on_batch([_frames(HelloRequest(client_name="t", client_version="1", protocol_version="1.0"))])
-    ((_h, reply),) = _replies(sent)
+    dispatcher.on_batch([signed_frames(HelloRequest(client_name="t", client_version="1", protocol_version="1.0"))])
+    ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, HelloReply) and reply.limits.max_prompt_tokens == 1008
 
 
 def test_other_major_version_is_unsupported() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     header = new_header("status_request").model_copy(update={"protocol_version": "2.0"})
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
-    ((_h, reply),) = _replies(sent)
+    ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
     assert reply.detail == {"supported": ("1.0", "1.1", "1.2")}
 
 
 def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     core.governor = None
     core.sleep_ms_between_tokens = 12.5  # set while a governor ran
-    dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=16.0, target_frame_time_ms=0.0))])
-    ((_h, reply),) = _replies(sent)
+    dispatcher.on_batch([signed_frames(FrameStatsRequest(frame_time_ms=16.0, target_frame_time_ms=0.0))])
+    ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, FrameStatsReply) and reply.throttle.sleep_ms_between_tokens == 12.5
 
 
 def _frame_stats(dispatcher: Dispatcher, sent: list[list[bytes]], frame_ms: float) -> FrameStatsReply:
-    dispatcher.on_batch([_frames(FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.0))])
-    reply = _replies(sent)[-1][1]
+    dispatcher.on_batch([signed_frames(FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.0))])
+    reply = replies_of(sent)[-1][1]
     assert isinstance(reply, FrameStatsReply)
     return reply
 
@@ -305,16 +169,16 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
     """Daemon side of "no throttle while nothing generates": the handler tells the governor whether a generation runs. Long frames with no
     job forwarded to the worker (jitter before any NPC speaks) leave generation unthrottled; the same frames
     while a generation runs throttle it."""
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     now = [100.0]
     core.clock = lambda: now[0]
     for _ in range(60):
         now[0] += 1 / 60
         assert _frame_stats(dispatcher, sent, 40.0).throttle.sleep_ms_between_tokens == 0.0
     assert core.governor.state.allowance == 1.0
-    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
-    sid = _replies(sent)[-1][1].session_id  # type: ignore[attr-defined]
-    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = replies_of(sent)[-1][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
     assert any(job.forwarded for job in core.jobs.values())
     settle_s = core.governor.params.generation_settle_s
     for _ in range(round(settle_s * 60) - 1):  # the estimate still holds the frames from before the generation
@@ -330,12 +194,12 @@ def test_frame_stats_throttles_only_while_a_generation_runs() -> None:
 def test_each_governor_change_is_logged_with_the_p95_it_was_judged_by(caplog: pytest.LogCaptureFixture) -> None:
     """A tighten (and any other change of the throttle or a budget proposal) is logged with the p95 it was judged
     by, so a run's daemon log shows why the throttle moved."""
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     now = [100.0]
     core.clock = lambda: now[0]
-    dispatcher.on_batch([_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
-    sid = _replies(sent)[-1][1].session_id  # type: ignore[attr-defined]
-    dispatcher.on_batch([_frames(GenerateRequest(text="hi"), session_id=sid)])
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="a", system_prompt="b"))])
+    sid = replies_of(sent)[-1][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
     with caplog.at_level(logging.INFO, logger="igi_sdk.daemon.governor"):
         for _ in range(30):
             now[0] += 1 / 60
@@ -355,10 +219,10 @@ def test_each_governor_change_is_logged_with_the_p95_it_was_judged_by(caplog: py
 def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
     """Daemon side of the budget in force: set_budget and reclaim fold the game's budget into the governor after
     BudgetControl has taken the request; a request it refuses with an error leaves the governor as it was."""
-    dispatcher, core, sent = _setup()
-    dispatcher.on_batch([_frames(SetBudgetRequest(vram_budget_mib=1024))])
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(SetBudgetRequest(vram_budget_mib=1024))])
     assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (1024, 1024)
-    dispatcher.on_batch([_frames(ReclaimRequest(vram_budget_mib=512, deadline_s=1.0))])
+    dispatcher.on_batch([signed_frames(ReclaimRequest(vram_budget_mib=512, deadline_s=1.0))])
     assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (512, 512)
 
     def refuse(*_args: Any) -> None:
@@ -366,20 +230,20 @@ def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
 
     dispatcher._budget.on_set_budget = refuse  # type: ignore[method-assign]
     dispatcher._budget.on_reclaim = refuse  # type: ignore[method-assign]
-    dispatcher.on_batch([_frames(SetBudgetRequest(vram_budget_mib=256))])
-    dispatcher.on_batch([_frames(ReclaimRequest(vram_budget_mib=128, deadline_s=1.0))])
-    assert [type(reply).__name__ for _h, reply in _replies(sent)[-2:]] == ["ErrorReply", "ErrorReply"]
+    dispatcher.on_batch([signed_frames(SetBudgetRequest(vram_budget_mib=256))])
+    dispatcher.on_batch([signed_frames(ReclaimRequest(vram_budget_mib=128, deadline_s=1.0))])
+    assert [type(reply).__name__ for _h, reply in replies_of(sent)[-2:]] == ["ErrorReply", "ErrorReply"]
     assert (core.governor.state.budget_mib, core.governor.state.ceiling_mib) == (512, 512)
 
 
 def test_a_replayed_message_is_answered_replayed_and_executed_once() -> None:
     """PROTOCOL.md 2.1: a copy of a signed message gets error_reply{replayed}; its handler ran only for the original."""
-    dispatcher, core, sent = _setup()
-    create = _frames(CreateSessionRequest(persona="p", system_prompt="s"))
+    dispatcher, core, sent = new_dispatcher()
+    create = signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))
     dispatcher.on_batch([create])
     dispatcher.on_batch([list(create)])
     assert len(core.sessions) == 1 and core.counters["replayed"] == 1
-    (first_header, first), (second_header, second) = _replies(sent)
+    (first_header, first), (second_header, second) = replies_of(sent)
     assert first.type == "create_session_reply"
     assert isinstance(second, ErrorReply) and second.code == ErrorCode.REPLAYED and not second.retryable
     assert second.detail == {"reason": "duplicate", "window_s": 300.0}
@@ -388,22 +252,22 @@ def test_a_replayed_message_is_answered_replayed_and_executed_once() -> None:
 
 @pytest.mark.parametrize(("age_s", "reason"), [(301.0, "stale"), (-301.0, "future")])
 def test_a_message_stamped_outside_the_window_is_refused(age_s: float, reason: str) -> None:
-    dispatcher, core, sent = _setup()
+    dispatcher, core, sent = new_dispatcher()
     header = new_header("status_request", sent_at=core.wall_clock() - age_s)
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
-    ((_h, reply),) = _replies(sent)
+    ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.REPLAYED and reply.detail["reason"] == reason
 
 
 def test_a_running_generations_msg_id_still_gets_its_duplicate_answer() -> None:
     """Rule 6.6 goes first: the same generate_request frames again while it runs are a duplicate_msg_id, not a
     replay, so the client knows its first request goes on."""
-    dispatcher, core, sent = _setup()
-    dispatcher.on_batch([_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
-    sid = _replies(sent)[0][1].session_id
-    generate = _frames(GenerateRequest(text="hi"), session_id=sid)
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
+    sid = replies_of(sent)[0][1].session_id
+    generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
     dispatcher.on_batch([generate])
     dispatcher.on_batch([list(generate)])
-    reply = _replies(sent)[-1][1]
+    reply = replies_of(sent)[-1][1]
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
     assert reply.detail == {"duplicate_msg_id": True} and len(core.jobs) == 1

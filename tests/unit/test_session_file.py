@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import threading
 from pathlib import Path
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from igi_sdk.daemon.session_file import (
     MAGIC,
@@ -20,8 +17,6 @@ from igi_sdk.daemon.session_file import (
     SessionFileMissing,
     SessionFileTooLarge,
     SessionSnapshot,
-    _Blob,
-    _BodyReader,
     read_kv_state,
     read_session_file,
     write_session_file,
@@ -160,51 +155,6 @@ def test_a_symlink_loop_and_an_overlong_name_are_typed_errors(tmp_path: Path) ->
         read_session_file(tmp_path / ("n" * 300))
     with pytest.raises(SessionFileMissing):
         read_session_file(tmp_path / "none")
-
-
-# --- the streaming reader decodes what msgpack decodes, and never keeps a bin --------------------------------------
-_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=300)
-    | st.binary(max_size=70_000),
-    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=10), inner, max_size=8),
-    max_leaves=40,
-)
-
-
-def _expected(value: object) -> object:
-    """``value`` as the session reader returns it: arrays as tuples, bins as (length, sha256)."""
-    if isinstance(value, bytes):
-        return (len(value), hashlib.sha256(value).digest())
-    if isinstance(value, (list, tuple)):
-        return tuple(_expected(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _expected(v) for k, v in value.items()}
-    return value
-
-
-def _decoded(value: object) -> object:
-    if isinstance(value, _Blob):
-        return (value.length, value.sha256)
-    if isinstance(value, tuple):
-        return tuple(_decoded(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _decoded(v) for k, v in value.items()}
-    return value
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(value=_VALUES)
-def test_the_streaming_reader_decodes_what_msgpack_decodes(value: object) -> None:
-    body = msgpack.packb(value, use_bin_type=True)
-    reader = _BodyReader(io.BytesIO(body), "x", len(body))
-    decoded = reader.value(0)
-    reader.end()
-    assert _decoded(decoded) == _expected(msgpack.unpackb(body, raw=False, use_list=False))
-    assert reader.drain_and_check(hashlib.sha256(body).digest())
 
 
 def test_a_written_kv_state_is_located_not_read_and_verified_when_read(tmp_path: Path) -> None:

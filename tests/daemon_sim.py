@@ -1,10 +1,12 @@
-"""Test helper: the real daemon above a simulated engine worker (the engine seam faked), for the unit tests.
+"""Test helper: the real daemon above a simulated engine worker (the engine seam faked), for the unit and property
+tests.
 
 A simulated worker (a FIFO of generations, one token per step, reloads, exports, a crash on demand, a model that
 llama.cpp refuses) stands in for the engine worker process; everything above it is the real daemon code
 (dispatcher, handlers, budget control, model switch, worker-event and worker-death handling), driven the way the
-server loop drives it. Used by test_daemon_bookkeeping.py, test_daemon_budget_races.py and the worker
-replacement tests (with replacement_sim.py).
+server loop drives it. Used by the daemon tests in tests/unit, the worker replacement tests (with
+replacement_sim.py) and the bookkeeping properties in tests/property (which draw ``run_actions``' actions from
+daemon_actions.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from hypothesis import strategies as st
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
@@ -318,25 +318,9 @@ def check_one_budget(daemon: Daemon) -> None:
     assert budget.state.pending_mib is None or budget.under_way or daemon.service.stopped
 
 
-ACTIONS = st.one_of(
-    st.tuples(st.just("create")),
-    st.tuples(st.just("generate"), st.integers(0, 3), st.integers(1, 4)),
-    st.tuples(st.just("cancel"), st.integers(0, 7)),
-    st.tuples(st.just("close"), st.integers(0, 3)),
-    st.tuples(st.just("save"), st.integers(0, 3)),
-    st.tuples(st.just("status")),
-    st.tuples(st.just("set_budget"), st.sampled_from([0, 512, 4096])),
-    st.tuples(st.just("reclaim"), st.sampled_from([0, 512])),
-    st.tuples(st.just("gen_cancel")),  # a generate and its cancel in one poll tick
-    st.tuples(st.just("shutdown")),
-    st.tuples(st.just("load_model"), st.sampled_from(sorted(MODELS))),
-    st.tuples(st.just("step"), st.integers(1, 6)),
-    st.tuples(st.just("kill")),
-)
-
-
 def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000) -> Daemon:
-    """Drive a fresh daemon through ``actions`` (drawn from ``ACTIONS``), then let everything finish."""
+    """Drive a fresh daemon through ``actions`` (tuples like ``("generate", session, max_tokens)``; the property
+    tests draw them from ``tests/property/daemon_actions.ACTIONS``), then let everything finish."""
     daemon = Daemon(max_worker_restarts)
     sessions: list[str] = []
     generations: list[str] = []

@@ -1,0 +1,29 @@
+"""Request bookkeeping of the daemon with the engine seam faked (``daemon_sim``): random interleavings of requests,
+worker steps, worker deaths and model loads leave every request with exactly one terminal reply, token events
+consecutive and before it, and no job behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon_actions import ACTIONS
+from daemon_sim import check_exactly_one_terminal_reply, run_actions
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ACTIONS, max_size=30))
+def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, ...]]) -> None:
+    daemon = run_actions(actions)
+    check_exactly_one_terminal_reply(daemon)
+    assert daemon.core.model_info is not None  # never left without a model (restarts unlimited here)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ACTIONS, max_size=30))
+def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(
+    actions: list[tuple[Any, ...]],
+) -> None:
+    """One restart allowed: a second death leaves the daemon without a model; what was waiting is answered."""
+    check_exactly_one_terminal_reply(run_actions(actions, max_worker_restarts=1))

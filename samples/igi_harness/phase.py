@@ -135,8 +135,12 @@ def _game_loop(
     times: SceneTimes,
     target_ms: float,
     on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Fixed-rate loop: report the last frame, render, wait for the next frame slot (no catch-up).
+
+    ``clock`` (seconds, the one ``side.t0`` was read from) and ``sleep`` are the real ones; a test passes its own.
 
     The frame time the game reports is the last frame's *busy* time: its interval minus the idle time it
     asked for (the sleep to the next frame slot), i.e. render work plus every delay the game did not choose
@@ -155,7 +159,7 @@ def _game_loop(
     window = WorstFrameWindow(cfg.stats_every_n_frames)
     send = lambda worst_ms: side.frame_stats(worst_ms, target_ms)  # the worst frame of the window (conservative)
     while True:
-        start = time.perf_counter()
+        start = clock()
         generating = rec.generating  # NPC generations in flight when this frame starts
         t = start - t0
         if prev_start is not None:
@@ -181,15 +185,15 @@ def _game_loop(
             side.restore(cfg.budget_mib)
         scale = cfg.spike_scale if times.spike_s <= t < times.spike_end_s else 1.0
         workload.run(scale)
-        work_end = time.perf_counter()
+        work_end = clock()
         if on_frame is not None:
             on_frame(rec, side, t)
         prev_start, prev_work_ms, prev_gen, prev_scale = start, (work_end - start) * 1000.0, generating, scale
         frame_no += 1
         next_frame += target_s
-        delay = next_frame - time.perf_counter()
+        delay = next_frame - clock()
         prev_idle_ms = max(0.0, delay) * 1000.0
         if delay > 0:
-            time.sleep(delay)
+            sleep(delay)
         else:
-            next_frame = time.perf_counter()  # a long frame: start the next one now, do not try to catch up
+            next_frame = clock()  # a long frame: start the next one now, do not try to catch up

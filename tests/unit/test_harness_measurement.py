@@ -116,17 +116,38 @@ def test_without_steal_readings_the_frame_figures_have_no_steal_keys() -> None:
     assert "steal_pct_mean" not in talk and rec.summary()["steal_timeline"]["available"] is False
 
 
-def test_game_loop_reads_the_steal_counters_every_few_frames() -> None:
-    rec = PhaseRecorder(name="p", governor=False, target_frame_ms=16.667)
-    _run_loop(rec, _FakeSide([]), _FakeWorkload(lambda i: None), duration_s=0.5)
-    if not Path("/proc/stat").exists():
-        pytest.skip("no /proc/stat on this system")
+def test_game_loop_reads_the_steal_counters_every_few_frames(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"  # /proc/stat as the host counts it: each frame 10 ticks, 1 of them stolen
+    rec = PhaseRecorder(name="p", governor=False, target_frame_ms=16.667, steal=StealMeter(path=stat))
+
+    def host_ticks(frame: int) -> None:
+        stat.write_text(f"cpu  {9 * (frame + 1)} 0 0 0 0 0 0 {frame + 1} 0 0\n")
+
+    host_ticks(-1)
+    _run_loop(rec, _FakeSide([]), _FakeWorkload(host_ticks), _LoopClock(), duration_s=0.5)
     # a reading at frames 0, 6, 12, ... (every 100 ms at 60 fps) and at the end
     assert 3 <= len(rec.steal.intervals) <= 6, rec.steal.intervals
     assert all(0.0 <= pct <= 100.0 for _, _, pct in rec.steal.intervals)
+    assert [round(end - start, 6) for start, end, _ in rec.steal.intervals[:4]] == [0.1] * 4
+    assert all(pct == pytest.approx(10.0) for _, _, pct in rec.steal.intervals)
 
 
-# --- the game loop (fakes for the daemon side and the render work) ---------------------------------------
+# --- the game loop (fakes for the daemon side, the render work and the clock) ---------------------------
+class _LoopClock:
+    """The game loop's clock: time moves only by the loop's sleeps and by the render work a frame says it did."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, delay_s: float) -> None:
+        self.now_s += delay_s
+
+    work = sleep
+
+
 class _FakeSide:
     def __init__(self, send_results: list[bool]) -> None:
         self.t0 = time.perf_counter()
@@ -155,7 +176,9 @@ class _FakeWorkload:
         self.frame += 1
 
 
-def _run_loop(rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, duration_s: float = 0.5) -> None:
+def _run_loop(
+    rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, clock: _LoopClock, duration_s: float = 0.5
+) -> None:
     cfg = PhaseConfig(
         duration_s=duration_s,
         fps=60.0,
@@ -173,8 +196,8 @@ def _run_loop(rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, dura
     times = SceneTimes(
         talk_start_s=0.1, talk_end_s=0.4, spike_s=99.0, spike_end_s=99.5, restore_s=99.9, duration_s=duration_s
     )
-    side.t0 = time.perf_counter()
-    _game_loop(rec, side, workload, cfg, times, 1000.0 / 60.0, None)  # type: ignore[arg-type]
+    side.t0 = clock()
+    _game_loop(rec, side, workload, cfg, times, 1000.0 / 60.0, None, clock, clock.sleep)  # type: ignore[arg-type]
 
 
 def test_worst_frame_window_keeps_the_worst_until_it_is_sent() -> None:
@@ -201,16 +224,18 @@ def test_worst_frame_window_keeps_the_worst_until_it_is_sent() -> None:
 def test_game_loop_reports_the_worst_frame_of_an_unsent_window() -> None:
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
     side = _FakeSide([False])  # the first report finds the previous one still in flight
-    _run_loop(rec, side, _FakeWorkload(lambda i: time.sleep(0.04) if i == 3 else None))
+    clock = _LoopClock()
+    _run_loop(rec, side, _FakeWorkload(lambda i: clock.work(0.04) if i == 3 else None), clock)
     assert len(side.sent) >= 3
-    assert side.sent[0][0] >= 40.0 and side.sent[0][1] is False
-    assert side.sent[1][0] >= 40.0, side.sent  # without the fix the 40 ms frame is lost with the unsent window
+    assert side.sent[0][0] == pytest.approx(40.0) and side.sent[0][1] is False
+    # without the fix the 40 ms frame is lost with the unsent window
+    assert side.sent[1][0] == pytest.approx(40.0), side.sent
 
 
 def test_game_loop_off_phase_sends_nothing() -> None:
     rec = PhaseRecorder(name="p", governor=False, target_frame_ms=16.667)
     side = _FakeSide([])
-    _run_loop(rec, side, _FakeWorkload(lambda i: None), duration_s=0.2)
+    _run_loop(rec, side, _FakeWorkload(lambda i: None), _LoopClock(), duration_s=0.2)
     assert side.sent == [] and rec.frames
 
 
@@ -221,7 +246,7 @@ def test_game_loop_samples_generating_when_the_frame_starts() -> None:
         if i == 2:
             rec.generating = 1  # a reply starts while frame 2 renders
 
-    _run_loop(rec, _FakeSide([]), _FakeWorkload(hook), duration_s=0.2)
+    _run_loop(rec, _FakeSide([]), _FakeWorkload(hook), _LoopClock(), duration_s=0.2)
     assert [f[3] for f in rec.frames[:4]] == [0, 0, 0, 1]
 
 

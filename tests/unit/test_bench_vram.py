@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 from igi_sdk.bench.vram import MIB, PynvmlReader, VramSampler
 
 
 class ScriptedReader:
-    """Device memory follows a script: idle, then a load ramp, then a peak, then release."""
+    """Device memory follows a script: idle, then a load ramp, then a peak, then release. ``sampled`` waits until the
+    sampler thread has taken a whole sample of the figures last set (no sleep that hopes it did)."""
 
     name = "Fake GPU"
 
@@ -18,15 +18,27 @@ class ScriptedReader:
         self.used = int(idle_mib * MIB)
         self.process: dict[int, int] = {}
         self.pid = process_pid
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.reads = 0  # device reads that returned a figure
+        self._reads_at_set = 0
 
     def set(self, device_mib: float, process_mib: float | None) -> None:
         with self.lock:
             self.used = int(device_mib * MIB)
             self.process = {} if process_mib is None else {self.pid: int(process_mib * MIB)}
+            self._reads_at_set = self.reads
+
+    def sampled(self) -> None:
+        """The next device read returns the figures set; the sampler begins the read after it once that sample is
+        done."""
+        with self.lock:
+            wanted = self._reads_at_set + 2
+            assert self.lock.wait_for(lambda: self.reads >= wanted, timeout=10.0), "the sampler stopped sampling"
 
     def device_used_bytes(self) -> int:
         with self.lock:
+            self.reads += 1
+            self.lock.notify_all()
             return self.used
 
     def process_used_bytes(self, pid: int) -> int | None:
@@ -41,7 +53,7 @@ def test_peak_is_device_used_minus_idle_baseline_and_process_peak_is_separate() 
     sampler.start(4242)
     for device, proc in ((1500, 400), (3800, 2700), (2500, 1400)):
         reader.set(device, proc)
-        time.sleep(0.03)
+        reader.sampled()
     reader.set(1000, None)
     peak = sampler.stop()
     assert peak.device_peak_mib == 2800
@@ -57,11 +69,11 @@ def test_windows_reset_their_peaks_and_report_leftovers_at_start() -> None:
     sampler.take_baseline()
     sampler.start(7)
     reader.set(4500, 4000)
-    time.sleep(0.02)
+    reader.sampled()
     first = sampler.stop()
     reader.set(700, None)  # 200 MiB left behind by the first run
     sampler.start(7)
-    time.sleep(0.02)
+    reader.sampled()
     second = sampler.stop()
     assert first.device_peak_mib == 4000
     assert second.device_peak_mib == 200
@@ -92,7 +104,7 @@ def test_a_failing_read_loses_samples_not_the_window() -> None:
     sampler.baseline_mib = 0.0
     sampler.start(1)
     reader.set(900, 800)
-    time.sleep(0.03)
+    reader.sampled()
     peak = sampler.stop()
     assert peak.device_peak_mib == 900
 

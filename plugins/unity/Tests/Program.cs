@@ -27,6 +27,7 @@ namespace Igi.Tests
             CodecTests.Register(runner);
             TransportTests.Register(runner);
             ClientUnitTests.Register(runner);
+            StaleConnectionFileTests.Register(runner);
             NUnitAdapter.Register(runner, typeof(Program).Assembly);  // Tests/Runtime (the launcher; bundle tests need IGI_DAEMON_BUNDLE)
             StructuredTests.Register(runner);
             if (vectorsDir != null) ConformanceTests.Register(runner, vectorsDir);

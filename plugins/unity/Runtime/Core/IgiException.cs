@@ -8,6 +8,7 @@
 //  |    +-- IgiUnknownTypeException   header type not in the protocol
 //  +-- IgiTransportException          libzmq failed, or the native library is missing
 //  +-- IgiConnectionFileException     the connection file is missing or malformed
+//  |    +-- IgiStaleConnectionFileException   it names a daemon that is gone (killed without removing it)
 //  +-- IgiTimeoutException            no terminal reply within the request timeout
 //  +-- IgiClientClosedException       the client was disposed with the request in flight
 //  +-- IgiRemoteException             the daemon answered error_reply{code, message, detail}
@@ -76,13 +77,33 @@ namespace Igi
     }
 
     /// <summary>The daemon's connection file is missing or malformed.</summary>
-    public sealed class IgiConnectionFileException : IgiException
+    public class IgiConnectionFileException : IgiException
     {
         /// <summary>Creates the exception.</summary>
         public IgiConnectionFileException(string message) : base(message) { }
 
         /// <summary>Creates the exception with its cause.</summary>
         public IgiConnectionFileException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// The connection file names a daemon that is gone (its pid does not run, or runs with another start time), and
+    /// nothing answered a short handshake: a daemon killed with SIGKILL left it. Start the daemon; it replaces the file.
+    /// </summary>
+    public sealed class IgiStaleConnectionFileException : IgiConnectionFileException
+    {
+        /// <summary>The connection file.</summary>
+        public string Path { get; private set; }
+
+        /// <summary>The pid it names.</summary>
+        public int Pid { get; private set; }
+
+        /// <summary>Creates the exception.</summary>
+        public IgiStaleConnectionFileException(string message, string path, int pid) : base(message)
+        {
+            Path = path;
+            Pid = pid;
+        }
     }
 
     /// <summary>No terminal reply arrived within the request timeout.</summary>

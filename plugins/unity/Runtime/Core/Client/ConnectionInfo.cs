@@ -9,8 +9,9 @@ namespace Igi.Client
 {
     /// <summary>
     /// Contents of the JSON connection file the daemon writes once it serves:
-    /// <c>{"transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid", "zmq_mechanism"}</c>
-    /// (<c>zmq_mechanism</c> since protocol 1.2; absent from an older daemon's file).
+    /// <c>{"transport", "ip", "port", "key", "signature_scheme", "protocol_version", "pid", "zmq_mechanism",
+    /// "pid_start_ticks"}</c> (<c>zmq_mechanism</c> and <c>pid_start_ticks</c> since protocol 1.2; absent from an older
+    /// daemon's file).
     /// </summary>
     public sealed class ConnectionInfo
     {
@@ -36,6 +37,12 @@ namespace Igi.Client
         /// field, from a daemon older than protocol 1.2, means).
         /// </summary>
         public string ZmqMechanism { get; private set; }
+        /// <summary>
+        /// The daemon's start time in clock ticks since boot (Linux's <c>/proc/PID/stat</c> field 22), null where its
+        /// platform has none or the file predates the field: with <see cref="Pid"/> it tells a daemon that is gone
+        /// (<see cref="ProcessLiveness"/>).
+        /// </summary>
+        public long? PidStartTicks { get; private set; }
 
         /// <summary>The ZMQ_PLAIN username every client presents ("igi").</summary>
         public const string PlainUsernameValue = "igi";
@@ -118,6 +125,7 @@ namespace Igi.Client
                 Port = RequireInt(d, "port", origin),
                 Pid = RequireInt(d, "pid", origin),
                 ZmqMechanism = OptionalString(d, "zmq_mechanism", "null", origin),
+                PidStartTicks = OptionalTicks(d, "pid_start_ticks", origin),
             };
             if (info.ZmqMechanism != "plain" && info.ZmqMechanism != "null")  // PROTOCOL.md section 13
                 throw new IgiConnectionFileException("connection file '" + origin + "': unsupported zmq_mechanism '" + info.ZmqMechanism + "'");
@@ -154,6 +162,15 @@ namespace Igi.Client
             if (!(v is string))
                 throw new IgiConnectionFileException("connection file '" + origin + "': field '" + key + "' must be a string");
             return (string)v;
+        }
+
+        private static long? OptionalTicks(Dictionary<string, object> d, string key, string origin)
+        {
+            object v;
+            if (!d.TryGetValue(key, out v) || v == null) return null;
+            if (!(v is long) || (long)v < 0)
+                throw new IgiConnectionFileException("connection file '" + origin + "': field '" + key + "' must be a non-negative integer or null");
+            return (long)v;
         }
 
         private static int RequireInt(Dictionary<string, object> d, string key, string origin)

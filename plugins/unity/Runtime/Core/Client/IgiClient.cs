@@ -48,6 +48,10 @@ namespace Igi.Client
         /// </summary>
         private const int MaxHandshakes = 3;
 
+        /// <summary>Reads of a connection file whose daemon is gone per ConnectAsync(path) at most: one rewritten between two
+        /// reads is read again, twice at most (a daemon starting at the same path replaces it once).</summary>
+        private const int MaxStaleReads = 3;
+
         private IgiClient(ConnectionInfo info, IgiClientOptions options, long maxMessageBytes)
         {
             _info = info;
@@ -82,7 +86,10 @@ namespace Igi.Client
         }
 
         /// <summary>Connects with the daemon's connection file and completes the handshake (blocking; each handshake is bounded by
-        /// HelloTimeoutS, and there are two when the announced max_frame_bytes needs another socket cap, at most three).</summary>
+        /// HelloTimeoutS, and there are two when the announced max_frame_bytes needs another socket cap, at most three).
+        /// A file that names a daemon that is gone gets a handshake of at most StaleHelloTimeoutS instead (see
+        /// <see cref="ConnectAsync(string, IgiClientOptions)"/>).</summary>
+        /// <exception cref="IgiStaleConnectionFileException">The file names a daemon that is gone (killed without removing it).</exception>
         /// <exception cref="IgiConnectionFileException">The file is missing or invalid.</exception>
         /// <exception cref="IgiTransportException">libzmq is missing or the endpoint is refused.</exception>
         /// <exception cref="IgiTimeoutException">No hello_reply in time (daemon not running?).</exception>
@@ -98,10 +105,37 @@ namespace Igi.Client
             return Wait(ConnectAsync(info, options));
         }
 
-        /// <summary>Connects and completes the handshake without blocking the caller.</summary>
+        /// <summary>
+        /// Connects and completes the handshake without blocking the caller. A file whose daemon is gone (its pid does not
+        /// run, or runs with another start time than <c>pid_start_ticks</c>: a daemon killed with SIGKILL left it; see
+        /// <see cref="ProcessLiveness"/>) gets one handshake of at most <see cref="IgiClientOptions.StaleHelloTimeoutS"/>
+        /// (the pid may be of another pid namespace: a daemon that answers is used), then
+        /// <see cref="IgiStaleConnectionFileException"/> instead of an <see cref="IgiTimeoutException"/> after
+        /// HelloTimeoutS. A file rewritten meanwhile (a daemon starting at the same path) is read again.
+        /// </summary>
         public static Task<IgiClient> ConnectAsync(string connectionFile, IgiClientOptions options = null)
         {
-            return ConnectAsync(ConnectionInfo.Load(connectionFile), options);
+            return ConnectAsync(connectionFile, ConnectionInfo.Load(connectionFile), options ?? new IgiClientOptions());
+        }
+
+        private static async Task<IgiClient> ConnectAsync(string connectionFile, ConnectionInfo info, IgiClientOptions options)
+        {
+            for (int reads = 1; ; reads++)
+            {
+                if (ProcessLiveness.IsRunning(info.Pid, info.PidStartTicks) != false)
+                    return await ConnectAsync(info, options).ConfigureAwait(false);
+                try
+                {
+                    return await ConnectAsync(info, options, Math.Min(options.HelloTimeoutS, options.StaleHelloTimeoutS)).ConfigureAwait(false);
+                }
+                catch (IgiTimeoutException) { }
+                ConnectionInfo now = ConnectionInfo.Load(connectionFile);  // gone meanwhile: missing, as at the start
+                if (reads >= MaxStaleReads || (now.Pid == info.Pid && now.KeyHex == info.KeyHex))
+                    throw new IgiStaleConnectionFileException(
+                        "connection file '" + connectionFile + "' names daemon pid " + info.Pid + ", which is no longer running " +
+                        "(a daemon killed without removing its file); start the daemon, which replaces it", connectionFile, info.Pid);
+                info = now;
+            }
         }
 
         /// <summary>
@@ -109,7 +143,12 @@ namespace Igi.Client
         /// at 2 x the default <c>max_frame_bytes</c>; when <c>hello_reply.limits.max_frame_bytes</c> asks for another cap,
         /// that socket is closed and the handshake is repeated on a fresh one connected with <c>2 * max_frame_bytes</c>.
         /// </summary>
-        public static async Task<IgiClient> ConnectAsync(ConnectionInfo info, IgiClientOptions options = null)
+        public static Task<IgiClient> ConnectAsync(ConnectionInfo info, IgiClientOptions options = null)
+        {
+            return ConnectAsync(info, options, null);
+        }
+
+        private static async Task<IgiClient> ConnectAsync(ConnectionInfo info, IgiClientOptions options, double? helloTimeoutS)
         {
             long cap = MaxMessageBytesFor(WireCodec.DefaultMaxFrameBytes);
             for (int handshake = 1; ; handshake++)
@@ -118,7 +157,7 @@ namespace Igi.Client
                 HelloReply reply;
                 try
                 {
-                    reply = await client.HandshakeAsync().ConfigureAwait(false);
+                    reply = await client.HandshakeAsync(helloTimeoutS ?? client._options.HelloTimeoutS).ConfigureAwait(false);
                 }
                 catch
                 {
@@ -145,14 +184,14 @@ namespace Igi.Client
             return maxFrameBytes > long.MaxValue / 2 ? -1 : 2 * maxFrameBytes;
         }
 
-        private async Task<HelloReply> HandshakeAsync()
+        private async Task<HelloReply> HandshakeAsync(double timeoutS)
         {
             var hello = new HelloRequest
             {
                 ClientName = _options.ClientName,
                 Capabilities = new List<string>(_options.Capabilities ?? new string[0]),
             };
-            var reply = (HelloReply)await SendAsync(hello, null, _options.HelloTimeoutS).ConfigureAwait(false);
+            var reply = (HelloReply)await SendAsync(hello, null, timeoutS).ConfigureAwait(false);
             int major;
             if (!int.TryParse(reply.ProtocolVersion.Split('.')[0], out major) || major != IgiVersion.ProtocolMajor)
                 throw new IgiProtocolException("daemon speaks protocol " + reply.ProtocolVersion + ", this plugin " + IgiVersion.Protocol,

@@ -16,6 +16,13 @@ namespace Igi.Client
         /// <summary>Time to wait for hello_reply, s.</summary>
         public double HelloTimeoutS = 15.0;
 
+        /// <summary>
+        /// Time to wait for hello_reply when the connection file names a daemon that is gone (a pid that does not run, or
+        /// runs with another start time), s: a live daemon answers within milliseconds, so this only has to cover a pid of
+        /// another pid namespace. Then <see cref="IgiStaleConnectionFileException"/>.
+        /// </summary>
+        public double StaleHelloTimeoutS = 1.0;
+
         /// <summary>Time to wait for the terminal reply of a non-generate request, s (load_model gets 10x).</summary>
         public double RequestTimeoutS = 30.0;
 

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <cstdint>
 #include <iostream>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include "igi/connection_file.hpp"
 #include "igi/envelope.hpp"
 #include "igi/frame_budget.hpp"
+#include "igi/process_liveness.hpp"
 #include "igi/signing.hpp"
 #include "igi/transport.hpp"
 #include "test_alloc.hpp"
@@ -657,6 +660,80 @@ TEST(client_presents_the_plain_credential_the_connection_file_names_over_tcp_and
   }
   ::unlink(ipc_path.c_str());
   ::rmdir(dir_template);
+}
+
+namespace {
+
+std::int64_t NoSuchPid() {
+  std::ifstream pid_max("/proc/sys/kernel/pid_max");
+  std::int64_t above = 0;
+  pid_max >> above;
+  return above + 1;  // above pid_max: never a process
+}
+
+std::string WriteConnectionFile(const igi::ConnectionInfo& info, std::int64_t pid, std::int64_t start_ticks) {
+  char path[] = "/tmp/igi-stale-XXXXXX";
+  int fd = mkstemp(path);  // mode 0600
+  std::string key_hex;
+  for (unsigned char c : info.key) {
+    static const char* digits = "0123456789abcdef";
+    key_hex += digits[c >> 4];
+    key_hex += digits[c & 15];
+  }
+  std::string text = "{\"transport\": \"tcp\", \"ip\": \"127.0.0.1\", \"port\": " + std::to_string(info.port) +
+                     ", \"key\": \"" + key_hex + "\", \"signature_scheme\": \"hmac-sha256\", \"protocol_version\": \"1.2\", " +
+                     "\"pid\": " + std::to_string(pid) + ", \"zmq_mechanism\": \"null\", \"pid_start_ticks\": " +
+                     std::to_string(start_ticks) + "}";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  return path;
+}
+
+}  // namespace
+
+TEST(client_connect_to_a_stale_connection_file_fails_after_a_short_handshake) {
+  // A daemon killed with SIGKILL leaves its file: its pid is gone (or went to another process) and nobody answers.
+  igi::ConnectionInfo nobody;
+  nobody.key = std::string(32, '\x07');
+  {
+    FakeDaemon closed;  // a port that was bound, then closed
+    nobody.port = closed.info().port;
+  }
+  const std::int64_t me = ::getpid();
+  const std::optional<std::int64_t> start = igi::ProcessStartTicks(me);
+  REQUIRE(start.has_value());
+  for (auto [pid, ticks] : {std::pair<std::int64_t, std::int64_t>{NoSuchPid(), 1}, {me, *start + 1}}) {
+    const std::string path = WriteConnectionFile(nobody, pid, ticks);
+    igi::ClientOptions options;
+    options.connect_timeout_s = 10.0;
+    options.stale_connect_timeout_s = 0.3;
+    auto client = igi::Client::FromConnectionFile(path, options);
+    const auto began = std::chrono::steady_clock::now();
+    try {
+      client->Connect();
+      CHECK(false);  // must not connect
+    } catch (const igi::StaleConnectionFileError& e) {
+      CHECK_EQ(e.pid(), pid);
+      CHECK_EQ(e.kind(), std::string("stale_connection_file"));
+      CHECK(std::string(e.what()).find(path) != std::string::npos);
+      CHECK(std::string(e.what()).find("no longer running") != std::string::npos);
+    }
+    const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    CHECK(took_s < options.connect_timeout_s / 2);  // the short handshake, not connect_timeout_s
+    std::remove(path.c_str());
+  }
+}
+
+TEST(client_connects_through_a_gone_pid_whose_daemon_answers) {
+  // The pid may be of another pid namespace (a daemon in a container): the short handshake decides.
+  FakeDaemon daemon;
+  const std::string path = WriteConnectionFile(daemon.info(), NoSuchPid(), 1);
+  igi::ClientOptions options;
+  options.stale_connect_timeout_s = 5.0;
+  auto client = igi::Client::FromConnectionFile(path, options);
+  client->Connect();
+  CHECK(client->connected());
+  std::remove(path.c_str());
 }
 
 TEST(frame_budget_pump_budget_caps_callbacks_only_when_advised) {

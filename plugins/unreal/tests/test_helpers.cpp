@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <optional>
 #include <thread>
 #include <chrono>
 #include <exception>
@@ -14,6 +16,7 @@
 #include "igi/envelope.hpp"
 #include "igi/errors.hpp"
 #include "igi/frame_budget.hpp"
+#include "igi/process_liveness.hpp"
 #include "test_framework.hpp"
 #include "../Source/IgiClientCore/Private/client_impl.hpp"  // ErrorFromReply: how an error_reply becomes an exception
 
@@ -68,6 +71,31 @@ TEST(connection_file_refusals) {
   igi::Value doc = igi::ParseJson("{\"s\": \"a\\u00e9\\ud83c\\udfae\\n\", \"n\": -1.5e2, \"b\": [true, false]}");
   CHECK_EQ(doc.Find("s")->as_str(), std::string("a\xc3\xa9\xf0\x9f\x8e\xae\n"));
   CHECK_EQ(doc.Find("n")->as_float(), -150.0);
+}
+
+TEST(connection_file_pid_start_ticks_is_optional_and_checked) {
+  std::string text = kGoodFile;
+  const std::string with = text.substr(0, text.size() - 1) + ", \"pid_start_ticks\": ";
+  CHECK_EQ(*igi::ParseConnectionInfo(with + "8123456}").pid_start_ticks, 8123456);
+  CHECK(!igi::ParseConnectionInfo(text).pid_start_ticks.has_value());  // absent: not known
+  CHECK(!igi::ParseConnectionInfo(with + "null}").pid_start_ticks.has_value());
+  for (const char* bad : {"-1", "\"8123456\"", "1.5", "true"}) {
+    CHECK_THROWS_AS(igi::ParseConnectionInfo(with + bad + "}"), igi::ConnectionFileError);
+  }
+}
+
+TEST(process_liveness_tells_dead_and_reused_pids_from_live_ones) {
+  const std::int64_t me = ::getpid();
+  const std::optional<std::int64_t> start = igi::ProcessStartTicks(me);
+  REQUIRE(start.has_value());
+  CHECK(igi::ProcessRunning(me, start) == std::optional<bool>(true));
+  CHECK(igi::ProcessRunning(me, std::nullopt) == std::optional<bool>(true));  // no start time recorded: the pid decides
+  CHECK(igi::ProcessRunning(me, *start + 1) == std::optional<bool>(false));   // this pid, another start time: reused
+  std::ifstream pid_max("/proc/sys/kernel/pid_max");
+  std::int64_t above = 0;
+  REQUIRE(static_cast<bool>(pid_max >> above));
+  CHECK(igi::ProcessRunning(above + 1, 1) == std::optional<bool>(false));  // above pid_max: never a process
+  CHECK(!igi::ProcessRunning(0, std::nullopt).has_value());
 }
 
 TEST(typed_messages_reject_out_of_range_and_mistyped_fields) {

@@ -13,7 +13,9 @@ Client::Client(ConnectionInfo info, ClientOptions options)
 }
 
 std::unique_ptr<Client> Client::FromConnectionFile(const std::string& connection_file, ClientOptions options) {
-  return std::make_unique<Client>(ReadConnectionFile(connection_file), std::move(options));
+  auto client = std::make_unique<Client>(ReadConnectionFile(connection_file), std::move(options));
+  client->impl_->connection_file = connection_file;  // named in a StaleConnectionFileError
+  return client;
 }
 
 Client::~Client() { Close(); }

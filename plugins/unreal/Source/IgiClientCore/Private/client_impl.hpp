@@ -75,6 +75,7 @@ using detail::SteadyNow;
 
 struct Client::Impl {
   ConnectionInfo info;
+  std::string connection_file;  ///< the file `info` was read from (FromConnectionFile), else empty
   ClientOptions options;
   DealerTransport transport;
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "client_impl.hpp"
+#include "igi/process_liveness.hpp"
 
 namespace igi {
 
@@ -22,8 +23,24 @@ HelloReply Client::Connect() {
   request.client_version = impl_->options.client_version;
   request.capabilities = impl_->options.capabilities;
   HelloReply reply;
+  const ConnectionInfo& info = impl_->info;
+  const bool gone = ProcessRunning(info.pid, info.pid_start_ticks) == std::optional<bool>(false);
   for (int handshake = 1;; ++handshake) {
-    reply = Call<HelloRequest, HelloReply>(request, std::nullopt, impl_->options.connect_timeout_s);
+    if (handshake == 1 && gone) {
+      try {
+        reply = Call<HelloRequest, HelloReply>(
+            request, std::nullopt, std::min(impl_->options.connect_timeout_s, impl_->options.stale_connect_timeout_s));
+      } catch (const TimeoutError&) {
+        const std::string& path = impl_->connection_file;
+        const std::string file = path.empty() ? "the connection file" : "connection file " + path;
+        throw StaleConnectionFileError(file + " names daemon pid " + std::to_string(info.pid) +
+                                           ", which is no longer running (a daemon killed without removing its file); "
+                                           "start the daemon, which replaces it",
+                                       info.pid);
+      }
+    } else {
+      reply = Call<HelloRequest, HelloReply>(request, std::nullopt, impl_->options.connect_timeout_s);
+    }
     if (!SameMajor(reply.protocol_version, kProtocolVersion)) {
       throw UnsupportedVersionError(ErrorCode::kUnsupportedVersion, "unsupported_version",
                                     "daemon speaks protocol " + reply.protocol_version + ", client " + kProtocolVersion,

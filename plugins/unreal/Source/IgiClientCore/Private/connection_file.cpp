@@ -264,6 +264,12 @@ ConnectionInfo ParseConnectionInfo(std::string_view json_text) {
   if (doc.Find("zmq_mechanism") != nullptr) {  // 1.2; absent from an older daemon's file ("null")
     info.zmq_mechanism = Field(doc, "zmq_mechanism", Value::Kind::Str).as_str();
   }
+  if (const Value* ticks = doc.Find("pid_start_ticks"); ticks != nullptr && ticks->kind() != Value::Kind::Nil) {
+    if (ticks->kind() != Value::Kind::Int || ticks->as_int() < 0) {
+      throw ConnectionFileError("connection file field 'pid_start_ticks' must be a non-negative integer or null");
+    }
+    info.pid_start_ticks = ticks->as_int();
+  }
   if (info.zmq_mechanism != "plain" && info.zmq_mechanism != "null") {
     throw ConnectionFileError("unsupported zmq_mechanism '" + info.zmq_mechanism + "' (need plain or null)");
   }

@@ -33,6 +33,10 @@ struct ClientOptions {
   std::string client_version = "0.1.0";
   std::vector<std::string> capabilities = {"token_stream", "reclaim", "frame_stats"};
   double connect_timeout_s = 10.0;   ///< hello_request -> hello_reply, per handshake (Connect() makes two when the announced max_frame_bytes needs another socket cap, at most 3)
+  /// hello_request -> hello_reply when the connection file names a daemon that is gone (a pid that does not run, or
+  /// runs with another start time): a live daemon answers within milliseconds, so this only covers a pid of another
+  /// pid namespace. Then StaleConnectionFileError.
+  double stale_connect_timeout_s = 1.0;
   double request_timeout_s = 30.0;   ///< any other request -> its terminal reply
   double budget_timeout_s = 120.0;   ///< set_budget / reclaim / load_model (may reload the model)
   /// Longest silence between two messages of one generation (queueing + prompt eval + a token).
@@ -74,6 +78,10 @@ class Client {
 
   // ---- blocking calls: for loading screens / setup, not per frame. Throw IgiError subclasses. ----
   /// hello handshake; starts heartbeats. Throws UnsupportedVersionError on a different major version.
+  /// When the connection file names a daemon that is gone (igi/process_liveness.hpp: a daemon killed with SIGKILL left
+  /// it), the first handshake waits at most options.stale_connect_timeout_s and then throws StaleConnectionFileError
+  /// instead of a TimeoutError after connect_timeout_s (a daemon that answers is used: the pid may be of another pid
+  /// namespace). A file a starting daemon rewrote meanwhile is not read again: make a new Client from it.
   /// Replies are then decoded with the announced limits.max_frame_bytes; when that limit needs another socket cap
   /// than the handshake ran with (ZMQ_MAXMSGSIZE = 2 x it, ipc/PROTOCOL.md 1.4), the socket is replaced by a fresh
   /// one with that cap and the handshake is repeated on it (libzmq applies the option to new connections only).

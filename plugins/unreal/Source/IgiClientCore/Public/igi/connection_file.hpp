@@ -1,8 +1,9 @@
 // igi/connection_file.hpp - IgiClientCore, transport layer: the daemon's JSON connection file.
 //
 // {"transport", "ip", "port", "key" (64 hex digits), "signature_scheme": "hmac-sha256",
-//  "protocol_version", "pid", "zmq_mechanism"}; unknown fields are ignored (ipc/PROTOCOL.md section 13).
-// "zmq_mechanism" (protocol 1.2) is optional: a file without it (an older daemon) means "null".
+//  "protocol_version", "pid", "zmq_mechanism", "pid_start_ticks"}; unknown fields are ignored (ipc/PROTOCOL.md
+// section 13). "zmq_mechanism" (protocol 1.2) is optional: a file without it (an older daemon) means "null".
+// "pid_start_ticks" (1.2) is optional too: absent or null, the daemon's start time is not known.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,9 @@ struct ConnectionInfo {
   std::int64_t pid = 0;
   /// What the client presents at the ZeroMQ handshake (ipc/PROTOCOL.md 1.5): "plain" or "null" (none).
   std::string zmq_mechanism = "null";
+  /// The daemon's start time in clock ticks since boot (Linux /proc/PID/stat field 22); nullopt where its platform
+  /// has none or the file predates the field. With `pid` it tells a daemon that is gone (igi/process_liveness.hpp).
+  std::optional<std::int64_t> pid_start_ticks;
 
   /// ZeroMQ endpoint: "tcp://ip:port" or "ipc://path".
   std::string Endpoint() const;

@@ -8,6 +8,7 @@
 //    |         +-- DecodeError        malformed msgpack, missing or mistyped field ("invalid_request")
 //    +-- EncodeError                  a value msgpack cannot represent
 //    +-- ConnectionFileError          connection file missing, unreadable or invalid
+//    |    +-- StaleConnectionFileError  it names a daemon that is gone (killed without removing it)
 //    +-- TransportError               the daemon cannot be reached
 //    |    +-- TimeoutError            no reply within the deadline
 //    |    +-- DaemonUnavailableError  heartbeats unanswered / client closed
@@ -18,6 +19,7 @@
 // WireError::classification() is the `expect` string of ipc/vectors/invalid.msgpack.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -33,7 +35,8 @@ class IgiError : public std::runtime_error {
   explicit IgiError(const std::string& message) : std::runtime_error(message) {}
   /// Stable short name of the failure, usable without RTTI (Unreal builds run without it): the wire
   /// error code for RequestError, the classification for WireError, else "timeout",
-  /// "daemon_unavailable", "not_connected", "transport", "connection_file", "encode" or "error".
+  /// "daemon_unavailable", "not_connected", "transport", "connection_file", "stale_connection_file", "encode" or
+  /// "error".
   virtual std::string kind() const { return "error"; }
 };
 
@@ -66,6 +69,18 @@ class ConnectionFileError : public IgiError {
  public:
   using IgiError::IgiError;
   std::string kind() const override { return "connection_file"; }
+};
+/// Connect(): the connection file names a daemon that is gone (its pid does not run, or runs with another start time)
+/// and nothing answered a short handshake: a daemon killed with SIGKILL left it. Start the daemon; it replaces the file.
+class StaleConnectionFileError : public ConnectionFileError {
+ public:
+  StaleConnectionFileError(const std::string& message, std::int64_t pid) : ConnectionFileError(message), pid_(pid) {}
+  std::string kind() const override { return "stale_connection_file"; }
+  /// The pid the file names.
+  std::int64_t pid() const { return pid_; }
+
+ private:
+  std::int64_t pid_;
 };
 class TransportError : public IgiError {
  public:

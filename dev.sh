@@ -31,10 +31,21 @@ LCP_VERSION=0.3.36
 
 # llama-cpp-python built from its sdist with the project's llama.cpp patches (patches/llama.cpp, applied by
 # .ci/patch_llama_cpp.sh); rebuilt when the patch series changes. CMAKE_ARGS passes through (e.g. a CUDA build).
+# llama.cpp's AMX matmul (ggml-cpu/amx, picked at run time on CPUs with AMX such as Xeon Sapphire Rapids) crashes
+# in ggml_backend_amx_mul_mat on the embedded model (ggml-org/llama.cpp#20824, open upstream), so it is not compiled:
+# explicit -mno-amx-* win over the -march=native of GGML_NATIVE; the CPU repack paths (AVX2/AVX-512) stay.
+no_amx_flags() {
+  [ "$(uname -m)" = x86_64 ] || return 0
+  if echo 'int main(void){return 0;}' | ${CC:-cc} -x c -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -o /dev/null - 2>/dev/null; then
+    echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  fi
+}
+
 ensure_llama_cpp() {
   local stamp="$VENV/.igi-llama-cpp"
-  local want
-  want="$LCP_VERSION $(cat patches/llama.cpp/*.patch | sha256sum | cut -d' ' -f1)"
+  local want noamx
+  noamx=$(no_amx_flags)
+  want="$LCP_VERSION $(cat patches/llama.cpp/*.patch | sha256sum | cut -d' ' -f1) ${noamx// /,}"
   [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return 0
   echo "[igi] building llama-cpp-python $LCP_VERSION with the project's llama.cpp patches (a few minutes)"
   local tmp
@@ -45,7 +56,8 @@ ensure_llama_cpp() {
   local src
   src=$(ls -d "$tmp"/llama_cpp_python-*/)
   .ci/patch_llama_cpp.sh "$src"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$src"
+  CFLAGS="${CFLAGS:-} $noamx" CXXFLAGS="${CXXFLAGS:-} $noamx" \
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$src"
   rm -rf "$tmp"
   echo "$want" > "$stamp"
 }

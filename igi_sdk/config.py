@@ -142,6 +142,10 @@ class EngineSettings(_Section):
         le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
+    plan_objective: Literal["e2e", "ttft", "tps"] = Field(
+        default="e2e",
+        description="what the placement under the VRAM budget is chosen for: e2e (first token plus the reply), ttft (the first token first: NPCs that must start talking at once), tps (decode speed first)",
+    )
     worker_start_timeout_s: float = Field(
         default=120.0, gt=0, description="time a worker may take to load the model, seconds"
     )

@@ -20,6 +20,7 @@ from igi_sdk.daemon.vram import gpu_present
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
+from igi_sdk.planner.workload import Objective
 
 _log = get_logger("placement")
 DEFAULT_DRY_RUN_CHILD_MIB = 640
@@ -65,6 +66,7 @@ class PlacementPlanner:
     Args:
         model_path: the GGUF file.
         base: the placement fields that never change with the budget (n_ctx, threads, flash_attn, ...).
+        objective: what the placement is chosen for (``PlannerOptions.objective``; ``engine.plan_objective``).
         vision: the shape of the vision projector served beside the model (None: none).
     """
 
@@ -76,6 +78,7 @@ class PlacementPlanner:
         prompt_tokens_hint: int = 512,
         reply_tokens_hint: int = 128,
         reloads_per_request: float = 0.05,
+        objective: Objective = "e2e",
         vision: VisionShape | None = None,
     ) -> None:
         self._model_path = model_path
@@ -85,6 +88,7 @@ class PlacementPlanner:
         self._prompt_tokens_hint = prompt_tokens_hint
         self._reply_tokens_hint = reply_tokens_hint
         self._reloads_per_request = reloads_per_request
+        self._objective: Objective = objective
         self._profile_cache: Any = None
         self._plans: dict[int, PlanOutcome] = {}  # budget -> the planner's outcome (see ``plan``)
 
@@ -195,7 +199,11 @@ class PlacementPlanner:
             reloads_per_request=self._reloads_per_request,
         )
         options = PlannerOptions(
-            n_threads=base.n_threads, type_k=base.type_k, type_v=base.type_v, flash_attn=base.flash_attn
+            objective=self._objective,
+            n_threads=base.n_threads,
+            type_k=base.type_k,
+            type_v=base.type_v,
+            flash_attn=base.flash_attn,
         )
         result, warnings = plan_file(self._model_path, budget_mib, workload, self._profile(), options)
         for w in warnings:

@@ -100,7 +100,7 @@ class DaemonServer:
             n_threads=settings.engine.n_threads,
             n_threads_batch=settings.engine.n_threads,
         )
-        planner = PlacementPlanner(model_path, base, vision=vision)
+        planner = PlacementPlanner(model_path, base, objective=settings.engine.plan_objective, vision=vision)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(
             worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj),

@@ -110,3 +110,34 @@ def test_a_plan_that_failed_or_was_deferred_is_made_again(monkeypatch: pytest.Mo
         planner.plan(2048, dry_run_slots=0)
     assert planner.plan(2048).warning == "plan" and answers == []
     assert planner.plan(2048).warning == "plan"
+
+
+@pytest.mark.parametrize("objective", ["e2e", "ttft", "tps"])
+def test_the_configured_objective_reaches_the_planner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, objective: str
+) -> None:
+    """``engine.plan_objective`` is what the search optimises (a dialogue game asks for ttft)."""
+    seen: list[str] = []
+
+    def fake_plan_file(path: Path, budget_mib: int, workload: Workload, profile: Any, options: Any) -> Any:
+        seen.append(options.objective)
+        raise RuntimeError("planned")
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", fake_plan_file)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    planner = PlacementPlanner(model, Placement(n_ctx=1024), objective=objective)  # type: ignore[arg-type]
+    planner._profile_cache = reference_profile("h200")
+    planner.plan(4096, dry_run_slots=0)
+    assert seen == [objective]
+
+
+def test_the_objective_setting_refuses_unknown_values() -> None:
+    from pydantic import ValidationError
+
+    from igi_sdk.config import DaemonSettings
+
+    assert DaemonSettings(engine={"plan_objective": "ttft"}).engine.plan_objective == "ttft"
+    with pytest.raises(ValidationError):
+        DaemonSettings(engine={"plan_objective": "fastest"})

@@ -142,6 +142,12 @@ class EngineSettings(_Section):
         le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
+    cpu_prefill_chunk_tokens: int = Field(
+        default=160,
+        ge=16,
+        le=8192,
+        description="prompt tokens one batch step evaluates where the CPU evaluates prompts: another NPC's turn waits for one such chunk, not a whole long prompt (the GPU takes n_batch)",
+    )
     plan_objective: Literal["e2e", "ttft", "tps"] = Field(
         default="e2e",
         description="what the placement under the VRAM budget is chosen for: e2e (first token plus the reply), ttft (the first token first: NPCs that must start talking at once), tps (decode speed first)",

@@ -4,11 +4,16 @@
 
 1. one decode token for every running sequence that has a sampled token pending (running decodes are
    never starved; if there are more of them than ``n_batch``, they rotate with the step number);
-2. then prompt tokens of requests still prefilling, highest priority first, FIFO within a priority,
-   each as large a chunk as the remaining budget allows, cut at the persona-prefix boundary when that
-   prefix is not cached yet (so its state can be saved on its own), and at an image: an image chunk's
-   embeddings (a run of one negative pseudo token in the prompt) go in a llama_batch of their own, at most one
-   image per step, so the other sequences keep talking while one NPC looks at an image.
+2. then prompt tokens of requests still prefilling, at most ``prefill_chunk_tokens`` of them in all: highest
+   priority first, and within a priority the prompt with the fewest tokens left first (FIFO among equals), so a
+   short turn is not queued behind a long prompt. Below ``n_batch`` (chunked prefill), each prompt's chunk ends at
+   the next multiple of ``prefill_chunk_tokens`` (a prompt is cut at the same positions whatever else shares its
+   steps), and a step that ends a prompt carries no chunk of a prompt that does not end in it (a new NPC's first
+   token waits for the chunk in flight and one short step, not for a long prompt). A chunk also ends where the budget
+   runs out, at the persona-prefix boundary when that prefix is not cached yet (so its state can be saved on its
+   own), and at an image: an image chunk's embeddings (a run of one negative pseudo token in the prompt) go in a
+   llama_batch of their own, at most one image per step, so the other sequences keep talking while one NPC looks
+   at an image.
 
 ``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
 """
@@ -59,6 +64,11 @@ class Running:
     def order(self) -> tuple[int, int]:
         """Sort key: higher priority first, then earlier submit."""
         return (-self.req.priority, self.seq_no)
+
+    @property
+    def prefill_order(self) -> tuple[int, int, int]:
+        """Sort key of prompts in a step: higher priority first, then fewer prompt tokens left, then earlier submit."""
+        return (-self.req.priority, len(self.prompt) - self.prefill_pos, self.seq_no)
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,11 @@ def admission_order(queue: Sequence[Running]) -> list[Running]:
 
 
 def compose_step(
-    running: Sequence[Running], n_batch: int, step_no: int, prefix_cached: Callable[[list[int]], bool]
+    running: Sequence[Running],
+    n_batch: int,
+    step_no: int,
+    prefix_cached: Callable[[list[int]], bool],
+    prefill_chunk_tokens: int | None = None,
 ) -> list[Chunk]:
     """The chunks of one step's llama_batch, at most ``n_batch`` tokens in all.
 
@@ -121,9 +135,14 @@ def compose_step(
         n_batch: most tokens of one llama_batch (placement.n_batch).
         step_no: step counter (rotation when decodes alone exceed ``n_batch``).
         prefix_cached: whether a persona prefix (token list) is already in the prefix cache.
+        prefill_chunk_tokens: most prompt tokens of one step, all prompts together, and below ``n_batch`` the
+            grid prompts are cut on (None: ``n_batch``, no grid).
     """
     if n_batch < 1:
         raise ValueError("n_batch must be >= 1")
+    chunk_tokens = n_batch if prefill_chunk_tokens is None else prefill_chunk_tokens
+    if chunk_tokens < 1:
+        raise ValueError("prefill_chunk_tokens must be >= 1")
     budget = n_batch
     chunks: list[Chunk] = []
     decoding = [r for r in running if r.pending is not None and r.slot is not None]
@@ -133,9 +152,9 @@ def compose_step(
     for run in decoding[:budget]:
         assert run.slot is not None and run.pending is not None
         chunks.append(Chunk(run, run.slot.seq_id, [run.pending], len(run.slot.tokens), True, decode=True))
-    budget -= len(chunks)
-    image_taken = False
-    for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.order):
+    budget = min(budget - len(chunks), chunk_tokens)
+    image_taken = finishing = False
+    for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.prefill_order):
         assert run.slot is not None
         pos = run.prefill_pos
         if run.prompt[pos] <= -2:  # an image run: its own batch, whole (from where the KV stops)
@@ -147,11 +166,17 @@ def compose_step(
             continue
         if budget <= 0:
             continue
-        end = min(len(run.prompt), run.prefill_pos + budget, next_image(run.prompt, pos))
+        end = min(len(run.prompt), pos + budget, next_image(run.prompt, pos))
+        if chunk_tokens < n_batch:  # cut on the grid: the same chunks whatever else shares the step
+            end = min(end, (pos // chunk_tokens + 1) * chunk_tokens)
         boundary = run.req.prefix_tokens
         if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
             end = boundary
+        finishes = end == len(run.prompt)
+        if chunk_tokens < n_batch and not finishes and finishing:
+            continue  # a step that ends a short prompt stays short: its first token comes without waiting for this
+        finishing = finishing or finishes
         tokens = run.prompt[run.prefill_pos : end]
-        chunks.append(Chunk(run, run.slot.seq_id, tokens, run.prefill_pos, end == len(run.prompt)))
+        chunks.append(Chunk(run, run.slot.seq_id, tokens, run.prefill_pos, finishes))
         budget -= len(tokens)
     return chunks

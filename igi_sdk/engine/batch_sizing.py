@@ -101,3 +101,31 @@ def aggregate_decode_tok_s(n_sessions: int, step_s_at_tier: float) -> float:
     if step_s_at_tier <= 0:
         raise ValueError("step_s_at_tier must be > 0")
     return n_sessions / step_s_at_tier
+
+
+CPU_PREFILL_CHUNK_TOKENS = 160
+"""Prompt tokens of one step where the CPU evaluates prompts: another NPC's turn waits for one such chunk instead of
+a whole long prompt. Much smaller chunks cost CPU prefill throughput (docs/benchmarks.md, "Several NPCs at once")."""
+
+
+def prefill_chunk_tokens(placement: Placement, *, gpu: bool, cpu_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS) -> int:
+    """Prompt tokens one step evaluates, all prompts together (``compose_step``'s ``prefill_chunk_tokens``).
+
+    ``cpu_chunk_tokens`` where the CPU computes the prompt (no GPU, or a CPU-only placement: no layer, rule or
+    op_offload sends work to the GPU) and sequences share the context; ``n_batch`` where the GPU does (a step is
+    short there, and where weights stream every ubatch pays the copy, so smaller chunks would only add copies) and
+    with one sequence (no other NPC can run beside it).
+
+    Example:
+        >>> prefill_chunk_tokens(Placement(n_gpu_layers=0, op_offload=False, n_seq_max=4), gpu=True)
+        160
+        >>> prefill_chunk_tokens(Placement(n_gpu_layers=-1, n_batch=512, n_seq_max=4), gpu=True)
+        512
+    """
+    if cpu_chunk_tokens < 1:
+        raise ValueError("cpu_chunk_tokens must be >= 1")
+    rules_on_gpu = any(r.device != "CPU" for r in placement.rules)
+    on_gpu = gpu and (placement.n_gpu_layers != 0 or placement.op_offload or rules_on_gpu)
+    if on_gpu or placement.n_seq_max == 1:
+        return placement.n_batch
+    return min(cpu_chunk_tokens, placement.n_batch)

@@ -1,8 +1,10 @@
 """Engine layer: ``BatchScheduler``, continuous batching of several NPC sessions in one llama_context.
 
 Each ``step`` builds ONE llama_batch (at most ``n_batch`` tokens): one decode token for every running
-sequence (never starved), then prompt tokens of requests still prefilling, highest priority first (FIFO
-within a priority). New requests join between steps: admission to a sequence slot also goes by priority.
+sequence (never starved), then prompt tokens of requests still prefilling, highest priority first (the
+fewest tokens left first within a priority), in chunks of ``batch_sizing.prefill_chunk_tokens`` (short where the
+CPU evaluates prompts, so a long prompt does not hold up another NPC's turn). New requests join between steps:
+admission to a sequence slot goes by priority, then FIFO.
 A session keeps its slot (and KV) between turns; a persona prefix is evaluated once and restored from the
 prefix cache into any slot whose prompt starts with it.
 
@@ -27,6 +29,7 @@ from igi_sdk.engine.batch_compose import (
     image_run_end,
     image_run_start,
 )
+from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS, prefill_chunk_tokens
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
 from igi_sdk.engine.batch_types import (
     BatchCounters,
@@ -70,6 +73,8 @@ class BatchScheduler:
         max_parked_bytes: host memory for states of sessions evicted from their slot.
         clock: monotonic seconds (injected for tests).
         on_admit: called with the request id when a request gets its slot (leaves the queue).
+        cpu_prefill_chunk_tokens: prompt tokens of one step where the CPU evaluates prompts
+            (``batch_sizing.prefill_chunk_tokens``; the GPU takes ``n_batch``).
 
     Example:
         >>> sched = BatchScheduler(engine)
@@ -85,8 +90,15 @@ class BatchScheduler:
         max_parked_bytes: int = DEFAULT_MAX_PARKED_BYTES,
         clock: Callable[[], float] = time.perf_counter,
         on_admit: Callable[[str], None] | None = None,
+        cpu_prefill_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS,
     ) -> None:
+        if cpu_prefill_chunk_tokens < 1:
+            raise ValueError("cpu_prefill_chunk_tokens must be >= 1")
         self._engine = engine
+        self._cpu_chunk = cpu_prefill_chunk_tokens
+        from igi_sdk.engine.devices import has_gpu_backend  # ggml's device list (loads the library)
+
+        self._gpu = has_gpu_backend()
         self._on_admit = on_admit
         self._slots = SlotTable(engine.placement.n_seq_max, max_parked_bytes)
         self._prefix = prefix_cache if prefix_cache is not None else PrefixCache()
@@ -278,8 +290,13 @@ class BatchScheduler:
         events: list[TokenEvent] = []
         self._steps += 1
         self._admit(events)
+        placement = self._engine.placement
         chunks = compose_step(
-            self._running, self._engine.placement.n_batch, self._steps, lambda prefix: prefix in self._prefix
+            self._running,
+            placement.n_batch,
+            self._steps,
+            lambda prefix: prefix in self._prefix,
+            prefill_chunk_tokens(placement, gpu=self._gpu, cpu_chunk_tokens=self._cpu_chunk),
         )
         if not chunks:
             return events

@@ -96,6 +96,14 @@ def list_devices() -> list[DeviceInfo]:
     return devices
 
 
+def has_gpu_backend() -> bool:
+    """Whether llama.cpp has a GPU device (dedicated or integrated) to compute on; ggml's device list only, no NVML."""
+    return any(
+        _ggml.DEV_TYPE_NAMES.get(_ggml.ggml_backend_dev_type(_device(i))) in ("gpu", "igpu")
+        for i in range(_ggml.ggml_backend_dev_count())
+    )
+
+
 def gpu_devices() -> list[DeviceInfo]:
     """The GPU devices (dedicated or integrated) among ``list_devices()``."""
     return [d for d in list_devices() if d.is_gpu]

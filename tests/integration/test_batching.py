@@ -137,6 +137,32 @@ def test_high_priority_request_gets_first_token_first() -> None:
             assert sorted(order) == ["npc0", "npc1", "npc2", "npc3"]
 
 
+def test_a_short_turn_beside_a_long_prompt_waits_for_one_chunk_not_the_prompt() -> None:
+    """Chunked prefill where the CPU evaluates prompts: a long prompt goes in ``cpu_prefill_chunk_tokens`` chunks, a
+    short turn that arrives meanwhile gets its first token from the very next step (without a chunk of the long
+    prompt), and the long prompt's reply equals the one evaluated in whole ``n_batch`` steps."""
+    history = " ".join(f"The {i}th sword is a fine blade, forged in the north." for i in range(25))
+    placement = BATCHED.with_(n_batch=512, n_ubatch=32, op_offload=False)
+    replies: dict[int, list[int]] = {}
+    for chunk in (64, 512):
+        with LlamaEngine(default_model_path(), placement) as eng:
+            sched = BatchScheduler(eng, cpu_prefill_chunk_tokens=chunk)
+            long_prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": history}]))
+            assert len(long_prompt) > 3 * 64
+            long = sched.submit(BatchRequest("long", long_prompt, max_tokens=4))
+            sched.step()
+            if chunk == 64:
+                assert sched.counters.prefill_tokens_evaluated == 64
+                turn = _request(eng, 0, max_tokens=2)
+                short = sched.submit(turn)
+                sched.step()
+                assert len(short.tokens) == 1  # its first token, after one step
+                assert sched.counters.prefill_tokens_evaluated == 64 + len(turn.prompt_tokens)
+            sched.run_until_idle()
+            replies[chunk] = list(long.tokens)
+    assert replies[64] == replies[512]
+
+
 def test_submit_rejects_a_busy_session_and_a_prompt_too_long(engine: LlamaEngine) -> None:
     sched = BatchScheduler(engine)
     handle = sched.submit(_request(engine, 0))

@@ -7,9 +7,11 @@ import pytest
 
 from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_order, compose_step
 from igi_sdk.engine.batch_sizing import (
+    CPU_PREFILL_CHUNK_TOKENS,
     aggregate_decode_tok_s,
     batch_tier,
     kv_bytes_for_sessions,
+    prefill_chunk_tokens,
     sessions_placement,
     sessions_sizing,
 )
@@ -64,7 +66,7 @@ def test_decodes_go_first_then_prefill_by_priority_within_n_batch() -> None:
     assert sum(len(c.tokens) for c in chunks) <= 16
 
 
-def test_fifo_within_a_priority_and_last_prompt_chunk_wants_logits() -> None:
+def test_fifo_among_equal_prompts_and_last_prompt_chunk_wants_logits() -> None:
     slots = SlotTable(4)
     first, second = _run(1, 5, slot=0, slots=slots), _run(2, 5, slot=1, slots=slots)
     chunks = compose_step([second, first], n_batch=8, step_no=0, prefix_cached=NEVER_CACHED)
@@ -88,6 +90,73 @@ def test_prefill_stops_at_an_uncached_persona_boundary() -> None:
     assert len(chunks[0].tokens) == 12
     cached = compose_step([run], n_batch=32, step_no=0, prefix_cached=lambda prefix: True)
     assert len(cached[0].tokens) == 32
+
+
+def test_the_prompt_with_fewest_tokens_left_goes_first_within_a_priority() -> None:
+    slots = SlotTable(4)
+    long, short = _run(1, 100, slot=0, slots=slots), _run(2, 6, slot=1, slots=slots)
+    chunks = compose_step([long, short], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED)
+    assert [(c.run.seq_no, len(c.tokens), c.want_logits) for c in chunks] == [(2, 6, True), (1, 58, False)]
+    urgent_long = _run(3, 100, priority=10, slot=2, slots=slots)
+    chunks = compose_step([short, urgent_long], n_batch=128, step_no=0, prefix_cached=NEVER_CACHED)
+    assert [(c.run.seq_no, len(c.tokens)) for c in chunks] == [(3, 100), (2, 6)]  # priority still comes first
+
+
+def test_chunked_prefill_cuts_a_prompt_on_the_same_grid_whatever_shares_the_step() -> None:
+    slots = SlotTable(4)
+    alone = _run(1, 40, slot=0, slots=slots)
+    ends = []
+    while alone.prefill_pos < len(alone.prompt):
+        (chunk,) = compose_step([alone], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+        alone.prefill_pos += len(chunk.tokens)
+        ends.append(alone.prefill_pos)
+    assert ends == [16, 32, 40]
+    resumed = _run(2, 40, slot=1, prefill_pos=10, slots=slots)  # e.g. after a restored persona prefix
+    (chunk,) = compose_step([resumed], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+    assert (chunk.start_pos, len(chunk.tokens)) == (10, 6)  # back on the grid at 16
+
+
+def test_chunked_prefill_bounds_prompt_tokens_not_decodes() -> None:
+    slots = SlotTable(8)
+    decoding = [_run(i, 4, slot=i, prefill_pos=4, pending=1, slots=slots) for i in range(3)]
+    long = _run(9, 100, slot=5, slots=slots)
+    chunks = compose_step([*decoding, long], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+    assert [(c.run.seq_no, len(c.tokens), c.decode) for c in chunks] == [
+        (0, 1, True),
+        (1, 1, True),
+        (2, 1, True),
+        (9, 16, False),
+    ]
+
+
+def test_a_step_that_ends_a_short_prompt_carries_no_chunk_of_a_long_one() -> None:
+    """Chunked prefill: another NPC's new turn gets its first token after one short step, not a long chunk."""
+    slots = SlotTable(4)
+    long, short = _run(1, 100, slot=0, prefill_pos=16, slots=slots), _run(2, 6, slot=1, slots=slots)
+    chunks = compose_step([long, short], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+    assert [(c.run.seq_no, len(c.tokens), c.want_logits) for c in chunks] == [(2, 6, True)]
+    short.prefill_pos, short.pending = 6, 5  # the short one decodes now: the long one goes on beside it
+    chunks = compose_step([long, short], n_batch=64, step_no=1, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+    assert [(c.run.seq_no, len(c.tokens)) for c in chunks] == [(2, 1), (1, 16)]
+    urgent = _run(3, 100, priority=10, slot=2, prefill_pos=16, slots=slots)
+    fresh = _run(4, 6, slot=3, slots=slots)
+    chunks = compose_step([urgent, fresh], n_batch=64, step_no=0, prefix_cached=NEVER_CACHED, prefill_chunk_tokens=16)
+    assert [(c.run.seq_no, len(c.tokens)) for c in chunks] == [
+        (3, 16)
+    ]  # a higher priority keeps its chunk; the budget is spent
+
+
+def test_prefill_chunks_are_short_only_where_the_cpu_evaluates_prompts() -> None:
+    cpu_only = Placement(n_gpu_layers=0, op_offload=False, n_seq_max=4, n_batch=512)
+    assert prefill_chunk_tokens(cpu_only, gpu=True) == CPU_PREFILL_CHUNK_TOKENS
+    assert prefill_chunk_tokens(Placement(n_gpu_layers=-1, n_seq_max=4), gpu=False) == CPU_PREFILL_CHUNK_TOKENS
+    assert prefill_chunk_tokens(Placement(n_gpu_layers=-1, n_seq_max=4, n_batch=512), gpu=True) == 512
+    streamed = Placement(n_gpu_layers=0, op_offload=True, n_seq_max=4, n_batch=1024, n_ubatch=1024)
+    assert prefill_chunk_tokens(streamed, gpu=True) == 1024  # op_offload streams the weights per ubatch
+    assert prefill_chunk_tokens(cpu_only.with_(n_seq_max=1), gpu=False) == 512  # nobody to wait beside it
+    assert prefill_chunk_tokens(cpu_only, gpu=False, cpu_chunk_tokens=64) == 64
+    with pytest.raises(ValueError):
+        prefill_chunk_tokens(cpu_only, gpu=False, cpu_chunk_tokens=0)
 
 
 def test_admission_order_is_priority_then_fifo() -> None:
@@ -168,3 +237,9 @@ def test_sessions_sizing_matches_llama_cpp_dry_run() -> None:
     assert aggregate_decode_tok_s(4, 0.02) == pytest.approx(200.0)
     with pytest.raises(ValueError):
         aggregate_decode_tok_s(4, 0.0)
+
+
+def test_the_daemon_setting_defaults_to_the_engine_chunk() -> None:
+    from igi_sdk.config import EngineSettings
+
+    assert EngineSettings().cpu_prefill_chunk_tokens == CPU_PREFILL_CHUNK_TOKENS

@@ -53,7 +53,8 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
 
     Args:
         conn: the worker's end of the pipe.
-        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``placement`` (a ``Placement``),
+        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``cpu_prefill_chunk_tokens``,
+            ``placement`` (a ``Placement``),
             ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring),
             ``mmproj_path`` (a vision projector beside the model, or None) and ``vision`` (its ``EncoderPlan``).
     """
@@ -101,9 +102,15 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         )
     )
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+    from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 
     scheduler = WorkerScheduler(
-        engine, engine.llama_engine, emit, max_prompt_tokens=config["max_prompt_tokens"], vision=vision
+        engine,
+        engine.llama_engine,
+        emit,
+        max_prompt_tokens=config["max_prompt_tokens"],
+        vision=vision,
+        cpu_prefill_chunk_tokens=config.get("cpu_prefill_chunk_tokens", CPU_PREFILL_CHUNK_TOKENS),
     )
     try:
         _serve(conn, scheduler, emit, log)

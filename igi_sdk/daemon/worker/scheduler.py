@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.session_file import read_kv_state
 from igi_sdk.daemon.worker.prompt_window import PromptTooLarge, PromptWindow
+from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
@@ -84,6 +85,7 @@ class WorkerScheduler:
         clock: monotonic seconds.
         prefix_cache: the persona prefix cache (a new one when None).
         vision: the projector beside the model and its plan (None: images are answered ``no_vision``).
+        cpu_prefill_chunk_tokens: prompt tokens of one step where the CPU evaluates prompts (``BatchScheduler``).
     """
 
     def __init__(
@@ -95,13 +97,20 @@ class WorkerScheduler:
         clock: Callable[[], float] = time.perf_counter,
         prefix_cache: PrefixCache | None = None,
         vision: WorkerVision | None = None,
+        cpu_prefill_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS,
     ) -> None:
         self._adapter = adapter
         self._engine = engine
         self._vision = vision
         self._emit = emit
         self._window = PromptWindow(adapter.render_prompt, adapter.text_tokens, max_prompt_tokens)
-        self._sched = BatchScheduler(engine, clock=clock, prefix_cache=prefix_cache, on_admit=self._on_admit)
+        self._sched = BatchScheduler(
+            engine,
+            clock=clock,
+            prefix_cache=prefix_cache,
+            on_admit=self._on_admit,
+            cpu_prefill_chunk_tokens=cpu_prefill_chunk_tokens,
+        )
         self._jobs: dict[str, _JobState] = {}
         self._encoding: dict[str, _Encoding] = {}  # jobs whose images the encode thread encodes, in submit order
         self._encode_pool: ThreadPoolExecutor | None = None  # the encode thread (made at the first encode off the loop)

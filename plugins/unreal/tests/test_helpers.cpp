@@ -84,7 +84,7 @@ TEST(connection_file_pid_start_ticks_is_optional_and_checked) {
   }
 }
 
-TEST(process_liveness_tells_dead_and_reused_pids_from_live_ones) {
+TEST(process_liveness_tells_dead_and_reused_pids_from_running_ones) {
   const std::int64_t me = ::getpid();
   const std::optional<std::int64_t> start = igi::ProcessStartTicks(me);
   REQUIRE(start.has_value());

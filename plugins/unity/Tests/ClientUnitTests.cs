@@ -37,6 +37,29 @@ namespace Igi.Tests
             public void Dispose() { _inner.Dispose(); }
         }
 
+        // A transport whose first `refusals` sends (all of them when negative) fail as libzmq's do with no connection yet.
+        private sealed class TransportNotConnectedYet : IIgiTransport
+        {
+            private readonly ZmqDealerTransport _inner = new ZmqDealerTransport();
+            private int _refusals;
+            public int Refused;
+            public TransportNotConnectedYet(int refusals) { _refusals = refusals; }
+            public void Connect(string endpoint) { _inner.Connect(endpoint); }
+            public void Send(IList<byte[]> frames)
+            {
+                if (_refusals != 0)
+                {
+                    if (_refusals > 0) _refusals--;
+                    Refused++;
+                    throw new IgiTransportException("send queue full: the daemon is not reading (zmq EAGAIN)", ZmqNative.EAGAIN_LINUX);
+                }
+                _inner.Send(frames);
+            }
+            public bool TryReceive(int timeoutMs, out byte[][] frames) { return _inner.TryReceive(timeoutMs, out frames); }
+            public void Wake() { _inner.Wake(); }
+            public void Dispose() { _inner.Dispose(); }
+        }
+
         // Connects a client to the router and answers its hello_reply.
         private static IgiClient ConnectTo(TestRouter router, Signer signer, out byte[] identity, HelloReply hello = null,
                                            IgiClientOptions options = null, string ip = "127.0.0.1")
@@ -491,6 +514,23 @@ namespace Igi.Tests
                     var options = new IgiClientOptions { HelloTimeoutS = 0.5 };
                     Check.Throws<IgiTimeoutException>(() => IgiClient.Connect(InfoFor(router), options), "no credential: no answer");
                     Check.True(router.Receive(200) == null, "nothing of it reached the socket");
+                }
+            });
+            t.Add("client:a_hello_libzmq_cannot_queue_yet_is_sent_again_until_its_deadline", () =>
+            {
+                // No connection yet (the handshake under way, or refused and retried): the hello waits for one, and a
+                // daemon that never lets the client in is "no answer" at the hello timeout, not a transport error.
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    var late = new TransportNotConnectedYet(3);
+                    var options = new IgiClientOptions { TransportFactory = () => late };
+                    byte[] identity;
+                    using (IgiClient client = ConnectTo(router, signer, out identity, options: options))
+                        Check.Equal("test", client.Hello.DaemonVersion, "the hello went out once a send was taken");
+                    Check.Equal(3, late.Refused, "three sends refused before");
+                    var never = new IgiClientOptions { HelloTimeoutS = 0.3, TransportFactory = () => new TransportNotConnectedYet(-1) };
+                    Check.Throws<IgiTimeoutException>(() => IgiClient.Connect(InfoFor(router), never), "never connected: no answer");
                 }
             });
             t.Add("client:refuses_a_transport_that_cannot_present_the_credential", () =>

@@ -30,6 +30,12 @@ namespace Igi.Client
         /// </summary>
         public const double MinHeartbeatIntervalS = 0.1;
 
+        /// <summary>How often a hello that libzmq could not queue yet (no connection) is offered again, milliseconds.</summary>
+        private const int HelloRetryMs = 10;
+
+        /// <summary>A hello waiting for a connection (I/O thread only); requests queued after it wait behind it.</summary>
+        private byte[][] _helloRetry;
+
         private const int MaxWaitMs = 100;
         private const int MaxMessagesPerWake = 256;
         private double _heartbeatIntervalS;
@@ -120,9 +126,9 @@ namespace Igi.Client
 
         private int WaitBudgetMs()
         {
-            if (!_outbox.IsEmpty) return 0;
+            if (!_outbox.IsEmpty && _helloRetry == null) return 0;
             double now = NowS;
-            double next = now + MaxWaitMs / 1000.0;
+            double next = now + (_helloRetry != null ? HelloRetryMs : MaxWaitMs) / 1000.0;
             lock (_lock)
             {
                 next = Math.Min(next, _nextHeartbeatS);
@@ -133,29 +139,47 @@ namespace Igi.Client
 
         private void FlushOutbox()
         {
+            if (_helloRetry != null)
+            {
+                byte[][] hello = _helloRetry;
+                _helloRetry = null;
+                if (!SendOrFail(hello, true)) { _helloRetry = hello; return; }
+            }
             byte[][] frames;
             while (_outbox.TryDequeue(out frames))
             {
-                try
-                {
-                    _transport.Send(frames);
-                }
-                catch (IgiTransportException e)
-                {
-                    string msgId = WireCodec.DecodeHeader(frames[2]).MsgId;
-                    bool heartbeat;
-                    lock (_lock)
-                    {
-                        Pending hb;
-                        heartbeat = _pending.TryGetValue(msgId, out hb) && hb.IsHeartbeat;
-                    }
-                    // An unsent heartbeat stays outstanding, so that a daemon that cannot be reached (e.g. the connection
-                    // was dropped for a frame over ZMQ_MAXMSGSIZE, which libzmq does not re-establish) is declared gone
-                    // after client_timeout_s of silence (PROTOCOL.md section 11), like one that stopped answering.
-                    if (heartbeat) continue;
-                    Pending p = Take(msgId);
-                    if (p != null) Fail(p, e);
-                }
+                if (!SendOrFail(frames, false)) { _helloRetry = frames; return; }
+            }
+        }
+
+        /// <summary>
+        /// Sends one request, or fails its pending entry with the transport's error. Returns false for a hello libzmq
+        /// could not queue yet (EAGAIN: no connection, the handshake is under way or was refused and is retried), which
+        /// is sent again until its own deadline answers it with <see cref="IgiTimeoutException"/>, as a daemon that does
+        /// not answer (PROTOCOL.md 1.5: a peer without the credential is not answered).
+        /// </summary>
+        private bool SendOrFail(byte[][] frames, bool retry)
+        {
+            string msgId = WireCodec.DecodeHeader(frames[2]).MsgId;
+            Pending pending;
+            lock (_lock) { _pending.TryGetValue(msgId, out pending); }
+            if (retry && pending == null) return true;  // the hello timed out meanwhile: nothing to send
+            try
+            {
+                _transport.Send(frames);
+                return true;
+            }
+            catch (IgiTransportException e)
+            {
+                // An unsent heartbeat stays outstanding, so that a daemon that cannot be reached (e.g. the connection
+                // was dropped for a frame over ZMQ_MAXMSGSIZE, which libzmq does not re-establish) is declared gone
+                // after client_timeout_s of silence (PROTOCOL.md section 11), like one that stopped answering.
+                if (pending != null && pending.IsHeartbeat) return true;
+                if (pending != null && pending.RequestType == HelloRequest.TypeName && Igi.Transport.ZmqNative.IsEagain(e.Errno))
+                    return false;
+                Pending p = Take(msgId);
+                if (p != null) Fail(p, e);
+                return true;
             }
         }
 

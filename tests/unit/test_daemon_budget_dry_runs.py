@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import budget_worker
@@ -30,26 +31,6 @@ from igi_sdk.planner.placement import Placement
 
 KEY = bytes(range(32))
 CHILD_MIB = 600
-
-
-class FakeWorker:
-    ready = True
-    restarts = 0
-    pid = 4242
-    gpu_hidden = False
-
-    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
-        return False
-
-    def __init__(self) -> None:
-        self.placement = Placement()
-        self.commands: list[wp.Command] = []
-
-    def send(self, command: wp.Command) -> None:
-        self.commands.append(command)
-
-    def is_dead(self) -> bool:
-        return False
 
 
 def _outcome(budget_mib: int, gpu_mib: float, n_gpu_layers: int) -> PlanOutcome:

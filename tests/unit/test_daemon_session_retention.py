@@ -5,6 +5,7 @@ seam faked: a gone client's generations are cancelled without a reply; its sessi
 from __future__ import annotations
 
 import pytest
+from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings, IpcSettings
 from igi_sdk.daemon import worker_protocol as wp
@@ -23,28 +24,6 @@ KEY = bytes(range(32))
 GONE, OTHER = b"\x00gone", b"\x00other"
 
 
-class RecordingWorker:
-    """The engine seam: records commands; generations never finish on their own."""
-
-    ready = True
-    restarts = 0
-    pid = None
-    gpu_hidden = False
-
-    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
-        return False
-
-    def __init__(self) -> None:
-        self.placement = Placement()
-        self.commands: list[wp.Command] = []
-
-    def send(self, command: wp.Command) -> None:
-        self.commands.append(command)
-
-    def is_dead(self) -> bool:
-        return False
-
-
 class Clock:
     def __init__(self) -> None:
         self.now_s = 1000.0
@@ -57,7 +36,7 @@ def _daemon(session_ttl_s: float) -> tuple[Dispatcher, DaemonCore, Clock, list[t
     clock, sent = Clock(), []
     settings = DaemonSettings(ipc=IpcSettings(client_timeout_s=10.0, session_ttl_s=session_ttl_s))
     core = DaemonCore(
-        settings, KEY, lambda identity, frames: sent.append((identity, frames)), RecordingWorker(), clock=clock
+        settings, KEY, lambda identity, frames: sent.append((identity, frames)), FakeWorker(), clock=clock
     )
     outcome = PlanOutcome(0, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
     service = DaemonService(core, None, outcome, Placement(), lambda p, n: {})  # type: ignore[arg-type]

@@ -17,13 +17,11 @@ from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.bench.host import host_fields
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.sampler import Sampler
@@ -105,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     totals[name][k] += v
     rate = {name: (t[0] / t[1], t[0] / t[2]) for name, t in totals.items()}
     out = {
-        "machine": f"{platform.machine()} {platform.processor() or ''} python {sys.version.split()[0]}".strip(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        **host_fields(),
         "npcs": args.npcs,
         "rounds": args.rounds,
         "max_tokens": args.max_tokens,

@@ -22,14 +22,12 @@ from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.bench.host import host_fields
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.model_store import default_model_path
@@ -142,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json is not None:
         out = {
-            "machine": f"{platform.machine()} {platform.processor() or ''} python {sys.version.split()[0]}".strip(),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            **host_fields(),
             "prompt_tokens": args.prompt_tokens,
             "threads": args.threads,
             "n_batch": args.n_batch,

@@ -143,6 +143,7 @@ def compose_step(
     chunk_tokens = n_batch if prefill_chunk_tokens is None else prefill_chunk_tokens
     if chunk_tokens < 1:
         raise ValueError("prefill_chunk_tokens must be >= 1")
+    chunked = chunk_tokens < n_batch
     budget = n_batch
     chunks: list[Chunk] = []
     decoding = [r for r in running if r.pending is not None and r.slot is not None]
@@ -167,13 +168,13 @@ def compose_step(
         if budget <= 0:
             continue
         end = min(len(run.prompt), pos + budget, next_image(run.prompt, pos))
-        if chunk_tokens < n_batch:  # cut on the grid: the same chunks whatever else shares the step
+        if chunked:  # cut on the grid: the same chunks whatever else shares the step
             end = min(end, (pos // chunk_tokens + 1) * chunk_tokens)
         boundary = run.req.prefix_tokens
         if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
             end = boundary
         finishes = end == len(run.prompt)
-        if chunk_tokens < n_batch and not finishes and finishing:
+        if chunked and finishing and not finishes:
             continue  # a step that ends a short prompt stays short: its first token comes without waiting for this
         finishing = finishing or finishes
         tokens = run.prompt[run.prefill_pos : end]

@@ -102,7 +102,6 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         )
     )
     from igi_sdk.daemon.worker.scheduler import WorkerScheduler
-    from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 
     scheduler = WorkerScheduler(
         engine,
@@ -110,7 +109,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         emit,
         max_prompt_tokens=config["max_prompt_tokens"],
         vision=vision,
-        cpu_prefill_chunk_tokens=config.get("cpu_prefill_chunk_tokens", CPU_PREFILL_CHUNK_TOKENS),
+        cpu_prefill_chunk_tokens=config["cpu_prefill_chunk_tokens"],
     )
     try:
         _serve(conn, scheduler, emit, log)

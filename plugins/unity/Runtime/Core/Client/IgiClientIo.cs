@@ -160,10 +160,7 @@ namespace Igi.Client
         /// </summary>
         private bool SendOrFail(byte[][] frames, bool retry)
         {
-            string msgId = WireCodec.DecodeHeader(frames[2]).MsgId;
-            Pending pending;
-            lock (_lock) { _pending.TryGetValue(msgId, out pending); }
-            if (retry && pending == null) return true;  // the hello timed out meanwhile: nothing to send
+            if (retry && PendingOf(frames) == null) return true;  // the hello timed out meanwhile: nothing to send
             try
             {
                 _transport.Send(frames);
@@ -171,16 +168,26 @@ namespace Igi.Client
             }
             catch (IgiTransportException e)
             {
+                Pending pending = PendingOf(frames);
+                if (pending == null) return true;
                 // An unsent heartbeat stays outstanding, so that a daemon that cannot be reached (e.g. the connection
                 // was dropped for a frame over ZMQ_MAXMSGSIZE, which libzmq does not re-establish) is declared gone
                 // after client_timeout_s of silence (PROTOCOL.md section 11), like one that stopped answering.
-                if (pending != null && pending.IsHeartbeat) return true;
-                if (pending != null && pending.RequestType == HelloRequest.TypeName && Igi.Transport.ZmqNative.IsEagain(e.Errno))
-                    return false;
-                Pending p = Take(msgId);
+                if (pending.IsHeartbeat) return true;
+                if (pending.RequestType == HelloRequest.TypeName && Igi.Transport.ZmqNative.IsEagain(e.Errno)) return false;
+                Pending p = Take(pending.MsgId);
                 if (p != null) Fail(p, e);
                 return true;
             }
+        }
+
+        /// <summary>The request in flight that an encoded message belongs to (null: none, e.g. a fire-and-forget one).</summary>
+        private Pending PendingOf(byte[][] frames)
+        {
+            string msgId = WireCodec.DecodeHeader(frames[2]).MsgId;
+            Pending pending;
+            lock (_lock) { _pending.TryGetValue(msgId, out pending); }
+            return pending;
         }
 
         private void Receive(byte[][] frames)

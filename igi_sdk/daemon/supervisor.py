@@ -26,6 +26,7 @@ from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.placement_plan import placement_uses_gpu
 from igi_sdk.daemon.vram import gpu_present
+from igi_sdk.daemon.worker_pipe import PipeClosed, PipeWriter
 from igi_sdk.daemon.worker_priority import lower_priority
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan
@@ -100,6 +101,7 @@ class WorkerSupervisor:
         self._ctx = multiprocessing.get_context("spawn")
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._writer: PipeWriter | None = None
         self._dead = True
         self.ready = False
         self.restarts = 0
@@ -145,11 +147,8 @@ class WorkerSupervisor:
         """Ask the worker to exit without waiting (it finishes its current step first); see :meth:`exited`."""
         self._stopping = True
         self.ready = False
-        if self._conn is not None and not self._dead:
-            try:
-                wp.send(self._conn, wp.Shutdown())
-            except (OSError, ValueError):
-                pass
+        if not self._dead:
+            self._queue(wp.Shutdown())
 
     def exited(self) -> bool:
         """Whether the worker process has exited (no process counts as exited); never logs a crash."""
@@ -176,6 +175,7 @@ class WorkerSupervisor:
         child_conn.close()
         self._stopping = False
         self._process, self._conn = process, parent_conn
+        self._writer = PipeWriter(parent_conn)
         self._dead, self.ready = False, False
         self.gpu_hidden = hide_gpu
         self.started_at_s = time.monotonic()
@@ -223,18 +223,33 @@ class WorkerSupervisor:
             return False
 
     def send(self, command: wp.Command) -> None:
-        """Send a command to the worker.
+        """Send a command to the worker without blocking: its bytes are queued for the pipe's writer thread
+        (``worker_pipe``), so a command larger than the pipe cannot stall the I/O loop, nor deadlock it against a
+        worker that is itself writing a large event.
 
         Raises:
             WorkerGone: the worker is dead.
         """
-        if self._conn is None or self.is_dead():
+        if self._writer is None or self.is_dead():
             raise WorkerGone("engine worker is not running")
         try:
-            wp.send(self._conn, command)
-        except (OSError, ValueError) as exc:
+            self._writer.send(wp.encode(command))
+        except PipeClosed as exc:
             self._mark_dead()
-            raise WorkerGone(f"engine worker pipe closed: {exc}") from exc
+            raise WorkerGone(str(exc)) from exc
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of commands queued for the worker and not yet written to its pipe."""
+        return 0 if self._writer is None else self._writer.pending_bytes
+
+    def _queue(self, command: wp.Command) -> None:
+        """Queue a command for a worker that may be gone already (nothing to do then)."""
+        if self._writer is not None:
+            try:
+                self._writer.send(wp.encode(command))
+            except PipeClosed:
+                pass
 
     def restart(self) -> None:
         """Reap the dead worker and start a new one with the same placement."""
@@ -244,25 +259,40 @@ class WorkerSupervisor:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Ask the worker to exit, then terminate, then kill."""
-        process, conn = self._process, self._conn
+        process, conn, writer = self._process, self._conn, self._writer
         if process is None:
             return
-        if not self._dead and conn is not None:
-            try:
-                wp.send(conn, wp.Shutdown())
-            except (OSError, ValueError):
-                pass
-        process.join(timeout_s)
+        if not self._dead:
+            self._queue(wp.Shutdown())
+        self._join_reading(process, timeout_s)
         if process.is_alive():
             process.terminate()
             process.join(2.0)
         if process.is_alive():
             process.kill()
             process.join(2.0)
-        if conn is not None:
+        # the pipe is closed only once its writer thread has ended: a descriptor closed under a blocked write would
+        # be written to when the number is reused
+        if conn is not None and (writer is None or writer.close()):
             conn.close()
-        self._process, self._conn, self._dead, self.ready = None, None, True, False
+        self._process, self._conn, self._writer, self._dead, self.ready = None, None, None, True, False
         self._stopping = False
+
+    def _join_reading(self, process: multiprocessing.process.BaseProcess, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for ``process`` to exit, reading (and dropping) what it writes meanwhile: a worker
+        blocked writing events to a full pipe would otherwise never read its ``Shutdown``."""
+        deadline = time.monotonic() + timeout_s
+        conn = None if self._dead else self._conn
+        while process.exitcode is None and time.monotonic() < deadline:
+            if conn is None:
+                process.join(max(0.0, deadline - time.monotonic()))
+                return
+            try:
+                if conn.poll(min(0.05, max(0.0, deadline - time.monotonic()))):
+                    conn.recv_bytes()
+            except (EOFError, OSError):
+                conn = None
+        process.join(max(0.0, deadline - time.monotonic()))
 
     def _mark_dead(self) -> None:
         if not self._dead:

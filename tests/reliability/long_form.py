@@ -12,7 +12,8 @@ a section failed.
 Sections: ``fuzz`` (signed, mutated frames), ``files`` (mutated session files), ``storm`` (budget changes during
 greedy streams), ``kill`` (kill -9 loops of the worker), ``vanish`` (clients gone mid-generation), ``history``
 (a 5,000-turn session beside a 10-turn one, and another NPC's first token meanwhile), ``load`` (heartbeats while a
-1 GiB session file loads), ``soak`` (eight clients for minutes: the memory of the daemon and of its worker).
+1 GiB session file loads), ``soak`` (eight clients for minutes: the memory of the daemon and of its worker), ``pipe``
+(session saves beside 400 KB image turns and 64k-character lines in one tick, with loads and budget changes).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from igi_sdk.daemon.session_file import SessionSnapshot, write_session_file  # n
 from reliability import workloads  # noqa: E402
 from reliability.fuzz import DAEMON_ARGS, check_no_job_left, run_file_fuzz, run_frame_fuzz  # noqa: E402
 from reliability.peers import heartbeat_rtts_ms, p99  # noqa: E402
+from reliability.pipe_pressure import save_beside_large_turns  # noqa: E402
 from reliability.soak import rss_bytes, soak  # noqa: E402
 
 Figures = list[tuple[str, str]]
@@ -199,6 +201,34 @@ def section_soak(args: argparse.Namespace) -> Figures:
     ]  # fmt: skip
 
 
+def section_pipe(args: argparse.Namespace) -> Figures:
+    import tempfile
+
+    from igi_sdk.model_store import default_model_path
+    from igi_sdk.synthetic_vision import write_synthetic_mmproj
+
+    default_model_path()
+    workdir = Path(tempfile.mkdtemp(prefix="igi-pipe-"))
+    mmproj = write_synthetic_mmproj(workdir / "mmproj.gguf", "smolvlm_tiny")
+    daemon = DaemonProcess(["--mmproj", str(mmproj), "--n-ctx", "2048", "--always-reload", "true"]).start()
+    result = save_beside_large_turns(daemon, tries=args.pipe_tries, workdir=workdir, images=True)
+    daemon.stop()
+    assert result.hangs == 0 and result.tries == args.pipe_tries, f"{result.hangs} hangs after {result.tries} tries"
+    assert not result.problems, result.problems[:5]
+    beats = result.heartbeat_ms
+    return [
+        (
+            f"saves beside {result.image_bytes // 1000} KB image turns and 64k-character lines: hangs",
+            f"{result.hangs} in {result.tries} tries",
+        ),
+        ("saves beside large turns: requests with exactly one terminal reply", "all"),
+        (
+            "saves beside large turns: heartbeat round trip p50 / p99 / max",
+            f"{statistics.median(beats):.1f} / {p99(beats):.1f} / {max(beats):.1f} ms ({len(beats)} heartbeats)",
+        ),
+    ]
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     "fuzz": section_fuzz,
     "files": section_files,
@@ -208,6 +238,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     "history": section_history,
     "load": section_load,
     "soak": section_soak,
+    "pipe": section_pipe,
 }
 
 
@@ -239,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=3, help="loads of that file")
     parser.add_argument("--clients", type=int, default=8, help="clients of the soak")
     parser.add_argument("--soak-s", type=float, default=300.0, help="length of the soak, seconds")
+    parser.add_argument("--pipe-tries", type=int, default=200, help="saves beside large turns")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     chosen = args.sections or list(SECTIONS)

@@ -69,6 +69,12 @@ class IpcSettings(_Section):
         description="a message whose sent_at is further than this from the daemon's clock, or whose msg_id it saw "
         "within it, is refused as replayed, seconds",
     )
+    replay_max_entries: int = Field(
+        default=65536,
+        ge=1,
+        description="message ids the replay window remembers, stamped at or before the daemon's clock; past it the "
+        "earliest-stamped is forgotten and nothing stamped at or before it is accepted",
+    )
     heartbeat_interval_s: float = Field(
         default=2.0, gt=0, description="heartbeat period advertised to clients, seconds"
     )

@@ -56,7 +56,7 @@ class Dispatcher:
         self._budget = budget
         self._switch = switch
         self._refused: OrderedDict[bytes, None] = OrderedDict()
-        self.replay_window = ReplayWindow(core.settings.ipc.replay_window_s)
+        self.replay_window = ReplayWindow(core.settings.ipc.replay_window_s, core.settings.ipc.replay_max_entries)
         self._handlers: dict[str, Handler] = {
             "hello_request": hd.hello,
             "heartbeat_request": hd.heartbeat,

@@ -37,7 +37,12 @@ from igi_sdk.planner.placement import Placement
 
 _log = get_logger("server")
 POLL_TICK_MS = 50
+#: Messages read in one poll tick at most.
 MAX_BATCH = 256
+#: Bytes of messages read in one poll tick at most, counted in ``max_frame_bytes``: large frames (each HMAC'd, then
+#: answered ``too_large`` when over the limit) are read a few per tick, so a heartbeat queued behind them (the ROUTER
+#: reads its connections in turn) waits for a few of them, not for hundreds, and the daemon holds a few at a time.
+BATCH_BUDGET_FRAMES = 4
 #: Poll ticks spent answering requests that arrive after shutdown_request (``_drain``).
 DRAIN_ROUNDS = 20
 #: Messages one peer may have queued in the daemon's socket before ZeroMQ stops reading its connection.
@@ -228,6 +233,7 @@ class DaemonServer:
 
     def _loop(self, socket: zmq.Socket, service: DaemonService, guard: ConnectionGuard | None = None) -> None:  # type: ignore[type-arg]
         core = service.core
+        batch_bytes = BATCH_BUDGET_FRAMES * core.settings.limits.max_frame_bytes
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         if guard is not None:
@@ -245,7 +251,7 @@ class DaemonServer:
             if guard is not None:
                 guard.on_events()  # first: connections are counted before their messages are read
             if ready.get(socket):
-                service.on_messages(_received(socket))
+                service.on_messages(_received(socket, batch_bytes))
             # not while stopping: Ctrl+C (or `timeout`) signals the whole process group, the worker included
             if service.on_tick(stopping=self._stop):
                 for fd in registered:
@@ -260,10 +266,11 @@ class DaemonServer:
         """After shutdown_request: requests already queued, or arriving within one poll tick, get their
         ``shutting_down`` error (heartbeats and cancels their normal replies) instead of silence. At most
         ``DRAIN_ROUNDS`` ticks, so a chatty client cannot hold the exit."""
+        batch_bytes = BATCH_BUDGET_FRAMES * service.core.settings.limits.max_frame_bytes
         for _ in range(DRAIN_ROUNDS):
             if not socket.poll(POLL_TICK_MS):
                 return
-            service.on_messages(_received(socket))
+            service.on_messages(_received(socket, batch_bytes))
 
 
 def open_daemon_socket(
@@ -355,12 +362,16 @@ def make_outbox(
     return outbox
 
 
-def _received(socket: zmq.Socket) -> list[list[bytes]]:  # type: ignore[type-arg]
-    """The messages waiting on the socket, at most ``MAX_BATCH``, without blocking."""
+def _received(socket: zmq.Socket, max_bytes: int) -> list[list[bytes]]:  # type: ignore[type-arg]
+    """The messages waiting on the socket, without blocking: at most ``MAX_BATCH``, and no more once ``max_bytes``
+    have been read (the rest wait for the next tick, after the worker's events and the timers)."""
     batch: list[list[bytes]] = []
-    while len(batch) < MAX_BATCH:
+    n_bytes = 0
+    while len(batch) < MAX_BATCH and n_bytes < max_bytes:
         try:
-            batch.append(socket.recv_multipart(flags=zmq.NOBLOCK, copy=True))
+            frames = socket.recv_multipart(flags=zmq.NOBLOCK, copy=True)
         except zmq.Again:
             break
+        batch.append(frames)
+        n_bytes += sum(len(frame) for frame in frames)
     return batch

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import zmq
 from daemon_process import DaemonProcess, raw_dealer
 
+from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.connection import ConnectionInfo
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -36,6 +37,7 @@ from igi_sdk.ipc.messages import (
     Message,
     TokenEvent,
 )
+from igi_sdk.ipc.signing import sign
 
 
 @contextmanager
@@ -71,7 +73,8 @@ def idle_connections(
 
 @dataclass
 class Flood:
-    """Threads that each send large frames with a wrong signature, as fast as the daemon takes them."""
+    """Threads that each send large frames with a wrong signature (or, given the ``key``, correctly signed ones whose
+    content is over ``max_frame_bytes``: a peer holding the credential), as fast as the daemon takes them."""
 
     info: ConnectionInfo
     n_peers: int = 2
@@ -79,6 +82,8 @@ class Flood:
     reconnect_every: int = 0  # messages per connection before a fresh one (a new identity); 0 = never
     #: The PLAIN password the peers present at the handshake; None: none (the NULL mechanism).
     plain_password: bytes | None = None
+    #: The launch key: each frame is then signed (a fresh ``msg_id`` each), and answered ``too_large``.
+    key: bytes | None = None
     sent: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -99,6 +104,7 @@ class Flood:
         context = zmq.Context.instance()
         payload = os.urandom(self.frame_bytes)
         frames = [b"IGI1", b"0" * 64, b"\x80", payload]
+        key = self.key
         while not self._stop.is_set():
             dealer = context.socket(zmq.DEALER)
             dealer.setsockopt(zmq.LINGER, 0)
@@ -108,6 +114,9 @@ class Flood:
             n = 0
             try:
                 while not self._stop.is_set() and (self.reconnect_every == 0 or n < self.reconnect_every):
+                    if key is not None:
+                        header = packb(to_wire(new_header("status_request")))
+                        frames = [b"IGI1", sign(key, header, payload), header, payload]
                     try:
                         dealer.send_multipart(frames, flags=zmq.NOBLOCK)
                         n += 1

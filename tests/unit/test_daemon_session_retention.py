@@ -16,7 +16,15 @@ from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
-from igi_sdk.ipc.messages import CreateSessionRequest, ErrorReply, GenerateRequest, Message, StatusRequest
+from igi_sdk.ipc.messages import (
+    CloseSessionReply,
+    CloseSessionRequest,
+    CreateSessionRequest,
+    ErrorReply,
+    GenerateRequest,
+    Message,
+    StatusRequest,
+)
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 
@@ -97,3 +105,34 @@ def test_gone_client_generation_cancelled_without_reply_and_sessions_retained_fo
     core.clients[OTHER] = clock.now_s
     _housekeeping(core)
     assert len(core.sessions) == 1
+
+
+def test_any_keyed_client_may_close_a_connected_clients_session_without_claiming_it() -> None:
+    """Owning a session decides only whose silence orphans it (PROTOCOL.md 11.4): another client holding the key may
+    close it; the owner's running generation is stopped and its terminal reply still goes to the owner."""
+    dispatcher, core, clock, sent = _daemon(30.0)
+    owned = _request(dispatcher, sent, GONE, CreateSessionRequest(persona="npc", system_prompt="")).session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch(
+        [[GONE, *pack_message(KEY, new_header("generate_request", session_id=owned), GenerateRequest(text="hi"))]]
+    )
+    job_id = core.worker.commands[-1].job_id  # type: ignore[attr-defined]
+    assert core.sessions.get(owned).owner == GONE  # type: ignore[union-attr]
+
+    reply = _request(dispatcher, sent, OTHER, CloseSessionRequest(), owned)
+    assert isinstance(reply, CloseSessionReply)
+    assert core.sessions.get(owned) is None
+    assert wp.Cancel(job_id=job_id) in core.worker.commands  # type: ignore[attr-defined]
+    assert core.jobs[job_id].identity == GONE  # the generation's one terminal reply is its own client's
+    reply = _request(dispatcher, sent, GONE, GenerateRequest(text="again?"), owned)
+    assert isinstance(reply, ErrorReply) and reply.code == "not_found"
+
+
+def test_a_request_naming_a_connected_clients_session_does_not_claim_it() -> None:
+    dispatcher, core, clock, sent = _daemon(30.0)
+    owned = _request(dispatcher, sent, GONE, CreateSessionRequest(persona="npc", system_prompt="")).session_id  # type: ignore[attr-defined]
+    _request(dispatcher, sent, OTHER, GenerateRequest(text="mine now?"), owned)
+    assert core.sessions.get(owned).owner == GONE  # type: ignore[union-attr]
+    clock.now_s += 10.5  # the owner falls silent: its session is orphaned, though another client named it
+    core.clients[OTHER] = clock.now_s
+    _housekeeping(core)
+    assert core.sessions.get(owned).orphaned_at_s is not None  # type: ignore[union-attr]

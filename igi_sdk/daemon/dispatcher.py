@@ -1,7 +1,8 @@
 """Daemon layer: turns received frames into handler calls; nothing a client sends can kill it.
 
 Order of checks (``ipc/PROTOCOL.md`` section 2): frame shape and signature (failures are dropped and
-counted, never answered, and the connection's later messages are dropped unchecked), header, the replay window
+counted, never answered, and the connection's later messages are dropped unchecked), header, a generate_request
+reusing the msg_id of a generation running or read earlier in the batch (``duplicate_msg_id``), the replay window
 (``error_reply{replayed}``: a signed message is executed at most once), protocol major, type and content
 (``error_reply``), request kind, then the handler. A handler raises :class:`~igi_sdk.daemon.core.RequestError` for a typed error reply; any other
 exception becomes ``error_reply{internal}`` and is logged with its traceback.
@@ -56,6 +57,8 @@ class Dispatcher:
         self._budget = budget
         self._switch = switch
         self._refused: OrderedDict[bytes, None] = OrderedDict()
+        #: msg_ids of the generate_requests decoded in the batch being served (their jobs are made once all are read)
+        self._unqueued: set[str] = set()
         self.replay_window = ReplayWindow(core.settings.ipc.replay_window_s, core.settings.ipc.replay_max_entries)
         self._handlers: dict[str, Handler] = {
             "hello_request": hd.hello,
@@ -89,6 +92,12 @@ class Dispatcher:
         try:
             check_frames(core.key, message_frames)
             header = decode_header(message_frames[2], max_frame_bytes=limit)
+            if header.type == "generate_request" and (header.msg_id in core.jobs or header.msg_id in self._unqueued):
+                # a running generation's msg_id, or one read just before in this batch (its job not made yet):
+                # answered first (PROTOCOL.md 6.6), never run, or its answer would read as that generation's reply
+                core.clients[identity] = core.clock()
+                core.send_error(identity, header, hs.duplicate_msg_id(header.msg_id))
+                return None
             replayed = self._replayed(header)
             if replayed is not None:
                 core.clients[identity] = core.clock()
@@ -110,13 +119,11 @@ class Dispatcher:
             error = RequestError(exc.code, exc.message)
             if exc.code == ErrorCode.UNSUPPORTED_VERSION:  # the spec asks for detail.supported
                 error = RequestError(exc.code, exc.message, {"supported": list(hd.SUPPORTED_VERSIONS)})
-            elif exc.header is not None and exc.header.type == "generate_request" and exc.header.msg_id in core.jobs:
-                # a running generation's msg_id: checked before the content (PROTOCOL.md 6.6), or this error would
-                # read as that generation's terminal reply
-                error = hs.duplicate_msg_id(exc.header.msg_id)
             core.send_error(identity, exc.header, error)
             return None
         core.clients[identity] = core.clock()
+        if header.type == "generate_request":
+            self._unqueued.add(header.msg_id)
         return identity, header, message
 
     def handle(self, identity: bytes, header: Header, message: Message) -> None:
@@ -147,7 +154,11 @@ class Dispatcher:
         as soon as they are decoded, ahead of other clients' messages, but never ahead of an earlier message of
         their own client (a cancel right behind its generate_request, a reclaim behind a set_budget: each client's
         order is kept). So the time a batch's other messages take to check (a flood of large frames) never delays a
-        heartbeat decoded before them."""
+        heartbeat decoded before them.
+
+        A generate_request's msg_id is known from its decoding on: a copy later in the same batch, read before the
+        original's handler made its job, gets the ``duplicate_msg_id`` answer a running generation's copy gets."""
+        self._unqueued.clear()
         rest = []
         ordinary: set[bytes] = set()  # clients with an ordinary message earlier in this batch
         for frames in batch:
@@ -164,13 +175,8 @@ class Dispatcher:
             self.handle(identity, header, message)
 
     def _replayed(self, header: Header) -> RequestError | None:
-        """The ``replayed`` error for a message the window has seen or cannot vouch for, else None (it is remembered).
-
-        A generate_request reusing a running generation's msg_id is let through to its own answer
-        (``duplicate_msg_id``, PROTOCOL.md 6.6), which the daemon gives before anything else about it."""
+        """The ``replayed`` error for a message the window has seen or cannot vouch for, else None (it is remembered)."""
         core = self._core
-        if header.type == "generate_request" and header.msg_id in core.jobs:
-            return None
         verdict = self.replay_window.check(header.msg_id, header.sent_at, core.wall_clock())
         if verdict is ReplayVerdict.FRESH:
             return None

@@ -20,6 +20,7 @@ from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
+    CancelRequest,
     CreateSessionRequest,
     ErrorReply,
     FrameStatsReply,
@@ -271,3 +272,44 @@ def test_a_running_generations_msg_id_still_gets_its_duplicate_answer() -> None:
     reply = replies_of(sent)[-1][1]
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
     assert reply.detail == {"duplicate_msg_id": True} and len(core.jobs) == 1
+
+
+def _generation_replies(sent: list[list[bytes]], msg_id: str) -> list[Any]:
+    return [reply for header, reply in replies_of(sent) if header.parent_id == msg_id]
+
+
+@pytest.mark.parametrize("copy_identity", [IDENTITY, b"\x00replayer"])
+def test_a_copy_read_in_the_same_batch_as_its_generation_gets_the_duplicate_answer(copy_identity: bytes) -> None:
+    """PROTOCOL.md 6.1 and 6.6: a copy of a generate_request decoded in the batch of its original, before the
+    original's job exists, gets the duplicate_msg_id answer (which no client takes for the terminal reply), not a
+    replayed error that would read as the generation's one terminal reply; the generation runs once."""
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
+    sid = replies_of(sent)[0][1].session_id
+    generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
+    msg_id = unpack_message(KEY, generate[1:])[0].msg_id
+    dispatcher.on_batch([generate, [copy_identity, *generate[1:]]])
+    (reply,) = _generation_replies(sent, msg_id)
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INVALID_REQUEST
+    assert reply.detail == {"duplicate_msg_id": True} and core.counters["replayed"] == 0
+    assert list(core.jobs) == [msg_id] and core.jobs[msg_id].identity == IDENTITY
+    assert sum(isinstance(c, wp.Generate) for c in core.worker.commands) == 1  # type: ignore[attr-defined]
+
+
+def test_a_copy_of_a_waiting_generation_is_not_run_when_a_cancel_ends_it_in_the_same_batch() -> None:
+    """A copy read while its generation waits for the worker, beside the original client's cancel (the priority path
+    ends a waiting job at once, before the batch's other messages are handled): the copy is answered at once and never
+    run, so the cancelled generation's msg_id gets exactly one terminal reply and no second job."""
+    dispatcher, core, sent = new_dispatcher()
+    core.worker.ready = False  # type: ignore[misc]  # jobs wait in the daemon, unforwarded
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
+    sid = replies_of(sent)[0][1].session_id
+    generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
+    msg_id = unpack_message(KEY, generate[1:])[0].msg_id
+    dispatcher.on_batch([generate])
+    assert msg_id in core.jobs and not core.jobs[msg_id].forwarded
+    dispatcher.on_batch([[b"\x00replayer", *generate[1:]], signed_frames(CancelRequest(target_msg_id=msg_id))])
+    assert not core.jobs
+    replies = _generation_replies(sent, msg_id)
+    terminal = [r for r in replies if not (isinstance(r, ErrorReply) and r.detail == {"duplicate_msg_id": True})]
+    assert [r.type for r in terminal] == ["generate_reply"] and terminal[0].finish_reason == "cancelled"

@@ -130,6 +130,7 @@ def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> A
         max_buffer_size=max(max_frame_bytes, 1),
         timestamp=0,
         ext_hook=_refuse_ext,
+        list_hook=_no_timestamps,
         object_pairs_hook=_str_keyed_map,
     )
     try:
@@ -137,6 +138,7 @@ def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> A
         value = unpacker.unpack()
         if unpacker.tell() != len(data):
             raise msgpack.ExtraData(value, data[unpacker.tell() :])
+        _no_timestamps((value,))
     except _MSGPACK_ERRORS as exc:
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"malformed msgpack: {type(exc).__name__}: {exc}") from None
     return value
@@ -144,6 +146,16 @@ def unpackb(data: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> A
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack ext type {code} is not allowed")
+
+
+def _no_timestamps(items: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Refuse the timestamp ext type (-1), which msgpack decodes itself instead of calling ``ext_hook`` (no option
+    turns that off): every decoded value is an array's item, a map's value (``_str_keyed_map``) or the frame's one
+    object, and each is checked here as its container is built."""
+    for item in items:
+        if type(item) is msgpack.Timestamp:
+            raise ValueError("msgpack ext type -1 (timestamp) is not allowed")
+    return items
 
 
 def _str_keyed_map(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
@@ -158,6 +170,8 @@ def _str_keyed_map(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
             raise ValueError(f"map key of type {type(key).__name__} (only str keys are allowed)")
         if key in result:
             raise ValueError(f"duplicate map key {key!r}")
+        if type(value) is msgpack.Timestamp:
+            raise ValueError("msgpack ext type -1 (timestamp) is not allowed")
         result[key] = value
     return result
 

@@ -393,6 +393,12 @@ def _signed(key: bytes, header: Any, content: Any) -> list[bytes]:
     return [MAGIC, sign(key, hb, cb), hb, cb]
 
 
+def _with_unknown_key(packed_map: bytes, entry: bytes) -> bytes:
+    """A packed fixmap with one more key and value (``entry``, packed) appended."""
+    assert 0x80 <= packed_map[0] < 0x8F
+    return bytes([packed_map[0] + 1]) + packed_map[1:] + entry
+
+
 def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
     good_h = _raw_header(2001, "set_budget_request")
     good_c = {"vram_budget_mib": 512, "reason": ""}
@@ -468,6 +474,25 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
         (
             "ext_type_value",
             _signed(key, good_h, b"\x82\xafvram_budget_mib\xd4\x05\x01\xa6reason\xa0"),
+            "invalid_request",
+        ),
+        (  # the timestamp ext type (-1, 32-bit form) under a key a receiver would otherwise ignore
+            "ext_timestamp_under_an_unknown_key",
+            _signed(key, good_h, b"\x83\xafvram_budget_mib\x01\xa6reason\xa0\xa6future\xd6\xff" + bytes(4)),
+            "invalid_request",
+        ),
+        (  # 64-bit form, in a map in an array
+            "ext_timestamp_nested_in_an_array",
+            _signed(
+                key,
+                good_h,
+                b"\x83\xafvram_budget_mib\x01\xa6reason\xa0\xa6future\x91\x81\xa2at\xd7\xff" + bytes(8),
+            ),
+            "invalid_request",
+        ),
+        (  # 96-bit form, in the header
+            "ext_timestamp_in_header",
+            _signed(key, _with_unknown_key(packb(good_h), b"\xa5trace\xc7\x0c\xff" + bytes(12)), good_c),
             "invalid_request",
         ),
         (

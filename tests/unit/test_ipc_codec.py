@@ -184,6 +184,30 @@ def test_duplicate_map_keys_are_invalid_request_at_every_level() -> None:
     assert unpackb(b"\x82\xa1a\x01\xa1b\x01") == {"a": 1, "b": 1}
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [msgpack.Timestamp(1, 0), msgpack.Timestamp(1, 5), msgpack.Timestamp(2**34, 0)],
+    ids=["timestamp32", "timestamp64", "timestamp96"],
+)
+def test_the_timestamp_ext_type_is_invalid_request_at_every_level(stamp: msgpack.Timestamp) -> None:
+    """PROTOCOL.md 4.7 and 5.1: no ext types, the timestamp (-1) included, which msgpack decodes without asking the
+    ext hook; under a key the receiver ignores, nested in maps and arrays, or as a whole frame."""
+    msg = m.SetBudgetRequest(vram_budget_mib=1)
+    header = to_wire(_header(msg))
+    content = to_wire(msg)
+    for value in (stamp, [1, stamp], {"x": [{"y": stamp}]}):
+        with pytest.raises(ProtocolError, match="timestamp") as in_content:
+            decode(packb(header), msgpack.packb(content | {"future": value}))
+        assert in_content.value.code is ErrorCode.INVALID_REQUEST and in_content.value.header is not None
+        with pytest.raises(ProtocolError, match="timestamp") as in_header:
+            decode(msgpack.packb(header | {"trace": value}), packb(content))
+        assert in_header.value.code is ErrorCode.INVALID_REQUEST and in_header.value.header is None
+    with pytest.raises(ProtocolError, match="timestamp"):
+        unpackb(msgpack.packb(stamp))
+    with pytest.raises(ProtocolError, match="timestamp"):
+        unpackb(msgpack.packb([stamp]))
+
+
 def test_invalid_header_with_a_valid_msg_id_keeps_it_for_the_reply() -> None:
     good = to_wire(new_header("close_session_request", session_id="npc_1"))
     with pytest.raises(ProtocolError) as info:

@@ -19,6 +19,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Packages of the ``tools`` extra (``pip install 'igi-sdk[tools]'``): the tables and plots of some commands; the
+#: daemon and the clients need none of them.
+TOOLS_EXTRA = frozenset({"rich", "matplotlib"})
+
+
 def usage() -> str:
     lines = ["usage: igi COMMAND [ARGS]", "", "commands:"]
     lines += [f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items()]
@@ -36,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from igi_sdk.cli.errors import EXPECTED_ERRORS, report
 
-    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in TOOLS_EXTRA:
+            raise
+        print(f"igi {name}: needs {exc.name}, of the tools extra: pip install 'igi-sdk[tools]'", file=sys.stderr)
+        return 2
     try:
         return int(module.run(rest) or 0)
     except EXPECTED_ERRORS as exc:

@@ -101,3 +101,16 @@ def test_daemon_reports_an_endpoint_it_cannot_bind_in_one_line(
     assert igi_daemon(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("igi-daemon: EndpointError: cannot bind"), err
+
+
+def test_a_command_whose_tools_extra_is_missing_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import igi_sdk.cli as cli
+
+    def without_rich(name: str) -> object:
+        raise ModuleNotFoundError("No module named 'rich'", name="rich")
+
+    monkeypatch.setattr(cli.importlib, "import_module", without_rich)
+    assert cli.main(["plan", "default"]) == 2
+    assert "pip install 'igi-sdk[tools]'" in capsys.readouterr().err

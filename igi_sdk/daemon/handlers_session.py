@@ -206,8 +206,10 @@ def checked_image(image: Image) -> SessionImage:
     """The image of a ``generate_request``, checked before anything decodes it.
 
     Raises:
-        RequestError: ``invalid_image`` (``detail.format``) for bytes that are not what the format says or a size that
-            disagrees; ``too_large`` (``detail.limit``: ``max_image_side_px`` or ``max_image_pixels``) over a limit.
+        RequestError: ``invalid_image`` (``detail.format``) for bytes that are not what the format says, a size that
+            disagrees, or a PNG stream that inflates to other than its declared size; ``too_large`` (``detail.limit``:
+            ``max_image_side_px``, ``max_image_pixels``, ``max_image_decoded_bytes``, ``max_image_chunks`` or
+            ``max_image_scans``) over a limit.
     """
     try:
         width, height = check_image(image)

@@ -1,10 +1,11 @@
 """Daemon layer: the images NPCs are shown (protocol 1.1, ``ipc/PROTOCOL.md`` 7.7), checked at the edge and kept.
 
 An image arrives with a ``generate_request``. ``handlers_session.checked_image`` checks it on the I/O thread before anything decodes
-it (``ipc.images.check_image``: the bytes are what the format says, the size read from the header is within the limits),
-so a corrupt, mislabelled or oversized image is a typed error and no job. The worker decodes it (mtmd's stb_image, in
-the worker process: a decoder crash is a worker crash, contained like any other) and answers one that does not decode
-``invalid_image``.
+it (``ipc.images.check_image``: the bytes are what the format says, the size read from the header is within the limits,
+and decoding them costs no more than that size: a PNG's stream inflates to exactly it, a JPEG's scans are bounded), so a
+corrupt, mislabelled or oversized image or a decompression bomb is a typed error and no job. The worker decodes it
+(mtmd's stb_image, in the worker process: a decoder crash is a worker crash, contained like any other) and answers one
+that does not decode ``invalid_image``.
 
 A session keeps its :data:`MAX_IMAGES_PER_SESSION` most recent images, each at its user turn; an older image turn stays
 in the history as its text. A :class:`SessionImage` keeps the bytes the game sent. Once a worker has encoded an image,

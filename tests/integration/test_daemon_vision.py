@@ -58,10 +58,13 @@ def png_bytes(width: int, height: int, seed: int = 0) -> bytes:
 
 
 def corrupt_png(width: int, height: int) -> bytes:
-    """A PNG whose header is right and whose pixel data is garbage: only decoding finds it out."""
+    """A PNG whose header, chunks and stream size are right and whose pixel data is garbage (a row filter the format
+    does not define): only decoding finds it out."""
     good = png_bytes(width, height)
+    raw = bytearray(height * (1 + width * 3))
+    raw[0] = 5
+    idat = zlib.compress(bytes(raw))
     ihdr_end = 8 + 8 + 13 + 4
-    idat = b"\x00" * 16
     bad = struct.pack(">I", len(idat)) + b"IDAT" + idat + struct.pack(">I", zlib.crc32(b"IDAT" + idat) & 0xFFFFFFFF)
     return good[:ihdr_end] + bad + good[-12:]
 

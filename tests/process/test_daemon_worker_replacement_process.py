@@ -30,7 +30,9 @@ PROMPT = "Tell me about the old mill by the river."
 
 LAUNCH = """
 import sys
-from igi_sdk.daemon import placement_plan, server, supervisor
+from igi_sdk.daemon import placement_plan
+from igi_sdk.daemon import server
+from igi_sdk.daemon import supervisor
 from igi_sdk.ipc.values import Plan
 
 supervisor.cuda_gpu_usable = lambda: True  # the worker's CUDA visibility follows the placement, as on a GPU machine

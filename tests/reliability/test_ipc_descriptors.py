@@ -1,7 +1,7 @@
 """Reliability: more ipc connections than the daemon has descriptors do not end it.
 
 libzmq's ipc listener aborts the process (SIGABRT) when ``accept()`` fails with ``EMFILE``. The daemon bounds its ipc
-connections below its open-file limit (``daemon/connection_guard.py``): at the bound it resets them all, and its
+connections below its open-file limit (``daemon/net/connection_guard.py``): at the bound it resets them all, and its
 clients reconnect. The daemon here has a limit of 256 descriptors and gets 3x that many connections."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from daemon_process import DaemonProcess
 
-from igi_sdk.daemon.socket_dir import IPC_SOCKET_NAME, OWNER_FILE_NAME
+from igi_sdk.daemon.net.socket_dir import IPC_SOCKET_NAME, OWNER_FILE_NAME
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(os.name != "posix", reason="ipc transport is POSIX")]
 

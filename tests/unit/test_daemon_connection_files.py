@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from igi_sdk.daemon.connection_files import default_connection_file, remove_stale_connection_files
+from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
 from igi_sdk.ipc.connection import read_connection_file, write_connection_file
 from igi_sdk.processes import process_running, process_start_ticks
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from igi_sdk.daemon.socket_dir import (
+from igi_sdk.daemon.net.socket_dir import (
     IPC_SOCKET_NAME,
     OWNER_FILE_NAME,
     private_socket_dir,
@@ -63,7 +63,7 @@ def test_a_reused_pid_with_another_start_time_counts_as_gone(parent: Path) -> No
 
 
 def test_the_directory_a_daemon_makes_names_it_and_is_kept_while_it_runs(parent: Path, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("igi_sdk.daemon.socket_dir.socket_dir_parents", lambda: [parent])
+    monkeypatch.setattr("igi_sdk.daemon.net.socket_dir.socket_dir_parents", lambda: [parent])
     made = private_socket_dir()
     assert made.parent == parent and (made.stat().st_mode & 0o777) == 0o700
     pid, start = (made / OWNER_FILE_NAME).read_text().split()

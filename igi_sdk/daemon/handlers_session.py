@@ -14,7 +14,7 @@ from igi_sdk.daemon.constraints import (
     tool_result_text,
 )
 from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
-from igi_sdk.daemon.session_file import (
+from igi_sdk.daemon.sessions.file_format import (
     KvRef,
     SessionFileError,
     SessionFileMissing,
@@ -23,9 +23,9 @@ from igi_sdk.daemon.session_file import (
     read_session_file,
     write_session_file,
 )
-from igi_sdk.daemon.session_images import SessionImage, shown_images
-from igi_sdk.daemon.session_io import MAX_IN_FLIGHT, FileTask
-from igi_sdk.daemon.sessions import ROLE_TOOL, ROLE_USER, Session, SessionLimitReached
+from igi_sdk.daemon.sessions.file_io import MAX_IN_FLIGHT, FileTask
+from igi_sdk.daemon.sessions.images import SessionImage, shown_images
+from igi_sdk.daemon.sessions.table import ROLE_TOOL, ROLE_USER, Session, SessionLimitReached
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode

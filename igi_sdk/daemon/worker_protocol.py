@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 import msgpack
 from pydantic import BaseModel
 
-from igi_sdk.daemon.session_file import KvRef
+from igi_sdk.daemon.sessions.file_format import KvRef
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan

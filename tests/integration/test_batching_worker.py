@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.session_file import KvRef, SessionSnapshot, read_session_file, write_session_file
+from igi_sdk.daemon.sessions.file_format import KvRef, SessionSnapshot, read_session_file, write_session_file
 from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.values import Sampling

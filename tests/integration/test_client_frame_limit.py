@@ -16,7 +16,7 @@ import pytest
 from daemon_process import DaemonProcess
 
 from igi_sdk.client import Client, InvalidRequestError
-from igi_sdk.daemon.session_file import MAGIC
+from igi_sdk.daemon.sessions.file_format import MAGIC
 
 pytestmark = pytest.mark.timeout(180)
 MIB = 1_048_576

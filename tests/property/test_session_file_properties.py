@@ -1,5 +1,5 @@
 """The session file's streaming reader decodes what msgpack decodes, and never keeps a bin: bins come back as
-(length, sha256), the body's checksum still verifies (igi_sdk.daemon.session_file)."""
+(length, sha256), the body's checksum still verifies (igi_sdk.daemon.sessions.file_format)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from igi_sdk.daemon.session_file import _Blob, _BodyReader
+from igi_sdk.daemon.sessions.file_format import _Blob, _BodyReader
 
 _VALUES = st.recursive(
     st.none()

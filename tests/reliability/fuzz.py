@@ -22,7 +22,7 @@ from typing import Any
 import msgpack
 from daemon_process import DaemonProcess
 
-from igi_sdk.daemon.session_file import MAGIC, SessionSnapshot, write_session_file
+from igi_sdk.daemon.sessions.file_format import MAGIC, SessionSnapshot, write_session_file
 from igi_sdk.ipc.codec import encode, packb, to_wire
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.frames import MAGIC as FRAME_MAGIC

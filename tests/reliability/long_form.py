@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "tests"))  # daemon_process and the reliability pa
 from daemon_process import DaemonProcess  # noqa: E402
 
 from igi_sdk.client import Client  # noqa: E402
-from igi_sdk.daemon.session_file import SessionSnapshot, write_session_file  # noqa: E402
+from igi_sdk.daemon.sessions.file_format import SessionSnapshot, write_session_file  # noqa: E402
 from reliability import workloads  # noqa: E402
 from reliability.fuzz import DAEMON_ARGS, check_no_job_left, run_file_fuzz, run_frame_fuzz  # noqa: E402
 from reliability.peers import heartbeat_rtts_ms, p99  # noqa: E402

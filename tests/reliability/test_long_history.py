@@ -9,7 +9,7 @@ import pytest
 from daemon_process import DaemonProcess
 
 from igi_sdk.client import Client
-from igi_sdk.daemon.session_file import read_session_file
+from igi_sdk.daemon.sessions.file_format import read_session_file
 from reliability.workloads import GREEDY, history_file
 
 pytestmark = pytest.mark.timeout(600)

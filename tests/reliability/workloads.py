@@ -24,7 +24,7 @@ from pathlib import Path
 from daemon_process import DaemonProcess, raw_dealer
 
 from igi_sdk.client import Client, EngineFailureError
-from igi_sdk.daemon.session_file import SessionSnapshot, write_session_file
+from igi_sdk.daemon.sessions.file_format import SessionSnapshot, write_session_file
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import CreateSessionRequest, GenerateRequest
@@ -310,7 +310,7 @@ def long_history(daemon: DaemonProcess, rounds: int, cold_rounds: int, max_token
 
 
 def _turns_in(path: Path) -> int:
-    from igi_sdk.daemon.session_file import read_session_file
+    from igi_sdk.daemon.sessions.file_format import read_session_file
 
     return len(read_session_file(path).turns) // 2
 

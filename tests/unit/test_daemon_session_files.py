@@ -15,9 +15,10 @@ import msgpack
 import pytest
 from daemon_sim import KEY, WORKDIR, Daemon, check_exactly_one_terminal_reply
 
-from igi_sdk.daemon import handlers_session, session_io
+from igi_sdk.daemon import handlers_session
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.session_file import MAGIC, KvRef, SessionSnapshot, read_kv_state, write_session_file
+from igi_sdk.daemon.sessions import file_io as session_io
+from igi_sdk.daemon.sessions.file_format import MAGIC, KvRef, SessionSnapshot, read_kv_state, write_session_file
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message
@@ -160,7 +161,7 @@ def test_the_daemon_never_holds_a_kv_state_the_worker_reads_it_from_the_file(tmp
 
 
 def read_kv_ref(path: Path) -> KvRef:
-    from igi_sdk.daemon.session_file import read_session_file
+    from igi_sdk.daemon.sessions.file_format import read_session_file
 
     ref = read_session_file(path).kv_state
     assert isinstance(ref, KvRef)

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from igi_sdk.daemon.session_file import (
+from igi_sdk.daemon.sessions.file_format import (
     MAGIC,
     KvRef,
     SessionFileError,

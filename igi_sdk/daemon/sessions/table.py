@@ -12,11 +12,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from igi_sdk.daemon.session_file import KvRef
+from igi_sdk.daemon.sessions.file_format import KvRef
 from igi_sdk.ipc.values import Sampling, ToolCall
 
 if TYPE_CHECKING:
-    from igi_sdk.daemon.session_images import SessionImage
+    from igi_sdk.daemon.sessions.images import SessionImage
 
 ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = "system", "user", "assistant"
 ROLE_TOOL = "tool"  # a tool result (``structured.tool_formats.tool_turn``), in the place of a user line

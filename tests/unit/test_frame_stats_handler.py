@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from igi_sdk.daemon import handlers_daemon as hd
+from igi_sdk.daemon.requests import daemon as hd
 from igi_sdk.ipc.messages import FrameStatsRequest
 from igi_sdk.policy.governor import Governor
 

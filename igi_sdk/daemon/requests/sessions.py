@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.constraints import (
+from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
+from igi_sdk.daemon.requests.constraints import (
     SessionConstraints,
     reply_constraint,
     session_constraints,
     tool_result_text,
 )
-from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
 from igi_sdk.daemon.sessions.file_format import (
     KvRef,
     SessionFileError,

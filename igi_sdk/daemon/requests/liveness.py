@@ -12,7 +12,7 @@ import logging
 
 from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.handlers_session import cancel_job
+from igi_sdk.daemon.requests.sessions import cancel_job
 
 
 def expire_clients(core: DaemonCore, now_s: float) -> list[bytes]:

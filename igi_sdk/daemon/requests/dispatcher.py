@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from igi_sdk._version import PROTOCOL_VERSION
-from igi_sdk.daemon import handlers_daemon as hd
-from igi_sdk.daemon import handlers_session as hs
 from igi_sdk.daemon.budget_control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.model_switch import ModelSwitch
+from igi_sdk.daemon.requests import daemon as hd
+from igi_sdk.daemon.requests import sessions as hs
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
 from igi_sdk.ipc.codec import decode_content, decode_header
 from igi_sdk.ipc.envelope import Header

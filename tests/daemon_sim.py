@@ -19,9 +19,9 @@ from typing import Any
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.model_switch import SwitchPhase
-from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.daemon.worker_lifecycle import WorkerState

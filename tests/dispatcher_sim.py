@@ -7,8 +7,8 @@ from typing import Any
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.ipc.envelope import new_header

@@ -14,7 +14,7 @@ One switch at a time (another ``load_model_request`` meanwhile is answered ``bus
 3. **stopping**: the old worker exits, so its memory is free before the new model loads (the VRAM budget holds).
    A ``ready`` it still sends (a restarted worker that finished loading meanwhile) is dropped: nothing is sent to it.
 4. **planning**: the new model is planned for the request's budget (or the target in force, and a budget change
-   that waits for a worker) with a :class:`~igi_sdk.daemon.placement_plan.PlacementPlanner`, in a background thread:
+   that waits for a worker) with a :class:`~igi_sdk.daemon.budget.planner.PlacementPlanner`, in a background thread:
    its dry runs take seconds, and the I/O loop keeps answering heartbeats, statuses, cancels and budget requests
    meanwhile. A budget change that arrives during the planning (a new target) is planned next, in the same way.
 5. **loading**: a worker starts on the plan (taken from the planner's memory).
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.daemon import host_memory
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_control import BudgetControl
-from igi_sdk.daemon.budget_reloads import PlanResult, run_in_background
+from igi_sdk.daemon.budget import host_memory
+from igi_sdk.daemon.budget.changes import PlanResult, run_in_background
+from igi_sdk.daemon.budget.control import BudgetControl
+from igi_sdk.daemon.budget.planner import PlacementPlanner
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.placement_plan import PlacementPlanner
 from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.errors import ModelError, ModelNotFoundError

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.budget.control import BudgetControl
+from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.model_switch import ConfigFor, ModelSwitch, PlannerFor
-from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState

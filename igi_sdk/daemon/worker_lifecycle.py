@@ -32,7 +32,7 @@ import traceback
 from typing import Protocol
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_reloads import ReplacePhase
+from igi_sdk.daemon.budget.changes import ReplacePhase
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker_events import fail_job, handle_worker_event
 from igi_sdk.ipc.error_codes import ErrorCode

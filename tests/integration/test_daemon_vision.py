@@ -279,7 +279,7 @@ def test_without_a_projector_an_image_is_no_vision(running_daemon: DaemonProcess
 
 LAUNCH = """
 import sys
-from igi_sdk.daemon import placement_plan
+from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.daemon import server
 from igi_sdk.daemon import supervisor
 from igi_sdk.ipc.values import Plan

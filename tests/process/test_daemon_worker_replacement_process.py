@@ -30,7 +30,7 @@ PROMPT = "Tell me about the old mill by the river."
 
 LAUNCH = """
 import sys
-from igi_sdk.daemon import placement_plan
+from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.daemon import server
 from igi_sdk.daemon import supervisor
 from igi_sdk.ipc.values import Plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.supervisor import WorkerGone
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply, check_one_budget
 
-from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.messages import (
     BudgetAck,
     LoadModelReply,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon import placement_plan
-from igi_sdk.daemon.placement_plan import PlacementPlanner
+from igi_sdk.daemon.budget import planner as placement_plan
+from igi_sdk.daemon.budget.planner import PlacementPlanner
 from igi_sdk.planner import Workload, reference_profile
 from igi_sdk.planner.placement import Placement
 from igi_sdk.profiler import planning

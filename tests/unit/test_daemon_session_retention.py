@@ -9,8 +9,8 @@ from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings, IpcSettings
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.placement_plan import PlanOutcome
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.service import DaemonService

@@ -223,7 +223,7 @@ def test_module_is_stdlib_only() -> None:
 
 def test_daemon_gpu_present_honours_cuda_visible_devices(monkeypatch, cvd) -> None:
     # the daemon sizes dry-run children's CUDA contexts (and decides whether a worker holds one) by this
-    from igi_sdk.daemon import vram
+    from igi_sdk.daemon.budget import vram
 
     _nvml(monkeypatch, GPUS[:1])
     vram._nvml.cache_clear()

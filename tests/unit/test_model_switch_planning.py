@@ -8,7 +8,7 @@ from typing import Any
 
 from daemon_sim import MODELS, Daemon, _Planner, check_exactly_one_terminal_reply
 
-from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.messages import (
     BudgetAck,
     LoadModelReply,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, __version__
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.budget.vram import measure_vram_mib
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.daemon.vram import measure_vram_mib
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
@@ -29,7 +29,7 @@ from igi_sdk.ipc.messages import (
 from igi_sdk.ipc.values import Limits, Throttle
 
 if TYPE_CHECKING:
-    from igi_sdk.daemon.budget_control import BudgetControl
+    from igi_sdk.daemon.budget.control import BudgetControl
     from igi_sdk.daemon.model_switch import ModelSwitch
     from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
 

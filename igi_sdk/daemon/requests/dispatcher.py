@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from igi_sdk._version import PROTOCOL_VERSION
-from igi_sdk.daemon.budget_control import BudgetControl
+from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.requests import daemon as hd

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from igi_sdk.daemon.placement_plan import PlanOutcome
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.messages import BudgetAck
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from igi_sdk.daemon.budget_reloads import PendingReload, Planning, Waiter, plan_in_background
-from igi_sdk.daemon.placement_plan import dry_run_slots_for
+from igi_sdk.daemon.budget.changes import PendingReload, Planning, Waiter, plan_in_background
+from igi_sdk.daemon.budget.planner import dry_run_slots_for
 from igi_sdk.engine.dry_run import DryRunDeferred
 
 if TYPE_CHECKING:
+    from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
     from igi_sdk.daemon.core import DaemonCore
-    from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
     from igi_sdk.policy.budget import BudgetState
 
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import logging
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.budget_planning import BudgetPlanning
-from igi_sdk.daemon.budget_reloads import (
+from igi_sdk.daemon.budget.changes import (
     REPLACE_STOP_GRACE_S,
     PendingReload,
     Planning,
@@ -26,9 +25,10 @@ from igi_sdk.daemon.budget_reloads import (
     budget_ack,
     same_plan,
 )
-from igi_sdk.daemon.budget_worker import BudgetWorkerChanges
+from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.budget.planning import BudgetPlanning
+from igi_sdk.daemon.budget.worker_changes import BudgetWorkerChanges
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.placement_plan import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode

@@ -161,7 +161,7 @@ class WorkerSupervisor:
 
     def start(self) -> None:
         """Spawn a worker with the current placement (it sends ``ready`` once the model is loaded)."""
-        from igi_sdk.daemon.worker.main import worker_main
+        from igi_sdk.daemon.engine_process.main import worker_main
 
         hide_gpu = self.hides_gpu_for(self.placement)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)

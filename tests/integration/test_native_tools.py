@@ -18,8 +18,8 @@ from chat_templates import hermes_gguf, llama3_gguf
 from daemon_process import DaemonProcess
 
 from igi_sdk.client import Client
+from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
 from igi_sdk.daemon.requests.constraints import tools_gbnf
-from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
 from igi_sdk.engine.grammar import GrammarConstraint, GrammarRejectedToken
 from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.ipc.values import Sampling, Tool, ToolResult

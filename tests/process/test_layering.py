@@ -78,7 +78,7 @@ def _offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_the_engine_never_imports_the_daemon() -> None:
-    """Worker-side code that needs both lives in ``igi_sdk/daemon/worker/``."""
+    """Worker-side code that needs both lives in ``igi_sdk/daemon/engine_process/``."""
     assert _offenders("engine", ("igi_sdk.daemon",)) == []
 
 
@@ -118,7 +118,7 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_worker_command_and_event_keys_only_in_the_worker_protocol() -> None:
-    """Commands and events cross the daemon/worker pipe as typed values; only their codec
+    """Commands and events cross the daemon/engine_process pipe as typed values; only their codec
     (``daemon/worker_protocol.py``) writes or reads the ``"op"`` / ``"ev"`` keys of their wire maps."""
     codec = PACKAGE / "daemon" / "worker_protocol.py"
     offenders = [

@@ -16,9 +16,9 @@ CHAINS = {
     # the daemon's engine worker: spawn main module, the worker's module, then what worker_main imports to load
     "daemon worker": [
         "igi_sdk.daemon.__main__",
-        "igi_sdk.daemon.worker.main",
-        "igi_sdk.daemon.worker.engine_adapter",
-        "igi_sdk.daemon.worker.scheduler",
+        "igi_sdk.daemon.engine_process.main",
+        "igi_sdk.daemon.engine_process.engine_adapter",
+        "igi_sdk.daemon.engine_process.scheduler",
     ],
     # the profiler's measurement child: the launcher module, the engine first, then a term module
     "profiler child": ["igi_sdk.profiler.isolate", "igi_sdk.profiler.isolate:ENGINE_FIRST", "igi_sdk.profiler.terms"],

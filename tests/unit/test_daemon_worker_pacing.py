@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.worker.main import _serve
+from igi_sdk.daemon.engine_process.main import _serve
 
 
 class Clock:

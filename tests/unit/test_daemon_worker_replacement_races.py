@@ -25,8 +25,8 @@ from replacement_sim import (
 )
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.supervisor import WorkerSupervisor
-from igi_sdk.daemon.worker.scheduler import WorkerScheduler
 from igi_sdk.ipc.messages import (
     CancelReply,
     CancelRequest,

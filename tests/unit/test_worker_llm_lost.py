@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.worker import vision as worker_vision
-from igi_sdk.daemon.worker.main import _handle
-from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+from igi_sdk.daemon.engine_process import vision as worker_vision
+from igi_sdk.daemon.engine_process.main import _handle
+from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.engine.vision import EncodedImage, ImageData, ImageEmbedding, encode_beside
 from igi_sdk.errors import EngineError, EngineLostError, ImageError
 from igi_sdk.planner.vision import EncoderPlan

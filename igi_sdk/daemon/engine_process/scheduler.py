@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.engine_process.prompt_window import PromptTooLarge, PromptWindow
 from igi_sdk.daemon.sessions.file_format import read_kv_state
-from igi_sdk.daemon.worker.prompt_window import PromptTooLarge, PromptWindow
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
@@ -36,7 +36,7 @@ from igi_sdk.errors import EngineError, ImageError
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from igi_sdk.daemon.worker.vision import JobImages, WorkerVision
+    from igi_sdk.daemon.engine_process.vision import JobImages, WorkerVision
     from igi_sdk.engine.llama_engine import LlamaEngine
     from igi_sdk.engine.vision import EncodedImage
     from igi_sdk.planner.placement import Placement
@@ -222,7 +222,7 @@ class WorkerScheduler:
         Raises:
             _JobRefused: with the ``Failed`` event to send.
         """
-        from igi_sdk.daemon.worker.vision import JobImages
+        from igi_sdk.daemon.engine_process.vision import JobImages
 
         if not job.images:
             return JobImages()
@@ -505,7 +505,7 @@ def _encode_failed(job: wp.Generate, exc: ImageError | EngineError) -> wp.Failed
 
 
 def _to_wire(image: EncodedImage) -> wp.ImageEncoding:
-    from igi_sdk.daemon.worker.vision import to_wire
+    from igi_sdk.daemon.engine_process.vision import to_wire
 
     return to_wire(image)
 

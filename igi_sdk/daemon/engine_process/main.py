@@ -1,7 +1,7 @@
 """Daemon layer (worker process): entry point of the engine worker; the only daemon code that runs llama.cpp.
 
 ``worker_main`` loads the model with the placement it was given, sends ``ready``, then alternates between
-reading commands and stepping the :class:`~igi_sdk.daemon.worker.scheduler.WorkerScheduler` (continuous batching,
+reading commands and stepping the :class:`~igi_sdk.daemon.engine_process.scheduler.WorkerScheduler` (continuous batching,
 for every ``n_seq_max``); a job whose images the encode thread encodes joins the batch when that encode ends (the loop
 waits on the encode thread's wakeup beside the pipe). It exits on ``Shutdown``
 or when the daemon's end of the pipe closes (the daemon died): an orphaned worker never lingers; it frees the vision
@@ -36,7 +36,7 @@ from igi_sdk.daemon.worker_priority import lower_priority
 from igi_sdk.errors import EngineLostError
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
-    from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+    from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
     from igi_sdk.planner.placement import Placement
 
 Emit = Callable[[wp.Event], None]
@@ -69,7 +69,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    from igi_sdk.daemon.worker.engine_adapter import EngineAdapter
+    from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement: Placement = config["placement"]
@@ -79,7 +79,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads")
         )
         if config.get("mmproj_path"):
-            from igi_sdk.daemon.worker.vision import WorkerVision
+            from igi_sdk.daemon.engine_process.vision import WorkerVision
 
             vision = WorkerVision(
                 config["mmproj_path"], config["model_path"], config.get("vision"), n_threads=config.get("n_threads")
@@ -101,7 +101,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
             tool_format=engine.tool_format,
         )
     )
-    from igi_sdk.daemon.worker.scheduler import WorkerScheduler
+    from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 
     scheduler = WorkerScheduler(
         engine,

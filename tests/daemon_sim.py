@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.config import DaemonSettings, EngineSettings
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.model_switch import SwitchPhase
 from igi_sdk.daemon.service import DaemonService
-from igi_sdk.daemon.supervisor import WorkerGone
-from igi_sdk.daemon.worker_lifecycle import WorkerState
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerState
+from igi_sdk.daemon.worker.model_switch import SwitchPhase
+from igi_sdk.daemon.worker.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (

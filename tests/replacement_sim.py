@@ -16,10 +16,10 @@ from unittest import mock
 import pytest
 from daemon_sim import Daemon, SimWorker
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget import worker_changes as budget_worker
 from igi_sdk.daemon.budget.planner import PlanOutcome, placement_uses_gpu
-from igi_sdk.daemon.supervisor import WorkerGone, WorkerSupervisor
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerGone, WorkerSupervisor
 from igi_sdk.ipc.messages import (
     BudgetAck,
     CreateSessionRequest,

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.sessions.file_io import FileTask, SessionFileIo
 from igi_sdk.daemon.sessions.images import MAX_IMAGES_PER_SESSION, EncodingStore, SessionImage
 from igi_sdk.daemon.sessions.table import ROLE_ASSISTANT, ROLE_SYSTEM, ROLE_USER, SessionTable
-from igi_sdk.daemon.supervisor import WorkerGone
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message

@@ -26,9 +26,9 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
 from igi_sdk.daemon.net.connection_guard import ConnectionGuard, max_ipc_connections, open_descriptors
 from igi_sdk.daemon.net.socket_dir import IPC_SOCKET_NAME, private_socket_dir, remove_stale_socket_dirs
-from igi_sdk.daemon.projector import projector_shape
 from igi_sdk.daemon.service import DaemonService
-from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.daemon.worker.projector import projector_shape
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router

@@ -19,10 +19,10 @@ from typing import Any
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.model_switch import ConfigFor, ModelSwitch, PlannerFor
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker.model_switch import ConfigFor, ModelSwitch, PlannerFor
 from igi_sdk.planner.placement import Placement
 
 

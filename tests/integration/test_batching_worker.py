@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.sessions.file_format import KvRef, SessionSnapshot, read_session_file, write_session_file
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.values import Sampling
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement

@@ -281,7 +281,7 @@ LAUNCH = """
 import sys
 from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.daemon import server
-from igi_sdk.daemon import supervisor
+from igi_sdk.daemon.worker import supervisor
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.vision import LlmMemory
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from igi_sdk.config import DaemonSettings, EngineSettings
-from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from igi_sdk.config import DaemonSettings, EngineSettings
-from igi_sdk.daemon.supervisor import WorkerSupervisor, worker_config_for
-from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.daemon.worker.priority import lower_priority
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 

@@ -32,7 +32,7 @@ LAUNCH = """
 import sys
 from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.daemon import server
-from igi_sdk.daemon import supervisor
+from igi_sdk.daemon.worker import supervisor
 from igi_sdk.ipc.values import Plan
 
 supervisor.cuda_gpu_usable = lambda: True  # the worker's CUDA visibility follows the placement, as on a GPU machine

@@ -91,6 +91,43 @@ def test_bench_never_imports_daemon_internals() -> None:
     assert _offenders("bench", ("igi_sdk.daemon.",)) == []
 
 
+#: What the engine worker process (``daemon/engine_process/``) may import of the rest of the daemon: the worker protocol
+#: and a few leaf modules, and names defined in them (``from PACKAGE import MODULE`` names the package too).
+ENGINE_PROCESS_MAY_IMPORT = frozenset(
+    {
+        "igi_sdk.daemon.worker.protocol",
+        "igi_sdk.daemon.worker.priority",
+        "igi_sdk.daemon.sessions.file_format",
+        "igi_sdk.daemon.logs",
+    }
+)
+_LEAF_PACKAGES = frozenset(name.rsplit(".", 1)[0] for name in ENGINE_PROCESS_MAY_IMPORT)
+#: Most modules at the top of ``igi_sdk/daemon/`` (``__init__`` included): the rest live in folders named for the parts.
+MAX_DAEMON_TOP_LEVEL_MODULES = 8
+
+
+def test_the_engine_process_imports_only_the_worker_protocol_and_named_leaves() -> None:
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted((PACKAGE / "daemon" / "engine_process").rglob("*.py"))
+        for name in sorted(_igi_imports(path))
+        if name.startswith("igi_sdk.daemon.")
+        and not name.startswith("igi_sdk.daemon.engine_process")
+        and name not in ENGINE_PROCESS_MAY_IMPORT | _LEAF_PACKAGES
+        and name.rsplit(".", 1)[0] not in ENGINE_PROCESS_MAY_IMPORT
+    ]
+    assert offenders == []
+
+
+def test_request_handling_never_imports_the_engine_process() -> None:
+    assert _offenders("daemon/requests", ("igi_sdk.daemon.engine_process",)) == []
+
+
+def test_the_daemon_top_level_is_a_few_modules_and_folders() -> None:
+    top = sorted(path.name for path in (PACKAGE / "daemon").glob("*.py"))
+    assert len(top) <= MAX_DAEMON_TOP_LEVEL_MODULES, top
+
+
 def test_no_import_cycles_between_modules() -> None:
     """No two igi_sdk modules import each other, directly or through others (``TYPE_CHECKING`` imports count: a
     protocol of what one module needs from the other breaks such a circle)."""
@@ -119,8 +156,8 @@ def test_no_import_cycles_between_modules() -> None:
 
 def test_worker_command_and_event_keys_only_in_the_worker_protocol() -> None:
     """Commands and events cross the daemon/engine_process pipe as typed values; only their codec
-    (``daemon/worker_protocol.py``) writes or reads the ``"op"`` / ``"ev"`` keys of their wire maps."""
-    codec = PACKAGE / "daemon" / "worker_protocol.py"
+    (``daemon/worker/protocol.py``) writes or reads the ``"op"`` / ``"ev"`` keys of their wire maps."""
+    codec = PACKAGE / "daemon" / "worker" / "protocol.py"
     offenders = [
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
         for path in sorted(PACKAGE.rglob("*.py"))

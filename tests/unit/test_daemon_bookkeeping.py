@@ -25,9 +25,9 @@ from daemon_sim import (  # noqa: F401
     run_actions,
 )
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.sessions.table import SessionTable
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode

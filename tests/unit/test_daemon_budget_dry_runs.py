@@ -16,12 +16,12 @@ import pytest
 from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget import worker_changes as budget_worker
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.planner import PlanOutcome
-from igi_sdk.daemon.supervisor import WorkerGone
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerGone
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,

@@ -12,7 +12,7 @@ from typing import Any
 
 from daemon_sim import Daemon, SimWorker
 
-from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     CreateSessionReply,

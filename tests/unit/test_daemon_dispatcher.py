@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from dispatcher_sim import IDENTITY, KEY, new_dispatcher, replies_of, signed_frames
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.codec import packb, to_wire
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode

@@ -15,10 +15,10 @@ import msgpack
 import pytest
 from daemon_sim import KEY, WORKDIR, Daemon, check_exactly_one_terminal_reply
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.requests import sessions as handlers_session
 from igi_sdk.daemon.sessions import file_io as session_io
 from igi_sdk.daemon.sessions.file_format import MAGIC, KvRef, SessionSnapshot, read_kv_state, write_session_file
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.frames import pack_message

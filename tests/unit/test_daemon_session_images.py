@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.sessions.images import EncodingStore, SessionImage, shown_images
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import VISION_SHAPES, LlmMemory, plan_encoder
 

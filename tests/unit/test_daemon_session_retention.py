@@ -8,12 +8,12 @@ import pytest
 from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings, IpcSettings
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
 from igi_sdk.daemon.service import DaemonService
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (

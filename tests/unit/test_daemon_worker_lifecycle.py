@@ -15,8 +15,8 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _reclaim,
 )
 
-from igi_sdk.daemon import worker_protocol as wp
-from igi_sdk.daemon.worker_lifecycle import WORKER_START_RETRY_S, WorkerState
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WORKER_START_RETRY_S, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,

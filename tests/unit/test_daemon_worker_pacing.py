@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.main import _serve
+from igi_sdk.daemon.worker import protocol as wp
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The daemon's writing end of the worker pipe (``daemon/worker_pipe.py``): queued writes never block the caller, keep
+"""The daemon's writing end of the worker pipe (``daemon/worker/pipe.py``): queued writes never block the caller, keep
 their order, and let both ends write messages larger than the pipe at the same time (the daemon-worker deadlock of a
 session save beside a large image turn). A thread plays the worker's end."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from igi_sdk.daemon.worker_pipe import PipeClosed, PipeWriter
+from igi_sdk.daemon.worker.pipe import PipeClosed, PipeWriter
 
 LARGE = 4 << 20  # far more than a pipe holds
 

@@ -39,7 +39,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _worker,
 )
 
-from igi_sdk.daemon.supervisor import WorkerSupervisor
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,

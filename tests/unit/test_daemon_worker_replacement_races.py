@@ -24,9 +24,9 @@ from replacement_sim import (
     _worker,
 )
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
-from igi_sdk.daemon.supervisor import WorkerSupervisor
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
 from igi_sdk.ipc.messages import (
     CancelReply,
     CancelRequest,

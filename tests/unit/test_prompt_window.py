@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 from daemon_sim import Daemon, check_exactly_one_terminal_reply
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.sessions.table import MAX_CHARS_PER_TOKEN
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.messages import CreateSessionReply, CreateSessionRequest, GenerateRequest
 
 LIMIT = 400  # max_prompt_tokens

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.engine_process.vision import JobImages
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.vision import EncodedImage, ImageEmbedding
 
 LIMIT = 400

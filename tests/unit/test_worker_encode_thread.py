@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.engine_process.vision import JobImages
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.vision import EncodedImage, ImageData, ImageEmbedding
 from igi_sdk.errors import EngineError, ImageError
 from igi_sdk.planner.vision import EncoderPlan

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process import vision as worker_vision
 from igi_sdk.daemon.engine_process.main import _handle
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.vision import EncodedImage, ImageData, ImageEmbedding, encode_beside
 from igi_sdk.errors import EngineError, EngineLostError, ImageError
 from igi_sdk.planner.vision import EncoderPlan

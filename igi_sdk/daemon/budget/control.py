@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.changes import (
     REPLACE_STOP_GRACE_S,
     PendingReload,
@@ -29,7 +28,8 @@ from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.budget.planning import BudgetPlanning
 from igi_sdk.daemon.budget.worker_changes import BudgetWorkerChanges
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle

@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.changes import REPLACE_STOP_GRACE_S, PendingReload, Planning, ReplacePhase
 from igi_sdk.daemon.budget.planner import placement_uses_gpu
 from igi_sdk.daemon.budget.vram import measure_vram_mib
 from igi_sdk.daemon.core import RequestError
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy.budget import BudgetState
 

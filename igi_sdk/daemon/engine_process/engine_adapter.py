@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 # llama.cpp is loaded before numpy (docs/engine.md, "Load order"): the other order segfaults on CUDA builds.
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
-from igi_sdk.daemon.worker_protocol import JobSampling  # isort: skip
+from igi_sdk.daemon.worker.protocol import JobSampling  # isort: skip
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement

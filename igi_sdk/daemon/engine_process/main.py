@@ -30,9 +30,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
-from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.priority import lower_priority
 from igi_sdk.errors import EngineLostError
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)

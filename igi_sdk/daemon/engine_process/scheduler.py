@@ -23,9 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.engine_process.prompt_window import PromptTooLarge, PromptWindow
 from igi_sdk.daemon.sessions.file_format import read_kv_state
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.llama_engine import LlamaEngine
 from igi_sdk.engine.vision import EncodedImage, ImageData, ImageEmbedding, Piece, VisionEncoder, encode_beside
 from igi_sdk.planner.vision import EncoderPlan

@@ -1,6 +1,6 @@
 """Daemon layer: handlers of the daemon-wide requests (hello, status, heartbeat, shutdown, budgets, frame stats).
 
-``load_model_request`` is served by :mod:`igi_sdk.daemon.model_switch`.
+``load_model_request`` is served by :mod:`igi_sdk.daemon.worker.model_switch`.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, __version__
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.vram import measure_vram_mib
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
@@ -30,8 +30,8 @@ from igi_sdk.ipc.values import Limits, Throttle
 
 if TYPE_CHECKING:
     from igi_sdk.daemon.budget.control import BudgetControl
-    from igi_sdk.daemon.model_switch import ModelSwitch
-    from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
+    from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle
+    from igi_sdk.daemon.worker.model_switch import ModelSwitch
 
 CAPABILITIES = ("token_stream", "reclaim", "frame_stats", "session_files", "grammar", "json_schema", "tools")
 """Always announced; ``vision`` too while the model is served with a projector (PROTOCOL.md 7.7)."""

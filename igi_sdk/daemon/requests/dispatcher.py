@@ -19,10 +19,10 @@ from typing import Any
 from igi_sdk._version import PROTOCOL_VERSION
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.model_switch import ModelSwitch
 from igi_sdk.daemon.requests import daemon as hd
 from igi_sdk.daemon.requests import sessions as hs
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle
+from igi_sdk.daemon.worker.model_switch import ModelSwitch
 from igi_sdk.ipc.codec import decode_content, decode_header
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.requests.sessions import cancel_job
+from igi_sdk.daemon.worker import protocol as wp
 
 
 def expire_clients(core: DaemonCore, now_s: float) -> list[bytes]:

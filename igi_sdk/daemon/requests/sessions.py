@@ -6,7 +6,6 @@ import logging
 import os
 from pathlib import Path
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
 from igi_sdk.daemon.requests.constraints import (
     SessionConstraints,
@@ -26,7 +25,8 @@ from igi_sdk.daemon.sessions.file_format import (
 from igi_sdk.daemon.sessions.file_io import MAX_IN_FLIGHT, FileTask
 from igi_sdk.daemon.sessions.images import SessionImage, shown_images
 from igi_sdk.daemon.sessions.table import ROLE_TOOL, ROLE_USER, Session, SessionLimitReached
-from igi_sdk.daemon.worker_lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.images import Image, ImageRejected, check_image

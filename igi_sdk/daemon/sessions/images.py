@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
-from igi_sdk.daemon import worker_protocol as wp
+from igi_sdk.daemon.worker import protocol as wp
 
 MAX_IMAGES_PER_SESSION = 2
 """Images a session keeps (the newest first); an older image turn keeps its text only (PROTOCOL.md 7.7)."""

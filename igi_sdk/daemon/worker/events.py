@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.core import DaemonCore, RequestError
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import GenerateReply, TokenEvent

@@ -31,10 +31,10 @@ import logging
 import traceback
 from typing import Protocol
 
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.changes import ReplacePhase
 from igi_sdk.daemon.core import DaemonCore, RequestError
-from igi_sdk.daemon.worker_events import fail_job, handle_worker_event
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
 from igi_sdk.ipc.error_codes import ErrorCode
 
 #: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon import worker_protocol as wp
 from igi_sdk.daemon.budget.planner import placement_uses_gpu
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.daemon.worker_pipe import PipeClosed, PipeWriter
-from igi_sdk.daemon.worker_priority import lower_priority
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.pipe import PipeClosed, PipeWriter
+from igi_sdk.daemon.worker.priority import lower_priority
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan
 

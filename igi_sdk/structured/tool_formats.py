@@ -96,7 +96,7 @@ def detect_tool_format(template: str | None) -> str | None:
     """The native tool format a chat template supports (a key of ``FORMATS``), or None for the fallback.
 
     Detection reads the template's text: it must use a ``tools`` variable and show its family's call syntax. The
-    worker confirms it by rendering a probe tool (``daemon.worker.engine_adapter``) before serving it.
+    worker confirms it by rendering a probe tool (``daemon.engine_process.engine_adapter``) before serving it.
     """
     if not template or not _TOOLS_VARIABLE.search(template):
         return None

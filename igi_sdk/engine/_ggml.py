@@ -105,6 +105,12 @@ ggml_backend_cpu_buffer_type = _bind("ggml_backend_cpu_buffer_type", ggml_backen
 ggml_backend_buft_name = _bind("ggml_backend_buft_name", ctypes.c_char_p, [ggml_backend_buffer_type_t])
 # const char * ggml_type_name(enum ggml_type type);
 ggml_type_name = _bind("ggml_type_name", ctypes.c_char_p, [ctypes.c_int])
+# ggml_backend_buffer_t ggml_backend_buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size);  (NULL on failure)
+ggml_backend_buft_alloc_buffer = _bind(
+    "ggml_backend_buft_alloc_buffer", ctypes.c_void_p, [ggml_backend_buffer_type_t, ctypes.c_size_t]
+)
+# void ggml_backend_buffer_free(ggml_backend_buffer_t buffer);
+ggml_backend_buffer_free = _bind("ggml_backend_buffer_free", None, [ctypes.c_void_p])
 
 
 # struct gguf_init_params { bool no_alloc; struct ggml_context ** ctx; };

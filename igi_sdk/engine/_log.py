@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,10 +24,12 @@ _LOG_ERROR, _LOG_CONT = 4, 5
 
 
 class LogCapture:
-    """Whole log lines (``(level_name, text)``) collected while a capture is active."""
+    """Whole log lines (``(level_name, text)``) collected while a capture is active, and when each was complete
+    (``times``: ``time.perf_counter`` seconds, one per line: where a load's time went, ``engine.load_timing``)."""
 
     def __init__(self, *, echo: bool = False) -> None:
         self.lines: list[tuple[str, str]] = []
+        self.times: list[float] = []
         self.echo = echo
         self._partial = ""
         self._partial_level = 2
@@ -38,10 +41,12 @@ class LogCapture:
         while "\n" in self._partial:
             line, self._partial = self._partial.split("\n", 1)
             self.lines.append((LEVEL_NAMES.get(self._partial_level, "info"), line))
+            self.times.append(time.perf_counter())
 
     def flush(self) -> None:
         if self._partial:
             self.lines.append((LEVEL_NAMES.get(self._partial_level, "info"), self._partial))
+            self.times.append(time.perf_counter())
             self._partial = ""
 
     def text_lines(self) -> list[str]:

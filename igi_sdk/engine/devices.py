@@ -8,6 +8,7 @@ a tensor crashes the process at load, so anything else is refused here with ``Pl
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -139,3 +140,30 @@ def resolve_buffer_type(device_name: str) -> int:
 def buffer_type_name(buft: int) -> str:
     """ggml's name of a buffer type pointer (``"CPU"``, ``"CUDA0"``, ``"CUDA_Host"``)."""
     return (_ggml.ggml_backend_buft_name(ctypes.c_void_p(buft)) or b"").decode()
+
+
+def time_host_buffer(n_bytes: int) -> tuple[str, float, float] | None:
+    """Allocate ``n_bytes`` of the first GPU's host buffer type (``CUDA_Host``: pinned memory, cudaMallocHost) and
+    free it again, as a load without mmap does for the weights it keeps on the host: the buffer type's name and the
+    seconds of the allocation and of the free. None without a GPU backend that has a host buffer type.
+
+    Raises:
+        EngineError: the allocation failed (not enough host memory to pin).
+    """
+    from igi_sdk.errors import EngineError
+
+    for index in range(_ggml.ggml_backend_dev_count()):
+        dev = _device(index)
+        if _ggml.DEV_TYPE_NAMES.get(_ggml.ggml_backend_dev_type(dev)) not in ("gpu", "igpu"):
+            continue
+        buft = _ggml.ggml_backend_dev_host_buffer_type(dev)
+        if not buft:
+            continue
+        t0 = time.perf_counter()
+        buf = _ggml.ggml_backend_buft_alloc_buffer(buft, max(1, n_bytes))
+        t1 = time.perf_counter()
+        if not buf:
+            raise EngineError(f"could not allocate {n_bytes} bytes of {buffer_type_name(int(buft))}")
+        _ggml.ggml_backend_buffer_free(buf)
+        return buffer_type_name(int(buft)), t1 - t0, time.perf_counter() - t1
+    return None

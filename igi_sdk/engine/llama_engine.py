@@ -32,7 +32,8 @@ from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.generate import GeneratedToken, generate
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
-from igi_sdk.engine.params import context_params, model_params
+from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
+from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
 from igi_sdk.engine.sampler import Sampler
@@ -85,6 +86,8 @@ class LlamaEngine:
         model_path: GGUF file (validated with ``read_tensor_table`` before llama.cpp sees it).
         placement: what to load where and how to size the context.
         verbose: echo llama.cpp's log to stderr.
+        trace_load: record llama.cpp's load progress calls too (instead of its progress dots), so that
+            ``load_stages`` splits the tensor data of a load without mmap between device and host buffers.
 
     Raises:
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
@@ -92,9 +95,18 @@ class LlamaEngine:
         EngineError: llama.cpp could not create the context.
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], placement: Placement, *, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        placement: Placement,
+        *,
+        verbose: bool = False,
+        trace_load: bool = False,
+    ) -> None:
         self._model_path = Path(model_path)
         self._verbose = verbose
+        self._trace_load = trace_load
+        self._freed: tuple[float | None, float | None] = (None, None)
         self._table = read_tensor_table(self._model_path)
         self._stack: ExitStack | None = None
         self._load(placement)
@@ -106,15 +118,27 @@ class LlamaEngine:
         mparams = model_params(placement)  # validates rules before llama.cpp sees them
         cparams = context_params(placement)
         stack = ExitStack()
+        progress: list[tuple[float, float]] = []
+        if self._trace_load:  # kept alive by this frame for the load
+
+            @llama_cpp.llama_progress_callback
+            def on_progress(fraction: float, _user_data: ctypes.c_void_p) -> bool:
+                progress.append((time.perf_counter(), fraction))
+                return True
+
+            mparams.params.progress_callback = on_progress
         t0 = time.perf_counter()
         try:
             with _log.capture_log(echo=self._verbose) as cap:
                 model = llama_cpp.llama_model_load_from_file(os.fsencode(self._model_path), mparams.params)
+                t_model = time.perf_counter()
                 if not model:
                     raise ModelCorruptError(f"llama.cpp could not load {self._model_path}: {_errors_of(cap.lines)}")
-                stack.callback(llama_cpp.llama_model_free, model)
+                stack.callback(self._free_model, model)
+                t_context = time.perf_counter()
                 with scheduler_env(placement):
                     ctx = llama_cpp.llama_init_from_model(model, cparams)
+                t_end = time.perf_counter()
                 if not ctx:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
                 self._ctx = ctx
@@ -123,6 +147,20 @@ class LlamaEngine:
             stack.close()
             raise
         self._load_time_s = time.perf_counter() - t0
+        self._timeline = LoadTimeline(
+            t_start=t0,
+            t_model=t_model,
+            t_context=t_context,
+            t_end=t_end,
+            lines=cap.text_lines(),
+            times=tuple(cap.times),
+            progress=tuple(progress),
+            mmap=mparams.params.load_mode != LOAD_MODE_NONE,
+            free_context_s=self._freed[0],
+            free_model_s=self._freed[1],
+        )
+        self._freed = (None, None)
+        self.__dict__.pop("load_stages", None)
         self._stack = stack
         self._model, self._ctx = model, ctx
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
@@ -183,6 +221,7 @@ class LlamaEngine:
         placement (the page cache makes that a re-upload, not a disk read). Save the sequences first."""
         if self._stack is not None:
             self._close_handles()
+            self._freed = (None, None)  # the next load is no reload: its stages hold no frees
             self._model_released = True
 
     def restore_model(self) -> None:
@@ -203,14 +242,23 @@ class LlamaEngine:
 
     def reload(self, placement: Placement) -> None:
         """Free the context and model, then load again with ``placement``. KV contents are lost: save the
-        sequences you need first (``save_seq_state``) and restore them after."""
+        sequences you need first (``save_seq_state``) and restore them after. ``load_stages`` then holds the
+        time of both frees too."""
+        self._freed = (None, None)
         self._close_handles()
         self._load(placement)
 
     def _free_context(self) -> None:
+        t0 = time.perf_counter()
         if getattr(self, "_ctx", None) is not None:
             llama_cpp.llama_free(self._ctx)
         self._ctx = None
+        self._freed = (time.perf_counter() - t0, self._freed[1])
+
+    def _free_model(self, model: Any) -> None:
+        t0 = time.perf_counter()
+        llama_cpp.llama_model_free(model)
+        self._freed = (self._freed[0], time.perf_counter() - t0)
 
     def _close_handles(self) -> None:
         if self._stack is not None:
@@ -295,6 +343,11 @@ class LlamaEngine:
     @property
     def load_time_s(self) -> float:
         return self._load_time_s
+
+    @cached_property
+    def load_stages(self) -> LoadStages:
+        """Where the last load (or ``reload``, its frees included) spent its wall time (``engine.load_timing``)."""
+        return load_stages(self._timeline, self._load_report.weights_mib)
 
     @cached_property
     def eos_token_ids(self) -> tuple[int, ...]:

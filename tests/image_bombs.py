@@ -8,6 +8,7 @@ import struct
 import zlib
 
 import numpy as np
+from image_files import png_chunk
 
 _BLOCK = 1 << 20
 
@@ -23,11 +24,6 @@ def zeros_stream(n: int) -> bytes:
     tail = (raw.compress(bytes(rest)) if rest else b"") + raw.flush(zlib.Z_FINISH)
     adler = ((n % 65521) << 16) | 1
     return b"\x78\xda" + first + again * max(0, whole - 1) + tail + struct.pack(">I", adler)
-
-
-def png_chunk(kind: bytes, data: bytes) -> bytes:
-    """One PNG chunk: length, type, data, CRC."""
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
 
 def png_file(

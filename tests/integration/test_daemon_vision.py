@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from daemon_process import DaemonProcess, raw_dealer
+from image_files import png_bytes, png_chunk
 
 from igi_sdk.client import AsyncClient, Client, InvalidImageError, InvalidRequestError, TooLargeError
 from igi_sdk.ipc.codec import packb, to_wire
@@ -45,18 +46,6 @@ TALKER = ("Tom", "You are Tom, a farmer.", "How is the harvest this year?")
 LOOKER = ("Mira", "You are Mira, a blacksmith. You see what the player shows you.", "What do you see here?")
 
 
-def png_bytes(width: int, height: int, seed: int = 0) -> bytes:
-    """A real RGB PNG (zlib + CRC), written without an imaging library."""
-    rows = np.random.default_rng(seed).integers(0, 256, (height, width * 3), dtype=np.uint8)
-    raw = b"".join(b"\x00" + rows[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
-
-
 def corrupt_png(width: int, height: int) -> bytes:
     """A PNG whose header, chunks and stream size are right and whose pixel data is garbage (a row filter the format
     does not define): only decoding finds it out."""
@@ -65,8 +54,7 @@ def corrupt_png(width: int, height: int) -> bytes:
     raw[0] = 5
     idat = zlib.compress(bytes(raw))
     ihdr_end = 8 + 8 + 13 + 4
-    bad = struct.pack(">I", len(idat)) + b"IDAT" + idat + struct.pack(">I", zlib.crc32(b"IDAT" + idat) & 0xFFFFFFFF)
-    return good[:ihdr_end] + bad + good[-12:]
+    return good[:ihdr_end] + png_chunk(b"IDAT", idat) + good[-12:]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))  # daemon_process and the reliability package, as under pytest
 
-from daemon_process import DaemonProcess  # noqa: E402
+from daemon_process import DaemonProcess, stop_all  # noqa: E402
 
 from igi_sdk.client import Client  # noqa: E402
 from igi_sdk.daemon.sessions.file_format import SessionSnapshot, write_session_file  # noqa: E402
@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             figures = SECTIONS[name](args)
         except Exception:  # noqa: BLE001 - reported, the other sections still run
+            stop_all()  # the failed section's daemon, left running where its check raised
             failed.append(name)
             print(f"[long form] {name} FAILED\n{traceback.format_exc()}", flush=True)
             continue

@@ -61,6 +61,19 @@ class Running:
         return self.slot is not None and self.prefill_pos < len(self.prompt)
 
     @property
+    def held_tokens(self) -> list[int]:
+        """What the request's slot holds between steps: the prompt evaluated so far and every sampled token but the
+        pending one (the scheduler's token boundary)."""
+        sampled = self.handle.tokens[:-1] if self.pending is not None else self.handle.tokens
+        return self.prompt[: self.prefill_pos] + sampled
+
+    @property
+    def decode_pos(self) -> int:
+        """Position of the pending sampled token: the KV holds the prompt and every sampled token before it (the
+        scheduler's token boundary)."""
+        return len(self.prompt) + len(self.handle.tokens) - 1
+
+    @property
     def order(self) -> tuple[int, int]:
         """Sort key: higher priority first, then earlier submit."""
         return (-self.req.priority, self.seq_no)
@@ -152,7 +165,7 @@ def compose_step(
         decoding = decoding[shift:] + decoding[:shift]
     for run in decoding[:budget]:
         assert run.slot is not None and run.pending is not None
-        chunks.append(Chunk(run, run.slot.seq_id, [run.pending], len(run.slot.tokens), True, decode=True))
+        chunks.append(Chunk(run, run.slot.seq_id, [run.pending], run.decode_pos, True, decode=True))
     budget = min(budget - len(chunks), chunk_tokens)
     image_taken = finishing = False
     for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.prefill_order):

@@ -4,32 +4,49 @@ A slot is one llama.cpp sequence (``seq_id`` 0..n_seq_max-1). A session keeps it
 slot's KV cells still hold the last turn's tokens and the next turn pays only for what is new. When every
 slot is taken and another session needs one, the least recently used idle session is evicted; its state
 bytes are *parked* in host memory (bounded LRU) and restored into a slot on its next turn.
+
+What a slot's KV cells hold is recorded once, by the engine's decoder (``LlamaEngine.seq_tokens(slot.seq_id)``);
+``common_prefix`` is the one rule for how much of such a record a new prompt can reuse.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 DEFAULT_MAX_PARKED_BYTES = 512 * 1024 * 1024
 
 
+def common_prefix(held: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading positions of ``held`` (what a sequence's KV cells hold) ``prompt`` can reuse.
+
+    A position is reused while both hold the same token. -1 marks a position whose token is not known (a cell the
+    decoder did not see written) and never matches. An image's pseudo token (<= -2, ``vision.pseudo_token``: a hash
+    of the image's content and the chunk's index) does match an equal one: it names that image chunk, so the same
+    image at the same positions is not evaluated again.
+    """
+    n = 0
+    for x, y in zip(held, prompt, strict=False):
+        if x != y or x == -1:
+            break
+        n += 1
+    return n
+
+
 @dataclass
 class Slot:
-    """One sequence of the context.
+    """One sequence of the context (the tokens its KV cells hold: ``LlamaEngine.seq_tokens(seq_id)``).
 
     Attributes:
         seq_id: the llama.cpp sequence id.
         session_id: the session whose KV the slot holds (None = free).
-        tokens: the tokens the slot's KV cells hold at positions 0..len-1.
         busy: a request is running in the slot.
         last_used: step counter of the last time the slot was bound (LRU eviction).
     """
 
     seq_id: int
     session_id: str | None = None
-    tokens: list[int] = field(default_factory=list)
     busy: bool = False
     last_used: int = 0
 
@@ -71,7 +88,7 @@ class SlotTable:
 
     def unbind(self, slot: Slot) -> None:
         """Forget which session the slot held (the caller clears the KV)."""
-        slot.session_id, slot.tokens, slot.busy = None, [], False
+        slot.session_id, slot.busy = None, False
 
     # ---- parked states ---------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ A session keeps its slot (and KV) between turns; a persona prefix is evaluated o
 prefix cache into any slot whose prompt starts with it.
 
 Token boundary: a sampled token is emitted at once but decoded (appended to the KV) in the NEXT step. Between
-steps every slot's KV therefore holds exactly the tokens the scheduler recorded, so ``pause`` /
-``export_states`` / reload / ``import_states`` / ``resume`` loses and repeats no token.
+steps a running request's slot therefore holds exactly the prompt evaluated so far and the tokens sampled before
+the pending one (``Running.held_tokens``), so ``pause`` / ``export_states`` / reload / ``import_states`` / ``resume``
+loses and repeats no token. What a slot's KV holds is recorded once, by the engine's decoder (``seq_tokens``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from igi_sdk.engine.batch_compose import (
     image_run_start,
 )
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS, prefill_chunk_tokens
-from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable
+from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable, common_prefix
 from igi_sdk.engine.batch_types import (
     BatchCounters,
     BatchRequest,
@@ -47,17 +48,6 @@ if TYPE_CHECKING:
     from igi_sdk.engine.grammar import GrammarConstraint
     from igi_sdk.engine.llama_engine import LlamaEngine
     from igi_sdk.planner.placement import Placement
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Leading positions that hold the same token; -1 (unknown) never matches, an image's pseudo token (<= -2)
-    does: it names that image chunk."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y or x == -1:
-            break
-        n += 1
-    return n
 
 
 class BatchScheduler:
@@ -145,7 +135,7 @@ class BatchScheduler:
     def session_tokens(self, session_id: str) -> list[int]:
         """Tokens a session's slot holds in the KV cache (empty when it has no slot)."""
         slot = self._slots.of_session(session_id)
-        return list(slot.tokens) if slot is not None else []
+        return self._engine.seq_tokens(slot.seq_id) if slot is not None else []
 
     # ---- requests --------------------------------------------------------------------------------
 
@@ -216,7 +206,7 @@ class BatchScheduler:
         """Every image run of the prompt that the session's sequence does not hold has its embeddings, whole."""
         held = self.held_tokens(req.session_id)
         prompt = list(req.prompt_tokens)
-        common = _common_prefix(held, prompt)
+        common = common_prefix(held, prompt)
         pos = common
         while pos < len(prompt):
             token = prompt[pos]
@@ -242,7 +232,7 @@ class BatchScheduler:
         """The tokens the scheduler holds for a session (in its slot, else parked); [] if none."""
         slot = self._slots.of_session(session_id)
         if slot is not None:
-            return list(slot.tokens)
+            return self._engine.seq_tokens(slot.seq_id)
         return list(self._slots.parked_tokens.get(session_id, []))
 
     def cancel(self, request_id: str) -> bool:
@@ -309,8 +299,6 @@ class BatchScheduler:
         self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
         for chunk in chunks:
             run = chunk.run
-            assert run.slot is not None
-            run.slot.tokens.extend(chunk.tokens)
             if chunk.decode:
                 run.pending = None
                 self._c["decode_tokens"] += 1
@@ -377,31 +365,31 @@ class BatchScheduler:
                 self._finish(run, "length", events)
 
     def _evict(self, slot: Slot) -> None:
-        if slot.session_id is not None and slot.tokens:
-            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id), slot.tokens)
+        held = self._engine.seq_tokens(slot.seq_id)
+        if slot.session_id is not None and held:
+            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id), held)
         self._engine.seq_clear(slot.seq_id)
         self._slots.unbind(slot)
 
     def _bind(self, run: Running, slot: Slot) -> None:
         seq, prompt, source = slot.seq_id, run.prompt, "slot"
         if slot.session_id != run.req.session_id:
-            slot.session_id, slot.tokens = run.req.session_id, []
+            slot.session_id = run.req.session_id
             parked = self._slots.unpark(run.req.session_id)
             if parked is not None and self._restore(seq, parked):
-                slot.tokens, source = self._engine.seq_tokens(seq), "parked"
-        common = min(_common_prefix(slot.tokens, prompt), len(prompt) - 1)  # one token must run for logits
-        if common < len(slot.tokens):
-            if not self._engine.seq_rm(seq, common, -1):
-                self._engine.seq_clear(seq)
-                common = 0
-            del slot.tokens[common:]
+                source = "parked"
+        held = self._engine.seq_tokens(seq)
+        common = min(common_prefix(held, prompt), len(prompt) - 1)  # one token must run for logits
+        if common < len(held) and not self._engine.seq_rm(seq, common, -1):
+            self._engine.seq_clear(seq)
+            common = 0
         entry = self._prefix.longest(prompt, at_least=common + 1)
         if entry is not None:
             if self._restore(seq, entry.state):
-                slot.tokens, common, source = list(entry.tokens), len(entry.tokens), "prefix"
+                common, source = len(entry.tokens), "prefix"
             else:  # no longer restores (placement changed): evaluate the prompt from scratch
                 self._prefix.discard(entry.tokens)
-                slot.tokens, common = [], 0
+                common = 0
         slot.busy, slot.last_used = True, self._steps
         run.slot, run.prefill_pos, run.cached, run.t_admit = slot, common, common, self._clock()
         self._running.append(run)
@@ -520,7 +508,7 @@ class BatchScheduler:
         """One session's KV state (``LlamaEngine.save_seq_state`` bytes), from its slot or parked; None
         if the scheduler holds nothing for it. This is what the daemon's save_session stores."""
         slot = self._slots.of_session(session_id)
-        if slot is not None and slot.tokens:
+        if slot is not None and self._engine.seq_tokens(slot.seq_id):
             return self._engine.save_seq_state(slot.seq_id)
         return self._slots.parked.get(session_id)
 
@@ -530,15 +518,14 @@ class BatchScheduler:
         if state is None:
             return None
         slot = self._slots.of_session(session_id)
-        return (
-            list(slot.tokens) if slot is not None and slot.tokens else self._slots.parked_tokens.get(session_id, [])
-        ), state
+        held = self._engine.seq_tokens(slot.seq_id) if slot is not None else []
+        return (held or self._slots.parked_tokens.get(session_id, [])), state
 
     def export_states(self) -> dict[str, bytes]:
         """Every session's KV state, in slots and parked. Call while paused before a reload."""
         states = dict(self._slots.parked)
         for slot in self._slots:
-            if slot.session_id is not None and slot.tokens:
+            if slot.session_id is not None and self._engine.seq_tokens(slot.seq_id):
                 states[slot.session_id] = self._engine.save_seq_state(slot.seq_id)
         return states
 
@@ -556,22 +543,22 @@ class BatchScheduler:
                 f"engine now has n_seq_max={self._engine.placement.n_seq_max}, the scheduler "
                 f"{len(self._slots)} slots: keep n_seq_max across reloads"
             )
-        busy = {r.req.session_id for r in self._running}
+        running = {r.req.session_id: r for r in self._running}
         for slot in self._slots:
             if slot.session_id is None:
                 continue
             state = states.get(slot.session_id)
-            expected = list(slot.tokens)
+            run = running.get(slot.session_id)
+            expected = run.held_tokens if run is not None else None  # an idle slot takes the state it had
             if (
                 state is not None
                 and self._restore(slot.seq_id, state)
-                and self._engine.seq_tokens(slot.seq_id) == expected
+                and (expected is None or self._engine.seq_tokens(slot.seq_id) == expected)
             ):
                 continue
-            if slot.session_id in busy and expected:
+            if expected:
                 raise SchedulerError(f"session {slot.session_id!r} is running but its state did not restore")
             self._engine.seq_clear(slot.seq_id)
-            slot.tokens = []
         for session_id, state in states.items():
             if self._slots.of_session(session_id) is None:
                 self._slots.park(session_id, state)

@@ -15,7 +15,7 @@ from igi_sdk.engine.batch_sizing import (
     sessions_placement,
     sessions_sizing,
 )
-from igi_sdk.engine.batch_slots import SlotTable
+from igi_sdk.engine.batch_slots import SlotTable, common_prefix
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
 from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.planner.placement import Placement
@@ -47,16 +47,20 @@ def _run(
         prefill_pos=prefill_pos,
         pending=pending,
     )
+    if pending is not None:
+        run.handle.tokens.append(pending)  # the pending token is the last one sampled
     if slot is not None:
         table = slots or SlotTable(8)
         run.slot = table.slots[slot]
-        run.slot.session_id, run.slot.tokens = req.session_id, prompt[:prefill_pos] + ([] if pending is None else [7])
+        run.slot.session_id = req.session_id
     return run
 
 
 def test_decodes_go_first_then_prefill_by_priority_within_n_batch() -> None:
     slots = SlotTable(4)
     decoding = _run(1, 10, slot=0, prefill_pos=10, pending=42, slots=slots)
+    decoding.handle.tokens.insert(0, 7)  # sampled and decoded a step before: the slot holds the prompt and 7
+    assert decoding.held_tokens == decoding.prompt + [7]
     low = _run(2, 30, slot=1, slots=slots)
     high = _run(3, 30, priority=10, slot=2, slots=slots)
     chunks = compose_step([decoding, low, high], n_batch=16, step_no=1, prefix_cached=NEVER_CACHED)
@@ -174,6 +178,14 @@ def test_slot_table_prefers_free_low_slots_then_lru_idle_not_protected() -> None
     assert table.claimable({"s1"}) is table.slots[0]
     assert table.claimable({"s0", "s1"}) is None
     assert table.of_session("s2") is table.slots[2]
+
+
+def test_common_prefix_reuses_equal_tokens_and_image_chunks_never_unknown_positions() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([1, -5, -5, 2], [1, -5, -5, 2, 9]) == 4  # the same image chunk at the same positions
+    assert common_prefix([1, -5, 2], [1, -6, 2]) == 1  # another image
+    assert common_prefix([1, -1, 2], [1, -1, 2]) == 1  # a position whose token is not known is evaluated again
 
 
 def test_parked_states_are_bounded_lru() -> None:

@@ -27,6 +27,7 @@ from igi_sdk.daemon.engine_process.prompt_window import PromptTooLarge, PromptWi
 from igi_sdk.daemon.sessions.file_format import read_kv_state
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
+from igi_sdk.engine.batch_slots import common_prefix
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
@@ -168,7 +169,7 @@ class WorkerScheduler:
             if saved is not None:
                 self._sched.park_state(job.session_id, saved)  # saved session file: restored, not re-prefilled
         system = [m for m in job.messages[:1] if m[0] == "system"]
-        persona = _common_prefix(self._render_system(system, job.tools), prompt) if system else 0
+        persona = common_prefix(self._render_system(system, job.tools), prompt) if system else 0
         if state is None:
             state = _JobState(job.job_id)
         state.prompt_tokens, state.dropped_messages = len(prompt), dropped
@@ -462,15 +463,6 @@ class WorkerScheduler:
         tokens, dropped = self._window.fit(messages, whole_first=bool(continued), render=render, extra_tokens=extra)
         kept = list(shown(messages[:n_system] + messages[n_system + dropped :]).values())
         return tokens + list(continued or ()), dropped, kept
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from ipc_golden.vectors import render_all
 
 from igi_sdk.ipc.codec import encode, packb, to_wire, unpackb
 from igi_sdk.ipc.connection import read_connection_file
@@ -15,7 +16,6 @@ from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.handshake import PLAIN_USERNAME
 from igi_sdk.ipc.messages import MESSAGE_TYPES
 from igi_sdk.ipc.signing import sign, verify
-from igi_sdk.ipc.vectors import render_all
 
 VECTOR_DIR = Path(__file__).resolve().parents[2] / "ipc" / "vectors"
 
@@ -103,4 +103,4 @@ def test_connection_vector_is_read_as_expected(vector: dict[str, Any], tmp_path:
 
 def test_committed_vectors_equal_freshly_generated() -> None:
     for name, data in render_all().items():
-        assert (VECTOR_DIR / name).read_bytes() == data, f"{name} is stale: run python -m igi_sdk.ipc.vectors"
+        assert (VECTOR_DIR / name).read_bytes() == data, f"{name} is stale: run python -m tests.ipc_golden"

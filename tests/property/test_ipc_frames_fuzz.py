@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ipc_golden.cases import SID, VALID_CASES
 
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.errors import BadSignature, ProtocolError, WireError
 from igi_sdk.ipc.frames import MAGIC, pack_message, unpack_message
 from igi_sdk.ipc.signing import sign
-from igi_sdk.ipc.vector_cases import SID, VALID_CASES
 
 KEY = bytes(range(32))
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

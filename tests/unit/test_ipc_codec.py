@@ -7,13 +7,13 @@ import math
 import msgpack
 import pydantic
 import pytest
+from ipc_golden.cases import SID, VALID_CASES
 
 from igi_sdk.ipc import messages as m
 from igi_sdk.ipc.codec import decode, encode, packb, to_wire, unpackb
 from igi_sdk.ipc.envelope import Header, new_header
 from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode, parse_error_code
 from igi_sdk.ipc.errors import ProtocolError
-from igi_sdk.ipc.vector_cases import SID, VALID_CASES
 
 
 def _header(message: m.Message, session_id: str | None = None) -> Header:

@@ -6,20 +6,21 @@ import doctest
 import importlib
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from ipc_golden import schemas, vectors
 
 from igi_sdk.ipc import messages as m
-from igi_sdk.ipc.schemas import render_all
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "ipc" / "schemas"
 
 
 def test_committed_schemas_are_fresh() -> None:
-    rendered = render_all()
+    rendered = schemas.render_all()
     assert sorted(p.name for p in SCHEMA_DIR.glob("*.json")) == sorted(rendered)
     for name, data in rendered.items():
-        assert (SCHEMA_DIR / name).read_bytes() == data, f"{name} is stale: run python -m igi_sdk.ipc.schemas"
+        assert (SCHEMA_DIR / name).read_bytes() == data, f"{name} is stale: run python -m tests.ipc_golden"
 
 
 def test_schemas_follow_wire_order_without_type() -> None:
@@ -40,11 +41,9 @@ def test_schemas_follow_wire_order_without_type() -> None:
         "error_codes",
         "frames",
         "handshake",
-        "schemas",
         "signing",
         "transport",
         "values",
-        "vectors",
         "wire_types",
     ],
 )
@@ -53,13 +52,17 @@ def test_docstring_examples_run(module: str) -> None:
     assert result.failed == 0
 
 
-def test_generators_write_the_committed_files(tmp_path: Path) -> None:
-    from igi_sdk.ipc import schemas, vectors
+@pytest.mark.parametrize("generator", [schemas, vectors])
+def test_generator_docstring_examples_run(generator: ModuleType) -> None:
+    result = doctest.testmod(generator, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
 
+
+def test_generators_write_the_committed_files(tmp_path: Path) -> None:
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "removed_type.json").write_text("{}")
     assert schemas.main([str(tmp_path / "schemas")]) == 0
     assert vectors.main([str(tmp_path / "vectors")]) == 0
     assert sorted(p.name for p in (tmp_path / "schemas").iterdir()) == sorted(p.name for p in SCHEMA_DIR.iterdir())
-    for name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack", "vectors.json"):
+    for name in ("vectors.msgpack", "lenient.msgpack", "invalid.msgpack", "connection.msgpack", "vectors.json"):
         assert (tmp_path / "vectors" / name).read_bytes() == (SCHEMA_DIR.parent / "vectors" / name).read_bytes()

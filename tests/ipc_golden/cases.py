@@ -1,4 +1,4 @@
-"""IPC layer: the message cases behind the golden vectors (data only; ``vectors.py`` renders them).
+"""The message cases behind the golden vectors (data only; ``vectors.py`` renders them).
 
 Numbers in ``parent`` refer to the 1-based position of another valid case (its fixed ``msg_id``).
 """

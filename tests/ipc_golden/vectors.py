@@ -1,6 +1,6 @@
-"""IPC layer: deterministic golden vectors for the C#, C++ and Python implementations.
+"""Deterministic golden vectors for the C#, C++ and Python implementations.
 
-``python -m igi_sdk.ipc.vectors [OUT_DIR]`` writes ``vectors.msgpack`` (canonical messages),
+``python -m tests.ipc_golden.vectors [OUT_DIR]`` writes ``vectors.msgpack`` (canonical messages),
 ``lenient.msgpack`` (non-canonical input every decoder must accept), ``invalid.msgpack`` (input every
 receiver must reject with a given classification), ``connection.msgpack`` (connection files, what a client reads
 from them: endpoint and handshake credential) and ``vectors.json`` (the same, hex frames, for docs)
@@ -21,7 +21,8 @@ from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.frames import MAGIC, pack_message
 from igi_sdk.ipc.handshake import PLAIN_USERNAME, plain_password
 from igi_sdk.ipc.signing import sign
-from igi_sdk.ipc.vector_cases import INVALID_CASES, LENIENT_CASES, VALID_CASES, Case
+
+from .cases import INVALID_CASES, LENIENT_CASES, VALID_CASES, Case
 
 #: The fixed key of every vector: bytes 0x00..0x1f.
 VECTOR_KEY = bytes(range(32))
@@ -203,7 +204,7 @@ def write_all(out_dir: Path = DEFAULT_OUT_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m igi_sdk.ipc.vectors [OUT_DIR]``."""
+    """Entry point of ``python -m tests.ipc_golden.vectors [OUT_DIR]``."""
     args = sys.argv[1:] if argv is None else argv
     for path in write_all(Path(args[0]) if args else DEFAULT_OUT_DIR):
         print(path)

@@ -1,6 +1,6 @@
-"""IPC layer: JSON Schemas of the header and of every message's content map, generated from the models.
+"""The JSON Schemas of the header and of every message's content map, generated from the models.
 
-``python -m igi_sdk.ipc.schemas [OUT_DIR]`` writes ``header.json`` and ``<type>.json`` per message type
+``python -m tests.ipc_golden.schemas [OUT_DIR]`` writes ``header.json`` and ``<type>.json`` per message type
 to ``ipc/schemas/`` by default. The schemas describe the wire maps: the ``type`` discriminator is
 removed from content schemas (it travels in the header), and ``x-igi-*`` keys record the protocol
 attributes (kind, session requirement, priority path, field order).
@@ -81,7 +81,7 @@ def write_all(out_dir: Path = DEFAULT_OUT_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m igi_sdk.ipc.schemas [OUT_DIR]``."""
+    """Entry point of ``python -m tests.ipc_golden.schemas [OUT_DIR]``."""
     args = sys.argv[1:] if argv is None else argv
     for path in write_all(Path(args[0]) if args else DEFAULT_OUT_DIR):
         print(path)

@@ -1,6 +1,7 @@
 """`igi chat`: answer one NPC prompt in-process (no daemon), streaming, with TTFT and tokens/s.
 
-The smallest end-to-end check that the engine, the default model and a placement work on this machine.
+The smallest end-to-end check that the engine, the default model and a placement work on this machine: the daemon's
+generation loop (``BatchScheduler``) with one slot, without the daemon around it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from igi_sdk.engine import LlamaEngine, Sampler
+    from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
     from igi_sdk.model_store import default_model_path
 
     path = default_model_path() if args.model == "default" else args.model
@@ -40,14 +41,16 @@ def run(argv: list[str]) -> int:
         sampler = Sampler(temperature=args.temperature, seed=args.seed)
         print(f"[model {path} | loaded in {engine.load_time_s:.2f} s | prompt {len(tokens)} tokens]")
         print(f"player> {args.prompt}\nnpc> ", end="", flush=True)
-        stats = None
-        for item in engine.generate(0, tokens, max_tokens=args.max_tokens, sampler=sampler):
-            print(item.text, end="", flush=True)
-            stats = item.stats or stats
+        sched = BatchScheduler(engine)  # the daemon's generation loop, with one slot (n_seq_max 1)
+        handle = sched.submit(BatchRequest("npc", tokens, max_tokens=args.max_tokens, sampler=sampler))
+        for event in sched.stream(handle):
+            print(event.text, end="", flush=True)
         print()
+        stats = handle.stats
         if stats is not None:
+            ttft = "-" if stats.ttft_s is None else f"{stats.ttft_s * 1000:.1f} ms"
             print(
-                f"[finish {stats.finish_reason} | TTFT {stats.ttft_s * 1000:.1f} ms | "
+                f"[finish {stats.finish_reason} | TTFT {ttft} | "
                 f"{stats.decode_tok_s:.1f} tokens/s | {stats.completion_tokens} tokens]"
             )
     return 0

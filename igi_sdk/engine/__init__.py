@@ -2,7 +2,7 @@
 
 Importing this package is cheap and pure; names load their module (and llama_cpp) on first use
 (``dry_run`` shares its module's name: import it from ``igi_sdk.engine.dry_run``):
-``from igi_sdk.engine import LlamaEngine, Sampler`` etc. ``igi_sdk.engine.reports`` never imports
+``from igi_sdk.engine import LlamaEngine, BatchScheduler, BatchRequest`` etc. ``igi_sdk.engine.reports`` never imports
 llama_cpp, so the planner may use ``MemoryReport`` without the engine.
 """
 
@@ -14,8 +14,9 @@ from typing import Any
 _EXPORTS = {
     "LlamaEngine": "igi_sdk.engine.llama_engine",
     "Sampler": "igi_sdk.engine.sampler",
-    "GeneratedToken": "igi_sdk.engine.generate",
-    "GenerationStats": "igi_sdk.engine.generate",
+    "BatchScheduler": "igi_sdk.engine.batching",
+    "BatchRequest": "igi_sdk.engine.batch_types",
+    "RequestStats": "igi_sdk.engine.batch_types",
     "DecodeError": "igi_sdk.engine.sequences",
     "ContextFullError": "igi_sdk.engine.sequences",
     "DeviceInfo": "igi_sdk.engine.devices",

@@ -2,8 +2,8 @@
 
 Loads through llama.cpp's low-level API with the placement's tensor_buft_overrides, captures llama.cpp's
 log during load and context creation (``load_report``), and offers tokenization, the model's own chat
-template, a low-level multi-sequence decode API, streaming generation, and per-sequence state that
-survives ``reload`` with another placement.
+template, a low-level multi-sequence decode API, and per-sequence state that survives ``reload`` with another
+placement. Generation runs on it in ``batching.BatchScheduler`` (one slot or several).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from functools import cached_property
 from pathlib import Path
@@ -29,14 +29,12 @@ import numpy as np
 
 from igi_sdk.engine import _log
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
-from igi_sdk.engine.generate import GeneratedToken, generate
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
-from igi_sdk.engine.sampler import Sampler
 from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
 from igi_sdk.errors import EngineError, ModelCorruptError
 from igi_sdk.planner.placement import Placement
@@ -568,29 +566,6 @@ class LlamaEngine:
         """Drop everything a sequence holds."""
         self._require_open()
         self._seqs.seq_clear(seq_id)
-
-    # ---- generation ------------------------------------------------------------------------------
-
-    def generate(
-        self,
-        seq_id: int,
-        prompt_tokens: Sequence[int],
-        *,
-        max_tokens: int,
-        sampler: Sampler,
-        stop: Sequence[str] = (),
-        should_cancel: Callable[[], bool] | None = None,
-    ) -> Iterator[GeneratedToken]:
-        """Stream a completion of ``prompt_tokens`` in sequence ``seq_id``.
-
-        The sequence's KV prefix that matches ``prompt_tokens`` is reused; the rest is evaluated. Yields one
-        ``GeneratedToken`` per sampled token, then a final item with ``finish_reason`` ("stop", "length",
-        "cancelled") and ``stats`` (usage, TTFT, decode tokens/s).
-        """
-        self._require_open()
-        return generate(
-            self, seq_id, prompt_tokens, max_tokens=max_tokens, sampler=sampler, stop=stop, should_cancel=should_cancel
-        )
 
     # ---- state -----------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 ``BatchDecoder.decode`` takes several sequences' tokens at once, builds one ``llama_batch`` with per-token
 ``seq_id`` (split into n_batch-sized chunks), and returns the logits row of each sequence's last token.
-It also tracks which tokens each sequence holds in the KV cache, so ``generate`` can reuse a matching
-prefix. Continuous batching builds on this.
+It also records which tokens each sequence's KV cells hold: the one such record (the batch scheduler reads it to
+reuse a matching prefix, a saved state carries it). Continuous batching builds on this.
 """
 
 from __future__ import annotations

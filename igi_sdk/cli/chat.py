@@ -30,9 +30,9 @@ def _parser() -> argparse.ArgumentParser:
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
-    from igi_sdk.model_store import default_model_path
+    from igi_sdk.model_store import resolve_model_path
 
-    path = default_model_path() if args.model == "default" else args.model
+    path = resolve_model_path(args.model)
     placement = Placement(n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
     with LlamaEngine(path, placement) as engine:
         tokens = engine.tokenize_chat(

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from igi_sdk.model_store import parse_model_spec, resolve_model_path
 from igi_sdk.planner import (
     ComputeBufferTable,
     ModelTable,
@@ -108,20 +109,15 @@ def render_vision(plan: EncoderPlan, shape: VisionShape, console: Console) -> No
 
 def load_model_table(model: str) -> tuple[ModelTable, Path | None]:
     """The tensor table of MODEL and its file (None for a synthetic preset, planned without a file)."""
-    if model.startswith("synthetic:"):
+    kind, name = parse_model_spec(model)
+    if kind == "synthetic":
         from igi_sdk.synthetic import preset
 
-        name = model.split(":", 1)[1]
         return table_from_shape(preset(name), name=name), None
     from igi_sdk.engine.gguf_table import read_tensor_table
 
-    if model == "default":
-        from igi_sdk.model_store import default_model_path
-
-        path = default_model_path()
-        return read_tensor_table(path), path
-    table = read_tensor_table(model)  # the text as given: Path("") would be read as "." (a directory)
-    return table, Path(model)
+    path = resolve_model_path(model)
+    return read_tensor_table(path), path
 
 
 def resolve_profile(spec: str) -> Profile:

@@ -142,7 +142,6 @@ def test_reload_mid_batch_and_export_into_a_fresh_worker(
             max_tokens=4,
             sampling=GREEDY,
             kv_file=kv_file,
-            kv_tokens=tuple(tokens),
             messages=(
                 ("system", JOBS[0][1]),
                 ("user", JOBS[0][2]),
@@ -192,7 +191,6 @@ def test_a_session_file_restored_while_others_generate_leaves_them_running(
             max_tokens=4,
             sampling=GREEDY,
             kv_file=kv_file,
-            kv_tokens=tuple(tokens),
             messages=(*guard.messages, ("assistant", reference["job-guard"]), ("user", "Open the gate.")),
         )
     )

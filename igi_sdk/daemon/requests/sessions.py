@@ -164,7 +164,6 @@ def generate(
             ),
             priority=session.priority if msg.priority is None else msg.priority,
             kv_file=session.kv_state,
-            kv_tokens=None if session.kv_tokens is None else tuple(session.kv_tokens),
             grammar=None if reply is None else reply.gbnf,
             images=tuple(image.job_image(message, None, None) for message, image in images),
             tools=defaults.template_tools(tool_format),

@@ -9,7 +9,7 @@ Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, kv_tokens, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
 | ``Reload`` | req_id, placement, vision | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
@@ -124,7 +124,6 @@ class Generate:
     sampling: JobSampling = JobSampling()
     priority: int = 0
     kv_file: KvRef | None = None  # where a session file holds its KV state: read and restored, not re-prefilled
-    kv_tokens: tuple[int, ...] | None = None
     continue_tokens: tuple[int, ...] = ()  # the reply so far, streamed by a replaced worker: the prompt's tail
     grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
     images: tuple[JobImage, ...] = ()  # the conversation's images, each at its message
@@ -306,7 +305,6 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "model": ModelInfo.model_validate,
     "sampling": lambda value: JobSampling(**{**value, "stop": tuple(value.get("stop") or ())}),
     "messages": lambda value: tuple((str(role), str(text)) for role, text in value),
-    "kv_tokens": _ints,
     "kv_file": lambda value: None if value is None else KvRef(**value),
     "continue_tokens": lambda value: _ints(value) or (),
     "tokens": _ints,

@@ -295,7 +295,7 @@ def implied_worker_state(daemon: Daemon) -> WorkerState:
         return WorkerState.STOPPED
     if load is not None and (load.phase is not SwitchPhase.DRAINING or core.model_info is None):
         return WorkerState.SWITCHING_MODEL  # from FAILED a load takes the worker at once: nothing to drain
-    if budget.replace_phase is not None:
+    if daemon.service.lifecycle.replace_phase is not None:
         return WorkerState.REPLACING
     if core.model_info is None and core.worker.is_dead() and load is None:
         return WorkerState.FAILED

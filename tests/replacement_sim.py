@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 from daemon_sim import Daemon, SimWorker
 
-from igi_sdk.daemon.budget import worker_changes as budget_worker
+from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.planner import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerGone, WorkerSupervisor
@@ -153,7 +153,7 @@ _LIVE: list[GpuSimWorker] = []  # the simulated workers of this test; NVML reads
 def _nvml() -> Iterator[None]:
     """The daemon's NVML reading of a worker process comes from the simulated worker."""
     _LIVE.clear()
-    with mock.patch.object(budget_worker, "measure_vram_mib", lambda pid: _LIVE[-1].vram_mib(pid) if _LIVE else None):
+    with mock.patch.object(vram, "measure_vram_mib", lambda pid: _LIVE[-1].vram_mib(pid) if _LIVE else None):
         yield
 
 

@@ -89,6 +89,7 @@ class DaemonService:
         now = core.clock()
         self._guarded("liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))
         self._guarded("session_files", core.session_io.poll)
+        self._guarded("replacement_tick", self.lifecycle.tick)
         self._guarded("budget_tick", self.budget.tick)
         self._guarded("switch_tick", self.switch.tick)
         return bool(exited)

@@ -16,7 +16,7 @@ import pytest
 from dispatcher_sim import FakeWorker
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget import worker_changes as budget_worker
+from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
@@ -83,12 +83,12 @@ class Rig:
             _outcome(4096, 3700.0, 16),
         )
         self.used_mib = used_mib
-        monkeypatch.setattr(budget_worker, "measure_vram_mib", lambda pid: self.used_mib)
+        monkeypatch.setattr(vram, "measure_vram_mib", lambda pid: self.used_mib)
 
     def settle(self) -> None:
         """Pump ``tick`` like the I/O loop until no plan is being made in the background."""
         deadline = time.monotonic() + 10
-        while self.budget._planning is not None:
+        while self.budget._plans.pending is not None:
             assert time.monotonic() < deadline, "background plan did not finish"
             time.sleep(0.005)
             self.budget.tick()
@@ -148,7 +148,7 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     assert rig.reloads()[-1].placement.n_gpu_layers == 0
     rig.finish_reload(used_after_mib=500.0)
     # (1024 - 500 - 256) // 600 = 0: no dry run fits even now -> stays CPU-only, with a warning
-    assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._planning is None
+    assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._plans.pending is None
     acks = rig.acks()
     assert [a.granted_mib for a in acks] == [3072, 1024]
     assert acks[-1].cpu_fallback and acks[-1].plan.gpu_mib == 0.0  # answered once the VRAM was released

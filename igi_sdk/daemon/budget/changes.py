@@ -1,9 +1,8 @@
-"""Daemon layer: the records of budget changes in progress, shared by ``BudgetControl`` and its two helpers
-(``budget_planning``: plans made in the background; ``budget_worker``: worker replacement and loss)."""
+"""Daemon layer: the records of budget changes in progress, shared by ``BudgetControl`` and its planning
+(``budget/planning.py``: plans made in the background)."""
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,16 +10,6 @@ from dataclasses import dataclass, field
 from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.messages import BudgetAck
-
-#: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
-REPLACE_STOP_GRACE_S = 0.5
-
-
-class ReplacePhase(enum.Enum):
-    """Where a worker replacement is: the old worker exits, then (for a GPU placement) the new one loads."""
-
-    STOPPING = "stopping"
-    STARTING = "starting"
 
 
 @dataclass
@@ -36,17 +25,14 @@ class Waiter:
 
 @dataclass
 class PendingReload:
-    """One budget change to apply: a reload in place, or a worker replacement (``replace``)."""
+    """One budget change to apply: a reload in place, or a worker replacement (``replacing``)."""
 
     req_id: str
     outcome: PlanOutcome
     waiters: list[Waiter] = field(default_factory=list)
     replan_mib: int | None = None  # an interim CPU-only reload: plan for this budget once it is done
-    #: A worker replacement instead of a reload: STOPPING (the old worker exits), STARTING (the new worker loads a
-    #: GPU placement; a CPU-only one is done as soon as the old worker has exited).
-    replace: ReplacePhase | None = None
-    since_s: float = 0.0
-    killed: bool = False
+    #: A worker replacement instead of a reload (``WorkerLifecycle.replace``: its phases are the lifecycle's).
+    replacing: bool = False
 
 
 @dataclass

@@ -1,32 +1,39 @@
 """Daemon layer: live budget changes (set_budget, reclaim, deferred growth) and the reloads they cause.
 
-Sequence of one change: policy decision (``policy.budget``) -> plan for the target budget (``budget_planning``: in the
-background when it needs dry runs, with an interim CPU-only reload when none fits) -> if the placement differs, a
-``worker_protocol.Reload`` to the worker (it pauses at the next token boundary, saves the sequences, reloads, restores,
-continues), or on a GPU machine between a GPU and a CPU-only placement a worker replacement (``budget_worker``) -> on
-``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight at a
-time; a newer target supersedes a queued one, and every waiting ack is answered when the reload that satisfies it
+Sequence of one change: policy decision (``policy.budget``) -> plan for the target budget (``budget/planning.py``: in
+the background when it needs dry runs, with an interim CPU-only reload when none fits) -> if the placement differs, a
+``worker.protocol.Reload`` to the worker (it pauses at the next token boundary, saves the sequences, reloads, restores,
+continues), or on a GPU machine between a GPU and a CPU-only placement a worker replacement (``WorkerLifecycle.replace``)
+-> on ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight
+at a time; a newer target supersedes a queued one, and every waiting ack is answered when the reload that satisfies it
 completes. ``BudgetControl.state`` (``policy.budget.BudgetState``) is the one record of the budget (requested, in force,
 pending, the grow hysteresis), and ``current`` the plan in force, set with it. docs/daemon.md, "The budget: one
 record", "Budget change sequence" and "Worker replacement", tells the whole story.
+
+**Worker replacement.** On a GPU machine a reload between a GPU placement and a CPU-only one does not happen in place:
+a llama.cpp process keeps its CUDA context (586 MiB on the H200) until it exits, so a budget of 0 was never met that
+way. The worker is replaced instead (``WorkerSupervisor.needs_new_process``); the lifecycle stops the old worker,
+carries its generations over and starts the new one. A change to a CPU-only placement is done once the old worker has
+exited: it is acknowledged then, with the new worker's VRAM (0). A change to a GPU placement is done, and acknowledged,
+when the new worker is ready; until then a newer budget overtakes it (a worker loading the superseded placement is
+killed), and a failed load is a failed reload: its requests get ``engine_failure`` and a worker restarts on the
+CPU-only placement in force.
+
+**A worker lost.** A reload in flight when the worker dies (or fails the reload and exits) is answered
+``engine_failure``, and the budget in force goes back to the placement the restarted worker runs.
+
+**A model switch.** ``replace_model`` plans the budget's target for the new model (or the load's own budget) and
+re-plans a change that waited for a worker.
 """
 
 from __future__ import annotations
 
 import logging
 
-from igi_sdk.daemon.budget.changes import (
-    REPLACE_STOP_GRACE_S,
-    PendingReload,
-    Planning,
-    ReplacePhase,
-    Waiter,
-    budget_ack,
-    same_plan,
-)
-from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
-from igi_sdk.daemon.budget.planning import BudgetPlanning
-from igi_sdk.daemon.budget.worker_changes import BudgetWorkerChanges
+from igi_sdk.daemon.budget import vram
+from igi_sdk.daemon.budget.changes import PendingReload, Waiter, budget_ack, same_plan
+from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
@@ -34,11 +41,12 @@ from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
 
-__all__ = ["REPLACE_STOP_GRACE_S", "BudgetControl", "ReplacePhase"]
+__all__ = ["BudgetControl"]
 
 
-class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
-    """Applies budget decisions through worker reloads.
+class BudgetControl:
+    """Decides, queues, supersedes and acknowledges budget changes; plans them through the ``BudgetPlanning`` it owns
+    and applies them through worker reloads (or, through the lifecycle, worker replacements).
 
     Args:
         core: daemon state.
@@ -65,7 +73,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._current = initial
         self._inflight: PendingReload | None = None
         self._queued: PendingReload | None = None
-        self._planning: Planning | None = None  # a plan being made in the background (one at a time)
+        self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
@@ -84,11 +92,8 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._act(decision, waiter, reclaiming=True)
 
     def tick(self) -> None:
-        """Apply a finished background plan, and a deferred growth once it is stable (every loop iteration); kill a
-        worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``shutdown``."""
-        self._kill_overdue_replacement()
-        if self._planning is not None and self._planning.result.done.is_set():
-            self._planned()
+        """Apply a finished background plan, and a deferred growth once it is stable (every loop iteration)."""
+        self._do(self._plans.finished(self._planner, self._current, self.state.in_force_mib))
         if self.state.deferred_mib is None:
             return
         decision = poll(self.state, self._core.clock(), self._config)
@@ -99,7 +104,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     @property
     def reloading(self) -> bool:
         """Whether a budget change is under way: a plan being made, or a reload running in the worker."""
-        return self._inflight is not None or self._planning is not None
+        return self._inflight is not None or self._plans.pending is not None
 
     @property
     def reload_running(self) -> bool:
@@ -127,17 +132,12 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     @property
     def under_way(self) -> bool:
         """Whether a budget change is being planned, reloaded, replaced, or waits for a ready worker."""
-        return self._inflight is not None or self._queued is not None or self._planning is not None
+        return self._inflight is not None or self._queued is not None or self._plans.pending is not None
 
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
-        """A (re)started worker is ready: finish a worker replacement to a GPU placement, then start a reload that
-        waited for it, or answer it at once when the worker already runs its placement (a model switch starts the new
-        worker on the budget in force)."""
-        op = self._inflight
-        if op is not None and op.replace is ReplacePhase.STARTING:
-            self._inflight = None
-            self._finish(op, self._worker_vram_mib(), self._core.clock() - op.since_s, replaced=True)
+        """A (re)started worker is ready: start a reload that waited for it, or answer it at once when the worker
+        already runs its placement (a model switch starts the new worker on the budget in force)."""
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)
@@ -145,7 +145,7 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
     def on_reloaded(self, event: wp.Reloaded) -> None:
         """The worker finished a reload (``ok`` or not)."""
         op = self._inflight
-        if op is None or op.replace is not None or event.req_id != op.req_id:
+        if op is None or op.replacing or event.req_id != op.req_id:
             return
         self._inflight = None
         self._lifecycle.reload_done()
@@ -215,6 +215,21 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         return True
 
     def _act(self, decision: BudgetDecision, waiter: Waiter | None, reclaiming: bool = False) -> None:
+        """The central decision: put the policy's ``decision`` (its new budget state) into effect for ``waiter``.
+
+        Without an engine (FAILED) the target is in force at once, for the next load. A decision that changes nothing
+        (keep, defer, reject) is acknowledged at once. A reclaim below the GPU placement a replacement's new worker is
+        starting for frees the VRAM first (an interim CPU-only placement that overtakes it). While a plan is made in
+        the background, the target supersedes it (a reclaim frees the VRAM now). Otherwise the target is planned and
+        applied: a reload now, queued behind the one in flight, or a worker replacement.
+
+        With a ready worker, a ``set_budget_request`` enters this class at most 3 times on its way down to the
+        ``Reload``: the handler's ``on_set_budget`` (a plan made here goes straight to ``_start``), ``tick`` once a
+        plan made in the background is done, and ``on_reloaded`` of an interim CPU-only reload (then planned with the
+        VRAM it freed; a background plan is applied by ``tick``). Planning answers a value (``BudgetPlanning``: apply
+        now, interim CPU-only first, or in the background) and never calls back; a change that waits for a worker is
+        started by ``on_worker_ready``.
+        """
         self.state = decision.state
         if decision.action == "apply" and self._lifecycle.state is WorkerState.FAILED:
             # no engine (given up after repeated deaths): nothing holds device memory to release, and nothing would
@@ -237,14 +252,15 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             # first (that start is overtaken), the placement for the reclaimed budget follows
             self._apply(self._planner.cpu_only(decision.target_mib), waiters, replan_mib=decision.target_mib)
             return
-        if self._planning is not None:  # one plan at a time: this target supersedes the one being planned
-            self._planning.newer = (decision.target_mib, reclaiming)
+        planning = self._plans.pending
+        if planning is not None:  # one plan at a time: this target supersedes the one being planned
+            planning.newer = (decision.target_mib, reclaiming)
             cpu = self._planner.cpu_only(decision.target_mib)
             if reclaiming and cpu.placement != self.current.placement:
                 # a reclaim does not wait for the plan: free the VRAM now, answer it once that reload is done
                 self._apply(cpu, waiters, replan_mib=decision.target_mib)
                 return
-            self._planning.waiters += waiters
+            planning.waiters += waiters
             return
         self._begin(decision.target_mib, reclaiming, waiters)
 
@@ -269,8 +285,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             self._queued = op
 
     def _start(self, op: PendingReload) -> None:
+        """Send ``op``'s ``Reload``, or have the lifecycle replace the worker (GPU <-> CPU-only on a GPU machine)."""
         self._queued = None
-        replace = self._needs_new_worker(op.outcome)
+        replace = self._core.worker.needs_new_process(op.outcome.placement)
         self._core.log(
             logging.INFO,
             "reload_start",
@@ -279,7 +296,9 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
             **({"worker_replaced": True} if replace else {}),
         )
         if replace:
-            self._replace(op)
+            op.replacing = True
+            self._inflight = op
+            self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
         reload = wp.Reload(req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder)
         if not self._core.send_to_worker(reload):
@@ -294,3 +313,182 @@ class BudgetControl(BudgetPlanning, BudgetWorkerChanges):
         self._core.send(
             waiter.identity, budget_ack(waiter, outcome, applied, measured, self._core.clock()), waiter.header
         )
+
+    # --- planning ------------------------------------------------------------------------------------------------
+    def _begin(
+        self,
+        target_mib: int,
+        reclaiming: bool,
+        waiters: list[Waiter],
+        used_mib: float | None = None,
+        limit_mib: int | None = None,
+    ) -> None:
+        """Plan for ``target_mib`` (``BudgetPlanning.begin``) and apply what it answers."""
+        current, in_force = self._current, self.state.in_force_mib
+        self._do(
+            self._plans.begin(self._planner, target_mib, reclaiming, waiters, current, in_force, used_mib, limit_mib)
+        )
+
+    def _do(self, step: Apply | None) -> None:
+        """Apply what planning answered (None: nothing yet, a plan is being made in the background)."""
+        if step is not None:
+            self._apply(step.outcome, step.waiters, replan_mib=step.replan_mib)
+
+    def _replan(self, op: PendingReload, measured: float | None) -> None:
+        """The interim CPU-only reload is done: plan with the VRAM it freed and reload again (same waiters)."""
+        target = op.replan_mib
+        assert target is not None
+        planning = self._plans.pending
+        if planning is not None:  # a newer target is being planned: it supersedes this one
+            planning.waiters = op.waiters + planning.waiters
+            return
+        if self._queued is not None:  # a newer target is waiting to reload: it supersedes this one
+            self._queued.waiters = op.waiters + self._queued.waiters
+            if self._core.worker.ready:
+                self._start(self._queued)
+            return
+        self._begin(target, False, op.waiters, used_mib=measured, limit_mib=target)  # None: _used_mib (current = op's)
+
+    # --- worker replacement and loss -----------------------------------------------------------------------------
+    def replacement_done(self, apply_time_s: float) -> None:
+        """The lifecycle finished the worker replacement in flight (a CPU-only placement once the old worker exited, a
+        GPU one once the new worker is ready): its placement is in force; a newer CPU-only target queued meanwhile is
+        met too (otherwise it starts once the worker is ready)."""
+        op, self._inflight = self._inflight, None
+        assert op is not None and op.replacing
+        self._finish(op, self._worker_vram_mib(), apply_time_s, replaced=True)
+        if self._inflight is None and self._plans.pending is None:
+            self._settle_queued()
+
+    def replacement_failed(self, message: str) -> None:
+        """The new worker of a replacement to a GPU placement could not load it: a failed reload (its death follows
+        and ``on_worker_death`` answers the requests; the worker restarts on the placement in force)."""
+        op = self._inflight
+        if op is not None:
+            self._core.log(
+                logging.ERROR, "reload_failed", budget_mib=op.outcome.budget_mib, worker_replaced=True, message=message
+            )
+
+    def _gpu_replacement_pending(self) -> bool:
+        """A worker replacement towards a GPU placement whose new worker has not served yet."""
+        op = self._inflight
+        return op is not None and op.replacing and placement_uses_gpu(op.outcome.placement)
+
+    def _overtake(self, op: PendingReload) -> bool:
+        """A newer change overtakes a replacement towards a GPU placement that has not served yet (its waiters move
+        along, as for a queued reload): the lifecycle starts a worker on ``op``'s placement instead
+        (``WorkerLifecycle.overtake``). Returns whether it did."""
+        current = self._inflight
+        if current is None or not self._gpu_replacement_pending():
+            return False
+        if op.outcome.placement == current.outcome.placement and op.replan_mib is None:
+            current.waiters += op.waiters  # the same placement: answered when that worker is ready
+            current.outcome = op.outcome
+            self._queued = None
+            self._lifecycle.overtake(op.outcome.placement, op.outcome.encoder, restart=False)
+            return True
+        op.waiters = current.waiters + op.waiters
+        op.replacing = True
+        self._inflight = op
+        self._queued = None
+        phase = self._lifecycle.replace_phase
+        self._core.log(
+            logging.INFO,
+            "reload_superseded",
+            budget_mib=current.outcome.budget_mib,
+            by_budget_mib=op.outcome.budget_mib,
+            phase=phase.value if phase else None,
+            worker_replaced=True,
+        )
+        self._lifecycle.overtake(op.outcome.placement, op.outcome.encoder)
+        return True
+
+    def on_worker_death(self) -> None:
+        """The worker died: a reload in flight failed; its waiters get ``engine_failure``. The new worker of a
+        replacement to a GPU placement dying while it loads: the same, and the worker restarts on the placement in
+        force (CPU-only)."""
+        op, self._inflight = self._inflight, None
+        if op is None:
+            return
+        if op.replacing:
+            self._core.worker.placement = self._current.placement
+            self._core.worker.vision = self._current.encoder
+        error = RequestError(
+            ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
+        )
+        for waiter in op.waiters:
+            self._core.send_error(waiter.identity, waiter.header, error)
+        self._keep_state_with_running_placement()
+
+    def abort(self, error: RequestError) -> None:
+        """Answer every budget request still waiting (for a reload in flight or queued, or for a plan being
+        made) with ``error``: the daemon is shutting down, or gave up on its engine worker."""
+        for holder in (self._inflight, self._queued, self._plans.pending):
+            if holder is not None:
+                for waiter in holder.waiters:
+                    self._core.send_error(waiter.identity, waiter.header, error)
+                holder.waiters = []
+
+    def _keep_state_with_running_placement(self) -> None:
+        """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker
+        on ``self._current``, the last good placement, and the budget state says so: the lost target is no longer
+        pending, so that the same request again reloads instead of being answered ``applied`` on the old placement.
+        A newer target queued or being planned stays pending: it is applied once the restarted worker is ready."""
+        self._put_in_force(self._current)
+
+    def _worker_vram_mib(self) -> float | None:
+        """NVML's reading of the worker process's VRAM (None without a GPU or a worker)."""
+        return vram.measure_vram_mib(self._core.worker.pid)
+
+    # --- a model switch ------------------------------------------------------------------------------------------
+    def replacement_budgets(self, vram_budget_mib: int | None = None) -> tuple[int, ...]:
+        """The budgets ``replace_model(planner, vram_budget_mib)`` plans for, called now: the target, then the budget
+        of a reload that waits for a worker (or was lost with the old one) and is re-planned for the new model. A
+        model switch plans them ahead in a background thread, so that ``replace_model`` finds them in the new
+        planner's memory instead of running dry runs in the I/O loop."""
+        if vram_budget_mib is not None:  # the load's own budget supersedes any reload that waits
+            return (vram_budget_mib,)
+        target = self.state.target_mib
+        waiting = self._queued or self._inflight
+        if waiting is None or waiting.outcome.budget_mib == target:
+            return (target,)
+        return (target, waiting.outcome.budget_mib)
+
+    def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
+        """Plan for another model (``load_model_request``); called while no reload is in flight and no worker runs.
+
+        Args:
+            planner: the new model's planner.
+            vram_budget_mib: a new budget to apply at once (None = keep the one in force).
+
+        Returns:
+            The plan the new worker must load. A reload queued for the old model is re-planned for the new one
+            (it starts, or is acknowledged, when the new worker is ready), or, when ``vram_budget_mib`` is given,
+            superseded by that newer budget: its requests are answered with the new worker's plan.
+        """
+        self._requeue_lost_reload()
+        self._planner = planner
+        if vram_budget_mib is not None:
+            self.state = BudgetState.initial(vram_budget_mib)
+        target = headroom = self.state.target_mib  # the old worker has exited (model_switch, "stopping")
+        outcome = planner.plan_within(target, headroom)
+        if self._queued is not None:
+            superseded = vram_budget_mib is not None  # the load's budget is newer than the queued target
+            self._queued.outcome = (
+                outcome if superseded else planner.plan_within(self._queued.outcome.budget_mib, headroom)
+            )
+            self._queued.replan_mib = None
+        self._put_in_force(outcome)
+        return outcome
+
+    def _requeue_lost_reload(self) -> None:
+        """A reload sent to a worker that then exited for a model switch never gets ``reloaded``: queue it again
+        (ahead of a newer queued target, which supersedes it) so that the new worker answers its requests."""
+        lost, self._inflight = self._inflight, None
+        if lost is None:
+            return
+        self._core.log(logging.WARNING, "reload_lost", budget_mib=lost.outcome.budget_mib)
+        if self._queued is not None:
+            self._queued.waiters = lost.waiters + self._queued.waiters
+        else:
+            self._queued = lost

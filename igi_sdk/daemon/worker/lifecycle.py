@@ -18,7 +18,7 @@ every state (``worker_events.handle_worker_event``). It also holds what the daem
 | state | a ``Ready`` | a ``Fatal`` | the process exits |
 |---|---|---|---|
 | STARTING, READY, RELOADING | the model in force is served (``_serve``) | the model cannot be served | a crash: jobs fail, restart (or FAILED) |
-| REPLACING, old worker exiting | ignored (it is exiting) | ignored | the new worker starts (``BudgetControl``) |
+| REPLACING, old worker exiting | ignored (it is exiting) | ignored | the new worker starts (``_swap``) |
 | REPLACING, new worker loading | the replacement is done | a failed reload | a failed reload: restart on the placement in force |
 | SWITCHING_MODEL | ``ModelSwitch.on_ready`` | ``ModelSwitch.on_fatal`` (or, reverting, as STARTING) | ``ModelSwitch.tick`` |
 | STOPPED, FAILED | ignored | recorded | nothing (no restart) |
@@ -29,16 +29,22 @@ from __future__ import annotations
 import enum
 import logging
 import traceback
+from dataclasses import dataclass
 from typing import Protocol
 
-from igi_sdk.daemon.budget.changes import ReplacePhase
+from igi_sdk.daemon.budget.planner import placement_uses_gpu
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.vision import EncoderPlan
 
 #: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).
 WORKER_START_RETRY_S = 1.0
+
+#: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
+REPLACE_STOP_GRACE_S = 0.5
 
 
 class WorkerState(enum.Enum):
@@ -53,15 +59,32 @@ class WorkerState(enum.Enum):
     FAILED = "failed"  # given up after max_worker_restarts failures in a row (no model until load_model_request)
 
 
+class ReplacePhase(enum.Enum):
+    """Where a worker replacement is: the old worker exits, then (for a GPU placement) the new one loads."""
+
+    STOPPING = "stopping"
+    STARTING = "starting"
+
+
+@dataclass
+class Replacement:
+    """A worker replacement under way (state ``REPLACING``): the placement the new worker loads, and since when the
+    old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S`` or overtaken)."""
+
+    placement: Placement
+    vision: EncoderPlan | None
+    phase: ReplacePhase
+    since_s: float
+    killed: bool = False
+
+
 class BudgetSide(Protocol):
     """What the lifecycle needs from ``BudgetControl``."""
 
-    @property
-    def replace_phase(self) -> ReplacePhase | None: ...
     def on_worker_ready(self) -> None: ...
     def on_reloaded(self, event: wp.Reloaded) -> None: ...
-    def on_replaced_worker_exit(self) -> None: ...
-    def on_replacement_fatal(self, event: wp.Fatal) -> None: ...
+    def replacement_done(self, apply_time_s: float) -> None: ...
+    def replacement_failed(self, message: str) -> None: ...
     def on_worker_death(self) -> None: ...
     def abort(self, error: RequestError) -> None: ...
 
@@ -96,6 +119,7 @@ class WorkerLifecycle:
         self.failures_in_row = 0
         #: Set when a worker start failed (the OS refused a pipe or a process): it is tried again at this time.
         self.start_due_s: float | None = None
+        self._replacement: Replacement | None = None
 
     def attach(self, budget: BudgetSide, switch: SwitchSide) -> None:
         """The budget control and the model switch that events are routed to."""
@@ -115,6 +139,74 @@ class WorkerLifecycle:
     def holds_jobs(self) -> bool:
         """Whether new generations wait in the daemon, unforwarded: a model switch drains or loads."""
         return self._switch is not None and self._switch.active
+
+    @property
+    def replace_phase(self) -> ReplacePhase | None:
+        """Where a worker replacement is (None: no replacement under way)."""
+        return None if self._replacement is None else self._replacement.phase
+
+    # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
+    def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
+        """Replace the worker with one that runs ``placement``: ``Shutdown`` now; its exit starts the new one (``_swap``).
+        The budget control hears ``replacement_done`` (or ``replacement_failed``, or ``on_worker_death``)."""
+        self._replacement = Replacement(placement, vision, ReplacePhase.STOPPING, self._core.clock())
+        self.enter(WorkerState.REPLACING)
+        self._core.counters["worker_replacements"] += 1
+        self._core.worker.begin_stop()
+
+    def overtake(self, placement: Placement, vision: EncoderPlan | None, restart: bool = True) -> None:
+        """A newer placement overtakes the replacement under way: the old worker's exit starts a worker on it instead,
+        and (``restart``) a new worker still loading the superseded placement is killed now (its exit starts the newer
+        one)."""
+        replacement = self._replacement
+        assert replacement is not None
+        replacement.placement, replacement.vision = placement, vision
+        if (
+            restart and replacement.phase is ReplacePhase.STARTING
+        ):  # it loads a placement nobody wants any more: end it now
+            replacement.phase, replacement.since_s, replacement.killed = ReplacePhase.STOPPING, self._core.clock(), True
+            self._core.worker.stop_now()
+
+    def tick(self) -> None:
+        """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown`` (every loop
+        iteration)."""
+        replacement = self._replacement
+        if (
+            replacement is not None
+            and replacement.phase is ReplacePhase.STOPPING
+            and not replacement.killed
+            and self._core.clock() - replacement.since_s > REPLACE_STOP_GRACE_S
+        ):
+            replacement.killed = True
+            self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
+            self._core.worker.stop_now()
+
+    def _swap(self, replacement: Replacement) -> None:
+        """The worker being replaced has exited: carry its generations over and start the new worker on the
+        replacement's placement. A CPU-only one is done now (the memory is released); a GPU one when the new worker is
+        ready (``serve``)."""
+        core, worker = self._core, self._core.worker
+        released_s = core.clock() - replacement.since_s
+        worker.stop(timeout_s=1.0)  # reap it
+        core.carry_over_jobs()
+        core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
+        worker.placement = replacement.placement
+        worker.vision = replacement.vision
+        worker.start()
+        core.log(
+            logging.INFO,
+            "worker_replaced",
+            pid=worker.pid,
+            released_s=released_s,
+            gpu_hidden=worker.gpu_hidden,
+            carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
+        )
+        if placement_uses_gpu(replacement.placement):
+            replacement.phase = ReplacePhase.STARTING  # REPLACING until the new worker is ready
+            return
+        self._replacement = None
+        self.enter(WorkerState.STARTING)  # the change is done; the new worker loads the model on the CPU
+        self._budget_side().replacement_done(released_s)
 
     def reload_sent(self) -> None:
         """The budget control sent a ``Reload`` to the serving worker."""
@@ -192,6 +284,7 @@ class WorkerLifecycle:
         """A worker serving the model in force is ready: record the model, restore the pacing, forward waiting jobs and
         let the budget control finish a replacement or start a reload that waited for it."""
         core = self._core
+        replaced, self._replacement = self._replacement, None  # the new worker of a replacement: the change is done
         self.enter(WorkerState.READY)
         core.model_info = event.model
         core.tool_format = event.tool_format
@@ -201,6 +294,8 @@ class WorkerLifecycle:
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
             core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
         self.forward_waiting_jobs()
+        if replaced is not None:
+            self._budget_side().replacement_done(core.clock() - replaced.since_s)
         self._budget_side().on_worker_ready()
 
     def died(self, failed_reload: bool = False) -> None:
@@ -223,6 +318,7 @@ class WorkerLifecycle:
             if job is not None:
                 fail_job(core, job, error)
         core.end_exports_without_worker()
+        self._replacement = None
         budget = self._budget_side()
         budget.on_worker_death()
         limit = core.settings.engine.max_worker_restarts
@@ -259,14 +355,14 @@ class WorkerLifecycle:
         replacement's new worker again, if that was the start refused). A start the OS refuses (no file descriptor for
         the pipe, no memory for the process) is retried, never raised: the daemon keeps answering, and the jobs
         wait."""
-        core, budget = self._core, self._budget_side()
-        replaced = state is WorkerState.REPLACING and budget.replace_phase is ReplacePhase.STOPPING
+        core, replacement = self._core, self._replacement
+        replaced = state is WorkerState.REPLACING and self.replace_phase is ReplacePhase.STOPPING
         due = self.start_due_s
         if due is not None and core.clock() < due:
             return
         try:
-            if replaced:
-                budget.on_replaced_worker_exit()  # no crash: the new worker starts (again, after a refused start)
+            if replaced and replacement is not None:
+                self._swap(replacement)  # no crash: the new worker starts (again, after a refused start)
             elif due is not None:
                 core.worker.start()
                 core.counters["worker_restarts"] += 1
@@ -287,7 +383,7 @@ class WorkerLifecycle:
         core, state = self._core, self._state
         if state is WorkerState.SWITCHING_MODEL:
             self._switch_side().on_ready(event)
-        elif state is WorkerState.REPLACING and self._budget_side().replace_phase is ReplacePhase.STOPPING:
+        elif state is WorkerState.REPLACING and self.replace_phase is ReplacePhase.STOPPING:
             # written by a worker being replaced before it read ``Shutdown``: it is exiting, nothing may be sent to it
             core.worker.ready = False
             core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="being replaced")
@@ -300,6 +396,7 @@ class WorkerLifecycle:
             return  # the new model failed to load: the switch reverts
         core.log(logging.ERROR, "worker_fatal", code=event.code, message=event.message)
         if state is WorkerState.REPLACING:  # a replacement worker could not load its new placement: a failed reload
-            self._budget_side().on_replacement_fatal(event)
+            if self.replace_phase is ReplacePhase.STARTING:  # (a worker already being replaced: a newer change)
+                self._budget_side().replacement_failed(event.message)
             return
         self.fatal_error = RequestError(ErrorCode(event.code), event.message)

@@ -20,7 +20,10 @@ pytestmark = pytest.mark.timeout(600)
 def test_saves_beside_large_image_and_text_turns_never_hang_the_daemon(tmp_path: Path) -> None:
     default_model_path()
     mmproj = write_synthetic_mmproj(tmp_path / "mmproj.gguf", "smolvlm_tiny")
-    daemon = DaemonProcess(["--mmproj", str(mmproj), "--n-ctx", "2048", "--always-reload", "true"]).start()
+    # the worker at the daemon's priority: the test is about the pipe, and a worker at SCHED_IDLE on a machine that
+    # runs other jobs may not get the CPU to answer at all
+    args = ["--mmproj", str(mmproj), "--n-ctx", "2048", "--always-reload", "true", "--worker-nice", "0"]
+    daemon = DaemonProcess(args).start()
     result = save_beside_large_turns(daemon, tries=16, workdir=tmp_path, images=True)
     assert result.hangs == 0 and result.tries == 16, daemon.log_tail()
     assert not result.problems, result.problems

@@ -47,6 +47,8 @@ class DaemonProcess:
             private ipc directory.
         default_connection_file: run the daemon without ``--connection-file``: it writes its default
             ``<tmpdir>/igi-daemon-<pid>.json`` (``connection_file`` once started).
+        launch: Python source run with ``-c`` instead of ``-m igi_sdk.daemon`` (the daemon's entry point with test
+            patches, ``gpu_machine.LAUNCH``); it gets the same arguments.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class DaemonProcess:
         open_files_limit: int | None = None,
         tmpdir: Path | None = None,
         default_connection_file: bool = False,
+        launch: str | None = None,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
@@ -67,6 +70,7 @@ class DaemonProcess:
         self.open_files_limit = open_files_limit
         self.tmpdir = tmpdir
         self.default_connection_file = default_connection_file
+        self.launch = launch
 
     @property
     def pid(self) -> int:
@@ -83,8 +87,7 @@ class DaemonProcess:
         """
         cmd = [
             sys.executable,
-            "-m",
-            "igi_sdk.daemon",
+            *(["-m", "igi_sdk.daemon"] if self.launch is None else ["-c", self.launch]),
             *([] if self.default_connection_file else ["--connection-file", str(self.connection_file)]),
             "--port",
             "0",

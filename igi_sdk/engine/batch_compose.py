@@ -7,13 +7,17 @@
 2. then prompt tokens of requests still prefilling, at most ``prefill_chunk_tokens`` of them in all: highest
    priority first, and within a priority the prompt with the fewest tokens left first (FIFO among equals), so a
    short turn is not queued behind a long prompt. Below ``n_batch`` (chunked prefill), each prompt's chunk ends at
-   the next multiple of ``prefill_chunk_tokens`` (a prompt is cut at the same positions whatever else shares its
-   steps), and a step that ends a prompt carries no chunk of a prompt that does not end in it (a new NPC's first
-   token waits for the chunk in flight and one short step, not for a long prompt). A chunk also ends where the budget
-   runs out, at the persona-prefix boundary when that prefix is not cached yet (so its state can be saved on its
-   own), and at an image: an image chunk's embeddings (a run of one negative pseudo token in the prompt) go in a
-   llama_batch of their own, at most one image per step, so the other sequences keep talking while one NPC looks
-   at an image.
+   the next multiple of ``prefill_chunk_tokens`` or at the persona-prefix boundary, and a prompt whose chunk does
+   not fit what is left of the step waits for the next step instead of being cut there: a prompt is cut at the same
+   positions whatever else shares its steps. llama.cpp's result for a token depends on how its own sequence is cut
+   (a prompt cut elsewhere gives other logits), so this keeps a sequence's KV, and a greedy reply, independent of the
+   other NPCs (a reply continued on another worker relies on it: ``BatchRequest.continued``). A step that ends a
+   prompt carries no chunk of a prompt that does not end in it (a new NPC's first token waits for the chunk in flight
+   and one short step, not for a long prompt). At ``n_batch`` (no grid) a chunk ends where the budget runs out and at
+   the persona-prefix boundary when that prefix is not cached yet (so its state can be saved on its own). A chunk
+   also ends at an image: an image chunk's embeddings (a run of one negative pseudo token in the prompt) go in a
+   llama_batch of their own, at most one image per step, so the other sequences keep talking while one NPC looks at
+   an image.
 
 ``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
 """
@@ -55,23 +59,32 @@ class Running:
     t_admit: float | None = None
     t_first: float | None = None
     grammar: Any = None  # GrammarConstraint of a constrained reply (engine.grammar), rebuilt after a reload
+    #: A continued reply (``BatchRequest.continued``): its tokens still to feed back, and those fed back so far.
+    #: ``prompt`` is the prompt without them: they are evaluated one per step, as they were generated.
+    replay: list[int] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)
 
     @property
     def prefilling(self) -> bool:
         return self.slot is not None and self.prefill_pos < len(self.prompt)
 
     @property
+    def generated(self) -> list[int]:
+        """The reply's tokens so far: those it continues (fed back so far), then those sampled here."""
+        return self.replayed + self.handle.tokens if self.replayed else self.handle.tokens
+
+    @property
     def held_tokens(self) -> list[int]:
-        """What the request's slot holds between steps: the prompt evaluated so far and every sampled token but the
-        pending one (the scheduler's token boundary)."""
-        sampled = self.handle.tokens[:-1] if self.pending is not None else self.handle.tokens
-        return self.prompt[: self.prefill_pos] + sampled
+        """What the request's slot holds between steps: the prompt evaluated so far and every token of the reply but
+        the pending one (the scheduler's token boundary)."""
+        generated = self.generated
+        return self.prompt[: self.prefill_pos] + (generated[:-1] if self.pending is not None else generated)
 
     @property
     def decode_pos(self) -> int:
-        """Position of the pending sampled token: the KV holds the prompt and every sampled token before it (the
+        """Position of the pending token: the KV holds the prompt and every token of the reply before it (the
         scheduler's token boundary)."""
-        return len(self.prompt) + len(self.handle.tokens) - 1
+        return len(self.prompt) + len(self.replayed) + len(self.handle.tokens) - 1
 
     @property
     def order(self) -> tuple[int, int]:
@@ -167,6 +180,7 @@ def compose_step(
         assert run.slot is not None and run.pending is not None
         chunks.append(Chunk(run, run.slot.seq_id, [run.pending], run.decode_pos, True, decode=True))
     budget = min(budget - len(chunks), chunk_tokens)
+    whole_chunks = budget == chunk_tokens  # a step that has room for one whole chunk of the grid
     image_taken = finishing = False
     for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.prefill_order):
         assert run.slot is not None
@@ -180,12 +194,17 @@ def compose_step(
             continue
         if budget <= 0:
             continue
-        end = min(len(run.prompt), pos + budget, next_image(run.prompt, pos))
-        if chunked:  # cut on the grid: the same chunks whatever else shares the step
-            end = min(end, (pos // chunk_tokens + 1) * chunk_tokens)
+        end = min(len(run.prompt), next_image(run.prompt, pos))
         boundary = run.req.prefix_tokens
-        if run.prefill_pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
+        if chunked:  # cut on the grid and at the persona boundary: the same chunks whatever else shares the step
+            end = min(end, (pos // chunk_tokens + 1) * chunk_tokens)
+            if pos < boundary < end:
+                end = boundary
+            if end - pos > budget and whole_chunks:
+                continue  # not a part of its chunk: it waits for a step with room for the whole chunk
+        elif pos < boundary < end and not prefix_cached(run.prompt[:boundary]):
             end = boundary
+        end = min(end, pos + budget)
         finishes = end == len(run.prompt)
         if chunked and finishing and not finishes:
             continue  # a step that ends a short prompt stays short: its first token comes without waiting for this

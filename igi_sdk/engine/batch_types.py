@@ -45,13 +45,15 @@ class BatchRequest:
         on_event: called with every ``TokenEvent`` of this request, from ``BatchScheduler.step``.
         request_id: caller's id (the daemon's job id); a generated one when empty.
         ignore_eog: treat end-of-generation tokens as ordinary tokens (benchmarks of fixed length).
-        text_prefix: bytes of a reply already shown before this request (one continued after a worker replacement,
-            its streamed tokens at the end of ``prompt_tokens``): they prime the text decoder, so a character split
-            across the cut decodes whole, and are not emitted again.
         grammar: GBNF text constraining every sampled token (llama.cpp's grammar sampler, one per request); stop
             strings do not apply then: the grammar ends the reply.
-        grammar_replay: tokens of the reply generated before (a continuation: the last tokens of ``prompt_tokens``),
-            accepted by the grammar before the first new token is sampled.
+        continued: the reply's tokens generated before this request (one continued after a worker replacement):
+            the last tokens of ``prompt_tokens``. They are evaluated as they were generated: the prompt before them
+            in its chunks, then one token per step, each in place of that step's draw (the sampler draws as it
+            did, the grammar accepts the token, its bytes prime the text decoder so a character split across the
+            cut decodes whole). The KV cells, the grammar and the sampler are then those of the uninterrupted
+            reply at the cut, and so are the tokens after it. They are not emitted again, nor counted in
+            ``max_tokens``.
         embeddings: image chunks of the prompt: pseudo token (negative, ``igi_sdk.engine.vision``) -> float32
             (n, n_embd) embeddings. The prompt holds each chunk as a run of its pseudo token; a run the
             session's sequence already holds is not evaluated again and needs no entry here.
@@ -67,9 +69,8 @@ class BatchRequest:
     on_event: Callable[[TokenEvent], None] | None = None
     request_id: str = ""
     ignore_eog: bool = False
-    text_prefix: bytes = b""
     grammar: str | None = None
-    grammar_replay: Sequence[int] = ()
+    continued: Sequence[int] = ()
     embeddings: Mapping[int, Any] = field(default_factory=dict)
 
 
@@ -128,9 +129,12 @@ class BatchCounters(BaseModel):
     prefill_image_tokens: int = Field(
         default=0, description="image embeddings evaluated (part of prefill_tokens_evaluated)"
     )
-    batch_tokens_max: int = Field(default=0, description="largest llama_batch of one step")
+    batch_tokens_max: int = Field(default=0, description="most tokens one step evaluated (its llama_batches together)")
     sequences_per_step_max: int = Field(default=0, description="most sequences in one step's llama_batch")
     grammar_resamples: int = Field(default=0, description="draws a grammar refused, drawn again among allowed tokens")
+    continued_tokens: int = Field(
+        default=0, description="tokens of continued replies fed back one per step in place of a draw"
+    )
 
     @property
     def prefill_tokens_saved(self) -> int:

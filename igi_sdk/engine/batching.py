@@ -1,10 +1,17 @@
 """Engine layer: ``BatchScheduler``, continuous batching of several NPC sessions in one llama_context.
 
-Each ``step`` builds ONE llama_batch (at most ``n_batch`` tokens): one decode token for every running
-sequence (never starved), then prompt tokens of requests still prefilling, highest priority first (the
-fewest tokens left first within a priority), in chunks of ``batch_sizing.prefill_chunk_tokens`` (short where the
-CPU evaluates prompts, so a long prompt does not hold up another NPC's turn). New requests join between steps:
-admission to a sequence slot goes by priority, then FIFO.
+Each ``step`` evaluates at most ``n_batch`` tokens: one decode token for every running sequence (never starved),
+in one llama_batch, then prompt tokens of requests still prefilling, highest priority first (the fewest tokens left
+first within a priority), in chunks of ``batch_sizing.prefill_chunk_tokens`` (short where the CPU evaluates prompts,
+so a long prompt does not hold up another NPC's turn), each chunk in a llama_batch of its own. New requests join
+between steps: admission to a sequence slot goes by priority, then FIFO.
+
+Determinism: llama.cpp's result for a token depends on how its sequence's tokens are cut into batches, so each
+sequence is cut the same way whatever shares its steps (prompt chunks on a grid, never cut by another sequence in
+the same llama_batch; each sampled token decoded as the one token of its sequence in the decode batch): a greedy
+reply does not depend on the other NPCs, and a reply continued on another worker (``BatchRequest.continued``: the
+prompt in its chunks, then the carried tokens one per step) has the KV, and so the tokens, of the uninterrupted one.
+
 A session keeps its slot (and KV) between turns; a persona prefix is evaluated once and restored from the
 prefix cache into any slot whose prompt starts with it.
 
@@ -158,23 +165,30 @@ class BatchScheduler:
                 f"prompt of {len(req.prompt_tokens)} tokens does not fit a sequence's context "
                 f"of {n_ctx_seq} tokens (n_ctx / n_seq_max)"
             )
+        continued = [int(t) for t in req.continued]
+        prompt = [int(t) for t in req.prompt_tokens]
+        n_prompt = len(prompt) - len(continued)
+        if continued and (n_prompt < 1 or prompt[n_prompt:] != continued):
+            raise SchedulerError("continued must be the last tokens of prompt_tokens, after at least one other")
         self._check_images(req)
         seq_no = next(self._ids)
         request_id = req.request_id or f"req-{seq_no}"
-        grammar = self._new_grammar(req.grammar, req.grammar_replay) if req.grammar is not None else None
+        grammar = None
+        if req.grammar is not None:
+            self._new_grammar(req.grammar, continued).close()  # a continuation must be a sentence prefix of it
+            grammar = self._new_grammar(req.grammar, ())  # advanced over the continued tokens as they are fed back
         stops = () if grammar is not None else req.stop  # a constrained reply ends where its grammar does
         run = Running(
             req=req,
             handle=RequestHandle(request_id, req.session_id),
             seq_no=seq_no,
-            prompt=[int(t) for t in req.prompt_tokens],
+            prompt=prompt[:n_prompt],
             t_submit=self._clock(),
             stream=HoldingTextStream(stops),
             grammar=grammar,
+            replay=continued,
         )
-        run.max_tokens = min(req.max_tokens, n_ctx_seq - len(run.prompt))
-        if req.text_prefix:
-            run.stream.prime(req.text_prefix)
+        run.max_tokens = min(req.max_tokens, n_ctx_seq - len(prompt))
         self._queue = admission_order([*self._queue, run])
         return run.handle
 
@@ -200,7 +214,7 @@ class BatchScheduler:
             if run.grammar is not None:
                 run.grammar.close()
                 assert run.req.grammar is not None
-                run.grammar = self._new_grammar(run.req.grammar, [*run.req.grammar_replay, *run.handle.tokens])
+                run.grammar = self._new_grammar(run.req.grammar, run.generated)
 
     def _check_images(self, req: BatchRequest) -> None:
         """Every image run of the prompt that the session's sequence does not hold has its embeddings, whole."""
@@ -290,10 +304,16 @@ class BatchScheduler:
         )
         if not chunks:
             return events
-        logits = self._engine.decode(sorted((c.entry() for c in chunks if not c.image), key=lambda e: e[0]))
+        # the decode tokens in one llama_batch, each prompt chunk in one of its own: llama.cpp cuts a batch of several
+        # sequences into ubatches of as many tokens of each (a chunk beside a shorter one would be cut there, and
+        # its results would change with what shares the step); a lone token per sequence is cut nowhere
+        decodes = sorted((c.entry() for c in chunks if c.decode), key=lambda e: e[0])
+        logits = self._engine.decode(decodes) if decodes else {}
         for chunk in chunks:
             if chunk.image:
                 logits.update(self._decode_image(chunk))  # type: ignore[arg-type]
+            elif not chunk.decode:
+                logits.update(self._engine.decode([chunk.entry()]))
         self._c["steps"] += 1
         self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(c.tokens) for c in chunks))
         self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
@@ -416,21 +436,47 @@ class BatchScheduler:
 
     # ---- internals: sampling and finishing ---------------------------------------------------------
 
-    def _sample(self, run: Running, logits: object, events: list[TokenEvent]) -> None:
-        handle = run.handle
-        token = run.req.sampler.sample(logits, run.prompt + handle.tokens)  # type: ignore[arg-type]
+    def _draw(self, run: Running, logits: object) -> int:
+        """The request's next token from ``logits``: its sampler's draw, drawn again among the tokens its grammar
+        allows when the grammar refuses it; -1 when the grammar allows none."""
+        history = run.prompt + run.generated
+        token = run.req.sampler.sample(logits, history)  # type: ignore[arg-type]
         grammar = run.grammar
         if grammar is not None and not grammar.allows(token):  # draw again among the tokens the grammar allows
             masked = grammar.mask(logits)  # type: ignore[arg-type]
             self._c["grammar_resamples"] += 1
             token = -1
             while bool((masked > float("-inf")).any()):
-                token = run.req.sampler.sample(masked, run.prompt + handle.tokens)
+                token = run.req.sampler.sample(masked, history)
                 if grammar.allows(token):
                     break
                 # malformed UTF-8 after it (or a draw of rounding error's width past the last allowed): not that one
                 masked[token] = float("-inf")
                 token = -1
+        return token
+
+    def _feed_back(self, run: Running, logits: object) -> None:
+        """A continued reply's next token, where the reply it continues drew it: the sampler draws as it did then
+        (a seeded generator stays in step; a greedy draw is left out, it changes nothing), the grammar accepts the
+        token, its bytes prime the text decoder, and it is decoded at the next step like a sampled one. No event:
+        it was streamed before."""
+        if not run.req.sampler.greedy:
+            self._draw(run, logits)
+        token = run.replay.pop(0)
+        if run.grammar is not None:
+            run.grammar.accept(token)
+        run.replayed.append(token)
+        run.stream.prime(self._engine.token_piece(token))
+        run.pending = token
+        self._c["continued_tokens"] += 1
+
+    def _sample(self, run: Running, logits: object, events: list[TokenEvent]) -> None:
+        if run.replay:
+            self._feed_back(run, logits)
+            return
+        handle = run.handle
+        token = self._draw(run, logits)
+        grammar = run.grammar
         if run.t_first is None:
             run.t_first = self._clock()
         if token < 0 or (self._engine.is_eog(token) and not run.req.ignore_eog):
@@ -479,7 +525,7 @@ class BatchScheduler:
         decode_s = now - run.t_first if run.t_first is not None else 0.0
         stats = RequestStats(
             finish_reason=reason,
-            prompt_tokens=len(run.prompt),
+            prompt_tokens=len(run.prompt) + len(run.req.continued),
             cached_tokens=run.cached,
             completion_tokens=n_out,
             queue_s=(run.t_admit or now) - run.t_submit,

@@ -104,11 +104,14 @@ def test_a_continued_reply_replays_its_tokens_into_a_new_grammar(engine: LlamaEn
     _clear(engine)
     sched = BatchScheduler(engine)
     prompt = _prompt(engine, 0) + whole.tokens[:cut]
-    rest = sched.submit(_request(engine, 0, gbnf, prompt_tokens=prompt, grammar_replay=whole.tokens[:cut]))
+    rest = sched.submit(_request(engine, 0, gbnf, prompt_tokens=prompt, continued=whole.tokens[:cut]))
     sched.run_until_idle()
     assert whole.tokens[:cut] + rest.tokens == whole.tokens
+    nope = engine.tokenize("nope")
     with pytest.raises(GrammarRejectedToken):  # tokens that are no sentence prefix are refused, never accepted
-        BatchScheduler(engine).submit(_request(engine, 1, gbnf, grammar_replay=engine.tokenize("nope")))
+        BatchScheduler(engine).submit(
+            _request(engine, 1, gbnf, prompt_tokens=_prompt(engine, 1) + nope, continued=nope)
+        )
 
 
 def test_cancel_frees_the_grammar_and_the_others_go_on(engine: LlamaEngine) -> None:

@@ -1,7 +1,6 @@
 """The worker replacement end to end with real processes on this CPU machine: a real daemon (the default model) that
-believes it is on a GPU machine (``supervisor.cuda_gpu_usable`` patched in the daemon process) and a planner that
-gives 2048 MiB and more a "GPU" placement (all layers offloaded: on a CPU build llama.cpp runs them on the CPU), less
-the CPU-only one.
+believes it is on a GPU machine (``gpu_machine.LAUNCH``: ``supervisor.cuda_gpu_usable`` patched in the daemon process,
+and a planner that gives 2048 MiB and more a "GPU" placement, less the CPU-only one).
 
 A reclaim to 0 MiB while a greedy generation streams replaces the worker (the new one has CUDA hidden); the ack
 comes once the old worker has exited, before the new one is ready; the stream goes on in the new worker after the
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpu_machine import LAUNCH
 
 from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
@@ -27,37 +27,6 @@ from igi_sdk.ipc.values import Sampling
 REPO = Path(__file__).resolve().parents[2]
 GREEDY = Sampling(temperature=0.0)
 PROMPT = "Tell me about the old mill by the river."
-
-LAUNCH = """
-import sys
-from igi_sdk.daemon.budget import planner as placement_plan
-from igi_sdk.daemon import server
-from igi_sdk.daemon.worker import supervisor
-from igi_sdk.ipc.values import Plan
-
-supervisor.cuda_gpu_usable = lambda: True  # the worker's CUDA visibility follows the placement, as on a GPU machine
-
-
-class Planner(placement_plan.PlacementPlanner):
-    def plan(self, budget_mib, *, dry_run_slots=None):
-        if budget_mib < 2048:
-            return self.cpu_only(budget_mib)
-        placement = self._base.with_(n_gpu_layers=-1)
-        plan = Plan(strategy="full_gpu", gpu_mib=100.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
-        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
-
-    def plan_within(self, budget_mib, headroom_mib):
-        return self.plan(budget_mib)
-
-    def dry_run_child_mib(self):
-        return 0
-
-
-server.PlacementPlanner = Planner
-from igi_sdk.daemon.__main__ import run
-
-sys.exit(run(sys.argv[1:]))
-"""
 
 
 @pytest.fixture()

@@ -10,7 +10,8 @@ lines are a markdown table (figure, value, machine, date, commit, command) for d
 a section failed.
 
 Sections: ``fuzz`` (signed, mutated frames), ``files`` (mutated session files), ``storm`` (budget changes during
-greedy streams), ``kill`` (kill -9 loops of the worker), ``vanish`` (clients gone mid-generation), ``history``
+greedy streams), ``replace`` (budget changes that replace the worker during JSON-schema and tool-call streams of
+three NPCs at once, on a daemon that believes it has a GPU), ``kill`` (kill -9 loops of the worker), ``vanish`` (clients gone mid-generation), ``history``
 (a 5,000-turn session beside a 10-turn one, and another NPC's first token meanwhile), ``load`` (heartbeats while a
 1 GiB session file loads), ``soak`` (eight clients for minutes: the memory of the daemon and of its worker), ``pipe``
 (session saves beside 400 KB image turns and 64k-character lines in one tick, with loads and budget changes).
@@ -36,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))  # daemon_process and the reliability package, as under pytest
 
 from daemon_process import DaemonProcess, stop_all  # noqa: E402
+from gpu_machine import LAUNCH  # noqa: E402
 
 from igi_sdk.client import Client  # noqa: E402
 from igi_sdk.daemon.sessions.file_format import SessionSnapshot, write_session_file  # noqa: E402
@@ -88,6 +90,22 @@ def section_storm(args: argparse.Namespace) -> Figures:
         ("budget storm: budget requests acknowledged once", f"{result.acks} of {result.budget_requests}"),
         ("budget storm: reloads during the streams", str(result.reloads)),
     ]
+
+
+def section_replace(args: argparse.Namespace) -> Figures:
+    daemon = DaemonProcess(workloads.STORM_ARGS, launch=LAUNCH).start()
+    result = workloads.replace_storm(daemon, rounds=args.replace_rounds, changes_per_round=4, seed=args.seed)
+    daemon.stop()
+    assert result.identical == result.streams, result.mismatches
+    assert result.acks == result.budget_requests
+    return [
+        (
+            "budget storm with worker replacement: JSON-schema and tool-call streams identical to the uninterrupted ones",
+            f"{result.identical} of {result.streams}",
+        ),
+        ("budget storm with worker replacement: budget requests acknowledged once", f"{result.acks} of {result.budget_requests}"),
+        ("budget storm with worker replacement: worker replacements during the streams", str(result.replacements)),
+    ]  # fmt: skip
 
 
 def section_kill(args: argparse.Namespace) -> Figures:
@@ -236,6 +254,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     "fuzz": section_fuzz,
     "files": section_files,
     "storm": section_storm,
+    "replace": section_replace,
     "kill": section_kill,
     "vanish": section_vanish,
     "history": section_history,
@@ -265,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=5000, help="fuzzed frames")
     parser.add_argument("--files", type=int, default=1000, help="fuzzed session files")
     parser.add_argument("--streams", type=int, default=6, help="greedy streams in the budget storm")
+    parser.add_argument(
+        "--replace-rounds", type=int, default=5, help="rounds of three constrained streams in the replacement storm"
+    )
     parser.add_argument("--kills", type=int, default=20, help="kill -9 of the worker")
     parser.add_argument("--vanish", type=int, default=10, help="clients that vanish mid-generation")
     parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds of the long history")

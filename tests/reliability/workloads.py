@@ -3,6 +3,9 @@
 
 - ``budget_storm``: budget changes and reclaims fired at a greedy stream; its tokens must equal an uninterrupted
   run's, and every budget request gets exactly one ack.
+- ``replace_storm``: the same against JSON-schema and tool-call streams of several NPCs at once, on a daemon that
+  believes it has a GPU (``gpu_machine.LAUNCH``), with changes across the GPU / CPU-only line: each replaces the
+  worker, the streams are carried over to the new one, and each must equal its uninterrupted reply token for token.
 - ``kill_loop``: the engine worker killed with SIGKILL while it streams, again and again; every generation gets
   exactly one terminal reply, the daemon restarts the worker and the next greedy reply equals the reference.
 - ``vanish_loop``: clients that vanish mid-generation without a goodbye; their work stops at once.
@@ -12,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -20,19 +24,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from daemon_process import DaemonProcess, raw_dealer
+from gpu_machine import GPU_MIB
 
 from igi_sdk.client import Client, EngineFailureError
 from igi_sdk.daemon.sessions.file_format import SessionSnapshot, write_session_file
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import CreateSessionRequest, GenerateRequest
-from igi_sdk.ipc.values import Sampling
+from igi_sdk.ipc.values import Sampling, Tool
 
 GREEDY = Sampling(temperature=0.0)
 STORY = "Tell me a long story about the dragon of the northern pass."
-#: Flags under which every budget change reloads the model in place on a CPU-only machine.
+#: Flags under which every budget change reloads the model: in place on a CPU-only machine; on a ``gpu_machine.LAUNCH``
+#: daemon (which starts on its "GPU" placement) a change across ``GPU_MIB`` replaces the worker instead.
 STORM_ARGS = [
     "--vram-budget-mib",
     "4096",
@@ -64,6 +71,7 @@ class StormResult:
     reloads: int = 0
     acks: int = 0
     budget_requests: int = 0
+    replacements: int = 0  # worker replacements during the streams (``replace_storm``)
     mismatches: list[str] = field(default_factory=list)
 
 
@@ -115,6 +123,103 @@ def budget_storm(
                     f"{next((i for i, (a, b) in enumerate(zip(stream_result.token_ids, reference.token_ids)) if a != b), None)}"
                 )
             client.close_session(sid)
+    return result
+
+
+# --- budget storms that replace the worker -----------------------------------------------------------------------
+SAY = {
+    "type": "object",
+    "properties": {
+        "line": {"type": "string", "maxLength": 80},
+        "emotion": {"enum": ["neutral", "happy", "angry", "afraid"]},
+        "action": {"enum": ["none", "wave", "bow", "flee"]},
+    },
+    "required": ["line", "emotion", "action"],
+    "additionalProperties": False,
+}
+GIVE = Tool(
+    name="give_item",
+    description="Hand an item to the player.",
+    parameters=json.dumps(
+        {
+            "type": "object",
+            "properties": {"item": {"enum": ["sword", "shield", "potion", "bread"]}, "count": {"type": "integer"}},
+            "required": ["item", "count"],
+            "additionalProperties": False,
+        }
+    ),
+)
+#: (persona, system prompt, session constraints, the player's line, request options): a JSON-schema NPC, a tool-call
+#: NPC, another JSON-schema NPC
+CONSTRAINED_NPCS: tuple[tuple[str, str, dict[str, Any], str, dict[str, Any]], ...] = (
+    ("Villager", "You live in Oakvale.", {"json_schema": SAY}, "Hello there, who are you and what do you do here?", {}),
+    ("Merchant", "You sell goods in the market.", {"tools": [GIVE]}, "Give me 100 potions please.", {"tool_choice": "required"}),
+    ("Guard", "You guard the gate of the city.", {"json_schema": SAY}, "Let me in, I have a letter for the king!", {}),
+)  # fmt: skip
+
+
+def replace_storm(
+    daemon: DaemonProcess, rounds: int, changes_per_round: int, seed: int, max_tokens: int = 64
+) -> StormResult:
+    """``rounds`` rounds of the ``CONSTRAINED_NPCS`` generating at once (greedy, each in a new session), hit by
+    ``changes_per_round`` budget changes at random token indexes of the first stream, from a second client: each
+    change goes to the other side of ``GPU_MIB`` from the one before (a worker replacement), by a reclaim or a
+    ``set_budget``. Every stream is compared token by token with its NPC's uninterrupted reply, made first."""
+    rng = random.Random(seed)
+    result = StormResult()
+    with (
+        Client.connect(daemon.connection_file, timeout_s=300) as client,
+        Client.connect(daemon.connection_file, timeout_s=300) as budget_client,
+    ):
+        references = []
+        for persona, system, constraints, line, options in CONSTRAINED_NPCS:
+            sid = client.create_session(persona, system, sampling=GREEDY, **constraints)
+            references.append(client.generate(sid, line, max_tokens=max_tokens, **options).result())
+            client.close_session(sid)
+        shortest = min(len(r.token_ids) for r in references)
+        replacements_before = client.status().counters.get("worker_replacements", 0)
+        gpu = True  # the daemon starts on its "GPU" placement
+        for _ in range(rounds):
+            streams = []
+            for persona, system, constraints, line, options in CONSTRAINED_NPCS:
+                sid = client.create_session(persona, system, sampling=GREEDY, **constraints)
+                streams.append((sid, client.generate(sid, line, max_tokens=max_tokens, **options)))
+            at = sorted(rng.sample(range(1, max(2, shortest - 1)), changes_per_round))
+            acks: list[threading.Thread] = []
+            answered: list[object] = []
+            for event in streams[0][1]:
+                while at and event.index >= at[0]:
+                    at.pop(0)
+                    gpu = not gpu
+                    mib = rng.choice((GPU_MIB, 2 * GPU_MIB) if gpu else (0, 256, GPU_MIB // 2))
+                    reclaim = not gpu and rng.random() < 0.3
+
+                    def change(mib: int = mib, reclaim: bool = reclaim, answered: list[object] = answered) -> None:
+                        ack = budget_client.reclaim(mib, 5.0) if reclaim else budget_client.set_budget(mib, "storm")
+                        answered.append(ack)
+
+                    thread = threading.Thread(target=change)  # the streams go on while the ack is pending
+                    thread.start()
+                    acks.append(thread)
+                    result.budget_requests += 1
+            for (sid, stream), reference in zip(streams, references, strict=True):
+                got = stream.result()
+                result.streams += 1
+                result.reloads += got.reloads_during
+                if got.token_ids == reference.token_ids:
+                    result.identical += 1
+                else:
+                    first = next(
+                        (i for i, (a, b) in enumerate(zip(got.token_ids, reference.token_ids)) if a != b), None
+                    )
+                    result.mismatches.append(
+                        f"stream {result.streams}: {got.text!r} != {reference.text!r} (from token {first})"
+                    )
+                client.close_session(sid)
+            for thread in acks:
+                thread.join(300)
+            result.acks += len(answered)
+        result.replacements = client.status().counters.get("worker_replacements", 0) - replacements_before
     return result
 
 

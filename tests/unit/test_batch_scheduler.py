@@ -150,6 +150,47 @@ def test_a_step_that_ends_a_short_prompt_carries_no_chunk_of_a_long_one() -> Non
     ]  # a higher priority keeps its chunk; the budget is spent
 
 
+def _chunk_ends(runs: list[Running], prefix_cached: object = NEVER_CACHED) -> dict[int, list[int]]:
+    """Where each run's prompt is cut when ``runs`` share their steps (chunked prefill: n_batch 64, chunks of 16); a
+    run whose prompt is done decodes from then on."""
+    ends: dict[int, list[int]] = {run.seq_no: [] for run in runs}
+    step = 0
+    while any(run.prefilling for run in runs):
+        for chunk in compose_step(runs, 64, step, prefix_cached, prefill_chunk_tokens=16):  # type: ignore[arg-type]
+            if chunk.decode:
+                continue
+            chunk.run.prefill_pos += len(chunk.tokens)
+            ends[chunk.run.seq_no].append(chunk.run.prefill_pos)
+            if chunk.want_logits:
+                chunk.run.pending = 1
+                chunk.run.handle.tokens.append(1)
+        step += 1
+    return ends
+
+
+def test_chunked_prefill_cuts_each_prompt_where_it_is_cut_alone() -> None:
+    """llama.cpp's results for a sequence depend on where its prompt is cut, so a prompt is cut on the grid and at its
+    persona boundary whatever shares its steps: a prompt whose chunk does not fit what is left of a step waits for
+    the next one instead of being cut there, and its persona boundary cuts it even once that prefix is cached."""
+
+    def runs() -> list[Running]:
+        slots = SlotTable(8)
+        return [
+            _run(1, 40, slot=0, prefix_tokens=12, slots=slots),
+            _run(2, 35, slot=1, prefix_tokens=20, slots=slots),
+            _run(3, 50, slot=2, prefill_pos=10, slots=slots),
+            _run(4, 7, slot=3, slots=slots),
+            _run(5, 30, slot=4, prefix_tokens=22, slots=slots),
+        ]
+
+    alone = {}
+    for run in runs():
+        alone |= _chunk_ends([run])
+    assert alone == {1: [12, 16, 32, 40], 2: [16, 20, 32, 35], 3: [16, 32, 48, 50], 4: [7], 5: [16, 22, 30]}
+    assert _chunk_ends(runs()) == alone
+    assert _chunk_ends(runs(), prefix_cached=lambda prefix: True) == alone
+
+
 def test_prefill_chunks_are_short_only_where_the_cpu_evaluates_prompts() -> None:
     cpu_only = Placement(n_gpu_layers=0, op_offload=False, n_seq_max=4, n_batch=512)
     assert prefill_chunk_tokens(cpu_only, gpu=True) == CPU_PREFILL_CHUNK_TOKENS

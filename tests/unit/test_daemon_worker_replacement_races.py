@@ -27,6 +27,7 @@ from replacement_sim import (
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
+from igi_sdk.engine.sampler import Sampler
 from igi_sdk.ipc.messages import (
     CancelReply,
     CancelRequest,
@@ -49,16 +50,16 @@ class _Adapter:
     def text_tokens(self, text: str) -> int:
         return len(text)
 
-    def make_sampler(self, sampling: wp.JobSampling) -> None:
-        return None
-
-    def token_bytes(self, token: int) -> bytes:
-        return b"\xc3" if token == 7 else b"a"  # 7: the first byte of a two-byte character ("\xc3\xa9" = e acute)
+    def make_sampler(self, sampling: wp.JobSampling) -> Sampler:
+        return Sampler(temperature=0.0)
 
 
 class _Engine:
     placement = SimpleNamespace(n_seq_max=2)
     n_ctx_seq = 100  # one sequence's context
+
+    def token_piece(self, token: int) -> bytes:
+        return b"\xc3" if token == 7 else b"a"  # 7: the first byte of a two-byte character ("\xc3\xa9" = e acute)
 
 
 def _continued_job(messages: list[tuple[str, str]], continue_tokens: list[int]) -> wp.Generate:
@@ -80,7 +81,8 @@ def test_a_continued_reply_in_the_batching_worker_keeps_its_prompt_as_first_fitt
     worker2 = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker2.submit(_continued_job([("system", "s"), ("user", "a"), ("assistant", "b"), ("user", "c")], [5] * 5))
     [run] = worker2.scheduler._queue
-    assert len(run.prompt) == 45, "an old turn was dropped: the continued reply no longer follows the same prompt"
+    assert len(run.prompt) == 40, "an old turn was dropped: the continued reply no longer follows the same prompt"
+    assert run.replay == [5] * 5  # after it, fed back one per step
 
 
 # --- a cancel the old worker never read (killed after the grace) --------------------------------------------------
@@ -171,9 +173,14 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
 
 def test_a_character_split_at_the_cut_of_a_continued_reply_decodes_whole() -> None:
     """The replaced worker streamed a token ending inside a multi-byte character; the new worker's next token
-    completes it: the text must be that character, not U+FFFD (the batching worker primes its text stream)."""
+    completes it: the text must be that character, not U+FFFD. The carried tokens are fed back one per step after the
+    prompt (as they were generated), their bytes priming the text stream, nothing emitted again."""
     worker = WorkerScheduler(_Adapter(), _Engine(), lambda e: None, max_prompt_tokens=40)  # type: ignore[arg-type]
     worker.submit(_continued_job([("system", "s"), ("user", "u")], [5, 7]))
     [run] = worker.scheduler._queue
-    assert run.req.text_prefix == b"a\xc3"
+    assert run.prompt == [1] * 20 and run.replay == [5, 7]  # the prompt alone is prefilled
+    for token in (5, 7):
+        worker.scheduler._feed_back(run, None)  # the step after the prompt, then the next: greedy, no draw
+        assert run.pending == token
+    assert run.replayed == [5, 7] and run.handle.tokens == [] and run.handle.events == []
     assert run.stream.push(b"\xa9") == "\u00e9" and run.stream.text == "\u00e9"  # only the new text is released

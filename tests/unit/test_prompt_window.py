@@ -50,9 +50,6 @@ class CountingTemplate:
     def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 
-    def token_bytes(self, token: int) -> bytes:
-        return b"a"
-
 
 class _Engine:
     placement = SimpleNamespace(n_seq_max=4)
@@ -125,7 +122,7 @@ def test_a_continued_reply_keeps_the_window_it_was_cut_from() -> None:
     worker = WorkerScheduler(template, _Engine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
     worker.submit(wp.Generate(**{**job.__dict__, "continue_tokens": (5, 5, 5)}))
     [run] = worker.scheduler._queue
-    assert len(run.prompt) == len(template.render_prompt(job.messages)) + 3
+    assert len(run.prompt) == len(template.render_prompt(job.messages)) and run.replay == [5, 5, 5]  # then fed back
     assert template.renders == 3  # the conversation as a whole, the system message alone, and once here: no probe
 
 

@@ -43,9 +43,6 @@ class ImageTemplate:
     def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 
-    def token_bytes(self, token: int) -> bytes:
-        return b"a"
-
 
 class Vision:
     """Has the job's images at hand, encoded (what ``WorkerVision.split`` finds in its cache)."""

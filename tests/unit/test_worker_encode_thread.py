@@ -59,9 +59,6 @@ class Template:
     def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 
-    def token_bytes(self, token: int) -> bytes:
-        return b"a"
-
     def overridden(self, placement: Any) -> Any:
         return placement
 

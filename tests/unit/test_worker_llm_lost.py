@@ -98,9 +98,6 @@ class Template:
     def make_sampler(self, sampling: wp.JobSampling) -> None:
         return None
 
-    def token_bytes(self, token: int) -> bytes:
-        return b"a"
-
 
 def _encode(engine: Engine, encoder: Encoder, release: str = "model") -> tuple[EncodedImage, list[str]]:
     restored: list[str] = []

@@ -178,10 +178,6 @@ class EngineAdapter:
             seed=random.getrandbits(32) if seed is None else int(seed),
         )
 
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes of one token."""
-        return self._engine.token_piece(token)
-
     def close(self) -> None:
         """Free the model."""
         self._engine.close()

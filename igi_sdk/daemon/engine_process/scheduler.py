@@ -58,7 +58,6 @@ class PromptSeam(Protocol):
     ) -> list[int]: ...
     def text_tokens(self, text: str) -> int: ...
     def make_sampler(self, sampling: wp.JobSampling) -> Any: ...
-    def token_bytes(self, token: int) -> bytes: ...
     def overridden(self, placement: Placement) -> Placement: ...
 
 
@@ -186,9 +185,8 @@ class WorkerScheduler:
                     prefix_tokens=persona,
                     on_event=self._on_event,
                     request_id=job.job_id,
-                    text_prefix=b"".join(self._adapter.token_bytes(t) for t in continued),
                     grammar=job.grammar,
-                    grammar_replay=continued,
+                    continued=continued,
                     embeddings={t: e for image in kept for t, e in image.embeddings().items()},
                 )
             )
@@ -362,7 +360,7 @@ class WorkerScheduler:
         return self._sched.n_running
 
     def step(self) -> None:
-        """One continuous-batching step (one llama_batch for every running session)."""
+        """One continuous-batching step (every running session advanced by a token or a prompt chunk)."""
         self._sched.step()
 
     def forget(self, session_id: str) -> None:

@@ -40,8 +40,9 @@ fallback). ``Generate.tools`` (JSON of the template's tools) asks for that nativ
 template's ``tools`` variable, ``tool`` messages as its tool results; the daemon sends it only for that format.
 
 ``Generate.continue_tokens`` are the reply's tokens a replaced worker already streamed (the daemon replaced the
-worker at a token boundary): the prompt is followed by them and the reply goes on after them, its token indexes
-from 0 again (the daemon renumbers them).
+worker at a token boundary): the prompt is followed by them, fed back one per step as they were generated
+(``BatchRequest.continued``), and the reply goes on after them, its token indexes from 0 again (the daemon renumbers
+them).
 """
 
 from __future__ import annotations

@@ -205,18 +205,6 @@ def _reload(sched: BatchScheduler, engine: LlamaEngine, placement: Placement) ->
     }
 
 
-def slice_copy_s(n_bytes: int) -> float:
-    """Seconds of ``bytes(array[:n])`` over a ctypes byte array of ``n_bytes``: the copy
-    ``sequences.BatchDecoder.state_get`` makes of each state llama.cpp wrote (slicing a ctypes array builds a list
-    of ints first), measured on its own to split an export between llama.cpp and that copy."""
-    import ctypes
-
-    buf = (ctypes.c_uint8 * n_bytes)()
-    t0 = time.perf_counter()
-    bytes(buf[:n_bytes])
-    return time.perf_counter() - t0
-
-
 def fit_load_records(paths: list[Path]) -> dict[str, dict[str, Any]]:
     """Per load mode, the least-squares fit ``load_s = fixed_s + host_s_per_gib * host weight GiB + device_s_per_gib *
     device weight GiB`` over the ``ok`` runs of ``igi bench`` JSON records (their engine load time and the planner's
@@ -374,8 +362,6 @@ def main(argv: list[str] | None = None) -> int:
                 placement = placements[budget] if mode == "plan" else placements[budget].with_(load_mode=mode)
                 row = _reload(sched, engine, placement)
                 row["first_turn_s"] = _turn(sched, engine, sessions, 4, len(changes))
-                if not changes:  # the export's Python copy, once (it scales with the bytes alone)
-                    row["export_copy_s"] = sum(slice_copy_s(n) for n in row["state_sizes"])
                 change = f"{previous}->{budget}" + ("" if mode == "plan" else f" {placement.load_mode}")
                 row.update(change=change, cycle=cycle, load_mode=placement.load_mode)
                 changes.append(row)
@@ -447,7 +433,7 @@ def _print(out: dict[str, Any]) -> None:
     first = out["changes"][0]
     print(
         f"export of {first['sessions_exported']} sessions, {sum(first['state_sizes']) / MIB:.1f} MiB: "
-        f"{first['export_s']:.3f} s, of which the Python copy of the bytes {first['export_copy_s']:.3f} s"
+        f"{first['export_s']:.3f} s"
     )
     start = out["start"]
     print(

@@ -196,7 +196,7 @@ class BatchDecoder:
         written = int(llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id))
         if written == 0:
             raise EngineError(f"llama_state_seq_get_data refused sequence {seq_id} (returned 0)")
-        return bytes(buf[:written])
+        return ctypes.string_at(buf, written)  # one memcpy (slicing a ctypes array would build a list of ints)
 
     def state_set(self, seq_id: int, data: bytes, tokens: list[int]) -> None:
         self._check_seq(seq_id)

@@ -397,11 +397,41 @@ class AsyncClient:
         assert isinstance(reply, LoadModelReply)
         return reply
 
-    async def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
-        """Change the VRAM budget; the ack says whether it was applied or deferred."""
-        reply = await self.request(
-            _build(SetBudgetRequest, vram_budget_mib=vram_budget_mib, reason=reason), timeout_s=timeout_s
+    async def set_budget(
+        self,
+        vram_budget_mib: int,
+        reason: str = "",
+        *,
+        levels_mib: Sequence[int] | None = None,
+        timeout_s: float | None = None,
+    ) -> BudgetAck:
+        """Change the VRAM budget; the ack says whether it was applied or deferred.
+
+        Args:
+            vram_budget_mib: VRAM the daemon may use, MiB (0 = CPU only).
+            reason: free text for the daemon's log (at most 256 characters).
+            levels_mib: (protocol 1.3) the budget levels the game will ask for, MiB (at most 16; for example menu
+                6144, play 2048, cutscene 0): the daemon plans a placement for each ahead of time, so a later change
+                to one of them needs no planning. They change nothing else: the budget becomes ``vram_budget_mib``.
+                None = the levels declared before stay; ``[]`` clears them. A daemon older than 1.3 ignores them.
+            timeout_s: longest wait for the ack, seconds.
+
+        Returns:
+            The ack. ``ack.interim`` (1.3) is true when the placement in force is one planned ahead that fits the
+            budget, put in force at once to release VRAM first; the daemon's exact plan for the budget follows in
+            the background without another reply (``status()`` shows it). None or false: the ack's plan is the
+            one for the budget.
+
+        Raises:
+            InvalidArgumentError: a budget or level out of range, or more than 16 levels (refused unsent).
+        """
+        request = _build(
+            SetBudgetRequest,
+            vram_budget_mib=vram_budget_mib,
+            reason=reason,
+            levels_mib=None if levels_mib is None else tuple(levels_mib),
         )
+        reply = await self.request(request, timeout_s=timeout_s)
         assert isinstance(reply, BudgetAck)
         return reply
 

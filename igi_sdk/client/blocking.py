@@ -284,10 +284,17 @@ class Client:
         )
         return self._loop.run(load, t)
 
-    def set_budget(self, vram_budget_mib: int, reason: str = "", *, timeout_s: float | None = None) -> BudgetAck:
-        """See :meth:`AsyncClient.set_budget`."""
+    def set_budget(
+        self,
+        vram_budget_mib: int,
+        reason: str = "",
+        *,
+        levels_mib: Sequence[int] | None = None,
+        timeout_s: float | None = None,
+    ) -> BudgetAck:
+        """See :meth:`AsyncClient.set_budget` (``levels_mib``: protocol 1.3, the budgets the game will ask for)."""
         t = self._t(timeout_s)
-        return self._loop.run(self._inner.set_budget(vram_budget_mib, reason, timeout_s=t), t)
+        return self._loop.run(self._inner.set_budget(vram_budget_mib, reason, levels_mib=levels_mib, timeout_s=t), t)
 
     def reclaim(self, vram_budget_mib: int, deadline_s: float = 1.0, *, timeout_s: float | None = None) -> BudgetAck:
         """See :meth:`AsyncClient.reclaim`."""

@@ -48,6 +48,8 @@ MAX_TEXT_CHARS = 65_536
 MAX_GRAMMAR_CHARS = 65_536
 #: Most tools one session registers (protocol 1.1).
 MAX_TOOLS = 32
+#: Most budget levels one ``set_budget_request.levels_mib`` declares (protocol 1.3).
+MAX_BUDGET_LEVELS = 16
 #: ``generate_request.tool_choice`` values other than a tool name (protocol 1.1); nil = "auto".
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -126,6 +128,12 @@ class SetBudgetRequest(Message):
     type: Literal["set_budget_request"] = "set_budget_request"
     vram_budget_mib: U63 = Field(description="VRAM the game allows us, MiB (0 = CPU only)")
     reason: str = Field(default="", max_length=256, description="free text for logs, e.g. 'entering combat'")
+    levels_mib: tuple[U63, ...] | None = Field(
+        default=None,
+        max_length=MAX_BUDGET_LEVELS,
+        description="1.3: the budget levels the game will ask for, MiB, planned ahead by the daemon; "
+        "nil = the levels declared before stay, [] = none",
+    )
 
 
 class ReclaimRequest(Message):
@@ -152,6 +160,11 @@ class BudgetAck(Message):
     apply_time_s: NonNegF64 = Field(description="time spent applying the plan (reload), s")
     measured_vram_mib: NonNegF64 | None = Field(description="device memory in use after applying, MiB; nil = no GPU")
     warning: str | None = Field(default=None, description="e.g. 'deadline_missed'")
+    interim: bool | None = Field(
+        default=None,
+        description="1.3: true = a placement planned ahead that fits the budget is in force; the exact plan for it "
+        "follows in the background, without another reply; nil = false",
+    )
 
 
 class FrameStatsRequest(Message):

@@ -298,6 +298,28 @@ VALID_CASES: list[Case] = [
         parent=22,
         session_id=SID,
     ),
+    # 1.3: declared budget levels, interim placements
+    Case(
+        "set_budget_request_levels",
+        m.SetBudgetRequest(vram_budget_mib=6144, reason="menu", levels_mib=(6144, 2048, 0)),
+    ),
+    Case("set_budget_request_levels_cleared", m.SetBudgetRequest(vram_budget_mib=3000, levels_mib=())),
+    Case(
+        "budget_ack_interim",
+        m.BudgetAck(
+            requested_mib=3000,
+            granted_mib=3000,
+            applied=True,
+            cpu_fallback=False,
+            plan=PLAN,
+            predicted_ttft_s=0.25,
+            predicted_tps=30.0,
+            apply_time_s=0.03125,
+            measured_vram_mib=1990.5,
+            interim=True,
+        ),
+        parent=51,
+    ),
 ]
 
 
@@ -327,6 +349,9 @@ _H6 = _raw_header(1006, "error_reply")
 _H8 = _raw_header(1008, "generate_reply", session_id=SID, protocol_version="1.0")
 _H9 = _raw_header(1009, "create_session_request")
 _H7 = {"protocol_version": "01.0"} | _raw_header(1007, "status_request", protocol_version="01.0")
+# 1.2 senders: no 1.3 field
+_H10 = _raw_header(1010, "set_budget_request", protocol_version="1.2")
+_H11 = _raw_header(1011, "budget_ack", protocol_version="1.2", parent_id=f"{1010:032x}")
 
 #: (name, raw header map, raw content map, expected Header, expected Message).
 LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message]] = [
@@ -383,6 +408,41 @@ LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message
         {"persona": "p", "system_prompt": "", "tools": [{"name": "wave"}]},
         _h(_H9),
         m.CreateSessionRequest(persona="p", system_prompt="", tools=(Tool(name="wave"),)),
+    ),
+    (
+        "v1_2_set_budget_request_without_levels",
+        _H10,
+        {"vram_budget_mib": 2048, "reason": "play"},
+        _h(_H10),
+        m.SetBudgetRequest(vram_budget_mib=2048, reason="play"),
+    ),
+    (
+        "v1_2_budget_ack_without_interim",
+        _H11,
+        {
+            "requested_mib": 2048,
+            "granted_mib": 2048,
+            "applied": True,
+            "cpu_fallback": False,
+            "plan": to_wire(PLAN),
+            "predicted_ttft_s": 0.25,
+            "predicted_tps": 30.0,
+            "apply_time_s": 3.5,
+            "measured_vram_mib": 2001.0,
+            "warning": None,
+        },
+        _h(_H11),
+        m.BudgetAck(
+            requested_mib=2048,
+            granted_mib=2048,
+            applied=True,
+            cpu_fallback=False,
+            plan=PLAN,
+            predicted_ttft_s=0.25,
+            predicted_tps=30.0,
+            apply_time_s=3.5,
+            measured_vram_mib=2001.0,
+        ),
     ),
 ]
 
@@ -656,6 +716,36 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
                         {"name": "give_item", "description": "twice", "parameters": "{}"},
                     ],
                 },
+            ),
+            "invalid_request",
+        ),
+        (
+            "too_many_budget_levels",
+            _signed(key, good_h, good_c | {"levels_mib": [256 * i for i in range(17)]}),
+            "invalid_request",
+        ),
+        ("budget_level_negative", _signed(key, good_h, good_c | {"levels_mib": [2048, -1]}), "invalid_request"),
+        ("budget_level_float", _signed(key, good_h, good_c | {"levels_mib": [2048.0]}), "invalid_request"),
+        ("budget_levels_not_an_array", _signed(key, good_h, good_c | {"levels_mib": 2048}), "invalid_request"),
+        (
+            "budget_ack_interim_not_a_bool",
+            _signed(
+                key,
+                _raw_header(2017, "budget_ack"),
+                to_wire(
+                    m.BudgetAck(
+                        requested_mib=1,
+                        granted_mib=1,
+                        applied=True,
+                        cpu_fallback=True,
+                        plan=CPU_PLAN,
+                        predicted_ttft_s=0.0,
+                        predicted_tps=0.0,
+                        apply_time_s=0.0,
+                        measured_vram_mib=None,
+                    )
+                )
+                | {"interim": 1},
             ),
             "invalid_request",
         ),

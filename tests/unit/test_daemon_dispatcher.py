@@ -147,7 +147,7 @@ def test_other_major_version_is_unsupported() -> None:
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
     ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
-    assert reply.detail == {"supported": ("1.0", "1.1", "1.2")}
+    assert reply.detail == {"supported": ("1.0", "1.1", "1.2", "1.3")}
 
 
 def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:

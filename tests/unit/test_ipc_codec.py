@@ -112,6 +112,15 @@ def test_unknown_type_raises_unknown_type_with_header() -> None:
         ({"vram_budget_mib": 2**63}, "vram_budget_mib"),
         ({"vram_budget_mib": 1, "reason": None}, "reason"),
         ({}, "vram_budget_mib"),
+        # 1.3: levels_mib is nil or at most 16 U63s, like vram_budget_mib
+        ({"vram_budget_mib": 1, "levels_mib": list(range(17))}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": [2048, -1]}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": [2**63]}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": [2048.0]}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": [True]}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": ["2048"]}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": 2048}, "levels_mib"),
+        ({"vram_budget_mib": 1, "levels_mib": {"menu": 6144}}, "levels_mib"),
     ],
 )
 def test_strict_types_give_invalid_request(content: dict[str, object], fragment: str) -> None:
@@ -271,7 +280,7 @@ def test_other_major_is_unsupported_version_before_type_lookup() -> None:
     with pytest.raises(ProtocolError) as info:
         decode(packb(header), packb({"anything": 1}))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
-    assert info.value.detail == {"supported": ["1.0", "1.1", "1.2"]} and info.value.header is not None
+    assert info.value.detail == {"supported": ["1.0", "1.1", "1.2", "1.3"]} and info.value.header is not None
     newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
     assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"
 
@@ -281,3 +290,69 @@ def test_canonical_tree_rejects_non_str_keys() -> None:
 
     with pytest.raises(ValueError, match="keys must be strings"):
         canonical_tree({1: 2})
+
+
+def _ack(**fields: object) -> m.BudgetAck:
+    base: dict[str, object] = {
+        "requested_mib": 2048,
+        "granted_mib": 2048,
+        "applied": True,
+        "cpu_fallback": False,
+        "plan": {"strategy": "cpu_only", "gpu_mib": 0.0, "cpu_mib": 1.0, "n_gpu_layers": None, "summary": ""},
+        "predicted_ttft_s": 0.1,
+        "predicted_tps": 10.0,
+        "apply_time_s": 0.0,
+        "measured_vram_mib": None,
+    }
+    return m.BudgetAck.model_validate(base | fields)
+
+
+def test_budget_levels_the_limits_are_inclusive() -> None:
+    top = (2**63 - 1,) + (0,) * (m.MAX_BUDGET_LEVELS - 1)
+    message = m.SetBudgetRequest(vram_budget_mib=0, levels_mib=top)
+    assert decode(*encode(_header(message), message))[1] == message
+    with pytest.raises(pydantic.ValidationError):
+        m.SetBudgetRequest(vram_budget_mib=0, levels_mib=(0,) * (m.MAX_BUDGET_LEVELS + 1))
+
+
+def test_budget_levels_nil_and_empty_are_distinct_on_the_wire() -> None:
+    keep = m.SetBudgetRequest(vram_budget_mib=2048)
+    clear = m.SetBudgetRequest(vram_budget_mib=2048, levels_mib=())
+    assert keep.levels_mib is None and to_wire(keep)["levels_mib"] is None
+    assert to_wire(clear)["levels_mib"] == []
+    for message in (keep, clear):
+        assert decode(*encode(_header(message), message))[1] == message
+    levels = m.SetBudgetRequest(vram_budget_mib=6144, levels_mib=[6144, 2048, 0])  # a list is taken as a tuple
+    assert levels.levels_mib == (6144, 2048, 0) and list(to_wire(levels)) == ["vram_budget_mib", "reason", "levels_mib"]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.2", None])
+def test_a_pre_1_3_set_budget_request_decodes_with_levels_none(version: str | None) -> None:
+    header = to_wire(_header(m.SetBudgetRequest(vram_budget_mib=1))) | {"protocol_version": version}
+    if version is None:
+        del header["protocol_version"]
+    decoded_header, message = decode(packb(header), packb({"vram_budget_mib": 2048, "reason": "play"}))
+    assert decoded_header.protocol_version == (version or "1.0")
+    assert message == m.SetBudgetRequest(vram_budget_mib=2048, reason="play")
+    assert isinstance(message, m.SetBudgetRequest) and message.levels_mib is None
+
+
+def test_budget_ack_interim_absent_is_none_and_true_round_trips() -> None:
+    old = _ack()
+    content = {k: v for k, v in to_wire(old).items() if k != "interim"}
+    header = to_wire(_header(old)) | {"protocol_version": "1.2"}
+    decoded = decode(packb(header), packb(content))[1]
+    assert isinstance(decoded, m.BudgetAck) and decoded.interim is None and not decoded.interim
+    interim = _ack(interim=True)
+    assert list(to_wire(interim))[-1] == "interim" and to_wire(interim)["interim"] is True
+    assert decode(*encode(_header(interim), interim))[1] == interim
+    with pytest.raises(ProtocolError) as info:
+        decode(encode(_header(interim), interim)[0], packb(to_wire(interim) | {"interim": 1}))
+    assert info.value.code is ErrorCode.INVALID_REQUEST and "interim" in info.value.message
+
+
+def test_this_package_speaks_1_3_and_every_earlier_minor() -> None:
+    from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
+
+    assert PROTOCOL_VERSION == "1.3" and SUPPORTED_PROTOCOL_VERSIONS == ("1.0", "1.1", "1.2", "1.3")
+    assert new_header("status_request").protocol_version == "1.3"

@@ -372,6 +372,55 @@ namespace Igi.Tests
                 Check.True(FieldReader.IsSessionId("npc"), "npc is a session id");
                 Check.True(!FieldReader.IsSessionId("npc\n"), "npc\\n is not a session id");
             });
+            t.Add("protocol:budget_levels_and_interim_1_3", () =>
+            {
+                var signer = new Signer(new byte[32]);
+                byte[][] good = WireCodec.Encode(Header.New(SetBudgetRequest.TypeName), new SetBudgetRequest { VramBudgetMib = 2048 }, signer);
+                Func<object, bool, byte[][]> levels = (value, present) =>
+                {
+                    var content = new MsgPackMap().Add("vram_budget_mib", 2048L).Add("reason", "");
+                    if (present) content.Add("levels_mib", value);
+                    byte[] c = MsgPackWriter.Encode(content);
+                    return new[] { good[0], signer.Sign(good[2], c), good[2], c };
+                };
+                var absent = (SetBudgetRequest)WireCodec.Decode(levels(null, false), signer).Message;
+                Check.True(absent.LevelsMib == null, "absent levels_mib (a 1.2 sender) reads as null");
+                Check.True(((SetBudgetRequest)WireCodec.Decode(levels(null, true), signer).Message).LevelsMib == null, "nil levels_mib");
+                Check.Equal(0, ((SetBudgetRequest)WireCodec.Decode(levels(new List<object>(), true), signer).Message).LevelsMib.Count, "[] clears");
+                var sixteen = new List<object>();
+                for (int i = 0; i < SetBudgetRequest.MaxLevels; i++) sixteen.Add((long)i * 512);
+                sixteen[0] = long.MaxValue;
+                Check.Equal(long.MaxValue, ((SetBudgetRequest)WireCodec.Decode(levels(sixteen, true), signer).Message).LevelsMib[0], "16 levels up to 2^63-1");
+                var seventeen = new List<object>(sixteen) { 0L };
+                var bad = new List<KeyValuePair<string, object>>
+                {
+                    new KeyValuePair<string, object>("17 levels", seventeen),
+                    new KeyValuePair<string, object>("a negative level", new List<object> { 2048L, -1L }),
+                    new KeyValuePair<string, object>("a float level", new List<object> { 2048.0 }),
+                    new KeyValuePair<string, object>("a bool level", new List<object> { true }),
+                    new KeyValuePair<string, object>("not an array", 2048L),
+                };
+                foreach (var kv in bad)
+                {
+                    var f = levels(kv.Value, true);
+                    var e = Check.Throws<IgiProtocolException>(() => WireCodec.Decode(f, signer), kv.Key);
+                    Check.Equal("invalid_request", e.Classification, kv.Key + " classification (" + e.Message + ")");
+                }
+                var plan = new Plan { Strategy = "cpu_only", Summary = "" };
+                var ack = new BudgetAck { RequestedMib = 1, GrantedMib = 1, Applied = true, Plan = plan };
+                byte[][] ackFrames = WireCodec.Encode(Header.New(BudgetAck.TypeName, null, new string('a', 32)), ack, signer);
+                var withoutInterim = new MsgPackMap();
+                foreach (var kv in ((MsgPackMap)MsgPackReader.Decode(ackFrames[3])).Entries)
+                    if ((string)kv.Key != "interim") withoutInterim.Add((string)kv.Key, kv.Value);
+                byte[] old = MsgPackWriter.Encode(withoutInterim);
+                var read = (BudgetAck)WireCodec.Decode(new[] { ackFrames[0], signer.Sign(ackFrames[2], old), ackFrames[2], old }, signer).Message;
+                Check.True(read.Interim == null && !read.IsInterim, "absent interim (a 1.2 daemon) reads as null, not interim");
+                withoutInterim.Add("interim", 1L);
+                byte[] badInterim = MsgPackWriter.Encode(withoutInterim);
+                var ei = Check.Throws<IgiProtocolException>(
+                    () => WireCodec.Decode(new[] { ackFrames[0], signer.Sign(ackFrames[2], badInterim), ackFrames[2], badInterim }, signer), "interim 1");
+                Check.Equal("invalid_request", ei.Classification, "interim 1 classification");
+            });
             t.Add("protocol:error_code_table_complete", () =>
             {
                 // PROTOCOL.md section 8, as wire strings (not the C# constants), each with the exact class the client raises.
@@ -449,12 +498,12 @@ namespace Igi.Tests
                 }),
                 Pair(null, new LoadModelRequest { ModelPath = "/models/b.gguf", NCtx = 8192, VramBudgetMib = 1024 }),
                 Pair(null, new LoadModelReply { Model = model, Plan = plan }),
-                Pair(null, new SetBudgetRequest { VramBudgetMib = 2048, Reason = "entering combat" }),
+                Pair(null, new SetBudgetRequest { VramBudgetMib = 2048, Reason = "entering combat", LevelsMib = new List<long> { 6144, 2048, 0 } }),
                 Pair(null, new ReclaimRequest { VramBudgetMib = 256, DeadlineS = 0.5 }),
                 Pair(null, new BudgetAck
                 {
                     RequestedMib = 512, GrantedMib = 256, Applied = true, CpuFallback = true, Plan = plan, PredictedTtftS = 0.2,
-                    PredictedTps = 35.5, ApplyTimeS = 1.25, MeasuredVramMib = 240.5, Warning = "deadline_missed",
+                    PredictedTps = 35.5, ApplyTimeS = 1.25, MeasuredVramMib = 240.5, Warning = "deadline_missed", Interim = true,
                 }),
                 Pair(null, new FrameStatsRequest { FrameTimeMs = 33.3, TargetFrameTimeMs = 16.6, FreeVramMib = 1500.0, GpuBusyPct = 87.5 }),
                 Pair(null, new FrameStatsReply { Throttle = new Throttle { TokensPerFrame = 2, SleepMsBetweenTokens = 4.0 }, ProposedBudgetMib = 768 }),

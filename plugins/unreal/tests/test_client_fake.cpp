@@ -329,6 +329,12 @@ TEST(client_refuses_requests_before_connect_and_sends_hello_first) {
   CHECK_THROWS_AS(client.Cancel(kSomeMsgId), igi::NotConnectedError);
   CHECK_THROWS_AS(client.CreateSessionAsync(igi::CreateSessionRequest{}, {}), igi::NotConnectedError);
   CHECK_THROWS_AS(client.SetBudgetAsync(0, "", {}), igi::NotConnectedError);
+  // Levels the daemon would refuse are refused first, unsent, with its invalid_request (protocol 1.3).
+  CHECK_THROWS_AS(client.SetBudget(0, "", std::vector<std::int64_t>(igi::kMaxBudgetLevels + 1, 0)),
+                  igi::InvalidRequestError);
+  CHECK_THROWS_AS(client.SetBudgetAsync(igi::SetBudgetRequest{0, "", std::vector<std::int64_t>{-1}}, {}),
+                  igi::InvalidRequestError);
+  CHECK_THROWS_AS(client.SetBudget(0, "", std::vector<std::int64_t>{6144, 0}), igi::NotConnectedError);
   try {
     client.Status();
   } catch (const igi::IgiError& e) {

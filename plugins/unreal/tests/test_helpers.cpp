@@ -99,7 +99,7 @@ TEST(process_liveness_tells_dead_and_reused_pids_from_running_ones) {
 }
 
 TEST(typed_messages_reject_out_of_range_and_mistyped_fields) {
-  igi::Value ok = igi::StructToValue(igi::SetBudgetRequest{512, "combat"});
+  igi::Value ok = igi::StructToValue(igi::SetBudgetRequest{512, "combat", std::nullopt});
   CHECK_EQ(igi::StructFromValue<igi::SetBudgetRequest>(ok).vram_budget_mib, 512);
   CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(igi::Value(igi::ValueMap{{"vram_budget_mib", -1}})),
                   igi::DecodeError);
@@ -386,6 +386,58 @@ TEST(frame_budget_reports_at_its_rate_and_applies_advice) {
   CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(256));
   budget.SetBudgetOverride(std::nullopt);
   CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(768));
+}
+
+TEST(budget_levels_and_interim_of_protocol_1_3) {
+  // levels_mib: nullopt (absent or nil: a 1.2 sender) and empty are distinct; at most 16 U63s.
+  igi::Value no_levels(igi::ValueMap{{"vram_budget_mib", 2048}, {"reason", "play"}});
+  CHECK(!igi::StructFromValue<igi::SetBudgetRequest>(no_levels).levels_mib.has_value());
+  igi::SetBudgetRequest declared{6144, "menu", std::vector<std::int64_t>{6144, 2048, 0}};
+  igi::Value wire = igi::StructToValue(declared);
+  CHECK_EQ(wire.as_map().back().first, std::string("levels_mib"));
+  CHECK(igi::StructFromValue<igi::SetBudgetRequest>(wire).levels_mib == declared.levels_mib);
+  igi::SetBudgetRequest cleared{2048, "", std::vector<std::int64_t>{}};
+  igi::SetBudgetRequest read_back = igi::StructFromValue<igi::SetBudgetRequest>(igi::StructToValue(cleared));
+  CHECK(read_back.levels_mib.has_value() && read_back.levels_mib->empty());
+  auto with_levels = [](igi::Value levels) {
+    return igi::Value(igi::ValueMap{{"vram_budget_mib", 1}, {"levels_mib", std::move(levels)}});
+  };
+  igi::ValueArray sixteen(igi::kMaxBudgetLevels, igi::Value(0));
+  sixteen[0] = igi::Value(static_cast<long long>(INT64_MAX));
+  CHECK_EQ(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(sixteen)).levels_mib->size(), 16u);
+  igi::ValueArray seventeen = sixteen;
+  seventeen.emplace_back(0);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(seventeen)), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(igi::ValueArray{2048, -1})), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(igi::ValueArray{2048.0})), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(igi::ValueArray{true})), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(igi::Value(2048))), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::SetBudgetRequest>(with_levels(igi::ValueArray{18446744073709551615ULL})),
+                  igi::DecodeError);
+  // interim: absent (a 1.2 daemon) is nullopt, read as false; a non-bool is refused.
+  igi::BudgetAck ack;
+  ack.interim = true;
+  igi::Value ack_wire = igi::StructToValue(ack);
+  CHECK(igi::StructFromValue<igi::BudgetAck>(ack_wire).IsInterim());
+  igi::ValueMap old_ack;
+  for (const auto& [key, value] : ack_wire.as_map()) {
+    if (key != "interim") old_ack.emplace_back(key, value);
+  }
+  igi::BudgetAck from_old = igi::StructFromValue<igi::BudgetAck>(igi::Value(old_ack));
+  CHECK(!from_old.interim.has_value() && !from_old.IsInterim());
+  old_ack.emplace_back("interim", 1);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::BudgetAck>(igi::Value(old_ack)), igi::DecodeError);
+  // The frame budget helper sends declared levels with the next budget change, or with the budget in force.
+  igi::FrameBudget budget;
+  budget.DeclareBudgetLevels({6144, 2048, 0});
+  CHECK(!budget.requested_budget_mib().has_value() && budget.HasPendingBudgetLevels());
+  budget.SetBudgetOverride(2048);
+  CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(2048));
+  CHECK(budget.TakeBudgetLevels() == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{6144, 2048, 0}));
+  CHECK(!budget.TakeBudgetLevels().has_value() && !budget.HasPendingBudgetLevels());
+  budget.DeclareBudgetLevels({});
+  CHECK(!budget.TakeBudgetChange().has_value() && budget.requested_budget_mib() == std::optional<std::int64_t>(2048));
+  CHECK(budget.TakeBudgetLevels() == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{}));
 }
 
 TEST(client_without_daemon_times_out_and_refuses_requests) {

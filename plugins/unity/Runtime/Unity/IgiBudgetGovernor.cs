@@ -26,6 +26,9 @@ namespace Igi.Unity
         [Tooltip("VRAM budget to set once connected, MiB; -1 = leave the daemon's budget.")]
         public int initialBudgetMib = -1;
 
+        [Tooltip("Budget levels the game will ask for, MiB (protocol 1.3; e.g. menu 6144, play 2048, cutscene 0), declared with the initial budget so that the daemon plans them ahead; empty = declare none.")]
+        public int[] budgetLevelsMib = new int[0];
+
         [Tooltip("Apply the daemon's proposed budgets automatically within the range below.")]
         public bool autoAcceptProposals;
         public int minBudgetMib;
@@ -57,14 +60,28 @@ namespace Igi.Unity
             Helper = new FrameBudgetHelper(conn.Client, 1000.0 / Mathf.Max(1f, targetFrameRate), Mathf.Max(0.05f, reportIntervalS));
             Helper.Failed += e => Debug.LogWarning("[IGI] budget: " + e.Message, this);
             Helper.ThrottleChanged += t => Debug.Log("[IGI] throttle: tokens_per_frame=" + (t.TokensPerFrame.HasValue ? t.TokensPerFrame.Value.ToString() : "unlimited"), this);
-            if (initialBudgetMib >= 0) SetBudget(initialBudgetMib, "initial budget");
+            if (initialBudgetMib >= 0) SetBudget(initialBudgetMib, "initial budget", budgetLevelsMib);
         }
 
         /// <summary>Sets the VRAM budget the game allows the daemon, MiB (0 = CPU only).</summary>
         public void SetBudget(int vramBudgetMib, string reason)
         {
+            SetBudget(vramBudgetMib, reason, null);
+        }
+
+        /// <summary>Sets the VRAM budget and declares the budget levels the game will ask for (protocol 1.3), which the
+        /// daemon plans ahead so that a later change to one of them needs no planning; null or empty = keep the
+        /// levels declared before.</summary>
+        public void SetBudget(int vramBudgetMib, string reason, int[] levelsMib)
+        {
             if (Helper == null) { Debug.LogWarning("[IGI] SetBudget before the connection is up", this); return; }
-            Helper.SetBudget(vramBudgetMib, reason, ack => LastAck = ack);
+            System.Collections.Generic.List<long> levels = null;
+            if (levelsMib != null && levelsMib.Length > 0)
+            {
+                levels = new System.Collections.Generic.List<long>(levelsMib.Length);
+                foreach (int level in levelsMib) levels.Add(level);
+            }
+            Helper.SetBudget(vramBudgetMib, reason, ack => LastAck = ack, levels);
         }
 
         /// <summary>Urgently shrinks the daemon's VRAM use (e.g. before loading a heavy level). The ack arrives on the main thread.</summary>

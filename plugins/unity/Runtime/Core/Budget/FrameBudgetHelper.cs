@@ -1,5 +1,6 @@
 // Layer: core/budget. Feeds frame times to the daemon and applies its pacing advice on the game side.
 using System;
+using System.Collections.Generic;
 using System.Threading.Tasks;
 using Igi.Client;
 using Igi.Protocol;
@@ -102,10 +103,12 @@ namespace Igi.Budget
             }
         }
 
-        /// <summary>Sets an explicit VRAM budget; the ack (or failure) comes back on the main thread.</summary>
-        public void SetBudget(long vramBudgetMib, string reason, Action<BudgetAck> onAck = null)
+        /// <summary>Sets an explicit VRAM budget; the ack (or failure) comes back on the main thread.
+        /// <paramref name="levelsMib"/> (protocol 1.3): the budget levels the game will ask for, planned ahead by the
+        /// daemon (see <see cref="IgiClient.SetBudgetAsync"/>); null = keep those declared before.</summary>
+        public void SetBudget(long vramBudgetMib, string reason, Action<BudgetAck> onAck = null, IList<long> levelsMib = null)
         {
-            Observe(_client.SetBudgetAsync(vramBudgetMib, reason), ack => { if (onAck != null) onAck(ack); });
+            Observe(_client.SetBudgetAsync(vramBudgetMib, reason, levelsMib), ack => { if (onAck != null) onAck(ack); });
         }
 
         private void OnReply(FrameStatsReply reply)

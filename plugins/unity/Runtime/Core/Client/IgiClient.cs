@@ -324,10 +324,30 @@ namespace Igi.Client
         }
 
         /// <summary>Sets the VRAM budget the game allows the daemon (0 = CPU only).</summary>
-        public async Task<BudgetAck> SetBudgetAsync(long vramBudgetMib, string reason = "")
+        /// <param name="vramBudgetMib">VRAM the daemon may use, MiB.</param>
+        /// <param name="reason">Free text for the daemon's log.</param>
+        /// <param name="levelsMib">Protocol 1.3: the budget levels the game will ask for, MiB (at most
+        /// <see cref="SetBudgetRequest.MaxLevels"/>; for example menu 6144, play 2048, cutscene 0). The daemon plans a
+        /// placement for each ahead of time, so a later change to one of them needs no planning; they change nothing
+        /// else. null = the levels declared before stay; empty = clear them. A daemon older than 1.3 ignores them.</param>
+        /// <returns>The ack; <see cref="BudgetAck.IsInterim"/> (1.3) says the placement in force is one planned ahead
+        /// that fits the budget, and the daemon's exact plan follows in the background without another reply.</returns>
+        /// <exception cref="IgiProtocolException">invalid_request, unsent: a negative level or too many levels.</exception>
+        public async Task<BudgetAck> SetBudgetAsync(long vramBudgetMib, string reason = "", IList<long> levelsMib = null)
         {
-            var request = new SetBudgetRequest { VramBudgetMib = vramBudgetMib, Reason = reason ?? "" };
+            var request = new SetBudgetRequest { VramBudgetMib = vramBudgetMib, Reason = reason ?? "", LevelsMib = CheckLevels(levelsMib) };
             return (BudgetAck)await SendAsync(request, null, _options.RequestTimeoutS * 10).ConfigureAwait(false);
+        }
+
+        // Levels the daemon would refuse (invalid_request) are refused here, unsent, with the same code.
+        private static List<long> CheckLevels(IList<long> levelsMib)
+        {
+            if (levelsMib == null) return null;
+            if (levelsMib.Count > SetBudgetRequest.MaxLevels)
+                throw new IgiProtocolException("levels_mib has more than " + SetBudgetRequest.MaxLevels + " items", "invalid_request");
+            foreach (long level in levelsMib)
+                if (level < 0) throw new IgiProtocolException("levels_mib item " + level + " is negative", "invalid_request");
+            return new List<long>(levelsMib);
         }
 
         /// <summary>Urgently shrinks the daemon's VRAM use to <paramref name="vramBudgetMib"/> (priority path).</summary>

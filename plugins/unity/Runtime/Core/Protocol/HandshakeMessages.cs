@@ -161,9 +161,17 @@ namespace Igi.Protocol
         public long VramBudgetMib;
         /// <summary>Free text for logs, e.g. "entering combat".</summary>
         public string Reason = "";
+        /// <summary>1.3: the budget levels the game will ask for, MiB (at most <see cref="MaxLevels"/>), planned ahead
+        /// by the daemon; null = the levels declared before stay, empty = none.</summary>
+        public List<long> LevelsMib;
+        /// <summary>Most entries of <see cref="LevelsMib"/>.</summary>
+        public const int MaxLevels = 16;
 
         /// <inheritdoc/>
-        public override void Write(MsgPackWriter w) { new FieldWriter(w, 2).Int("vram_budget_mib", VramBudgetMib).Str("reason", Reason); }
+        public override void Write(MsgPackWriter w)
+        {
+            new FieldWriter(w, 3).Int("vram_budget_mib", VramBudgetMib).Str("reason", Reason).IntList("levels_mib", LevelsMib);
+        }
 
         /// <summary>Reads the content.</summary>
         public static IgiMessage Read(FieldReader r)
@@ -172,6 +180,7 @@ namespace Igi.Protocol
             {
                 VramBudgetMib = r.Int("vram_budget_mib", min: 0).Value,
                 Reason = r.Str("reason", false, dflt: "", maxLength: 256),
+                LevelsMib = r.OptIntList("levels_mib", MaxLevels, min: 0),
             };
         }
     }
@@ -231,14 +240,21 @@ namespace Igi.Protocol
         public double? MeasuredVramMib;
         /// <summary>e.g. "deadline_missed"; null = none.</summary>
         public string Warning;
+        /// <summary>1.3: true = the placement in force is one planned ahead that fits the budget, put in force at once
+        /// to release VRAM first; the daemon's exact plan follows in the background without another reply. Null (a
+        /// daemon older than 1.3) or false: the plan is the one for the budget. See <see cref="IsInterim"/>.</summary>
+        public bool? Interim;
+
+        /// <summary><see cref="Interim"/> with null read as false.</summary>
+        public bool IsInterim { get { return Interim == true; } }
 
         /// <inheritdoc/>
         public override void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 10).Int("requested_mib", RequestedMib).Int("granted_mib", GrantedMib).Bool("applied", Applied)
+            new FieldWriter(w, 11).Int("requested_mib", RequestedMib).Int("granted_mib", GrantedMib).Bool("applied", Applied)
                 .Bool("cpu_fallback", CpuFallback).Obj("plan", Plan).F64("predicted_ttft_s", PredictedTtftS)
                 .F64("predicted_tps", PredictedTps).F64("apply_time_s", ApplyTimeS)
-                .F64("measured_vram_mib", MeasuredVramMib).Str("warning", Warning);
+                .F64("measured_vram_mib", MeasuredVramMib).Str("warning", Warning).Bool("interim", Interim);
         }
 
         /// <summary>Reads the content.</summary>
@@ -256,6 +272,7 @@ namespace Igi.Protocol
                 ApplyTimeS = r.F64("apply_time_s", min: 0.0).Value,
                 MeasuredVramMib = r.F64("measured_vram_mib", true, true, min: 0.0),
                 Warning = r.Str("warning", false, true),
+                Interim = r.Bool("interim", false, true),
             };
         }
     }

@@ -158,6 +158,27 @@ namespace Igi.Protocol
             return result;
         }
 
+        /// <summary>Reads a nullable array of integers, each within [min, max] (absent or nil: null).</summary>
+        public List<long> OptIntList(string key, int maxItems = int.MaxValue, long min = long.MinValue, long max = long.MaxValue)
+        {
+            object v;
+            if (!Get(key, false, out v) || v == null) return null;
+            var list = v as IList;
+            if (list == null || v is byte[]) throw Bad(key, "must be an array, got " + TypeName(v));
+            if (list.Count > maxItems) throw Bad(key, "has more than " + maxItems + " items");
+            var result = new List<long>(list.Count);
+            for (int i = 0; i < list.Count; i++)
+            {
+                object item = list[i];
+                if (!MsgPackValue.IsInteger(item)) throw Bad(key, "items must be int, got " + TypeName(item));
+                if (item is ulong) throw Bad(key, "item " + i + " does not fit int64");
+                long l = Convert.ToInt64(item);
+                if (l < min || l > max) throw Bad(key, "item " + i + " = " + l + " is outside [" + min + ", " + max + "]");
+                result.Add(l);
+            }
+            return result;
+        }
+
         /// <summary>A tool name (1-64 of A-Z a-z 0-9 _ -, not starting with a digit or '-'; protocol 1.1).</summary>
         public string ToolName(string key) { return Pattern(key, ToolNamePattern, "tool name", true, false); }
 
@@ -264,6 +285,16 @@ namespace Igi.Protocol
             values = values ?? new List<string>();
             _w.WriteArrayHeader(values.Count);
             foreach (string s in values) _w.WriteString(s);
+            return this;
+        }
+
+        /// <summary>Writes an array of integers, each in its smallest form, or nil for null.</summary>
+        public FieldWriter IntList(string key, IList<long> values)
+        {
+            _w.WriteString(key);
+            if (values == null) { _w.WriteNil(); return this; }
+            _w.WriteArrayHeader(values.Count);
+            foreach (long l in values) _w.WriteInt(l);
             return this;
         }
 

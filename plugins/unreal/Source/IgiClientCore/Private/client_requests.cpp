@@ -76,6 +76,17 @@ void RefuseInvalid(const Req& request) {
   }
 }
 
+// A request with a field the daemon would refuse (a budget level out of range, too many levels) is refused here with
+// the daemon's invalid_request, unsent: the field rules are the decoder's, so the request is read back through them.
+template <class Req>
+void RefuseOutOfRange(const Req& request) {
+  try {
+    StructFromValue<Req>(StructToValue(request));
+  } catch (const DecodeError& e) {
+    throw InvalidRequestError(ErrorCode::kInvalidRequest, "invalid_request", e.what(), Value());
+  }
+}
+
 }  // namespace
 
 CreateSessionReply Client::CreateSession(const CreateSessionRequest& request) {
@@ -87,8 +98,13 @@ void Client::CloseSession(const std::string& session_id) {
   Call<CloseSessionRequest, CloseSessionReply>(CloseSessionRequest{}, session_id, impl_->options.request_timeout_s);
 }
 
-BudgetAck Client::SetBudget(std::int64_t vram_budget_mib, const std::string& reason) {
-  SetBudgetRequest request{vram_budget_mib, reason};
+BudgetAck Client::SetBudget(std::int64_t vram_budget_mib, const std::string& reason,
+                             std::optional<std::vector<std::int64_t>> levels_mib) {
+  return SetBudget(SetBudgetRequest{vram_budget_mib, reason, std::move(levels_mib)});
+}
+
+BudgetAck Client::SetBudget(const SetBudgetRequest& request) {
+  RefuseOutOfRange(request);
   return Call<SetBudgetRequest, BudgetAck>(request, std::nullopt, impl_->options.budget_timeout_s);
 }
 
@@ -146,7 +162,12 @@ std::string Client::Cancel(const std::string& generate_msg_id, std::function<voi
 
 std::string Client::SetBudgetAsync(std::int64_t vram_budget_mib, const std::string& reason,
                                    std::function<void(const BudgetAck&)> on_ack, ErrorCallback on_error) {
-  SetBudgetRequest request{vram_budget_mib, reason};
+  return SetBudgetAsync(SetBudgetRequest{vram_budget_mib, reason, std::nullopt}, std::move(on_ack), std::move(on_error));
+}
+
+std::string Client::SetBudgetAsync(const SetBudgetRequest& request, std::function<void(const BudgetAck&)> on_ack,
+                                   ErrorCallback on_error) {
+  RefuseOutOfRange(request);
   return impl_->Send(SetBudgetRequest::kType, std::nullopt, StructToValue(request),
                      AsyncEntry<BudgetAck>(std::move(on_ack), std::move(on_error)), impl_->options.budget_timeout_s);
 }

@@ -43,6 +43,14 @@ std::optional<std::int64_t> FrameBudget::TakeBudgetChange() {
   return wanted;
 }
 
+void FrameBudget::DeclareBudgetLevels(std::vector<std::int64_t> levels_mib) { pending_levels_ = std::move(levels_mib); }
+
+std::optional<std::vector<std::int64_t>> FrameBudget::TakeBudgetLevels() {
+  std::optional<std::vector<std::int64_t>> levels = std::move(pending_levels_);
+  pending_levels_.reset();
+  return levels;
+}
+
 void FrameBudget::OnBudgetAck(const BudgetAck& ack) { granted_budget_mib_ = ack.granted_mib; }
 
 std::size_t FrameBudget::TokensPerFrame() const {
@@ -77,18 +85,24 @@ void FrameBudgetDriver::Tick(double frame_time_ms, double now_s) {
     }
   }
   if (budget_in_flight_.empty()) {
-    if (std::optional<std::int64_t> mib = budget_.TakeBudgetChange()) {
-      budget_in_flight_ = client_.SetBudgetAsync(
-          *mib, "frame budget helper",
-          [this](const BudgetAck& ack) {
-            budget_in_flight_.clear();
-            budget_.OnBudgetAck(ack);
-            if (on_ack_) on_ack_(ack);
-          },
-          [this](const IgiError& e) {
-            budget_in_flight_.clear();
-            if (on_error_) on_error_(e);
-          });
+    std::optional<std::int64_t> mib = budget_.TakeBudgetChange();
+    if (!mib && budget_.HasPendingBudgetLevels()) mib = budget_.requested_budget_mib();  // levels with the budget in force
+    if (mib) {
+      try {
+        budget_in_flight_ = client_.SetBudgetAsync(
+            SetBudgetRequest{*mib, "frame budget helper", budget_.TakeBudgetLevels()},
+            [this](const BudgetAck& ack) {
+              budget_in_flight_.clear();
+              budget_.OnBudgetAck(ack);
+              if (on_ack_) on_ack_(ack);
+            },
+            [this](const IgiError& e) {
+              budget_in_flight_.clear();
+              if (on_error_) on_error_(e);
+            });
+      } catch (const InvalidRequestError& e) {  // levels refused unsent (out of range, too many): reported, dropped
+        if (on_error_) on_error_(e);
+      }
     }
   }
 }

@@ -20,6 +20,13 @@ Value ToWire(const std::vector<std::string>& x) {
   return Value(std::move(a));
 }
 
+Value ToWire(const std::vector<std::int64_t>& x) {
+  ValueArray a;
+  a.reserve(x.size());
+  for (std::int64_t n : x) a.emplace_back(static_cast<long long>(n));
+  return Value(std::move(a));
+}
+
 Value ToWire(const Bytes& x) { return Value(x); }
 
 Value ToWire(const CounterMap& x) {
@@ -143,6 +150,16 @@ void FromWire(const Value& v, std::vector<std::string>& x, const std::string& pa
   }
 }
 
+void FromWire(const Value& v, std::vector<std::int64_t>& x, const std::string& path) {
+  if (!v.is_array()) WrongType(path, "array", v);
+  x.clear();
+  for (std::size_t i = 0; i < v.as_array().size(); ++i) {
+    std::int64_t item = 0;
+    FromWire(v.as_array()[i], item, path + "[" + std::to_string(i) + "]");
+    x.push_back(item);
+  }
+}
+
 void FromWire(const Value& v, CounterMap& x, const std::string& path) {
   if (!v.is_map()) WrongType(path, "map", v);
   x.clear();
@@ -194,6 +211,11 @@ void CheckRule(const std::string& x, const Rule& rule, const std::string& path) 
 
 void CheckRule(const std::vector<std::string>& x, const Rule& rule, const std::string& path) {
   if (x.size() > rule.max_len) throw DecodeError(path + ": more than " + std::to_string(rule.max_len) + " items");
+}
+
+void CheckRule(const std::vector<std::int64_t>& x, const Rule& rule, const std::string& path) {
+  if (x.size() > rule.max_len) throw DecodeError(path + ": more than " + std::to_string(rule.max_len) + " items");
+  for (std::size_t i = 0; i < x.size(); ++i) CheckRule(x[i], rule, path + "[" + std::to_string(i) + "]");
 }
 
 }  // namespace igi

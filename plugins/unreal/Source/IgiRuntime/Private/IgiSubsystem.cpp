@@ -164,6 +164,15 @@ void UIgiSubsystem::SetVramBudgetMiB(int32 VramBudgetMiB)
 	Budget->SetBudgetOverride(static_cast<std::int64_t>(FMath::Max(0, VramBudgetMiB)));
 }
 
+void UIgiSubsystem::DeclareVramBudgetLevels(const TArray<int32>& LevelsMiB)
+{
+	if (!Budget) Budget = std::make_unique<igi::FrameBudget>(BudgetOptions);
+	std::vector<std::int64_t> Levels;
+	Levels.reserve(LevelsMiB.Num());
+	for (int32 Level : LevelsMiB) Levels.push_back(static_cast<std::int64_t>(FMath::Max(0, Level)));
+	Budget->DeclareBudgetLevels(std::move(Levels));
+}
+
 void UIgiSubsystem::ClearVramBudgetOverride()
 {
 	if (Budget) Budget->SetBudgetOverride(std::nullopt);

@@ -65,6 +65,12 @@ public:
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void SetVramBudgetMiB(int32 VramBudgetMiB);
 
+	/** Protocol 1.3: the VRAM budgets (MiB) the game will ask for, e.g. menu 6144, play 2048, cutscene 0 (at most 16),
+	 *  which the daemon plans ahead so that a later change to one of them needs no planning. Sent with the next budget
+	 *  request (or with the budget in force); an empty array clears them. */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void DeclareVramBudgetLevels(const TArray<int32>& LevelsMiB);
+
 	/** Lets the daemon's proposals drive the budget again. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void ClearVramBudgetOverride();

@@ -91,7 +91,16 @@ class Client {
   /// CreateSessionAsync do the same).
   CreateSessionReply CreateSession(const CreateSessionRequest& request);
   void CloseSession(const std::string& session_id);
-  BudgetAck SetBudget(std::int64_t vram_budget_mib, const std::string& reason = "");
+  /// Sets the VRAM budget the game allows the daemon (0 = CPU only). `levels_mib` (protocol 1.3): the budget levels
+  /// the game will ask for, MiB (at most kMaxBudgetLevels; e.g. menu 6144, play 2048, cutscene 0), which the daemon
+  /// plans ahead so that a later change to one of them needs no planning; they change nothing else. nullopt = the
+  /// levels declared before stay, empty = clear them; a daemon older than 1.3 ignores them. A negative level or too
+  /// many levels throws InvalidRequestError unsent. The ack's IsInterim() (1.3): the placement in force is one planned
+  /// ahead that fits the budget, and the daemon's exact plan follows in the background without another reply.
+  BudgetAck SetBudget(std::int64_t vram_budget_mib, const std::string& reason = "",
+                      std::optional<std::vector<std::int64_t>> levels_mib = std::nullopt);
+  /// The same from a full request (its levels_mib included).
+  BudgetAck SetBudget(const SetBudgetRequest& request);
   /// Urgent shrink on the daemon's priority path.
   BudgetAck Reclaim(std::int64_t vram_budget_mib, double deadline_s);
   FrameStatsReply SendFrameStats(const FrameStatsRequest& request);
@@ -106,6 +115,9 @@ class Client {
                      ErrorCallback on_error = {});
   std::string SetBudgetAsync(std::int64_t vram_budget_mib, const std::string& reason,
                              std::function<void(const BudgetAck&)> on_ack, ErrorCallback on_error = {});
+  /// SetBudget's asynchronous form from a full request (protocol 1.3: its levels_mib); refused unsent like SetBudget.
+  std::string SetBudgetAsync(const SetBudgetRequest& request, std::function<void(const BudgetAck&)> on_ack,
+                             ErrorCallback on_error = {});
   std::string FrameStatsAsync(const FrameStatsRequest& request, std::function<void(const FrameStatsReply&)> on_reply,
                               ErrorCallback on_error = {});
   std::string CreateSessionAsync(const CreateSessionRequest& request,

@@ -20,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "igi/client.hpp"
 #include "igi/messages.hpp"
@@ -49,6 +50,16 @@ class FrameBudget {
   void SetBudgetOverride(std::optional<std::int64_t> vram_budget_mib);
   /// The budget to request now, when it differs from the last one requested; else nullopt.
   std::optional<std::int64_t> TakeBudgetChange();
+  /// Protocol 1.3: declares the budget levels the game will ask for, MiB (at most kMaxBudgetLevels; empty = clear
+  /// them). They are sent with the next budget request, or with the budget last requested when none is due; before
+  /// any budget was requested they wait for the first.
+  void DeclareBudgetLevels(std::vector<std::int64_t> levels_mib);
+  /// The declared levels not sent yet (and forgets them), else nullopt.
+  std::optional<std::vector<std::int64_t>> TakeBudgetLevels();
+  /// Levels are waiting to be sent.
+  bool HasPendingBudgetLevels() const { return pending_levels_.has_value(); }
+  /// The budget last requested (TakeBudgetChange), nullopt before the first.
+  std::optional<std::int64_t> requested_budget_mib() const { return requested_mib_; }
   /// Records the daemon's answer to a budget request.
   void OnBudgetAck(const BudgetAck& ack);
 
@@ -73,6 +84,7 @@ class FrameBudget {
   std::optional<std::int64_t> override_mib_;
   std::optional<std::int64_t> requested_mib_;
   std::optional<std::int64_t> granted_budget_mib_;
+  std::optional<std::vector<std::int64_t>> pending_levels_;
 };
 
 /// Connects a FrameBudget to a Client: sends frame_stats and budget changes asynchronously.

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@
 
 namespace igi {
 
-inline constexpr const char* kProtocolVersion = "1.2";
+inline constexpr const char* kProtocolVersion = "1.3";
 /// What a header without protocol_version is read as (PROTOCOL.md section 3): always the first version, whatever
 /// minor this client speaks. Senders always write kProtocolVersion (NewHeader).
 inline constexpr const char* kAbsentHeaderProtocolVersion = "1.0";
@@ -95,14 +96,21 @@ struct LoadModelReply {
   }
 };
 
+/// Most entries of SetBudgetRequest::levels_mib (protocol 1.3).
+inline constexpr std::size_t kMaxBudgetLevels = 16;
+
 struct SetBudgetRequest {
   IGI_MESSAGE("set_budget_request", "request", false, false)
   std::int64_t vram_budget_mib = 0;  ///< 0 = CPU only
   std::string reason;
+  /// 1.3: the budget levels the game will ask for, MiB (at most kMaxBudgetLevels), planned ahead by the daemon;
+  /// nullopt = the levels declared before stay, empty = none.
+  std::optional<std::vector<std::int64_t>> levels_mib;
   template <class V>
   void Visit(V& v) {
     v.Req("vram_budget_mib", vram_budget_mib, rules::kNonNeg);
     v.Def("reason", reason, rules::MaxLen(256));
+    v.Def("levels_mib", levels_mib, Rule{0.0, std::numeric_limits<double>::infinity(), false, kMaxBudgetLevels});
   }
 };
 
@@ -130,6 +138,12 @@ struct BudgetAck {
   double apply_time_s = 0.0;
   std::optional<double> measured_vram_mib;  ///< nullopt = no GPU
   std::optional<std::string> warning;
+  /// 1.3: true = the placement in force is one planned ahead that fits the budget, put in force at once to release
+  /// VRAM first; the daemon's exact plan follows in the background without another reply. nullopt (a daemon older
+  /// than 1.3) or false: the plan is the one for the budget.
+  std::optional<bool> interim;
+  /// `interim` with nullopt read as false.
+  bool IsInterim() const { return interim.value_or(false); }
   template <class V>
   void Visit(V& v) {
     v.Req("requested_mib", requested_mib, rules::kNonNeg);
@@ -142,6 +156,7 @@ struct BudgetAck {
     v.Req("apply_time_s", apply_time_s, rules::kNonNeg);
     v.Req("measured_vram_mib", measured_vram_mib, rules::kNonNeg);
     v.Def("warning", warning);
+    v.Def("interim", interim);
   }
 };
 

@@ -100,6 +100,7 @@ Value ToWire(double x);
 Value ToWire(bool x);
 Value ToWire(const Value& x);
 Value ToWire(const std::vector<std::string>& x);
+Value ToWire(const std::vector<std::int64_t>& x);
 Value ToWire(const Bytes& x);
 Value ToWire(const CounterMap& x);
 Value ToWire(ErrorCode x);
@@ -155,6 +156,7 @@ void FromWire(const Value& v, double& x, const std::string& path);
 void FromWire(const Value& v, bool& x, const std::string& path);
 void FromWire(const Value& v, Value& x, const std::string& path);
 void FromWire(const Value& v, std::vector<std::string>& x, const std::string& path);
+void FromWire(const Value& v, std::vector<std::int64_t>& x, const std::string& path);
 void FromWire(const Value& v, Bytes& x, const std::string& path);
 void FromWire(const Value& v, CounterMap& x, const std::string& path);
 /// Unknown code strings become ErrorCode::kInternal (spec 5.7).
@@ -170,6 +172,8 @@ void CheckRule(const std::string& x, const Rule& rule, const std::string& path);
 void CheckRule(std::int64_t x, const Rule& rule, const std::string& path);
 void CheckRule(double x, const Rule& rule, const std::string& path);
 void CheckRule(const std::vector<std::string>& x, const Rule& rule, const std::string& path);
+/// max_len: items; min / max: each item.
+void CheckRule(const std::vector<std::int64_t>& x, const Rule& rule, const std::string& path);
 void CheckRule(const Bytes& x, const Rule& rule, const std::string& path);  ///< min_len / max_len in bytes
 template <class T>
 void CheckRule(const T&, const Rule&, const std::string&) {}

@@ -22,8 +22,7 @@ from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.lifecycle import WorkerState
-from igi_sdk.daemon.worker.model_switch import SwitchPhase
+from igi_sdk.daemon.worker.lifecycle import TRANSITIONS, IllegalMove, Move, WorkerState
 from igi_sdk.daemon.worker.supervisor import WorkerGone
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
@@ -211,9 +210,14 @@ class Daemon:
     """The real daemon (``DaemonService``, what ``DaemonServer._loop`` drives) around a SimWorker: ``batch`` is the
     messages of one poll tick, ``pump`` the rest of a loop iteration."""
 
-    def __init__(self, max_worker_restarts: int = 1000, planner_for: Callable[[Any, Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        max_worker_restarts: int = 1000,
+        planner_for: Callable[[Any, Any], Any] | None = None,
+        worker: SimWorker | None = None,
+    ) -> None:
         self.sent: list[list[bytes]] = []
-        self.worker = SimWorker()
+        self.worker = SimWorker() if worker is None else worker
         engine = EngineSettings(
             always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts
         )
@@ -233,6 +237,10 @@ class Daemon:
             planner_for=planner_for or (lambda path, base: _Planner()),
         )  # type: ignore[arg-type,return-value]
         self.budget, self.switch = self.service.budget, self.service.switch
+        #: Every move of the worker's state (from, event, to), and every move the lifecycle refused
+        self.moves: list[tuple[WorkerState, Move, WorkerState]] = []
+        self.illegal_moves: list[tuple[WorkerState, Move]] = []
+        self._record_moves()
         self.requests: dict[str, str] = {}  # msg_id -> type
         self.worker.start()
         self.pump()
@@ -261,6 +269,22 @@ class Daemon:
     def replies(self) -> list[tuple[Any, Message]]:
         return [unpack_message(KEY, frames) for frames in self.sent]
 
+    def _record_moves(self) -> None:
+        """Record every call of the lifecycle's one writer of the state (``WorkerLifecycle._move``)."""
+        lifecycle = self.service.lifecycle
+        move = lifecycle._move
+
+        def recording(event: Move) -> None:
+            before = lifecycle.state
+            try:
+                move(event)
+            except IllegalMove:
+                self.illegal_moves.append((before, event))
+                raise
+            self.moves.append((before, event, lifecycle.state))
+
+        lifecycle._move = recording  # type: ignore[method-assign]
+
 
 def check_exactly_one_terminal_reply(daemon: Daemon) -> None:
     """Every request the test sent has exactly one terminal reply, its token events before it and consecutive, the
@@ -286,28 +310,17 @@ def check_exactly_one_terminal_reply(daemon: Daemon) -> None:
     check_one_budget(daemon)
 
 
-def implied_worker_state(daemon: Daemon) -> WorkerState:
-    """The worker's state as the facts held elsewhere imply it after a loop iteration (the worker's death handled): what
-    ``WorkerLifecycle`` stores must agree with the shutdown flag, the model switch's phase, the budget control's reload
-    or replacement in flight, a given-up model and whether the worker is ready."""
-    core, budget, load = daemon.core, daemon.budget, daemon.switch._load
-    if core.shutting_down:
-        return WorkerState.STOPPED
-    if load is not None and (load.phase is not SwitchPhase.DRAINING or core.model_info is None):
-        return WorkerState.SWITCHING_MODEL  # from FAILED a load takes the worker at once: nothing to drain
-    if daemon.service.lifecycle.replace_phase is not None:
-        return WorkerState.REPLACING
-    if core.model_info is None and core.worker.is_dead() and load is None:
-        return WorkerState.FAILED
-    if not core.worker.ready:
-        return WorkerState.STARTING
-    return WorkerState.RELOADING if budget.reload_running else WorkerState.READY
-
-
 def check_worker_state(daemon: Daemon) -> None:
-    """The state the lifecycle stores is the one the rest of the daemon implies."""
-    stored, implied = daemon.service.lifecycle.state, implied_worker_state(daemon)
-    assert stored is implied, f"the lifecycle says {stored.name}, the daemon's records say {implied.name}"
+    """The worker's state moved only by rows of the lifecycle's transition table (STOPPED final), the daemon never
+    asked for a move the table does not hold, and the state now is where the last move left it."""
+    assert not daemon.illegal_moves, f"moves the transition table does not hold: {daemon.illegal_moves}"
+    state = WorkerState.STARTING
+    for before, event, after in daemon.moves:
+        assert before is state, f"the state changed outside the table: {state.name} -> {before.name}"
+        expected = WorkerState.STOPPED if before is WorkerState.STOPPED else TRANSITIONS[before, event]
+        assert after is expected, (before, event, after)
+        state = after
+    assert daemon.service.lifecycle.state is state
 
 
 def check_one_budget(daemon: Daemon) -> None:

@@ -159,13 +159,12 @@ def _nvml() -> Iterator[None]:
 
 def _daemon(budget_mib: int, gpu: bool = True, always_reload: bool = False) -> Daemon:
     """A started daemon serving the Planner's placement for ``budget_mib`` on a simulated worker (GPU machine or not)."""
-    daemon = Daemon()
     worker = GpuSimWorker(gpu=gpu)
     _LIVE.append(worker)
     planner = Planner()
     outcome = planner.plan(budget_mib)
     worker.placement = outcome.placement
-    daemon.worker = daemon.core.worker = worker
+    daemon = Daemon(worker=worker)
     daemon.budget._planner = planner  # type: ignore[assignment]
     daemon.budget._current = outcome
     daemon.budget.state = BudgetState.initial(budget_mib)
@@ -173,8 +172,6 @@ def _daemon(budget_mib: int, gpu: bool = True, always_reload: bool = False) -> D
     engine = daemon.core.settings.engine.model_copy(update={"always_reload": always_reload})
     daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
     daemon.switch._planner_for = lambda path, base: planner  # type: ignore[assignment,return-value]
-    worker.start()
-    daemon.pump()
     assert worker.ready
     return daemon
 

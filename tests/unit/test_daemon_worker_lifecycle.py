@@ -1,6 +1,6 @@
-"""The engine worker's state is stored by ``WorkerLifecycle`` and changed at each transition (docs/daemon.md, "The
-engine worker: states, protocol, owners"). Every ``Daemon.pump`` of the simulated daemon also checks that the stored
-state is the one the rest of the daemon implies (``daemon_sim.check_worker_state``); these walk the diagram."""
+"""The engine worker's state is stored by ``WorkerLifecycle`` and changed only by the rows of its transition table
+(docs/daemon.md, "The engine worker: states, protocol, owners"). Every ``Daemon.pump`` of the simulated daemon also
+checks that each move it made is a row of the table (``daemon_sim.check_worker_state``); these walk the diagram."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
 )
 
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.lifecycle import WORKER_START_RETRY_S, WorkerState
+from igi_sdk.daemon.worker.lifecycle import SWITCHING, WORKER_START_RETRY_S, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -74,7 +74,7 @@ def test_given_up_is_failed_and_a_load_brings_a_model_back() -> None:
     [reply] = [m for h, m in daemon.replies() if h.parent_id == refused]
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.NO_MODEL
     load = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
-    assert _state(daemon) is WorkerState.SWITCHING_MODEL  # nothing to drain: the switch takes over at once
+    assert _state(daemon) is WorkerState.SWITCHING_STOPPING  # nothing to drain: the switch takes over at once
     held = daemon.request(GenerateRequest(text="hi", max_tokens=2), sid)  # held for the new model, not refused
     for _ in range(5):  # planning (a background thread), loading, then the held generation's two tokens
         daemon.worker.step()
@@ -96,7 +96,7 @@ def test_a_model_switch_takes_the_worker_once_drained() -> None:
         daemon.worker.step()
         daemon.pump()
         states.append(_state(daemon))
-    assert WorkerState.SWITCHING_MODEL in states and states[-1] is WorkerState.READY
+    assert any(state in SWITCHING for state in states) and states[-1] is WorkerState.READY
     check_exactly_one_terminal_reply(daemon)
 
 
@@ -117,7 +117,7 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
     daemon = _daemon(4096)
     assert _state(daemon) is WorkerState.READY
     reclaim = _reclaim(daemon, 0)
-    assert _state(daemon) is WorkerState.REPLACING  # the old worker exits
+    assert _state(daemon) is WorkerState.REPLACING_STOPPING  # the old worker exits
     daemon.pump()
     assert _state(daemon) is WorkerState.STARTING  # done: acknowledged, the CPU worker loads
     assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)
@@ -128,7 +128,7 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
     for _ in range(3):
         daemon.pump()
         states.append(_state(daemon))
-    assert WorkerState.REPLACING in states and states[-1] is WorkerState.READY  # the GPU worker is ready: done
+    assert WorkerState.REPLACING_STARTING in states and states[-1] is WorkerState.READY  # the GPU worker is ready
     assert isinstance(_answers(daemon, grow)[0], BudgetAck)
 
 
@@ -158,7 +158,7 @@ def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -
     reclaim = _reclaim(daemon, 0)
     daemon.pump()  # the old worker has exited; the new one could not be started
     assert daemon.core.counters["worker_start_failed"] == 1 and not _answers(daemon, reclaim)
-    assert _state(daemon) is WorkerState.REPLACING
+    assert _state(daemon) is WorkerState.REPLACING_STOPPING
     now[0] += WORKER_START_RETRY_S
     daemon.pump()  # the retry
     assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)

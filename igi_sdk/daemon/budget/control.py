@@ -397,7 +397,7 @@ class BudgetControl:
             "reload_superseded",
             budget_mib=current.outcome.budget_mib,
             by_budget_mib=op.outcome.budget_mib,
-            phase=phase.value if phase else None,
+            phase=phase,
             worker_replaced=True,
         )
         self._lifecycle.overtake(op.outcome.placement, op.outcome.encoder)

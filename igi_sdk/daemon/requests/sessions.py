@@ -105,7 +105,7 @@ def generate(
     if header.msg_id in core.jobs:  # first: any other answer would read as the running request's terminal reply
         raise duplicate_msg_id(header.msg_id)
     # a generation right behind a load_model_request is held for the new model, not refused (PROTOCOL.md 8): the
-    # request moves a given-up worker to SWITCHING_MODEL
+    # request moves a given-up worker to SWITCHING_DRAINING
     if lifecycle.state is WorkerState.FAILED:
         raise RequestError(ErrorCode.NO_MODEL, "no model is loaded")
     session = require_session(core, identity, header)

@@ -1,5 +1,5 @@
 """Daemon layer: what the daemon does with the engine worker's events about jobs, exports and reloads (the same in every
-state of the worker; ``worker_lifecycle`` routes the others, and the worker's exit)."""
+state of the worker; ``worker.lifecycle`` routes the others, and the worker's exit)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,18 @@
-"""Daemon layer: the engine worker's lifecycle: its state, and the one place that decides what a worker event or exit
-means.
+"""Daemon layer: the engine worker's lifecycle: its state, the one table of its transitions, and the one place that
+decides what a worker event or exit means.
 
-:class:`WorkerLifecycle` stores the worker's :class:`WorkerState` and changes it at each transition: its own (a
-``Ready`` served, a death, a restart, give-up, shutdown), and those the budget control and the model switch ask it for
-(``enter``: a reload sent, a replacement begun, a model switch taking the worker). It routes every ``Ready`` and
-``Fatal`` event and every exit of the process by that state; events about jobs, exports and reloads mean the same in
-every state (``worker_events.handle_worker_event``). It also holds what the daemon knows of the worker's health: the
-``Fatal`` that makes a model unservable, the failures in a row, a start the OS refused and when to try again::
+:class:`WorkerLifecycle` stores the worker's :class:`WorkerState` and changes it only through ``_move(event)``, which
+looks the move up in :data:`TRANSITIONS`: its own moves (a ``Ready`` served, a death, a restart, give-up, shutdown) and
+those the budget control and the model switch ask it for (a reload sent, a replacement begun or overtaken, a model
+switch's steps). The sub-phases of a worker replacement and of a model switch are states of their own. It routes every
+``Ready`` and ``Fatal`` event and every exit of the process by that state; events about jobs, exports and reloads mean
+the same in every state (``worker.events.handle_worker_event``). It also holds what the daemon knows of the worker's
+health (the ``Fatal`` that makes a model unservable, the failures in a row, a start the OS refused and when to try
+again). docs/daemon.md, "The engine worker: states, protocol, owners", draws the diagram and lists the table.
 
-    STARTING --Ready--> READY --Reload--> RELOADING --Reloaded--> READY
-        |                 |  \\--budget GPU <-> CPU-only--> REPLACING --old exited (CPU-only) / new Ready--> READY
-        |                 |                                  \\--new worker Fatal/dies--> STARTING (placement in force)
-        |                 \\--load_model_request (drained)--> SWITCHING_MODEL --Ready (new or reverted)--> READY
-        \\--dies--> STARTING (restart) ... > max_worker_restarts in a row --> FAILED --load_model_request--> ...
-    any --shutdown_request--> STOPPED
-
-| state | a ``Ready`` | a ``Fatal`` | the process exits |
-|---|---|---|---|
-| STARTING, READY, RELOADING | the model in force is served (``_serve``) | the model cannot be served | a crash: jobs fail, restart (or FAILED) |
-| REPLACING, old worker exiting | ignored (it is exiting) | ignored | the new worker starts (``_swap``) |
-| REPLACING, new worker loading | the replacement is done | a failed reload | a failed reload: restart on the placement in force |
-| SWITCHING_MODEL | ``ModelSwitch.on_ready`` | ``ModelSwitch.on_fatal`` (or, reverting, as STARTING) | ``ModelSwitch.tick`` |
-| STOPPED, FAILED | ignored | recorded | nothing (no restart) |
+A move the table does not hold is a daemon bug: ``_move`` raises :class:`IllegalMove` before anything changes, and the
+guard around the step that asked for it (a worker event, a loop step, a request handler) logs and counts it. STOPPED
+is final: every event leaves it there.
 """
 
 from __future__ import annotations
@@ -29,7 +20,9 @@ from __future__ import annotations
 import enum
 import logging
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from igi_sdk.daemon.budget.planner import placement_uses_gpu
@@ -53,27 +46,94 @@ class WorkerState(enum.Enum):
     STARTING = "starting"  # a process loads the model in force (start-up, crash restart)
     READY = "ready"  # serving
     RELOADING = "reloading"  # a budget reload in place is in flight (the worker pauses at a token boundary)
-    REPLACING = "replacing"  # a budget change between a GPU and a CPU-only placement: a new process
-    SWITCHING_MODEL = "switching_model"  # load_model_request: the old worker stops, the new model loads
+    # a budget change between a GPU and a CPU-only placement: a new process
+    REPLACING_STOPPING = "replacing_stopping"  # the old worker exits (killed after REPLACE_STOP_GRACE_S)
+    REPLACING_STARTING = "replacing_starting"  # the new worker loads the GPU placement
+    # load_model_request, once drained (generations, a reload, exports): the old worker stops, the new model loads
+    SWITCHING_DRAINING = "switching_draining"  # taken over from FAILED: no worker; a budget plan still being made
+    SWITCHING_STOPPING = "switching_stopping"  # the old worker exits
+    SWITCHING_PLANNING = "switching_planning"  # the new model is planned in a background thread
+    SWITCHING_LOADING = "switching_loading"  # a worker loads the new model
+    SWITCHING_REVERTING = "switching_reverting"  # it failed: a worker loads the previous model again
     STOPPED = "stopped"  # shutdown_request: no worker is started any more
     FAILED = "failed"  # given up after max_worker_restarts failures in a row (no model until load_model_request)
 
 
-class ReplacePhase(enum.Enum):
-    """Where a worker replacement is: the old worker exits, then (for a GPU placement) the new one loads."""
+#: The states of a model switch that holds the worker (``ModelSwitch.tick`` watches its process meanwhile).
+SWITCHING = frozenset(s for s in WorkerState if s.name.startswith("SWITCHING_"))
 
-    STOPPING = "stopping"
-    STARTING = "starting"
+
+class Move(enum.Enum):
+    """What moves the worker's state: the events of :data:`TRANSITIONS`."""
+
+    READY = "ready"  # a Ready of the model in force served (a model switch's new or reverted worker too)
+    RELOAD_SENT = "reload_sent"  # the budget control sent a Reload
+    RELOADED = "reloaded"  # the worker answered it (applied or not)
+    REPLACE = "replace"  # a budget change between GPU and CPU-only: the old worker told to exit
+    SWAPPED_TO_CPU = "swapped_to_cpu"  # it exited; the CPU-only worker started: the change is done
+    SWAPPED_TO_GPU = "swapped_to_gpu"  # it exited; the new worker loads the GPU placement
+    OVERTAKEN = "overtaken"  # a newer budget: the new worker loading the superseded placement is killed
+    DIED = "died"  # the worker died: restarted on the placement in force
+    GIVEN_UP = "given_up"  # a Fatal, or more than max_worker_restarts deaths in a row
+    TAKE_OVER = "take_over"  # load_model_request with no model: the switch takes the worker at once
+    DRAINED = "drained"  # the switch's old worker told to exit
+    OLD_STOPPED = "old_stopped"  # it exited (or was terminated): the new model is planned
+    PLANNED = "planned"  # a worker starts on the new model's plan
+    LOAD_FAILED = "load_failed"  # it reported Fatal, died or timed out: a worker starts on the previous model
+    SHUTDOWN = "shutdown"  # shutdown_request
+
+
+_CRASHABLE = (
+    WorkerState.STARTING,
+    WorkerState.READY,
+    WorkerState.RELOADING,
+    WorkerState.REPLACING_STARTING,
+    WorkerState.SWITCHING_REVERTING,
+)
+
+#: Every move the worker's state can make: (state, event) -> next state. Nothing else writes the state.
+TRANSITIONS: Mapping[tuple[WorkerState, Move], WorkerState] = MappingProxyType(
+    {
+        (WorkerState.STARTING, Move.READY): WorkerState.READY,
+        # a Ready while serving or reloading can only come from a new process: it serves the model in force
+        (WorkerState.READY, Move.READY): WorkerState.READY,
+        (WorkerState.RELOADING, Move.READY): WorkerState.READY,
+        (WorkerState.REPLACING_STARTING, Move.READY): WorkerState.READY,
+        (WorkerState.SWITCHING_LOADING, Move.READY): WorkerState.READY,
+        (WorkerState.SWITCHING_REVERTING, Move.READY): WorkerState.READY,
+        (WorkerState.READY, Move.RELOAD_SENT): WorkerState.RELOADING,
+        (WorkerState.RELOADING, Move.RELOADED): WorkerState.READY,
+        (WorkerState.READY, Move.REPLACE): WorkerState.REPLACING_STOPPING,
+        (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_CPU): WorkerState.STARTING,
+        (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_GPU): WorkerState.REPLACING_STARTING,
+        (WorkerState.REPLACING_STARTING, Move.OVERTAKEN): WorkerState.REPLACING_STOPPING,
+        **{(state, Move.DIED): WorkerState.STARTING for state in _CRASHABLE},
+        **{(state, Move.GIVEN_UP): WorkerState.FAILED for state in _CRASHABLE},
+        (WorkerState.FAILED, Move.TAKE_OVER): WorkerState.SWITCHING_DRAINING,
+        **{
+            (state, Move.DRAINED): WorkerState.SWITCHING_STOPPING
+            for state in (WorkerState.STARTING, WorkerState.READY, WorkerState.FAILED, WorkerState.SWITCHING_DRAINING)
+        },
+        (WorkerState.SWITCHING_STOPPING, Move.OLD_STOPPED): WorkerState.SWITCHING_PLANNING,
+        (WorkerState.SWITCHING_PLANNING, Move.PLANNED): WorkerState.SWITCHING_LOADING,
+        (WorkerState.SWITCHING_LOADING, Move.LOAD_FAILED): WorkerState.SWITCHING_REVERTING,
+        **{(state, Move.SHUTDOWN): WorkerState.STOPPED for state in WorkerState if state is not WorkerState.STOPPED},
+    }
+)
+
+
+class IllegalMove(RuntimeError):
+    """A move :data:`TRANSITIONS` does not hold (a daemon bug); nothing was changed."""
 
 
 @dataclass
 class Replacement:
-    """A worker replacement under way (state ``REPLACING``): the placement the new worker loads, and since when the
-    old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S`` or overtaken)."""
+    """A worker replacement under way (REPLACING_STOPPING, REPLACING_STARTING): the placement the new worker loads,
+    and since when the old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S`` or
+    overtaken)."""
 
     placement: Placement
     vision: EncoderPlan | None
-    phase: ReplacePhase
     since_s: float
     killed: bool = False
 
@@ -130,10 +190,19 @@ class WorkerLifecycle:
         """The worker's state now."""
         return self._state
 
-    def enter(self, state: WorkerState) -> None:
-        """A transition (the budget control's, the model switch's or this object's own). STOPPED is final."""
-        if self._state is not WorkerState.STOPPED and state is not self._state:
-            self._state = state
+    def _move(self, event: Move) -> None:
+        """The only writer of the state: the move ``TRANSITIONS`` holds for ``event`` in the state now. STOPPED is
+        final (every event leaves it there).
+
+        Raises:
+            IllegalMove: the table holds no such move (a daemon bug); the state is unchanged.
+        """
+        if self._state is WorkerState.STOPPED:
+            return
+        try:
+            self._state = TRANSITIONS[self._state, event]
+        except KeyError:
+            raise IllegalMove(f"no worker transition from {self._state.name} on {event.name}") from None
 
     @property
     def holds_jobs(self) -> bool:
@@ -141,16 +210,19 @@ class WorkerLifecycle:
         return self._switch is not None and self._switch.active
 
     @property
-    def replace_phase(self) -> ReplacePhase | None:
-        """Where a worker replacement is (None: no replacement under way)."""
-        return None if self._replacement is None else self._replacement.phase
+    def replace_phase(self) -> str | None:
+        """Where a worker replacement is: ``stopping`` (the old worker exits), ``starting`` (the new one loads a GPU
+        placement), None (no replacement under way)."""
+        if self._state is WorkerState.REPLACING_STOPPING:
+            return "stopping"
+        return "starting" if self._state is WorkerState.REPLACING_STARTING else None
 
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
         """Replace the worker with one that runs ``placement``: ``Shutdown`` now; its exit starts the new one (``_swap``).
         The budget control hears ``replacement_done`` (or ``replacement_failed``, or ``on_worker_death``)."""
-        self._replacement = Replacement(placement, vision, ReplacePhase.STOPPING, self._core.clock())
-        self.enter(WorkerState.REPLACING)
+        self._move(Move.REPLACE)
+        self._replacement = Replacement(placement, vision, self._core.clock())
         self._core.counters["worker_replacements"] += 1
         self._core.worker.begin_stop()
 
@@ -161,10 +233,9 @@ class WorkerLifecycle:
         replacement = self._replacement
         assert replacement is not None
         replacement.placement, replacement.vision = placement, vision
-        if (
-            restart and replacement.phase is ReplacePhase.STARTING
-        ):  # it loads a placement nobody wants any more: end it now
-            replacement.phase, replacement.since_s, replacement.killed = ReplacePhase.STOPPING, self._core.clock(), True
+        if restart and self._state is WorkerState.REPLACING_STARTING:  # it loads a placement nobody wants any more
+            self._move(Move.OVERTAKEN)
+            replacement.since_s, replacement.killed = self._core.clock(), True
             self._core.worker.stop_now()
 
     def tick(self) -> None:
@@ -173,7 +244,7 @@ class WorkerLifecycle:
         replacement = self._replacement
         if (
             replacement is not None
-            and replacement.phase is ReplacePhase.STOPPING
+            and self._state is WorkerState.REPLACING_STOPPING
             and not replacement.killed
             and self._core.clock() - replacement.since_s > REPLACE_STOP_GRACE_S
         ):
@@ -202,25 +273,50 @@ class WorkerLifecycle:
             carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
         )
         if placement_uses_gpu(replacement.placement):
-            replacement.phase = ReplacePhase.STARTING  # REPLACING until the new worker is ready
+            self._move(Move.SWAPPED_TO_GPU)  # replacing until the new worker is ready
             return
         self._replacement = None
-        self.enter(WorkerState.STARTING)  # the change is done; the new worker loads the model on the CPU
+        self._move(Move.SWAPPED_TO_CPU)  # the change is done; the new worker loads the model on the CPU
         self._budget_side().replacement_done(released_s)
 
     def reload_sent(self) -> None:
         """The budget control sent a ``Reload`` to the serving worker."""
         if self._state is WorkerState.READY:
-            self.enter(WorkerState.RELOADING)
+            self._move(Move.RELOAD_SENT)
 
     def reload_done(self) -> None:
         """The worker answered the reload in flight (``Reloaded``, applied or not)."""
         if self._state is WorkerState.RELOADING:
-            self.enter(WorkerState.READY)
+            self._move(Move.RELOADED)
 
     def stop(self) -> None:
         """``shutdown_request``: no worker is started any more, whatever it reports."""
-        self.enter(WorkerState.STOPPED)
+        self._move(Move.SHUTDOWN)
+
+    # --- a model switch (``ModelSwitch`` asks for each step) --------------------------------------------------------
+    def switch_take_over(self) -> None:
+        """``load_model_request`` with the model given up (FAILED): the switch takes the worker at once."""
+        self._move(Move.TAKE_OVER)
+
+    def switch_drained(self) -> None:
+        """The switch has drained the worker: tell it to exit (a ``Ready`` it still sends is dropped)."""
+        self._move(Move.DRAINED)
+        self._core.worker.begin_stop()
+
+    def switch_stopped(self) -> None:
+        """The old worker has exited (and was reaped): the new model is planned."""
+        self._move(Move.OLD_STOPPED)
+
+    def switch_load(self) -> None:
+        """Start a worker on the new model's plan; a ``Fatal`` of the previous model is forgotten."""
+        self.fatal_error = None
+        self._core.worker.start()
+        self._move(Move.PLANNED)
+
+    def switch_revert(self) -> None:
+        """The new model failed to load: start a worker on the previous model's plan."""
+        self._core.worker.start()
+        self._move(Move.LOAD_FAILED)
 
     def forward_waiting_jobs(self) -> None:
         """Send jobs that waited for a (re)started worker. While a model switch holds new jobs, only the ones carried
@@ -273,7 +369,7 @@ class WorkerLifecycle:
         process group, the worker included), nor once given up or before a model was ever served. Returns whether an
         exit was handled."""
         core, state = self._core, self._state
-        if stopping or state in (WorkerState.SWITCHING_MODEL, WorkerState.STOPPED, WorkerState.FAILED):
+        if stopping or state in SWITCHING or state in (WorkerState.STOPPED, WorkerState.FAILED):
             return False
         if core.model_info is None or not core.worker.is_dead():
             return False
@@ -284,8 +380,8 @@ class WorkerLifecycle:
         """A worker serving the model in force is ready: record the model, restore the pacing, forward waiting jobs and
         let the budget control finish a replacement or start a reload that waited for it."""
         core = self._core
+        self._move(Move.READY)
         replaced, self._replacement = self._replacement, None  # the new worker of a replacement: the change is done
-        self.enter(WorkerState.READY)
         core.model_info = event.model
         core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
@@ -324,7 +420,7 @@ class WorkerLifecycle:
         limit = core.settings.engine.max_worker_restarts
         if self.fatal_error is not None or self.failures_in_row > limit:
             core.log(logging.ERROR, "worker_given_up", failures_in_row=self.failures_in_row, limit=limit)
-            self.enter(WorkerState.FAILED)
+            self._move(Move.GIVEN_UP)
             core.model_info = None
             # no worker will serve what is still waiting: answer it now (a load_model_request can bring a model back)
             gone = RequestError(
@@ -336,7 +432,7 @@ class WorkerLifecycle:
                     fail_job(core, job, gone)
             budget.abort(gone)
             return
-        self.enter(WorkerState.STARTING)
+        self._move(Move.DIED)
         core.worker.restart()
         core.counters["worker_restarts"] += 1
 
@@ -356,18 +452,17 @@ class WorkerLifecycle:
         the pipe, no memory for the process) is retried, never raised: the daemon keeps answering, and the jobs
         wait."""
         core, replacement = self._core, self._replacement
-        replaced = state is WorkerState.REPLACING and self.replace_phase is ReplacePhase.STOPPING
         due = self.start_due_s
         if due is not None and core.clock() < due:
             return
         try:
-            if replaced and replacement is not None:
+            if state is WorkerState.REPLACING_STOPPING and replacement is not None:
                 self._swap(replacement)  # no crash: the new worker starts (again, after a refused start)
             elif due is not None:
                 core.worker.start()
                 core.counters["worker_restarts"] += 1
             else:
-                self.died(failed_reload=state is WorkerState.REPLACING)
+                self.died(failed_reload=state is WorkerState.REPLACING_STARTING)
         except OSError as exc:  # the (re)start itself failed
             self._start_failed(exc)
             return
@@ -381,22 +476,28 @@ class WorkerLifecycle:
 
     def _on_ready(self, event: wp.Ready) -> None:
         core, state = self._core, self._state
-        if state is WorkerState.SWITCHING_MODEL:
-            self._switch_side().on_ready(event)
-        elif state is WorkerState.REPLACING and self.replace_phase is ReplacePhase.STOPPING:
-            # written by a worker being replaced before it read ``Shutdown``: it is exiting, nothing may be sent to it
+        if state in (WorkerState.REPLACING_STOPPING, WorkerState.SWITCHING_STOPPING):
+            # written by a worker being stopped before it read ``Shutdown`` (a restart that finished loading): it is
+            # exiting, nothing may be sent to it (a reload sent now would never be answered), so the budget control
+            # never hears of it, and the worker stays not ready (the supervisor set ``ready`` on reading the event)
             core.worker.ready = False
-            core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="being replaced")
-        elif state is not WorkerState.STOPPED:
+            if state is WorkerState.SWITCHING_STOPPING:
+                self.failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
+            reason = "being replaced" if state is WorkerState.REPLACING_STOPPING else "stopping for a model load"
+            core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason=reason)
+        elif state in SWITCHING:
+            self._switch_side().on_ready(event)
+        elif state not in (WorkerState.STOPPED, WorkerState.FAILED):
             self.serve(event)
 
     def _on_fatal(self, event: wp.Fatal) -> None:
         core, state = self._core, self._state
-        if state is WorkerState.SWITCHING_MODEL and self._switch_side().on_fatal(event):
+        if state in SWITCHING and self._switch_side().on_fatal(event):
             return  # the new model failed to load: the switch reverts
         core.log(logging.ERROR, "worker_fatal", code=event.code, message=event.message)
-        if state is WorkerState.REPLACING:  # a replacement worker could not load its new placement: a failed reload
-            if self.replace_phase is ReplacePhase.STARTING:  # (a worker already being replaced: a newer change)
-                self._budget_side().replacement_failed(event.message)
+        if state is WorkerState.REPLACING_STARTING:  # the new worker could not load its placement: a failed reload
+            self._budget_side().replacement_failed(event.message)
+            return
+        if state is WorkerState.REPLACING_STOPPING:  # a worker already being replaced: a newer change
             return
         self.fatal_error = RequestError(ErrorCode(event.code), event.message)

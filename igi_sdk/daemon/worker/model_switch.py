@@ -1,6 +1,7 @@
 """Daemon layer: ``load_model_request``: replace the served model at run time, or keep serving the old one.
 
-One switch at a time (another ``load_model_request`` meanwhile is answered ``busy``). Its phases:
+One switch at a time (another ``load_model_request`` meanwhile is answered ``busy``). Its phases (after draining,
+each is a state of the worker, ``WorkerState.SWITCHING_*``, and the switch asks ``WorkerLifecycle`` for every step):
 
 1. **validate**, in the handler, so typed errors come back at once and nothing changes: the path (nil = the
    embedded default model) must exist (``model_not_found``) and be a readable GGUF of a supported architecture
@@ -30,7 +31,6 @@ ready the request gets ``error_reply`` (``model_invalid``, or ``timeout``). Shut
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +43,7 @@ from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.daemon.worker.lifecycle import SWITCHING, WorkerLifecycle, WorkerState
 from igi_sdk.daemon.worker.projector import projector_shape
 from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
@@ -56,16 +56,6 @@ from igi_sdk.planner.vision import VisionShape
 MIN_N_CTX_PER_SEQ = 64
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
-
-
-class SwitchPhase(enum.Enum):
-    """The phases of one model switch (the module docstring)."""
-
-    DRAINING = "draining"
-    STOPPING = "stopping"
-    PLANNING = "planning"
-    LOADING = "loading"
-    REVERTING = "reverting"
 
 
 #: (model path, n_ctx) -> worker config dict (``supervisor.worker_config_for`` bound to the settings).
@@ -83,13 +73,12 @@ class _Load:
     budget_mib: int | None
     mmproj: Path | None = None
     vision: VisionShape | None = None
-    phase: SwitchPhase = SwitchPhase.DRAINING
-    phase_since_s: float = 0.0
+    phase_since_s: float = 0.0  # when the worker's state took its current switching step
     error: RequestError | None = None
     previous_config: dict[str, Any] | None = None
     previous_planner: PlacementPlanner | None = None
-    planner: PlacementPlanner | None = None  # the new model's (PLANNING)
-    planned: PlanResult | None = None  # its background plan (PLANNING)
+    planner: PlacementPlanner | None = None  # the new model's (SWITCHING_PLANNING)
+    planned: PlanResult | None = None  # its background plan (SWITCHING_PLANNING)
     planned_budgets: tuple[int, ...] = ()  # the budgets that plan was made for
 
 
@@ -98,7 +87,8 @@ class ModelSwitch:
 
     Args:
         core: daemon state.
-        lifecycle: the worker's lifecycle (the switch takes the worker: SWITCHING_MODEL).
+        lifecycle: the worker's lifecycle (the switch asks it for each step: the SWITCHING_* states are the phases
+            after draining).
         budget: the budget controller (its planner is swapped with the model).
         base: the placement fields that do not depend on the budget (threads, flash_attn, ...).
         config_for: builds the worker config of a model.
@@ -166,16 +156,16 @@ class ModelSwitch:
             identity, header, path, msg.n_ctx, msg.vram_budget_mib, mmproj, vision, phase_since_s=core.clock()
         )
         if self._lifecycle.state is WorkerState.FAILED:  # given up: no worker to drain, the switch takes over now
-            self._lifecycle.enter(WorkerState.SWITCHING_MODEL)
+            self._lifecycle.switch_take_over()
         core.counters["model_loads_requested"] += 1
         core.log(logging.INFO, "model_load_start", path=str(path), n_ctx=msg.n_ctx, vram_budget_mib=msg.vram_budget_mib)
         self.tick()
 
     def wait_planned(self, timeout_s: float | None = None) -> bool:
-        """Block until the background plan of a switch in ``PLANNING`` is done (True at once when none runs), for
+        """Block until the background plan of a switch in SWITCHING_PLANNING is done (True at once when none runs), for
         callers that step the loop by hand, such as the socket-free daemon tests. False: ``timeout_s`` passed."""
         load = self._load
-        if load is None or load.planned is None or load.phase is not SwitchPhase.PLANNING:
+        if load is None or load.planned is None or self._lifecycle.state is not WorkerState.SWITCHING_PLANNING:
             return True
         return load.planned.done.wait(timeout_s)
 
@@ -191,20 +181,21 @@ class ModelSwitch:
         load, core = self._load, self._core
         if load is None:
             return
-        worker = core.worker
-        if load.phase is SwitchPhase.DRAINING:
+        worker, state = core.worker, self._lifecycle.state
+        if state not in SWITCHING or state is WorkerState.SWITCHING_DRAINING:
             # generations in the worker finish on the old model, those carried over a worker replacement included
             in_worker = any(job.forwarded or job.resumed for job in core.jobs.values())
             if not in_worker and not self._budget.reloading and not core.waiting_exports:
                 load.previous_config, load.previous_planner = worker.config, self._budget.planner
-                worker.begin_stop()
-                self._lifecycle.enter(WorkerState.SWITCHING_MODEL)
-                self._enter(load, SwitchPhase.STOPPING)
-        elif load.phase is SwitchPhase.STOPPING:
+                self._lifecycle.switch_drained()
+                load.phase_since_s = core.clock()
+        elif state is WorkerState.SWITCHING_STOPPING:
             if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
                 worker.stop(timeout_s=1.0)  # reap (terminate / kill if it did not exit in time)
-                self._plan_new(load)
-        elif load.phase is SwitchPhase.PLANNING:
+                self._lifecycle.switch_stopped()
+                load.phase_since_s = core.clock()
+                self._plan_new(load, first=True)
+        elif state is WorkerState.SWITCHING_PLANNING:
             assert load.planned is not None
             if load.planned.done.is_set():
                 if self._budget.replacement_budgets(load.budget_mib) != load.planned_budgets:
@@ -214,7 +205,7 @@ class ModelSwitch:
         elif worker.exited() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
             timed_out = not worker.exited()
             worker.stop(timeout_s=1.0)
-            if load.phase is SwitchPhase.LOADING:
+            if state is WorkerState.SWITCHING_LOADING:
                 if load.error is None:
                     load.error = (
                         RequestError(
@@ -235,10 +226,10 @@ class ModelSwitch:
                 self._lifecycle.died()
 
     def on_fatal(self, event: wp.Fatal) -> bool:
-        """The new model could not be loaded (``LOADING``): the worker exits next and ``tick`` reverts. Returns True
+        """The new model could not be loaded (SWITCHING_LOADING): the worker exits next and ``tick`` reverts. Returns True
         when the event was consumed (False while reverting: the previous model failed to come back, the crash path)."""
         load = self._load
-        if load is None or load.phase is not SwitchPhase.LOADING:
+        if load is None or self._lifecycle.state is not WorkerState.SWITCHING_LOADING:
             return False
         load.error = RequestError(
             ErrorCode.MODEL_INVALID, f"{event.message}; the previous model is served", {"path": str(load.path)}
@@ -247,21 +238,19 @@ class ModelSwitch:
         return True
 
     def on_ready(self, event: wp.Ready) -> None:
-        """A worker is ready during the switch: the stopping one's is dropped; the new model's (``LOADING``) ends the
-        switch with ``load_model_reply``, the previous model's (``REVERTING``) with the error that made it revert."""
-        load = self._load
-        assert load is not None and load.phase is not SwitchPhase.DRAINING
-        if load.phase is SwitchPhase.STOPPING:
-            self._drop_ready_of_stopping_worker(event)
-            return
+        """A worker is ready during the switch (the lifecycle drops the stopping one's): the new model's
+        (SWITCHING_LOADING) ends the switch with ``load_model_reply``, the previous model's (SWITCHING_REVERTING)
+        with the error that made it revert."""
+        load, loaded = self._load, self._lifecycle.state is WorkerState.SWITCHING_LOADING
+        assert load is not None and (loaded or self._lifecycle.state is WorkerState.SWITCHING_REVERTING)
         core = self._core
         self._load = None  # the worker serves again: new generations are forwarded
-        if load.phase is SwitchPhase.LOADING:
+        if loaded:
             for session in core.sessions:
                 session.kv_state = session.kv_tokens = None  # KV of another model; the history is re-prefilled
             core.encodings.clear()  # image embeddings of another model: the new one encodes the images again
         self._lifecycle.serve(event)
-        if load.phase is SwitchPhase.LOADING:
+        if loaded:
             core.counters["model_loads"] += 1
             core.log(logging.INFO, "model_loaded", path=str(load.path), strategy=self._budget.current.plan.strategy)
             assert core.model_info is not None
@@ -270,21 +259,8 @@ class ModelSwitch:
             self._finish(load, load.error)
 
     # --- internals -----------------------------------------------------------------------------------
-    def _drop_ready_of_stopping_worker(self, event: wp.Ready) -> None:
-        """The worker being stopped says it is ready (a restart finished loading before it read ``shutdown``). It
-        must not get work: a budget reload sent now would never be answered (it exits), leaving the request
-        unanswered and the budget control "reloading" for good. So the budget control never hears of it, and the
-        worker stays not ready (the supervisor set ``ready`` on reading the event) until the new one starts."""
-        core = self._core
-        core.worker.ready = False
-        self._lifecycle.failures_in_row = 0  # it did come back; a failure of the new model starts a fresh count
-        core.log(logging.INFO, "worker_ready_ignored", pid=event.pid, reason="stopping for a model load")
-
-    def _enter(self, load: _Load, phase: SwitchPhase) -> None:
-        load.phase, load.phase_since_s = phase, self._core.clock()
-
-    def _plan_new(self, load: _Load) -> None:
-        """Plan the new model in a background thread (``PLANNING``) for the budgets ``replace_model`` will ask
+    def _plan_new(self, load: _Load, first: bool = False) -> None:
+        """Plan the new model in a background thread (SWITCHING_PLANNING) for the budgets ``replace_model`` will ask
         for; ``tick`` starts the worker once it is done. The planner is reused when a newer target is planned."""
         if load.planner is None:
             load.planner = self._planner_for(load.path, self._base.with_(n_ctx=load.n_ctx))
@@ -298,15 +274,14 @@ class ModelSwitch:
                 planner.plan_within(budget_mib, headroom)
 
         load.planned, load.planned_budgets = run_in_background(plan, "igi-model-plan"), budgets
-        if load.phase is not SwitchPhase.PLANNING:
+        if first:
             self._core.log(logging.INFO, "model_load_planning", path=str(load.path), budgets_mib=list(budgets))
-            self._enter(load, SwitchPhase.PLANNING)
 
     def _start_new(self, load: _Load) -> None:
         core = self._core
         planner = load.planner
         assert planner is not None
-        outcome = self._budget.replace_model(planner, load.budget_mib)  # planned in PLANNING: from memory
+        outcome = self._budget.replace_model(planner, load.budget_mib)  # planned meanwhile, from memory
         if load.budget_mib is not None and core.governor is not None:  # the load's budget, as the budget state has it
             core.governor.set_budget(self._budget.state.requested_mib, core.clock())
         config = {
@@ -315,9 +290,8 @@ class ModelSwitch:
         }
         core.worker.retarget(config, outcome.placement)
         core.worker.vision = outcome.encoder
-        self._lifecycle.fatal_error = None
-        core.worker.start()
-        self._enter(load, SwitchPhase.LOADING)
+        self._lifecycle.switch_load()
+        load.phase_since_s = core.clock()
 
     def _revert(self, load: _Load) -> None:
         core = self._core
@@ -326,8 +300,8 @@ class ModelSwitch:
         outcome = self._budget.replace_model(load.previous_planner)
         core.worker.retarget(load.previous_config, outcome.placement)
         core.worker.vision = outcome.encoder
-        core.worker.start()
-        self._enter(load, SwitchPhase.REVERTING)
+        self._lifecycle.switch_revert()
+        load.phase_since_s = core.clock()
 
     def _finish(self, load: _Load, error: RequestError | None) -> None:
         self._load = None

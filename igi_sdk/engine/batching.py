@@ -439,15 +439,16 @@ class BatchScheduler:
     def _draw(self, run: Running, logits: object) -> int:
         """The request's next token from ``logits``: its sampler's draw, drawn again among the tokens its grammar
         allows when the grammar refuses it; -1 when the grammar allows none."""
-        history = run.prompt + run.generated
-        token = run.req.sampler.sample(logits, history)  # type: ignore[arg-type]
+        sampler = run.req.sampler
+        history = run.prompt + run.generated if sampler.uses_history else ()  # O(context): only when it is read
+        token = sampler.sample(logits, history)  # type: ignore[arg-type]
         grammar = run.grammar
         if grammar is not None and not grammar.allows(token):  # draw again among the tokens the grammar allows
             masked = grammar.mask(logits)  # type: ignore[arg-type]
             self._c["grammar_resamples"] += 1
             token = -1
             while bool((masked > float("-inf")).any()):
-                token = run.req.sampler.sample(masked, history)
+                token = sampler.sample(masked, history)
                 if grammar.allows(token):
                     break
                 # malformed UTF-8 after it (or a draw of rounding error's width past the last allowed): not that one

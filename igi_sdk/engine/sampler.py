@@ -48,6 +48,11 @@ class Sampler:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def uses_history(self) -> bool:
+        """Whether ``sample`` reads ``history`` (the repeat penalty): a caller may leave building it out."""
+        return self.repeat_penalty != 1.0 and self.repeat_last_n > 0
+
     def reset(self) -> None:
         """Restart the random sequence from the seed."""
         self._rng = np.random.default_rng(self.seed)

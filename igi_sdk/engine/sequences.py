@@ -96,18 +96,29 @@ class BatchDecoder:
             rc = llama_cpp.llama_decode(self.ctx, b)
             if rc != 0:
                 raise DecodeError(rc, f"{len(chunk)} tokens in chunk starting at {lo}")
-            for i, (_tok, _pos, seq, want) in enumerate(chunk):
-                if want:
-                    row = llama_cpp.llama_get_logits_ith(self.ctx, i)
-                    if not row:
-                        raise EngineError(f"llama_get_logits_ith({i}) returned NULL")
-                    logits[seq] = np.ctypeslib.as_array(row, shape=(self.n_vocab,)).copy()
+            wanted = [seq for _tok, _pos, seq, want in chunk if want]
+            if wanted:  # the rows of the outputs, in batch order: one copy of them all
+                rows = llama_cpp.llama_get_logits(self.ctx)
+                if not rows:
+                    raise EngineError("llama_get_logits returned NULL")
+                out = np.ctypeslib.as_array(rows, shape=(len(wanted) * self.n_vocab,)).copy()
+                for j, seq in enumerate(wanted):
+                    logits[seq] = out[j * self.n_vocab : (j + 1) * self.n_vocab]
         for seq_id, toks, start, _want in entries:
             if toks:
-                known = self.tokens.get(seq_id, [])[:start]
-                known += [-1] * (start - len(known))  # positions we did not see (unknown tokens)
-                self.tokens[seq_id] = known + [int(t) for t in toks]
+                self._record(seq_id, start, toks)
         return logits
+
+    def _record(self, seq_id: int, start: int, toks: Sequence[int]) -> None:
+        """The KV of ``seq_id`` now holds ``toks`` at ``start..``; a decode token is appended in place (a copy of the
+        whole list per token would cost O(context) per sequence and step)."""
+        known = self.tokens.setdefault(seq_id, [])
+        if start == len(known):
+            known.extend(int(t) for t in toks)
+            return
+        known = known[:start]
+        known += [-1] * (start - len(known))  # positions we did not see (unknown tokens)
+        self.tokens[seq_id] = known + [int(t) for t in toks]
 
     def decode_embd(
         self, seq_id: int, embd: np.ndarray, start_pos: int, token: int, want_logits: bool

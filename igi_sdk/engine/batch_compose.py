@@ -6,7 +6,8 @@
    never starved; if there are more of them than ``n_batch``, they rotate with the step number);
 2. then prompt tokens of requests still prefilling, at most ``prefill_chunk_tokens`` of them in all: highest
    priority first, and within a priority the prompt with the fewest tokens left first (FIFO among equals), so a
-   short turn is not queued behind a long prompt. Below ``n_batch`` (chunked prefill), each prompt's chunk ends at
+   short turn is not queued behind a long prompt; a prompt left out ``PREFILL_MAX_WAITS`` steps in a row goes first
+   among its priority's (``note_prefill_waits`` counts them), so short turns never starve it. Below ``n_batch`` (chunked prefill), each prompt's chunk ends at
    the next multiple of ``prefill_chunk_tokens`` or at the persona-prefix boundary, and a prompt whose chunk does
    not fit what is left of the step waits for the next step instead of being cut there: a prompt is cut at the same
    positions whatever else shares its steps. llama.cpp's result for a token depends on how its own sequence is cut
@@ -31,6 +32,10 @@ from typing import Any
 from igi_sdk.engine.batch_slots import Slot
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
 from igi_sdk.engine.text_stream import TextStream
+
+PREFILL_MAX_WAITS = 4
+"""Steps in a row a prompt may be left out for shorter ones of its priority (the fewest-tokens-left order, a step
+that ends a short prompt) before it goes first among them: a crowd of short turns does not starve a long prompt."""
 
 
 class HoldingTextStream(TextStream):
@@ -63,6 +68,8 @@ class Running:
     #: ``prompt`` is the prompt without them: they are evaluated one per step, as they were generated.
     replay: list[int] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)
+    #: Steps in a row this prompt could have gone on and got no chunk (``note_prefill_waits``).
+    prefill_waits: int = 0
 
     @property
     def prefilling(self) -> bool:
@@ -92,9 +99,15 @@ class Running:
         return (-self.req.priority, self.seq_no)
 
     @property
-    def prefill_order(self) -> tuple[int, int, int]:
-        """Sort key of prompts in a step: higher priority first, then fewer prompt tokens left, then earlier submit."""
-        return (-self.req.priority, len(self.prompt) - self.prefill_pos, self.seq_no)
+    def starving(self) -> bool:
+        """Left out of ``PREFILL_MAX_WAITS`` steps in a row: it goes first among its priority's prompts."""
+        return self.prefill_waits >= PREFILL_MAX_WAITS
+
+    @property
+    def prefill_order(self) -> tuple[int, bool, int, int]:
+        """Sort key of prompts in a step: higher priority first, then a starving prompt, then fewer prompt tokens left,
+        then earlier submit."""
+        return (-self.req.priority, not self.starving, len(self.prompt) - self.prefill_pos, self.seq_no)
 
 
 @dataclass(frozen=True)
@@ -206,10 +219,19 @@ def compose_step(
             end = boundary
         end = min(end, pos + budget)
         finishes = end == len(run.prompt)
-        if chunked and finishing and not finishes:
+        if chunked and finishing and not finishes and not run.starving:
             continue  # a step that ends a short prompt stays short: its first token comes without waiting for this
         finishing = finishing or finishes
         tokens = run.prompt[run.prefill_pos : end]
         chunks.append(Chunk(run, run.slot.seq_id, tokens, run.prefill_pos, finishes))
         budget -= len(tokens)
     return chunks
+
+
+def note_prefill_waits(running: Sequence[Running], chunks: Sequence[Chunk]) -> None:
+    """After a step of ``chunks``: a prompt that got a chunk waits 0 steps, one that could have gone on and did not
+    one step more (``Running.prefill_waits``, read by ``compose_step``'s order)."""
+    served = {id(c.run) for c in chunks if not c.decode}
+    for run in running:
+        if run.prefilling and run.pending is None:
+            run.prefill_waits = 0 if id(run) in served else run.prefill_waits + 1

@@ -36,6 +36,7 @@ from igi_sdk.engine.batch_compose import (
     compose_step,
     image_run_end,
     image_run_start,
+    note_prefill_waits,
 )
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS, prefill_chunk_tokens
 from igi_sdk.engine.batch_slots import DEFAULT_MAX_PARKED_BYTES, Slot, SlotTable, common_prefix
@@ -302,6 +303,7 @@ class BatchScheduler:
             lambda prefix: prefix in self._prefix,
             prefill_chunk_tokens(placement, gpu=self._gpu, cpu_chunk_tokens=self._cpu_chunk),
         )
+        note_prefill_waits(self._running, chunks)
         if not chunks:
             return events
         # the decode tokens in one llama_batch, each prompt chunk in one of its own: llama.cpp cuts a batch of several

@@ -13,6 +13,9 @@ Usage::
     python -m igi_sdk.bench.npc_batch                              # SmolLM2 on the CPU
     python -m igi_sdk.bench.npc_batch --model synthetic:qwen3_30b_a3b --vram-budget-mib 4096
 
+A crowd in the paper's batched shape (889-token prompts, 128 tokens, B = 1/4/16/64) and in a game's (NPCs arriving
+over time, the speaking NPC's TTFT), with where each step spends its time: ``python -m igi_sdk.bench.crowd``.
+
 ``same_tokens_as_sequential`` is informational: llama.cpp's CPU flash-attention kernel rounds differently for
 ubatches of 64+ tokens, so with long prompts (synthetic models tokenize byte by byte) and n_ubatch >= 64
 greedy tokens may differ between modes; with every ubatch under 64 tokens they are equal (docs/batching.md).

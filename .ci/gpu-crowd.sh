@@ -1,0 +1,74 @@
+#!/bin/bash
+# The GPU machine's job for issue #36 (a crowd of NPCs in the paper's batched shape and a game's), in as many calls as
+# it takes:
+#
+#   run: bash .ci/gpu-crowd.sh        (device tool, kind nvidia-h200, timeout 600, `.gpu` carried)
+#
+# Steps, each skipped once done on this machine (state in /tmp/igi-crowd, kept while the machine stays warm): the CUDA
+# build while the synthetic models are written; then, detached, the JOBS one after another, each one
+# `python -m igi_sdk.bench.crowd` (docs/batching.md, "A crowd"): `paper` = B NPCs at once, 889-token prompts, 128 tokens
+# generated, one engine per B with the planner's placement for B sessions under the budget (H200 reference profile),
+# decode tok/s and its ratio over B = 1 of the same run, TTFT p50/p99, NVML device peak against the budget;
+# `game` = 16 NPCs arriving over time (prompts 96-640 tokens, replies 32-64), the speaker's TTFT with the crowd and
+# alone. A call that ends with STILL RUNNING is repeated at once (the machine is given back after 30 s idle); the
+# jobs go on meanwhile.
+# Results come back as $OUT/crowd.tgz (logs, one JSON per job); each finished job's table is printed.
+# Env: LIMIT (s from the call's start, default 540), N_THREADS (default 16), JOBS (";"-separated "MODEL BUDGET_MIB
+#   WORKLOAD [B,B,..]"; default below: about 8 minutes of GPU time after the build is the aim, see docs/benchmarks.md),
+#   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
+T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
+JOBS=${JOBS:-"llama_8b 2048 paper 1,4,16;qwen3_30b_a3b 2048 paper 1,4,16;llama_8b 4096 game;qwen3_30b_a3b 4096 game;\
+llama_8b 8192 paper 1,4,16;qwen3_30b_a3b 8192 paper 1,4,16;qwen3_30b_a3b 8192 paper 64;llama_8b 8192 paper 64"}
+W=/tmp/igi-crowd; mkdir -p $W/logs $W/results; L=$W/logs
+REAL_OUT=${OUT:-/tmp/igi-crowd-out}; mkdir -p "$REAL_OUT"
+finish() { tar czf "$REAL_OUT/crowd.tgz" -C $W logs results 2>/dev/null; }
+trap finish EXIT
+el() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( LIMIT - $(el) )); }
+export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
+if [ ! -f /tmp/site/.igi-ready ]; then
+  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
+  BPID=$!
+  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
+  for mdl in ${WRITE:-llama_8b qwen3_30b_a3b}; do
+    PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.npc_batch import resolve_model; resolve_model('synthetic:' + sys.argv[1])" $mdl > $L/write-$mdl.log 2>&1 &
+  done
+  wait $BPID; brc=$?; wait
+  tail -3 $L/build.log; cat $L/write-*.log; echo "build rc=$brc at $(el) s"
+  [ $brc = 0 ] || exit 1
+fi
+source .gpu/env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $L/nvidia-smi.txt 2>&1
+git rev-parse --short HEAD > $W/results/commit.txt 2>/dev/null
+# one name per job: MODEL-BUDGET-WORKLOAD[-Bs]
+names=(); IFS=';' read -ra jobs <<< "$JOBS"
+for j in "${jobs[@]}"; do set -- $j; names+=("$1-$2-$3${4:+-${4//,/_}}"); done
+if [ ! -f $W/started ]; then  # one detached runner for every job, started by the first call
+  touch $W/started
+  printf '%s\n' "${jobs[@]}" > $W/jobs.txt
+  setsid nohup bash -c "while read -r model budget workload bs; do
+      name=\$model-\$budget-\$workload\${bs:+-\${bs//,/_}}
+      batch=\${bs:+--batch \$bs}
+      python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model --vram-budget-mib \$budget \
+        --profile reference:h200 --n-threads $N_THREADS \$batch ${ARGS:-} --json $W/results/\$name.json \
+        > $L/\$name.log 2>&1
+      echo \"\$name rc=\$?\" >> $W/results/done.txt
+    done < $W/jobs.txt" < /dev/null > /dev/null 2>&1 &
+  echo "jobs started at $(el) s: ${names[*]}"
+fi
+shown=""
+while :; do
+  for n in "${names[@]}"; do
+    if grep -q "^$n rc=" $W/results/done.txt 2>/dev/null && [[ " $shown " != *" $n "* ]]; then
+      shown="$shown $n"; grep "^$n rc=" $W/results/done.txt
+      grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^warmup\|^alloc\|^common\|^set_\|^ggml" \
+        $L/$n.log | tail -n 30
+    fi
+  done
+  all=1; for n in "${names[@]}"; do grep -q "^$n rc=" $W/results/done.txt 2>/dev/null || all=0; done
+  [ $all = 1 ] && { echo "DONE at $(el) s"; exit 0; }
+  [ "$(left)" -lt 15 ] && { echo "STILL RUNNING at $(el) s:"; for n in "${names[@]}"; do
+      grep -q "^$n rc=" $W/results/done.txt 2>/dev/null || { echo "$n:"; grep "^B=\|NPCs:" $L/$n.log 2>/dev/null | tail -n 4; }
+    done; exit 0; }
+  sleep 5
+done

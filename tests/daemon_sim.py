@@ -76,7 +76,8 @@ class SimWorker:
     def __init__(self) -> None:
         self.ready = False
         self.restarts = 0
-        self.placement = Placement()
+        self.placement = Placement()  # what the next start loads (the daemon's lifecycle sets it)
+        self.loaded = self.placement  # what the process runs: its start's placement, then each Reload's
         self._config: dict[str, Any] = {"model_path": MODELS["default"], "n_ctx": 2048}
         self._alive = False
         self._dead = True
@@ -88,11 +89,12 @@ class SimWorker:
     def config(self) -> dict[str, Any]:
         return dict(self._config)
 
-    def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None:
-        self._config, self.placement = dict(worker_config), placement
+    def retarget(self, worker_config: dict[str, Any]) -> None:
+        self._config = dict(worker_config)
 
     def start(self) -> None:
         self._alive, self._dead, self._queue = True, False, []
+        self.loaded = self.placement
         path = self._config["model_path"]
         if path.endswith("refused.gguf"):
             self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
@@ -152,6 +154,7 @@ class SimWorker:
                 self._queue.remove(job)
                 self._done(job, "cancelled")
         elif isinstance(command, wp.Reload):
+            self.loaded = command.placement
             self._events.append(wp.Reloaded(req_id=command.req_id, ok=True, placement=command.placement))
         elif isinstance(command, wp.Export):
             self._events.append(wp.Exported(req_id=command.req_id, session_id=command.session_id))

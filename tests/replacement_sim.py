@@ -83,6 +83,7 @@ class GpuSimWorker(SimWorker):
         self.gpu_hidden = self.hides_gpu_for(self.placement)
         self.pid = 1000 + len(self.starts)
         self.starts.append((self.placement, self.gpu_hidden))
+        self.loaded = self.placement
         self.stopping = False
         if self.fail_gpu_loads and placement_uses_gpu(self.placement):
             self._alive, self._dead, self._queue = False, False, []
@@ -102,7 +103,7 @@ class GpuSimWorker(SimWorker):
             return 0.0
         if self.gpu_hidden:
             return 0.0
-        return GPU_MIB if placement_uses_gpu(self.placement) else CONTEXT_MIB
+        return GPU_MIB if placement_uses_gpu(self.loaded) else CONTEXT_MIB
 
     def send(self, command: wp.Command) -> None:
         if self.is_dead():

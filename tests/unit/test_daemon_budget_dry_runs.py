@@ -1,10 +1,11 @@
-"""Budget changes never add dry-run CUDA contexts beyond the VRAM the budgets leave (engine seam faked).
+"""Budget changes release VRAM first and never add dry-run CUDA contexts beyond the new budget (engine seam faked).
 
 On the H200, a 4096 -> 2048 MiB change peaked at 4282 MiB: planning for 2048 started a llama.cpp dry-run child,
-whose CUDA context (618 MiB) came on top of the old placement. BudgetControl now gives planning only the dry-run
-children that fit under the larger of the two budgets (none for a reclaim), and when the plan needs one that does
-not fit, it reloads to CPU-only first (freeing the VRAM), then plans and reloads to the final placement. A plan
-that needs new dry runs is made in a background thread (the I/O loop keeps serving); ``tick`` applies it.
+whose CUDA context (618 MiB) came on top of the old placement. A shrink whose plan is not ready now puts an interim
+placement in force first (the largest budget planned before whose placement fits, else CPU-only), answers its
+requests as interim, then plans the exact budget with the dry-run children that fit under it beside the worker, in a
+background thread (the I/O loop keeps serving; ``tick`` applies it like a growth). While nothing is under way, the
+ladder of budgets is planned ahead, one at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message
@@ -42,6 +43,7 @@ class FakePlanner:
     """Budgets in ``cached`` plan without a new dry run; any other needs one (DryRunDeferred when 0 slots)."""
 
     plan_within = PlacementPlanner.plan_within  # the real headroom -> slots rule
+    released_to = PlacementPlanner.released_to  # the real release-first rule over ``planned``
 
     def __init__(self, cached: set[int]) -> None:
         self.cached = cached
@@ -62,6 +64,12 @@ class FakePlanner:
             assert self.gate.wait(10)
         self.cached.add(budget_mib)
         return _outcome(budget_mib, budget_mib * 0.9, budget_mib // 256)
+
+    def planned(self) -> dict[int, PlanOutcome]:
+        return {b: _outcome(b, b * 0.9, b // 256) for b in self.cached}
+
+    def model_file_mib(self) -> float:
+        return 3000.0
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         cpu = _outcome(budget_mib, 0.0, 0)
@@ -105,36 +113,64 @@ class Rig:
         return [m for _, m in (unpack_message(KEY, f) for f in self.sent) if isinstance(m, BudgetAck)]
 
 
-def test_shrink_without_headroom_frees_vram_first_then_plans_with_the_freed_vram(
+def test_a_shrink_without_a_plan_releases_to_cpu_first_and_answers_as_interim(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=3700.0)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
-    # 4096 - 3700 MiB leaves no room for a 600 MiB dry-run child: planning may only read the cache
+    # the 2048 plan needs a dry run; nothing planned fits 2048: release to CPU-only at once, no dry run beside 3700 MiB
     assert rig.planner.calls == [(2048, 0)]
     first = rig.reloads()
-    assert len(first) == 1 and first[0].placement.n_gpu_layers == 0  # interim: CPU-only
-    assert rig.acks() == []  # not acked before the final placement
+    assert len(first) == 1 and first[0].placement.n_gpu_layers == 0
+    assert rig.acks() == []  # answered once the VRAM is released
     rig.finish_reload(used_after_mib=500.0)  # the worker's CUDA context only
+    (ack,) = rig.acks()
+    assert ack.interim and ack.applied and ack.granted_mib == 2048 and ack.cpu_fallback
     rig.settle()
-    # cache first, then (2048 - 500 - 256) // 600 = 2 children, which now fit under the new budget
+    # then the exact plan: cache first, then (2048 - 500 - 256) // 600 = 2 children, under the new budget
     assert rig.planner.calls[1:] == [(2048, 0), (2048, 2)]
     assert rig.planner.threads == {"igi-budget-plan"}  # the dry runs ran off the I/O loop
     assert rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256
     rig.finish_reload(used_after_mib=1800.0)
+    assert len(rig.acks()) == 1  # applied like a growth: no second reply
+    assert rig.budget.current.budget_mib == 2048 and rig.budget.current.plan.strategy == "partial"
+    assert not rig.budget.reloading and rig.budget.state.pending_mib is None
+
+
+def test_a_shrink_releases_to_the_nearest_planned_budget_that_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048, 1024}, used_mib=3700.0)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+    (interim,) = rig.reloads()
+    assert interim.placement.n_gpu_layers == 2048 // 256  # 2048's placement (1843 MiB), not 1024's, not CPU-only
+    rig.finish_reload(used_after_mib=1900.0)
     (ack,) = rig.acks()
-    assert ack.applied and ack.granted_mib == 2048 and ack.plan.strategy == "partial"
-    assert rig.budget.current.budget_mib == 2048 and not rig.budget.reloading
+    assert ack.interim and ack.granted_mib == 3000 and ack.plan.gpu_mib == 2048 * 0.9
+    assert rig.budget.state.in_force_mib == 3000  # honoured under the new budget while its plan is made
+    rig.settle()
+    assert rig.planner.calls[-1] == (3000, (3000 - 1900 - 256) // CHILD_MIB)
+    assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
+    rig.finish_reload(used_after_mib=2700.0)
+    assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 3000 * 0.9
 
 
-def test_shrink_with_headroom_plans_with_the_children_that_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_shrink_whose_placement_still_fits_plans_under_the_new_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Rig(monkeypatch, cached={4096}, used_mib=2000.0)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3072)
     rig.settle()
-    assert rig.planner.calls == [(3072, 0), (3072, (4096 - 2000 - 256) // CHILD_MIB)]
+    # no release needed (2000 MiB fit 3072); the dry-run children fit under the new budget, not the old one
+    assert rig.planner.calls == [(3072, 0), (3072, (3072 - 2000 - 256) // CHILD_MIB)]
     assert len(rig.reloads()) == 1 and rig.reloads()[0].placement.n_gpu_layers == 3072 // 256
     rig.finish_reload(used_after_mib=2700.0)
-    assert [a.granted_mib for a in rig.acks()] == [3072]
+    assert [(a.granted_mib, a.interim) for a in rig.acks()] == [(3072, None)]
+
+
+def test_a_placement_that_fits_stays_when_no_dry_run_fits_beside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096}, used_mib=3000.0)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3500)
+    # 3500 - 3000 - 256 MiB holds no child: rather than stop on the CPU to plan, the placement in force stays
+    assert rig.reloads() == [] and rig.budget._plans.pending is None
+    (ack,) = rig.acks()
+    assert ack.applied and ack.granted_mib == 3500 and "stays" in (ack.warning or "")
 
 
 def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,13 +180,13 @@ def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: py
     assert len(rig.reloads()) == 1 and rig.reloads()[0].placement.n_gpu_layers == 3072 // 256
     rig.finish_reload(used_after_mib=2700.0)
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1024, deadline_s=1.0)
-    assert rig.planner.calls[-1] == (1024, 0)  # plenty of headroom, still no child: free memory first
+    assert rig.planner.calls[-1] == (1024, 0)  # no dry run beside 2700 MiB: release first (nothing planned fits)
     assert rig.reloads()[-1].placement.n_gpu_layers == 0
     rig.finish_reload(used_after_mib=500.0)
     # (1024 - 500 - 256) // 600 = 0: no dry run fits even now -> stays CPU-only, with a warning
     assert rig.planner.calls[-2:] == [(1024, 0), (1024, 0)] and rig.budget._plans.pending is None
     acks = rig.acks()
-    assert [a.granted_mib for a in acks] == [3072, 1024]
+    assert [(a.granted_mib, a.interim) for a in acks] == [(3072, None), (1024, True)]
     assert acks[-1].cpu_fallback and acks[-1].plan.gpu_mib == 0.0  # answered once the VRAM was released
     assert "no VRAM headroom" in (rig.budget.current.warning or "")  # and it stays so; the outcome says why
     assert len(rig.reloads()) == 2  # already on CPU-only: no third reload
@@ -197,3 +233,75 @@ def test_a_reclaim_during_background_planning_frees_the_vram_at_once(monkeypatch
     rig.finish_reload(used_after_mib=1400.0)
     assert [a.requested_mib for a in rig.acks()] == [1536, 3072]
     assert rig.acks()[-1].granted_mib == 1536 and not rig.budget.reloading
+
+
+def _serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lifecycle reports a worker serving (the Rig never starts one)."""
+    monkeypatch.setattr(WorkerLifecycle, "state", property(lambda self: WorkerState.READY))
+
+
+def _plan_ahead_until_done(rig: Rig) -> None:
+    """Tick like the I/O loop until the ladder is planned (each budget in the background, one at a time)."""
+    deadline = time.monotonic() + 10
+    while True:
+        rig.budget.tick()
+        if rig.budget._plans.pending is None and not rig.budget._plans._ahead and rig.budget._plans._ahead_for:
+            return
+        assert time.monotonic() < deadline, "the ladder was not planned"
+        time.sleep(0.005)
+
+
+def test_the_ladder_is_planned_ahead_below_the_budget_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
+    _serving(monkeypatch)
+    rig.budget.tick()
+    assert rig.budget.reloading and not rig.budget.under_way  # planning ahead is not a budget change
+    _plan_ahead_until_done(rig)
+    slots = (4096 - 1000 - 256) // CHILD_MIB  # the children the VRAM under the budget in force holds
+    # a 3000 MiB model: the ladder is 1024 ... 4096; 4096 is planned; the others from the budget in force down
+    assert rig.planner.calls == [(3072, slots), (2048, slots), (1024, slots)]
+    assert rig.planner.threads == {"igi-budget-plan"} and rig.reloads() == [] and rig.acks() == []
+    # a shrink to a budget planned ahead: one reload to its exact plan, answered as such
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    assert [r.placement.n_gpu_layers for r in rig.reloads()] == [2048 // 256]
+    rig.finish_reload(used_after_mib=1800.0)
+    (ack,) = rig.acks()
+    assert ack.granted_mib == 2048 and ack.interim is None
+
+
+def test_declared_levels_are_planned_first_and_none_without_headroom(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
+    _serving(monkeypatch)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 4096, levels_mib=[1536, 0, 6144])
+    assert rig.acks()[0].granted_mib == 4096  # declaring levels changes nothing by itself
+    rig.budget.tick()
+    pending = rig.budget._plans.pending
+    assert pending is not None and pending.ahead and pending.target_mib == 6144  # declared first, descending
+    _plan_ahead_until_done(rig)
+    assert [budget for budget, _ in rig.planner.calls][:2] == [6144, 1536]
+
+    tight = Rig(monkeypatch, cached={4096}, used_mib=3700.0)
+    _plan_ahead_until_done(tight)
+    # no child fits beside 3700 MiB under 4096: only what the disk cache holds (slots 0), nothing new started
+    assert {slots for _, slots in tight.planner.calls} == {0} and tight.planner.threads == set()
+    assert set(tight.planner.planned()) == {4096}
+
+
+def test_a_shrink_while_a_ladder_budget_is_planned_releases_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 1024}, used_mib=1000.0)
+    _serving(monkeypatch)
+    rig.planner.gate.clear()  # the ladder's next dry runs wait
+    rig.budget.tick()
+    assert rig.budget._plans.pending is not None and rig.budget._plans.pending.target_mib == 3072
+    rig.used_mib = 3700.0
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2500)
+    (interim,) = rig.reloads()
+    assert interim.placement.n_gpu_layers == 1024 // 256  # released to 1024's placement without waiting
+    rig.finish_reload(used_after_mib=900.0)
+    assert [(a.granted_mib, a.interim) for a in rig.acks()] == [(2500, True)]
+    rig.planner.gate.set()
+    rig.settle()
+    # the ladder plan finished; the 2500 target superseded it and is planned and applied, without another reply
+    assert rig.reloads()[-1].placement.n_gpu_layers == 2500 // 256
+    rig.finish_reload(used_after_mib=2300.0)
+    assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 2500 * 0.9

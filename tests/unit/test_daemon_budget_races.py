@@ -125,7 +125,7 @@ def _on_gpu(daemon: Daemon, budget_mib: int) -> GpuPlanner:
     daemon.budget._planner = planner  # type: ignore[assignment]
     daemon.budget._current = planner.plan(budget_mib)
     daemon.budget.state = BudgetState.initial(budget_mib)
-    daemon.worker.placement = daemon.budget.current.placement
+    daemon.worker.placement = daemon.worker.loaded = daemon.budget.current.placement
     return planner
 
 
@@ -139,7 +139,7 @@ def _pump(daemon: Daemon, times: int = PUMPS) -> None:
 
 
 def _running(daemon: Daemon) -> Placement:
-    return Placement.model_validate(daemon.worker.placement)
+    return Placement.model_validate(daemon.worker.loaded)
 
 
 # --- finding 3: a budget change queued while a model switch stops the worker ---------------------------------------

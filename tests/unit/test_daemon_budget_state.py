@@ -47,7 +47,7 @@ def _serving(budget_mib: int, now: list[float] | None = None) -> Daemon:
     daemon.budget._planner = TwoPlacements()  # type: ignore[assignment]
     daemon.budget._current = TwoPlacements().plan(budget_mib)
     daemon.budget.state = BudgetState.initial(budget_mib)
-    daemon.worker.placement = daemon.budget.current.placement
+    daemon.worker.placement = daemon.worker.loaded = daemon.budget.current.placement
     return daemon
 
 

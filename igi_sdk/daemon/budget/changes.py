@@ -30,7 +30,9 @@ class PendingReload:
     req_id: str
     outcome: PlanOutcome
     waiters: list[Waiter] = field(default_factory=list)
-    replan_mib: int | None = None  # an interim CPU-only reload: plan for this budget once it is done
+    #: An interim reload that releases VRAM first (the placement of a budget planned before, or CPU-only): plan for
+    #: this budget once it is done and apply that like a growth.
+    replan_mib: int | None = None
     #: A worker replacement instead of a reload (``WorkerLifecycle.replace``: its phases are the lifecycle's).
     replacing: bool = False
 
@@ -75,6 +77,13 @@ class Planning:
     waiters: list[Waiter]
     result: PlanResult
     newer: tuple[int, bool] | None = None  # (target, reclaiming) of a decision that arrived meanwhile
+    #: A budget of the ladder planned ahead (no change waits for it unless ``newer`` or ``waiters`` joined).
+    ahead: bool = False
+
+    @property
+    def for_change(self) -> bool:
+        """Whether a budget change waits for this plan (a plan made ahead for which none does is not a change)."""
+        return not self.ahead or self.newer is not None or bool(self.waiters)
 
 
 def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
@@ -83,9 +92,12 @@ def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
     return a.placement == b.placement and a.encoder == b.encoder
 
 
-def budget_ack(waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, now_s: float) -> BudgetAck:
+def budget_ack(
+    waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, now_s: float, interim: bool = False
+) -> BudgetAck:
     """The ``budget_ack`` of ``waiter``'s request, answered with ``outcome`` at ``now_s`` (``deadline_missed`` when
-    a reclaim took longer than its ``deadline_s``)."""
+    a reclaim took longer than its ``deadline_s``; ``interim``: ``outcome`` released VRAM first, the exact plan for
+    the budget follows)."""
     elapsed = now_s - waiter.t0_s
     warning = outcome.warning
     if waiter.deadline_s is not None and elapsed > waiter.deadline_s:
@@ -101,4 +113,5 @@ def budget_ack(waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: fl
         apply_time_s=elapsed if applied else 0.0,
         measured_vram_mib=measured,
         warning=warning,
+        interim=True if interim else None,
     )

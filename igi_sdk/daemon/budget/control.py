@@ -119,7 +119,8 @@ class BudgetControl:
 
     @property
     def current(self) -> PlanOutcome:
-        """The plan in force: the worker runs its placement (its budget is ``state.in_force_mib``)."""
+        """The plan in force: the worker runs its placement (its budget is ``state.in_force_mib``). The one record of
+        the placement in force: the lifecycle starts every worker on it (a replacement's new worker on its target)."""
         return self._current
 
     def _put_in_force(self, outcome: PlanOutcome, still_pending: bool = False) -> None:
@@ -171,8 +172,6 @@ class BudgetControl:
         """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
         interim CPU-only placement, its reclaims and plan for its budget."""
         self._put_in_force(op.outcome, still_pending=op.replan_mib is not None)
-        self._core.worker.placement = op.outcome.placement
-        self._core.worker.vision = op.outcome.encoder
         self._core.counters["reloads"] += 1
         fields = {"worker_replaced": True} if replaced else {}
         if op.replan_mib is not None:
@@ -410,9 +409,6 @@ class BudgetControl:
         op, self._inflight = self._inflight, None
         if op is None:
             return
-        if op.replacing:
-            self._core.worker.placement = self._current.placement
-            self._core.worker.vision = self._current.encoder
         error = RequestError(
             ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
         )

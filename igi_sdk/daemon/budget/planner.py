@@ -10,6 +10,7 @@ CUDA reserve while the whole LLM steps aside, else on the CPU; always on the CPU
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
 from igi_sdk.planner.workload import Objective
+from igi_sdk.policy.budget_ladder import interim_budget
 
 _log = get_logger("placement")
 DEFAULT_DRY_RUN_CHILD_MIB = 640
@@ -153,6 +155,24 @@ class PlacementPlanner:
             return self.cpu_only(
                 budget_mib, warning=f"planner unavailable ({type(exc).__name__}: {exc}); CPU-only placement"
             )
+
+    def planned(self) -> dict[int, PlanOutcome]:
+        """The budgets planned so far and their outcomes (a copy: planning in the background adds to it)."""
+        return dict(self._plans)
+
+    def released_to(self, target_mib: int) -> PlanOutcome:
+        """The placement a shrink to ``target_mib`` puts in force before its own plan exists: that of the largest
+        planned budget whose placement fits the target (``policy.budget_ladder.interim_budget``), else CPU-only;
+        labelled with ``target_mib``, the budget it is honoured under."""
+        planned = self.planned()
+        budget = interim_budget(target_mib, ((b, o.plan.gpu_mib) for b, o in planned.items()))
+        if budget is None:
+            return self.cpu_only(target_mib)
+        return dataclasses.replace(planned[budget], budget_mib=target_mib, warning=None)
+
+    def model_file_mib(self) -> float:
+        """The model file's size, MiB (the ladder's top is the all-GPU size it implies)."""
+        return self._model_path.stat().st_size / (1024 * 1024)
 
     def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
         """``plan`` with as many dry-run children as ``headroom_mib`` of free VRAM holds; CPU-only (with a

@@ -1,35 +1,45 @@
-"""Daemon layer: how a budget is planned: in the I/O loop, in a background thread, or after an interim CPU-only reload
-that frees the VRAM the dry runs need. ``BudgetControl`` owns one :class:`BudgetPlanning` and acts on the
-:class:`Apply` it answers.
+"""Daemon layer: how a budget is planned: released to first, in the I/O loop, in a background thread, and ahead of
+time. ``BudgetControl`` owns one :class:`BudgetPlanning` and acts on the :class:`Apply` it answers.
 
-Planning may need llama.cpp dry runs, and each dry-run child holds its own CUDA context (618 MiB on the H200) while the
-worker still holds the old placement: on the H200 a 4096 -> 2048 MiB change peaked at 4282 MiB that way. So planning
-gets only as many dry-run children as the VRAM left under the larger of the old and new budget holds (none for a
-reclaim, which must free memory first). When the plan needs a dry run that cannot start, the change goes in two
-reloads: first to the CPU-only placement, then, planned with the VRAM that freed, to the final placement; the ack
-follows the second. A budget planned before comes from the planner's memory, and a plan whose dry runs are all cached
-takes tens of milliseconds: both are made in the I/O loop. One that needs new dry runs (seconds) is made in a
-background thread, one at a time; ``BudgetControl.tick`` applies it when it is done, and a decision arriving
-meanwhile supersedes it.
+**Release first.** A shrink whose plan is not ready (it needs llama.cpp dry runs: seconds) must not keep the old
+placement's VRAM meanwhile. When the worker's VRAM is above the new budget (and for every reclaim whose placement does
+not fit), planning answers an interim placement at once: that of the largest budget planned before whose placement fits
+the new one (``PlacementPlanner.released_to``; CPU-only when none does). Its requests are acknowledged once it is in
+force (``budget_ack.interim``); the exact plan follows in the background and is applied like a growth.
+
+**Dry runs under the budget.** Each dry-run child holds its own CUDA context (618 MiB on the H200) beside the worker: on
+the H200 a 4096 -> 2048 MiB change once peaked at 4282 MiB that way. So planning gets only as many children as the VRAM
+left under the new budget holds beside the worker. A plan that needs a dry
+run that cannot start keeps a placement in force that fits the budget (with a warning); on the CPU-only placement, with
+no room for one child, the budget stays CPU-only. A plan whose dry runs are all cached takes tens of milliseconds and is
+made in the I/O loop; one that needs new dry runs (seconds) is made in a background thread, one at a time;
+``BudgetControl.tick`` applies it when it is done, and a decision arriving meanwhile supersedes it.
+
+**Ahead of time.** While no change is under way, the budgets of the ladder (``policy.budget_ladder``: the levels the
+game declared, and every 1024 MiB up to the model's all-GPU size) are planned in the background one at a time, with
+the dry-run children the VRAM under the budget in force holds (none fit: only what the disk cache already holds, such as
+``igi prepare`` leaves). Their outcomes stay in the planner's memory, where the release-first rule finds them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from igi_sdk.daemon.budget import vram
-from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background
+from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, same_plan
 from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome, dry_run_slots_for
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.engine.dry_run import DryRunDeferred
+from igi_sdk.policy.budget_ladder import ladder_budgets, plan_order
 
 
 @dataclass
 class Apply:
     """What planning answered: reload to ``outcome`` for ``waiters`` now. ``replan_mib`` set: ``outcome`` is an
-    interim CPU-only placement that frees the VRAM the dry runs for that budget need (plan again once it is in
-    force)."""
+    interim placement that releases VRAM first (acknowledged as such); plan that budget once it is in force."""
 
     outcome: PlanOutcome
     waiters: list[Waiter]
@@ -37,8 +47,8 @@ class Apply:
 
 
 class BudgetPlanning:
-    """Plans budgets with the served model's planner, and holds the plan being made in the background (``pending``,
-    one at a time).
+    """Plans budgets with the served model's planner: releases first, holds the plan being made in the background
+    (``pending``, one at a time: the dry-run limit is one per process) and plans the ladder ahead.
 
     Args:
         core: daemon state (its log, and its worker's pid for the VRAM reading).
@@ -48,6 +58,34 @@ class BudgetPlanning:
         self._core = core
         #: A plan being made in the background and the requests that wait for it (None: none).
         self.pending: Planning | None = None
+        #: The budget levels the game declared (``set_budget_request.levels_mib``).
+        self.declared_mib: tuple[int, ...] = ()
+        #: Ladder budgets still to plan ahead, in order, and the (budget in force, levels) they were ordered for.
+        self._ahead: list[int] = []
+        self._ahead_for: tuple[int, tuple[int, ...]] | None = None
+
+    @property
+    def changing(self) -> bool:
+        """Whether a budget change waits for a plan being made (a ladder budget planned ahead alone is not one)."""
+        return self.pending is not None and self.pending.for_change
+
+    def declare(self, levels_mib: Sequence[int]) -> None:
+        """The game's budget levels (replacing those declared before): planned ahead first."""
+        self.declared_mib = tuple(sorted(set(levels_mib)))
+        self._ahead_for = None
+
+    def release_first(
+        self, planner: PlacementPlanner, target_mib: int, reclaiming: bool, current: PlanOutcome, used_mib: float | None
+    ) -> PlanOutcome | None:
+        """The interim placement to put in force now for a change to ``target_mib`` whose own plan is not ready: when
+        the worker's VRAM (``used_mib``; None: measure it) is above the target, or for a reclaim when the placement in
+        force was planned above it. None when the worker already holds what it would release to, or nothing needs
+        releasing."""
+        used = self._used_mib(current) if used_mib is None else used_mib
+        if used <= target_mib and not (reclaiming and current.plan.gpu_mib > target_mib):
+            return None
+        interim = planner.released_to(target_mib)
+        return None if same_plan(interim, current) else interim
 
     def begin(
         self,
@@ -56,49 +94,66 @@ class BudgetPlanning:
         reclaiming: bool,
         waiters: list[Waiter],
         current: PlanOutcome,
-        in_force_mib: int,
         used_mib: float | None = None,
-        limit_mib: int | None = None,
     ) -> Apply | None:
-        """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry runs are all cached is made here
-        (tens of milliseconds; none for a budget planned before); one that needs new dry runs is made in a background
-        thread with the children that fit under ``limit_mib`` beside ``used_mib`` (returns None: ``finished`` answers
-        later), or, when none fits (or for a reclaim), an interim CPU-only reload that frees the VRAM comes first."""
+        """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry
+        runs are all cached is made here (tens of milliseconds; none for a budget planned before). Otherwise VRAM
+        above the target is released first (an interim placement, ``release_first``), or the plan is made in a
+        background thread with the dry-run children that fit under the budget beside ``used_mib`` (returns None:
+        ``finished`` answers later), or, when none fits, a placement that fits stays in force."""
         child_mib = planner.dry_run_child_mib()
         try:
             outcome = planner.plan(target_mib, dry_run_slots=0 if child_mib > 0 else None)
         except DryRunDeferred as exc:
             used = self._used_mib(current) if used_mib is None else used_mib
-            limit = max(target_mib, in_force_mib) if limit_mib is None else limit_mib
-            cpu = planner.cpu_only(target_mib)
-            on_cpu = cpu.placement == current.placement  # nothing left to free: children must fit the target
-            slots = dry_run_slots_for((target_mib if on_cpu else limit) - used, child_mib)
-            if reclaiming and not on_cpu:
-                slots = 0
+            interim = self.release_first(planner, target_mib, reclaiming, current, used)
+            if interim is not None:
+                self._core.log(
+                    logging.INFO,
+                    "budget_release_first",
+                    target_mib=target_mib,
+                    interim_gpu_mib=interim.plan.gpu_mib,
+                    strategy=interim.plan.strategy,
+                )
+                return Apply(interim, waiters, replan_mib=target_mib)
+            slots = dry_run_slots_for(target_mib - used, child_mib)
             if slots:
                 self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)
                 self.pending = Planning(target_mib, waiters, plan_in_background(planner.plan, target_mib, slots))
                 return None
-            if not on_cpu:
-                self._core.log(logging.INFO, "budget_interim_cpu", target_mib=target_mib, reason=str(exc))
-                return Apply(cpu, waiters, replan_mib=target_mib)
-            outcome = planner.cpu_only(
-                target_mib,
-                warning=f"no VRAM headroom ({target_mib - used:.0f} MiB) "
-                "for the dry run that sizes a GPU placement; CPU-only placement",
+            warning = (
+                f"no VRAM headroom ({target_mib - used:.0f} MiB) for the dry run that sizes a placement for "
+                f"{target_mib} MiB; "
             )
+            if current.cpu_fallback or used > target_mib:
+                outcome = planner.cpu_only(target_mib, warning=warning + "CPU-only placement")
+            else:  # the placement in force fits: keep it rather than stop on the CPU to plan
+                self._core.log(logging.INFO, "budget_plan_deferred", target_mib=target_mib, reason=str(exc))
+                outcome = dataclasses.replace(
+                    current, budget_mib=target_mib, warning=warning + "the placement in force fits and stays"
+                )
         return Apply(outcome, waiters)
 
-    def finished(self, planner: PlacementPlanner, current: PlanOutcome, in_force_mib: int) -> Apply | None:
-        """The background plan, once it is done (None before, or while the newer target that superseded it is
-        planned in its turn); a plan that failed answers the CPU-only placement."""
+    def finished(self, planner: PlacementPlanner, current: PlanOutcome) -> Apply | None:
+        """The background plan, once it is done (None before, while the newer target that superseded it is planned
+        in its turn, or for a ladder budget planned ahead); a plan that failed answers the CPU-only placement."""
         planning = self.pending
         if planning is None or not planning.result.done.is_set():
             return None
         self.pending = None
         if planning.newer is not None:
             target, reclaiming = planning.newer
-            return self.begin(planner, target, reclaiming, planning.waiters, current, in_force_mib)
+            return self.begin(planner, target, reclaiming, planning.waiters, current)
+        if planning.ahead:
+            error = planning.result.error
+            self._core.log(
+                logging.INFO,
+                "budget_planned_ahead",
+                target_mib=planning.target_mib,
+                ok=planning.result.outcome is not None,
+                **({} if error is None else {"reason": f"{type(error).__name__}: {error}"}),
+            )
+            return None
         self._core.log(
             logging.INFO, "budget_planned", target_mib=planning.target_mib, ok=planning.result.outcome is not None
         )
@@ -108,6 +163,25 @@ class BudgetPlanning:
         else:
             outcome = planning.result.outcome
         return Apply(outcome, planning.waiters)
+
+    def plan_ahead(self, planner: PlacementPlanner, current: PlanOutcome, in_force_mib: int) -> None:
+        """Start planning the next ladder budget not planned yet, in the background, with the dry-run children the
+        VRAM under ``in_force_mib`` holds beside the worker (call it only while no change is under way). Nothing
+        without a GPU (every budget is the CPU-only placement there)."""
+        if self.pending is not None or planner.dry_run_child_mib() <= 0:
+            return
+        if self._ahead_for != (in_force_mib, self.declared_mib):
+            ladder = ladder_budgets(planner.model_file_mib(), declared_mib=self.declared_mib)
+            self._ahead = list(plan_order(ladder, in_force_mib, self.declared_mib))
+            self._ahead_for = (in_force_mib, self.declared_mib)
+        planned = planner.planned()
+        while self._ahead and self._ahead[0] in planned:
+            self._ahead.pop(0)
+        if not self._ahead:
+            return
+        budget = self._ahead.pop(0)
+        slots = dry_run_slots_for(in_force_mib - self._used_mib(current), planner.dry_run_child_mib()) or 0
+        self.pending = Planning(budget, [], plan_in_background(planner.plan, budget, slots), ahead=True)
 
     def _used_mib(self, current: PlanOutcome) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the plan in force's prediction."""

@@ -126,7 +126,7 @@ def shutdown(
 
 def set_budget(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header, msg: SetBudgetRequest) -> None:
     """Budget change: the ack comes from BudgetControl (now, or after the reload)."""
-    budget.on_set_budget(identity, header, msg.vram_budget_mib)
+    budget.on_set_budget(identity, header, msg.vram_budget_mib, msg.levels_mib)
     _governor_budget(core, budget)
 
 

@@ -8,7 +8,9 @@ switch's steps). The sub-phases of a worker replacement and of a model switch ar
 ``Ready`` and ``Fatal`` event and every exit of the process by that state; events about jobs, exports and reloads mean
 the same in every state (``worker.events.handle_worker_event``). It also holds what the daemon knows of the worker's
 health (the ``Fatal`` that makes a model unservable, the failures in a row, a start the OS refused and when to try
-again). docs/daemon.md, "The engine worker: states, protocol, owners", draws the diagram and lists the table.
+again), and it starts every worker: on the plan in force (``BudgetControl.current``, the one record of the placement
+in force) or on a replacement's target. docs/daemon.md, "The engine worker: states, protocol, owners", draws the
+diagram and lists the table.
 
 A move the table does not hold is a daemon bug: ``_move`` raises :class:`IllegalMove` before anything changes, and the
 guard around the step that asked for it (a worker event, a loop step, a request handler) logs and counts it. STOPPED
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
-from igi_sdk.daemon.budget.planner import placement_uses_gpu
+from igi_sdk.daemon.budget.planner import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
@@ -141,6 +143,8 @@ class Replacement:
 class BudgetSide(Protocol):
     """What the lifecycle needs from ``BudgetControl``."""
 
+    @property
+    def current(self) -> PlanOutcome: ...
     def on_worker_ready(self) -> None: ...
     def on_reloaded(self, event: wp.Reloaded) -> None: ...
     def replacement_done(self, apply_time_s: float) -> None: ...
@@ -217,6 +221,20 @@ class WorkerLifecycle:
             return "stopping"
         return "starting" if self._state is WorkerState.REPLACING_STARTING else None
 
+    def _start_worker(self, restart: bool = False) -> None:
+        """Start (``restart``: reap the dead one and start) a worker on a replacement's target, else on the plan in
+        force: the supervisor's ``placement`` and ``vision`` are written here only."""
+        worker, replacement = self._core.worker, self._replacement
+        if replacement is not None:
+            worker.placement, worker.vision = replacement.placement, replacement.vision
+        else:
+            current = self._budget_side().current
+            worker.placement, worker.vision = current.placement, current.encoder
+        if restart:
+            worker.restart()
+        else:
+            worker.start()
+
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
         """Replace the worker with one that runs ``placement``: ``Shutdown`` now; its exit starts the new one (``_swap``).
@@ -261,9 +279,7 @@ class WorkerLifecycle:
         worker.stop(timeout_s=1.0)  # reap it
         core.carry_over_jobs()
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
-        worker.placement = replacement.placement
-        worker.vision = replacement.vision
-        worker.start()
+        self._start_worker()
         core.log(
             logging.INFO,
             "worker_replaced",
@@ -308,14 +324,15 @@ class WorkerLifecycle:
         self._move(Move.OLD_STOPPED)
 
     def switch_load(self) -> None:
-        """Start a worker on the new model's plan; a ``Fatal`` of the previous model is forgotten."""
+        """Start a worker on the new model's plan (put in force by ``BudgetControl.replace_model``); a ``Fatal`` of the
+        previous model is forgotten."""
         self.fatal_error = None
-        self._core.worker.start()
+        self._start_worker()
         self._move(Move.PLANNED)
 
     def switch_revert(self) -> None:
-        """The new model failed to load: start a worker on the previous model's plan."""
-        self._core.worker.start()
+        """The new model failed to load: start a worker on the previous model's plan (put in force again)."""
+        self._start_worker()
         self._move(Move.LOAD_FAILED)
 
     def forward_waiting_jobs(self) -> None:
@@ -433,7 +450,7 @@ class WorkerLifecycle:
             budget.abort(gone)
             return
         self._move(Move.DIED)
-        core.worker.restart()
+        self._start_worker(restart=True)
         core.counters["worker_restarts"] += 1
 
     # --- internals -----------------------------------------------------------------------------------------------
@@ -459,7 +476,7 @@ class WorkerLifecycle:
             if state is WorkerState.REPLACING_STOPPING and replacement is not None:
                 self._swap(replacement)  # no crash: the new worker starts (again, after a refused start)
             elif due is not None:
-                core.worker.start()
+                self._start_worker()
                 core.counters["worker_restarts"] += 1
             else:
                 self.died(failed_reload=state is WorkerState.REPLACING_STARTING)

@@ -281,25 +281,23 @@ class ModelSwitch:
         core = self._core
         planner = load.planner
         assert planner is not None
-        outcome = self._budget.replace_model(planner, load.budget_mib)  # planned meanwhile, from memory
+        self._budget.replace_model(planner, load.budget_mib)  # planned meanwhile, from memory: in force now
         if load.budget_mib is not None and core.governor is not None:  # the load's budget, as the budget state has it
             core.governor.set_budget(self._budget.state.requested_mib, core.clock())
         config = {
             **self._config_for(load.path, load.n_ctx),
             "mmproj_path": None if load.mmproj is None else str(load.mmproj),
         }
-        core.worker.retarget(config, outcome.placement)
-        core.worker.vision = outcome.encoder
-        self._lifecycle.switch_load()
+        core.worker.retarget(config)
+        self._lifecycle.switch_load()  # a worker on the plan in force
         load.phase_since_s = core.clock()
 
     def _revert(self, load: _Load) -> None:
         core = self._core
         core.counters["model_load_failures"] += 1
         assert load.previous_config is not None and load.previous_planner is not None
-        outcome = self._budget.replace_model(load.previous_planner)
-        core.worker.retarget(load.previous_config, outcome.placement)
-        core.worker.vision = outcome.encoder
+        self._budget.replace_model(load.previous_planner)  # the previous model's plan in force again
+        core.worker.retarget(load.previous_config)
         self._lifecycle.switch_revert()
         load.phase_since_s = core.clock()
 

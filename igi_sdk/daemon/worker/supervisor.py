@@ -78,7 +78,7 @@ class WorkerSupervisor:
 
     Args:
         worker_config: plain dict handed to ``worker_main`` (model path, n_ctx, limits, log settings).
-        placement: the placement the worker loads.
+        placement: the placement the first worker loads.
         gpu: whether a worker could hold a CUDA context here (default: :func:`cuda_gpu_usable`). When True, a worker
             whose placement needs no GPU starts with CUDA hidden.
         vision: the vision encoder's plan beside ``placement`` (None: no projector).
@@ -92,8 +92,9 @@ class WorkerSupervisor:
         vision: EncoderPlan | None = None,
     ) -> None:
         self._config = worker_config
+        #: The placement the next worker started loads, with its vision encoder's plan (None: no projector). The
+        #: daemon's ``WorkerLifecycle`` writes them before each start (the plan in force, or a replacement's target).
         self.placement = placement
-        #: The vision encoder's plan beside ``placement`` (None: no projector), handed to the next worker started.
         self.vision = vision
         self.gpu = cuda_gpu_usable() if gpu is None else gpu
         #: Whether the current (or last) worker was started with ``CUDA_VISIBLE_DEVICES=""``.
@@ -114,14 +115,12 @@ class WorkerSupervisor:
         """The worker configuration (model path, n_ctx, limits, log settings) used by the next start."""
         return dict(self._config)
 
-    def retarget(self, worker_config: dict[str, Any], placement: Placement) -> None:
-        """Use another model / placement from the next :meth:`start` (or crash restart) on (the vision encoder's plan
-        beside it is :attr:`vision`).
+    def retarget(self, worker_config: dict[str, Any]) -> None:
+        """Use another model from the next :meth:`start` (or crash restart) on.
 
         The running worker is not touched: stop it first to switch models.
         """
         self._config = dict(worker_config)
-        self.placement = placement
 
     def hides_gpu_for(self, placement: Placement) -> bool:
         """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine, when the

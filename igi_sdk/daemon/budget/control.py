@@ -1,7 +1,8 @@
 """Daemon layer: live budget changes (set_budget, reclaim, deferred growth) and the reloads they cause.
 
 Sequence of one change: policy decision (``policy.budget``) -> plan for the target budget (``budget/planning.py``: in
-the background when it needs dry runs, with an interim CPU-only reload when none fits) -> if the placement differs, a
+the background when it needs dry runs; a shrink that must release VRAM first puts an interim placement in force,
+acknowledged as such) -> if the placement differs, a
 ``worker.protocol.Reload`` to the worker (it pauses at the next token boundary, saves the sequences, reloads, restores,
 continues), or on a GPU machine between a GPU and a CPU-only placement a worker replacement (``WorkerLifecycle.replace``)
 -> on ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight
@@ -29,6 +30,7 @@ re-plans a change that waited for a worker.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import PendingReload, Waiter, budget_ack, same_plan
@@ -76,8 +78,14 @@ class BudgetControl:
         self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
 
     # --- requests --------------------------------------------------------------------------------
-    def on_set_budget(self, identity: bytes, header: Header, vram_budget_mib: int) -> None:
-        """Handle ``set_budget_request``: shrink now, grow with hysteresis."""
+    def on_set_budget(
+        self, identity: bytes, header: Header, vram_budget_mib: int, levels_mib: Sequence[int] | None = None
+    ) -> None:
+        """Handle ``set_budget_request``: shrink now, grow with hysteresis; ``levels_mib`` (not None) replaces the
+        budget levels the game declared, which are planned ahead first."""
+        if levels_mib is not None:
+            self._plans.declare(levels_mib)
+            self._core.log(logging.INFO, "budget_levels_declared", levels_mib=sorted(set(levels_mib)))
         decision = decide(self.state, vram_budget_mib, self._core.clock(), self._config)
         log = {"requested_mib": vram_budget_mib, "action": decision.action, "reason": decision.reason}
         self._core.log(logging.INFO, "budget_request", **log)
@@ -92,18 +100,21 @@ class BudgetControl:
         self._act(decision, waiter, reclaiming=True)
 
     def tick(self) -> None:
-        """Apply a finished background plan, and a deferred growth once it is stable (every loop iteration)."""
-        self._do(self._plans.finished(self._planner, self._current, self.state.in_force_mib))
-        if self.state.deferred_mib is None:
-            return
-        decision = poll(self.state, self._core.clock(), self._config)
-        if decision.action == "apply":
-            self._core.log(logging.INFO, "budget_growth_applied", target_mib=decision.target_mib)
-            self._act(decision, None)
+        """Apply a finished background plan, and a deferred growth once it is stable; with nothing under way and the
+        worker serving, plan the next budget of the ladder ahead (every loop iteration)."""
+        self._do(self._plans.finished(self._planner, self._current))
+        if self.state.deferred_mib is not None:
+            decision = poll(self.state, self._core.clock(), self._config)
+            if decision.action == "apply":
+                self._core.log(logging.INFO, "budget_growth_applied", target_mib=decision.target_mib)
+                self._act(decision, None)
+        if not self.under_way and self._lifecycle.state is WorkerState.READY:
+            self._plans.plan_ahead(self._planner, self._current, self.state.in_force_mib)
 
     @property
     def reloading(self) -> bool:
-        """Whether a budget change is under way: a plan being made, or a reload running in the worker."""
+        """Whether a reload runs in the worker or a plan is being made (for a change, or a ladder budget ahead: the
+        planner serves one plan at a time)."""
         return self._inflight is not None or self._plans.pending is not None
 
     @property
@@ -125,15 +136,15 @@ class BudgetControl:
 
     def _put_in_force(self, outcome: PlanOutcome, still_pending: bool = False) -> None:
         """``outcome`` is in force (reloaded, replaced, already running, or, with no model, the next load's budget):
-        the plan and the budget state change together. ``still_pending``: the change goes on (an interim CPU-only
-        placement before the one planned for the same budget)."""
+        the plan and the budget state change together. ``still_pending``: the change goes on (an interim placement
+        before the one planned for the same budget)."""
         self._current = outcome
         self.state = settle(self.state, outcome.budget_mib, still_pending or self.under_way)
 
     @property
     def under_way(self) -> bool:
         """Whether a budget change is being planned, reloaded, replaced, or waits for a ready worker."""
-        return self._inflight is not None or self._queued is not None or self._plans.pending is not None
+        return self._inflight is not None or self._queued is not None or self._plans.changing
 
     # --- worker events ---------------------------------------------------------------------------
     def on_worker_ready(self) -> None:
@@ -169,8 +180,8 @@ class BudgetControl:
     def _finish(
         self, op: PendingReload, measured: float | None, apply_time_s: float | None, replaced: bool = False
     ) -> None:
-        """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests, or, after an
-        interim CPU-only placement, its reclaims and plan for its budget."""
+        """``op``'s placement is in force (reloaded, or the worker replaced): answer its requests (after an interim
+        placement, as interim) and, after an interim one, plan for its budget."""
         self._put_in_force(op.outcome, still_pending=op.replan_mib is not None)
         self._core.counters["reloads"] += 1
         fields = {"worker_replaced": True} if replaced else {}
@@ -179,15 +190,17 @@ class BudgetControl:
                 logging.INFO,
                 "reload_done",
                 budget_mib=op.outcome.budget_mib,
-                interim_cpu=True,
+                interim=True,
+                strategy=op.outcome.plan.strategy,
                 apply_time_s=apply_time_s,
                 vram_mib=measured,
                 **fields,
             )
-            # memory is released: a reclaim is answered now (protocol section 12.4); set_budget waits for the plan
-            for waiter in [w for w in op.waiters if w.deadline_s is not None]:
-                self._ack(waiter, op.outcome, applied=True, measured=measured)
-            op.waiters = [w for w in op.waiters if w.deadline_s is None]
+            # the VRAM is released: every request is answered now, as interim (protocol section 12.5); the exact plan
+            # follows like a growth
+            for waiter in op.waiters:
+                self._ack(waiter, op.outcome, applied=True, measured=measured, interim=True)
+            op.waiters = []
             self._replan(op, measured)
             return
         for waiter in op.waiters:
@@ -219,14 +232,14 @@ class BudgetControl:
         Without an engine (FAILED) the target is in force at once, for the next load. A decision that changes nothing
         (keep, defer, reject) is acknowledged at once. A reclaim below the GPU placement a replacement's new worker is
         starting for frees the VRAM first (an interim CPU-only placement that overtakes it). While a plan is made in
-        the background, the target supersedes it (a reclaim frees the VRAM now). Otherwise the target is planned and
+        the background, the target supersedes it (a shrink releases the VRAM first, ``BudgetPlanning.release_first``). Otherwise the target is planned and
         applied: a reload now, queued behind the one in flight, or a worker replacement.
 
         With a ready worker, a ``set_budget_request`` enters this class at most 3 times on its way down to the
         ``Reload``: the handler's ``on_set_budget`` (a plan made here goes straight to ``_start``), ``tick`` once a
-        plan made in the background is done, and ``on_reloaded`` of an interim CPU-only reload (then planned with the
-        VRAM it freed; a background plan is applied by ``tick``). Planning answers a value (``BudgetPlanning``: apply
-        now, interim CPU-only first, or in the background) and never calls back; a change that waits for a worker is
+        plan made in the background is done, and ``on_reloaded`` of an interim reload (then planned with the VRAM it
+        freed; a background plan is applied by ``tick``). Planning answers a value (``BudgetPlanning``: apply now,
+        release first to an interim placement, or in the background) and never calls back; a change that waits for a worker is
         started by ``on_worker_ready``.
         """
         self.state = decision.state
@@ -254,10 +267,10 @@ class BudgetControl:
         planning = self._plans.pending
         if planning is not None:  # one plan at a time: this target supersedes the one being planned
             planning.newer = (decision.target_mib, reclaiming)
-            cpu = self._planner.cpu_only(decision.target_mib)
-            if reclaiming and cpu.placement != self.current.placement:
-                # a reclaim does not wait for the plan: free the VRAM now, answer it once that reload is done
-                self._apply(cpu, waiters, replan_mib=decision.target_mib)
+            interim = self._plans.release_first(self._planner, decision.target_mib, reclaiming, self._current, None)
+            if interim is not None:
+                # a shrink does not wait for the plan: release the VRAM now, answer once that reload is done
+                self._apply(interim, waiters, replan_mib=decision.target_mib)
                 return
             planning.waiters += waiters
             return
@@ -308,25 +321,16 @@ class BudgetControl:
         self._inflight = op
         self._lifecycle.reload_sent()
 
-    def _ack(self, waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None) -> None:
-        self._core.send(
-            waiter.identity, budget_ack(waiter, outcome, applied, measured, self._core.clock()), waiter.header
-        )
+    def _ack(
+        self, waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, interim: bool = False
+    ) -> None:
+        ack = budget_ack(waiter, outcome, applied, measured, self._core.clock(), interim=interim)
+        self._core.send(waiter.identity, ack, waiter.header)
 
     # --- planning ------------------------------------------------------------------------------------------------
-    def _begin(
-        self,
-        target_mib: int,
-        reclaiming: bool,
-        waiters: list[Waiter],
-        used_mib: float | None = None,
-        limit_mib: int | None = None,
-    ) -> None:
+    def _begin(self, target_mib: int, reclaiming: bool, waiters: list[Waiter], used_mib: float | None = None) -> None:
         """Plan for ``target_mib`` (``BudgetPlanning.begin``) and apply what it answers."""
-        current, in_force = self._current, self.state.in_force_mib
-        self._do(
-            self._plans.begin(self._planner, target_mib, reclaiming, waiters, current, in_force, used_mib, limit_mib)
-        )
+        self._do(self._plans.begin(self._planner, target_mib, reclaiming, waiters, self._current, used_mib))
 
     def _do(self, step: Apply | None) -> None:
         """Apply what planning answered (None: nothing yet, a plan is being made in the background)."""
@@ -334,19 +338,22 @@ class BudgetControl:
             self._apply(step.outcome, step.waiters, replan_mib=step.replan_mib)
 
     def _replan(self, op: PendingReload, measured: float | None) -> None:
-        """The interim CPU-only reload is done: plan with the VRAM it freed and reload again (same waiters)."""
+        """The interim reload is done (its requests answered): plan the exact budget with the VRAM it freed and apply
+        it like a growth."""
         target = op.replan_mib
         assert target is not None
         planning = self._plans.pending
-        if planning is not None:  # a newer target is being planned: it supersedes this one
+        if planning is not None:  # a newer target is being planned (it supersedes this one), or a ladder budget
             planning.waiters = op.waiters + planning.waiters
+            if planning.newer is None and planning.ahead:
+                planning.newer = (target, False)
             return
         if self._queued is not None:  # a newer target is waiting to reload: it supersedes this one
             self._queued.waiters = op.waiters + self._queued.waiters
             if self._core.worker.ready:
                 self._start(self._queued)
             return
-        self._begin(target, False, op.waiters, used_mib=measured, limit_mib=target)  # None: _used_mib (current = op's)
+        self._begin(target, False, op.waiters, used_mib=measured)  # None: _used_mib (current = op's)
 
     # --- worker replacement and loss -----------------------------------------------------------------------------
     def replacement_done(self, apply_time_s: float) -> None:
@@ -356,7 +363,7 @@ class BudgetControl:
         op, self._inflight = self._inflight, None
         assert op is not None and op.replacing
         self._finish(op, self._worker_vram_mib(), apply_time_s, replaced=True)
-        if self._inflight is None and self._plans.pending is None:
+        if self._inflight is None and not self._plans.changing:
             self._settle_queued()
 
     def replacement_failed(self, message: str) -> None:

@@ -446,6 +446,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import igi_sdk.engine.llama_engine  # noqa: F401  llama.cpp before numpy (docs/engine.md, "Load order")
+
     args = parser().parse_args(argv)
     rows = run(args)
     print(render(rows))

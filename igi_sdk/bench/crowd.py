@@ -240,6 +240,7 @@ def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int) -> dict[
         "completion_tokens": _tokens(turns),
         "aggregate_tok_s": _tokens(turns) / wall,
         "decode_tok_s": dec.decode_tokens / dec.wall_s if dec.wall_s else 0.0,
+        "decode_tok_per_cpu_s": dec.decode_tokens / dec.cpu_s if dec.cpu_s else 0.0,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p99_s": percentile(ttft, 99),
         "steps": _steps(profile),
@@ -354,10 +355,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         rows.append(row)
         print(summary_line(row), file=sys.stderr, flush=True)
-    base = next((r["decode_tok_s"] for r in rows if r.get("b") == 1), None)
+    base = next((r for r in rows if r.get("b") == 1), None)
     for r in rows:
-        if "b" in r and base:
-            r["decode_ratio_vs_b1"] = r["decode_tok_s"] / base
+        if "b" in r and base is not None and base["decode_tok_s"]:
+            r["decode_ratio_vs_b1"] = r["decode_tok_s"] / base["decode_tok_s"]
+            r["decode_cpu_ratio_vs_b1"] = r["decode_tok_per_cpu_s"] / max(base["decode_tok_per_cpu_s"], 1e-9)
     return rows
 
 
@@ -391,13 +393,15 @@ def render(rows: list[dict[str, Any]]) -> str:
     lines = []
     if rows and rows[0]["workload"] == "paper":
         lines += [
-            "| B | decode tok/s | x B=1 | aggregate tok/s | TTFT p50 / p99 s | VRAM peak MiB | placement |",
-            "|---|---|---|---|---|---|---|",
+            "| B | decode tok/s | x B=1 | decode tok per CPU-s (x B=1) | aggregate tok/s | TTFT p50 / p99 s "
+            "| VRAM peak MiB | placement |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             peak = "-" if r["vram_peak_mib"] is None else f"{r['vram_peak_mib']:.0f}"
             lines.append(
                 f"| {r['b']} | {r['decode_tok_s']:.1f} | {r.get('decode_ratio_vs_b1', 0.0):.2f} | "
+                f"{r['decode_tok_per_cpu_s']:.1f} ({r.get('decode_cpu_ratio_vs_b1', 0.0):.2f}) | "
                 f"{r['aggregate_tok_s']:.1f} | {r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | {peak} | "
                 f"{r['placement']} |"
             )

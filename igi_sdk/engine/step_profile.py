@@ -37,6 +37,9 @@ class StepTimes:
     decode_tokens: int = 0
     prefill_tokens: int = 0
     wall_s: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds of this process (every thread) over those steps: on a machine shared with other jobs the wall
+    time mostly measures them; with one llama.cpp thread the CPU time is the work."""
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
 
     def per_step_ms(self) -> dict[str, float]:
@@ -50,6 +53,7 @@ class StepTimes:
             "decode_tokens": self.decode_tokens,
             "prefill_tokens": self.prefill_tokens,
             "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
             "per_step_ms": self.per_step_ms(),
         }
 
@@ -135,9 +139,9 @@ class StepProfile:
         before = sched.counters
         for k in self._acc:
             self._acc[k] = 0.0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         events = sched.step()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         after = sched.counters
         n_prefill = after.prefill_tokens_evaluated - before.prefill_tokens_evaluated
         n_decode = after.decode_tokens - before.decode_tokens
@@ -148,6 +152,7 @@ class StepProfile:
         times.decode_tokens += n_decode
         times.prefill_tokens += n_prefill
         times.wall_s += wall
+        times.cpu_s += cpu
         timed = 0.0
         for k, v in self._acc.items():
             times.seconds[k] += v

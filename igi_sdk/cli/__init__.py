@@ -1,6 +1,6 @@
 """The `igi` command: a thin dispatcher to per-command modules (each exposes ``run(argv) -> int``). A command
 raises bad input as one of ``igi_sdk.cli.errors.EXPECTED_ERRORS``; the dispatcher reports it in one line (exit
-code 2). The command-line entry points live in this package: ``plan``, ``chat``, ``fetch_model``; ``profile``,
+code 2). The command-line entry points live in this package: ``plan``, ``prepare``, ``chat``, ``fetch_model``; ``profile``,
 ``bench`` and ``daemon`` are their packages' own ``cli`` / ``__main__`` modules."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("igi_sdk.bench.cli", "side-by-side benchmark: planner vs stock placements"),
     "bench-vision": ("igi_sdk.bench.vision", "one VLM image turn: VLMOpt under budgets vs stock and all-GPU"),
     "daemon": ("igi_sdk.daemon.__main__", "run the inference daemon"),
+    "prepare": ("igi_sdk.cli.prepare", "plan a model's budgets once, ahead of the daemon (profile and dry runs)"),
     "chat": ("igi_sdk.cli.chat", "answer one NPC prompt in-process, streaming (no daemon)"),
     "fetch-model": ("igi_sdk.cli.fetch_model", "download and verify the embedded default model"),
 }

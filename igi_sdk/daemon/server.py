@@ -20,7 +20,7 @@ from types import FrameType
 import zmq
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget.planner import PlacementPlanner
+from igi_sdk.daemon.budget.planner import daemon_planner
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
@@ -33,7 +33,6 @@ from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.model_store import resolve_model_path
-from igi_sdk.planner.placement import Placement
 
 _log = get_logger("server")
 POLL_TICK_MS = 50
@@ -99,13 +98,7 @@ class DaemonServer:
             _remove_private_dir(private_dir)
             raise
         guard: ConnectionGuard | None = None
-        base = Placement(
-            n_ctx=settings.engine.n_ctx,
-            n_seq_max=settings.engine.n_seq_max,
-            n_threads=settings.engine.n_threads,
-            n_threads_batch=settings.engine.n_threads,
-        )
-        planner = PlacementPlanner(model_path, base, objective=settings.engine.plan_objective, vision=vision)
+        planner = daemon_planner(settings, model_path, vision)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(
             worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj),
@@ -120,7 +113,7 @@ class DaemonServer:
         if zap is not None:
             core.counter_sources.append(zap.counters)
         service = DaemonService(
-            core, planner, initial, base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx)
+            core, planner, initial, planner.base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx)
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)

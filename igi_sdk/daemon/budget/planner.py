@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.ipc.values import Plan
@@ -93,6 +94,11 @@ class PlacementPlanner:
         self._objective: Objective = objective
         self._profile_cache: Any = None
         self._plans: dict[int, PlanOutcome] = {}  # budget -> the planner's outcome (see ``plan``)
+
+    @property
+    def base(self) -> Placement:
+        """The placement fields that never change with the budget."""
+        return self._base
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
@@ -262,3 +268,14 @@ class PlacementPlanner:
             warning,
             encoder,
         )
+
+
+def daemon_planner(settings: DaemonSettings, model_path: Path, vision: VisionShape | None = None) -> PlacementPlanner:
+    """The planner the daemon serves ``model_path`` with under ``settings`` (its base placement: context, sequences,
+    threads; its objective). ``igi prepare`` builds the same one, so that the plans it leaves on disk are the
+    daemon's."""
+    engine = settings.engine
+    base = Placement(
+        n_ctx=engine.n_ctx, n_seq_max=engine.n_seq_max, n_threads=engine.n_threads, n_threads_batch=engine.n_threads
+    )
+    return PlacementPlanner(model_path, base, objective=engine.plan_objective, vision=vision)

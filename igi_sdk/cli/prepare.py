@@ -1,0 +1,136 @@
+"""``igi prepare``: measure this machine's profile and plan a model's ladder of budgets once, ahead of the daemon.
+
+    igi prepare --model PATH [--vram-budget-mib N] [--levels-mib 6144 2048 0] [any igi-daemon setting]
+
+The way a game compiles its shaders at install: the daemon's first start on a fresh machine measures the machine's
+profile and plans its budget with llama.cpp dry runs (minutes for a large model), and a budget it has not planned
+before needs dry runs again. ``igi prepare`` does both ahead of time with the daemon's own settings (the same flags
+and ``--config`` as ``igi daemon``): the profile the daemon loads, and a plan for the start budget, the levels the game
+declares and every budget of the ladder (``policy.budget_ladder``), whose dry runs land in the on-disk cache (per
+model file, placement and llama.cpp build). A daemon started afterwards with the same settings plans from that cache
+without a dry run, and plans the ladder again in the background from it in tenths of a second per budget.
+
+Prints one progress line per budget (to stderr) and a summary table; exit 0 once every budget is planned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.policy.budget_ladder import MAX_DECLARED_LEVELS, ladder_budgets
+
+BAR_WIDTH = 24
+
+
+class LadderPlanner(Protocol):
+    """What preparing needs of the daemon's planner."""
+
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
+    def model_file_mib(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class PreparedBudget:
+    """One budget planned: its outcome and how long planning it took (dry runs included)."""
+
+    budget_mib: int
+    outcome: PlanOutcome
+    plan_s: float
+
+
+def prepare_budgets(start_mib: int, levels_mib: Sequence[int], model_file_mib: float) -> tuple[int, ...]:
+    """The budgets to plan: the start budget, the declared levels, then the ladder (ascending, no duplicates; 0 is
+    the CPU-only placement and needs no plan)."""
+    ladder = ladder_budgets(model_file_mib, declared_mib=levels_mib)
+    return tuple(dict.fromkeys(b for b in (start_mib, *sorted(set(levels_mib)), *ladder) if b > 0))
+
+
+def prepare(
+    planner: LadderPlanner,
+    budgets_mib: Sequence[int],
+    progress: Callable[[int, int, PreparedBudget], None] = lambda i, n, done: None,
+) -> list[PreparedBudget]:
+    """Plan every budget of ``budgets_mib`` with as many dry runs as it takes (no VRAM limit: nothing else runs),
+    calling ``progress(i, n, prepared)`` after each."""
+    prepared: list[PreparedBudget] = []
+    for i, budget in enumerate(budgets_mib, 1):
+        t0 = time.perf_counter()
+        outcome = planner.plan(budget, dry_run_slots=None)
+        prepared.append(PreparedBudget(budget, outcome, time.perf_counter() - t0))
+        progress(i, len(budgets_mib), prepared[-1])
+    return prepared
+
+
+def progress_line(i: int, n: int, done: PreparedBudget) -> str:
+    """``[#####-----] 3/7  2048 MiB  attn_first_partial  1.5 s``."""
+    filled = BAR_WIDTH * i // n
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    return f"[{bar}] {i}/{n}  {done.budget_mib:>6} MiB  {done.outcome.plan.strategy:<20} {done.plan_s:6.1f} s"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from igi_sdk.daemon.__main__ import build_parser
+
+    parser = build_parser()
+    parser.prog = "igi prepare"
+    parser.description = "Measure this machine's profile and plan a model's budgets once, as the daemon would."
+    parser.add_argument(
+        "--levels-mib",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="MIB",
+        help=f"budget levels the game will ask for (at most {MAX_DECLARED_LEVELS}), planned besides the ladder",
+    )
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    from igi_sdk.config import load_settings
+    from igi_sdk.daemon.__main__ import _cli_values
+    from igi_sdk.daemon.budget.planner import daemon_planner
+    from igi_sdk.daemon.worker.projector import projector_shape
+    from igi_sdk.model_store import resolve_model_path
+    from igi_sdk.profiler import load_or_create_profile
+
+    args = _parser().parse_args(argv)
+    levels: list[int] = args.levels_mib
+    if len(levels) > MAX_DECLARED_LEVELS or any(level < 0 for level in levels):
+        raise ValueError(f"--levels-mib takes at most {MAX_DECLARED_LEVELS} budgets, none negative: {levels}")
+    values: dict[str, Any] = {k: v for k, v in _cli_values(args).items() if k != "levels_mib"}
+    settings = load_settings(values, toml_file=args.config)
+    model_path = resolve_model_path(settings.engine.model)
+    if not model_path.is_file():
+        raise FileNotFoundError(f"model not found: {model_path}")
+    mmproj = settings.engine.mmproj
+    vision = None if mmproj is None else projector_shape(mmproj.expanduser().resolve(), model_path)
+
+    t0 = time.perf_counter()
+    print("igi prepare: this machine's profile (measured once, then loaded)", file=sys.stderr)
+    load_or_create_profile(quick=True)
+    profile_s = time.perf_counter() - t0
+    planner = daemon_planner(settings, model_path, vision)
+    budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
+    print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
+    prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
+    print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0))
+    return 0
+
+
+def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float, total_s: float) -> str:
+    lines = [
+        f"{model_path.name}: profile {profile_s:.1f} s, {len(prepared)} budgets planned in {total_s:.1f} s",
+        "budget MiB  strategy              GPU MiB  plan s  warning",
+    ]
+    for done in prepared:
+        o = done.outcome
+        warning = o.warning or ""
+        lines.append(f"{done.budget_mib:>10}  {o.plan.strategy:<20} {o.plan.gpu_mib:>7.0f}  {done.plan_s:6.2f}  {warning}")
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""``igi prepare``: which budgets it plans, that it plans each once with dry runs allowed, and its command line on the
+embedded model (this machine's profile: CPU-only plans without a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.cli.prepare import PreparedBudget, prepare, prepare_budgets, progress_line, run
+from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.ipc.values import Plan
+from igi_sdk.planner.placement import Placement
+
+
+class CountingPlanner:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int | None]] = []
+
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
+        self.calls.append((budget_mib, dry_run_slots))
+        plan = Plan(strategy="partial", gpu_mib=budget_mib * 0.9, cpu_mib=1.0)
+        return PlanOutcome(budget_mib, Placement(n_gpu_layers=budget_mib // 256), plan, 0.1, 10.0, False)
+
+    def model_file_mib(self) -> float:
+        return 4311.0
+
+
+def test_the_start_budget_the_levels_then_the_ladder_each_once() -> None:
+    budgets = prepare_budgets(4096, [6144, 1536, 0], 4311.0)
+    assert budgets == (4096, 1536, 6144, 1024, 2048, 3072, 5120)
+    assert prepare_budgets(0, [], 100.0) == (1024, 2048)
+
+
+def test_every_budget_is_planned_with_dry_runs_allowed_and_reported() -> None:
+    planner = CountingPlanner()
+    lines: list[str] = []
+    prepared = prepare(planner, (4096, 2048), lambda i, n, done: lines.append(progress_line(i, n, done)))
+    assert planner.calls == [(4096, None), (2048, None)]
+    assert [p.budget_mib for p in prepared] == [4096, 2048] and all(isinstance(p, PreparedBudget) for p in prepared)
+    assert lines[0].startswith("[" + "#" * 12 + "-" * 12 + "] 1/2") and "4096 MiB" in lines[0]
+    assert lines[1].startswith("[" + "#" * 24 + "] 2/2")
+
+
+def test_the_command_plans_the_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--levels-mib", "1536", "--n-threads", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "3/3" in err and "1536" in out and "2048" in out
+    with pytest.raises(ValueError, match="levels-mib"):
+        run(["--levels-mib", "-1"])

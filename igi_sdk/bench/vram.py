@@ -94,6 +94,20 @@ class VramPeak:
     """Device-level used memory minus the baseline when the window opened (leftovers of earlier runs)."""
     baseline_mib: float | None
     n_samples: int
+    timeline: tuple[tuple[float, float], ...] = ()
+    """Every sample of the window: (``time.monotonic()`` s, device-level used memory minus the baseline, MiB)."""
+
+    def within_after_s(self, limit_mib: float, t0_s: float) -> float | None:
+        """Seconds from ``t0_s`` until the device memory went to ``limit_mib`` or less and stayed there for the rest of
+        the window (0.0: it never was above after ``t0_s``; None: it still was at the window's end, or no samples)."""
+        samples = [(t, mib) for t, mib in self.timeline if t >= t0_s]
+        if not samples or samples[-1][1] > limit_mib:
+            return None
+        over = [t for t, mib in samples if mib > limit_mib]
+        if not over:
+            return 0.0
+        after = [t for t, _ in samples if t > over[-1]]
+        return after[0] - t0_s if after else None
 
 
 class VramSampler:
@@ -119,6 +133,7 @@ class VramSampler:
         self._start_used: int | None = None
         self._n = 0
         self._pid = 0
+        self._timeline: list[tuple[float, float]] = []
 
     @property
     def available(self) -> bool:
@@ -144,6 +159,7 @@ class VramSampler:
         assert self.reader is not None
         used = self.reader.device_used_bytes()
         self._device_peak = max(self._device_peak, used)
+        self._timeline.append((time.monotonic(), used / MIB - (self.baseline_mib or 0.0)))
         proc = self.reader.process_used_bytes(self._pid) if self._pid else None
         if proc is not None:
             self._process_peak = proc if self._process_peak is None else max(self._process_peak, proc)
@@ -163,6 +179,7 @@ class VramSampler:
             raise RuntimeError("sampling window already open")
         self._pid = pid
         self._device_peak, self._process_peak, self._n = 0, None, 0
+        self._timeline = []
         if self.reader is None:
             return
         if self.baseline_mib is None:
@@ -192,4 +209,5 @@ class VramSampler:
             device_start_mib=start,
             baseline_mib=None if self.baseline_mib is None else round(base, 1),
             n_samples=self._n,
+            timeline=tuple(self._timeline),
         )

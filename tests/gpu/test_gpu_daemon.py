@@ -1,10 +1,14 @@
 """On an NVIDIA GPU with a CUDA build: the real daemon (``python -m igi_sdk.daemon``, planner placement, its
-own profile) serves a synthetic 8B-dense model while the game changes the budget 4 -> 2 -> 6 GiB, and NVML
+own profile) serves a synthetic 8B-dense model while the game changes the budget 4 -> 2 -> 6 -> 3 -> 1.5 -> 4 GiB
+(``IGI_GPU_BUDGETS_MIB`` to choose others: 3000 and 1500 are not on the ladder, so they are released to first), and NVML
 (device-level used memory minus the idle baseline taken before the daemon started) stays within the budget:
 while the daemon starts (planning dry runs, then the load) within the first budget, during each change within the
 larger of the old and new budget, and while serving within the new one; the
-conversation survives every reload. Per step: the plan, the daemon's own VRAM reading, TTFT and TPS, printed
-and, when OUT is set, written to ``$OUT/gpu_daemon.json`` (the daemon's own log to ``$OUT/gpu_daemon-daemon.log``).
+conversation survives every reload. Per step: the plan, the daemon's own VRAM reading, TTFT and TPS, the time from
+the request until NVML stayed within the new budget, until the ack, and (after an interim ack) until the exact plan
+was in force; printed and, when OUT is set, written to ``$OUT/gpu_daemon.json`` (the daemon's own log to
+``$OUT/gpu_daemon-daemon.log``). The daemon's start (to its connection file) is timed too: run ``igi prepare`` with
+the same flags first to time the start after a preparation.
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu -x -s``. Skipped without NVML or without a GPU backend.
 """
@@ -27,7 +31,9 @@ from igi_sdk.ipc.values import Sampling
 pytestmark = pytest.mark.gpu
 
 MODEL = "llama_8b"
-BUDGETS_MIB = (4096, 2048, 6144)
+BUDGETS_MIB = tuple(int(b) for b in os.environ.get("IGI_GPU_BUDGETS_MIB", "4096 2048 6144 3000 1500 4096").split())
+N_THREADS = 16
+EXACT_PLAN_WAIT_S = 120.0
 GREEDY = Sampling(temperature=0.0)
 
 
@@ -35,7 +41,7 @@ def budget_scenario(
     model_path: Path,
     sampler: VramSampler,
     budgets_mib: tuple[int, ...] = BUDGETS_MIB,
-    n_threads: int = 16,
+    n_threads: int = N_THREADS,
     max_tokens: int = 24,
 ) -> list[dict[str, Any]]:
     """Start the daemon at ``budgets_mib[0]``, then per budget: change it (from the second on), generate in
@@ -58,7 +64,9 @@ def budget_scenario(
     rows: list[dict[str, Any]] = []
     try:
         sampler.start(0)  # start-up: planning (dry-run children, each with a CUDA context), then the worker's load
+        t_start = time.perf_counter()
         daemon.start(timeout_s=600)
+        start_s = time.perf_counter() - t_start
         start_peak = sampler.stop().device_peak_mib
         with Client.connect(daemon.connection_file, timeout_s=600) as client:
             sid = client.create_session("Guard", "You guard the gate.", sampling=GREEDY)
@@ -66,15 +74,31 @@ def budget_scenario(
             for i, budget in enumerate(budgets_mib):
                 row: dict[str, Any] = {"budget_mib": budget, "previous_budget_mib": previous}
                 if not i:
-                    row["start_peak_mib"] = start_peak
+                    row.update(start_peak_mib=start_peak, start_s=round(start_s, 3))
                 if i:
                     sampler.start(daemon.pid)
+                    t0 = time.monotonic()
                     ack = client.set_budget(budget, "gpu test")
+                    ack_s = time.monotonic() - t0
+                    exact_s = None
+                    if ack.interim:  # the exact plan follows in the background: wait until another plan is in force
+                        while time.monotonic() - t0 < EXACT_PLAN_WAIT_S:
+                            plan = client.status().plan
+                            if plan is not None and plan != ack.plan:
+                                exact_s = time.monotonic() - t0
+                                break
+                            time.sleep(0.05)
                     change = sampler.stop()
+                    within_s = change.within_after_s(budget, t0)
                     row.update(
                         applied=ack.applied,
                         granted_mib=ack.granted_mib,
+                        interim=bool(ack.interim),
+                        interim_strategy=ack.plan.strategy if ack.interim else None,
                         apply_time_s=ack.apply_time_s,
+                        ack_s=round(ack_s, 3),
+                        within_budget_s=None if within_s is None else round(within_s, 3),
+                        exact_plan_s=None if exact_s is None else round(exact_s, 3),
                         ack_measured_vram_mib=ack.measured_vram_mib,
                         change_peak_mib=change.device_peak_mib,
                     )
@@ -125,11 +149,15 @@ def daemon_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
 
     path, _shape = resolve_model(MODEL, cache_dir() / "bench-models", print)
     rows = budget_scenario(path, VramSampler(reader))
-    print("\nbudget  change peak MiB  serve peak MiB  daemon's reading  strategy  tokens  wall s")
+    print(f"\nstart (to the connection file): {rows[0]['start_s']} s")
+    print(
+        "budget  change peak MiB  serve peak MiB  daemon's reading  strategy  tokens  wall s  interim  within s  ack s  exact s"
+    )
     for r in rows:
         print(
             f"{r['budget_mib']:>6}  {r.get('change_peak_mib')}  {r['serve_peak_mib']}  {r['status_vram_used_mib']}  "
-            f"{r['strategy']}  {r['n_tokens']}  {r['wall_s']}  {r['plan']}"
+            f"{r['strategy']}  {r['n_tokens']}  {r['wall_s']}  {r.get('interim_strategy')}  {r.get('within_budget_s')}  "
+            f"{r.get('ack_s')}  {r.get('exact_plan_s')}  {r['plan']}"
         )
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "gpu_daemon.json").write_text(json.dumps(rows, indent=1))
@@ -140,7 +168,8 @@ def test_every_budget_change_was_applied_and_the_conversation_survived(daemon_ro
     assert [r["status_budget_mib"] for r in daemon_rows] == list(BUDGETS_MIB)
     assert all(r["applied"] and r["granted_mib"] == r["budget_mib"] for r in daemon_rows[1:])
     assert all(r["n_tokens"] > 0 and r["n_sessions"] == 1 for r in daemon_rows)
-    assert all(r["strategy"] != "cpu_only" for r in daemon_rows)  # 2 GiB and up fit a GPU plan for the 8B
+    # 2 GiB and up fit a GPU plan for the 8B (after an interim placement, the exact plan is in force by then)
+    assert all(r["strategy"] != "cpu_only" for r in daemon_rows if r["budget_mib"] >= 2048)
 
 
 def test_nvml_peak_stays_within_the_budget_in_force(daemon_rows: list[dict[str, Any]]) -> None:

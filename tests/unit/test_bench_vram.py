@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+import pytest
+
 from igi_sdk.bench.vram import MIB, PynvmlReader, VramSampler
 
 
@@ -137,3 +139,14 @@ def test_pynvml_reader_matches_this_pid_only() -> None:
 
     fake.nvmlDeviceGetComputeRunningProcesses = boom
     assert reader.process_used_bytes(33) is None
+
+
+def test_within_after_s_is_when_memory_went_under_the_limit_for_good() -> None:
+    from igi_sdk.bench.vram import VramPeak
+
+    timeline = ((10.0, 4000.0), (10.1, 4000.0), (10.2, 1900.0), (10.3, 2100.0), (10.4, 1800.0), (10.5, 1800.0))
+    peak = VramPeak(4000.0, None, 4000.0, 0.0, len(timeline), timeline)
+    assert peak.within_after_s(2048, t0_s=10.0) == pytest.approx(0.4)  # 10.3 was above again
+    assert peak.within_after_s(4096, t0_s=10.0) == 0.0
+    assert peak.within_after_s(1700, t0_s=10.0) is None  # still above at the end
+    assert VramPeak(None, None, None, None, 0).within_after_s(2048, t0_s=0.0) is None

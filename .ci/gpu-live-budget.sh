@@ -1,0 +1,53 @@
+#!/bin/bash
+# The GPU machine's job for live budget changes through the real daemon (docs/daemon.md, "Release first", "igi
+# prepare"; docs/benchmarks.md, "Daemon: live budget changes on the GPU"), in as many calls as it takes:
+#
+#   run: bash .ci/gpu-live-budget.sh        (device tool, kind nvidia-h200, timeout 600, `.gpu` carried)
+#
+# Steps, each skipped once done on this machine (state in /tmp/igi-lb, kept while the machine stays warm): the patched
+# CUDA build while the synthetic 8B is written; then, detached: `igi prepare` with the daemon flags of
+# tests/gpu/test_gpu_daemon.py (timed: the profile, then the start budget and the ladder with their dry runs), then
+# that test (the daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB, default 4096 2048 6144
+# 3000 1500 4096). A call that ends with STILL RUNNING is repeated at once (the machine is given back after 30 s idle).
+# Results come back as $OUT/lb.tgz (logs, gpu_daemon.json, the daemon's log); the summaries are printed.
+# Env: LIMIT (s from the call's start, default 540), PREPARE (default 1; 0: the daemon plans on its own).
+T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
+W=/tmp/igi-lb; mkdir -p $W/logs $W/results; L=$W/logs
+REAL_OUT=${OUT:-/tmp/igi-lb-out}; mkdir -p "$REAL_OUT"
+finish() { tar czf "$REAL_OUT/lb.tgz" -C $W logs results 2>/dev/null; }
+trap finish EXIT
+el() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( LIMIT - $(el) )); }
+export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
+if [ ! -f /tmp/site/.igi-ready ]; then
+  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
+  BPID=$!
+  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
+  PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.setup import resolve_model; from igi_sdk.model_store import cache_dir; print(resolve_model(sys.argv[1], cache_dir() / 'bench-models', print)[0])" $MODEL > $L/write.log 2>&1 &
+  wait $BPID; brc=$?; wait
+  tail -3 $L/build.log; cat $L/write.log; echo "build rc=$brc at $(el) s"
+  [ $brc = 0 ] || exit 1
+fi
+source .gpu/env.sh
+if [ ! -f $W/started ]; then
+  touch $W/started
+  M=$(tail -1 $L/write.log)
+  FLAGS="--model $M --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0"
+  setsid nohup bash -c "
+    if [ '${PREPARE:-1}' = 1 ]; then
+      s=\$SECONDS; python3 -m igi_sdk.cli prepare $FLAGS > $L/prepare.log 2>&1; rc=\$?
+      echo \"prepare rc=\$rc in \$((SECONDS - s)) s\" >> $L/prepare.log
+    fi
+    OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_daemon.py -q -s > $L/daemon.log 2>&1
+    echo \"daemon rc=\$?\" >> $W/results/done.txt" < /dev/null > /dev/null 2>&1 &
+  echo "prepare + daemon scenario started at $(el) s"
+fi
+while :; do
+  if grep -q "^daemon rc=" $W/results/done.txt 2>/dev/null; then
+    cat $W/results/done.txt; tail -n 15 $L/prepare.log 2>/dev/null
+    grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^warmup\|^alloc" $L/daemon.log | tail -n 40
+    echo "DONE at $(el) s"; exit 0
+  fi
+  [ "$(left)" -lt 15 ] && { echo "STILL RUNNING at $(el) s:"; tail -n 5 $L/prepare.log 2>/dev/null; tail -n 5 $L/daemon.log 2>/dev/null; exit 0; }
+  sleep 5
+done

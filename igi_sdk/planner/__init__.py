@@ -12,6 +12,7 @@ from igi_sdk.planner.planner import PlannedPlacement, PlanResult, RunnerUp, eval
 from igi_sdk.planner.profile import CpuRate, GpuProfile, MachineKey, Profile, reference_profile
 from igi_sdk.planner.shapes import table_from_shape
 from igi_sdk.planner.tensors import ModelTable, TensorGroup, TensorInfo
+from igi_sdk.planner.tiers import TierPlans, plan_tiers
 from igi_sdk.planner.workload import PlannerOptions, Workload
 
 __all__ = [
@@ -34,10 +35,12 @@ __all__ = [
     "RunnerUp",
     "TensorGroup",
     "TensorInfo",
+    "TierPlans",
     "Workload",
     "baseline_placements",
     "evaluate_placement",
     "plan_placement",
+    "plan_tiers",
     "reference_profile",
     "table_from_shape",
 ]

@@ -57,7 +57,7 @@ class Prediction(BaseModel):
     decode_tps: float
     """Tokens/s of one session at the mean reply context."""
     aggregate_tps: float
-    """Tokens/s of all ``parallel`` sessions decoding together."""
+    """Tokens/s of all the sessions decoding together (``Workload.decode_batch``)."""
     e2e_s: float
     """TTFT + reply_tokens / decode_tps (+ expected reload time)."""
     reload_s: float
@@ -484,7 +484,7 @@ class CostModel:
         with_head = sum(self.pass_time(layout, placement, 1, done, 1, with_head=True))
         without = sum(self.pass_time(layout, placement, 1, done, 1, with_head=False))
         ttft += max(0.0, with_head - without)
-        n_seq = workload.parallel
+        n_seq = workload.decode_batch
         ctx = workload.prompt_tokens + workload.reply_tokens / 2.0
         dc, dg, dx, dtr = self.pass_time(layout, placement, n_seq, ctx, n_seq, with_head=True)
         step = dc + dg + dx + dtr

@@ -259,13 +259,13 @@ class _Search:
                 continue
             dtype = s.dominant_type.get((il, fg), "default")
             gain = w_pref * n_passes * cm.unit_gain(st, fg, dtype, b_pref, pinned, True) + w_dec * cm.unit_gain(
-                st, fg, dtype, w.parallel, pinned, True
+                st, fg, dtype, w.decode_batch, pinned, True
             )
             units.append((-gain / max(unit_bytes(s, il), 1), -il, il))
         head = s.output_stats
         if head.n_bytes:
             dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, TensorGroup.TOKEN_EMBD), "default"))
-            gain = (w_pref + w_dec) * cm.unit_gain(head, TensorGroup.OUTPUT, dtype, w.parallel, pinned, True)
+            gain = (w_pref + w_dec) * cm.unit_gain(head, TensorGroup.OUTPUT, dtype, w.decode_batch, pinned, True)
             first = s.table.is_moe
             units.append((-math.inf if first else -gain / max(unit_bytes(s, None), 1), -s.n_layer, None))
         return [u for _, _, u in sorted(units, key=lambda x: (x[0], x[1]))]

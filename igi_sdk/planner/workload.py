@@ -21,12 +21,30 @@ class Workload(BaseModel):
     prompt_tokens: int = Field(default=512, ge=1)
     reply_tokens: int = Field(default=128, ge=0)
     parallel: int = Field(default=1, ge=1, le=256, description="concurrent NPC sessions (n_seq_max)")
+    generating: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="sessions decoding together, the batch tier a plan is for (None: all parallel ones); the KV and "
+        "buffers stay those of parallel sessions",
+    )
     n_ctx: int = Field(default=4096, ge=16, le=MAX_N_CTX, description="context of the whole context (all sessions)")
     reloads_per_request: float = Field(
         default=0.0,
         ge=0,
         description="expected model reloads (budget changes) per request; weighs load time into the objective",
     )
+
+    @property
+    def decode_batch(self) -> int:
+        """Tokens of one decode step: one per session generating."""
+        return self.parallel if self.generating is None else self.generating
+
+    @model_validator(mode="after")
+    def _generating_within_parallel(self) -> Workload:
+        if self.generating is not None and self.generating > self.parallel:
+            raise ValueError(f"generating={self.generating} sessions exceed parallel={self.parallel} (n_seq_max)")
+        return self
 
     @model_validator(mode="after")
     def _prompt_fits_one_sequence(self) -> Workload:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.errors import EngineError
-
-FinishReason = Literal["stop", "length", "cancelled"]
+from igi_sdk.ipc.wire_types import FinishReason
 
 PRIORITY_BACKGROUND = 0
 PRIORITY_PLAYER_FACING = 10

@@ -30,6 +30,7 @@ from igi_sdk.ipc.wire_types import (
     INT64_MAX,
     U63,
     CounterMap,
+    FinishReason,
     FreeMap,
     MsgId,
     NonNegF64,
@@ -40,7 +41,6 @@ from igi_sdk.ipc.wire_types import (
 )
 
 Kind = Literal["request", "reply", "event"]
-FinishReason = Literal["stop", "length", "cancelled", "error", "tool_call"]
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 Priority = Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
 MAX_TEXT_CHARS = 65_536

@@ -8,7 +8,7 @@ uuid4 hex, and free-form maps are re-ordered by key so that re-encoding is canon
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -16,6 +16,9 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 #: Deepest nesting accepted inside a free-form map (``error_reply.detail``).
 MAX_TREE_DEPTH = 8
+
+#: Why a reply ended: the engine's own reasons (stop, length, cancelled) and the daemon's (error, tool_call).
+FinishReason = Literal["stop", "length", "cancelled", "error", "tool_call"]
 
 # Constrained aliases are used only where the field adds no constraint of its own: pydantic lets an
 # alias's Field(ge=...) override a field's Field(ge=...), so fields with their own bounds use plain

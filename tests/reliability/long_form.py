@@ -14,7 +14,9 @@ greedy streams), ``replace`` (budget changes that replace the worker during JSON
 three NPCs at once, on a daemon that believes it has a GPU), ``kill`` (kill -9 loops of the worker), ``vanish`` (clients gone mid-generation), ``history``
 (a 5,000-turn session beside a 10-turn one, and another NPC's first token meanwhile), ``load`` (heartbeats while a
 1 GiB session file loads), ``soak`` (eight clients for minutes: the memory of the daemon and of its worker), ``pipe``
-(session saves beside 400 KB image turns and 64k-character lines in one tick, with loads and budget changes).
+(session saves beside 400 KB image turns and 64k-character lines in one tick, with loads and budget changes),
+``replay`` (one message stamped ahead of the clock, then more ordinary ones than the replay window holds: another
+client is still served).
 """
 
 from __future__ import annotations
@@ -250,6 +252,35 @@ def section_pipe(args: argparse.Namespace) -> Figures:
     ]
 
 
+def section_replay(args: argparse.Namespace) -> Figures:
+    from igi_sdk.ipc.envelope import new_header
+    from igi_sdk.ipc.error_codes import ErrorCode
+    from igi_sdk.ipc.frames import pack_message
+    from igi_sdk.ipc.messages import ErrorReply, StatusReply, StatusRequest
+    from reliability.replay_attack import exchange_one, stamped_ahead_then_flood
+
+    daemon = DaemonProcess().start()  # the default window: 300 s, 65,536 entries
+    info = daemon.info()
+    t0 = time.monotonic()
+    ahead, served = stamped_ahead_then_flood(info, ahead_s=200.0, n_ordinary=args.replay_flood)
+    flood_s = time.monotonic() - t0
+    status = pack_message(info.key_bytes, new_header("status_request"), StatusRequest())
+    reply, elapsed_s = exchange_one(info, status)
+    copy, _ = exchange_one(info, list(ahead))
+    daemon.stop()
+    assert isinstance(reply, StatusReply), reply
+    assert served == args.replay_flood, f"{served} of {args.replay_flood} of the flood's own messages served"
+    assert isinstance(copy, ErrorReply) and copy.code == ErrorCode.REPLAYED, copy
+    return [
+        (
+            f"one message stamped 200 s ahead, then {args.replay_flood:,} ordinary ones from the same peer "
+            f"({flood_s:.0f} s): another client's next request",
+            f"answered (status_reply) in {elapsed_s * 1000:.0f} ms",
+        ),
+        ("the same flood: a copy of the message stamped ahead, on a new connection", "refused (replayed)"),
+    ]
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     "fuzz": section_fuzz,
     "files": section_files,
@@ -261,6 +292,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     "load": section_load,
     "soak": section_soak,
     "pipe": section_pipe,
+    "replay": section_replay,
 }
 
 
@@ -296,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="clients of the soak")
     parser.add_argument("--soak-s", type=float, default=300.0, help="length of the soak, seconds")
     parser.add_argument("--pipe-tries", type=int, default=200, help="saves beside large turns")
+    parser.add_argument(
+        "--replay-flood", type=int, default=65_537, help="ordinary messages after one stamped ahead (replay window)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     chosen = args.sections or list(SECTIONS)

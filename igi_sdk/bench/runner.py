@@ -263,6 +263,302 @@ def _progress(state: SuiteState, rec: dict[str, Any], say: Say) -> None:
         say(f"{head} {rec['status'].upper()}: {(rec['error'] or '')[:300]}")
 
 
+Context = tuple[int, int, int]
+"""(n_ctx, prompt_tokens, reply_tokens) of one context."""
+Group = tuple[Context, int, m.GroupPlan]
+"""One benchmark group: its context, its VRAM budget and the placements planned for it."""
+
+
+@dataclass(frozen=True)
+class ModelUnderTest:
+    """The model of ``run_model``: its label, file and tensor table (a synthetic preset's table from its shape
+    under ``--plan-only``, which writes no file)."""
+
+    label: str
+    path: Path
+    table: ModelTable
+    summary: ModelSummary
+
+
+def resolve_model_table(spec: str, cfg: SuiteConfig, say: Say) -> ModelUnderTest:
+    """Stage 1 of ``run_model``: the model file (a synthetic preset written on first use) and its tensor table."""
+    from igi_sdk.engine.gguf_table import read_tensor_table
+
+    label = model_label(spec)
+    if cfg.plan_only and label in known_shapes():
+        path = cfg.work_dir / cached_file_name(label)
+        table = table_from_shape(known_shapes()[label], name=label)
+    else:
+        path, _shape = resolve_model(spec, cfg.work_dir, say)
+        table = read_tensor_table(path)
+    return ModelUnderTest(label, path, table, summarize(table))
+
+
+def plan_groups(
+    model: ModelUnderTest,
+    cfg: SuiteConfig,
+    options: PlannerOptions,
+    profile: Profile,
+    extra_profile: Profile | None,
+    has_gpu: bool,
+    say: Say,
+) -> tuple[list[Group], list[str]]:
+    """Stage 2 of ``run_model``: every context's compute buffers and every budget's placements; and the notes
+    (estimates instead of dry runs, planning failures)."""
+    groups: list[Group] = []
+    notes: list[str] = []
+    for ctx in cfg.contexts:
+        n_ctx, prompt, reply = ctx
+        workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
+        compute = _compute_buffers(model, cfg, options, n_ctx, has_gpu, notes, say)
+        budgets = cfg.budgets_mib or auto_budgets(model.table, model.summary, workload, profile, compute, options)
+        for budget in budgets:
+            gp = _plan_group(model, cfg, options, profile, extra_profile, compute, workload, budget)
+            notes.extend(f"ctx {n_ctx} budget {budget}: {w}" for w in gp.notes)
+            groups.append((ctx, budget, gp))
+    return groups, notes
+
+
+def _compute_buffers(
+    model: ModelUnderTest,
+    cfg: SuiteConfig,
+    options: PlannerOptions,
+    n_ctx: int,
+    has_gpu: bool,
+    notes: list[str],
+    say: Say,
+) -> ComputeBufferTable:
+    """The compute buffers of one context, from dry runs or estimated (estimates are conservative: the suite
+    goes on when the dry runs fail)."""
+    base = Placement(n_ctx=n_ctx, type_k=options.type_k, type_v=options.type_v, flash_attn=options.flash_attn)
+    try:
+        compute, warnings = compute_table(
+            model.path,
+            model.summary,
+            base,
+            options,
+            has_gpu=has_gpu,
+            use_dry_run=cfg.use_dry_run and not cfg.plan_only,
+            say=say,
+        )
+    except Exception as exc:  # noqa: BLE001  (estimates are conservative: the suite goes on)
+        compute, warnings = ComputeBufferTable(), [f"dry runs failed ({type(exc).__name__}: {exc}); estimated"]
+    notes.extend(f"ctx {n_ctx}: {w}" for w in warnings)
+    return compute
+
+
+def _plan_group(
+    model: ModelUnderTest,
+    cfg: SuiteConfig,
+    options: PlannerOptions,
+    profile: Profile,
+    extra_profile: Profile | None,
+    compute: ComputeBufferTable,
+    workload: Workload,
+    budget: int,
+) -> m.GroupPlan:
+    """The placements of one group; a planning bug loses that group (recorded as the planner's skip reason),
+    never the suite."""
+    try:
+        return m.plan_group(
+            model.table,
+            budget,
+            workload,
+            profile,
+            compute,
+            options,
+            extra_profile=extra_profile,
+            oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
+            oracle_pinned=cfg.oracle_pinned,
+            summary=model.summary,
+            defer_oracle=not cfg.plan_only,
+        )
+    except Exception as exc:  # noqa: BLE001  (a planning bug loses one group, never the suite)
+        return m.GroupPlan(
+            core=[m.Candidate("planner", "planning failed", None, skip_reason=f"{type(exc).__name__}: {exc}")]
+        )
+
+
+class ModelRun:
+    """Stages 3-5 of ``run_model`` for one model: its records, measured (or reused, skipped, pruned) in the
+    suite's order and written to ``out_file`` after every run.
+
+    Args:
+        model: the model (``resolve_model_table``).
+        meta: the suite's meta (``machine_meta``); the file's meta adds the model's own fields.
+        notes: the planning notes of the model (``plan_groups``), extended while it runs.
+    """
+
+    def __init__(
+        self,
+        model: ModelUnderTest,
+        cfg: SuiteConfig,
+        meta: dict[str, Any],
+        notes: list[str],
+        worker: Worker,
+        sampler: VramSampler,
+        state: SuiteState,
+        say: Say,
+    ) -> None:
+        self.model, self.cfg, self.state, self.say = model, cfg, state, say
+        self.worker, self.sampler = worker, sampler
+        self.gpu, self.cpu = meta.get("gpu"), meta["cpu"]
+        self.out_file = cfg.out_dir / f"bench-{model.label}.json"
+        self.records: list[dict[str, Any]] = []
+        self.cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
+        self.notes = [*meta.get("notes", []), *notes]
+        self.meta = {
+            **meta,
+            "model": model.label,
+            "notes": self.notes,
+            "model_path": str(model.path),
+            "model_file_gib": round(model.table.file_bytes / 2**30, 3),
+            "n_layer": model.table.n_layer,
+            "is_moe": model.table.is_moe,
+            "synthetic_generator": GENERATOR_VERSION if model.label in known_shapes() else None,
+        }
+
+    def flush(self) -> None:
+        """Rewrite the model's file with every record so far and their summary."""
+        write_json(
+            self.out_file,
+            {
+                "version": RESULT_VERSION,
+                "meta": self.meta,
+                "runs": self.records,
+                "summary": summarize_groups(self.records),
+            },
+        )
+
+    def list_plan(self, groups: list[Group]) -> None:
+        """``--plan-only``: say every run in the order it would run, and the estimated time; measure nothing."""
+        work = [w for ctx, b, c in schedule(groups) if (w := self.add(ctx, b, c)) is not None]
+        self.state.n_total += len(work)
+        minutes = estimate_s([c for _, c in work], self.model.table.file_bytes, self.cfg.repeats) / 60
+        self.say(f"{self.model.label}: {len(work)} runs planned over {len(groups)} groups, estimated {minutes:.1f} min")
+        for rec, cand in work:
+            self.say(
+                f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM "
+                f"{rec['predicted_vram_mib']} MiB e2e {rec['predicted_e2e_s']} s | {cand.label}"
+            )
+
+    def measure_core(self, groups: list[Group]) -> None:
+        """Stage 3: the planner and the baselines of every group (``core_order``)."""
+        work = [w for ctx, b, c in core_order(groups) if (w := self.add(ctx, b, c)) is not None]
+        self.state.n_total += len(work)
+        minutes = estimate_s([c for _, c in work], self.model.table.file_bytes, self.cfg.repeats) / 60
+        self.say(
+            f"{self.model.label}: {len(work)} core runs over {len(groups)} groups, estimated {minutes:.1f} min; "
+            f"then the oracle sweep, planned group by group in rounds"
+        )
+        self.flush()
+        for rec, cand in work:
+            self.run(rec, cand)
+
+    def sweep_oracle(self, groups: list[Group]) -> None:
+        """Stage 4: the oracle sweeps round by round (every group's first candidate, then the second, ...), each
+        group's sweep planned at its first round."""
+        if "oracle" not in self.cfg.methods or self.cfg.oracle_max <= 0:
+            return
+        for i in range(self.cfg.oracle_max):
+            for ctx, budget, gp in groups:
+                if self.out_of_time():
+                    break
+                if gp.oracle_pending is not None:
+                    self._plan_sweep(ctx, budget, gp)
+                if i < len(gp.oracle) and (w := self.add(ctx, budget, gp.oracle[i])) is not None:
+                    self.state.n_total += 1
+                    self.run(*w)
+        not_planned = sum(1 for _, _, gp in groups if gp.oracle_pending is not None)
+        if not_planned:
+            self.notes.append(
+                f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
+                f"{self.cfg.max_minutes} min reached"
+            )
+            self.say(f"  {self.notes[-1]}")
+
+    def _plan_sweep(self, ctx: Context, budget: int, gp: m.GroupPlan) -> None:
+        """Plan one group's deferred sweep (a sweep-planning bug loses that group's sweep only)."""
+        t0 = time.monotonic()
+        n_notes = len(gp.notes)
+        try:
+            gp.plan_oracle()
+        except Exception as exc:  # noqa: BLE001  (a sweep-planning bug loses that group's sweep only)
+            gp.oracle_pending, gp.oracle = None, []
+            gp.notes.append(f"oracle sweep planning failed ({type(exc).__name__}: {exc})")
+        self.notes.extend(f"ctx {ctx[0]} budget {budget}: {w}" for w in gp.notes[n_notes:])
+        self.say(
+            f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
+            f"{time.monotonic() - t0:.1f} s"
+        )
+        if not gp.oracle:  # recorded, so the summary can tell "nothing to sweep" from "not swept"
+            why = "the sweep found no placement beyond the core methods"
+            self.add(ctx, budget, m.Candidate("oracle", "no sweep candidate", None, skip_reason=why))
+
+    def confirm_close_calls(self) -> None:
+        """Stage 5: ``--confirm-loads`` more loads of the planner's placement and its challenger in every close
+        call, round by round (a time limit cuts every group alike)."""
+        if self.cfg.confirm_loads <= 0:
+            return
+        pairs = close_calls(self.records, self.cfg.confirm_within)
+        self.say(
+            f"  confirming {len(pairs)} close calls with {self.cfg.confirm_loads} more loads each of the planner's "
+            f"placement and its challenger"
+        )
+        for k in range(1, self.cfg.confirm_loads + 1):
+            confirmed: dict[str, dict[str, Any]] = {}  # this round's loads, shared by groups with the same placement
+            for pair in pairs:
+                for role, first in zip(ROLES, pair):
+                    self.run(*self._confirmation(role, first, k), confirmed)
+
+    def add(self, ctx: Context, budget: int, cand: m.Candidate) -> tuple[dict[str, Any], m.Candidate] | None:
+        """A record for ``cand``; returned with it when it is to be measured."""
+        if cand.method not in self.cfg.methods:
+            return None
+        rec = _record(self.model.label, self.model.path, cand, budget, ctx, self.gpu, self.cpu)
+        self.records.append(rec)
+        self.cands[id(rec)] = cand
+        if cand.skip_reason is not None or cand.placement is None:
+            rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
+            return None
+        return rec, cand
+
+    def run(self, rec: dict[str, Any], cand: m.Candidate, measured: dict[str, dict[str, Any]] | None = None) -> None:
+        """Measure ``rec``, or take over the same placement's measurement from ``measured`` (by default the
+        suite's first measurements; each confirmation round keeps its own, so it loads the placement again)."""
+        measured = self.state.measured if measured is None else measured
+        self.state.n_done += 1
+        rec["run_id"] = f"{self.model.label}#{self.state.n_done}"
+        assert cand.placement is not None
+        key = measure_key(self.model.path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)
+        if key in measured:
+            _reuse(rec, measured[key])
+        elif self.out_of_time():
+            rec.update(status="skipped", error=f"time limit of {self.cfg.max_minutes} min reached")
+        elif rec["method"] == "oracle" and (why := pruned_reason(rec, self.records, self.cfg.oracle_prune_ratio)):
+            rec.update(status="pruned", error=why)
+        else:
+            _measure(self.worker, self.sampler, rec, cand, self.cfg, self.state)
+            if rec["status"] == "ok":
+                measured[key] = rec
+        _progress(self.state, rec, self.say)
+        self.flush()
+
+    def _confirmation(self, role: str, first: dict[str, Any], k: int) -> tuple[dict[str, Any], m.Candidate]:
+        """A ``confirm`` record loading ``first``'s placement once more, in round ``k`` (``bench/confirm.py``)."""
+        cand = replace(self.cands[id(first)], method=CONFIRM)
+        ctx = (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"])
+        rec = _record(self.model.label, self.model.path, cand, first["budget_mib"], ctx, self.gpu, self.cpu)
+        rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
+        self.records.append(rec)
+        self.state.n_total += 1
+        return rec, cand
+
+    def out_of_time(self) -> bool:
+        remaining = self.state.remaining_s()
+        return remaining is not None and remaining <= 0
+
+
 def run_model(
     spec: str,
     cfg: SuiteConfig,
@@ -275,209 +571,26 @@ def run_model(
     machine_has_gpu: bool,
     say: Say,
 ) -> Path:
-    """Measure one model (all contexts and budgets); returns its JSON file."""
-    from igi_sdk.engine.gguf_table import read_tensor_table
-
-    label = model_label(spec)
-    out_file = cfg.out_dir / f"bench-{label}.json"
-    records: list[dict[str, Any]] = []
-    notes: list[str] = list(meta.get("notes", []))
-    model_meta = {**meta, "model": label, "notes": notes}
-
-    def flush() -> None:
-        write_json(
-            out_file,
-            {"version": RESULT_VERSION, "meta": model_meta, "runs": records, "summary": summarize_groups(records)},
-        )
-
-    if cfg.plan_only and model_label(spec) in known_shapes():
-        path = cfg.work_dir / cached_file_name(model_label(spec))
-        table = table_from_shape(known_shapes()[model_label(spec)], name=model_label(spec))
-    else:
-        path, _shape = resolve_model(spec, cfg.work_dir, say)
-        table = read_tensor_table(path)
-    summary = summarize(table)
-    model_meta.update(
-        model_path=str(path),
-        model_file_gib=round(table.file_bytes / 2**30, 3),
-        n_layer=table.n_layer,
-        is_moe=table.is_moe,
-        synthetic_generator=GENERATOR_VERSION if model_label(spec) in known_shapes() else None,
-    )
+    """Measure one model (all contexts and budgets) in stages: resolve the model, plan its groups, measure the
+    core methods, sweep the oracle, confirm the close calls. Returns its JSON file (none with ``--plan-only``)."""
+    model = resolve_model_table(spec, cfg, say)
     options = PlannerOptions(
         n_threads=cfg.n_threads,
         gpu_device=meta.get("gpu_device") or "CUDA0",
         prefetch_slots=cfg.prefetch_slots,
         objective=cfg.objective,
     )
-    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]] = []
-    cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
-    for ctx in cfg.contexts:
-        n_ctx, prompt, reply = ctx
-        workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
-        base = Placement(n_ctx=n_ctx, type_k=options.type_k, type_v=options.type_v, flash_attn=options.flash_attn)
-        try:
-            compute, warnings = compute_table(
-                path,
-                summary,
-                base,
-                options,
-                has_gpu=machine_has_gpu and profile.gpu is not None,
-                use_dry_run=cfg.use_dry_run and not cfg.plan_only,
-                say=say,
-            )
-        except Exception as exc:  # noqa: BLE001  (estimates are conservative: the suite goes on)
-            compute, warnings = ComputeBufferTable(), [f"dry runs failed ({type(exc).__name__}: {exc}); estimated"]
-        notes.extend(f"ctx {n_ctx}: {w}" for w in warnings)
-        for budget in cfg.budgets_mib or auto_budgets(table, summary, workload, profile, compute, options):
-            try:
-                gp = m.plan_group(
-                    table,
-                    budget,
-                    workload,
-                    profile,
-                    compute,
-                    options,
-                    extra_profile=extra_profile,
-                    oracle_max=cfg.oracle_max if "oracle" in cfg.methods else 0,
-                    oracle_pinned=cfg.oracle_pinned,
-                    summary=summary,
-                    defer_oracle=not cfg.plan_only,
-                )
-            except Exception as exc:  # noqa: BLE001  (a planning bug loses one group, never the suite)
-                gp = m.GroupPlan(
-                    core=[m.Candidate("planner", "planning failed", None, skip_reason=f"{type(exc).__name__}: {exc}")]
-                )
-            notes.extend(f"ctx {n_ctx} budget {budget}: {w}" for w in gp.notes)
-            groups.append((ctx, budget, gp))
-
-    def add(ctx: tuple[int, int, int], budget: int, cand: m.Candidate) -> tuple[dict[str, Any], m.Candidate] | None:
-        """A record for ``cand``; returned with it when it is to be measured."""
-        if cand.method not in cfg.methods:
-            return None
-        rec = _record(label, path, cand, budget, ctx, meta.get("gpu"), meta["cpu"])
-        records.append(rec)
-        cands[id(rec)] = cand
-        if cand.skip_reason is not None or cand.placement is None:
-            rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
-            return None
-        return rec, cand
-
-    def run(rec: dict[str, Any], cand: m.Candidate, measured: dict[str, dict[str, Any]] | None = None) -> None:
-        """Measure ``rec``, or take over the same placement's measurement from ``measured`` (by default the
-        suite's first measurements; each confirmation round keeps its own, so it loads the placement again)."""
-        measured = state.measured if measured is None else measured
-        state.n_done += 1
-        rec["run_id"] = f"{label}#{state.n_done}"
-        key = measure_key(path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)  # type: ignore[arg-type]
-        if key in measured:
-            _reuse(rec, measured[key])
-        elif out_of_time():
-            rec.update(status="skipped", error=f"time limit of {cfg.max_minutes} min reached")
-        elif rec["method"] == "oracle" and (why := pruned_reason(rec, records, cfg.oracle_prune_ratio)):
-            rec.update(status="pruned", error=why)
-        else:
-            _measure(worker, sampler, rec, cand, cfg, state)
-            if rec["status"] == "ok":
-                measured[key] = rec
-        _progress(state, rec, say)
-        flush()
-
-    def confirmation(role: str, first: dict[str, Any], k: int) -> tuple[dict[str, Any], m.Candidate]:
-        """A ``confirm`` record loading ``first``'s placement once more, in round ``k`` (``bench/confirm.py``)."""
-        cand = replace(cands[id(first)], method=CONFIRM)
-        rec = _record(
-            label,
-            path,
-            cand,
-            first["budget_mib"],
-            (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"]),
-            meta.get("gpu"),
-            meta["cpu"],
-        )
-        rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
-        records.append(rec)
-        state.n_total += 1
-        return rec, cand
-
-    def out_of_time() -> bool:
-        return state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
-
+    has_gpu = machine_has_gpu and profile.gpu is not None
+    groups, notes = plan_groups(model, cfg, options, profile, extra_profile, has_gpu, say)
+    suite = ModelRun(model, cfg, meta, notes, worker, sampler, state, say)
     if cfg.plan_only:
-        work = [w for ctx, b, c in schedule(groups) if (w := add(ctx, b, c)) is not None]
-        state.n_total += len(work)
-        say(
-            f"{label}: {len(work)} runs planned over {len(groups)} groups, "
-            f"estimated {estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min"
-        )
-        for rec, cand in work:
-            say(
-                f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM {rec['predicted_vram_mib']} "
-                f"MiB e2e {rec['predicted_e2e_s']} s | {cand.label}"
-            )
-        return out_file
-    work = [w for ctx, b, c in core_order(groups) if (w := add(ctx, b, c)) is not None]
-    state.n_total += len(work)
-    say(
-        f"{label}: {len(work)} core runs over {len(groups)} groups, estimated "
-        f"{estimate_s([c for _, c in work], table.file_bytes, cfg.repeats) / 60:.1f} min; then the oracle sweep, planned group by "
-        f"group in rounds"
-    )
-    flush()
-    for rec, cand in work:
-        run(rec, cand)
-    if "oracle" in cfg.methods and cfg.oracle_max > 0:
-        for i in range(cfg.oracle_max):
-            for ctx, budget, gp in groups:
-                if out_of_time():
-                    break
-                if gp.oracle_pending is not None:
-                    t0 = time.monotonic()
-                    n_notes = len(gp.notes)
-                    try:
-                        gp.plan_oracle()
-                    except Exception as exc:  # noqa: BLE001  (a sweep-planning bug loses that group's sweep only)
-                        gp.oracle_pending, gp.oracle = None, []
-                        gp.notes.append(f"oracle sweep planning failed ({type(exc).__name__}: {exc})")
-                    notes.extend(f"ctx {ctx[0]} budget {budget}: {w}" for w in gp.notes[n_notes:])
-                    say(
-                        f"  oracle sweep for ctx {ctx[0]} budget {budget}: {len(gp.oracle)} candidates planned in "
-                        f"{time.monotonic() - t0:.1f} s"
-                    )
-                    if not gp.oracle:  # recorded, so the summary can tell "nothing to sweep" from "not swept"
-                        add(
-                            ctx,
-                            budget,
-                            m.Candidate(
-                                "oracle",
-                                "no sweep candidate",
-                                None,
-                                skip_reason="the sweep found no placement beyond the core methods",
-                            ),
-                        )
-                if i < len(gp.oracle) and (w := add(ctx, budget, gp.oracle[i])) is not None:
-                    state.n_total += 1
-                    run(*w)
-        not_planned = sum(1 for _, _, gp in groups if gp.oracle_pending is not None)
-        if not_planned:
-            notes.append(
-                f"oracle sweep not planned for {not_planned} of {len(groups)} groups: time limit of "
-                f"{cfg.max_minutes} min reached"
-            )
-            say(f"  {notes[-1]}")
-    if cfg.confirm_loads > 0:
-        pairs = close_calls(records, cfg.confirm_within)
-        say(
-            f"  confirming {len(pairs)} close calls with {cfg.confirm_loads} more loads each of the planner's placement "
-            f"and its challenger"
-        )
-        for k in range(1, cfg.confirm_loads + 1):  # round by round: a time limit cuts every group alike
-            confirmed: dict[str, dict[str, Any]] = {}  # this round's loads, shared by groups with the same placement
-            for pair in pairs:
-                for role, first in zip(ROLES, pair):
-                    run(*confirmation(role, first, k), confirmed)
-    flush()
-    return out_file
+        suite.list_plan(groups)
+        return suite.out_file
+    suite.measure_core(groups)
+    suite.sweep_oracle(groups)
+    suite.confirm_close_calls()
+    suite.flush()
+    return suite.out_file
 
 
 def prune_ratio(requested: float | None, profile_source: str) -> tuple[float, str | None]:
@@ -577,8 +690,8 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
 
 
 def core_order(
-    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]],
-) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+    groups: list[Group],
+) -> list[tuple[Context, int, m.Candidate]]:
     """The planner and the baselines of every group, then ``planner_ref`` of every group."""
     out = [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method != "planner_ref"]
     out += [(ctx, b, c) for ctx, b, gp in groups for c in gp.core if c.method == "planner_ref"]
@@ -586,8 +699,8 @@ def core_order(
 
 
 def schedule(
-    groups: list[tuple[tuple[int, int, int], int, m.GroupPlan]],
-) -> list[tuple[tuple[int, int, int], int, m.Candidate]]:
+    groups: list[Group],
+) -> list[tuple[Context, int, m.Candidate]]:
     """Run order: ``core_order``, then the oracle sweeps round by round (first candidate of every group, then
     the second, ...), so a time limit cuts the least informative runs and leaves every group some oracle
     coverage. ``run_model`` follows it, planning each deferred sweep at its group's first round."""

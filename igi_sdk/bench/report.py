@@ -12,73 +12,78 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.bench.confirm import CONFIRM
+from pydantic import ValidationError
+
+from igi_sdk.bench.confirm import CONFIRM, e2e_of, measured_in_budget
 from igi_sdk.bench.methods import ALL_METHODS, BASELINES
+from igi_sdk.bench.records import MergedResults, OverLoads, RunRecord
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.files import read_regular_file
 
 MERGED_JSON, MERGED_MD = "bench.json", "bench.md"
 
 
-def load_results(out_dir: Path) -> dict[str, Any]:
-    """Every per-model file of ``out_dir`` combined: ``{"metas": [...], "runs": [...], "summary": [...]}``."""
-    metas, runs = [], []
+def load_results(out_dir: Path) -> MergedResults:
+    """Every per-model file of ``out_dir`` combined, with the summary of all their runs."""
+    metas: list[dict[str, Any]] = []
+    runs: list[RunRecord] = []
     paths = sorted(out_dir.glob("bench-*.json"))
     if not paths:
         raise FileNotFoundError(2, "no per-model results (bench-*.json) to merge", str(out_dir))
     for path in paths:
         try:
             data = json.loads(read_regular_file(path, what="results file"))
-        except ValueError as exc:
+            file_runs = [RunRecord.model_validate(r) for r in data.get("runs", [])]
+        except (ValueError, ValidationError) as exc:
             raise ValueError(f"{path} is not a results file: {exc}") from None
         metas.append(data.get("meta", {}))
-        runs.extend(data.get("runs", []))
-    return {"version": 1, "metas": metas, "runs": runs, "summary": summarize_groups(runs)}
+        runs.extend(file_runs)
+    return MergedResults(metas=metas, runs=runs, summary=summarize_groups(runs))
 
 
 def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _cell(rec: dict[str, Any] | None) -> str:
+def _cell(rec: RunRecord | None) -> str:
     if rec is None:
         return ""
-    if rec["status"] != "ok":
-        if rec["status"] == "over_budget":
-            return f"over budget (pred {_fmt(rec.get('predicted_vram_mib'), '.0f')})"
+    if rec.status != "ok":
+        if rec.status == "over_budget":
+            return f"over budget (pred {_fmt(rec.predicted_vram_mib, '.0f')})"
         return {"not_applicable": "n/a", "skipped": "skipped", "error": "ERROR", "pruned": "pruned"}.get(
-            rec["status"], rec["status"]
+            rec.status, rec.status
         )
-    peak = rec.get("peak_vram_mib")
-    flag = " **over**" if rec.get("budget_violation") else ""
+    peak = rec.peak_vram_mib
+    flag = " **over**" if rec.budget_violation else ""
     return (
-        f"{_fmt(rec['ttft_s'], '.3f')} / {_fmt(rec['tps'], '.1f')} / "
-        f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.get('predicted_vram_mib'), '.0f')}{flag}"
+        f"{_fmt(rec.ttft_s, '.3f')} / {_fmt(rec.tps, '.1f')} / "
+        f"{_fmt(peak, '.0f') if peak is not None else 'pred ' + _fmt(rec.predicted_vram_mib, '.0f')}{flag}"
     )
 
 
-def _over_loads(confirmed: dict[str, Any] | None) -> str:
+def _over_loads(confirmed: OverLoads | None) -> str:
     if confirmed is None:
         return "-"
-    return f"{confirmed['planner_vs_oracle_over_loads']:.2f} ({confirmed['loads']} loads)"
+    return f"{confirmed.planner_vs_oracle_over_loads:.2f} ({confirmed.loads} loads)"
 
 
-def _best_oracle(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    ok = [r for r in recs if r["method"] == "oracle" and r["status"] == "ok" and not r.get("budget_violation")]
-    return min(ok, key=lambda r: r["e2e_s"], default=None)
+def _best_oracle(recs: list[RunRecord]) -> RunRecord | None:
+    ok = [r for r in recs if r.method == "oracle" and measured_in_budget(r)]
+    return min(ok, key=e2e_of, default=None)
 
 
-def _by_table(runs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[int, list[dict[str, Any]]]]:
-    tables: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+def _by_table(runs: list[RunRecord]) -> dict[tuple[str, int], dict[int, list[RunRecord]]]:
+    tables: dict[tuple[str, int], dict[int, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
-        tables[(r["model"], r["n_ctx"])][r["budget_mib"]].append(r)
+        tables[(r.model, r.n_ctx)][r.budget_mib].append(r)
     return tables
 
 
-def render_markdown(data: dict[str, Any]) -> str:
+def render_markdown(data: MergedResults) -> str:
     """The results as markdown: settings, one table per model x context, the planner-vs-rest summary."""
     lines = ["# GPU benchmark results", ""]
-    for meta in data["metas"]:
+    for meta in data.metas:
         gen = meta.get("synthetic_generator")
         lines.append(
             f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
@@ -86,25 +91,26 @@ def render_markdown(data: dict[str, Any]) -> str:
             f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
             f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
             f"threads {meta.get('n_threads')}, started {meta.get('started_at')}"
+            f"{f', objective {objective}' if (objective := meta.get('objective')) else ''}"
         )
         for note in meta.get("notes", []):
             lines.append(f"  - {note}")
-    if data["metas"]:
+    if data.metas:
         lines += [
             "",
-            f"VRAM: {data['metas'][0].get('vram_basis')}.",
+            f"VRAM: {data.metas[0].get('vram_basis')}.",
             "",
-            f"Timing: {data['metas'][0].get('timing')}.",
+            f"Timing: {data.metas[0].get('timing')}.",
             "",
         ]
-    runs = data["runs"]
+    runs = data.runs
     for (model, n_ctx), budgets in sorted(_by_table(runs).items()):
         any_rec = next(iter(budgets.values()))[0]
         methods = [
-            mm for mm in ALL_METHODS if mm != "oracle" and any(r["method"] == mm for rs in budgets.values() for r in rs)
+            mm for mm in ALL_METHODS if mm != "oracle" and any(r.method == mm for rs in budgets.values() for r in rs)
         ]
         lines += [
-            f"## {model}, n_ctx {n_ctx}, prompt {any_rec['prompt_tokens']}, reply {any_rec['reply_tokens']}",
+            f"## {model}, n_ctx {n_ctx}, prompt {any_rec.prompt_tokens}, reply {any_rec.reply_tokens}",
             "",
             "Cells: TTFT s / TPS / peak VRAM MiB (measured; `pred` = predicted when not measurable).",
             "",
@@ -113,9 +119,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for budget in sorted(budgets):
             recs = budgets[budget]
-            row = [str(budget)] + [_cell(next((r for r in recs if r["method"] == mm), None)) for mm in methods]
+            row = [str(budget)] + [_cell(next((r for r in recs if r.method == mm), None)) for mm in methods]
             best = _best_oracle(recs)
-            row.append(_cell(best) + (f" ({best['candidate']})" if best else ""))
+            row.append(_cell(best) + (f" ({best.candidate})" if best else ""))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     lines += [
@@ -142,48 +148,47 @@ def render_markdown(data: dict[str, Any]) -> str:
     ]
     head += [f"vs {b}" for b in BASELINES]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in data["summary"]:
-        sp = s["speedup"]
+    for s in data.summary:
         row = [
-            s["model"],
-            str(s["n_ctx"]),
-            str(s["budget_mib"]),
-            str(s["planner_strategy"] or s["planner_status"]),
-            _fmt(s["planner_e2e_s"], ".3f"),
-            f"{s['oracle_best_method'] or '-'} {_fmt(s['oracle_best_e2e_s'], '.3f')}",
-            _fmt(s["planner_vs_oracle"], ".2f")
-            if s["planner_vs_oracle"] is not None or s["planner_e2e_s"] is None
-            else f"no sweep ({_fmt(s['planner_vs_best'], '.2f')})",
-            _over_loads(s.get("over_loads")),
+            s.model,
+            str(s.n_ctx),
+            str(s.budget_mib),
+            str(s.planner_strategy or s.planner_status),
+            _fmt(s.planner_e2e_s, ".3f"),
+            f"{s.oracle_best_method or '-'} {_fmt(s.oracle_best_e2e_s, '.3f')}",
+            _fmt(s.planner_vs_oracle, ".2f")
+            if s.planner_vs_oracle is not None or s.planner_e2e_s is None
+            else f"no sweep ({_fmt(s.planner_vs_best, '.2f')})",
+            _over_loads(s.over_loads),
         ]
-        row += [_fmt(sp.get(b, {}).get("e2e"), ".2f") for b in BASELINES]
+        row += [_fmt(sp.e2e if (sp := s.speedup.get(b)) else None, ".2f") for b in BASELINES]
         lines.append("| " + " | ".join(row) + " |")
-    failures = [r for r in runs if r["status"] == "error"]
-    over = [r for r in runs if r.get("budget_violation")]
-    n_confirm = sum(r["method"] == CONFIRM and r["status"] == "ok" for r in runs)
+    failures = [r for r in runs if r.status == "error"]
+    over = [r for r in runs if r.budget_violation]
+    n_confirm = sum(r.method == CONFIRM and r.status == "ok" for r in runs)
     lines += [
         "",
-        f"Runs: {sum(r['status'] == 'ok' for r in runs)} ok ({n_confirm} of them confirmation loads), "
+        f"Runs: {sum(r.status == 'ok' for r in runs)} ok ({n_confirm} of them confirmation loads), "
         f"{len(failures)} failed, "
-        f"{sum(r['status'] == 'skipped' for r in runs)} skipped (time limit), "
-        f"{sum(r['status'] == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
+        f"{sum(r.status == 'skipped' for r in runs)} skipped (time limit), "
+        f"{sum(r.status == 'pruned' for r in runs)} sweep candidates pruned (predicted too slow), "
         f"{len(over)} over budget.",
         "",
     ]
     for r in failures:
         lines.append(
-            f"- failed: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
-            f"{(r['error'] or '').splitlines()[0][:200]}"
+            f"- failed: {r.model} ctx {r.n_ctx} budget {r.budget_mib} {r.method}: "
+            f"{(r.error or '').splitlines()[0][:200]}"
         )
     for r in over:
         lines.append(
-            f"- over budget: {r['model']} ctx {r['n_ctx']} budget {r['budget_mib']} {r['method']}: "
-            f"peak {r['peak_vram_mib']} MiB, predicted {r['predicted_vram_mib']} MiB"
+            f"- over budget: {r.model} ctx {r.n_ctx} budget {r.budget_mib} {r.method}: "
+            f"peak {r.peak_vram_mib} MiB, predicted {r.predicted_vram_mib} MiB"
         )
     return "\n".join(lines) + "\n"
 
 
-def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+def render_plots(data: MergedResults, out_dir: Path) -> list[Path]:
     """One PNG per model x context: TPS and TTFT against the budget, a line per method."""
     import matplotlib
 
@@ -191,7 +196,7 @@ def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    for (model, n_ctx), budgets in sorted(_by_table(data["runs"]).items()):
+    for (model, n_ctx), budgets in sorted(_by_table(data.runs).items()):
         fig, (ax_tps, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
         for method in ALL_METHODS:
             xs, tps, ttft = [], [], []
@@ -200,13 +205,13 @@ def render_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
                 rec = (
                     _best_oracle(recs)
                     if method == "oracle"
-                    else next((r for r in recs if r["method"] == method and r["status"] == "ok"), None)
+                    else next((r for r in recs if r.method == method and r.status == "ok"), None)
                 )
-                if rec is None or rec["status"] != "ok":
+                if rec is None or rec.status != "ok" or rec.ttft_s is None:
                     continue
                 xs.append(budget / 1024)
-                tps.append(rec["tps"] or 0.0)
-                ttft.append(rec["ttft_s"])
+                tps.append(rec.tps or 0.0)
+                ttft.append(rec.ttft_s)
             if not xs:
                 continue
             style = dict(
@@ -240,7 +245,7 @@ def merge(out_dir: Path) -> tuple[Path, Path, list[Path]]:
 
     data = load_results(out_dir)
     json_path, md_path = out_dir / MERGED_JSON, out_dir / MERGED_MD
-    write_json(json_path, data)
+    write_json(json_path, data.model_dump(mode="json"))
     md_path.write_text(render_markdown(data))
     plots = render_plots(data, out_dir)
     return json_path, md_path, plots

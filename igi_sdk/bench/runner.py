@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.bench import methods as m
-from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls
+from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls, e2e_of
+from igi_sdk.bench.records import RunRecord
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler
@@ -84,7 +85,8 @@ class SuiteState:
     deadline: float | None = None
     n_done: int = 0
     n_total: int = 0
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    measured: dict[str, RunRecord] = field(default_factory=dict)
+    """The first measurement of every placement, by ``measure_key``."""
 
     def remaining_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -109,60 +111,54 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def _record(
-    model: str, path: Path, cand: m.Candidate, budget: int, ctx: tuple[int, int, int], gpu: str | None, cpu: str
-) -> dict[str, Any]:
+    model: str,
+    path: Path,
+    cand: m.Candidate,
+    budget: int,
+    ctx: Context,
+    objective: Objective,
+    gpu: str | None,
+    cpu: str,
+) -> RunRecord:
+    """The ``pending`` record of ``cand`` in one group."""
     n_ctx, prompt, reply = ctx
     pred = cand.prediction
-    return {
-        "model": model,
-        "model_path": str(path),
-        "method": cand.method,
-        "candidate": cand.label,
-        "strategy": cand.strategy,
-        "family": cand.family,
-        "budget_mib": budget,
-        "n_ctx": n_ctx,
-        "prompt_tokens": prompt,
-        "reply_tokens": reply,
-        "status": "pending",
-        "error": None,
-        "ttft_s": None,
-        "tps": None,
-        "e2e_s": None,
-        "decode_s": None,
-        "load_s": None,
-        "peak_vram_mib": None,
-        "peak_vram_process_mib": None,
-        "vram_at_start_mib": None,
-        "budget_violation": None,
-        "predicted_fits": cand.fits,
-        "predicted_vram_mib": cand.predicted_vram_mib,
-        "predicted_ttft_s": None if pred is None else round(pred.ttft_s, 4),
-        "predicted_tps": None if pred is None else round(pred.decode_tps, 2),
-        "predicted_e2e_s": None if pred is None else round(pred.e2e_s, 4),
-        "predicted_memory": None if cand.memory is None else cand.memory.model_dump(),
-        "placement": None if cand.placement is None else cand.placement.model_dump(mode="json"),
-        "overlap": None
-        if cand.placement is None
-        else (cand.placement.prefetch_slots > 0 and cand.placement.op_offload),
-        "gpu": gpu,
-        "cpu": cpu,
-        "reused_from": None,
-        "run_id": None,
-        "finished_at": None,
-    }
+    return RunRecord(
+        model=model,
+        model_path=str(path),
+        method=cand.method,
+        candidate=cand.label,
+        strategy=cand.strategy,
+        family=cand.family,
+        objective=objective,
+        budget_mib=budget,
+        n_ctx=n_ctx,
+        prompt_tokens=prompt,
+        reply_tokens=reply,
+        status="pending",
+        predicted_fits=cand.fits,
+        predicted_vram_mib=cand.predicted_vram_mib,
+        predicted_ttft_s=None if pred is None else round(pred.ttft_s, 4),
+        predicted_tps=None if pred is None else round(pred.decode_tps, 2),
+        predicted_e2e_s=None if pred is None else round(pred.e2e_s, 4),
+        predicted_memory=None if cand.memory is None else cand.memory.model_dump(),
+        placement=None if cand.placement is None else cand.placement.model_dump(mode="json"),
+        overlap=None if cand.placement is None else (cand.placement.prefetch_slots > 0 and cand.placement.op_offload),
+        gpu=gpu,
+        cpu=cpu,
+    )
 
 
 def _measure(
-    worker: Worker, sampler: VramSampler, rec: dict[str, Any], cand: m.Candidate, cfg: SuiteConfig, state: SuiteState
+    worker: Worker, sampler: VramSampler, rec: RunRecord, cand: m.Candidate, cfg: SuiteConfig, state: SuiteState
 ) -> None:
     """Fill ``rec`` from one worker run (errors recorded, never raised)."""
     assert cand.placement is not None
     spec = RunSpec(
-        model_path=rec["model_path"],
+        model_path=rec.model_path,
         placement=cand.placement.model_dump(mode="json"),
-        prompt_tokens=rec["prompt_tokens"],
-        reply_tokens=rec["reply_tokens"],
+        prompt_tokens=rec.prompt_tokens,
+        reply_tokens=rec.reply_tokens,
         warmup=cfg.warmup,
         repeats=cfg.repeats,
         crash_for_test=cand.method in cfg.crash_methods,
@@ -177,38 +173,27 @@ def _measure(
             out = worker.run(spec, timeout)
         finally:
             peak = sampler.stop()
-        rec.update({k: out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")})
+        rec.ttft_s, rec.tps, rec.e2e_s, rec.decode_s, rec.load_s = (
+            out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")
+        )
         slots = out.get("weight_prefetch_slots") or {}
-        rec.update(
-            overlap=bool(slots),
-            weight_prefetch_slots=slots,
-            prefill_upload_bytes=out.get("prefill_upload_bytes"),
-            greedy_tokens=out.get("greedy_tokens"),
-        )
-        rec.update(
-            warmup_s=out.get("warmup_s"),
-            llama_buffers_mib=out.get("llama_buffers_mib"),
-            n_layers_offloaded=out.get("n_layers_offloaded"),
-            ttft_runs_s=out.get("ttft_runs_s"),
-            decode_runs_s=out.get("decode_runs_s"),
-            status="ok",
-        )
+        rec.overlap, rec.weight_prefetch_slots = bool(slots), slots
+        rec.prefill_upload_bytes, rec.greedy_tokens = out.get("prefill_upload_bytes"), out.get("greedy_tokens")
+        rec.warmup_s, rec.llama_buffers_mib = out.get("warmup_s"), out.get("llama_buffers_mib")
+        rec.n_layers_offloaded = out.get("n_layers_offloaded")
+        rec.ttft_runs_s, rec.decode_runs_s = out.get("ttft_runs_s"), out.get("decode_runs_s")
+        rec.status = "ok"
     except Exception as exc:  # noqa: BLE001  (recorded on the run, never raised)
-        late = state.remaining_s() is not None and state.remaining_s() <= 0  # type: ignore[operator]
-        rec.update(
-            status="skipped" if late and isinstance(exc, WorkerCrashed) else "error",
-            error=f"{type(exc).__name__}: {exc}"[:4000],
-        )
+        remaining = state.remaining_s()
+        late = remaining is not None and remaining <= 0
+        rec.status = "skipped" if late and isinstance(exc, WorkerCrashed) else "error"
+        rec.error = f"{type(exc).__name__}: {exc}"[:4000]
     if peak is not None:
-        rec.update(
-            peak_vram_mib=peak.device_peak_mib,
-            peak_vram_process_mib=peak.process_peak_mib,
-            vram_at_start_mib=peak.device_start_mib,
-            vram_baseline_mib=peak.baseline_mib,
-            vram_samples=peak.n_samples,
-        )
+        rec.peak_vram_mib, rec.peak_vram_process_mib = peak.device_peak_mib, peak.process_peak_mib
+        rec.vram_at_start_mib, rec.vram_baseline_mib = peak.device_start_mib, peak.baseline_mib
+        rec.vram_samples = peak.n_samples
     _check_budget(rec)
-    rec["finished_at"] = _now()
+    rec.finished_at = _now()
 
 
 MEASURED_FIELDS = (
@@ -232,35 +217,35 @@ MEASURED_FIELDS = (
 )
 
 
-def _reuse(rec: dict[str, Any], prev: dict[str, Any]) -> None:
+def _reuse(rec: RunRecord, prev: RunRecord) -> None:
     """Fill ``rec`` with the measurement of ``prev`` (the same placement and workload)."""
     for k in MEASURED_FIELDS:
-        rec[k] = prev.get(k)
-    rec["reused_from"] = prev["run_id"]
+        setattr(rec, k, getattr(prev, k))
+    rec.reused_from = prev.run_id
     _check_budget(rec)
 
 
-def _check_budget(rec: dict[str, Any]) -> None:
-    peak = rec.get("peak_vram_mib")
-    rec["budget_violation"] = None if peak is None else bool(peak > rec["budget_mib"])
+def _check_budget(rec: RunRecord) -> None:
+    peak = rec.peak_vram_mib
+    rec.budget_violation = None if peak is None else bool(peak > rec.budget_mib)
 
 
-def _progress(state: SuiteState, rec: dict[str, Any], say: Say) -> None:
+def _progress(state: SuiteState, rec: RunRecord, say: Say) -> None:
     el = time.monotonic() - state.started
     head = (
-        f"[{state.n_done}/{state.n_total} {el / 60:4.1f} min] {rec['model']} ctx {rec['n_ctx']}/{rec['prompt_tokens']} "
-        f"budget {rec['budget_mib']} {rec['method']:<12}"
+        f"[{state.n_done}/{state.n_total} {el / 60:4.1f} min] {rec.model} ctx {rec.n_ctx}/{rec.prompt_tokens} "
+        f"budget {rec.budget_mib} {rec.method:<12}"
     )
-    if rec["status"] == "ok":
-        peak = "-" if rec["peak_vram_mib"] is None else f"{rec['peak_vram_mib']:.0f}"
-        flag = " OVER BUDGET" if rec["budget_violation"] else ""
-        reuse = " (reused)" if rec["reused_from"] else ""
+    if rec.status == "ok":
+        peak = "-" if rec.peak_vram_mib is None else f"{rec.peak_vram_mib:.0f}"
+        flag = " OVER BUDGET" if rec.budget_violation else ""
+        reuse = " (reused)" if rec.reused_from else ""
         say(
-            f"{head} load {rec['load_s']:.2f} s ttft {rec['ttft_s']:.3f} s tps {rec['tps'] or 0:.1f} "
-            f"peak {peak} MiB (pred {rec['predicted_vram_mib']}){flag}{reuse} | {rec['candidate']}"
+            f"{head} load {rec.load_s or 0:.2f} s ttft {rec.ttft_s or 0:.3f} s tps {rec.tps or 0:.1f} "
+            f"peak {peak} MiB (pred {rec.predicted_vram_mib}){flag}{reuse} | {rec.candidate}"
         )
     else:
-        say(f"{head} {rec['status'].upper()}: {(rec['error'] or '')[:300]}")
+        say(f"{head} {rec.status.upper()}: {(rec.error or '')[:300]}")
 
 
 Context = tuple[int, int, int]
@@ -404,7 +389,7 @@ class ModelRun:
         self.worker, self.sampler = worker, sampler
         self.gpu, self.cpu = meta.get("gpu"), meta["cpu"]
         self.out_file = cfg.out_dir / f"bench-{model.label}.json"
-        self.records: list[dict[str, Any]] = []
+        self.records: list[RunRecord] = []
         self.cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
         self.notes = [*meta.get("notes", []), *notes]
         self.meta = {
@@ -425,8 +410,8 @@ class ModelRun:
             {
                 "version": RESULT_VERSION,
                 "meta": self.meta,
-                "runs": self.records,
-                "summary": summarize_groups(self.records),
+                "runs": [r.model_dump(mode="json") for r in self.records],
+                "summary": [s.model_dump(mode="json") for s in summarize_groups(self.records)],
             },
         )
 
@@ -438,8 +423,8 @@ class ModelRun:
         self.say(f"{self.model.label}: {len(work)} runs planned over {len(groups)} groups, estimated {minutes:.1f} min")
         for rec, cand in work:
             self.say(
-                f"  ctx {rec['n_ctx']} budget {rec['budget_mib']} {rec['method']:<12} pred VRAM "
-                f"{rec['predicted_vram_mib']} MiB e2e {rec['predicted_e2e_s']} s | {cand.label}"
+                f"  ctx {rec.n_ctx} budget {rec.budget_mib} {rec.method:<12} pred VRAM "
+                f"{rec.predicted_vram_mib} MiB e2e {rec.predicted_e2e_s} s | {cand.label}"
             )
 
     def measure_core(self, groups: list[Group]) -> None:
@@ -506,50 +491,53 @@ class ModelRun:
             f"placement and its challenger"
         )
         for k in range(1, self.cfg.confirm_loads + 1):
-            confirmed: dict[str, dict[str, Any]] = {}  # this round's loads, shared by groups with the same placement
+            confirmed: dict[str, RunRecord] = {}  # this round's loads, shared by groups with the same placement
             for pair in pairs:
                 for role, first in zip(ROLES, pair):
                     self.run(*self._confirmation(role, first, k), confirmed)
 
-    def add(self, ctx: Context, budget: int, cand: m.Candidate) -> tuple[dict[str, Any], m.Candidate] | None:
+    def add(self, ctx: Context, budget: int, cand: m.Candidate) -> tuple[RunRecord, m.Candidate] | None:
         """A record for ``cand``; returned with it when it is to be measured."""
         if cand.method not in self.cfg.methods:
             return None
-        rec = _record(self.model.label, self.model.path, cand, budget, ctx, self.gpu, self.cpu)
+        rec = self._record(cand, budget, ctx)
         self.records.append(rec)
         self.cands[id(rec)] = cand
         if cand.skip_reason is not None or cand.placement is None:
-            rec.update(status="not_applicable" if cand.fits else "over_budget", error=cand.skip_reason)
+            rec.status = "not_applicable" if cand.fits else "over_budget"
+            rec.error = cand.skip_reason
             return None
         return rec, cand
 
-    def run(self, rec: dict[str, Any], cand: m.Candidate, measured: dict[str, dict[str, Any]] | None = None) -> None:
+    def _record(self, cand: m.Candidate, budget: int, ctx: Context) -> RunRecord:
+        return _record(self.model.label, self.model.path, cand, budget, ctx, self.cfg.objective, self.gpu, self.cpu)
+
+    def run(self, rec: RunRecord, cand: m.Candidate, measured: dict[str, RunRecord] | None = None) -> None:
         """Measure ``rec``, or take over the same placement's measurement from ``measured`` (by default the
         suite's first measurements; each confirmation round keeps its own, so it loads the placement again)."""
         measured = self.state.measured if measured is None else measured
         self.state.n_done += 1
-        rec["run_id"] = f"{self.model.label}#{self.state.n_done}"
+        rec.run_id = f"{self.model.label}#{self.state.n_done}"
         assert cand.placement is not None
-        key = measure_key(self.model.path, rec["prompt_tokens"], rec["reply_tokens"], cand.placement)
+        key = measure_key(self.model.path, rec.prompt_tokens, rec.reply_tokens, cand.placement)
         if key in measured:
             _reuse(rec, measured[key])
         elif self.out_of_time():
-            rec.update(status="skipped", error=f"time limit of {self.cfg.max_minutes} min reached")
-        elif rec["method"] == "oracle" and (why := pruned_reason(rec, self.records, self.cfg.oracle_prune_ratio)):
-            rec.update(status="pruned", error=why)
+            rec.status, rec.error = "skipped", f"time limit of {self.cfg.max_minutes} min reached"
+        elif rec.method == "oracle" and (why := pruned_reason(rec, self.records, self.cfg.oracle_prune_ratio)):
+            rec.status, rec.error = "pruned", why
         else:
             _measure(self.worker, self.sampler, rec, cand, self.cfg, self.state)
-            if rec["status"] == "ok":
+            if rec.status == "ok":
                 measured[key] = rec
         _progress(self.state, rec, self.say)
         self.flush()
 
-    def _confirmation(self, role: str, first: dict[str, Any], k: int) -> tuple[dict[str, Any], m.Candidate]:
+    def _confirmation(self, role: str, first: RunRecord, k: int) -> tuple[RunRecord, m.Candidate]:
         """A ``confirm`` record loading ``first``'s placement once more, in round ``k`` (``bench/confirm.py``)."""
         cand = replace(self.cands[id(first)], method=CONFIRM)
-        ctx = (first["n_ctx"], first["prompt_tokens"], first["reply_tokens"])
-        rec = _record(self.model.label, self.model.path, cand, first["budget_mib"], ctx, self.gpu, self.cpu)
-        rec.update(confirm_role=role, confirm_of=first["run_id"], confirm_round=k)
+        rec = self._record(cand, first.budget_mib, (first.n_ctx, first.prompt_tokens, first.reply_tokens))
+        rec.confirm_role, rec.confirm_of, rec.confirm_round = role, first.run_id, k
         self.records.append(rec)
         self.state.n_total += 1
         return rec, cand
@@ -607,27 +595,18 @@ def prune_ratio(requested: float | None, profile_source: str) -> tuple[float, st
     )
 
 
-def pruned_reason(rec: dict[str, Any], records: list[dict[str, Any]], ratio: float) -> str | None:
+def pruned_reason(rec: RunRecord, records: list[RunRecord], ratio: float) -> str | None:
     """Why ``rec`` (a sweep candidate) need not be measured: its predicted e2e exceeds ``ratio`` times the best
     e2e measured so far in its group (same model, budget and context, within the budget). ``None``: measure it
     (``ratio`` 0, no prediction, or nothing measured yet)."""
-    predicted = rec.get("predicted_e2e_s")
+    predicted = rec.predicted_e2e_s
     if ratio <= 0 or predicted is None:
         return None
-    best = best_in_budget(
-        [
-            r
-            for r in records
-            if r is not rec
-            and r["model"] == rec["model"]
-            and r["budget_mib"] == rec["budget_mib"]
-            and r["n_ctx"] == rec["n_ctx"]
-        ]
-    )
-    if best is None or predicted <= ratio * best["e2e_s"]:
+    best = best_in_budget([r for r in records if r is not rec and r.group == rec.group])
+    if best is None or predicted <= ratio * e2e_of(best):
         return None
     return (
-        f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {best['e2e_s']:.2f} s "
+        f"pruned: predicted e2e {predicted:.2f} s > {ratio:g} x the group's best measured {e2e_of(best):.2f} s "
         f"(--oracle-prune-ratio)"
     )
 
@@ -644,21 +623,22 @@ _RESUME_DEFAULTS = {"repeats": 1}  # files written before the field existed
 RESUMED_PREFIX = "resumed from "
 
 
-def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, RunRecord], list[str]]:
     """The ok runs of earlier result files, by ``measure_key``, for a suite with ``meta``; and notes saying what
     was taken and what was refused (a file from another machine, build, thread count or warm-up setting).
 
     Raises:
         ValueError: a file cannot be read or is not a bench result (nothing is measured then).
     """
-    taken: dict[str, dict[str, Any]] = {}
+    taken: dict[str, RunRecord] = {}
     notes: list[str] = []
     for path in paths:
         try:
             data = json.loads(read_regular_file(Path(path), what="--resume file"))
-            old, runs = data["meta"], data["runs"]
-            if not isinstance(old, dict) or not isinstance(runs, list):
+            old, raw_runs = data["meta"], data["runs"]
+            if not isinstance(old, dict) or not isinstance(raw_runs, list):
                 raise TypeError("meta / runs of the wrong type")
+            runs = [RunRecord.model_validate(r) for r in raw_runs]
         except (OSError, InputFileError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"--resume {path}: not a readable bench result ({type(exc).__name__}: {exc})") from exc
         differ = [k for k in RESUME_MATCH if old.get(k, _RESUME_DEFAULTS.get(k)) != meta.get(k)]
@@ -667,20 +647,16 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, dic
             continue
         n = 0
         for r in runs:
-            if r.get("status") != "ok" or r.get("placement") is None or r.get("method") == CONFIRM:
+            if r.status != "ok" or r.placement is None or r.method == CONFIRM:
                 continue  # a confirmation load is not the first measurement of its placement
-            key = measure_key(
-                r["model_path"], r["prompt_tokens"], r["reply_tokens"], Placement.model_validate(r["placement"])
-            )
-            origin = r.get("reused_from") or r["run_id"]  # a run resumed once already keeps its first origin
+            key = measure_key(r.model_path, r.prompt_tokens, r.reply_tokens, Placement.model_validate(r.placement))
+            origin = r.reused_from or r.run_id or ""  # a run resumed once already keeps its first origin
             if key not in taken:
                 external = origin.startswith(RESUMED_PREFIX)
-                taken[key] = {
-                    **r,
-                    "run_id": origin
-                    if external
-                    else f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}",
-                }
+                run_id = (
+                    origin if external else f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}"
+                )
+                taken[key] = r.model_copy(update={"run_id": run_id})
                 n += 1
         notes.append(
             f"resume: {n} measurements taken from {path.name} (started {old.get('started_at')}); "
@@ -738,6 +714,7 @@ def machine_meta(
         "dry_run_compute": cfg.use_dry_run,
         "warmup": cfg.warmup,
         "repeats": cfg.repeats,
+        "objective": cfg.objective,
         "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
         f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
         "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",

@@ -1,4 +1,4 @@
-"""Bench layer: per-group comparison of measured runs (pure functions over the JSON records).
+"""Bench layer: per-group comparison of measured runs (pure functions over the run records, ``records.RunRecord``).
 
 For each (model, budget, n_ctx) group:
 
@@ -21,18 +21,18 @@ Runs whose measured peak exceeded the budget never count as the oracle.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
-from igi_sdk.bench.confirm import CONFIRM, measured, measured_in_budget, over_loads
+from igi_sdk.bench.confirm import CONFIRM, e2e_of, measured, measured_in_budget, over_loads
 from igi_sdk.bench.methods import BASELINES
+from igi_sdk.bench.records import GroupSummary, RunRecord, Speedup
 
 GroupKey = tuple[str, int, int]
 
 
-def best_in_budget(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def best_in_budget(records: list[RunRecord]) -> RunRecord | None:
     """The fastest (e2e) measured run of ``records`` (one group) whose peak stayed within the budget."""
     legal = [r for r in records if measured_in_budget(r)]
-    return min(legal, key=lambda r: r["e2e_s"], default=None)
+    return min(legal, key=e2e_of, default=None)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -41,55 +41,53 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return round(num / den, 3)
 
 
-def summarize_groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize_groups(records: list[RunRecord]) -> list[GroupSummary]:
     """One summary row per (model, budget, n_ctx) group, in first-seen order."""
-    groups: dict[GroupKey, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[GroupKey, list[RunRecord]] = defaultdict(list)
     for rec in records:
-        groups[(rec["model"], rec["budget_mib"], rec["n_ctx"])].append(rec)
-    rows = []
-    for (model, budget, n_ctx), with_confirms in groups.items():
-        recs = [r for r in with_confirms if r["method"] != CONFIRM]
-        planner = next((r for r in recs if r["method"] == "planner"), None)
-        best = best_in_budget(recs)
-        p_ok = planner is not None and measured(planner)
-        p = planner if p_ok else None  # the planner's record when it was measured
-        sweep = [r for r in recs if r["method"] == "oracle"]
-        n_sweep = sum(1 for r in sweep if measured(r))
-        vs_best = _ratio(p["e2e_s"], best["e2e_s"]) if p is not None and best else None
-        swept = n_sweep or (sweep and all(r["status"] in ("pruned", "not_applicable") for r in sweep))
-        row: dict[str, Any] = {
-            "model": model,
-            "budget_mib": budget,
-            "n_ctx": n_ctx,
-            "prompt_tokens": recs[0]["prompt_tokens"],
-            "reply_tokens": recs[0]["reply_tokens"],
-            "planner_status": None if planner is None else planner["status"],
-            "planner_strategy": None if planner is None else planner.get("strategy"),
-            "planner_e2e_s": None if p is None else p["e2e_s"],
-            "planner_ttft_s": None if p is None else p["ttft_s"],
-            "planner_tps": None if p is None else p["tps"],
-            "planner_peak_vram_mib": planner.get("peak_vram_mib") if planner else None,
-            "planner_budget_violation": planner.get("budget_violation") if planner else None,
-            "oracle_best_method": None if best is None else best["method"],
-            "oracle_best_candidate": None if best is None else best["candidate"],
-            "oracle_best_e2e_s": None if best is None else best["e2e_s"],
-            "n_measured": sum(1 for r in recs if measured(r)),
-            "n_oracle_sweep": n_sweep,
-            "n_oracle_pruned": sum(1 for r in sweep if r["status"] == "pruned"),
-            "planner_vs_best": vs_best,
-            "planner_vs_oracle": vs_best if swept else None,
-            "speedup": {},
-            "over_loads": over_loads(with_confirms),
-        }
-        for method in BASELINES + ("planner_ref",):
-            other = next((r for r in recs if r["method"] == method), None)
-            if other is None or not measured(other) or not p_ok:
-                continue
-            assert planner is not None
-            row["speedup"][method] = {
-                "e2e": _ratio(other["e2e_s"], planner["e2e_s"]),
-                "ttft": _ratio(other["ttft_s"], planner["ttft_s"]),
-                "tps": _ratio(planner["tps"], other["tps"]),
-            }
-        rows.append(row)
-    return rows
+        groups[rec.group].append(rec)
+    return [_summarize(recs) for recs in groups.values()]
+
+
+def _summarize(with_confirms: list[RunRecord]) -> GroupSummary:
+    """The row of one group's records (confirmation loads count only in ``over_loads``)."""
+    recs = [r for r in with_confirms if r.method != CONFIRM]
+    first = recs[0] if recs else with_confirms[0]
+    planner = next((r for r in recs if r.method == "planner"), None)
+    best = best_in_budget(recs)
+    p = planner if planner is not None and measured(planner) else None  # the planner's record when measured
+    sweep = [r for r in recs if r.method == "oracle"]
+    n_sweep = sum(1 for r in sweep if measured(r))
+    vs_best = _ratio(p.e2e_s, best.e2e_s) if p is not None and best else None
+    swept = n_sweep or (sweep and all(r.status in ("pruned", "not_applicable") for r in sweep))
+    speedup = {}
+    for method in BASELINES + ("planner_ref",):
+        other = next((r for r in recs if r.method == method), None)
+        if other is not None and measured(other) and p is not None:
+            speedup[method] = Speedup(
+                e2e=_ratio(other.e2e_s, p.e2e_s), ttft=_ratio(other.ttft_s, p.ttft_s), tps=_ratio(p.tps, other.tps)
+            )
+    return GroupSummary(
+        model=first.model,
+        budget_mib=first.budget_mib,
+        n_ctx=first.n_ctx,
+        prompt_tokens=first.prompt_tokens,
+        reply_tokens=first.reply_tokens,
+        planner_status=None if planner is None else planner.status,
+        planner_strategy=None if planner is None else planner.strategy,
+        planner_e2e_s=None if p is None else p.e2e_s,
+        planner_ttft_s=None if p is None else p.ttft_s,
+        planner_tps=None if p is None else p.tps,
+        planner_peak_vram_mib=None if planner is None else planner.peak_vram_mib,
+        planner_budget_violation=None if planner is None else planner.budget_violation,
+        oracle_best_method=None if best is None else best.method,
+        oracle_best_candidate=None if best is None else best.candidate,
+        oracle_best_e2e_s=None if best is None else best.e2e_s,
+        n_measured=sum(1 for r in recs if measured(r)),
+        n_oracle_sweep=n_sweep,
+        n_oracle_pruned=sum(1 for r in sweep if r.status == "pruned"),
+        planner_vs_best=vs_best,
+        planner_vs_oracle=vs_best if swept else None,
+        speedup=speedup,
+        over_loads=over_loads(with_confirms),
+    )

@@ -40,6 +40,10 @@ def test_smoke_writes_every_output(smoke_out: Path) -> None:
     assert "## smoke_moe, n_ctx 512" in md and "Planner vs oracle" in md
     meta = json.loads((smoke_out / "bench-smoke_moe.json").read_text())["meta"]
     assert meta["synthetic_generator"] == GENERATOR_VERSION and f"synthetic generator v{GENERATOR_VERSION}" in md
+    # the planner objective is named by the suite and by every run (two suites with and without --objective ttft
+    # can be told apart from their files)
+    runs = json.loads((smoke_out / "bench-smoke_moe.json").read_text())["runs"]
+    assert meta["objective"] == "e2e" and "objective e2e" in md and {r["objective"] for r in runs} == {"e2e"}
 
 
 def test_smoke_ran_every_method_and_budgets_shaped_the_plans(smoke_out: Path) -> None:

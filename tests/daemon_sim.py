@@ -1,7 +1,7 @@
 """Test helper: the real daemon above a simulated engine worker (the engine seam faked), for the unit and property
 tests.
 
-A simulated worker (a FIFO of generations, one token per step, reloads, exports, a crash on demand, a model that
+``fakes.FakeWorker`` (a FIFO of generations, one token per step, reloads, exports, a crash on demand, a model that
 llama.cpp refuses) stands in for the engine worker process; everything above it is the real daemon code
 (dispatcher, handlers, budget control, model switch, worker-event and worker-death handling), driven the way the
 server loop drives it. Used by the daemon tests in tests/unit, the worker replacement tests (with
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fakes import FakePlanner, FakeWorker, worker_config
+
 from igi_sdk.config import DaemonSettings, EngineSettings
-from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.daemon.budget.planner import Planner
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.service import DaemonService
-from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import TRANSITIONS, IllegalMove, Move, WorkerState
-from igi_sdk.daemon.worker.supervisor import WorkerGone
+from igi_sdk.daemon.worker.model_switch import PlannerFor
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import pack_message, unpack_message
 from igi_sdk.ipc.messages import (
@@ -42,7 +42,6 @@ from igi_sdk.ipc.messages import (
     StatusRequest,
     TokenEvent,
 )
-from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.synthetic import write_synthetic_gguf
 
@@ -60,167 +59,30 @@ MODELS = {
 }
 
 
-class SimWorker:
-    """The engine seam: behaves like ``WorkerSupervisor`` + worker process, without llama.cpp.
-
-    Like the real supervisor, ``ready`` turns True when the ``ready`` event is read and False when the death is
-    noticed, and ``send`` to a process that has died (noticed or not) raises ``WorkerGone``.
-    """
-
-    pid = None
-    gpu_hidden = False
-
-    def needs_new_process(self, placement: Placement) -> bool:  # no GPU here: every reload happens in place
-        return False
-
-    def __init__(self) -> None:
-        self.ready = False
-        self.restarts = 0
-        self.placement = Placement()  # what the next start loads (the daemon's lifecycle sets it)
-        self.loaded = self.placement  # what the process runs: its start's placement, then each Reload's
-        self._config: dict[str, Any] = {"model_path": MODELS["default"], "n_ctx": 2048}
-        self._alive = False
-        self._dead = True
-        self._events: list[wp.Event] = []
-        self._queue: list[dict[str, Any]] = []
-        self.tool_format: str | None = None  # the native tool format its Ready reports (a chat template's)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self._config)
-
-    def retarget(self, worker_config: dict[str, Any]) -> None:
-        self._config = dict(worker_config)
-
-    def start(self) -> None:
-        self._alive, self._dead, self._queue = True, False, []
-        self.loaded = self.placement
-        path = self._config["model_path"]
-        if path.endswith("refused.gguf"):
-            self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
-            self._alive = False
-            return
-        info = ModelInfo(
-            path=path, architecture="llama", n_layer=2, n_params=None, file_mib=1.0, n_ctx=self._config["n_ctx"]
-        )
-        self._events.append(
-            wp.Ready(pid=1, model=info, file_bytes=1, placement=self.placement, tool_format=self.tool_format)
-        )
-
-    def kill(self) -> None:
-        """The process dies (llama.cpp crash); the daemon notices on its next look."""
-        self._alive, self._events, self._queue = False, [], []
-
-    def is_dead(self) -> bool:
-        if not self._alive:
-            self._dead, self.ready = True, False
-        return self._dead
-
-    def exited(self) -> bool:
-        return not self._alive
-
-    def begin_stop(self) -> None:
-        self.ready = False
-        self.kill()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self.kill()
-        self._dead, self.ready = True, False
-
-    def restart(self) -> None:
-        self.stop()
-        self.restarts += 1
-        self.start()
-
-    def fds(self) -> list[int]:
-        return []
-
-    def read_events(self) -> list[wp.Event]:
-        events, self._events = self._events, []
-        for event in events:
-            if isinstance(event, wp.Ready):
-                self.ready = True
-        if not self._alive:
-            self.is_dead()
-        return events
-
-    def send(self, command: wp.Command) -> None:
-        if self.is_dead():
-            raise WorkerGone("engine worker is not running")
-        if isinstance(command, wp.Generate):
-            self._queue.append({"job_id": command.job_id, "left": command.max_tokens, "index": 0, "text": ""})
-        elif isinstance(command, wp.Cancel):
-            for job in [j for j in self._queue if j["job_id"] == command.job_id]:
-                self._queue.remove(job)
-                self._done(job, "cancelled")
-        elif isinstance(command, wp.Reload):
-            self.loaded = command.placement
-            self._events.append(wp.Reloaded(req_id=command.req_id, ok=True, placement=command.placement))
-        elif isinstance(command, wp.Export):
-            self._events.append(wp.Exported(req_id=command.req_id, session_id=command.session_id))
-
-    def step(self) -> None:
-        """One token of the first queued generation."""
-        if not self._alive or not self._queue:
-            return
-        job = self._queue[0]
-        if job["index"] == 0:
-            self._events.append(wp.Started(job_id=job["job_id"], prompt_tokens=3))
-        piece = f"t{job['index']} "
-        self._events.append(wp.Token(job_id=job["job_id"], index=job["index"], text=piece, token_id=7))
-        job["index"] += 1
-        job["text"] += piece
-        job["left"] -= 1
-        if job["left"] == 0:
-            self._queue.pop(0)
-            self._done(job, "length")
-
-    def _done(self, job: dict[str, Any], reason: str) -> None:
-        self._events.append(
-            wp.Done(
-                job_id=job["job_id"],
-                finish_reason=reason,
-                text=job["text"],
-                prompt_tokens=3,
-                completion_tokens=job["index"],
-            )
-        )
-
-
-class _Planner:
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        return PlanOutcome(budget_mib, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        return self.plan(budget_mib)
-
-    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        return PlanOutcome(
-            budget_mib,
-            Placement(),
-            Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0),
-            0.0,
-            0.0,
-            True,
-            warning=warning,
-        )
-
-    def dry_run_child_mib(self) -> int:
-        return 0  # no GPU: dry runs take no VRAM
-
-
 class Daemon:
-    """The real daemon (``DaemonService``, what ``DaemonServer._loop`` drives) around a SimWorker: ``batch`` is the
-    messages of one poll tick, ``pump`` the rest of a loop iteration."""
+    """The real daemon (``DaemonService``, what ``DaemonServer._loop`` drives) around a ``FakeWorker``: ``batch`` is
+    the messages of one poll tick, ``pump`` the rest of a loop iteration.
+
+    Args:
+        max_worker_restarts: the engine setting.
+        planner_for: the planner of a model loaded by ``load_model_request`` (default: a CPU-only ``FakePlanner``).
+        worker: the worker (default: a ``FakeWorker``).
+        planner: the served model's planner (default: a CPU-only ``FakePlanner``).
+        budget_mib: the budget the daemon starts with (its plan is what the first worker loads).
+        gpu: the machine has a GPU (a worker whose placement needs none starts with CUDA hidden; ``WorkerLifecycle``).
+    """
 
     def __init__(
         self,
         max_worker_restarts: int = 1000,
-        planner_for: Callable[[Any, Any], Any] | None = None,
-        worker: SimWorker | None = None,
+        planner_for: PlannerFor | None = None,
+        worker: FakeWorker | None = None,
+        planner: Planner | None = None,
+        budget_mib: int = 0,
+        gpu: bool = False,
     ) -> None:
         self.sent: list[list[bytes]] = []
-        self.worker = SimWorker() if worker is None else worker
+        self.worker = FakeWorker() if worker is None else worker
         engine = EngineSettings(
             always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts
         )
@@ -231,21 +93,23 @@ class Daemon:
             self.worker,
             clock=lambda: 100.0,
         )
+        planner = FakePlanner() if planner is None else planner
         self.service = DaemonService(
             self.core,
-            _Planner(),
-            _Planner().plan(0),
-            Placement(),  # type: ignore[arg-type]
-            lambda path, n_ctx: {"model_path": str(path), "n_ctx": n_ctx},
-            planner_for=planner_for or (lambda path, base: _Planner()),
-        )  # type: ignore[arg-type,return-value]
+            planner,
+            planner.plan(budget_mib),
+            Placement(),
+            lambda path, n_ctx: worker_config(str(path), n_ctx),
+            planner_for=planner_for or (lambda path, base: FakePlanner()),
+            gpu=gpu,
+        )
         self.budget, self.switch = self.service.budget, self.service.switch
         #: Every move of the worker's state (from, event, to), and every move the lifecycle refused
         self.moves: list[tuple[WorkerState, Move, WorkerState]] = []
         self.illegal_moves: list[tuple[WorkerState, Move]] = []
         self._record_moves()
         self.requests: dict[str, str] = {}  # msg_id -> type
-        self.worker.start()
+        self.service.lifecycle.start()
         self.pump()
 
     def request(self, message: Message, session_id: str | None = None) -> str:

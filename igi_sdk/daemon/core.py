@@ -27,8 +27,6 @@ from igi_sdk.ipc.error_codes import RETRYABLE_BY_DEFAULT, ErrorCode
 from igi_sdk.ipc.frames import pack_message
 from igi_sdk.ipc.messages import ErrorReply, GenerateReply, Message
 from igi_sdk.ipc.values import ModelInfo, Usage
-from igi_sdk.planner.placement import Placement
-from igi_sdk.planner.vision import EncoderPlan
 from igi_sdk.policy.governor import Governor
 from igi_sdk.policy.governor_params import GovernorParams
 
@@ -39,32 +37,24 @@ Outbox = Callable[[bytes, list[bytes]], None]
 
 
 class WorkerPort(Protocol):
-    """The daemon's view of the engine worker (``WorkerSupervisor``; faked in protocol unit tests)."""
+    """The daemon's view of the engine worker process: ``worker.supervisor.WorkerSupervisor``, and in the unit tests
+    ``tests/fakes.py: FakeWorker``. It runs what the daemon's ``WorkerLifecycle`` starts and decides nothing."""
 
-    ready: bool
-    restarts: int
-    placement: Placement  # what the next worker started loads: written by ``WorkerLifecycle`` only
-    vision: EncoderPlan | None  # the vision encoder's plan beside ``placement``, for the next worker started
-    gpu_hidden: bool  # the process was started with CUDA hidden
+    ready: bool  # a ``Ready`` was read from the process serving now (cleared by its death or ``Shutdown``)
 
     @property
     def pid(self) -> int | None: ...  # the process serving now (None before a start)
 
-    def send(self, command: wp.Command) -> None: ...
-    def read_events(self) -> list[wp.Event]: ...
-    def is_dead(self) -> bool: ...
-    def restart(self) -> None: ...
-    def start(self) -> None: ...
-    def stop(self, timeout_s: float = 5.0) -> None: ...
-    def fds(self) -> list[int]: ...
-    def retarget(self, worker_config: dict[str, Any]) -> None: ...
-    def begin_stop(self) -> None: ...
-    def stop_now(self) -> None: ...
-    def needs_new_process(self, placement: Placement) -> bool: ...
-    def exited(self) -> bool: ...
-
     @property
-    def config(self) -> dict[str, Any]: ...
+    def config(self) -> wp.WorkerConfig: ...  # the model and settings of the worker started last
+
+    def start(self, start: wp.WorkerStart) -> None: ...  # spawn (the previous one stopped); OSError: refused
+    def send(
+        self, command: wp.Command
+    ) -> None: ...  # WorkerGone when dead; ``Shutdown``: asks it to exit, never raises
+    def read_events(self) -> list[wp.Event]: ...  # what it wrote so far, without blocking
+    def is_dead(self) -> bool: ...  # it exited and everything it wrote has been read
+    def stop(self, timeout_s: float | None = 5.0) -> None: ...  # reap it (None: kill it now, its exit read later)
 
 
 class RequestError(Exception):
@@ -220,7 +210,7 @@ class DaemonCore:
 
     def vision_served(self) -> bool:
         """Whether the model in force is served with a vision projector (the ``vision`` capability)."""
-        return bool(self.worker.config.get("mmproj_path"))
+        return bool(self.worker.config.mmproj_path)
 
     # --- sending -----------------------------------------------------------------------------------
     def send(self, identity: bytes, message: Message, parent: Header | None, session_id: str | None = None) -> None:
@@ -277,7 +267,7 @@ class DaemonCore:
     def prompt_limit(self) -> int:
         """``max_prompt_tokens`` as the worker enforces it: the configured limit, lowered to fit one sequence's share
         of the loaded model's context (``supervisor.worker_config_for``)."""
-        return int(self.worker.config.get("max_prompt_tokens", self.settings.limits.max_prompt_tokens))
+        return self.worker.config.max_prompt_tokens
 
     def forget_dropped_turns(self, job: Job, dropped_messages: int) -> None:
         """The worker left the ``dropped_messages`` oldest history messages out of ``job``'s prompt: the session

@@ -28,7 +28,7 @@ from igi_sdk.daemon.net.connection_guard import ConnectionGuard, max_ipc_connect
 from igi_sdk.daemon.net.socket_dir import IPC_SOCKET_NAME, private_socket_dir, remove_stale_socket_dirs
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.worker.projector import projector_shape
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, cuda_gpu_usable, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router
@@ -100,11 +100,7 @@ class DaemonServer:
         guard: ConnectionGuard | None = None
         planner = daemon_planner(settings, model_path, vision)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
-        worker = WorkerSupervisor(
-            worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj),
-            initial.placement,
-            vision=initial.encoder,
-        )
+        worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj))
 
         outbox = make_outbox(
             socket, lambda reason: core.counters.update([reason]), lambda identity: core.unroutable.add(identity)
@@ -113,13 +109,18 @@ class DaemonServer:
         if zap is not None:
             core.counter_sources.append(zap.counters)
         service = DaemonService(
-            core, planner, initial, planner.base, lambda path, n_ctx: worker_config_for(settings, path, n_ctx)
+            core,
+            planner,
+            initial,
+            planner.base,
+            lambda path, n_ctx: worker_config_for(settings, path, n_ctx),
+            gpu=cuda_gpu_usable(),
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         try:
-            worker.start()
-            self._wait_ready(service)
+            service.lifecycle.start()
+            self._wait_ready(service, worker)
             guard = self._guard(socket, bound, limit)  # measured with the worker up, before clients know the socket
             if guard is not None:
                 core.counter_sources.append(guard.counters)
@@ -139,7 +140,7 @@ class DaemonServer:
                 open_files_limit=None if limit is None else limit[1],
                 max_ipc_connections=None if guard is None else guard.max_connections,
             )
-            self._loop(socket, service, guard)
+            self._loop(socket, service, worker, guard)
             return 0
         except DaemonStartError as exc:
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
@@ -193,10 +194,8 @@ class DaemonServer:
         bound_connections = max_ipc_connections(limit[1], open_now)
         return ConnectionGuard(socket, bound, bound_connections, open_now + bound_connections // 2)
 
-    def _wait_ready(self, service: DaemonService) -> None:
+    def _wait_ready(self, service: DaemonService, worker: WorkerSupervisor) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
-        core = service.core
-        worker = core.worker
         while not worker.ready:
             if self._stop:
                 raise DaemonStartError("stopped before the engine worker was ready")
@@ -224,7 +223,13 @@ class DaemonServer:
                 self.connection_file, port=int(port), ip=host.strip("[]"), key=key, zmq_mechanism=mechanism
             )
 
-    def _loop(self, socket: zmq.Socket, service: DaemonService, guard: ConnectionGuard | None = None) -> None:  # type: ignore[type-arg]
+    def _loop(
+        self,
+        socket: zmq.Socket,  # type: ignore[type-arg]
+        service: DaemonService,
+        worker: WorkerSupervisor,
+        guard: ConnectionGuard | None = None,
+    ) -> None:
         core = service.core
         batch_bytes = BATCH_BUDGET_FRAMES * core.settings.limits.max_frame_bytes
         poller = zmq.Poller()
@@ -233,7 +238,7 @@ class DaemonServer:
             poller.register(guard.monitor, zmq.POLLIN)
         registered: list[int] = []
         while not self._stop and not service.stopped:
-            fds = core.worker.fds()
+            fds = worker.fds()
             if fds != registered:
                 for fd in registered:
                     poller.unregister(fd)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.daemon.budget.control import BudgetControl
-from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
@@ -37,20 +37,22 @@ class DaemonService:
         config_for: the worker config of a model (``supervisor.worker_config_for`` bound to the settings).
         planner_for: the planner of another model (model switch).
         default_model: resolves the embedded default model (model switch).
+        gpu: whether a worker could hold a CUDA context here (``supervisor.cuda_gpu_usable``; ``WorkerLifecycle``).
     """
 
     def __init__(
         self,
         core: DaemonCore,
-        planner: PlacementPlanner,
+        planner: Planner,
         initial: PlanOutcome,
         base: Placement,
         config_for: ConfigFor,
         planner_for: PlannerFor = PlacementPlanner,
         default_model: Callable[[], Path] | None = None,
+        gpu: bool = False,
     ) -> None:
         self.core = core
-        self.lifecycle = WorkerLifecycle(core)
+        self.lifecycle = WorkerLifecycle(core, gpu)
         self.budget = BudgetControl(core, self.lifecycle, planner, initial)
         self.switch = ModelSwitch(
             core, self.lifecycle, self.budget, base, config_for, planner_for=planner_for, default_model=default_model

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from daemon_process import DaemonProcess, raw_dealer
+from gpu_machine import LAUNCH
 from image_files import png_bytes, png_chunk
 
 from igi_sdk.client import AsyncClient, Client, InvalidImageError, InvalidRequestError, TooLargeError
@@ -263,40 +264,6 @@ def test_without_a_projector_an_image_is_no_vision(running_daemon: DaemonProcess
             client.generate(sid, "Look.", image=Image.png(png_bytes(8, 8))).result()
         assert caught.value.detail == {"field": "image", "reason": "no_vision"}
         assert client.generate(sid, "Hello?", max_tokens=4).result().finish_reason in ("stop", "length")
-
-
-LAUNCH = """
-import sys
-from igi_sdk.daemon.budget import planner as placement_plan
-from igi_sdk.daemon import server
-from igi_sdk.daemon.worker import supervisor
-from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.vision import LlmMemory
-
-supervisor.cuda_gpu_usable = lambda: True  # the worker's CUDA visibility follows the placement, as on a GPU machine
-
-
-class Planner(placement_plan.PlacementPlanner):
-    def plan(self, budget_mib, *, dry_run_slots=None):
-        if budget_mib < 2048:
-            return self.cpu_only(budget_mib)
-        placement = self._base.with_(n_gpu_layers=-1)
-        plan = Plan(strategy="full_gpu", gpu_mib=100.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
-        encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
-        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False, None, encoder)
-
-    def plan_within(self, budget_mib, headroom_mib):
-        return self.plan(budget_mib)
-
-    def dry_run_child_mib(self):
-        return 0
-
-
-server.PlacementPlanner = Planner
-from igi_sdk.daemon.__main__ import run
-
-sys.exit(run(sys.argv[1:]))
-"""
 
 
 @contextlib.contextmanager

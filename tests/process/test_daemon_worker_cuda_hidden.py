@@ -19,7 +19,7 @@ import pytest
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, hides_gpu_for, worker_config_for
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import Placement
 
@@ -39,8 +39,9 @@ def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
         op_offload=False,
         offload_kqv=False,
     )
-    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 1024), placement, gpu=gpu)
-    worker.start()
+    config = worker_config_for(settings, default_model_path(), 1024)
+    worker = WorkerSupervisor(config)
+    worker.start(wp.WorkerStart(config, placement, None, hide_gpu=hides_gpu_for(gpu, placement)))
     deadline = time.monotonic() + 120
     while not worker.ready:
         assert time.monotonic() < deadline and not worker.is_dead(), "the worker did not become ready"
@@ -77,21 +78,28 @@ def _generate(
 
 
 @pytest.fixture(scope="module", params=[(True, 1), (False, 4)], ids=["gpu-machine-sequential", "no-gpu-batched"])
-def worker(request: pytest.FixtureRequest) -> Iterator[WorkerSupervisor]:
+def machine(request: pytest.FixtureRequest) -> Iterator[tuple[WorkerSupervisor, bool]]:
+    """A worker started as on a GPU machine or not (a CPU-only placement either way)."""
     gpu, n_seq_max = request.param
     supervisor = _start(gpu, n_seq_max)
-    yield supervisor
+    yield supervisor, gpu
     supervisor.stop(timeout_s=5.0)
 
 
-def test_cuda_is_hidden_before_llama_cpp_is_imported_exactly_when_asked(worker: WorkerSupervisor) -> None:
+@pytest.fixture()
+def worker(machine: tuple[WorkerSupervisor, bool]) -> WorkerSupervisor:
+    return machine[0]
+
+
+def test_cuda_is_hidden_before_llama_cpp_is_imported_exactly_when_asked(machine: tuple[WorkerSupervisor, bool]) -> None:
+    worker, gpu = machine
     ready = worker.last_ready
     assert ready is not None and ready.llama_cpp_preloaded is False
-    if worker.gpu:  # a CPU-only placement on a GPU machine
-        assert worker.gpu_hidden and ready.gpu_hidden is True
+    if gpu:  # a CPU-only placement on a GPU machine
+        assert ready.gpu_hidden is True
         assert ready.cuda_visible_devices == ""
     else:  # no GPU: the environment is the daemon's
-        assert not worker.gpu_hidden and ready.gpu_hidden is False
+        assert ready.gpu_hidden is False
         assert ready.cuda_visible_devices == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 

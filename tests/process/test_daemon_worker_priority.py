@@ -1,6 +1,6 @@
 """The engine worker runs below the game (``worker_priority.lower_priority``): niceness 19 and ``SCHED_IDLE``, set by
 the daemon as soon as it has spawned the worker, before the worker's Python start-up and imports (0.15 s of CPU on the
-2-core VM) run at the game's priority; and ``stop_now`` ends a worker with ``Process.kill``. Real processes (Linux)."""
+2-core VM) run at the game's priority; and ``stop(timeout_s=None)`` ends a worker with ``Process.kill``. Real processes (Linux)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 import pytest
 
 from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.model_store import default_model_path
@@ -52,8 +53,9 @@ def test_a_spawned_worker_is_below_the_game_before_its_own_code_runs() -> None:
     placement = Placement(
         n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False
     )
-    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement, gpu=False)
-    worker.start()
+    config = worker_config_for(settings, default_model_path(), 256)
+    worker = WorkerSupervisor(config)
+    worker.start(wp.WorkerStart(config, placement))
     try:
         pid = worker.pid
         assert pid is not None
@@ -64,24 +66,25 @@ def test_a_spawned_worker_is_below_the_game_before_its_own_code_runs() -> None:
         worker.stop(timeout_s=5.0)
 
 
-def test_stop_now_kills_a_loading_worker() -> None:
-    """``stop_now`` (a replacement's worker that did not exit in time, or one loading a superseded placement) ends a
+def test_a_stop_without_a_timeout_kills_a_loading_worker() -> None:
+    """``stop(timeout_s=None)`` (a replacement's worker that did not exit in time, or one loading a superseded placement) ends a
     real worker at once with ``Process.kill``; called again on the dead worker it does nothing."""
     settings = DaemonSettings(engine=EngineSettings(n_ctx=256, n_threads=1, n_seq_max=1, worker_nice=0))
     placement = Placement(
         n_ctx=256, n_threads=1, n_threads_batch=1, n_gpu_layers=0, op_offload=False, offload_kqv=False
     )
-    worker = WorkerSupervisor(worker_config_for(settings, default_model_path(), 256), placement, gpu=False)
-    worker.start()
+    config = worker_config_for(settings, default_model_path(), 256)
+    worker = WorkerSupervisor(config)
+    worker.start(wp.WorkerStart(config, placement))
     try:
-        worker.stop_now()
+        worker.stop(timeout_s=None)
         deadline = time.monotonic() + 10.0
         while not worker.is_dead():
-            assert time.monotonic() < deadline, "the worker outlived stop_now"
+            assert time.monotonic() < deadline, "the worker outlived the kill"
             worker.read_events()
             time.sleep(0.02)
         process = worker._process  # white box: a shutdown it also sends would end it too, but only after the load
         assert process is not None and process.exitcode == -signal.SIGKILL
-        worker.stop_now()
+        worker.stop(timeout_s=None)
     finally:
         worker.stop(timeout_s=5.0)

@@ -4,24 +4,9 @@ embedded model (this machine's profile: CPU-only plans without a GPU)."""
 from __future__ import annotations
 
 import pytest
+from fakes import FakePlanner, partial_outcome
 
 from igi_sdk.cli.prepare import PreparedBudget, prepare, prepare_budgets, progress_line, run
-from igi_sdk.daemon.budget.planner import PlanOutcome
-from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.placement import Placement
-
-
-class CountingPlanner:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int | None]] = []
-
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        self.calls.append((budget_mib, dry_run_slots))
-        plan = Plan(strategy="partial", gpu_mib=budget_mib * 0.9, cpu_mib=1.0)
-        return PlanOutcome(budget_mib, Placement(n_gpu_layers=budget_mib // 256), plan, 0.1, 10.0, False)
-
-    def model_file_mib(self) -> float:
-        return 4311.0
 
 
 def test_the_start_budget_the_levels_then_the_ladder_each_once() -> None:
@@ -31,7 +16,7 @@ def test_the_start_budget_the_levels_then_the_ladder_each_once() -> None:
 
 
 def test_every_budget_is_planned_with_dry_runs_allowed_and_reported() -> None:
-    planner = CountingPlanner()
+    planner = FakePlanner(partial_outcome, file_mib=4311.0)
     lines: list[str] = []
     prepared = prepare(planner, (4096, 2048), lambda i, n, done: lines.append(progress_line(i, n, done)))
     assert planner.calls == [(4096, None), (2048, None)]

@@ -20,7 +20,6 @@ from daemon_sim import (  # noqa: F401
     MODELS,
     WORKDIR,
     Daemon,
-    SimWorker,
     check_exactly_one_terminal_reply,
     run_actions,
 )

@@ -10,20 +10,19 @@ ladder of budgets is planned ahead, one at a time.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from dispatcher_sim import FakeWorker
+from dispatcher_sim import serving_worker
+from fakes import FakePlanner, partial_outcome
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.control import BudgetControl
-from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
-from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.messages import BudgetAck
@@ -39,57 +38,16 @@ def _outcome(budget_mib: int, gpu_mib: float, n_gpu_layers: int) -> PlanOutcome:
     return PlanOutcome(budget_mib, Placement(n_gpu_layers=n_gpu_layers), plan, 0.1, 10.0, n_gpu_layers == 0)
 
 
-class FakePlanner:
-    """Budgets in ``cached`` plan without a new dry run; any other needs one (DryRunDeferred when 0 slots)."""
-
-    plan_within = PlacementPlanner.plan_within  # the real headroom -> slots rule
-    released_to = PlacementPlanner.released_to  # the real release-first rule over ``planned``
-
-    def __init__(self, cached: set[int]) -> None:
-        self.cached = cached
-        self.calls: list[tuple[int, int | None]] = []
-        self.gate = threading.Event()  # dry runs (slots > 0) wait for it: the test decides when planning ends
-        self.gate.set()
-        self.threads: set[str] = set()
-
-    def dry_run_child_mib(self) -> int:
-        return CHILD_MIB
-
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        self.calls.append((budget_mib, dry_run_slots))
-        if budget_mib not in self.cached and dry_run_slots == 0:
-            raise DryRunDeferred("not cached")
-        if budget_mib not in self.cached:
-            self.threads.add(threading.current_thread().name)
-            assert self.gate.wait(10)
-        self.cached.add(budget_mib)
-        return _outcome(budget_mib, budget_mib * 0.9, budget_mib // 256)
-
-    def planned(self) -> dict[int, PlanOutcome]:
-        return {b: _outcome(b, b * 0.9, b // 256) for b in self.cached}
-
-    def model_file_mib(self) -> float:
-        return 3000.0
-
-    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        cpu = _outcome(budget_mib, 0.0, 0)
-        return PlanOutcome(cpu.budget_mib, cpu.placement, cpu.plan, 0.0, 0.0, True, warning)
-
-
 class Rig:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cached: set[int], used_mib: float) -> None:
         self.sent: list[list[bytes]] = []
-        self.worker = FakeWorker()
+        self.worker = serving_worker()
         self.core = DaemonCore(
             DaemonSettings(), KEY, lambda identity, frames: self.sent.append(frames), self.worker, clock=lambda: 100.0
         )
-        self.planner = FakePlanner(cached)
-        self.budget = BudgetControl(
-            self.core,
-            WorkerLifecycle(self.core),
-            self.planner,  # type: ignore[arg-type]
-            _outcome(4096, 3700.0, 16),
-        )
+        # budgets in ``cached`` plan without a new dry run; any other needs one (DryRunDeferred when 0 slots)
+        self.planner = FakePlanner(partial_outcome, cached=cached, child_mib=CHILD_MIB, file_mib=3000.0)
+        self.budget = BudgetControl(self.core, WorkerLifecycle(self.core), self.planner, _outcome(4096, 3700.0, 16))
         self.used_mib = used_mib
         monkeypatch.setattr(vram, "measure_vram_mib", lambda pid: self.used_mib)
 

@@ -7,11 +7,9 @@ only what each race needs (a stop that does not erase events already written, a 
 
 from __future__ import annotations
 
-from daemon_sim import MODELS, Daemon, SimWorker, check_exactly_one_terminal_reply
+from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
+from fakes import FakePlanner, FakeWorker, StopMode, two_placements
 
-from igi_sdk.daemon.budget.planner import PlanOutcome
-from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.supervisor import WorkerGone
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -23,110 +21,34 @@ from igi_sdk.ipc.messages import (
     StatusReply,
     StatusRequest,
 )
-from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.budget import BudgetState
 
 PUMPS = 20  # loop iterations enough for any of these races to settle
 
 
-# --- workers -----------------------------------------------------------------------------------------------------
-class StoppingWorker(SimWorker):
-    """Like the real supervisor: ``begin_stop`` sends ``shutdown`` and returns. The process goes on living until it
-    has read that (commands sent meanwhile are accepted and never answered), and what it already wrote to the pipe
-    (a ``ready``) is still read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stopping = False
-        self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out
-
-    def begin_stop(self) -> None:
-        self.ready, self.stopping, self._queue = False, True, []
-
-    def exited(self) -> bool:
-        return not self._alive or (self.stopping and not self._events)  # exits once its last events are read
-
-    def start(self) -> None:
-        self.stopping = False
-        super().start()
-
-    def send(self, command: wp.Command) -> None:
-        if self.stopping and not self.is_dead():
-            self.ignored.append(command)
-            return
-        super().send(command)
-
-
-class DeafWorker(SimWorker):
-    """Accepts reloads and never answers them, until ``hear`` is set (a new worker)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hear = False
-
-    def send(self, command: wp.Command) -> None:
-        if isinstance(command, wp.Reload) and not self.hear:
-            return
-        super().send(command)
-
-
-class FailingReloadWorker(SimWorker):
-    """A reload that llama.cpp refuses: ``reloaded{ok: false}``, then the worker exits (worker_main: SystemExit(4))."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_reloads = True
-
-    def send(self, command: wp.Command) -> None:
-        if not isinstance(command, wp.Reload) or not self.fail_reloads:
-            super().send(command)
-            return
-        if self.is_dead():
-            raise WorkerGone("engine worker is not running")
-        self._events.append(
-            wp.Reloaded(
-                req_id=command.req_id, ok=False, message="RuntimeError: cudaMalloc failed", placement=command.placement
-            )
-        )
-        self._alive = False  # exits once the event is read
-
-
-class GpuPlanner:
-    """Budgets of 2048 MiB and more get the full-GPU placement, smaller ones CPU-only: two distinct placements."""
-
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        gpu = budget_mib >= 2048
-        plan = Plan(strategy="full_gpu" if gpu else "cpu_only", gpu_mib=2000.0 if gpu else 0.0, cpu_mib=1.0)
-        return PlanOutcome(budget_mib, Placement(n_gpu_layers=-1 if gpu else 0), plan, 0.0, 0.0, not gpu)
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        return self.plan(budget_mib)
-
-    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        return self.plan(0)
-
-    def dry_run_child_mib(self) -> int:
-        return 0
-
-
 # --- helpers -----------------------------------------------------------------------------------------------------
-def _daemon_with(worker: SimWorker) -> Daemon:
-    """A started daemon whose worker is ``worker`` (taking over the started SimWorker's state)."""
-    daemon = Daemon()
-    worker.__dict__.update(daemon.worker.__dict__)
-    daemon.worker = daemon.core.worker = worker
-    return daemon
+def _daemon_with(stop_mode: StopMode = "at_once") -> Daemon:
+    """A started daemon whose worker leaves on ``Shutdown`` as ``stop_mode`` says (``after_read``: like the real
+    supervisor, it goes on living until it has read that: commands sent meanwhile are accepted and never answered, and
+    what it already wrote to the pipe, a ``ready``, is still read)."""
+    return Daemon(worker=FakeWorker(stop_mode=stop_mode))
 
 
-def _on_gpu(daemon: Daemon, budget_mib: int) -> GpuPlanner:
-    """Serve ``budget_mib`` with the GpuPlanner's placement for it (no reload: the worker starts on it)."""
-    planner = GpuPlanner()
-    daemon.budget._planner = planner  # type: ignore[assignment]
+def _on_gpu(daemon: Daemon, budget_mib: int) -> FakePlanner:
+    """Serve ``budget_mib`` with the planner's placement for it (no reload: the worker runs it); budgets of 2048 MiB
+    and more get the full-GPU placement, smaller ones CPU-only: two distinct placements."""
+    planner = _gpu_planner()
+    daemon.budget._planner = planner
     daemon.budget._current = planner.plan(budget_mib)
     daemon.budget.state = BudgetState.initial(budget_mib)
-    daemon.worker.placement = daemon.worker.loaded = daemon.budget.current.placement
+    daemon.worker.loaded = daemon.budget.current.placement
     return planner
+
+
+def _gpu_planner() -> FakePlanner:
+    cpu = Placement(n_gpu_layers=0)
+    return FakePlanner(two_placements(cpu=cpu, gpu=Placement(n_gpu_layers=-1)), cpu_placement=cpu)
 
 
 def _answers(daemon: Daemon, msg_id: str) -> list[Message]:
@@ -156,7 +78,7 @@ def _queue_budget_then_load(daemon: Daemon, load: LoadModelRequest) -> tuple[str
 
 
 def test_budget_queued_during_a_restart_is_answered_after_a_model_load() -> None:
-    daemon = _daemon_with(StoppingWorker())
+    daemon = _daemon_with("after_read")
     budget, load = _queue_budget_then_load(daemon, LoadModelRequest(model_path=MODELS["tiny"]))
     _pump(daemon)
     assert [type(m) for m in _answers(daemon, load)] == [LoadModelReply]
@@ -167,7 +89,7 @@ def test_budget_queued_during_a_restart_is_answered_after_a_model_load() -> None
 
 
 def test_later_model_loads_and_budget_changes_do_not_hang_after_that_race() -> None:
-    daemon = _daemon_with(StoppingWorker())
+    daemon = _daemon_with("after_read")
     _queue_budget_then_load(daemon, LoadModelRequest(model_path=MODELS["tiny"]))
     _pump(daemon)
     again = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
@@ -180,16 +102,14 @@ def test_later_model_loads_and_budget_changes_do_not_hang_after_that_race() -> N
 
 
 def test_a_worker_being_stopped_gets_no_reload_when_its_ready_arrives() -> None:
-    daemon = _daemon_with(StoppingWorker())
+    daemon = _daemon_with("after_read")
     _queue_budget_then_load(daemon, LoadModelRequest(model_path=MODELS["tiny"]))
     _pump(daemon)
-    worker = daemon.worker
-    assert isinstance(worker, StoppingWorker)
-    assert worker.ignored == [], "a reload was sent to the worker on its way out"
+    assert daemon.worker.ignored == [], "a reload was sent to the worker on its way out"
 
 
 def test_a_load_with_its_own_budget_supersedes_the_queued_one() -> None:
-    daemon = _daemon_with(StoppingWorker())
+    daemon = _daemon_with("after_read")
     budget, load = _queue_budget_then_load(daemon, LoadModelRequest(model_path=MODELS["tiny"], vram_budget_mib=1024))
     _pump(daemon)
     assert [type(m) for m in _answers(daemon, load)] == [LoadModelReply]
@@ -201,7 +121,7 @@ def test_a_load_with_its_own_budget_supersedes_the_queued_one() -> None:
 def test_a_budget_carried_over_a_model_load_needs_no_second_reload() -> None:
     # the new worker starts on the plan for the budget in force, which is the queued target: it is answered as
     # soon as that worker is ready, without reloading it to the placement it already has
-    daemon = _daemon_with(StoppingWorker())
+    daemon = _daemon_with("after_read")
     settings = daemon.core.settings
     daemon.core.settings = settings.model_copy(
         update={"engine": settings.engine.model_copy(update={"always_reload": False})}
@@ -231,17 +151,16 @@ def test_a_reload_that_could_not_be_sent_waits_for_the_restarted_worker() -> Non
 def test_a_reload_lost_to_a_model_switch_is_answered_by_the_new_worker() -> None:
     # defence in depth: however a reload reached a worker that then exited for a switch, replace_model queues it
     # again instead of leaving it "in flight" for good
-    daemon = _daemon_with(DeafWorker())
+    daemon = _daemon_with()
+    daemon.worker.deaf = True  # accepts reloads and never answers them (until a new worker)
     daemon.budget.state = BudgetState.initial(4096)
     budget = daemon.request(SetBudgetRequest(vram_budget_mib=512))
     _pump(daemon, 2)
     assert daemon.budget.reloading and not _answers(daemon, budget)
     daemon.worker.stop()  # the switch stopped it ("stopping"), then plans and starts the new model ("loading")
-    daemon.budget.replace_model(GpuPlanner())  # type: ignore[arg-type]
-    worker = daemon.worker
-    assert isinstance(worker, DeafWorker)
-    worker.hear = True
-    worker.start()
+    daemon.budget.replace_model(_gpu_planner())
+    daemon.worker.deaf = False
+    daemon.service.lifecycle.start()
     _pump(daemon)
     assert [type(m) for m in _answers(daemon, budget)] == [BudgetAck]
     assert not daemon.budget.reloading
@@ -274,8 +193,9 @@ def test_a_shrink_lost_to_a_worker_death_reloads_when_asked_again() -> None:
 
 
 def test_a_failed_shrink_reload_reloads_when_asked_again() -> None:
-    worker = FailingReloadWorker()
-    daemon = _daemon_with(worker)
+    daemon = _daemon_with()
+    worker = daemon.worker
+    worker.fail_reloads = True  # reloaded{ok: false}, then the worker exits (worker_main: SystemExit(4))
     planner = _on_gpu(daemon, 4096)
     _shrink_lost(daemon, kill=False)
     assert _running(daemon) == planner.plan(4096).placement

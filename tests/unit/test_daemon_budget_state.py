@@ -5,8 +5,8 @@ force changes together with its budget (docs/daemon.md, "Who owns what")."""
 from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply, check_one_budget
+from fakes import FakePlanner, two_placements
 
-from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.messages import (
     BudgetAck,
     LoadModelReply,
@@ -17,37 +17,24 @@ from igi_sdk.ipc.messages import (
     StatusReply,
     StatusRequest,
 )
-from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetState
 
 
-class TwoPlacements:
+def _two_placements() -> FakePlanner:
     """Budgets of 2048 MiB and more get a GPU placement, smaller ones CPU-only."""
-
-    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
-        gpu = budget_mib >= 2048
-        plan = Plan(strategy="full_gpu" if gpu else "cpu_only", gpu_mib=2000.0 if gpu else 0.0, cpu_mib=1.0)
-        return PlanOutcome(budget_mib, Placement(n_gpu_layers=-1 if gpu else 0), plan, 0.0, 0.0, not gpu)
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        return self.plan(budget_mib)
-
-    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
-        return self.plan(min(budget_mib, 0))
-
-    def dry_run_child_mib(self) -> int:
-        return 0
+    cpu = Placement(n_gpu_layers=0)
+    return FakePlanner(two_placements(cpu=cpu, gpu=Placement(n_gpu_layers=-1)), cpu_placement=cpu)
 
 
 def _serving(budget_mib: int, now: list[float] | None = None) -> Daemon:
     daemon = Daemon()
     if now is not None:
         daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    daemon.budget._planner = TwoPlacements()  # type: ignore[assignment]
-    daemon.budget._current = TwoPlacements().plan(budget_mib)
+    daemon.budget._planner = _two_placements()
+    daemon.budget._current = _two_placements().plan(budget_mib)
     daemon.budget.state = BudgetState.initial(budget_mib)
-    daemon.worker.placement = daemon.worker.loaded = daemon.budget.current.placement
+    daemon.worker.loaded = daemon.budget.current.placement
     return daemon
 
 

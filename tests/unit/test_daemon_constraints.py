@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from daemon_sim import Daemon, SimWorker
+from daemon_sim import Daemon
+from fakes import FakeWorker
 
-from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     CreateSessionReply,
@@ -39,45 +39,14 @@ GIVE = Tool(
 )
 
 
-class ScriptedWorker(SimWorker):
-    """Keeps the generate commands; ``reply`` streams a given text as one token event per character."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.commands: list[wp.Generate] = []
-
-    def send(self, command: wp.Command) -> None:
-        if isinstance(command, wp.Generate):
-            self.commands.append(command)
-            return
-        super().send(command)
-
-    def reply(self, text: str, reason: str = "stop") -> None:
-        job_id = self.commands[-1].job_id
-        self._events.append(wp.Started(job_id=job_id, prompt_tokens=3))
-        for i, ch in enumerate(text):
-            self._events.append(wp.Token(job_id=job_id, index=i, text=ch, token_id=7))
-        self._events.append(
-            wp.Done(
-                job_id=job_id,
-                finish_reason=reason,
-                text=text,
-                prompt_tokens=3,
-                completion_tokens=len(text),
-                ttft_s=0.1,
-                tps=1.0,
-            )
-        )
-
-
-def _daemon(tool_format: str | None = None, ready: bool = True) -> tuple[Daemon, ScriptedWorker]:
-    """A daemon and its scripted worker, whose model's chat template has ``tool_format``; ``ready`` False: the
-    worker has not reported ``Ready`` yet (the next pump reads it)."""
+def _daemon(tool_format: str | None = None, ready: bool = True) -> tuple[Daemon, FakeWorker]:
+    """A daemon and its scripted worker (generations kept: ``reply`` answers the latest), whose model's chat template
+    has ``tool_format``, started again before any generation; ``ready`` False: the worker has not reported ``Ready``
+    yet (the next pump reads it)."""
     daemon = Daemon()
-    worker = ScriptedWorker()  # in place of the daemon's simulated worker, before any generation
-    worker.tool_format = tool_format
-    daemon.worker = daemon.core.worker = worker
-    worker.start()
+    worker = daemon.worker
+    worker.hold_generates, worker.tool_format = True, tool_format
+    daemon.service.lifecycle.start()
     if ready:
         daemon.pump()
     return daemon, worker
@@ -101,7 +70,7 @@ def test_a_json_reply_is_validated_and_carried_as_json_output() -> None:
     sid = _session(daemon, json_schema=json.dumps(SAY), sampling=Sampling(stop=("\n",)))
     msg_id = daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
-    command = worker.commands[-1]
+    command = worker.generates[-1]
     assert (
         command.grammar is not None and "root ::=" in command.grammar and command.sampling.stop == ()
     )  # the grammar ends the reply
@@ -133,7 +102,7 @@ def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
     sid = _session(daemon, tools=(GIVE,))
     msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
     daemon.pump()
-    assert "give_item" in worker.commands[-1].messages[0][1]  # the tools and the format in the system message
+    assert "give_item" in worker.generates[-1].messages[0][1]  # the tools and the format in the system message
     worker.reply('{"tool": "give_item", "arguments": {"item": "sword"}}')
     reply = _answer(daemon, msg_id)
     assert isinstance(reply, GenerateReply) and reply.finish_reason == "tool_call" and reply.tool_call is not None
@@ -141,7 +110,7 @@ def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
     result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
     follow = daemon.request(GenerateRequest(text="", tool_result=result), sid)
     daemon.pump()
-    user_turn = worker.commands[-1].messages[-1][1]
+    user_turn = worker.generates[-1].messages[-1][1]
     assert json.loads(user_turn) == {"tool_result": "give_item", "content": "done"}
     worker.reply('{"reply": "Here you go."}')
     answer = _answer(daemon, follow)
@@ -198,10 +167,10 @@ def test_bad_constraints_are_typed_errors_before_any_job() -> None:
     ]:
         error = _answer(daemon, daemon.request(request, sid))
         assert isinstance(error, ErrorReply) and error.code == code, (request, error)
-    assert worker.commands == [] and not daemon.core.jobs  # nothing reached the worker
+    assert worker.generates == [] and not daemon.core.jobs  # nothing reached the worker
     ok = daemon.request(GenerateRequest(text="x", grammar='root ::= "a"', tool_choice="none"), sid)
     daemon.pump()
-    assert worker.commands[-1].grammar == 'root ::= "a"'
+    assert worker.generates[-1].grammar == 'root ::= "a"'
     worker.reply("a")
     assert isinstance(_answer(daemon, ok), GenerateReply)
 
@@ -211,7 +180,7 @@ def test_a_plain_session_sends_no_grammar_and_keeps_its_stop_strings() -> None:
     sid = _session(daemon, sampling=Sampling(stop=("\n",)))
     daemon.request(GenerateRequest(text="Hi"), sid)
     daemon.pump()
-    assert worker.commands[-1].grammar is None and worker.commands[-1].sampling.stop == ("\n",)
+    assert worker.generates[-1].grammar is None and worker.generates[-1].sampling.stop == ("\n",)
 
 
 HERMES_CALL = '<tool_call>\n{"name": "give_item", "arguments": {"item": "sword"}}\n</tool_call>'
@@ -222,7 +191,7 @@ def test_a_native_template_gets_the_tools_and_its_own_call_syntax() -> None:
     sid = _session(daemon, tools=(GIVE,))
     msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
     daemon.pump()
-    command = worker.commands[-1]
+    command = worker.generates[-1]
     assert command.tools is not None and json.loads(command.tools)[0]["function"]["name"] == "give_item"
     assert command.messages[0] == ("system", "You are Mira.\ns")  # the template shows the tools, not the system text
     assert command.grammar is not None and '"<tool_call>\\n"' in command.grammar and command.sampling.stop == ()
@@ -234,9 +203,9 @@ def test_a_native_template_gets_the_tools_and_its_own_call_syntax() -> None:
     result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
     follow = daemon.request(GenerateRequest(text="Thanks!", tool_result=result), sid)
     daemon.pump()
-    role, turn = worker.commands[-1].messages[-1]  # the result as a tool message, the player's line after it
+    role, turn = worker.generates[-1].messages[-1]  # the result as a tool message, the player's line after it
     assert role == "tool" and turn == '{"tool_result": "give_item", "content": "done"}\nThanks!'
-    assert worker.commands[-1].messages[-2] == ("assistant", HERMES_CALL)
+    assert worker.generates[-1].messages[-2] == ("assistant", HERMES_CALL)
     worker.reply("Here you go.")
     answer = _answer(daemon, follow)
     assert isinstance(answer, GenerateReply) and answer.finish_reason == "stop"
@@ -250,7 +219,7 @@ def test_a_native_reply_cut_inside_its_call_is_invalid_tool_arguments() -> None:
     sid = _session(daemon, tools=(GIVE,))
     msg_id = daemon.request(GenerateRequest(text="Sword!", tool_choice="give_item", max_tokens=9), sid)
     daemon.pump()
-    assert worker.commands[-1].grammar is not None and "igi-text" not in worker.commands[-1].grammar  # a call only
+    assert worker.generates[-1].grammar is not None and "igi-text" not in worker.generates[-1].grammar  # a call only
     worker.reply('<tool_call>\n{"name": "give_item", "arguments": {"it', "length")
     error = _answer(daemon, msg_id)
     assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_TOOL_ARGUMENTS
@@ -264,9 +233,9 @@ def test_a_request_that_waited_for_the_model_is_built_for_its_template() -> None
     assert isinstance(reply, CreateSessionReply)
     sid = reply.session_id
     msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
-    assert worker.commands == [] and daemon.core.tool_format is None
+    assert worker.generates == [] and daemon.core.tool_format is None
     daemon.pump()  # Ready: the job goes to the worker, built for the template it reported
-    command = worker.commands[-1]
+    command = worker.generates[-1]
     assert command.tools is not None and command.grammar is not None and "<tool_call>" in command.grammar
     assert "give_item" not in command.messages[0][1]
     worker.reply(HERMES_CALL)
@@ -279,12 +248,12 @@ def test_the_fallback_shows_tool_results_as_user_lines() -> None:
     sid = _session(daemon, tools=(GIVE,))
     msg_id = daemon.request(GenerateRequest(text="A sword, please."), sid)
     daemon.pump()
-    assert worker.commands[-1].tools is None
+    assert worker.generates[-1].tools is None
     worker.reply('{"tool": "give_item", "arguments": {"item": "sword"}}')
     reply = _answer(daemon, msg_id)
     assert isinstance(reply, GenerateReply) and reply.tool_call is not None
     result = ToolResult(call_id=reply.tool_call.id, name="give_item", content="done")
     daemon.request(GenerateRequest(text="", tool_result=result), sid)
     daemon.pump()
-    assert worker.commands[-1].messages[-1][0] == "user"
+    assert worker.generates[-1].messages[-1][0] == "user"
     assert daemon.core.sessions.get(sid).turns[-1][0] == "assistant"  # type: ignore[union-attr]

@@ -53,11 +53,12 @@ def test_a_job_the_worker_pipe_refuses_leaves_no_state_and_poisons_nothing() -> 
     dispatcher, core, sent = new_dispatcher()
     worker = core.worker
     refuse = {"text": "poison"}
+    take = worker.send
 
     def send(command: wp.Command) -> None:
         if isinstance(command, wp.Generate) and command.messages[-1][1] == refuse["text"]:
             raise OverflowError("Integer value out of range")
-        worker.commands.append(command)  # type: ignore[attr-defined]
+        take(command)
 
     worker.send = send  # type: ignore[method-assign]
     sids = []

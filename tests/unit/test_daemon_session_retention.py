@@ -5,10 +5,10 @@ seam faked: a gone client's generations are cancelled without a reply; its sessi
 from __future__ import annotations
 
 import pytest
-from dispatcher_sim import FakeWorker
+from dispatcher_sim import serving_worker
+from fakes import FakePlanner, worker_config
 
 from igi_sdk.config import DaemonSettings, IpcSettings
-from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.requests.dispatcher import Dispatcher
 from igi_sdk.daemon.requests.liveness import expire_clients, expire_sessions
@@ -25,7 +25,6 @@ from igi_sdk.ipc.messages import (
     Message,
     StatusRequest,
 )
-from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 
 KEY = bytes(range(32))
@@ -44,10 +43,10 @@ def _daemon(session_ttl_s: float) -> tuple[Dispatcher, DaemonCore, Clock, list[t
     clock, sent = Clock(), []
     settings = DaemonSettings(ipc=IpcSettings(client_timeout_s=10.0, session_ttl_s=session_ttl_s))
     core = DaemonCore(
-        settings, KEY, lambda identity, frames: sent.append((identity, frames)), FakeWorker(), clock=clock
+        settings, KEY, lambda identity, frames: sent.append((identity, frames)), serving_worker(), clock=clock
     )
-    outcome = PlanOutcome(0, Placement(), Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=1.0), 0.0, 0.0, True)
-    service = DaemonService(core, None, outcome, Placement(), lambda p, n: {})  # type: ignore[arg-type]
+    planner = FakePlanner()
+    service = DaemonService(core, planner, planner.plan(0), Placement(), lambda p, n: worker_config(str(p), n))
     return service.dispatcher, core, clock, sent
 
 

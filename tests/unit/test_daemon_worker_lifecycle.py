@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
-    _LIVE,
     CPU_PLACEMENT,
-    GpuSimWorker,
     _answers,
     _daemon,
     _nvml,
@@ -110,7 +108,7 @@ def test_shutdown_is_final() -> None:
     )  # a worker that finished loading late
     daemon.service.lifecycle.died()
     assert _state(daemon) is WorkerState.STOPPED
-    assert daemon.worker.restarts == 0
+    assert daemon.core.counters["worker_restarts"] == 0 and len(daemon.worker.starts) == 1
 
 
 def test_a_replacement_to_the_cpu_and_back() -> None:
@@ -132,29 +130,14 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
     assert isinstance(_answers(daemon, grow)[0], BudgetAck)
 
 
-class RefusingOnce(GpuSimWorker):
-    """The OS refuses the next start once (no file descriptor for the pipe: EMFILE)."""
-
-    refuse_next_start = False
-
-    def start(self) -> None:
-        if self.refuse_next_start:
-            self.refuse_next_start = False
-            raise OSError(24, "Too many open files")
-        super().start()
-
-
 def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -> None:
     """The new worker of a replacement to the CPU could not be started: the retry starts it as the replacement's new
     worker (the reclaim is answered then, and its Ready served), not as a restart whose Ready the replacement ignores."""
     now = [100.0]
     daemon = _daemon(4096)
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    worker = RefusingOnce(gpu=True)
-    worker.__dict__.update(daemon.worker.__dict__)
-    daemon.worker = daemon.core.worker = worker
-    _LIVE.append(worker)
-    worker.refuse_next_start = True
+    worker = daemon.worker
+    worker.refuse_next_start = True  # the OS refuses the next start once (no file descriptor for the pipe: EMFILE)
     reclaim = _reclaim(daemon, 0)
     daemon.pump()  # the old worker has exited; the new one could not be started
     assert daemon.core.counters["worker_start_failed"] == 1 and not _answers(daemon, reclaim)

@@ -7,8 +7,8 @@ all), and a later GPU budget replaces it again with the GPU visible. Generations
 and the new worker continues them after the tokens already streamed (``reloads_during`` + 1); sessions keep their
 history. Without a GPU nothing changes (reloads in place).
 
-The real daemon objects run around a simulated worker (``daemon_sim.SimWorker``) that follows the real
-supervisor's CUDA-visibility rule (its ``hides_gpu_for`` / ``needs_new_process``), exits gracefully on ``shutdown``
+The real daemon objects run around a simulated worker (``fakes.FakeWorker``, started by the lifecycle with CUDA hidden
+or not as on a GPU machine: ``WorkerLifecycle.needs_new_process``), exits gracefully on ``shutdown``
 (what it wrote before is still read) and continues a generation from ``continue_tokens``; NVML is faked per worker
 process (a GPU placement 2000 MiB, a CPU placement with the GPU visible 586 MiB of CUDA context, CUDA hidden 0).
 """
@@ -21,13 +21,8 @@ from unittest import mock
 
 import pytest
 from daemon_sim import MODELS, check_exactly_one_terminal_reply
+from fakes import CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, worker_config
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
-    CONTEXT_MIB,
-    CPU_PLACEMENT,
-    GPU_MIB,
-    GPU_PLACEMENT,
-    GpuSimWorker,
-    Planner,
     _answers,
     _daemon,
     _gpu_loads_again,
@@ -39,7 +34,8 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _worker,
 )
 
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, hides_gpu_for
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -69,7 +65,7 @@ def test_a_reclaim_to_zero_on_a_gpu_machine_replaces_the_worker_with_cuda_hidden
     assert ack.measured_vram_mib == 0.0  # the new worker's reading
     assert not worker.ready, "acknowledged once the memory was released, not after the new worker's load"
     assert daemon.core.counters["worker_replacements"] == 1 and daemon.core.counters["worker_crashes"] == 0
-    assert daemon.core.counters["worker_restarts"] == 0 and worker.restarts == 0
+    assert daemon.core.counters["worker_restarts"] == 0
     daemon.pump()
     assert worker.ready and daemon.budget.current.placement == CPU_PLACEMENT and not daemon.budget.reloading
 
@@ -117,39 +113,38 @@ def test_without_a_gpu_nothing_is_replaced(budgets: tuple[int, ...]) -> None:
     check_exactly_one_terminal_reply(daemon)
 
 
-def test_the_supervisor_decides_from_the_placement_and_the_machine() -> None:
+def test_the_lifecycle_decides_from_the_placement_and_the_machine() -> None:
     cpu, gpu = CPU_PLACEMENT, GPU_PLACEMENT
     offload = Placement(n_gpu_layers=0, op_offload=True)  # host weights, prefill streamed to the GPU
-    on_gpu_machine = WorkerSupervisor({}, gpu, gpu=True)
-    assert on_gpu_machine.hides_gpu_for(cpu) and not on_gpu_machine.hides_gpu_for(gpu)
-    assert not on_gpu_machine.hides_gpu_for(offload)
-    assert on_gpu_machine.needs_new_process(cpu) and not on_gpu_machine.needs_new_process(offload)
-    on_gpu_machine.gpu_hidden = True
-    assert on_gpu_machine.needs_new_process(gpu) and not on_gpu_machine.needs_new_process(cpu)
-    no_gpu = WorkerSupervisor({}, gpu, gpu=False)
-    assert not any(no_gpu.needs_new_process(p) or no_gpu.hides_gpu_for(p) for p in (cpu, gpu, offload))
+    assert hides_gpu_for(True, cpu) and not hides_gpu_for(True, gpu) and not hides_gpu_for(True, offload)
+    on_gpu = _daemon(4096).service.lifecycle  # a worker with the GPU visible
+    assert on_gpu.needs_new_process(cpu) and not on_gpu.needs_new_process(offload)
+    hidden = _daemon(1024).service.lifecycle  # a worker with CUDA hidden
+    assert hidden.needs_new_process(gpu) and not hidden.needs_new_process(cpu)
+    no_gpu = _daemon(4096, gpu=False).service.lifecycle
+    assert not any(no_gpu.needs_new_process(p) or hides_gpu_for(False, p) for p in (cpu, gpu, offload))
 
 
-def test_the_supervisor_starts_the_worker_with_the_hide_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    started: list[dict[str, Any]] = []
+def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[wp.WorkerStart] = []
 
     class Process:
-        def __init__(self, target: Any, args: tuple[Any, dict[str, Any]], name: str, daemon: bool) -> None:
+        def __init__(self, target: Any, args: tuple[Any, wp.WorkerStart], name: str, daemon: bool) -> None:
             started.append(args[1])
             self.pid, self.exitcode, self.sentinel = 4242, None, 0
 
         def start(self) -> None:
             pass
 
-    supervisor = WorkerSupervisor({"model_path": "m.gguf"}, CPU_PLACEMENT, gpu=True)
+    config = worker_config("m.gguf")
+    supervisor = WorkerSupervisor(config)
     ctx = multiprocessing.get_context("spawn")
     monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process))
-    supervisor.start()
-    supervisor.placement = GPU_PLACEMENT
-    supervisor.start()
-    assert [c["hide_gpu"] for c in started] == [True, False]
-    assert started[0]["model_path"] == "m.gguf" and started[0]["placement"] == CPU_PLACEMENT
-    assert supervisor.gpu_hidden is False
+    supervisor.start(wp.WorkerStart(config, CPU_PLACEMENT, None, hide_gpu=True))
+    supervisor.start(wp.WorkerStart(config, GPU_PLACEMENT, None, hide_gpu=False))
+    assert [c.hide_gpu for c in started] == [True, False]
+    assert started[0].config.model_path == "m.gguf" and started[0].placement == CPU_PLACEMENT
+    assert supervisor.pid == 4242 and supervisor.config == config
 
 
 # --- generations and sessions survive the replacement --------------------------------------------------------------
@@ -344,15 +339,13 @@ def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
     now = [100.0]
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
     worker = _worker(daemon)
-    killed: list[int | None] = []
-    worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]  # a step that lasts
-    worker.stop_now = lambda: (killed.append(worker.pid), setattr(worker, "_alive", False))  # type: ignore[attr-defined]
+    worker.stop_mode = "never"  # a step that lasts
     reclaim = _reclaim(daemon)
     daemon.pump()
-    assert not killed and not _answers(daemon, reclaim)
+    assert not worker.kills and not _answers(daemon, reclaim)
     now[0] += 1.1  # past the grace (0.5 s) and the reclaim's deadline
     daemon.pump()  # killed
     daemon.pump()  # its death is the replacement's exit
-    assert killed == [1000]
+    assert worker.kills == [1000]
     [ack] = _answers(daemon, reclaim)
     assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0 and ack.warning == "deadline_missed"

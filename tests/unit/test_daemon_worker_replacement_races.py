@@ -11,8 +11,8 @@ import multiprocessing
 from types import SimpleNamespace
 
 from daemon_sim import check_exactly_one_terminal_reply
+from fakes import CPU_PLACEMENT, worker_config
 from replacement_sim import (
-    CPU_PLACEMENT,
     _answers,
     _daemon,
     _gpu_loads_again,
@@ -95,18 +95,14 @@ def test_a_cancel_sent_to_a_worker_killed_after_the_grace_still_cancels() -> Non
     gen = daemon.request(GenerateRequest(text="hi", max_tokens=8), sid)
     _steps(daemon, 2)
     # the worker is in a long step (a CPU prefill chunk): commands wait in the pipe, shutdown is not read in time
-    send = worker.send
-    worker.send = lambda command: (
-        worker.commands.append((worker.pid, command)) if isinstance(command, wp.Cancel) else send(command)
-    )  # type: ignore[method-assign]
-    worker.begin_stop = lambda: setattr(worker, "ready", False)  # type: ignore[method-assign]
-    worker.stop_now = lambda: setattr(worker, "_alive", False)  # type: ignore[attr-defined]
+    worker.unread_kinds = (wp.Cancel,)
+    worker.stop_mode = "never"
     cancel = daemon.request(CancelRequest(target_msg_id=gen))
     _reclaim(daemon)
     now[0] += 1.0  # past REPLACE_STOP_GRACE_S: killed, the cancel unread
     daemon.pump()
     daemon.pump()
-    worker.send = send  # type: ignore[method-assign]
+    worker.unread_kinds = ()
     _steps(daemon, 12)
     [ack] = _answers(daemon, cancel)
     assert isinstance(ack, CancelReply) and ack.cancelled
@@ -139,7 +135,7 @@ def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
 def test_what_a_worker_wrote_before_exiting_is_read_before_it_counts_as_dead() -> None:
     """The loop reads the pipe, then asks ``is_dead``: a worker that writes its last events (a ``done``) and exits in
     between was marked dead with them unread, and they were lost (the replacement then continued a finished reply)."""
-    supervisor = WorkerSupervisor({}, CPU_PLACEMENT, gpu=False)
+    supervisor = WorkerSupervisor(worker_config())
     parent, child = multiprocessing.get_context("spawn").Pipe(duplex=True)
     process = SimpleNamespace(exitcode=None, pid=4242, sentinel=0)
     supervisor._process, supervisor._conn, supervisor._dead = process, parent, False  # type: ignore[assignment]

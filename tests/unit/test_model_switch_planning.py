@@ -3,12 +3,11 @@ meanwhile (``model_switch``, phase "planning"). Driven through the real ``Daemon
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from daemon_sim import MODELS, Daemon, _Planner, check_exactly_one_terminal_reply
+from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
+from fakes import FakePlanner
 
-from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.ipc.messages import (
     BudgetAck,
     LoadModelReply,
@@ -19,26 +18,15 @@ from igi_sdk.ipc.messages import (
 )
 
 
-class _GatedPlanner(_Planner):
-    """A planner whose new plans wait for ``gate`` (at most ``hold_s``), recording whether the gate was open by then;
-    a budget planned before comes from its memory, as with ``PlacementPlanner``."""
-
-    def __init__(self, hold_s: float = 3.0) -> None:
-        self.gate, self.started, self.hold_s = threading.Event(), threading.Event(), hold_s
-        self.released: list[bool] = []
-        self.budgets: list[int] = []
-        self._plans: dict[int, PlanOutcome] = {}
-
-    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome:
-        if budget_mib not in self._plans:
-            self.budgets.append(budget_mib)
-            self.started.set()
-            self.released.append(self.gate.wait(self.hold_s))
-            self._plans[budget_mib] = self.plan(budget_mib)
-        return self._plans[budget_mib]
+def _gated() -> FakePlanner:
+    """A planner whose new plans wait for ``gate`` (at most 3 s), recording whether the gate was open by then; a
+    budget planned before comes from its memory, as with ``PlacementPlanner``."""
+    planner = FakePlanner(cached=set(), hold_s=3.0)
+    planner.gate.clear()
+    return planner
 
 
-def _until_planning(daemon: Daemon, planner: _GatedPlanner) -> None:
+def _until_planning(daemon: Daemon, planner: FakePlanner) -> None:
     for _ in range(10):  # draining, stopping (the old worker exits), then the plan starts
         daemon.service.on_tick()
         if planner.started.wait(0.01):
@@ -47,7 +35,7 @@ def _until_planning(daemon: Daemon, planner: _GatedPlanner) -> None:
 
 
 def test_the_daemon_answers_while_the_new_model_is_planned() -> None:
-    planner = _GatedPlanner()
+    planner = _gated()
     daemon = Daemon(planner_for=lambda path, base: planner)
     load = daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
     _until_planning(daemon, planner)
@@ -63,7 +51,7 @@ def test_the_daemon_answers_while_the_new_model_is_planned() -> None:
 
 
 def test_a_budget_change_during_the_planning_is_planned_before_the_worker_starts() -> None:
-    planner = _GatedPlanner()
+    planner = _gated()
     daemon = Daemon(planner_for=lambda path, base: planner)
     now = [100.0]
     daemon.core.clock = lambda: now[0]

@@ -13,7 +13,7 @@ record", "Budget change sequence" and "Worker replacement", tells the whole stor
 
 **Worker replacement.** On a GPU machine a reload between a GPU placement and a CPU-only one does not happen in place:
 a llama.cpp process keeps its CUDA context (586 MiB on the H200) until it exits, so a budget of 0 was never met that
-way. The worker is replaced instead (``WorkerSupervisor.needs_new_process``); the lifecycle stops the old worker,
+way. The worker is replaced instead (``WorkerLifecycle.needs_new_process``); the lifecycle stops the old worker,
 carries its generations over and starts the new one. A change to a CPU-only placement is done once the old worker has
 exited: it is acknowledged then, with the new worker's VRAM (0). A change to a GPU placement is done, and acknowledged,
 when the new worker is ready; until then a newer budget overtakes it (a worker loading the superseded placement is
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import PendingReload, Waiter, budget_ack, same_plan
-from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
@@ -57,9 +57,7 @@ class BudgetControl:
         initial: the plan the worker was started with.
     """
 
-    def __init__(
-        self, core: DaemonCore, lifecycle: WorkerLifecycle, planner: PlacementPlanner, initial: PlanOutcome
-    ) -> None:
+    def __init__(self, core: DaemonCore, lifecycle: WorkerLifecycle, planner: Planner, initial: PlanOutcome) -> None:
         self._core = core
         self._lifecycle = lifecycle
         self._planner = planner
@@ -124,7 +122,7 @@ class BudgetControl:
         return self._inflight is not None
 
     @property
-    def planner(self) -> PlacementPlanner:
+    def planner(self) -> Planner:
         """The planner of the model being served."""
         return self._planner
 
@@ -299,7 +297,7 @@ class BudgetControl:
     def _start(self, op: PendingReload) -> None:
         """Send ``op``'s ``Reload``, or have the lifecycle replace the worker (GPU <-> CPU-only on a GPU machine)."""
         self._queued = None
-        replace = self._core.worker.needs_new_process(op.outcome.placement)
+        replace = self._lifecycle.needs_new_process(op.outcome.placement)
         self._core.log(
             logging.INFO,
             "reload_start",
@@ -457,7 +455,7 @@ class BudgetControl:
             return (target,)
         return (target, waiting.outcome.budget_mib)
 
-    def replace_model(self, planner: PlacementPlanner, vram_budget_mib: int | None = None) -> PlanOutcome:
+    def replace_model(self, planner: Planner, vram_budget_mib: int | None = None) -> PlanOutcome:
         """Plan for another model (``load_model_request``); called while no reload is in flight and no worker runs.
 
         Args:

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
@@ -63,8 +63,23 @@ def dry_run_slots_for(headroom_mib: float, child_mib: int) -> int | None:
     return max(0, int((headroom_mib - DRY_RUN_MARGIN_MIB) // child_mib))
 
 
+class Planner(Protocol):
+    """What the daemon asks of one model's planner: :class:`PlacementPlanner`, and in the unit tests
+    ``tests/fakes.py: FakePlanner``. Every answer is a :class:`PlanOutcome` labelled with the budget asked for."""
+
+    vision: VisionShape | None  # the vision projector planned beside the model (the model switch sets it)
+
+    def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
+    def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome: ...
+    def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome: ...
+    def planned(self) -> dict[int, PlanOutcome]: ...  # the budgets planned so far (a copy)
+    def released_to(self, target_mib: int) -> PlanOutcome: ...  # the interim placement of a shrink
+    def model_file_mib(self) -> float: ...
+    def dry_run_child_mib(self) -> int: ...  # VRAM of one dry-run child; 0: none (no GPU)
+
+
 class PlacementPlanner:
-    """Plans placements for one model.
+    """Plans placements for one model (the daemon's :class:`Planner`).
 
     Args:
         model_path: the GGUF file.

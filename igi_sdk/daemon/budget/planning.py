@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, same_plan
-from igi_sdk.daemon.budget.planner import PlacementPlanner, PlanOutcome, dry_run_slots_for
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.policy.budget_ladder import ladder_budgets, plan_order
@@ -75,7 +75,7 @@ class BudgetPlanning:
         self._ahead_for = None
 
     def release_first(
-        self, planner: PlacementPlanner, target_mib: int, reclaiming: bool, current: PlanOutcome, used_mib: float | None
+        self, planner: Planner, target_mib: int, reclaiming: bool, current: PlanOutcome, used_mib: float | None
     ) -> PlanOutcome | None:
         """The interim placement to put in force now for a change to ``target_mib`` whose own plan is not ready: when
         the worker's VRAM (``used_mib``; None: measure it) is above the target, or for a reclaim when the placement in
@@ -89,7 +89,7 @@ class BudgetPlanning:
 
     def begin(
         self,
-        planner: PlacementPlanner,
+        planner: Planner,
         target_mib: int,
         reclaiming: bool,
         waiters: list[Waiter],
@@ -134,7 +134,7 @@ class BudgetPlanning:
                 )
         return Apply(outcome, waiters)
 
-    def finished(self, planner: PlacementPlanner, current: PlanOutcome) -> Apply | None:
+    def finished(self, planner: Planner, current: PlanOutcome) -> Apply | None:
         """The background plan, once it is done (None before, while the newer target that superseded it is planned
         in its turn, or for a ladder budget planned ahead); a plan that failed answers the CPU-only placement."""
         planning = self.pending
@@ -164,7 +164,7 @@ class BudgetPlanning:
             outcome = planning.result.outcome
         return Apply(outcome, planning.waiters)
 
-    def plan_ahead(self, planner: PlacementPlanner, current: PlanOutcome, in_force_mib: int) -> None:
+    def plan_ahead(self, planner: Planner, current: PlanOutcome, in_force_mib: int) -> None:
         """Start planning the next ladder budget not planned yet, in the background, with the dry-run children the
         VRAM under ``in_force_mib`` holds beside the worker (call it only while no change is under way). Nothing
         without a GPU (every budget is the CPU-only placement there)."""

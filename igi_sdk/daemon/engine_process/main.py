@@ -9,7 +9,7 @@ encoder only after an encode still running on the encode thread (mtmd cannot be 
 usable model exits non-zero so that the daemon restarts it: a failed reload (code 4), an LLM that did not come back
 after stepping aside for a GPU image encode (code 5, ``worker_llm_lost``).
 
-With ``hide_gpu`` in its config (a placement that puts nothing on the GPU, on a GPU machine: see
+With ``hide_gpu`` in its start configuration (a placement that puts nothing on the GPU, on a GPU machine: see
 ``supervisor.WorkerSupervisor``), the worker sets ``CUDA_VISIBLE_DEVICES=""`` before anything imports llama.cpp, so
 it never creates a CUDA context and holds no device memory. Its ``ready`` event reports ``gpu_hidden``, the value of
 ``CUDA_VISIBLE_DEVICES`` when llama.cpp was imported (``cuda_visible_devices``, nil = unset) and whether llama.cpp
@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
@@ -37,7 +37,6 @@ from igi_sdk.errors import EngineLostError
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
-    from igi_sdk.planner.placement import Placement
 
 Emit = Callable[[wp.Event], None]
 
@@ -48,23 +47,21 @@ def hide_gpu_now() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def worker_main(conn: Connection, config: dict[str, Any]) -> None:
+def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
     """Run the worker until ``Shutdown`` or until the daemon goes away.
 
     Args:
         conn: the worker's end of the pipe.
-        config: ``model_path``, ``n_ctx``, ``n_threads``, ``max_prompt_tokens``, ``cpu_prefill_chunk_tokens``,
-            ``placement`` (a ``Placement``),
-            ``log_level``, ``log_format``, ``log_file``, ``hide_gpu`` (bool: CUDA hidden, see the module docstring),
-            ``mmproj_path`` (a vision projector beside the model, or None) and ``vision`` (its ``EncoderPlan``).
+        start: the model and settings (``start.config``), the placement to load, the vision encoder's plan and
+            ``hide_gpu`` (CUDA hidden, see the module docstring).
     """
-    hide_gpu = bool(config.get("hide_gpu", False))
+    config, hide_gpu = start.config, start.hide_gpu
     # nothing above worker_main imports llama_cpp (tests/process/test_load_order.py)
     llama_cpp_preloaded = "llama_cpp" in sys.modules
     if hide_gpu:
         hide_gpu_now()  # first: before anything can import llama.cpp
-    configure_logging(config["log_level"], config["log_format"], config.get("log_file"))
-    lower_priority(config.get("nice", 0))  # the daemon did so at the spawn already (worker_priority)
+    configure_logging(config.log_level, config.log_format, config.log_file)
+    lower_priority(config.nice)  # the daemon did so at the spawn already (worker_priority)
     log = get_logger("worker")
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
@@ -72,18 +69,14 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
-    placement: Placement = config["placement"]
+    placement = start.placement
     vision = None
     try:
-        engine = EngineAdapter(
-            config["model_path"], placement, n_ctx=config["n_ctx"], n_threads=config.get("n_threads")
-        )
-        if config.get("mmproj_path"):
+        engine = EngineAdapter(config.model_path, placement, n_ctx=config.n_ctx, n_threads=config.n_threads)
+        if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
 
-            vision = WorkerVision(
-                config["mmproj_path"], config["model_path"], config.get("vision"), n_threads=config.get("n_threads")
-            )
+            vision = WorkerVision(config.mmproj_path, config.model_path, start.vision, n_threads=config.n_threads)
     except Exception as exc:  # a model that cannot load: tell the daemon, then exit non-zero
         log_event(log, logging.ERROR, "worker_load_failed", error=str(exc), exc=traceback.format_exc())
         emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
@@ -107,9 +100,9 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
         engine,
         engine.llama_engine,
         emit,
-        max_prompt_tokens=config["max_prompt_tokens"],
+        max_prompt_tokens=config.max_prompt_tokens,
         vision=vision,
-        cpu_prefill_chunk_tokens=config["cpu_prefill_chunk_tokens"],
+        cpu_prefill_chunk_tokens=config.cpu_prefill_chunk_tokens,
     )
     try:
         _serve(conn, scheduler, emit, log)

@@ -83,7 +83,7 @@ def heartbeat(core: DaemonCore, identity: bytes, header: Header, _msg: object) -
 def status(core: DaemonCore, budget: BudgetControl, identity: bytes, header: Header) -> None:
     """The daemon's state and counters."""
     counters = core.all_counters()
-    counters["worker_restarts"] = core.worker.restarts
+    counters["worker_restarts"] = core.counters["worker_restarts"]  # reported when none happened too
     reply = StatusReply(
         model=core.model_info,
         vram_budget_mib=budget.state.in_force_mib,

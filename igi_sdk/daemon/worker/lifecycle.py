@@ -31,6 +31,7 @@ from igi_sdk.daemon.budget.planner import PlanOutcome, placement_uses_gpu
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
+from igi_sdk.daemon.worker.supervisor import hides_gpu_for
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan
@@ -167,13 +168,18 @@ class WorkerLifecycle:
 
     Args:
         core: daemon state (its ``worker`` is the supervisor).
+        gpu: whether a worker could hold a CUDA context here (``supervisor.cuda_gpu_usable``): a worker whose placement
+            needs no GPU then starts with CUDA hidden, and a move between a GPU and a CPU-only placement takes a new
+            worker process.
 
     ``attach`` hands it the budget control and the model switch (they are built with the lifecycle, and ask it for
     their transitions).
     """
 
-    def __init__(self, core: DaemonCore) -> None:
+    def __init__(self, core: DaemonCore, gpu: bool = False) -> None:
         self._core = core
+        self._gpu = gpu
+        self._gpu_hidden = False  # the worker started last has CUDA hidden
         self._state = WorkerState.STARTING  # the server starts the worker on the initial placement
         self._budget: BudgetSide | None = None
         self._switch: SwitchSide | None = None
@@ -221,19 +227,31 @@ class WorkerLifecycle:
             return "stopping"
         return "starting" if self._state is WorkerState.REPLACING_STARTING else None
 
-    def _start_worker(self, restart: bool = False) -> None:
-        """Start (``restart``: reap the dead one and start) a worker on a replacement's target, else on the plan in
-        force: the supervisor's ``placement`` and ``vision`` are written here only."""
+    def start(self) -> None:
+        """Start the first worker (the server, at start-up) on the plan in force."""
+        self._start_worker()
+
+    def needs_new_process(self, placement: Placement) -> bool:
+        """Whether the running worker cannot reload to ``placement`` in place: it holds a CUDA context the placement
+        does not use (only a process exit frees it), or it has CUDA hidden and the placement needs the GPU. Always
+        False without a GPU."""
+        return self._gpu and hides_gpu_for(self._gpu, placement) != self._gpu_hidden
+
+    def _start_worker(self, restart: bool = False, config: wp.WorkerConfig | None = None) -> None:
+        """Start (``restart``: reap the dead one first) a worker on a replacement's target, else on the plan in force,
+        with ``config`` (None: the model of the worker started last), CUDA hidden where the placement needs no GPU:
+        every ``WorkerStart`` is made here."""
         worker, replacement = self._core.worker, self._replacement
         if replacement is not None:
-            worker.placement, worker.vision = replacement.placement, replacement.vision
+            placement, vision = replacement.placement, replacement.vision
         else:
             current = self._budget_side().current
-            worker.placement, worker.vision = current.placement, current.encoder
+            placement, vision = current.placement, current.encoder
         if restart:
-            worker.restart()
-        else:
-            worker.start()
+            worker.stop(timeout_s=1.0)
+        hide_gpu = hides_gpu_for(self._gpu, placement)
+        worker.start(wp.WorkerStart(worker.config if config is None else config, placement, vision, hide_gpu))
+        self._gpu_hidden = hide_gpu
 
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
@@ -242,7 +260,7 @@ class WorkerLifecycle:
         self._move(Move.REPLACE)
         self._replacement = Replacement(placement, vision, self._core.clock())
         self._core.counters["worker_replacements"] += 1
-        self._core.worker.begin_stop()
+        self._core.worker.send(wp.Shutdown())
 
     def overtake(self, placement: Placement, vision: EncoderPlan | None, restart: bool = True) -> None:
         """A newer placement overtakes the replacement under way: the old worker's exit starts a worker on it instead,
@@ -254,7 +272,7 @@ class WorkerLifecycle:
         if restart and self._state is WorkerState.REPLACING_STARTING:  # it loads a placement nobody wants any more
             self._move(Move.OVERTAKEN)
             replacement.since_s, replacement.killed = self._core.clock(), True
-            self._core.worker.stop_now()
+            self._core.worker.stop(timeout_s=None)
 
     def tick(self) -> None:
         """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown`` (every loop
@@ -268,7 +286,7 @@ class WorkerLifecycle:
         ):
             replacement.killed = True
             self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
-            self._core.worker.stop_now()
+            self._core.worker.stop(timeout_s=None)
 
     def _swap(self, replacement: Replacement) -> None:
         """The worker being replaced has exited: carry its generations over and start the new worker on the
@@ -285,7 +303,7 @@ class WorkerLifecycle:
             "worker_replaced",
             pid=worker.pid,
             released_s=released_s,
-            gpu_hidden=worker.gpu_hidden,
+            gpu_hidden=self._gpu_hidden,
             carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
         )
         if placement_uses_gpu(replacement.placement):
@@ -317,22 +335,23 @@ class WorkerLifecycle:
     def switch_drained(self) -> None:
         """The switch has drained the worker: tell it to exit (a ``Ready`` it still sends is dropped)."""
         self._move(Move.DRAINED)
-        self._core.worker.begin_stop()
+        self._core.worker.send(wp.Shutdown())
 
     def switch_stopped(self) -> None:
         """The old worker has exited (and was reaped): the new model is planned."""
         self._move(Move.OLD_STOPPED)
 
-    def switch_load(self) -> None:
-        """Start a worker on the new model's plan (put in force by ``BudgetControl.replace_model``); a ``Fatal`` of the
-        previous model is forgotten."""
+    def switch_load(self, config: wp.WorkerConfig) -> None:
+        """Start a worker on the new model (``config``) and its plan (put in force by ``BudgetControl.replace_model``);
+        a ``Fatal`` of the previous model is forgotten."""
         self.fatal_error = None
-        self._start_worker()
+        self._start_worker(config=config)
         self._move(Move.PLANNED)
 
-    def switch_revert(self) -> None:
-        """The new model failed to load: start a worker on the previous model's plan (put in force again)."""
-        self._start_worker()
+    def switch_revert(self, config: wp.WorkerConfig) -> None:
+        """The new model failed to load: start a worker on the previous model (``config``) and its plan (put in force
+        again)."""
+        self._start_worker(config=config)
         self._move(Move.LOAD_FAILED)
 
     def forward_waiting_jobs(self) -> None:

@@ -31,6 +31,7 @@ ready the request gets ``error_reply`` (``model_invalid``, or ``timeout``). Shut
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from typing import Any
 from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.budget.changes import PlanResult, run_in_background
 from igi_sdk.daemon.budget.control import BudgetControl
-from igi_sdk.daemon.budget.planner import PlacementPlanner
+from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import SWITCHING, WorkerLifecycle, WorkerState
@@ -58,10 +59,10 @@ MIN_N_CTX_PER_SEQ = 64
 STOP_TIMEOUT_S = 10.0
 
 
-#: (model path, n_ctx) -> worker config dict (``supervisor.worker_config_for`` bound to the settings).
-ConfigFor = Callable[[Path, int], dict[str, Any]]
+#: (model path, n_ctx) -> worker config (``supervisor.worker_config_for`` bound to the settings).
+ConfigFor = Callable[[Path, int], wp.WorkerConfig]
 #: (model path, base placement) -> planner.
-PlannerFor = Callable[[Path, Placement], PlacementPlanner]
+PlannerFor = Callable[[Path, Placement], Planner]
 
 
 @dataclass
@@ -75,9 +76,9 @@ class _Load:
     vision: VisionShape | None = None
     phase_since_s: float = 0.0  # when the worker's state took its current switching step
     error: RequestError | None = None
-    previous_config: dict[str, Any] | None = None
-    previous_planner: PlacementPlanner | None = None
-    planner: PlacementPlanner | None = None  # the new model's (SWITCHING_PLANNING)
+    previous_config: wp.WorkerConfig | None = None
+    previous_planner: Planner | None = None
+    planner: Planner | None = None  # the new model's (SWITCHING_PLANNING)
     planned: PlanResult | None = None  # its background plan (SWITCHING_PLANNING)
     planned_budgets: tuple[int, ...] = ()  # the budgets that plan was made for
 
@@ -190,7 +191,7 @@ class ModelSwitch:
                 self._lifecycle.switch_drained()
                 load.phase_since_s = core.clock()
         elif state is WorkerState.SWITCHING_STOPPING:
-            if worker.exited() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
+            if worker.is_dead() or core.clock() - load.phase_since_s > STOP_TIMEOUT_S:
                 worker.stop(timeout_s=1.0)  # reap (terminate / kill if it did not exit in time)
                 self._lifecycle.switch_stopped()
                 load.phase_since_s = core.clock()
@@ -202,8 +203,8 @@ class ModelSwitch:
                     self._plan_new(load)  # a budget request changed the target meanwhile: plan that one too
                 else:
                     self._start_new(load)
-        elif worker.exited() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
-            timed_out = not worker.exited()
+        elif worker.is_dead() or core.clock() - load.phase_since_s > core.settings.engine.worker_start_timeout_s:
+            timed_out = not worker.is_dead()
             worker.stop(timeout_s=1.0)
             if state is WorkerState.SWITCHING_LOADING:
                 if load.error is None:
@@ -284,12 +285,9 @@ class ModelSwitch:
         self._budget.replace_model(planner, load.budget_mib)  # planned meanwhile, from memory: in force now
         if load.budget_mib is not None and core.governor is not None:  # the load's budget, as the budget state has it
             core.governor.set_budget(self._budget.state.requested_mib, core.clock())
-        config = {
-            **self._config_for(load.path, load.n_ctx),
-            "mmproj_path": None if load.mmproj is None else str(load.mmproj),
-        }
-        core.worker.retarget(config)
-        self._lifecycle.switch_load()  # a worker on the plan in force
+        mmproj = None if load.mmproj is None else str(load.mmproj)
+        config = dataclasses.replace(self._config_for(load.path, load.n_ctx), mmproj_path=mmproj)
+        self._lifecycle.switch_load(config)  # a worker on the plan in force
         load.phase_since_s = core.clock()
 
     def _revert(self, load: _Load) -> None:
@@ -297,8 +295,7 @@ class ModelSwitch:
         core.counters["model_load_failures"] += 1
         assert load.previous_config is not None and load.previous_planner is not None
         self._budget.replace_model(load.previous_planner)  # the previous model's plan in force again
-        core.worker.retarget(load.previous_config)
-        self._lifecycle.switch_revert()
+        self._lifecycle.switch_revert(load.previous_config)
         load.phase_since_s = core.clock()
 
     def _finish(self, load: _Load, error: RequestError | None) -> None:

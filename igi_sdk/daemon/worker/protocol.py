@@ -43,6 +43,10 @@ template's ``tools`` variable, ``tool`` messages as its tool results; the daemon
 worker at a token boundary): the prompt is followed by them, fed back one per step as they were generated
 (``BatchRequest.continued``), and the reply goes on after them, its token indexes from 0 again (the daemon renumbers
 them).
+
+The start configuration (``WorkerStart``: a ``WorkerConfig``, the placement, the vision encoder's plan and whether CUDA
+is hidden) is the one value handed to the process when it is spawned (``worker_main``'s argument; pickled by
+``multiprocessing`` once, never sent over the pipe).
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from multiprocessing.connection import Connection
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import msgpack
 from pydantic import BaseModel
@@ -268,6 +273,35 @@ COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
 EVENTS: dict[str, type[Any]] = {
     cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported, Encoded)
 }
+
+
+# --- the start configuration (daemon -> worker, once, at the spawn) -----------------------------------------------
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The model a worker serves and the process's settings (``supervisor.worker_config_for``): the same for every
+    start until a model switch changes it."""
+
+    model_path: str
+    n_ctx: int
+    max_prompt_tokens: int  # lowered to fit one sequence's share of the context
+    mmproj_path: str | None = None  # a vision projector beside the model
+    n_threads: int | None = None
+    nice: int = 0
+    cpu_prefill_chunk_tokens: int = 160
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "kv"] = "json"
+    log_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """What one worker process starts with: ``config``, the ``placement`` it loads, the vision encoder's plan beside
+    it (None: no projector) and ``hide_gpu`` (``CUDA_VISIBLE_DEVICES=""`` before llama.cpp is imported)."""
+
+    config: WorkerConfig
+    placement: Placement
+    vision: EncoderPlan | None = None
+    hide_gpu: bool = False
 
 
 # --- the codec -----------------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ work with ``engine_failure`` and calls :meth:`WorkerSupervisor.restart` with the
 ``CUDA_VISIBLE_DEVICES=""`` (set in the child before llama.cpp is imported there), so it holds no CUDA context: a
 llama.cpp process that has seen the GPU keeps its context and cuBLAS workspaces (586 MiB on the H200) until it exits,
 whatever it reloads to. Moving between a GPU placement and a CPU-only one therefore takes a new worker process
-(:meth:`WorkerSupervisor.needs_new_process`; ``BudgetControl`` replaces the worker). Without a GPU nothing changes:
-the variable is never set and every reload happens in place.
+(:func:`hides_gpu_for`; the daemon's ``WorkerLifecycle`` decides it for each start, and ``BudgetControl`` replaces the
+worker). Without a GPU nothing changes: the variable is never set and every reload happens in place.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import multiprocessing
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.planner import placement_uses_gpu
@@ -29,7 +28,6 @@ from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.pipe import PipeClosed, PipeWriter
 from igi_sdk.daemon.worker.priority import lower_priority
 from igi_sdk.planner.placement import Placement
-from igi_sdk.planner.vision import EncoderPlan
 
 _log = get_logger("supervisor")
 
@@ -39,9 +37,9 @@ PROMPT_HEADROOM_TOKENS = 16
 
 def worker_config_for(
     settings: DaemonSettings, model_path: Path, n_ctx: int, mmproj_path: Path | None = None
-) -> dict[str, Any]:
-    """The plain dict ``worker_main`` takes, for ``model_path`` loaded with ``n_ctx`` tokens of context (and the vision
-    projector ``mmproj_path`` beside it).
+) -> wp.WorkerConfig:
+    """The worker configuration for ``model_path`` loaded with ``n_ctx`` tokens of context (and the vision projector
+    ``mmproj_path`` beside it).
 
     The worker's prompt limit is ``limits.max_prompt_tokens``, lowered to 16 tokens less than one sequence's
     context (``n_ctx / engine.n_seq_max``: a smaller context from a runtime ``load_model_request``, or several
@@ -49,18 +47,24 @@ def worker_config_for(
     """
     log = settings.log
     n_ctx_seq = n_ctx // settings.engine.n_seq_max
-    return {
-        "model_path": str(model_path),
-        "mmproj_path": None if mmproj_path is None else str(mmproj_path),
-        "n_ctx": n_ctx,
-        "n_threads": settings.engine.n_threads,
-        "nice": settings.engine.worker_nice,
-        "max_prompt_tokens": max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
-        "cpu_prefill_chunk_tokens": settings.engine.cpu_prefill_chunk_tokens,
-        "log_level": log.log_level,
-        "log_format": log.log_format,
-        "log_file": log.log_file,
-    }
+    return wp.WorkerConfig(
+        model_path=str(model_path),
+        mmproj_path=None if mmproj_path is None else str(mmproj_path),
+        n_ctx=n_ctx,
+        n_threads=settings.engine.n_threads,
+        nice=settings.engine.worker_nice,
+        max_prompt_tokens=max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
+        cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
+        log_level=log.log_level,
+        log_format=log.log_format,
+        log_file=log.log_file,
+    )
+
+
+def hides_gpu_for(gpu: bool, placement: Placement) -> bool:
+    """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine (``gpu``:
+    :func:`cuda_gpu_usable`), when the placement puts nothing on the GPU."""
+    return gpu and not placement_uses_gpu(placement)
 
 
 def cuda_gpu_usable() -> bool:
@@ -74,111 +78,54 @@ class WorkerGone(RuntimeError):
 
 
 class WorkerSupervisor:
-    """Owns one engine worker process at a time.
+    """Owns one engine worker process at a time: the daemon's ``WorkerPort`` (``daemon.core``).
+
+    It starts what it is told to (``WorkerStart``: the daemon's ``WorkerLifecycle`` decides the placement and whether
+    CUDA is hidden); the poller of the I/O loop also asks it for :meth:`fds`.
 
     Args:
-        worker_config: plain dict handed to ``worker_main`` (model path, n_ctx, limits, log settings).
-        placement: the placement the first worker loads.
-        gpu: whether a worker could hold a CUDA context here (default: :func:`cuda_gpu_usable`). When True, a worker
-            whose placement needs no GPU starts with CUDA hidden.
-        vision: the vision encoder's plan beside ``placement`` (None: no projector).
+        config: the worker configuration (model path, n_ctx, limits, log settings) until the first start.
     """
 
-    def __init__(
-        self,
-        worker_config: dict[str, Any],
-        placement: Placement,
-        gpu: bool | None = None,
-        vision: EncoderPlan | None = None,
-    ) -> None:
-        self._config = worker_config
-        #: The placement the next worker started loads, with its vision encoder's plan (None: no projector). The
-        #: daemon's ``WorkerLifecycle`` writes them before each start (the plan in force, or a replacement's target).
-        self.placement = placement
-        self.vision = vision
-        self.gpu = cuda_gpu_usable() if gpu is None else gpu
-        #: Whether the current (or last) worker was started with ``CUDA_VISIBLE_DEVICES=""``.
-        self.gpu_hidden = False
+    def __init__(self, config: wp.WorkerConfig) -> None:
+        self._config = config
         self._ctx = multiprocessing.get_context("spawn")
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._writer: PipeWriter | None = None
         self._dead = True
         self.ready = False
-        self.restarts = 0
         self.started_at_s = 0.0
         self.last_ready: wp.Ready | None = None
         self._stopping = False
 
     @property
-    def config(self) -> dict[str, Any]:
-        """The worker configuration (model path, n_ctx, limits, log settings) used by the next start."""
-        return dict(self._config)
-
-    def retarget(self, worker_config: dict[str, Any]) -> None:
-        """Use another model from the next :meth:`start` (or crash restart) on.
-
-        The running worker is not touched: stop it first to switch models.
-        """
-        self._config = dict(worker_config)
-
-    def hides_gpu_for(self, placement: Placement) -> bool:
-        """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine, when the
-        placement puts nothing on the GPU."""
-        return self.gpu and not placement_uses_gpu(placement)
-
-    def needs_new_process(self, placement: Placement) -> bool:
-        """Whether the running worker cannot reload to ``placement`` in place: it holds a CUDA context the placement
-        does not use (only a process exit frees it), or it has CUDA hidden and the placement needs the GPU. Always
-        False without a GPU."""
-        return self.gpu and self.hides_gpu_for(placement) != self.gpu_hidden
-
-    def stop_now(self) -> None:
-        """End the worker at once (``Process.kill``: SIGKILL, TerminateProcess on Windows), without reaping it: the
-        I/O loop reads what it wrote, then its death. For a worker being replaced that did not exit on ``shutdown`` in
-        time, or that loads a placement a newer budget has already superseded."""
-        self.begin_stop()
-        process = self._process
-        if process is not None and process.exitcode is None:
-            process.kill()  # a worker that exited meanwhile: nothing to do (multiprocessing ignores it)
-
-    def begin_stop(self) -> None:
-        """Ask the worker to exit without waiting (it finishes its current step first); see :meth:`exited`."""
-        self._stopping = True
-        self.ready = False
-        if not self._dead:
-            self._queue(wp.Shutdown())
-
-    def exited(self) -> bool:
-        """Whether the worker process has exited (no process counts as exited); never logs a crash."""
-        return self._process is None or self._process.exitcode is not None
+    def config(self) -> wp.WorkerConfig:
+        """The configuration of the worker started last (before any start: the one given)."""
+        return self._config
 
     @property
     def pid(self) -> int | None:
         """Process id of the current worker."""
         return None if self._process is None else self._process.pid
 
-    def start(self) -> None:
-        """Spawn a worker with the current placement (it sends ``ready`` once the model is loaded)."""
+    def start(self, start: wp.WorkerStart) -> None:
+        """Spawn a worker (it sends ``ready`` once the model is loaded). The previous one must be stopped."""
         from igi_sdk.daemon.engine_process.main import worker_main
 
-        hide_gpu = self.hides_gpu_for(self.placement)
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        config = {**self._config, "placement": self.placement, "vision": self.vision, "hide_gpu": hide_gpu}
-        process = self._ctx.Process(
-            target=worker_main, args=(child_conn, config), name="igi-engine-worker", daemon=True
-        )
+        process = self._ctx.Process(target=worker_main, args=(child_conn, start), name="igi-engine-worker", daemon=True)
         process.start()
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
-            lower_priority(self._config.get("nice", 0), process.pid)
+            lower_priority(start.config.nice, process.pid)
         child_conn.close()
+        self._config = start.config
         self._stopping = False
         self._process, self._conn = process, parent_conn
         self._writer = PipeWriter(parent_conn)
         self._dead, self.ready = False, False
-        self.gpu_hidden = hide_gpu
         self.started_at_s = time.monotonic()
-        log_event(_log, logging.INFO, "worker_started", pid=process.pid, restarts=self.restarts, gpu_hidden=hide_gpu)
+        log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
 
     def fds(self) -> list[int]:
         """File descriptors to poll: the pipe and the process sentinel."""
@@ -226,9 +173,18 @@ class WorkerSupervisor:
         (``worker_pipe``), so a command larger than the pipe cannot stall the I/O loop, nor deadlock it against a
         worker that is itself writing a large event.
 
+        ``Shutdown`` asks the worker to exit without waiting (it finishes its current step first; :meth:`is_dead` says
+        when it has); it is never refused, and does nothing once the worker is gone.
+
         Raises:
-            WorkerGone: the worker is dead.
+            WorkerGone: the worker is dead (any command but ``Shutdown``).
         """
+        if isinstance(command, wp.Shutdown):
+            self._stopping = True
+            self.ready = False
+            if not self._dead:
+                self._queue(command)
+            return
         if self._writer is None or self.is_dead():
             raise WorkerGone("engine worker is not running")
         try:
@@ -250,14 +206,17 @@ class WorkerSupervisor:
             except PipeClosed:
                 pass
 
-    def restart(self) -> None:
-        """Reap the dead worker and start a new one with the same placement."""
-        self.stop(timeout_s=1.0)
-        self.restarts += 1
-        self.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Ask the worker to exit, then terminate, then kill."""
+    def stop(self, timeout_s: float | None = 5.0) -> None:
+        """End the worker. With ``timeout_s``: ask it to exit, wait that long (reading what it writes meanwhile), then
+        terminate, then kill, and reap it. With None: kill it at once (``Process.kill``: SIGKILL, TerminateProcess on
+        Windows) without reaping it; the I/O loop reads what it wrote, then its death (a worker being replaced that did
+        not exit on ``Shutdown`` in time, or one loading a placement a newer budget has already superseded)."""
+        if timeout_s is None:
+            self.send(wp.Shutdown())
+            process = self._process
+            if process is not None and process.exitcode is None:
+                process.kill()  # a worker that exited meanwhile: nothing to do (multiprocessing ignores it)
+            return
         process, conn, writer = self._process, self._conn, self._writer
         if process is None:
             return

@@ -172,7 +172,7 @@ def run(argv: list[str]) -> int:
     from igi_sdk.bench.runner import SuiteConfig, SuiteState, load_resumed, machine_meta, prune_ratio, run_model
     from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
     from igi_sdk.bench.vram import VramSampler, open_nvml
-    from igi_sdk.bench.worker import Worker
+    from igi_sdk.bench.worker import Worker, WorkerHello
     from igi_sdk.errors import IgiError
 
     args = _parser().parse_args(argv)
@@ -232,11 +232,8 @@ def run(argv: list[str]) -> int:
     worker = Worker(log_path=out_dir / "worker.log", on_start=sampler.take_baseline)
     rc = 0
     try:
-        if cfg.plan_only:
-            hello: dict = {"devices": []}
-        else:
-            hello = worker.hello(timeout_s=180)
-        machine_has_gpu = any(d.get("type") in ("gpu", "igpu") for d in hello.get("devices", []))
+        hello: WorkerHello | None = None if cfg.plan_only else worker.hello(timeout_s=180)
+        machine_has_gpu = any(d.get("type") in ("gpu", "igpu") for d in (hello["devices"] if hello else []))
         if args.smoke and not machine_has_gpu and args.profile == "auto":
             profile, notes = simulated_gpu_profile(), ["smoke: simulated GPU profile; placements run on the CPU"]
         else:

@@ -26,7 +26,7 @@ from igi_sdk.bench.records import RunRecord
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler
-from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed
+from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed, WorkerHello
 from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
@@ -173,15 +173,12 @@ def _measure(
             out = worker.run(spec, timeout)
         finally:
             peak = sampler.stop()
-        rec.ttft_s, rec.tps, rec.e2e_s, rec.decode_s, rec.load_s = (
-            out[k] for k in ("ttft_s", "tps", "e2e_s", "decode_s", "load_s")
-        )
-        slots = out.get("weight_prefetch_slots") or {}
-        rec.overlap, rec.weight_prefetch_slots = bool(slots), slots
-        rec.prefill_upload_bytes, rec.greedy_tokens = out.get("prefill_upload_bytes"), out.get("greedy_tokens")
-        rec.warmup_s, rec.llama_buffers_mib = out.get("warmup_s"), out.get("llama_buffers_mib")
-        rec.n_layers_offloaded = out.get("n_layers_offloaded")
-        rec.ttft_runs_s, rec.decode_runs_s = out.get("ttft_runs_s"), out.get("decode_runs_s")
+        rec.ttft_s, rec.tps, rec.e2e_s = out["ttft_s"], out["tps"], out["e2e_s"]
+        rec.decode_s, rec.load_s, rec.warmup_s = out["decode_s"], out["load_s"], out["warmup_s"]
+        rec.overlap, rec.weight_prefetch_slots = bool(out["weight_prefetch_slots"]), out["weight_prefetch_slots"]
+        rec.prefill_upload_bytes, rec.greedy_tokens = out["prefill_upload_bytes"], out["greedy_tokens"]
+        rec.llama_buffers_mib, rec.n_layers_offloaded = out["llama_buffers_mib"], out["n_layers_offloaded"]
+        rec.ttft_runs_s, rec.decode_runs_s = out["ttft_runs_s"], out["decode_runs_s"]
         rec.status = "ok"
     except Exception as exc:  # noqa: BLE001  (recorded on the run, never raised)
         remaining = state.remaining_s()
@@ -687,16 +684,22 @@ def schedule(
 
 
 def machine_meta(
-    sampler: VramSampler, hello: dict[str, Any], profile: Profile, profile_notes: list[str], cfg: SuiteConfig
+    sampler: VramSampler,
+    hello: WorkerHello | None,
+    profile: Profile,
+    profile_notes: list[str],
+    cfg: SuiteConfig,
 ) -> dict[str, Any]:
-    """Machine, versions and settings of a suite (the ``meta`` of every JSON file)."""
-    gpus = [d for d in hello.get("devices", []) if d.get("type") in ("gpu", "igpu")]
+    """Machine, versions and settings of a suite (the ``meta`` of every JSON file); ``hello`` is the engine
+    worker's (``None`` under ``--plan-only``, which starts no worker)."""
+    devices = [] if hello is None else hello["devices"]
+    gpus = [d for d in devices if d.get("type") in ("gpu", "igpu")]
     return {
         "started_at": _now(),
         "host": socket.gethostname(),
         "python": platform.python_version(),
-        "llama_cpp": hello.get("llama_cpp"),
-        "devices": hello.get("devices"),
+        "llama_cpp": None if hello is None else hello["llama_cpp"],
+        "devices": devices,
         "gpu": sampler.gpu_name or (gpus[0]["description"] if gpus else None),
         "gpu_device": gpus[0]["name"] if gpus else None,
         "cpu": cpu_name(),

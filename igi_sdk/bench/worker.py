@@ -19,7 +19,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from igi_sdk.child_log import log_tail, redirect_stdio
 from igi_sdk.errors import IgiError
@@ -48,13 +48,44 @@ class RunSpec:
     """Abort the worker (tests of crash handling only)."""
 
 
+class RunTimings(TypedDict):
+    """What one ``run`` request measured (the worker's reply, JSON over the pipe)."""
+
+    load_s: float
+    warmup_s: float
+    ttft_s: float
+    """Prefill of the prompt and the first argmax (the median over ``repeats``)."""
+    decode_s: float
+    ttft_runs_s: list[float]
+    decode_runs_s: list[float]
+    tps: float | None
+    e2e_s: float
+    llama_buffers_mib: dict[str, float]
+    llama_weights_mib: dict[str, float]
+    n_layers_offloaded: int | None
+    weight_prefetch_abi: int
+    weight_prefetch_slots: dict[str, int]
+    weight_prefetch_slot_mib: dict[str, float]
+    prefill_upload_bytes: int | None
+    greedy_tokens: list[int]
+    wall_s: float
+
+
+class WorkerHello(TypedDict):
+    """The reply to ``hello``: the devices llama.cpp sees in the worker (``DeviceInfo`` as JSON) and versions."""
+
+    devices: list[dict[str, Any]]
+    llama_cpp: str
+    pid: int
+
+
 def prompt_ids(n_tokens: int, n_vocab: int) -> list[int]:
     """Deterministic ordinary token ids (past the special and byte tokens of the synthetic vocabulary)."""
     span = max(n_vocab - 300, 1)
     return [(i * 7919) % span + 259 for i in range(n_tokens)]
 
 
-def measure(spec: RunSpec) -> dict[str, Any]:
+def measure(spec: RunSpec) -> RunTimings:
     """Run one measurement in this process (the worker calls it). Returns timings and llama.cpp's report."""
     from igi_sdk.engine.llama_engine import LlamaEngine  # llama.cpp before numpy: see profiler/isolate.py
     from igi_sdk.engine.prefetch import weight_upload_bytes
@@ -131,7 +162,7 @@ def measure(spec: RunSpec) -> dict[str, Any]:
         engine.close()
 
 
-def hello() -> dict[str, Any]:
+def hello() -> WorkerHello:
     """Devices llama.cpp sees in this process, and versions."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -266,13 +297,13 @@ class Worker:
         tail = log_tail(self.log_path)
         raise WorkerCrashed(f"engine worker died ({why})" + (f"; log tail:\n{tail}" if tail else ""))
 
-    def hello(self, timeout_s: float) -> dict[str, Any]:
+    def hello(self, timeout_s: float) -> WorkerHello:
         """The child's devices and versions (see ``request``)."""
-        return self.request({"request": "hello"}, timeout_s)
+        return cast(WorkerHello, self.request({"request": "hello"}, timeout_s))
 
-    def run(self, spec: RunSpec, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: RunSpec, timeout_s: float) -> RunTimings:
         """Measure ``spec`` in the child (see ``request``)."""
-        return self.request({"request": "run", "spec": asdict(spec)}, timeout_s)
+        return cast(RunTimings, self.request({"request": "run", "spec": asdict(spec)}, timeout_s))
 
     def close(self) -> None:
         """Stop the child (politely, then by force)."""

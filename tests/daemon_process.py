@@ -26,7 +26,7 @@ _RUNNING: list[DaemonProcess] = []
 def raw_dealer(info: ConnectionInfo) -> zmq.Socket:  # type: ignore[type-arg]
     """A DEALER connected to the daemon of ``info`` with the handshake credential its connection file names, linger 0:
     a client that builds its own frames."""
-    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket = zmq.Context.instance().socket(zmq.DEALER)  # type: ignore[var-annotated]
     socket.setsockopt(zmq.LINGER, 0)
     apply_plain_credential(socket, info.plain_password)
     socket.connect(info.endpoint)
@@ -104,7 +104,7 @@ class DaemonProcess:
         def set_limit() -> None:  # in the child, before exec
             import resource
 
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))  # type: ignore[arg-type]
 
         env = None if self.tmpdir is None else os.environ | {"TMPDIR": str(self.tmpdir)}
         self.process = subprocess.Popen(

@@ -27,7 +27,7 @@ def _run(model: str, placement: dict, tmp: Path) -> dict:
 
     worker = Worker(log_path=tmp / "worker.log")
     try:
-        return worker.run(
+        return worker.run(  # type: ignore[return-value]
             RunSpec(model_path=model, placement=placement, prompt_tokens=PROMPT, reply_tokens=REPLY, repeats=3),
             timeout_s=300,
         )

@@ -41,7 +41,7 @@ async def _two_turns(n_seq_max: int, npcs: list[tuple[str, str, str]]) -> tuple[
             await second[0].__anext__()  # streaming: the reloads cut it at token boundaries
             acks = [await client.set_budget(1024), await client.set_budget(4096)]
             results = [await stream.result() for stream in second]
-            return [a + r.token_ids for a, r in zip(tokens, results)], [r.reloads_during for r in results], acks
+            return [a + r.token_ids for a, r in zip(tokens, results)], [r.reloads_during for r in results], acks  # type: ignore[misc]
     finally:
         daemon.stop()
 

@@ -122,7 +122,7 @@ def test_requests_right_behind_shutdown_get_shutting_down_and_the_daemon_exits()
         shutdown, status = new_header("shutdown_request"), new_header("status_request")
         socket.send_multipart(pack_message(info.key_bytes, shutdown, ShutdownRequest()))
         socket.send_multipart(pack_message(info.key_bytes, status, StatusRequest()))
-        replies = {}
+        replies = {}  # type: ignore[var-annotated]
         while len(replies) < 2 and socket.poll(10_000):
             header, message = unpack_message(info.key_bytes, socket.recv_multipart())
             replies[header.parent_id] = message

@@ -53,7 +53,7 @@ def _report_until(
 @contextmanager
 def _generating(client: Client) -> Iterator[None]:
     """Keep a generation running (fresh sessions, one after another) while the body runs; cancel it on exit."""
-    lock, stop, current, errors = threading.Lock(), threading.Event(), [], []
+    lock, stop, current, errors = threading.Lock(), threading.Event(), [], []  # type: ignore[var-annotated]
 
     def run() -> None:
         while True:

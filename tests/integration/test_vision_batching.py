@@ -52,7 +52,7 @@ def _req(engine: LlamaEngine, sid: str, question: str, image: EncodedImage | Non
         max_tokens=8,
         sampler=Sampler(temperature=0.0),
         embeddings=image.embeddings() if image else {},
-        **kw,
+        **kw,  # type: ignore[arg-type]
     )  # type: ignore[arg-type]
 
 

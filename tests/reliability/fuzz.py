@@ -209,13 +209,13 @@ class FuzzFrame:
 
 
 def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
-    data = bytearray(data)
+    data = bytearray(data)  # type: ignore[assignment]
     op = rng.randrange(4)
     if op == 0 and data:
         for _ in range(rng.randint(1, 4)):
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
     elif op == 1 and data:
-        del data[rng.randrange(len(data)) :]
+        del data[rng.randrange(len(data)) :]  # type: ignore[attr-defined]
     elif op == 2:
         at = rng.randrange(len(data) + 1)
         data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))

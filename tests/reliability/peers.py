@@ -52,7 +52,7 @@ def idle_connections(
     if info.transport == "ipc":
         family, address = socket.AF_UNIX, info.ip
     else:
-        family, address = (socket.AF_INET6 if ":" in info.ip else socket.AF_INET), (info.ip, info.port)
+        family, address = (socket.AF_INET6 if ":" in info.ip else socket.AF_INET), (info.ip, info.port)  # type: ignore[assignment]
     try:
         while len(opened) < n and time.monotonic() < end:
             conn = socket.socket(family, socket.SOCK_STREAM)
@@ -101,7 +101,7 @@ class Flood:
             thread.join(10)
 
     def _run(self) -> None:
-        context = zmq.Context.instance()
+        context = zmq.Context.instance()  # type: ignore[var-annotated]
         payload = os.urandom(self.frame_bytes)
         frames = [b"IGI1", b"0" * 64, b"\x80", payload]
         key = self.key
@@ -185,7 +185,7 @@ class IdleHorde:
                     self.opened_total += 1
                 self._open = len(conns)
                 for key, _events in selector.select(0.1):
-                    conn = key.fileobj
+                    conn = key.fileobj  # type: ignore[assignment]
                     assert isinstance(conn, socket.socket)
                     try:
                         data = conn.recv(4096)  # the daemon's greeting bytes, or b"" once it closed us

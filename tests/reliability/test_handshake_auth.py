@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def _hello_answered(info: ConnectionInfo, plain_password: bytes | None, wait_s: float = 2.0) -> bool:
     """Send a correctly signed hello_request on a DEALER that presents ``plain_password`` (None: no credential)."""
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer = zmq.Context.instance().socket(zmq.DEALER)  # type: ignore[var-annotated]
     dealer.setsockopt(zmq.LINGER, 0)
     apply_plain_credential(dealer, plain_password)
     dealer.connect(info.endpoint)

@@ -32,7 +32,7 @@ def test_a_vanished_clients_generation_stops_when_a_send_to_it_fails() -> None:
     _header, created = unpack_message(info.key_bytes, dealer.recv_multipart())
     generate = GenerateRequest(text="Tell me a very long story about a dragon.", max_tokens=500)
     dealer.send_multipart(
-        pack_message(info.key_bytes, new_header(generate.type, session_id=created.session_id), generate)
+        pack_message(info.key_bytes, new_header(generate.type, session_id=created.session_id), generate)  # type: ignore[attr-defined]
     )
     assert dealer.poll(120_000)  # the first token event: the generation runs
     dealer.close(linger=0)  # gone without a cancel or a goodbye

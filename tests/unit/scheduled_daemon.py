@@ -176,7 +176,7 @@ def fake_daemon(tmp_path: Path) -> Iterator[Callable[..., FakeDaemon]]:
     started: list[FakeDaemon] = []
 
     def start(handler: Handler, **kw: float) -> FakeDaemon:
-        started.append(FakeDaemon(tmp_path, handler, **kw))
+        started.append(FakeDaemon(tmp_path, handler, **kw))  # type: ignore[arg-type]
         return started[-1]
 
     yield start

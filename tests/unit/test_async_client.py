@@ -91,7 +91,7 @@ async def _until_the_dealer_has_no_peer(client: AsyncClient) -> None:
     """Until libzmq dropped the client's only connection: its DEALER then takes no message (no POLLOUT)."""
     socket = client._socket
     assert socket is not None
-    await eventually(lambda: not socket.getsockopt(zmq.EVENTS) & zmq.POLLOUT, what="the connection being cut")
+    await eventually(lambda: not socket.getsockopt(zmq.EVENTS) & zmq.POLLOUT, what="the connection being cut")  # type: ignore[arg-type,operator]
 
 
 def test_replies_up_to_the_announced_max_frame_bytes_are_received(fake_daemon: Callable[..., FakeDaemon]) -> None:

@@ -183,7 +183,7 @@ def test_chunked_prefill_cuts_each_prompt_where_it_is_cut_alone() -> None:
             _run(5, 30, slot=4, prefix_tokens=22, slots=slots),
         ]
 
-    alone = {}
+    alone = {}  # type: ignore[var-annotated]
     for run in runs():
         alone |= _chunk_ends([run])
     assert alone == {1: [12, 16, 32, 40], 2: [16, 20, 32, 35], 3: [16, 32, 48, 50], 4: [7], 5: [16, 22, 30]}

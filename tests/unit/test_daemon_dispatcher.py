@@ -38,7 +38,7 @@ from igi_sdk.ipc.signing import sign
 
 def test_handler_exception_becomes_internal_error_reply() -> None:
     dispatcher, core, sent = new_dispatcher()
-    dispatcher._handlers["status_request"] = lambda *args: 1 / 0
+    dispatcher._handlers["status_request"] = lambda *args: 1 / 0  # type: ignore[assignment]
     dispatcher.on_batch([signed_frames(StatusRequest())])
     ((_header, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.INTERNAL
@@ -230,8 +230,8 @@ def test_budget_reaches_the_governor_only_once_budget_control_took_it() -> None:
     def refuse(*_args: Any) -> None:
         raise RequestError(ErrorCode.INVALID_REQUEST, "refused")
 
-    dispatcher._budget.on_set_budget = refuse  # type: ignore[method-assign]
-    dispatcher._budget.on_reclaim = refuse  # type: ignore[method-assign]
+    dispatcher._budget.on_set_budget = refuse  # type: ignore[assignment,method-assign]
+    dispatcher._budget.on_reclaim = refuse  # type: ignore[assignment,method-assign]
     dispatcher.on_batch([signed_frames(SetBudgetRequest(vram_budget_mib=256))])
     dispatcher.on_batch([signed_frames(ReclaimRequest(vram_budget_mib=128, deadline_s=1.0))])
     assert [type(reply).__name__ for _h, reply in replies_of(sent)[-2:]] == ["ErrorReply", "ErrorReply"]
@@ -266,7 +266,7 @@ def test_a_running_generations_msg_id_still_gets_its_duplicate_answer() -> None:
     replay, so the client knows its first request goes on."""
     dispatcher, core, sent = new_dispatcher()
     dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
-    sid = replies_of(sent)[0][1].session_id
+    sid = replies_of(sent)[0][1].session_id  # type: ignore[attr-defined]
     generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
     dispatcher.on_batch([generate])
     dispatcher.on_batch([list(generate)])
@@ -286,7 +286,7 @@ def test_a_copy_read_in_the_same_batch_as_its_generation_gets_the_duplicate_answ
     replayed error that would read as the generation's one terminal reply; the generation runs once."""
     dispatcher, core, sent = new_dispatcher()
     dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
-    sid = replies_of(sent)[0][1].session_id
+    sid = replies_of(sent)[0][1].session_id  # type: ignore[attr-defined]
     generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
     msg_id = unpack_message(KEY, generate[1:])[0].msg_id
     dispatcher.on_batch([generate, [copy_identity, *generate[1:]]])
@@ -304,7 +304,7 @@ def test_a_copy_of_a_waiting_generation_is_not_run_when_a_cancel_ends_it_in_the_
     dispatcher, core, sent = new_dispatcher()
     core.worker.ready = False  # type: ignore[misc]  # jobs wait in the daemon, unforwarded
     dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="p", system_prompt="s"))])
-    sid = replies_of(sent)[0][1].session_id
+    sid = replies_of(sent)[0][1].session_id  # type: ignore[attr-defined]
     generate = signed_frames(GenerateRequest(text="hi"), session_id=sid)
     msg_id = unpack_message(KEY, generate[1:])[0].msg_id
     dispatcher.on_batch([generate])

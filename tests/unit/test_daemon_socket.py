@@ -28,7 +28,7 @@ def test_a_client_that_reads_late_receives_every_message_and_a_gone_one_is_count
         n = 5000  # far beyond ZeroMQ's default high-water mark of 1000, where messages were dropped silently
         for i in range(n):
             outbox(identity, [str(i).encode()])
-        received = []
+        received = []  # type: ignore[var-annotated]
         deadline = time.monotonic() + 10.0
         while len(received) < n and time.monotonic() < deadline:
             if dealer.poll(200):

@@ -43,7 +43,7 @@ def run_slow_frames(
     )
     for i in range(int(seconds * 10)):  # 10 Hz, as the harness reports
         core.now = i / 10
-        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7))
+        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7))  # type: ignore[arg-type]
     return [m.proposed_budget_mib for m in core.sent if m.proposed_budget_mib is not None]
 
 

@@ -107,7 +107,7 @@ def test_throttle_mapping_is_monotone_and_bounded() -> None:
     levels = [throttle_for(a / 20, P) for a in range(21)]
     sleeps, caps = [s for s, _ in levels], [c for _, c in levels[:-1]]
     assert sleeps == sorted(sleeps, reverse=True)
-    assert caps == sorted(caps) and all(c is not None and 1 <= c <= TOKENS_PER_FRAME_CEILING for c in caps)
+    assert caps == sorted(caps) and all(c is not None and 1 <= c <= TOKENS_PER_FRAME_CEILING for c in caps)  # type: ignore[type-var]
 
 
 def test_slow_frames_without_generation_never_tighten() -> None:

@@ -58,7 +58,7 @@ def test_slower_frames_reach_the_budget_stage() -> None:
 
 def test_a_stream_is_rebuilt_from_a_harness_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stream = _load(DATA / "h200-governor-on-a.stream.json")
-    frames = {"t_s": [], "busy_ms": [], "npcs_generating": []}
+    frames = {"t_s": [], "busy_ms": [], "npcs_generating": []}  # type: ignore[var-annotated]
     for t, x, gen, _ in stream["samples"][:20]:
         for k in range(6):  # six frames per sample, the worst one is the sample
             frames["t_s"].append(t - (5 - k) / 60)

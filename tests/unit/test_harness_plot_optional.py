@@ -35,7 +35,7 @@ def test_write_plot_without_matplotlib_skips_with_a_note(tmp_path: Path, monkeyp
 
 def test_replot_reads_the_phases_of_a_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     harness = load_harness()
-    seen = {}
+    seen = {}  # type: ignore[var-annotated]
 
     def fake_write_plot(phases, path, console):  # the drawing itself is covered by tests/integration/test_harness.py
         seen.update(phases=phases, path=path)

@@ -21,13 +21,14 @@ from igi_sdk.ipc.transport import (
     check_endpoint,
     connect_dealer,
 )
+from igi_sdk.ipc.values import Usage
 
 KEY = bytes(range(32))
 RECV_TIMEOUT_S = 10.0
 
 
 @pytest.fixture
-def context() -> zmq.Context:  # type: ignore[type-arg]
+def context() -> zmq.Context:  # type: ignore[misc,type-arg]
     ctx = zmq.Context()
     yield ctx
     ctx.term()
@@ -91,7 +92,11 @@ def test_router_dealer_exchange_signed_messages(context: zmq.Context, tmp_path: 
         # the daemon answers through the identity: one event and the terminal reply
         event = m.TokenEvent(index=0, text="Aye", token_id=7)
         reply = m.GenerateReply(
-            finish_reason="stop", text="Aye", usage=m.Usage(prompt_tokens=3, completion_tokens=1), ttft_s=0.01, tps=0.0
+            finish_reason="stop",
+            text="Aye",
+            usage=Usage(prompt_tokens=3, completion_tokens=1),
+            ttft_s=0.01,
+            tps=0.0,
         )
         for out in (event, reply):
             daemon.send(

@@ -147,7 +147,7 @@ def test_odd_histories_are_cut_in_pairs_and_always_keep_the_new_line(roles: tupl
 def _session(daemon: Daemon) -> str:
     daemon.request(CreateSessionRequest(persona="Mira", system_prompt="You sell."))
     [(_header, created)] = [r for r in daemon.replies() if isinstance(r[1], CreateSessionReply)]
-    return created.session_id
+    return created.session_id  # type: ignore[attr-defined]
 
 
 def test_the_daemon_forgets_the_turns_the_worker_left_out() -> None:

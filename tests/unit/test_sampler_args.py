@@ -23,7 +23,7 @@ from igi_sdk.engine.sampler import Sampler
 )
 def test_non_finite_and_negative_values_are_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        Sampler(**kw)
+        Sampler(**kw)  # type: ignore[arg-type]
 
 
 def test_ordinary_values_are_accepted() -> None:

@@ -81,7 +81,7 @@ def _documented_rows() -> set[tuple[WorkerState, Move, WorkerState]]:
         if sources == "any but STOPPED":
             states = [s for s in WorkerState if s is not WorkerState.STOPPED]
         else:
-            states = [WorkerState[name.strip()] for name in sources.split(",")]
+            states = [WorkerState[name.strip()] for name in sources.split(",")]  # type: ignore[misc]
         for state in states:
             row = (state, Move(event), WorkerState[target])
             assert row not in rows, f"listed twice: {row}"

@@ -249,10 +249,10 @@ def run(argv: list[str]) -> int:
                 state.measured, resume_notes = load_resumed(args.resume, meta)
             except ValueError as exc:
                 return report("igi bench", exc)
-            meta["notes"].extend(resume_notes)
+            meta.notes.extend(resume_notes)
             notes = [*notes, *resume_notes]
         _say(
-            f"igi bench: GPU {meta['gpu'] or 'none'} | CPU {meta['cpu']} | profile {profile.source} | "
+            f"igi bench: GPU {meta.gpu or 'none'} | CPU {meta.cpu} | profile {profile.source} | "
             f"threads {cfg.n_threads} | out {out_dir}"
         )
         for note in notes:

@@ -20,6 +20,49 @@ limit; ``pruned`` predicted far slower than a measured run; ``over_budget`` / ``
 no placement within the budget / none on this model or machine."""
 
 
+class SuiteMeta(BaseModel):
+    """Machine, versions and settings of a suite (``runner.machine_meta``), the ``meta`` of every result file; a
+    per-model file adds its model's fields. ``--resume`` compares an earlier file's with this suite's."""
+
+    model_config = ConfigDict(extra="allow")
+
+    started_at: str | None = None
+    host: str | None = None
+    python: str | None = None
+    llama_cpp: str | None = None
+    devices: list[dict[str, Any]] | None = None
+    """The ``DeviceInfo`` of every device the engine worker saw, as JSON."""
+    gpu: str | None = None
+    gpu_device: str | None = None
+    cpu: str | None = None
+    profile_source: str | None = None
+    profile: dict[str, Any] | None = None
+    """The ``Profile`` the planner used, as JSON."""
+    notes: list[str] = []
+    vram_basis: str | None = None
+    smoke: bool | None = None
+    n_threads: int | None = None
+    contexts: list[tuple[int, int, int]] | None = None
+    budgets_mib: list[int] | None = None
+    oracle_max: int | None = None
+    oracle_pinned: str | None = None
+    oracle_prune_ratio: float | None = None
+    dry_run_compute: bool | None = None
+    warmup: bool | None = None
+    repeats: int = 1
+    """1 in files written before the field existed (one round per load then)."""
+    objective: Objective | None = None
+    """What the planner methods minimized (``--objective``); ``None`` in files written before it was recorded."""
+    timing: str | None = None
+    # the model's own (per-model files)
+    model: str | None = None
+    model_path: str | None = None
+    model_file_gib: float | None = None
+    n_layer: int | None = None
+    is_moe: bool | None = None
+    synthetic_generator: int | None = None
+
+
 class RunRecord(BaseModel):
     """One run of a suite: a method's placement in one (model, budget, context) group, what the planner's cost
     model predicted for it and what was measured. Created ``pending`` when the run is planned and filled as it
@@ -139,7 +182,6 @@ class MergedResults(BaseModel):
     """Every per-model file of a results directory combined (``bench.json``)."""
 
     version: int = 1
-    metas: list[dict[str, Any]]
-    """Each model's ``meta`` as written (machine, versions, settings, notes)."""
+    metas: list[SuiteMeta]
     runs: list[RunRecord]
     summary: list[GroupSummary]

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from igi_sdk.bench.confirm import CONFIRM, e2e_of, measured_in_budget
 from igi_sdk.bench.methods import ALL_METHODS, BASELINES
-from igi_sdk.bench.records import MergedResults, OverLoads, RunRecord
+from igi_sdk.bench.records import MergedResults, OverLoads, RunRecord, SuiteMeta
 from igi_sdk.bench.summary import summarize_groups
 from igi_sdk.files import read_regular_file
 
@@ -25,7 +24,7 @@ MERGED_JSON, MERGED_MD = "bench.json", "bench.md"
 
 def load_results(out_dir: Path) -> MergedResults:
     """Every per-model file of ``out_dir`` combined, with the summary of all their runs."""
-    metas: list[dict[str, Any]] = []
+    metas: list[SuiteMeta] = []
     runs: list[RunRecord] = []
     paths = sorted(out_dir.glob("bench-*.json"))
     if not paths:
@@ -33,10 +32,11 @@ def load_results(out_dir: Path) -> MergedResults:
     for path in paths:
         try:
             data = json.loads(read_regular_file(path, what="results file"))
+            meta = SuiteMeta.model_validate(data.get("meta", {}))
             file_runs = [RunRecord.model_validate(r) for r in data.get("runs", [])]
         except (ValueError, ValidationError) as exc:
             raise ValueError(f"{path} is not a results file: {exc}") from None
-        metas.append(data.get("meta", {}))
+        metas.append(meta)
         runs.extend(file_runs)
     return MergedResults(metas=metas, runs=runs, summary=summarize_groups(runs))
 
@@ -84,23 +84,23 @@ def render_markdown(data: MergedResults) -> str:
     """The results as markdown: settings, one table per model x context, the planner-vs-rest summary."""
     lines = ["# GPU benchmark results", ""]
     for meta in data.metas:
-        gen = meta.get("synthetic_generator")
+        gen = meta.synthetic_generator
         lines.append(
-            f"- **{meta.get('model')}** ({meta.get('model_file_gib')} GiB, {meta.get('n_layer')} layers"
-            f"{', MoE' if meta.get('is_moe') else ''}"
-            f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.get('gpu') or 'none'}, CPU {meta.get('cpu')}, "
-            f"llama-cpp-python {meta.get('llama_cpp')}, profile {meta.get('profile_source')}, "
-            f"threads {meta.get('n_threads')}, started {meta.get('started_at')}"
-            f"{f', objective {objective}' if (objective := meta.get('objective')) else ''}"
+            f"- **{meta.model}** ({meta.model_file_gib} GiB, {meta.n_layer} layers"
+            f"{', MoE' if meta.is_moe else ''}"
+            f"{f', synthetic generator v{gen}' if gen else ''}): GPU {meta.gpu or 'none'}, CPU {meta.cpu}, "
+            f"llama-cpp-python {meta.llama_cpp}, profile {meta.profile_source}, "
+            f"threads {meta.n_threads}, started {meta.started_at}"
+            f"{f', objective {meta.objective}' if meta.objective else ''}"
         )
-        for note in meta.get("notes", []):
+        for note in meta.notes:
             lines.append(f"  - {note}")
     if data.metas:
         lines += [
             "",
-            f"VRAM: {data.metas[0].get('vram_basis')}.",
+            f"VRAM: {data.metas[0].vram_basis}.",
             "",
-            f"Timing: {data.metas[0].get('timing')}.",
+            f"Timing: {data.metas[0].timing}.",
             "",
         ]
     runs = data.runs

@@ -22,7 +22,7 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls, e2e_of
-from igi_sdk.bench.records import RunRecord
+from igi_sdk.bench.records import RunRecord, SuiteMeta
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler
@@ -118,7 +118,7 @@ def _record(
     ctx: Context,
     objective: Objective,
     gpu: str | None,
-    cpu: str,
+    cpu: str | None,
 ) -> RunRecord:
     """The ``pending`` record of ``cand`` in one group."""
     n_ctx, prompt, reply = ctx
@@ -375,7 +375,7 @@ class ModelRun:
         self,
         model: ModelUnderTest,
         cfg: SuiteConfig,
-        meta: dict[str, Any],
+        meta: SuiteMeta,
         notes: list[str],
         worker: Worker,
         sampler: VramSampler,
@@ -384,21 +384,22 @@ class ModelRun:
     ) -> None:
         self.model, self.cfg, self.state, self.say = model, cfg, state, say
         self.worker, self.sampler = worker, sampler
-        self.gpu, self.cpu = meta.get("gpu"), meta["cpu"]
+        self.gpu, self.cpu = meta.gpu, meta.cpu
         self.out_file = cfg.out_dir / f"bench-{model.label}.json"
         self.records: list[RunRecord] = []
         self.cands: dict[int, m.Candidate] = {}  # id(record) -> its candidate
-        self.notes = [*meta.get("notes", []), *notes]
-        self.meta = {
-            **meta,
-            "model": model.label,
-            "notes": self.notes,
-            "model_path": str(model.path),
-            "model_file_gib": round(model.table.file_bytes / 2**30, 3),
-            "n_layer": model.table.n_layer,
-            "is_moe": model.table.is_moe,
-            "synthetic_generator": GENERATOR_VERSION if model.label in known_shapes() else None,
-        }
+        self.notes = [*meta.notes, *notes]
+        self.meta = meta.model_copy(
+            update={
+                "model": model.label,
+                "notes": self.notes,
+                "model_path": str(model.path),
+                "model_file_gib": round(model.table.file_bytes / 2**30, 3),
+                "n_layer": model.table.n_layer,
+                "is_moe": model.table.is_moe,
+                "synthetic_generator": GENERATOR_VERSION if model.label in known_shapes() else None,
+            }
+        )
 
     def flush(self) -> None:
         """Rewrite the model's file with every record so far and their summary."""
@@ -406,7 +407,7 @@ class ModelRun:
             self.out_file,
             {
                 "version": RESULT_VERSION,
-                "meta": self.meta,
+                "meta": self.meta.model_dump(mode="json"),
                 "runs": [r.model_dump(mode="json") for r in self.records],
                 "summary": [s.model_dump(mode="json") for s in summarize_groups(self.records)],
             },
@@ -549,7 +550,7 @@ def run_model(
     cfg: SuiteConfig,
     profile: Profile,
     extra_profile: Profile | None,
-    meta: dict[str, Any],
+    meta: SuiteMeta,
     worker: Worker,
     sampler: VramSampler,
     state: SuiteState,
@@ -561,7 +562,7 @@ def run_model(
     model = resolve_model_table(spec, cfg, say)
     options = PlannerOptions(
         n_threads=cfg.n_threads,
-        gpu_device=meta.get("gpu_device") or "CUDA0",
+        gpu_device=meta.gpu_device or "CUDA0",
         prefetch_slots=cfg.prefetch_slots,
         objective=cfg.objective,
     )
@@ -616,11 +617,10 @@ def measure_key(model_path: str | Path, prompt_tokens: int, reply_tokens: int, p
 
 RESUME_MATCH = ("gpu", "cpu", "n_threads", "llama_cpp", "warmup", "repeats")
 """Meta fields that must agree for an earlier file's runs to be taken over by ``--resume``."""
-_RESUME_DEFAULTS = {"repeats": 1}  # files written before the field existed
 RESUMED_PREFIX = "resumed from "
 
 
-def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, RunRecord], list[str]]:
+def load_resumed(paths: list[Path], meta: SuiteMeta) -> tuple[dict[str, RunRecord], list[str]]:
     """The ok runs of earlier result files, by ``measure_key``, for a suite with ``meta``; and notes saying what
     was taken and what was refused (a file from another machine, build, thread count or warm-up setting).
 
@@ -632,13 +632,14 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, Run
     for path in paths:
         try:
             data = json.loads(read_regular_file(Path(path), what="--resume file"))
-            old, raw_runs = data["meta"], data["runs"]
-            if not isinstance(old, dict) or not isinstance(raw_runs, list):
+            raw_meta, raw_runs = data["meta"], data["runs"]
+            if not isinstance(raw_meta, dict) or not isinstance(raw_runs, list):
                 raise TypeError("meta / runs of the wrong type")
+            old = SuiteMeta.model_validate(raw_meta)
             runs = [RunRecord.model_validate(r) for r in raw_runs]
         except (OSError, InputFileError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"--resume {path}: not a readable bench result ({type(exc).__name__}: {exc})") from exc
-        differ = [k for k in RESUME_MATCH if old.get(k, _RESUME_DEFAULTS.get(k)) != meta.get(k)]
+        differ = [k for k in RESUME_MATCH if getattr(old, k) != getattr(meta, k)]
         if differ:
             notes.append(f"resume: {path.name} not used (differs in {', '.join(differ)})")
             continue
@@ -650,13 +651,11 @@ def load_resumed(paths: list[Path], meta: dict[str, Any]) -> tuple[dict[str, Run
             origin = r.reused_from or r.run_id or ""  # a run resumed once already keeps its first origin
             if key not in taken:
                 external = origin.startswith(RESUMED_PREFIX)
-                run_id = (
-                    origin if external else f"{RESUMED_PREFIX}{path.name} started {old.get('started_at')}: {origin}"
-                )
+                run_id = origin if external else f"{RESUMED_PREFIX}{path.name} started {old.started_at}: {origin}"
                 taken[key] = r.model_copy(update={"run_id": run_id})
                 n += 1
         notes.append(
-            f"resume: {n} measurements taken from {path.name} (started {old.get('started_at')}); "
+            f"resume: {n} measurements taken from {path.name} (started {old.started_at}); "
             f"their records say reused_from '{RESUMED_PREFIX}<file> started <time>: <run_id>'"
         )
     return taken, notes
@@ -689,39 +688,39 @@ def machine_meta(
     profile: Profile,
     profile_notes: list[str],
     cfg: SuiteConfig,
-) -> dict[str, Any]:
+) -> SuiteMeta:
     """Machine, versions and settings of a suite (the ``meta`` of every JSON file); ``hello`` is the engine
     worker's (``None`` under ``--plan-only``, which starts no worker)."""
     devices = [] if hello is None else hello["devices"]
     gpus = [d for d in devices if d.get("type") in ("gpu", "igpu")]
-    return {
-        "started_at": _now(),
-        "host": socket.gethostname(),
-        "python": platform.python_version(),
-        "llama_cpp": None if hello is None else hello["llama_cpp"],
-        "devices": devices,
-        "gpu": sampler.gpu_name or (gpus[0]["description"] if gpus else None),
-        "gpu_device": gpus[0]["name"] if gpus else None,
-        "cpu": cpu_name(),
-        "profile_source": profile.source,
-        "profile": profile.model_dump(mode="json"),
-        "notes": list(profile_notes),
-        "vram_basis": VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
-        "smoke": cfg.smoke,
-        "n_threads": cfg.n_threads,
-        "contexts": cfg.contexts,
-        "budgets_mib": cfg.budgets_mib,
-        "oracle_max": cfg.oracle_max,
-        "oracle_pinned": cfg.oracle_pinned,
-        "oracle_prune_ratio": cfg.oracle_prune_ratio,
-        "dry_run_compute": cfg.use_dry_run,
-        "warmup": cfg.warmup,
-        "repeats": cfg.repeats,
-        "objective": cfg.objective,
-        "timing": "TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
+    return SuiteMeta(
+        started_at=_now(),
+        host=socket.gethostname(),
+        python=platform.python_version(),
+        llama_cpp=None if hello is None else hello["llama_cpp"],
+        devices=devices,
+        gpu=sampler.gpu_name or (gpus[0]["description"] if gpus else None),
+        gpu_device=gpus[0]["name"] if gpus else None,
+        cpu=cpu_name(),
+        profile_source=profile.source,
+        profile=profile.model_dump(mode="json"),
+        notes=list(profile_notes),
+        vram_basis=VRAM_BASIS if sampler.available else "no NVML on this machine: VRAM fields are null",
+        smoke=cfg.smoke,
+        n_threads=cfg.n_threads,
+        contexts=cfg.contexts,
+        budgets_mib=cfg.budgets_mib,
+        oracle_max=cfg.oracle_max,
+        oracle_pinned=cfg.oracle_pinned,
+        oracle_prune_ratio=cfg.oracle_prune_ratio,
+        dry_run_compute=cfg.use_dry_run,
+        warmup=cfg.warmup,
+        repeats=cfg.repeats,
+        objective=cfg.objective,
+        timing="TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
         f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
         "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
-    }
+    )
 
 
 RUN_OVERHEAD_S = 1.5

@@ -221,15 +221,18 @@ def test_resume_takes_over_the_runs_an_earlier_suite_measured(smoke_out: Path, t
 
 
 def test_resume_refuses_a_file_from_another_setting(smoke_out: Path, tmp_path: Path) -> None:
+    from igi_sdk.bench.records import SuiteMeta
     from igi_sdk.bench.runner import load_resumed
 
     data = json.loads((smoke_out / "bench-smoke_dense.json").read_text())
-    meta = dict(data["meta"])
+    meta = SuiteMeta.model_validate(data["meta"])
+    assert meta.n_threads is not None
     taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], meta)
     assert taken and "taken from" in notes[0]
-    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], {**meta, "n_threads": meta["n_threads"] + 1})
+    other_threads = meta.model_copy(update={"n_threads": meta.n_threads + 1})
+    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], other_threads)
     assert taken == {} and "not used (differs in n_threads)" in notes[0]
-    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], {**meta, "repeats": 3})
+    taken, notes = load_resumed([smoke_out / "bench-smoke_dense.json"], meta.model_copy(update={"repeats": 3}))
     assert taken == {} and "not used (differs in repeats)" in notes[0]
 
 

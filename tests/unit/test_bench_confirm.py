@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from igi_sdk.bench.confirm import close_calls, over_loads
-from igi_sdk.bench.records import RunRecord
+from igi_sdk.bench.records import RunRecord, SuiteMeta
 from igi_sdk.bench.runner import load_resumed
 from igi_sdk.bench.summary import summarize_groups
 
@@ -89,9 +89,11 @@ def test_summary_keeps_confirmation_loads_out_of_the_oracle() -> None:
 def test_resume_does_not_take_a_confirmation_load_as_a_placement_first_measurement(tmp_path) -> None:
     import json
 
-    meta = {"gpu": None, "cpu": "c", "n_threads": 1, "llama_cpp": "v", "warmup": True, "repeats": 1}
+    meta = SuiteMeta(gpu=None, cpu="c", n_threads=1, llama_cpp="v", warmup=True, repeats=1)
     runs = [_rec("m#1", "confirm", 1.0, 10, confirm_role="planner", confirm_of="m#0", confirm_round=1)]
     path = tmp_path / "bench-m.json"
-    path.write_text(json.dumps({"meta": meta, "runs": [r.model_dump(mode="json") for r in runs]}))
+    path.write_text(
+        json.dumps({"meta": meta.model_dump(mode="json"), "runs": [r.model_dump(mode="json") for r in runs]})
+    )
     taken, _notes = load_resumed([path], meta)
     assert taken == {}

@@ -297,7 +297,9 @@ class FakePlanner:
     ``cached`` (None: every budget) are the budgets whose plan needs no new dry run; any other needs one: with 0 slots
     it raises ``DryRunDeferred``, else it waits for ``gate`` (at most ``hold_s``; ``released`` records whether it
     opened in time, ``budgets`` the budgets planned so, ``threads`` the threads that did it). ``child_mib`` is the VRAM
-    of one dry-run child (0: no GPU, no dry runs counted). ``plan_within`` and ``released_to`` are the real rules.
+    of one dry-run child (0: no GPU, no dry runs counted). ``cpu(budget, warning)`` is the CPU-only outcome (default:
+    ``cpu_placement``'s); ``base`` what the daemon's server reads of it. ``plan_within`` and ``released_to`` are the
+    real rules.
     """
 
     plan_within = PlacementPlanner.plan_within  # the real headroom -> slots rule
@@ -308,6 +310,8 @@ class FakePlanner:
         outcome: Callable[[int], PlanOutcome] = cpu_outcome,
         *,
         cpu_placement: Placement = Placement(),
+        cpu: Callable[[int, str | None], PlanOutcome] | None = None,
+        base: Placement = Placement(),
         cached: set[int] | None = None,
         child_mib: int = 0,
         file_mib: float = 1.0,
@@ -315,6 +319,8 @@ class FakePlanner:
     ) -> None:
         self.outcome = outcome
         self.cpu_placement = cpu_placement
+        self.cpu = cpu
+        self.base = base
         self.cached = cached
         self.child_mib = child_mib
         self.file_mib = file_mib
@@ -344,6 +350,8 @@ class FakePlanner:
         return self._plans[budget_mib]
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
+        if self.cpu is not None:
+            return self.cpu(budget_mib, warning)
         return cpu_outcome(budget_mib, self.cpu_placement, warning)
 
     def planned(self) -> dict[int, PlanOutcome]:

@@ -132,5 +132,7 @@ def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float,
     for done in prepared:
         o = done.outcome
         warning = o.warning or ""
-        lines.append(f"{done.budget_mib:>10}  {o.plan.strategy:<20} {o.plan.gpu_mib:>7.0f}  {done.plan_s:6.2f}  {warning}")
+        lines.append(
+            f"{done.budget_mib:>10}  {o.plan.strategy:<20} {o.plan.gpu_mib:>7.0f}  {done.plan_s:6.2f}  {warning}"
+        )
     return "\n".join(lines)

@@ -40,11 +40,19 @@ log = logging.getLogger(__name__)
 class _Loop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="igi-client-loop", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="igi-client-loop", daemon=True)
         #: set once stop() began; guarded by _lock so no coroutine is submitted after stop() cancelled the tasks
         self.closed = False
         self._lock = threading.Lock()
         self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            # only stop() ends run_forever. The loop thread closes the loop, not stop(): a thread stuck past stop()'s
+            # wait ends later, and its loop (a selector and a socket pair) must still be closed then
+            self.loop.close()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         with self._lock:
@@ -72,7 +80,8 @@ class _Loop:
             future.cancel()
 
     def stop(self) -> None:
-        """Cancel what still runs on the loop (a pending run() then raises DaemonUnavailableError), stop it, close it."""
+        """Cancel what still runs on the loop (a pending run() then raises DaemonUnavailableError) and stop it; the
+        loop thread closes the loop once it ends."""
         with self._lock:
             if self.closed:
                 return
@@ -85,12 +94,10 @@ class _Loop:
             self.thread.join(STOP_WAIT_S + GRACE_S)
         if self.thread.is_alive():
             # the loop thread is stuck in a blocking call; closing a running loop raises, so leave it (a daemon
-            # thread) rather than fail close()
+            # thread that closes its loop if it ever gets unstuck) rather than fail close()
             log.warning(
                 "the client's event-loop thread did not stop within %s s; leaving it running", STOP_WAIT_S + GRACE_S
             )
-            return
-        self.loop.close()
 
 
 async def _cancel_all_tasks_and_stop(wait_s: float) -> None:

@@ -33,6 +33,7 @@ def _client(daemon: DaemonProcess) -> Client:
 
 
 def _raw_socket(daemon: DaemonProcess) -> zmq.Socket:  # type: ignore[type-arg]
+    """A raw DEALER to ``daemon``; a ``with`` block closes it."""
     return raw_dealer(daemon.info())
 
 
@@ -97,15 +98,15 @@ def test_unknown_session_and_unknown_type(running_daemon: DaemonProcess) -> None
         with pytest.raises(NotFoundError):
             client.generate("nosuchsession", "hi").result()
     info = running_daemon.info()
-    socket = _raw_socket(running_daemon)
     header = new_header("teleport_request")
     content = b"\x80"
     from igi_sdk.ipc.codec import packb, to_wire
 
     header_bytes = packb(to_wire(header))
-    socket.send_multipart([b"IGI1", sign(info.key_bytes, header_bytes, content), header_bytes, content])
-    assert socket.poll(10_000)
-    reply_header, reply = unpack_message(info.key_bytes, socket.recv_multipart())
+    with _raw_socket(running_daemon) as socket:
+        socket.send_multipart([b"IGI1", sign(info.key_bytes, header_bytes, content), header_bytes, content])
+        assert socket.poll(10_000)
+        reply_header, reply = unpack_message(info.key_bytes, socket.recv_multipart())
     assert isinstance(reply, ErrorReply) and reply.code == "unknown_type"
     assert reply_header.parent_id == header.msg_id
     with pytest.raises(UnknownTypeError):
@@ -135,17 +136,16 @@ def test_bad_arguments_raise_typed_errors_before_sending(running_daemon: DaemonP
 
 def test_bad_signature_is_dropped_and_counted(running_daemon: DaemonProcess) -> None:
     info = running_daemon.info()
-    socket = _raw_socket(running_daemon)
     frames = pack_message(info.key_bytes, new_header("status_request"), StatusRequest())
     frames[1] = b"0" * 64
-    socket.send_multipart(frames)
-    # the connection that sent a bad signature is not checked again: even a good message of it is dropped unread
-    socket.send_multipart(pack_message(info.key_bytes, new_header("status_request"), StatusRequest()))
-    other = _raw_socket(running_daemon)
-    other.send_multipart([b"IGI1", b"junk"])  # bad frame shape
-    assert not socket.poll(1500) and not other.poll(100)  # never answered
-    with _client(running_daemon) as client:
-        counters = client.status().counters
+    with _raw_socket(running_daemon) as socket, _raw_socket(running_daemon) as other:
+        socket.send_multipart(frames)
+        # the connection that sent a bad signature is not checked again: even a good message of it is dropped unread
+        socket.send_multipart(pack_message(info.key_bytes, new_header("status_request"), StatusRequest()))
+        other.send_multipart([b"IGI1", b"junk"])  # bad frame shape
+        assert not socket.poll(1500) and not other.poll(100)  # never answered
+        with _client(running_daemon) as client:
+            counters = client.status().counters
     assert counters.get("bad_signature") == 1
     assert counters.get("bad_frame") == 1
     assert counters.get("dropped_refused_peer") == 1
@@ -163,15 +163,15 @@ def test_oversize_frame_and_prompt_are_too_large(running_daemon: DaemonProcess) 
         with pytest.raises(TooLargeError):
             client.generate(sid, "hi", max_tokens=100_000).result()
     info = running_daemon.info()
-    socket = _raw_socket(running_daemon)
     header = new_header("status_request")
     from igi_sdk.ipc.codec import packb, to_wire
 
     header_bytes = packb(to_wire(header))
     content = packb({"pad": "x" * (limits.max_frame_bytes + 10)})
-    socket.send_multipart([b"IGI1", sign(info.key_bytes, header_bytes, content), header_bytes, content])
-    assert socket.poll(10_000)
-    _h, reply = unpack_message(info.key_bytes, socket.recv_multipart())
+    with _raw_socket(running_daemon) as socket:
+        socket.send_multipart([b"IGI1", sign(info.key_bytes, header_bytes, content), header_bytes, content])
+        assert socket.poll(10_000)
+        _h, reply = unpack_message(info.key_bytes, socket.recv_multipart())
     assert isinstance(reply, ErrorReply) and reply.code == "too_large"
 
 

@@ -28,7 +28,9 @@ def test_the_ladder_covers_the_all_gpu_size_in_steps(file_mib: float, declared: 
 
 
 @given(st.lists(budgets, min_size=1, max_size=30, unique=True), budgets, st.lists(budgets, max_size=5))
-def test_plan_order_is_declared_then_downwards_then_upwards(ladder: list[int], in_force: int, declared: list[int]) -> None:
+def test_plan_order_is_declared_then_downwards_then_upwards(
+    ladder: list[int], in_force: int, declared: list[int]
+) -> None:
     order = plan_order(ladder, in_force, declared)
     wanted = {b for b in declared if b > 0}
     assert set(order) == set(ladder) | wanted and len(order) == len(set(order))
@@ -40,7 +42,9 @@ def test_plan_order_is_declared_then_downwards_then_upwards(ladder: list[int], i
 
 
 @given(budgets, st.lists(st.tuples(budgets, st.floats(min_value=0, max_value=200_000)), max_size=20))
-def test_the_interim_fits_the_target_and_is_the_largest_that_does(target: int, planned: list[tuple[int, float]]) -> None:
+def test_the_interim_fits_the_target_and_is_the_largest_that_does(
+    target: int, planned: list[tuple[int, float]]
+) -> None:
     chosen = interim_budget(target, planned)
     fitting = [b for b, gpu in planned if b <= target and gpu <= target]
     if chosen is None:

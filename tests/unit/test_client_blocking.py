@@ -106,6 +106,7 @@ def test_stop_leaves_a_stuck_loop_running_instead_of_raising(
         release.set()
     loop.thread.join(5)
     assert not loop.thread.is_alive()  # the stop queued by stop() still ends the thread once it is unstuck
+    assert loop.loop.is_closed()  # and the thread closes its loop (its selector and socket pair) as it ends
 
 
 # --- an exception in the game thread ---------------------------------------------------------------

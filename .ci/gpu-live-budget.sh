@@ -9,7 +9,7 @@
 # tests/gpu/test_gpu_daemon.py (timed: the profile, then the start budget and the ladder with their dry runs), then
 # that test (the daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB, default 4096 2048 6144
 # 3000 1500 4096); then the reload stages of the 8B with the pinned host pool off, then on
-# (GGML_CUDA_PINNED_POOL_MIB=0, then the worker's default: patches/llama.cpp 0003). A call that ends with STILL RUNNING is repeated at once (the machine is given back after 30 s idle).
+# (`--pinned-pool`: patches/llama.cpp 0003). A call that ends with STILL RUNNING is repeated at once (the machine is given back after 30 s idle).
 # Results come back as $OUT/lb.tgz (logs, gpu_daemon.json, the daemon's log); the summaries are printed.
 # Env: LIMIT (s from the call's start, default 540), PREPARE (default 1; 0: the daemon plans on its own).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
@@ -42,8 +42,8 @@ if [ ! -f $W/started ]; then
     OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_daemon.py -q -s > $L/daemon.log 2>&1
     echo \"daemon rc=\$?\" >> $W/results/done.txt
     for pool in 0 on; do
-      [ \$pool = 0 ] && export GGML_CUDA_PINNED_POOL_MIB=0 || unset GGML_CUDA_PINNED_POOL_MIB
-      python3 -m igi_sdk.bench.reload_stages --model $MODEL --budgets-mib 4096 2048 6144 --cycles 2 --sessions 4 \
+      POOL_ARG=\$([ \$pool = on ] && echo --pinned-pool)
+      python3 -m igi_sdk.bench.reload_stages \$POOL_ARG --model $MODEL --budgets-mib 4096 2048 6144 --cycles 2 --sessions 4 \
         --session-tokens 900 --n-threads 16 --profile reference:h200 --json $W/results/stages-pool-\$pool-\$SECONDS.json \
         > $L/stages-pool-\$pool-\$SECONDS.log 2>&1
     done

@@ -165,6 +165,11 @@ class EngineSettings(_Section):
         default=False,
         description="reload the model on every applied budget change, even when the placement is unchanged (tests, debugging)",
     )
+    pinned_pool: bool = Field(
+        default=False,
+        description="keep the page-locked host memory of streamed weights across reloads (patches/llama.cpp 0003): "
+        "a budget change does not pin them again, at the cost of holding up to the model file's size pinned",
+    )
     max_worker_restarts: int = Field(
         default=5, ge=0, description="restarts after a worker crash before the daemon gives up"
     )

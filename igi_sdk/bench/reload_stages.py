@@ -41,6 +41,7 @@ from igi_sdk.bench.host import host_fields
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.devices import has_gpu_backend, time_host_buffer
+from igi_sdk.engine.pinned_pool import keep_pinned_memory
 from igi_sdk.engine.prefetch import prefetch_abi
 from igi_sdk.planner import PlannerOptions, Profile, Workload
 from igi_sdk.planner.placement import Placement
@@ -274,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh-dry-run-cache", action="store_true", help="plan on an empty dry-run cache")
     p.add_argument("--cold", action="store_true", help="drop the file from the page cache: a cold read and load")
     p.add_argument(
+        "--pinned-pool",
+        action="store_true",
+        help="keep pinned host blocks across reloads (patches/llama.cpp 0003, engine.pinned_pool), as the daemon's "
+        "--pinned-pool does",
+    )
+    p.add_argument(
         "--load-modes",
         nargs="+",
         choices=["plan", "mmap", "pinned"],
@@ -340,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         drop_from_page_cache(path)
         reads["cold_s"] = time_file_read(path)
         drop_from_page_cache(path)  # and the first load starts cold too
+    if args.pinned_pool:
+        keep_pinned_memory(path)
     engine = LlamaEngine(path, placements[budgets[0]], trace_load=True)
     start = {**engine.load_stages.model_dump(), "cold": args.cold}
     reads["warm_s"] = [time_file_read(path) for _ in range(3)]

@@ -33,7 +33,6 @@ from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
-from igi_sdk.engine.pinned_pool import keep_pinned_memory
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
 from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
@@ -114,7 +113,6 @@ class LlamaEngine:
 
     def _load(self, placement: Placement) -> None:
         _backend_init()
-        keep_pinned_memory(self._model_path)  # a reload gets the pinned host memory of the last load back
         mparams = model_params(placement)  # validates rules before llama.cpp sees them
         cparams = context_params(placement)
         stack = ExitStack()

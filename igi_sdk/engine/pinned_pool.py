@@ -8,9 +8,10 @@ the patched backend keeps a freed ``CUDA_Host`` block (up to that many MiB in al
 takes it, so a reload gets its pinned memory back at once.
 
 ``keep_pinned_memory`` sets the cap to the model file's size (the host weights of any placement fit in it) unless the
-variable is set already (``0`` turns the pool off). The cost: the worker keeps that much page-locked host memory for
-its life once a pinned load has happened, also while a later placement runs from mmap. A stock build ignores the
-variable.
+variable is set already (``0`` turns the pool off). The daemon's worker calls it with ``--pinned-pool`` (setting
+``engine.pinned_pool``, off by default), ``python -m igi_sdk.bench.reload_stages`` with ``--pinned-pool``. The cost:
+the process keeps that much page-locked host memory for its life once a pinned load has happened, also while a later
+placement runs from mmap. A stock build ignores the variable.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
@@ -66,6 +67,10 @@ def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if config.pinned_pool:
+        from igi_sdk.engine.pinned_pool import keep_pinned_memory
+
+        keep_pinned_memory(Path(config.model_path))
     from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731

@@ -288,6 +288,7 @@ class WorkerConfig:
     n_threads: int | None = None
     nice: int = 0
     cpu_prefill_chunk_tokens: int = 160
+    pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "kv"] = "json"
     log_file: Path | None = None

@@ -55,6 +55,7 @@ def worker_config_for(
         nice=settings.engine.worker_nice,
         max_prompt_tokens=max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
         cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
+        pinned_pool=settings.engine.pinned_pool,
         log_level=log.log_level,
         log_format=log.log_format,
         log_file=log.log_file,

@@ -2,10 +2,9 @@
 
 Sequence of one change: policy decision (``policy.budget``) -> plan for the target budget (``budget/planning.py``: in
 the background when it needs dry runs; a shrink that must release VRAM first puts an interim placement in force,
-acknowledged as such) -> if the placement differs, a
-``worker.protocol.Reload`` to the worker (it pauses at the next token boundary, saves the sequences, reloads, restores,
-continues), or on a GPU machine between a GPU and a CPU-only placement a worker replacement (``WorkerLifecycle.replace``)
--> on ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight
+acknowledged as such) -> if the placement differs, a ``worker.protocol.Reload`` to the worker (it pauses at the next
+token boundary, saves the sequences, reloads, restores, continues), or on a GPU machine between a GPU and a CPU-only
+placement a worker replacement (``WorkerLifecycle.replace``) -> on ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight
 at a time; a newer target supersedes a queued one, and every waiting ack is answered when the reload that satisfies it
 completes. ``BudgetControl.state`` (``policy.budget.BudgetState``) is the one record of the budget (requested, in force,
 pending, the grow hysteresis), and ``current`` the plan in force, set with it. docs/daemon.md, "The budget: one
@@ -230,15 +229,16 @@ class BudgetControl:
         Without an engine (FAILED) the target is in force at once, for the next load. A decision that changes nothing
         (keep, defer, reject) is acknowledged at once. A reclaim below the GPU placement a replacement's new worker is
         starting for frees the VRAM first (an interim CPU-only placement that overtakes it). While a plan is made in
-        the background, the target supersedes it (a shrink releases the VRAM first, ``BudgetPlanning.release_first``). Otherwise the target is planned and
-        applied: a reload now, queued behind the one in flight, or a worker replacement.
+        the background, the target supersedes it (a shrink releases the VRAM first, ``BudgetPlanning.release_first``).
+        Otherwise the target is planned and applied: a reload now, queued behind the one in flight, or a worker
+        replacement.
 
         With a ready worker, a ``set_budget_request`` enters this class at most 3 times on its way down to the
         ``Reload``: the handler's ``on_set_budget`` (a plan made here goes straight to ``_start``), ``tick`` once a
         plan made in the background is done, and ``on_reloaded`` of an interim reload (then planned with the VRAM it
         freed; a background plan is applied by ``tick``). Planning answers a value (``BudgetPlanning``: apply now,
-        release first to an interim placement, or in the background) and never calls back; a change that waits for a worker is
-        started by ``on_worker_ready``.
+        release first to an interim placement, or in the background) and never calls back; a change that waits for a
+        worker is started by ``on_worker_ready``.
         """
         self.state = decision.state
         if decision.action == "apply" and self._lifecycle.state is WorkerState.FAILED:

@@ -9,9 +9,9 @@ force (``budget_ack.interim``); the exact plan follows in the background and is 
 
 **Dry runs under the budget.** Each dry-run child holds its own CUDA context (618 MiB on the H200) beside the worker: on
 the H200 a 4096 -> 2048 MiB change once peaked at 4282 MiB that way. So planning gets only as many children as the VRAM
-left under the new budget holds beside the worker. A plan that needs a dry
-run that cannot start keeps a placement in force that fits the budget (with a warning); on the CPU-only placement, with
-no room for one child, the budget stays CPU-only. A plan whose dry runs are all cached takes tens of milliseconds and is
+left under the new budget holds beside the worker. A plan that needs a dry run that cannot start keeps a placement in
+force that fits the budget (with a warning); on the CPU-only placement, with no room for one child, the budget stays
+CPU-only. A plan whose dry runs are all cached takes tens of milliseconds and is
 made in the I/O loop; one that needs new dry runs (seconds) is made in a background thread, one at a time;
 ``BudgetControl.tick`` applies it when it is done, and a decision arriving meanwhile supersedes it.
 
@@ -96,8 +96,8 @@ class BudgetPlanning:
         current: PlanOutcome,
         used_mib: float | None = None,
     ) -> Apply | None:
-        """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry
-        runs are all cached is made here (tens of milliseconds; none for a budget planned before). Otherwise VRAM
+        """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry runs are all cached is made here
+        (tens of milliseconds; none for a budget planned before). Otherwise VRAM
         above the target is released first (an interim placement, ``release_first``), or the plan is made in a
         background thread with the dry-run children that fit under the budget beside ``used_mib`` (returns None:
         ``finished`` answers later), or, when none fits, a placement that fits stays in force."""

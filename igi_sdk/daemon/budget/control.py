@@ -4,11 +4,12 @@ Sequence of one change: policy decision (``policy.budget``) -> plan for the targ
 the background when it needs dry runs; a shrink that must release VRAM first puts an interim placement in force,
 acknowledged as such) -> if the placement differs, a ``worker.protocol.Reload`` to the worker (it pauses at the next
 token boundary, saves the sequences, reloads, restores, continues), or on a GPU machine between a GPU and a CPU-only
-placement a worker replacement (``WorkerLifecycle.replace``) -> on ``Reloaded`` (or the replacement done), measure VRAM (NVML) and send the ``budget_ack``. One reload is in flight
-at a time; a newer target supersedes a queued one, and every waiting ack is answered when the reload that satisfies it
-completes. ``BudgetControl.state`` (``policy.budget.BudgetState``) is the one record of the budget (requested, in force,
-pending, the grow hysteresis), and ``current`` the plan in force, set with it. docs/daemon.md, "The budget: one
-record", "Budget change sequence" and "Worker replacement", tells the whole story.
+placement a worker replacement (``WorkerLifecycle.replace``) -> on ``Reloaded`` (or the replacement done), measure VRAM
+(NVML) and send the ``budget_ack``. One reload is in flight at a time; a newer target supersedes a queued one, and every
+waiting ack is answered when the reload that satisfies it completes. ``BudgetControl.state``
+(``policy.budget.BudgetState``) is the one record of the budget (requested, in force, pending, the grow hysteresis), and
+``current`` the plan in force, set with it. docs/daemon.md, "The budget: one record", "Budget change sequence" and
+"Worker replacement", tells the whole story.
 
 **Worker replacement.** On a GPU machine a reload between a GPU placement and a CPU-only one does not happen in place:
 a llama.cpp process keeps its CUDA context (586 MiB on the H200) until it exits, so a budget of 0 was never met that

@@ -8,6 +8,12 @@ the planner (``fakes.FakePlanner`` over the real one's CPU-only plan) gives a bu
 placement (every layer offloaded: on a CPU build llama.cpp runs them on the CPU), less the CPU-only one, without dry
 runs (a vision encoder, if any, on the CPU). A change across ``GPU_MIB`` replaces the worker; one on the same side
 reloads in place (with ``--always-reload``) or does nothing.
+
+``LAUNCH_PLANNING`` is the same machine with a planner that needs "dry runs": every budget of ``GPU_MIB`` and more gets
+a GPU placement of its own (``n_gpu_layers = budget // 256``, ``gpu_mib = 0.9 x budget``), and only the budgets in
+``PLANNED_MIB`` are planned before (any other raises ``DryRunDeferred`` in the I/O loop and is planned in the background,
+with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads the worker's VRAM from the
+plan in force, so a shrink to a budget not planned before releases first (docs/daemon.md, "Release first").
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 GPU_MIB = 2048
+PLANNED_MIB = (2048, 4096)
 
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -45,6 +52,39 @@ def gpu_machine_planner(settings, model_path, vision=None):
 
 
 server.daemon_planner = gpu_machine_planner
+from igi_sdk.daemon.__main__ import run
+
+sys.exit(run(sys.argv[1:]))
+"""
+
+LAUNCH_PLANNING = f"""
+import sys
+sys.path.insert(0, {TESTS!r})
+from fakes import FakePlanner
+from igi_sdk.daemon import server
+from igi_sdk.daemon.budget import planner as placement_plan
+from igi_sdk.ipc.values import Plan
+
+server.cuda_gpu_usable = lambda: True
+
+
+def planning_gpu_machine_planner(settings, model_path, vision=None):
+    real = placement_plan.daemon_planner(settings, model_path, vision)
+
+    def outcome(budget_mib):
+        if budget_mib < {GPU_MIB}:
+            return real.cpu_only(budget_mib)
+        placement = real.base.with_(n_gpu_layers=budget_mib // 256)
+        plan = Plan(strategy="partial", gpu_mib=0.9 * budget_mib, cpu_mib=1.0, summary=f"planned for {{budget_mib}} MiB")
+        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
+
+    return FakePlanner(
+        outcome, cpu=real.cpu_only, base=real.base, cached=set({PLANNED_MIB!r}), child_mib=600,
+        file_mib=real.model_file_mib(),
+    )
+
+
+server.daemon_planner = planning_gpu_machine_planner
 from igi_sdk.daemon.__main__ import run
 
 sys.exit(run(sys.argv[1:]))

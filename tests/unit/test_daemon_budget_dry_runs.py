@@ -263,3 +263,22 @@ def test_a_shrink_while_a_ladder_budget_is_planned_releases_first(monkeypatch: p
     assert rig.reloads()[-1].placement.n_gpu_layers == 2500 // 256
     rig.finish_reload(used_after_mib=2300.0)
     assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 2500 * 0.9
+
+
+def test_a_change_to_a_planned_budget_does_not_wait_for_a_ladder_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=1000.0)
+    _serving(monkeypatch)
+    rig.planner.gate.clear()  # the ladder's 3072 waits for its dry runs
+    rig.budget.tick()
+    pending = rig.budget._plans.pending
+    assert pending is not None and pending.ahead and pending.target_mib == 3072
+    rig.used_mib = 3700.0
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    assert [r.placement.n_gpu_layers for r in rig.reloads()] == [2048 // 256]  # at once, its exact placement
+    assert pending.newer is None  # the ladder plan is not made to answer it
+    rig.finish_reload(used_after_mib=1800.0)
+    (ack,) = rig.acks()
+    assert ack.granted_mib == 2048 and not ack.interim
+    rig.planner.gate.set()
+    rig.settle()
+    assert len(rig.reloads()) == 1  # the ladder plan finished: nothing applied for it

@@ -264,6 +264,11 @@ class BudgetControl:
             self._apply(self._planner.cpu_only(decision.target_mib), waiters, replan_mib=decision.target_mib)
             return
         planning = self._plans.pending
+        if planning is not None and not planning.for_change:  # a ladder budget is being planned ahead
+            known = self._planner.planned().get(decision.target_mib)
+            if known is not None:  # planned before: no need to wait for the planner
+                self._apply(known, waiters)
+                return
         if planning is not None:  # one plan at a time: this target supersedes the one being planned
             planning.newer = (decision.target_mib, reclaiming)
             interim = self._plans.release_first(self._planner, decision.target_mib, reclaiming, self._current, None)

@@ -208,7 +208,11 @@ class GameSide:
         self._record_ack(kind, t, budget_mib, ack)
 
     def _record_ack(self, kind: str, t: float, budget_mib: int, ack: BudgetAck) -> None:
-        """One budget event from its ``budget_ack`` (sent at ``t``): what was granted and measured, and how long it took."""
+        """One budget event from its ``budget_ack`` (sent at ``t``): what was granted and measured, and how long it took.
+        ``held_after_s``: seconds until the budget held (the daemon acknowledges a change once its placement is in force:
+        for a shrink, once the memory is released); None for a growth it deferred. ``interim``: the placement in force
+        is one planned before that fits, the exact plan follows (protocol 1.3)."""
+        ack_after_s = round(self.now() - t, 4)
         self.rec.event(
             t,
             kind,
@@ -216,7 +220,9 @@ class GameSide:
             granted_mib=ack.granted_mib,
             applied=ack.applied,
             apply_time_s=round(ack.apply_time_s, 4),
-            ack_after_s=round(self.now() - t, 4),
+            ack_after_s=ack_after_s,
+            held_after_s=ack_after_s if ack.applied else None,
+            interim=bool(ack.interim),
             measured_vram_mib=ack.measured_vram_mib,
             warning=ack.warning,
         )

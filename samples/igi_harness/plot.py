@@ -95,6 +95,8 @@ def plot_timeline(phases: list[dict[str, Any]], path: Path) -> None:
                 color, _ = MARKERS[ev["kind"]]
                 for row in axes[:, col]:
                     row.axvline(ev["t_s"], color=color, lw=0.8, alpha=0.8)
+                    if ev.get("held_after_s") is not None:  # the budget held: the daemon's ack
+                        row.axvline(ev["t_s"] + ev["held_after_s"], color=color, lw=0.8, ls=":", alpha=0.8)
     handles = [plt.Line2D([], [], color=c, label=lab) for c, lab in MARKERS.values()]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0.03, 1, 1))

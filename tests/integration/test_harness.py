@@ -164,6 +164,8 @@ def test_scripted_events_and_budget_timeline(harness_run: tuple[dict[str, Any], 
             "restore"
         ].keys()
         assert ev["reclaim"]["measured_vram_mib"] in (None, 0.0)
+        # the reclaim held once acknowledged (its memory released); none was answered as interim without a GPU
+        assert ev["reclaim"]["held_after_s"] == ev["reclaim"]["ack_after_s"] and ev["reclaim"]["interim"] is False
         assert ev["restore"]["budget_mib"] == BUDGET_MIB
         assert ev["reclaim"]["t_s"] < ev["restore"]["t_s"]
         budget = ph["budget"]

@@ -10,9 +10,9 @@ runs (a vision encoder, if any, on the CPU). A change across ``GPU_MIB`` replace
 reloads in place (with ``--always-reload``) or does nothing.
 
 ``LAUNCH_PLANNING`` is the same machine with a planner that needs "dry runs": every budget of ``GPU_MIB`` and more gets
-a GPU placement of its own (``n_gpu_layers = budget // 256``, ``gpu_mib = 0.9 x budget``), and only the budgets in
-``PLANNED_MIB`` are planned before (any other raises ``DryRunDeferred`` in the I/O loop and is planned in the background,
-with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads the worker's VRAM from the
+a GPU placement of its own (``n_gpu_layers = budget // 256``, ``gpu_mib = 0.9 x budget``), less the CPU-only one, and
+only the budgets in ``PLANNED_MIB`` are planned before (any other raises ``DryRunDeferred`` in the I/O loop and is
+planned in the background, with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads the worker's VRAM from the
 plan in force, so a shrink to a budget not planned before releases first (docs/daemon.md, "Release first").
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 GPU_MIB = 2048
-PLANNED_MIB = (2048, 4096)
+PLANNED_MIB = (0, 1024, 2048, 4096)
 
 TESTS = str(Path(__file__).resolve().parent)
 

@@ -1,12 +1,14 @@
 """Release first, through the real daemon on this CPU machine (docs/daemon.md, "Release first"): a daemon that believes
 it is on a GPU machine and whose planner needs "dry runs" for budgets not planned before (``gpu_machine.LAUNCH_PLANNING``:
-every budget of 2048 MiB and more has a GPU placement of its own; 2048 and 4096 are planned before).
+every budget of 2048 MiB and more has a GPU placement of its own, less is CPU-only; 0, 1024, 2048 and 4096 are planned
+before).
 
-A game-like sequence of budget changes while a greedy reply streams: a shrink to a budget not planned before is
-answered at once as ``interim`` with the placement of the largest planned budget that fits it, and its exact plan
-follows in the background (``status`` shows it) without another reply, or, when no dry run fits beside the interim
-placement under the new budget, that placement stays; a change to a planned budget is one reload to its exact
-placement; every request gets one ack, and the stream is token for token the uninterrupted one.
+A game-like sequence of 20 budget changes (set_budget and reclaims with a deadline, to CPU-only and back included),
+each made while a greedy reply streams: a shrink to a budget not planned before is answered at once as ``interim`` with
+the placement of the largest planned budget that fits it, and its exact plan follows in the background (``status``
+shows it) without another reply, or, when no dry run fits beside the interim placement under the new budget, that
+placement stays; a change to a planned budget is one reload (or worker replacement) to its exact placement; every
+request gets one ack, and every stream is token for token the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -27,16 +29,29 @@ PROMPT = "Tell me about the old mill by the river, and who works there."
 ARGS = ["--worker-nice", "0", "--vram-budget-mib", "4096", "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
 EXACT_WAIT_S = 60.0
 
-#: (budget, the planned budget whose placement answers the ack as interim (None: the exact plan, not interim), whether
-#: the exact plan follows: it needs a 600 MiB dry-run child beside the interim placement under the new budget)
+#: (request, budget, the planned budget whose placement answers the ack as interim (None: the exact plan, not interim),
+#: whether the exact plan follows: it needs a 600 MiB dry-run child beside the interim placement under the new budget)
 SEQUENCE = (
-    (3000, 2048, True),  # not planned: released to 2048's placement (1843 MiB); 3000 - 1843 - 256 MiB hold a child
-    (4096, None, True),  # planned: a growth to its exact placement
-    (2500, 2048, False),  # not planned; 3000's placement does not fit it; 2500 - 1843 - 256 MiB hold no child
-    (3000, None, True),  # planned by now (the exact plan of the first change)
-    (2048, None, True),
-    (3500, None, True),  # a growth not planned before: planned in the background, then acknowledged
-    (2600, 2048, False),
+    ("set", 3000, 2048, True),  # not planned: released to 2048's placement (1843 MiB); 3000 - 1843 - 256 hold a child
+    ("set", 4096, None, True),  # planned: a growth to its exact placement
+    ("reclaim", 2500, 2048, False),  # not planned; 2500 - 1843 - 256 MiB hold no child: 2048's placement stays
+    ("set", 3000, None, True),  # planned by now (the exact plan of the first change)
+    ("set", 2048, None, True),
+    ("set", 3500, None, True),  # a growth not planned before: planned in the background, then acknowledged
+    ("set", 2600, 2048, False),
+    ("set", 4096, None, True),
+    ("reclaim", 0, None, True),  # a level load: CPU-only, the worker replaced
+    ("set", 4096, None, True),  # and back on the "GPU": replaced again
+    ("set", 3000, None, True),
+    ("set", 2200, 2048, False),
+    ("set", 4096, None, True),
+    ("reclaim", 1024, None, True),
+    ("set", 2048, None, True),
+    ("set", 3500, None, True),
+    ("set", 2800, 2048, True),  # 2800 - 1843 - 256 MiB hold a child
+    ("set", 4096, None, True),
+    ("set", 2800, None, True),
+    ("set", 4096, None, True),
 )
 
 
@@ -58,36 +73,36 @@ def _wait_logged(daemon: DaemonProcess, needle: str) -> None:
         time.sleep(0.05)
 
 
-def test_shrinks_release_first_and_the_exact_plans_follow_while_a_reply_streams() -> None:
+def _summary(budget_mib: int) -> str:
+    return "all weights and KV on the CPU" if budget_mib < 2048 else f"planned for {budget_mib} MiB"
+
+
+def test_shrinks_release_first_and_the_exact_plans_follow_while_replies_stream() -> None:
     daemon = DaemonProcess(ARGS, launch=LAUNCH_PLANNING).start()
     try:
         with Client.connect(daemon.connection_file, timeout_s=300) as client:
             alone = client.create_session("Miller", "You are the miller.", sampling=GREEDY)
-            expected = client.generate(alone, PROMPT, max_tokens=64, timeout_s=300).result().token_ids
-            client.set_budget(4096)
-
-            sid = client.create_session("Miller", "You are the miller.", sampling=GREEDY)
-            stream = client.generate(sid, PROMPT, max_tokens=64, timeout_s=300)
-            acks = []
-            for budget, interim_from, exact_follows in SEQUENCE:
-                ack = client.set_budget(budget, "level")
-                acks.append(ack)
-                assert ack.applied and ack.granted_mib == budget, (budget, ack)
-                if interim_from is None:
-                    assert not ack.interim, (budget, ack)
-                    assert ack.plan.summary == f"planned for {budget} MiB"
+            expected = client.generate(alone, PROMPT, max_tokens=48, timeout_s=300).result().token_ids
+            for request, budget, interim_from, exact_follows in SEQUENCE:
+                sid = client.create_session("Miller", "You are the miller.", sampling=GREEDY)
+                stream = client.generate(sid, PROMPT, max_tokens=48, timeout_s=300)
+                if request == "set":
+                    ack = client.set_budget(budget, "level")
                 else:
-                    assert ack.interim, (budget, ack)
-                    assert ack.plan.summary == f"planned for {interim_from} MiB" and ack.plan.gpu_mib <= budget
+                    ack = client.reclaim(budget, deadline_s=1.0)
+                assert ack.applied and ack.granted_mib == budget, (request, budget, ack)
+                if interim_from is None:
+                    assert not ack.interim, (request, budget, ack)
+                    assert ack.plan.summary.startswith(_summary(budget)), (request, budget, ack.plan)
+                else:
+                    assert ack.interim, (request, budget, ack)
+                    assert ack.plan.summary == _summary(interim_from) and ack.plan.gpu_mib <= budget
                     if exact_follows:
                         _wait_exact(client, budget)
                     else:  # no dry run fits beside it: the interim placement stays, the log says why
                         _wait_logged(daemon, f"event=budget_plan_deferred target_mib={budget}")
-                        assert client.status().plan.summary == f"planned for {interim_from} MiB"
+                        assert client.status().plan.summary == _summary(interim_from)
                 assert client.status().vram_budget_mib == budget
-            result = stream.result()
-            assert result.token_ids == expected
-            assert result.reloads_during >= 1
-            assert len(acks) == len(SEQUENCE)
+                assert stream.result().token_ids == expected, (request, budget)
     finally:
         daemon.stop()

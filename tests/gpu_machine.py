@@ -12,8 +12,9 @@ reloads in place (with ``--always-reload``) or does nothing.
 ``LAUNCH_PLANNING`` is the same machine with a planner that needs "dry runs": every budget of ``GPU_MIB`` and more gets
 a GPU placement of its own (``n_gpu_layers = budget // 256``, ``gpu_mib = 0.9 x budget``), less the CPU-only one, and
 only the budgets in ``PLANNED_MIB`` are planned before (any other raises ``DryRunDeferred`` in the I/O loop and is
-planned in the background, with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads the worker's VRAM from the
-plan in force, so a shrink to a budget not planned before releases first (docs/daemon.md, "Release first").
+planned in the background, with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads
+the worker's VRAM from the plan in force, so a shrink to a budget not planned before releases first (docs/daemon.md,
+"Release first").
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ PLANNED_MIB = (0, 1024, 2048, 4096)
 
 TESTS = str(Path(__file__).resolve().parent)
 
-LAUNCH = f"""
+
+def _launch(planner_source: str) -> str:
+    """The daemon's entry point with this GPU machine's patches: ``server.cuda_gpu_usable`` says yes (a worker's CUDA
+    visibility follows its placement, as on a GPU machine) and ``server.daemon_planner`` is ``planner_source``'s
+    ``planner(settings, model_path, vision)``, which builds on the real planner's CPU-only plan and base placement."""
+    return f"""
 import sys
 sys.path.insert(0, {TESTS!r})
 from fakes import FakePlanner
@@ -34,10 +40,17 @@ from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.vision import LlmMemory
 
-server.cuda_gpu_usable = lambda: True  # the worker's CUDA visibility follows the placement, as on a GPU machine
+server.cuda_gpu_usable = lambda: True
+{planner_source}
+server.daemon_planner = planner
+from igi_sdk.daemon.__main__ import run
+
+sys.exit(run(sys.argv[1:]))
+"""
 
 
-def gpu_machine_planner(settings, model_path, vision=None):
+LAUNCH = _launch(f"""
+def planner(settings, model_path, vision=None):
     real = placement_plan.daemon_planner(settings, model_path, vision)  # its CPU-only plan and the vision encoder's
 
     def outcome(budget_mib):
@@ -49,26 +62,10 @@ def gpu_machine_planner(settings, model_path, vision=None):
         return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False, None, encoder)
 
     return FakePlanner(outcome, cpu=real.cpu_only, base=real.base)
+""")
 
-
-server.daemon_planner = gpu_machine_planner
-from igi_sdk.daemon.__main__ import run
-
-sys.exit(run(sys.argv[1:]))
-"""
-
-LAUNCH_PLANNING = f"""
-import sys
-sys.path.insert(0, {TESTS!r})
-from fakes import FakePlanner
-from igi_sdk.daemon import server
-from igi_sdk.daemon.budget import planner as placement_plan
-from igi_sdk.ipc.values import Plan
-
-server.cuda_gpu_usable = lambda: True
-
-
-def planning_gpu_machine_planner(settings, model_path, vision=None):
+LAUNCH_PLANNING = _launch(f"""
+def planner(settings, model_path, vision=None):
     real = placement_plan.daemon_planner(settings, model_path, vision)
 
     def outcome(budget_mib):
@@ -82,10 +79,4 @@ def planning_gpu_machine_planner(settings, model_path, vision=None):
         outcome, cpu=real.cpu_only, base=real.base, cached=set({PLANNED_MIB!r}), child_mib=600,
         file_mib=real.model_file_mib(),
     )
-
-
-server.daemon_planner = planning_gpu_machine_planner
-from igi_sdk.daemon.__main__ import run
-
-sys.exit(run(sys.argv[1:]))
-"""
+""")

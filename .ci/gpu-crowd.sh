@@ -22,25 +22,8 @@
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"llama_8b 2048 paper 1,4,16;qwen3_30b_a3b 2048 paper 1,4,16;llama_8b 4096 game;qwen3_30b_a3b 4096 game;\
 llama_8b 8192 paper 1,4,16;qwen3_30b_a3b 8192 paper 1,4,16,64"}
-W=/tmp/igi-crowd; mkdir -p $W/logs $W/results; L=$W/logs
-REAL_OUT=${OUT:-/tmp/igi-crowd-out}; mkdir -p "$REAL_OUT"
-finish() { tar czf "$REAL_OUT/crowd.tgz" -C $W logs results 2>/dev/null; }
-trap finish EXIT
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( LIMIT - $(el) )); }
-export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
-if [ ! -f /tmp/site/.igi-ready ]; then
-  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
-  BPID=$!
-  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
-  for mdl in ${WRITE:-llama_8b qwen3_30b_a3b}; do
-    PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.npc_batch import resolve_model; resolve_model('synthetic:' + sys.argv[1])" $mdl > $L/write-$mdl.log 2>&1 &
-  done
-  wait $BPID; brc=$?; wait
-  tail -3 $L/build.log; cat $L/write-*.log; echo "build rc=$brc at $(el) s"
-  [ $brc = 0 ] || exit 1
-fi
-source .gpu/env.sh
+GPU_WRITE_PY="import sys; from igi_sdk.bench.npc_batch import resolve_model; print(resolve_model('synthetic:' + sys.argv[1]))"
+source .ci/gpu-job.sh; gpu_job crowd crowd.tgz; gpu_build ${WRITE:-llama_8b qwen3_30b_a3b}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $L/nvidia-smi.txt 2>&1
 git rev-parse --short HEAD > $W/results/commit.txt 2>/dev/null
 # one name per job: MODEL-BUDGET-WORKLOAD[-Bs]

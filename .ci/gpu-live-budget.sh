@@ -13,26 +13,10 @@
 # Results come back as $OUT/lb.tgz (logs, gpu_daemon.json, the daemon's log); the summaries are printed.
 # Env: LIMIT (s from the call's start, default 540), PREPARE (default 1; 0: the daemon plans on its own).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-W=/tmp/igi-lb; mkdir -p $W/logs $W/results; L=$W/logs
-REAL_OUT=${OUT:-/tmp/igi-lb-out}; mkdir -p "$REAL_OUT"
-finish() { tar czf "$REAL_OUT/lb.tgz" -C $W logs results 2>/dev/null; }
-trap finish EXIT
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( LIMIT - $(el) )); }
-export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
-if [ ! -f /tmp/site/.igi-ready ]; then
-  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
-  BPID=$!
-  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
-  PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.setup import resolve_model; from igi_sdk.model_store import cache_dir; print(resolve_model(sys.argv[1], cache_dir() / 'bench-models', print)[0])" $MODEL > $L/write.log 2>&1 &
-  wait $BPID; brc=$?; wait
-  tail -3 $L/build.log; cat $L/write.log; echo "build rc=$brc at $(el) s"
-  [ $brc = 0 ] || exit 1
-fi
-source .gpu/env.sh
+source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $MODEL
 if [ ! -f $W/started ]; then
   touch $W/started
-  M=$(tail -1 $L/write.log)
+  M=$(model_path $MODEL)
   FLAGS="--model $M --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0"
   setsid nohup bash -c "
     if [ '${PREPARE:-1}' = 1 ]; then

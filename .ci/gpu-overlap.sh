@@ -15,25 +15,7 @@
 #   STOP_AFTER_PROFILE=1 (the first call of a session: build, GPU test, profile),
 #   REBUILD=1: re-apply patches/llama.cpp to pristine sources and rebuild ggml incrementally (C++ iteration).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; SHAPES=${SHAPES:-llama_8b qwen3_30b_a3b}
-W=/tmp/igi-ov; mkdir -p $W/logs $W/results; L=$W/logs
-REAL_OUT=${OUT:-/tmp/igi-ov-out}; mkdir -p "$REAL_OUT"
-finish() { tar czf "$REAL_OUT/ov.tgz" -C $W logs results 2>/dev/null; }
-trap finish EXIT
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( LIMIT - $(el) )); }
-export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
-if [ ! -f /tmp/site/.igi-ready ]; then
-  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
-  BPID=$!
-  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
-  for mdl in $SHAPES; do
-    PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.setup import resolve_model; from igi_sdk.model_store import cache_dir; resolve_model(sys.argv[1], cache_dir() / 'bench-models', print)" $mdl > $L/write-$mdl.log 2>&1 &
-  done
-  wait $BPID; brc=$?; wait
-  tail -5 $L/build.log; echo "build rc=$brc at $(el) s"
-  [ $brc = 0 ] || exit 1
-fi
-source .gpu/env.sh
+source .ci/gpu-job.sh; gpu_job ov ov.tgz; gpu_build $SHAPES
 if [ "${REBUILD:-0}" = 1 ]; then
   src=$(ls -d /tmp/gpu-build/llama_cpp_python-*/)
   rm -rf /tmp/pristine && mkdir -p /tmp/pristine && tar xzf .gpu/lcp.tar.gz -C /tmp/pristine

@@ -14,25 +14,7 @@
 #   others: each model runs once per machine), WRITE (models written during the build, default MODELS), COLD (default
 #   1: --cold), PROFILE (default reference:h200: the H200's recorded profile, with this build's prefetch ABI), ARGS.
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODELS=${MODELS:-llama_8b qwen3_30b_a3b}; PROFILE=${PROFILE:-reference:h200}
-W=/tmp/igi-rs; mkdir -p $W/logs $W/results; L=$W/logs
-REAL_OUT=${OUT:-/tmp/igi-rs-out}; mkdir -p "$REAL_OUT"
-finish() { tar czf "$REAL_OUT/rs.tgz" -C $W logs results 2>/dev/null; }
-trap finish EXIT
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( LIMIT - $(el) )); }
-export SKBUILD_BUILD_DIR=/tmp/lcp-cmake
-if [ ! -f /tmp/site/.igi-ready ]; then
-  bash .gpu/build_on_gpu.sh > $L/build.log 2>&1 &
-  BPID=$!
-  for i in $(seq 90); do [ -d /tmp/site/gguf ] && break; sleep 2; done
-  for mdl in ${WRITE:-$MODELS}; do
-    PYTHONPATH=/tmp/site:$(pwd) python3 -c "import sys; from igi_sdk.bench.setup import resolve_model; from igi_sdk.model_store import cache_dir; resolve_model(sys.argv[1], cache_dir() / 'bench-models', print)" $mdl > $L/write-$mdl.log 2>&1 &
-  done
-  wait $BPID; brc=$?; wait
-  tail -3 $L/build.log; cat $L/write-*.log; echo "build rc=$brc at $(el) s"
-  [ $brc = 0 ] || exit 1
-fi
-source .gpu/env.sh
+source .ci/gpu-job.sh; gpu_job rs rs.tgz; gpu_build ${WRITE:-$MODELS}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $L/nvidia-smi.txt 2>&1
 todo=""
 for m in $MODELS; do [ -f $W/started-$m ] || { todo="$todo $m"; touch $W/started-$m; }; done

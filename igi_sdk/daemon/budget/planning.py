@@ -168,19 +168,22 @@ class BudgetPlanning:
         """Start planning the next ladder budget not planned yet, in the background, with the dry-run children the
         VRAM under ``in_force_mib`` holds beside the worker (call it only while no change is under way). Nothing
         without a GPU (every budget is the CPU-only placement there)."""
-        if self.pending is not None or planner.dry_run_child_mib() <= 0:
+        child_mib = planner.dry_run_child_mib()
+        if self.pending is not None or child_mib <= 0:
             return
         if self._ahead_for != (in_force_mib, self.declared_mib):
             ladder = ladder_budgets(planner.model_file_mib(), declared_mib=self.declared_mib)
             self._ahead = list(plan_order(ladder, in_force_mib, self.declared_mib))
             self._ahead_for = (in_force_mib, self.declared_mib)
+        if not self._ahead:  # every tick once the ladder is planned: nothing more to read
+            return
         planned = planner.planned()
         while self._ahead and self._ahead[0] in planned:
             self._ahead.pop(0)
         if not self._ahead:
             return
         budget = self._ahead.pop(0)
-        slots = dry_run_slots_for(in_force_mib - self._used_mib(current), planner.dry_run_child_mib()) or 0
+        slots = dry_run_slots_for(in_force_mib - self._used_mib(current), child_mib) or 0
         self.pending = Planning(budget, [], plan_in_background(planner.plan, budget, slots), ahead=True)
 
     def _used_mib(self, current: PlanOutcome) -> float:

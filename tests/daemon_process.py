@@ -64,6 +64,7 @@ class DaemonProcess:
         self.workdir = Path(tempfile.mkdtemp(prefix="igi-daemon-test-"))
         self.connection_file = connection_file or self.workdir / "connection.json"
         self.log_file = self.workdir / "daemon.log"
+        self.stderr_file = self.workdir / "daemon.stderr"  # a file, not a pipe: nothing blocks on a full pipe
         self.args = list(args or [])
         self.process: subprocess.Popen[bytes] | None = None
         self.own_process_group = own_process_group
@@ -107,16 +108,17 @@ class DaemonProcess:
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))  # type: ignore[arg-type]
 
         env = None if self.tmpdir is None else os.environ | {"TMPDIR": str(self.tmpdir)}
-        self.process = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=self.own_process_group,
-            preexec_fn=None if limit is None else set_limit,
-        )
+        with self.stderr_file.open("wb") as stderr:  # the daemon and its workers write llama.cpp's logs there
+            self.process = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=self.own_process_group,
+                preexec_fn=None if limit is None else set_limit,
+            )
         _RUNNING.append(self)
         if self.default_connection_file:
             tmpdir = self.tmpdir or Path(tempfile.gettempdir())
@@ -124,14 +126,15 @@ class DaemonProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                raise RuntimeError(f"daemon exited with {self.process.returncode}: {err[-2000:]}\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"daemon exited with {self.process.returncode}: {self.stderr_tail()}\n{self.log_tail()}"
+                )
             info = self._connection_info()
             if info is not None and info.pid == self.process.pid and self._hello(info):
                 return self
             time.sleep(0.1)
         self.stop()
-        raise TimeoutError(f"daemon did not answer hello within {timeout_s} s\n{self.log_tail()}")
+        raise TimeoutError(f"daemon did not answer hello within {timeout_s} s\n{self.stderr_tail()}\n{self.log_tail()}")
 
     def info(self) -> ConnectionInfo:
         """The current connection file."""
@@ -164,6 +167,13 @@ class DaemonProcess:
             return self.log_file.read_text(errors="replace")[-n_chars:]
         except OSError:
             return "<no log>"
+
+    def stderr_tail(self, n_chars: int = 2000) -> str:
+        """The end of what the daemon and its workers wrote to stderr (llama.cpp's logs, a crash's stack)."""
+        try:
+            return self.stderr_file.read_bytes()[-n_chars:].decode(errors="replace")
+        except OSError:
+            return "<no stderr>"
 
     def worker_pids(self) -> list[int]:
         """The daemon's engine worker processes (``multiprocessing`` spawn children)."""
@@ -204,8 +214,6 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
-        if process.stderr is not None:
-            process.stderr.close()
         if self in _RUNNING:
             _RUNNING.remove(self)
         return process.returncode

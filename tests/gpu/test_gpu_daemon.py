@@ -127,6 +127,8 @@ def budget_scenario(
         daemon.stop()
         if os.environ.get("OUT") and daemon.log_file.is_file():  # the phases of each change, with timestamps
             Path(os.environ["OUT"], "gpu_daemon-daemon.log").write_bytes(daemon.log_file.read_bytes())
+        if os.environ.get("OUT") and daemon.stderr_file.is_file():  # llama.cpp's logs, a crashed worker's stack
+            Path(os.environ["OUT"], "gpu_daemon-stderr.log").write_bytes(daemon.stderr_file.read_bytes())
     return rows
 
 

@@ -89,6 +89,24 @@ def test_engine_worker_kill9_fails_in_flight_work_and_sessions_survive() -> None
         assert new_pid != worker_pid
 
 
+def test_a_worker_crash_is_logged_with_its_signal_and_python_stack() -> None:
+    """A native crash in the worker (SIGSEGV, as inside llama.cpp) leaves its exit code in the daemon's log and the
+    worker's Python stack (faulthandler) on stderr; the daemon starts a new worker."""
+    daemon = DaemonProcess().start()
+    with Client.connect(daemon.connection_file, timeout_s=60) as client:
+        sid = client.create_session("Guard", "You guard the gate.", sampling=GREEDY)
+        client.generate(sid, "Who goes there?", max_tokens=4).result()
+        (worker_pid,) = _children(daemon.pid)
+        os.kill(worker_pid, signal.SIGSEGV)
+        deadline = time.monotonic() + 60
+        while "worker_died" not in daemon.log_tail(20_000) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (died,) = [line for line in daemon.log_tail(20_000).splitlines() if "worker_died" in line]
+        assert f"pid={worker_pid}" in died and f"exitcode={-signal.SIGSEGV}" in died
+        assert "Fatal Python error: Segmentation fault" in daemon.stderr_tail(20_000)
+        assert client.generate(sid, "What is your name?", max_tokens=4).result().usage.completion_tokens > 0
+
+
 def test_daemon_kill9_client_raises_then_reconnects() -> None:
     args = ["--client-timeout-s", "2", "--heartbeat-interval-s", "0.5"]
     daemon = DaemonProcess(args).start()

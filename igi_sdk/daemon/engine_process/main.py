@@ -20,6 +20,7 @@ Commands and events are the typed messages of ``daemon.worker_protocol`` (its ta
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import os
@@ -48,6 +49,15 @@ def hide_gpu_now() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
+def _enable_faulthandler() -> None:
+    """A crash inside llama.cpp (SIGSEGV, SIGABRT) writes the worker's Python stack to stderr; a worker without a
+    usable stderr (a windowed game's frozen daemon) goes without."""
+    try:
+        faulthandler.enable()
+    except (RuntimeError, ValueError, OSError):  # sys.stderr None, closed, or without a file descriptor
+        pass
+
+
 def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
     """Run the worker until ``Shutdown`` or until the daemon goes away.
 
@@ -57,6 +67,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
             ``hide_gpu`` (CUDA hidden, see the module docstring).
     """
     config, hide_gpu = start.config, start.hide_gpu
+    _enable_faulthandler()
     # nothing above worker_main imports llama_cpp (tests/process/test_load_order.py)
     llama_cpp_preloaded = "llama_cpp" in sys.modules
     if hide_gpu:

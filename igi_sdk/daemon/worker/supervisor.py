@@ -34,6 +34,9 @@ _log = get_logger("supervisor")
 #: Tokens a rendered prompt must leave free in the context (generation room + template slack).
 PROMPT_HEADROOM_TOKENS = 16
 
+#: Longest wait, at a worker's death seen on its pipe, for the exit code (the log's `worker_died`).
+EXIT_CODE_WAIT_S = 0.2
+
 
 def worker_config_for(
     settings: DaemonSettings, model_path: Path, n_ctx: int, mmproj_path: Path | None = None
@@ -256,6 +259,10 @@ class WorkerSupervisor:
     def _mark_dead(self) -> None:
         if not self._dead:
             self._dead, self.ready = True, False
+            if self._process is not None and self._process.exitcode is None:
+                # the pipe's EOF comes as the process exits, a moment before it can be reaped: wait that moment for
+                # the exit code that says how it ended (-11: a crash inside llama.cpp), at most EXIT_CODE_WAIT_S
+                self._process.join(EXIT_CODE_WAIT_S)
             code = None if self._process is None else self._process.exitcode
             if self._stopping:
                 log_event(_log, logging.INFO, "worker_stopped", pid=self.pid, exitcode=code)

@@ -576,7 +576,6 @@ class LlamaEngine:
             EngineError: llama.cpp refused (returned 0).
         """
         self._require_open()
-        data = self._seqs.state_get(seq_id)
         header = json.dumps(
             {
                 "placement": {k: getattr(self._placement, k) for k in _STATE_KEYS},
@@ -585,7 +584,8 @@ class LlamaEngine:
                 "tokens": self.seq_tokens(seq_id),
             }
         ).encode()
-        return _STATE_MAGIC + struct.pack("<II", _STATE_VERSION, len(header)) + header + data
+        prefix = _STATE_MAGIC + struct.pack("<II", _STATE_VERSION, len(header)) + header
+        return self._seqs.state_get(seq_id, prefix)  # written in place after the header: no copy of the KV
 
     def restore_seq_state(self, seq_id: int, data: bytes) -> int:
         """Load a ``save_seq_state`` blob into ``seq_id`` (replacing what it held).
@@ -625,7 +625,7 @@ class LlamaEngine:
             )
         if not same_model:
             raise EngineError("sequence state was saved with another model")
-        self._seqs.state_set(seq_id, data[12 + header_len :], tokens)
+        self._seqs.state_set(seq_id, data, 12 + header_len, tokens)  # read in place, not sliced off (a copy)
         n_positions = self.seq_pos_max(seq_id) + 1
         if n_positions != len(tokens):  # the KV cells and the tokens they are said to hold disagree
             self.seq_clear(seq_id)

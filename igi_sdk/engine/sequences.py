@@ -198,22 +198,31 @@ class BatchDecoder:
         llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
         self.tokens[seq_id] = []
 
-    def state_get(self, seq_id: int) -> bytes:
+    def state_get(self, seq_id: int, prefix: bytes = b"") -> bytes:
+        """``prefix`` followed by the sequence's state, llama.cpp writing the state straight into the returned
+        object (no copy of it: a reload of 4 sequences of 900 tokens of an 8B exports 450 MiB)."""
         self._check_seq(seq_id)
         size = int(llama_cpp.llama_state_seq_get_size(self.ctx, seq_id))
         if size == 0:
             raise EngineError(f"llama_state_seq_get_size({seq_id}) returned 0")
-        buf = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id))
+        out, address = _new_bytes(len(prefix) + size)
+        ctypes.memmove(address, prefix, len(prefix))
+        target = ctypes.cast(address + len(prefix), ctypes.POINTER(ctypes.c_uint8))
+        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, target, size, seq_id))
         if written == 0:
             raise EngineError(f"llama_state_seq_get_data refused sequence {seq_id} (returned 0)")
-        return ctypes.string_at(buf, written)  # one memcpy (slicing a ctypes array would build a list of ints)
+        return out if written == size else out[: len(prefix) + written]
 
-    def state_set(self, seq_id: int, data: bytes, tokens: list[int]) -> None:
+    def state_set(self, seq_id: int, data: bytes, offset: int, tokens: list[int]) -> None:
+        """Load the state held in ``data`` from ``offset`` on (read in place, not copied)."""
         self._check_seq(seq_id)
         self.seq_clear(seq_id)
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id))
+        size = len(data) - offset
+        if size <= 0:
+            raise EngineError(f"the state for sequence {seq_id} is empty")
+        data = data if type(data) is bytes else bytes(data)  # a bytearray or view (a copy): its storage moves
+        source = ctypes.cast(_address_of(data) + offset, ctypes.POINTER(ctypes.c_uint8))  # ``data`` keeps it alive
+        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, source, size, seq_id))
         if read == 0:
             self.tokens[seq_id] = []
             raise EngineError(
@@ -221,3 +230,25 @@ class BatchDecoder:
                 "attention, K/V cache types or the KV stream layout (n_seq_max) differ from when it was saved"
             )
         self.tokens[seq_id] = list(tokens)
+
+
+_bytes_uninitialized = ctypes.pythonapi.PyBytes_FromStringAndSize
+_bytes_uninitialized.restype = ctypes.py_object
+_bytes_uninitialized.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
+
+
+def _address_of(data: bytes) -> int:
+    """The address of a bytes object's storage (valid while ``data`` lives)."""
+    address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
+def _new_bytes(n_bytes: int) -> tuple[bytes, int]:
+    """A new bytes object of ``n_bytes`` uninitialised bytes and the address of its storage, for the caller to fill
+    before anything else sees it (the C API's ``PyBytes_FromStringAndSize(NULL, n)`` contract): a state is written once,
+    in place, with neither a zero fill nor a copy."""
+    if n_bytes < 2:  # CPython shares its empty and one-byte objects: never written into
+        raise ValueError("a bytes object to fill must be at least 2 bytes long")
+    out = _bytes_uninitialized(None, n_bytes)
+    return out, _address_of(out)

@@ -128,8 +128,10 @@ def test_state_survives_reload_with_another_placement() -> None:
         _, tokens_a, _ = _run(eng, prompt, max_tokens=8, sched=sched)
         history = prompt + tokens_a
         blob = eng.save_seq_state(0)
+        assert type(blob) is bytes and blob == eng.save_seq_state(0)  # written in place: whole and repeatable
         eng.reload(BASE.with_(n_batch=64, n_ubatch=32, n_ctx=2048))
         assert eng.placement.n_batch == 64 and eng.seq_pos_max(0) == -1
+        assert eng.restore_seq_state(0, bytearray(blob)) == len(history) - 1  # a copy in another buffer type
         n = eng.restore_seq_state(0, blob)
         assert n == len(history) - 1  # the last sampled token was never evaluated
         _, tokens_b, last = _run(eng, history, max_tokens=16, sched=sched)

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.cli.errors import EXPECTED_ERRORS, report
 from igi_sdk.config import DaemonSettings, field_sections, load_settings
 from igi_sdk.daemon.logs import configure_logging
 from igi_sdk.errors import IgiError
@@ -53,6 +52,11 @@ def _cli_values(namespace: argparse.Namespace) -> dict[str, Any]:
 
 def run(argv: list[str]) -> int:
     """Run the daemon with command-line ``argv`` (without the program name). Returns the exit code."""
+    # imported here, not at the top: this module is imported again in every engine worker (the spawn's main module), and
+    # the ipc layer it pulls in loads pyzmq's C++ library, which must come after llama.cpp's (docs/engine.md, "Load
+    # order")
+    from igi_sdk.cli.errors import EXPECTED_ERRORS, report
+
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(_cli_values(args), toml_file=args.config)

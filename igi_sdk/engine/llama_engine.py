@@ -50,20 +50,28 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
-def numpy_imported_before_llama_cpp() -> bool:
-    """Whether this process imported numpy before llama.cpp's library module: on the CUDA build of the H200
-    host that order made every model load segfault (docs/engine.md, "Load order")."""
+NATIVE_BEFORE_LLAMA_RISKS = ("numpy", "zmq", "msgpack")
+"""Modules with native (C++) libraries that, loaded before llama.cpp's, made every model load segfault on the CUDA
+build of the H200 host (numpy, pyzmq; msgpack's is C++ too) (docs/engine.md, "Load order")."""
+
+
+def imported_before_llama_cpp() -> list[str]:
+    """Those of ``NATIVE_BEFORE_LLAMA_RISKS`` this process imported before llama.cpp's library module."""
     names = list(sys.modules)  # insertion order: a module enters when its import starts
-    return "numpy" in sys.modules and names.index("numpy") < names.index("llama_cpp.llama_cpp")
+    if "llama_cpp.llama_cpp" not in sys.modules:
+        return [name for name in NATIVE_BEFORE_LLAMA_RISKS if name in sys.modules]
+    first = names.index("llama_cpp.llama_cpp")
+    return [name for name in NATIVE_BEFORE_LLAMA_RISKS if name in sys.modules and names.index(name) < first]
 
 
 def _backend_init() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
-            if numpy_imported_before_llama_cpp() and llama_cpp.llama_supports_gpu_offload():
+            early = imported_before_llama_cpp()
+            if early and llama_cpp.llama_supports_gpu_offload():
                 warnings.warn(
-                    "numpy was imported before llama.cpp; on CUDA builds this order has crashed model "
+                    f"{', '.join(early)} imported before llama.cpp; on CUDA builds this order has crashed model "
                     "loads (import igi_sdk.engine.llama_engine first; docs/engine.md, 'Load order')",
                     RuntimeWarning,
                     stacklevel=3,

@@ -20,7 +20,6 @@ Commands and events are the typed messages of ``daemon.worker_protocol`` (its ta
 
 from __future__ import annotations
 
-import faulthandler
 import logging
 import math
 import os
@@ -49,40 +48,34 @@ def hide_gpu_now() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def _enable_faulthandler() -> None:
-    """A crash inside llama.cpp (SIGSEGV, SIGABRT) writes the worker's Python stack to stderr; a worker without a
-    usable stderr (a windowed game's frozen daemon) goes without."""
-    try:
-        faulthandler.enable()
-    except (RuntimeError, ValueError, OSError):  # sys.stderr None, closed, or without a file descriptor
-        pass
-
-
-def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
-    """Run the worker until ``Shutdown`` or until the daemon goes away.
+def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool | None = None) -> None:
+    """Run the worker until ``Shutdown`` or until the daemon goes away. The daemon's worker enters through
+    ``boot.boot``, which has loaded llama.cpp already.
 
     Args:
         conn: the worker's end of the pipe.
         start: the model and settings (``start.config``), the placement to load, the vision encoder's plan and
             ``hide_gpu`` (CUDA hidden, see the module docstring).
+        llama_cpp_preloaded: whether llama.cpp was imported before the GPU could be hidden (None: whether it is
+            imported now).
     """
     config, hide_gpu = start.config, start.hide_gpu
-    _enable_faulthandler()
-    # nothing above worker_main imports llama_cpp (tests/process/test_load_order.py)
-    llama_cpp_preloaded = "llama_cpp" in sys.modules
+    if llama_cpp_preloaded is None:
+        llama_cpp_preloaded = "llama_cpp" in sys.modules
     if hide_gpu:
-        hide_gpu_now()  # first: before anything can import llama.cpp
+        hide_gpu_now()  # first: before anything can import llama.cpp (boot did so already)
     configure_logging(config.log_level, config.log_format, config.log_file)
     lower_priority(config.nice)  # the daemon did so at the spawn already (worker_priority)
     log = get_logger("worker")
     if hide_gpu and llama_cpp_preloaded:
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if config.pinned_pool:
+    if config.pinned_pool:  # boot did so already: a no-op then
         from igi_sdk.engine.pinned_pool import keep_pinned_memory
 
         keep_pinned_memory(Path(config.model_path))
     from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
+    from igi_sdk.engine.llama_engine import imported_before_llama_cpp
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
@@ -107,6 +100,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart) -> None:
             gpu_hidden=hide_gpu,
             cuda_visible_devices=cuda_visible_devices,
             llama_cpp_preloaded=llama_cpp_preloaded,
+            imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,
         )
     )

@@ -188,6 +188,7 @@ class Ready:
     gpu_hidden: bool = False  # started with CUDA_VISIBLE_DEVICES=""
     cuda_visible_devices: str | None = None  # as llama.cpp saw it (None: unset)
     llama_cpp_preloaded: bool = False  # llama.cpp was imported before the worker could hide the GPU
+    imported_before_llama_cpp: tuple[str, ...] = ()  # native libraries loaded before llama.cpp's (engine.llama_engine)
     tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
 
 

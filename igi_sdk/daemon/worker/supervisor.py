@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import pickle
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -115,10 +116,13 @@ class WorkerSupervisor:
 
     def start(self, start: wp.WorkerStart) -> None:
         """Spawn a worker (it sends ``ready`` once the model is loaded). The previous one must be stopped."""
-        from igi_sdk.daemon.engine_process.main import worker_main
+        from igi_sdk.daemon.engine_process.boot import boot
 
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=worker_main, args=(child_conn, start), name="igi-engine-worker", daemon=True)
+        # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
+        pool_model = str(start.config.model_path) if start.config.pinned_pool else None
+        args = (child_conn, pickle.dumps(start), start.hide_gpu, pool_model)
+        process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
         process.start()
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
             lower_priority(start.config.nice, process.pid)

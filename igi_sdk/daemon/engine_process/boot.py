@@ -1,0 +1,57 @@
+"""Daemon layer (worker process): the engine worker's first code, which loads llama.cpp's library before any other
+native library.
+
+On the H200 host's CUDA build every model load segfaulted (in ``llama_model::print_info``) in a process that had
+loaded another C++ library first: numpy's, and pyzmq's (docs/engine.md, "Load order"). A ``spawn`` child unpickles its
+target and arguments before the target runs, importing their modules, and the worker's start (``WorkerStart``) pulls
+in the ipc layer and with it pyzmq and msgpack. So the supervisor spawns :func:`boot` with the start pickled to bytes
+(unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap
+(both read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs ``worker_main``.
+
+This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import sys
+from multiprocessing.connection import Connection
+
+
+def enable_faulthandler() -> None:
+    """A crash inside llama.cpp (SIGSEGV, SIGABRT) writes the worker's Python stack to stderr; a worker without a
+    usable stderr (a windowed game's frozen daemon) goes without."""
+    try:
+        faulthandler.enable()
+    except (RuntimeError, ValueError, OSError):  # sys.stderr None, closed, or without a file descriptor
+        pass
+
+
+def boot(conn: Connection, start_pickle: bytes, hide_gpu: bool, pinned_pool_model: str | None) -> None:
+    """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
+
+    Args:
+        conn: the worker's end of the pipe.
+        start_pickle: the pickled ``WorkerStart``.
+        hide_gpu: ``CUDA_VISIBLE_DEVICES=""`` before llama.cpp is loaded (``WorkerStart.hide_gpu``).
+        pinned_pool_model: the model file whose size caps the pinned host pool (``WorkerConfig.pinned_pool``);
+            None: the pool stays as the environment sets it.
+    """
+    enable_faulthandler()
+    llama_cpp_preloaded = "llama_cpp" in sys.modules  # imported by the spawn's main module: too late to hide the GPU
+    if hide_gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if pinned_pool_model is not None:
+        from pathlib import Path
+
+        from igi_sdk.engine.pinned_pool import keep_pinned_memory
+
+        keep_pinned_memory(Path(pinned_pool_model))
+    import igi_sdk.engine.llama_engine  # noqa: F401  (imports llama_cpp before anything else it needs)
+
+    start = pickle.loads(start_pickle)
+    from igi_sdk.daemon.engine_process.main import worker_main
+
+    worker_main(conn, start, llama_cpp_preloaded=llama_cpp_preloaded)

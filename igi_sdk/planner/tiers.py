@@ -108,5 +108,17 @@ def switch_saving_s(current: Prediction, target: Prediction, steps_ahead: float)
         steps_ahead: decode steps the NPCs generating are expected to take before the tier changes again (e.g. the
             reply tokens left).
     """
-    per_step = 1.0 / current.decode_tps - 1.0 / target.decode_tps
-    return steps_ahead * per_step - target.reload_s
+    return decode_saving_s(current.decode_tps, target.decode_tps, target.reload_s, steps_ahead)
+
+
+def decode_saving_s(current_decode_tps: float, target_decode_tps: float, reload_s: float, steps_ahead: float) -> float:
+    """``switch_saving_s`` from the figures alone: a decode step of the placement in force at the new tier
+    (``1 / current_decode_tps``, each session's tokens/s) against one of the new tier's plan, over ``steps_ahead``
+    steps, less the reload of the new plan (``reload_s``). The daemon keeps these figures with its plans.
+
+    Example:
+        >>> decode_saving_s(10.0, 20.0, 1.0, 40)  # 40 steps of 0.1 s against 0.05 s, less a 1 s reload
+        1.0
+    """
+    per_step = 1.0 / current_decode_tps - 1.0 / target_decode_tps
+    return steps_ahead * per_step - reload_s

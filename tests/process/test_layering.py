@@ -40,8 +40,8 @@ def test_ipc_does_not_import_engine_planner_or_daemon() -> None:
 
 def test_policy_and_planner_import_only_stdlib_and_pydantic() -> None:
     code = (
-        "import sys, igi_sdk.policy.governor, igi_sdk.policy.budget, igi_sdk.planner, igi_sdk.planner.planner,"
-        " igi_sdk.planner.baselines;"
+        "import sys, igi_sdk.policy.governor, igi_sdk.policy.budget, igi_sdk.policy.batch_tier, igi_sdk.planner,"
+        " igi_sdk.planner.planner, igi_sdk.planner.baselines;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('llama_cpp', 'zmq', 'numpy', 'msgpack', 'gguf')"
         " or m.startswith(('igi_sdk.engine', 'igi_sdk.daemon', 'igi_sdk.ipc', 'igi_sdk.profiler', 'igi_sdk.client')));"
         "print(','.join(bad))"

@@ -4,14 +4,15 @@
   without llama.cpp, scripted by its attributes (how it exits on ``Shutdown``, reloads it refuses or never answers,
   GPU placements it cannot load, a start the OS refuses, replies a test writes itself).
 - :class:`FakePlanner` is the daemon's ``Planner`` (``daemon/budget/planner.py``): outcomes from a rule, plans that
-  need a dry run (``cached``) and wait for a gate, and the real release-first and headroom rules of
-  ``PlacementPlanner``.
+  need a dry run (``cached``) and wait for a gate, batch tiers with outcomes of their own (``tiers``, ``tier_outcome``),
+  and the real release-first and headroom rules of ``PlacementPlanner``.
 
 The daemon's side of the seam is always the real code; ``daemon_sim.py`` drives it the way the server loop does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any, Literal
@@ -300,6 +301,11 @@ class FakePlanner:
     of one dry-run child (0: no GPU, no dry runs counted). ``cpu(budget, warning)`` is the CPU-only outcome (default:
     ``cpu_placement``'s); ``base`` what the daemon's server reads of it. ``plan_within`` and ``released_to`` are the
     real rules.
+
+    ``tiers`` are its batch tiers (default none: nothing is planned per tier, as with one slot); ``plan_tier`` answers
+    ``tier_outcome(budget, tier)`` (default: the budget's outcome labelled with the tier, without rates), remembered;
+    ``cached_tiers`` (None: all) are the (budget, tier) pairs that need no dry run, the others behave as ``cached``;
+    ``tier_calls`` records (budget, tier, dry_run_slots) of each call.
     """
 
     plan_within = PlacementPlanner.plan_within  # the real headroom -> slots rule
@@ -316,6 +322,9 @@ class FakePlanner:
         child_mib: int = 0,
         file_mib: float = 1.0,
         hold_s: float = 10.0,
+        tiers: tuple[int, ...] = (),
+        tier_outcome: Callable[[int, int], PlanOutcome] | None = None,
+        cached_tiers: set[tuple[int, int]] | None = None,
     ) -> None:
         self.outcome = outcome
         self.cpu_placement = cpu_placement
@@ -333,7 +342,12 @@ class FakePlanner:
         self.released: list[bool] = []
         self.budgets: list[int] = []
         self.threads: set[str] = set()
+        self.tiers = tiers
+        self.tier_outcome = tier_outcome
+        self.cached_tiers = cached_tiers
+        self.tier_calls: list[tuple[int, int, int | None]] = []
         self._plans: dict[int, PlanOutcome] = {}
+        self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         self.calls.append((budget_mib, dry_run_slots))
@@ -359,6 +373,31 @@ class FakePlanner:
         for budget_mib in self.cached or ():
             known.setdefault(budget_mib, self.outcome(budget_mib))
         return known
+
+    def batch_tiers(self) -> tuple[int, ...]:
+        return self.tiers
+
+    def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
+        self.tier_calls.append((budget_mib, tier, dry_run_slots))
+        if tier not in self.tiers:
+            raise ValueError(f"tier {tier} is not one of {self.tiers}")
+        if self.cached_tiers is not None and (budget_mib, tier) not in self.cached_tiers:
+            if dry_run_slots == 0:
+                raise DryRunDeferred("not cached")
+            self.threads.add(threading.current_thread().name)
+            self.started.set()
+            self.released.append(self.gate.wait(self.hold_s))
+            self.cached_tiers.add((budget_mib, tier))
+        known = self._tier_plans.setdefault(budget_mib, {})
+        if tier not in known:
+            if self.tier_outcome is not None:
+                known[tier] = self.tier_outcome(budget_mib, tier)
+            else:
+                known[tier] = dataclasses.replace(self.outcome(budget_mib), tier=tier)
+        return known[tier]
+
+    def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]:
+        return dict(self._tier_plans.get(budget_mib, {}))
 
     def model_file_mib(self) -> float:
         return self.file_mib

@@ -141,3 +141,67 @@ def test_the_objective_setting_refuses_unknown_values() -> None:
     assert DaemonSettings(engine={"plan_objective": "ttft"}).engine.plan_objective == "ttft"
     with pytest.raises(ValidationError):
         DaemonSettings(engine={"plan_objective": "fastest"})
+
+
+def _tier_planner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, n_seq_max: int
+) -> tuple[PlacementPlanner, list[Any]]:
+    """The real planner over the 8B's synthetic table on the H200 reference profile, without dry runs (``plan_file``
+    plans with estimated compute buffers); the list records the workload of each search."""
+    from igi_sdk.engine import gguf_table
+    from igi_sdk.planner import ComputeBufferTable, plan_placement, table_from_shape
+    from igi_sdk.planner.shapes import REFERENCE_SHAPES
+
+    table = table_from_shape(REFERENCE_SHAPES["llama_8b"], name="llama_8b")
+    searches: list[Any] = []
+
+    def plan_file(path: Path, budget_mib: int, workload: Workload, profile: Any, options: Any) -> Any:
+        searches.append(workload)
+        return plan_placement(table, budget_mib, workload, profile, ComputeBufferTable(), options), []
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", plan_file)
+    monkeypatch.setattr(gguf_table, "read_tensor_table", lambda path: table)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    planner = PlacementPlanner(model, Placement(n_ctx=n_seq_max * 1024, n_seq_max=n_seq_max), prompt_tokens_hint=889)
+    planner._profile_cache = reference_profile("h200")
+    return planner, searches
+
+
+def test_each_batch_tier_is_planned_under_the_budget_with_the_state_keys_and_its_rates(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A plan per number of NPCs generating (``Workload.generating``), for the same slots and budget: every tier keeps
+    the keys a saved sequence state depends on, the top tier is the default plan, and each carries the decode rate of
+    its placement at every tier (what a switch is weighed by), remembered like the default plan."""
+    from igi_sdk.planner.tiers import STATE_KEYS
+
+    planner, searches = _tier_planner(monkeypatch, tmp_path, 64)
+    assert planner.batch_tiers() == (1, 4, 16, 64)
+    default = planner.plan(4096, dry_run_slots=0)
+    plans = {tier: planner.plan_tier(4096, tier, dry_run_slots=0) for tier in planner.batch_tiers()}
+    assert [w.generating for w in searches] == [None, 1, 4, 16]  # the top tier is the default plan's workload
+    assert plans[64].placement == default.placement and default.tier is None
+    for tier, outcome in plans.items():
+        assert outcome.tier == tier and outcome.budget_mib == 4096 and outcome.plan.gpu_mib <= 4096
+        assert all(getattr(outcome.placement, k) == getattr(default.placement, k) for k in STATE_KEYS)
+        assert [t for t, _ in outcome.tier_decode_tps] == [1, 4, 16, 64] and outcome.reload_s > 0
+        own = outcome.decode_tps_at(tier)
+        assert own is not None and own > 0
+    assert len({o.placement for o in plans.values()}) > 1  # a crowd's placement is not one NPC's here
+    assert planner.tier_plans(4096) == plans and planner.tier_plans(2048) == {}
+    assert planner.plan_tier(4096, 16) is plans[16] and len(searches) == 4  # from memory
+    with pytest.raises(ValueError, match="not one of"):
+        planner.plan_tier(4096, 8)
+
+
+def test_no_tiers_with_one_slot_and_none_below_the_cuda_context(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    planner, _ = _tier_planner(monkeypatch, tmp_path, 1)
+    assert planner.batch_tiers() == ()
+    planner, searches = _tier_planner(monkeypatch, tmp_path, 4)
+    cpu = planner.plan_tier(300, 1, dry_run_slots=0)
+    assert cpu.tier == 1 and cpu.plan.strategy == "cpu_only" and cpu.tier_decode_tps == () and searches == []
+    assert planner.tier_plans(300) == {}

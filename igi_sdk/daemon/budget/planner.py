@@ -6,6 +6,13 @@ Without an NVIDIA GPU the planner (with this machine's CPU-only profile) returns
 With a vision projector (``vision``: its ``VisionShape``), every outcome also places the vision encoder under the same
 budget (``planner.vision.plan_encoder``, VLMOpt): on the GPU when it fits in the LLM's released context or beside the
 CUDA reserve while the whole LLM steps aside, else on the CPU; always on the CPU beside a CPU-only placement.
+
+Plans are keyed by budget, and by budget and batch tier (``planner.tiers``): ``plan`` is a budget's default plan, made
+for every slot generating, which every budget change uses as before; ``plan_tier`` the plan for a number of NPCs
+generating under the same budget, with the predictions a tier switch is weighed by (``policy.batch_tier``).
+``tier_plans`` reads the tier plans made so far without planning. Every tier's placement keeps the default's
+``n_seq_max``, ``n_ctx``, flash attention and KV types (``planner.tiers.STATE_KEYS``), so saved sequence states restore
+across a switch.
 """
 
 from __future__ import annotations
@@ -42,6 +49,17 @@ class PlanOutcome:
     cpu_fallback: bool
     warning: str | None = None
     encoder: EncoderPlan | None = None  # the vision encoder's placement beside this one (None: no projector)
+    #: The batch tier it was planned for (NPCs generating, ``planner.tiers``); None: the budget's default plan, made for
+    #: every slot generating (the top tier's workload)
+    tier: int | None = None
+    #: This placement's predicted decode rate at each tier of the context, (tier, each session's tokens/s) pairs (empty:
+    #: not evaluated); with ``reload_s``, what a tier switch is weighed by (``policy.batch_tier``)
+    tier_decode_tps: tuple[tuple[int, float], ...] = ()
+    reload_s: float = 0.0  # the predicted reload time of this placement, seconds (0: not predicted)
+
+    def decode_tps_at(self, tier: int) -> float | None:
+        """The predicted decode rate of this placement with ``tier`` NPCs generating (None: not evaluated)."""
+        return dict(self.tier_decode_tps).get(tier)
 
 
 def placement_uses_gpu(placement: Placement) -> bool:
@@ -76,6 +94,9 @@ class Planner(Protocol):
     def released_to(self, target_mib: int) -> PlanOutcome: ...  # the interim placement of a shrink
     def model_file_mib(self) -> float: ...
     def dry_run_child_mib(self) -> int: ...  # VRAM of one dry-run child; 0: none (no GPU)
+    def batch_tiers(self) -> tuple[int, ...]: ...  # the tiers ``plan_tier`` plans (``tiers_for(n_seq_max)``; (): none)
+    def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
+    def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
 
 
 class PlacementPlanner:
@@ -109,6 +130,7 @@ class PlacementPlanner:
         self._objective: Objective = objective
         self._profile_cache: Any = None
         self._plans: dict[int, PlanOutcome] = {}  # budget -> the planner's outcome (see ``plan``)
+        self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}  # budget -> tier -> outcome (see ``plan_tier``)
 
     @property
     def base(self) -> Placement:
@@ -181,6 +203,86 @@ class PlacementPlanner:
         """The budgets planned so far and their outcomes (a copy: planning in the background adds to it)."""
         return dict(self._plans)
 
+    def batch_tiers(self) -> tuple[int, ...]:
+        """The batch tiers of the context (``planner.tiers.tiers_for(n_seq_max)``); none with one slot."""
+        from igi_sdk.planner.tiers import tiers_for
+
+        n_seq_max = self._base.n_seq_max
+        return tiers_for(n_seq_max) if n_seq_max > 1 else ()
+
+    def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
+        """The best placement under ``budget_mib`` with ``tier`` NPCs generating (``Workload.generating``), labelled with
+        the tier, with its decode rate at every tier and its reload time (``PlanOutcome.tier_decode_tps``,
+        ``reload_s``). The top tier's placement is the default plan's (``plan``: the same workload). Remembered like
+        ``plan`` (``tier_plans``).
+
+        A budget ``plan`` does not remember (below the CUDA reserve, or the planner failed) is CPU-only at every tier:
+        that outcome, labelled, without rates (never switched to), not remembered; so is the default plan, labelled,
+        when the tier's own planning fails.
+
+        Raises:
+            DryRunDeferred: ``dry_run_slots == 0`` and the plan needs a dry run that is not cached yet.
+            ValueError: ``tier`` is not one of ``batch_tiers``.
+        """
+        from igi_sdk.engine.dry_run import DryRunDeferred
+        from igi_sdk.engine.dry_run import dry_run_slots as limit_dry_runs
+
+        tiers = self.batch_tiers()
+        if tier not in tiers:
+            raise ValueError(f"tier {tier} is not one of this context's tiers {tiers}")
+        known = self._tier_plans.get(budget_mib, {}).get(tier)
+        if known is not None:
+            return known
+        default = self.plan(budget_mib, dry_run_slots=dry_run_slots)
+        if budget_mib not in self._plans:
+            return dataclasses.replace(default, tier=tier)
+        outcome = default
+        if tier != max(tiers):
+            try:
+                with limit_dry_runs(dry_run_slots):
+                    outcome = self._planned(budget_mib, generating=tier)
+            except DryRunDeferred:
+                raise
+            except Exception as exc:  # the default plan stays the one a switch can use: never risk an OOM
+                log_event(_log, logging.WARNING, "planner_unavailable", error=f"{type(exc).__name__}: {exc}", tier=tier)
+                return dataclasses.replace(default, tier=tier)
+        outcome = self._with_tier_rates(outcome, tier)
+        self._tier_plans.setdefault(budget_mib, {})[tier] = outcome
+        return outcome
+
+    def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]:
+        """The tiers planned so far at ``budget_mib`` and their outcomes (a copy: planning in the background adds to it)."""
+        return dict(self._tier_plans.get(budget_mib, {}))
+
+    def _with_tier_rates(self, outcome: PlanOutcome, tier: int) -> PlanOutcome:
+        """``outcome`` labelled with ``tier``, with its placement's predicted decode rate at every tier and its reload
+        time (the cost model's ``evaluate_placement``: no dry run); without them when the placement cannot be
+        evaluated (then never switched to)."""
+        from igi_sdk.engine.gguf_table import read_tensor_table
+        from igi_sdk.planner import evaluate_placement
+
+        labelled = dataclasses.replace(outcome, tier=tier)
+        try:
+            table = read_tensor_table(self._model_path)  # parsed once per file and kept
+            rates: list[tuple[int, float]] = []
+            reload_s = 0.0
+            for t in self.batch_tiers():
+                evaluated = evaluate_placement(
+                    table,
+                    outcome.placement,
+                    outcome.budget_mib,
+                    self._workload(t),
+                    self._profile(),
+                    None,
+                    self._options(),
+                )
+                rates.append((t, float(evaluated.prediction.decode_tps)))
+                reload_s = float(evaluated.prediction.reload_s)
+        except Exception as exc:  # noqa: BLE001  (no rates: the tier is never switched to)
+            log_event(_log, logging.WARNING, "tier_rates_unavailable", error=f"{type(exc).__name__}: {exc}", tier=tier)
+            return labelled
+        return dataclasses.replace(labelled, tier_decode_tps=tuple(rates), reload_s=reload_s)
+
     def released_to(self, target_mib: int) -> PlanOutcome:
         """The placement a shrink to ``target_mib`` puts in force before its own plan exists: that of the largest
         planned budget whose placement fits the target (``policy.budget_ladder.interim_budget``), else CPU-only;
@@ -226,26 +328,38 @@ class PlacementPlanner:
             self._profile_cache = load_or_create_profile(quick=True)
         return self._profile_cache
 
-    def _planned(self, budget_mib: int) -> PlanOutcome:
-        from igi_sdk.planner import PlannerOptions, Workload
-        from igi_sdk.profiler.planning import plan_file
+    def _workload(self, generating: int | None = None) -> Any:
+        """The workload the plans are made for (``generating``: the batch tier; None: every slot generating)."""
+        from igi_sdk.planner import Workload
 
         base = self._base
         n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
-        workload = Workload(
+        return Workload(
             prompt_tokens=min(self._prompt_tokens_hint, n_ctx_seq),
             reply_tokens=self._reply_tokens_hint,
             parallel=base.n_seq_max,
+            generating=generating,
             n_ctx=base.n_ctx,
             reloads_per_request=self._reloads_per_request,
         )
-        options = PlannerOptions(
+
+    def _options(self) -> Any:
+        from igi_sdk.planner import PlannerOptions
+
+        base = self._base
+        return PlannerOptions(
             objective=self._objective,
             n_threads=base.n_threads,
             type_k=base.type_k,
             type_v=base.type_v,
             flash_attn=base.flash_attn,
         )
+
+    def _planned(self, budget_mib: int, generating: int | None = None) -> PlanOutcome:
+        from igi_sdk.profiler.planning import plan_file
+
+        base = self._base
+        workload, options = self._workload(generating), self._options()
         result, warnings = plan_file(self._model_path, budget_mib, workload, self._profile(), options)
         for w in warnings:
             log_event(_log, logging.WARNING, "plan_warning", warning=w)

@@ -282,3 +282,23 @@ def test_a_change_to_a_planned_budget_does_not_wait_for_a_ladder_budget(monkeypa
     rig.planner.gate.set()
     rig.settle()
     assert len(rig.reloads()) == 1  # the ladder plan finished: nothing applied for it
+
+
+def test_the_batch_tiers_are_planned_ahead_after_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the ladder is planned, the batch tiers at the budget in force, then at the declared levels, the same way:
+    one at a time in the background, with the dry-run children the VRAM under the budget in force holds; the top tier
+    (the default plan's placement) first. Nothing is applied: a tier switch only uses what is planned here."""
+    rig = Rig(monkeypatch, cached={4096}, used_mib=1000.0)
+    rig.planner.tiers = (1, 4)
+    rig.planner.cached_tiers = set()  # every tier plan needs a dry run
+    _serving(monkeypatch)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 4096, levels_mib=[2048])
+    _plan_ahead_until_done(rig)
+    slots = (4096 - 1000 - 256) // CHILD_MIB
+    assert [budget for budget, _ in rig.planner.calls] == [2048, 3072, 1024]  # the ladder first
+    assert rig.planner.tier_calls == [(4096, 4, slots), (4096, 1, slots), (2048, 4, slots), (2048, 1, slots)]
+    assert set(rig.planner.tier_plans(4096)) == {1, 4} and rig.planner.threads == {"igi-budget-plan"}
+    assert len(rig.reloads()) == 0 and rig.budget.current.tier is None
+    # planned once: later ticks plan nothing more
+    rig.budget.tick()
+    assert len(rig.planner.tier_calls) == 4 and rig.budget._plans.pending is None

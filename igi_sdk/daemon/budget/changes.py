@@ -79,6 +79,8 @@ class Planning:
     newer: tuple[int, bool] | None = None  # (target, reclaiming) of a decision that arrived meanwhile
     #: A budget of the ladder planned ahead (no change waits for it unless ``newer`` or ``waiters`` joined).
     ahead: bool = False
+    #: The batch tier planned ahead at ``target_mib`` (``Planner.plan_tier``; None: the budget's default plan).
+    tier: int | None = None
 
     @property
     def for_change(self) -> bool:

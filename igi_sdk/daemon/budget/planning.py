@@ -18,7 +18,9 @@ made in the I/O loop; one that needs new dry runs (seconds) is made in a backgro
 **Ahead of time.** While no change is under way, the budgets of the ladder (``policy.budget_ladder``: the levels the
 game declared, and every 1024 MiB up to the model's all-GPU size) are planned in the background one at a time, with
 the dry-run children the VRAM under the budget in force holds (none fit: only what the disk cache already holds, such as
-``igi prepare`` leaves). Their outcomes stay in the planner's memory, where the release-first rule finds them.
+``igi prepare`` leaves). Their outcomes stay in the planner's memory, where the release-first rule finds them. Then,
+the same way, the batch tiers (``Planner.plan_tier``) at the budget in force and at the declared levels: a tier
+switch (``BudgetControl``, ``policy.batch_tier``) only uses a tier plan made here, never plans one itself.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from igi_sdk.daemon.budget import vram
-from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, same_plan
+from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, run_in_background, same_plan
 from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.engine.dry_run import DryRunDeferred
@@ -60,9 +62,10 @@ class BudgetPlanning:
         self.pending: Planning | None = None
         #: The budget levels the game declared (``set_budget_request.levels_mib``).
         self.declared_mib: tuple[int, ...] = ()
-        #: Ladder budgets still to plan ahead, in order, and the (budget in force, levels) they were ordered for.
-        self._ahead: list[int] = []
-        self._ahead_for: tuple[int, tuple[int, ...]] | None = None
+        #: What is still to plan ahead, in order: (budget, None) for a ladder budget's default plan, (budget, tier) for
+        #: a batch tier; and the (planner, budget in force, levels) it was ordered for.
+        self._ahead: list[tuple[int, int | None]] = []
+        self._ahead_for: tuple[Planner, int, tuple[int, ...]] | None = None
 
     @property
     def changing(self) -> bool:
@@ -151,6 +154,7 @@ class BudgetPlanning:
                 "budget_planned_ahead",
                 target_mib=planning.target_mib,
                 ok=planning.result.outcome is not None,
+                **({} if planning.tier is None else {"tier": planning.tier}),
                 **({} if error is None else {"reason": f"{type(error).__name__}: {error}"}),
             )
             return None
@@ -165,28 +169,56 @@ class BudgetPlanning:
         return Apply(outcome, planning.waiters)
 
     def plan_ahead(self, planner: Planner, current: PlanOutcome, in_force_mib: int) -> None:
-        """Start planning the next ladder budget not planned yet, in the background, with the dry-run children the
-        VRAM under ``in_force_mib`` holds beside the worker (call it only while no change is under way). Nothing
-        without a GPU (every budget is the CPU-only placement there)."""
+        """Start planning the next ladder budget not planned yet, then the next batch tier (the budget in force's,
+        then the declared levels'), in the background, with the dry-run children the VRAM under ``in_force_mib`` holds
+        beside the worker (call it only while no change is under way). Nothing without a GPU (every budget is the
+        CPU-only placement there, at every tier)."""
         child_mib = planner.dry_run_child_mib()
         if self.pending is not None or child_mib <= 0:
             return
-        if self._ahead_for != (in_force_mib, self.declared_mib):
+        if self._ahead_for != (planner, in_force_mib, self.declared_mib):
             ladder = ladder_budgets(planner.model_file_mib(), declared_mib=self.declared_mib)
-            self._ahead = list(plan_order(ladder, in_force_mib, self.declared_mib))
-            self._ahead_for = (in_force_mib, self.declared_mib)
-        if not self._ahead:  # every tick once the ladder is planned: nothing more to read
+            self._ahead = [(budget, None) for budget in plan_order(ladder, in_force_mib, self.declared_mib)]
+            self._ahead += tiers_ahead(planner.batch_tiers(), in_force_mib, self.declared_mib)
+            self._ahead_for = (planner, in_force_mib, self.declared_mib)
+        if not self._ahead:  # every tick once the ladder and the tiers are planned: nothing more to read
             return
-        planned = planner.planned()
-        while self._ahead and self._ahead[0] in planned:
+        while self._ahead and self._done_ahead(planner, *self._ahead[0]):
             self._ahead.pop(0)
         if not self._ahead:
             return
-        budget = self._ahead.pop(0)
+        budget, tier = self._ahead.pop(0)
         slots = dry_run_slots_for(in_force_mib - self._used_mib(current), child_mib) or 0
-        self.pending = Planning(budget, [], plan_in_background(planner.plan, budget, slots), ahead=True)
+        if tier is None:
+            result = plan_in_background(planner.plan, budget, slots)
+        else:
+            result = run_in_background(lambda: planner.plan_tier(budget, tier, dry_run_slots=slots), "igi-budget-plan")
+        self.pending = Planning(budget, [], result, ahead=True, tier=tier)
+
+    @staticmethod
+    def _done_ahead(planner: Planner, budget_mib: int, tier: int | None) -> bool:
+        """Whether ``planner`` has planned ``budget_mib`` (at ``tier``) already."""
+        if tier is None:
+            return budget_mib in planner.planned()
+        return tier in planner.tier_plans(budget_mib)
 
     def _used_mib(self, current: PlanOutcome) -> float:
         """The worker's VRAM now: NVML's reading of its process, else the plan in force's prediction."""
         measured = vram.measure_vram_mib(self._core.worker.pid)
         return measured if measured is not None else float(current.plan.gpu_mib)
+
+
+def tiers_ahead(tiers: Sequence[int], in_force_mib: int, declared_mib: Sequence[int]) -> list[tuple[int, int]]:
+    """The batch tiers to plan ahead, in order, as (budget, tier): at the budget in force, then at each declared level
+    (descending), each budget's top tier first (the default plan's placement: no new search, only its rates at every
+    tier), then the others from the smallest. None with fewer than two tiers (one slot) and at budget 0 (CPU-only).
+
+    Example:
+        >>> tiers_ahead((1, 4, 16), 4096, (2048, 0))
+        [(4096, 16), (4096, 1), (4096, 4), (2048, 16), (2048, 1), (2048, 4)]
+    """
+    if len(tiers) < 2:
+        return []
+    order = [max(tiers), *sorted(t for t in tiers if t != max(tiers))]
+    budgets = [in_force_mib, *sorted({b for b in declared_mib if b != in_force_mib}, reverse=True)]
+    return [(budget, tier) for budget in budgets if budget > 0 for tier in order]

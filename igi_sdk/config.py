@@ -191,6 +191,12 @@ class BudgetSettings(_Section):
     min_grow_interval_s: float = Field(
         default=10.0, ge=0, description="at most one growth reload per this interval, seconds"
     )
+    tier_down_stable_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="the NPCs generating must need a smaller batch tier this long before the daemon switches down to "
+        "it (a switch up is made at once), seconds",
+    )
 
 
 class LogSettings(_Section):

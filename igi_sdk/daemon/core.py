@@ -291,6 +291,16 @@ class DaemonCore:
         if session is not None and session.job_id == job.job_id and len(session.turns) == history:
             session.forget_oldest(n)
 
+    def generating_tokens_left(self) -> list[int]:
+        """For each generation the daemon knows (running in the worker, queued for a slot, or waiting for a worker), the
+        tokens it may still produce: its ``max_tokens`` less those streamed (an upper bound: a reply may stop sooner).
+        Generations being cancelled are left out. What the batch-tier switch counts (``policy.batch_tier``)."""
+        return [
+            max(0, (job.request_command or job.command).max_tokens - job.n_tokens_sent)
+            for job in self.jobs.values()
+            if not job.cancel_requested
+        ]
+
     def queue_depth(self) -> int:
         """Generate requests beyond the context's ``n_seq_max`` sequence slots: the ones that must wait for a slot.
 

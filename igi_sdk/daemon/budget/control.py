@@ -25,6 +25,14 @@ CPU-only placement in force.
 
 **A model switch.** ``replace_model`` plans the budget's target for the new model (or the load's own budget) and
 re-plans a change that waited for a worker.
+
+**Batch tiers.** As NPCs join and leave, ``tick`` asks ``policy.batch_tier`` whether the NPCs generating are worth
+another batch tier's plan at the budget in force (a step up when it pays, a step down after ``tier_down_stable_s``),
+and applies that plan through the same reload as a budget change, with no request to acknowledge: the worker pauses at
+a token boundary, saves its sequences, reloads and restores them, so every conversation goes on. Only plans made
+ahead (``BudgetPlanning.plan_ahead``) are used, never during a budget change, never one that needs a worker
+replacement. A budget change applies the plan of the tier the NPCs generating need at its budget when that was
+planned, else the budget's default plan. Every tier's plan is under the same budget.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
+from igi_sdk.policy import batch_tier
+from igi_sdk.policy.batch_tier import TierCandidate, TierPolicyConfig, TierState, needed_tier
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
 
 __all__ = ["BudgetControl"]
@@ -74,6 +84,8 @@ class BudgetControl:
         self._inflight: PendingReload | None = None
         self._queued: PendingReload | None = None
         self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
+        self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
+        self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(
@@ -99,7 +111,8 @@ class BudgetControl:
 
     def tick(self) -> None:
         """Apply a finished background plan, and a deferred growth once it is stable; with nothing under way and the
-        worker serving, plan the next budget of the ladder ahead (every loop iteration)."""
+        worker serving, plan the next budget of the ladder (or batch tier) ahead; switch batch tiers when the NPCs
+        generating are worth it (every loop iteration)."""
         self._do(self._plans.finished(self._planner, self._current))
         if self.state.deferred_mib is not None:
             decision = poll(self.state, self._core.clock(), self._config)
@@ -108,6 +121,7 @@ class BudgetControl:
                 self._act(decision, None)
         if not self.under_way and self._lifecycle.state is WorkerState.READY:
             self._plans.plan_ahead(self._planner, self._current, self.state.in_force_mib)
+        self._switch_tier()
 
     @property
     def reloading(self) -> bool:
@@ -281,7 +295,10 @@ class BudgetControl:
         self._begin(decision.target_mib, reclaiming, waiters)
 
     def _apply(self, outcome: PlanOutcome, waiters: list[Waiter], replan_mib: int | None = None) -> None:
-        """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes."""
+        """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes. A budget's
+        default plan gives way to its plan for the NPCs generating, when that tier was planned (``_for_generating``)."""
+        if replan_mib is None:
+            outcome = self._for_generating(outcome)
         same = same_plan(outcome, self.current) and not self._core.settings.engine.always_reload
         if same and replan_mib is None and self._inflight is None and self._queued is None:
             self._put_in_force(outcome)
@@ -330,6 +347,81 @@ class BudgetControl:
     ) -> None:
         ack = budget_ack(waiter, outcome, applied, measured, self._core.clock(), interim=interim)
         self._core.send(waiter.identity, ack, waiter.header)
+
+    # --- batch tiers ---------------------------------------------------------------------------------------------
+    def _switch_tier(self) -> None:
+        """Switch to another batch tier's plan at the budget in force when ``policy.batch_tier`` says the NPCs
+        generating are worth it: through the budget change's reload (``_apply``), with nothing to acknowledge. Only
+        tier plans made before are used (none: nothing happens)."""
+        tiers = self._planner.batch_tiers()
+        if len(tiers) < 2:
+            return
+        current = self._current
+        plans = self._planner.tier_plans(current.budget_mib)
+        if not plans:
+            return
+        tokens_left = self._core.generating_tokens_left()
+        in_force = current.tier if current.tier in tiers else max(tiers)  # None: the default plan, every slot
+        changing = self.under_way or self._lifecycle.state is not WorkerState.READY
+        needed = needed_tier(len(tokens_left), tiers)
+        candidates = {} if needed == in_force else self._tier_candidates(plans, current)
+        now_s = self._core.clock()
+        decision = batch_tier.decide(
+            self._tier_state, tokens_left, in_force, tiers, candidates, now_s, self._tier_config, changing
+        )
+        self._tier_state = decision.state
+        if decision.action == "stay":
+            return
+        target = plans[decision.target_tier]
+        self._core.counters["batch_tier_switches"] += 1
+        self._core.log(
+            logging.INFO,
+            "batch_tier_switch",
+            from_tier=in_force,
+            to_tier=decision.target_tier,
+            direction=decision.action,
+            generating=len(tokens_left),
+            saving_s=None if decision.saving_s is None else round(decision.saving_s, 3),
+            budget_mib=target.budget_mib,
+            strategy=target.plan.strategy,
+        )
+        self._apply(target, [])
+
+    def _tier_candidates(self, plans: dict[int, PlanOutcome], current: PlanOutcome) -> dict[int, TierCandidate]:
+        """The tier plans a switch may go to, with the predictions the rule weighs: the placement in force's decode
+        rate at each tier (kept with it, or with the tier plan that has the same placement: the default plan is the top
+        tier's) and each plan's own. Left out: plans without predictions, plans of the placement in force, and plans a
+        worker could not reload to in place (a replacement costs a process start the predictions do not hold)."""
+        rates = current.tier_decode_tps
+        if not rates:
+            rates = next((p.tier_decode_tps for p in plans.values() if same_plan(p, current)), ())
+        current_at = dict(rates)
+        candidates: dict[int, TierCandidate] = {}
+        for tier, plan in plans.items():
+            target_tps, now_tps = plan.decode_tps_at(tier), current_at.get(tier)
+            if target_tps is None or now_tps is None or target_tps <= 0 or now_tps <= 0:
+                continue
+            if same_plan(plan, current) or self._lifecycle.needs_new_process(plan.placement):
+                continue
+            candidates[tier] = TierCandidate(
+                tier=tier, current_decode_tps=now_tps, target_decode_tps=target_tps, reload_s=plan.reload_s
+            )
+        return candidates
+
+    def _for_generating(self, outcome: PlanOutcome) -> PlanOutcome:
+        """A budget's default plan, or, when NPCs are generating and the tier they need was planned at that budget, that
+        tier's plan (a budget change reloads anyway: it goes to the placement for the NPCs generating now). A plan that
+        would move the worker across the GPU / CPU-only line where the default does not is not taken."""
+        if outcome.tier is not None:
+            return outcome
+        tiers = self._planner.batch_tiers()
+        n_generating = len(self._core.generating_tokens_left())
+        if len(tiers) < 2 or n_generating == 0:
+            return outcome
+        tiered = self._planner.tier_plans(outcome.budget_mib).get(needed_tier(n_generating, tiers))
+        if tiered is None or placement_uses_gpu(tiered.placement) != placement_uses_gpu(outcome.placement):
+            return outcome
+        return tiered
 
     # --- planning ------------------------------------------------------------------------------------------------
     def _begin(self, target_mib: int, reclaiming: bool, waiters: list[Waiter], used_mib: float | None = None) -> None:

@@ -1,0 +1,199 @@
+"""The daemon switches batch tiers as NPCs join and leave (``BudgetControl`` over ``policy.batch_tier``; engine and
+planner seams faked): through the budget change's reload, with nothing to acknowledge, only to tier plans made before,
+never during a budget change, never when the switch does not pay, and down only after the hysteresis."""
+
+from __future__ import annotations
+
+import pytest
+from dispatcher_sim import serving_worker
+from fakes import FakePlanner
+
+from igi_sdk.config import BudgetSettings, DaemonSettings
+from igi_sdk.daemon.budget.control import BudgetControl
+from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.daemon.core import DaemonCore, Job
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.ipc.envelope import new_header
+from igi_sdk.ipc.frames import unpack_message
+from igi_sdk.ipc.messages import BudgetAck
+from igi_sdk.ipc.values import Plan
+from igi_sdk.planner.placement import Placement
+
+KEY = bytes(range(32))
+TIERS = (1, 4)
+STABLE_S = 5.0
+#: each session's decode tokens/s at each tier: tier 1's plan is twice as fast for one NPC, the default's (tier 4)
+#: twice as fast for a crowd; reloads predicted at 1 s
+RATES = {1: ((1, 20.0), (4, 5.0)), 4: ((1, 10.0), (4, 10.0))}
+
+
+def _layers(budget_mib: int, tier: int | None) -> int:
+    """The default plan's layers (the top tier's), two fewer for one NPC: placements that differ per budget and tier."""
+    return budget_mib // 512 - (2 if tier == 1 else 0)
+
+
+def _default(budget_mib: int) -> PlanOutcome:
+    plan = Plan(strategy="default", gpu_mib=0.9 * budget_mib, cpu_mib=100.0)
+    return PlanOutcome(
+        budget_mib, Placement(n_gpu_layers=_layers(budget_mib, None), n_seq_max=4), plan, 0.1, 10.0, False
+    )
+
+
+def _tier(budget_mib: int, tier: int) -> PlanOutcome:
+    plan = Plan(strategy=f"tier {tier}", gpu_mib=0.9 * budget_mib, cpu_mib=100.0)
+    placement = Placement(n_gpu_layers=_layers(budget_mib, tier), n_seq_max=4)
+    tps = dict(RATES[tier])[tier]
+    return PlanOutcome(
+        budget_mib, placement, plan, 0.1, tps, False, tier=tier, tier_decode_tps=RATES[tier], reload_s=1.0
+    )
+
+
+class Rig:
+    """A budget control at 4096 MiB on the default plan, with a worker serving and a clock the test moves."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(WorkerLifecycle, "state", property(lambda self: WorkerState.READY))
+        self.now_s = 100.0
+        self.sent: list[list[bytes]] = []
+        self.worker = serving_worker()
+        settings = DaemonSettings(budget=BudgetSettings(tier_down_stable_s=STABLE_S))
+        self.core = DaemonCore(settings, KEY, lambda _, frames: self.sent.append(frames), self.worker, self.clock)
+        self.planner = FakePlanner(_default, tiers=TIERS, tier_outcome=_tier)
+        self.lifecycle = WorkerLifecycle(self.core)
+        self.budget = BudgetControl(self.core, self.lifecycle, self.planner, self.planner.plan(4096))
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def plan_tiers(self, budget_mib: int = 4096) -> None:
+        """What planning ahead leaves in the planner's memory."""
+        for tier in TIERS:
+            self.planner.plan_tier(budget_mib, tier)
+
+    def npcs(self, *tokens_left: int) -> None:
+        """The generations running now, with the tokens each may still produce."""
+        self.core.jobs.clear()
+        for i, left in enumerate(tokens_left):
+            command = wp.Generate(job_id=f"j{i}", session_id=f"s{i}", messages=(("user", "hi"),), max_tokens=left)
+            job = Job(f"j{i}", b"c", f"s{i}", "hi", command, forwarded=True)
+            self.core.jobs[job.job_id] = job
+
+    def tick(self, advance_s: float = 0.0) -> None:
+        self.now_s += advance_s
+        self.budget.tick()
+
+    def reloads(self) -> list[wp.Reload]:
+        return [c for c in self.worker.commands if isinstance(c, wp.Reload)]
+
+    def finish_reload(self) -> None:
+        reload = self.reloads()[-1]
+        self.budget.on_reloaded(wp.Reloaded(req_id=reload.req_id, ok=True, placement=reload.placement))
+
+    def acks(self) -> list[BudgetAck]:
+        return [m for _, m in (unpack_message(KEY, f) for f in self.sent) if isinstance(m, BudgetAck)]
+
+
+def test_npcs_joining_switch_up_at_once_through_the_reload_and_leaving_down_after_the_hysteresis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(100)  # one NPC: tier 1's plan decodes it twice as fast; 100 steps repay the 1 s reload
+    rig.tick()
+    rig.tick(STABLE_S - 0.1)
+    assert rig.reloads() == []  # the default plan (tier 4) stays for the hysteresis
+    rig.tick(0.1)
+    (down,) = rig.reloads()
+    assert down.placement.n_gpu_layers == _layers(4096, 1)
+    assert rig.budget.reload_running and rig.budget.under_way
+    rig.finish_reload()
+    assert rig.budget.current.tier == 1 and rig.budget.current.budget_mib == rig.budget.state.in_force_mib == 4096
+    assert rig.budget.state.pending_mib is None and not rig.budget.under_way
+
+    rig.npcs(90, 100, 100, 100)  # three more join: the crowd's plan, at once
+    rig.tick(0.1)
+    up = rig.reloads()[-1]
+    assert len(rig.reloads()) == 2 and up.placement.n_gpu_layers == _layers(4096, 4)
+    rig.finish_reload()
+    assert rig.budget.current.tier == 4 and rig.core.counters["batch_tier_switches"] == 2
+    assert rig.acks() == []  # nobody asked: nothing to acknowledge
+
+
+def test_a_crowd_back_within_the_hysteresis_restarts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(200)
+    rig.tick()
+    rig.npcs(200, 200, 200)  # the crowd again before the stretch is over
+    rig.tick(3.0)
+    rig.npcs(200)
+    rig.tick(1.0)
+    rig.tick(STABLE_S - 0.1)
+    assert rig.reloads() == []
+    rig.tick(0.1)
+    assert len(rig.reloads()) == 1
+
+
+def test_no_switch_without_a_plan_made_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.npcs(400)
+    rig.tick()
+    rig.tick(60.0)
+    assert rig.reloads() == [] and rig.planner.tier_calls == []  # nothing planned on the way either
+
+
+def test_no_switch_that_does_not_pay(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(19)  # 19 steps of 0.1 s against 0.05 s save 0.95 s: less than the 1 s reload
+    rig.tick()
+    rig.tick(60.0)
+    assert rig.reloads() == []
+    rig.npcs(21)  # 1.05 s: it pays
+    rig.tick(0.1)
+    assert len(rig.reloads()) == 1
+
+
+def test_no_switch_while_a_budget_change_is_under_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(300)
+    rig.tick()
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    (change,) = rig.reloads()
+    assert change.placement.n_gpu_layers == _layers(2048, None)  # no tier planned at 2048: its default plan
+    rig.tick(STABLE_S + 1.0)
+    assert len(rig.reloads()) == 1  # the change is in flight: no switch beside it
+    rig.finish_reload()
+    assert [a.granted_mib for a in rig.acks()] == [2048]
+    rig.tick(STABLE_S + 1.0)
+    assert len(rig.reloads()) == 1  # and at 2048 no tier was planned: none after it either
+
+
+def test_a_budget_change_applies_its_tier_plan_for_the_npcs_generating(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers(4096)
+    rig.plan_tiers(2048)
+    rig.npcs(300)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    (change,) = rig.reloads()
+    assert change.placement.n_gpu_layers == _layers(2048, 1)  # one NPC: 2048's plan for tier 1
+    rig.finish_reload()
+    (ack,) = rig.acks()
+    assert ack.granted_mib == 2048 and ack.plan.strategy == "tier 1"
+    assert rig.budget.current.tier == 1 and rig.budget.state.in_force_mib == 2048
+    rig.npcs()  # nobody generating: a change takes the budget's default plan
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 4096)
+    rig.tick(10.0)  # the growth waits for grow_stable_s
+    assert rig.reloads()[-1].placement.n_gpu_layers == _layers(4096, None)
+
+
+def test_no_switch_to_a_plan_that_needs_a_worker_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    monkeypatch.setattr(WorkerLifecycle, "needs_new_process", lambda self, placement: True)
+    rig.npcs(400)
+    rig.tick()
+    rig.tick(60.0)
+    assert rig.reloads() == []

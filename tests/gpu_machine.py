@@ -15,6 +15,12 @@ only the budgets in ``PLANNED_MIB`` are planned before (any other raises ``DryRu
 planned in the background, with 600 MiB dry-run children counted against the budget). With no NVML the daemon reads
 the worker's VRAM from the plan in force, so a shrink to a budget not planned before releases first (docs/daemon.md,
 "Release first").
+
+``LAUNCH_TIERS`` is the same machine with batch tiers (docs/batching.md, "Batch tiers in the daemon"): every budget is
+planned before (no dry run), a budget of ``GPU_MIB`` and more gets the GPU placement ``n_gpu_layers = budget // 256`` as
+its default plan, which is also its top tier's, and two layers fewer for each lower tier; the predictions make the lower
+tiers' plans 4x as fast for one NPC and half as fast for a crowd as the default's, with a 0.05 s reload, so a switch
+pays after a few tokens. The daemon plans the tiers ahead as on a GPU machine (600 MiB dry-run children, none needed).
 """
 
 from __future__ import annotations
@@ -80,3 +86,39 @@ def planner(settings, model_path, vision=None):
         file_mib=real.model_file_mib(),
     )
 """)
+
+LAUNCH_TIERS = _launch(
+    """
+import dataclasses
+
+
+def planner(settings, model_path, vision=None):
+    real = placement_plan.daemon_planner(settings, model_path, vision)
+    tiers = real.batch_tiers()
+
+    def outcome(budget_mib):
+        if budget_mib < GPU_MIB:
+            return real.cpu_only(budget_mib)
+        placement = real.base.with_(n_gpu_layers=budget_mib // 256)
+        plan = Plan(strategy="partial", gpu_mib=0.9 * budget_mib, cpu_mib=1.0, summary=f"planned for {budget_mib} MiB")
+        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
+
+    def tier_outcome(budget_mib, tier):
+        default = outcome(budget_mib)
+        if default.cpu_fallback:
+            return dataclasses.replace(default, tier=tier)
+        top = tier == max(tiers)
+        layers = default.placement.n_gpu_layers - (0 if top else 2)
+        rates = tuple((t, 10.0 if top else (40.0 if t == 1 else 5.0)) for t in tiers)
+        plan = default.plan.model_copy(update={"strategy": f"tier {tier}", "summary": f"tier {tier} of {budget_mib} MiB"})
+        return dataclasses.replace(
+            default, placement=default.placement.with_(n_gpu_layers=layers), plan=plan, tier=tier,
+            tier_decode_tps=rates, reload_s=0.05,
+        )
+
+    return FakePlanner(
+        outcome, cpu=real.cpu_only, base=real.base, child_mib=600, file_mib=real.model_file_mib(), tiers=tiers,
+        tier_outcome=tier_outcome,
+    )
+""".replace("GPU_MIB", str(GPU_MIB))
+)

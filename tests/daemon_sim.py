@@ -11,15 +11,16 @@ daemon_actions.py).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fakes import FakePlanner, FakeWorker, worker_config
+from fakes import FakePlanner, FakeWorker, cpu_outcome, worker_config
 
-from igi_sdk.config import DaemonSettings, EngineSettings
-from igi_sdk.daemon.budget.planner import Planner
+from igi_sdk.config import BudgetSettings, DaemonSettings, EngineSettings
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.service import DaemonService
 from igi_sdk.daemon.worker.lifecycle import TRANSITIONS, IllegalMove, Move, WorkerState
@@ -70,6 +71,9 @@ class Daemon:
         planner: the served model's planner (default: a CPU-only ``FakePlanner``).
         budget_mib: the budget the daemon starts with (its plan is what the first worker loads).
         gpu: the machine has a GPU (a worker whose placement needs none starts with CUDA hidden; ``WorkerLifecycle``).
+        tiers: the served model's planner has batch tiers 1 and 4 planned at every budget the actions ask for
+            (``tiered_planner``), and the daemon steps down without a hysteresis: a tier switch whenever one NPC with
+            tokens left, or two and more, generate.
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class Daemon:
         planner: Planner | None = None,
         budget_mib: int = 0,
         gpu: bool = False,
+        tiers: bool = False,
     ) -> None:
         self.sent: list[list[bytes]] = []
         self.worker = FakeWorker() if worker is None else worker
@@ -87,13 +92,14 @@ class Daemon:
             always_reload=True, session_dir=WORKDIR / "sessions", max_worker_restarts=max_worker_restarts
         )
         self.core = DaemonCore(
-            DaemonSettings(engine=engine),
+            DaemonSettings(engine=engine, budget=BudgetSettings(tier_down_stable_s=0.0 if tiers else 10.0)),
             KEY,
             lambda identity, frames: self.sent.append(frames),
             self.worker,
             clock=lambda: 100.0,
         )
-        planner = FakePlanner() if planner is None else planner
+        if planner is None:
+            planner = tiered_planner() if tiers else FakePlanner()
         self.service = DaemonService(
             self.core,
             planner,
@@ -198,10 +204,29 @@ def check_one_budget(daemon: Daemon) -> None:
     assert budget.state.pending_mib is None or budget.under_way or daemon.service.stopped
 
 
-def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000) -> Daemon:
+def tiered_planner(budgets_mib: tuple[int, ...] = (0, 512, 4096)) -> FakePlanner:
+    """A ``FakePlanner`` with batch tiers 1 and 4 planned at ``budgets_mib`` (what planning ahead leaves): tier 4 is
+    the default plan (``Placement()``), tier 1 another placement, predicted 4x as fast for one NPC and half as fast for
+    four, reloads free: every switch the rule considers pays."""
+
+    def tier_outcome(budget_mib: int, tier: int) -> PlanOutcome:
+        rates = ((1, 40.0), (4, 5.0)) if tier == 1 else ((1, 10.0), (4, 10.0))
+        placement = Placement(n_gpu_layers=1) if tier == 1 else Placement()
+        return dataclasses.replace(cpu_outcome(budget_mib), placement=placement, tier=tier, tier_decode_tps=rates)
+
+    planner = FakePlanner(tiers=(1, 4), tier_outcome=tier_outcome)
+    for budget_mib in budgets_mib:
+        for tier in planner.tiers:
+            planner.plan_tier(budget_mib, tier)
+    return planner
+
+
+def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000, tiers: bool = False) -> Daemon:
     """Drive a fresh daemon through ``actions`` (tuples like ``("generate", session, max_tokens)``; the property
-    tests draw them from ``tests/property/daemon_actions.ACTIONS``), then let everything finish."""
-    daemon = Daemon(max_worker_restarts)
+    tests draw them from ``tests/property/daemon_actions.ACTIONS``), then let everything finish. ``tiers``: see
+    :class:`Daemon`."""
+    # the worker replacement properties put a Daemon of their own here, which takes max_worker_restarts only
+    daemon = Daemon(max_worker_restarts, tiers=True) if tiers else Daemon(max_worker_restarts)
     sessions: list[str] = []
     generations: list[str] = []
     stopped = False  # after shutdown the server loop reads no worker event; requests meet the drain

@@ -21,3 +21,11 @@ ACTIONS = st.one_of(
     st.tuples(st.just("step"), st.integers(1, 6)),
     st.tuples(st.just("kill")),
 )
+
+#: Sessions, generations and steps only: mixed with ``ACTIONS`` (``st.one_of(CROWD, ACTIONS)``), half of the actions make
+#: NPCs join and leave (the batch-tier switches' property)
+CROWD = st.one_of(
+    st.tuples(st.just("create")),
+    st.tuples(st.just("generate"), st.integers(0, 3), st.integers(1, 4)),
+    st.tuples(st.just("step"), st.integers(1, 6)),
+)

@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from igi_sdk.files import read_regular_file
-from igi_sdk.planner.placement import MAX_N_CTX
+from igi_sdk.planner.placement import MAX_N_CTX, Placement
 from igi_sdk.policy.governor_params import GovernorParams
 
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
@@ -176,6 +176,13 @@ class EngineSettings(_Section):
     session_dir: Path | None = Field(
         default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"
     )
+
+    def base_placement(self) -> Placement:
+        """The placement fields the daemon never changes with the budget (context, sequences, threads): the base every
+        plan of its model starts from (``daemon.budget.planner.daemon_planner``, ``igi bench --daemon-workload``)."""
+        return Placement(
+            n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_threads=self.n_threads, n_threads_batch=self.n_threads
+        )
 
 
 class BudgetSettings(_Section):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from igi_sdk.planner.ggml_types import is_known_type, is_quantized
-from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH
+from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH, Placement
 
 Objective = Literal["e2e", "ttft", "tps"]
 """e2e: minimise TTFT + reply/TPS (default); ttft: minimise TTFT first; tps: maximise decode TPS first."""
@@ -94,3 +94,45 @@ class PlannerOptions(BaseModel):
                 "without flash attention (flash_attn=True, or an f16 / bf16 / f32 type_v)"
             )
         return self
+
+
+DAEMON_PROMPT_TOKENS_HINT = 512
+"""Prompt tokens the daemon plans a request for (at most one session's share of the context)."""
+DAEMON_REPLY_TOKENS_HINT = 128
+"""Reply tokens the daemon plans a request for."""
+DAEMON_RELOADS_PER_REQUEST = 0.05
+"""Budget changes (model reloads) the daemon expects per request: one in 20, so a placement's load time counts."""
+
+
+def daemon_planning(
+    base: Placement,
+    objective: Objective = "e2e",
+    *,
+    prompt_tokens_hint: int = DAEMON_PROMPT_TOKENS_HINT,
+    reply_tokens_hint: int = DAEMON_REPLY_TOKENS_HINT,
+    reloads_per_request: float = DAEMON_RELOADS_PER_REQUEST,
+) -> tuple[Workload, PlannerOptions]:
+    """The workload and options the daemon plans a model under, from its base placement (the fields that never change
+    with the budget: ``n_ctx``, ``n_seq_max``, threads, KV types, flash attention) and its objective.
+
+    ``n_seq_max`` sessions share ``n_ctx`` (each gets ``n_ctx // n_seq_max`` tokens, as llama.cpp splits it), a
+    prompt is the hint capped at that share, a decode step batches one token per session, and reloads count. The
+    daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
+    the bench plans what the daemon plans.
+    """
+    n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
+    workload = Workload(
+        prompt_tokens=min(prompt_tokens_hint, n_ctx_seq),
+        reply_tokens=reply_tokens_hint,
+        parallel=base.n_seq_max,
+        n_ctx=base.n_ctx,
+        reloads_per_request=reloads_per_request,
+    )
+    options = PlannerOptions(
+        objective=objective,
+        n_threads=base.n_threads,
+        type_k=base.type_k,
+        type_v=base.type_v,
+        flash_attn=base.flash_attn,
+    )
+    return workload, options

@@ -28,8 +28,17 @@ from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.profile import Profile
 from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
-from igi_sdk.planner.workload import Objective
+from igi_sdk.planner.workload import (
+    DAEMON_PROMPT_TOKENS_HINT,
+    DAEMON_RELOADS_PER_REQUEST,
+    DAEMON_REPLY_TOKENS_HINT,
+    Objective,
+    PlannerOptions,
+    Workload,
+    daemon_planning,
+)
 from igi_sdk.policy.budget_ladder import interim_budget
 
 _log = get_logger("placement")
@@ -107,6 +116,7 @@ class PlacementPlanner:
         base: the placement fields that never change with the budget (n_ctx, threads, flash_attn, ...).
         objective: what the placement is chosen for (``PlannerOptions.objective``; ``engine.plan_objective``).
         vision: the shape of the vision projector served beside the model (None: none).
+        profile: the machine profile to plan with (None: this machine's, loaded or measured on first use).
     """
 
     def __init__(
@@ -114,11 +124,12 @@ class PlacementPlanner:
         model_path: Path,
         base: Placement,
         *,
-        prompt_tokens_hint: int = 512,
-        reply_tokens_hint: int = 128,
-        reloads_per_request: float = 0.05,
+        prompt_tokens_hint: int = DAEMON_PROMPT_TOKENS_HINT,
+        reply_tokens_hint: int = DAEMON_REPLY_TOKENS_HINT,
+        reloads_per_request: float = DAEMON_RELOADS_PER_REQUEST,
         objective: Objective = "e2e",
         vision: VisionShape | None = None,
+        profile: Profile | None = None,
     ) -> None:
         self._model_path = model_path
         self._base = base
@@ -128,7 +139,7 @@ class PlacementPlanner:
         self._reply_tokens_hint = reply_tokens_hint
         self._reloads_per_request = reloads_per_request
         self._objective: Objective = objective
-        self._profile_cache: Any = None
+        self._profile_cache: Any = profile
         self._plans: dict[int, PlanOutcome] = {}  # budget -> the planner's outcome (see ``plan``)
         self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}  # budget -> tier -> outcome (see ``plan_tier``)
 
@@ -267,14 +278,9 @@ class PlacementPlanner:
             rates: list[tuple[int, float]] = []
             reload_s = 0.0
             for t in self.batch_tiers():
+                workload, options = self._planning(t)
                 evaluated = evaluate_placement(
-                    table,
-                    outcome.placement,
-                    outcome.budget_mib,
-                    self._workload(t),
-                    self._profile(),
-                    None,
-                    self._options(),
+                    table, outcome.placement, outcome.budget_mib, workload, self._profile(), None, options
                 )
                 rates.append((t, float(evaluated.prediction.decode_tps)))
                 reload_s = float(evaluated.prediction.reload_s)
@@ -328,38 +334,23 @@ class PlacementPlanner:
             self._profile_cache = load_or_create_profile(quick=True)
         return self._profile_cache
 
-    def _workload(self, generating: int | None = None) -> Any:
-        """The workload the plans are made for (``generating``: the batch tier; None: every slot generating)."""
-        from igi_sdk.planner import Workload
-
-        base = self._base
-        n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
-        return Workload(
-            prompt_tokens=min(self._prompt_tokens_hint, n_ctx_seq),
-            reply_tokens=self._reply_tokens_hint,
-            parallel=base.n_seq_max,
-            generating=generating,
-            n_ctx=base.n_ctx,
+    def _planning(self, generating: int | None = None) -> tuple[Workload, PlannerOptions]:
+        """The workload and options the plans are made for (``daemon_planning``; ``generating``: the batch tier,
+        None: every slot generating)."""
+        workload, options = daemon_planning(
+            self._base,
+            self._objective,
+            prompt_tokens_hint=self._prompt_tokens_hint,
+            reply_tokens_hint=self._reply_tokens_hint,
             reloads_per_request=self._reloads_per_request,
         )
-
-    def _options(self) -> Any:
-        from igi_sdk.planner import PlannerOptions
-
-        base = self._base
-        return PlannerOptions(
-            objective=self._objective,
-            n_threads=base.n_threads,
-            type_k=base.type_k,
-            type_v=base.type_v,
-            flash_attn=base.flash_attn,
-        )
+        return workload.model_copy(update={"generating": generating}), options
 
     def _planned(self, budget_mib: int, generating: int | None = None) -> PlanOutcome:
         from igi_sdk.profiler.planning import plan_file
 
         base = self._base
-        workload, options = self._workload(generating), self._options()
+        workload, options = self._planning(generating)
         result, warnings = plan_file(self._model_path, budget_mib, workload, self._profile(), options)
         for w in warnings:
             log_event(_log, logging.WARNING, "plan_warning", warning=w)
@@ -399,12 +390,13 @@ class PlacementPlanner:
         )
 
 
-def daemon_planner(settings: DaemonSettings, model_path: Path, vision: VisionShape | None = None) -> PlacementPlanner:
+def daemon_planner(
+    settings: DaemonSettings, model_path: Path, vision: VisionShape | None = None, *, profile: Profile | None = None
+) -> PlacementPlanner:
     """The planner the daemon serves ``model_path`` with under ``settings`` (its base placement: context, sequences,
     threads; its objective). ``igi prepare`` builds the same one, so that the plans it leaves on disk are the
-    daemon's."""
+    daemon's. ``profile``: the machine profile to plan with (None: this machine's, as the daemon does)."""
     engine = settings.engine
-    base = Placement(
-        n_ctx=engine.n_ctx, n_seq_max=engine.n_seq_max, n_threads=engine.n_threads, n_threads_batch=engine.n_threads
+    return PlacementPlanner(
+        model_path, engine.base_placement(), objective=engine.plan_objective, vision=vision, profile=profile
     )
-    return PlacementPlanner(model_path, base, objective=engine.plan_objective, vision=vision)

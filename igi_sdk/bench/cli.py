@@ -7,6 +7,7 @@ Examples::
     igi bench --model llama_8b --budgets-mib 2048 4096 --ctx 4096 --prompt-tokens 1024 --reply-tokens 64 --out out/
     igi bench --smoke --out /tmp/smoke          # CPU: tiny models, the whole harness end to end
     igi bench --merge --out out/                # combine bench-*.json into bench.json / bench.md / plots
+    igi bench --model llama_8b --daemon-workload --budgets-mib 2048 4096 --plan-only --out out/   # the daemon's plans
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from igi_sdk.bench import methods as m
-from igi_sdk.cli.errors import report
-from igi_sdk.planner.workload import PlannerOptions
+from igi_sdk.cli.errors import EXPECTED_ERRORS, report
+from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.workload import DAEMON_RELOADS_PER_REQUEST, PlannerOptions, daemon_planning
+
+if TYPE_CHECKING:
+    from igi_sdk.bench.runner import SuiteConfig
 
 SMOKE_MODELS = ["smoke_dense", "smoke_moe"]
 
@@ -43,6 +49,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--reply-tokens", type=int, nargs="+", default=None, help="decoded tokens: one value, or one per --ctx"
     )
+    p.add_argument(
+        "--sessions",
+        type=int,
+        default=None,
+        help="NPC sessions the placement serves at once, the daemon's n_seq_max (default 1): they share each --ctx "
+        "(ctx / sessions tokens each, as llama.cpp splits it) and a decode step batches one token per session; "
+        "each run still measures one request",
+    )
+    p.add_argument(
+        "--reloads-per-request",
+        type=float,
+        default=None,
+        help="expected budget changes (model reloads) per request, which weigh a placement's load time into the "
+        f"objective (default 0; the daemon plans with {DAEMON_RELOADS_PER_REQUEST})",
+    )
+    p.add_argument(
+        "--daemon-workload",
+        action="store_true",
+        help="plan for the workload and options the daemon plans with under its settings (defaults, IGI_* "
+        "environment, --daemon-config): engine.n_ctx shared by engine.n_seq_max sessions, its prompt and reply "
+        "hints, its reloads per request, engine.plan_objective and engine.n_threads; not with --ctx, "
+        "--prompt-tokens, --reply-tokens, --sessions, --reloads-per-request, --objective, --threads, "
+        "--prefetch-slots or --smoke",
+    )
+    p.add_argument(
+        "--daemon-config", type=Path, default=None, help="the daemon's TOML config file (implies --daemon-workload)"
+    )
     p.add_argument("--out", type=Path, required=True, help="results directory (bench-<model>.json, bench.md, plots)")
     p.add_argument("--work-dir", type=Path, default=None, help="where synthetic models are written (default: cache)")
     p.add_argument("--methods", nargs="+", choices=m.ALL_METHODS, default=list(m.ALL_METHODS))
@@ -59,15 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefetch-slots",
         type=int,
-        default=PlannerOptions().prefetch_slots,
+        default=None,
         help="staging slots of the pipelined weight prefetch the planner uses where the build has it "
-        "(0: the planner's placements copy serially)",
+        f"(0: the planner's placements copy serially; default {PlannerOptions().prefetch_slots})",
     )
     p.add_argument(
         "--objective",
         choices=("e2e", "ttft", "tps"),
-        default=PlannerOptions().objective,
-        help="what the planner methods minimize (the oracle sweep ranks by e2e)",
+        default=None,
+        help=f"what the planner methods minimize (default {PlannerOptions().objective}; the oracle sweep ranks by e2e)",
     )
     p.add_argument("--profile", default="auto", help="'auto', 'reference:NAME' or a profile JSON path")
     p.add_argument(
@@ -127,9 +160,47 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+DAEMON_EXCLUDES = (
+    "ctx",
+    "prompt_tokens",
+    "reply_tokens",
+    "sessions",
+    "reloads_per_request",
+    "objective",
+    "threads",
+    "prefetch_slots",
+    "smoke",
+)
+"""Flags ``--daemon-workload`` sets itself from the daemon's settings (it refuses them rather than mix two workloads)."""
+
+
+def apply_daemon_workload(args: argparse.Namespace) -> Placement:
+    """``--daemon-workload``: the daemon's base placement under its settings, and ``args`` filled with the workload and
+    options it plans with (``planner.workload.daemon_planning``, which the daemon's planner calls too).
+
+    Raises:
+        ValueError: a flag the daemon's settings decide was given too, or the settings are invalid.
+        OSError, InputFileError: ``--daemon-config`` cannot be read.
+    """
+    from igi_sdk.config import load_settings
+
+    given = [f"--{name.replace('_', '-')}" for name in DAEMON_EXCLUDES if getattr(args, name) not in (None, False)]
+    if given:
+        raise ValueError(f"--daemon-workload takes these from the daemon's settings: not with {', '.join(given)}")
+    engine = load_settings({}, toml_file=args.daemon_config).engine
+    base = engine.base_placement()
+    workload, options = daemon_planning(base, engine.plan_objective)
+    args.ctx = [workload.n_ctx]
+    args.prompt_tokens, args.reply_tokens = [workload.prompt_tokens], [workload.reply_tokens]
+    args.sessions, args.reloads_per_request = workload.parallel, workload.reloads_per_request
+    args.objective, args.threads, args.prefetch_slots = options.objective, options.n_threads, options.prefetch_slots
+    return base
+
+
 def _contexts(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     ctxs = args.ctx
-    prompts = args.prompt_tokens or [min(1024, c // 4) for c in ctxs]
+    sessions = args.sessions or 1
+    prompts = args.prompt_tokens or [min(1024, c // sessions // 4) for c in ctxs]
     replies = args.reply_tokens or [64]
     if len(prompts) != len(ctxs):
         raise ValueError(f"--prompt-tokens needs one value per --ctx ({len(ctxs)}), got {len(prompts)}")
@@ -139,8 +210,9 @@ def _contexts(args: argparse.Namespace) -> list[tuple[int, int, int]]:
         raise ValueError("--reply-tokens needs one value or one per --ctx")
     out = list(zip(ctxs, prompts, replies, strict=True))
     for c, p, r in out:
-        if p + r + 1 > c:
-            raise ValueError(f"prompt {p} + reply {r} does not fit n_ctx {c}")
+        if p + r + 1 > c // sessions:
+            share = "" if sessions == 1 else f" / {sessions} sessions = {c // sessions} tokens each"
+            raise ValueError(f"prompt {p} + reply {r} does not fit n_ctx {c}{share}")
     return out
 
 
@@ -148,7 +220,11 @@ def _check_ranges(args: argparse.Namespace) -> None:
     """Refuse numbers no run could use (instead of silently replacing them)."""
     if any(b < 0 for b in args.budgets_mib or []):
         raise ValueError(f"--budgets-mib must be >= 0, got {args.budgets_mib}")
+    if args.reloads_per_request is not None and not args.reloads_per_request >= 0:
+        raise ValueError(f"--reloads-per-request must be >= 0, got {args.reloads_per_request}")
     for flag, value, least in (
+        ("--sessions", args.sessions, 1),
+        ("--prefetch-slots", args.prefetch_slots, 0),
         ("--threads", args.threads, 1),
         ("--repeats", args.repeats, 1),
         ("--oracle-max", args.oracle_max, 0),
@@ -166,10 +242,49 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def suite_config(args: argparse.Namespace, daemon_base: Placement | None = None) -> SuiteConfig:
+    """The suite's configuration from ``igi bench``'s arguments (``--smoke``'s defaults and ``--daemon-workload``'s
+    workload filled in already: ``apply_daemon_workload`` returned ``daemon_base``).
+
+    Raises:
+        ValueError: a number no run could use, or a prompt and reply that do not fit one session's share of a context.
+    """
+    from igi_sdk.bench.runner import SuiteConfig
+    from igi_sdk.model_store import cache_dir
+
+    contexts = _contexts(args)
+    _check_ranges(args)
+    return SuiteConfig(
+        models=args.model,
+        budgets_mib=args.budgets_mib or [],
+        contexts=contexts,
+        out_dir=args.out,
+        work_dir=args.work_dir or cache_dir() / "bench-models",
+        methods=tuple(args.methods),
+        max_minutes=args.max_minutes,
+        run_timeout_s=args.run_timeout_s,
+        n_threads=args.threads if daemon_base is not None else args.threads or os.cpu_count(),
+        prefetch_slots=PlannerOptions().prefetch_slots if args.prefetch_slots is None else args.prefetch_slots,
+        objective=args.objective or PlannerOptions().objective,
+        sessions=args.sessions or 1,
+        reloads_per_request=args.reloads_per_request or 0.0,
+        daemon_base=daemon_base,
+        oracle_max=args.oracle_max,
+        oracle_pinned=args.oracle_pinned,
+        use_dry_run=not args.no_dry_run,
+        warmup=not args.no_warmup,
+        smoke=args.smoke,
+        plan_only=args.plan_only,
+        repeats=args.repeats,
+        confirm_loads=args.confirm_loads,
+        confirm_within=args.confirm_within,
+    )
+
+
 def run(argv: list[str]) -> int:
     """Entry point of ``igi bench``."""
     from igi_sdk.bench.report import merge
-    from igi_sdk.bench.runner import SuiteConfig, SuiteState, load_resumed, machine_meta, prune_ratio, run_model
+    from igi_sdk.bench.runner import SuiteState, load_resumed, machine_meta, prune_ratio, run_model
     from igi_sdk.bench.setup import resolve_profile, simulated_gpu_profile
     from igi_sdk.bench.vram import VramSampler, open_nvml
     from igi_sdk.bench.worker import Worker, WorkerHello
@@ -181,6 +296,12 @@ def run(argv: list[str]) -> int:
         json_path, md_path, plots = merge(out_dir)
         _say(f"merged -> {json_path}, {md_path}, {len(plots)} plots")
         return 0
+    daemon_base: Placement | None = None
+    if args.daemon_workload or args.daemon_config is not None:
+        try:
+            daemon_base = apply_daemon_workload(args)
+        except EXPECTED_ERRORS as exc:
+            return report("igi bench", exc)
     if args.smoke:
         args.model = args.model or SMOKE_MODELS
         args.ctx = args.ctx or [512]
@@ -196,35 +317,10 @@ def run(argv: list[str]) -> int:
         print("igi bench: --model and --ctx are required (or --smoke / --merge)", file=sys.stderr)
         return 2
     try:
-        contexts = _contexts(args)
-        _check_ranges(args)
+        cfg = suite_config(args, daemon_base)
     except ValueError as exc:
         return report("igi bench", exc)
     out_dir.mkdir(parents=True, exist_ok=True)
-    from igi_sdk.model_store import cache_dir
-
-    cfg = SuiteConfig(
-        models=args.model,
-        budgets_mib=args.budgets_mib or [],
-        contexts=contexts,
-        out_dir=out_dir,
-        work_dir=args.work_dir or cache_dir() / "bench-models",
-        methods=tuple(args.methods),
-        max_minutes=args.max_minutes,
-        run_timeout_s=args.run_timeout_s,
-        n_threads=args.threads or os.cpu_count(),
-        prefetch_slots=args.prefetch_slots,
-        objective=args.objective,
-        oracle_max=args.oracle_max,
-        oracle_pinned=args.oracle_pinned,
-        use_dry_run=not args.no_dry_run,
-        warmup=not args.no_warmup,
-        smoke=args.smoke,
-        plan_only=args.plan_only,
-        repeats=args.repeats,
-        confirm_loads=args.confirm_loads,
-        confirm_within=args.confirm_within,
-    )
     state = SuiteState()
     if cfg.max_minutes is not None:
         state.deadline = state.started + cfg.max_minutes * 60

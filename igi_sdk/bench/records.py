@@ -53,6 +53,13 @@ class SuiteMeta(BaseModel):
     """1 in files written before the field existed (one round per load then)."""
     objective: Objective | None = None
     """What the planner methods minimized (``--objective``); ``None`` in files written before it was recorded."""
+    sessions: int = 1
+    """NPC sessions the placements were planned to serve at once, sharing each context (``--sessions``); 1 in files
+    written before the field existed (every suite planned one session then)."""
+    reloads_per_request: float = 0.0
+    """Budget changes per request the planner weighed in (``--reloads-per-request``); 0 in files written before."""
+    daemon_workload: bool = False
+    """Planned with the daemon's workload and options under its settings (``--daemon-workload``)."""
     timing: str | None = None
     # the model's own (per-model files)
     model: str | None = None
@@ -81,8 +88,14 @@ class RunRecord(BaseModel):
     recorded."""
     budget_mib: int
     n_ctx: int
+    """The whole context, shared by ``sessions`` sessions."""
     prompt_tokens: int
     reply_tokens: int
+    sessions: int = 1
+    """NPC sessions the placement was planned for (its ``n_seq_max``; a decode step of the plan batches one token per
+    session); the run measures one request. 1 in files written before the field existed (one session then)."""
+    reloads_per_request: float = 0.0
+    """Budget changes per request the plan weighed in (its load time in the objective); 0 in files written before."""
     status: RunStatus
     error: str | None = None
     ttft_s: float | None = None

@@ -92,6 +92,9 @@ def render_markdown(data: MergedResults) -> str:
             f"llama-cpp-python {meta.llama_cpp}, profile {meta.profile_source}, "
             f"threads {meta.n_threads}, started {meta.started_at}"
             f"{f', objective {meta.objective}' if meta.objective else ''}"
+            f"{f', {meta.sessions} sessions sharing each context' if meta.sessions != 1 else ''}"
+            f"{f', {meta.reloads_per_request:g} reloads per request' if meta.reloads_per_request else ''}"
+            f"{', planned for the daemon workload (--daemon-workload)' if meta.daemon_workload else ''}"
         )
         for note in meta.notes:
             lines.append(f"  - {note}")

@@ -31,7 +31,7 @@ from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
-from igi_sdk.planner.workload import Objective
+from igi_sdk.planner.workload import Objective, daemon_planning
 from igi_sdk.synthetic import GENERATOR_VERSION, cached_file_name
 
 DEFAULT_PRUNE_RATIO = 3.0
@@ -58,6 +58,16 @@ class SuiteConfig:
     prefetch_slots: int = 3
     objective: Objective = "e2e"
     """What the planner methods minimize (``PlannerOptions.objective``); the oracle sweep always ranks by e2e."""
+    sessions: int = 1
+    """NPC sessions a placement serves at once (``Workload.parallel``, the placement's ``n_seq_max``): they share
+    each context, and a decode step batches one token per session. A run measures one request either way."""
+    reloads_per_request: float = 0.0
+    """Budget changes (model reloads) expected per request (``Workload.reloads_per_request``)."""
+    daemon_base: Placement | None = None
+    """Set (``--daemon-workload``): every group is planned with the daemon's workload and options, built from this
+    base placement by ``planner.workload.daemon_planning`` (the daemon's planner calls it too); ``contexts``,
+    ``sessions``, ``reloads_per_request``, ``objective``, ``n_threads`` and ``prefetch_slots`` then hold what it
+    built, for the records."""
     oracle_max: int = 4
     oracle_pinned: str = "auto"
     oracle_prune_ratio: float = 0.0
@@ -116,7 +126,7 @@ def _record(
     cand: m.Candidate,
     budget: int,
     ctx: Context,
-    objective: Objective,
+    cfg: SuiteConfig,
     gpu: str | None,
     cpu: str | None,
 ) -> RunRecord:
@@ -130,11 +140,13 @@ def _record(
         candidate=cand.label,
         strategy=cand.strategy,
         family=cand.family,
-        objective=objective,
+        objective=cfg.objective,
         budget_mib=budget,
         n_ctx=n_ctx,
         prompt_tokens=prompt,
         reply_tokens=reply,
+        sessions=cfg.sessions,
+        reloads_per_request=cfg.reloads_per_request,
         status="pending",
         predicted_fits=cand.fits,
         predicted_vram_mib=cand.predicted_vram_mib,
@@ -276,10 +288,46 @@ def resolve_model_table(spec: str, cfg: SuiteConfig, say: Say) -> ModelUnderTest
     return ModelUnderTest(label, path, table, summarize(table))
 
 
+def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") -> tuple[Workload, PlannerOptions]:
+    """The workload and planner options of one context's groups: the daemon's (``planner.workload.daemon_planning``
+    from ``cfg.daemon_base``) under ``--daemon-workload``, else the suite's flags on ``gpu_device``."""
+    n_ctx, prompt, reply = ctx
+    if cfg.daemon_base is not None:
+        workload, options = daemon_planning(cfg.daemon_base, cfg.objective)
+        if (workload.n_ctx, workload.prompt_tokens, workload.reply_tokens) != ctx:
+            raise ValueError(f"context {ctx} is not the daemon's workload {workload} (the records would not say it)")
+        return workload, options
+    workload = Workload(
+        prompt_tokens=prompt,
+        reply_tokens=reply,
+        n_ctx=n_ctx,
+        parallel=cfg.sessions,
+        reloads_per_request=cfg.reloads_per_request,
+    )
+    options = PlannerOptions(
+        n_threads=cfg.n_threads,
+        gpu_device=gpu_device,
+        prefetch_slots=cfg.prefetch_slots,
+        objective=cfg.objective,
+    )
+    return workload, options
+
+
+def describe_workload(workload: Workload, options: PlannerOptions) -> str:
+    """One line: what a group's placements are planned for."""
+    w = workload
+    shared = "" if w.parallel == 1 else f" shared by {w.parallel} sessions ({w.n_ctx // w.parallel} tokens each)"
+    threads = "profile's most" if options.n_threads is None else options.n_threads
+    return (
+        f"planned for ctx {w.n_ctx}{shared}, prompt {w.prompt_tokens}, reply {w.reply_tokens}, "
+        f"{w.reloads_per_request:g} reloads per request, objective {options.objective}, threads {threads}"
+    )
+
+
 def plan_groups(
     model: ModelUnderTest,
     cfg: SuiteConfig,
-    options: PlannerOptions,
+    gpu_device: str,
     profile: Profile,
     extra_profile: Profile | None,
     has_gpu: bool,
@@ -290,9 +338,10 @@ def plan_groups(
     groups: list[Group] = []
     notes: list[str] = []
     for ctx in cfg.contexts:
-        n_ctx, prompt, reply = ctx
-        workload = Workload(prompt_tokens=prompt, reply_tokens=reply, n_ctx=n_ctx)
-        compute = _compute_buffers(model, cfg, options, n_ctx, has_gpu, notes, say)
+        n_ctx = ctx[0]
+        workload, options = group_planning(cfg, ctx, gpu_device)
+        say(f"  {model.label}: {describe_workload(workload, options)}")
+        compute = _compute_buffers(model, cfg, options, workload, has_gpu, notes, say)
         budgets = cfg.budgets_mib or auto_budgets(model.table, model.summary, workload, profile, compute, options)
         for budget in budgets:
             gp = _plan_group(model, cfg, options, profile, extra_profile, compute, workload, budget)
@@ -305,14 +354,21 @@ def _compute_buffers(
     model: ModelUnderTest,
     cfg: SuiteConfig,
     options: PlannerOptions,
-    n_ctx: int,
+    workload: Workload,
     has_gpu: bool,
     notes: list[str],
     say: Say,
 ) -> ComputeBufferTable:
-    """The compute buffers of one context, from dry runs or estimated (estimates are conservative: the suite
-    goes on when the dry runs fail)."""
-    base = Placement(n_ctx=n_ctx, type_k=options.type_k, type_v=options.type_v, flash_attn=options.flash_attn)
+    """The compute buffers of one context (its ``n_seq_max`` sessions: the key includes them), from dry runs or
+    estimated (estimates are conservative: the suite goes on when the dry runs fail)."""
+    n_ctx = workload.n_ctx
+    base = Placement(
+        n_ctx=n_ctx,
+        n_seq_max=workload.parallel,
+        type_k=options.type_k,
+        type_v=options.type_v,
+        flash_attn=options.flash_attn,
+    )
     try:
         compute, warnings = compute_table(
             model.path,
@@ -420,9 +476,11 @@ class ModelRun:
         minutes = estimate_s([c for _, c in work], self.model.table.file_bytes, self.cfg.repeats) / 60
         self.say(f"{self.model.label}: {len(work)} runs planned over {len(groups)} groups, estimated {minutes:.1f} min")
         for rec, cand in work:
+            assert cand.placement is not None
             self.say(
                 f"  ctx {rec.n_ctx} budget {rec.budget_mib} {rec.method:<12} pred VRAM "
-                f"{rec.predicted_vram_mib} MiB e2e {rec.predicted_e2e_s} s | {cand.label}"
+                f"{rec.predicted_vram_mib} MiB e2e {rec.predicted_e2e_s} s | {cand.label} "
+                f"(n_ubatch {cand.placement.n_ubatch}, {cand.placement.load_mode})"
             )
 
     def measure_core(self, groups: list[Group]) -> None:
@@ -508,7 +566,7 @@ class ModelRun:
         return rec, cand
 
     def _record(self, cand: m.Candidate, budget: int, ctx: Context) -> RunRecord:
-        return _record(self.model.label, self.model.path, cand, budget, ctx, self.cfg.objective, self.gpu, self.cpu)
+        return _record(self.model.label, self.model.path, cand, budget, ctx, self.cfg, self.gpu, self.cpu)
 
     def run(self, rec: RunRecord, cand: m.Candidate, measured: dict[str, RunRecord] | None = None) -> None:
         """Measure ``rec``, or take over the same placement's measurement from ``measured`` (by default the
@@ -560,14 +618,8 @@ def run_model(
     """Measure one model (all contexts and budgets) in stages: resolve the model, plan its groups, measure the
     core methods, sweep the oracle, confirm the close calls. Returns its JSON file (none with ``--plan-only``)."""
     model = resolve_model_table(spec, cfg, say)
-    options = PlannerOptions(
-        n_threads=cfg.n_threads,
-        gpu_device=meta.gpu_device or "CUDA0",
-        prefetch_slots=cfg.prefetch_slots,
-        objective=cfg.objective,
-    )
     has_gpu = machine_has_gpu and profile.gpu is not None
-    groups, notes = plan_groups(model, cfg, options, profile, extra_profile, has_gpu, say)
+    groups, notes = plan_groups(model, cfg, meta.gpu_device or "CUDA0", profile, extra_profile, has_gpu, say)
     suite = ModelRun(model, cfg, meta, notes, worker, sampler, state, say)
     if cfg.plan_only:
         suite.list_plan(groups)
@@ -717,6 +769,9 @@ def machine_meta(
         warmup=cfg.warmup,
         repeats=cfg.repeats,
         objective=cfg.objective,
+        sessions=cfg.sessions,
+        reloads_per_request=cfg.reloads_per_request,
+        daemon_workload=cfg.daemon_base is not None,
         timing="TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
         f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
         "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",
@@ -754,7 +809,12 @@ def auto_budgets(
     """Three budgets spanning the model's range (used when none are given, e.g. ``--smoke``): just above
     the smallest GPU placement (all weights on the host), the middle, and just above all-in-VRAM."""
     ev = m.Evaluator(table, 10**9, workload, profile, compute, options, summary)
-    base = Placement(n_ctx=workload.n_ctx, n_threads=options.n_threads, n_threads_batch=options.n_threads)
+    base = Placement(
+        n_ctx=workload.n_ctx,
+        n_seq_max=workload.parallel,
+        n_threads=options.n_threads,
+        n_threads_batch=options.n_threads,
+    )
     lo = ev.memory(base.with_(n_gpu_layers=0))[0].vram_total_mib
     hi = ev.memory(base.with_(n_gpu_layers=table.n_layer + 1))[0].vram_total_mib
     return sorted({int(lo) + 2, int((lo + hi) / 2) + 1, int(hi) + 2})

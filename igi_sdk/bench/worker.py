@@ -97,9 +97,11 @@ def measure(spec: RunSpec) -> RunTimings:
     if spec.crash_for_test:
         os.abort()
     placement = Placement.model_validate(spec.placement)
-    if spec.prompt_tokens + spec.reply_tokens + 1 > placement.n_ctx:
+    n_ctx_seq = placement.n_ctx // placement.n_seq_max  # the measured sequence's share of the context
+    if spec.prompt_tokens + spec.reply_tokens + 1 > n_ctx_seq:
         raise ValueError(
             f"prompt {spec.prompt_tokens} + reply {spec.reply_tokens} does not fit n_ctx {placement.n_ctx}"
+            f" / n_seq_max {placement.n_seq_max}"
         )
     t_start = time.perf_counter()
     engine = LlamaEngine(spec.model_path, placement)

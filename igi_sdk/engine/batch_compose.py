@@ -20,6 +20,11 @@
    llama_batch of their own, at most one image per step, so the other sequences keep talking while one NPC looks at
    an image.
 
+A prompt of a higher priority than every sequence decoding (the NPC the player talks to, beside a chattering crowd)
+goes alone: its step holds prompt chunks of that priority only, and the crowd's decode tokens wait for it, so its first
+token waits for the step in flight and its own prompt, not for the crowd's decode too. The decode tokens wait at most
+``PRIORITY_STEPS_MAX`` steps in a row (``decodes_held``), so a stream of urgent prompts does not starve the crowd.
+
 ``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
 """
 
@@ -36,6 +41,9 @@ from igi_sdk.engine.text_stream import TextStream
 PREFILL_MAX_WAITS = 4
 """Steps in a row a prompt may be left out for shorter ones of its priority (the fewest-tokens-left order, a step
 that ends a short prompt) before it goes first among them: a crowd of short turns does not starve a long prompt."""
+
+PRIORITY_STEPS_MAX = 4
+"""Steps in a row the decode tokens may wait for prompts of a higher priority than every sequence decoding."""
 
 
 class HoldingTextStream(TextStream):
@@ -166,6 +174,7 @@ def compose_step(
     step_no: int,
     prefix_cached: Callable[[list[int]], bool],
     prefill_chunk_tokens: int | None = None,
+    decodes_held: int = 0,
 ) -> list[Chunk]:
     """The chunks of one step's llama_batch, at most ``n_batch`` tokens in all.
 
@@ -176,6 +185,7 @@ def compose_step(
         prefix_cached: whether a persona prefix (token list) is already in the prefix cache.
         prefill_chunk_tokens: most prompt tokens of one step, all prompts together, and below ``n_batch`` the
             grid prompts are cut on (None: ``n_batch``, no grid).
+        decodes_held: steps in a row before this one whose decode tokens waited for a prompt of higher priority.
     """
     if n_batch < 1:
         raise ValueError("n_batch must be >= 1")
@@ -186,6 +196,12 @@ def compose_step(
     budget = n_batch
     chunks: list[Chunk] = []
     decoding = [r for r in running if r.pending is not None and r.slot is not None]
+    prefilling = [r for r in running if r.prefilling and r.pending is None]
+    if decoding and decodes_held < PRIORITY_STEPS_MAX:
+        top = max(r.req.priority for r in decoding)
+        urgent = [r for r in prefilling if r.req.priority > top]
+        if urgent:  # the crowd's decode tokens wait for this step
+            decoding, prefilling = [], urgent
     if len(decoding) > budget:
         shift = step_no % len(decoding)
         decoding = decoding[shift:] + decoding[:shift]
@@ -195,7 +211,7 @@ def compose_step(
     budget = min(budget - len(chunks), chunk_tokens)
     whole_chunks = budget == chunk_tokens  # a step that has room for one whole chunk of the grid
     image_taken = finishing = False
-    for run in sorted((r for r in running if r.prefilling and r.pending is None), key=lambda r: r.prefill_order):
+    for run in sorted(prefilling, key=lambda r: r.prefill_order):
         assert run.slot is not None
         pos = run.prefill_pos
         if run.prompt[pos] <= -2:  # an image run: its own batch, whole (from where the KV stops)

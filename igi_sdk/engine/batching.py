@@ -105,6 +105,7 @@ class BatchScheduler:
         self._running: list[Running] = []
         self._ids = itertools.count(1)
         self._steps = 0
+        self._decodes_held = 0  # steps in a row whose decode tokens waited for a prompt of higher priority
         self._paused = False
         self._c: dict[str, int] = dict.fromkeys(BatchCounters.model_fields, 0)
 
@@ -302,7 +303,10 @@ class BatchScheduler:
             self._steps,
             lambda prefix: prefix in self._prefix,
             prefill_chunk_tokens(placement, gpu=self._gpu, cpu_chunk_tokens=self._cpu_chunk),
+            self._decodes_held,
         )
+        held = any(r.pending is not None and r.slot is not None for r in self._running)
+        self._decodes_held = self._decodes_held + 1 if held and not any(c.decode for c in chunks) else 0
         note_prefill_waits(self._running, chunks)
         if not chunks:
             return events

@@ -1,13 +1,12 @@
-"""The composition rule under a crowd (no engine): the NPC the player talks to gets its prompt in at once beside the
-crowd's decodes, and no NPC starves (every decode every step; a long prompt among short turns within
-``PREFILL_MAX_WAITS`` steps)."""
+"""The composition rule under a crowd (no engine): the NPC the player talks to gets its prompt in at once, alone (the
+crowd's decode tokens wait for it, at most ``PRIORITY_STEPS_MAX`` steps in a row), and no NPC starves (every decode in
+every other step; a long prompt among short turns within ``PREFILL_MAX_WAITS`` steps)."""
 
 from __future__ import annotations
 
-import pytest
-
 from igi_sdk.engine.batch_compose import (
     PREFILL_MAX_WAITS,
+    PRIORITY_STEPS_MAX,
     Chunk,
     HoldingTextStream,
     Running,
@@ -30,6 +29,7 @@ class Crowd:
         self.n_batch, self.chunk = n_batch, chunk
         self.running: list[Running] = []
         self.step_no = 0
+        self.decodes_held = 0
         self._seq = 0
 
     def add(self, prompt_len: int, *, priority: int = 0, decoding: bool = False) -> Running:
@@ -53,10 +53,18 @@ class Crowd:
     def step(self) -> list[Chunk]:
         self.step_no += 1
         waiting = {id(r) for r in self.running if r.pending is not None}
-        chunks = compose_step(self.running, self.n_batch, self.step_no, NEVER_CACHED, self.chunk)
+        chunks = compose_step(self.running, self.n_batch, self.step_no, NEVER_CACHED, self.chunk, self.decodes_held)
         note_prefill_waits(self.running, chunks)
         assert sum(len(c.tokens) for c in chunks) <= self.n_batch
-        assert {id(c.run) for c in chunks if c.decode} == waiting  # every sampled token decoded: no NPC starves
+        decoded = {id(c.run) for c in chunks if c.decode}
+        if waiting and not decoded:  # the crowd waits for a prompt of higher priority, alone in the step
+            top = max(r.req.priority for r in self.running if id(r) in waiting)
+            assert chunks and all(c.run.req.priority > top for c in chunks)
+            self.decodes_held += 1
+            assert self.decodes_held <= PRIORITY_STEPS_MAX  # no NPC starves
+        else:
+            assert decoded == waiting  # every sampled token decoded
+            self.decodes_held = 0
         for c in chunks:
             if not c.decode:
                 c.run.prefill_pos += len(c.tokens)
@@ -66,32 +74,46 @@ class Crowd:
         return chunks
 
 
-@pytest.mark.parametrize("chunk", [CHUNK, None], ids=["cpu-chunks", "gpu-whole-steps"])
-def test_the_speaking_npc_prompt_goes_in_the_next_step_beside_15_decodes(chunk: int | None) -> None:
-    crowd = Crowd(16, chunk=chunk)
+def test_the_speaking_npc_prompt_goes_alone_and_the_crowd_talks_right_after() -> None:
+    crowd = Crowd(16)
     decoding = [crowd.add(200 + 10 * i, decoding=True) for i in range(13)]
     chatter = [crowd.add(40), crowd.add(90)]  # two crowd turns still prefilling, short ones
     speaker = crowd.add(400, priority=PRIORITY_PLAYER_FACING)
-    for _ in range(3):
+    for _ in range(3):  # 400 tokens: 160 + 160 + 80, three steps of its own
         chunks = crowd.step()
-        assert {id(c.run) for c in chunks if c.decode} >= {id(r) for r in decoding}  # the crowd keeps talking
-        prefill = [c.run for c in chunks if not c.decode]
-        if speaker.prefilling:
-            assert prefill and prefill[0] is speaker  # its chunk first, in every step until its prompt is in
-    assert not speaker.prefilling and speaker.pending is not None  # 400 tokens: 160 + 160 + 80, three steps
-    crowd.step()
+        assert [c.run for c in chunks] == [speaker]
+    assert not speaker.prefilling and speaker.pending is not None
+    chunks = crowd.step()
+    assert {id(c.run) for c in chunks if c.decode} == {id(r) for r in [*decoding, speaker]}
     crowd.step()
     assert not any(r.prefilling for r in chatter)  # and the crowd's turns right after it
 
 
-def test_the_speaking_npc_prompt_takes_one_step_on_the_gpu() -> None:
+def test_the_speaking_npc_prompt_takes_one_step_of_its_own_on_the_gpu() -> None:
     crowd = Crowd(16, chunk=None)
     for i in range(15):
         crowd.add(300 + i, decoding=True)
     speaker = crowd.add(889, priority=PRIORITY_PLAYER_FACING)
-    chunks = crowd.step()
-    assert [c.run for c in chunks if not c.decode] == [speaker]
-    assert speaker.pending is not None and sum(c.decode for c in chunks) == 15
+    assert [c.run for c in crowd.step()] == [speaker]
+    assert speaker.pending is not None
+    assert sum(c.decode for c in crowd.step()) == 16
+
+
+def test_the_crowd_decodes_at_least_every_few_steps_of_a_long_urgent_prompt() -> None:
+    crowd = Crowd(8)
+    decoding = [crowd.add(100, decoding=True) for _ in range(6)]
+    speaker = crowd.add(CHUNK * (2 * PRIORITY_STEPS_MAX + 1), priority=PRIORITY_PLAYER_FACING)
+    decoded_at = []
+    for step in range(1, 2 * PRIORITY_STEPS_MAX + 4):
+        chunks = crowd.step()
+        if any(c.decode for c in chunks):
+            decoded_at.append(step)
+            assert [c.run for c in chunks if not c.decode] in ([speaker], [])  # its chunk beside the decodes
+        if not speaker.prefilling:
+            break
+    assert not speaker.prefilling
+    assert decoded_at[0] == PRIORITY_STEPS_MAX + 1  # Crowd.step checks the held steps in a row
+    assert len(decoding) == 6
 
 
 def test_no_npc_starves_a_long_prompt_among_a_stream_of_short_turns() -> None:

@@ -58,11 +58,12 @@ def _run(
 
 def test_decodes_go_first_then_prefill_by_priority_within_n_batch() -> None:
     slots = SlotTable(4)
-    decoding = _run(1, 10, slot=0, prefill_pos=10, pending=42, slots=slots)
+    # the one decoding has the highest priority (a prompt above every decoding one goes alone: test_batch_fairness)
+    decoding = _run(1, 10, priority=10, slot=0, prefill_pos=10, pending=42, slots=slots)
     decoding.handle.tokens.insert(0, 7)  # sampled and decoded a step before: the slot holds the prompt and 7
     assert decoding.held_tokens == decoding.prompt + [7]
     low = _run(2, 30, slot=1, slots=slots)
-    high = _run(3, 30, priority=10, slot=2, slots=slots)
+    high = _run(3, 30, priority=5, slot=2, slots=slots)
     chunks = compose_step([decoding, low, high], n_batch=16, step_no=1, prefix_cached=NEVER_CACHED)
     assert [(c.run.seq_no, len(c.tokens), c.decode) for c in chunks] == [(1, 1, True), (3, 15, False)]
     assert chunks[0].entry() == (0, [42], 11, True)  # pending token at the next position, logits wanted

@@ -170,6 +170,14 @@ class EngineSettings(_Section):
         description="keep the page-locked host memory of streamed weights across reloads (patches/llama.cpp 0003): "
         "a budget change does not pin them again, at the cost of holding up to the model file's size pinned",
     )
+    op_offload_min_batch: int = Field(
+        default=32,
+        ge=1,
+        le=65536,
+        description="rows from which an op with weights on the host runs on the GPU, its weights streamed there "
+        "(GGML_OP_OFFLOAD_MIN_BATCH of the worker; the planner plans with it): a crowd's decode step of B NPCs streams "
+        "from B = this; 32 is llama.cpp's",
+    )
     max_worker_restarts: int = Field(
         default=5, ge=0, description="restarts after a worker crash before the daemon gives up"
     )

@@ -176,12 +176,14 @@ DAEMON_EXCLUDES = (
 
 def apply_daemon_workload(args: argparse.Namespace) -> Placement:
     """``--daemon-workload``: the daemon's base placement under its settings, and ``args`` filled with the workload and
-    options it plans with (``planner.workload.daemon_planning``, which the daemon's planner calls too).
+    options it plans with (``planner.workload.daemon_planning``, which the daemon's planner calls too), and this
+    process's ``GGML_OP_OFFLOAD_MIN_BATCH`` set to the daemon's (``engine.op_offload_min_batch``).
 
     Raises:
         ValueError: a flag the daemon's settings decide was given too, or the settings are invalid.
         OSError, InputFileError: ``--daemon-config`` cannot be read.
     """
+    from igi_sdk.bench.offload_env import OP_OFFLOAD_ENV
     from igi_sdk.config import load_settings
 
     given = [f"--{name.replace('_', '-')}" for name in DAEMON_EXCLUDES if getattr(args, name) not in (None, False)]
@@ -189,7 +191,9 @@ def apply_daemon_workload(args: argparse.Namespace) -> Placement:
         raise ValueError(f"--daemon-workload takes these from the daemon's settings: not with {', '.join(given)}")
     engine = load_settings({}, toml_file=args.daemon_config).engine
     base = engine.base_placement()
-    workload, options = daemon_planning(base, engine.plan_objective)
+    # the bench's workers inherit it, and its plans read it (``runner.op_offload_min_batch``), as the daemon's worker
+    os.environ[OP_OFFLOAD_ENV] = str(engine.op_offload_min_batch)
+    workload, options = daemon_planning(base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch)
     args.ctx = [workload.n_ctx]
     args.prompt_tokens, args.reply_tokens = [workload.prompt_tokens], [workload.reply_tokens]
     args.sessions, args.reloads_per_request = workload.parallel, workload.reloads_per_request

@@ -87,7 +87,11 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
     workload = Workload(
         prompt_tokens=min(prompt_tokens, ctx), reply_tokens=args.gen_tokens, parallel=n_sessions, n_ctx=n_sessions * ctx
     )
-    result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile)
+    from igi_sdk.bench.offload_env import op_offload_min_batch
+    from igi_sdk.planner import PlannerOptions
+
+    options = PlannerOptions(op_offload_min_batch=op_offload_min_batch())  # what the engines here run with
+    result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile, options)
     if result.placement is None:
         raise SystemExit(f"no placement for {n_sessions} sessions under {args.vram_budget_mib} MiB")
     planned = result.placement.with_(n_threads=args.n_threads, n_threads_batch=args.n_threads)

@@ -22,6 +22,7 @@ from typing import Any
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls, e2e_of
+from igi_sdk.bench.offload_env import op_offload_min_batch
 from igi_sdk.bench.records import RunRecord, SuiteMeta
 from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, resolve_model
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
@@ -292,8 +293,9 @@ def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") ->
     """The workload and planner options of one context's groups: the daemon's (``planner.workload.daemon_planning``
     from ``cfg.daemon_base``) under ``--daemon-workload``, else the suite's flags on ``gpu_device``."""
     n_ctx, prompt, reply = ctx
+    min_batch = op_offload_min_batch()
     if cfg.daemon_base is not None:
-        workload, options = daemon_planning(cfg.daemon_base, cfg.objective)
+        workload, options = daemon_planning(cfg.daemon_base, cfg.objective, op_offload_min_batch=min_batch)
         if (workload.n_ctx, workload.prompt_tokens, workload.reply_tokens) != ctx:
             raise ValueError(f"context {ctx} is not the daemon's workload {workload} (the records would not say it)")
         return workload, options
@@ -309,6 +311,7 @@ def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") ->
         gpu_device=gpu_device,
         prefetch_slots=cfg.prefetch_slots,
         objective=cfg.objective,
+        op_offload_min_batch=min_batch,
     )
     return workload, options
 

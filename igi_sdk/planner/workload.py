@@ -111,12 +111,14 @@ def daemon_planning(
     prompt_tokens_hint: int = DAEMON_PROMPT_TOKENS_HINT,
     reply_tokens_hint: int = DAEMON_REPLY_TOKENS_HINT,
     reloads_per_request: float = DAEMON_RELOADS_PER_REQUEST,
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
 ) -> tuple[Workload, PlannerOptions]:
     """The workload and options the daemon plans a model under, from its base placement (the fields that never change
     with the budget: ``n_ctx``, ``n_seq_max``, threads, KV types, flash attention) and its objective.
 
     ``n_seq_max`` sessions share ``n_ctx`` (each gets ``n_ctx // n_seq_max`` tokens, as llama.cpp splits it), a
-    prompt is the hint capped at that share, a decode step batches one token per session, and reloads count. The
+    prompt is the hint capped at that share, a decode step batches one token per session, and reloads count;
+    ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``). The
     daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
     the bench plans what the daemon plans.
     """
@@ -134,5 +136,6 @@ def daemon_planning(
         type_k=base.type_k,
         type_v=base.type_v,
         flash_attn=base.flash_attn,
+        op_offload_min_batch=op_offload_min_batch,
     )
     return workload, options

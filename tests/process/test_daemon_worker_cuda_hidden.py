@@ -29,7 +29,8 @@ N_TOKENS, CUT = 12, 5
 
 
 def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
-    settings = DaemonSettings(engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=n_seq_max, worker_nice=0))
+    engine = EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=n_seq_max, worker_nice=0, op_offload_min_batch=8)
+    settings = DaemonSettings(engine=engine)
     placement = Placement(
         n_ctx=1024,
         n_seq_max=n_seq_max,
@@ -95,6 +96,7 @@ def test_cuda_is_hidden_before_llama_cpp_is_imported_exactly_when_asked(machine:
     worker, gpu = machine
     ready = worker.last_ready
     assert ready is not None and ready.llama_cpp_preloaded is False
+    assert ready.op_offload_min_batch == "8"  # engine.op_offload_min_batch, set before llama.cpp was loaded
     if gpu:  # a CPU-only placement on a GPU machine
         assert ready.gpu_hidden is True
         assert ready.cuda_visible_devices == ""

@@ -32,7 +32,14 @@ BUDGETS_MIB = tuple(range(0, 8193, 512))
 SETTINGS = {
     "defaults": "",  # 4096 tokens shared by 4 sessions, objective e2e, llama.cpp's threads
     "ttft_8_sessions_16k": "[engine]\nn_ctx = 16384\nn_seq_max = 8\nplan_objective = 'ttft'\nn_threads = 8\n",
+    "offload_from_8_rows": "[engine]\nn_seq_max = 16\nn_ctx = 16384\nop_offload_min_batch = 8\n",
 }
+
+
+@pytest.fixture(autouse=True)
+def _offload_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--daemon-workload`` sets this process's GGML_OP_OFFLOAD_MIN_BATCH (for the bench's workers): undone after."""
+    monkeypatch.delenv("GGML_OP_OFFLOAD_MIN_BATCH", raising=False)
 
 
 def _bench_groups(name: str, config: Path, out: Path) -> list[runner.Group]:

@@ -27,7 +27,7 @@ from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
 from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
 from igi_sdk.planner.workload import (
@@ -117,6 +117,7 @@ class PlacementPlanner:
         objective: what the placement is chosen for (``PlannerOptions.objective``; ``engine.plan_objective``).
         vision: the shape of the vision projector served beside the model (None: none).
         profile: the machine profile to plan with (None: this machine's, loaded or measured on first use).
+        op_offload_min_batch: the worker's ``GGML_OP_OFFLOAD_MIN_BATCH`` (``engine.op_offload_min_batch``).
     """
 
     def __init__(
@@ -130,8 +131,10 @@ class PlacementPlanner:
         objective: Objective = "e2e",
         vision: VisionShape | None = None,
         profile: Profile | None = None,
+        op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     ) -> None:
         self._model_path = model_path
+        self._op_offload_min_batch = op_offload_min_batch
         self._base = base
         self.vision = vision
         self._gpu = gpu_present()
@@ -343,6 +346,7 @@ class PlacementPlanner:
             prompt_tokens_hint=self._prompt_tokens_hint,
             reply_tokens_hint=self._reply_tokens_hint,
             reloads_per_request=self._reloads_per_request,
+            op_offload_min_batch=self._op_offload_min_batch,
         )
         return workload.model_copy(update={"generating": generating}), options
 
@@ -398,5 +402,10 @@ def daemon_planner(
     daemon's. ``profile``: the machine profile to plan with (None: this machine's, as the daemon does)."""
     engine = settings.engine
     return PlacementPlanner(
-        model_path, engine.base_placement(), objective=engine.plan_objective, vision=vision, profile=profile
+        model_path,
+        engine.base_placement(),
+        objective=engine.plan_objective,
+        vision=vision,
+        profile=profile,
+        op_offload_min_batch=engine.op_offload_min_batch,
     )

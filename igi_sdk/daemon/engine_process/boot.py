@@ -6,7 +6,7 @@ loaded another C++ library first: numpy's, and pyzmq's (docs/engine.md, "Load or
 target and arguments before the target runs, importing their modules, and the worker's start (``WorkerStart``) pulls
 in the ipc layer and with it pyzmq and msgpack. So the supervisor spawns :func:`boot` with the start pickled to bytes
 (unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap
-(both read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs ``worker_main``.
+and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs ``worker_main``.
 
 This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
 """
@@ -29,7 +29,17 @@ def enable_faulthandler() -> None:
         pass
 
 
-def boot(conn: Connection, start_pickle: bytes, hide_gpu: bool, pinned_pool_model: str | None) -> None:
+OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+"""Read once, when ggml-cuda registers its devices: the worker sets it before llama.cpp is loaded."""
+
+
+def boot(
+    conn: Connection,
+    start_pickle: bytes,
+    hide_gpu: bool,
+    pinned_pool_model: str | None,
+    op_offload_min_batch: int | None = None,
+) -> None:
     """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
 
     Args:
@@ -38,11 +48,15 @@ def boot(conn: Connection, start_pickle: bytes, hide_gpu: bool, pinned_pool_mode
         hide_gpu: ``CUDA_VISIBLE_DEVICES=""`` before llama.cpp is loaded (``WorkerStart.hide_gpu``).
         pinned_pool_model: the model file whose size caps the pinned host pool (``WorkerConfig.pinned_pool``);
             None: the pool stays as the environment sets it.
+        op_offload_min_batch: ``GGML_OP_OFFLOAD_MIN_BATCH`` (``WorkerConfig.op_offload_min_batch``); None: the
+            environment's.
     """
     enable_faulthandler()
     llama_cpp_preloaded = "llama_cpp" in sys.modules  # imported by the spawn's main module: too late to hide the GPU
     if hide_gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if op_offload_min_batch is not None:
+        os.environ[OP_OFFLOAD_ENV] = str(op_offload_min_batch)
     if pinned_pool_model is not None:
         from pathlib import Path
 

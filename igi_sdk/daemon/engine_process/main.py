@@ -99,6 +99,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             placement=placement,
             gpu_hidden=hide_gpu,
             cuda_visible_devices=cuda_visible_devices,
+            op_offload_min_batch=os.environ.get("GGML_OP_OFFLOAD_MIN_BATCH"),
             llama_cpp_preloaded=llama_cpp_preloaded,
             imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,

@@ -187,6 +187,7 @@ class Ready:
     placement: Placement
     gpu_hidden: bool = False  # started with CUDA_VISIBLE_DEVICES=""
     cuda_visible_devices: str | None = None  # as llama.cpp saw it (None: unset)
+    op_offload_min_batch: str | None = None  # GGML_OP_OFFLOAD_MIN_BATCH as llama.cpp saw it (None: unset, 32)
     llama_cpp_preloaded: bool = False  # llama.cpp was imported before the worker could hide the GPU
     imported_before_llama_cpp: tuple[str, ...] = ()  # native libraries loaded before llama.cpp's (engine.llama_engine)
     tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
@@ -290,6 +291,7 @@ class WorkerConfig:
     nice: int = 0
     cpu_prefill_chunk_tokens: int = 160
     pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
+    op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH, set by boot (engine.op_offload_min_batch)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "kv"] = "json"
     log_file: Path | None = None

@@ -60,6 +60,7 @@ def worker_config_for(
         max_prompt_tokens=max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
         cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
         pinned_pool=settings.engine.pinned_pool,
+        op_offload_min_batch=settings.engine.op_offload_min_batch,
         log_level=log.log_level,
         log_format=log.log_format,
         log_file=log.log_file,
@@ -121,7 +122,7 @@ class WorkerSupervisor:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
         pool_model = str(start.config.model_path) if start.config.pinned_pool else None
-        args = (child_conn, pickle.dumps(start), start.hide_gpu, pool_model)
+        args = (child_conn, pickle.dumps(start), start.hide_gpu, pool_model, start.config.op_offload_min_batch)
         process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
         process.start()
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority

@@ -17,7 +17,8 @@
 # estimate from the paper's and the results page's rates: each paper job 1-1.5 min, each game job about 1 min, the
 # 30B-A3B's B = 64 about 1.5 min more); add them with e.g. JOBS="llama_8b 8192 paper 1,64;llama_8b 4096 paper 1,4,16".
 # Env: LIMIT (s from the call's start, default 540), N_THREADS (default 16), JOBS (";"-separated "MODEL BUDGET_MIB
-#   WORKLOAD [B,B,..]"; the ratios over B = 1 are within one job: keep 1 in a job's list),
+#   WORKLOAD [B,B,..] [off=N]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs the job
+#   with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8"),
 #   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"llama_8b 2048 paper 1,4,16;qwen3_30b_a3b 2048 paper 1,4,16;llama_8b 4096 game;qwen3_30b_a3b 4096 game;\
@@ -28,16 +29,22 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 git rev-parse --short HEAD > $W/results/commit.txt 2>/dev/null
 # one name per job: MODEL-BUDGET-WORKLOAD[-Bs]
 names=(); IFS=';' read -ra jobs <<< "$JOBS"
-for j in "${jobs[@]}"; do set -- $j; names+=("$1-$2-$3${4:+-${4//,/_}}"); done
+job_name() {  # MODEL-BUDGET-WORKLOAD[-Bs][-offN]
+  local n="$1-$2-$3" t; shift 3
+  for t in "$@"; do case $t in off=*) n="$n-off${t#off=}";; *) n="$n-${t//,/_}";; esac; done
+  echo "$n"
+}
+for j in "${jobs[@]}"; do names+=("$(job_name $j)"); done
 if [ ! -f $W/started ]; then  # one detached runner for every job, started by the first call
   touch $W/started
   printf '%s\n' "${jobs[@]}" > $W/jobs.txt
-  setsid nohup bash -c "while read -r model budget workload bs; do
-      name=\$model-\$budget-\$workload\${bs:+-\${bs//,/_}}
-      batch=\${bs:+--batch \$bs}
-      python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model --vram-budget-mib \$budget \
-        --profile reference:h200 --n-threads $N_THREADS \$batch ${ARGS:-} --json $W/results/\$name.json \
-        > $L/\$name.log 2>&1
+  export -f job_name
+  setsid nohup bash -c "while read -r model budget workload rest; do
+      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''
+      for t in \$rest; do case \$t in off=*) off=\${t#off=};; *) batch=\"--batch \$t\";; esac; done
+      env \${off:+GGML_OP_OFFLOAD_MIN_BATCH=\$off} python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model \
+        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch ${ARGS:-} \
+        --json $W/results/\$name.json > $L/\$name.log 2>&1
       echo \"\$name rc=\$?\" >> $W/results/done.txt
     done < $W/jobs.txt" < /dev/null > /dev/null 2>&1 &
   echo "jobs started at $(el) s: ${names[*]}"

@@ -50,9 +50,9 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
-NATIVE_BEFORE_LLAMA_RISKS = ("numpy", "zmq", "msgpack")
-"""Modules with native (C++) libraries that, loaded before llama.cpp's, made every model load segfault on the CUDA
-build of the H200 host (numpy, pyzmq; msgpack's is C++ too) (docs/engine.md, "Load order")."""
+NATIVE_BEFORE_LLAMA_RISKS = ("numpy", "zmq")
+"""Modules whose native libraries, loaded before llama.cpp's, made every model load segfault on the CUDA build of the
+H200 host (numpy; pyzmq, whose libzmq links libstdc++) (docs/engine.md, "Load order")."""
 
 
 def imported_before_llama_cpp() -> list[str]:

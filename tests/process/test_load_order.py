@@ -1,4 +1,4 @@
-"""Every process that loads a model loads llama.cpp's library before numpy's, pyzmq's and msgpack's (docs/engine.md,
+"""Every process that loads a model loads llama.cpp's library before numpy's and pyzmq's (docs/engine.md,
 "Load order": the other order segfaulted in ``llama_model::print_info`` on the CUDA build of the H200 host).
 
 Each chain runs in a fresh interpreter: the imports a process makes up to its first model load; the order is
@@ -80,8 +80,9 @@ def test_llama_cpp_is_loaded_before_other_native_libraries(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(BEFORE_THE_ENGINE))
 def test_nothing_before_the_engine_loads_a_native_library(name: str) -> None:
-    """The spawn's main module and boot import none of them (the ipc layer, pulled in at the top of the daemon's main
-    module, once loaded pyzmq there and every model load of the daemon's worker segfaulted on the H200)."""
+    """The spawn's main module (a console script's is imported again in each spawn child) and boot import none of them:
+    the ipc layer, pulled in by the worker's start before boot existed, loaded pyzmq first, and every model load of the
+    daemon's worker segfaulted on the H200."""
     out = subprocess.run(
         [sys.executable, "-c", NATIVE_LOADED, json.dumps(BEFORE_THE_ENGINE[name])],
         capture_output=True,
@@ -95,7 +96,7 @@ def test_nothing_before_the_engine_loads_a_native_library(name: str) -> None:
 def test_the_daemons_worker_loads_llama_cpp_first() -> None:
     """The worker of a real daemon (`python -m igi_sdk.daemon`, spawned through boot) reports the native libraries it
     had loaded before llama.cpp's: none."""
-    daemon = DaemonProcess().start()
+    daemon = DaemonProcess(["--worker-nice", "0"]).start()  # its priority is not what is checked here
     try:
         log = daemon.log_tail(50_000)
         assert "event=worker_ready" in log

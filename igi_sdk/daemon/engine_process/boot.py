@@ -4,9 +4,10 @@ native library.
 On the H200 host's CUDA build every model load segfaulted (in ``llama_model::print_info``) in a process that had
 loaded another C++ library first: numpy's, and pyzmq's (docs/engine.md, "Load order"). A ``spawn`` child unpickles its
 target and arguments before the target runs, importing their modules, and the worker's start (``WorkerStart``) pulls
-in the ipc layer and with it pyzmq and msgpack. So the supervisor spawns :func:`boot` with the start pickled to bytes
+in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with the start pickled to bytes
 (unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap
-and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs ``worker_main``.
+and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
+``worker_main``.
 
 This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
 """

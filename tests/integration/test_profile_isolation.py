@@ -29,8 +29,8 @@ def ok(**kwargs):
 def import_order(**kwargs):
     import sys
     loaded = "llama_cpp.llama_cpp" in sys.modules  # by the launcher, before this target
-    from igi_sdk.engine.llama_engine import numpy_imported_before_llama_cpp
-    return {"llama_cpp_loaded": loaded, "numpy_first": numpy_imported_before_llama_cpp()}
+    from igi_sdk.engine.llama_engine import imported_before_llama_cpp
+    return {"llama_cpp_loaded": loaded, "before_llama_cpp": imported_before_llama_cpp()}
 """
 
 
@@ -72,7 +72,7 @@ def test_measurement_child_loads_llama_cpp_before_numpy(crasher: str, launcher) 
     into libggml-cuda.so) whenever numpy had been imported before llama.cpp; both launchers load llama.cpp first."""
     result, why = launcher(f"{crasher}:import_order", {}, timeout_s=60)
     assert why is None and result is not None
-    assert result["llama_cpp_loaded"] and not result["numpy_first"]
+    assert result["llama_cpp_loaded"] and result["before_llama_cpp"] == []
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ process (a GPU placement 2000 MiB, a CPU placement with the GPU visible 586 MiB 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 from typing import Any
 from unittest import mock
 
@@ -34,6 +35,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _worker,
 )
 
+from igi_sdk.daemon.engine_process.boot import boot
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, hides_gpu_for
 from igi_sdk.ipc.error_codes import ErrorCode
@@ -129,8 +131,13 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
     started: list[wp.WorkerStart] = []
 
     class Process:
-        def __init__(self, target: Any, args: tuple[Any, wp.WorkerStart], name: str, daemon: bool) -> None:
-            started.append(args[1])
+        def __init__(
+            self, target: Any, args: tuple[Any, bytes, bool, str | None, int], name: str, daemon: bool
+        ) -> None:
+            assert target is boot
+            start = pickle.loads(args[1])  # the start goes pickled, unpickled after boot has loaded llama.cpp
+            assert args[2:] == (start.hide_gpu, None, start.config.op_offload_min_batch)
+            started.append(start)
             self.pid, self.exitcode, self.sentinel = 4242, None, 0
 
         def start(self) -> None:

@@ -191,7 +191,7 @@ def apply_daemon_workload(args: argparse.Namespace) -> Placement:
         raise ValueError(f"--daemon-workload takes these from the daemon's settings: not with {', '.join(given)}")
     engine = load_settings({}, toml_file=args.daemon_config).engine
     base = engine.base_placement()
-    # the bench's workers inherit it, and its plans read it (``runner.op_offload_min_batch``), as the daemon's worker
+    # the bench's workers inherit it and its plans read it (``offload_env``), as the daemon's worker and planner do
     os.environ[OP_OFFLOAD_ENV] = str(engine.op_offload_min_batch)
     workload, options = daemon_planning(base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch)
     args.ctx = [workload.n_ctx]

@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from igi_sdk.files import read_regular_file
-from igi_sdk.planner.placement import MAX_N_CTX, Placement
+from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.policy.governor_params import GovernorParams
 
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
@@ -171,7 +171,7 @@ class EngineSettings(_Section):
         "a budget change does not pin them again, at the cost of holding up to the model file's size pinned",
     )
     op_offload_min_batch: int = Field(
-        default=32,
+        default=OP_OFFLOAD_MIN_BATCH,
         ge=1,
         le=65536,
         description="rows from which an op with weights on the host runs on the GPU, its weights streamed there "

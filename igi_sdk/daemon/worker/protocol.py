@@ -62,7 +62,7 @@ from pydantic import BaseModel
 
 from igi_sdk.daemon.sessions.file_format import KvRef
 from igi_sdk.ipc.values import ModelInfo
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.vision import EncoderPlan
 
 
@@ -291,7 +291,7 @@ class WorkerConfig:
     nice: int = 0
     cpu_prefill_chunk_tokens: int = 160
     pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
-    op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH, set by boot (engine.op_offload_min_batch)
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH  # set by boot (engine.op_offload_min_batch)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "kv"] = "json"
     log_file: Path | None = None

@@ -9,11 +9,12 @@ encoder only after an encode still running on the encode thread (mtmd cannot be 
 usable model exits non-zero so that the daemon restarts it: a failed reload (code 4), an LLM that did not come back
 after stepping aside for a GPU image encode (code 5, ``worker_llm_lost``).
 
-With ``hide_gpu`` in its start configuration (a placement that puts nothing on the GPU, on a GPU machine: see
-``supervisor.WorkerSupervisor``), the worker sets ``CUDA_VISIBLE_DEVICES=""`` before anything imports llama.cpp, so
-it never creates a CUDA context and holds no device memory. Its ``ready`` event reports ``gpu_hidden``, the value of
-``CUDA_VISIBLE_DEVICES`` when llama.cpp was imported (``cuda_visible_devices``, nil = unset) and whether llama.cpp
-had been imported before the worker could set it (``llama_cpp_preloaded``: then hiding may come too late).
+The worker enters through ``boot.boot``, which has set up the process before llama.cpp was loaded: with ``hide_gpu``
+in its start configuration (a placement that puts nothing on the GPU, on a GPU machine: see
+``supervisor.WorkerSupervisor``) ``CUDA_VISIBLE_DEVICES=""``, so it never creates a CUDA context and holds no device
+memory. Its ``ready`` event reports ``gpu_hidden``, the value of ``CUDA_VISIBLE_DEVICES`` when llama.cpp was imported
+(``cuda_visible_devices``, nil = unset) and whether llama.cpp had been imported before boot could set it
+(``llama_cpp_preloaded``: then hiding may come too late).
 
 Commands and events are the typed messages of ``daemon.worker_protocol`` (its table says what each one does).
 """
@@ -23,12 +24,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
@@ -42,38 +41,23 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
 Emit = Callable[[wp.Event], None]
 
 
-def hide_gpu_now() -> None:
-    """``CUDA_VISIBLE_DEVICES=""`` for this process: the CUDA runtime (read when llama.cpp initialises its CUDA
-    backend) sees no device, so no CUDA context is ever created."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-
-
-def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool | None = None) -> None:
-    """Run the worker until ``Shutdown`` or until the daemon goes away. The daemon's worker enters through
-    ``boot.boot``, which has loaded llama.cpp already.
+def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool) -> None:
+    """Run the worker until ``Shutdown`` or until the daemon goes away. Called by ``boot.boot``, which has hidden the
+    GPU, set the pinned pool's cap and the op_offload threshold, and loaded llama.cpp.
 
     Args:
         conn: the worker's end of the pipe.
         start: the model and settings (``start.config``), the placement to load, the vision encoder's plan and
             ``hide_gpu`` (CUDA hidden, see the module docstring).
-        llama_cpp_preloaded: whether llama.cpp was imported before the GPU could be hidden (None: whether it is
-            imported now).
+        llama_cpp_preloaded: whether llama.cpp was imported before boot could hide the GPU.
     """
     config, hide_gpu = start.config, start.hide_gpu
-    if llama_cpp_preloaded is None:
-        llama_cpp_preloaded = "llama_cpp" in sys.modules
-    if hide_gpu:
-        hide_gpu_now()  # first: before anything can import llama.cpp (boot did so already)
     configure_logging(config.log_level, config.log_format, config.log_file)
     lower_priority(config.nice)  # the daemon did so at the spawn already (worker_priority)
     log = get_logger("worker")
     if hide_gpu and llama_cpp_preloaded:
-        log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before worker_main")
+        log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before boot")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if config.pinned_pool:  # boot did so already: a no-op then
-        from igi_sdk.engine.pinned_pool import keep_pinned_memory
-
-        keep_pinned_memory(Path(config.model_path))
     from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
     from igi_sdk.engine.llama_engine import imported_before_llama_cpp
 

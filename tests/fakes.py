@@ -242,6 +242,11 @@ class FakeWorker:
     def _reload(self, command: wp.Reload) -> None:
         if self.deaf:
             return
+        # the old placement's memory goes first, as in the worker (BatchScheduler.reload), whether the load then works
+        # or not
+        released_mib = GPU_MIB - CONTEXT_MIB if placement_uses_gpu(self.loaded) else 0.0
+        self._events.append(wp.Released(req_id=command.req_id, stage="weights", released_mib=released_mib))
+        self._events.append(wp.Released(req_id=command.req_id, stage="all"))
         if self.fail_reloads:
             message = "RuntimeError: cudaMalloc failed"
             self._events.append(

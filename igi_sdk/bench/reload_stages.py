@@ -3,8 +3,8 @@
 ``python -m igi_sdk.bench.reload_stages [--model SPEC] [--budgets-mib 4096 2048 6144] [--cycles 3] [--json OUT]``
 
 A budget change in the daemon is: plan the new budget (llama.cpp dry runs, cached on disk), then in the worker
-``BatchScheduler.reload``: pause at a token boundary, export every session's KV state, free the context and the
-model, load the model with the new placement, create the context, import the states, resume. This runs that path
+``BatchScheduler.reload``: pause at a token boundary, free the model's device weights, export every session's KV
+state, free the context and the rest of the model, load the model with the new placement, create the context, import the states, resume. This runs that path
 in one process, on the planner's placements for the budgets (the daemon's base placement, workload hints and
 objective; ``igi_sdk.profiler.planning.plan_file``), with ``--sessions`` sessions of ``--session-tokens`` tokens
 each, and times every stage separately:
@@ -14,7 +14,8 @@ each, and times every stage separately:
 - file reads: the weight file read whole into a reused buffer, from the page cache and, with ``--cold``, after
   ``posix_fadvise(DONTNEED)`` dropped its pages (then the first load also starts cold);
 - pinning: ``cudaMallocHost`` of each placement's host weights (``engine.devices.time_host_buffer``);
-- the reload: export, frees, model load cut at llama.cpp's log lines (file opened, vocabulary, tensors and weight
+- the reload: the device weights' release (``release_weights_s``, with ``released_weight_mib``), export, frees,
+  model load cut at llama.cpp's log lines (file opened, vocabulary, tensors and weight
   buffers allocated, tensor data of device buffers and of host buffers), context creation (KV buffers, graph
   reserve and compute buffers), import (``engine.load_timing``); then the first turn of every session after it.
 
@@ -51,6 +52,7 @@ READ_CHUNK_BYTES = 64 * MIB
 KEEP_FROM_BASE = ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v", "n_threads", "n_threads_batch")
 """What the daemon keeps of its base placement in a planned one (``PlacementPlanner``)."""
 STAGES = (
+    "release_weights_s",
     "export_s",
     "free_context_s",
     "free_model_s",
@@ -185,6 +187,8 @@ def _reload(sched: BatchScheduler, engine: LlamaEngine, placement: Placement) ->
     """``BatchScheduler.reload``'s steps, each timed."""
     t0 = time.perf_counter()
     sched.pause()
+    released = engine.release_weights()  # the device weights go first (patches/llama.cpp 0004)
+    t_released = time.perf_counter()
     states = sched.export_states()
     t1 = time.perf_counter()
     engine.reload(placement)
@@ -198,7 +202,9 @@ def _reload(sched: BatchScheduler, engine: LlamaEngine, placement: Placement) ->
         **stages.model_dump(),
         "sessions_exported": len(states),
         "state_sizes": [len(s) for s in states.values()],
-        "export_s": t1 - t0,
+        "release_weights_s": t_released - t0,
+        "released_weight_mib": released / MIB,
+        "export_s": t1 - t_released,
         "import_s": t3 - t2,
         "reload_s": t3 - t0,
         "engine_reload_s": t2 - t1,

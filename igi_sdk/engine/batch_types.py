@@ -1,4 +1,5 @@
-"""Engine layer: the value types of continuous batching (requests, token events, per-request stats, counters).
+"""Engine layer: the value types of continuous batching (requests, token events, per-request stats, counters, the
+reload's release callback).
 
 No llama_cpp here: these travel from ``BatchScheduler`` to its callers (the daemon's worker loop, the
 benchmark, tests). A request's ``sampler`` is the engine's ``Sampler`` (one per request, so batching never
@@ -9,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.errors import EngineError
 from igi_sdk.ipc.wire_types import FinishReason
+
+ReleaseStage = Literal["weights", "all"]
+#: ``BatchScheduler.reload``'s report of the old placement's memory going: the stage (``"weights"``: the device
+#: weights freed, before the sessions are saved; ``"all"``: the context and the model freed, before the new load) and
+#: the bytes that stage freed (0 where llama.cpp does not say).
+OnRelease = Callable[[ReleaseStage, int], None]
 
 PRIORITY_BACKGROUND = 0
 PRIORITY_PLAYER_FACING = 10

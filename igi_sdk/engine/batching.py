@@ -44,6 +44,7 @@ from igi_sdk.engine.batch_types import (
     BatchCounters,
     BatchRequest,
     FinishReason,
+    OnRelease,
     RequestHandle,
     RequestStats,
     SchedulerError,
@@ -623,8 +624,14 @@ class BatchScheduler:
         if self._slots.of_session(session_id) is None:
             self._slots.park(session_id, state)
 
-    def reload(self, placement: Placement) -> float:
-        """Pause, export every session, reload the engine with ``placement``, import, resume.
+    def reload(self, placement: Placement, on_release: OnRelease | None = None) -> float:
+        """Pause, free the device weights, export every session, reload the engine with ``placement``, import,
+        resume.
+
+        The old placement's device memory goes in two steps, each reported to ``on_release(stage, released_bytes)``:
+        ``"weights"`` once the model's device weights are freed (before the export, so that a shrink's VRAM goes
+        without waiting for it; ``released_bytes`` 0 on a build without patch 0004), then ``"all"`` once the context
+        and the model are freed, before the new placement loads.
 
         Returns:
             Seconds the whole switch took.
@@ -632,8 +639,11 @@ class BatchScheduler:
         t0 = self._clock()
         was_paused = self._paused
         self.pause()
+        released = self._engine.release_weights()
+        if on_release is not None:
+            on_release("weights", released)
         states = self.export_states()
-        self._engine.reload(placement)
+        self._engine.reload(placement, None if on_release is None else lambda: on_release("all", 0))
         self.import_states(states)
         self.rebuild_grammars()
         if not was_paused:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +78,27 @@ def _backend_init() -> None:
                 )
             llama_cpp.llama_backend_init()
             _backend_ready = True
+
+
+def _bind_release_weights() -> Any | None:
+    """``llama_model_release_weights`` of the project's patch 0004, or None on a stock build."""
+    lib = llama_cpp.llama_cpp._lib
+    try:
+        fn = lib.llama_model_release_weights
+    except AttributeError:
+        return None
+    # size_t llama_model_release_weights(struct llama_model * model, bool device_only)
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_bool]
+    return fn
+
+
+_release_weights = _bind_release_weights()
+
+
+def release_weights_supported() -> bool:
+    """Whether this llama.cpp build can free a model's weights ahead of the model (the project's patch 0004)."""
+    return _release_weights is not None
 
 
 def _errors_of(lines: Sequence[tuple[str, str]]) -> str:
@@ -166,6 +187,7 @@ class LlamaEngine:
             free_model_s=self._freed[1],
         )
         self._freed = (None, None)
+        self._weights_released = False
         self.__dict__.pop("load_stages", None)
         self._stack = stack
         self._model, self._ctx = model, ctx
@@ -246,13 +268,33 @@ class LlamaEngine:
     def context_released(self) -> bool:
         return (self._stack is not None and self._ctx is None) or getattr(self, "_model_released", False)
 
-    def reload(self, placement: Placement) -> None:
+    def reload(self, placement: Placement, on_freed: Callable[[], None] | None = None) -> None:
         """Free the context and model, then load again with ``placement``. KV contents are lost: save the
         sequences you need first (``save_seq_state``) and restore them after. ``load_stages`` then holds the
-        time of both frees too."""
+        time of both frees too. ``on_freed`` is called between the frees and the load (all of the old placement's
+        memory is released then)."""
         self._freed = (None, None)
         self._close_handles()
+        if on_freed is not None:
+            on_freed()
         self._load(placement)
+
+    def release_weights(self, *, device_only: bool = True) -> int:
+        """Free the model's weight buffers now, ahead of a ``reload`` or ``close``: device memory goes before the
+        sessions' states are saved. Afterwards only ``save_seq_state``, ``reload`` and ``close`` work; decoding
+        raises ``EngineError``. ``device_only``: only the buffers not in host memory (pinned host weights and the
+        file's mapping stay until the model is freed).
+
+        Returns:
+            The bytes freed; 0 on a llama.cpp build without the project's patch 0004 (nothing is freed early).
+        """
+        if self._stack is None or _release_weights is None:
+            return 0
+        if self._ctx is not None:  # no kernel of the last step may still read a weight
+            llama_cpp.llama_synchronize(self._ctx)
+        freed = int(_release_weights(self._model, device_only))
+        self._weights_released = True
+        return freed
 
     def _free_context(self) -> None:
         t0 = time.perf_counter()
@@ -299,6 +341,11 @@ class LlamaEngine:
             raise EngineError("engine is closed")
         if self._ctx is None:
             raise EngineError("the engine's context is released (restore_context first)")
+
+    def _require_weights(self) -> None:
+        self._require_open()
+        if self._weights_released:
+            raise EngineError("the model's weights are released (reload first)")
 
     # ---- properties ------------------------------------------------------------------------------
 
@@ -529,7 +576,7 @@ class LlamaEngine:
             ContextFullError: a sequence would pass its context share.
             DecodeError: llama_decode returned non-zero (``.code``); earlier chunks stay in the KV cache.
         """
-        self._require_open()
+        self._require_weights()
         return self._seqs.decode(batch)
 
     def decode_embeddings(
@@ -544,7 +591,7 @@ class LlamaEngine:
         Raises:
             ContextFullError, DecodeError: as ``decode``.
         """
-        self._require_open()
+        self._require_weights()
         if embd.ndim != 2 or embd.shape[1] != self._table.n_embd:
             raise ValueError(
                 f"embeddings of width {embd.shape[-1]} do not match the model's n_embd {self._table.n_embd}"

@@ -209,8 +209,9 @@ class GameSide:
 
     def _record_ack(self, kind: str, t: float, budget_mib: int, ack: BudgetAck) -> None:
         """One budget event from its ``budget_ack`` (sent at ``t``): what was granted and measured, and how long it took.
-        ``held_after_s``: seconds until the budget held (the daemon acknowledges a change once its placement is in force:
-        for a shrink, once the memory is released); None for a growth it deferred. ``interim``: the placement in force
+        ``held_after_s``: seconds until the budget held (the daemon acknowledges a change once its placement is in force,
+        a shrink once it measures its memory within the budget, which may be before the new placement has loaded);
+        None for a growth it deferred. ``interim``: the placement in force
         is one planned before that fits, the exact plan follows (protocol 1.3)."""
         ack_after_s = round(self.now() - t, 4)
         self.rec.event(

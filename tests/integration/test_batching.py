@@ -123,6 +123,32 @@ def test_pause_export_reload_import_resume_keeps_every_session(reference: list[l
         assert all(h.tokens[: len(b)] == b for h, b in zip(handles, before, strict=True))
 
 
+def test_reload_releases_the_old_placement_before_saving_and_before_loading(reference: list[list[int]]) -> None:
+    with LlamaEngine(default_model_path(), BATCHED) as eng:
+        sched = BatchScheduler(eng)
+        handles = _submit_all(sched, eng)
+        while len(handles[0].tokens) < 4:
+            sched.step()
+        seen: list[tuple[str, int, str]] = []
+        save = eng.save_seq_state
+
+        def saving(seq_id: int) -> bytes:
+            seen.append(("save", seq_id, ""))
+            return save(seq_id)
+
+        eng.save_seq_state = saving  # type: ignore[method-assign]
+        sched.reload(
+            BATCHED.with_(n_batch=32, n_ubatch=16),
+            lambda stage, freed: seen.append(("released", freed, stage)),
+        )
+        # the device weights first (none on a CPU build), every session saved, the rest freed, then the load
+        assert seen[0] == ("released", 0, "weights") and seen[-1] == ("released", 0, "all")
+        assert [s[0] for s in seen[1:-1]] == ["save"] * 4
+        assert eng.placement.n_ubatch == 16
+        sched.run_until_idle()
+        assert [h.tokens for h in handles] == reference
+
+
 def test_high_priority_request_gets_first_token_first() -> None:
     for n_seq_max in (4, 2):  # batch tokens scarce (prefill order), then slots scarce (admission)
         with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=n_seq_max, n_batch=16, n_ubatch=16)) as eng:

@@ -35,6 +35,9 @@ class PendingReload:
     replan_mib: int | None = None
     #: A worker replacement instead of a reload (``WorkerLifecycle.replace``: its phases are the lifecycle's).
     replacing: bool = False
+    #: The smallest budget answered while the reload was still loading (``BudgetControl.on_released``: its memory was
+    #: released): should the reload fail, the worker must restart within it.
+    acked_on_release_mib: int | None = None
 
 
 @dataclass

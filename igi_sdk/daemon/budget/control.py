@@ -166,6 +166,37 @@ class BudgetControl:
             return
         self._start(self._queued)
 
+    def on_released(self, event: wp.Released) -> None:
+        """Part-way through a reload the worker released the old placement's memory (its device weights, then the
+        context and the rest of the model): a shrink's request is answered now, with the placement being loaded, when
+        NVML shows the worker within its budget (the load that follows stays within it: the plan was made for it);
+        the others are answered when the reload is done. Without NVML nothing is measured and every request waits
+        for the reload."""
+        op = self._inflight
+        if op is None or op.replacing or event.req_id != op.req_id:
+            return
+        measured = self._worker_vram_mib()
+        held = [
+            waiter
+            for waiter in op.waiters
+            if measured is not None and measured <= waiter.requested_mib < self._current.budget_mib
+        ]
+        self._core.log(
+            logging.INFO,
+            "vram_released",
+            stage=event.stage,
+            released_mib=round(event.released_mib, 1),
+            elapsed_s=round(event.elapsed_s, 4),
+            vram_mib=measured,
+            answered=len(held),
+        )
+        for waiter in held:
+            self._ack(waiter, op.outcome, applied=True, measured=measured, interim=op.replan_mib is not None)
+        if held:
+            op.waiters = [waiter for waiter in op.waiters if waiter not in held]
+            smallest = min(waiter.requested_mib for waiter in held)
+            op.acked_on_release_mib = min(smallest, op.acked_on_release_mib or smallest)
+
     def on_reloaded(self, event: wp.Reloaded) -> None:
         """The worker finished a reload (``ok`` or not)."""
         op = self._inflight
@@ -184,7 +215,7 @@ class BudgetControl:
             error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.message}")
             for waiter in op.waiters:
                 self._core.send_error(waiter.identity, waiter.header, error)
-            self._keep_state_with_running_placement()  # the worker exits and restarts on self.current
+            self._keep_state_with_running_placement(op)  # the worker exits and restarts on self.current
         if self._queued is not None and self._core.worker.ready:
             self._start(self._queued)
 
@@ -517,7 +548,7 @@ class BudgetControl:
         )
         for waiter in op.waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
-        self._keep_state_with_running_placement()
+        self._keep_state_with_running_placement(op)
 
     def abort(self, error: RequestError) -> None:
         """Answer every budget request still waiting (for a reload in flight or queued, or for a plan being
@@ -528,11 +559,16 @@ class BudgetControl:
                     self._core.send_error(waiter.identity, waiter.header, error)
                 holder.waiters = []
 
-    def _keep_state_with_running_placement(self) -> None:
+    def _keep_state_with_running_placement(self, lost: PendingReload | None = None) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker
         on ``self._current``, the last good placement, and the budget state says so: the lost target is no longer
         pending, so that the same request again reloads instead of being answered ``applied`` on the old placement.
-        A newer target queued or being planned stays pending: it is applied once the restarted worker is ready."""
+        A newer target queued or being planned stays pending: it is applied once the restarted worker is ready.
+        When the lost reload had already answered a shrink (its memory released, ``on_released``), the old placement
+        no longer fits what the game was told: the worker restarts on the CPU-only placement of that budget."""
+        if lost is not None and lost.acked_on_release_mib is not None:
+            self._put_in_force(self._planner.cpu_only(lost.acked_on_release_mib))
+            return
         self._put_in_force(self._current)
 
     def _worker_vram_mib(self) -> float | None:

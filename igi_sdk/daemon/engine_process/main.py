@@ -37,6 +37,9 @@ from igi_sdk.errors import EngineLostError
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
+    from igi_sdk.engine.batch_types import ReleaseStage
+
+MIB = 1024 * 1024
 
 Emit = Callable[[wp.Event], None]
 
@@ -184,8 +187,15 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
         )
     elif isinstance(command, wp.Reload):
         t0 = time.perf_counter()
+
+        def released(stage: ReleaseStage, released_bytes: int) -> None:
+            elapsed_s = time.perf_counter() - t0
+            emit(
+                wp.Released(req_id=command.req_id, stage=stage, released_mib=released_bytes / MIB, elapsed_s=elapsed_s)
+            )
+
         try:
-            scheduler.reload(command.placement, command.vision)
+            scheduler.reload(command.placement, command.vision, released)
             ok, message = True, ""
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"

@@ -28,7 +28,7 @@ from igi_sdk.daemon.sessions.file_format import read_kv_state
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS
 from igi_sdk.engine.batch_slots import common_prefix
-from igi_sdk.engine.batch_types import BatchRequest, RequestHandle, SchedulerError, TokenEvent
+from igi_sdk.engine.batch_types import BatchRequest, OnRelease, RequestHandle, SchedulerError, TokenEvent
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
 from igi_sdk.engine.prefix_cache import PrefixCache
@@ -375,16 +375,19 @@ class WorkerScheduler:
         exported = self._sched.export_session(session_id)
         return (None, None) if exported is None else exported
 
-    def reload(self, placement: Placement, vision: EncoderPlan | None = None) -> None:
-        """At this token boundary: every session saved, the engine reloaded with ``placement`` (and the daemon's
-        overrides), the sessions restored and the grammars rebuilt (``BatchScheduler.reload``); every job counts one
-        reload more. ``vision`` is the encoder's plan beside the new placement (the next encode follows it). The
-        images the sequences hold come back with their KV states: nothing is encoded again.
+    def reload(
+        self, placement: Placement, vision: EncoderPlan | None = None, on_release: OnRelease | None = None
+    ) -> None:
+        """At this token boundary: the device weights freed, every session saved, the engine reloaded with
+        ``placement`` (and the daemon's overrides), the sessions restored and the grammars rebuilt
+        (``BatchScheduler.reload``, which reports the old placement's memory going to ``on_release``); every job
+        counts one reload more. ``vision`` is the encoder's plan beside the new placement (the next encode follows
+        it). The images the sequences hold come back with their KV states: nothing is encoded again.
 
         Raises:
             Exception: whatever the reload raises (the worker then exits and is restarted).
         """
-        self._sched.reload(self._adapter.overridden(placement))
+        self._sched.reload(self._adapter.overridden(placement), on_release)
         if self._vision is not None and vision is not None:
             self._vision.plan = vision
         for job in self._jobs.values():

@@ -3,8 +3,7 @@ state of the worker; ``worker.lifecycle`` routes the others, and the worker's ex
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
@@ -14,9 +13,16 @@ from igi_sdk.ipc.messages import GenerateReply, TokenEvent
 from igi_sdk.ipc.values import Usage
 
 
-def handle_worker_event(core: DaemonCore, on_reloaded: Callable[[wp.Reloaded], None], event: wp.Event) -> None:
-    """Route one event about a job, an export or a reload (to ``on_reloaded``: the budget control) to the one that
-    waits for it (the same in every state)."""
+class ReloadListener(Protocol):
+    """Who hears of a reload's progress (the budget control)."""
+
+    def on_released(self, event: wp.Released) -> None: ...
+    def on_reloaded(self, event: wp.Reloaded) -> None: ...
+
+
+def handle_worker_event(core: DaemonCore, reloads: ReloadListener, event: wp.Event) -> None:
+    """Route one event about a job, an export or a reload (to ``reloads``: the budget control) to the one that waits
+    for it (the same in every state)."""
     if isinstance(event, wp.Token):
         job = core.jobs.get(event.job_id)
         if job is None:
@@ -43,8 +49,10 @@ def handle_worker_event(core: DaemonCore, on_reloaded: Callable[[wp.Reloaded], N
         job = core.finish_job(event.job_id)
         if job is not None:
             fail_job(core, job, RequestError(ErrorCode(event.code), event.message, event.detail))
+    elif isinstance(event, wp.Released):
+        reloads.on_released(event)
     elif isinstance(event, wp.Reloaded):
-        on_reloaded(event)
+        reloads.on_reloaded(event)
     elif isinstance(event, wp.Encoded):  # kept for another worker (a replacement, a restart): no encode there
         job = core.jobs.get(event.job_id)
         for message, image in job.images if job is not None else ():

@@ -27,6 +27,7 @@ Events (worker -> daemon):
 | ``Token`` | job_id, index, text, token_id | one sampled token (indexes from 0 in this worker) |
 | ``Done`` | job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s, tps, reloads | a job ended |
 | ``Failed`` | job_id, code, message, detail | a job could not run (an ``ErrorCode`` value, e.g. ``too_large``) |
+| ``Released`` | req_id, stage, released_mib, elapsed_s | during a reload, the old placement's memory went: ``"weights"`` (its device weights freed, before the sessions are saved), then ``"all"`` (the context and the model freed, before the new placement loads); ``elapsed_s`` since the reload began |
 | ``Reloaded`` | req_id, ok, message, apply_time_s, placement | a reload finished (the worker exits after a failed one) |
 | ``Exported`` | req_id, session_id, tokens, state | the answer to ``Export`` |
 | ``Encoded`` | job_id, message, encoding | the worker encoded a job's image: its template tokens and embeddings, for another worker |
@@ -240,6 +241,18 @@ class Failed:
     detail: dict[str, Any] | None = None
 
 
+ReleaseStage = Literal["weights", "all"]
+
+
+@dataclass(frozen=True)
+class Released:
+    KIND: ClassVar[str] = "released"
+    req_id: str
+    stage: ReleaseStage
+    released_mib: float = 0.0
+    elapsed_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class Reloaded:
     KIND: ClassVar[str] = "reloaded"
@@ -267,13 +280,13 @@ class Encoded:
     encoding: ImageEncoding
 
 
-Event = Ready | Fatal | Started | Token | Done | Failed | Reloaded | Exported | Encoded
+Event = Ready | Fatal | Started | Token | Done | Failed | Released | Reloaded | Exported | Encoded
 Message = Command | Event
 
 _COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Shutdown)
 COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
 EVENTS: dict[str, type[Any]] = {
-    cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Reloaded, Exported, Encoded)
+    cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Released, Reloaded, Exported, Encoded)
 }
 
 

@@ -1,0 +1,325 @@
+"""Benchmark: a game's budget changes through the real daemon while NPCs stream (issue 35's acceptance run).
+
+``python -m igi_sdk.bench.live_budget [--model SPEC] [--vram-budget-mib 4096] [--changes 24] [--npcs 3] [--json OUT]``
+
+Starts the daemon (``python -m igi_sdk.daemon``, the budget's hysteresis off so that a growth applies at once), lets
+every NPC answer its question once alone (the reference replies), then sends a sequence of budget changes
+(``change_sequence``: shrinks and grows, reclaims with a 0.25 s deadline among the shrinks, budgets off the daemon's
+1024 MiB ladder among them, a reclaim to 0) while every NPC asks its question again and again on a fresh session,
+greedy. Before each change it waits a little so that the NPCs are mid-reply. Per change it records:
+
+- ``ack_s``: from the request until its ``budget_ack``;
+- ``settled_s``: until the change was done (the daemon's reload and replacement counters stopped moving and its plan in
+  force is the acknowledged one, or after an interim answer another one): for a growth, when the faster placement was
+  in force;
+- on an NVIDIA GPU (NVML): ``within_s``, until the device memory (minus the idle reading taken before the daemon
+  started) went within the new budget and stayed there for the rest of the change, and ``peak_mib``, the peak
+  during the change, a violation when above the larger of the old and new budget.
+
+Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
+placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
+is reported, not required. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
+``ack_s``, of the growths' ``settled_s``, violations, replies that failed or differed); ``--json`` writes all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.bench.vram import VramSampler, open_nvml
+from igi_sdk.client import Client
+from igi_sdk.ipc.values import Sampling
+
+RECLAIM_DEADLINE_S = 0.25
+LADDER_STEP_MIB = 1024
+SETTLE_POLL_S = 0.05
+SETTLE_TIMEOUT_S = 120.0
+GREEDY = Sampling(temperature=0.0)
+QUESTIONS = (
+    "Who goes there, and why have you come to the gate?",
+    "What news from the harbour this morning?",
+    "Can you mend this old sword before nightfall?",
+    "Where can a tired traveller sleep tonight?",
+    "What do the villagers say about the king?",
+    "Which road leads to the mountain pass?",
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One budget change of the sequence."""
+
+    kind: str  # "set_budget" or "reclaim"
+    budget_mib: int
+
+
+def change_sequence(n: int, start_mib: int, top_mib: int, seed: int = 0) -> list[Change]:
+    """``n`` budget changes from ``start_mib``, between 0 and ``top_mib``: runs of shrinks and growths, each budget
+    differing from the one before; a third of the budgets off the 1024 MiB ladder (multiples of 256 MiB the daemon
+    has not planned ahead), a reclaim with a deadline for about half of the shrinks, and a reclaim to 0 (the worker
+    replaced on a GPU) once."""
+    rng = random.Random(seed)
+    ladder = list(range(LADDER_STEP_MIB, top_mib + 1, LADDER_STEP_MIB))
+    off_ladder = [b for b in range(768, top_mib, 256) if b % LADDER_STEP_MIB]
+    out: list[Change] = []
+    current = start_mib
+    zero_at = n // 2
+    for i in range(n):
+        if i == zero_at:
+            budget = 0
+        elif i == zero_at + 1:  # back from 0: a growth to where it was
+            budget = start_mib
+        else:
+            pool = off_ladder if i % 3 == 2 and off_ladder else ladder
+            choices = [b for b in pool if b != current] or [b for b in ladder if b != current]
+            budget = rng.choice(choices)
+        shrink = budget < current
+        kind = "reclaim" if budget == 0 or (shrink and rng.random() < 0.5) else "set_budget"
+        out.append(Change(kind, budget))
+        current = budget
+    return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class Npcs:
+    """NPC threads asking their question again and again (a fresh session each time), greedy, until ``stop``."""
+
+    def __init__(self, connection_file: Path, n: int, max_tokens: int) -> None:
+        self.connection_file, self.n, self.max_tokens = connection_file, n, max_tokens
+        self.reference: list[list[int]] = []
+        self.replies: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def ask(self, client: Client, i: int) -> Any:
+        sid = client.create_session(
+            f"NPC {i}", "You live in a small harbour town. Answer in two sentences.", sampling=GREEDY
+        )
+        try:
+            return client.generate(sid, QUESTIONS[i % len(QUESTIONS)], max_tokens=self.max_tokens).result()
+        finally:
+            client.close_session(sid)
+
+    def take_reference(self, client: Client) -> None:
+        self.reference = [list(self.ask(client, i).token_ids) for i in range(self.n)]
+
+    def start(self) -> None:
+        for i in range(self.n):
+            thread = threading.Thread(target=self._run, args=(i,), name=f"npc-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(SETTLE_TIMEOUT_S)
+
+    def _run(self, i: int) -> None:
+        with Client.connect(self.connection_file, timeout_s=SETTLE_TIMEOUT_S) as client:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    result = self.ask(client, i)
+                except Exception as exc:  # a failed request is what this run counts
+                    with self._lock:
+                        self.errors.append(f"npc {i}: {type(exc).__name__}: {exc}")
+                    continue
+                with self._lock:
+                    self.replies.append(
+                        {
+                            "npc": i,
+                            "t_s": round(t0, 3),
+                            "identical": list(result.token_ids) == self.reference[i],
+                            "n_tokens": len(result.token_ids),
+                            "reloads_during": result.reloads_during,
+                            "finish_reason": result.finish_reason,
+                        }
+                    )
+
+
+def _moves(status: Any) -> int:
+    return int(status.counters.get("reloads", 0)) + int(status.counters.get("worker_replacements", 0))
+
+
+def settle(client: Client, before_plan: Any, ack: Any, t0: float) -> float:
+    """Seconds from ``t0`` until the change acknowledged by ``ack`` is done: the plan in force is the acknowledged one
+    (after an interim answer: another one than both the interim and the one before), and the daemon's reload and
+    replacement counters have not moved for two polls."""
+    last_moves, stable = -1, 0
+    while time.monotonic() - t0 < SETTLE_TIMEOUT_S:
+        status = client.status()
+        moves = _moves(status)
+        done_plan = status.plan not in (ack.plan, before_plan) if ack.interim else status.plan == ack.plan
+        stable = stable + 1 if moves == last_moves and done_plan else 0
+        if stable >= 2:
+            return time.monotonic() - t0 - 2 * SETTLE_POLL_S
+        last_moves = moves
+        time.sleep(SETTLE_POLL_S)
+    raise TimeoutError(f"the change to {ack.requested_mib} MiB did not settle within {SETTLE_TIMEOUT_S} s")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from igi_sdk.model_store import resolve_model_path
+
+    model = resolve_model_path(args.model)
+    workdir = Path(tempfile.mkdtemp(prefix="igi-live-budget-"))
+    connection_file = workdir / "connection.json"
+    sampler = VramSampler(open_nvml())
+    sampler.take_baseline()
+    cmd = [
+        sys.executable,
+        "-m",
+        "igi_sdk.daemon",
+        *("--connection-file", str(connection_file), "--model", str(model)),
+        *("--vram-budget-mib", str(args.vram_budget_mib), "--n-threads", str(args.n_threads)),
+        *("--grow-stable-s", "0", "--min-grow-interval-s", "0", "--worker-nice", "0"),
+        *("--log-file", str(args.log_file or workdir / "daemon.log")),
+        *(["--always-reload"] if args.always_reload else []),
+        *args.daemon_arg,
+    ]
+    t_start = time.monotonic()
+    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    changes_out: list[dict[str, Any]] = []
+    npcs = Npcs(connection_file, args.npcs, args.max_tokens)
+    try:
+        with Client.connect(connection_file, timeout_s=SETTLE_TIMEOUT_S * 5) as game:
+            start_s = time.monotonic() - t_start
+            npcs.take_reference(game)
+            npcs.start()
+            rng = random.Random(args.seed)
+            top_mib = args.top_mib or max(args.vram_budget_mib, LADDER_STEP_MIB)
+            previous = args.vram_budget_mib
+            for change in change_sequence(args.changes, args.vram_budget_mib, top_mib, args.seed):
+                time.sleep(rng.uniform(args.gap_s / 2, args.gap_s))  # the NPCs are mid-reply
+                before = game.status().plan
+                sampler.start(process.pid)
+                t0 = time.monotonic()
+                if change.kind == "reclaim":
+                    ack = game.reclaim(change.budget_mib, RECLAIM_DEADLINE_S)
+                else:
+                    ack = game.set_budget(change.budget_mib, "live budget bench")
+                ack_s = time.monotonic() - t0
+                settled_s = settle(game, before, ack, t0)
+                window = sampler.stop()
+                within_s = window.within_after_s(change.budget_mib, t0)
+                limit_mib = max(previous, change.budget_mib)
+                peak = window.device_peak_mib
+                changes_out.append(
+                    {
+                        **asdict(change),
+                        "previous_mib": previous,
+                        "shrink": change.budget_mib < previous,
+                        "applied": ack.applied,
+                        "interim": bool(ack.interim),
+                        "warning": ack.warning,
+                        "strategy": ack.plan.strategy,
+                        "ack_vram_mib": ack.measured_vram_mib,
+                        "ack_s": round(ack_s, 4),
+                        "settled_s": round(settled_s, 4),
+                        "within_s": None if within_s is None else round(within_s, 4),
+                        "peak_mib": peak,
+                        "violation": peak is not None and peak > limit_mib,
+                    }
+                )
+                previous = change.budget_mib
+            npcs.stop()
+            game.shutdown(timeout_s=30)
+    finally:
+        npcs.stop()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs)
+
+
+def _report(
+    args: argparse.Namespace, model: str, start_s: float, gpu: str | None, changes: list[dict[str, Any]], npcs: Npcs
+) -> dict[str, Any]:
+    shrinks = [c for c in changes if c["shrink"]]
+    grows = [c for c in changes if not c["shrink"]]
+    within = [c["within_s"] for c in shrinks if c["within_s"] is not None]
+
+    def spread(values: list[float]) -> dict[str, float | None]:
+        return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "n": len(values)}
+
+    replies = npcs.replies
+    return {
+        "model": model,
+        "gpu": gpu,
+        "start_mib": args.vram_budget_mib,
+        "daemon_start_s": round(start_s, 3),
+        "changes": changes,
+        "replies": replies,
+        "errors": npcs.errors,
+        "summary": {
+            "n_changes": len(changes),
+            "shrink_within_s": spread(within),
+            "shrinks_never_within": sum(1 for c in shrinks if c["within_s"] is None) if gpu else None,
+            "shrink_ack_s": spread([c["ack_s"] for c in shrinks]),
+            "grow_settled_s": spread([c["settled_s"] for c in grows]),
+            "violations": sum(1 for c in changes if c["violation"]),
+            "replies": len(replies),
+            "replies_failed": len(npcs.errors),
+            "replies_identical": sum(1 for r in replies if r["identical"]),
+            "replies_across_a_change": sum(1 for r in replies if r["reloads_during"]),
+        },
+    }
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(f"model {out['model']} on {out['gpu'] or 'no NVIDIA GPU'}; daemon start {out['daemon_start_s']} s")
+    print("change | kind | ack s | settled s | within s | peak MiB | strategy")
+    for c in out["changes"]:
+        print(
+            f"{c['previous_mib']} -> {c['budget_mib']} | {c['kind']}{' interim' if c['interim'] else ''} | "
+            f"{c['ack_s']} | {c['settled_s']} | {c['within_s']} | {c['peak_mib']}{' VIOLATION' if c['violation'] else ''}"
+            f" | {c['strategy']}"
+        )
+    print(json.dumps(out["summary"], indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m igi_sdk.bench.live_budget", description=__doc__)
+    parser.add_argument("--model", default="default", help='GGUF path, "default" (the embedded model) or a preset')
+    parser.add_argument("--vram-budget-mib", type=int, default=4096, help="the start budget")
+    parser.add_argument("--top-mib", type=int, default=None, help="the largest budget of the sequence (default: start)")
+    parser.add_argument("--changes", type=int, default=24)
+    parser.add_argument("--npcs", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--gap-s", type=float, default=0.8, help="the most to wait before a change (at least half)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-threads", type=int, default=2)
+    parser.add_argument("--always-reload", action="store_true", help="reload on every change (CPU-only machines)")
+    parser.add_argument("--daemon-arg", action="append", default=[], help="one more daemon argument (repeatable)")
+    parser.add_argument("--log-file", type=Path, default=None, help="the daemon's log (default: a temporary folder)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    out = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    _print(out)
+    summary = out["summary"]
+    return 1 if summary["replies_failed"] or summary["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

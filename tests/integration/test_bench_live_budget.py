@@ -1,0 +1,38 @@
+"""The live budget run (``igi_sdk.bench.live_budget``) on the embedded model through the real daemon, CPU: 20 budget
+changes (shrinks and growths, reclaims with a deadline, budgets off the ladder, a reclaim to 0) while two NPCs
+stream; every change acknowledged and done, every reply answered and token for token its reference (every placement
+computes alike on the CPU, and the daemon reloads on every change). The sequence itself is checked on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from igi_sdk.bench.live_budget import change_sequence, main
+
+
+def test_the_sequence_shrinks_and_grows_reclaims_and_leaves_the_ladder() -> None:
+    changes = change_sequence(24, 4096, 6144, seed=3)
+    assert len(changes) == 24 and changes == change_sequence(24, 4096, 6144, seed=3)
+    budgets = [4096] + [c.budget_mib for c in changes]
+    assert all(a != b for a, b in zip(budgets, budgets[1:], strict=False))
+    assert all(0 <= b <= 6144 for b in budgets)
+    shrinks = [c for a, c in zip(budgets, changes, strict=False) if c.budget_mib < a]
+    assert len(shrinks) >= 6 and len(changes) - len(shrinks) >= 6
+    assert any(c.kind == "reclaim" for c in shrinks) and any(c.kind == "set_budget" for c in shrinks)
+    assert all(c.kind == "set_budget" for a, c in zip(budgets, changes, strict=False) if c.budget_mib > a)
+    assert any(c.budget_mib % 1024 for c in changes) and any(c.budget_mib == 0 for c in changes)
+
+
+def test_twenty_changes_while_npcs_stream_lose_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "live.json"
+    argv = ["--changes", "20", "--npcs", "2", "--max-tokens", "24", "--gap-s", "0.3", "--always-reload"]
+    assert main([*argv, "--vram-budget-mib", "4096", "--json", str(out), "--log-file", str(tmp_path / "d.log")]) == 0
+    figures = json.loads(out.read_text())
+    summary = figures["summary"]
+    assert summary["n_changes"] == 20 and all(c["applied"] for c in figures["changes"])
+    assert figures["errors"] == [] and summary["replies_failed"] == 0 and summary["violations"] == 0
+    assert summary["replies"] >= 4 and summary["replies_identical"] == summary["replies"]
+    assert summary["replies_across_a_change"] >= 1  # streams were cut by reloads and went on
+    assert all(c["ack_s"] <= c["settled_s"] + 0.2 for c in figures["changes"])
+    assert summary["shrink_within_s"]["n"] == 0  # no NVML here: nothing measured, nothing made up

@@ -124,6 +124,7 @@ class BatchCounters(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     steps: int = 0
+    steps_aborted: int = Field(default=0, description="steps the abort flag stopped and the scheduler undid")
     requests_finished: int = 0
     requests_cancelled: int = 0
     prompt_tokens: int = Field(default=0, description="prompt tokens of all admitted requests")

@@ -51,6 +51,7 @@ from igi_sdk.engine.batch_types import (
     TokenEvent,
 )
 from igi_sdk.engine.prefix_cache import PrefixCache
+from igi_sdk.engine.sequences import DecodeAborted
 from igi_sdk.errors import EngineError
 
 if TYPE_CHECKING:
@@ -289,6 +290,9 @@ class BatchScheduler:
         Returns:
             The events this step produced (also delivered to each request's ``on_event`` and handle).
 
+        A step the engine's abort flag stopped (``DecodeAborted``) is undone: it returns the admission events only,
+        and the state is the one before it (``steps_aborted`` counts them).
+
         Raises:
             DecodeError, ContextFullError: llama.cpp failed; the scheduler's state is then undefined.
         """
@@ -315,12 +319,16 @@ class BatchScheduler:
         # sequences into ubatches of as many tokens of each (a chunk beside a shorter one would be cut there, and
         # its results would change with what shares the step); a lone token per sequence is cut nowhere
         decodes = sorted((c.entry() for c in chunks if c.decode), key=lambda e: e[0])
-        logits = self._engine.decode(decodes) if decodes else {}
-        for chunk in chunks:
-            if chunk.image:
-                logits.update(self._decode_image(chunk))  # type: ignore[arg-type]
-            elif not chunk.decode:
-                logits.update(self._engine.decode([chunk.entry()]))
+        try:
+            logits = self._engine.decode(decodes) if decodes else {}
+            for chunk in chunks:
+                if chunk.image:
+                    logits.update(self._decode_image(chunk))  # type: ignore[arg-type]
+                elif not chunk.decode:
+                    logits.update(self._engine.decode([chunk.entry()]))
+        except DecodeAborted:
+            self._undo(chunks)
+            return events
         self._c["steps"] += 1
         self._c["batch_tokens_max"] = max(self._c["batch_tokens_max"], sum(len(c.tokens) for c in chunks))
         self._c["sequences_per_step_max"] = max(self._c["sequences_per_step_max"], len(chunks))
@@ -338,6 +346,16 @@ class BatchScheduler:
             if row is not None:
                 self._sample(chunk.run, row, events)
         return events
+
+    def _undo(self, chunks: Sequence[Chunk]) -> None:
+        """A step aborted part-way (``LlamaEngine.abort_on_flag``): every chunk's sequence goes back to where the step
+        found it, KV cells and the engine's record of them, and nothing else of the step happened (no token counted,
+        sampled or streamed), so that the next step, or the reload that asked for the abort, finds the state before
+        it."""
+        for chunk in chunks:
+            if not self._engine.seq_rm(chunk.seq_id, chunk.start_pos, -1):
+                raise EngineError(f"sequence {chunk.seq_id} cannot be rolled back after an aborted step")
+        self._c["steps_aborted"] += 1
 
     def _decode_image(self, chunk: Chunk) -> dict[int, object]:
         run = chunk.run

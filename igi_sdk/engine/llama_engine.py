@@ -96,6 +96,25 @@ def _bind_release_weights() -> Any | None:
 _release_weights = _bind_release_weights()
 
 
+def _bind_abort_on_flag() -> Any | None:
+    """``llama_abort_on_flag`` of the project's patch 0005 as an abort callback, or None on a stock build."""
+    try:
+        fn = llama_cpp.llama_cpp._lib.llama_abort_on_flag
+    except AttributeError:
+        return None
+    # bool llama_abort_on_flag(void * flag): passed to llama_set_abort_callback as the C function it is
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    return None if address is None else llama_cpp.ggml_abort_callback(address)
+
+
+_abort_on_flag = _bind_abort_on_flag()
+
+
+def abort_on_flag_supported() -> bool:
+    """Whether this llama.cpp build can stop a decode when a flag is set (the project's patch 0005)."""
+    return _abort_on_flag is not None
+
+
 def release_weights_supported() -> bool:
     """Whether this llama.cpp build can free a model's weights ahead of the model (the project's patch 0004)."""
     return _release_weights is not None
@@ -134,6 +153,7 @@ class LlamaEngine:
         self._verbose = verbose
         self._trace_load = trace_load
         self._freed: tuple[float | None, float | None] = (None, None)
+        self._abort_flag: int | None = None
         self._table = read_tensor_table(self._model_path)
         self._stack: ExitStack | None = None
         self._load(placement)
@@ -191,6 +211,7 @@ class LlamaEngine:
         self.__dict__.pop("load_stages", None)
         self._stack = stack
         self._model, self._ctx = model, ctx
+        self._set_abort_callback()
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._placement = placement
@@ -236,6 +257,7 @@ class LlamaEngine:
             self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
         self._ctx = ctx
+        self._set_abort_callback()
         self._seqs = BatchDecoder(
             ctx,
             int(llama_cpp.llama_n_batch(ctx)),
@@ -278,6 +300,28 @@ class LlamaEngine:
         if on_freed is not None:
             on_freed()
         self._load(placement)
+
+    def abort_on_flag(self, address: int | None) -> bool:
+        """Stop a decode in flight while the C ``int`` at ``address`` is non-zero (another thread or process may set
+        it: the worker's is shared with the daemon): ``decode`` then raises ``DecodeAborted`` at the next check
+        (between two graph nodes on the CPU, between two scheduler splits), after llama.cpp has removed the aborted
+        ubatch's positions. Kept across ``reload``. None: never.
+
+        Returns:
+            Whether the build can (the project's patch 0005); without it nothing is set and decodes run to their end.
+        """
+        self._abort_flag = address
+        if self._ctx is not None:
+            self._set_abort_callback()
+        return _abort_on_flag is not None
+
+    def _set_abort_callback(self) -> None:
+        if _abort_on_flag is None or self._ctx is None:
+            return
+        if self._abort_flag is None:
+            llama_cpp.llama_set_abort_callback(self._ctx, llama_cpp.ggml_abort_callback(0), None)
+        else:
+            llama_cpp.llama_set_abort_callback(self._ctx, _abort_on_flag, ctypes.c_void_p(self._abort_flag))
 
     def release_weights(self, *, device_only: bool = True) -> int:
         """Free the model's weight buffers now, ahead of a ``reload`` or ``close``: device memory goes before the

@@ -34,6 +34,20 @@ class DecodeError(EngineError):
         super().__init__(f"llama_decode returned {code}: {why}" + (f" ({detail})" if detail else ""))
 
 
+class DecodeAborted(DecodeError):
+    """``llama_decode`` returned 2: its abort callback asked it to stop (``LlamaEngine.abort_on_flag``). llama.cpp
+    removed the aborted ubatch's positions; earlier chunks of the same call may still be in the KV cache, so the
+    caller rolls every entry back to its start position (``BatchScheduler.step`` does)."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(2, detail)
+
+
+def decode_error(code: int, detail: str) -> DecodeError:
+    """The error of a non-zero ``llama_decode`` return value."""
+    return DecodeAborted(detail) if code == 2 else DecodeError(code, detail)
+
+
 class ContextFullError(EngineError):
     """A sequence would grow past its share of the context (n_ctx / n_seq_max tokens)."""
 
@@ -95,7 +109,7 @@ class BatchDecoder:
             b.n_tokens = len(chunk)
             rc = llama_cpp.llama_decode(self.ctx, b)
             if rc != 0:
-                raise DecodeError(rc, f"{len(chunk)} tokens in chunk starting at {lo}")
+                raise decode_error(rc, f"{len(chunk)} tokens in chunk starting at {lo}")
             wanted = [seq for _tok, _pos, seq, want in chunk if want]
             if wanted:  # the rows of the outputs, in batch order: one copy of them all
                 rows = llama_cpp.llama_get_logits(self.ctx)
@@ -154,7 +168,7 @@ class BatchDecoder:
                 batch.n_tokens = m
                 rc = llama_cpp.llama_decode(self.ctx, batch)
                 if rc != 0:
-                    raise DecodeError(rc, f"{m} image embeddings at position {start_pos + lo}")
+                    raise decode_error(rc, f"{m} image embeddings at position {start_pos + lo}")
                 if want_logits and lo + m == n:
                     out = llama_cpp.llama_get_logits_ith(self.ctx, m - 1)
                     if not out:

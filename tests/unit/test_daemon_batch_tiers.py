@@ -118,6 +118,7 @@ def test_npcs_joining_switch_up_at_once_through_the_reload_and_leaving_down_afte
     rig.finish_reload()
     assert rig.budget.current.tier == 4 and rig.core.counters["batch_tier_switches"] == 2
     assert rig.acks() == []  # nobody asked: nothing to acknowledge
+    assert not any(r.urgent for r in rig.reloads())  # the same budget: no step in flight is stopped for a tier
 
 
 def test_a_crowd_back_within_the_hysteresis_restarts_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,6 +68,7 @@ def test_a_shrink_is_answered_when_the_device_weights_are_freed(monkeypatch: pyt
     rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=0.25)
     assert rig.reload().placement.n_gpu_layers == 2048 // 256 and rig.replies() == []
+    assert rig.reload().urgent  # a shrink stops the step in flight (the worker's abort flag)
     rig.released("weights", used_mib=1200.0)  # the context (KV, compute buffers) is left
     (ack,) = rig.replies()
     assert isinstance(ack, BudgetAck)

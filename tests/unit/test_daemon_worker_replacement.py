@@ -132,11 +132,12 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
 
     class Process:
         def __init__(
-            self, target: Any, args: tuple[Any, bytes, bool, str | None, int], name: str, daemon: bool
+            self, target: Any, args: tuple[Any, bytes, bool, str | None, int, Any], name: str, daemon: bool
         ) -> None:
             assert target is boot
             start = pickle.loads(args[1])  # the start goes pickled, unpickled after boot has loaded llama.cpp
-            assert args[2:] == (start.hide_gpu, None, start.config.op_offload_min_batch)
+            assert args[2:5] == (start.hide_gpu, None, start.config.op_offload_min_batch)
+            assert args[5].value == 0  # the abort flag, shared with the worker
             started.append(start)
             self.pid, self.exitcode, self.sentinel = 4242, None, 0
 
@@ -146,12 +147,21 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
     config = worker_config("m.gguf")
     supervisor = WorkerSupervisor(config)
     ctx = multiprocessing.get_context("spawn")
-    monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process))
+    monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process, RawValue=ctx.RawValue))
     supervisor.start(wp.WorkerStart(config, CPU_PLACEMENT, None, hide_gpu=True))
     supervisor.start(wp.WorkerStart(config, GPU_PLACEMENT, None, hide_gpu=False))
     assert [c.hide_gpu for c in started] == [True, False]
     assert started[0].config.model_path == "m.gguf" and started[0].placement == CPU_PLACEMENT
     assert supervisor.pid == 4242 and supervisor.config == config
+    # an urgent reload (a shrink) sets the worker's abort flag before the command goes; a growth's does not
+    flag = supervisor._abort_flag
+    supervisor.send(wp.Reload(req_id="r1", placement=GPU_PLACEMENT))
+    assert flag.value == 0
+    supervisor.send(wp.Reload(req_id="r2", placement=CPU_PLACEMENT, urgent=True))
+    assert flag.value == 1
+    flag.value = 0  # the worker took the reload up
+    supervisor.send(wp.Shutdown())  # an exiting worker's step is not waited for either
+    assert flag.value == 1
 
 
 # --- generations and sessions survive the replacement --------------------------------------------------------------

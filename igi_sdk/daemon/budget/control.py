@@ -364,7 +364,9 @@ class BudgetControl:
             self._inflight = op
             self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
-        reload = wp.Reload(req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder)
+        # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now, a growth can wait a step
+        urgent = op.outcome.budget_mib < self._current.budget_mib
+        reload = wp.Reload(req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder, urgent=urgent)
         if not self._core.send_to_worker(reload):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
             # waits for the next ready worker instead of staying in flight for good

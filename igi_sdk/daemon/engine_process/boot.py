@@ -9,6 +9,11 @@ in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with t
 and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
 ``worker_main``.
 
+The abort flag is a C ``int`` in memory shared with the daemon (``multiprocessing.RawValue``, made by the supervisor
+for each worker). The supervisor sets it before it sends an urgent ``Reload`` (a shrink); llama.cpp reads it between
+graph nodes and scheduler splits (``LlamaEngine.abort_on_flag``, patches/llama.cpp 0005), so the step in flight stops
+there and is undone, and the worker clears it when it takes the reload up.
+
 This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
 """
 
@@ -19,6 +24,7 @@ import os
 import pickle
 import sys
 from multiprocessing.connection import Connection
+from typing import Any
 
 
 def enable_faulthandler() -> None:
@@ -40,6 +46,7 @@ def boot(
     hide_gpu: bool,
     pinned_pool_model: str | None,
     op_offload_min_batch: int | None = None,
+    abort_flag: Any = None,
 ) -> None:
     """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
 
@@ -51,6 +58,8 @@ def boot(
             None: the pool stays as the environment sets it.
         op_offload_min_batch: ``GGML_OP_OFFLOAD_MIN_BATCH`` (``WorkerConfig.op_offload_min_batch``); None: the
             environment's.
+        abort_flag: the abort flag shared with the daemon (a ``RawValue`` of a C int; the module docstring); None: the
+            steps always run to their end.
     """
     enable_faulthandler()
     llama_cpp_preloaded = "llama_cpp" in sys.modules  # imported by the spawn's main module: too late to hide the GPU
@@ -69,4 +78,4 @@ def boot(
     start = pickle.loads(start_pickle)
     from igi_sdk.daemon.engine_process.main import worker_main
 
-    worker_main(conn, start, llama_cpp_preloaded=llama_cpp_preloaded)
+    worker_main(conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flag=abort_flag)

@@ -21,6 +21,7 @@ Commands and events are the typed messages of ``daemon.worker_protocol`` (its ta
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -28,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
@@ -40,11 +41,14 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
     from igi_sdk.engine.batch_types import ReleaseStage
 
 MIB = 1024 * 1024
+ABORT_WAIT_S = 0.05
+"""After a step while the abort flag is set, the longest wait for the urgent ``Reload`` that set it (the supervisor sets
+the flag just before it queues the command): steps that would only be stopped again are not started meanwhile."""
 
 Emit = Callable[[wp.Event], None]
 
 
-def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool) -> None:
+def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool, abort_flag: Any = None) -> None:
     """Run the worker until ``Shutdown`` or until the daemon goes away. Called by ``boot.boot``, which has hidden the
     GPU, set the pinned pool's cap and the op_offload threshold, and loaded llama.cpp.
 
@@ -53,6 +57,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         start: the model and settings (``start.config``), the placement to load, the vision encoder's plan and
             ``hide_gpu`` (CUDA hidden, see the module docstring).
         llama_cpp_preloaded: whether llama.cpp was imported before boot could hide the GPU.
+        abort_flag: the abort flag shared with the daemon (``boot``'s docstring); None: steps run to their end.
     """
     config, hide_gpu = start.config, start.hide_gpu
     configure_logging(config.log_level, config.log_format, config.log_file)
@@ -92,6 +97,8 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             tool_format=engine.tool_format,
         )
     )
+    if abort_flag is not None:
+        engine.llama_engine.abort_on_flag(ctypes.addressof(abort_flag))
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 
     scheduler = WorkerScheduler(
@@ -103,7 +110,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         cpu_prefill_chunk_tokens=config.cpu_prefill_chunk_tokens,
     )
     try:
-        _serve(conn, scheduler, emit, log)
+        _serve(conn, scheduler, emit, log, abort_flag)
     except (EOFError, OSError):
         log_event(log, logging.WARNING, "worker_daemon_gone")
     finally:
@@ -118,6 +125,7 @@ def _serve(
     scheduler: WorkerScheduler,
     emit: Emit,
     log: logging.Logger,
+    abort_flag: Any = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     while True:
@@ -142,6 +150,8 @@ def _serve(
                 command = wp.recv(conn)
                 if isinstance(command, wp.Shutdown):
                     return
+                if isinstance(command, wp.Reload) and abort_flag is not None:
+                    abort_flag.value = 0  # taken up: the steps after it run to their end again
                 _handle(command, scheduler, emit, log)
             else:  # an encode on the encode thread has ended: its job joins the batch (handled like a command)
                 scheduler.admit_encoded()
@@ -149,6 +159,8 @@ def _serve(
                 paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():
             scheduler.step()
+            if abort_flag is not None and abort_flag.value:  # stopped (or about to be) for an urgent reload on its way
+                conn.poll(ABORT_WAIT_S)
 
 
 def _wait(conn: Connection, wakeup: Connection | None, timeout: float) -> Connection | None:

@@ -39,7 +39,7 @@ from igi_sdk.planner.vision import EncoderPlan
 #: Seconds to wait before trying again to start an engine worker that could not be started (EMFILE, ENOMEM).
 WORKER_START_RETRY_S = 1.0
 
-#: Time a worker being replaced gets to exit after ``shutdown`` (it ends its current step first), then it is killed, s.
+#: Time a worker being replaced gets to exit after ``shutdown`` (its step in flight is stopped first), then it is killed, s.
 REPLACE_STOP_GRACE_S = 0.5
 
 

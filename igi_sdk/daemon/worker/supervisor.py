@@ -14,12 +14,14 @@ worker). Without a GPU nothing changes: the variable is never set and every relo
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import pickle
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.planner import placement_uses_gpu
@@ -99,6 +101,7 @@ class WorkerSupervisor:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._writer: PipeWriter | None = None
+        self._abort_flag: Any = None  # the current worker's (a RawValue of a C int; engine_process.boot)
         self._dead = True
         self.ready = False
         self.started_at_s = 0.0
@@ -122,7 +125,15 @@ class WorkerSupervisor:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
         pool_model = str(start.config.model_path) if start.config.pinned_pool else None
-        args = (child_conn, pickle.dumps(start), start.hide_gpu, pool_model, start.config.op_offload_min_batch)
+        abort_flag = self._ctx.RawValue(ctypes.c_int, 0)  # shared with the worker (boot's docstring)
+        args = (
+            child_conn,
+            pickle.dumps(start),
+            start.hide_gpu,
+            pool_model,
+            start.config.op_offload_min_batch,
+            abort_flag,
+        )
         process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
         process.start()
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
@@ -130,7 +141,7 @@ class WorkerSupervisor:
         child_conn.close()
         self._config = start.config
         self._stopping = False
-        self._process, self._conn = process, parent_conn
+        self._process, self._conn, self._abort_flag = process, parent_conn, abort_flag
         self._writer = PipeWriter(parent_conn)
         self._dead, self.ready = False, False
         self.started_at_s = time.monotonic()
@@ -182,8 +193,9 @@ class WorkerSupervisor:
         (``worker_pipe``), so a command larger than the pipe cannot stall the I/O loop, nor deadlock it against a
         worker that is itself writing a large event.
 
-        ``Shutdown`` asks the worker to exit without waiting (it finishes its current step first; :meth:`is_dead` says
-        when it has); it is never refused, and does nothing once the worker is gone.
+        ``Shutdown`` asks the worker to exit without waiting (its step in flight is stopped: the abort flag; :meth:`is_dead`
+        says when it has exited); it is never refused, and does nothing once the worker is gone. An urgent ``Reload``
+        (a shrink) stops the step in flight too.
 
         Raises:
             WorkerGone: the worker is dead (any command but ``Shutdown``).
@@ -192,15 +204,24 @@ class WorkerSupervisor:
             self._stopping = True
             self.ready = False
             if not self._dead:
+                self._abort_step()  # an exiting worker's step is not waited for (a replacement carries its jobs over)
                 self._queue(command)
             return
         if self._writer is None or self.is_dead():
             raise WorkerGone("engine worker is not running")
+        if isinstance(command, wp.Reload) and command.urgent:
+            self._abort_step()  # before the command can be read: the worker clears it when it takes the reload up
         try:
             self._writer.send(wp.encode(command))
         except PipeClosed as exc:
             self._mark_dead()
             raise WorkerGone(str(exc)) from exc
+
+    def _abort_step(self) -> None:
+        """Set the worker's abort flag: llama.cpp stops the step in flight at its next check, and the worker undoes
+        it (``engine_process.boot``)."""
+        if self._abort_flag is not None:
+            self._abort_flag.value = 1
 
     @property
     def pending_bytes(self) -> int:

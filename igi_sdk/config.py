@@ -170,6 +170,14 @@ class EngineSettings(_Section):
         description="keep the page-locked host memory of streamed weights across reloads (patches/llama.cpp 0003): "
         "a budget change does not pin them again, at the cost of holding up to the model file's size pinned",
     )
+    weight_cache_device: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="keep every weight's host copy (pinned) for the worker's life and move weights between it and "
+        "this device (e.g. CUDA0) on a budget change whose placements keep the KV cache on the GPU, instead of loading "
+        "the model again (patches/llama.cpp 0006); unset: every change loads the placement",
+    )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,
         ge=1,

@@ -644,7 +644,9 @@ class BatchScheduler:
 
     def reload(self, placement: Placement, on_release: OnRelease | None = None) -> float:
         """Pause, free the device weights, export every session, reload the engine with ``placement``, import,
-        resume.
+        resume. An engine with a cache base that reaches ``placement`` by moving weights (``LlamaEngine.moves_in_place``)
+        does that instead: the sets leaving the GPU are uncached (reported as ``"weights"``), the new ones cached, and
+        every sequence's KV cells stay where they are (nothing is exported).
 
         The old placement's device memory goes in two steps, each reported to ``on_release(stage, released_bytes)``:
         ``"weights"`` once the model's device weights are freed (before the export, so that a shrink's VRAM goes
@@ -657,6 +659,13 @@ class BatchScheduler:
         t0 = self._clock()
         was_paused = self._paused
         self.pause()
+        if self._engine.moves_in_place(placement):  # weights as a cache of the host copy: no load, no new context
+            self._engine.move_to(placement, None if on_release is None else lambda freed: on_release("weights", freed))
+            if on_release is not None:
+                on_release("all", 0)
+            if not was_paused:
+                self.resume()
+            return self._clock() - t0
         released = self._engine.release_weights()
         if on_release is not None:
             on_release("weights", released)

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.engine import _ggml
-from igi_sdk.errors import PlacementRejectedError
+from igi_sdk.errors import EngineError, PlacementRejectedError
 from igi_sdk.gpu_visibility import nvml_handle
 from igi_sdk.planner.placement import CPU_DEVICE
 
@@ -95,6 +95,19 @@ def list_devices() -> list[DeviceInfo]:
             )
         )
     return devices
+
+
+def device_handle(name: str) -> ctypes.c_void_p:
+    """The ``ggml_backend_dev_t`` of the device called ``name`` ("CUDA0", "CPU").
+
+    Raises:
+        EngineError: no such device.
+    """
+    for index in range(_ggml.ggml_backend_dev_count()):
+        dev = _device(index)
+        if (_ggml.ggml_backend_dev_name(dev) or b"").decode() == name:
+            return dev
+    raise EngineError(f"no ggml device {name!r}")
 
 
 def has_gpu_backend() -> bool:

@@ -28,6 +28,7 @@ import llama_cpp
 import numpy as np
 
 from igi_sdk.engine import _log
+from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
@@ -110,6 +111,39 @@ def _bind_abort_on_flag() -> Any | None:
 _abort_on_flag = _bind_abort_on_flag()
 
 
+def _bind_weight_cache() -> tuple[Any, Any, Any] | None:
+    """``llama_model_cache_weights``, ``llama_model_uncache_weights`` and ``llama_context_weights_moved`` of the
+    project's patch 0006, or None on a stock build."""
+    lib = llama_cpp.llama_cpp._lib
+    try:
+        cache, uncache, moved = (
+            lib.llama_model_cache_weights,
+            lib.llama_model_uncache_weights,
+            lib.llama_context_weights_moved,
+        )
+    except AttributeError:
+        return None
+    # int64_t llama_model_cache_weights(llama_model *, const char * key, const char * const * names, int32_t n,
+    #                                   ggml_backend_dev_t dev)
+    cache.restype, cache.argtypes = (
+        ctypes.c_int64,
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_void_p],
+    )
+    # int64_t llama_model_uncache_weights(llama_model *, const char * key)
+    uncache.restype, uncache.argtypes = ctypes.c_int64, [ctypes.c_void_p, ctypes.c_char_p]
+    # void llama_context_weights_moved(llama_context *)
+    moved.restype, moved.argtypes = None, [ctypes.c_void_p]
+    return cache, uncache, moved
+
+
+_weight_cache = _bind_weight_cache()
+
+
+def weight_cache_supported() -> bool:
+    """Whether this llama.cpp build can copy a loaded model's host weights to a device and back (patch 0006)."""
+    return _weight_cache is not None
+
+
 def abort_on_flag_supported() -> bool:
     """Whether this llama.cpp build can stop a decode when a flag is set (the project's patch 0005)."""
     return _abort_on_flag is not None
@@ -134,6 +168,10 @@ class LlamaEngine:
         verbose: echo llama.cpp's log to stderr.
         trace_load: record llama.cpp's load progress calls too (instead of its progress dots), so that
             ``load_stages`` splits the tensor data of a load without mmap between device and host buffers.
+        weight_cache_device: keep every weight's host copy for the engine's life and realize a placement whose KV
+            cache is all on the GPU as a cache base plus cached weights on this device ("CUDA0"; ``engine.cache_base``),
+            so that ``move_to`` another such placement moves weights instead of loading; None: every placement is
+            loaded as it is (the default).
 
     Raises:
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
@@ -148,8 +186,13 @@ class LlamaEngine:
         *,
         verbose: bool = False,
         trace_load: bool = False,
+        weight_cache_device: str | None = None,
     ) -> None:
         self._model_path = Path(model_path)
+        self._weight_cache_device = weight_cache_device
+        self._base: Placement | None = None
+        self._cached: dict[str, int] = {}
+        self._cached_names: dict[str, tuple[str, ...]] = {}
         self._verbose = verbose
         self._trace_load = trace_load
         self._freed: tuple[float | None, float | None] = (None, None)
@@ -161,6 +204,23 @@ class LlamaEngine:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def _load(self, placement: Placement) -> None:
+        base = self._cache_base_for(placement)
+        self._load_placement(placement if base is None else base)
+        self._base = base
+        if base is not None:  # the weights the placement puts on the GPU, cached from the host copy
+            self._placement = placement
+            try:
+                self._move_sets(placement)
+            except BaseException:
+                self.close()
+                raise
+
+    def _cache_base_for(self, placement: Placement) -> Placement | None:
+        if self._weight_cache_device is None or not cache_base_mod.realizable(self._table, placement):
+            return None
+        return cache_base_mod.cache_base(placement)
+
+    def _load_placement(self, placement: Placement) -> None:
         _backend_init()
         mparams = model_params(placement)  # validates rules before llama.cpp sees them
         cparams = context_params(placement)
@@ -208,6 +268,7 @@ class LlamaEngine:
         )
         self._freed = (None, None)
         self._weights_released = False
+        self._cached, self._cached_names = {}, {}  # cache_weights: freed with the model
         self.__dict__.pop("load_stages", None)
         self._stack = stack
         self._model, self._ctx = model, ctx
@@ -323,6 +384,111 @@ class LlamaEngine:
         else:
             llama_cpp.llama_set_abort_callback(self._ctx, _abort_on_flag, ctypes.c_void_p(self._abort_flag))
 
+    def moves_in_place(self, placement: Placement) -> bool:
+        """Whether ``move_to(placement)`` can realize ``placement`` on the loaded cache base (``weight_cache_device``
+        given, both placements' KV caches all on the GPU, the same context and load settings)."""
+        return self._base is not None and self._stack is not None and self._cache_base_for(placement) == self._base
+
+    def move_to(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> None:
+        """Realize ``placement`` by moving weights: the sets it no longer puts on the GPU are uncached first (their
+        device memory freed: ``on_freed(bytes)``), then the new ones cached from the host copy, then the scheduler
+        is made again once. The model, the context and every sequence's KV cells stay.
+
+        Raises:
+            EngineError: not ``moves_in_place(placement)``, or a device buffer could not be allocated (the engine is
+                then closed).
+        """
+        if not self.moves_in_place(placement):
+            raise EngineError("this placement cannot be reached by moving weights (reload instead)")
+        try:
+            self._move_sets(placement, on_freed)
+        except BaseException:
+            self.close()
+            raise
+        self._placement = placement
+
+    def _move_sets(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> int:
+        """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), cache those it has, reserve
+        the graphs once. Returns the bytes freed."""
+        assert self._weight_cache_device is not None
+        wanted = cache_base_mod.weight_sets(self._table, placement)
+        freed = sum(self._uncache(key) for key in list(self._cached) if wanted.get(key) != self._cached_names[key])
+        if on_freed is not None:
+            on_freed(freed)
+        for key, names in wanted.items():
+            if key not in self._cached:
+                self._cache(key, names, self._weight_cache_device)
+        self._weights_moved(placement)
+        return freed
+
+    def cache_weights(self, key: str, names: Sequence[str], device: str) -> int:
+        """Copy the weights ``names`` (in host buffers) into one new buffer of ``device`` ("CUDA0"; "CPU" makes a
+        second host copy) and compute with that copy from the next decode on; the host copy stays. ``key`` names the
+        set: caching a key again first drops its old copy. ``uncache_weights(key)`` goes back to the host copy. The
+        model and its context are not created again: only the scheduler's splits and compute buffers are (in this
+        call), which is what lets a budget change keep the weights in host memory for the worker's life
+        (docs/engine.md, "Weights as a cache of the host copy").
+
+        Returns:
+            The device buffer's bytes (0 for no names).
+
+        Raises:
+            EngineError: the build lacks patch 0006, a name is unknown, not in a host buffer (a CPU repack buffer, or
+                already on a device) or in another key's set (nothing changed), or the device buffer could not be
+                allocated.
+        """
+        self._require_weights()
+        size = self._cache(key, names, device)
+        self._weights_moved(self._placement)
+        return size
+
+    def uncache_weights(self, key: str) -> int:
+        """Compute with the host copy of ``key``'s weights again and free their device copy (``cache_weights``).
+
+        Returns:
+            The bytes freed (0 when ``key`` holds nothing).
+        """
+        if key not in self._cached or self._stack is None:
+            return 0
+        freed = self._uncache(key)
+        self._weights_moved(self._placement)
+        return freed
+
+    def _cache(self, key: str, names: Sequence[str], device: str) -> int:
+        from igi_sdk.engine.devices import device_handle
+
+        if _weight_cache is None:
+            raise EngineError("this llama.cpp build cannot cache weights (patches/llama.cpp 0006)")
+        cache = _weight_cache[0]
+        if key in self._cached:  # its old copy goes first, whether the new one can be made or not
+            self._uncache(key)
+        encoded = [name.encode() for name in names]
+        array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
+        size = int(cache(self._model, key.encode(), array, len(encoded), device_handle(device)))
+        if size == -1:
+            raise EngineError(f"weights of {key!r} cannot be cached: unknown, not in a host buffer, or cached already")
+        if size < 0:
+            raise EngineError(f"could not allocate {device} memory for the weights of {key!r}")
+        self._cached[key], self._cached_names[key] = size, tuple(names)
+        return size
+
+    def _uncache(self, key: str) -> int:
+        assert _weight_cache is not None
+        freed = int(_weight_cache[1](self._model, key.encode()))
+        del self._cached[key], self._cached_names[key]
+        return freed
+
+    def _weights_moved(self, placement: Placement) -> None:
+        """The context's scheduler made again now (what it reads from the environment is the placement's)."""
+        if _weight_cache is not None and self._ctx is not None:
+            with scheduler_env(placement):
+                _weight_cache[2](self._ctx)
+
+    @property
+    def cached_weights(self) -> Mapping[str, int]:
+        """The sets of weights computed from a device copy (``cache_weights``): key -> bytes."""
+        return dict(self._cached)
+
     def release_weights(self, *, device_only: bool = True) -> int:
         """Free the model's weight buffers now, ahead of a ``reload`` or ``close``: device memory goes before the
         sessions' states are saved. Afterwards only ``save_seq_state``, ``reload`` and ``close`` work; decoding
@@ -336,8 +502,10 @@ class LlamaEngine:
             return 0
         if self._ctx is not None:  # no kernel of the last step may still read a weight
             llama_cpp.llama_synchronize(self._ctx)
-        freed = int(_release_weights(self._model, device_only))
+        freed = int(_release_weights(self._model, device_only))  # the cached device copies too
         self._weights_released = True
+        self._cached.clear()
+        self._cached_names.clear()
         return freed
 
     def _free_context(self) -> None:

@@ -19,7 +19,7 @@ from functools import cached_property, lru_cache
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.planner.placement import CPU_DEVICE, Placement
 from igi_sdk.planner.summary import EMPTY, OUTPUT_DUP_NAME, GroupKey, GroupStats, ModelSummary, tensor_stats
-from igi_sdk.planner.tensors import TensorGroup
+from igi_sdk.planner.tensors import ModelTable, TensorGroup
 
 HEAD_KEY: GroupKey = (None, TensorGroup.OUTPUT)
 
@@ -118,6 +118,23 @@ def _rule_device(placement: Placement, name: str) -> str | None:
         if _compiled(rule.pattern).search(name):
             return rule.device
     return None
+
+
+def gpu_tensor_names(table: ModelTable, placement: Placement) -> frozenset[str]:
+    """The tensors of ``table`` that ``placement`` puts on the GPU of a machine with one, by the rules
+    ``resolve_layout`` applies (a matching rule first, else the layer's device; the input embedding never). The output
+    head of tied embeddings (llama.cpp's second load of ``token_embd.weight``) is not among them."""
+    first_gpu_layer, head_default_gpu = gpu_layer_range(effective_gpu_layers(placement, table.n_layer), table.n_layer)
+    names = set()
+    for t in table.tensors:
+        if t.layer is not None:
+            default_gpu = t.layer >= first_gpu_layer
+        else:
+            default_gpu = head_default_gpu and t.group in (TensorGroup.OUTPUT, TensorGroup.OUTPUT_NORM)
+        device = _rule_device(placement, t.name)
+        if (default_gpu if device is None else device != CPU_DEVICE) and t.name != OUTPUT_DUP_NAME:
+            names.add(t.name)
+    return frozenset(names)
 
 
 def resolve_layout(summary: ModelSummary, placement: Placement, *, has_gpu: bool) -> Layout:

@@ -73,6 +73,9 @@ class Engine:
     def __init__(self) -> None:
         self.reloads = 0
 
+    def moves_in_place(self, placement: Any) -> bool:
+        return False
+
     def release_weights(self) -> int:
         return 0
 

@@ -49,13 +49,21 @@ class EngineAdapter:
         placement: what to load (``n_ctx`` and the threads are overridden).
         n_ctx: context size, tokens (overrides the placement's).
         n_threads: decode threads (None = llama.cpp default).
+        weight_cache_device: weights as a cache of their host copy on this device (``LlamaEngine``'s).
     """
 
-    def __init__(self, model_path: str, placement: Placement, n_ctx: int, n_threads: int | None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        placement: Placement,
+        n_ctx: int,
+        n_threads: int | None,
+        weight_cache_device: str | None = None,
+    ) -> None:
         self._overrides: dict[str, Any] = {"n_ctx": n_ctx}
         if n_threads is not None:
             self._overrides.update(n_threads=n_threads, n_threads_batch=n_threads)
-        self._engine = LlamaEngine(model_path, self.overridden(placement))
+        self._engine = LlamaEngine(model_path, self.overridden(placement), weight_cache_device=weight_cache_device)
         self._tools_text: str | None = None
         self._tools_value: Any = None
 

@@ -73,7 +73,13 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
     placement = start.placement
     vision = None
     try:
-        engine = EngineAdapter(config.model_path, placement, n_ctx=config.n_ctx, n_threads=config.n_threads)
+        engine = EngineAdapter(
+            config.model_path,
+            placement,
+            n_ctx=config.n_ctx,
+            n_threads=config.n_threads,
+            weight_cache_device=config.weight_cache_device,
+        )
         if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
 

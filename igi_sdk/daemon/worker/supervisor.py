@@ -63,6 +63,7 @@ def worker_config_for(
         cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
         pinned_pool=settings.engine.pinned_pool,
         op_offload_min_batch=settings.engine.op_offload_min_batch,
+        weight_cache_device=settings.engine.weight_cache_device,
         log_level=log.log_level,
         log_format=log.log_format,
         log_file=log.log_file,

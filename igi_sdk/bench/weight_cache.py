@@ -1,0 +1,154 @@
+"""Benchmark: weights as a cache of their host copy (patches/llama.cpp 0006, ``LlamaEngine.cache_weights``).
+
+``python -m igi_sdk.bench.weight_cache [--model SPEC] [--n-threads N] [--json OUT]``
+
+Loads the model once as a *cache base*: every layer assigned to the GPU (so the KV cache and the layers' compute go
+there) and every weight in host memory (pinned with a GPU, else mapped). Then, greedy, on one prompt:
+
+1. the reply from the host copy alone (decode on the CPU, prompt chunks streamed: op_offload);
+2. every layer's weights cached on the device one set (layer and group) at a time: each set's bytes and seconds,
+   hence the upload rate, and NVML's reading of this process before and after;
+3. the reply with every weight cached (on a GPU the kernels differ from the CPU's, so its tokens are compared, not
+   required to match);
+4. every set uncached: the seconds, and NVML again (the device copies freed);
+5. the reply from the host copy again, which must equal the first token for token.
+
+Without a GPU the device is the CPU itself (a second host copy): the same steps, as a check of the mechanism. Decode
+rates are the replies' tokens over their decode seconds; the first reply also warms the page cache.
+"""
+
+from __future__ import annotations
+
+# llama.cpp is loaded before numpy (docs/engine.md, "Load order")
+from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from igi_sdk.bench.vram import open_nvml
+from igi_sdk.engine.batch_types import BatchRequest
+from igi_sdk.engine.batching import BatchScheduler
+from igi_sdk.engine.devices import gpu_devices
+from igi_sdk.engine.sampler import Sampler
+from igi_sdk.planner.placement import OverrideRule, Placement
+
+MIB = 1024 * 1024
+QUESTION = "Describe the harbour at dawn, the ships, the gulls and the people, in a few sentences."
+
+
+def cache_base(n_threads: int, gpu: bool) -> Placement:
+    """Every layer on the GPU, every weight in host memory (pinned with a GPU)."""
+    return Placement(
+        n_gpu_layers=-1 if gpu else 0,
+        rules=[OverrideRule(pattern=".*", device="CPU")],
+        load_mode="pinned" if gpu else "mmap",
+        n_ctx=4096,
+        n_batch=512,
+        n_ubatch=512,
+        n_seq_max=1,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+    )
+
+
+def weight_sets(engine: LlamaEngine) -> dict[str, list[str]]:
+    """The model's weights by layer and group (``blk.3.ffn``), the others by group (``output``)."""
+    sets: dict[str, list[str]] = {}
+    for t in engine.model_table.tensors:
+        key = f"{t.group}" if t.layer is None else f"blk.{t.layer}.{t.group}"
+        sets.setdefault(key, []).append(t.name)
+    return sets
+
+
+def reply(engine: LlamaEngine, max_tokens: int) -> dict[str, Any]:
+    prompt = engine.tokenize(engine.apply_chat_template([{"role": "user", "content": QUESTION}]))
+    sched = BatchScheduler(engine)
+    handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
+    sched.run_until_idle()
+    engine.seq_clear(0)
+    stats = handle.stats
+    assert stats is not None
+    return {"tokens": list(handle.tokens), "ttft_s": stats.ttft_s, "decode_tok_s": stats.decode_tok_s}
+
+
+def run(model: Path, n_threads: int, max_tokens: int) -> dict[str, Any]:
+    gpu = bool(gpu_devices())
+    device = gpu_devices()[0].name if gpu else "CPU"
+    nvml = open_nvml()
+
+    def vram_mib() -> float | None:
+        used = nvml.process_used_bytes(os.getpid()) if nvml is not None else None
+        return None if used is None else used / MIB
+
+    t0 = time.perf_counter()
+    with LlamaEngine(model, cache_base(n_threads, gpu)) as engine:
+        load_s = time.perf_counter() - t0
+        host = reply(engine, max_tokens)
+        base_mib = vram_mib()
+        cached: list[dict[str, Any]] = []
+        skipped: list[str] = []
+        for key, names in weight_sets(engine).items():
+            t = time.perf_counter()
+            try:
+                size = engine.cache_weights(key, names, device)
+            except Exception as exc:  # a set the host copy cannot give (a CPU repack buffer): reported, not cached
+                skipped.append(f"{key}: {exc}")
+                continue
+            cached.append({"key": key, "bytes": size, "s": time.perf_counter() - t})
+        cached_mib = vram_mib()
+        all_cached = reply(engine, max_tokens)
+        t = time.perf_counter()
+        freed = sum(engine.uncache_weights(c["key"]) for c in cached)
+        uncache_s = time.perf_counter() - t
+        uncached_mib = vram_mib()
+        again = reply(engine, max_tokens)
+    n_bytes = sum(c["bytes"] for c in cached)
+    cache_s = sum(c["s"] for c in cached)
+    return {
+        "model": str(model),
+        "device": device,
+        "load_s": round(load_s, 3),
+        "sets_cached": len(cached),
+        "sets_skipped": skipped,
+        "cached_mib": round(n_bytes / MIB, 1),
+        "cache_s": round(cache_s, 4),
+        "upload_gb_s": round(n_bytes / cache_s / 1e9, 2) if cache_s > 0 else None,
+        "uncache_s": round(uncache_s, 4),
+        "freed_mib": round(freed / MIB, 1),
+        "vram_mib": {"host_copy": base_mib, "all_cached": cached_mib, "uncached": uncached_mib},
+        "replies": {
+            "host_copy": host,
+            "all_cached": all_cached,
+            "host_copy_again": again,
+        },
+        "all_cached_tokens_identical": all_cached["tokens"] == host["tokens"],
+        "host_copy_again_identical": again["tokens"] == host["tokens"],
+        "sets": cached,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m igi_sdk.bench.weight_cache", description=__doc__)
+    parser.add_argument("--model", default="default", help='"default", synthetic:PRESET, a bench preset or a GGUF path')
+    parser.add_argument("--n-threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from igi_sdk.bench.npc_batch import resolve_model
+
+    out = run(resolve_model(args.model), args.n_threads, args.max_tokens)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    summary = {k: v for k, v in out.items() if k not in ("sets", "replies")}
+    summary["decode_tok_s"] = {k: r["decode_tok_s"] for k, r in out["replies"].items()}
+    print(json.dumps(summary, indent=1))
+    return 0 if out["host_copy_again_identical"] and not out["sets_skipped"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""On an NVIDIA GPU with the patched CUDA build: weights cached from their host copy (patches/llama.cpp 0006) land in
+device memory, come back out of it, and the host copy computes the same reply afterwards (``igi_sdk.bench.weight_cache``
+on the synthetic 8B, in a child process: llama.cpp loads there before numpy). Its figures (upload rate, decode from the
+host copy and from the cached copies) go to the results page; with ``OUT`` set the JSON goes to
+``$OUT/weight_cache-<preset>.json``.
+
+Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_weight_cache.py -s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from igi_sdk.bench.vram import open_nvml
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("preset", ["llama_8b"])
+def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -> None:
+    if open_nvml() is None:
+        pytest.skip("no NVIDIA GPU visible through NVML")
+    from igi_sdk.bench.setup import resolve_model
+    from igi_sdk.model_store import cache_dir
+
+    model = str(resolve_model(preset, cache_dir() / "bench-models", print)[0])
+    out = Path(os.environ.get("OUT") or tmp_path) / f"weight_cache-{preset}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "igi_sdk.bench.weight_cache",
+        "--model",
+        model,
+        "--n-threads",
+        "16",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    print(done.stdout[-3000:], done.stderr[-2000:])
+    figures = json.loads(out.read_text())
+    assert figures["device"].startswith("CUDA") and figures["sets_skipped"] == []
+    vram = figures["vram_mib"]
+    assert vram["all_cached"] - vram["host_copy"] >= 0.9 * figures["cached_mib"]  # the copies are device memory
+    assert vram["uncached"] - vram["host_copy"] <= 0.1 * figures["cached_mib"]  # and were freed
+    assert figures["freed_mib"] == pytest.approx(figures["cached_mib"])
+    assert figures["host_copy_again_identical"]  # the host copy computes as before
+    assert done.returncode == 0

@@ -1,0 +1,115 @@
+"""Weights as a cache of their host copy (patch 0006, ``LlamaEngine.cache_weights``) on the real SmolLM2, CPU.
+
+A budget change should move weights between the host copy and the GPU without loading the model again. On a CPU
+build the only device is the CPU, so the copy here is a second host buffer: what is checked is the mechanism every
+device shares (the weights copied whole and computed from, the host copy kept and used again, the scheduler made
+again, the errors), with the replies token for token those of the model as loaded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
+from igi_sdk.engine.llama_engine import weight_cache_supported
+from igi_sdk.errors import EngineError
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.planner.tensors import TensorGroup
+
+BASE = Placement(n_ctx=1024, n_batch=64, n_ubatch=32, n_seq_max=1, n_threads=2)
+
+
+QUESTION = "Describe the harbour at dawn."
+
+
+def _reply(eng: LlamaEngine, max_tokens: int = 16) -> list[int]:
+    prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+    sched = BatchScheduler(eng)
+    handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
+    sched.run_until_idle()
+    eng.seq_clear(0)
+    return list(handle.tokens)
+
+
+def _groups(eng: LlamaEngine) -> dict[str, list[str]]:
+    """Every layer's FFN weights, one set per layer."""
+    out: dict[str, list[str]] = {}
+    for t in eng.model_table.tensors:
+        if t.layer is not None and t.group == TensorGroup.FFN:
+            out.setdefault(f"blk.{t.layer}.ffn", []).append(t.name)
+    return out
+
+
+def test_the_patched_build_can_cache_weights() -> None:
+    assert weight_cache_supported()  # ./dev.sh builds llama.cpp with patches/llama.cpp
+
+
+def test_cached_weights_compute_alike_and_the_host_copy_comes_back() -> None:
+    with LlamaEngine(default_model_path(), BASE) as eng:
+        reference = _reply(eng)
+        groups = _groups(eng)
+        sizes = {t.name: t.n_bytes for t in eng.model_table.tensors}
+        assert len(groups) == eng.model_table.n_layer
+        for key, names in groups.items():
+            size = eng.cache_weights(key, names, "CPU")
+            assert sum(sizes[n] for n in names) <= size <= sum(sizes[n] for n in names) + 64 * len(names)
+        assert _reply(eng) == reference  # computed from the copies
+        some = sorted(groups)[: len(groups) // 2]
+        held = sum(eng.cached_weights[key] for key in some)
+        assert sum(eng.uncache_weights(key) for key in some) == held > 0
+        assert set(eng.cached_weights) == set(groups) - set(some)
+        assert _reply(eng) == reference  # half from the host copy again, half from the copies
+        assert eng.uncache_weights("blk.0.nothing") == 0
+        again = eng.cache_weights(some[0], groups[some[0]], "CPU")  # a key cached anew
+        assert again > 0 and eng.cache_weights(some[0], groups[some[0]], "CPU") == again  # replaces its own copy
+        with pytest.raises(EngineError, match="cannot be cached"):
+            eng.cache_weights("other", groups[some[0]][:1], "CPU")  # already in another key's set
+        with pytest.raises(EngineError, match="cannot be cached"):
+            eng.cache_weights("other", ["no.such.tensor"], "CPU")
+        with pytest.raises(EngineError, match="no ggml device"):
+            eng.cache_weights("other", groups[some[0]][:1], "NOPE0")
+        assert "other" not in eng.cached_weights
+        assert _reply(eng) == reference
+        n_cached = sum(eng.cached_weights.values())
+        freed_all = eng.release_weights(device_only=False)  # the copies go with the model's weights
+        assert freed_all > n_cached and eng.cached_weights == {}
+
+
+FFN_ON_HOST = OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|gate)\.weight$", device="CPU")
+
+
+def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> None:
+    """The engine's cache mode: a placement whose KV cache is all on the "GPU" (here the CPU device) is a cache base
+    plus cached sets; a reload to another such placement moves sets, the sessions' KV cells staying in place; one
+    whose KV cache is on the host loads as before."""
+    attn_first = BASE.with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
+    full = BASE.with_(n_gpu_layers=-1)
+    on_host = BASE.with_(n_gpu_layers=0)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), on_host) as plain:
+        reference_on_host = _reply(plain, 24)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as eng:
+        assert eng.placement == attn_first and eng.cached_weights
+        assert not any(key.endswith(".ffn") for key in eng.cached_weights)  # the FFN stays on the host
+        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        while len(handle.tokens) < 8:
+            sched.step()
+        assert eng.moves_in_place(full) and not eng.moves_in_place(on_host)
+        seen: list[str] = []
+        save = eng.save_seq_state
+        eng.save_seq_state = lambda seq_id: seen.append("save") or save(seq_id)  # type: ignore[method-assign,func-returns-value]
+        sched.reload(full, lambda stage, freed: seen.append(stage))
+        assert seen == ["weights", "all"]  # nothing saved: the KV cells stayed
+        assert eng.placement == full and any(key.endswith(".ffn") for key in eng.cached_weights)
+        sched.reload(attn_first, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
+        assert seen[2:] == ["weights:True", "all:False"]  # the FFN copies freed first
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+        del eng.save_seq_state
+        sched.reload(on_host)  # its KV cache on the host: loaded as it is
+        assert eng.cached_weights == {} and eng.placement == on_host
+        assert _reply(eng, 24) == reference_on_host

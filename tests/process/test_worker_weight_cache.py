@@ -1,0 +1,79 @@
+"""A real engine worker in the weights-as-a-cache mode (``engine.weight_cache_device``; the CPU device stands in for
+the GPU on a CPU build): a reload between two placements that keep the KV cache on the "GPU" moves weights, mid-reply,
+with the release reported first, and the reply goes on token for token; an urgent reload (a shrink) stops the step in
+flight through the abort flag the supervisor shares with the worker, and the reply still goes on token for token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import OverrideRule, Placement
+
+GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
+MESSAGES = (("system", "You are Mira, a blacksmith. Answer in three sentences."), ("user", "Can you fix my sword?"))
+N_TOKENS = 40
+BASE = Placement(n_ctx=1024, n_seq_max=2, n_threads=2, n_threads_batch=2, n_gpu_layers=-1)
+ATTN_FIRST = BASE.with_(rules=[OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|gate)\.weight$", device="CPU")])
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[WorkerSupervisor]:
+    engine = EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CPU")
+    config = worker_config_for(DaemonSettings(engine=engine), default_model_path(), 1024)
+    supervisor = WorkerSupervisor(config)
+    supervisor.start(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
+    deadline = time.monotonic() + 120
+    while not supervisor.ready:
+        assert time.monotonic() < deadline and not supervisor.is_dead(), "the worker did not become ready"
+        supervisor.read_events()
+        time.sleep(0.02)
+    yield supervisor
+    supervisor.stop(timeout_s=5.0)
+
+
+def _run(worker: WorkerSupervisor, job_id: str, reloads: dict[int, wp.Reload]) -> tuple[list[int], list[wp.Event]]:
+    """A greedy reply; after the token at each index of ``reloads``, that reload is sent. Returns its token ids and the
+    reload events."""
+    worker.send(wp.Generate(job_id=job_id, session_id=job_id, messages=MESSAGES, max_tokens=N_TOKENS, sampling=GREEDY))
+    tokens: list[int] = []
+    events: list[wp.Event] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for event in worker.read_events():
+            if isinstance(event, wp.Released | wp.Reloaded):
+                events.append(event)
+            elif isinstance(event, wp.Token) and event.job_id == job_id:
+                tokens.append(event.token_id)
+                if len(tokens) in reloads:
+                    worker.send(reloads[len(tokens)])
+            elif isinstance(event, wp.Done | wp.Failed) and event.job_id == job_id:
+                assert isinstance(event, wp.Done), event
+                return tokens, events
+        time.sleep(0.005)
+    raise AssertionError(f"{job_id} did not finish")
+
+
+def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker: WorkerSupervisor) -> None:
+    reference, _ = _run(worker, "alone", {})
+    reloads = {
+        5: wp.Reload(req_id="grow", placement=BASE),  # the FFN cached too
+        15: wp.Reload(req_id="shrink", placement=ATTN_FIRST, urgent=True),  # the FFN's copies freed first
+    }
+    tokens, events = _run(worker, "moved", reloads)
+    assert tokens == reference
+    stages = [(e.req_id, e.stage, e.released_mib > 0) for e in events if isinstance(e, wp.Released)]
+    assert stages == [
+        ("grow", "weights", False),
+        ("grow", "all", False),
+        ("shrink", "weights", True),
+        ("shrink", "all", False),
+    ]
+    assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True), ("shrink", True)]
+    assert worker._abort_flag.value == 0  # cleared when the worker took the urgent reload up

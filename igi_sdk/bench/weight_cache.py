@@ -3,7 +3,7 @@
 ``python -m igi_sdk.bench.weight_cache [--model SPEC] [--n-threads N] [--json OUT]``
 
 Loads the model once as a *cache base*: every layer assigned to the GPU (so the KV cache and the layers' compute go
-there) and every weight in host memory (pinned with a GPU, else mapped). Then, greedy, on one prompt:
+there) and every weight in host memory (pinned with a GPU, else read into plain host buffers). Then, greedy, on one prompt:
 
 1. the reply from the host copy alone (decode on the CPU, prompt chunks streamed: op_offload);
 2. every layer's weights cached on the device one set (layer and group) at a time: each set's bytes and seconds,
@@ -42,11 +42,11 @@ QUESTION = "Describe the harbour at dawn, the ships, the gulls and the people, i
 
 
 def cache_base(n_threads: int, gpu: bool) -> Placement:
-    """Every layer on the GPU, every weight in host memory (pinned with a GPU)."""
+    """Every layer on the GPU, every weight in host memory (pinned with a GPU; read, not mapped, without)."""
     return Placement(
         n_gpu_layers=-1 if gpu else 0,
         rules=[OverrideRule(pattern=".*", device="CPU")],
-        load_mode="pinned" if gpu else "mmap",
+        load_mode="pinned",
         n_ctx=4096,
         n_batch=512,
         n_ubatch=512,

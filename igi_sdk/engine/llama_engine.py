@@ -434,8 +434,8 @@ class LlamaEngine:
 
         Raises:
             EngineError: the build lacks patch 0006, a name is unknown, not in a host buffer (a CPU repack buffer, or
-                already on a device) or in another key's set (nothing changed), or the device buffer could not be
-                allocated.
+                already on a device), named twice or in another key's set (nothing changed), or the device buffer
+                could not be allocated.
         """
         self._require_weights()
         size = self._cache(key, names, device)
@@ -466,7 +466,9 @@ class LlamaEngine:
         array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
         size = int(cache(self._model, key.encode(), array, len(encoded), device_handle(device)))
         if size == -1:
-            raise EngineError(f"weights of {key!r} cannot be cached: unknown, not in a host buffer, or cached already")
+            raise EngineError(
+                f"weights of {key!r} cannot be cached: unknown, not in a host buffer, named twice or cached already"
+            )
         if size < 0:
             raise EngineError(f"could not allocate {device} memory for the weights of {key!r}")
         self._cached[key], self._cached_names[key] = size, tuple(names)

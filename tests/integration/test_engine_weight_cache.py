@@ -67,6 +67,9 @@ def test_cached_weights_compute_alike_and_the_host_copy_comes_back() -> None:
             eng.cache_weights("other", groups[some[0]][:1], "CPU")  # already in another key's set
         with pytest.raises(EngineError, match="cannot be cached"):
             eng.cache_weights("other", ["no.such.tensor"], "CPU")
+        free_name = groups[some[1]][0]  # uncached above: on the host again
+        with pytest.raises(EngineError, match="cannot be cached"):
+            eng.cache_weights("other", [free_name, free_name], "CPU")
         with pytest.raises(EngineError, match="no ggml device"):
             eng.cache_weights("other", groups[some[0]][:1], "NOPE0")
         assert "other" not in eng.cached_weights

@@ -54,9 +54,9 @@ _BOUND: list[str] = []
 
 
 def bind_optional(name: str, restype: Any, argtypes: list[Any]) -> Callable[..., Any] | None:
-    """The symbol from the ggml libraries llama_cpp loaded, or None where this build lacks it (e.g. the
-    project's llama.cpp patches on a stock build)."""
-    for lib in (_ggml, _base):
+    """The symbol from the libraries llama_cpp loaded (ggml's, then llama's own), or None where this build lacks it
+    (e.g. the project's llama.cpp patches on a stock build)."""
+    for lib in (_ggml, _base, llama_cpp.llama_cpp._lib):
         try:
             fn = getattr(lib, name)
         except AttributeError:

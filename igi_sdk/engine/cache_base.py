@@ -23,14 +23,10 @@ def cache_base(placement: Placement) -> Placement:
     return placement.with_(n_gpu_layers=-1, rules=[ALL_ON_HOST], load_mode="pinned")
 
 
-def kv_all_on_gpu(placement: Placement, n_layer: int) -> bool:
-    """Whether ``placement`` keeps every layer's KV cache on the GPU (what a cache base does)."""
-    return placement.offload_kqv and effective_gpu_layers(placement, n_layer) >= n_layer
-
-
 def realizable(table: ModelTable, placement: Placement) -> bool:
-    """Whether a cache base and cached weights can realize ``placement``: its KV cache is all on the GPU."""
-    return kv_all_on_gpu(placement, table.n_layer)
+    """Whether a cache base and cached weights can realize ``placement``: it keeps every layer's KV cache on the GPU,
+    as a cache base does."""
+    return placement.offload_kqv and effective_gpu_layers(placement, table.n_layer) >= table.n_layer
 
 
 def weight_sets(table: ModelTable, placement: Placement) -> dict[str, tuple[str, ...]]:

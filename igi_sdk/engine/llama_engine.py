@@ -27,7 +27,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from igi_sdk.engine import _log
+from igi_sdk.engine import _ggml, _log
 from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.gguf_table import read_tensor_table
@@ -81,67 +81,38 @@ def _backend_init() -> None:
             _backend_ready = True
 
 
-def _bind_release_weights() -> Any | None:
-    """``llama_model_release_weights`` of the project's patch 0004, or None on a stock build."""
-    lib = llama_cpp.llama_cpp._lib
-    try:
-        fn = lib.llama_model_release_weights
-    except AttributeError:
-        return None
-    # size_t llama_model_release_weights(struct llama_model * model, bool device_only)
-    fn.restype = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_bool]
-    return fn
+# size_t llama_model_release_weights(struct llama_model * model, bool device_only)   (patch 0004)
+_release_weights = _ggml.bind_optional("llama_model_release_weights", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_bool])
 
 
-_release_weights = _bind_release_weights()
-
-
-def _bind_abort_on_flag() -> Any | None:
-    """``llama_abort_on_flag`` of the project's patch 0005 as an abort callback, or None on a stock build."""
-    try:
-        fn = llama_cpp.llama_cpp._lib.llama_abort_on_flag
-    except AttributeError:
-        return None
-    # bool llama_abort_on_flag(void * flag): passed to llama_set_abort_callback as the C function it is
-    address = ctypes.cast(fn, ctypes.c_void_p).value
+def _as_abort_callback(fn: Any | None) -> Any | None:
+    """``fn`` (a C function) as the ``ggml_abort_callback`` llama_set_abort_callback takes, or None."""
+    address = None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
     return None if address is None else llama_cpp.ggml_abort_callback(address)
 
 
-_abort_on_flag = _bind_abort_on_flag()
+# bool llama_abort_on_flag(void * flag)   (patch 0005): passed to llama_set_abort_callback as the C function it is
+_abort_on_flag = _as_abort_callback(_ggml.bind_optional("llama_abort_on_flag", ctypes.c_bool, [ctypes.c_void_p]))
 
-
-def _bind_weight_cache() -> tuple[Any, Any, Any] | None:
-    """``llama_model_cache_weights``, ``llama_model_uncache_weights`` and ``llama_context_weights_moved`` of the
-    project's patch 0006, or None on a stock build."""
-    lib = llama_cpp.llama_cpp._lib
-    try:
-        cache, uncache, moved = (
-            lib.llama_model_cache_weights,
-            lib.llama_model_uncache_weights,
-            lib.llama_context_weights_moved,
-        )
-    except AttributeError:
-        return None
-    # int64_t llama_model_cache_weights(llama_model *, const char * key, const char * const * names, int32_t n,
-    #                                   ggml_backend_dev_t dev)
-    cache.restype, cache.argtypes = (
-        ctypes.c_int64,
-        [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_void_p],
-    )
-    # int64_t llama_model_uncache_weights(llama_model *, const char * key)
-    uncache.restype, uncache.argtypes = ctypes.c_int64, [ctypes.c_void_p, ctypes.c_char_p]
-    # void llama_context_weights_moved(llama_context *)
-    moved.restype, moved.argtypes = None, [ctypes.c_void_p]
-    return cache, uncache, moved
-
-
-_weight_cache = _bind_weight_cache()
+# patch 0006:
+# int64_t llama_model_cache_weights(llama_model *, const char * key, const char * const * names, int32_t n,
+#                                   ggml_backend_dev_t dev)
+_cache_weights = _ggml.bind_optional(
+    "llama_model_cache_weights",
+    ctypes.c_int64,
+    [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_void_p],
+)
+# int64_t llama_model_uncache_weights(llama_model *, const char * key)
+_uncache_weights = _ggml.bind_optional(
+    "llama_model_uncache_weights", ctypes.c_int64, [ctypes.c_void_p, ctypes.c_char_p]
+)
+# void llama_context_weights_moved(llama_context *)
+_context_weights_moved = _ggml.bind_optional("llama_context_weights_moved", None, [ctypes.c_void_p])
 
 
 def weight_cache_supported() -> bool:
     """Whether this llama.cpp build can copy a loaded model's host weights to a device and back (patch 0006)."""
-    return _weight_cache is not None
+    return _cache_weights is not None and _uncache_weights is not None and _context_weights_moved is not None
 
 
 def abort_on_flag_supported() -> bool:
@@ -191,8 +162,7 @@ class LlamaEngine:
         self._model_path = Path(model_path)
         self._weight_cache_device = weight_cache_device
         self._base: Placement | None = None
-        self._cached: dict[str, int] = {}
-        self._cached_names: dict[str, tuple[str, ...]] = {}
+        self._cached: dict[str, tuple[int, tuple[str, ...]]] = {}  # cache_weights: key -> (bytes, names)
         self._verbose = verbose
         self._trace_load = trace_load
         self._freed: tuple[float | None, float | None] = (None, None)
@@ -268,7 +238,7 @@ class LlamaEngine:
         )
         self._freed = (None, None)
         self._weights_released = False
-        self._cached, self._cached_names = {}, {}  # cache_weights: freed with the model
+        self._cached = {}  # the cached copies went with the model
         self.__dict__.pop("load_stages", None)
         self._stack = stack
         self._model, self._ctx = model, ctx
@@ -407,19 +377,18 @@ class LlamaEngine:
             raise
         self._placement = placement
 
-    def _move_sets(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> int:
+    def _move_sets(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> None:
         """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), cache those it has, reserve
-        the graphs once. Returns the bytes freed."""
+        the graphs once."""
         assert self._weight_cache_device is not None
         wanted = cache_base_mod.weight_sets(self._table, placement)
-        freed = sum(self._uncache(key) for key in list(self._cached) if wanted.get(key) != self._cached_names[key])
+        freed = sum(self._uncache(key) for key, (_, names) in list(self._cached.items()) if wanted.get(key) != names)
         if on_freed is not None:
             on_freed(freed)
         for key, names in wanted.items():
             if key not in self._cached:
                 self._cache(key, names, self._weight_cache_device)
         self._weights_moved(placement)
-        return freed
 
     def cache_weights(self, key: str, names: Sequence[str], device: str) -> int:
         """Copy the weights ``names`` (in host buffers) into one new buffer of ``device`` ("CUDA0"; "CPU" makes a
@@ -457,39 +426,39 @@ class LlamaEngine:
     def _cache(self, key: str, names: Sequence[str], device: str) -> int:
         from igi_sdk.engine.devices import device_handle
 
-        if _weight_cache is None:
+        if not weight_cache_supported():
             raise EngineError("this llama.cpp build cannot cache weights (patches/llama.cpp 0006)")
-        cache = _weight_cache[0]
+        assert _cache_weights is not None
         if key in self._cached:  # its old copy goes first, whether the new one can be made or not
             self._uncache(key)
         encoded = [name.encode() for name in names]
         array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
-        size = int(cache(self._model, key.encode(), array, len(encoded), device_handle(device)))
+        size = int(_cache_weights(self._model, key.encode(), array, len(encoded), device_handle(device)))
         if size == -1:
             raise EngineError(
                 f"weights of {key!r} cannot be cached: unknown, not in a host buffer, named twice or cached already"
             )
         if size < 0:
             raise EngineError(f"could not allocate {device} memory for the weights of {key!r}")
-        self._cached[key], self._cached_names[key] = size, tuple(names)
+        self._cached[key] = (size, tuple(names))
         return size
 
     def _uncache(self, key: str) -> int:
-        assert _weight_cache is not None
-        freed = int(_weight_cache[1](self._model, key.encode()))
-        del self._cached[key], self._cached_names[key]
+        assert _uncache_weights is not None
+        freed = int(_uncache_weights(self._model, key.encode()))
+        del self._cached[key]
         return freed
 
     def _weights_moved(self, placement: Placement) -> None:
         """The context's scheduler made again now (what it reads from the environment is the placement's)."""
-        if _weight_cache is not None and self._ctx is not None:
+        if _context_weights_moved is not None and self._ctx is not None:
             with scheduler_env(placement):
-                _weight_cache[2](self._ctx)
+                _context_weights_moved(self._ctx)
 
     @property
     def cached_weights(self) -> Mapping[str, int]:
         """The sets of weights computed from a device copy (``cache_weights``): key -> bytes."""
-        return dict(self._cached)
+        return {key: size for key, (size, _names) in self._cached.items()}
 
     def release_weights(self, *, device_only: bool = True) -> int:
         """Free the model's weight buffers now, ahead of a ``reload`` or ``close``: device memory goes before the
@@ -507,7 +476,6 @@ class LlamaEngine:
         freed = int(_release_weights(self._model, device_only))  # the cached device copies too
         self._weights_released = True
         self._cached.clear()
-        self._cached_names.clear()
         return freed
 
     def _free_context(self) -> None:

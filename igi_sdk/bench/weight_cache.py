@@ -6,7 +6,8 @@ Loads the model once as a *cache base*: every layer assigned to the GPU (so the 
 there) and every weight in host memory (pinned with a GPU, else read into plain host buffers). Then, greedy, on one prompt:
 
 1. the reply from the host copy alone (decode on the CPU, prompt chunks streamed: op_offload);
-2. every layer's weights cached on the device one set (layer and group) at a time: each set's bytes and seconds,
+2. every weight a placement all on the GPU has there cached on the device, one set (a layer's group, the output head)
+   at a time, as the engine's cache mode keys them (``engine.cache_base.weight_sets``): each set's bytes and seconds,
    hence the upload rate, and NVML's reading of this process before and after;
 3. the reply with every weight cached (on a GPU the kernels differ from the CPU's, so its tokens are compared, not
    required to match);
@@ -33,6 +34,7 @@ from typing import Any
 from igi_sdk.bench.vram import open_nvml
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
+from igi_sdk.engine.cache_base import weight_sets
 from igi_sdk.engine.devices import gpu_devices
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -54,15 +56,6 @@ def cache_base(n_threads: int, gpu: bool) -> Placement:
         n_threads=n_threads,
         n_threads_batch=n_threads,
     )
-
-
-def weight_sets(engine: LlamaEngine) -> dict[str, list[str]]:
-    """The model's weights by layer and group (``blk.3.ffn``), the others by group (``output``)."""
-    sets: dict[str, list[str]] = {}
-    for t in engine.model_table.tensors:
-        key = f"{t.group}" if t.layer is None else f"blk.{t.layer}.{t.group}"
-        sets.setdefault(key, []).append(t.name)
-    return sets
 
 
 def reply(engine: LlamaEngine, max_tokens: int) -> dict[str, Any]:
@@ -92,7 +85,9 @@ def run(model: Path, n_threads: int, max_tokens: int) -> dict[str, Any]:
         base_mib = vram_mib()
         cached: list[dict[str, Any]] = []
         skipped: list[str] = []
-        for key, names in weight_sets(engine).items():
+        # the sets of the engine's cache mode for a placement with every weight on the GPU
+        all_on_gpu = engine.placement.with_(n_gpu_layers=-1, rules=[])
+        for key, names in weight_sets(engine.model_table, all_on_gpu).items():
             t = time.perf_counter()
             try:
                 size = engine.cache_weights(key, names, device)

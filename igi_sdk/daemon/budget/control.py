@@ -194,8 +194,10 @@ class BudgetControl:
             self._ack(waiter, op.outcome, applied=True, measured=measured, interim=op.replan_mib is not None)
         if held:
             op.waiters = [waiter for waiter in op.waiters if waiter not in held]
-            smallest = min(waiter.requested_mib for waiter in held)
-            op.acked_on_release_mib = min(smallest, op.acked_on_release_mib or smallest)
+            answered = [waiter.requested_mib for waiter in held]
+            if op.acked_on_release_mib is not None:  # answered at the weights already, more at the rest
+                answered.append(op.acked_on_release_mib)
+            op.acked_on_release_mib = min(answered)
 
     def on_reloaded(self, event: wp.Reloaded) -> None:
         """The worker finished a reload (``ok`` or not)."""

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from worker_process import ready_worker
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon.worker import protocol as wp
@@ -41,14 +42,7 @@ def _start(gpu: bool, n_seq_max: int) -> WorkerSupervisor:
         offload_kqv=False,
     )
     config = worker_config_for(settings, default_model_path(), 1024)
-    worker = WorkerSupervisor(config)
-    worker.start(wp.WorkerStart(config, placement, None, hide_gpu=hides_gpu_for(gpu, placement)))
-    deadline = time.monotonic() + 120
-    while not worker.ready:
-        assert time.monotonic() < deadline and not worker.is_dead(), "the worker did not become ready"
-        worker.read_events()
-        time.sleep(0.02)
-    return worker
+    return ready_worker(wp.WorkerStart(config, placement, None, hide_gpu=hides_gpu_for(gpu, placement)))
 
 
 def _generate(

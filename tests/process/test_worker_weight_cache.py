@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from worker_process import ready_worker
 
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon.worker import protocol as wp
@@ -27,13 +28,7 @@ ATTN_FIRST = BASE.with_(rules=[OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|ga
 def worker() -> Iterator[WorkerSupervisor]:
     engine = EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CPU")
     config = worker_config_for(DaemonSettings(engine=engine), default_model_path(), 1024)
-    supervisor = WorkerSupervisor(config)
-    supervisor.start(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
-    deadline = time.monotonic() + 120
-    while not supervisor.ready:
-        assert time.monotonic() < deadline and not supervisor.is_dead(), "the worker did not become ready"
-        supervisor.read_events()
-        time.sleep(0.02)
+    supervisor = ready_worker(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
     yield supervisor
     supervisor.stop(timeout_s=5.0)
 

@@ -97,6 +97,11 @@ def list_devices() -> list[DeviceInfo]:
     return devices
 
 
+def device_names() -> list[str]:
+    """The names of llama.cpp's devices in this process ("CPU", "CUDA0", ...), from ggml's list only (no NVML)."""
+    return [(_ggml.ggml_backend_dev_name(_device(i)) or b"").decode() for i in range(_ggml.ggml_backend_dev_count())]
+
+
 def device_handle(name: str) -> ctypes.c_void_p:
     """The ``ggml_backend_dev_t`` of the device called ``name`` ("CUDA0", "CPU").
 

@@ -115,6 +115,20 @@ def weight_cache_supported() -> bool:
     return _cache_weights is not None and _uncache_weights is not None and _context_weights_moved is not None
 
 
+def weight_cache_unavailable(device: str) -> str | None:
+    """Why weights cannot be cached on ``device`` in this process, or None when they can: the build lacks patch 0006,
+    or ``device`` is not one of this process's ggml devices (misspelt, another machine's, or hidden by
+    ``CUDA_VISIBLE_DEVICES``). "CPU" is a device too: a second host copy, what tests use on a CPU build."""
+    from igi_sdk.engine.devices import device_names
+
+    if not weight_cache_supported():
+        return "this llama.cpp build cannot cache weights (patches/llama.cpp 0006)"
+    names = device_names()
+    if device not in names:
+        return f"{device!r} is not a device of this process (devices: {', '.join(names)})"
+    return None
+
+
 def abort_on_flag_supported() -> bool:
     """Whether this llama.cpp build can stop a decode when a flag is set (the project's patch 0005)."""
     return _abort_on_flag is not None

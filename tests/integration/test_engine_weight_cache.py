@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
-from igi_sdk.engine.llama_engine import weight_cache_supported
+from igi_sdk.engine.llama_engine import weight_cache_supported, weight_cache_unavailable
 from igi_sdk.errors import EngineError
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -43,6 +43,12 @@ def _groups(eng: LlamaEngine) -> dict[str, list[str]]:
 
 def test_the_patched_build_can_cache_weights() -> None:
     assert weight_cache_supported()  # ./dev.sh builds llama.cpp with patches/llama.cpp
+
+
+def test_a_device_is_usable_for_the_cache_only_when_this_process_has_it() -> None:
+    assert weight_cache_unavailable("CPU") is None
+    reason = weight_cache_unavailable("CUDA7")
+    assert reason is not None and "'CUDA7'" in reason and "CPU" in reason
 
 
 def test_cached_weights_compute_alike_and_the_host_copy_comes_back() -> None:

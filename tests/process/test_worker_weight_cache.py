@@ -1,7 +1,8 @@
 """A real engine worker in the weights-as-a-cache mode (``engine.weight_cache_device``; the CPU device stands in for
 the GPU on a CPU build): a reload between two placements that keep the KV cache on the "GPU" moves weights, mid-reply,
 with the release reported first, and the reply goes on token for token; an urgent reload (a shrink) stops the step in
-flight through the abort flag the supervisor shares with the worker, and the reply still goes on token for token."""
+flight through the abort flag the supervisor shares with the worker, and the reply still goes on token for token. A device the worker's process lacks leaves the cache off: every reload
+loads its placement, and the NPCs are served."""
 
 from __future__ import annotations
 
@@ -72,3 +73,20 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
     ]
     assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True), ("shrink", True)]
     assert worker._abort_flag.value == 0  # cleared when the worker took the urgent reload up
+
+
+def test_the_ready_worker_names_its_cache_device(worker: WorkerSupervisor) -> None:
+    assert worker.last_ready is not None and worker.last_ready.weight_cache_device == "CPU"
+
+
+def test_a_device_this_process_lacks_leaves_the_cache_off_and_reloads_still_work() -> None:
+    engine = EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CUDA7")
+    config = worker_config_for(DaemonSettings(engine=engine), default_model_path(), 1024)
+    supervisor = ready_worker(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
+    try:
+        assert supervisor.last_ready is not None and supervisor.last_ready.weight_cache_device is None
+        tokens, events = _run(supervisor, "loaded", {3: wp.Reload(req_id="grow", placement=BASE)})
+        assert len(tokens) > 3
+        assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True)]
+    finally:
+        supervisor.stop(timeout_s=5.0)

@@ -72,13 +72,14 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
     vision = None
+    weight_cache_device = _weight_cache_device(config.weight_cache_device, hide_gpu, log)
     try:
         engine = EngineAdapter(
             config.model_path,
             placement,
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
-            weight_cache_device=config.weight_cache_device,
+            weight_cache_device=weight_cache_device,
         )
         if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
@@ -101,6 +102,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             llama_cpp_preloaded=llama_cpp_preloaded,
             imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,
+            weight_cache_device=weight_cache_device,
         )
     )
     if abort_flag is not None:
@@ -124,6 +126,21 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         if vision is not None:
             vision.close()  # after the encode running on the encode thread, if one is (mtmd cannot be interrupted)
         engine.close()
+
+
+def _weight_cache_device(requested: str | None, hide_gpu: bool, log: logging.Logger) -> str | None:
+    """The device this worker caches weights on: ``engine.weight_cache_device`` when this process can, else None, so
+    that every budget change loads its placement instead (a worker with the GPU hidden has none to cache on; any
+    other reason is logged as ``weight_cache_unavailable``: a misspelt device must not stop the NPCs)."""
+    from igi_sdk.engine.llama_engine import weight_cache_unavailable
+
+    if requested is None or hide_gpu:
+        return None
+    reason = weight_cache_unavailable(requested)
+    if reason is None:
+        return requested
+    log_event(log, logging.WARNING, "weight_cache_unavailable", device=requested, reason=reason)
+    return None
 
 
 def _serve(

@@ -423,7 +423,14 @@ class WorkerLifecycle:
         core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
         self.failures_in_row = 0
-        core.log(logging.INFO, "worker_ready", pid=event.pid, model=core.model_info.path, tool_format=event.tool_format)
+        core.log(
+            logging.INFO,
+            "worker_ready",
+            pid=event.pid,
+            model=core.model_info.path,
+            tool_format=event.tool_format,
+            weight_cache_device=event.weight_cache_device,
+        )
         if event.imported_before_llama_cpp:  # a load order that has crashed model loads on CUDA builds
             core.log(logging.WARNING, "worker_load_order", pid=event.pid, before=list(event.imported_before_llama_cpp))
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing

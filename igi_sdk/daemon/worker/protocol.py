@@ -195,6 +195,7 @@ class Ready:
     llama_cpp_preloaded: bool = False  # llama.cpp was imported before the worker could hide the GPU
     imported_before_llama_cpp: tuple[str, ...] = ()  # native libraries loaded before llama.cpp's (engine.llama_engine)
     tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
+    weight_cache_device: str | None = None  # where weights are cached (engine.weight_cache_device); None: not cached
 
 
 @dataclass(frozen=True)

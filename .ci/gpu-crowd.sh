@@ -17,8 +17,9 @@
 # estimate from the paper's and the results page's rates: each paper job 1-1.5 min, each game job about 1 min, the
 # 30B-A3B's B = 64 about 1.5 min more); add them with e.g. JOBS="llama_8b 8192 paper 1,64;llama_8b 4096 paper 1,4,16".
 # Env: LIMIT (s from the call's start, default 540), N_THREADS (default 16), JOBS (";"-separated "MODEL BUDGET_MIB
-#   WORKLOAD [B,B,..] [off=N]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs the job
-#   with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8"),
+#   WORKLOAD [B,B,..] [off=N] [proc]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs
+#   the job with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8";
+#   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007),
 #   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"llama_8b 2048 paper 1,4,16;qwen3_30b_a3b 2048 paper 1,4,16;llama_8b 4096 game;qwen3_30b_a3b 4096 game;\
@@ -31,7 +32,7 @@ git rev-parse --short HEAD > $W/results/commit.txt 2>/dev/null
 names=(); IFS=';' read -ra jobs <<< "$JOBS"
 job_name() {  # MODEL-BUDGET-WORKLOAD[-Bs][-offN]
   local n="$1-$2-$3" t; shift 3
-  for t in "$@"; do case $t in off=*) n="$n-off${t#off=}";; *) n="$n-${t//,/_}";; esac; done
+  for t in "$@"; do case $t in off=*) n="$n-off${t#off=}";; proc) n="$n-proc";; *) n="$n-${t//,/_}";; esac; done
   echo "$n"
 }
 for j in "${jobs[@]}"; do names+=("$(job_name $j)"); done
@@ -40,10 +41,12 @@ if [ ! -f $W/started ]; then  # one detached runner for every job, started by th
   printf '%s\n' "${jobs[@]}" > $W/jobs.txt
   export -f job_name
   setsid nohup bash -c "while read -r model budget workload rest; do
-      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''
-      for t in \$rest; do case \$t in off=*) off=\${t#off=};; *) batch=\"--batch \$t\";; esac; done
+      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''; thr=''
+      for t in \$rest; do
+        case \$t in off=*) off=\${t#off=};; proc) thr='--offload-threshold process';; *) batch=\"--batch \$t\";; esac
+      done
       env \${off:+GGML_OP_OFFLOAD_MIN_BATCH=\$off} python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model \
-        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch ${ARGS:-} \
+        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch \$thr ${ARGS:-} \
         --json $W/results/\$name.json > $L/\$name.log 2>&1
       echo \"\$name rc=\$?\" >> $W/results/done.txt
     done < $W/jobs.txt" < /dev/null > /dev/null 2>&1 &

@@ -10,15 +10,16 @@
 #   live:MODEL   `igi prepare` with the game's levels (6144 2048 0), then the acceptance run of issue 35
 #                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML per change)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
+#   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   daemon       `igi prepare` with the daemon flags of tests/gpu/test_gpu_daemon.py (timed), then that test (the
 #                daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB)
 #   stages       the reload stages of the 8B with the pinned host pool off, then on (`--pinned-pool`: patch 0003)
 # Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
-# Env: LIMIT (s from the call's start, default 540), STEPS (default: live:llama_8b cache_test cache:llama_8b
+# Env: LIMIT (s from the call's start, default 540), STEPS (default: threshold live:llama_8b cache_test cache:llama_8b
 # live:qwen3_30b_a3b daemon).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-STEPS=${STEPS:-"live:llama_8b cache_test cache:llama_8b live:qwen3_30b_a3b daemon"}
+STEPS=${STEPS:-"threshold live:llama_8b cache_test cache:llama_8b live:qwen3_30b_a3b daemon"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $(echo $MODEL $STEPS | tr " " "\n" | sed -n "s/^[a-z]*://p; s/^llama_8b$/&/p" | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started
@@ -38,6 +39,9 @@ if [ ! -f $W/started ]; then
       case \$step in
         live:*) live \${step#live:} \${step#live:} ;;
         cache:*) live \${step#cache:} \${step#cache:}-cache --daemon-arg=--weight-cache-device --daemon-arg=CUDA0 ;;
+        threshold)
+          python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
+          echo \"threshold rc=\$?\" >> $W/results/done.txt ;;
         cache_test)
           OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_weight_cache.py -q -s > $L/weight-cache.log 2>&1
           echo \"weight cache rc=\$?\" >> $W/results/done.txt ;;
@@ -70,6 +74,7 @@ while :; do
       case $step in
         live:*) tail -n 40 $L/live-${step#live:}.log | grep -v "^llama\|^load\|^print_info" ;;
         cache:*) tail -n 40 $L/live-${step#cache:}-cache.log | grep -v "^llama\|^load\|^print_info" ;;
+        threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
         daemon) tail -n 5 $L/prepare.log; grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^warmup\|^alloc" $L/daemon.log | tail -n 30 ;;
         stages) for f in $L/stages-pool-*.log; do echo "== $f"; grep -A4 "4096->2048\|^pinning\|^export" $f | grep -v "^llama" | head -30; done ;;

@@ -78,19 +78,23 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
     base = Placement(n_ctx=ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads)
     if args.vram_budget_mib is None:
         return sessions_placement(base.with_(op_offload=False, offload_kqv=False), n_sessions, ctx), "cpu"
+    from igi_sdk.bench.setup import with_build_abi
     from igi_sdk.planner import Workload, reference_profile
     from igi_sdk.profiler.planning import plan_file
     from igi_sdk.profiler.store import load_profile
 
     profile = load_profile() if args.profile == "auto" else None
     profile = profile or reference_profile(args.profile.split(":", 1)[-1] if args.profile != "auto" else "h200")
+    profile, _note = with_build_abi(profile)
     workload = Workload(
         prompt_tokens=min(prompt_tokens, ctx), reply_tokens=args.gen_tokens, parallel=n_sessions, n_ctx=n_sessions * ctx
     )
     from igi_sdk.bench.offload_env import op_offload_min_batch
     from igi_sdk.planner import PlannerOptions
 
-    options = PlannerOptions(op_offload_min_batch=op_offload_min_batch())  # what the engines here run with
+    options = PlannerOptions(  # what the engines here run with
+        op_offload_min_batch=op_offload_min_batch(), dense_offload_threshold=args.offload_threshold == "planner"
+    )
     result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile, options)
     if result.placement is None:
         raise SystemExit(f"no placement for {n_sessions} sessions under {args.vram_budget_mib} MiB")
@@ -449,6 +453,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-batch", type=int, default=2048)
     p.add_argument("--n-ubatch", type=int, default=512)
     p.add_argument("--n-threads", type=int, default=None)
+    p.add_argument(
+        "--offload-threshold",
+        choices=("planner", "process"),
+        default="planner",
+        help="the op_offload threshold of the placements: the planner's per placement (patched scheduler), or the "
+        "process's GGML_OP_OFFLOAD_MIN_BATCH",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
     return p
 

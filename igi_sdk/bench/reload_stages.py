@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.bench.host import host_fields
+from igi_sdk.bench.setup import resolve_profile, with_build_abi
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.devices import has_gpu_backend, time_host_buffer
 from igi_sdk.engine.pinned_pool import keep_pinned_memory
-from igi_sdk.engine.prefetch import prefetch_abi
 from igi_sdk.planner import PlannerOptions, Profile, Workload
 from igi_sdk.planner.placement import Placement
 
@@ -84,15 +84,9 @@ def _profile(spec: str, say: Any) -> tuple[Profile, list[str]]:
         profile: Profile = load_or_create_profile(quick=True)
         notes.append(f"profile: the daemon's ({profile.source})")
     else:
-        from igi_sdk.bench.setup import resolve_profile
-
         profile, notes = resolve_profile(spec, has_gpu=has_gpu_backend(), say=say)
-    if profile.gpu is not None and profile.gpu.weight_prefetch_abi != prefetch_abi():
-        profile = profile.model_copy(
-            update={"gpu": profile.gpu.model_copy(update={"weight_prefetch_abi": prefetch_abi()})}
-        )
-        notes.append(f"profile: weight_prefetch_abi set to this build's {prefetch_abi()}")
-    return profile, notes
+    profile, note = with_build_abi(profile)
+    return profile, notes + ([note] if note else [])
 
 
 def plan_budgets(

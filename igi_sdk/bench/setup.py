@@ -131,6 +131,19 @@ def simulated_gpu_profile() -> Profile:
     )
 
 
+def with_build_abi(profile: Profile) -> tuple[Profile, str | None]:
+    """``profile`` with its GPU's ``weight_prefetch_abi`` set to this llama.cpp build's, and a note when that changed
+    it: a reference profile knows no build, and a measured one may predate a rebuild, while the planner's use of the
+    patched scheduler (prefetch slots, op_offload thresholds) must match what the engines here can do."""
+    from igi_sdk.engine.prefetch import prefetch_abi
+
+    abi = prefetch_abi()
+    if profile.gpu is None or profile.gpu.weight_prefetch_abi == abi:
+        return profile, None
+    updated = profile.model_copy(update={"gpu": profile.gpu.model_copy(update={"weight_prefetch_abi": abi})})
+    return updated, f"profile: weight_prefetch_abi set to this build's {abi}"
+
+
 def compute_table(
     path: Path,
     summary: ModelSummary,

@@ -1,5 +1,5 @@
-"""Engine layer: the project's patched ggml scheduler (patches/llama.cpp): pipelined weight prefetch (0001) and
-the MoE-aware op_offload threshold (0002).
+"""Engine layer: the project's patched ggml scheduler (patches/llama.cpp): pipelined weight prefetch (0001),
+the MoE-aware op_offload threshold (0002) and a context's own op_offload threshold (0007).
 
 With op_offload, a matmul whose weight lives in host memory runs on the GPU at prompt-processing batch sizes,
 and stock ggml copies that weight right before the split that needs it, serially with compute. The patched
@@ -7,7 +7,10 @@ scheduler uploads the host weights of the next splits into ``prefetch_slots`` ro
 second stream of the same device while the current split computes (docs/engine.md, "Streaming and overlap").
 
 0002 keeps a MUL_MAT_ID with host weights on the CPU below ``op_offload_min_batch_mul_mat_id`` tokens (it
-reads only the routed experts, so the CPU wins longer than for a dense matmul).
+reads only the routed experts, so the CPU wins longer than for a dense matmul). 0007 lets a context replace the
+process's op_offload threshold (``GGML_OP_OFFLOAD_MIN_BATCH``, which ggml-cuda reads once) with the placement's
+``op_offload_min_batch``: where streaming host weights beats the CPU from a few rows, a decode step of a crowd of NPCs
+streams them too.
 
 Both are configured per scheduler through environment variables read when llama.cpp creates a context, so a
 load (and a dry run, which must size the same slots and make the same offload decisions) sets them around
@@ -29,6 +32,7 @@ from igi_sdk.planner.placement import Placement
 SLOTS_ENV = "GGML_SCHED_PREFETCH_SLOTS"
 SLOT_MAX_MIB_ENV = "GGML_SCHED_PREFETCH_SLOT_MAX_MIB"
 MIN_BATCH_MUL_MAT_ID_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
+MIN_BATCH_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH"
 
 
 # int ggml_backend_sched_prefetch_abi(void);            (patched builds only)
@@ -56,6 +60,7 @@ def scheduler_env(placement: Placement) -> Iterator[None]:
         SLOTS_ENV: placement.prefetch_slots,
         SLOT_MAX_MIB_ENV: placement.prefetch_slot_max_mib,
         MIN_BATCH_MUL_MAT_ID_ENV: placement.op_offload_min_batch_mul_mat_id,
+        MIN_BATCH_ENV: placement.op_offload_min_batch,
     }
     saved = {k: os.environ.get(k) for k in changes}
     try:

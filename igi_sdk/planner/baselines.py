@@ -34,7 +34,9 @@ def baseline_placements(
     dense models. All use ``n_ubatch`` and mmap'd weights (llama.cpp's defaults) and stock llama.cpp's
     scheduler: no pipelined prefetch, the common op_offload threshold.
     """
-    options = (options or PlannerOptions()).model_copy(update={"prefetch_slots": 0, "moe_offload_threshold": False})
+    options = (options or PlannerOptions()).model_copy(
+        update={"prefetch_slots": 0, "moe_offload_threshold": False, "dense_offload_threshold": False}
+    )
     search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options)
     n = model.n_layer
     out: dict[str, PlannedPlacement | None] = {}

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.planner.layout import HEAD_KEY, Layout
-from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, SCHED_THRESHOLD_ABI, Placement
 from igi_sdk.planner.profile import CpuRate, Profile
 from igi_sdk.planner.summary import EMPTY, GroupStats, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup as G
@@ -194,7 +194,7 @@ class CostModel:
         return t + n_ops * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0, False
 
     def _attn_core_time(
-        self, kv_on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int, offload: bool
+        self, kv_on_gpu: bool, n_tokens: int, n_kv: float, n_seqs: int, cell_bytes: int, offload: bool, min_batch: int
     ) -> tuple[float, float, float]:
         """(cpu_s, gpu_s, copy_s) of one layer's attention core over ``n_kv`` cached cells per sequence.
 
@@ -210,7 +210,7 @@ class CostModel:
         nbytes = n_seqs * n_kv * cell_bytes
         flops = 4.0 * n_tokens * n_kv * t.n_head * t.n_embd_head_k
         gpu = self.profile.gpu
-        on_gpu = gpu is not None and (kv_on_gpu or (offload and n_tokens >= self.min_batch))
+        on_gpu = gpu is not None and (kv_on_gpu or (offload and n_tokens >= min_batch))
         if on_gpu and gpu is not None:
             t_gpu = (
                 max(flops / (gpu.gflops * GB), nbytes / (gpu.bandwidth_gbps * GB))
@@ -224,12 +224,19 @@ class CostModel:
         return t_cpu + OPS_ATTN_CORE * self.cpu.op_overhead_us * 1e-6, 0.0, 0.0
 
     def _layer(
-        self, il: int, devs: tuple[bool, ...], n_tokens: int, pinned: bool, op_offload: bool, expert_min_batch: int
+        self,
+        il: int,
+        devs: tuple[bool, ...],
+        n_tokens: int,
+        pinned: bool,
+        op_offload: bool,
+        min_batch: int,
+        expert_min_batch: int,
     ) -> tuple[float, float, float, bool, bool, int, float, int]:
         """(cpu_s, gpu_s, copy_s, first_on_gpu, last_on_gpu, internal_switches, expert_copy_s,
         copying_segments) of one layer's weight segments; the attention core counts only for where it runs
         (its time depends on n_kv)."""
-        key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload, expert_min_batch)
+        key = (self._layer_sig[il], devs, n_tokens, pinned, op_offload, min_batch, expert_min_batch)
         hit = self._layer_cache.get(key)
         if hit is not None:
             return hit
@@ -256,7 +263,7 @@ class CostModel:
                     op_offload,
                     self._cpu_efficiency(main),
                     self._gpu_efficiency(main),
-                    expert_min_batch if main is G.MOE_EXPERTS else None,
+                    expert_min_batch if main is G.MOE_EXPERTS else min_batch,
                 )
                 cpu, gpu, copy = cpu + c, gpu + g, copy + x
                 if x:
@@ -282,11 +289,12 @@ class CostModel:
         offload: bool,
         with_head: bool,
         n_seqs: int,
+        min_batch: int,
         expert_min_batch: int,
     ) -> tuple[float, float, float, int, int, float, int]:
         """(cpu_s, gpu_s, copy_s, switches, layers with KV in VRAM, expert_copy_s, copying segments) of a pass,
         attention core excluded."""
-        key = (layout, n_tokens, pinned, offload, with_head, n_seqs, expert_min_batch)
+        key = (layout, n_tokens, pinned, offload, with_head, n_seqs, min_batch, expert_min_batch)
         hit = self._pass_cache.get(key)
         if hit is not None:
             return hit
@@ -301,7 +309,9 @@ class CostModel:
             kv = layout.kv_on_gpu[il]
             n_kv_gpu += kv
             devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs)
-            c, g, x, first, last, inner, xe, nx = self._layer(il, devs, n_tokens, pinned, offload, expert_min_batch)
+            c, g, x, first, last, inner, xe, nx = self._layer(
+                il, devs, n_tokens, pinned, offload, min_batch, expert_min_batch
+            )
             cpu, gpu, copy = cpu + c, gpu + g, copy + x
             expert_copy, copying = expert_copy + xe, copying + nx
             switches += inner + (first != prev_gpu)
@@ -310,7 +320,9 @@ class CostModel:
             head = s.output_stats + s.stats(None, G.OUTPUT_NORM)
             resident = layout.on_gpu(*HEAD_KEY)
             dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, G.TOKEN_EMBD), "default"))
-            c, g, x, runs = self._weights_time(head, dtype, resident, n_seqs, 1.0, 1.0, OPS_HEAD, pinned, offload)
+            c, g, x, runs = self._weights_time(
+                head, dtype, resident, n_seqs, 1.0, 1.0, OPS_HEAD, pinned, offload, min_batch=min_batch
+            )
             cpu, gpu, copy = cpu + c, gpu + g, copy + x
             copying += int(x > 0)
             switches += int(runs != prev_gpu)
@@ -327,46 +339,79 @@ class CostModel:
         cpu, gpu, copy, trans, _hidden = self.pass_time_overlap(layout, placement, n_tokens, n_kv, n_seqs, with_head)
         return cpu, gpu, copy, trans
 
+    def dense_min_batch(self, placement: Placement) -> int:
+        """The op_offload threshold of an op with host weights under ``placement``: the placement's own
+        (``op_offload_min_batch``) where the profile's engine has the patched scheduler's (ABI
+        ``SCHED_THRESHOLD_ABI``), else the process's (``GGML_OP_OFFLOAD_MIN_BATCH``)."""
+        gpu = self.profile.gpu
+        if placement.op_offload_min_batch > 0 and gpu is not None and gpu.weight_prefetch_abi >= SCHED_THRESHOLD_ABI:
+            return placement.op_offload_min_batch
+        return self.min_batch
+
     def expert_min_batch(self, placement: Placement) -> int:
         """The op_offload threshold of MUL_MAT_ID under ``placement`` (the patched scheduler's extra one counts only
         where the profile's engine has it)."""
         gpu = self.profile.gpu
         if gpu is not None and gpu.weight_prefetch_abi > 0:
-            return max(self.min_batch, placement.op_offload_min_batch_mul_mat_id)
+            return max(self.dense_min_batch(placement), placement.op_offload_min_batch_mul_mat_id)
         return self.min_batch
 
-    def expert_offload_threshold(self, pinned: bool, max_tokens: int) -> int:
-        """The smallest ubatch (tokens) from which streaming a layer's host experts to the GPU beats running
-        them on the CPU (the MoE-aware ``op_offload_min_batch_mul_mat_id``): 0 where the GPU already wins at
-        op_offload's own threshold (no extra threshold), ``max_tokens + 1`` where the CPU wins up to
-        ``max_tokens``. Dense models: 0."""
+    def offload_threshold(self, group: G, pinned: bool, max_tokens: int, from_tokens: int) -> int:
+        """The smallest ubatch (tokens, from ``from_tokens``) from which streaming the largest layer's host weights
+        of ``group`` to the GPU beats running them on the CPU: 0 where the GPU already wins at ``from_tokens``,
+        ``max_tokens + 1`` where the CPU wins up to ``max_tokens``, and 0 without a GPU or without the group."""
         gpu = self.profile.gpu
-        if gpu is None or not self.summary.table.is_moe:
+        if gpu is None:
             return 0
-        il = max(range(self.summary.n_layer), key=lambda i: self.summary.stats(i, G.MOE_EXPERTS).n_bytes)
-        stats = self.summary.stats(il, G.MOE_EXPERTS)
-        dtype = self.summary.dominant_type.get((il, G.MOE_EXPERTS), "default")
+        il = max(range(self.summary.n_layer), key=lambda i: self.summary.stats(i, group).n_bytes)
+        stats = self.summary.stats(il, group)
+        if not stats.n_bytes:
+            return 0
+        dtype = self.summary.dominant_type.get((il, group), "default")
+        share = self.expert_share if group is G.MOE_EXPERTS else 1.0
+        ops = OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN
 
         def gpu_wins(b: int) -> bool:
-            touched = self._touched(G.MOE_EXPERTS, b)
-            args = (stats, dtype, False, b, touched, self.expert_share, OPS_MOE_EXPERTS, pinned)
+            args = (stats, dtype, False, b, self._touched(group, b), share, ops, pinned)
             streamed = self._weights_time(
-                *args, True, self._cpu_efficiency(G.MOE_EXPERTS), self._gpu_efficiency(G.MOE_EXPERTS), min_batch=1
+                *args, True, self._cpu_efficiency(group), self._gpu_efficiency(group), min_batch=1
             )
-            on_cpu = self._weights_time(*args, False, self._cpu_efficiency(G.MOE_EXPERTS))
+            on_cpu = self._weights_time(*args, False, self._cpu_efficiency(group))
             return sum(streamed[:3]) < sum(on_cpu[:3])
 
-        if gpu_wins(self.min_batch):
+        if gpu_wins(from_tokens):
             return 0
         if not gpu_wins(max_tokens):
             return max_tokens + 1
-        # bisection for the crossing: the CPU's time grows with the routed experts and their FLOPs, the stream's
-        # saturates at the whole tensor, so they cross once
-        lo, hi = self.min_batch, max_tokens
+        # bisection for the crossing: the CPU's time grows with the tokens' FLOPs (and, for experts, the routed
+        # experts), the stream's hardly (it saturates at the whole tensor), so they cross once
+        lo, hi = from_tokens, max_tokens
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if gpu_wins(mid) else (mid, hi)
         return hi
+
+    def dense_offload_threshold(self, pinned: bool, max_tokens: int) -> int:
+        """The op_offload threshold (rows) that serves a placement's dense host weights best
+        (``Placement.op_offload_min_batch``): the smallest batch from which streaming the largest layer's dense
+        matmuls (its FFN; a MoE model's attention) beats the CPU, at least 2 (a lone sequence's decode stays where
+        its weights are) and at most ``max_tokens`` (a prompt's ubatch always streams); 0 without a GPU."""
+        if self.profile.gpu is None:
+            return 0
+        group = G.ATTN if self.summary.table.is_moe else G.FFN
+        crossing = self.offload_threshold(group, pinned, max_tokens, 2)
+        return min(max(2, crossing), max_tokens)
+
+    def expert_offload_threshold(self, pinned: bool, max_tokens: int, min_batch: int | None = None) -> int:
+        """The smallest ubatch (tokens) from which streaming a layer's host experts to the GPU beats running
+        them on the CPU (the MoE-aware ``op_offload_min_batch_mul_mat_id``): 0 where the GPU already wins at
+        op_offload's own threshold (``min_batch``, default the process's: no extra threshold), ``max_tokens + 1``
+        where the CPU wins up to ``max_tokens``. Dense models: 0."""
+        if self.profile.gpu is None or not self.summary.table.is_moe:
+            return 0
+        return self.offload_threshold(
+            G.MOE_EXPERTS, pinned, max_tokens, self.min_batch if min_batch is None else min_batch
+        )
 
     def prefetches(self, placement: Placement) -> bool:
         """Whether ``placement`` runs with the pipelined weight prefetch on this machine."""
@@ -412,13 +457,14 @@ class CostModel:
         s = self.summary
         pinned = placement.load_mode == "pinned"
         offload = placement.op_offload and self.profile.gpu is not None
+        min_batch = self.dense_min_batch(placement)
         cpu, gpu, copy, switches, n_kv_gpu, expert_copy, copying = self._weights_pass(
-            layout, n_tokens, pinned, offload, with_head, n_seqs, self.expert_min_batch(placement)
+            layout, n_tokens, pinned, offload, with_head, n_seqs, min_batch, self.expert_min_batch(placement)
         )
         cell_bytes = s.kv_bytes_per_cell(placement.type_k, placement.type_v)
         for count, kv_gpu in ((n_kv_gpu, True), (s.n_layer - n_kv_gpu, False)):
             if count:
-                c, g, x = self._attn_core_time(kv_gpu, n_tokens, n_kv, n_seqs, cell_bytes, offload)
+                c, g, x = self._attn_core_time(kv_gpu, n_tokens, n_kv, n_seqs, cell_bytes, offload, min_batch)
                 cpu, gpu, copy = cpu + count * c, gpu + count * g, copy + count * x
         trans = 0.0
         if self.profile.gpu is not None:
@@ -428,10 +474,18 @@ class CostModel:
         return cpu, gpu, exposed, trans, hidden
 
     def unit_gain(
-        self, stats: GroupStats, group: G, dtype: str, n_tokens: int, pinned: bool, op_offload: bool
+        self,
+        stats: GroupStats,
+        group: G,
+        dtype: str,
+        n_tokens: int,
+        pinned: bool,
+        op_offload: bool,
+        min_batch: int | None = None,
     ) -> float:
         """Seconds one pass of ``n_tokens`` saves when ``stats`` (a whole group of one layer, or the head)
-        moves from the host into VRAM, hand-overs included (used to rank promotions by value per MiB)."""
+        moves from the host into VRAM, hand-overs included (used to rank promotions by value per MiB;
+        ``min_batch``: the placement's op_offload threshold, default the process's)."""
         share = self.expert_share if group is G.MOE_EXPERTS else 1.0
         touched = self._touched(group, n_tokens)
         ops = OPS_HEAD if group is G.OUTPUT else (OPS_MOE_EXPERTS if group is G.MOE_EXPERTS else OPS_FFN)
@@ -448,6 +502,7 @@ class CostModel:
             offload,
             self._cpu_efficiency(group),
             self._gpu_efficiency(group),
+            min_batch=None if group is G.MOE_EXPERTS else min_batch,
         )
         vram = self._weights_time(
             stats,

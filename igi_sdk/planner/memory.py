@@ -55,6 +55,7 @@ class ComputeKey(BaseModel):
     prefetch_slots: int = 0
     prefetch_slot_max_mib: int = 0
     op_offload_min_batch_mul_mat_id: int = 0
+    op_offload_min_batch: int = 0
 
 
 class ComputeEntry(BaseModel):
@@ -181,6 +182,7 @@ def compute_key(layout: Layout, placement: Placement, *, has_gpu: bool) -> Compu
         prefetch_slots=placement.prefetch_slots if placement.op_offload else 0,
         prefetch_slot_max_mib=placement.prefetch_slot_max_mib if placement.op_offload else 0,
         op_offload_min_batch_mul_mat_id=placement.op_offload_min_batch_mul_mat_id if placement.op_offload else 0,
+        op_offload_min_batch=placement.op_offload_min_batch if placement.op_offload else 0,
     )
 
 
@@ -318,9 +320,17 @@ def memory_of(
     slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0
     exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
     # a class figure measured with stock settings: experts kept on the CPU by a higher MUL_MAT_ID threshold only
-    # shrink the staged copies, so it stays an upper bound
+    # shrink the staged copies, so it stays an upper bound; a context's own lower threshold may stage a host weight
+    # where the stock one did not, which ``staged`` adds below
     entry = compute.lookup(
-        key.model_copy(update={"prefetch_slots": 0, "prefetch_slot_max_mib": 0, "op_offload_min_batch_mul_mat_id": 0})
+        key.model_copy(
+            update={
+                "prefetch_slots": 0,
+                "prefetch_slot_max_mib": 0,
+                "op_offload_min_batch_mul_mat_id": 0,
+                "op_offload_min_batch": 0,
+            }
+        )
     )
     if exact is not None:
         gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 CPU_DEVICE = "CPU"
 OP_OFFLOAD_MIN_BATCH = 32
 """ggml-cuda's default ``GGML_OP_OFFLOAD_MIN_BATCH``: an op with host weights runs on the GPU from this many rows."""
+SCHED_THRESHOLD_ABI = 2
+"""The patched scheduler's ABI (``ggml_backend_sched_prefetch_abi``) from which a context has an op_offload threshold
+of its own (``Placement.op_offload_min_batch``; patches/llama.cpp 0007)."""
 
 
 #: Largest context accepted anywhere (tokens): beyond it llama.cpp spends minutes allocating before it fails.
@@ -66,13 +69,22 @@ class Placement(BaseModel):
         ge=0,
         description=("largest streamed split (MiB) the slots are sized for; a larger one copies serially; 0 = no cap"),
     )
+    op_offload_min_batch: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_N_CTX,
+        description=(
+            "patched scheduler: an op with host weights runs on the GPU, its weights streamed there, from this many "
+            "ubatch rows, in place of the process's GGML_OP_OFFLOAD_MIN_BATCH (32 unless set); 0 = the process's"
+        ),
+    )
     op_offload_min_batch_mul_mat_id: int = Field(
         default=0,
         ge=0,
         le=MAX_N_CTX,
         description=(
             "patched scheduler: a MUL_MAT_ID with host weights stays on the CPU below this many ubatch tokens (on top "
-            "of op_offload's own 32); 0 = the common threshold"
+            "of op_offload's own threshold); 0 = the common threshold"
         ),
     )
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from igi_sdk.planner.cost import CostModel, Prediction, score
 from igi_sdk.planner.layout import HEAD_KEY, Layout, resolve_layout
 from igi_sdk.planner.memory import MIB, ComputeBufferTable, MemoryBreakdown, memory_of, prefetch_slot_max_mib
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import SCHED_THRESHOLD_ABI, Placement
 from igi_sdk.planner.profile import Profile
 from igi_sdk.planner.strategies import (
     STRATEGY_ORDER,
@@ -175,13 +175,30 @@ class _Search:
             self.base = self.base.with_(
                 prefetch_slots=options.prefetch_slots, prefetch_slot_max_mib=prefetch_slot_max_mib(self.summary)
             )
-        # MoE: the ubatch from which streaming host experts beats the CPU, per load mode (patched scheduler)
+        # the batch from which streaming host weights beats the CPU, per load mode (patched scheduler): the
+        # context's own op_offload threshold, then MoE experts' on top of it
+        top = max(options.n_ubatch_choices)
+        self.dense_min_batch: dict[str, int] = {}
+        if gpu is not None and gpu.weight_prefetch_abi >= SCHED_THRESHOLD_ABI and options.dense_offload_threshold:
+            self.dense_min_batch = {
+                mode: self.cost.dense_offload_threshold(mode == "pinned", min(options.n_ubatch_choices))
+                for mode in ("mmap", "pinned")
+            }
         self.expert_min_batch: dict[str, int] = {}
         if gpu is not None and gpu.weight_prefetch_abi > 0 and options.moe_offload_threshold:
-            top = max(options.n_ubatch_choices)
             self.expert_min_batch = {
-                mode: self.cost.expert_offload_threshold(mode == "pinned", top) for mode in ("mmap", "pinned")
+                mode: self.cost.expert_offload_threshold(
+                    mode == "pinned", top, self.dense_min_batch.get(mode) or options.op_offload_min_batch
+                )
+                for mode in ("mmap", "pinned")
             }
+
+    def thresholds(self, load_mode: str) -> dict[str, int]:
+        """The op_offload thresholds of the placements of ``load_mode`` (``Placement`` fields; 0: the process's)."""
+        return {
+            "op_offload_min_batch": self.dense_min_batch.get(load_mode, 0),
+            "op_offload_min_batch_mul_mat_id": self.expert_min_batch.get(load_mode, 0),
+        }
 
     def _mem_placement(self, spec: Spec) -> Placement:
         return self.base.with_(
@@ -190,7 +207,7 @@ class _Search:
             n_batch=spec.n_ubatch,
             load_mode=spec.load_mode,
             op_offload=spec.op_offload,
-            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(spec.load_mode, 0),
+            **self.thresholds(spec.load_mode),
         )
 
     def layout(self, spec: Spec) -> Layout:
@@ -252,20 +269,23 @@ class _Search:
         b_pref = min(ub, w.prompt_tokens)
         w_pref, w_dec = self._weights()
         pinned = load_mode == "pinned"
+        min_batch = self.dense_min_batch.get(load_mode) or None
         units: list[tuple[float, int, int | None]] = []
         for il in range(s.n_layer):
             st = s.stats(il, fg)
             if not st.n_bytes:
                 continue
             dtype = s.dominant_type.get((il, fg), "default")
-            gain = w_pref * n_passes * cm.unit_gain(st, fg, dtype, b_pref, pinned, True) + w_dec * cm.unit_gain(
-                st, fg, dtype, w.decode_batch, pinned, True
-            )
+            gain = w_pref * n_passes * cm.unit_gain(
+                st, fg, dtype, b_pref, pinned, True, min_batch
+            ) + w_dec * cm.unit_gain(st, fg, dtype, w.decode_batch, pinned, True, min_batch)
             units.append((-gain / max(unit_bytes(s, il), 1), -il, il))
         head = s.output_stats
         if head.n_bytes:
             dtype = s.dominant_type.get(HEAD_KEY, s.dominant_type.get((None, TensorGroup.TOKEN_EMBD), "default"))
-            gain = (w_pref + w_dec) * cm.unit_gain(head, TensorGroup.OUTPUT, dtype, w.decode_batch, pinned, True)
+            gain = (w_pref + w_dec) * cm.unit_gain(
+                head, TensorGroup.OUTPUT, dtype, w.decode_batch, pinned, True, min_batch
+            )
             first = s.table.is_moe
             units.append((-math.inf if first else -gain / max(unit_bytes(s, None), 1), -s.n_layer, None))
         return [u for _, _, u in sorted(units, key=lambda x: (x[0], x[1]))]
@@ -321,9 +341,7 @@ class _Search:
 
     def planned(self, ev: _Eval, exact: bool = True) -> PlannedPlacement:
         """Public form of an evaluation; with ``exact`` the Placement's regexes are resolved and checked."""
-        placement = spec_placement(self.summary, ev.spec, self.base).with_(
-            op_offload_min_batch_mul_mat_id=self.expert_min_batch.get(ev.spec.load_mode, 0)
-        )
+        placement = spec_placement(self.summary, ev.spec, self.base).with_(**self.thresholds(ev.spec.load_mode))
         layout, mem = ev.layout, ev.memory
         if exact:
             layout = resolve_layout(self.summary, placement, has_gpu=self.has_gpu)

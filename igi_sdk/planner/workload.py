@@ -84,6 +84,11 @@ class PlannerOptions(BaseModel):
         description="MoE: stream host experts to the GPU only from the ubatch size where the cost model has it beat "
         "the CPU (Placement.op_offload_min_batch_mul_mat_id), where the profile's engine has the patch",
     )
+    dense_offload_threshold: bool = Field(
+        default=True,
+        description="stream host weights to the GPU from the batch where the cost model has it beat the CPU, a "
+        "crowd's decode steps included (Placement.op_offload_min_batch), where the profile's engine has the patch",
+    )
     max_runner_ups: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ import numpy as np
 from igi_sdk.engine import LlamaEngine
 from igi_sdk.engine.dry_run import dry_run_in_process
 from igi_sdk.engine.prefetch import (
+    MIN_BATCH_ENV,
     MIN_BATCH_MUL_MAT_ID_ENV,
     SLOT_MAX_MIB_ENV,
     SLOTS_ENV,
@@ -24,7 +25,8 @@ from igi_sdk.planner.placement import Placement
 
 def test_the_build_has_the_projects_weight_prefetch() -> None:
     # ./dev.sh builds llama-cpp-python with patches/llama.cpp applied; a stock build reports 0
-    assert prefetch_abi() == 1, "llama-cpp-python is not the project's patched build: run ./dev.sh test"
+    # ABI 2: a scheduler's own op_offload threshold too (patch 0007)
+    assert prefetch_abi() == 2, "llama-cpp-python is not the project's patched build: run ./dev.sh test"
     assert isinstance(weight_upload_bytes(), int)
 
 
@@ -32,11 +34,13 @@ def test_scheduler_env_is_set_only_inside_the_block() -> None:
     os.environ.pop(SLOTS_ENV, None)
     os.environ[SLOT_MAX_MIB_ENV] = "7"
     try:
-        with scheduler_env(Placement(prefetch_slots=3, op_offload_min_batch_mul_mat_id=200)):
+        with scheduler_env(Placement(prefetch_slots=3, op_offload_min_batch_mul_mat_id=200, op_offload_min_batch=4)):
             assert os.environ[SLOTS_ENV] == "3"
             assert os.environ[MIN_BATCH_MUL_MAT_ID_ENV] == "200"
+            assert os.environ[MIN_BATCH_ENV] == "4"
             assert SLOT_MAX_MIB_ENV not in os.environ
         assert SLOTS_ENV not in os.environ and MIN_BATCH_MUL_MAT_ID_ENV not in os.environ
+        assert MIN_BATCH_ENV not in os.environ
         assert os.environ[SLOT_MAX_MIB_ENV] == "7"
     finally:
         os.environ.pop(SLOT_MAX_MIB_ENV, None)

@@ -205,3 +205,49 @@ def test_planner_sets_the_moe_threshold_per_load_mode() -> None:
     assert off.chosen is not None and off.chosen.placement.op_offload_min_batch_mul_mat_id == 0
     stock = plan_placement(table, 4096, SHORT, _profile(0), ComputeBufferTable(), PlannerOptions(load_modes=("mmap",)))
     assert stock.chosen is not None and stock.chosen.placement.op_offload_min_batch_mul_mat_id == 0
+
+
+def test_the_dense_offload_threshold_is_where_streaming_starts_to_beat_the_cpu() -> None:
+    s, _, cm = _setup("llama_8b", STREAMED, _profile(2))
+    pinned, mmap = cm.dense_offload_threshold(True, 512), cm.dense_offload_threshold(False, 512)
+    # page-locked copies (55 GB/s) beat the CPU's matmul within a few rows, pageable ones (8.4 GB/s) only later
+    assert 2 <= pinned < mmap < 512
+    # the crossing: one row lower the CPU still wins that row
+    assert cm.offload_threshold(G.FFN, False, 512, mmap - 1) == mmap
+    # a prompt's ubatch always streams: never above the smallest one
+    assert cm.dense_offload_threshold(False, mmap - 1) == mmap - 1
+    assert CostModel(s, reference_profile("cpu2")).dense_offload_threshold(True, 512) == 0
+
+
+def test_a_placements_own_threshold_streams_a_crowds_decode_step() -> None:
+    _, layout, cm = _setup("llama_8b", STREAMED, _profile(2))
+    tuned = STREAMED.with_(op_offload_min_batch=cm.dense_offload_threshold(True, 512))
+    crowd, alone = (16, 1024.0, 16, True), (1, 1024.0, 1, True)
+    assert sum(cm.pass_time(layout, tuned, *crowd)) < 0.5 * sum(cm.pass_time(layout, STREAMED, *crowd))
+    assert cm.pass_time(layout, tuned, *alone) == cm.pass_time(layout, STREAMED, *alone)
+    # without the patched scheduler's threshold (ABI 1) the field changes nothing
+    _, _, abi1 = _setup("llama_8b", STREAMED, _profile(1))
+    assert abi1.pass_time(layout, tuned, *crowd) == abi1.pass_time(layout, STREAMED, *crowd)
+
+
+def test_planner_sets_the_dense_threshold_and_the_moe_one_on_top_of_it() -> None:
+    dense = table_from_shape(REFERENCE_SHAPES["llama_8b"])
+    options = PlannerOptions(load_modes=("pinned",))
+    result = plan_placement(dense, 4096, SHORT, _profile(2), ComputeBufferTable(), options)
+    assert result.chosen is not None
+    cm = CostModel(summarize(dense), _profile(2))
+    assert result.chosen.placement.op_offload_min_batch == cm.dense_offload_threshold(True, 512) > 0
+    for profile, opts in (
+        (_profile(1), options),
+        (_profile(2), options.model_copy(update={"dense_offload_threshold": False})),
+    ):
+        other = plan_placement(dense, 4096, SHORT, profile, ComputeBufferTable(), opts)
+        assert other.chosen is not None and other.chosen.placement.op_offload_min_batch == 0
+    moe = table_from_shape(REFERENCE_SHAPES["qwen3_30b_a3b"])
+    mmap = PlannerOptions(load_modes=("mmap",))
+    result = plan_placement(moe, 4096, SHORT, _profile(2), ComputeBufferTable(), mmap)
+    assert result.chosen is not None
+    cm = CostModel(summarize(moe), _profile(2))
+    own = cm.dense_offload_threshold(False, 512)
+    assert result.chosen.placement.op_offload_min_batch == own
+    assert result.chosen.placement.op_offload_min_batch_mul_mat_id == cm.expert_offload_threshold(False, 2048, own)

@@ -176,8 +176,8 @@ class EngineSettings(_Section):
         max_length=32,
         description="keep every weight's host copy (pinned) for the worker's life and move weights between it and "
         "this device (e.g. CUDA0) on a budget change whose placements keep the KV cache on the GPU, instead of loading "
-        "the model again (patches/llama.cpp 0006); unset, or a device the worker lacks (logged as "
-        "weight_cache_unavailable): every change loads the placement",
+        "the model again (patches/llama.cpp 0006); unset, or a device the worker lacks or a model over half the host "
+        "memory available (logged as weight_cache_unavailable): every change loads the placement",
     )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,

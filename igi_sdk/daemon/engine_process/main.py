@@ -31,6 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
+from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
@@ -41,6 +42,9 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
     from igi_sdk.engine.batch_types import ReleaseStage
 
 MIB = 1024 * 1024
+WEIGHT_CACHE_HOST_SHARE = 0.5
+"""The largest share of the host memory available at the worker's start that the weight cache's page-locked host copy
+of the model may take (``weight_cache_device``)."""
 ABORT_WAIT_S = 0.05
 """After a step while the abort flag is set, the longest wait for the urgent ``Reload`` that set it (the supervisor sets
 the flag just before it queues the command): steps that would only be stopped again are not started meanwhile."""
@@ -72,14 +76,20 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
     vision = None
-    weight_cache_device = _weight_cache_device(config.weight_cache_device, hide_gpu, log)
+    cache_device = weight_cache_device(
+        config.weight_cache_device,
+        hide_gpu,
+        _file_bytes(config.model_path),
+        host_memory.available_bytes(),
+        log,
+    )
     try:
         engine = EngineAdapter(
             config.model_path,
             placement,
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
-            weight_cache_device=weight_cache_device,
+            weight_cache_device=cache_device,
         )
         if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
@@ -102,7 +112,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             llama_cpp_preloaded=llama_cpp_preloaded,
             imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,
-            weight_cache_device=weight_cache_device,
+            weight_cache_device=cache_device,
         )
     )
     if abort_flag is not None:
@@ -128,19 +138,37 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         engine.close()
 
 
-def _weight_cache_device(requested: str | None, hide_gpu: bool, log: logging.Logger) -> str | None:
+def weight_cache_device(
+    requested: str | None, hide_gpu: bool, model_bytes: int, available_bytes: int | None, log: logging.Logger
+) -> str | None:
     """The device this worker caches weights on: ``engine.weight_cache_device`` when this process can, else None, so
-    that every budget change loads its placement instead (a worker with the GPU hidden has none to cache on; any
-    other reason is logged as ``weight_cache_unavailable``: a misspelt device must not stop the NPCs)."""
+    that every budget change loads its placement instead. A worker with the GPU hidden has none to cache on; any other
+    reason is logged as ``weight_cache_unavailable`` (a misspelt device must not stop the NPCs): the build or the
+    device (``weight_cache_unavailable``), or host memory: the model's host copy stays page-locked for the worker's
+    life, so it may take at most ``WEIGHT_CACHE_HOST_SHARE`` of the host memory available (``available_bytes``, None:
+    not known) when the worker starts; the rest stays the game's."""
     from igi_sdk.engine.llama_engine import weight_cache_unavailable
 
     if requested is None or hide_gpu:
         return None
-    reason = weight_cache_unavailable(requested)
+    reason = None
+    if available_bytes is not None and model_bytes > WEIGHT_CACHE_HOST_SHARE * available_bytes:
+        reason = (
+            f"the model's pinned host copy ({model_bytes / MIB:.0f} MiB) would take more than "
+            f"{WEIGHT_CACHE_HOST_SHARE:.0%} of the host memory available ({available_bytes / MIB:.0f} MiB)"
+        )
+    reason = reason or weight_cache_unavailable(requested)
     if reason is None:
         return requested
     log_event(log, logging.WARNING, "weight_cache_unavailable", device=requested, reason=reason)
     return None
+
+
+def _file_bytes(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # the load reports the missing file
 
 
 def _serve(

@@ -12,7 +12,11 @@ there) and every weight in host memory (pinned with a GPU, else read into plain 
 3. the reply with every weight cached (on a GPU the kernels differ from the CPU's, so its tokens are compared, not
    required to match);
 4. every set uncached: the seconds, and NVML again (the device copies freed);
-5. the reply from the host copy again, which must equal the first token for token.
+5. the reply from the host copy again, which must equal the first token for token;
+6. against the reload path: two placements (attention first, the FFN on the host; all on the GPU) realized in the
+   engine's cache mode (``weight_cache_device``: the first loaded as a cache base plus its cached sets, the second
+   reached with ``move_to``), and each loaded as it is, one after the other: TTFT and decode of each (the second of two
+   replies, so the first warms up), their ratios (cache mode over loaded) and whether the tokens are the same.
 
 Without a GPU the device is the CPU itself (a second host copy): the same steps, as a check of the mechanism. Decode
 rates are the replies' tokens over their decode seconds; the first reply also warms the page cache.
@@ -124,7 +128,49 @@ def run(model: Path, n_threads: int, max_tokens: int) -> dict[str, Any]:
         "all_cached_tokens_identical": all_cached["tokens"] == host["tokens"],
         "host_copy_again_identical": again["tokens"] == host["tokens"],
         "sets": cached,
+        "against_loading": against_loading(model, n_threads, max_tokens, device, gpu),
     }
+
+
+FFN_ON_HOST = OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|gate)(_exps)?\.weight$", device="CPU")
+
+
+def _measured(engine: LlamaEngine, max_tokens: int) -> dict[str, Any]:
+    reply(engine, max_tokens)  # warms up: the first decode after a load or a move
+    return reply(engine, max_tokens)
+
+
+def against_loading(model: Path, n_threads: int, max_tokens: int, device: str, gpu: bool) -> dict[str, Any]:
+    """Step 6: each placement realized in the cache mode and loaded as it is, their replies side by side."""
+    full = cache_base(n_threads, gpu).with_(n_gpu_layers=-1, rules=[], load_mode="mmap")
+    placements = {"attn_first": full.with_(rules=[FFN_ON_HOST], load_mode="pinned"), "full_gpu": full}
+    cached: dict[str, dict[str, Any]] = {}
+    moved_s: dict[str, float] = {}
+    with LlamaEngine(model, placements["attn_first"], weight_cache_device=device) as engine:
+        for name, placement in placements.items():
+            if name != "attn_first":
+                t = time.perf_counter()
+                engine.move_to(placement)
+                moved_s[name] = round(time.perf_counter() - t, 4)
+            cached[name] = _measured(engine, max_tokens)
+    out: dict[str, Any] = {}
+    for name, placement in placements.items():
+        with LlamaEngine(model, placement) as engine:
+            loaded = _measured(engine, max_tokens)
+        mode = cached[name]
+        out[name] = {
+            "cache_mode": mode,
+            "loaded": loaded,
+            "move_s": moved_s.get(name),
+            "ttft_ratio": _ratio(mode["ttft_s"], loaded["ttft_s"]),
+            "decode_ratio": _ratio(mode["decode_tok_s"], loaded["decode_tok_s"]),
+            "tokens_identical": mode["tokens"] == loaded["tokens"],
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,8 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     out = run(resolve_model(args.model), args.n_threads, args.max_tokens)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    summary = {k: v for k, v in out.items() if k not in ("sets", "replies")}
+    summary = {k: v for k, v in out.items() if k not in ("sets", "replies", "against_loading")}
     summary["decode_tok_s"] = {k: r["decode_tok_s"] for k, r in out["replies"].items()}
+    summary["against_loading"] = {
+        name: {k: v for k, v in row.items() if k not in ("cache_mode", "loaded")}
+        | {
+            "ttft_s": [row["cache_mode"]["ttft_s"], row["loaded"]["ttft_s"]],
+            "decode_tok_s": [row["cache_mode"]["decode_tok_s"], row["loaded"]["decode_tok_s"]],
+        }
+        for name, row in out["against_loading"].items()
+    }
     print(json.dumps(summary, indent=1))
     return 0 if out["host_copy_again_identical"] and not out["sets_skipped"] else 1
 

@@ -1,6 +1,7 @@
 """On an NVIDIA GPU with the patched CUDA build: weights cached from their host copy (patches/llama.cpp 0006) land in
 device memory, come back out of it, and the host copy computes the same reply afterwards (``igi_sdk.bench.weight_cache``
-on the synthetic 8B, in a child process: llama.cpp loads there before numpy). Its figures (upload rate, decode from the
+on the synthetic 8B, in a child process: llama.cpp loads there before numpy), and that the cache mode computes the
+replies of the same placements loaded as they are. Its figures (upload rate, decode from the
 host copy and from the cached copies) go to the results page; with ``OUT`` set the JSON goes to
 ``$OUT/weight_cache-<preset>.json``.
 
@@ -52,3 +53,7 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
     assert figures["freed_mib"] == pytest.approx(figures["cached_mib"])
     assert figures["host_copy_again_identical"]  # the host copy computes as before
     assert done.returncode == 0
+    # the cache mode against the reload path: the same placements loaded as they are compute the same reply (same
+    # kernels, the weights in the same kind of buffer); the ratios go to the results page
+    for name, row in figures["against_loading"].items():
+        assert row["tokens_identical"], name

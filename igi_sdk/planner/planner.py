@@ -472,8 +472,14 @@ def plan_placement(
     options = options or PlannerOptions()
     search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options)
     evals, smallest = search.candidates()
-    evals.sort(key=search.sort_key)
     notes = []
+    excluded: set[str] = set()
+    if options.kv_on_gpu_only and search.has_gpu:
+        kept = [ev for ev in evals if ev.spec.strategy == "cpu_only" or all(ev.layout.kv_on_gpu)]
+        excluded = {ev.spec.strategy for ev in evals} - {ev.spec.strategy for ev in kept}
+        evals = kept
+        notes.append("only placements with every layer's KV cache on the GPU, or CPU-only (the weight cache mode)")
+    evals.sort(key=search.sort_key)
     if not search.has_gpu:
         notes.append("profile has no GPU: CPU-only plan, the VRAM budget is not used")
     common = dict(model=model.path, vram_budget_mib=vram_budget_mib, objective=options.objective, workload=workload)
@@ -520,7 +526,7 @@ def plan_placement(
         )
     fitted = {ev.spec.strategy for ev in evals}
     for strategy in STRATEGY_ORDER:
-        if strategy in smallest and strategy not in fitted:
+        if strategy in smallest and strategy not in fitted and strategy not in excluded:
             seen.add(strategy)
             runner_ups.append(
                 RunnerUp(

@@ -89,6 +89,11 @@ class PlannerOptions(BaseModel):
         description="stream host weights to the GPU from the batch where the cost model has it beat the CPU, a "
         "crowd's decode steps included (Placement.op_offload_min_batch), where the profile's engine has the patch",
     )
+    kv_on_gpu_only: bool = Field(
+        default=False,
+        description="only placements that keep every layer's KV cache on the GPU, or CPU-only: those the engine's "
+        "weight cache mode reaches by moving weights, without loading the model again (engine.weight_cache_device)",
+    )
     max_runner_ups: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")
@@ -117,13 +122,15 @@ def daemon_planning(
     reply_tokens_hint: int = DAEMON_REPLY_TOKENS_HINT,
     reloads_per_request: float = DAEMON_RELOADS_PER_REQUEST,
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+    kv_on_gpu_only: bool = False,
 ) -> tuple[Workload, PlannerOptions]:
     """The workload and options the daemon plans a model under, from its base placement (the fields that never change
     with the budget: ``n_ctx``, ``n_seq_max``, threads, KV types, flash attention) and its objective.
 
     ``n_seq_max`` sessions share ``n_ctx`` (each gets ``n_ctx // n_seq_max`` tokens, as llama.cpp splits it), a
     prompt is the hint capped at that share, a decode step batches one token per session, and reloads count;
-    ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``). The
+    ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``), ``kv_on_gpu_only`` whether it caches
+    weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``). The
     daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
     the bench plans what the daemon plans.
     """
@@ -142,5 +149,6 @@ def daemon_planning(
         type_v=base.type_v,
         flash_attn=base.flash_attn,
         op_offload_min_batch=op_offload_min_batch,
+        kv_on_gpu_only=kv_on_gpu_only,
     )
     return workload, options

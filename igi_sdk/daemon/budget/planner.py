@@ -118,6 +118,8 @@ class PlacementPlanner:
         vision: the shape of the vision projector served beside the model (None: none).
         profile: the machine profile to plan with (None: this machine's, loaded or measured on first use).
         op_offload_min_batch: the worker's ``GGML_OP_OFFLOAD_MIN_BATCH`` (``engine.op_offload_min_batch``).
+        kv_on_gpu_only: plan only placements the worker's weight cache mode reaches without a load
+            (``engine.weight_cache_device`` set: ``PlannerOptions.kv_on_gpu_only``).
     """
 
     def __init__(
@@ -132,9 +134,11 @@ class PlacementPlanner:
         vision: VisionShape | None = None,
         profile: Profile | None = None,
         op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+        kv_on_gpu_only: bool = False,
     ) -> None:
         self._model_path = model_path
         self._op_offload_min_batch = op_offload_min_batch
+        self._kv_on_gpu_only = kv_on_gpu_only
         self._base = base
         self.vision = vision
         self._gpu = gpu_present()
@@ -347,6 +351,7 @@ class PlacementPlanner:
             reply_tokens_hint=self._reply_tokens_hint,
             reloads_per_request=self._reloads_per_request,
             op_offload_min_batch=self._op_offload_min_batch,
+            kv_on_gpu_only=self._kv_on_gpu_only,
         )
         return workload.model_copy(update={"generating": generating}), options
 
@@ -408,4 +413,5 @@ def daemon_planner(
         vision=vision,
         profile=profile,
         op_offload_min_batch=engine.op_offload_min_batch,
+        kv_on_gpu_only=engine.weight_cache_device is not None,
     )

@@ -1,0 +1,42 @@
+"""Plans for the weight cache mode (``PlannerOptions.kv_on_gpu_only``): at every budget the planner's GPU placement
+keeps every layer's KV cache on the GPU, so that the engine's cache mode reaches it by moving weights
+(``engine.cache_base.realizable``), or it is CPU-only; without the option a small budget gets a placement the cache
+mode cannot reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from igi_sdk.engine.cache_base import realizable
+from igi_sdk.planner import ComputeBufferTable, PlannerOptions, plan_placement
+from igi_sdk.planner.profile import reference_profile
+from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
+from igi_sdk.planner.workload import Workload
+
+WORKLOAD = Workload(prompt_tokens=512, reply_tokens=128, parallel=4, n_ctx=4096)
+BUDGETS_MIB = (1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144)
+
+
+def _plans(shape: str, kv_on_gpu_only: bool) -> dict[int, tuple[str, bool]]:
+    table = table_from_shape(REFERENCE_SHAPES[shape])
+    options = PlannerOptions(kv_on_gpu_only=kv_on_gpu_only)
+    out = {}
+    for budget in BUDGETS_MIB:
+        result = plan_placement(table, budget, WORKLOAD, reference_profile("h200"), ComputeBufferTable(), options)
+        if result.chosen is not None:
+            out[budget] = (result.chosen.strategy, realizable(table, result.chosen.placement))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["llama_8b", "qwen3_30b_a3b"])
+def test_every_gpu_plan_of_the_cache_mode_is_reached_by_moving_weights(shape: str) -> None:
+    plans = _plans(shape, kv_on_gpu_only=True)
+    assert plans, "no budget planned"
+    for budget, (strategy, reached) in plans.items():
+        assert reached or strategy == "cpu_only", (budget, strategy)
+    assert any(reached for _, reached in plans.values())
+
+
+def test_without_the_option_a_small_budget_gets_a_placement_the_cache_mode_cannot_reach() -> None:
+    plans = _plans("llama_8b", kv_on_gpu_only=False)
+    assert any(not reached and strategy != "cpu_only" for strategy, reached in plans.values()), plans

@@ -26,19 +26,19 @@ if [ ! -f $W/started ]; then
   M=$(model_path $MODEL)
   FLAGS="--model $M --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0"
   setsid nohup bash -c "
-    live() {  # live MODEL TAG [daemon args]: prepare MODEL with the game's levels, then the acceptance sequence
+    live() {  # live MODEL TAG [daemon flags]: prepare MODEL with the game's levels, then the acceptance sequence
       LM=\$(python3 -c \"$GPU_WRITE_PY\" \$1 2>/dev/null | tail -1); tag=\$2; shift 2
       LFLAGS=\"--model \$LM --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0\"
-      python3 -m igi_sdk.cli prepare \$LFLAGS --levels-mib 6144 2048 0 > $L/live-prepare-\$tag.log 2>&1
+      python3 -m igi_sdk.cli prepare \$LFLAGS \$@ --levels-mib 6144 2048 0 > $L/live-prepare-\$tag.log 2>&1
       python3 -m igi_sdk.bench.live_budget --model \$LM --vram-budget-mib 4096 --top-mib 6144 --changes 24 --npcs 3 \
-        --n-threads 16 \$@ --log-file $W/results/live-\$tag-daemon.log --json $W/results/live-\$tag.json \
-        > $L/live-\$tag.log 2>&1
+        --n-threads 16 \$(for f in \$@; do echo --daemon-arg=\$f; done) --log-file $W/results/live-\$tag-daemon.log \
+        --json $W/results/live-\$tag.json > $L/live-\$tag.log 2>&1
       echo \"live \$tag rc=\$?\" >> $W/results/done.txt
     }
     for step in $STEPS; do
       case \$step in
         live:*) live \${step#live:} \${step#live:} ;;
-        cache:*) live \${step#cache:} \${step#cache:}-cache --daemon-arg=--weight-cache-device --daemon-arg=CUDA0 ;;
+        cache:*) live \${step#cache:} \${step#cache:}-cache --weight-cache-device CUDA0 ;;
         threshold)
           python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
           echo \"threshold rc=\$?\" >> $W/results/done.txt ;;

@@ -322,8 +322,8 @@ class _Search:
 
                 for spec in fixed_specs(s, self.has_gpu):
                     spec = fix(spec)
-                    if mode == "pinned" and spec.strategy in ("full_gpu", "full_gpu_no_output"):
-                        continue
+                    if mode == "pinned" and "mmap" in modes and spec.strategy in ("full_gpu", "full_gpu_no_output"):
+                        continue  # nothing stays on the host to pin: the mmap variant is the same placement
                     note(spec)
                     if self.memory(spec)[2]:
                         out.append(self.evaluate(spec))

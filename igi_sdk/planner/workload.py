@@ -130,7 +130,8 @@ def daemon_planning(
     ``n_seq_max`` sessions share ``n_ctx`` (each gets ``n_ctx // n_seq_max`` tokens, as llama.cpp splits it), a
     prompt is the hint capped at that share, a decode step batches one token per session, and reloads count;
     ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``), ``kv_on_gpu_only`` whether it caches
-    weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``). The
+    weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``, and every placement planned as pinned,
+    as the cache mode holds the host copy). The
     daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
     the bench plans what the daemon plans.
     """
@@ -150,5 +151,7 @@ def daemon_planning(
         flash_attn=base.flash_attn,
         op_offload_min_batch=op_offload_min_batch,
         kv_on_gpu_only=kv_on_gpu_only,
+        # the weight cache mode keeps every weight's host copy pinned: its placements are planned as pinned
+        **({"load_modes": ("pinned",)} if kv_on_gpu_only else {}),
     )
     return workload, options

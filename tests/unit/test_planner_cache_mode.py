@@ -19,7 +19,10 @@ BUDGETS_MIB = (1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144)
 
 def _plans(shape: str, kv_on_gpu_only: bool) -> dict[int, tuple[str, bool]]:
     table = table_from_shape(REFERENCE_SHAPES[shape])
-    options = PlannerOptions(kv_on_gpu_only=kv_on_gpu_only)
+    # as the daemon plans in the cache mode (daemon_planning): every placement pinned
+    options = PlannerOptions(
+        kv_on_gpu_only=kv_on_gpu_only, load_modes=("pinned",) if kv_on_gpu_only else ("mmap", "pinned")
+    )
     out = {}
     for budget in BUDGETS_MIB:
         result = plan_placement(table, budget, WORKLOAD, reference_profile("h200"), ComputeBufferTable(), options)
@@ -40,3 +43,14 @@ def test_every_gpu_plan_of_the_cache_mode_is_reached_by_moving_weights(shape: st
 def test_without_the_option_a_small_budget_gets_a_placement_the_cache_mode_cannot_reach() -> None:
     plans = _plans("llama_8b", kv_on_gpu_only=False)
     assert any(not reached and strategy != "cpu_only" for strategy, reached in plans.values()), plans
+
+
+def test_the_daemons_cache_mode_plans_pinned_and_still_reaches_the_whole_model_on_the_gpu() -> None:
+    from igi_sdk.planner.placement import Placement
+    from igi_sdk.planner.workload import daemon_planning
+
+    _, options = daemon_planning(Placement(n_ctx=4096, n_seq_max=4), kv_on_gpu_only=True)
+    assert options.load_modes == ("pinned",) and options.kv_on_gpu_only
+    table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
+    result = plan_placement(table, 8192, WORKLOAD, reference_profile("h200"), ComputeBufferTable(), options)
+    assert result.chosen is not None and result.chosen.strategy == "full_gpu"

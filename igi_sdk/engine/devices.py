@@ -108,10 +108,9 @@ def device_handle(name: str) -> ctypes.c_void_p:
     Raises:
         EngineError: no such device.
     """
-    for index in range(_ggml.ggml_backend_dev_count()):
-        dev = _device(index)
-        if (_ggml.ggml_backend_dev_name(dev) or b"").decode() == name:
-            return dev
+    for index, dev_name in enumerate(device_names()):
+        if dev_name == name:
+            return _device(index)
     raise EngineError(f"no ggml device {name!r}")
 
 

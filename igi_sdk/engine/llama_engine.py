@@ -110,6 +110,9 @@ _uncache_weights = _ggml.bind_optional(
 _context_weights_moved = _ggml.bind_optional("llama_context_weights_moved", None, [ctypes.c_void_p])
 
 
+_NO_WEIGHT_CACHE = "this llama.cpp build cannot cache weights (patches/llama.cpp 0006)"
+
+
 def weight_cache_supported() -> bool:
     """Whether this llama.cpp build can copy a loaded model's host weights to a device and back (patch 0006)."""
     return _cache_weights is not None and _uncache_weights is not None and _context_weights_moved is not None
@@ -122,7 +125,7 @@ def weight_cache_unavailable(device: str) -> str | None:
     from igi_sdk.engine.devices import device_names
 
     if not weight_cache_supported():
-        return "this llama.cpp build cannot cache weights (patches/llama.cpp 0006)"
+        return _NO_WEIGHT_CACHE
     names = device_names()
     if device not in names:
         return f"{device!r} is not a device of this process (devices: {', '.join(names)})"
@@ -441,7 +444,7 @@ class LlamaEngine:
         from igi_sdk.engine.devices import device_handle
 
         if not weight_cache_supported():
-            raise EngineError("this llama.cpp build cannot cache weights (patches/llama.cpp 0006)")
+            raise EngineError(_NO_WEIGHT_CACHE)
         assert _cache_weights is not None
         if key in self._cached:  # its old copy goes first, whether the new one can be made or not
             self._uncache(key)

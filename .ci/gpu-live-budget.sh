@@ -20,7 +20,7 @@
 # live:qwen3_30b_a3b daemon).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
 STEPS=${STEPS:-"threshold cache_test cache:llama_8b live:llama_8b live:qwen3_30b_a3b daemon"}
-source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $(echo $MODEL $STEPS | tr " " "\n" | sed -n "s/^[a-z]*://p; s/^llama_8b$/&/p" | sort -u)
+source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started
   M=$(model_path $MODEL)

@@ -155,19 +155,27 @@ class Npcs:
                     )
 
 
+def _settled(status: Any) -> int:
+    return int(status.counters.get("budget_changes_settled", 0))
+
+
 def _moves(status: Any) -> int:
     return int(status.counters.get("reloads", 0)) + int(status.counters.get("worker_replacements", 0))
 
 
-def settle(client: Client, before_plan: Any, ack: Any, t0: float) -> float:
+def settle(client: Client, before_plan: Any, settled_before: int, ack: Any, t0: float) -> float:
     """Seconds from ``t0`` until the change acknowledged by ``ack`` is done: the plan in force is the acknowledged one
-    (after an interim answer: another one than both the interim and the one before), and the daemon's reload and
-    replacement counters have not moved for two polls."""
+    (after an interim answer: the daemon's ``budget_changes_settled`` counter passed ``settled_before``, whether the
+    exact plan replaced the interim one or the interim placement stayed for lack of room to plan), and the daemon's
+    reload and replacement counters have not moved for two polls."""
     last_moves, stable = -1, 0
     while time.monotonic() - t0 < SETTLE_TIMEOUT_S:
         status = client.status()
         moves = _moves(status)
-        done_plan = status.plan not in (ack.plan, before_plan) if ack.interim else status.plan == ack.plan
+        if ack.interim:
+            done_plan = _settled(status) > settled_before and status.plan != before_plan
+        else:
+            done_plan = status.plan == ack.plan
         stable = stable + 1 if moves == last_moves and done_plan else 0
         if stable >= 2:
             return time.monotonic() - t0 - 2 * SETTLE_POLL_S
@@ -209,7 +217,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             previous = args.vram_budget_mib
             for change in change_sequence(args.changes, args.vram_budget_mib, top_mib, args.seed):
                 time.sleep(rng.uniform(args.gap_s / 2, args.gap_s))  # the NPCs are mid-reply
-                before = game.status().plan
+                status = game.status()
+                before, settled_before = status.plan, _settled(status)
                 sampler.start(process.pid)
                 t0 = time.monotonic()
                 if change.kind == "reclaim":
@@ -217,7 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     ack = game.set_budget(change.budget_mib, "live budget bench")
                 ack_s = time.monotonic() - t0
-                settled_s = settle(game, before, ack, t0)
+                settled_s = settle(game, before, settled_before, ack, t0)
                 window = sampler.stop()
                 within_s = window.within_after_s(change.budget_mib, t0)
                 limit_mib = max(previous, change.budget_mib)

@@ -131,6 +131,33 @@ def test_a_placement_that_fits_stays_when_no_dry_run_fits_beside_it(monkeypatch:
     assert ack.applied and ack.granted_mib == 3500 and "stays" in (ack.warning or "")
 
 
+def test_an_interim_placement_stays_when_no_dry_run_fits_and_the_change_settles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
+    settled = rig.core.counters["budget_changes_settled"]
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2600)
+    (interim,) = rig.reloads()
+    assert interim.placement.n_gpu_layers == 2048 // 256
+    rig.finish_reload(used_after_mib=1900.0)  # 2600 - 1900 - 256 MiB holds no child: the interim placement stays
+    assert rig.core.counters["budget_changes_settled"] == settled + 1
+    assert len(rig.reloads()) == 1 and not rig.budget.under_way and rig.budget.state.pending_mib is None
+    (ack,) = rig.acks()
+    assert ack.interim and ack.granted_mib == 2600
+    assert rig.budget.current.budget_mib == 2600 and rig.budget.current.plan.gpu_mib == 2048 * 0.9
+
+
+def test_the_settled_counter_waits_for_the_exact_plan_after_an_interim(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
+    settled = rig.core.counters["budget_changes_settled"]
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+    rig.finish_reload(used_after_mib=1900.0)  # interim in force; the exact plan has room for a child
+    assert rig.core.counters["budget_changes_settled"] == settled
+    rig.settle()
+    rig.finish_reload(used_after_mib=2700.0)
+    assert rig.core.counters["budget_changes_settled"] == settled + 1
+
+
 def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Rig(monkeypatch, cached={4096, 3072}, used_mib=1000.0)
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 3072, deadline_s=1.0)

@@ -151,7 +151,10 @@ class BudgetControl:
         the plan and the budget state change together. ``still_pending``: the change goes on (an interim placement
         before the one planned for the same budget)."""
         self._current = outcome
-        self.state = settle(self.state, outcome.budget_mib, still_pending or self.under_way)
+        going_on = still_pending or self.under_way
+        self.state = settle(self.state, outcome.budget_mib, going_on)
+        if not going_on:  # what a client polls to see a change (one answered as interim included) done
+            self._core.counters["budget_changes_settled"] += 1
 
     @property
     def under_way(self) -> bool:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.bench.vram import VramSampler, open_nvml
+from igi_sdk.bench.vram import VramPeak, VramSampler, open_nvml
 from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
 
@@ -44,6 +44,7 @@ RECLAIM_DEADLINE_S = 0.25
 LADDER_STEP_MIB = 1024
 SETTLE_POLL_S = 0.05
 SETTLE_TIMEOUT_S = 120.0
+WITHIN_TAIL_S = 1.0
 GREEDY = Sampling(temperature=0.0)
 QUESTIONS = (
     "Who goes there, and why have you come to the gate?",
@@ -184,6 +185,15 @@ def settle(client: Client, before_plan: Any, settled_before: int, ack: Any, t0: 
     raise TimeoutError(f"the change to {ack.requested_mib} MiB did not settle within {SETTLE_TIMEOUT_S} s")
 
 
+def close_window(sampler: VramSampler, budget_mib: int, t0: float) -> VramPeak:
+    """Close the change's NVML window once the device memory is within ``budget_mib`` since ``t0``, at most
+    ``WITHIN_TAIL_S`` after the change settled (a worker's exit frees its CUDA context after the daemon has seen it go)."""
+    deadline = time.monotonic() + WITHIN_TAIL_S
+    while sampler.available and time.monotonic() < deadline and sampler.within_after_s(budget_mib, t0) is None:
+        time.sleep(sampler.interval_s)
+    return sampler.stop()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from igi_sdk.model_store import resolve_model_path
 
@@ -227,7 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     ack = game.set_budget(change.budget_mib, "live budget bench")
                 ack_s = time.monotonic() - t0
                 settled_s = settle(game, before, settled_before, ack, t0)
-                window = sampler.stop()
+                window = close_window(sampler, change.budget_mib, t0)
                 within_s = window.within_after_s(change.budget_mib, t0)
                 limit_mib = max(previous, change.budget_mib)
                 peak = window.device_peak_mib
@@ -245,6 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "settled_s": round(settled_s, 4),
                         "within_s": None if within_s is None else round(within_s, 4),
                         "peak_mib": peak,
+                        "end_mib": window.timeline[-1][1] if window.timeline else None,
                         "violation": peak is not None and peak > limit_mib,
                     }
                 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,14 +101,19 @@ class VramPeak:
     def within_after_s(self, limit_mib: float, t0_s: float) -> float | None:
         """Seconds from ``t0_s`` until the device memory went to ``limit_mib`` or less and stayed there for the rest of
         the window (0.0: it never was above after ``t0_s``; None: it still was at the window's end, or no samples)."""
-        samples = [(t, mib) for t, mib in self.timeline if t >= t0_s]
-        if not samples or samples[-1][1] > limit_mib:
-            return None
-        over = [t for t, mib in samples if mib > limit_mib]
-        if not over:
-            return 0.0
-        after = [t for t, _ in samples if t > over[-1]]
-        return after[0] - t0_s if after else None
+        return within_after_s(self.timeline, limit_mib, t0_s)
+
+
+def within_after_s(timeline: Sequence[tuple[float, float]], limit_mib: float, t0_s: float) -> float | None:
+    """``VramPeak.within_after_s`` of the samples ``timeline``."""
+    samples = [(t, mib) for t, mib in timeline if t >= t0_s]
+    if not samples or samples[-1][1] > limit_mib:
+        return None
+    over = [t for t, mib in samples if mib > limit_mib]
+    if not over:
+        return 0.0
+    after = [t for t, _ in samples if t > over[-1]]
+    return after[0] - t0_s if after else None
 
 
 class VramSampler:
@@ -188,6 +194,10 @@ class VramSampler:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="igi-vram-sampler", daemon=True)
         self._thread.start()
+
+    def within_after_s(self, limit_mib: float, t0_s: float) -> float | None:
+        """``VramPeak.within_after_s`` of the open window's samples so far (None without NVML)."""
+        return within_after_s(tuple(self._timeline), limit_mib, t0_s)
 
     def stop(self) -> VramPeak:
         """Close the window (one last sample) and return its peaks."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -150,3 +151,29 @@ def test_within_after_s_is_when_memory_went_under_the_limit_for_good() -> None:
     assert peak.within_after_s(4096, t0_s=10.0) == 0.0
     assert peak.within_after_s(1700, t0_s=10.0) is None  # still above at the end
     assert VramPeak(None, None, None, None, 0).within_after_s(2048, t0_s=0.0) is None
+
+
+def test_the_live_budget_window_stays_open_until_the_memory_is_within() -> None:
+    from igi_sdk.bench.live_budget import close_window
+    from igi_sdk.bench.vram import VramSampler
+
+    class Reader:
+        name = "fake"
+
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def device_used_bytes(self) -> int:  # 3000 MiB for the first 5 reads, then 0: a context freed late
+            self.reads += 1
+            return (3000 if self.reads <= 5 else 0) * MIB
+
+        def process_used_bytes(self, pid: int) -> int | None:
+            return None
+
+    sampler = VramSampler(Reader(), interval_s=0.01)
+    sampler.baseline_mib = 0.0
+    t0 = time.monotonic()
+    sampler.start(1)
+    window = close_window(sampler, 0, t0)
+    within = window.within_after_s(0, t0)
+    assert within is not None and within > 0 and window.timeline[-1][1] == 0.0

@@ -8,10 +8,10 @@ every NPC answer its question once alone (the reference replies), then sends a s
 1024 MiB ladder among them, a reclaim to 0) while every NPC asks its question again and again on a fresh session,
 greedy. Before each change it waits a little so that the NPCs are mid-reply. Per change it records:
 
-- ``ack_s``: from the request until its ``budget_ack``;
+- ``ack_s``: from the request until its ``budget_ack`` (after an interim answer: a placement planned ahead in force);
 - ``settled_s``: until the change was done (the daemon's reload and replacement counters stopped moving and its plan in
-  force is the acknowledged one, or after an interim answer another one): for a growth, when the faster placement was
-  in force;
+  force is the acknowledged one, or after an interim answer its ``budget_changes_settled`` counter moved): for a
+  growth, when the exact plan's placement was in force;
 - on an NVIDIA GPU (NVML): ``within_s``, until the device memory (minus the idle reading taken before the daemon
   started) went within the new budget and stayed there for the rest of the change, and ``peak_mib``, the peak
   during the change, a violation when above the larger of the old and new budget.
@@ -19,7 +19,7 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply. Per
 Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
 placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
 is reported, not required. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
-``ack_s``, of the growths' ``settled_s``, violations, replies that failed or differed); ``--json`` writes all of it.
+``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed); ``--json`` writes all of it.
 """
 
 from __future__ import annotations
@@ -295,6 +295,7 @@ def _report(
             "shrink_within_s": spread(within),
             "shrinks_never_within": sum(1 for c in shrinks if c["within_s"] is None) if gpu else None,
             "shrink_ack_s": spread([c["ack_s"] for c in shrinks]),
+            "grow_ack_s": spread([c["ack_s"] for c in grows]),
             "grow_settled_s": spread([c["settled_s"] for c in grows]),
             "violations": sum(1 for c in changes if c["violation"]),
             "replies": len(replies),

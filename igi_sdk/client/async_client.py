@@ -418,7 +418,8 @@ class AsyncClient:
 
         Returns:
             The ack. ``ack.interim`` (1.3) is true when the placement in force is one planned ahead that fits the
-            budget, put in force at once to release VRAM first; the daemon's exact plan for the budget follows in
+            budget, put in force at once to release VRAM first (or, for a growth where the daemon moves weights
+            without loading, to use more of it at once); the daemon's exact plan for the budget follows in
             the background without another reply (``status()`` shows it). None or false: the ack's plan is the
             one for the budget.
 

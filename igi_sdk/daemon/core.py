@@ -197,6 +197,9 @@ class DaemonCore:
         #: fallback, or no model known yet): how a session's tools are shown and its replies read
         self.tool_format: str | None = None
         self.model_file_bytes = 0
+        #: The device the serving worker caches weights on (``worker_protocol.Ready.weight_cache_device``; None: the
+        #: mode is off there, or no worker is ready yet): its moves between GPU placements cost no load
+        self.weight_cache_device: str | None = None
         #: Set by shutdown_request: every later request but heartbeat and cancel is answered ``shutting_down``.
         self.shutting_down = False
         #: saves waiting for the worker's KV export, by export req_id: called with (tokens, state)

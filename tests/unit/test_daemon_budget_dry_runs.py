@@ -28,6 +28,7 @@ from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.messages import BudgetAck
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
+from igi_sdk.policy.budget import BudgetPolicyConfig
 
 KEY = bytes(range(32))
 CHILD_MIB = 600
@@ -156,6 +157,63 @@ def test_the_settled_counter_waits_for_the_exact_plan_after_an_interim(monkeypat
     rig.settle()
     rig.finish_reload(used_after_mib=2700.0)
     assert rig.core.counters["budget_changes_settled"] == settled + 1
+
+
+def _at_1024(monkeypatch: pytest.MonkeyPatch, weight_cache_device: str | None) -> Rig:
+    """A rig serving the 1024 MiB plan (921.6 MiB on the GPU) with 2048 and 4096 planned, growths applied at once."""
+    rig = Rig(monkeypatch, cached={4096, 2048, 1024}, used_mib=3700.0)
+    rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+    rig.core.weight_cache_device = weight_cache_device
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 1024)
+    rig.finish_reload(used_after_mib=900.0)
+    rig.sent.clear()
+    return rig
+
+
+def test_a_growth_on_a_worker_that_moves_weights_takes_the_nearest_planned_placement_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = _at_1024(monkeypatch, "CUDA0")
+    settled = rig.core.counters["budget_changes_settled"]
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+    # 3000 needs a dry run: the 2048 plan (1843 MiB on the GPU, more than 921.6) goes in force first, no dry run yet
+    assert rig.planner.calls[-1] == (3000, 0) and rig.budget._plans.pending is None
+    assert rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256 and not rig.reloads()[-1].urgent
+    rig.finish_reload(used_after_mib=1900.0)
+    (ack,) = rig.acks()
+    assert ack.interim and ack.granted_mib == 3000 and ack.plan.gpu_mib == 2048 * 0.9
+    assert rig.core.counters["budget_changes_settled"] == settled
+    rig.settle()  # then the exact plan, with the children that fit under 3000 beside 1900 MiB
+    assert rig.planner.calls[-1] == (3000, (3000 - 1900 - 256) // CHILD_MIB)
+    assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
+    rig.finish_reload(used_after_mib=2700.0)
+    assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 3000 * 0.9
+    assert rig.core.counters["budget_changes_settled"] == settled + 1
+
+
+def test_a_growth_on_a_worker_that_reloads_waits_for_its_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = _at_1024(monkeypatch, None)
+    n_reloads = len(rig.reloads())
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+    assert len(rig.reloads()) == n_reloads  # no interim reload: one reload, to the exact plan
+    rig.settle()
+    assert rig.planner.calls[-1] == (3000, (3000 - 900 - 256) // CHILD_MIB)
+    assert len(rig.reloads()) == n_reloads + 1 and rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
+    rig.finish_reload(used_after_mib=2700.0)
+    (ack,) = rig.acks()
+    assert ack.applied and not ack.interim and ack.granted_mib == 3000
+
+
+def test_a_growth_whose_nearest_plan_holds_no_more_takes_no_interim(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = _at_1024(monkeypatch, "CUDA0")
+    n_reloads = len(rig.reloads())
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 1800)  # nearest planned that fits: 1024, in force
+    assert len(rig.reloads()) == n_reloads and rig.budget._plans.pending is not None  # one child fits: planned
+    rig.settle()
+    assert len(rig.reloads()) == n_reloads + 1 and rig.reloads()[-1].placement.n_gpu_layers == 1800 // 256
+    rig.finish_reload(used_after_mib=1500.0)
+    (ack,) = rig.acks()
+    assert not ack.interim and ack.granted_mib == 1800
 
 
 def test_reclaim_never_starts_a_dry_run_beside_the_old_placement(monkeypatch: pytest.MonkeyPatch) -> None:

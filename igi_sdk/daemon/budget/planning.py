@@ -7,6 +7,11 @@ not fit), planning answers an interim placement at once: that of the largest bud
 the new one (``PlacementPlanner.released_to``; CPU-only when none does). Its requests are acknowledged once it is in
 force (``budget_ack.interim``); the exact plan follows in the background and is applied like a growth.
 
+**Grow first.** On a worker that moves weights instead of loading them (the weights as a cache of their host copy),
+a growth whose plan is not ready puts in force at once, the same way, the placement a shrink to that budget would
+release to, when it holds more of the model on the GPU than the placement in force (acknowledged as interim); the
+exact plan follows like a shrink's. A worker that reloads waits for the exact plan instead of reloading twice.
+
 **Dry runs under the budget.** Each dry-run child holds its own CUDA context (618 MiB on the H200) beside the worker: on
 the H200 a 4096 -> 2048 MiB change once peaked at 4282 MiB that way. So planning gets only as many children as the VRAM
 left under the new budget holds beside the worker. A plan that needs a dry run that cannot start keeps a placement in
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, run_in_background, same_plan
-from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for, placement_uses_gpu
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.policy.budget_ladder import ladder_budgets, plan_order
@@ -90,6 +95,18 @@ class BudgetPlanning:
         interim = planner.released_to(target_mib)
         return None if same_plan(interim, current) else interim
 
+    def grow_first(self, planner: Planner, target_mib: int, current: PlanOutcome) -> PlanOutcome | None:
+        """The interim placement to put in force now for a growth to ``target_mib`` whose own plan is not ready: the
+        one a shrink would release to (``released_to``), when the worker moves weights instead of loading
+        (``DaemonCore.weight_cache_device``), both placements use the GPU, and it holds more of the model there than
+        ``current``. None otherwise: a growth through reloads waits for its plan rather than reload twice."""
+        if self._core.weight_cache_device is None or not placement_uses_gpu(current.placement):
+            return None
+        interim = planner.released_to(target_mib)
+        if not placement_uses_gpu(interim.placement) or interim.plan.gpu_mib <= current.plan.gpu_mib:
+            return None
+        return None if same_plan(interim, current) else interim
+
     def begin(
         self,
         planner: Planner,
@@ -101,7 +118,8 @@ class BudgetPlanning:
     ) -> Apply | None:
         """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry runs are all cached is made here
         (tens of milliseconds; none for a budget planned before). Otherwise VRAM
-        above the target is released first (an interim placement, ``release_first``), or the plan is made in a
+        above the target is released first (an interim placement, ``release_first``), a growth on a worker that moves
+        weights takes the nearest planned placement first (``grow_first``), or the plan is made in a
         background thread with the dry-run children that fit under the budget beside ``used_mib`` (returns None:
         ``finished`` answers later), or, when none fits, a placement that fits stays in force."""
         child_mib = planner.dry_run_child_mib()
@@ -119,6 +137,16 @@ class BudgetPlanning:
                     strategy=interim.plan.strategy,
                 )
                 return Apply(interim, waiters, replan_mib=target_mib)
+            ahead = self.grow_first(planner, target_mib, current)
+            if ahead is not None:
+                self._core.log(
+                    logging.INFO,
+                    "budget_grow_first",
+                    target_mib=target_mib,
+                    interim_gpu_mib=ahead.plan.gpu_mib,
+                    strategy=ahead.plan.strategy,
+                )
+                return Apply(ahead, waiters, replan_mib=target_mib)
             slots = dry_run_slots_for(target_mib - used, child_mib)
             if slots:
                 self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)

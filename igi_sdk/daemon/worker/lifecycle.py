@@ -422,6 +422,7 @@ class WorkerLifecycle:
         core.model_info = event.model
         core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
+        core.weight_cache_device = event.weight_cache_device
         self.failures_in_row = 0
         core.log(
             logging.INFO,

@@ -91,6 +91,40 @@ def test_a_gpu_budget_afterwards_replaces_it_again_with_the_gpu_visible() -> Non
     assert [hidden for _, hidden in worker.starts] == [False, True, False]
 
 
+def test_a_gpu_budget_while_the_cpu_only_worker_still_loads_does_not_wait_for_its_load() -> None:
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    _reclaim(daemon)
+    daemon.pump()  # the CPU-only worker is started, not ready yet
+    assert not worker.ready and worker.starts[-1] == (CPU_PLACEMENT, True)
+    loading_pid = worker.pid
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    assert worker.kills == [loading_pid], "the load of a placement nobody wants any more is stopped at once"
+    daemon.pump()  # its exit starts the GPU worker (a Ready it wrote first is ignored)
+    assert worker.starts[-1] == (GPU_PLACEMENT, False) and _answers(daemon, grow) == []
+    daemon.pump()
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
+    assert [hidden for _, hidden in worker.starts] == [False, True, False]
+    assert daemon.core.counters["worker_replacements"] == 2 and daemon.core.counters["worker_crashes"] == 0
+    assert daemon.core.counters["worker_restarts"] == 0
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_cpu_budget_while_the_cpu_only_worker_still_loads_waits_and_reloads_in_place() -> None:
+    daemon = _daemon(4096, always_reload=True)
+    worker = _worker(daemon)
+    _reclaim(daemon)
+    daemon.pump()
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=512))  # CPU-only too: reachable in place once loaded
+    assert worker.kills == [] and _answers(daemon, shrink) == []
+    daemon.pump()
+    daemon.pump()
+    assert len(worker.sent("reload")) == 1 and len(worker.starts) == 2
+    [ack] = _answers(daemon, shrink)
+    assert isinstance(ack, BudgetAck) and ack.applied
+
+
 def test_reloads_between_cpu_placements_stay_in_place_with_cuda_hidden() -> None:
     daemon = _daemon(1024, always_reload=True)  # started CPU-only: CUDA hidden from the start
     worker = _worker(daemon)

@@ -347,11 +347,16 @@ class BudgetControl:
             op.waiters = self._queued.waiters + op.waiters
         if self._overtake(op):
             return
-        if self._inflight is None and self._core.worker.ready:
+        if self._inflight is None and (self._core.worker.ready or self._replaces_starting_worker(op)):
             self._queued = None
             self._start(op)
         else:
             self._queued = op
+
+    def _replaces_starting_worker(self, op: PendingReload) -> bool:
+        """Whether ``op`` replaces a worker still loading the placement in force (it could not reload to ``op``'s in
+        place anyway): started now, it does not wait for that load (a growth right after a change to CPU-only)."""
+        return self._lifecycle.replaceable_while_starting and self._lifecycle.needs_new_process(op.outcome.placement)
 
     def _start(self, op: PendingReload) -> None:
         """Send ``op``'s ``Reload``, or have the lifecycle replace the worker (GPU <-> CPU-only on a GPU machine)."""

@@ -132,10 +132,14 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
     except (EOFError, OSError):
         log_event(log, logging.WARNING, "worker_daemon_gone")
     finally:
+        t_close = time.perf_counter()
         scheduler.close()
         if vision is not None:
             vision.close()  # after the encode running on the encode thread, if one is (mtmd cannot be interrupted)
         engine.close()
+        # what a replacement waits for before the process exits (the daemon's ``worker_replaced.released_s`` adds the
+        # interpreter's exit and the driver's teardown of the CUDA context)
+        log_event(log, logging.INFO, "worker_closed", close_s=round(time.perf_counter() - t_close, 4))
 
 
 def weight_cache_device(

@@ -107,6 +107,7 @@ TRANSITIONS: Mapping[tuple[WorkerState, Move], WorkerState] = MappingProxyType(
         (WorkerState.READY, Move.RELOAD_SENT): WorkerState.RELOADING,
         (WorkerState.RELOADING, Move.RELOADED): WorkerState.READY,
         (WorkerState.READY, Move.REPLACE): WorkerState.REPLACING_STOPPING,
+        (WorkerState.STARTING, Move.REPLACE): WorkerState.REPLACING_STOPPING,
         (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_CPU): WorkerState.STARTING,
         (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_GPU): WorkerState.REPLACING_STARTING,
         (WorkerState.REPLACING_STARTING, Move.OVERTAKEN): WorkerState.REPLACING_STOPPING,
@@ -132,8 +133,8 @@ class IllegalMove(RuntimeError):
 @dataclass
 class Replacement:
     """A worker replacement under way (REPLACING_STOPPING, REPLACING_STARTING): the placement the new worker loads,
-    and since when the old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S`` or
-    overtaken)."""
+    and since when the old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S``,
+    overtaken, or still starting)."""
 
     placement: Placement
     vision: EncoderPlan | None
@@ -255,13 +256,25 @@ class WorkerLifecycle:
         self._gpu_hidden = hide_gpu
 
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
+    @property
+    def replaceable_while_starting(self) -> bool:
+        """Whether the worker loads the placement in force after a model was served (a restart, or the CPU-only worker
+        a replacement started): no job is in it yet, so a change it cannot reach in place replaces it now rather
+        than after its load."""
+        return self._state is WorkerState.STARTING and self._core.model_info is not None
+
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
-        """Replace the worker with one that runs ``placement``: ``Shutdown`` now; its exit starts the new one (``_swap``).
-        The budget control hears ``replacement_done`` (or ``replacement_failed``, or ``on_worker_death``)."""
+        """Replace the worker with one that runs ``placement``: ``Shutdown`` now (a worker still starting is killed: it
+        would read it only once loaded); its exit starts the new one (``_swap``). The budget control hears
+        ``replacement_done`` (or ``replacement_failed``, or ``on_worker_death``)."""
+        starting = self._state is WorkerState.STARTING
         self._move(Move.REPLACE)
-        self._replacement = Replacement(placement, vision, self._core.clock())
+        self._replacement = Replacement(placement, vision, self._core.clock(), killed=starting)
         self._core.counters["worker_replacements"] += 1
-        self._core.worker.send(wp.Shutdown())
+        if starting:
+            self._core.worker.stop(timeout_s=None)
+        else:
+            self._core.worker.send(wp.Shutdown())
 
     def overtake(self, placement: Placement, vision: EncoderPlan | None, restart: bool = True) -> None:
         """A newer placement overtakes the replacement under way: the old worker's exit starts a worker on it instead,

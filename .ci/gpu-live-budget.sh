@@ -16,10 +16,10 @@
 #                daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB)
 #   stages       the reload stages of the 8B with the pinned host pool off, then on (`--pinned-pool`: patch 0003)
 # Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
-# Env: LIMIT (s from the call's start, default 540), STEPS (default: threshold cache_test cache:llama_8b live:llama_8b
-# live:qwen3_30b_a3b daemon).
+# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b cache:qwen3_30b_a3b
+# live:qwen3_30b_a3b daemon cache_test: the 8B's cache mode again, then the MoE's both ways).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-STEPS=${STEPS:-"threshold cache_test cache:llama_8b live:llama_8b live:qwen3_30b_a3b daemon"}
+STEPS=${STEPS:-"cache:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon cache_test"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started

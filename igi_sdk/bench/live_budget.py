@@ -19,7 +19,8 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply. Per
 Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
 placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
 is reported, not required. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
-``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed); ``--json`` writes all of it.
+``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed); ``--json``
+writes all of it.
 """
 
 from __future__ import annotations
@@ -187,7 +188,8 @@ def settle(client: Client, before_plan: Any, settled_before: int, ack: Any, t0: 
 
 def close_window(sampler: VramSampler, budget_mib: int, t0: float) -> VramPeak:
     """Close the change's NVML window once the device memory is within ``budget_mib`` since ``t0``, at most
-    ``WITHIN_TAIL_S`` after the change settled (a worker's exit frees its CUDA context after the daemon has seen it go)."""
+    ``WITHIN_TAIL_S`` after the change settled (a worker's exit frees its CUDA context after the daemon has seen it
+    go)."""
     deadline = time.monotonic() + WITHIN_TAIL_S
     while sampler.available and time.monotonic() < deadline and sampler.within_after_s(budget_mib, t0) is None:
         time.sleep(sampler.interval_s)

@@ -1,6 +1,6 @@
 """Benchmark: weights as a cache of their host copy (patches/llama.cpp 0006, ``LlamaEngine.cache_weights``).
 
-``python -m igi_sdk.bench.weight_cache [--model SPEC] [--n-threads N] [--json OUT]``
+``python -m igi_sdk.bench.weight_cache [--model SPEC] [--n-threads N] [--plan-budgets-mib B ...] [--json OUT]``
 
 Loads the model once as a *cache base*: every layer assigned to the GPU (so the KV cache and the layers' compute go
 there) and every weight in host memory (pinned with a GPU, else read into plain host buffers). Then, greedy, on one prompt:
@@ -16,7 +16,13 @@ there) and every weight in host memory (pinned with a GPU, else read into plain 
 6. against the reload path: two placements (attention first, the FFN on the host; all on the GPU) realized in the
    engine's cache mode (``weight_cache_device``: the first loaded as a cache base plus its cached sets, the second
    reached with ``move_to``), and each loaded as it is, one after the other: TTFT and decode of each (the second of two
-   replies, so the first warms up), their ratios (cache mode over loaded) and whether the tokens are the same.
+   replies, so the first warms up), their ratios (cache mode over loaded) and whether the tokens are the same;
+7. against the reload path's plans (``--plan-budgets-mib``): at each budget the daemon's plan with the cache mode on
+   (``engine.weight_cache_device`` set: every layer's KV cache on the GPU, pinned) realized the daemon's way (one
+   engine, moved from budget to budget where it can be), and its plan without the mode loaded as it is: their
+   strategies, TTFT and decode, and ratios (issue 35: "no worse than today's reload-based placement"). Planned with
+   the daemon's base placement and workload (``planner.workload.daemon_planning``) and this machine's profile (the
+   reference H200 one, with this build's ABI, where none was measured yet); a CPU-only plan is loaded in both modes.
 
 Without a GPU the device is the CPU itself (a second host copy): the same steps, as a check of the mechanism. Decode
 rates are the replies' tokens over their decode seconds; the first reply also warms the page cache.
@@ -73,7 +79,13 @@ def reply(engine: LlamaEngine, max_tokens: int) -> dict[str, Any]:
     return {"tokens": list(handle.tokens), "ttft_s": stats.ttft_s, "decode_tok_s": stats.decode_tok_s}
 
 
-def run(model: Path, n_threads: int, max_tokens: int) -> dict[str, Any]:
+def run(
+    model: Path,
+    n_threads: int,
+    max_tokens: int,
+    plan_budgets_mib: list[int] | None = None,
+    profile_spec: str = "auto",
+) -> dict[str, Any]:
     gpu = bool(gpu_devices())
     device = gpu_devices()[0].name if gpu else "CPU"
     nvml = open_nvml()
@@ -129,6 +141,9 @@ def run(model: Path, n_threads: int, max_tokens: int) -> dict[str, Any]:
         "host_copy_again_identical": again["tokens"] == host["tokens"],
         "sets": cached,
         "against_loading": against_loading(model, n_threads, max_tokens, device, gpu),
+        "against_reload_plans": against_reload_plans(
+            model, plan_budgets_mib or [], n_threads, max_tokens, device, profile_spec
+        ),
     }
 
 
@@ -169,6 +184,93 @@ def against_loading(model: Path, n_threads: int, max_tokens: int, device: str, g
     return out
 
 
+def daemon_plan(
+    model: Path, budget_mib: int, kv_on_gpu_only: bool, n_threads: int, profile: Any
+) -> tuple[str, Placement]:
+    """The daemon's plan for ``model`` under ``budget_mib`` (its default settings' base placement and workload),
+    with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the engine that
+    runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it."""
+    from igi_sdk.config import load_settings
+    from igi_sdk.planner.workload import daemon_planning
+    from igi_sdk.profiler.planning import plan_file
+
+    engine = load_settings({}).engine
+    base = engine.base_placement().with_(n_threads=n_threads, n_threads_batch=n_threads)
+    workload, options = daemon_planning(
+        base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch, kv_on_gpu_only=kv_on_gpu_only
+    )
+    result, _warnings = plan_file(model, budget_mib, workload, profile, options)
+    if result.placement is None:
+        return "cpu_only", base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
+    return result.strategy or "planned", result.placement
+
+
+def planning_profile(spec: str = "auto") -> tuple[Any, str]:
+    """The profile step 7 plans with, and which it is: ``auto``, this machine's, else the reference H200 one;
+    ``reference:NAME``, that reference profile (a reference one with this build's ABI)."""
+    from igi_sdk.bench.setup import with_build_abi
+    from igi_sdk.planner import reference_profile
+    from igi_sdk.profiler.store import load_profile
+
+    if spec == "auto":
+        measured = load_profile()
+        if measured is not None:
+            return measured, "measured"
+        spec = "reference:h200"
+    name = spec.split(":", 1)[-1]
+    return with_build_abi(reference_profile(name))[0], f"reference:{name}"
+
+
+def against_reload_plans(
+    model: Path, budgets_mib: list[int], n_threads: int, max_tokens: int, device: str, profile_spec: str = "auto"
+) -> dict[str, Any]:
+    """Step 7: at each budget the daemon's plan in the cache mode (moved to, as the daemon's worker does) and its plan
+    without the mode loaded as it is, side by side."""
+    profile, profile_name = planning_profile(profile_spec)
+    rows: list[dict[str, Any]] = []
+    engine: LlamaEngine | None = None
+    try:
+        for budget in budgets_mib:
+            cache_strategy, cache_plan = daemon_plan(model, budget, True, n_threads, profile)
+            reload_strategy, reload_plan = daemon_plan(model, budget, False, n_threads, profile)
+            in_cache_mode = cache_strategy != "cpu_only"  # a CPU-only plan is a worker of its own, loaded
+            moved_s = None
+            if not in_cache_mode:
+                with LlamaEngine(model, cache_plan) as alone:
+                    mode = _measured(alone, max_tokens)
+            else:
+                if engine is not None and engine.moves_in_place(cache_plan):
+                    t = time.perf_counter()
+                    engine.move_to(cache_plan)
+                    moved_s = round(time.perf_counter() - t, 4)
+                else:
+                    if engine is not None:
+                        engine.close()
+                    engine = LlamaEngine(model, cache_plan, weight_cache_device=device)
+                mode = _measured(engine, max_tokens)
+            with LlamaEngine(model, reload_plan) as loaded_engine:
+                loaded = _measured(loaded_engine, max_tokens)
+            rows.append(
+                {
+                    "budget_mib": budget,
+                    "cache_strategy": cache_strategy,
+                    "reload_strategy": reload_strategy,
+                    "same_placement": cache_plan == reload_plan,
+                    "in_cache_mode": in_cache_mode,
+                    "move_s": moved_s,
+                    "cache_mode": mode,
+                    "reloaded": loaded,
+                    "ttft_ratio": _ratio(mode["ttft_s"], loaded["ttft_s"]),
+                    "decode_ratio": _ratio(mode["decode_tok_s"], loaded["decode_tok_s"]),
+                    "tokens_identical": mode["tokens"] == loaded["tokens"],
+                }
+            )
+    finally:
+        if engine is not None:
+            engine.close()
+    return {"profile": profile_name, "budgets": rows}
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
@@ -179,13 +281,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--plan-budgets-mib",
+        type=int,
+        nargs="*",
+        default=[],
+        help="step 7 at these budgets: the daemon's plan in the cache mode against its plan through reloads",
+    )
+    parser.add_argument(
+        "--profile",
+        default="auto",
+        help="step 7's planning profile: auto (this machine's, else reference:h200) or reference:NAME",
+    )
     args = parser.parse_args(argv)
     from igi_sdk.bench.npc_batch import resolve_model
 
-    out = run(resolve_model(args.model), args.n_threads, args.max_tokens)
+    if any(b < 0 for b in args.plan_budgets_mib):
+        parser.error(f"--plan-budgets-mib must be >= 0, got {args.plan_budgets_mib}")
+    if args.profile != "auto" and not args.profile.startswith("reference:"):
+        parser.error(f"--profile must be auto or reference:NAME, got {args.profile}")
+    out = run(resolve_model(args.model), args.n_threads, args.max_tokens, args.plan_budgets_mib, args.profile)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    summary = {k: v for k, v in out.items() if k not in ("sets", "replies", "against_loading")}
+    summary = {k: v for k, v in out.items() if k not in ("sets", "replies", "against_loading", "against_reload_plans")}
     summary["decode_tok_s"] = {k: r["decode_tok_s"] for k, r in out["replies"].items()}
     summary["against_loading"] = {
         name: {k: v for k, v in row.items() if k not in ("cache_mode", "loaded")}
@@ -194,6 +312,18 @@ def main(argv: list[str] | None = None) -> int:
             "decode_tok_s": [row["cache_mode"]["decode_tok_s"], row["loaded"]["decode_tok_s"]],
         }
         for name, row in out["against_loading"].items()
+    }
+    plans = out["against_reload_plans"]
+    summary["against_reload_plans"] = {
+        "profile": plans["profile"],
+        "budgets": [
+            {k: v for k, v in row.items() if k not in ("cache_mode", "reloaded")}
+            | {
+                "ttft_s": [row["cache_mode"]["ttft_s"], row["reloaded"]["ttft_s"]],
+                "decode_tok_s": [row["cache_mode"]["decode_tok_s"], row["reloaded"]["decode_tok_s"]],
+            }
+            for row in plans["budgets"]
+        ],
     }
     print(json.dumps(summary, indent=1))
     return 0 if out["host_copy_again_identical"] and not out["sets_skipped"] else 1

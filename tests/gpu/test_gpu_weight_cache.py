@@ -1,7 +1,8 @@
 """On an NVIDIA GPU with the patched CUDA build: weights cached from their host copy (patches/llama.cpp 0006) land in
 device memory, come back out of it, and the host copy computes the same reply afterwards (``igi_sdk.bench.weight_cache``
 on the synthetic 8B, in a child process: llama.cpp loads there before numpy), and that the cache mode computes the
-replies of the same placements loaded as they are. Its figures (upload rate, decode from the
+replies of the same placements loaded as they are, and times the daemon's plan in the cache mode against its plan
+through reloads at the live run's budgets. Its figures (upload rate, decode from the
 host copy and from the cached copies) go to the results page; with ``OUT`` set the JSON goes to
 ``$OUT/weight_cache-<preset>.json``.
 
@@ -22,6 +23,9 @@ from igi_sdk.bench.vram import open_nvml
 
 pytestmark = pytest.mark.gpu
 
+#: The budgets of step 7, the daemon's plans with the cache mode and without (the live run's prepared levels and ladder).
+PLAN_BUDGETS_MIB = ("2048", "3072", "4096", "6144")
+
 
 @pytest.mark.parametrize("preset", ["llama_8b"])
 def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -> None:
@@ -40,6 +44,8 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
         model,
         "--n-threads",
         "16",
+        "--plan-budgets-mib",
+        *PLAN_BUDGETS_MIB,
         "--json",
         str(out),
     ]
@@ -57,3 +63,10 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
     # kernels, the weights in the same kind of buffer); the ratios go to the results page
     for name, row in figures["against_loading"].items():
         assert row["tokens_identical"], name
+    # the daemon's plans with the mode and without, at each budget: both realized and timed (the ratios go to the
+    # results page; where the plans differ, so may the tokens)
+    rows = figures["against_reload_plans"]["budgets"]
+    assert [row["budget_mib"] for row in rows] == [int(b) for b in PLAN_BUDGETS_MIB]
+    for row in rows:
+        assert row["ttft_ratio"] and row["decode_ratio"], row
+        assert row["tokens_identical"] or not row["same_placement"], row

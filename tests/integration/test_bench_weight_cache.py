@@ -1,6 +1,7 @@
 """The weight cache bench (``igi_sdk.bench.weight_cache``) on the embedded model, CPU: every set of weights cached on
 the CPU device (a second host copy) and back, the replies token for token those of the host copy; two placements in
-the cache mode and loaded as they are, token for token alike."""
+the cache mode and loaded as they are, token for token alike; the daemon's plans at 0 and 1024 MiB (planned with the
+reference H200 profile) in the cache mode and through reloads, alike too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from igi_sdk.bench.weight_cache import main
 
 def test_every_set_is_cached_and_back_and_the_replies_match(tmp_path: Path) -> None:
     out = tmp_path / "wc.json"
-    assert main(["--max-tokens", "12", "--json", str(out)]) == 0
+    argv = ["--max-tokens", "12", "--plan-budgets-mib", "0", "1024", "--profile", "reference:h200"]
+    assert main([*argv, "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert figures["device"] == "CPU" and figures["sets_skipped"] == [] and figures["sets_cached"] > 30
     assert figures["freed_mib"] == figures["cached_mib"] > 50
@@ -24,4 +26,14 @@ def test_every_set_is_cached_and_back_and_the_replies_match(tmp_path: Path) -> N
     assert rows["attn_first"]["move_s"] is None and rows["full_gpu"]["move_s"] > 0
     for row in rows.values():
         assert row["tokens_identical"], row
+        assert row["ttft_ratio"] > 0 and row["decode_ratio"] > 0
+    # against the reload path's plans: the daemon's plan at each budget in the cache mode and without it
+    plans = figures["against_reload_plans"]
+    assert plans["profile"] == "reference:h200"
+    zero, gpu = plans["budgets"]
+    assert zero["budget_mib"] == 0 and zero["cache_strategy"] == zero["reload_strategy"] == "cpu_only"
+    assert not zero["in_cache_mode"]
+    assert gpu["budget_mib"] == 1024 and gpu["in_cache_mode"] and gpu["cache_strategy"] != "cpu_only"
+    for row in (zero, gpu):
+        assert row["tokens_identical"], row  # every placement computes alike on the CPU
         assert row["ttft_ratio"] > 0 and row["decode_ratio"] > 0

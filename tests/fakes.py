@@ -36,7 +36,7 @@ GPU_MIB = 2000.0
 #: How a worker leaves on ``Shutdown``: ``at_once`` (gone, its unread events with it), ``after_step`` (it ends its step
 #: and exits; what it wrote is still read), ``after_read`` (it lives on, ignoring commands, until what it wrote is read),
 #: ``never`` (it is in a long step and does not read it: only a kill, ``stop(None)``, ends it)
-StopMode = Literal["at_once", "after_step", "after_read", "never"]
+StopMode = Literal["at_once", "after_step", "after_read", "never", "closing"]
 
 
 def worker_config(model_path: str = DEFAULT_MODEL, n_ctx: int = 2048, max_prompt_tokens: int = 1536) -> wp.WorkerConfig:
@@ -54,7 +54,8 @@ class FakeWorker:
         reply is ``t{i} `` (token id ``i``), and a reply continued with ``continue_tokens`` goes on where they end, so a
         continued reply equals an uninterrupted one.
 
-        Scripted by its attributes: ``stop_mode``; ``deaf`` (reloads are never answered); ``fail_reloads`` (a reload is
+        Scripted by its attributes: ``stop_mode`` (``closing``: on ``shutdown`` it frees all but its CUDA context, as
+        the worker closes its engine, and lives on until killed); ``deaf`` (reloads are never answered); ``fail_reloads`` (a reload is
         refused, ``reloaded{ok: false}``, then the worker exits); ``fail_gpu_loads`` (a GPU placement cannot load:
         ``fatal``); ``refuse_next_start`` (the OS refuses the next start once: EMFILE); ``hold_generates`` (generations are
         kept, not run: :meth:`reply` answers the latest); ``unread_kinds`` (commands of these types wait unread in the pipe:
@@ -227,6 +228,8 @@ class FakeWorker:
         """NVML's reading for ``pid`` on a GPU machine: only the current process holds device memory."""
         if pid is None or pid != self.pid or not self._alive or self.gpu_hidden:
             return 0.0
+        if self.stopping and self.stop_mode == "closing":
+            return CONTEXT_MIB  # its engine closed on ``shutdown``: the CUDA context goes with the process
         return GPU_MIB if placement_uses_gpu(self.loaded) else CONTEXT_MIB
 
     # --- internals -----------------------------------------------------------------------------------------------

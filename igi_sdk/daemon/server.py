@@ -26,7 +26,7 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
 from igi_sdk.daemon.net.connection_guard import ConnectionGuard, max_ipc_connections, open_descriptors
 from igi_sdk.daemon.net.socket_dir import IPC_SOCKET_NAME, private_socket_dir, remove_stale_socket_dirs
-from igi_sdk.daemon.service import DaemonService
+from igi_sdk.daemon.service import POLL_TICK_MS, DaemonService
 from igi_sdk.daemon.worker.projector import projector_shape
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, cuda_gpu_usable, worker_config_for
 from igi_sdk.ipc.connection import new_key, write_connection_file
@@ -35,7 +35,6 @@ from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.model_store import resolve_model_path
 
 _log = get_logger("server")
-POLL_TICK_MS = 50
 #: Messages read in one poll tick at most.
 MAX_BATCH = 256
 #: Bytes of messages read in one poll tick at most, counted in ``max_frame_bytes``: large frames (each HMAC'd, then
@@ -245,7 +244,7 @@ class DaemonServer:
                 for fd in fds:
                     poller.register(fd, zmq.POLLIN)
                 registered = fds
-            ready = dict(poller.poll(POLL_TICK_MS))
+            ready = dict(poller.poll(service.poll_tick_ms))
             if guard is not None:
                 guard.on_events()  # first: connections are counted before their messages are read
             if ready.get(socket):

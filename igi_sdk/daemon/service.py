@@ -25,6 +25,11 @@ from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.daemon.worker.model_switch import ConfigFor, ModelSwitch, PlannerFor
 from igi_sdk.planner.placement import Placement
 
+#: Longest wait of the I/O loop for a message or a worker event before its next tick, ms.
+POLL_TICK_MS = 50
+#: The same while a worker being replaced is watched for its memory (``DaemonService.poll_tick_ms``), ms.
+WATCH_TICK_MS = 5
+
 
 class DaemonService:
     """Every part of the daemon above the worker port and below the socket.
@@ -95,6 +100,12 @@ class DaemonService:
         self._guarded("budget_tick", self.budget.tick)
         self._guarded("switch_tick", self.switch.tick)
         return bool(exited)
+
+    @property
+    def poll_tick_ms(self) -> int:
+        """How long the loop may wait for a message or a worker event before its next tick: short while a worker being
+        replaced is watched for its memory (``BudgetControl.watching_replaced_worker``), else ``POLL_TICK_MS``."""
+        return WATCH_TICK_MS if self.budget.watching_replaced_worker else POLL_TICK_MS
 
     def _guarded(self, step: str, run: Callable[[], object]) -> object:
         """One step of the loop; an exception in it (a daemon bug, or an OS refusal such as EMFILE) is logged and

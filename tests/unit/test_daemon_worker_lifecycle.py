@@ -132,7 +132,8 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
 
 def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -> None:
     """The new worker of a replacement to the CPU could not be started: the retry starts it as the replacement's new
-    worker (the reclaim is answered then, and its Ready served), not as a restart whose Ready the replacement ignores."""
+    worker (its Ready served), not as a restart whose Ready the replacement ignores. The reclaim is answered once the
+    old worker is gone (NVML reads nothing for it), whether the new one has started or not."""
     now = [100.0]
     daemon = _daemon(4096)
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
@@ -140,11 +141,13 @@ def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -
     worker.refuse_next_start = True  # the OS refuses the next start once (no file descriptor for the pipe: EMFILE)
     reclaim = _reclaim(daemon, 0)
     daemon.pump()  # the old worker has exited; the new one could not be started
-    assert daemon.core.counters["worker_start_failed"] == 1 and not _answers(daemon, reclaim)
+    assert daemon.core.counters["worker_start_failed"] == 1
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0  # the memory went with the old process
     assert _state(daemon) is WorkerState.REPLACING_STOPPING
     now[0] += WORKER_START_RETRY_S
     daemon.pump()  # the retry
-    assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)
+    assert _answers(daemon, reclaim) == [ack]
     daemon.pump()
     assert _state(daemon) is WorkerState.READY and worker.ready
     assert worker.starts[-1] == (CPU_PLACEMENT, True)

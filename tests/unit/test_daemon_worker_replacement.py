@@ -22,7 +22,7 @@ from unittest import mock
 
 import pytest
 from daemon_sim import MODELS, check_exactly_one_terminal_reply
-from fakes import CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, worker_config
+from fakes import CONTEXT_MIB, CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, worker_config
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _answers,
     _daemon,
@@ -123,6 +123,46 @@ def test_a_cpu_budget_while_the_cpu_only_worker_still_loads_waits_and_reloads_in
     assert len(worker.sent("reload")) == 1 and len(worker.starts) == 2
     [ack] = _answers(daemon, shrink)
     assert isinstance(ack, BudgetAck) and ack.applied
+
+
+def test_a_shrink_to_cpu_only_is_answered_once_the_old_worker_has_freed_its_memory() -> None:
+    daemon = _daemon(4096)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = _worker(daemon)
+    worker.stop_mode = "closing"  # its engine closes on shutdown; the process (and its CUDA context) lives on a while
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))  # CPU-only: the worker is replaced
+    assert daemon.budget.watching_replaced_worker and daemon.service.poll_tick_ms < 50
+    daemon.pump()
+    [ack] = _answers(daemon, shrink)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "cpu_only"
+    assert ack.measured_vram_mib == CONTEXT_MIB, "answered on NVML's reading of the closing worker, before its exit"
+    assert worker.starts[-1] == (GPU_PLACEMENT, False) and not worker.kills  # the old worker still exits
+    now[0] += 1.1  # past the grace: killed, and its exit starts the CPU-only worker
+    daemon.pump()
+    daemon.pump()
+    assert worker.starts[-1] == (CPU_PLACEMENT, True) and not daemon.budget.watching_replaced_worker
+    assert _answers(daemon, shrink) == [ack]
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_reclaim_to_zero_waits_for_the_old_workers_exit_even_when_it_closed_early() -> None:
+    daemon = _daemon(4096)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = _worker(daemon)
+    worker.stop_mode = "closing"
+    reclaim = _reclaim(daemon)
+    daemon.pump()
+    now[0] += 0.01
+    daemon.pump()
+    assert _answers(daemon, reclaim) == []  # its CUDA context (586 MiB) is above 0 until the process is gone
+    now[0] += 1.1
+    daemon.pump()
+    daemon.pump()
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0
+    check_exactly_one_terminal_reply(daemon)
 
 
 def test_reloads_between_cpu_placements_stay_in_place_with_cuda_hidden() -> None:

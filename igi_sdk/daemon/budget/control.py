@@ -53,6 +53,9 @@ from igi_sdk.policy import batch_tier
 from igi_sdk.policy.batch_tier import TierCandidate, TierPolicyConfig, TierState, needed_tier
 from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
 
+#: How often NVML is read for a worker being replaced by a CPU-only one (``BudgetControl._answer_while_replaced``), s.
+REPLACED_POLL_S = 0.005
+
 __all__ = ["BudgetControl"]
 
 
@@ -86,6 +89,7 @@ class BudgetControl:
         self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
+        self._replaced_polled_s = -float("inf")  # when NVML was last read for a worker being replaced
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(
@@ -112,8 +116,10 @@ class BudgetControl:
     def tick(self) -> None:
         """Apply a finished background plan, and a deferred growth once it is stable; with nothing under way and the
         worker serving, plan the next budget of the ladder (or batch tier) ahead; switch batch tiers when the NPCs
-        generating are worth it (every loop iteration)."""
+        generating are worth it; answer a shrink once a worker being replaced has freed its memory (every loop
+        iteration)."""
         self._do(self._plans.finished(self._planner, self._current))
+        self._answer_while_replaced()
         if self.state.deferred_mib is not None:
             decision = poll(self.state, self._core.clock(), self._config)
             if decision.action == "apply":
@@ -179,11 +185,7 @@ class BudgetControl:
         if op is None or op.replacing or event.req_id != op.req_id:
             return
         measured = self._worker_vram_mib()
-        held = [
-            waiter
-            for waiter in op.waiters
-            if measured is not None and measured <= waiter.requested_mib < self._current.budget_mib
-        ]
+        held = self._held(op, measured)
         self._core.log(
             logging.INFO,
             "vram_released",
@@ -193,6 +195,18 @@ class BudgetControl:
             vram_mib=measured,
             answered=len(held),
         )
+        self._answer_released(op, held, measured)
+
+    def _held(self, op: PendingReload, measured: float | None) -> list[Waiter]:
+        """The shrinks among ``op``'s requests whose budget NVML shows the worker within (none without NVML)."""
+        return [
+            waiter
+            for waiter in op.waiters
+            if measured is not None and measured <= waiter.requested_mib < self._current.budget_mib
+        ]
+
+    def _answer_released(self, op: PendingReload, held: list[Waiter], measured: float | None) -> None:
+        """Answer ``held`` now, before ``op`` is done: the memory they asked for is free already."""
         for waiter in held:
             self._ack(waiter, op.outcome, applied=True, measured=measured, interim=op.replan_mib is not None)
         if held:
@@ -201,6 +215,37 @@ class BudgetControl:
             if op.acked_on_release_mib is not None:  # answered at the weights already, more at the rest
                 answered.append(op.acked_on_release_mib)
             op.acked_on_release_mib = min(answered)
+
+    @property
+    def watching_replaced_worker(self) -> bool:
+        """Whether a shrink waits for a worker being replaced by a CPU-only one to free its memory
+        (``_answer_while_replaced``): the I/O loop ticks more often meanwhile."""
+        op = self._inflight
+        return (
+            op is not None
+            and op.replacing
+            and bool(op.waiters)
+            and not placement_uses_gpu(op.outcome.placement)
+            and self._lifecycle.state is WorkerState.REPLACING_STOPPING
+        )
+
+    def _answer_while_replaced(self) -> None:
+        """A worker being replaced by a CPU-only one closes its engine before its process exits: its device memory goes
+        first, its CUDA context with the process. A shrink's requests are answered as soon as NVML shows it within
+        their budget, as a reload's are on its release (``on_released``); the rest once the replacement is done (a
+        budget below the CUDA context: at the exit). NVML is read at most every ``REPLACED_POLL_S``."""
+        op = self._inflight
+        if op is None or not self.watching_replaced_worker:
+            return
+        now = self._core.clock()
+        if now - self._replaced_polled_s < REPLACED_POLL_S:
+            return
+        self._replaced_polled_s = now
+        measured = self._worker_vram_mib()
+        held = self._held(op, measured)
+        if held:
+            self._core.log(logging.INFO, "vram_released", stage="closing", vram_mib=measured, answered=len(held))
+            self._answer_released(op, held, measured)
 
     def on_reloaded(self, event: wp.Reloaded) -> None:
         """The worker finished a reload (``ok`` or not)."""

@@ -185,16 +185,14 @@ def against_loading(model: Path, n_threads: int, max_tokens: int, device: str, g
 
 
 def daemon_plan(
-    model: Path, budget_mib: int, kv_on_gpu_only: bool, n_threads: int, profile: Any
+    model: Path, budget_mib: int, kv_on_gpu_only: bool, n_threads: int, profile: Any, engine: Any
 ) -> tuple[str, Placement]:
-    """The daemon's plan for ``model`` under ``budget_mib`` (its default settings' base placement and workload),
-    with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the engine that
-    runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it."""
-    from igi_sdk.config import load_settings
+    """The daemon's plan for ``model`` under ``budget_mib`` (the base placement and workload of its engine settings
+    ``engine``), with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the
+    engine that runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it."""
     from igi_sdk.planner.workload import daemon_planning
     from igi_sdk.profiler.planning import plan_file
 
-    engine = load_settings({}).engine
     base = engine.base_placement().with_(n_threads=n_threads, n_threads_batch=n_threads)
     workload, options = daemon_planning(
         base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch, kv_on_gpu_only=kv_on_gpu_only
@@ -226,13 +224,16 @@ def against_reload_plans(
 ) -> dict[str, Any]:
     """Step 7: at each budget the daemon's plan in the cache mode (moved to, as the daemon's worker does) and its plan
     without the mode loaded as it is, side by side."""
+    from igi_sdk.config import load_settings
+
     profile, profile_name = planning_profile(profile_spec)
+    settings = load_settings({}).engine  # the daemon's defaults, read once for every budget
     rows: list[dict[str, Any]] = []
     engine: LlamaEngine | None = None
     try:
         for budget in budgets_mib:
-            cache_strategy, cache_plan = daemon_plan(model, budget, True, n_threads, profile)
-            reload_strategy, reload_plan = daemon_plan(model, budget, False, n_threads, profile)
+            cache_strategy, cache_plan = daemon_plan(model, budget, True, n_threads, profile, settings)
+            reload_strategy, reload_plan = daemon_plan(model, budget, False, n_threads, profile, settings)
             in_cache_mode = cache_strategy != "cpu_only"  # a CPU-only plan is a worker of its own, loaded
             moved_s = None
             if not in_cache_mode:

@@ -21,8 +21,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from daemon_sim import MODELS, check_exactly_one_terminal_reply
-from fakes import CONTEXT_MIB, CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, worker_config
+from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
+from fakes import CONTEXT_MIB, CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, FakeWorker, StopMode, worker_config
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _answers,
     _daemon,
@@ -52,6 +52,17 @@ from igi_sdk.ipc.messages import (
     ShutdownRequest,
 )
 from igi_sdk.planner.placement import Placement
+
+
+def _clocked(stop_mode: StopMode) -> tuple[Daemon, FakeWorker, list[float]]:
+    """A daemon serving the GPU placement on a clock the test moves (``now[0]``), its worker exiting as
+    ``stop_mode``."""
+    daemon = _daemon(4096)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker = _worker(daemon)
+    worker.stop_mode = stop_mode
+    return daemon, worker, now
 
 
 # --- the worker is replaced, with CUDA hidden, and back ---------------------------------------------------------
@@ -126,11 +137,7 @@ def test_a_cpu_budget_while_the_cpu_only_worker_still_loads_waits_and_reloads_in
 
 
 def test_a_shrink_to_cpu_only_is_answered_once_the_old_worker_has_freed_its_memory() -> None:
-    daemon = _daemon(4096)
-    now = [100.0]
-    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    worker = _worker(daemon)
-    worker.stop_mode = "closing"  # its engine closes on shutdown; the process (and its CUDA context) lives on a while
+    daemon, worker, now = _clocked("closing")  # its engine closes on shutdown; the process (and its context) lives on
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))  # CPU-only: the worker is replaced
     assert daemon.budget.watching_replaced_worker and daemon.service.poll_tick_ms < 50
     daemon.pump()
@@ -147,11 +154,7 @@ def test_a_shrink_to_cpu_only_is_answered_once_the_old_worker_has_freed_its_memo
 
 
 def test_a_reclaim_to_zero_waits_for_the_old_workers_exit_even_when_it_closed_early() -> None:
-    daemon = _daemon(4096)
-    now = [100.0]
-    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    worker = _worker(daemon)
-    worker.stop_mode = "closing"
+    daemon, worker, now = _clocked("closing")
     reclaim = _reclaim(daemon)
     daemon.pump()
     now[0] += 0.01
@@ -426,11 +429,7 @@ def test_shutdown_during_a_replacement_answers_everything() -> None:
 
 
 def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
-    daemon = _daemon(4096)
-    now = [100.0]
-    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    worker = _worker(daemon)
-    worker.stop_mode = "never"  # a step that lasts
+    daemon, worker, now = _clocked("never")  # a step that lasts
     reclaim = _reclaim(daemon)
     daemon.pump()
     assert not worker.kills and not _answers(daemon, reclaim)

@@ -127,26 +127,18 @@ class BudgetPlanning:
             outcome = planner.plan(target_mib, dry_run_slots=0 if child_mib > 0 else None)
         except DryRunDeferred as exc:
             used = self._used_mib(current) if used_mib is None else used_mib
-            interim = self.release_first(planner, target_mib, reclaiming, current, used)
+            event, interim = "budget_release_first", self.release_first(planner, target_mib, reclaiming, current, used)
+            if interim is None:
+                event, interim = "budget_grow_first", self.grow_first(planner, target_mib, current)
             if interim is not None:
                 self._core.log(
                     logging.INFO,
-                    "budget_release_first",
+                    event,
                     target_mib=target_mib,
                     interim_gpu_mib=interim.plan.gpu_mib,
                     strategy=interim.plan.strategy,
                 )
                 return Apply(interim, waiters, replan_mib=target_mib)
-            ahead = self.grow_first(planner, target_mib, current)
-            if ahead is not None:
-                self._core.log(
-                    logging.INFO,
-                    "budget_grow_first",
-                    target_mib=target_mib,
-                    interim_gpu_mib=ahead.plan.gpu_mib,
-                    strategy=ahead.plan.strategy,
-                )
-                return Apply(ahead, waiters, replan_mib=target_mib)
             slots = dry_run_slots_for(target_mib - used, child_mib)
             if slots:
                 self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)

@@ -21,6 +21,7 @@ from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner, PlanOutcome
 from igi_sdk.daemon.core import WorkerPort
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerGone
+from igi_sdk.engine.cache_base import is_parked
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
@@ -230,7 +231,7 @@ class FakeWorker:
             return 0.0
         if self.stopping and self.stop_mode == "closing":
             return CONTEXT_MIB  # its engine closed on ``shutdown``: the CUDA context goes with the process
-        return GPU_MIB if placement_uses_gpu(self.loaded) else CONTEXT_MIB
+        return GPU_MIB if placement_uses_gpu(self.loaded) and not is_parked(self.loaded) else CONTEXT_MIB
 
     # --- internals -----------------------------------------------------------------------------------------------
     def _shutdown(self) -> None:
@@ -307,8 +308,8 @@ class FakePlanner:
     it raises ``DryRunDeferred``, else it waits for ``gate`` (at most ``hold_s``; ``released`` records whether it
     opened in time, ``budgets`` the budgets planned so, ``threads`` the threads that did it). ``child_mib`` is the VRAM
     of one dry-run child (0: no GPU, no dry runs counted). ``cpu(budget, warning)`` is the CPU-only outcome (default:
-    ``cpu_placement``'s); ``base`` what the daemon's server reads of it. ``plan_within`` and ``released_to`` are the
-    real rules.
+    ``cpu_placement``'s); ``parked(budget, warning)`` the parked one (default: None, none); ``base`` what the daemon's
+    server reads of it. ``plan_within`` and ``released_to`` are the real rules.
 
     ``tiers`` are its batch tiers (default none: nothing is planned per tier, as with one slot); ``plan_tier`` answers
     ``tier_outcome(budget, tier)`` (default: the budget's outcome labelled with the tier, without rates), remembered;
@@ -318,6 +319,7 @@ class FakePlanner:
 
     plan_within = PlacementPlanner.plan_within  # the real headroom -> slots rule
     released_to = PlacementPlanner.released_to  # the real release-first rule over ``planned``
+    _on_cpu = PlacementPlanner._on_cpu  # the real parked-else-CPU-only rule over ``parked`` and ``cpu_only``
 
     def __init__(
         self,
@@ -333,8 +335,10 @@ class FakePlanner:
         tiers: tuple[int, ...] = (),
         tier_outcome: Callable[[int, int], PlanOutcome] | None = None,
         cached_tiers: set[tuple[int, int]] | None = None,
+        parked: Callable[[int, str | None], PlanOutcome | None] | None = None,
     ) -> None:
         self.outcome = outcome
+        self.parked_outcome = parked
         self.cpu_placement = cpu_placement
         self.cpu = cpu
         self.base = base
@@ -375,6 +379,9 @@ class FakePlanner:
         if self.cpu is not None:
             return self.cpu(budget_mib, warning)
         return cpu_outcome(budget_mib, self.cpu_placement, warning)
+
+    def parked(self, budget_mib: int, warning: str | None = None) -> PlanOutcome | None:
+        return None if self.parked_outcome is None else self.parked_outcome(budget_mib, warning)
 
     def planned(self) -> dict[int, PlanOutcome]:
         known = dict(self._plans)

@@ -44,7 +44,7 @@ from typing import Any
 from igi_sdk.bench.vram import open_nvml
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
-from igi_sdk.engine.cache_base import weight_sets
+from igi_sdk.engine.cache_base import parked, parked_vram_mib, weight_sets
 from igi_sdk.engine.devices import gpu_devices
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -189,7 +189,8 @@ def daemon_plan(
 ) -> tuple[str, Placement]:
     """The daemon's plan for ``model`` under ``budget_mib`` (the base placement and workload of its engine settings
     ``engine``), with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the
-    engine that runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it."""
+    engine that runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it, or in the cache
+    mode parked where it holds the parked placement (``engine.cache_base.parked``)."""
     from igi_sdk.planner.workload import daemon_planning
     from igi_sdk.profiler.planning import plan_file
 
@@ -198,7 +199,10 @@ def daemon_plan(
         base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch, kv_on_gpu_only=kv_on_gpu_only
     )
     result, _warnings = plan_file(model, budget_mib, workload, profile, options)
-    if result.placement is None:
+    if result.placement is None or result.strategy == "cpu_only":
+        reserve = profile.vram_reserve_mib
+        if kv_on_gpu_only and reserve is not None and budget_mib >= parked_vram_mib(reserve):
+            return "parked", parked(base)
         return "cpu_only", base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
     return result.strategy or "planned", result.placement
 

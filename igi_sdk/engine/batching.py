@@ -646,7 +646,9 @@ class BatchScheduler:
         """Pause, free the device weights, export every session, reload the engine with ``placement``, import,
         resume. An engine with a cache base that reaches ``placement`` by moving weights (``LlamaEngine.moves_in_place``)
         does that instead: the sets leaving the GPU are uncached (reported as ``"weights"``), the new ones cached, and
-        every sequence's KV cells stay where they are (nothing is exported).
+        every sequence's KV cells stay where they are (nothing is exported) unless the move makes the context again
+        (``LlamaEngine.context_changes``: the KV cache changing device); then every session is exported once the sets
+        have left and imported into the new context, as around a reload.
 
         The old placement's device memory goes in two steps, each reported to ``on_release(stage, released_bytes)``:
         ``"weights"`` once the model's device weights are freed (before the export, so that a shrink's VRAM goes
@@ -659,8 +661,19 @@ class BatchScheduler:
         t0 = self._clock()
         was_paused = self._paused
         self.pause()
-        if self._engine.moves_in_place(placement):  # weights as a cache of the host copy: no load, no new context
-            self._engine.move_to(placement, None if on_release is None else lambda freed: on_release("weights", freed))
+        if self._engine.moves_in_place(placement):  # weights as a cache of the host copy: no load
+            carried: list[dict[str, bytes]] = []
+            new_context = self._engine.context_changes(placement)
+
+            def freed(released: int) -> None:
+                if on_release is not None:
+                    on_release("weights", released)
+                if new_context:  # the old context still holds the KV cells
+                    carried.append(self.export_states())
+
+            self._engine.move_to(placement, freed)
+            if carried:
+                self.import_states(carried[0])
             if on_release is not None:
                 on_release("all", 0)
             if not was_paused:

@@ -2,10 +2,13 @@
 cache of the host copy").
 
 A *cache base* is what the engine loads once when it keeps every weight's host copy for its life: the placement's
-context and load settings, every layer assigned to the GPU (so the KV cache and the layers' compute go there) and every
-weight in pinned host memory. A placement whose KV cache is all on the GPU is then the base plus the weights it puts on
-the GPU, cached from the host copy in sets of one layer's group (``weight_sets``); moving between two such placements
-of the same base is a difference of sets (``LlamaEngine.move_to``), with no load and no new context.
+context and load settings, every layer assigned to the GPU and every weight in pinned host memory. The model part of
+every base is the same (``MODEL_FIELDS``), so a placement that assigns every layer to the GPU is that model, a context,
+and the weights it puts on the GPU cached from the host copy in sets of one layer's group (``weight_sets``). Its KV
+cache is all on the GPU (``offload_kqv``) or all on the host; a placement with nothing cached and everything on the
+host (``parked``) computes on the CPU while the process keeps its CUDA context. Moving between two such placements is
+a difference of sets (``LlamaEngine.move_to``), plus a new context where a context field differs
+(``context_changes``: the KV cache changing device, prompt streaming turned on or off), with no load.
 """
 
 from __future__ import annotations
@@ -16,6 +19,26 @@ from igi_sdk.planner.tensors import ModelTable
 
 ALL_ON_HOST = OverrideRule(pattern=".*", device=CPU_DEVICE)
 
+MODEL_FIELDS = ("n_gpu_layers", "load_mode", "rules")
+"""The placement fields the model's load reads (``engine.params.model_params``); every other field is the context's or
+its scheduler's."""
+
+CONTEXT_FIELDS = (
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_seq_max",
+    "n_threads",
+    "n_threads_batch",
+    "flash_attn",
+    "op_offload",
+    "offload_kqv",
+    "type_k",
+    "type_v",
+)
+"""The placement fields of the context's parameters (``engine.params.context_params``): two placements that differ in
+one need a context of their own. The scheduler's fields (prefetch, op_offload thresholds) are read again on every move."""
+
 
 def cache_base(placement: Placement) -> Placement:
     """``placement``'s cache base: the same context and load settings, every layer on the GPU, every weight pinned on
@@ -23,10 +46,37 @@ def cache_base(placement: Placement) -> Placement:
     return placement.with_(n_gpu_layers=-1, rules=[ALL_ON_HOST], load_mode="pinned")
 
 
+PARKED_BUFFERS_MIB = 128
+"""VRAM a parked worker is planned to hold beside the profile's reserve (its CUDA context, cuBLAS, the ggml-cuda pools
+its GPU placements left): the parked context's own device compute buffer and the pools' slack."""
+
+
+def parked_vram_mib(reserve_mib: int) -> int:
+    """The VRAM a parked placement is planned to take on a GPU whose profile reserves ``reserve_mib``."""
+    return reserve_mib + PARKED_BUFFERS_MIB
+
+
+def parked(placement: Placement) -> Placement:
+    """``placement``'s context with every weight and the KV cache on the host and no prompt streamed through the GPU:
+    what a worker that caches weights computes with on the CPU while it keeps its CUDA context, so that the next
+    growth is a move, not a process start (docs/engine.md, "Parked on the host")."""
+    return cache_base(placement).with_(offload_kqv=False, op_offload=False)
+
+
+def is_parked(placement: Placement) -> bool:
+    """Whether ``placement`` is a ``parked`` one."""
+    return placement == parked(placement)
+
+
 def realizable(table: ModelTable, placement: Placement) -> bool:
-    """Whether a cache base and cached weights can realize ``placement``: it keeps every layer's KV cache on the GPU,
-    as a cache base does."""
-    return placement.offload_kqv and effective_gpu_layers(placement, table.n_layer) >= table.n_layer
+    """Whether a cache base and cached weights can realize ``placement``: it assigns every layer to the GPU, as a cache
+    base does (its KV cache then all on the GPU, or all on the host without ``offload_kqv``)."""
+    return effective_gpu_layers(placement, table.n_layer) >= table.n_layer
+
+
+def context_changes(old: Placement, new: Placement) -> bool:
+    """Whether going from ``old`` to ``new`` needs a new context (a ``CONTEXT_FIELDS`` field differs)."""
+    return any(getattr(old, name) != getattr(new, name) for name in CONTEXT_FIELDS)
 
 
 def weight_sets(table: ModelTable, placement: Placement) -> dict[str, tuple[str, ...]]:

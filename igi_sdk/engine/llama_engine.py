@@ -40,6 +40,7 @@ from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
 from igi_sdk.errors import EngineError, ModelCorruptError
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
+from igi_sdk.planner.tiers import STATE_KEYS
 
 _STATE_MAGIC = b"IGIS"
 _STATE_VERSION = 1
@@ -156,10 +157,10 @@ class LlamaEngine:
         verbose: echo llama.cpp's log to stderr.
         trace_load: record llama.cpp's load progress calls too (instead of its progress dots), so that
             ``load_stages`` splits the tensor data of a load without mmap between device and host buffers.
-        weight_cache_device: keep every weight's host copy for the engine's life and realize a placement whose KV
-            cache is all on the GPU as a cache base plus cached weights on this device ("CUDA0"; ``engine.cache_base``),
-            so that ``move_to`` another such placement moves weights instead of loading; None: every placement is
-            loaded as it is (the default).
+        weight_cache_device: keep every weight's host copy for the engine's life and realize a placement that assigns
+            every layer to the GPU as a cache base plus cached weights on this device ("CUDA0"; ``engine.cache_base``),
+            so that ``move_to`` another such placement moves weights (and creates the context again when its
+            parameters differ) instead of loading; None: every placement is loaded as it is (the default).
 
     Raises:
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
@@ -299,19 +300,24 @@ class LlamaEngine:
             raise EngineError("engine is closed")
         if self._ctx is not None:
             return
-        with _log.capture_log(echo=self._verbose) as cap:
-            ctx = llama_cpp.llama_init_from_model(self._model, context_params(self._placement))
+        self._create_context(self._placement)
+
+    def _create_context(self, placement: Placement) -> None:
+        """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it)."""
+        with _log.capture_log(echo=self._verbose) as cap, scheduler_env(placement):
+            ctx = llama_cpp.llama_init_from_model(self._model, context_params(placement))
         if not ctx:
             self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
         self._ctx = ctx
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._set_abort_callback()
         self._seqs = BatchDecoder(
             ctx,
             int(llama_cpp.llama_n_batch(ctx)),
             self._n_vocab,
             int(llama_cpp.llama_n_ctx_seq(ctx)),
-            self._placement.n_seq_max,
+            placement.n_seq_max,
         )
 
     def release_model(self) -> None:
@@ -372,36 +378,59 @@ class LlamaEngine:
             llama_cpp.llama_set_abort_callback(self._ctx, _abort_on_flag, ctypes.c_void_p(self._abort_flag))
 
     def moves_in_place(self, placement: Placement) -> bool:
-        """Whether ``move_to(placement)`` can realize ``placement`` on the loaded cache base (``weight_cache_device``
-        given, both placements' KV caches all on the GPU, the same context and load settings)."""
-        return self._base is not None and self._stack is not None and self._cache_base_for(placement) == self._base
+        """Whether ``move_to(placement)`` can realize ``placement`` on the loaded model (``weight_cache_device``
+        given, the model loaded as a cache base, ``placement`` realizable on it, the sequences' states restoring in its
+        context: ``planner.tiers.STATE_KEYS`` unchanged)."""
+        if self._base is None or self._stack is None or self._ctx is None:
+            return False
+        base = self._cache_base_for(placement)
+        return (
+            base is not None
+            and all(getattr(base, f) == getattr(self._base, f) for f in cache_base_mod.MODEL_FIELDS)
+            and all(getattr(placement, k) == getattr(self._placement, k) for k in STATE_KEYS)
+        )
+
+    def context_changes(self, placement: Placement) -> bool:
+        """Whether ``move_to(placement)`` creates the context again (``engine.cache_base.context_changes``: its KV cache
+        on another device, prompt streaming on or off, other batch sizes or threads), every sequence's KV cells
+        lost with the old one."""
+        return self.moves_in_place(placement) and cache_base_mod.context_changes(self._placement, placement)
 
     def move_to(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> None:
         """Realize ``placement`` by moving weights: the sets it no longer puts on the GPU are uncached first (their
-        device memory freed: ``on_freed(bytes)``), then the new ones cached from the host copy, then the scheduler
-        is made again once. The model, the context and every sequence's KV cells stay.
+        device memory freed: ``on_freed(bytes)``), then, where ``context_changes(placement)``, the context is freed and
+        made again with ``placement``'s parameters, then the new sets are cached from the host copy and the scheduler
+        is made again once. The model stays; so does every sequence's KV cells unless the context was made again
+        (save them in ``on_freed``, where the old context still holds them, and restore them after: the scheduler's
+        ``reload`` does).
 
         Raises:
-            EngineError: not ``moves_in_place(placement)``, or a device buffer could not be allocated (the engine is
-                then closed).
+            EngineError: not ``moves_in_place(placement)``, or a device buffer or the context could not be made (the
+                engine is then closed).
         """
         if not self.moves_in_place(placement):
             raise EngineError("this placement cannot be reached by moving weights (reload instead)")
+        new_context = self.context_changes(placement)
         try:
-            self._move_sets(placement, on_freed)
+            self._move_sets(placement, on_freed, new_context=new_context)
         except BaseException:
             self.close()
             raise
         self._placement = placement
 
-    def _move_sets(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> None:
-        """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), cache those it has, reserve
-        the graphs once."""
+    def _move_sets(
+        self, placement: Placement, on_freed: Callable[[int], None] | None = None, *, new_context: bool = False
+    ) -> None:
+        """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), make the context again
+        (``new_context``), cache the sets it has, reserve the graphs once."""
         assert self._weight_cache_device is not None
         wanted = cache_base_mod.weight_sets(self._table, placement)
         freed = sum(self._uncache(key) for key, (_, names) in list(self._cached.items()) if wanted.get(key) != names)
         if on_freed is not None:
             on_freed(freed)
+        if new_context:
+            self.release_context()
+            self._create_context(placement)
         for key, names in wanted.items():
             if key not in self._cached:
                 self._cache(key, names, self._weight_cache_device)

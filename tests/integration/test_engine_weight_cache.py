@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
+from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.llama_engine import weight_cache_supported, weight_cache_unavailable
 from igi_sdk.errors import EngineError
 from igi_sdk.model_store import default_model_path
@@ -122,3 +123,38 @@ def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> No
         sched.reload(on_host)  # its KV cache on the host: loaded as it is
         assert eng.cached_weights == {} and eng.placement == on_host
         assert _reply(eng, 24) == reference_on_host
+
+
+def test_a_move_that_changes_the_kv_cache_device_carries_the_states_through_a_new_context() -> None:
+    """Parked on the host (every weight and the KV cache on the host, the process keeping its device) and back: the
+    model stays, the context is made again, each session's KV cells go through host memory, and the reply goes on
+    token for token."""
+    full = BASE.with_(n_gpu_layers=-1)
+    parked = cache_base_mod.parked(full)
+    assert parked.offload_kqv is False and parked.op_offload is False and cache_base_mod.is_parked(parked)
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
+        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        while len(handle.tokens) < 6:
+            sched.step()
+        assert eng.moves_in_place(parked) and eng.context_changes(parked) and not eng.context_changes(full)
+        model = eng._model
+        seen: list[str] = []
+        save = eng.save_seq_state
+        eng.save_seq_state = lambda seq_id: seen.append("save") or save(seq_id)  # type: ignore[method-assign,func-returns-value]
+        sched.reload(parked, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
+        assert seen == ["weights:True", "save", "all:False"]  # the sets freed, then the states saved
+        assert eng.placement == parked and eng.cached_weights == {} and eng._model == model  # no load
+        while len(handle.tokens) < 12:
+            sched.step()
+        seen.clear()
+        sched.reload(full, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
+        assert seen == ["weights:False", "save", "all:False"]
+        assert eng.placement == full and eng.cached_weights and eng._model == model
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+        assert eng.moves_in_place(BASE.with_(n_gpu_layers=-1, n_batch=32))  # another batch size: a new context too
+        assert not eng.moves_in_place(full.with_(n_ctx=512))  # the states would not restore: a reload

@@ -15,6 +15,7 @@ from worker_process import ready_worker
 from igi_sdk.config import DaemonSettings, EngineSettings
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.engine.cache_base import parked
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import OverrideRule, Placement
 
@@ -73,6 +74,33 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
     ]
     assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True), ("shrink", True)]
     assert worker._abort_flag.value == 0  # cleared when the worker took the urgent reload up
+
+
+def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor) -> None:
+    """To the parked placement (an urgent shrink: every cached set freed, the context made again with the KV cache on
+    the host) and back to a cache placement, mid-reply: both in place, the reply token for token."""
+    reference, _ = _run(worker, "alone-parked", {})
+    reloads = {
+        4: wp.Reload(req_id="park", placement=parked(ATTN_FIRST), urgent=True),
+        12: wp.Reload(req_id="unpark", placement=BASE),
+    }
+    tokens, events = _run(worker, "parked", reloads)
+    assert tokens == reference
+    stages = [(e.req_id, e.stage, e.released_mib > 0) for e in events if isinstance(e, wp.Released)]
+    assert stages == [
+        ("park", "weights", True),
+        ("park", "all", False),
+        ("unpark", "weights", False),
+        ("unpark", "all", False),
+    ]
+    assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("park", True), ("unpark", True)]
+    back, _ = _run(worker, "after", {})  # the worker serves on in the placement it moved to
+    assert back == reference
+    worker.send(wp.Reload(req_id="restore", placement=ATTN_FIRST))  # the module's worker as the other tests found it
+    deadline = time.monotonic() + 60
+    while not any(isinstance(e, wp.Reloaded) and e.req_id == "restore" for e in worker.read_events()):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
 
 
 def test_the_ready_worker_names_its_cache_device(worker: WorkerSupervisor) -> None:

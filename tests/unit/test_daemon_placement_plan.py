@@ -205,3 +205,49 @@ def test_no_tiers_with_one_slot_and_none_below_the_cuda_context(
     cpu = planner.plan_tier(300, 1, dry_run_slots=0)
     assert cpu.tier == 1 and cpu.plan.strategy == "cpu_only" and cpu.tier_decode_tps == () and searches == []
     assert planner.tier_plans(300) == {}
+
+
+def test_where_no_gpu_placement_fits_a_worker_that_caches_weights_is_parked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In the weight cache mode a budget that holds the CUDA context but no GPU placement gets the parked placement
+    (every weight and the KV cache on the host, the process on the GPU: a growth from it is a move), released to
+    and planned alike; below the reserve plus the parked buffers, and without the cache mode, the CPU-only one."""
+    from igi_sdk.engine.cache_base import is_parked, parked_vram_mib
+
+    def nothing_fits(path: Path, budget_mib: int, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("replaced below")
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", nothing_fits)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)
+    base = Placement(n_ctx=1024, n_seq_max=2, n_threads=4)
+    cached = PlacementPlanner(model, base, kv_on_gpu_only=True)
+    plain = PlacementPlanner(model, base)
+    for planner in (cached, plain):
+        planner._profile_cache = reference_profile("h200")
+        monkeypatch.setattr(planner, "_planned", lambda budget, generating=None, p=planner: p._on_cpu(budget, "none"))
+    reserve = cached._profile_cache.vram_reserve_mib
+    assert reserve is not None
+    need = parked_vram_mib(reserve)
+
+    outcome = cached.plan(need, dry_run_slots=0)
+    assert outcome.plan.strategy == "parked" and outcome.plan.gpu_mib == need and outcome.cpu_fallback
+    assert is_parked(outcome.placement) and placement_plan.placement_uses_gpu(outcome.placement)
+    assert {k: getattr(outcome.placement, k) for k in ("n_ctx", "n_seq_max", "n_threads")} == {
+        "n_ctx": 1024,
+        "n_seq_max": 2,
+        "n_threads": 4,
+    }
+    assert outcome.warning == "none; parked on the CPU"
+    assert cached.plan(need - 1, dry_run_slots=0).plan.strategy == "cpu_only"
+    assert cached.released_to(need + 100).plan.strategy == "parked"  # the planned parked placement, relabelled
+    assert cached.released_to(need + 100).budget_mib == need + 100
+    assert cached.released_to(need - 1).plan.strategy == "cpu_only"
+    assert plain.plan(need, dry_run_slots=0).plan.strategy == "cpu_only"
+    assert plain.released_to(4 * need).plan.strategy == "cpu_only"
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: False)
+    no_gpu = PlacementPlanner(model, base, kv_on_gpu_only=True)
+    no_gpu._profile_cache = reference_profile("cpu2")
+    assert no_gpu.parked(4 * need) is None

@@ -22,7 +22,18 @@ from unittest import mock
 
 import pytest
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
-from fakes import CONTEXT_MIB, CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, FakeWorker, StopMode, worker_config
+from fakes import (
+    CONTEXT_MIB,
+    CPU_PLACEMENT,
+    GPU_MIB,
+    GPU_PLACEMENT,
+    FakePlanner,
+    FakeWorker,
+    StopMode,
+    cpu_outcome,
+    two_placements,
+    worker_config,
+)
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _answers,
     _daemon,
@@ -35,6 +46,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _worker,
 )
 
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.engine_process.boot import boot
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, hides_gpu_for
@@ -51,6 +63,7 @@ from igi_sdk.ipc.messages import (
     SetBudgetRequest,
     ShutdownRequest,
 )
+from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
 
 
@@ -439,3 +452,47 @@ def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
     assert worker.kills == [1000]
     [ack] = _answers(daemon, reclaim)
     assert isinstance(ack, BudgetAck) and ack.measured_vram_mib == 0.0 and ack.warning == "deadline_missed"
+
+
+# --- parked on the host: the worker stays -------------------------------------------------------------------------
+def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_a_new_process() -> None:
+    """A worker that caches weights is parked where no GPU placement fits but its CUDA context does: the shrink and
+    the growth after it are reloads in place (moves in the worker), not process starts; below the parked placement's
+    VRAM the worker is replaced with CUDA hidden as before."""
+    from igi_sdk.engine.cache_base import parked
+
+    parked_mib = 700.0
+
+    def parked_outcome(budget_mib: int, warning: str | None) -> PlanOutcome | None:
+        if budget_mib < parked_mib:
+            return None
+        plan = Plan(strategy="parked", gpu_mib=parked_mib, cpu_mib=1.0)
+        return PlanOutcome(budget_mib, parked(GPU_PLACEMENT), plan, 0.0, 0.0, True, warning)
+
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    planner = FakePlanner(
+        lambda b: parked_outcome(b, None) or cpu_outcome(b, CPU_PLACEMENT) if b < 2048 else two_placements()(b),
+        cpu_placement=CPU_PLACEMENT,
+        parked=parked_outcome,
+    )
+    daemon.budget._planner = planner
+    daemon.core.weight_cache_device = "CUDA0"
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, shrink)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "parked" and ack.cpu_fallback
+    assert ack.measured_vram_mib == CONTEXT_MIB and ack.granted_mib == 1024
+    assert [hidden for _, hidden in worker.starts] == [False], "moved in place, not replaced"
+    assert len(worker.sent("reload")) == 1 and daemon.core.counters["worker_replacements"] == 0
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
+    assert len(worker.sent("reload")) == 2 and [hidden for _, hidden in worker.starts] == [False]
+    reclaim = _reclaim(daemon, 512)  # below the parked placement's VRAM: a new process with CUDA hidden
+    daemon.pump()
+    daemon.pump()
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "cpu_only" and ack.measured_vram_mib == 0.0
+    assert [hidden for _, hidden in worker.starts] == [False, True]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
+from igi_sdk.engine.cache_base import parked, parked_vram_mib
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
@@ -99,6 +100,7 @@ class Planner(Protocol):
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
     def plan_within(self, budget_mib: int, headroom_mib: float) -> PlanOutcome: ...
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome: ...
+    def parked(self, budget_mib: int, warning: str | None = None) -> PlanOutcome | None: ...
     def planned(self) -> dict[int, PlanOutcome]: ...  # the budgets planned so far (a copy)
     def released_to(self, target_mib: int) -> PlanOutcome: ...  # the interim placement of a shrink
     def model_file_mib(self) -> float: ...
@@ -163,6 +165,37 @@ class PlacementPlanner:
         summary = "all weights and KV on the CPU" + ("" if encoder is None else f"; {encoder.summary()}")
         plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary=summary)
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
+
+    def parked(self, budget_mib: int, warning: str | None = None) -> PlanOutcome | None:
+        """The parked placement under ``budget_mib`` (``engine.cache_base.parked``: every weight and the KV cache on
+        the host, computed on the CPU, while the worker keeps its CUDA context and its weight cache), or None where it
+        is not to be used: the worker does not cache weights (``kv_on_gpu_only`` off), no GPU, or the budget is below
+        ``engine.cache_base.parked_vram_mib``. It stands in for the CPU-only placement wherever the budget
+        holds it, so that a growth from it is a move in the worker, not a process start (docs/daemon.md, "Parked on
+        the host")."""
+        if not (self._kv_on_gpu_only and self._gpu):
+            return None
+        try:
+            reserve = self._profile().vram_reserve_mib
+        except Exception:  # noqa: BLE001  (no profile: the CPU-only placement, which needs none)
+            return None
+        if reserve is None or budget_mib < parked_vram_mib(reserve):
+            return None
+        placement = parked(self._base)
+        gpu_mib = float(parked_vram_mib(reserve))
+        encoder = self._encoder(LlmMemory(fixed_mib=gpu_mib, weights_mib=0, context_mib=0), budget_mib, gpu=False)
+        summary = "all weights and KV on the CPU, the worker's CUDA context and weight cache kept" + (
+            "" if encoder is None else f"; {encoder.summary()}"
+        )
+        plan = Plan(strategy="parked", gpu_mib=gpu_mib, cpu_mib=self.model_file_mib(), summary=summary)
+        return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
+
+    def _on_cpu(self, budget_mib: int, reason: str | None = None) -> PlanOutcome:
+        """Where no GPU placement fits or pays: the parked placement where the budget holds it, else CPU-only; the
+        warning is ``reason`` and which of the two."""
+        if (parked := self.parked(budget_mib, None if reason is None else f"{reason}; parked on the CPU")) is not None:
+            return parked
+        return self.cpu_only(budget_mib, None if reason is None else f"{reason}; CPU-only placement")
 
     def _encoder(self, llm: LlmMemory, budget_mib: int, *, gpu: bool) -> EncoderPlan | None:
         """The vision encoder's placement beside an LLM placement of ``llm``'s VRAM (None without a projector)."""
@@ -303,7 +336,7 @@ class PlacementPlanner:
         planned = self.planned()
         budget = interim_budget(target_mib, ((b, o.plan.gpu_mib) for b, o in planned.items()))
         if budget is None:
-            return self.cpu_only(target_mib)
+            return self._on_cpu(target_mib)
         return dataclasses.replace(planned[budget], budget_mib=target_mib, warning=None)
 
     def model_file_mib(self) -> float:
@@ -318,10 +351,8 @@ class PlacementPlanner:
         try:
             return self.plan(budget_mib, dry_run_slots=dry_run_slots_for(headroom_mib, self.dry_run_child_mib()))
         except DryRunDeferred:
-            return self.cpu_only(
-                budget_mib,
-                warning=f"no VRAM headroom ({headroom_mib:.0f} MiB) for the dry run that "
-                "sizes a GPU placement; CPU-only placement",
+            return self._on_cpu(
+                budget_mib, f"no VRAM headroom ({headroom_mib:.0f} MiB) for the dry run that sizes a GPU placement"
             )
 
     def dry_run_child_mib(self) -> int:
@@ -369,7 +400,7 @@ class PlacementPlanner:
                 f"model does not fit {budget_mib} MiB (smallest budget for a GPU placement: "
                 f"{result.min_feasible_budget_mib} MiB)"
             )
-            return self.cpu_only(budget_mib, warning=f"{fallback}; CPU-only placement")
+            return self._on_cpu(budget_mib, fallback)
         keep = ("n_ctx", "n_seq_max", "flash_attn", "type_k", "type_v", "n_threads", "n_threads_batch")
         placement = chosen.placement.with_(**{k: getattr(base, k) for k in keep})
         plan = Plan(
@@ -380,6 +411,8 @@ class PlacementPlanner:
             summary=result.summary,
         )
         on_cpu = placement.n_gpu_layers == 0 and not any(r.device != "CPU" for r in placement.rules)
+        if on_cpu and (parked := self.parked(budget_mib)) is not None:
+            return parked
         warning = (
             "no GPU: CPU-only placement, the VRAM budget is not used" if not self._gpu and budget_mib > 0 else None
         )

@@ -148,7 +148,7 @@ class BudgetPlanning:
                 f"no VRAM headroom ({target_mib - used:.0f} MiB) for the dry run that sizes a placement for "
                 f"{target_mib} MiB; "
             )
-            if current.cpu_fallback or used > target_mib:
+            if used > target_mib or (current.cpu_fallback and not placement_uses_gpu(current.placement)):
                 outcome = planner.cpu_only(target_mib, warning=warning + "CPU-only placement")
             else:  # the placement in force fits: keep it rather than stop on the CPU to plan
                 self._core.log(logging.INFO, "budget_plan_deferred", target_mib=target_mib, reason=str(exc))

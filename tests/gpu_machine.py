@@ -122,3 +122,34 @@ def planner(settings, model_path, vision=None):
     )
 """.replace("GPU_MIB", str(GPU_MIB))
 )
+
+PARKED_MIB = 1024
+
+LAUNCH_PARKED = _launch(f"""
+from igi_sdk.engine.cache_base import parked as parked_placement
+
+
+def planner(settings, model_path, vision=None):
+    real = placement_plan.daemon_planner(settings, model_path, vision)
+
+    def parked(budget_mib, warning=None):
+        if budget_mib < {PARKED_MIB}:
+            return None
+        plan = Plan(strategy="parked", gpu_mib=100.0, cpu_mib=1.0, summary="parked on the host")
+        return placement_plan.PlanOutcome(
+            budget_mib, parked_placement(real.base), plan, 0.0, 0.0, True, warning
+        )
+
+    def outcome(budget_mib):
+        if budget_mib < {GPU_MIB}:
+            return parked(budget_mib) or real.cpu_only(budget_mib)
+        placement = real.base.with_(n_gpu_layers=-1)
+        plan = Plan(strategy="full_gpu", gpu_mib=200.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
+        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
+
+    return FakePlanner(outcome, cpu=real.cpu_only, base=real.base, parked=parked)
+""")
+"""``LAUNCH_PARKED`` is the machine of ``LAUNCH`` for a daemon in the weight cache mode (``--weight-cache-device CPU``):
+budgets of ``GPU_MIB`` and more get every layer "on the GPU" (a cache base with every set cached), budgets from
+``PARKED_MIB`` the parked placement (``engine.cache_base.parked``: the worker stays, docs/daemon.md "Parked on the
+host"), smaller ones the CPU-only placement (the worker replaced with CUDA hidden)."""

@@ -1,0 +1,60 @@
+"""The parked placement end to end with real processes on this CPU machine: a real daemon in the weight cache mode (the
+CPU device standing in for the GPU) that believes it is on a GPU machine (``gpu_machine.LAUNCH_PARKED``).
+
+A greedy reply streams while the budget goes to one that holds only the parked placement and back: both changes are
+reloads in place (moves in the worker, the KV states carried into a new context), no worker is started, and the reply
+is the uninterrupted one token for token; a reclaim below the parked placement then replaces the worker with CUDA
+hidden, and a budget for the GPU brings a GPU-visible worker back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gpu_machine import GPU_MIB, LAUNCH_PARKED, PARKED_MIB
+from test_daemon_worker_replacement_process import GREEDY, PROMPT, _log_events, started_daemon
+
+from igi_sdk.client import Client
+
+
+@pytest.fixture()
+def daemon() -> Iterator[tuple[Path, Path]]:
+    yield from started_daemon(LAUNCH_PARKED, "--weight-cache-device", "CPU")
+
+
+def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchanged(daemon: tuple[Path, Path]) -> None:
+    connection, log = daemon
+    with Client.connect(connection, timeout_s=60) as client:
+        assert client.status().plan.strategy == "full_gpu"  # type: ignore[union-attr]
+        sid = client.create_session("Bard", "You tell stories.", sampling=GREEDY)
+        reference = client.generate(sid, PROMPT, max_tokens=32).result()
+        sid2 = client.create_session("Bard", "You tell stories.", sampling=GREEDY)
+        stream = client.generate(sid2, PROMPT, max_tokens=32)
+        acks = []
+        for event in stream:
+            if event.index == 5:
+                acks.append(client.set_budget(PARKED_MIB, "cutscene"))
+            elif event.index == 14:
+                acks.append(client.set_budget(GPU_MIB, "level loaded"))
+        result = stream.result()
+        assert [(a.applied, a.plan.strategy, a.cpu_fallback) for a in acks] == [
+            (True, "parked", True),
+            (True, "full_gpu", False),
+        ]
+        assert result.token_ids == reference.token_ids and result.text == reference.text
+        assert result.reloads_during == 2
+        status = client.status()
+        assert status.counters.get("worker_replacements", 0) == 0 and status.counters.get("worker_crashes", 0) == 0
+
+        ack = client.reclaim(0, deadline_s=30.0)  # below the parked placement: only a new process frees a context
+        assert ack.applied and ack.plan.strategy == "cpu_only"
+        back = client.set_budget(GPU_MIB, "menu")
+        assert back.applied and back.plan.strategy == "full_gpu"
+        assert client.generate(sid, "Tell me more.", max_tokens=8).result().token_ids
+        assert client.status().counters["worker_replacements"] == 2
+    started = _log_events(log, "worker_started")
+    assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
+    ready = _log_events(log, "worker_ready")
+    assert ready and "weight_cache_device=CPU" in ready[0], ready[0]

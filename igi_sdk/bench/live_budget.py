@@ -252,6 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "interim": bool(ack.interim),
                         "warning": ack.warning,
                         "strategy": ack.plan.strategy,
+                        "from_strategy": None if before is None else before.strategy,
                         "ack_vram_mib": ack.measured_vram_mib,
                         "ack_s": round(ack_s, 4),
                         "settled_s": round(settled_s, 4),
@@ -299,6 +300,9 @@ def _report(
             "shrink_ack_s": spread([c["ack_s"] for c in shrinks]),
             "grow_ack_s": spread([c["ack_s"] for c in grows]),
             "grow_settled_s": spread([c["settled_s"] for c in grows]),
+            # the growths the serving worker makes itself: from a placement other than the CPU-only one, which a GPU
+            # placement replaces with a new process (docs/daemon.md, "Worker replacement")
+            "grow_settled_s_in_worker": spread([c["settled_s"] for c in grows if c["from_strategy"] != "cpu_only"]),
             "violations": sum(1 for c in changes if c["violation"]),
             "replies": len(replies),
             "replies_failed": len(npcs.errors),

@@ -36,3 +36,7 @@ def test_twenty_changes_while_npcs_stream_lose_nothing(tmp_path: Path) -> None:
     assert summary["replies_across_a_change"] >= 1  # streams were cut by reloads and went on
     assert all(c["ack_s"] <= c["settled_s"] + 0.2 for c in figures["changes"])
     assert summary["shrink_within_s"]["n"] == 0  # no NVML here: nothing measured, nothing made up
+    assert all(c["from_strategy"] is not None for c in figures["changes"])
+    grows = [c for c in figures["changes"] if not c["shrink"]]
+    kept = [c for c in grows if c["from_strategy"] != "cpu_only"]
+    assert summary["grow_settled_s_in_worker"]["n"] == len(kept) <= summary["grow_settled_s"]["n"] == len(grows)

@@ -22,7 +22,9 @@ there) and every weight in host memory (pinned with a GPU, else read into plain 
    engine, moved from budget to budget where it can be), and its plan without the mode loaded as it is: their
    strategies, TTFT and decode, and ratios (issue 35: "no worse than today's reload-based placement"). Planned with
    the daemon's base placement and workload (``planner.workload.daemon_planning``) and this machine's profile (the
-   reference H200 one, with this build's ABI, where none was measured yet); a CPU-only plan is loaded in both modes.
+   reference H200 one, with this build's ABI, where none was measured yet); a CPU-only plan is loaded in both modes,
+   and where the cache mode's budget holds the parked placement (``engine.cache_base.parked``) that one is moved to
+   instead, with NVML's reading of this process beside what it is planned to hold.
 
 Without a GPU the device is the CPU itself (a second host copy): the same steps, as a check of the mechanism. Decode
 rates are the replies' tokens over their decode seconds; the first reply also warms the page cache.
@@ -232,6 +234,7 @@ def against_reload_plans(
 
     profile, profile_name = planning_profile(profile_spec)
     settings = load_settings({}).engine  # the daemon's defaults, read once for every budget
+    nvml = open_nvml()
     rows: list[dict[str, Any]] = []
     engine: LlamaEngine | None = None
     try:
@@ -253,6 +256,7 @@ def against_reload_plans(
                         engine.close()
                     engine = LlamaEngine(model, cache_plan, weight_cache_device=device)
                 mode = _measured(engine, max_tokens)
+            used = nvml.process_used_bytes(os.getpid()) if nvml is not None else None
             with LlamaEngine(model, reload_plan) as loaded_engine:
                 loaded = _measured(loaded_engine, max_tokens)
             rows.append(
@@ -263,6 +267,14 @@ def against_reload_plans(
                     "same_placement": cache_plan == reload_plan,
                     "in_cache_mode": in_cache_mode,
                     "move_s": moved_s,
+                    # NVML's reading of this process in the cache mode's placement (after the moves before it, as in
+                    # the daemon's worker), and what the parked placement is planned to hold
+                    "cache_mode_vram_mib": None if used is None else round(used / MIB, 1),
+                    "parked_vram_mib": (
+                        parked_vram_mib(profile.vram_reserve_mib)
+                        if cache_strategy == "parked" and profile.vram_reserve_mib is not None
+                        else None
+                    ),
                     "cache_mode": mode,
                     "reloaded": loaded,
                     "ttft_ratio": _ratio(mode["ttft_s"], loaded["ttft_s"]),

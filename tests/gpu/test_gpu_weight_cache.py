@@ -23,8 +23,9 @@ from igi_sdk.bench.vram import open_nvml
 
 pytestmark = pytest.mark.gpu
 
-#: The budgets of step 7, the daemon's plans with the cache mode and without (the live run's prepared levels and ladder).
-PLAN_BUDGETS_MIB = ("2048", "3072", "4096", "6144")
+#: The budgets of step 7, the daemon's plans with the cache mode and without (the live run's prepared levels and ladder),
+#: the last one parked (the cache mode) against CPU-only, after the GPU placements as in the daemon's worker.
+PLAN_BUDGETS_MIB = ("2048", "3072", "4096", "6144", "1024")
 
 
 @pytest.mark.parametrize("preset", ["llama_8b"])
@@ -70,3 +71,6 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
     for row in rows:
         assert row["ttft_ratio"] and row["decode_ratio"], row
         assert row["tokens_identical"] or not row["same_placement"], row
+    parked = rows[-1]
+    assert parked["cache_strategy"] == "parked" and parked["reload_strategy"] == "cpu_only", parked
+    assert parked["cache_mode_vram_mib"] <= parked["parked_vram_mib"] <= parked["budget_mib"], parked

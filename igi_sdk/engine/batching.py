@@ -648,7 +648,8 @@ class BatchScheduler:
         does that instead: the sets leaving the GPU are uncached (reported as ``"weights"``), the new ones cached, and
         every sequence's KV cells stay where they are (nothing is exported) unless the move makes the context again
         (``LlamaEngine.context_changes``: the KV cache changing device); then every session is exported once the sets
-        have left and imported into the new context, as around a reload.
+        have left, ``"all"`` is reported once the old context is freed, and the states are imported into the new one,
+        as around a reload.
 
         The old placement's device memory goes in two steps, each reported to ``on_release(stage, released_bytes)``:
         ``"weights"`` once the model's device weights are freed (before the export, so that a shrink's VRAM goes
@@ -671,10 +672,14 @@ class BatchScheduler:
                 if new_context:  # the old context still holds the KV cells
                     carried.append(self.export_states())
 
-            self._engine.move_to(placement, freed)
-            if carried:
+            def context_freed() -> None:  # the old context's KV cache and compute buffers are gone
+                if on_release is not None:
+                    on_release("all", 0)
+
+            self._engine.move_to(placement, freed, context_freed)
+            if new_context:
                 self.import_states(carried[0])
-            if on_release is not None:
+            elif on_release is not None:
                 on_release("all", 0)
             if not was_paused:
                 self.resume()

@@ -396,13 +396,19 @@ class LlamaEngine:
         lost with the old one."""
         return self.moves_in_place(placement) and cache_base_mod.context_changes(self._placement, placement)
 
-    def move_to(self, placement: Placement, on_freed: Callable[[int], None] | None = None) -> None:
+    def move_to(
+        self,
+        placement: Placement,
+        on_freed: Callable[[int], None] | None = None,
+        on_context_freed: Callable[[], None] | None = None,
+    ) -> None:
         """Realize ``placement`` by moving weights: the sets it no longer puts on the GPU are uncached first (their
         device memory freed: ``on_freed(bytes)``), then, where ``context_changes(placement)``, the context is freed and
         made again with ``placement``'s parameters, then the new sets are cached from the host copy and the scheduler
         is made again once. The model stays; so does every sequence's KV cells unless the context was made again
         (save them in ``on_freed``, where the old context still holds them, and restore them after: the scheduler's
-        ``reload`` does).
+        ``reload`` does). ``on_context_freed`` is called once the old context is freed, before the new one is made
+        (where none is made, not at all).
 
         Raises:
             EngineError: not ``moves_in_place(placement)``, or a device buffer or the context could not be made (the
@@ -412,17 +418,22 @@ class LlamaEngine:
             raise EngineError("this placement cannot be reached by moving weights (reload instead)")
         new_context = self.context_changes(placement)
         try:
-            self._move_sets(placement, on_freed, new_context=new_context)
+            self._move_sets(placement, on_freed, new_context=new_context, on_context_freed=on_context_freed)
         except BaseException:
             self.close()
             raise
         self._placement = placement
 
     def _move_sets(
-        self, placement: Placement, on_freed: Callable[[int], None] | None = None, *, new_context: bool = False
+        self,
+        placement: Placement,
+        on_freed: Callable[[int], None] | None = None,
+        *,
+        new_context: bool = False,
+        on_context_freed: Callable[[], None] | None = None,
     ) -> None:
         """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), make the context again
-        (``new_context``), cache the sets it has, reserve the graphs once."""
+        (``new_context``; ``on_context_freed`` in between), cache the sets it has, reserve the graphs once."""
         assert self._weight_cache_device is not None
         wanted = cache_base_mod.weight_sets(self._table, placement)
         freed = sum(self._uncache(key) for key, (_, names) in list(self._cached.items()) if wanted.get(key) != names)
@@ -430,6 +441,8 @@ class LlamaEngine:
             on_freed(freed)
         if new_context:
             self.release_context()
+            if on_context_freed is not None:
+                on_context_freed()
             self._create_context(placement)
         for key, names in wanted.items():
             if key not in self._cached:

@@ -145,14 +145,15 @@ def test_a_move_that_changes_the_kv_cache_device_carries_the_states_through_a_ne
         seen: list[str] = []
         save = eng.save_seq_state
         eng.save_seq_state = lambda seq_id: seen.append("save") or save(seq_id)  # type: ignore[method-assign,func-returns-value]
-        sched.reload(parked, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
-        assert seen == ["weights:True", "save", "all:False"]  # the sets freed, then the states saved
+        sched.reload(parked, lambda stage, freed: seen.append(f"{stage}:{freed > 0}:{eng._ctx is None}"))
+        # the sets freed, the states saved, the old context freed (a shrink's answer), then the new one made
+        assert seen == ["weights:True:False", "save", "all:False:True"]
         assert eng.placement == parked and eng.cached_weights == {} and eng._model == model  # no load
         while len(handle.tokens) < 12:
             sched.step()
         seen.clear()
-        sched.reload(full, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
-        assert seen == ["weights:False", "save", "all:False"]
+        sched.reload(full, lambda stage, freed: seen.append(f"{stage}:{freed > 0}:{eng._ctx is None}"))
+        assert seen == ["weights:False:False", "save", "all:False:True"]
         assert eng.placement == full and eng.cached_weights and eng._model == model
         sched.run_until_idle()
         assert list(handle.tokens) == reference

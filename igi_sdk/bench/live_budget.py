@@ -279,6 +279,7 @@ def _report(
 ) -> dict[str, Any]:
     shrinks = [c for c in changes if c["shrink"]]
     grows = [c for c in changes if not c["shrink"]]
+    in_worker = [c for c in grows if c["from_strategy"] != "cpu_only"]
     within = [c["within_s"] for c in shrinks if c["within_s"] is not None]
 
     def spread(values: list[float]) -> dict[str, float | None]:
@@ -302,7 +303,8 @@ def _report(
             "grow_settled_s": spread([c["settled_s"] for c in grows]),
             # the growths the serving worker makes itself: from a placement other than the CPU-only one, which a GPU
             # placement replaces with a new process (docs/daemon.md, "Worker replacement")
-            "grow_settled_s_in_worker": spread([c["settled_s"] for c in grows if c["from_strategy"] != "cpu_only"]),
+            "grow_ack_s_in_worker": spread([c["ack_s"] for c in in_worker]),
+            "grow_settled_s_in_worker": spread([c["settled_s"] for c in in_worker]),
             "violations": sum(1 for c in changes if c["violation"]),
             "replies": len(replies),
             "replies_failed": len(npcs.errors),

@@ -40,3 +40,4 @@ def test_twenty_changes_while_npcs_stream_lose_nothing(tmp_path: Path) -> None:
     grows = [c for c in figures["changes"] if not c["shrink"]]
     kept = [c for c in grows if c["from_strategy"] != "cpu_only"]
     assert summary["grow_settled_s_in_worker"]["n"] == len(kept) <= summary["grow_settled_s"]["n"] == len(grows)
+    assert summary["grow_ack_s_in_worker"]["n"] == len(kept)

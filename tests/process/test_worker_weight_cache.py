@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from worker_process import ready_worker
 
-from igi_sdk.config import DaemonSettings, EngineSettings
+from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
 from igi_sdk.engine.cache_base import parked
@@ -118,3 +119,29 @@ def test_a_device_this_process_lacks_leaves_the_cache_off_and_reloads_still_work
         assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True)]
     finally:
         supervisor.stop(timeout_s=5.0)
+
+
+def test_a_worker_told_to_exit_at_once_exits_without_closing_its_engine(tmp_path: Path) -> None:
+    """A replacement's ``Shutdown(exit_at_once=True)``: every event written before it is read, the process exits 0
+    without closing its engine (no ``worker_closed``: the driver's teardown at exit frees everything), and a plain
+    ``Shutdown`` still closes it."""
+    log_file = tmp_path / "worker.log"
+    settings = DaemonSettings(
+        engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CPU"),
+        log=LogSettings(log_file=log_file, log_format="kv"),
+    )
+    config = worker_config_for(settings, default_model_path(), 1024)
+    for exit_at_once in (True, False):
+        supervisor = ready_worker(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
+        process = supervisor._process
+        assert process is not None
+        tokens, _ = _run(supervisor, f"before-{exit_at_once}", {})
+        assert tokens
+        supervisor.send(wp.Shutdown(exit_at_once=exit_at_once))
+        process.join(30)
+        assert process.exitcode == 0
+        supervisor.stop(timeout_s=5.0)
+        text = log_file.read_text()
+        assert ("event=worker_exit_at_once" in text) == exit_at_once
+        assert ("event=worker_closed" in text) != exit_at_once
+        log_file.write_text("")

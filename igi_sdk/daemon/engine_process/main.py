@@ -128,7 +128,13 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         cpu_prefill_chunk_tokens=config.cpu_prefill_chunk_tokens,
     )
     try:
-        _serve(conn, scheduler, emit, log, abort_flag)
+        shutdown = _serve(conn, scheduler, emit, log, abort_flag)
+        if shutdown is not None and shutdown.exit_at_once:
+            # a replacement: every event is written (``emit`` is synchronous); closing the engine first would free the
+            # pinned host copy and the device buffers one by one before the driver tears the context down anyway
+            log_event(log, logging.INFO, "worker_exit_at_once")
+            logging.shutdown()
+            os._exit(0)
     except (EOFError, OSError):
         log_event(log, logging.WARNING, "worker_daemon_gone")
     finally:
@@ -182,7 +188,8 @@ def _serve(
     log: logging.Logger,
     abort_flag: Any = None,
     clock: Callable[[], float] = time.monotonic,
-) -> None:
+) -> wp.Shutdown | None:
+    """Serve commands and steps until ``Shutdown`` (returned) or until the daemon goes away (EOFError, OSError)."""
     while True:
         # Pacing from the frame governor: wait between steps on the pipe, so cancel/reload stay immediate. A
         # batched step advances n_running sessions by one token each, so the pause scales with it: the CPU
@@ -204,7 +211,7 @@ def _serve(
             if ready is conn:
                 command = wp.recv(conn)
                 if isinstance(command, wp.Shutdown):
-                    return
+                    return command
                 if isinstance(command, wp.Reload) and abort_flag is not None:
                     abort_flag.value = 0  # taken up: the steps after it run to their end again
                 _handle(command, scheduler, emit, log)

@@ -273,8 +273,8 @@ class WorkerLifecycle:
         self._core.counters["worker_replacements"] += 1
         if starting:
             self._core.worker.stop(timeout_s=None)
-        else:
-            self._core.worker.send(wp.Shutdown())
+        else:  # its generations carry over from what the daemon streamed: the process need not close anything
+            self._core.worker.send(wp.Shutdown(exit_at_once=True))
 
     def overtake(self, placement: Placement, vision: EncoderPlan | None, restart: bool = True) -> None:
         """A newer placement overtakes the replacement under way: the old worker's exit starts a worker on it instead,

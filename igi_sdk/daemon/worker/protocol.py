@@ -15,7 +15,7 @@ Commands (daemon -> worker):
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
-| ``Shutdown`` | - | exits (the supervisor has set its abort flag: the step in flight stops and is undone) |
+| ``Shutdown`` | - | exits (the supervisor has set its abort flag: the step in flight stops and is undone); ``exit_at_once``: without closing the engine |
 
 Events (worker -> daemon):
 
@@ -176,6 +176,9 @@ class Throttle:
 @dataclass(frozen=True)
 class Shutdown:
     KIND: ClassVar[str] = "shutdown"
+    #: exit without closing the engine (a replacement: nothing the process holds is needed any more, and the driver's
+    #: teardown at exit frees the CUDA context and the pinned host memory sooner than closing them one by one)
+    exit_at_once: bool = False
 
 
 Command = Generate | Cancel | Reload | Export | Forget | Throttle | Shutdown

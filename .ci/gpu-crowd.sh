@@ -43,7 +43,8 @@ if [ ! -f $W/started ]; then  # one detached runner for every job, started by th
   touch $W/started
   printf '%s\n' "${jobs[@]}" > $W/jobs.txt
   export -f job_name
-  setsid nohup bash -c "while read -r model budget workload rest; do
+  gpu_snapshot
+  setsid nohup bash -c "cd $SRC; while read -r model budget workload rest; do
       name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''; thr=''
       for t in \$rest; do
         case \$t in off=*) off=\${t#off=};; proc) thr='--offload-threshold process';; *) batch=\"--batch \$t\";; esac

@@ -7,6 +7,9 @@
 #                         written (GPU_WRITE_PY: the Python that writes the model named by sys.argv[1] and prints its
 #                         path; default: the bench's models in the cache's bench-models/); then .gpu/env.sh.
 #   model_path MODEL      the path of a synthetic model GPU_WRITE_PY wrote (writing it if absent).
+#   gpu_snapshot          a copy of the working tree in $W/src-N (SRC) for a detached runner, which starts with
+#                         `cd $SRC` and SRC on PYTHONPATH: each device call copies the working tree anew over the
+#                         repository root, and a job importing from it while that copy lands fails (a missing module).
 GPU_WRITE_PY=${GPU_WRITE_PY:-"import sys; from igi_sdk.bench.setup import resolve_model; \
 from igi_sdk.model_store import cache_dir; print(resolve_model(sys.argv[1], cache_dir() / 'bench-models', print)[0])"}
 
@@ -36,3 +39,9 @@ gpu_build() {
 }
 
 model_path() { python3 -c "$GPU_WRITE_PY" "$1" 2>/dev/null | tail -1; }
+
+gpu_snapshot() {
+  SRC=$W/src-$(date +%s%N); mkdir -p $SRC
+  tar cf - --exclude=./.git --exclude=./.gpu . | tar xf - -C $SRC
+  export PYTHONPATH=/tmp/site:$SRC
+}

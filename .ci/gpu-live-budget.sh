@@ -25,7 +25,8 @@ if [ ! -f $W/started ]; then
   touch $W/started
   M=$(model_path $MODEL)
   FLAGS="--model $M --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0"
-  setsid nohup bash -c "
+  gpu_snapshot
+  setsid nohup bash -c "cd $SRC; 
     live() {  # live MODEL TAG [daemon flags]: prepare MODEL with the game's levels, then the acceptance sequence
       LM=\$(python3 -c \"$GPU_WRITE_PY\" \$1 2>/dev/null | tail -1); tag=\$2; shift 2
       LFLAGS=\"--model \$LM --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0\"

@@ -20,7 +20,8 @@ todo=""
 for m in $MODELS; do [ -f $W/started-$m ] || { todo="$todo $m"; touch $W/started-$m; }; done
 if [ -n "$todo" ]; then  # one detached runner per call, for the models no call started yet
   COLD_ARG=$([ "${COLD:-1}" = 1 ] && echo --cold)
-  setsid nohup bash -c "for m in $todo; do
+  gpu_snapshot
+  setsid nohup bash -c "cd $SRC; for m in $todo; do
       python3 -m igi_sdk.bench.reload_stages --model \$m --budgets-mib 4096 2048 6144 --cycles 3 --sessions 4 \
         --session-tokens 900 --n-threads 16 --profile $PROFILE --fresh-dry-run-cache $COLD_ARG ${ARGS:-} \
         --json $W/results/\$m.json > $L/bench-\$m.log 2>&1

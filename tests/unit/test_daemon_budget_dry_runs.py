@@ -175,20 +175,47 @@ def test_a_growth_on_a_worker_that_moves_weights_takes_the_nearest_planned_place
 ) -> None:
     rig = _at_1024(monkeypatch, "CUDA0")
     settled = rig.core.counters["budget_changes_settled"]
+    n_calls = len(rig.planner.calls)
     rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
-    # 3000 needs a dry run: the 2048 plan (1843 MiB on the GPU, more than 921.6) goes in force first, no dry run yet
-    assert rig.planner.calls[-1] == (3000, 0) and rig.budget._plans.pending is None
+    # 3000 was not planned before: the 2048 plan (1843 MiB on the GPU, more than 921.6) goes in force first, before any
+    # search for 3000 (a move costs less than looking for a plan whose dry runs might all be cached)
+    assert rig.planner.calls[n_calls:] == [] and rig.budget._plans.pending is None
     assert rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256 and not rig.reloads()[-1].urgent
     rig.finish_reload(used_after_mib=1900.0)
     (ack,) = rig.acks()
     assert ack.interim and ack.granted_mib == 3000 and ack.plan.gpu_mib == 2048 * 0.9
     assert rig.core.counters["budget_changes_settled"] == settled
-    rig.settle()  # then the exact plan, with the children that fit under 3000 beside 1900 MiB
-    assert rig.planner.calls[-1] == (3000, (3000 - 1900 - 256) // CHILD_MIB)
+    rig.settle()  # then the exact plan: its dry runs looked for, then made with the children that fit beside 1900 MiB
+    assert rig.planner.calls[n_calls:] == [(3000, 0), (3000, (3000 - 1900 - 256) // CHILD_MIB)]
     assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
     rig.finish_reload(used_after_mib=2700.0)
     assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 3000 * 0.9
     assert rig.core.counters["budget_changes_settled"] == settled + 1
+
+
+def test_a_worker_that_moves_weights_releases_before_searching_for_a_plan_not_made_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3000 MiB's dry runs are all cached but it was never planned: its search (0.16-0.28 s on the H100) would come
+    before the release; a worker that moves weights takes the 2048 plan first, the exact one after the answer. A
+    worker that reloads searches first (one reload instead of two)."""
+    for device, interim_first in (("CUDA0", True), (None, False)):
+        rig = Rig(monkeypatch, cached={4096, 2048, 3000}, used_mib=3700.0)
+        rig.core.weight_cache_device = device
+        remembered = {b: rig.planner.outcome(b) for b in (4096, 2048)}
+        monkeypatch.setattr(rig.planner, "planned", lambda r=remembered: dict(r))
+        rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+        if not interim_first:
+            assert rig.planner.calls == [(3000, 0)] and rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
+            continue
+        assert rig.planner.calls == [] and rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256
+        rig.finish_reload(used_after_mib=1900.0)
+        (ack,) = rig.acks()
+        assert ack.interim and ack.granted_mib == 3000
+        assert rig.planner.calls == [(3000, 0)]  # the exact plan from the cache, in the I/O loop, after the answer
+        assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
+        rig.finish_reload(used_after_mib=2700.0)
+        assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 3000 * 0.9
 
 
 def test_a_growth_on_a_worker_that_reloads_waits_for_its_plan(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,7 +127,7 @@ def plan_budgets(
             row["first_s"] = round(elapsed, 3)
             chosen = result.chosen
             if chosen is None:  # the daemon's fallback
-                placement = base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
+                placement = base.cpu_only()
                 row.update(strategy="cpu_only", gpu_mib=0.0)
             else:
                 placement = chosen.placement.with_(**{k: getattr(base, k) for k in KEEP_FROM_BASE})

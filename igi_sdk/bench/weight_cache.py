@@ -46,7 +46,7 @@ from typing import Any
 from igi_sdk.bench.vram import open_nvml
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
-from igi_sdk.engine.cache_base import parked, parked_vram_mib, weight_sets
+from igi_sdk.engine.cache_base import parked, parked_fits, parked_vram_mib, weight_sets
 from igi_sdk.engine.devices import gpu_devices
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -202,10 +202,9 @@ def daemon_plan(
     )
     result, _warnings = plan_file(model, budget_mib, workload, profile, options)
     if result.placement is None or result.strategy == "cpu_only":
-        reserve = profile.vram_reserve_mib
-        if kv_on_gpu_only and reserve is not None and budget_mib >= parked_vram_mib(reserve):
+        if kv_on_gpu_only and parked_fits(budget_mib, profile.vram_reserve_mib):
             return "parked", parked(base)
-        return "cpu_only", base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
+        return "cpu_only", base.cpu_only()
     return result.strategy or "planned", result.placement
 
 

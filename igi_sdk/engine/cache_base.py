@@ -56,6 +56,12 @@ def parked_vram_mib(reserve_mib: int) -> int:
     return reserve_mib + PARKED_BUFFERS_MIB
 
 
+def parked_fits(budget_mib: int, reserve_mib: int | None) -> bool:
+    """Whether ``budget_mib`` holds the parked placement on a GPU whose profile reserves ``reserve_mib`` (None: no GPU,
+    no parked placement)."""
+    return reserve_mib is not None and budget_mib >= parked_vram_mib(reserve_mib)
+
+
 def parked(placement: Placement) -> Placement:
     """``placement``'s context with every weight and the KV cache on the host and no prompt streamed through the GPU:
     what a worker that caches weights computes with on the CPU while it keeps its CUDA context, so that the next

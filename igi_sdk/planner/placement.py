@@ -92,6 +92,11 @@ class Placement(BaseModel):
         """A copy with ``changes`` applied (validated)."""
         return Placement.model_validate({**self.model_dump(), **changes})
 
+    def cpu_only(self) -> Placement:
+        """This placement's context with every weight and the KV cache on the CPU and nothing streamed through a GPU:
+        the daemon's CPU-only placement (a worker that runs it may hide the GPU and hold no device memory)."""
+        return self.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
+
     def state_compatible_with(self, other: Placement) -> bool:
         """Whether sequence state saved under ``self`` restores under ``other`` (llama.cpp checks these)."""
         keys = ("flash_attn", "type_k", "type_v", "n_seq_max")

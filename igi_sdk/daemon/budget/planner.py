@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.engine.cache_base import parked, parked_vram_mib
+from igi_sdk.engine.cache_base import parked, parked_fits, parked_vram_mib
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
@@ -159,7 +159,7 @@ class PlacementPlanner:
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
-        placement = self._base.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
+        placement = self._base.cpu_only()
         file_mib = self._model_path.stat().st_size / (1024 * 1024)
         encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
         summary = "all weights and KV on the CPU" + ("" if encoder is None else f"; {encoder.summary()}")
@@ -179,7 +179,7 @@ class PlacementPlanner:
             reserve = self._profile().vram_reserve_mib
         except Exception:  # noqa: BLE001  (no profile: the CPU-only placement, which needs none)
             return None
-        if reserve is None or budget_mib < parked_vram_mib(reserve):
+        if reserve is None or not parked_fits(budget_mib, reserve):
             return None
         placement = parked(self._base)
         gpu_mib = float(parked_vram_mib(reserve))

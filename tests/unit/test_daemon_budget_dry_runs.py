@@ -14,7 +14,7 @@ import time
 
 import pytest
 from dispatcher_sim import serving_worker
-from fakes import FakePlanner, partial_outcome
+from fakes import CPU_PLACEMENT, FakePlanner, cpu_outcome, partial_outcome
 
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget import vram
@@ -216,6 +216,36 @@ def test_a_worker_that_moves_weights_releases_before_searching_for_a_plan_not_ma
         assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
         rig.finish_reload(used_after_mib=2700.0)
         assert len(rig.acks()) == 1 and rig.budget.current.plan.gpu_mib == 3000 * 0.9
+
+
+def test_a_growth_from_cpu_only_starts_the_caching_worker_on_the_nearest_planned_placement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the CPU-only placement with the weight cache mode configured, a growth whose plan needs dry runs does not
+    wait for them (10.2 s for 1024 -> 4352 on the H100) before the GPU worker starts: the nearest planned placement goes
+    in force first, and the exact plan follows as a move. Without the mode it still waits (one load, not two)."""
+    for device, interim_first in (("CUDA0", True), (None, False)):
+        rig = Rig(monkeypatch, cached={4096, 2048, 0}, used_mib=3700.0)
+        rig.planner.outcome = lambda b: cpu_outcome(b, CPU_PLACEMENT) if b == 0 else partial_outcome(b)
+        rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+        engine = rig.core.settings.engine.model_copy(update={"weight_cache_device": device})
+        rig.core.settings = rig.core.settings.model_copy(update={"engine": engine})
+        rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 0)
+        rig.finish_reload(used_after_mib=0.0)
+        assert rig.budget.current.plan.strategy == "cpu_only"
+        rig.core.weight_cache_device = None  # the CPU-only worker caches nothing
+        n_reloads = len(rig.reloads())
+        rig.sent.clear()
+        rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)
+        if not interim_first:
+            assert len(rig.reloads()) == n_reloads and rig.budget._plans.pending is not None
+            continue
+        assert rig.reloads()[-1].placement.n_gpu_layers == 2048 // 256 and rig.budget._plans.pending is None
+        rig.finish_reload(used_after_mib=1900.0)
+        (ack,) = rig.acks()
+        assert ack.interim and ack.granted_mib == 3000 and ack.plan.gpu_mib == 2048 * 0.9
+        rig.settle()
+        assert rig.reloads()[-1].placement.n_gpu_layers == 3000 // 256
 
 
 def test_a_growth_on_a_worker_that_reloads_waits_for_its_plan(monkeypatch: pytest.MonkeyPatch) -> None:

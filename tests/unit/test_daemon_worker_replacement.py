@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 from typing import Any
 from unittest import mock
 
@@ -496,3 +497,32 @@ def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_
     [ack] = _answers(daemon, reclaim)
     assert isinstance(ack, BudgetAck) and ack.plan.strategy == "cpu_only" and ack.measured_vram_mib == 0.0
     assert [hidden for _, hidden in worker.starts] == [False, True]
+
+
+def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_the_exact_plan() -> None:
+    """With the weight cache mode configured, a growth from the CPU-only placement to a budget whose plan needs dry
+    runs replaces the worker at once with the nearest planned GPU placement (interim), and plans the exact one after."""
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    engine = daemon.core.settings.engine.model_copy(update={"weight_cache_device": "CUDA0"})
+    daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+    _reclaim(daemon)
+    daemon.pump()
+    daemon.pump()
+    assert worker.ready and daemon.budget.current.plan.strategy == "cpu_only"
+    planner = FakePlanner(two_placements(), cpu_placement=CPU_PLACEMENT, cached={0, 4096}, child_mib=600)
+    planner.plan(4096)
+    daemon.budget._planner = planner
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=6000))
+    daemon.pump()  # the CPU-only worker exited: the GPU worker starts on 4096's placement, no dry run waited for
+    assert worker.starts[-1] == (GPU_PLACEMENT, False) and planner.budgets == []
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.interim and ack.granted_mib == 6000
+    assert ack.plan.strategy == "full_gpu"
+    deadline = time.monotonic() + 10
+    while planner.budgets[:1] != [6000]:  # then the exact plan, in the background (the ladder after it)
+        assert time.monotonic() < deadline, planner.calls
+        daemon.pump()
+        time.sleep(0.01)
+    assert [hidden for _, hidden in worker.starts] == [False, True, False]

@@ -97,10 +97,16 @@ class BudgetPlanning:
 
     def grow_first(self, planner: Planner, target_mib: int, current: PlanOutcome) -> PlanOutcome | None:
         """The interim placement to put in force now for a growth to ``target_mib`` whose own plan is not ready: the
-        one a shrink would release to (``released_to``), when the worker moves weights instead of loading
-        (``DaemonCore.weight_cache_device``), both placements use the GPU, and it holds more of the model there than
-        ``current``. None otherwise: a growth through reloads waits for its plan rather than reload twice."""
-        if self._core.weight_cache_device is None or not placement_uses_gpu(current.placement):
+        one a shrink would release to (``released_to``), when it uses the GPU, holds more of the model there than
+        ``current``, and the step after it is a move: the worker moves weights instead of loading
+        (``DaemonCore.weight_cache_device``), or it runs the CPU-only placement and the GPU worker that replaces it
+        will (``engine.weight_cache_device`` set: that process starts now, on the interim placement, instead of after
+        the dry runs of the exact one). None otherwise: a growth through reloads waits for its plan rather than reload
+        twice."""
+        uses_gpu = placement_uses_gpu(current.placement)
+        moves = self._core.weight_cache_device is not None and uses_gpu
+        starts_caching = not uses_gpu and self._core.settings.engine.weight_cache_device is not None
+        if not (moves or starts_caching):
             return None
         interim = planner.released_to(target_mib)
         if not placement_uses_gpu(interim.placement) or interim.plan.gpu_mib <= current.plan.gpu_mib:

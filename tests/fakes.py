@@ -79,6 +79,7 @@ class FakeWorker:
         self.gpu_hidden = False
         self.starts: list[tuple[Placement, bool]] = []
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
+        self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
         self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``)
         self.stopping = False
@@ -123,6 +124,7 @@ class FakeWorker:
 
     def send(self, command: wp.Command) -> None:
         if isinstance(command, wp.Shutdown):
+            self.shutdowns.append(command)
             self._shutdown()
             return
         if self.is_dead():

@@ -87,6 +87,7 @@ def test_a_reclaim_to_zero_on_a_gpu_machine_replaces_the_worker_with_cuda_hidden
     daemon.pump()  # the old worker has exited: the new one is started, CUDA hidden
     assert worker.starts[-1] == (CPU_PLACEMENT, True), "reloaded in place: its CUDA context stays (586 MiB)"
     assert worker.sent("reload") == []
+    assert [c.exit_at_once for c in worker.shutdowns] == [True]  # nothing it holds is needed: no close
     [ack] = _answers(daemon, reclaim)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "cpu_only" and ack.granted_mib == 0
     assert ack.measured_vram_mib == 0.0  # the new worker's reading

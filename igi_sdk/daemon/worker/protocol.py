@@ -15,7 +15,7 @@ Commands (daemon -> worker):
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
-| ``Shutdown`` | - | exits (the supervisor has set its abort flag: the step in flight stops and is undone); ``exit_at_once``: without closing the engine |
+| ``Shutdown`` | exit_at_once | exits (the supervisor has set its abort flag: the step in flight stops and is undone); ``exit_at_once``: without closing the engine (a replacement) |
 
 Events (worker -> daemon):
 

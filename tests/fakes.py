@@ -80,6 +80,7 @@ class FakeWorker:
         self.starts: list[tuple[Placement, bool]] = []
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
+        self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
         self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``)
         self.stopping = False
@@ -118,7 +119,12 @@ class FakeWorker:
             n_ctx=self._config.n_ctx,
         )
         ready = wp.Ready(
-            pid=self.pid, model=info, file_bytes=1, placement=start.placement, tool_format=self.tool_format
+            pid=self.pid,
+            model=info,
+            file_bytes=1,
+            placement=start.placement,
+            tool_format=self.tool_format,
+            weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
         )
         self._events.append(ready)
 

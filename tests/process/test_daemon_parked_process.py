@@ -10,23 +10,39 @@ hidden, and a budget for the GPU brings a GPU-visible worker back.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from daemon_process import DaemonProcess
 from gpu_machine import GPU_MIB, LAUNCH_PARKED, PARKED_MIB
-from test_daemon_worker_replacement_process import GREEDY, PROMPT, _log_events, started_daemon
 
 from igi_sdk.client import Client
+from igi_sdk.ipc.values import Sampling
+
+GREEDY = Sampling(temperature=0.0)
+PROMPT = "Tell me about the old mill by the river."
 
 
 @pytest.fixture()
-def daemon() -> Iterator[tuple[Path, Path]]:
-    yield from started_daemon(LAUNCH_PARKED, "--weight-cache-device", "CPU")
+def daemon() -> Iterator[DaemonProcess]:
+    from igi_sdk.model_store import default_model_path
+
+    default_model_path()
+    flags = ["--vram-budget-mib", str(GPU_MIB), "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
+    process = DaemonProcess([*flags, "--weight-cache-device", "CPU"], launch=LAUNCH_PARKED).start(timeout_s=180.0)
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
-def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchanged(daemon: tuple[Path, Path]) -> None:
-    connection, log = daemon
-    with Client.connect(connection, timeout_s=60) as client:
+def _events(process: DaemonProcess, event: str) -> list[str]:
+    return [
+        line for line in process.log_file.read_text(errors="replace").splitlines() if f"event={event} " in line + " "
+    ]
+
+
+def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchanged(daemon: DaemonProcess) -> None:
+    with Client.connect(daemon.connection_file, timeout_s=60) as client:
         assert client.status().plan.strategy == "full_gpu"  # type: ignore[union-attr]
         sid = client.create_session("Bard", "You tell stories.", sampling=GREEDY)
         reference = client.generate(sid, PROMPT, max_tokens=32).result()
@@ -54,7 +70,7 @@ def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchang
         assert back.applied and back.plan.strategy == "full_gpu"
         assert client.generate(sid, "Tell me more.", max_tokens=8).result().token_ids
         assert client.status().counters["worker_replacements"] == 2
-    started = _log_events(log, "worker_started")
+    started = _events(daemon, "worker_started")
     assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
-    ready = _log_events(log, "worker_ready")
+    ready = _events(daemon, "worker_ready")
     assert ready and "weight_cache_device=CPU" in ready[0], ready[0]

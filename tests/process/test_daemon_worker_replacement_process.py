@@ -29,9 +29,8 @@ GREEDY = Sampling(temperature=0.0)
 PROMPT = "Tell me about the old mill by the river."
 
 
-def started_daemon(launch: str, *args: str) -> Iterator[tuple[Path, Path]]:
-    """A real daemon started with ``launch`` at 2048 MiB, growths applied at once, and ``args``; yields its connection
-    file and log, stops it after."""
+@pytest.fixture()
+def daemon() -> Iterator[tuple[Path, Path]]:
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
@@ -41,7 +40,7 @@ def started_daemon(launch: str, *args: str) -> Iterator[tuple[Path, Path]]:
         [
             sys.executable,
             "-c",
-            launch,
+            LAUNCH,
             "--connection-file",
             str(connection),
             "--port",
@@ -58,7 +57,6 @@ def started_daemon(launch: str, *args: str) -> Iterator[tuple[Path, Path]]:
             "0",
             "--min-grow-interval-s",
             "0",
-            *args,
         ],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
@@ -79,11 +77,6 @@ def started_daemon(launch: str, *args: str) -> Iterator[tuple[Path, Path]]:
             process.kill()
             process.wait(5)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-@pytest.fixture()
-def daemon() -> Iterator[tuple[Path, Path]]:
-    yield from started_daemon(LAUNCH)
 
 
 def _log_events(log: Path, event: str) -> list[str]:

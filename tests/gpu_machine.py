@@ -21,6 +21,11 @@ planned before (no dry run), a budget of ``GPU_MIB`` and more gets the GPU place
 its default plan, which is also its top tier's, and two layers fewer for each lower tier; the predictions make the lower
 tiers' plans 4x as fast for one NPC and half as fast for a crowd as the default's, with a 0.05 s reload, so a switch
 pays after a few tokens. The daemon plans the tiers ahead as on a GPU machine (600 MiB dry-run children, none needed).
+
+``LAUNCH_PARKED`` is the machine of ``LAUNCH`` for a daemon in the weight cache mode (``--weight-cache-device CPU``):
+budgets of ``GPU_MIB`` and more get every layer "on the GPU" (a cache base with every set cached), budgets from
+``PARKED_MIB`` the parked placement (``engine.cache_base.parked``: the worker stays, docs/daemon.md "Parked on the
+host"), smaller ones the CPU-only placement (the worker replaced with CUDA hidden).
 """
 
 from __future__ import annotations
@@ -149,7 +154,3 @@ def planner(settings, model_path, vision=None):
 
     return FakePlanner(outcome, cpu=real.cpu_only, base=real.base, parked=parked)
 """)
-"""``LAUNCH_PARKED`` is the machine of ``LAUNCH`` for a daemon in the weight cache mode (``--weight-cache-device CPU``):
-budgets of ``GPU_MIB`` and more get every layer "on the GPU" (a cache base with every set cached), budgets from
-``PARKED_MIB`` the parked placement (``engine.cache_base.parked``: the worker stays, docs/daemon.md "Parked on the
-host"), smaller ones the CPU-only placement (the worker replaced with CUDA hidden)."""

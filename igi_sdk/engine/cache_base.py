@@ -3,7 +3,8 @@ cache of the host copy").
 
 A *cache base* is what the engine loads once when it keeps every weight's host copy for its life: the placement's
 context and load settings, every layer assigned to the GPU and every weight in pinned host memory. The model part of
-every base is the same (``MODEL_FIELDS``), so a placement that assigns every layer to the GPU is that model, a context,
+every base is the same (the fields ``engine.params.model_params`` reads: layers, rules, load mode, all set by
+``cache_base``), so a placement that assigns every layer to the GPU is that model, a context,
 and the weights it puts on the GPU cached from the host copy in sets of one layer's group (``weight_sets``). Its KV
 cache is all on the GPU (``offload_kqv``) or all on the host; a placement with nothing cached and everything on the
 host (``parked``) computes on the CPU while the process keeps its CUDA context. Moving between two such placements is
@@ -18,10 +19,6 @@ from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.tensors import ModelTable
 
 ALL_ON_HOST = OverrideRule(pattern=".*", device=CPU_DEVICE)
-
-MODEL_FIELDS = ("n_gpu_layers", "load_mode", "rules")
-"""The placement fields the model's load reads (``engine.params.model_params``); every other field is the context's or
-its scheduler's."""
 
 CONTEXT_FIELDS = (
     "n_ctx",

@@ -380,14 +380,12 @@ class LlamaEngine:
     def moves_in_place(self, placement: Placement) -> bool:
         """Whether ``move_to(placement)`` can realize ``placement`` on the loaded model (``weight_cache_device``
         given, the model loaded as a cache base, ``placement`` realizable on it, the sequences' states restoring in its
-        context: ``planner.tiers.STATE_KEYS`` unchanged)."""
+        context: ``planner.tiers.STATE_KEYS`` unchanged). Every cache base is the same model (``cache_base.cache_base``
+        sets its layers, rules and load mode), so a realizable placement needs no other load."""
         if self._base is None or self._stack is None or self._ctx is None:
             return False
-        base = self._cache_base_for(placement)
-        return (
-            base is not None
-            and all(getattr(base, f) == getattr(self._base, f) for f in cache_base_mod.MODEL_FIELDS)
-            and all(getattr(placement, k) == getattr(self._placement, k) for k in STATE_KEYS)
+        return cache_base_mod.realizable(self._table, placement) and all(
+            getattr(placement, k) == getattr(self._placement, k) for k in STATE_KEYS
         )
 
     def context_changes(self, placement: Placement) -> bool:

@@ -33,6 +33,11 @@ def raw_dealer(info: ConnectionInfo) -> zmq.Socket:  # type: ignore[type-arg]
     return socket
 
 
+def log_events(log_file: Path, event: str) -> list[str]:
+    """The lines of a daemon's key=value log (``--log-format kv``) that record ``event``."""
+    return [line for line in log_file.read_text(errors="replace").splitlines() if f"event={event} " in line + " "]
+
+
 class DaemonProcess:
     """Starts the daemon, waits until it answers ``hello``, stops it (terminate -> wait -> kill).
 

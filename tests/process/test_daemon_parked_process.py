@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, log_events
 from gpu_machine import GPU_MIB, LAUNCH_PARKED, PARKED_MIB
 
 from igi_sdk.client import Client
@@ -33,12 +33,6 @@ def daemon() -> Iterator[DaemonProcess]:
         yield process
     finally:
         process.stop()
-
-
-def _events(process: DaemonProcess, event: str) -> list[str]:
-    return [
-        line for line in process.log_file.read_text(errors="replace").splitlines() if f"event={event} " in line + " "
-    ]
 
 
 def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchanged(daemon: DaemonProcess) -> None:
@@ -70,7 +64,7 @@ def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchang
         assert back.applied and back.plan.strategy == "full_gpu"
         assert client.generate(sid, "Tell me more.", max_tokens=8).result().token_ids
         assert client.status().counters["worker_replacements"] == 2
-    started = _events(daemon, "worker_started")
+    started = log_events(daemon.log_file, "worker_started")
     assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
-    ready = _events(daemon, "worker_ready")
+    ready = log_events(daemon.log_file, "worker_ready")
     assert ready and "weight_cache_device=CPU" in ready[0], ready[0]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_process import log_events
 from gpu_machine import LAUNCH
 
 from igi_sdk.client import Client
@@ -79,10 +80,6 @@ def daemon() -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _log_events(log: Path, event: str) -> list[str]:
-    return [line for line in log.read_text(errors="replace").splitlines() if f"event={event} " in line + " "]
-
-
 def test_a_reclaim_replaces_the_worker_and_the_stream_goes_on_unchanged(daemon: tuple[Path, Path]) -> None:
     connection, log = daemon
     with Client.connect(connection, timeout_s=60) as client:
@@ -112,9 +109,9 @@ def test_a_reclaim_replaces_the_worker_and_the_stream_goes_on_unchanged(daemon: 
         again = client.generate(sid, "Tell me more.", max_tokens=8).result()
         assert again.token_ids
         assert client.status().counters["worker_replacements"] == 2
-    started = _log_events(log, "worker_started")
+    started = log_events(log, "worker_started")
     assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
-    replaced = _log_events(log, "reload_done")
+    replaced = log_events(log, "reload_done")
     assert len(replaced) == 2 and all("worker_replaced=True" in line for line in replaced), replaced
     # the reclaim's ack went once the old worker had exited, before the new one was ready
     text = log.read_text(errors="replace").splitlines()

@@ -149,14 +149,14 @@ class BudgetPlanning:
         used_mib: float | None = None,
     ) -> Apply | None:
         """Plan for ``target_mib`` while the worker runs ``current``. A plan whose dry runs are all cached is made here
-        (tens of milliseconds on the 2-core VM, 0.13-0.31 s on the H200; none for a budget planned before). Otherwise VRAM
+        (tens of milliseconds; none for a budget planned before). Otherwise VRAM
         above the target is released first (an interim placement, ``release_first``), a growth on a worker that moves
         weights takes the nearest planned placement first (``grow_first``), or the plan is made in a
         background thread with the dry-run children that fit under the budget beside ``used_mib`` (returns None:
         ``finished`` answers later), or, when none fits, a placement that fits stays in force. A worker that moves
         weights (``DaemonCore.weight_cache_device``) takes its interim placement before that search, for a budget not
         planned before that a CUDA context fits (below one, ``plan`` answers at once): a move costs tens of
-        milliseconds, the search more (0.16-0.28 s on the H100 before an interim), and the exact plan follows."""
+        milliseconds, the search more (docs/benchmarks.md), and the exact plan follows."""
         child_mib = planner.dry_run_child_mib()
         if self._core.weight_cache_device is not None and target_mib >= child_mib > 0:
             if target_mib not in planner.planned():

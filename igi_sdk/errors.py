@@ -42,6 +42,12 @@ class EngineError(IgiError):
     """llama.cpp failed at run time."""
 
 
+class MoveUndone(EngineError):
+    """A growth between placements of the weight cache (``LlamaEngine.move_to``) could not make its device buffers
+    (the GPU had less free memory than the budget promised) and was undone: the engine is open and computes with the
+    placement it had, every sequence's KV cells where they were."""
+
+
 class EngineLostError(IgiError):
     """The engine lost its model at run time: released for a vision encode, it could not be loaded back (or its
     sequences' states not restored). Not an ``EngineError`` of one request: the process holding the engine must be

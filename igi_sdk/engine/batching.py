@@ -52,7 +52,7 @@ from igi_sdk.engine.batch_types import (
 )
 from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.engine.sequences import DecodeAborted
-from igi_sdk.errors import EngineError
+from igi_sdk.errors import EngineError, MoveUndone
 
 if TYPE_CHECKING:
     from igi_sdk.engine.grammar import GrammarConstraint
@@ -656,8 +656,14 @@ class BatchScheduler:
         without waiting for it; ``released_bytes`` 0 on a build without patch 0004), then ``"all"`` once the context
         and the model are freed, before the new placement loads.
 
+        A growth by moving weights that cannot be made is undone (``LlamaEngine.move_to``): the sessions go on in the
+        placement they had, their states imported again where its context was made again, and ``MoveUndone`` is raised.
+
         Returns:
             Seconds the whole switch took.
+
+        Raises:
+            MoveUndone: as above (the scheduler serves on).
         """
         t0 = self._clock()
         was_paused = self._paused
@@ -676,7 +682,14 @@ class BatchScheduler:
                 if on_release is not None:
                     on_release("all", 0)
 
-            self._engine.move_to(placement, freed, context_freed)
+            try:
+                self._engine.move_to(placement, freed, context_freed)
+            except MoveUndone:  # a growth that could not be made: the old placement computes on
+                if new_context:  # in the old placement's context made again
+                    self.import_states(carried[0])
+                if not was_paused:
+                    self.resume()
+                raise
             if new_context:
                 self.import_states(carried[0])
             elif on_release is not None:

@@ -37,7 +37,7 @@ from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
 from igi_sdk.engine.sequences import BatchDecoder, BatchEntry
-from igi_sdk.errors import EngineError, ModelCorruptError
+from igi_sdk.errors import EngineError, ModelCorruptError, MoveUndone
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.tensors import ModelTable
 from igi_sdk.planner.tiers import STATE_KEYS
@@ -302,12 +302,14 @@ class LlamaEngine:
             return
         self._create_context(self._placement)
 
-    def _create_context(self, placement: Placement) -> None:
-        """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it)."""
+    def _create_context(self, placement: Placement, close_on_failure: bool = True) -> None:
+        """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it,
+        unless not ``close_on_failure``: it then has no context)."""
         with _log.capture_log(echo=self._verbose) as cap, scheduler_env(placement):
             ctx = llama_cpp.llama_init_from_model(self._model, context_params(placement))
         if not ctx:
-            self.close()
+            if close_on_failure:
+                self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
         self._ctx = ctx
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
@@ -408,19 +410,51 @@ class LlamaEngine:
         ``reload`` does). ``on_context_freed`` is called once the old context is freed, before the new one is made
         (where none is made, not at all).
 
+        A growth (a move that uncaches no set) whose device buffers or context cannot be made is undone: the sets it
+        cached are uncached, the old placement's context is made again where it was replaced (the sequences' KV cells
+        are then lost with it, as around any new context: restore what ``on_freed`` saved), and ``MoveUndone`` is
+        raised with the engine open on the placement it had.
+
         Raises:
-            EngineError: not ``moves_in_place(placement)``, or a device buffer or the context could not be made (the
-                engine is then closed).
+            MoveUndone: a growth could not be made and was undone (the engine computes as before).
+            EngineError: not ``moves_in_place(placement)``, or a move that uncached sets, or the undoing of a growth,
+                failed (the engine is then closed).
         """
         if not self.moves_in_place(placement):
             raise EngineError("this placement cannot be reached by moving weights (reload instead)")
+        old = self._placement
         new_context = self.context_changes(placement)
+        wanted = cache_base_mod.weight_sets(self._table, placement)
+        growth = all(wanted.get(key) == names for key, (_, names) in self._cached.items())
         try:
             self._move_sets(placement, on_freed, new_context=new_context, on_context_freed=on_context_freed)
+        except EngineError as exc:
+            if not growth or self._stack is None:
+                self.close()
+                raise
+            self._undo_growth(old, new_context, exc)
         except BaseException:
             self.close()
             raise
         self._placement = placement
+
+    def _undo_growth(self, old: Placement, context_made: bool, cause: EngineError) -> None:
+        """Back to ``old`` after a growth failed in ``_move_sets``: its new sets uncached, ``old``'s context made again
+        where the growth replaced it; raises ``MoveUndone`` (the engine is closed, and the error raised, if even that
+        fails)."""
+        try:
+            kept = cache_base_mod.weight_sets(self._table, old)
+            for key, (_, names) in list(self._cached.items()):
+                if kept.get(key) != names:
+                    self._uncache(key)
+            if context_made:
+                self.release_context()
+                self._create_context(old)
+            self._weights_moved(old)
+        except BaseException:
+            self.close()
+            raise
+        raise MoveUndone(f"the growth was undone: {cause}") from cause
 
     def _move_sets(
         self,
@@ -441,7 +475,7 @@ class LlamaEngine:
             self.release_context()
             if on_context_freed is not None:
                 on_context_freed()
-            self._create_context(placement)
+            self._create_context(placement, close_on_failure=False)
         for key, names in wanted.items():
             if key not in self._cached:
                 self._cache(key, names, self._weight_cache_device)

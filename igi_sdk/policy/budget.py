@@ -16,7 +16,8 @@ Rules:
 Every comparison is made against :attr:`BudgetState.target_mib`: the change under way if there is one, else the
 budget in force. The daemon calls :func:`decide` on every ``set_budget_request``, :func:`reclaim` on every
 ``reclaim_request`` and :func:`poll` on every loop tick, and acts on the returned :class:`BudgetDecision` (``apply``
-means: re-plan and reload for ``target_mib``); :func:`settle` records a change that is in force or was lost.
+means: re-plan and reload for ``target_mib``); :func:`settle` records a change that is in force or was lost, and
+:func:`grow_failed` a growth that could not get its device memory (deferred again, behind the rate limit).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class BudgetState(BaseModel):
     deferred_mib: int | None = Field(default=None, ge=0, description="a growth waiting for stability, MiB")
     deferred_since_s: float | None = Field(default=None, description="when the deferred growth was first asked for")
     last_grow_s: float | None = Field(default=None, description="when the last growth was decided")
+    grow_not_before_s: float | None = Field(
+        default=None, description="after a growth that could not get its device memory: no growth before this time"
+    )
 
     @classmethod
     def initial(cls, vram_budget_mib: int) -> BudgetState:
@@ -89,7 +93,8 @@ def _grow_wait_s(state: BudgetState, now_s: float, config: BudgetPolicyConfig) -
     assert state.deferred_since_s is not None
     stable_wait = state.deferred_since_s + config.grow_stable_s - now_s
     rate_wait = 0.0 if state.last_grow_s is None else state.last_grow_s + config.min_grow_interval_s - now_s
-    return max(stable_wait, rate_wait, 0.0)
+    retry_wait = 0.0 if state.grow_not_before_s is None else state.grow_not_before_s - now_s
+    return max(stable_wait, rate_wait, retry_wait, 0.0)
 
 
 def decide(state: BudgetState, requested_mib: int, now_s: float, config: BudgetPolicyConfig) -> BudgetDecision:
@@ -181,3 +186,36 @@ def settle(state: BudgetState, in_force_mib: int, under_way: bool) -> BudgetStat
     if new.deferred_mib is not None and new.deferred_mib <= new.target_mib:
         new = new.model_copy(update={"deferred_mib": None, "deferred_since_s": None})
     return new
+
+
+GROWTH_RETRY_S = 5.0
+"""After a growth that could not get its device memory, the least wait before it is tried again, s, however short
+``min_grow_interval_s`` is: the GPU's free memory comes back with the game's own use of it, and each try pauses the
+NPCs for a move."""
+
+
+def grow_failed(state: BudgetState, target_mib: int, now_s: float, config: BudgetPolicyConfig) -> BudgetState:
+    """A growth to ``target_mib`` could not make its device buffers (the GPU had less free memory than the budget
+    promised) and was undone; ``state`` is already settled on the placement in force. The growth is deferred again, as
+    if asked for at ``now_s``, and no growth comes before ``max(min_grow_interval_s, GROWTH_RETRY_S)`` from now
+    (``grow_not_before_s``), when :func:`poll` tries it once more; nothing is deferred when the game no longer asks for
+    more than the target (a newer request superseded it).
+
+    Example:
+        >>> s = BudgetState(requested_mib=6144, in_force_mib=4096)
+        >>> again = grow_failed(s, 6144, 5.0, BudgetPolicyConfig(grow_stable_s=0.0, min_grow_interval_s=0.0))
+        >>> (again.deferred_mib, poll(again, 5.0, BudgetPolicyConfig()).action, again.grow_not_before_s)
+        (6144, 'defer', 10.0)
+    """
+    wanted = min(target_mib, state.requested_mib)
+    not_before_s = now_s + max(config.min_grow_interval_s, GROWTH_RETRY_S)
+    if wanted <= state.target_mib:
+        return state.model_copy(update={"grow_not_before_s": not_before_s})
+    return state.model_copy(
+        update={
+            "deferred_mib": wanted,
+            "deferred_since_s": now_s,
+            "last_grow_s": now_s,
+            "grow_not_before_s": not_before_s,
+        }
+    )

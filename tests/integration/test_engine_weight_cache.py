@@ -13,7 +13,7 @@ import pytest
 from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
 from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.llama_engine import weight_cache_supported, weight_cache_unavailable
-from igi_sdk.errors import EngineError
+from igi_sdk.errors import EngineError, MoveUndone
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import OverrideRule, Placement
 from igi_sdk.planner.tensors import TensorGroup
@@ -159,3 +159,80 @@ def test_a_move_that_changes_the_kv_cache_device_carries_the_states_through_a_ne
         assert list(handle.tokens) == reference
         assert eng.moves_in_place(BASE.with_(n_gpu_layers=-1, n_batch=32))  # another batch size: a new context too
         assert not eng.moves_in_place(full.with_(n_ctx=512))  # the states would not restore: a reload
+
+
+def _failing_at(monkeypatch: pytest.MonkeyPatch, key: str) -> list[str]:
+    """The patched ``llama_model_cache_weights`` answers "could not allocate" (-2) for the set ``key``, as CUDA does
+    when the game took the memory the budget promised; the keys it was asked for are returned, in order."""
+    from igi_sdk.engine import llama_engine
+
+    real = llama_engine._cache_weights
+    asked: list[str] = []
+
+    def cache_weights(model, set_key, names, n, device):  # type: ignore[no-untyped-def]
+        asked.append(set_key.decode())
+        return -2 if set_key.decode() == key else real(model, set_key, names, n, device)
+
+    monkeypatch.setattr(llama_engine, "_cache_weights", cache_weights)
+    return asked
+
+
+def test_a_growth_that_cannot_get_its_device_memory_is_undone_and_the_reply_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attn_first = BASE.with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
+    full = BASE.with_(n_gpu_layers=-1)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as eng:
+        before = dict(eng.cached_weights)
+        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        while len(handle.tokens) < 8:
+            sched.step()
+        asked = _failing_at(monkeypatch, "blk.5.ffn")
+        with pytest.raises(MoveUndone, match="could not allocate CPU memory for the weights of 'blk.5.ffn'"):
+            sched.reload(full)
+        assert asked[-1] == "blk.5.ffn" and len(asked) > 1  # sets were cached before the one that failed
+        assert not eng.closed and eng.placement == attn_first and eng.cached_weights == before
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+
+
+def test_a_growth_out_of_a_parked_placement_is_undone_into_its_own_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The growth made a context of its own (the KV cache moving to the device) before a set failed: the parked
+    context is made again and the sessions' states go back into it."""
+    full = BASE.with_(n_gpu_layers=-1)
+    parked = cache_base_mod.parked(full)
+    with LlamaEngine(default_model_path(), parked, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), parked, weight_cache_device="CPU") as eng:
+        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        while len(handle.tokens) < 8:
+            sched.step()
+        assert eng.context_changes(full)
+        _failing_at(monkeypatch, "blk.5.ffn")
+        seen: list[str] = []
+        with pytest.raises(MoveUndone):
+            sched.reload(full, lambda stage, freed: seen.append(stage))
+        assert seen == ["weights", "all"]  # the parked context went before the new one was made
+        assert not eng.closed and eng.placement == parked and eng.cached_weights == {}
+        assert not eng.context_changes(parked)
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+
+
+def test_a_move_that_uncached_sets_and_then_fails_closes_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a growth: the sets it uncached are what a shrink's answer counts on, so nothing is cached back."""
+    attn_on_host = OverrideRule(pattern=r"^blk\.\d+\.attn_.*\.weight$", device="CPU")
+    attn_first = BASE.with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
+    ffn_first = BASE.with_(n_gpu_layers=-1, rules=[attn_on_host])
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as eng:
+        assert eng.moves_in_place(ffn_first)
+        _failing_at(monkeypatch, "blk.5.ffn")
+        with pytest.raises(EngineError, match="could not allocate") as failure:
+            eng.move_to(ffn_first)
+        assert not isinstance(failure.value, MoveUndone) and eng.closed

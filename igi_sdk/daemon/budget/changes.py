@@ -98,13 +98,19 @@ def same_plan(a: PlanOutcome, b: PlanOutcome) -> bool:
 
 
 def budget_ack(
-    waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, now_s: float, interim: bool = False
+    waiter: Waiter,
+    outcome: PlanOutcome,
+    applied: bool,
+    measured: float | None,
+    now_s: float,
+    interim: bool = False,
+    warning: str | None = None,
 ) -> BudgetAck:
     """The ``budget_ack`` of ``waiter``'s request, answered with ``outcome`` at ``now_s`` (``deadline_missed`` when
     a reclaim took longer than its ``deadline_s``; ``interim``: ``outcome`` released VRAM first, the exact plan for
-    the budget follows)."""
+    the budget follows; ``warning``: the ack's own, else ``outcome``'s)."""
     elapsed = now_s - waiter.t0_s
-    warning = outcome.warning
+    warning = warning or outcome.warning
     if waiter.deadline_s is not None and elapsed > waiter.deadline_s:
         warning = "deadline_missed"
     return BudgetAck(

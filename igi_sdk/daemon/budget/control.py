@@ -51,7 +51,16 @@ from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy import batch_tier
 from igi_sdk.policy.batch_tier import TierCandidate, TierPolicyConfig, TierState, needed_tier
-from igi_sdk.policy.budget import BudgetDecision, BudgetPolicyConfig, BudgetState, decide, poll, reclaim, settle
+from igi_sdk.policy.budget import (
+    BudgetDecision,
+    BudgetPolicyConfig,
+    BudgetState,
+    decide,
+    grow_failed,
+    poll,
+    reclaim,
+    settle,
+)
 
 #: How often NVML is read for a worker being replaced by a CPU-only one (``BudgetControl._answer_while_replaced``), s.
 REPLACED_POLL_S = 0.005
@@ -261,6 +270,8 @@ class BudgetControl:
             self._finish(op, self._worker_vram_mib(), event.apply_time_s)
             if op.replan_mib is not None:  # an interim reload: _replan went on (a queued change included)
                 return
+        elif event.kept:
+            self._growth_undone(op, event.message)
         else:
             error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.message}")
             for waiter in op.waiters:
@@ -270,6 +281,28 @@ class BudgetControl:
             self._start(self._queued)
 
     # --- internals -------------------------------------------------------------------------------
+    def _growth_undone(self, op: PendingReload, message: str) -> None:
+        """The worker could not make ``op``'s growth (its device buffers did not fit the GPU's free memory) and serves
+        on with the placement in force: its requests are answered ``applied: false`` with that plan and the warning
+        ``grow_failed``, and the growth is deferred again (``policy.budget.grow_failed``: tried once more after
+        ``min_grow_interval_s``, at least ``GROWTH_RETRY_S``; no batch-tier switch before then either)."""
+        self._put_in_force(self._current)
+        self.state = grow_failed(self.state, op.outcome.budget_mib, self._core.clock(), self._config)
+        self._core.counters["growths_undone"] += 1
+        self._core.log(
+            logging.WARNING,
+            "growth_undone",
+            budget_mib=op.outcome.budget_mib,
+            strategy=op.outcome.plan.strategy,
+            in_force_mib=self._current.budget_mib,
+            retry_mib=self.state.deferred_mib,
+            retry_at_s=self.state.grow_not_before_s,
+            error=message,
+        )
+        measured = self._worker_vram_mib()
+        for waiter in op.waiters:
+            self._ack(waiter, self._current, applied=False, measured=measured, warning="grow_failed")
+
     def _finish(
         self, op: PendingReload, measured: float | None, apply_time_s: float | None, replaced: bool = False
     ) -> None:
@@ -431,9 +464,15 @@ class BudgetControl:
         self._lifecycle.reload_sent()
 
     def _ack(
-        self, waiter: Waiter, outcome: PlanOutcome, applied: bool, measured: float | None, interim: bool = False
+        self,
+        waiter: Waiter,
+        outcome: PlanOutcome,
+        applied: bool,
+        measured: float | None,
+        interim: bool = False,
+        warning: str | None = None,
     ) -> None:
-        ack = budget_ack(waiter, outcome, applied, measured, self._core.clock(), interim=interim)
+        ack = budget_ack(waiter, outcome, applied, measured, self._core.clock(), interim=interim, warning=warning)
         self._core.send(waiter.identity, ack, waiter.header)
 
     # --- batch tiers ---------------------------------------------------------------------------------------------
@@ -442,7 +481,8 @@ class BudgetControl:
         generating are worth it: through the budget change's reload (``_apply``), with nothing to acknowledge. Only
         tier plans made before are used (none: nothing happens)."""
         tiers = self._planner.batch_tiers()
-        if len(tiers) < 2:
+        not_before_s = self.state.grow_not_before_s  # a growth undone: no tier switch either until then
+        if len(tiers) < 2 or (not_before_s is not None and self._core.clock() < not_before_s):
             return
         current = self._current
         plans = self._planner.tier_plans(current.budget_mib)

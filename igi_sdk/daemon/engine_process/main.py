@@ -35,7 +35,7 @@ from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
-from igi_sdk.errors import EngineLostError
+from igi_sdk.errors import EngineLostError, MoveUndone
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
@@ -268,12 +268,16 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
                 wp.Released(req_id=command.req_id, stage=stage, released_mib=released_bytes / MIB, elapsed_s=elapsed_s)
             )
 
+        kept = False
         try:
             scheduler.reload(command.placement, command.vision, released)
             ok, message = True, ""
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
-            log_event(log, logging.ERROR, "worker_reload_failed", error=message, exc=traceback.format_exc())
+            # a growth undone serves on; a shrink must not keep the larger placement it was undone to
+            kept = isinstance(exc, MoveUndone) and not command.urgent
+            event = "worker_growth_undone" if kept else "worker_reload_failed"
+            log_event(log, logging.WARNING if kept else logging.ERROR, event, error=message, exc=traceback.format_exc())
         emit(
             wp.Reloaded(
                 req_id=command.req_id,
@@ -281,9 +285,10 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
                 message=message,
                 apply_time_s=time.perf_counter() - t0,
                 placement=command.placement,
+                kept=kept,
             )
         )
-        if not ok:
+        if not ok and not kept:
             raise SystemExit(4)  # no usable model: the supervisor restarts us with the last good placement
     else:
         raise wp.WorkerProtocolError(f"not a command: {command!r:.200}")

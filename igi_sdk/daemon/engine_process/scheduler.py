@@ -385,7 +385,9 @@ class WorkerScheduler:
         it). The images the sequences hold come back with their KV states: nothing is encoded again.
 
         Raises:
-            Exception: whatever the reload raises (the worker then exits and is restarted).
+            MoveUndone: a growth by moving weights could not be made and was undone: every job goes on with the
+                placement it had (the worker serves on after a growth, and exits after a shrink).
+            Exception: whatever else the reload raises (the worker then exits and is restarted).
         """
         self._sched.reload(self._adapter.overridden(placement), on_release)
         if self._vision is not None and vision is not None:

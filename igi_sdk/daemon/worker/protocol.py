@@ -28,7 +28,7 @@ Events (worker -> daemon):
 | ``Done`` | job_id, finish_reason, text, prompt_tokens, completion_tokens, ttft_s, tps, reloads | a job ended |
 | ``Failed`` | job_id, code, message, detail | a job could not run (an ``ErrorCode`` value, e.g. ``too_large``) |
 | ``Released`` | req_id, stage, released_mib, elapsed_s | during a reload, the old placement's memory went: ``"weights"`` (its device weights freed, before the sessions are saved), then ``"all"`` (the context and the model freed, before the new placement loads); ``elapsed_s`` since the reload began |
-| ``Reloaded`` | req_id, ok, message, apply_time_s, placement | a reload finished (the worker exits after a failed one) |
+| ``Reloaded`` | req_id, ok, message, apply_time_s, placement, kept | a reload finished (the worker exits after a failed one, unless ``kept``: a growth that could not be made was undone, and it serves on with the placement it had) |
 | ``Exported`` | req_id, session_id, tokens, state | the answer to ``Export`` |
 | ``Encoded`` | job_id, message, encoding | the worker encoded a job's image: its template tokens and embeddings, for another worker |
 
@@ -268,6 +268,9 @@ class Reloaded:
     placement: Placement
     message: str = ""
     apply_time_s: float = 0.0
+    #: not ``ok``, and the worker serves on with the placement it had: a growth by moving weights could not make its
+    #: device buffers and was undone (``errors.MoveUndone``); otherwise a failed reload leaves no model and it exits
+    kept: bool = False
 
 
 @dataclass(frozen=True)

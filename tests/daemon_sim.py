@@ -273,6 +273,8 @@ def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000,
             for _ in range(action[1]):
                 daemon.worker.step()
                 daemon.pump()
+        elif kind == "gpu_short":  # the GPU has no memory for a growth (True) or has it again (False)
+            daemon.worker.undo_growths = action[1]
         elif kind == "kill":
             daemon.worker.kill()
             continue  # the next requests may reach the daemon before its loop notices the death

@@ -85,6 +85,7 @@ CACHE_ACTIONS = st.one_of(
     daemon_actions.ACTIONS,
     st.tuples(st.just("set_budget"), st.sampled_from([0, 512, 1024, 1536, 3000, 4096])),
     st.tuples(st.just("reclaim"), st.sampled_from([0, 512, 1024, 1536])),
+    st.tuples(st.just("gpu_short"), st.booleans()),  # growths undone in the worker while True
 )
 
 

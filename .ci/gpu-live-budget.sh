@@ -10,8 +10,11 @@
 #   live:MODEL   `igi prepare` with the game's levels (6144 2048 0), then the acceptance run of issue 35
 #                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML per change)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
+#   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
+#   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
+#                against the reload path's) at 1024-6144 MiB on the 8B
 #   daemon       `igi prepare` with the daemon flags of tests/gpu/test_gpu_daemon.py (timed), then that test (the
 #                daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB)
 #   stages       the reload stages of the 8B with the pinned host pool off, then on (`--pinned-pool`: patch 0003)
@@ -43,12 +46,18 @@ if [ ! -f $W/started ]; then
       case \$step in
         live:*) live \${step#live:} \${step#live:} ;;
         cache:*) live \${step#cache:} \${step#cache:}-cache --weight-cache-device CUDA0 ;;
+        mapped:*) live \${step#mapped:} \${step#mapped:}-mapped --weight-cache-device CUDA0 --weight-cache-host mapped ;;
         threshold)
           python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
           echo \"threshold rc=\$?\" >> $W/results/done.txt ;;
         cache_test)
           OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_weight_cache.py -q -s > $L/weight-cache.log 2>&1
           echo \"weight cache rc=\$?\" >> $W/results/done.txt ;;
+        mapped_plans)
+          python3 -m igi_sdk.bench.weight_cache --model \$(python3 -c \"$GPU_WRITE_PY\" $MODEL 2>/dev/null | tail -1) \
+            --n-threads 16 --plan-budgets-mib 2048 3072 4096 6144 1024 --profile reference:h200 \
+            --weight-cache-host mapped --json $W/results/weight_cache-mapped.json > $L/weight-cache-mapped.log 2>&1
+          echo \"weight cache mapped rc=\$?\" >> $W/results/done.txt ;;
         daemon)
           s=\$SECONDS; python3 -m igi_sdk.cli prepare $FLAGS > $L/prepare.log 2>&1; rc=\$?
           echo \"prepare rc=\$rc in \$((SECONDS - s)) s\" >> $L/prepare.log
@@ -78,8 +87,10 @@ while :; do
       case $step in
         live:*) tail -n 40 $L/live-${step#live:}.log | grep -v "^llama\|^load\|^print_info" ;;
         cache:*) tail -n 40 $L/live-${step#cache:}-cache.log | grep -v "^llama\|^load\|^print_info" ;;
+        mapped:*) tail -n 40 $L/live-${step#mapped:}-mapped.log | grep -v "^llama\|^load\|^print_info" ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
+        mapped_plans) grep -v "^llama\|^load\|^print_info" $L/weight-cache-mapped.log | tail -n 60 ;;
         daemon) tail -n 5 $L/prepare.log; grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^warmup\|^alloc" $L/daemon.log | tail -n 30 ;;
         stages) for f in $L/stages-pool-*.log; do echo "== $f"; grep -A4 "4096->2048\|^pinning\|^export" $f | grep -v "^llama" | head -30; done ;;
       esac

@@ -174,10 +174,16 @@ class EngineSettings(_Section):
         default=None,
         min_length=1,
         max_length=32,
-        description="keep every weight's host copy (pinned) for the worker's life and move weights between it and "
+        description="keep every weight's host copy (weight_cache_host) for the worker's life and move weights between it and "
         "this device (e.g. CUDA0) on a budget change whose placements keep the KV cache on the GPU, instead of loading "
-        "the model again (patches/llama.cpp 0006); unset, or a device the worker lacks or a model over half the host "
-        "memory available (logged as weight_cache_unavailable): every change loads the placement",
+        "the model again (patches/llama.cpp 0006); unset, or a device the worker lacks or a pinned copy over half the "
+        "host memory available (logged as weight_cache_unavailable): every change loads the placement",
+    )
+    weight_cache_host: Literal["pinned", "mapped"] = Field(
+        default="pinned",
+        description="the host copy of the weight cache mode (weight_cache_device): pinned (page-locked for the "
+        "worker's life: the fastest uploads and prompt streaming) or mapped (the model file's pages, nothing "
+        "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model)",
     )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,

@@ -46,7 +46,14 @@ from typing import Any
 from igi_sdk.bench.vram import open_nvml
 from igi_sdk.engine.batch_types import BatchRequest
 from igi_sdk.engine.batching import BatchScheduler
-from igi_sdk.engine.cache_base import parked, parked_fits, parked_vram_mib, weight_sets
+from igi_sdk.engine.cache_base import (
+    WeightCacheHost,
+    host_load_mode,
+    parked,
+    parked_fits,
+    parked_vram_mib,
+    weight_sets,
+)
 from igi_sdk.engine.devices import gpu_devices
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -87,6 +94,7 @@ def run(
     max_tokens: int,
     plan_budgets_mib: list[int] | None = None,
     profile_spec: str = "auto",
+    cache_host: WeightCacheHost = "pinned",
 ) -> dict[str, Any]:
     gpu = bool(gpu_devices())
     device = gpu_devices()[0].name if gpu else "CPU"
@@ -144,7 +152,7 @@ def run(
         "sets": cached,
         "against_loading": against_loading(model, n_threads, max_tokens, device, gpu),
         "against_reload_plans": against_reload_plans(
-            model, plan_budgets_mib or [], n_threads, max_tokens, device, profile_spec
+            model, plan_budgets_mib or [], n_threads, max_tokens, device, profile_spec, cache_host
         ),
     }
 
@@ -187,23 +195,34 @@ def against_loading(model: Path, n_threads: int, max_tokens: int, device: str, g
 
 
 def daemon_plan(
-    model: Path, budget_mib: int, kv_on_gpu_only: bool, n_threads: int, profile: Any, engine: Any
+    model: Path,
+    budget_mib: int,
+    kv_on_gpu_only: bool,
+    n_threads: int,
+    profile: Any,
+    engine: Any,
+    host: WeightCacheHost = "pinned",
 ) -> tuple[str, Placement]:
     """The daemon's plan for ``model`` under ``budget_mib`` (the base placement and workload of its engine settings
     ``engine``), with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the
     engine that runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it, or in the cache
-    mode parked where it holds the parked placement (``engine.cache_base.parked``)."""
+    mode parked where it holds the parked placement (``engine.cache_base.parked``); ``host``: the cache mode's host
+    copy, whose load mode its placements are planned with."""
     from igi_sdk.planner.workload import daemon_planning
     from igi_sdk.profiler.planning import plan_file
 
     base = engine.base_placement().with_(n_threads=n_threads, n_threads_batch=n_threads)
     workload, options = daemon_planning(
-        base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch, kv_on_gpu_only=kv_on_gpu_only
+        base,
+        engine.plan_objective,
+        op_offload_min_batch=engine.op_offload_min_batch,
+        kv_on_gpu_only=kv_on_gpu_only,
+        cache_load_mode=host_load_mode(host),
     )
     result, _warnings = plan_file(model, budget_mib, workload, profile, options)
     if result.placement is None or result.strategy == "cpu_only":
         if kv_on_gpu_only and parked_fits(budget_mib, profile.vram_reserve_mib):
-            return "parked", parked(base)
+            return "parked", parked(base, host)
         return "cpu_only", base.cpu_only()
     return result.strategy or "planned", result.placement
 
@@ -225,10 +244,16 @@ def planning_profile(spec: str = "auto") -> tuple[Any, str]:
 
 
 def against_reload_plans(
-    model: Path, budgets_mib: list[int], n_threads: int, max_tokens: int, device: str, profile_spec: str = "auto"
+    model: Path,
+    budgets_mib: list[int],
+    n_threads: int,
+    max_tokens: int,
+    device: str,
+    profile_spec: str = "auto",
+    host: WeightCacheHost = "pinned",
 ) -> dict[str, Any]:
-    """Step 7: at each budget the daemon's plan in the cache mode (moved to, as the daemon's worker does) and its plan
-    without the mode loaded as it is, side by side."""
+    """Step 7: at each budget the daemon's plan in the cache mode with the host copy ``host`` (moved to, as the
+    daemon's worker does) and its plan without the mode loaded as it is, side by side."""
     from igi_sdk.config import load_settings
 
     profile, profile_name = planning_profile(profile_spec)
@@ -238,7 +263,7 @@ def against_reload_plans(
     engine: LlamaEngine | None = None
     try:
         for budget in budgets_mib:
-            cache_strategy, cache_plan = daemon_plan(model, budget, True, n_threads, profile, settings)
+            cache_strategy, cache_plan = daemon_plan(model, budget, True, n_threads, profile, settings, host)
             reload_strategy, reload_plan = daemon_plan(model, budget, False, n_threads, profile, settings)
             in_cache_mode = cache_strategy != "cpu_only"  # a CPU-only plan is a worker of its own, loaded
             moved_s = None
@@ -253,7 +278,7 @@ def against_reload_plans(
                 else:
                     if engine is not None:
                         engine.close()
-                    engine = LlamaEngine(model, cache_plan, weight_cache_device=device)
+                    engine = LlamaEngine(model, cache_plan, weight_cache_device=device, weight_cache_host=host)
                 mode = _measured(engine, max_tokens)
             used = nvml.process_used_bytes(os.getpid()) if nvml is not None else None
             with LlamaEngine(model, reload_plan) as loaded_engine:
@@ -284,7 +309,7 @@ def against_reload_plans(
     finally:
         if engine is not None:
             engine.close()
-    return {"profile": profile_name, "budgets": rows}
+    return {"profile": profile_name, "host": host, "budgets": rows}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -305,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         help="step 7 at these budgets: the daemon's plan in the cache mode against its plan through reloads",
     )
     parser.add_argument(
+        "--weight-cache-host",
+        choices=("pinned", "mapped"),
+        default="pinned",
+        help="step 7's host copy in the cache mode (engine.weight_cache_host)",
+    )
+    parser.add_argument(
         "--profile",
         default="auto",
         help="step 7's planning profile: auto (this machine's, else reference:h200) or reference:NAME",
@@ -316,7 +347,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--plan-budgets-mib must be >= 0, got {args.plan_budgets_mib}")
     if args.profile != "auto" and not args.profile.startswith("reference:"):
         parser.error(f"--profile must be auto or reference:NAME, got {args.profile}")
-    out = run(resolve_model(args.model), args.n_threads, args.max_tokens, args.plan_budgets_mib, args.profile)
+    out = run(
+        resolve_model(args.model),
+        args.n_threads,
+        args.max_tokens,
+        args.plan_budgets_mib,
+        args.profile,
+        args.weight_cache_host,
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     summary = {k: v for k, v in out.items() if k not in ("sets", "replies", "against_loading", "against_reload_plans")}

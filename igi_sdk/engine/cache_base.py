@@ -2,9 +2,10 @@
 cache of the host copy").
 
 A *cache base* is what the engine loads once when it keeps every weight's host copy for its life: the placement's
-context and load settings, every layer assigned to the GPU and every weight in pinned host memory. The model part of
-every base is the same (the fields ``engine.params.model_params`` reads: layers, rules, load mode, all set by
-``cache_base``), so a placement that assigns every layer to the GPU is that model, a context,
+context and load settings, every layer assigned to the GPU and every weight in host memory, pinned or mapped from the
+model file (``WeightCacheHost``). The model part of every base is the same (the fields ``engine.params.model_params``
+reads: layers, rules, load mode, all set by ``cache_base``), so a placement that assigns every layer to the GPU is that
+model, a context,
 and the weights it puts on the GPU cached from the host copy in sets of one layer's group (``weight_sets``). Its KV
 cache is all on the GPU (``offload_kqv``) or all on the host; a placement with nothing cached and everything on the
 host (``parked``) computes on the CPU while the process keeps its CUDA context. Moving between two such placements is
@@ -14,11 +15,26 @@ a difference of sets (``LlamaEngine.move_to``), plus a new context where a conte
 
 from __future__ import annotations
 
+from typing import Literal
+
 from igi_sdk.planner.layout import effective_gpu_layers, gpu_tensor_names
 from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.tensors import ModelTable
 
 ALL_ON_HOST = OverrideRule(pattern=".*", device=CPU_DEVICE)
+
+WeightCacheHost = Literal["pinned", "mapped"]
+"""The host copy of a cache base: ``pinned`` (read into page-locked memory at load, kept for the worker's life:
+uploads and prompt streaming at the PCIe bound, the pinning paid at start and the unpinning at exit) or ``mapped``
+(the model file's pages, mapped: nothing read or page-locked at load, uploads from pageable memory)."""
+
+LoadMode = Literal["mmap", "pinned"]
+
+
+def host_load_mode(host: WeightCacheHost) -> LoadMode:
+    """The ``Placement.load_mode`` of a cache base whose host copy is ``host``."""
+    return "mmap" if host == "mapped" else "pinned"
+
 
 CONTEXT_FIELDS = (
     "n_ctx",
@@ -37,10 +53,10 @@ CONTEXT_FIELDS = (
 one need a context of their own. The scheduler's fields (prefetch, op_offload thresholds) are read again on every move."""
 
 
-def cache_base(placement: Placement) -> Placement:
-    """``placement``'s cache base: the same context and load settings, every layer on the GPU, every weight pinned on
-    the host."""
-    return placement.with_(n_gpu_layers=-1, rules=[ALL_ON_HOST], load_mode="pinned")
+def cache_base(placement: Placement, host: WeightCacheHost = "pinned") -> Placement:
+    """``placement``'s cache base: the same context and load settings, every layer on the GPU, every weight on the
+    host (``host``: pinned, or mapped from the file)."""
+    return placement.with_(n_gpu_layers=-1, rules=[ALL_ON_HOST], load_mode=host_load_mode(host))
 
 
 PARKED_BUFFERS_MIB = 128
@@ -59,16 +75,16 @@ def parked_fits(budget_mib: int, reserve_mib: int | None) -> bool:
     return reserve_mib is not None and budget_mib >= parked_vram_mib(reserve_mib)
 
 
-def parked(placement: Placement) -> Placement:
+def parked(placement: Placement, host: WeightCacheHost = "pinned") -> Placement:
     """``placement``'s context with every weight and the KV cache on the host and no prompt streamed through the GPU:
     what a worker that caches weights computes with on the CPU while it keeps its CUDA context, so that the next
     growth is a move, not a process start (docs/engine.md, "Parked on the host")."""
-    return cache_base(placement).with_(offload_kqv=False, op_offload=False)
+    return cache_base(placement, host).with_(offload_kqv=False, op_offload=False)
 
 
 def is_parked(placement: Placement) -> bool:
-    """Whether ``placement`` is a ``parked`` one."""
-    return placement == parked(placement)
+    """Whether ``placement`` is a ``parked`` one (of either host copy)."""
+    return placement in (parked(placement, "pinned"), parked(placement, "mapped"))
 
 
 def realizable(table: ModelTable, placement: Placement) -> bool:

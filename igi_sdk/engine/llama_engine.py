@@ -161,6 +161,8 @@ class LlamaEngine:
             every layer to the GPU as a cache base plus cached weights on this device ("CUDA0"; ``engine.cache_base``),
             so that ``move_to`` another such placement moves weights (and creates the context again when its
             parameters differ) instead of loading; None: every placement is loaded as it is (the default).
+        weight_cache_host: the cache base's host copy (``cache_base.WeightCacheHost``): ``"pinned"`` (the default)
+            or ``"mapped"`` from the model file.
 
     Raises:
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
@@ -176,9 +178,11 @@ class LlamaEngine:
         verbose: bool = False,
         trace_load: bool = False,
         weight_cache_device: str | None = None,
+        weight_cache_host: cache_base_mod.WeightCacheHost = "pinned",
     ) -> None:
         self._model_path = Path(model_path)
         self._weight_cache_device = weight_cache_device
+        self._weight_cache_host: cache_base_mod.WeightCacheHost = weight_cache_host
         self._base: Placement | None = None
         self._cached: dict[str, tuple[int, tuple[str, ...]]] = {}  # cache_weights: key -> (bytes, names)
         self._verbose = verbose
@@ -206,7 +210,7 @@ class LlamaEngine:
     def _cache_base_for(self, placement: Placement) -> Placement | None:
         if self._weight_cache_device is None or not cache_base_mod.realizable(self._table, placement):
             return None
-        return cache_base_mod.cache_base(placement)
+        return cache_base_mod.cache_base(placement, self._weight_cache_host)
 
     def _load_placement(self, placement: Placement) -> None:
         _backend_init()

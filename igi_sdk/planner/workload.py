@@ -123,6 +123,7 @@ def daemon_planning(
     reloads_per_request: float = DAEMON_RELOADS_PER_REQUEST,
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     kv_on_gpu_only: bool = False,
+    cache_load_mode: Literal["mmap", "pinned"] = "pinned",
 ) -> tuple[Workload, PlannerOptions]:
     """The workload and options the daemon plans a model under, from its base placement (the fields that never change
     with the budget: ``n_ctx``, ``n_seq_max``, threads, KV types, flash attention) and its objective.
@@ -130,8 +131,8 @@ def daemon_planning(
     ``n_seq_max`` sessions share ``n_ctx`` (each gets ``n_ctx // n_seq_max`` tokens, as llama.cpp splits it), a
     prompt is the hint capped at that share, a decode step batches one token per session, and reloads count;
     ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``), ``kv_on_gpu_only`` whether it caches
-    weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``, and every placement planned as pinned,
-    as the cache mode holds the host copy). The
+    weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``, and every placement planned with
+    ``cache_load_mode``, the load mode of the cache mode's host copy: ``pinned``, or ``mmap`` for a mapped one). The
     daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
     the bench plans what the daemon plans.
     """
@@ -151,7 +152,7 @@ def daemon_planning(
         flash_attn=base.flash_attn,
         op_offload_min_batch=op_offload_min_batch,
         kv_on_gpu_only=kv_on_gpu_only,
-        # the weight cache mode keeps every weight's host copy pinned: its placements are planned as pinned
-        **({"load_modes": ("pinned",)} if kv_on_gpu_only else {}),
+        # the weight cache mode keeps every weight's host copy, pinned or mapped: its placements are planned so
+        **({"load_modes": (cache_load_mode,)} if kv_on_gpu_only else {}),
     )
     return workload, options

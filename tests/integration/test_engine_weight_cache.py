@@ -236,3 +236,29 @@ def test_a_move_that_uncached_sets_and_then_fails_closes_the_engine(monkeypatch:
         with pytest.raises(EngineError, match="could not allocate") as failure:
             eng.move_to(ffn_first)
         assert not isinstance(failure.value, MoveUndone) and eng.closed
+
+
+def test_a_mapped_host_copy_moves_like_a_pinned_one() -> None:
+    """``weight_cache_host="mapped"``: the cache base maps the file instead of reading it into page-locked memory, and
+    the sets are cached from the mapped pages: the same moves, the parked placement of that base included, the reply
+    token for token."""
+    attn_first = BASE.with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
+    full = BASE.with_(n_gpu_layers=-1)
+    parked = cache_base_mod.parked(full, "mapped")
+    assert parked.load_mode == "mmap" and cache_base_mod.is_parked(parked)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU", weight_cache_host="mapped") as eng:
+        assert eng._base is not None and eng._base.load_mode == "mmap" and eng.cached_weights
+        model = eng._model
+        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+        sched = BatchScheduler(eng)
+        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        for target, n_tokens in ((full, 6), (parked, 12), (full, 18)):
+            while len(handle.tokens) < n_tokens:
+                sched.step()
+            assert eng.moves_in_place(target)
+            sched.reload(target)
+            assert eng.placement == target and eng._model == model  # moved, never loaded
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference

@@ -251,3 +251,37 @@ def test_where_no_gpu_placement_fits_a_worker_that_caches_weights_is_parked(
     no_gpu = PlacementPlanner(model, base, kv_on_gpu_only=True)
     no_gpu._profile_cache = reference_profile("cpu2")
     assert no_gpu.parked(4 * need) is None
+
+
+def test_a_mapped_host_copy_plans_mapped_placements_and_a_mapped_parked_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``engine.weight_cache_host = "mapped"``: the planner plans the cache mode's placements with the load mode of
+    that host copy (mmap), and the parked placement is the mapped cache base's, so every move stays in place."""
+    from igi_sdk.config import load_settings
+    from igi_sdk.daemon.budget.planner import daemon_planner
+    from igi_sdk.engine.cache_base import WeightCacheHost, cache_base, is_parked, parked_vram_mib
+    from igi_sdk.engine.dry_run import DryRunDeferred
+
+    seen: list[tuple[str, ...]] = []
+
+    def plan_file(path: Path, budget_mib: int, workload: Any, profile: Any, options: Any, **kwargs: Any) -> Any:
+        seen.append(tuple(options.load_modes))
+        raise DryRunDeferred("no dry run here")
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", plan_file)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)
+    hosts: tuple[tuple[WeightCacheHost, str], ...] = (("mapped", "mmap"), ("pinned", "pinned"))
+    for host, load_mode in hosts:
+        settings = load_settings({"weight_cache_device": "CUDA0", "weight_cache_host": host})
+        planner = daemon_planner(settings, model, profile=reference_profile("h200"))
+        reserve = planner._profile().vram_reserve_mib
+        assert reserve is not None
+        parked = planner.parked(parked_vram_mib(reserve))
+        assert parked is not None and is_parked(parked.placement) and parked.placement.load_mode == load_mode
+        assert parked.placement == cache_base(planner.base, host).with_(offload_kqv=False, op_offload=False)
+        with pytest.raises(DryRunDeferred):
+            planner._planned(4096)
+        assert seen[-1] == (load_mode,)

@@ -40,3 +40,12 @@ def test_a_device_this_process_lacks_turns_the_cache_off(caplog: pytest.LogCaptu
     assert weight_cache_device("CUDA7", False, GIB, 16 * GIB, LOG) is None
     (reason,) = _reasons(caplog)
     assert "'CUDA7'" in reason
+
+
+def test_a_mapped_host_copy_is_not_held_to_the_hosts_memory(caplog: pytest.LogCaptureFixture) -> None:
+    """A mapped host copy is the model file's pages in the page cache, which the kernel may evict: no page-locked
+    share of the host memory to refuse."""
+    caplog.set_level(logging.WARNING)
+    available = 10 * GIB
+    assert weight_cache_device("CPU", False, available, available, LOG, "mapped") == "CPU"
+    assert weight_cache_device("CPU", False, available, available, LOG, "pinned") is None

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.engine.cache_base import parked, parked_fits, parked_vram_mib
+from igi_sdk.engine.cache_base import WeightCacheHost, host_load_mode, parked, parked_fits, parked_vram_mib
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
@@ -122,6 +122,8 @@ class PlacementPlanner:
         op_offload_min_batch: the worker's ``GGML_OP_OFFLOAD_MIN_BATCH`` (``engine.op_offload_min_batch``).
         kv_on_gpu_only: plan only placements the worker's weight cache mode reaches without a load
             (``engine.weight_cache_device`` set: ``PlannerOptions.kv_on_gpu_only``).
+        weight_cache_host: that mode's host copy (``engine.weight_cache_host``): its placements, the parked one
+            included, are planned with its load mode.
     """
 
     def __init__(
@@ -137,8 +139,10 @@ class PlacementPlanner:
         profile: Profile | None = None,
         op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
         kv_on_gpu_only: bool = False,
+        weight_cache_host: WeightCacheHost = "pinned",
     ) -> None:
         self._model_path = model_path
+        self._weight_cache_host: WeightCacheHost = weight_cache_host
         self._op_offload_min_batch = op_offload_min_batch
         self._kv_on_gpu_only = kv_on_gpu_only
         self._base = base
@@ -181,7 +185,7 @@ class PlacementPlanner:
             return None
         if reserve is None or not parked_fits(budget_mib, reserve):
             return None
-        placement = parked(self._base)
+        placement = parked(self._base, self._weight_cache_host)
         gpu_mib = float(parked_vram_mib(reserve))
         encoder = self._encoder(LlmMemory(fixed_mib=gpu_mib, weights_mib=0, context_mib=0), budget_mib, gpu=False)
         summary = "all weights and KV on the CPU, the worker's CUDA context and weight cache kept" + (
@@ -383,6 +387,7 @@ class PlacementPlanner:
             reloads_per_request=self._reloads_per_request,
             op_offload_min_batch=self._op_offload_min_batch,
             kv_on_gpu_only=self._kv_on_gpu_only,
+            cache_load_mode=host_load_mode(self._weight_cache_host),
         )
         return workload.model_copy(update={"generating": generating}), options
 
@@ -447,4 +452,5 @@ def daemon_planner(
         profile=profile,
         op_offload_min_batch=engine.op_offload_min_batch,
         kv_on_gpu_only=engine.weight_cache_device is not None,
+        weight_cache_host=engine.weight_cache_host,
     )

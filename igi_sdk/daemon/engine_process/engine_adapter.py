@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
 from igi_sdk.daemon.worker.protocol import JobSampling  # isort: skip
+from igi_sdk.engine.cache_base import WeightCacheHost
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import Placement
@@ -50,6 +51,7 @@ class EngineAdapter:
         n_ctx: context size, tokens (overrides the placement's).
         n_threads: decode threads (None = llama.cpp default).
         weight_cache_device: weights as a cache of their host copy on this device (``LlamaEngine``'s).
+        weight_cache_host: that host copy, pinned or mapped (``LlamaEngine``'s).
     """
 
     def __init__(
@@ -59,11 +61,17 @@ class EngineAdapter:
         n_ctx: int,
         n_threads: int | None,
         weight_cache_device: str | None = None,
+        weight_cache_host: WeightCacheHost = "pinned",
     ) -> None:
         self._overrides: dict[str, Any] = {"n_ctx": n_ctx}
         if n_threads is not None:
             self._overrides.update(n_threads=n_threads, n_threads_batch=n_threads)
-        self._engine = LlamaEngine(model_path, self.overridden(placement), weight_cache_device=weight_cache_device)
+        self._engine = LlamaEngine(
+            model_path,
+            self.overridden(placement),
+            weight_cache_device=weight_cache_device,
+            weight_cache_host=weight_cache_host,
+        )
         self._tools_text: str | None = None
         self._tools_value: Any = None
 

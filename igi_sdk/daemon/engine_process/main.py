@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
@@ -82,6 +82,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         _file_bytes(config.model_path),
         host_memory.available_bytes(),
         log,
+        config.weight_cache_host,
     )
     try:
         engine = EngineAdapter(
@@ -90,6 +91,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
             weight_cache_device=cache_device,
+            weight_cache_host=config.weight_cache_host,
         )
         if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
@@ -149,20 +151,26 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
 
 
 def weight_cache_device(
-    requested: str | None, hide_gpu: bool, model_bytes: int, available_bytes: int | None, log: logging.Logger
+    requested: str | None,
+    hide_gpu: bool,
+    model_bytes: int,
+    available_bytes: int | None,
+    log: logging.Logger,
+    host: Literal["pinned", "mapped"] = "pinned",
 ) -> str | None:
     """The device this worker caches weights on: ``engine.weight_cache_device`` when this process can, else None, so
     that every budget change loads its placement instead. A worker with the GPU hidden has none to cache on; any other
     reason is logged as ``weight_cache_unavailable`` (a misspelt device must not stop the NPCs): the build or the
-    device (``weight_cache_unavailable``), or host memory: the model's host copy stays page-locked for the worker's
-    life, so it may take at most ``WEIGHT_CACHE_HOST_SHARE`` of the host memory available (``available_bytes``, None:
-    not known) when the worker starts; the rest stays the game's."""
+    device (``weight_cache_unavailable``), or host memory: a pinned host copy (``host``) stays page-locked for the
+    worker's life, so it may take at most ``WEIGHT_CACHE_HOST_SHARE`` of the host memory available (``available_bytes``,
+    None: not known) when the worker starts; the rest stays the game's. A mapped one is the file's pages in the page
+    cache, which the kernel may evict as it does any file's."""
     from igi_sdk.engine.llama_engine import weight_cache_unavailable
 
     if requested is None or hide_gpu:
         return None
     reason = None
-    if available_bytes is not None and model_bytes > WEIGHT_CACHE_HOST_SHARE * available_bytes:
+    if host == "pinned" and available_bytes is not None and model_bytes > WEIGHT_CACHE_HOST_SHARE * available_bytes:
         reason = (
             f"the model's pinned host copy ({model_bytes / MIB:.0f} MiB) would take more than "
             f"{WEIGHT_CACHE_HOST_SHARE:.0%} of the host memory available ({available_bytes / MIB:.0f} MiB)"

@@ -316,6 +316,7 @@ class WorkerConfig:
     pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH  # set by boot (engine.op_offload_min_batch)
     weight_cache_device: str | None = None  # weights as a cache of the host copy (engine.weight_cache_device)
+    weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # that host copy (engine.weight_cache_host)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "kv"] = "json"
     log_file: Path | None = None

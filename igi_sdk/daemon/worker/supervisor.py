@@ -64,6 +64,7 @@ def worker_config_for(
         pinned_pool=settings.engine.pinned_pool,
         op_offload_min_batch=settings.engine.op_offload_min_batch,
         weight_cache_device=settings.engine.weight_cache_device,
+        weight_cache_host=settings.engine.weight_cache_host,
         log_level=log.log_level,
         log_format=log.log_format,
         log_file=log.log_file,

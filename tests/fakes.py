@@ -57,8 +57,8 @@ class FakeWorker:
 
         Scripted by its attributes: ``stop_mode`` (``closing``: on ``shutdown`` it frees all but its CUDA context, as
         the worker closes its engine, and lives on until killed); ``deaf`` (reloads are never answered); ``fail_reloads`` (a reload is
-        refused, ``reloaded{ok: false}``, then the worker exits); ``undo_growths`` (a reload that is not urgent,
-        a growth, cannot make its device buffers and is undone: ``reloaded{ok: false, kept: true}``, and the worker
+        refused, ``reloaded{ok: false}``, then the worker exits); ``undo_growths`` (a reload that is no shrink
+        cannot make its device buffers and is undone: ``reloaded{ok: false, kept: true}``, and the worker
         serves on with the placement it had); ``fail_gpu_loads`` (a GPU placement cannot load:
         ``fatal``); ``refuse_next_start`` (the OS refuses the next start once: EMFILE); ``hold_generates`` (generations are
         kept, not run: :meth:`reply` answers the latest); ``unread_kinds`` (commands of these types wait unread in the pipe:
@@ -262,7 +262,7 @@ class FakeWorker:
         released_mib = GPU_MIB - CONTEXT_MIB if placement_uses_gpu(self.loaded) else 0.0
         self._events.append(wp.Released(req_id=command.req_id, stage="weights", released_mib=released_mib))
         self._events.append(wp.Released(req_id=command.req_id, stage="all"))
-        if self.undo_growths and not command.urgent:
+        if self.undo_growths and not command.shrink:
             message = "MoveUndone: the growth was undone: could not allocate CUDA0 memory"
             self._events.append(
                 wp.Reloaded(req_id=command.req_id, ok=False, message=message, placement=command.placement, kept=True)

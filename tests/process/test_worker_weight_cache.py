@@ -62,7 +62,7 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
     reference, _ = _run(worker, "alone", {})
     reloads = {
         5: wp.Reload(req_id="grow", placement=BASE),  # the FFN cached too
-        15: wp.Reload(req_id="shrink", placement=ATTN_FIRST, urgent=True),  # the FFN's copies freed first
+        15: wp.Reload(req_id="shrink", placement=ATTN_FIRST, urgent=True, shrink=True),  # the FFN's copies freed first
     }
     tokens, events = _run(worker, "moved", reloads)
     assert tokens == reference
@@ -79,11 +79,12 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
 
 def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor) -> None:
     """To the parked placement (an urgent shrink: every cached set freed, the context made again with the KV cache on
-    the host) and back to a cache placement, mid-reply: both in place, the reply token for token."""
+    the host) and back to a cache placement (urgent too, as the daemon sends a growth out of the parked placement: the
+    CPU step in flight is stopped), mid-reply: both in place, the reply token for token."""
     reference, _ = _run(worker, "alone-parked", {})
     reloads = {
-        4: wp.Reload(req_id="park", placement=parked(ATTN_FIRST), urgent=True),
-        12: wp.Reload(req_id="unpark", placement=BASE),
+        4: wp.Reload(req_id="park", placement=parked(ATTN_FIRST), urgent=True, shrink=True),
+        12: wp.Reload(req_id="unpark", placement=BASE, urgent=True),
     }
     tokens, events = _run(worker, "parked", reloads)
     assert tokens == reference

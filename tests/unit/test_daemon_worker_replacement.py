@@ -492,6 +492,11 @@ def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert len(worker.sent("reload")) == 2 and [hidden for _, hidden in worker.starts] == [False]
+    # the shrink and the growth out of the parked placement both stop the step in flight (a CPU step, there); only
+    # the shrink may not be undone to the placement it had
+    (_, to_parked), (_, out_of_parked) = worker.sent("reload")
+    assert (to_parked.urgent, to_parked.shrink) == (True, True)
+    assert (out_of_parked.urgent, out_of_parked.shrink) == (True, False)
     reclaim = _reclaim(daemon, 512)  # below the parked placement's VRAM: a new process with CUDA hidden
     daemon.pump()
     daemon.pump()

@@ -1,6 +1,6 @@
 """The worker's answer to a reload whose growth was undone (``errors.MoveUndone``: the weight cache could not make
 its device buffers, and the engine computes on with the placement it had): ``reloaded{ok: false, kept: true}`` and the
-worker serves on. A shrink undone, or any other failed reload, leaves no placement the daemon may keep: the worker
+worker serves on, whether its step in flight was stopped for it or not. A shrink undone, or any other failed reload, leaves no placement the daemon may keep: the worker
 exits (code 4) and is restarted.
 
 The scheduler seam is a stand-in whose ``reload`` raises what the test gives; the worker loop's command handling
@@ -29,9 +29,9 @@ class Scheduler:
         raise self.error
 
 
-def _reload(error: Exception, urgent: bool) -> tuple[list[wp.Message], int | None]:
+def _reload(error: Exception, shrink: bool, urgent: bool = False) -> tuple[list[wp.Message], int | None]:
     events: list[wp.Message] = []
-    command = wp.Reload(req_id="r1", placement=Placement(n_gpu_layers=-1), urgent=urgent)
+    command = wp.Reload(req_id="r1", placement=Placement(n_gpu_layers=-1), urgent=urgent, shrink=shrink)
     code = None
     try:
         _handle(command, Scheduler(error), events.append, logging.getLogger("test"))  # type: ignore[arg-type]
@@ -40,8 +40,9 @@ def _reload(error: Exception, urgent: bool) -> tuple[list[wp.Message], int | Non
     return events, code
 
 
-def test_a_growth_undone_is_answered_kept_and_the_worker_serves_on() -> None:
-    events, code = _reload(MoveUndone("the growth was undone: could not allocate CUDA0 memory"), urgent=False)
+@pytest.mark.parametrize("urgent", [False, True], ids=["a growth", "a growth out of the parked placement"])
+def test_a_growth_undone_is_answered_kept_and_the_worker_serves_on(urgent: bool) -> None:
+    events, code = _reload(MoveUndone("the growth was undone: could not allocate CUDA0 memory"), False, urgent)
     assert code is None
     released, reloaded = events
     assert isinstance(released, wp.Released) and released.stage == "weights"
@@ -50,12 +51,12 @@ def test_a_growth_undone_is_answered_kept_and_the_worker_serves_on() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "urgent"),
+    ("error", "shrink"),
     [(MoveUndone("undone"), True), (EngineError("llama.cpp could not create the context again"), False)],
     ids=["a shrink undone", "another failure"],
 )
-def test_any_other_failed_reload_exits_for_a_restart(error: Exception, urgent: bool) -> None:
-    events, code = _reload(error, urgent)
+def test_any_other_failed_reload_exits_for_a_restart(error: Exception, shrink: bool) -> None:
+    events, code = _reload(error, shrink, urgent=shrink)
     assert code == 4
     reloaded = events[-1]
     assert isinstance(reloaded, wp.Reloaded) and (reloaded.ok, reloaded.kept) == (False, False)

@@ -47,6 +47,7 @@ from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.engine.cache_base import is_parked
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy import batch_tier
@@ -452,9 +453,18 @@ class BudgetControl:
             self._inflight = op
             self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
-        # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now, a growth can wait a step
-        urgent = op.outcome.budget_mib < self._current.budget_mib
-        reload = wp.Reload(req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder, urgent=urgent)
+        # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now; so does a growth out of the
+        # parked placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large model)
+        # where the step after the move runs on the GPU; any other growth waits for the step
+        shrink = op.outcome.budget_mib < self._current.budget_mib
+        out_of_parked = is_parked(self._current.placement) and not is_parked(op.outcome.placement)
+        reload = wp.Reload(
+            req_id=op.req_id,
+            placement=op.outcome.placement,
+            vision=op.outcome.encoder,
+            urgent=shrink or out_of_parked,
+            shrink=shrink,
+        )
         if not self._core.send_to_worker(reload):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
             # waits for the next ready worker instead of staying in flight for good

@@ -283,7 +283,7 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             # a growth undone serves on; a shrink must not keep the larger placement it was undone to
-            kept = isinstance(exc, MoveUndone) and not command.urgent
+            kept = isinstance(exc, MoveUndone) and not command.shrink
             event = "worker_growth_undone" if kept else "worker_reload_failed"
             log_event(log, logging.WARNING if kept else logging.ERROR, event, error=message, exc=traceback.format_exc())
         emit(

@@ -11,7 +11,7 @@ Commands (daemon -> worker):
 |---|---|---|
 | ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
-| ``Reload`` | req_id, placement, vision, urgent | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement; ``urgent`` (a shrink): the step in flight is stopped and undone first (the abort flag) |
+| ``Reload`` | req_id, placement, vision, urgent, shrink | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement; ``urgent`` (a shrink, or a growth out of the parked placement): the step in flight is stopped and undone first (the abort flag); ``shrink``: a move that fails is not undone to the old placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
@@ -149,9 +149,13 @@ class Reload:
     req_id: str
     placement: Placement
     vision: EncoderPlan | None = None  # the vision encoder's plan beside the placement (None: no projector)
-    #: A shrink: the supervisor sets the worker's abort flag before the command goes, so that the step in flight
-    #: stops at its next check instead of running to its end (``engine_process.boot``).
+    #: The supervisor sets the worker's abort flag before the command goes, so that the step in flight stops at its
+    #: next check instead of running to its end (``engine_process.boot``): a shrink (the VRAM must go now), or a
+    #: growth out of the parked placement (the step in flight runs on the CPU, the placement after the move is faster).
     urgent: bool = False
+    #: The budget shrinks: the old placement may not fit it any more, so a move that cannot be made is not undone to
+    #: it (``errors.MoveUndone`` is a failed reload: the worker exits and the daemon restarts it within the budget).
+    shrink: bool = False
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class FakeWorker:
             file_bytes=1,
             placement=start.placement,
             tool_format=self.tool_format,
+            gpu_hidden=start.hide_gpu,
             weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
         )
         self._events.append(ready)
@@ -326,7 +327,8 @@ class FakePlanner:
     opened in time, ``budgets`` the budgets planned so, ``threads`` the threads that did it). ``child_mib`` is the VRAM
     of one dry-run child (0: no GPU, no dry runs counted). ``cpu(budget, warning)`` is the CPU-only outcome (default:
     ``cpu_placement``'s); ``parked(budget, warning)`` the parked one (default: None, none); ``base`` what the daemon's
-    server reads of it. ``plan_within`` and ``released_to`` are the real rules.
+    server reads of it. ``plan_within`` and ``released_to`` are the real rules. ``weight_cache_reports`` records what
+    each ``use_weight_cache`` was told.
 
     ``tiers`` are its batch tiers (default none: nothing is planned per tier, as with one slot); ``plan_tier`` answers
     ``tier_outcome(budget, tier)`` (default: the budget's outcome labelled with the tier, without rates), remembered;
@@ -377,6 +379,10 @@ class FakePlanner:
         self.tier_calls: list[tuple[int, int, int | None]] = []
         self._plans: dict[int, PlanOutcome] = {}
         self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}
+        self.weight_cache_reports: list[bool] = []  # each ``use_weight_cache`` (a GPU worker's ready)
+
+    def use_weight_cache(self, active: bool) -> None:
+        self.weight_cache_reports.append(active)
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         self.calls.append((budget_mib, dry_run_slots))

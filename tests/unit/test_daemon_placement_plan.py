@@ -285,3 +285,33 @@ def test_a_mapped_host_copy_plans_mapped_placements_and_a_mapped_parked_one(
         with pytest.raises(DryRunDeferred):
             planner._planned(4096)
         assert seen[-1] == (load_mode,)
+
+
+def test_a_worker_that_does_not_cache_weights_is_planned_without_the_mode(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The mode configured, but the serving worker found it unusable: its plans are those of a worker that loads
+    (no ``kv_on_gpu_only``, no parked placement), the plans made for the mode forgotten; the worker that caches again
+    brings the mode back. A planner configured without the mode stays without it."""
+    from igi_sdk.engine.cache_base import parked_vram_mib
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)
+    base = Placement(n_ctx=1024, n_seq_max=2, n_threads=4)
+    cached = PlacementPlanner(model, base, kv_on_gpu_only=True)
+    cached._profile_cache = reference_profile("h200")
+    reserve = cached._profile().vram_reserve_mib
+    assert reserve is not None
+    need = parked_vram_mib(reserve)
+    assert cached.parked(need) is not None and cached._planning()[1].kv_on_gpu_only
+    cached._plans[4096] = cached.cpu_only(4096)  # a plan made for the mode
+    cached.use_weight_cache(False)
+    assert cached.parked(need) is None and not cached._planning()[1].kv_on_gpu_only
+    assert cached.planned() == {}
+    cached.use_weight_cache(True)
+    assert cached.parked(need) is not None and cached._planning()[1].kv_on_gpu_only
+    plain = PlacementPlanner(model, base)
+    plain._profile_cache = reference_profile("h200")
+    plain.use_weight_cache(True)
+    assert plain.parked(need) is None and not plain._planning()[1].kv_on_gpu_only

@@ -532,3 +532,24 @@ def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_t
         daemon.pump()
         time.sleep(0.01)
     assert [hidden for _, hidden in worker.starts] == [False, True, False]
+
+
+def test_each_gpu_workers_ready_tells_the_planner_whether_it_caches_weights() -> None:
+    """A worker with the GPU visible says in its ``Ready`` whether it caches weights (it may have found the mode
+    unusable: ``weight_cache_unavailable``), and the planner plans for what it does; a worker with CUDA hidden says
+    nothing about it."""
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    planner = daemon.budget._planner
+    assert isinstance(planner, FakePlanner)
+    worker.weight_cache_device = "CUDA0"
+    reclaim = _reclaim(daemon, 0)  # a new worker with CUDA hidden
+    _steps(daemon, 3)
+    assert _answers(daemon, reclaim) and worker.starts[-1][1] is True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))  # a new GPU worker, which caches weights
+    _steps(daemon, 3)
+    assert _answers(daemon, grow) and worker.starts[-1][1] is False
+    worker.weight_cache_device = None  # the next GPU worker finds the mode unusable
+    worker.kill()
+    _steps(daemon, 3)
+    assert planner.weight_cache_reports == [False, True, False]  # the first worker, the grown one, the restarted one

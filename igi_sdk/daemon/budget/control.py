@@ -178,9 +178,13 @@ class BudgetControl:
         return self._inflight is not None or self._queued is not None or self._plans.changing
 
     # --- worker events ---------------------------------------------------------------------------
-    def on_worker_ready(self) -> None:
-        """A (re)started worker is ready: start a reload that waited for it, or answer it at once when the worker
-        already runs its placement (a model switch starts the new worker on the budget in force)."""
+    def on_worker_ready(self, event: wp.Ready) -> None:
+        """A (re)started worker is ready: the planner plans for the weight cache mode only if this worker uses it (a
+        worker with the GPU hidden says nothing about it), then a reload that waited for it starts, or is answered at
+        once when the worker already runs its placement (a model switch starts the new worker on the budget in
+        force)."""
+        if not event.gpu_hidden:
+            self._planner.use_weight_cache(event.weight_cache_device is not None)
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)

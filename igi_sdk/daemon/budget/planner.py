@@ -108,6 +108,7 @@ class Planner(Protocol):
     def batch_tiers(self) -> tuple[int, ...]: ...  # the tiers ``plan_tier`` plans (``tiers_for(n_seq_max)``; (): none)
     def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
+    def use_weight_cache(self, active: bool) -> None: ...  # the serving worker caches weights, or not (its Ready)
 
 
 class PlacementPlanner:
@@ -144,6 +145,7 @@ class PlacementPlanner:
         self._model_path = model_path
         self._weight_cache_host: WeightCacheHost = weight_cache_host
         self._op_offload_min_batch = op_offload_min_batch
+        self._kv_on_gpu_only_configured = kv_on_gpu_only
         self._kv_on_gpu_only = kv_on_gpu_only
         self._base = base
         self.vision = vision
@@ -160,6 +162,18 @@ class PlacementPlanner:
     def base(self) -> Placement:
         """The placement fields that never change with the budget."""
         return self._base
+
+    def use_weight_cache(self, active: bool) -> None:
+        """The serving worker's word on the weight cache mode (its ``Ready``, where the GPU is not hidden): the plans
+        are made for the mode (``kv_on_gpu_only``, the parked placement) only where it is configured and the worker
+        uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
+        host memory) is planned the placements it loads best. A change forgets the plans made so far, which were made
+        for the other (their dry runs stay in the disk cache)."""
+        wanted = self._kv_on_gpu_only_configured and active
+        if wanted != self._kv_on_gpu_only:
+            self._kv_on_gpu_only = wanted
+            self._plans.clear()
+            self._tier_plans.clear()
 
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         """The CPU-only placement (always feasible as far as VRAM goes)."""

@@ -311,6 +311,13 @@ def test_a_worker_that_does_not_cache_weights_is_planned_without_the_mode(
     assert cached.planned() == {}
     cached.use_weight_cache(True)
     assert cached.parked(need) is not None and cached._planning()[1].kv_on_gpu_only
+
+    def planned_meanwhile(budget: int, generating: int | None = None) -> Any:  # the worker's Ready arrives meanwhile
+        cached.use_weight_cache(False)
+        return cached.cpu_only(budget)
+
+    monkeypatch.setattr(cached, "_planned", planned_meanwhile)
+    assert cached.plan(2048).plan.strategy == "cpu_only" and cached.planned() == {}, "a plan for the old mode was kept"
     plain = PlacementPlanner(model, base)
     plain._profile_cache = reference_profile("h200")
     plain.use_weight_cache(True)

@@ -147,6 +147,7 @@ class PlacementPlanner:
         self._op_offload_min_batch = op_offload_min_batch
         self._kv_on_gpu_only_configured = kv_on_gpu_only
         self._kv_on_gpu_only = kv_on_gpu_only
+        self._mode_changes = 0  # ``use_weight_cache`` changes: a plan made across one is not kept
         self._base = base
         self.vision = vision
         self._gpu = gpu_present()
@@ -172,6 +173,7 @@ class PlacementPlanner:
         wanted = self._kv_on_gpu_only_configured and active
         if wanted != self._kv_on_gpu_only:
             self._kv_on_gpu_only = wanted
+            self._mode_changes += 1  # a plan being made in the background for the old mode is then not kept
             self._plans.clear()
             self._tier_plans.clear()
 
@@ -245,6 +247,7 @@ class PlacementPlanner:
         known = self._plans.get(budget_mib)
         if known is not None:
             return known
+        mode = self._mode_changes
         try:
             reserve = self._profile().vram_reserve_mib if self._gpu else None
             if reserve is not None and budget_mib < reserve:
@@ -258,7 +261,8 @@ class PlacementPlanner:
                 )
             with limit_dry_runs(dry_run_slots):
                 outcome = self._planned(budget_mib)
-            self._plans[budget_mib] = outcome
+            if mode == self._mode_changes:
+                self._plans[budget_mib] = outcome
             return outcome
         except DryRunDeferred:
             raise
@@ -302,6 +306,7 @@ class PlacementPlanner:
         known = self._tier_plans.get(budget_mib, {}).get(tier)
         if known is not None:
             return known
+        mode = self._mode_changes
         default = self.plan(budget_mib, dry_run_slots=dry_run_slots)
         if budget_mib not in self._plans:
             return dataclasses.replace(default, tier=tier)
@@ -316,7 +321,8 @@ class PlacementPlanner:
                 log_event(_log, logging.WARNING, "planner_unavailable", error=f"{type(exc).__name__}: {exc}", tier=tier)
                 return dataclasses.replace(default, tier=tier)
         outcome = self._with_tier_rates(outcome, tier)
-        self._tier_plans.setdefault(budget_mib, {})[tier] = outcome
+        if mode == self._mode_changes:
+            self._tier_plans.setdefault(budget_mib, {})[tier] = outcome
         return outcome
 
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]:

@@ -28,6 +28,18 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def process_age_s(pid: int) -> float | None:
+    """Seconds since process ``pid`` started (clock-tick resolution: 10 ms on Linux), or None without ``/proc``."""
+    ticks = process_start_ticks(pid)
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime_s = float(f.read().split()[0])
+        hertz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return None if ticks is None else max(0.0, uptime_s - ticks / hertz)
+
+
 def process_running(pid: int, start_ticks: int | None) -> bool | None:
     """Whether the process that recorded ``pid`` (and ``start_ticks``, None: not recorded) still runs.
 

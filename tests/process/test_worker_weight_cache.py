@@ -125,7 +125,7 @@ def test_a_device_this_process_lacks_leaves_the_cache_off_and_reloads_still_work
 def test_a_worker_told_to_exit_at_once_exits_without_closing_its_engine(tmp_path: Path) -> None:
     """A replacement's ``Shutdown(exit_at_once=True)``: every event written before it is read, the process exits 0
     without closing its engine (no ``worker_closed``: the driver's teardown at exit frees everything), and a plain
-    ``Shutdown`` still closes it."""
+    ``Shutdown`` still closes it. Each start logs where its time went (``worker_loaded``)."""
     log_file = tmp_path / "worker.log"
     settings = DaemonSettings(
         engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CPU"),
@@ -143,6 +143,10 @@ def test_a_worker_told_to_exit_at_once_exits_without_closing_its_engine(tmp_path
         assert process.exitcode == 0
         supervisor.stop(timeout_s=5.0)
         text = log_file.read_text()
+        [loaded] = [line for line in text.splitlines() if "event=worker_loaded " in line]
+        fields = dict(f.split("=", 1) for f in loaded.split() if "=" in f)
+        assert 0 < float(fields["boot_s"]) < 60 and 0 < float(fields["model_s"]) <= float(fields["load_s"])
+        assert (fields["weight_cache_device"], fields["weight_cache_host"]) == ("CPU", "pinned")
         assert ("event=worker_exit_at_once" in text) == exit_at_once
         assert ("event=worker_closed" in text) != exit_at_once
         log_file.write_text("")

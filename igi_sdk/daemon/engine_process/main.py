@@ -36,6 +36,7 @@ from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
 from igi_sdk.errors import EngineLostError, MoveUndone
+from igi_sdk.processes import process_age_s
 
 if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.cpp is loaded (before numpy)
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
@@ -63,6 +64,8 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         llama_cpp_preloaded: whether llama.cpp was imported before boot could hide the GPU.
         abort_flag: the abort flag shared with the daemon (``boot``'s docstring); None: steps run to their end.
     """
+    started_s = process_age_s(os.getpid())  # the interpreter's start and the imports up to here (boot)
+    t_main = time.perf_counter()
     config, hide_gpu = start.config, start.hide_gpu
     configure_logging(config.log_level, config.log_format, config.log_file)
     lower_priority(config.nice)  # the daemon did so at the spawn already (worker_priority)
@@ -102,6 +105,19 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(3) from None
     model, file_bytes = engine.model_info()
+    stages = engine.llama_engine.load_stages
+    log_event(
+        log,
+        logging.INFO,
+        "worker_loaded",
+        boot_s=None if started_s is None else round(started_s, 3),
+        load_s=round(time.perf_counter() - t_main, 3),
+        **{k: None if v is None else round(v, 3) for k, v in _stage_seconds(stages).items()},
+        host_weight_mib=round(stages.host_weight_mib, 1),
+        device_weight_mib=round(stages.device_weight_mib, 1),
+        weight_cache_device=cache_device,
+        weight_cache_host=config.weight_cache_host if cache_device is not None else None,
+    )
     emit(
         wp.Ready(
             pid=os.getpid(),
@@ -180,6 +196,12 @@ def weight_cache_device(
         return requested
     log_event(log, logging.WARNING, "weight_cache_unavailable", device=requested, reason=reason)
     return None
+
+
+def _stage_seconds(stages: Any) -> dict[str, float | None]:
+    """The stages of the worker's model load worth a log line (``engine.load_timing.LoadStages``)."""
+    names = ("model_s", "open_s", "vocab_s", "alloc_s", "data_s", "context_s")
+    return {name: getattr(stages, name) for name in names}
 
 
 def _file_bytes(path: str) -> int:

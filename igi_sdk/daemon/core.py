@@ -200,6 +200,9 @@ class DaemonCore:
         #: The device the serving worker caches weights on (``worker_protocol.Ready.weight_cache_device``; None: the
         #: mode is off there, or no worker is ready yet): its moves between GPU placements cost no load
         self.weight_cache_device: str | None = None
+        #: What the last worker with the GPU visible said of the weight cache mode (its ``Ready``): True, it caches;
+        #: False, it found the mode unusable (the next one would too); None: no such worker yet
+        self.gpu_worker_caches: bool | None = None
         #: Set by shutdown_request: every later request but heartbeat and cancel is answered ``shutting_down``.
         self.shutting_down = False
         #: saves waiting for the worker's KV export, by export req_id: called with (tokens, state)

@@ -223,8 +223,14 @@ def test_a_growth_from_cpu_only_starts_the_caching_worker_on_the_nearest_planned
 ) -> None:
     """On the CPU-only placement with the weight cache mode configured, a growth whose plan needs dry runs does not
     wait for them (10.2 s for 1024 -> 4352 on the H100) before the GPU worker starts: the nearest planned placement goes
-    in force first, and the exact plan follows as a move. Without the mode it still waits (one load, not two)."""
-    for device, interim_first in (("CUDA0", True), (None, False)):
+    in force first, and the exact plan follows as a move. Without the mode it still waits (one load, not two), and so
+    it does where the last GPU worker found the mode unusable (the next one would too)."""
+    for device, gpu_worker_caches, interim_first in (
+        ("CUDA0", None, True),
+        ("CUDA0", True, True),
+        (None, None, False),
+        ("CUDA0", False, False),
+    ):
         rig = Rig(monkeypatch, cached={4096, 2048, 0}, used_mib=3700.0)
         rig.planner.outcome = lambda b: cpu_outcome(b, CPU_PLACEMENT) if b == 0 else partial_outcome(b)
         rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
@@ -234,6 +240,7 @@ def test_a_growth_from_cpu_only_starts_the_caching_worker_on_the_nearest_planned
         rig.finish_reload(used_after_mib=0.0)
         assert rig.budget.current.plan.strategy == "cpu_only"
         rig.core.weight_cache_device = None  # the CPU-only worker caches nothing
+        rig.core.gpu_worker_caches = gpu_worker_caches  # what the last GPU worker's Ready said (None: none yet)
         n_reloads = len(rig.reloads())
         rig.sent.clear()
         rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 3000)

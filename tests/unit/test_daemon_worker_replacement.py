@@ -512,10 +512,13 @@ def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_t
     worker = _worker(daemon)
     engine = daemon.core.settings.engine.model_copy(update={"weight_cache_device": "CUDA0"})
     daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+    daemon.core.gpu_worker_caches = True  # as the first worker's Ready would have said in the mode
+    worker.weight_cache_device = "CUDA0"
     _reclaim(daemon)
     daemon.pump()
     daemon.pump()
     assert worker.ready and daemon.budget.current.plan.strategy == "cpu_only"
+    assert daemon.core.gpu_worker_caches is True  # the CPU-only worker (CUDA hidden) said nothing about the mode
     planner = FakePlanner(two_placements(), cpu_placement=CPU_PLACEMENT, cached={0, 4096}, child_mib=600)
     planner.plan(4096)
     daemon.budget._planner = planner

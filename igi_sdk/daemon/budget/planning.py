@@ -100,12 +100,15 @@ class BudgetPlanning:
         one a shrink would release to (``released_to``), when it uses the GPU, holds more of the model there than
         ``current``, and the step after it is a move: the worker moves weights instead of loading
         (``DaemonCore.weight_cache_device``), or it runs the CPU-only placement and the GPU worker that replaces it
-        will (``engine.weight_cache_device`` set: that process starts now, on the interim placement, instead of after
-        the dry runs of the exact one). None otherwise: a growth through reloads waits for its plan rather than reload
+        will (``engine.weight_cache_device`` set, and the last GPU worker did not find the mode unusable:
+        ``DaemonCore.gpu_worker_caches``; that process starts now, on the interim placement, instead of after the dry
+        runs of the exact one). None otherwise: a growth through reloads waits for its plan rather than reload
         twice."""
+        core = self._core
         uses_gpu = placement_uses_gpu(current.placement)
-        moves = self._core.weight_cache_device is not None and uses_gpu
-        starts_caching = not uses_gpu and self._core.settings.engine.weight_cache_device is not None
+        moves = core.weight_cache_device is not None and uses_gpu
+        configured = core.settings.engine.weight_cache_device is not None
+        starts_caching = not uses_gpu and configured and core.gpu_worker_caches is not False
         if not (moves or starts_caching):
             return None
         interim = planner.released_to(target_mib)

@@ -436,6 +436,8 @@ class WorkerLifecycle:
         core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
         core.weight_cache_device = event.weight_cache_device
+        if not event.gpu_hidden:  # a worker with CUDA hidden says nothing about the mode
+            core.gpu_worker_caches = event.weight_cache_device is not None
         self.failures_in_row = 0
         core.log(
             logging.INFO,

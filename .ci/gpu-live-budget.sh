@@ -11,6 +11,7 @@
 #                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML per change)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
+#   standby:MODEL the cache mode with a standby worker behind the CUDA-hidden one (`--standby-worker`)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
@@ -48,6 +49,7 @@ if [ ! -f $W/started ]; then
         live:*) live \${step#live:} \${step#live:} ;;
         cache:*) live \${step#cache:} \${step#cache:}-cache --weight-cache-device CUDA0 ;;
         mapped:*) live \${step#mapped:} \${step#mapped:}-mapped --weight-cache-device CUDA0 --weight-cache-host mapped ;;
+        standby:*) live \${step#standby:} \${step#standby:}-standby --weight-cache-device CUDA0 --standby-worker ;;
         threshold)
           python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
           echo \"threshold rc=\$?\" >> $W/results/done.txt ;;
@@ -89,6 +91,7 @@ while :; do
         live:*) tail -n 40 $L/live-${step#live:}.log | grep -v "^llama\|^load\|^print_info" ;;
         cache:*) tail -n 40 $L/live-${step#cache:}-cache.log | grep -v "^llama\|^load\|^print_info" ;;
         mapped:*) tail -n 40 $L/live-${step#mapped:}-mapped.log | grep -v "^llama\|^load\|^print_info" ;;
+        standby:*) tail -n 40 $L/live-${step#standby:}-standby.log | grep -v "^llama\|^load\|^print_info" ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
         mapped_plans) grep -v "^llama\|^load\|^print_info" $L/weight-cache-mapped.log | tail -n 60 ;;

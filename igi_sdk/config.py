@@ -185,6 +185,12 @@ class EngineSettings(_Section):
         "worker's life: the fastest uploads and prompt streaming) or mapped (the model file's pages, nothing "
         "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model)",
     )
+    standby_worker: bool = Field(
+        default=False,
+        description="on a GPU machine, while the worker runs with CUDA hidden (a budget below any GPU placement, a "
+        "reclaim to 0), keep a second worker process ready with the GPU visible: llama.cpp loaded and its backends "
+        "initialized, no model and no CUDA context; a growth then starts the GPU worker in it instead of a new process",
+    )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,
         ge=1,

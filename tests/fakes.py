@@ -84,6 +84,9 @@ class FakeWorker:
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
+        self.standbys: list[wp.WorkerConfig] = []  # every ``prepare_standby``
+        self.standby: wp.WorkerConfig | None = None  # the standby waiting (``start`` with the GPU visible takes it)
+        self.standby_starts = 0  # starts that took the standby
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
         self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``)
         self.stopping = False
@@ -101,6 +104,9 @@ class FakeWorker:
         if self.refuse_next_start:
             self.refuse_next_start = False
             raise OSError(24, "Too many open files")
+        if not start.hide_gpu and self.standby is not None:  # as the supervisor: taken if it fits, else dropped
+            self.standby_starts += self.standby == start.config
+            self.standby = None
         self._config, self.gpu_hidden, self.loaded = start.config, start.hide_gpu, start.placement
         self.pid = 1000 + len(self.starts)
         self.starts.append((start.placement, start.hide_gpu))
@@ -131,6 +137,13 @@ class FakeWorker:
             weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
         )
         self._events.append(ready)
+
+    def prepare_standby(self, config: wp.WorkerConfig) -> None:
+        self.standbys.append(config)
+        self.standby = config
+
+    def drop_standby(self) -> None:
+        self.standby = None
 
     def send(self, command: wp.Command) -> None:
         if isinstance(command, wp.Shutdown):

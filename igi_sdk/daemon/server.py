@@ -147,6 +147,7 @@ class DaemonServer:
         finally:
             self.connection_file.unlink(missing_ok=True)
             worker.stop(timeout_s=5.0)
+            worker.drop_standby()
             if guard is not None:
                 guard.close()
             socket.close(linger=100)

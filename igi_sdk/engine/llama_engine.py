@@ -66,6 +66,12 @@ def imported_before_llama_cpp() -> list[str]:
     return [name for name in NATIVE_BEFORE_LLAMA_RISKS if name in sys.modules and names.index(name) < first]
 
 
+def init_backends() -> None:
+    """Initialize llama.cpp's backends now rather than at the first load (the CUDA devices enumerated, no CUDA context
+    made: ggml-cuda reads device properties only): what a standby worker does before it is given a model."""
+    _backend_init()
+
+
 def _backend_init() -> None:
     global _backend_ready
     with _backend_lock:

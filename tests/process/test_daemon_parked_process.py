@@ -68,3 +68,35 @@ def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchang
     assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
     ready = log_events(daemon.log_file, "worker_ready")
     assert ready and "weight_cache_device=CPU" in ready[0], ready[0]
+
+
+def test_with_a_standby_the_way_back_from_0_starts_the_gpu_worker_in_it() -> None:
+    """``--standby-worker``: the reclaim to 0 starts the CUDA-hidden worker and a standby behind it; the budget for the
+    GPU runs the GPU worker in the standby's process, and the session goes on."""
+    from igi_sdk.model_store import default_model_path
+
+    default_model_path()
+    flags = ["--vram-budget-mib", str(GPU_MIB), "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
+    args = [*flags, "--weight-cache-device", "CPU", "--standby-worker"]
+    daemon = DaemonProcess(args, launch=LAUNCH_PARKED).start(timeout_s=180.0)
+    try:
+        with Client.connect(daemon.connection_file, timeout_s=60) as client:
+            sid = client.create_session("Bard", "You tell stories.", sampling=GREEDY)
+            assert client.generate(sid, PROMPT, max_tokens=8).result().token_ids
+            assert not log_events(daemon.log_file, "worker_standby_started")  # a GPU worker serves
+            ack = client.reclaim(0, deadline_s=30.0)
+            assert ack.applied and ack.plan.strategy == "cpu_only"
+            back = client.set_budget(GPU_MIB, "menu")
+            assert back.applied and back.plan.strategy == "full_gpu"
+            assert client.generate(sid, "Tell me more.", max_tokens=8).result().token_ids
+    finally:
+        daemon.stop()
+    [prepared] = log_events(daemon.log_file, "worker_standby_started")
+    [taken] = log_events(daemon.log_file, "worker_standby_taken")
+    standby_pid = prepared.split("pid=")[1].split()[0]
+    assert f"pid={standby_pid}" in taken
+    started = log_events(daemon.log_file, "worker_started")
+    assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
+    assert f"pid={standby_pid}" in started[-1]  # the GPU worker is the standby's process
+    [loaded] = [line for line in log_events(daemon.log_file, "worker_loaded") if "standby_wait_s=None" not in line]
+    assert "standby_wait_s=" in loaded

@@ -556,3 +556,24 @@ def test_each_gpu_workers_ready_tells_the_planner_whether_it_caches_weights() ->
     worker.kill()
     _steps(daemon, 3)
     assert planner.weight_cache_reports == [False, True, False]  # the first worker, the grown one, the restarted one
+
+
+def test_with_the_standby_setting_a_cuda_hidden_worker_has_a_gpu_worker_waiting_behind_it() -> None:
+    """``engine.standby_worker``: each start of a worker with CUDA hidden prepares a standby (model-less, GPU visible)
+    for the configuration served, and the growth out of it starts the GPU worker there; without the setting none is
+    prepared."""
+    for enabled in (True, False):
+        daemon = _daemon(4096)
+        worker = _worker(daemon)
+        engine = daemon.core.settings.engine.model_copy(update={"standby_worker": enabled})
+        daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+        assert worker.standbys == []  # a GPU worker serves: nothing to prepare
+        reclaim = _reclaim(daemon, 0)
+        _steps(daemon, 3)
+        assert _answers(daemon, reclaim) and worker.starts[-1][1] is True
+        assert worker.standbys == ([worker.config] if enabled else [])
+        grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+        _steps(daemon, 3)
+        [ack] = _answers(daemon, grow)
+        assert isinstance(ack, BudgetAck) and ack.applied and worker.starts[-1][1] is False
+        assert worker.standby_starts == (1 if enabled else 0) and worker.standby is None

@@ -9,6 +9,11 @@ in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with t
 and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
 ``worker_main``.
 
+A *standby* worker (``start_pickle`` None) does all of that with the GPU visible and initializes llama.cpp's backends,
+then waits for its start on the pipe (the pickled ``WorkerStart``, sent by the supervisor that adopts it): the
+interpreter's start, the imports and the library loads are done before a growth needs a GPU worker, and no CUDA
+context is made until its start loads a model. The daemon going away before that (EOF) ends it.
+
 The abort flag is a C ``int`` in memory shared with the daemon (``multiprocessing.RawValue``, made by the supervisor
 for each worker). The supervisor sets it before it sends an urgent ``Reload`` (a shrink); llama.cpp reads it between
 graph nodes and scheduler splits (``LlamaEngine.abort_on_flag``, patches/llama.cpp 0005), so the step in flight stops
@@ -23,6 +28,7 @@ import faulthandler
 import os
 import pickle
 import sys
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -42,7 +48,7 @@ OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
 
 def boot(
     conn: Connection,
-    start_pickle: bytes,
+    start_pickle: bytes | None,
     hide_gpu: bool,
     pinned_pool_model: str | None,
     op_offload_min_batch: int | None = None,
@@ -52,7 +58,8 @@ def boot(
 
     Args:
         conn: the worker's end of the pipe.
-        start_pickle: the pickled ``WorkerStart``.
+        start_pickle: the pickled ``WorkerStart``; None: a standby, which reads it from ``conn`` once llama.cpp is
+            loaded and its backends initialized (the module docstring).
         hide_gpu: ``CUDA_VISIBLE_DEVICES=""`` before llama.cpp is loaded (``WorkerStart.hide_gpu``).
         pinned_pool_model: the model file whose size caps the pinned host pool (``WorkerConfig.pinned_pool``);
             None: the pool stays as the environment sets it.
@@ -75,7 +82,18 @@ def boot(
         keep_pinned_memory(Path(pinned_pool_model))
     import igi_sdk.engine.llama_engine  # noqa: F401  (imports llama_cpp before anything else it needs)
 
+    standby_wait_s = None
+    if start_pickle is None:  # a standby: ready for a model, then waiting for one
+        igi_sdk.engine.llama_engine.init_backends()
+        t_wait = time.monotonic()
+        try:
+            start_pickle = conn.recv_bytes()
+        except (EOFError, OSError):  # dropped, or the daemon went away
+            return
+        standby_wait_s = time.monotonic() - t_wait
     start = pickle.loads(start_pickle)
     from igi_sdk.daemon.engine_process.main import worker_main
 
-    worker_main(conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flag=abort_flag)
+    worker_main(
+        conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flag=abort_flag, standby_wait_s=standby_wait_s
+    )

@@ -53,7 +53,13 @@ the flag just before it queues the command): steps that would only be stopped ag
 Emit = Callable[[wp.Event], None]
 
 
-def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bool, abort_flag: Any = None) -> None:
+def worker_main(
+    conn: Connection,
+    start: wp.WorkerStart,
+    llama_cpp_preloaded: bool,
+    abort_flag: Any = None,
+    standby_wait_s: float | None = None,
+) -> None:
     """Run the worker until ``Shutdown`` or until the daemon goes away. Called by ``boot.boot``, which has hidden the
     GPU, set the pinned pool's cap and the op_offload threshold, and loaded llama.cpp.
 
@@ -63,8 +69,11 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
             ``hide_gpu`` (CUDA hidden, see the module docstring).
         llama_cpp_preloaded: whether llama.cpp was imported before boot could hide the GPU.
         abort_flag: the abort flag shared with the daemon (``boot``'s docstring); None: steps run to their end.
+        standby_wait_s: how long this process waited as a standby for its start (None: it was started for it).
     """
     started_s = process_age_s(os.getpid())  # the interpreter's start and the imports up to here (boot)
+    if started_s is not None and standby_wait_s is not None:  # a standby's wait is no part of this start
+        started_s = max(0.0, started_s - standby_wait_s)
     t_main = time.perf_counter()
     config, hide_gpu = start.config, start.hide_gpu
     configure_logging(config.log_level, config.log_format, config.log_file)
@@ -111,6 +120,7 @@ def worker_main(conn: Connection, start: wp.WorkerStart, llama_cpp_preloaded: bo
         logging.INFO,
         "worker_loaded",
         boot_s=None if started_s is None else round(started_s, 3),
+        standby_wait_s=None if standby_wait_s is None else round(standby_wait_s, 3),
         load_s=round(time.perf_counter() - t_main, 3),
         **{k: None if v is None else round(v, 3) for k, v in _stage_seconds(stages).items()},
         host_weight_mib=round(stages.host_weight_mib, 1),

@@ -254,6 +254,8 @@ class WorkerLifecycle:
         hide_gpu = hides_gpu_for(self._gpu, placement)
         worker.start(wp.WorkerStart(worker.config if config is None else config, placement, vision, hide_gpu))
         self._gpu_hidden = hide_gpu
+        if hide_gpu and self._core.settings.engine.standby_worker:  # the growth out of it will need a GPU worker
+            worker.prepare_standby(worker.config)
 
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
     @property

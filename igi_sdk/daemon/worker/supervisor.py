@@ -19,6 +19,7 @@ import logging
 import multiprocessing
 import pickle
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,20 @@ class WorkerGone(RuntimeError):
     """The worker process is dead or not started."""
 
 
+@dataclass
+class _Standby:
+    """A worker process that waits for its start (``WorkerSupervisor.prepare_standby``)."""
+
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    abort_flag: Any
+    config: wp.WorkerConfig
+    since_s: float
+
+    def age_s(self) -> float:
+        return round(time.monotonic() - self.since_s, 3)
+
+
 class WorkerSupervisor:
     """Owns one engine worker process at a time: the daemon's ``WorkerPort`` (``daemon.core``).
 
@@ -109,6 +124,7 @@ class WorkerSupervisor:
         self.started_at_s = 0.0
         self.last_ready: wp.Ready | None = None
         self._stopping = False
+        self._standby: _Standby | None = None  # a worker waiting for its start (``prepare_standby``)
 
     @property
     def config(self) -> wp.WorkerConfig:
@@ -121,26 +137,21 @@ class WorkerSupervisor:
         return None if self._process is None else self._process.pid
 
     def start(self, start: wp.WorkerStart) -> None:
-        """Spawn a worker (it sends ``ready`` once the model is loaded). The previous one must be stopped."""
-        from igi_sdk.daemon.engine_process.boot import boot
-
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
-        pool_model = str(start.config.model_path) if start.config.pinned_pool else None
-        abort_flag = self._ctx.RawValue(ctypes.c_int, 0)  # shared with the worker (boot's docstring)
-        args = (
-            child_conn,
-            pickle.dumps(start),
-            start.hide_gpu,
-            pool_model,
-            start.config.op_offload_min_batch,
-            abort_flag,
-        )
-        process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
-        process.start()
-        if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
-            lower_priority(start.config.nice, process.pid)
-        child_conn.close()
+        """Start a worker (it sends ``ready`` once the model is loaded): the standby when it was prepared for this
+        start (``prepare_standby``), else a new process. The previous one must be stopped."""
+        standby = self._take_standby(start)
+        if standby is not None:
+            try:
+                standby.conn.send_bytes(pickle.dumps(start))  # a few KiB, to a process blocked reading them
+            except OSError:  # it died after all: a process of its own, as without it
+                self._standby = standby
+                self.drop_standby()
+                standby = None
+        if standby is not None:
+            process, parent_conn, abort_flag = standby.process, standby.conn, standby.abort_flag
+            log_event(_log, logging.INFO, "worker_standby_taken", pid=process.pid, waited_s=standby.age_s())
+        else:
+            process, parent_conn, abort_flag = self._spawn(start.config, start, start.hide_gpu)
         self._config = start.config
         self._stopping = False
         self._process, self._conn, self._abort_flag = process, parent_conn, abort_flag
@@ -148,6 +159,70 @@ class WorkerSupervisor:
         self._dead, self.ready = False, False
         self.started_at_s = time.monotonic()
         log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
+
+    def _spawn(
+        self, config: wp.WorkerConfig, start: wp.WorkerStart | None, hide_gpu: bool
+    ) -> tuple[multiprocessing.process.BaseProcess, Connection, Any]:
+        """A new worker process running ``boot`` (``start`` None: a standby, which waits for it on the pipe)."""
+        from igi_sdk.daemon.engine_process.boot import boot
+
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
+        pool_model = str(config.model_path) if config.pinned_pool else None
+        abort_flag = self._ctx.RawValue(ctypes.c_int, 0)  # shared with the worker (boot's docstring)
+        args = (
+            child_conn,
+            None if start is None else pickle.dumps(start),
+            hide_gpu,
+            pool_model,
+            config.op_offload_min_batch,
+            abort_flag,
+        )
+        process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
+        process.start()
+        if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
+            lower_priority(config.nice, process.pid)
+        child_conn.close()
+        return process, parent_conn, abort_flag
+
+    # --- the standby --------------------------------------------------------------------------------------------
+    def prepare_standby(self, config: wp.WorkerConfig) -> None:
+        """Spawn a worker with the GPU visible that loads llama.cpp, initializes its backends and waits for its start
+        (``engine_process.boot``): the next :meth:`start` with the GPU visible and ``config`` takes it instead of
+        spawning, with the interpreter's start, the imports and the library loads done. It makes no CUDA context
+        before its start loads a model. One at a time: a standby already prepared for ``config`` is kept, one for
+        another (a model switch) dropped."""
+        standby = self._standby
+        if standby is not None and standby.process.exitcode is None and standby.config == config:
+            return
+        self.drop_standby()
+        process, parent_conn, abort_flag = self._spawn(config, None, hide_gpu=False)
+        self._standby = _Standby(process, parent_conn, abort_flag, config, time.monotonic())
+        log_event(_log, logging.INFO, "worker_standby_started", pid=process.pid)
+
+    def drop_standby(self) -> None:
+        """End the standby, if one waits (its process closes on the pipe's EOF; killed if it has not within 1 s)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return
+        standby.conn.close()
+        standby.process.join(1.0)
+        if standby.process.exitcode is None:
+            standby.process.kill()
+            standby.process.join(1.0)
+        log_event(_log, logging.INFO, "worker_standby_dropped", pid=standby.process.pid)
+
+    def _take_standby(self, start: wp.WorkerStart) -> _Standby | None:
+        """The standby, for a start with the GPU visible and the standby's configuration; dropped when it cannot serve
+        this start's model or settings (a model switch) or has died."""
+        standby = self._standby
+        if standby is None or start.hide_gpu:
+            return None
+        if standby.process.exitcode is not None or standby.config != start.config:
+            self.drop_standby()
+            return None
+        self._standby = None
+        return standby
 
     def fds(self) -> list[int]:
         """File descriptors to poll: the pipe and the process sentinel."""

@@ -1,0 +1,112 @@
+"""The standby worker (``WorkerSupervisor.prepare_standby``, ``engine.standby_worker``): a real worker process that has
+loaded llama.cpp and waits, model-less, for its start; the next start with the GPU visible and the same configuration
+runs in it (the same process: no interpreter start, no imports), one with another configuration drops it and spawns,
+and dropping it ends the process. On a CPU build the GPU is not there to be visible; what is checked is the process's
+life, which is the same."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
+from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
+from igi_sdk.model_store import default_model_path
+from igi_sdk.planner.placement import Placement
+
+PLACEMENT = Placement(n_ctx=1024, n_seq_max=2, n_threads=2, n_threads_batch=2)
+GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
+
+
+def _config(tmp_path: Path, n_ctx: int = 1024) -> wp.WorkerConfig:
+    settings = DaemonSettings(
+        engine=EngineSettings(n_ctx=n_ctx, n_threads=2, n_seq_max=2, worker_nice=0),
+        log=LogSettings(log_file=tmp_path / "worker.log", log_format="kv"),
+    )
+    return worker_config_for(settings, default_model_path(), n_ctx)
+
+
+def _until_ready(worker: WorkerSupervisor) -> None:
+    deadline = time.monotonic() + 120
+    while not worker.ready:
+        assert time.monotonic() < deadline and not worker.is_dead(), "the worker did not become ready"
+        worker.read_events()
+        time.sleep(0.02)
+
+
+def _reply(worker: WorkerSupervisor) -> str:
+    messages = (("user", "Hello there."),)
+    worker.send(wp.Generate(job_id="j", session_id="s", messages=messages, max_tokens=8, sampling=GREEDY))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for event in worker.read_events():
+            if isinstance(event, wp.Done):
+                return event.finish_reason
+        time.sleep(0.01)
+    raise AssertionError("no reply")
+
+
+def test_a_start_with_the_gpu_visible_runs_in_the_standby(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    worker = WorkerSupervisor(config)
+    try:
+        worker.prepare_standby(config)
+        standby = worker._standby
+        assert standby is not None and worker.pid is None  # waiting, not serving
+        worker.prepare_standby(config)
+        assert worker._standby is standby  # one at a time, kept
+        time.sleep(3.0)  # it loads llama.cpp meanwhile, then waits
+        assert standby.process.exitcode is None
+        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
+        assert worker.pid == standby.process.pid and worker._standby is None
+        _until_ready(worker)
+        assert _reply(worker) in ("stop", "length")
+        [loaded] = [
+            line for line in (tmp_path / "worker.log").read_text().splitlines() if "event=worker_loaded " in line
+        ]
+        fields = dict(f.split("=", 1) for f in loaded.split() if "=" in f)
+        # its wait is reported apart from its start (boot_s): the 3 s before the start hold both
+        boot_s, wait_s = float(fields["boot_s"]), float(fields["standby_wait_s"])
+        assert boot_s >= 0.0 and wait_s >= 0.0 and boot_s + wait_s >= 3.0 - 0.05
+    finally:
+        worker.stop(timeout_s=5.0)
+        worker.drop_standby()
+
+
+def test_a_standby_for_another_model_or_a_hidden_gpu_is_not_taken(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    worker = WorkerSupervisor(config)
+    try:
+        worker.prepare_standby(config)
+        standby = worker._standby
+        assert standby is not None
+        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=True))  # a CPU-only worker: a spawn of its own
+        assert worker.pid != standby.process.pid and worker._standby is standby
+        _until_ready(worker)
+        worker.stop(timeout_s=5.0)
+        other = _config(tmp_path, n_ctx=512)  # another configuration (a model switch): the standby goes
+        worker.prepare_standby(other)
+        assert worker._standby is not None and worker._standby is not standby
+        standby.process.join(5.0)
+        assert standby.process.exitcode is not None
+        replaced = worker._standby
+        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))  # not the standby's configuration
+        assert worker.pid != replaced.process.pid and worker._standby is None
+        replaced.process.join(5.0)
+        assert replaced.process.exitcode is not None
+        _until_ready(worker)
+    finally:
+        worker.stop(timeout_s=5.0)
+        worker.drop_standby()
+
+
+def test_dropping_the_standby_ends_its_process(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    worker = WorkerSupervisor(config)
+    worker.prepare_standby(config)
+    standby = worker._standby
+    assert standby is not None
+    worker.drop_standby()
+    assert standby.process.exitcode is not None and worker._standby is None
+    worker.drop_standby()  # nothing to drop: nothing happens

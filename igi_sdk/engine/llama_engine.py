@@ -67,9 +67,10 @@ def imported_before_llama_cpp() -> list[str]:
 
 
 def init_backends() -> None:
-    """Initialize llama.cpp's backends now rather than at the first load (the CUDA devices enumerated, no CUDA context
-    made: ggml-cuda reads device properties only): what a standby worker does before it is given a model."""
+    """Initialize llama.cpp's backends now rather than at the first load, its devices enumerated (ggml-cuda reads their
+    properties only: no CUDA context is made): what a standby worker does before it is given a model."""
     _backend_init()
+    llama_cpp.llama_supports_gpu_offload()  # the backend registry, with its devices
 
 
 def _backend_init() -> None:

@@ -22,12 +22,13 @@
 # Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
 # The script builds by itself (run it alone, not after `.gpu/build_on_gpu.sh`: LIMIT counts from its start, and a
 # call must end before the device tool's limit for its results to come back).
-# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b cache:qwen3_30b_a3b
-# live:qwen3_30b_a3b daemon: both models' cache mode again (a growth out of the parked placement stopping the CPU step
-# in flight, the driver's share of a context in the daemon's readings, each worker start's stages in the daemon's
-# log: worker_loaded), then the MoE through reloads, then the daemon's start after `igi prepare`).
+# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b standby:llama_8b
+# cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon: the 8B's cache mode again (a growth out of the parked placement
+# stopping the CPU step in flight, the driver's share of a context in the daemon's readings, each worker start's
+# stages in the daemon's log: worker_loaded), then with the standby worker (its growth from 0, and NVML with it
+# waiting), the MoE's cache mode and reloads, then the daemon's start after `igi prepare`).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-STEPS=${STEPS:-"cache:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon"}
+STEPS=${STEPS:-"cache:llama_8b standby:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started

@@ -201,15 +201,15 @@ class WorkerSupervisor:
         log_event(_log, logging.INFO, "worker_standby_started", pid=process.pid)
 
     def drop_standby(self) -> None:
-        """End the standby, if one waits (its process closes on the pipe's EOF; killed if it has not within 1 s)."""
+        """End the standby, if one waits: killed at once (it holds nothing to close, and one still loading llama.cpp
+        would read the pipe's EOF only once loaded, while the I/O loop waited)."""
         standby, self._standby = self._standby, None
         if standby is None:
             return
-        standby.conn.close()
-        standby.process.join(1.0)
         if standby.process.exitcode is None:
             standby.process.kill()
-            standby.process.join(1.0)
+        standby.process.join(1.0)
+        standby.conn.close()
         log_event(_log, logging.INFO, "worker_standby_dropped", pid=standby.process.pid)
 
     def _take_standby(self, start: wp.WorkerStart) -> _Standby | None:

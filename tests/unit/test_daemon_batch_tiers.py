@@ -198,3 +198,32 @@ def test_no_switch_to_a_plan_that_needs_a_worker_replacement(monkeypatch: pytest
     rig.tick()
     rig.tick(60.0)
     assert rig.reloads() == []
+
+
+def test_a_tier_switch_the_gpu_cannot_hold_is_undone_and_not_tried_again_before_the_retry_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker could not make the crowd's plan (``Reloaded.kept``: undone, the old tier serving on): the daemon
+    stays on the tier in force, answers nobody (a tier switch has no request), and switches no tier again before
+    ``min_grow_interval_s``, at least ``policy.budget.GROWTH_RETRY_S``."""
+    from igi_sdk.policy.budget import GROWTH_RETRY_S
+
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    rig.finish_reload()
+    assert rig.budget.current.tier == 1
+    rig.npcs(90, 100, 100, 100)
+    rig.tick(0.1)
+    up = rig.reloads()[-1]
+    rig.budget.on_reloaded(wp.Reloaded(req_id=up.req_id, ok=False, placement=up.placement, kept=True))
+    assert rig.budget.current.tier == 1 and not rig.budget.under_way and rig.acks() == []
+    assert rig.budget.state.deferred_mib is None  # the budget itself did not grow: nothing to retry there
+    n = len(rig.reloads())
+    wait_s = max(rig.budget._config.min_grow_interval_s, GROWTH_RETRY_S)
+    rig.tick(wait_s - 0.2)
+    assert len(rig.reloads()) == n  # the crowd still needs tier 4, but not before the retry wait
+    rig.tick(0.3)
+    assert len(rig.reloads()) == n + 1 and rig.reloads()[-1].placement.n_gpu_layers == _layers(4096, 4)

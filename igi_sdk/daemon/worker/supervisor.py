@@ -144,8 +144,7 @@ class WorkerSupervisor:
             try:
                 standby.conn.send_bytes(pickle.dumps(start))  # a few KiB, to a process blocked reading them
             except OSError:  # it died after all: a process of its own, as without it
-                self._standby = standby
-                self.drop_standby()
+                self._end_standby(standby)
                 standby = None
         if standby is not None:
             process, parent_conn, abort_flag = standby.process, standby.conn, standby.abort_flag
@@ -204,8 +203,11 @@ class WorkerSupervisor:
         """End the standby, if one waits: killed at once (it holds nothing to close, and one still loading llama.cpp
         would read the pipe's EOF only once loaded, while the I/O loop waited)."""
         standby, self._standby = self._standby, None
-        if standby is None:
-            return
+        if standby is not None:
+            self._end_standby(standby)
+
+    @staticmethod
+    def _end_standby(standby: _Standby) -> None:
         if standby.process.exitcode is None:
             standby.process.kill()
         standby.process.join(1.0)

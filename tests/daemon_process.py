@@ -38,6 +38,11 @@ def log_events(log_file: Path, event: str) -> list[str]:
     return [line for line in log_file.read_text(errors="replace").splitlines() if f"event={event} " in line + " "]
 
 
+def log_fields(line: str) -> dict[str, str]:
+    """The ``key=value`` fields of one line of such a log."""
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
 class DaemonProcess:
     """Starts the daemon, waits until it answers ``hello``, stops it (terminate -> wait -> kill).
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, log_fields
 
 from igi_sdk.bench.vram import VramSampler, open_nvml
 from igi_sdk.client import Client
@@ -52,11 +52,6 @@ def frame_png(width: int, height: int) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-
-
-def _fields(line: str) -> dict[str, str]:
-    """The ``key=value`` fields of a kv log line."""
-    return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
 def image_turn_scenario(model: Path, mmproj: Path, sampler: VramSampler, n_threads: int = 16) -> dict[str, Any]:
@@ -116,7 +111,7 @@ def image_turn_scenario(model: Path, mmproj: Path, sampler: VramSampler, n_threa
         log = daemon.log_file.read_text(errors="replace") if daemon.log_file.is_file() else ""
         if os.environ.get("OUT") and log:
             Path(os.environ["OUT"], "gpu_daemon_vision-daemon.log").write_text(log)
-    encodes = [_fields(line) for line in log.splitlines() if "event=image_encoded" in line]
+    encodes = [log_fields(line) for line in log.splitlines() if "event=image_encoded" in line]
     out["image_encoded"] = encodes
     return out
 

@@ -12,6 +12,7 @@ import pytest
 
 from igi_sdk.engine import BatchRequest, BatchScheduler, LlamaEngine, Sampler
 from igi_sdk.engine import cache_base as cache_base_mod
+from igi_sdk.engine.batch_types import RequestHandle
 from igi_sdk.engine.llama_engine import weight_cache_supported, weight_cache_unavailable
 from igi_sdk.errors import EngineError, MoveUndone
 from igi_sdk.model_store import default_model_path
@@ -25,12 +26,20 @@ QUESTION = "Describe the harbour at dawn."
 
 
 def _reply(eng: LlamaEngine, max_tokens: int = 16) -> list[int]:
-    prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-    sched = BatchScheduler(eng)
-    handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
+    sched, handle = _greedy(eng, max_tokens)
     sched.run_until_idle()
     eng.seq_clear(0)
     return list(handle.tokens)
+
+
+def _greedy(eng: LlamaEngine, max_tokens: int, tokens_first: int = 0) -> tuple[BatchScheduler, RequestHandle]:
+    """A scheduler with a greedy reply to ``QUESTION`` submitted, stepped until it has ``tokens_first`` tokens."""
+    prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
+    sched = BatchScheduler(eng)
+    handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
+    while len(handle.tokens) < tokens_first:
+        sched.step()
+    return sched, handle
 
 
 def _groups(eng: LlamaEngine) -> dict[str, list[str]]:
@@ -103,11 +112,7 @@ def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> No
     with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as eng:
         assert eng.placement == attn_first and eng.cached_weights
         assert not any(key.endswith(".ffn") for key in eng.cached_weights)  # the FFN stays on the host
-        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-        sched = BatchScheduler(eng)
-        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
-        while len(handle.tokens) < 8:
-            sched.step()
+        sched, handle = _greedy(eng, 24, 8)
         assert eng.moves_in_place(full) and not eng.moves_in_place(on_host)
         seen: list[str] = []
         save = eng.save_seq_state
@@ -135,11 +140,7 @@ def test_a_move_that_changes_the_kv_cache_device_carries_the_states_through_a_ne
     with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as unmoved:
         reference = _reply(unmoved, 24)
     with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
-        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-        sched = BatchScheduler(eng)
-        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
-        while len(handle.tokens) < 6:
-            sched.step()
+        sched, handle = _greedy(eng, 24, 6)
         assert eng.moves_in_place(parked) and eng.context_changes(parked) and not eng.context_changes(full)
         model = eng._model
         seen: list[str] = []
@@ -186,11 +187,7 @@ def test_a_growth_that_cannot_get_its_device_memory_is_undone_and_the_reply_goes
         reference = _reply(unmoved, 24)
     with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as eng:
         before = dict(eng.cached_weights)
-        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-        sched = BatchScheduler(eng)
-        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
-        while len(handle.tokens) < 8:
-            sched.step()
+        sched, handle = _greedy(eng, 24, 8)
         asked = _failing_at(monkeypatch, "blk.5.ffn")
         with pytest.raises(MoveUndone, match="could not allocate CPU memory for the weights of 'blk.5.ffn'"):
             sched.reload(full)
@@ -208,11 +205,7 @@ def test_a_growth_out_of_a_parked_placement_is_undone_into_its_own_context(monke
     with LlamaEngine(default_model_path(), parked, weight_cache_device="CPU") as unmoved:
         reference = _reply(unmoved, 24)
     with LlamaEngine(default_model_path(), parked, weight_cache_device="CPU") as eng:
-        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-        sched = BatchScheduler(eng)
-        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
-        while len(handle.tokens) < 8:
-            sched.step()
+        sched, handle = _greedy(eng, 24, 8)
         assert eng.context_changes(full)
         _failing_at(monkeypatch, "blk.5.ffn")
         seen: list[str] = []
@@ -251,9 +244,7 @@ def test_a_mapped_host_copy_moves_like_a_pinned_one() -> None:
     with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU", weight_cache_host="mapped") as eng:
         assert eng._base is not None and eng._base.load_mode == "mmap" and eng.cached_weights
         model = eng._model
-        prompt = eng.tokenize(eng.apply_chat_template([{"role": "user", "content": QUESTION}]))
-        sched = BatchScheduler(eng)
-        handle = sched.submit(BatchRequest("s", prompt, max_tokens=24, sampler=Sampler(temperature=0)))
+        sched, handle = _greedy(eng, 24)
         for target, n_tokens in ((full, 6), (parked, 12), (full, 18)):
             while len(handle.tokens) < n_tokens:
                 sched.step()

@@ -7,7 +7,12 @@ life, which is the same."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from daemon_process import log_events, log_fields
+from worker_process import wait_ready
 
 from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
 from igi_sdk.daemon.worker import protocol as wp
@@ -27,12 +32,14 @@ def _config(tmp_path: Path, n_ctx: int = 1024) -> wp.WorkerConfig:
     return worker_config_for(settings, default_model_path(), n_ctx)
 
 
-def _until_ready(worker: WorkerSupervisor) -> None:
-    deadline = time.monotonic() + 120
-    while not worker.ready:
-        assert time.monotonic() < deadline and not worker.is_dead(), "the worker did not become ready"
-        worker.read_events()
-        time.sleep(0.02)
+@pytest.fixture()
+def supervisor(tmp_path: Path) -> Iterator[tuple[WorkerSupervisor, wp.WorkerConfig]]:
+    """A supervisor with nothing started, and its configuration; whatever it started is ended after the test."""
+    config = _config(tmp_path)
+    worker = WorkerSupervisor(config)
+    yield worker, config
+    worker.stop(timeout_s=5.0)
+    worker.drop_standby()
 
 
 def _reply(worker: WorkerSupervisor) -> str:
@@ -47,63 +54,54 @@ def _reply(worker: WorkerSupervisor) -> str:
     raise AssertionError("no reply")
 
 
-def test_a_start_with_the_gpu_visible_runs_in_the_standby(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    worker = WorkerSupervisor(config)
-    try:
-        worker.prepare_standby(config)
-        standby = worker._standby
-        assert standby is not None and worker.pid is None  # waiting, not serving
-        worker.prepare_standby(config)
-        assert worker._standby is standby  # one at a time, kept
-        time.sleep(3.0)  # it loads llama.cpp meanwhile, then waits
-        assert standby.process.exitcode is None
-        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
-        assert worker.pid == standby.process.pid and worker._standby is None
-        _until_ready(worker)
-        assert _reply(worker) in ("stop", "length")
-        [loaded] = [
-            line for line in (tmp_path / "worker.log").read_text().splitlines() if "event=worker_loaded " in line
-        ]
-        fields = dict(f.split("=", 1) for f in loaded.split() if "=" in f)
-        # its wait is reported apart from its start (boot_s): the 3 s before the start hold both
-        boot_s, wait_s = float(fields["boot_s"]), float(fields["standby_wait_s"])
-        assert boot_s >= 0.0 and wait_s >= 0.0 and boot_s + wait_s >= 3.0 - 0.05
-    finally:
-        worker.stop(timeout_s=5.0)
-        worker.drop_standby()
+def test_a_start_with_the_gpu_visible_runs_in_the_standby(
+    supervisor: tuple[WorkerSupervisor, wp.WorkerConfig], tmp_path: Path
+) -> None:
+    worker, config = supervisor
+    worker.prepare_standby(config)
+    standby = worker._standby
+    assert standby is not None and worker.pid is None  # waiting, not serving
+    worker.prepare_standby(config)
+    assert worker._standby is standby  # one at a time, kept
+    time.sleep(3.0)  # it loads llama.cpp meanwhile, then waits
+    assert standby.process.exitcode is None
+    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
+    assert worker.pid == standby.process.pid and worker._standby is None
+    wait_ready(worker)
+    assert _reply(worker) in ("stop", "length")
+    [loaded] = log_events(tmp_path / "worker.log", "worker_loaded")
+    fields = log_fields(loaded)
+    # its wait is reported apart from its start (boot_s): the 3 s before the start hold both
+    boot_s, wait_s = float(fields["boot_s"]), float(fields["standby_wait_s"])
+    assert boot_s >= 0.0 and wait_s >= 0.0 and boot_s + wait_s >= 3.0 - 0.05
 
 
-def test_a_standby_for_another_model_or_a_hidden_gpu_is_not_taken(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    worker = WorkerSupervisor(config)
-    try:
-        worker.prepare_standby(config)
-        standby = worker._standby
-        assert standby is not None
-        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=True))  # a CPU-only worker: a spawn of its own
-        assert worker.pid != standby.process.pid and worker._standby is standby
-        _until_ready(worker)
-        worker.stop(timeout_s=5.0)
-        other = _config(tmp_path, n_ctx=512)  # another configuration (a model switch): the standby goes
-        worker.prepare_standby(other)
-        assert worker._standby is not None and worker._standby is not standby
-        standby.process.join(5.0)
-        assert standby.process.exitcode is not None
-        replaced = worker._standby
-        worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))  # not the standby's configuration
-        assert worker.pid != replaced.process.pid and worker._standby is None
-        replaced.process.join(5.0)
-        assert replaced.process.exitcode is not None
-        _until_ready(worker)
-    finally:
-        worker.stop(timeout_s=5.0)
-        worker.drop_standby()
+def test_a_standby_for_another_model_or_a_hidden_gpu_is_not_taken(
+    supervisor: tuple[WorkerSupervisor, wp.WorkerConfig], tmp_path: Path
+) -> None:
+    worker, config = supervisor
+    worker.prepare_standby(config)
+    standby = worker._standby
+    assert standby is not None
+    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=True))  # a CPU-only worker: a spawn of its own
+    assert worker.pid != standby.process.pid and worker._standby is standby
+    wait_ready(worker)
+    worker.stop(timeout_s=5.0)
+    other = _config(tmp_path, n_ctx=512)  # another configuration (a model switch): the standby goes
+    worker.prepare_standby(other)
+    assert worker._standby is not None and worker._standby is not standby
+    standby.process.join(5.0)
+    assert standby.process.exitcode is not None
+    replaced = worker._standby
+    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))  # not the standby's configuration
+    assert worker.pid != replaced.process.pid and worker._standby is None
+    replaced.process.join(5.0)
+    assert replaced.process.exitcode is not None
+    wait_ready(worker)
 
 
-def test_dropping_the_standby_ends_its_process(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    worker = WorkerSupervisor(config)
+def test_dropping_the_standby_ends_its_process(supervisor: tuple[WorkerSupervisor, wp.WorkerConfig]) -> None:
+    worker, config = supervisor
     worker.prepare_standby(config)
     standby = worker._standby
     assert standby is not None

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_process import log_events, log_fields
 from worker_process import ready_worker
 
 from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
@@ -142,9 +143,9 @@ def test_a_worker_told_to_exit_at_once_exits_without_closing_its_engine(tmp_path
         process.join(30)
         assert process.exitcode == 0
         supervisor.stop(timeout_s=5.0)
+        [loaded] = log_events(log_file, "worker_loaded")
+        fields = log_fields(loaded)
         text = log_file.read_text()
-        [loaded] = [line for line in text.splitlines() if "event=worker_loaded " in line]
-        fields = dict(f.split("=", 1) for f in loaded.split() if "=" in f)
         assert 0 < float(fields["boot_s"]) < 60 and 0 < float(fields["model_s"]) <= float(fields["load_s"])
         assert (fields["weight_cache_device"], fields["weight_cache_host"]) == ("CPU", "pinned")
         assert ("event=worker_exit_at_once" in text) == exit_at_once

@@ -15,7 +15,11 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply. Per
 - on an NVIDIA GPU (NVML): ``within_s``, until the device memory (minus the idle reading taken before the daemon
   started) went within the new budget (``WITHIN_SLACK_MIB`` above it: the driver's residue) and stayed there for the
   rest of the change, and ``peak_mib``, the peak
-  during the change, a violation when above the larger of the old and new budget.
+  during the change, a violation when above the larger of the old and new budget;
+- ``stall_s``: the longest an NPC waited for its next token (or, for a question just sent, its first) across the change
+  (a wait that overlaps the time from the request until the change settled): what a game's player sees of the change
+  as a pause in an NPC's speech. ``baseline_stall_s`` in the summary is the same wait over the replies outside every
+  change, the pace of the NPCs' speech alone.
 
 Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
 placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
@@ -112,6 +116,7 @@ class Npcs:
         self.reference: list[list[int]] = []
         self.replies: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.waits: list[tuple[float, float]] = []  # (monotonic start, s) of every wait for a token
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -125,8 +130,32 @@ class Npcs:
         finally:
             client.close_session(sid)
 
+    def ask_timed(self, client: Client, i: int) -> tuple[Any, list[tuple[float, float]]]:
+        """``ask``, streamed: the result and every wait (monotonic start, seconds) from the question's send to the
+        first token and from each token to the next."""
+        sid = client.create_session(
+            f"NPC {i}", "You live in a small harbour town. Answer in two sentences.", sampling=GREEDY
+        )
+        try:
+            t_last = time.monotonic()
+            stream = client.generate(sid, QUESTIONS[i % len(QUESTIONS)], max_tokens=self.max_tokens)
+            waits = []
+            for _ in stream:
+                now = time.monotonic()
+                waits.append((t_last, now - t_last))
+                t_last = now
+            return stream.result(), waits
+        finally:
+            client.close_session(sid)
+
     def take_reference(self, client: Client) -> None:
         self.reference = [list(self.ask(client, i).token_ids) for i in range(self.n)]
+
+    def longest_wait_s(self, t0: float, t1: float) -> float | None:
+        """The longest wait for a token that overlaps [t0, t1] (None: no NPC waited then)."""
+        with self._lock:
+            waits = [w for w in self.waits if w[0] < t1 and w[0] + w[1] > t0]
+        return max((w[1] for w in waits), default=None)
 
     def start(self) -> None:
         for i in range(self.n):
@@ -144,12 +173,13 @@ class Npcs:
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 try:
-                    result = self.ask(client, i)
+                    result, waits = self.ask_timed(client, i)
                 except Exception as exc:  # a failed request is what this run counts
                     with self._lock:
                         self.errors.append(f"npc {i}: {type(exc).__name__}: {exc}")
                     continue
                 with self._lock:
+                    self.waits.extend(waits)
                     self.replies.append(
                         {
                             "npc": i,
@@ -266,22 +296,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "peak_mib": peak,
                         "end_mib": window.timeline[-1][1] if window.timeline else None,
                         "violation": peak is not None and peak > limit_mib,
+                        "stall_s": _round(npcs.longest_wait_s(t0, t0 + settled_s)),
+                        "window": (t0, t0 + settled_s),
                     }
                 )
                 previous = change.budget_mib
             npcs.stop()
             game.shutdown(timeout_s=30)
+            windows = [c.pop("window") for c in changes_out]
+            baseline_stall_s = _baseline_stall_s(npcs.waits, windows)
     finally:
         npcs.stop()
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-    return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs)
+    return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _baseline_stall_s(waits: list[tuple[float, float]], windows: list[tuple[float, float]]) -> dict[str, float | None]:
+    """p50 / p95 / max of the waits for a token that overlap no change's window: the NPCs' pace without changes."""
+    outside = [w for s, w in waits if not any(s < t1 and s + w > t0 for t0, t1 in windows)]
+    return {
+        "p50": _round(percentile(outside, 0.5)),
+        "p95": _round(percentile(outside, 0.95)),
+        "max": _round(max(outside, default=None)),
+    }
 
 
 def _report(
-    args: argparse.Namespace, model: str, start_s: float, gpu: str | None, changes: list[dict[str, Any]], npcs: Npcs
+    args: argparse.Namespace,
+    model: str,
+    start_s: float,
+    gpu: str | None,
+    changes: list[dict[str, Any]],
+    npcs: Npcs,
+    baseline_stall_s: dict[str, float | None],
 ) -> dict[str, Any]:
     shrinks = [c for c in changes if c["shrink"]]
     grows = [c for c in changes if not c["shrink"]]
@@ -312,6 +366,12 @@ def _report(
             "grow_ack_s_in_worker": spread([c["ack_s"] for c in in_worker]),
             "grow_settled_s_in_worker": spread([c["settled_s"] for c in in_worker]),
             "violations": sum(1 for c in changes if c["violation"]),
+            "shrink_stall_s": spread([c["stall_s"] for c in shrinks if c["stall_s"] is not None]),
+            "grow_stall_s": spread([c["stall_s"] for c in grows if c["stall_s"] is not None]),
+            "grow_stall_s_from_cpu_only": spread(
+                [c["stall_s"] for c in grows if c["stall_s"] is not None and c["from_strategy"] == "cpu_only"]
+            ),
+            "baseline_stall_s": baseline_stall_s,
             "replies": len(replies),
             "replies_failed": len(npcs.errors),
             "replies_identical": sum(1 for r in replies if r["identical"]),
@@ -322,12 +382,12 @@ def _report(
 
 def _print(out: dict[str, Any]) -> None:
     print(f"model {out['model']} on {out['gpu'] or 'no NVIDIA GPU'}; daemon start {out['daemon_start_s']} s")
-    print("change | kind | ack s | settled s | within s | peak MiB | strategy")
+    print("change | kind | ack s | settled s | within s | peak MiB | stall s | strategy")
     for c in out["changes"]:
         print(
             f"{c['previous_mib']} -> {c['budget_mib']} | {c['kind']}{' interim' if c['interim'] else ''} | "
             f"{c['ack_s']} | {c['settled_s']} | {c['within_s']} | {c['peak_mib']}{' VIOLATION' if c['violation'] else ''}"
-            f" | {c['strategy']}"
+            f" | {c['stall_s']} | {c['strategy']}"
         )
     print(json.dumps(out["summary"], indent=1))
 

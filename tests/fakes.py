@@ -60,7 +60,8 @@ class FakeWorker:
         refused, ``reloaded{ok: false}``, then the worker exits); ``undo_growths`` (a reload that is no shrink
         cannot make its device buffers and is undone: ``reloaded{ok: false, kept: true}``, and the worker
         serves on with the placement it had); ``fail_gpu_loads`` (a GPU placement cannot load:
-        ``fatal``); ``refuse_next_start`` (the OS refuses the next start once: EMFILE); ``hold_generates`` (generations are
+        ``fatal``); ``refuse_next_start`` (the OS refuses the next start once: EMFILE); ``hold_incoming`` (a worker
+        started beside the one serving stays loading until :meth:`finish_incoming`); ``hold_generates`` (generations are
         kept, not run: :meth:`reply` answers the latest); ``unread_kinds`` (commands of these types wait unread in the pipe:
     a long step); ``tool_format`` (what its ``Ready`` reports).
     """
@@ -88,7 +89,13 @@ class FakeWorker:
         self.standby: wp.WorkerConfig | None = None  # the standby waiting (``start`` with the GPU visible takes it)
         self.standby_starts = 0  # starts that took the standby
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
-        self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``)
+        self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``, ``drop_incoming``)
+        self.hold_incoming = False  # a worker loading beside stays loading until ``finish_incoming``
+        self.incoming: wp.WorkerStart | None = None  # the start of the worker loading beside
+        self.incoming_pid: int | None = None
+        self.beside_starts = 0  # starts beside the worker serving (``start_beside``)
+        self._incoming_alive = False
+        self._incoming_events: list[wp.Event] = []
         self.stopping = False
         self._alive = False
         self._dead = True
@@ -119,16 +126,19 @@ class FakeWorker:
             self._events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
             self._alive = False
             return
+        self._events.append(self._ready_event(self.pid, start))
+
+    def _ready_event(self, pid: int, start: wp.WorkerStart) -> wp.Ready:
         info = ModelInfo(
-            path=self._config.model_path,
+            path=start.config.model_path,
             architecture="llama",
             n_layer=2,
             n_params=None,
             file_mib=1.0,
-            n_ctx=self._config.n_ctx,
+            n_ctx=start.config.n_ctx,
         )
-        ready = wp.Ready(
-            pid=self.pid,
+        return wp.Ready(
+            pid=pid,
             model=info,
             file_bytes=1,
             placement=start.placement,
@@ -136,7 +146,54 @@ class FakeWorker:
             gpu_hidden=start.hide_gpu,
             weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
         )
-        self._events.append(ready)
+
+    # --- a worker beside ----------------------------------------------------------------------------------------
+    def start_beside(self, start: wp.WorkerStart) -> None:
+        assert self.incoming is None, "a worker is already loading beside"
+        if self.refuse_next_start:
+            self.refuse_next_start = False
+            raise OSError(24, "Too many open files")
+        if self.standby is not None:  # as the supervisor: taken if it fits, else dropped
+            self.standby_starts += self.standby == start.config
+            self.standby = None
+        self.incoming, self.incoming_pid = start, 1000 + len(self.starts)
+        self.starts.append((start.placement, start.hide_gpu))
+        self.beside_starts += 1
+        self._incoming_alive, self._incoming_events = True, []
+        if self.fail_gpu_loads and placement_uses_gpu(start.placement):
+            self._incoming_events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
+            self._incoming_alive = False
+        elif not self.hold_incoming:
+            self.finish_incoming()
+
+    def read_incoming_events(self) -> list[wp.Event]:
+        events, self._incoming_events = self._incoming_events, []
+        return events
+
+    def incoming_dead(self) -> bool:
+        return self.incoming is not None and not self._incoming_alive and not self._incoming_events
+
+    def promote_incoming(self) -> wp.Ready:
+        start, pid = self.incoming, self.incoming_pid
+        assert start is not None and pid is not None and self._dead
+        self.incoming, self.incoming_pid = None, None
+        self._config, self.gpu_hidden, self.loaded, self.pid = start.config, start.hide_gpu, start.placement, pid
+        self._alive, self._dead, self._queue, self.stopping, self.ready = True, False, [], False, True
+        return self._ready_event(pid, start)
+
+    def drop_incoming(self) -> None:
+        if self.incoming is not None:
+            self.kills.append(self.incoming_pid)
+        self.incoming, self.incoming_pid, self._incoming_events = None, None, []
+
+    def finish_incoming(self) -> None:
+        """The worker loading beside (``hold_incoming``) has loaded: its ``ready``."""
+        assert self.incoming is not None and self.incoming_pid is not None
+        self._incoming_events.append(self._ready_event(self.incoming_pid, self.incoming))
+
+    def kill_incoming(self) -> None:
+        """The worker loading beside dies before it is ready (a crash in its load)."""
+        self._incoming_alive, self._incoming_events = False, []
 
     def prepare_standby(self, config: wp.WorkerConfig) -> None:
         self.standbys.append(config)

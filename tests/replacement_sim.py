@@ -25,13 +25,16 @@ from igi_sdk.ipc.messages import (
     SetBudgetRequest,
     TokenEvent,
 )
-from igi_sdk.policy.budget import BudgetPolicyConfig, BudgetState
+from igi_sdk.policy.budget import GROWTH_RETRY_S, BudgetPolicyConfig, BudgetState
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------
 def _gpu_loads_again(daemon: Daemon, worker: FakeWorker) -> None:
-    """After failed GPU loads: once loads work again, a budget for the GPU is applied (the model was not given up)."""
+    """After failed GPU loads: once loads work again and the retry wait of a failed growth has passed (the daemon's
+    clock moved past it), a budget for the GPU is applied (the model was not given up)."""
     worker.fail_gpu_loads = False
+    clock = daemon.core.clock
+    daemon.core.clock = lambda: clock() + GROWTH_RETRY_S  # type: ignore[method-assign]
     again = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     _steps(daemon, 3)
     [ack] = _answers(daemon, again)

@@ -57,6 +57,14 @@ class WorkerPort(Protocol):
     def stop(self, timeout_s: float | None = 5.0) -> None: ...  # reap it (None: kill it now, its exit read later)
     def prepare_standby(self, config: wp.WorkerConfig) -> None: ...  # a GPU worker ready for its start, model-less
     def drop_standby(self) -> None: ...  # end it (daemon stop)
+    # a worker loading beside the one serving (a growth out of the CPU-only placement), then serving in its place
+    @property
+    def incoming_pid(self) -> int | None: ...  # its process (None: none)
+    def start_beside(self, start: wp.WorkerStart) -> None: ...  # spawn it; OSError: refused
+    def read_incoming_events(self) -> list[wp.Event]: ...  # what it wrote so far (its ``ready`` or ``fatal``)
+    def incoming_dead(self) -> bool: ...  # it died before serving
+    def promote_incoming(self) -> wp.Ready: ...  # it becomes the worker (the one serving stopped and reaped)
+    def drop_incoming(self) -> None: ...  # kill it (a newer change, a shutdown)
 
 
 class RequestError(Exception):

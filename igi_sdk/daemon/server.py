@@ -148,6 +148,7 @@ class DaemonServer:
             self.connection_file.unlink(missing_ok=True)
             worker.stop(timeout_s=5.0)
             worker.drop_standby()
+            worker.drop_incoming()
             if guard is not None:
                 guard.close()
             socket.close(linger=100)

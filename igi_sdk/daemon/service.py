@@ -92,6 +92,7 @@ class DaemonService:
         core = self.core
         for event in core.worker.read_events():
             self.lifecycle.on_event(event)  # guarded per event
+        self._guarded("worker_beside", self.lifecycle.check_beside)
         exited = self._guarded("worker_death", lambda: self.lifecycle.check_exit(stopping))
         now = core.clock()
         self._guarded("liveness", lambda: (expire_clients(core, now), expire_sessions(core, now)))

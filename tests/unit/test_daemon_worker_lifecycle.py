@@ -14,7 +14,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
 )
 
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.lifecycle import SWITCHING, WORKER_START_RETRY_S, WorkerState
+from igi_sdk.daemon.worker.lifecycle import SWITCHING, WORKER_START_RETRY_S, Move, WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -121,13 +121,21 @@ def test_a_replacement_to_the_cpu_and_back() -> None:
     assert isinstance(_answers(daemon, reclaim)[0], BudgetAck)
     daemon.pump()
     assert _state(daemon) is WorkerState.READY
+    daemon.worker.hold_incoming = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    states = []
-    for _ in range(3):
-        daemon.pump()
-        states.append(_state(daemon))
-    assert WorkerState.REPLACING_STARTING in states and states[-1] is WorkerState.READY  # the GPU worker is ready
+    assert _state(daemon) is WorkerState.REPLACING_BESIDE  # the GPU worker loads, the CPU-only one serves on
+    daemon.pump()
+    assert _state(daemon) is WorkerState.REPLACING_BESIDE and _answers(daemon, grow) == []
+    daemon.worker.finish_incoming()
+    daemon.pump()  # ready: the CPU-only worker exits, the new one serves
+    assert _state(daemon) is WorkerState.READY
     assert isinstance(_answers(daemon, grow)[0], BudgetAck)
+    moves = [(before, move) for before, move, _ in daemon.moves][-3:]
+    assert moves == [
+        (WorkerState.REPLACING_BESIDE, Move.BESIDE_READY),
+        (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_GPU),
+        (WorkerState.REPLACING_STARTING, Move.READY),
+    ]
 
 
 def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -> None:

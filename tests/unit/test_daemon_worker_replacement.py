@@ -38,7 +38,6 @@ from fakes import (
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     _answers,
     _daemon,
-    _gpu_loads_again,
     _nvml,
     _reclaim,
     _session,
@@ -66,6 +65,7 @@ from igi_sdk.ipc.messages import (
 )
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
+from igi_sdk.policy.budget import GROWTH_RETRY_S
 
 
 def _clocked(stop_mode: StopMode) -> tuple[Daemon, FakeWorker, list[float]]:
@@ -104,12 +104,17 @@ def test_a_gpu_budget_afterwards_replaces_it_again_with_the_gpu_visible() -> Non
     _reclaim(daemon)
     daemon.pump()
     daemon.pump()
+    hidden_pid = worker.pid
+    worker.hold_incoming = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    daemon.pump()  # the hidden worker exited; the GPU worker loads
-    assert worker.starts[-1] == (GPU_PLACEMENT, False)
+    daemon.pump()  # the GPU worker loads beside the hidden one, which serves on
+    assert worker.starts[-1] == (GPU_PLACEMENT, False) and worker.beside_starts == 1
+    assert worker.pid == hidden_pid and worker.ready and len(worker.shutdowns) == 1  # the reclaim's only
     assert _answers(daemon, grow) == [], "a GPU placement is applied when the new worker has loaded it"
     assert daemon.budget.reloading
-    daemon.pump()  # ready
+    worker.finish_incoming()
+    daemon.pump()  # ready: the hidden worker exits, the new one serves
+    assert worker.pid != hidden_pid and [c.exit_at_once for c in worker.shutdowns] == [True, True]
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert ack.measured_vram_mib == GPU_MIB
@@ -328,12 +333,15 @@ def test_a_cancel_while_the_worker_is_replaced_ends_the_generation_with_its_part
 def test_a_reclaim_overtakes_a_replacement_towards_the_gpu_still_loading() -> None:
     daemon = _daemon(1024)  # CPU-only, CUDA hidden
     worker = _worker(daemon)
+    hidden_pid = worker.pid
+    worker.hold_incoming = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    daemon.pump()  # the hidden worker exited; a GPU worker loads (its `ready` is written, not read yet)
+    daemon.pump()  # a GPU worker loads beside the hidden one
     assert worker.starts[-1] == (GPU_PLACEMENT, False)
     reclaim = _reclaim(daemon)
-    daemon.pump()  # the loading worker is ended (its ready ignored); a hidden one starts on the CPU placement
-    assert worker.starts[-1] == (CPU_PLACEMENT, True)
+    daemon.pump()  # the loading worker is ended; the hidden one, which runs the CPU placement, serves on
+    assert worker.kills == [worker.starts.index((GPU_PLACEMENT, False)) + 1000]
+    assert worker.pid == hidden_pid and len(worker.starts) == 2 and worker.shutdowns == []
     [grow_ack], [reclaim_ack] = _answers(daemon, grow), _answers(daemon, reclaim)
     assert isinstance(grow_ack, BudgetAck) and isinstance(reclaim_ack, BudgetAck)
     assert grow_ack.plan.strategy == reclaim_ack.plan.strategy == "cpu_only" and grow_ack.granted_mib == 0
@@ -347,10 +355,12 @@ def test_a_reclaim_overtakes_a_replacement_towards_the_gpu_still_loading() -> No
 def test_a_change_to_the_same_gpu_placement_joins_the_replacement_under_way() -> None:
     daemon = _daemon(1024)
     worker = _worker(daemon)
+    worker.hold_incoming = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     daemon.pump()  # the GPU worker loads
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=3072))  # the same GPU placement: no second start
     reclaim = _reclaim(daemon, 2048)  # still the same placement: no CPU detour either
+    worker.finish_incoming()
     daemon.pump()
     assert [hidden for _, hidden in worker.starts] == [True, False] and worker.ready
     acks = [_answers(daemon, m)[0] for m in (grow, shrink, reclaim)]
@@ -369,26 +379,41 @@ def test_a_reclaim_behind_a_replacement_to_the_cpu_is_answered_with_it() -> None
     assert daemon.budget.state.target_mib == daemon.budget.current.budget_mib == 0
 
 
-def test_a_gpu_placement_that_cannot_load_fails_the_request_and_the_cpu_placement_comes_back() -> None:
+def test_a_gpu_placement_that_cannot_load_is_a_failed_growth_and_the_cpu_worker_serves_on() -> None:
+    """The GPU worker loads beside the CUDA-hidden one: when it cannot load (``fatal``), the growth is answered
+    ``applied: false`` with ``grow_failed`` and tried again later, and the worker serving never stopped."""
     daemon = _daemon(1024)
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
     worker = _worker(daemon)
     sid = _session(daemon)
     gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
     _steps(daemon, 2)
+    pid = worker.pid
     worker.fail_gpu_loads = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     _steps(daemon, 3)
     [failed] = _answers(daemon, grow)
-    assert isinstance(failed, ErrorReply) and failed.code == ErrorCode.ENGINE_FAILURE
+    assert isinstance(failed, BudgetAck)
+    assert (failed.applied, failed.warning, failed.plan.strategy, failed.granted_mib) == (
+        False,
+        "grow_failed",
+        "cpu_only",
+        1024,
+    )
     assert daemon.core.model_info is not None and daemon.service.lifecycle.fatal_error is None, (
         "given up on a failed reload"
     )
-    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
-    assert daemon.budget.state.target_mib == daemon.budget.state.in_force_mib == 1024
+    assert worker.pid == pid and worker.ready and worker.shutdowns == [], "the worker serving never stopped"
+    assert daemon.budget.state.in_force_mib == 1024 and daemon.budget.state.deferred_mib == 4096
     _steps(daemon, 8)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.text == _text(6) and final.finish_reason == "length"
-    _gpu_loads_again(daemon, worker)
+    assert final.reloads_during == 0, "nothing interrupted it"
+    worker.fail_gpu_loads = False
+    now[0] += GROWTH_RETRY_S  # the deferred growth is tried again
+    _steps(daemon, 3)
+    assert daemon.budget.current.plan.strategy == "full_gpu" and worker.starts[-1] == (GPU_PLACEMENT, False)
     check_exactly_one_terminal_reply(daemon)
 
 
@@ -396,13 +421,13 @@ def test_a_failed_gpu_load_overtaken_by_a_reclaim_is_not_a_fatal_model() -> None
     daemon = _daemon(1024)
     worker = _worker(daemon)
     worker.fail_gpu_loads = True
-    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
-    daemon.pump()  # the GPU worker starts; its `fatal` is written, not read yet
-    reclaim = _reclaim(daemon)  # overtakes that start
+    hidden_pid = worker.pid
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))  # the GPU worker starts beside
+    reclaim = _reclaim(daemon)  # overtakes that start before its `fatal` is read
     _steps(daemon, 3)
     assert daemon.service.lifecycle.fatal_error is None, "a later crash would give the model up at once"
     assert [type(m) for m in _answers(daemon, grow) + _answers(daemon, reclaim)] == [BudgetAck, BudgetAck]
-    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
+    assert worker.pid == hidden_pid and worker.gpu_hidden and worker.ready
     worker.kill()
     _steps(daemon, 2)
     assert daemon.core.model_info is not None and worker.ready  # restarted, not given up
@@ -522,9 +547,11 @@ def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_t
     planner = FakePlanner(two_placements(), cpu_placement=CPU_PLACEMENT, cached={0, 4096}, child_mib=600)
     planner.plan(4096)
     daemon.budget._planner = planner
+    worker.hold_incoming = True
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=6000))
-    daemon.pump()  # the CPU-only worker exited: the GPU worker starts on 4096's placement, no dry run waited for
+    daemon.pump()  # the GPU worker starts beside on 4096's placement, no dry run waited for
     assert worker.starts[-1] == (GPU_PLACEMENT, False) and planner.budgets == []
+    worker.finish_incoming()
     _steps(daemon, 3)
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.interim and ack.granted_mib == 6000

@@ -11,7 +11,7 @@ import multiprocessing
 from types import SimpleNamespace
 
 from daemon_sim import check_exactly_one_terminal_reply
-from fakes import CPU_PLACEMENT, worker_config
+from fakes import worker_config
 from replacement_sim import (
     _answers,
     _daemon,
@@ -121,10 +121,13 @@ def test_shutdown_during_a_replacement_starts_no_new_worker() -> None:
     sid = _session(daemon)
     gen = daemon.request(GenerateRequest(text="hi", max_tokens=6), sid)
     _steps(daemon, 2)
-    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))  # the old worker is told to exit
+    worker.hold_incoming = True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))  # a GPU worker loads beside the old one
+    incoming = worker.incoming_pid
     daemon.request(ShutdownRequest())
     daemon.pump()  # the rest of that loop iteration: the old worker's exit is seen
-    assert len(worker.starts) == 1, worker.starts
+    assert len(worker.starts) == 2 and worker.kills == [incoming], "the worker loading beside is ended at once"
+    assert worker.incoming is None
     assert daemon.core.counters["worker_crashes"] == 0
     assert [type(m) for m in _answers(daemon, gen)] == [GenerateReply]
     assert len(_answers(daemon, grow)) == 1
@@ -162,7 +165,7 @@ def test_a_failed_gpu_load_does_not_give_the_model_up_even_with_no_restarts_allo
     _steps(daemon, 4)
     assert len(_answers(daemon, grow)) == 1
     assert daemon.core.model_info is not None, "given up: every generation now gets no_model"
-    assert worker.starts[-1] == (CPU_PLACEMENT, True) and worker.ready
+    assert worker.gpu_hidden and worker.ready and worker.shutdowns == []  # the CPU-only worker served on
     _gpu_loads_again(daemon, worker)
     check_exactly_one_terminal_reply(daemon)
 

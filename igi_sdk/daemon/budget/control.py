@@ -148,8 +148,9 @@ class BudgetControl:
     @property
     def reload_running(self) -> bool:
         """Whether the worker is reloading or being replaced for a budget change: it generates nothing meanwhile
-        (a generation in flight waits for the new placement), so slow frames are the reload's, not pacing's."""
-        return self._inflight is not None
+        (a generation in flight waits for the new placement), so slow frames are the reload's, not pacing's. Not
+        while a new worker loads beside the one serving: that one goes on generating."""
+        return self._inflight is not None and self._lifecycle.state is not WorkerState.REPLACING_BESIDE
 
     @property
     def planner(self) -> Planner:
@@ -612,6 +613,17 @@ class BudgetControl:
             self._core.log(
                 logging.ERROR, "reload_failed", budget_mib=op.outcome.budget_mib, worker_replaced=True, message=message
             )
+
+    def growth_failed(self, message: str) -> None:
+        """The new worker of a replacement out of the CPU-only placement, loaded beside the worker serving, could not
+        load its GPU placement (``fatal``, or it died): the worker serving goes on with the placement in force, and
+        the growth is answered and deferred as one undone in a worker (``_growth_undone``)."""
+        op, self._inflight = self._inflight, None
+        if op is None:
+            return
+        self._growth_undone(op, message)
+        if self._queued is not None and self._core.worker.ready:
+            self._start(self._queued)
 
     def _gpu_replacement_pending(self) -> bool:
         """A worker replacement towards a GPU placement whose new worker has not served yet."""

@@ -50,6 +50,7 @@ class WorkerState(enum.Enum):
     READY = "ready"  # serving
     RELOADING = "reloading"  # a budget reload in place is in flight (the worker pauses at a token boundary)
     # a budget change between a GPU and a CPU-only placement: a new process
+    REPLACING_BESIDE = "replacing_beside"  # out of the CPU-only placement: the new one loads, the old one serves on
     REPLACING_STOPPING = "replacing_stopping"  # the old worker exits (killed after REPLACE_STOP_GRACE_S)
     REPLACING_STARTING = "replacing_starting"  # the new worker loads the GPU placement
     # load_model_request, once drained (generations, a reload, exports): the old worker stops, the new model loads
@@ -73,6 +74,9 @@ class Move(enum.Enum):
     RELOAD_SENT = "reload_sent"  # the budget control sent a Reload
     RELOADED = "reloaded"  # the worker answered it (applied or not)
     REPLACE = "replace"  # a budget change between GPU and CPU-only: the old worker told to exit
+    LOAD_BESIDE = "load_beside"  # a change out of the CPU-only placement: the new worker loads beside the old one
+    BESIDE_READY = "beside_ready"  # it is ready: the old worker told to exit
+    BESIDE_ENDED = "beside_ended"  # it failed, or a change back to the old one's placement ended it: the old serves
     SWAPPED_TO_CPU = "swapped_to_cpu"  # it exited; the CPU-only worker started: the change is done
     SWAPPED_TO_GPU = "swapped_to_gpu"  # it exited; the new worker loads the GPU placement
     OVERTAKEN = "overtaken"  # a newer budget: the new worker loading the superseded placement is killed
@@ -90,6 +94,7 @@ _CRASHABLE = (
     WorkerState.STARTING,
     WorkerState.READY,
     WorkerState.RELOADING,
+    WorkerState.REPLACING_BESIDE,
     WorkerState.REPLACING_STARTING,
     WorkerState.SWITCHING_REVERTING,
 )
@@ -111,6 +116,13 @@ TRANSITIONS: Mapping[tuple[WorkerState, Move], WorkerState] = MappingProxyType(
         (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_CPU): WorkerState.STARTING,
         (WorkerState.REPLACING_STOPPING, Move.SWAPPED_TO_GPU): WorkerState.REPLACING_STARTING,
         (WorkerState.REPLACING_STARTING, Move.OVERTAKEN): WorkerState.REPLACING_STOPPING,
+        (WorkerState.READY, Move.LOAD_BESIDE): WorkerState.REPLACING_BESIDE,
+        (WorkerState.REPLACING_BESIDE, Move.BESIDE_READY): WorkerState.REPLACING_STOPPING,
+        (WorkerState.REPLACING_BESIDE, Move.BESIDE_ENDED): WorkerState.READY,
+        # a newer GPU placement: the worker loading beside is dropped, another starts beside on it
+        (WorkerState.REPLACING_BESIDE, Move.OVERTAKEN): WorkerState.REPLACING_BESIDE,
+        # a CPU-only placement other than the one the old worker runs: it is replaced after all
+        (WorkerState.REPLACING_BESIDE, Move.REPLACE): WorkerState.REPLACING_STOPPING,
         **{(state, Move.DIED): WorkerState.STARTING for state in _CRASHABLE},
         **{(state, Move.GIVEN_UP): WorkerState.FAILED for state in _CRASHABLE},
         (WorkerState.FAILED, Move.TAKE_OVER): WorkerState.SWITCHING_DRAINING,
@@ -132,14 +144,17 @@ class IllegalMove(RuntimeError):
 
 @dataclass
 class Replacement:
-    """A worker replacement under way (REPLACING_STOPPING, REPLACING_STARTING): the placement the new worker loads,
-    and since when the old worker has been asked to exit (``killed``: it was killed, past ``REPLACE_STOP_GRACE_S``,
-    overtaken, or still starting)."""
+    """A worker replacement under way (REPLACING_BESIDE, REPLACING_STOPPING, REPLACING_STARTING): the placement the
+    new worker loads, since when (``since_s``), since when the old worker has been asked to exit (``stopping_since_s``;
+    ``killed``: it was killed, past ``REPLACE_STOP_GRACE_S``, overtaken, or still starting), and the ``Ready`` of a new
+    worker that loaded beside the old one (promoted once the old one has exited)."""
 
     placement: Placement
     vision: EncoderPlan | None
     since_s: float
+    stopping_since_s: float | None = None
     killed: bool = False
+    ready: wp.Ready | None = None
 
 
 class BudgetSide(Protocol):
@@ -152,6 +167,7 @@ class BudgetSide(Protocol):
     def on_reloaded(self, event: wp.Reloaded) -> None: ...
     def replacement_done(self, apply_time_s: float) -> None: ...
     def replacement_failed(self, message: str) -> None: ...
+    def growth_failed(self, message: str) -> None: ...
     def on_worker_death(self) -> None: ...
     def abort(self, error: RequestError) -> None: ...
 
@@ -223,8 +239,11 @@ class WorkerLifecycle:
 
     @property
     def replace_phase(self) -> str | None:
-        """Where a worker replacement is: ``stopping`` (the old worker exits), ``starting`` (the new one loads a GPU
-        placement), None (no replacement under way)."""
+        """Where a worker replacement is: ``beside`` (the new one loads a GPU placement while the old one serves),
+        ``stopping`` (the old worker exits), ``starting`` (the new one loads a GPU placement), None (no replacement
+        under way)."""
+        if self._state is WorkerState.REPLACING_BESIDE:
+            return "beside"
         if self._state is WorkerState.REPLACING_STOPPING:
             return "stopping"
         return "starting" if self._state is WorkerState.REPLACING_STARTING else None
@@ -266,17 +285,74 @@ class WorkerLifecycle:
         return self._state is WorkerState.STARTING and self._core.model_info is not None
 
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
-        """Replace the worker with one that runs ``placement``: ``Shutdown`` now (a worker still starting is killed: it
-        would read it only once loaded); its exit starts the new one (``_swap``). The budget control hears
-        ``replacement_done`` (or ``replacement_failed``, or ``on_worker_death``)."""
+        """Replace the worker with one that runs ``placement``. Out of the CPU-only placement, into a GPU one, while the
+        worker serves: the new worker loads beside it, and it serves on until the new one is ready (``check_beside``)
+        and exits then. Otherwise: ``Shutdown`` now (a worker still starting is killed: it would read it only once
+        loaded); its exit starts the new one (``_swap``). The budget control hears ``replacement_done`` (or
+        ``replacement_failed`` and ``on_worker_death``; ``growth_failed`` for a worker beside that did not load)."""
+        now = self._core.clock()
+        if self._state is WorkerState.READY and self._gpu_hidden and placement_uses_gpu(placement):
+            replacement = Replacement(placement, vision, now)
+            if self._start_beside(replacement):
+                self._move(Move.LOAD_BESIDE)
+                self._replacement = replacement
+                self._core.counters["worker_replacements"] += 1
+                return
         starting = self._state is WorkerState.STARTING
         self._move(Move.REPLACE)
-        self._replacement = Replacement(placement, vision, self._core.clock(), killed=starting)
+        self._replacement = Replacement(placement, vision, now, stopping_since_s=now, killed=starting)
         self._core.counters["worker_replacements"] += 1
         if starting:
             self._core.worker.stop(timeout_s=None)
         else:  # its generations carry over from what the daemon streamed: the process need not close anything
             self._core.worker.send(wp.Shutdown(exit_at_once=True))
+
+    def _start_beside(self, replacement: Replacement) -> bool:
+        """Start a worker on ``replacement``'s GPU placement beside the one serving; False: the OS refused it (the
+        replacement then stops the old worker first, and retries the start after its exit)."""
+        worker = self._core.worker
+        start = wp.WorkerStart(worker.config, replacement.placement, replacement.vision, hide_gpu=False)
+        try:
+            worker.start_beside(start)
+        except OSError as exc:
+            self._core.counters["worker_start_failed"] += 1
+            self._core.log(logging.ERROR, "worker_start_failed", error=repr(exc), beside=True)
+            return False
+        return True
+
+    def _stop_replaced(self, replacement: Replacement) -> None:
+        """Tell the worker being replaced to exit now (its exit starts or promotes the new one: ``_swap``)."""
+        replacement.stopping_since_s, replacement.killed = self._core.clock(), False
+        self._core.worker.send(wp.Shutdown(exit_at_once=True))
+
+    def check_beside(self) -> None:
+        """Read the worker loading beside (every loop iteration): its ``Ready`` tells the worker serving to exit (its
+        exit promotes the new one: ``_swap``); its ``Fatal`` or death ends the growth, and the worker serving goes on
+        with the placement in force (the budget control's ``growth_failed``)."""
+        worker = self._core.worker
+        for event in worker.read_incoming_events():
+            if self._state is not WorkerState.REPLACING_BESIDE:
+                break
+            if isinstance(event, wp.Ready):
+                replacement = self._replacement
+                assert replacement is not None
+                self._move(Move.BESIDE_READY)
+                replacement.ready = event
+                self._core.log(
+                    logging.INFO, "worker_beside_ready", pid=event.pid, load_s=self._core.clock() - replacement.since_s
+                )
+                self._stop_replaced(replacement)
+            elif isinstance(event, wp.Fatal):
+                self._beside_failed(f"{event.code}: {event.message}")
+        if self._state is WorkerState.REPLACING_BESIDE and worker.incoming_dead():
+            self._beside_failed("the worker loading beside died")
+
+    def _beside_failed(self, message: str) -> None:
+        self._move(Move.BESIDE_ENDED)
+        self._replacement = None
+        self._core.worker.drop_incoming()
+        self._core.log(logging.ERROR, "worker_beside_failed", error=message)
+        self._budget_side().growth_failed(message)
 
     def overtake(self, placement: Placement, vision: EncoderPlan | None, restart: bool = True) -> None:
         """A newer placement overtakes the replacement under way: the old worker's exit starts a worker on it instead,
@@ -284,11 +360,48 @@ class WorkerLifecycle:
         one)."""
         replacement = self._replacement
         assert replacement is not None
+        worker = self._core.worker
+        if self._state is WorkerState.REPLACING_BESIDE:
+            self._overtake_beside(replacement, placement, vision, restart)
+            return
         replacement.placement, replacement.vision = placement, vision
+        if restart and replacement.ready is not None:  # loaded beside for a placement nobody wants any more
+            worker.drop_incoming()
+            replacement.ready = None  # the old worker's exit starts a worker on the newer placement
         if restart and self._state is WorkerState.REPLACING_STARTING:  # it loads a placement nobody wants any more
             self._move(Move.OVERTAKEN)
-            replacement.since_s, replacement.killed = self._core.clock(), True
-            self._core.worker.stop(timeout_s=None)
+            now = self._core.clock()
+            replacement.since_s, replacement.stopping_since_s, replacement.killed = now, now, True
+            worker.stop(timeout_s=None)
+
+    def _overtake_beside(
+        self, replacement: Replacement, placement: Placement, vision: EncoderPlan | None, restart: bool
+    ) -> None:
+        """``overtake`` while the new worker loads beside the one serving: a newer GPU placement starts another beside
+        (``restart``); the placement the serving worker runs ends the replacement at once; another CPU-only placement
+        replaces the serving worker after all."""
+        worker = self._core.worker
+        if not restart:
+            replacement.placement, replacement.vision = placement, vision
+            return
+        worker.drop_incoming()
+        if placement_uses_gpu(placement):
+            replacement.placement, replacement.vision = placement, vision
+            replacement.since_s = self._core.clock()  # the newer change's time counts from here
+            self._move(Move.OVERTAKEN)
+            if not self._start_beside(replacement):
+                self._move(Move.REPLACE)
+                self._stop_replaced(replacement)
+            return
+        if placement == self._budget_side().current.placement:  # the worker serving runs it: nothing to load
+            self._move(Move.BESIDE_ENDED)
+            self._replacement = None
+            self._budget_side().replacement_done(self._core.clock() - replacement.since_s)
+            return
+        replacement.placement, replacement.vision = placement, vision
+        replacement.since_s = self._core.clock()
+        self._move(Move.REPLACE)
+        self._stop_replaced(replacement)
 
     def tick(self) -> None:
         """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown`` (every loop
@@ -298,7 +411,8 @@ class WorkerLifecycle:
             replacement is not None
             and self._state is WorkerState.REPLACING_STOPPING
             and not replacement.killed
-            and self._core.clock() - replacement.since_s > REPLACE_STOP_GRACE_S
+            and replacement.stopping_since_s is not None
+            and self._core.clock() - replacement.stopping_since_s > REPLACE_STOP_GRACE_S
         ):
             replacement.killed = True
             self._core.log(logging.WARNING, "worker_replace_kill", grace_s=REPLACE_STOP_GRACE_S)
@@ -306,14 +420,20 @@ class WorkerLifecycle:
 
     def _swap(self, replacement: Replacement) -> None:
         """The worker being replaced has exited: carry its generations over and start the new worker on the
-        replacement's placement. A CPU-only one is done now (the memory is released); a GPU one when the new worker is
-        ready (``serve``)."""
+        replacement's placement, or promote the one that loaded it beside. A CPU-only one is done now (the memory is
+        released); a GPU one when the new worker is ready (``serve``: at once for one loaded beside)."""
         core, worker = self._core, self._core.worker
-        released_s = core.clock() - replacement.since_s
+        stopping_since_s = replacement.since_s if replacement.stopping_since_s is None else replacement.stopping_since_s
+        released_s = core.clock() - stopping_since_s
         worker.stop(timeout_s=1.0)  # reap it
         core.carry_over_jobs()
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history
-        self._start_worker()
+        ready = None
+        if replacement.ready is not None:
+            ready = worker.promote_incoming()
+            self._gpu_hidden = False
+        else:
+            self._start_worker()
         core.log(
             logging.INFO,
             "worker_replaced",
@@ -321,9 +441,12 @@ class WorkerLifecycle:
             released_s=released_s,
             gpu_hidden=self._gpu_hidden,
             carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
+            **({"beside": True} if ready is not None else {}),
         )
         if placement_uses_gpu(replacement.placement):
             self._move(Move.SWAPPED_TO_GPU)  # replacing until the new worker is ready
+            if ready is not None:
+                self.serve(ready)
             return
         self._replacement = None
         self._move(Move.SWAPPED_TO_CPU)  # the change is done; the new worker loads the model on the CPU
@@ -340,8 +463,10 @@ class WorkerLifecycle:
             self._move(Move.RELOADED)
 
     def stop(self) -> None:
-        """``shutdown_request``: no worker is started any more, whatever it reports."""
+        """``shutdown_request``: no worker is started any more, whatever it reports; one loading beside the worker
+        serving is ended now."""
         self._move(Move.SHUTDOWN)
+        self._core.worker.drop_incoming()
 
     # --- a model switch (``ModelSwitch`` asks for each step) --------------------------------------------------------
     def switch_take_over(self) -> None:
@@ -479,6 +604,7 @@ class WorkerLifecycle:
                 fail_job(core, job, error)
         core.end_exports_without_worker()
         self._replacement = None
+        core.worker.drop_incoming()  # a worker loading beside the one that died: the restart starts on the plan in force
         budget = self._budget_side()
         budget.on_worker_death()
         limit = core.settings.engine.max_worker_restarts

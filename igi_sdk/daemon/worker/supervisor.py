@@ -10,6 +10,12 @@ llama.cpp process that has seen the GPU keeps its context and cuBLAS workspaces 
 whatever it reloads to. Moving between a GPU placement and a CPU-only one therefore takes a new worker process
 (:func:`hides_gpu_for`; the daemon's ``WorkerLifecycle`` decides it for each start, and ``BudgetControl`` replaces the
 worker). Without a GPU nothing changes: the variable is never set and every reload happens in place.
+
+**A worker beside.** A growth out of the CPU-only placement loads the new worker while the CUDA-hidden one serves on
+(:meth:`WorkerSupervisor.start_beside`): its events are read apart until the one it replaces has exited and
+:meth:`WorkerSupervisor.promote_incoming` makes it the worker. The CUDA-hidden worker holds no device memory, so the
+two processes together hold no more VRAM than the new one; host memory holds the model file's pages, which the
+CUDA-hidden worker maps, beside the new worker's copy, as it does while the new worker serves alone.
 """
 
 from __future__ import annotations
@@ -89,6 +95,19 @@ class WorkerGone(RuntimeError):
 
 
 @dataclass
+class _Incoming:
+    """A worker loading beside the one serving (``WorkerSupervisor.start_beside``)."""
+
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    abort_flag: Any
+    start: wp.WorkerStart
+    since_s: float
+    ready: wp.Ready | None = None
+    dead: bool = False
+
+
+@dataclass
 class _Standby:
     """A worker process that waits for its start (``WorkerSupervisor.prepare_standby``)."""
 
@@ -125,6 +144,7 @@ class WorkerSupervisor:
         self.last_ready: wp.Ready | None = None
         self._stopping = False
         self._standby: _Standby | None = None  # a worker waiting for its start (``prepare_standby``)
+        self._incoming: _Incoming | None = None  # a worker loading beside the one serving (``start_beside``)
 
     @property
     def config(self) -> wp.WorkerConfig:
@@ -139,6 +159,17 @@ class WorkerSupervisor:
     def start(self, start: wp.WorkerStart) -> None:
         """Start a worker (it sends ``ready`` once the model is loaded): the standby when it was prepared for this
         start (``prepare_standby``), else a new process. The previous one must be stopped."""
+        process, parent_conn, abort_flag = self._launch(start)
+        self._config = start.config
+        self._stopping = False
+        self._process, self._conn, self._abort_flag = process, parent_conn, abort_flag
+        self._writer = PipeWriter(parent_conn)
+        self._dead, self.ready = False, False
+        self.started_at_s = time.monotonic()
+        log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
+
+    def _launch(self, start: wp.WorkerStart) -> tuple[multiprocessing.process.BaseProcess, Connection, Any]:
+        """The process for ``start``: the standby when it was prepared for it, else a new one."""
         standby = self._take_standby(start)
         if standby is not None:
             try:
@@ -147,17 +178,84 @@ class WorkerSupervisor:
                 self._end_standby(standby)
                 standby = None
         if standby is not None:
-            process, parent_conn, abort_flag = standby.process, standby.conn, standby.abort_flag
-            log_event(_log, logging.INFO, "worker_standby_taken", pid=process.pid, waited_s=standby.age_s())
-        else:
-            process, parent_conn, abort_flag = self._spawn(start.config, start, start.hide_gpu)
-        self._config = start.config
-        self._stopping = False
-        self._process, self._conn, self._abort_flag = process, parent_conn, abort_flag
-        self._writer = PipeWriter(parent_conn)
-        self._dead, self.ready = False, False
-        self.started_at_s = time.monotonic()
-        log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
+            log_event(_log, logging.INFO, "worker_standby_taken", pid=standby.process.pid, waited_s=standby.age_s())
+            return standby.process, standby.conn, standby.abort_flag
+        return self._spawn(start.config, start, start.hide_gpu)
+
+    # --- a worker beside ----------------------------------------------------------------------------------------
+    def start_beside(self, start: wp.WorkerStart) -> None:
+        """Start a worker for ``start`` beside the one serving, which goes on serving (the standby when it was
+        prepared for this start): its ``ready`` or ``fatal`` comes from :meth:`read_incoming_events`, and
+        :meth:`promote_incoming` makes it the worker once the one serving has been stopped. One at a time.
+
+        Raises:
+            OSError: the OS refused the pipe or the process.
+        """
+        assert self._incoming is None, "a worker is already loading beside"
+        process, conn, abort_flag = self._launch(start)
+        self._incoming = _Incoming(process, conn, abort_flag, start, time.monotonic())
+        log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu, beside=True)
+
+    @property
+    def incoming_pid(self) -> int | None:
+        """Process id of the worker loading beside (None: none)."""
+        return None if self._incoming is None else self._incoming.process.pid
+
+    def read_incoming_events(self) -> list[wp.Event]:
+        """Every event the worker loading beside has sent so far (non-blocking); its EOF or exit marks it dead."""
+        incoming = self._incoming
+        events: list[wp.Event] = []
+        if incoming is None or incoming.dead:
+            return events
+        exited = incoming.process.exitcode is not None  # read what it wrote up to EOF before it counts as dead
+        try:
+            while incoming.conn.poll(0):
+                event = wp.recv(incoming.conn)
+                if isinstance(event, wp.Ready):
+                    incoming.ready = event
+                events.append(event)  # type: ignore[arg-type]  # the worker sends events only
+        except (EOFError, OSError):
+            incoming.dead = True
+        if exited:
+            incoming.dead = True
+        if incoming.dead:
+            incoming.process.join(EXIT_CODE_WAIT_S)
+            log_event(
+                _log,
+                logging.ERROR,
+                "worker_died",
+                pid=incoming.process.pid,
+                exitcode=incoming.process.exitcode,
+                beside=True,
+            )
+        return events
+
+    def incoming_dead(self) -> bool:
+        """Whether the worker loading beside has died (after :meth:`read_incoming_events` read everything it wrote)."""
+        return self._incoming is not None and self._incoming.dead
+
+    def promote_incoming(self) -> wp.Ready:
+        """Make the worker loaded beside the worker, and return its ``Ready``: the one it replaces must have been
+        stopped and reaped (:meth:`stop`)."""
+        incoming, self._incoming = self._incoming, None
+        assert incoming is not None and incoming.ready is not None and self._process is None
+        self._config = incoming.start.config
+        self._process, self._conn, self._abort_flag = incoming.process, incoming.conn, incoming.abort_flag
+        self._writer = PipeWriter(incoming.conn)
+        self._dead, self.ready, self.last_ready, self._stopping = False, True, incoming.ready, False
+        self.started_at_s = incoming.since_s
+        return incoming.ready
+
+    def drop_incoming(self) -> None:
+        """End the worker loading beside, if there is one: killed at once (it serves nothing yet) and reaped."""
+        incoming, self._incoming = self._incoming, None
+        if incoming is None:
+            return
+        if incoming.process.exitcode is None:
+            incoming.process.kill()
+        incoming.process.join(2.0)
+        incoming.conn.close()
+        log_event(_log, logging.INFO, "worker_beside_dropped", pid=incoming.process.pid)
 
     def _spawn(
         self, config: wp.WorkerConfig, start: wp.WorkerStart | None, hide_gpu: bool
@@ -227,10 +325,15 @@ class WorkerSupervisor:
         return standby
 
     def fds(self) -> list[int]:
-        """File descriptors to poll: the pipe and the process sentinel."""
-        if self._conn is None or self._process is None or self._dead:
-            return []
-        return [self._conn.fileno(), self._process.sentinel]
+        """File descriptors to poll: the pipe and the process sentinel, of the worker serving and of one loading
+        beside."""
+        fds = []
+        if self._conn is not None and self._process is not None and not self._dead:
+            fds += [self._conn.fileno(), self._process.sentinel]
+        incoming = self._incoming
+        if incoming is not None and not incoming.dead:
+            fds += [incoming.conn.fileno(), incoming.process.sentinel]
+        return fds
 
     def read_events(self) -> list[wp.Event]:
         """Every event the worker has sent so far (non-blocking); marks the worker dead on EOF."""

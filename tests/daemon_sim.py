@@ -275,11 +275,22 @@ def run_actions(actions: list[tuple[Any, ...]], max_worker_restarts: int = 1000,
                 daemon.pump()
         elif kind == "gpu_short":  # the GPU has no memory for a growth (True) or has it again (False)
             daemon.worker.undo_growths = action[1]
+        elif kind == "beside":  # a worker loading beside the one serving stays loading, loads, dies or fails its load
+            worker = daemon.worker
+            if action[1] == "hold":
+                worker.hold_incoming = True
+            elif worker.incoming is not None:
+                {"finish": worker.finish_incoming, "die": worker.kill_incoming, "fatal": worker.fatal_incoming}[
+                    action[1]
+                ]()
         elif kind == "kill":
             daemon.worker.kill()
             continue  # the next requests may reach the daemon before its loop notices the death
         if not stopped:
             daemon.pump()
+    daemon.worker.hold_incoming = False  # a worker still loading beside loads
+    if daemon.worker.incoming is not None and not stopped:
+        daemon.worker.finish_incoming()
     for _ in range(0 if stopped else 500):  # let everything finish
         daemon.worker.step()
         daemon.pump()

@@ -95,6 +95,7 @@ class FakeWorker:
         self.incoming_pid: int | None = None
         self.beside_starts = 0  # starts beside the worker serving (``start_beside``)
         self._incoming_alive = False
+        self._incoming_ready = False
         self._incoming_events: list[wp.Event] = []
         self.stopping = False
         self._alive = False
@@ -159,7 +160,7 @@ class FakeWorker:
         self.incoming, self.incoming_pid = start, 1000 + len(self.starts)
         self.starts.append((start.placement, start.hide_gpu))
         self.beside_starts += 1
-        self._incoming_alive, self._incoming_events = True, []
+        self._incoming_alive, self._incoming_events, self._incoming_ready = True, [], False
         if self.fail_gpu_loads and placement_uses_gpu(start.placement):
             self._incoming_events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
             self._incoming_alive = False
@@ -187,9 +188,18 @@ class FakeWorker:
         self.incoming, self.incoming_pid, self._incoming_events = None, None, []
 
     def finish_incoming(self) -> None:
-        """The worker loading beside (``hold_incoming``) has loaded: its ``ready``."""
+        """The worker loading beside (``hold_incoming``) has loaded: its ``ready`` (nothing from one that died or
+        has already sent it)."""
         assert self.incoming is not None and self.incoming_pid is not None
-        self._incoming_events.append(self._ready_event(self.incoming_pid, self.incoming))
+        if self._incoming_alive and not self._incoming_ready:
+            self._incoming_ready = True
+            self._incoming_events.append(self._ready_event(self.incoming_pid, self.incoming))
+
+    def fatal_incoming(self) -> None:
+        """The worker loading beside cannot load its placement (a failed cudaMalloc): its ``fatal``, then its exit."""
+        if self._incoming_alive and not self._incoming_ready:
+            self._incoming_events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
+            self._incoming_alive = False
 
     def kill_incoming(self) -> None:
         """The worker loading beside dies before it is ready (a crash in its load)."""

@@ -1,7 +1,8 @@
 """Every request gets exactly one terminal reply while budget changes replace the engine worker between a GPU
 placement and a CPU-only one: random interleavings of requests, worker steps, worker deaths, model loads and budget
-changes on the simulated GPU machine of ``replacement_sim`` (the example tests are
-tests/unit/test_daemon_worker_replacement.py); and the same in the weight cache mode, where budgets between a CUDA
+changes on the simulated GPU machine of ``replacement_sim``, the GPU worker of a growth out of CPU-only loading beside
+the worker serving, loading late, dying or failing its load (the example tests are
+tests/unit/test_daemon_worker_replacement.py and test_daemon_worker_beside.py); and the same in the weight cache mode, where budgets between a CUDA
 context and the smallest GPU placement are parked (moves in place) and interim placements come before the plan
 search (docs/daemon.md, "Parked on the host", "Grow first")."""
 
@@ -62,10 +63,15 @@ class CachingGpuDaemon(Daemon):
 
 PARKED_MIB = 700
 
+#: the GPU worker of a growth out of CPU-only, loading beside the worker serving, stays loading ("hold") until "finish",
+#: dies in its load ("die") or cannot load its placement ("fatal")
+BESIDE = st.tuples(st.just("beside"), st.sampled_from(["hold", "finish", "die", "fatal"]))
+
 ACTIONS = st.one_of(
     daemon_actions.ACTIONS,
     st.tuples(st.just("set_budget"), st.sampled_from([0, 1024, 4096])),
     st.tuples(st.just("reclaim"), st.sampled_from([0, 1024])),
+    BESIDE,
 )
 
 
@@ -86,6 +92,7 @@ CACHE_ACTIONS = st.one_of(
     st.tuples(st.just("set_budget"), st.sampled_from([0, 512, 1024, 1536, 3000, 4096])),
     st.tuples(st.just("reclaim"), st.sampled_from([0, 512, 1024, 1536])),
     st.tuples(st.just("gpu_short"), st.booleans()),  # growths undone in the worker while True
+    BESIDE,
 )
 
 

@@ -296,14 +296,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "peak_mib": peak,
                         "end_mib": window.timeline[-1][1] if window.timeline else None,
                         "violation": peak is not None and peak > limit_mib,
-                        "stall_s": _round(npcs.longest_wait_s(t0, t0 + settled_s)),
-                        "window": (t0, t0 + settled_s),
+                        "window": (t0, t0 + settled_s),  # its stall once every reply in flight has ended
                     }
                 )
                 previous = change.budget_mib
             npcs.stop()
             game.shutdown(timeout_s=30)
             windows = [c.pop("window") for c in changes_out]
+            for change_out, (w0, w1) in zip(changes_out, windows, strict=True):  # waits are known once replies end
+                change_out["stall_s"] = _round(npcs.longest_wait_s(w0, w1))
             baseline_stall_s = _baseline_stall_s(npcs.waits, windows)
     finally:
         npcs.stop()

@@ -43,6 +43,6 @@ def test_twenty_changes_while_npcs_stream_lose_nothing(tmp_path: Path) -> None:
     assert summary["grow_ack_s_in_worker"]["n"] == len(kept)
     # the NPCs streamed through the changes: their waits for a token are measured, within a change and outside
     stalls = [c["stall_s"] for c in figures["changes"] if c["stall_s"] is not None]
-    assert stalls and all(s > 0 for s in stalls)
+    assert len(stalls) >= len(figures["changes"]) // 2 and all(s > 0 for s in stalls)  # NPCs talk through most
     assert summary["shrink_stall_s"]["n"] + summary["grow_stall_s"]["n"] == len(stalls)
     assert 0 < summary["baseline_stall_s"]["p50"] <= summary["baseline_stall_s"]["max"]

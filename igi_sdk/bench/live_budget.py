@@ -6,7 +6,8 @@ Starts the daemon (``python -m igi_sdk.daemon``, the budget's hysteresis off so 
 every NPC answer its question once alone (the reference replies), then sends a sequence of budget changes
 (``change_sequence``: shrinks and grows, reclaims with a 0.25 s deadline among the shrinks, budgets off the daemon's
 1024 MiB ladder among them, a reclaim to 0) while every NPC asks its question again and again on a fresh session,
-greedy. Before each change it waits a little so that the NPCs are mid-reply. Per change it records:
+greedy. Before each change it waits a little so that the NPCs are mid-reply (after the change to 0 MiB, a cutscene's
+``--zero-hold-s`` more: the CPU-only worker serves before the growth out of it). Per change it records:
 
 - ``ack_s``: from the request until its ``budget_ack`` (after an interim answer: a placement planned ahead in force);
 - ``settled_s``: until the change was done (the daemon's reload and replacement counters stopped moving and its plan in
@@ -264,7 +265,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             top_mib = args.top_mib or max(args.vram_budget_mib, LADDER_STEP_MIB)
             previous = args.vram_budget_mib
             for change in change_sequence(args.changes, args.vram_budget_mib, top_mib, args.seed):
-                time.sleep(rng.uniform(args.gap_s / 2, args.gap_s))  # the NPCs are mid-reply
+                # the NPCs are mid-reply; a budget of 0 lasts a cutscene: its CPU-only worker serves before the growth
+                hold_s = args.zero_hold_s if previous == 0 else 0.0
+                time.sleep(hold_s + rng.uniform(args.gap_s / 2, args.gap_s))
                 status = game.status()
                 before, settled_before = status.plan, _settled(status)
                 sampler.start(process.pid)
@@ -402,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--npcs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--gap-s", type=float, default=0.8, help="the most to wait before a change (at least half)")
+    parser.add_argument(
+        "--zero-hold-s", type=float, default=3.0, help="more to wait after a change to 0 MiB (a cutscene's length)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-threads", type=int, default=2)
     parser.add_argument("--always-reload", action="store_true", help="reload on every change (CPU-only machines)")

@@ -186,7 +186,7 @@ class EngineSettings(_Section):
         "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model)",
     )
     standby_worker: bool = Field(
-        default=False,
+        default=True,
         description="on a GPU machine, while the worker runs with CUDA hidden (a budget below any GPU placement, a "
         "reclaim to 0), keep a second worker process ready with the GPU visible: llama.cpp loaded and its backends "
         "initialized, no model and no CUDA context; a growth then starts the GPU worker in it instead of a new process",

@@ -1,0 +1,197 @@
+"""GPU probe of what host memory costs a worker's start and exit (device tool; no build needed, only the CUDA runtime
+and nvidia-ml-py): ``python3 .ci/gpu_pin_probe.py [KIND ...]`` (``PIN_GIB``: the size, default 4).
+
+Each KIND runs in a process of its own, which creates a CUDA context, gets ``PIN_GIB`` GiB of host memory one way,
+copies it to as much device memory (``h2d_gb_s``), then exits; the parent samples NVML's device memory meanwhile:
+- ``none``: the context alone; ``pageable``: anonymous memory, not pinned;
+- ``hostalloc``: ``cudaHostAlloc`` (llama.cpp's ``CUDA_Host`` buffers: what the weight cache's pinned host copy uses);
+- ``register4k`` / ``registerthp``: anonymous memory, touched, then ``cudaHostRegister`` (``unpin_s`` / ``repin_s``:
+  unregistered and registered again), on 4 KiB pages or with transparent huge pages (``MADV_HUGEPAGE``);
+- ``hostalloc_freefirst`` / ``_reset`` / ``_freehost``: ``hostalloc``, and before the exit the device buffer freed /
+  ``cudaDeviceReset`` / the device buffer and then the host buffer freed.
+Printed per KIND (one JSON line; ``$OUT/pin_probe.json`` all of them): ``ctx_s``, ``pin_s``, ``touch_s``, ``h2d_s``,
+the memory held, and from the exit's start: ``exit_to_half_s`` (NVML shows half of it gone), ``exit_to_within_s``
+(within 4 MiB of the reading before the process), ``exit_to_reaped_s``.
+"""
+
+import ctypes
+import glob
+import json
+import mmap
+import multiprocessing as mp
+import os
+import sys
+import time
+
+GIB = 1 << 30
+SIZE = int(float(os.environ.get("PIN_GIB", "4")) * GIB)
+
+
+def cudart():
+    for pat in (
+        "/usr/local/cuda/lib64/libcudart.so*",
+        "/usr/local/cuda*/lib64/libcudart.so*",
+        "/usr/lib/x86_64-linux-gnu/libcudart.so*",
+    ):
+        for p in sorted(glob.glob(pat)):
+            try:
+                return ctypes.CDLL(p)
+            except OSError:
+                pass
+    import torch  # noqa: F401
+
+    for p in glob.glob(
+        os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cuda_runtime", "lib", "libcudart.so*")
+    ):
+        return ctypes.CDLL(p)
+    raise SystemExit("no libcudart")
+
+
+def ck(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: cuda error {rc}")
+
+
+def anon(size, huge):
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if huge:
+        m.madvise(mmap.MADV_HUGEPAGE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    t = time.perf_counter()
+    ctypes.memset(addr, 1, size)
+    return m, addr, time.perf_counter() - t
+
+
+def child(kind, q, go):
+    r = {"kind": kind}
+    rt = cudart()
+    t = time.perf_counter()
+    ck(rt.cudaFree(ctypes.c_void_p(0)), "ctx")
+    r["ctx_s"] = time.perf_counter() - t
+    dev = ctypes.c_void_p()
+    host = ctypes.c_void_p()
+    keep = None
+    if kind in ("hostalloc", "hostalloc_freefirst", "hostalloc_reset", "hostalloc_freehost"):
+        t = time.perf_counter()
+        ck(rt.cudaHostAlloc(ctypes.byref(host), ctypes.c_size_t(SIZE), 0), "hostalloc")
+        r["pin_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        ctypes.memset(host.value, 1, SIZE)
+        r["touch_s"] = time.perf_counter() - t
+    elif kind in ("register4k", "registerthp"):
+        keep, addr, r["touch_s"] = anon(SIZE, kind == "registerthp")
+        host.value = addr
+        t = time.perf_counter()
+        ck(rt.cudaHostRegister(ctypes.c_void_p(addr), ctypes.c_size_t(SIZE), 0), "register")
+        r["pin_s"] = time.perf_counter() - t
+    elif kind == "pageable":
+        keep, addr, r["touch_s"] = anon(SIZE, False)
+        host.value = addr
+    if kind != "none":
+        ck(rt.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(SIZE)), "malloc")
+        t = time.perf_counter()
+        ck(rt.cudaMemcpy(dev, host, ctypes.c_size_t(SIZE), 1), "h2d")
+        ck(rt.cudaDeviceSynchronize(), "sync")
+        r["h2d_s"] = time.perf_counter() - t
+        r["h2d_gb_s"] = SIZE / r["h2d_s"] / 1e9
+    if kind in ("register4k", "registerthp"):
+        # unpin cost measured in a copy: register a second time is not allowed; time unregister then register again
+        t = time.perf_counter()
+        ck(rt.cudaHostUnregister(host), "unregister")
+        r["unpin_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        ck(rt.cudaHostRegister(host, ctypes.c_size_t(SIZE), 0), "register again")
+        r["repin_s"] = time.perf_counter() - t
+    q.put(r)
+    go.wait()
+    t0 = time.perf_counter()
+    if kind == "hostalloc_freefirst":
+        ck(rt.cudaFree(dev), "free dev")
+        r2 = time.perf_counter() - t0
+        q.put({"free_dev_s": r2})
+    elif kind == "hostalloc_reset":
+        ck(rt.cudaDeviceReset(), "reset")
+        q.put({"reset_s": time.perf_counter() - t0})
+    elif kind == "hostalloc_freehost":
+        ck(rt.cudaFree(dev), "free dev")
+        t1 = time.perf_counter()
+        ck(rt.cudaFreeHost(host), "freehost")
+        q.put({"free_dev_s": t1 - t0, "freehost_s": time.perf_counter() - t1})
+    else:
+        q.put({})
+    q.close()
+    q.join_thread()
+    os._exit(0)
+
+
+def nvml_used(h):
+    import pynvml
+
+    return pynvml.nvmlDeviceGetMemoryInfo(h).used / (1 << 20)
+
+
+def main():
+    import pynvml
+
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    print("gpu", pynvml.nvmlDeviceGetName(h), "size GiB", SIZE / GIB, flush=True)
+    try:
+        print("thp", open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip())
+    except OSError:
+        pass
+    ctx = mp.get_context("spawn")
+    kinds = sys.argv[1:] or [
+        "none",
+        "pageable",
+        "hostalloc",
+        "register4k",
+        "registerthp",
+        "hostalloc_freefirst",
+        "hostalloc_reset",
+        "hostalloc_freehost",
+    ]
+    out = []
+    for kind in kinds:
+        base = nvml_used(h)
+        q, go = ctx.Queue(), ctx.Event()
+        p = ctx.Process(target=child, args=(kind, q, go))
+        t_start = time.perf_counter()
+        p.start()
+        r = q.get(timeout=300)
+        r["start_to_ready_s"] = time.perf_counter() - t_start
+        r["held_mib"] = nvml_used(h) - base
+        samples = []
+        t0 = time.perf_counter()
+        go.set()
+        within = None
+        exited = None
+        while time.perf_counter() - t0 < 20:
+            u = nvml_used(h) - base
+            now = time.perf_counter() - t0
+            samples.append((round(now, 4), round(u, 1)))
+            if within is None and u <= 4:
+                within = now
+            if exited is None and p.exitcode is not None:
+                exited = now
+            if within is not None and exited is not None:
+                break
+            time.sleep(0.002)
+        p.join()
+        r.update(q.get(timeout=5))
+        r["exit_to_within_s"] = within
+        r["exit_to_reaped_s"] = exited
+        # first sample at which device memory had dropped by half
+        half = next((s for s, u in samples if u <= r["held_mib"] / 2), None)
+        r["exit_to_half_s"] = half
+        r = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+        print(json.dumps(r), flush=True)
+        out.append(r)
+        time.sleep(0.5)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "pin_probe.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,10 +8,12 @@
 # /tmp/igi-lb, kept while the machine stays warm; a call that ends with STILL RUNNING is repeated at once, the machine
 # is given back after 30 s idle):
 #   live:MODEL   `igi prepare` with the game's levels (6144 2048 0), then the acceptance run of issue 35
-#                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML per change)
+#                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML and the NPCs' longest
+#                stall per change)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
+#   nostandby:MODEL the cache mode without the standby worker (`--standby-worker false`: the A/B of the default's)
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
-#   standby:MODEL the cache mode with a standby worker behind the CUDA-hidden one (`--standby-worker`)
+#   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
@@ -22,13 +24,13 @@
 # Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
 # The script builds by itself (run it alone, not after `.gpu/build_on_gpu.sh`: LIMIT counts from its start, and a
 # call must end before the device tool's limit for its results to come back).
-# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b standby:llama_8b
-# cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon: the 8B's cache mode again (a growth out of the parked placement
-# stopping the CPU step in flight, the driver's share of a context in the daemon's readings, each worker start's
-# stages in the daemon's log: worker_loaded), then with the standby worker (its growth from 0, and NVML with it
-# waiting), the MoE's cache mode and reloads, then the daemon's start after `igi prepare`).
+# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b nostandby:llama_8b
+# cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon: the 8B's cache mode (its growth out of 0 MiB loading beside the
+# serving CPU-only worker, in the standby; the NPCs' stalls; each worker start's stages in the daemon's log:
+# worker_loaded), then without the standby, the MoE's cache mode and reloads, then the daemon's start after
+# `igi prepare`).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-STEPS=${STEPS:-"cache:llama_8b standby:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon"}
+STEPS=${STEPS:-"cache:llama_8b nostandby:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started
@@ -51,6 +53,8 @@ if [ ! -f $W/started ]; then
         cache:*) live \${step#cache:} \${step#cache:}-cache --weight-cache-device CUDA0 ;;
         mapped:*) live \${step#mapped:} \${step#mapped:}-mapped --weight-cache-device CUDA0 --weight-cache-host mapped ;;
         standby:*) live \${step#standby:} \${step#standby:}-standby --weight-cache-device CUDA0 --standby-worker ;;
+        nostandby:*) live \${step#nostandby:} \${step#nostandby:}-nostandby --weight-cache-device CUDA0 \
+          --standby-worker false ;;
         threshold)
           python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
           echo \"threshold rc=\$?\" >> $W/results/done.txt ;;
@@ -93,6 +97,7 @@ while :; do
         cache:*) tail -n 40 $L/live-${step#cache:}-cache.log | grep -v "^llama\|^load\|^print_info" ;;
         mapped:*) tail -n 40 $L/live-${step#mapped:}-mapped.log | grep -v "^llama\|^load\|^print_info" ;;
         standby:*) tail -n 40 $L/live-${step#standby:}-standby.log | grep -v "^llama\|^load\|^print_info" ;;
+        nostandby:*) tail -n 40 $L/live-${step#nostandby:}-nostandby.log | grep -v "^llama\|^load\|^print_info" ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
         mapped_plans) grep -v "^llama\|^load\|^print_info" $L/weight-cache-mapped.log | tail -n 60 ;;

@@ -47,11 +47,12 @@ PRIORITY_STEPS_MAX = 4
 
 
 class HoldingTextStream(TextStream):
-    """``TextStream`` that tells whether it is holding text back (a possible stop string)."""
+    """``TextStream`` that tells whether it is holding text back: a possible stop string, or the first bytes of a
+    multi-byte character (the end of the generation releases them, as U+FFFD if it comes first)."""
 
     @property
     def holding(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or bool(self._decoder.getstate()[0])
 
 
 @dataclass

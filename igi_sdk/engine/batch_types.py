@@ -111,7 +111,7 @@ class TokenEvent:
     text: str
     finish_reason: FinishReason | None = None
     stats: RequestStats | None = None
-    holding: bool = False  # text after this token is held back (it may start a stop string)
+    holding: bool = False  # text after this token is held back (it may start a stop string, or end a character)
 
     @property
     def final(self) -> bool:

@@ -90,6 +90,19 @@ def cuda_gpu_usable() -> bool:
     return gpu_present()
 
 
+def _read_pipe(conn: Connection, process: multiprocessing.process.BaseProcess | None) -> tuple[list[wp.Event], bool]:
+    """Every event a worker has written to ``conn`` so far (non-blocking), and whether it is gone: its pipe reached
+    EOF, or it had exited before the read began (so everything it wrote has been read)."""
+    exited = process is not None and process.exitcode is not None
+    events: list[wp.Event] = []
+    try:
+        while conn.poll(0):
+            events.append(wp.recv(conn))  # type: ignore[arg-type]  # the worker sends events only
+    except (EOFError, OSError):
+        return events, True
+    return events, exited
+
+
 class WorkerGone(RuntimeError):
     """The worker process is dead or not started."""
 
@@ -160,13 +173,25 @@ class WorkerSupervisor:
         """Start a worker (it sends ``ready`` once the model is loaded): the standby when it was prepared for this
         start (``prepare_standby``), else a new process. The previous one must be stopped."""
         process, parent_conn, abort_flag = self._launch(start)
-        self._config = start.config
-        self._stopping = False
-        self._process, self._conn, self._abort_flag = process, parent_conn, abort_flag
-        self._writer = PipeWriter(parent_conn)
-        self._dead, self.ready = False, False
-        self.started_at_s = time.monotonic()
+        self._serve(process, parent_conn, abort_flag, start.config, time.monotonic())
         log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
+
+    def _serve(
+        self,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+        abort_flag: Any,
+        config: wp.WorkerConfig,
+        since_s: float,
+        ready: wp.Ready | None = None,
+    ) -> None:
+        """``process``, on ``conn``, is the worker from now on, for ``config`` (``ready``: its ``Ready``, read)."""
+        self._config, self._stopping = config, False
+        self._process, self._conn, self._abort_flag = process, conn, abort_flag
+        self._writer = PipeWriter(conn)
+        self._dead, self.ready, self.started_at_s = False, ready is not None, since_s
+        if ready is not None:
+            self.last_ready = ready
 
     def _launch(self, start: wp.WorkerStart) -> tuple[multiprocessing.process.BaseProcess, Connection, Any]:
         """The process for ``start``: the standby when it was prepared for it, else a new one."""
@@ -204,20 +229,10 @@ class WorkerSupervisor:
     def read_incoming_events(self) -> list[wp.Event]:
         """Every event the worker loading beside has sent so far (non-blocking); its EOF or exit marks it dead."""
         incoming = self._incoming
-        events: list[wp.Event] = []
         if incoming is None or incoming.dead:
-            return events
-        exited = incoming.process.exitcode is not None  # read what it wrote up to EOF before it counts as dead
-        try:
-            while incoming.conn.poll(0):
-                event = wp.recv(incoming.conn)
-                if isinstance(event, wp.Ready):
-                    incoming.ready = event
-                events.append(event)  # type: ignore[arg-type]  # the worker sends events only
-        except (EOFError, OSError):
-            incoming.dead = True
-        if exited:
-            incoming.dead = True
+            return []
+        events, incoming.dead = _read_pipe(incoming.conn, incoming.process)
+        incoming.ready = next((e for e in events if isinstance(e, wp.Ready)), incoming.ready)
         if incoming.dead:
             incoming.process.join(EXIT_CODE_WAIT_S)
             log_event(
@@ -239,11 +254,14 @@ class WorkerSupervisor:
         stopped and reaped (:meth:`stop`)."""
         incoming, self._incoming = self._incoming, None
         assert incoming is not None and incoming.ready is not None and self._process is None
-        self._config = incoming.start.config
-        self._process, self._conn, self._abort_flag = incoming.process, incoming.conn, incoming.abort_flag
-        self._writer = PipeWriter(incoming.conn)
-        self._dead, self.ready, self.last_ready, self._stopping = False, True, incoming.ready, False
-        self.started_at_s = incoming.since_s
+        self._serve(
+            incoming.process,
+            incoming.conn,
+            incoming.abort_flag,
+            incoming.start.config,
+            incoming.since_s,
+            incoming.ready,
+        )
         return incoming.ready
 
     def drop_incoming(self) -> None:
@@ -337,20 +355,13 @@ class WorkerSupervisor:
 
     def read_events(self) -> list[wp.Event]:
         """Every event the worker has sent so far (non-blocking); marks the worker dead on EOF."""
-        events: list[wp.Event] = []
         if self._conn is None or self._dead:
-            return events
-        # an exit seen before reading: everything the process wrote is read below (up to EOF) before it counts as dead
-        exited = self._process is not None and self._process.exitcode is not None
-        try:
-            while self._conn.poll(0):
-                event = wp.recv(self._conn)
-                if isinstance(event, wp.Ready):
-                    self.ready, self.last_ready = True, event
-                events.append(event)  # type: ignore[arg-type]  # the worker sends events only
-        except (EOFError, OSError):
-            self._mark_dead()
-        if exited:
+            return []
+        events, gone = _read_pipe(self._conn, self._process)
+        for event in events:
+            if isinstance(event, wp.Ready):
+                self.ready, self.last_ready = True, event
+        if gone:
             self._mark_dead()
         return events
 

@@ -108,16 +108,21 @@ class FakeWorker:
     def config(self) -> wp.WorkerConfig:
         return self._config
 
-    def start(self, start: wp.WorkerStart) -> None:
+    def _launch(self, start: wp.WorkerStart) -> int:
+        """A process for ``start`` (the OS may refuse it; the standby taken if it fits, else dropped, as by the
+        supervisor): its pid."""
         if self.refuse_next_start:
             self.refuse_next_start = False
             raise OSError(24, "Too many open files")
-        if not start.hide_gpu and self.standby is not None:  # as the supervisor: taken if it fits, else dropped
+        if not start.hide_gpu and self.standby is not None:
             self.standby_starts += self.standby == start.config
             self.standby = None
-        self._config, self.gpu_hidden, self.loaded = start.config, start.hide_gpu, start.placement
-        self.pid = 1000 + len(self.starts)
         self.starts.append((start.placement, start.hide_gpu))
+        return 1000 + len(self.starts) - 1
+
+    def start(self, start: wp.WorkerStart) -> None:
+        self.pid = self._launch(start)
+        self._config, self.gpu_hidden, self.loaded = start.config, start.hide_gpu, start.placement
         self._alive, self._dead, self._queue, self.stopping, self.ready = True, False, [], False, False
         if self._config.model_path.endswith("refused.gguf"):
             self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
@@ -151,14 +156,8 @@ class FakeWorker:
     # --- a worker beside ----------------------------------------------------------------------------------------
     def start_beside(self, start: wp.WorkerStart) -> None:
         assert self.incoming is None, "a worker is already loading beside"
-        if self.refuse_next_start:
-            self.refuse_next_start = False
-            raise OSError(24, "Too many open files")
-        if self.standby is not None:  # as the supervisor: taken if it fits, else dropped
-            self.standby_starts += self.standby == start.config
-            self.standby = None
-        self.incoming, self.incoming_pid = start, 1000 + len(self.starts)
-        self.starts.append((start.placement, start.hide_gpu))
+        self.incoming_pid = self._launch(start)
+        self.incoming = start
         self.beside_starts += 1
         self._incoming_alive, self._incoming_events, self._incoming_ready = True, [], False
         if self.fail_gpu_loads and placement_uses_gpu(start.placement):

@@ -122,18 +122,9 @@ class Npcs:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
-    def ask(self, client: Client, i: int) -> Any:
-        sid = client.create_session(
-            f"NPC {i}", "You live in a small harbour town. Answer in two sentences.", sampling=GREEDY
-        )
-        try:
-            return client.generate(sid, QUESTIONS[i % len(QUESTIONS)], max_tokens=self.max_tokens).result()
-        finally:
-            client.close_session(sid)
-
-    def ask_timed(self, client: Client, i: int) -> tuple[Any, list[tuple[float, float]]]:
-        """``ask``, streamed: the result and every wait (monotonic start, seconds) from the question's send to the
-        first token and from each token to the next."""
+    def ask(self, client: Client, i: int) -> tuple[Any, list[tuple[float, float]]]:
+        """NPC ``i``'s question on a fresh session, streamed: the result and every wait (monotonic start, seconds)
+        from the question's send to the first token and from each token to the next."""
         sid = client.create_session(
             f"NPC {i}", "You live in a small harbour town. Answer in two sentences.", sampling=GREEDY
         )
@@ -150,7 +141,7 @@ class Npcs:
             client.close_session(sid)
 
     def take_reference(self, client: Client) -> None:
-        self.reference = [list(self.ask(client, i).token_ids) for i in range(self.n)]
+        self.reference = [list(self.ask(client, i)[0].token_ids) for i in range(self.n)]
 
     def longest_wait_s(self, t0: float, t1: float) -> float | None:
         """The longest wait for a token that overlaps [t0, t1] (None: no NPC waited then)."""
@@ -174,7 +165,7 @@ class Npcs:
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 try:
-                    result, waits = self.ask_timed(client, i)
+                    result, waits = self.ask(client, i)
                 except Exception as exc:  # a failed request is what this run counts
                     with self._lock:
                         self.errors.append(f"npc {i}: {type(exc).__name__}: {exc}")

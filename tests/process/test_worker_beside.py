@@ -10,44 +10,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from worker_process import wait_ready
+from worker_process import SMALL_PLACEMENT, greedy_reply, small_config, wait_ready
 
-from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
-from igi_sdk.model_store import default_model_path
-from igi_sdk.planner.placement import Placement
-
-PLACEMENT = Placement(n_ctx=1024, n_seq_max=2, n_threads=2, n_threads_batch=2)
-GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
 
 
 @pytest.fixture()
 def supervisor(tmp_path: Path) -> Iterator[tuple[WorkerSupervisor, wp.WorkerConfig]]:
     """A supervisor serving a CPU-only worker, and its configuration; whatever it started is ended after the test."""
-    settings = DaemonSettings(
-        engine=EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0),
-        log=LogSettings(log_file=tmp_path / "worker.log", log_format="kv"),
-    )
-    config = worker_config_for(settings, default_model_path(), 1024)
+    config = small_config(tmp_path)
     worker = WorkerSupervisor(config)
-    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=True))
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=True))
     wait_ready(worker)
     yield worker, config
     worker.drop_incoming()
     worker.stop(timeout_s=5.0)
-
-
-def _reply(worker: WorkerSupervisor, job_id: str) -> wp.Done:
-    messages = (("user", "Hello there."),)
-    worker.send(wp.Generate(job_id=job_id, session_id=job_id, messages=messages, max_tokens=8, sampling=GREEDY))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for event in worker.read_events():
-            if isinstance(event, wp.Done):
-                return event
-        time.sleep(0.01)
-    raise AssertionError("no reply")
 
 
 def test_a_worker_beside_loads_while_the_one_serving_answers_then_takes_its_place(
@@ -55,11 +33,11 @@ def test_a_worker_beside_loads_while_the_one_serving_answers_then_takes_its_plac
 ) -> None:
     worker, config = supervisor
     serving = worker.pid
-    worker.start_beside(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
+    worker.start_beside(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=False))
     incoming = worker.incoming_pid
     assert incoming is not None and incoming != serving and worker.pid == serving and worker.ready
     assert len(worker.fds()) == 4  # both pipes and both sentinels are polled
-    before = _reply(worker, "a")  # the worker serving answers while the other loads
+    before = greedy_reply(worker, "a")  # the worker serving answers while the other loads
     assert before.finish_reason in ("stop", "length")
     ready: list[wp.Event] = []
     deadline = time.monotonic() + 120
@@ -72,7 +50,7 @@ def test_a_worker_beside_loads_while_the_one_serving_answers_then_takes_its_plac
     worker.stop(timeout_s=5.0)  # reaped, as the lifecycle's swap does once it has exited
     promoted = worker.promote_incoming()
     assert promoted.pid == incoming == worker.pid and worker.ready and worker.incoming_pid is None
-    after = _reply(worker, "b")
+    after = greedy_reply(worker, "b")
     assert after.text == before.text, "the same greedy reply from the worker that took over"
 
 
@@ -80,10 +58,10 @@ def test_a_worker_beside_dropped_before_it_is_ready_is_killed(
     supervisor: tuple[WorkerSupervisor, wp.WorkerConfig],
 ) -> None:
     worker, config = supervisor
-    worker.start_beside(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
+    worker.start_beside(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=False))
     incoming = worker._incoming
     assert incoming is not None
     worker.drop_incoming()
     assert incoming.process.exitcode is not None and worker.incoming_pid is None and len(worker.fds()) == 2
-    assert _reply(worker, "a").finish_reason in ("stop", "length"), "the worker serving is untouched"
+    assert greedy_reply(worker, "a").finish_reason in ("stop", "length"), "the worker serving is untouched"
     worker.drop_incoming()  # nothing to drop: nothing happens

@@ -12,46 +12,20 @@ from pathlib import Path
 
 import pytest
 from daemon_process import log_events, log_fields
-from worker_process import wait_ready
+from worker_process import SMALL_PLACEMENT, greedy_reply, small_config, wait_ready
 
-from igi_sdk.config import DaemonSettings, EngineSettings, LogSettings
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, worker_config_for
-from igi_sdk.model_store import default_model_path
-from igi_sdk.planner.placement import Placement
-
-PLACEMENT = Placement(n_ctx=1024, n_seq_max=2, n_threads=2, n_threads_batch=2)
-GREEDY = wp.JobSampling(temperature=0.0, top_p=1.0, top_k=0, seed=1)
-
-
-def _config(tmp_path: Path, n_ctx: int = 1024) -> wp.WorkerConfig:
-    settings = DaemonSettings(
-        engine=EngineSettings(n_ctx=n_ctx, n_threads=2, n_seq_max=2, worker_nice=0),
-        log=LogSettings(log_file=tmp_path / "worker.log", log_format="kv"),
-    )
-    return worker_config_for(settings, default_model_path(), n_ctx)
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
 
 
 @pytest.fixture()
 def supervisor(tmp_path: Path) -> Iterator[tuple[WorkerSupervisor, wp.WorkerConfig]]:
     """A supervisor with nothing started, and its configuration; whatever it started is ended after the test."""
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     worker = WorkerSupervisor(config)
     yield worker, config
     worker.stop(timeout_s=5.0)
     worker.drop_standby()
-
-
-def _reply(worker: WorkerSupervisor) -> str:
-    messages = (("user", "Hello there."),)
-    worker.send(wp.Generate(job_id="j", session_id="s", messages=messages, max_tokens=8, sampling=GREEDY))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for event in worker.read_events():
-            if isinstance(event, wp.Done):
-                return event.finish_reason
-        time.sleep(0.01)
-    raise AssertionError("no reply")
 
 
 def test_a_start_with_the_gpu_visible_runs_in_the_standby(
@@ -65,10 +39,10 @@ def test_a_start_with_the_gpu_visible_runs_in_the_standby(
     assert worker._standby is standby  # one at a time, kept
     time.sleep(3.0)  # it loads llama.cpp meanwhile, then waits
     assert standby.process.exitcode is None
-    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=False))
     assert worker.pid == standby.process.pid and worker._standby is None
     wait_ready(worker)
-    assert _reply(worker) in ("stop", "length")
+    assert greedy_reply(worker).finish_reason in ("stop", "length")
     [loaded] = log_events(tmp_path / "worker.log", "worker_loaded")
     fields = log_fields(loaded)
     # its wait is reported apart from its start (boot_s): the 3 s before the start hold both
@@ -83,17 +57,17 @@ def test_a_standby_for_another_model_or_a_hidden_gpu_is_not_taken(
     worker.prepare_standby(config)
     standby = worker._standby
     assert standby is not None
-    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=True))  # a CPU-only worker: a spawn of its own
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=True))  # a CPU-only worker: a spawn of its own
     assert worker.pid != standby.process.pid and worker._standby is standby
     wait_ready(worker)
     worker.stop(timeout_s=5.0)
-    other = _config(tmp_path, n_ctx=512)  # another configuration (a model switch): the standby goes
+    other = small_config(tmp_path, n_ctx=512)  # another configuration (a model switch): the standby goes
     worker.prepare_standby(other)
     assert worker._standby is not None and worker._standby is not standby
     standby.process.join(5.0)
     assert standby.process.exitcode is not None
     replaced = worker._standby
-    worker.start(wp.WorkerStart(config, PLACEMENT, None, hide_gpu=False))  # not the standby's configuration
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=False))  # not the standby's configuration
     assert worker.pid != replaced.process.pid and worker._standby is None
     replaced.process.join(5.0)
     assert replaced.process.exitcode is not None

@@ -297,3 +297,14 @@ def test_the_daemon_setting_defaults_to_the_engine_chunk() -> None:
     from igi_sdk.config import EngineSettings
 
     assert EngineSettings().cpu_prefill_chunk_tokens == CPU_PREFILL_CHUNK_TOKENS
+
+
+def test_the_first_byte_of_a_character_is_held() -> None:
+    """Its token releases no text and holds the bytes back (``holding``): the end of the generation releases them
+    as U+FFFD if the character never completes, and the worker needs an event to carry that text."""
+    stream = HoldingTextStream()
+    assert stream.push(b"a") == "a" and not stream.holding
+    assert stream.push(b"\xc3") == "" and stream.holding  # half of "\xc3\xa9"
+    assert stream.push(b"\xa9") == "\u00e9" and not stream.holding
+    assert stream.push(b"\xc3") == "" and stream.holding
+    assert stream.flush() == "\ufffd" and stream.text == "a\u00e9\ufffd"

@@ -1,6 +1,6 @@
 """Races around the worker replacement (GPU <-> CPU-only placement), one test each: a continued reply in the batching
 worker, a cancel to a killed worker, shutdown during a replacement, a worker's last events, failed GPU loads, a
-character split at the cut of a continued reply.
+character split at the cut of a continued reply, and a reply whose end cuts a character (its stream's text whole).
 
 Uses the simulated GPU machine of ``replacement_sim`` (its NVML fixture included).
 """
@@ -27,6 +27,8 @@ from replacement_sim import (
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor
+from igi_sdk.engine.batch_compose import HoldingTextStream
+from igi_sdk.engine.batch_types import RequestStats, TokenEvent
 from igi_sdk.engine.sampler import Sampler
 from igi_sdk.ipc.messages import (
     CancelReply,
@@ -183,3 +185,35 @@ def test_a_character_split_at_the_cut_of_a_continued_reply_decodes_whole() -> No
         assert run.pending == token
     assert run.replayed == [5, 7] and run.handle.tokens == [] and run.handle.events == []
     assert run.stream.push(b"\xa9") == "\u00e9" and run.stream.text == "\u00e9"  # only the new text is released
+
+
+def test_a_reply_cut_inside_a_character_streams_its_whole_text() -> None:
+    """A reply whose length runs out after the first byte of a character: the token that began it was held back, so
+    the end's U+FFFD goes out with it and the token events concatenate to the reply's text."""
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(_Adapter(), _Engine(), events.append, max_prompt_tokens=40)  # type: ignore[arg-type]
+    worker.submit(wp.Generate(job_id="j", session_id="s", messages=(("user", "u"),), max_tokens=2))
+    stream = HoldingTextStream()
+    stats = RequestStats(
+        finish_reason="length",
+        prompt_tokens=10,
+        cached_tokens=0,
+        completion_tokens=2,
+        queue_s=0.0,
+        ttft_s=0.01,
+        decode_tok_s=10.0,
+        total_s=0.1,
+    )
+    handle = worker._jobs["j"].handle
+    assert handle is not None
+    for index, piece in enumerate((b"a", b"\xc3")):  # the engine's events for "a" and the first byte of "\xc3\xa9"
+        text = stream.push(piece)
+        handle.text += text  # as the engine's scheduler records each event's text
+        worker._on_event(TokenEvent("j", "s", index, 5 + index, text, holding=stream.holding))
+    tail = stream.flush()
+    handle.text += tail
+    worker._on_event(TokenEvent("j", "s", 2, None, tail, "length", stats))
+    tokens = [e for e in events if isinstance(e, wp.Token)]
+    [done] = [e for e in events if isinstance(e, wp.Done)]
+    assert [t.index for t in tokens] == [0, 1]
+    assert "".join(t.text for t in tokens) == done.text == "a\ufffd"

@@ -423,8 +423,8 @@ class WorkerLifecycle:
         replacement's placement, or promote the one that loaded it beside. A CPU-only one is done now (the memory is
         released); a GPU one when the new worker is ready (``serve``: at once for one loaded beside)."""
         core, worker = self._core, self._core.worker
-        stopping_since_s = replacement.since_s if replacement.stopping_since_s is None else replacement.stopping_since_s
-        released_s = core.clock() - stopping_since_s
+        assert replacement.stopping_since_s is not None  # every way into REPLACING_STOPPING tells the old one to exit
+        released_s = core.clock() - replacement.stopping_since_s
         worker.stop(timeout_s=1.0)  # reap it
         core.carry_over_jobs()
         core.end_exports_without_worker()  # saves waiting for its KV export are written with the history

@@ -13,6 +13,9 @@
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
 #   nostandby:MODEL the cache mode without the standby worker (`--standby-worker false`: the A/B of the default's)
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
+#   allocated:MODEL the cache mode with the host copy pinned by cudaMallocHost (`--host-pinning allocated`: the A/B of
+#                the default's registered host memory, patch 0008)
+#   pinning      tests/gpu/test_gpu_host_pinning.py (registered host memory against cudaMallocHost's: patch 0008)
 #   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
@@ -55,6 +58,11 @@ if [ ! -f $W/started ]; then
         standby:*) live \${step#standby:} \${step#standby:}-standby --weight-cache-device CUDA0 --standby-worker ;;
         nostandby:*) live \${step#nostandby:} \${step#nostandby:}-nostandby --weight-cache-device CUDA0 \
           --standby-worker false ;;
+        allocated:*) live \${step#allocated:} \${step#allocated:}-allocated --weight-cache-device CUDA0 \
+          --host-pinning allocated ;;
+        pinning)
+          OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_host_pinning.py -q -s > $L/pinning.log 2>&1
+          echo \"host pinning rc=\$?\" >> $W/results/done.txt ;;
         threshold)
           python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_offload_threshold.py -q -s > $L/threshold.log 2>&1
           echo \"threshold rc=\$?\" >> $W/results/done.txt ;;
@@ -98,6 +106,8 @@ while :; do
         mapped:*) tail -n 40 $L/live-${step#mapped:}-mapped.log | grep -v "^llama\|^load\|^print_info" ;;
         standby:*) tail -n 40 $L/live-${step#standby:}-standby.log | grep -v "^llama\|^load\|^print_info" ;;
         nostandby:*) tail -n 40 $L/live-${step#nostandby:}-nostandby.log | grep -v "^llama\|^load\|^print_info" ;;
+        allocated:*) tail -n 40 $L/live-${step#allocated:}-allocated.log | grep -v "^llama\|^load\|^print_info" ;;
+        pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
         mapped_plans) grep -v "^llama\|^load\|^print_info" $L/weight-cache-mapped.log | tail -n 60 ;;

@@ -185,6 +185,13 @@ class EngineSettings(_Section):
         "worker's life: the fastest uploads and prompt streaming) or mapped (the model file's pages, nothing "
         "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model)",
     )
+    host_pinning: Literal["registered", "allocated"] = Field(
+        default="registered",
+        description="how the worker page-locks the host memory of streamed weights and of the weight cache's pinned host "
+        "copy (patches/llama.cpp 0008, Linux): registered (anonymous memory on transparent huge pages, registered "
+        "with cudaHostRegister: a start pins, and an exit unpins, several times faster) or allocated (cudaMallocHost, "
+        "llama.cpp's own way)",
+    )
     standby_worker: bool = Field(
         default=True,
         description="on a GPU machine, while the worker runs with CUDA hidden (a budget below any GPU placement, a "

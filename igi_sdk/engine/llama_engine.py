@@ -32,6 +32,7 @@ from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
+from igi_sdk.engine.host_pinning import apply_default as apply_host_pinning_default
 from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
@@ -85,6 +86,7 @@ def _backend_init() -> None:
                     RuntimeWarning,
                     stacklevel=3,
                 )
+            apply_host_pinning_default()
             llama_cpp.llama_backend_init()
             _backend_ready = True
 

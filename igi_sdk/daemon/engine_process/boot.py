@@ -5,8 +5,8 @@ On the H200 host's CUDA build every model load segfaulted (in ``llama_model::pri
 loaded another C++ library first: numpy's, and pyzmq's (docs/engine.md, "Load order"). A ``spawn`` child unpickles its
 target and arguments before the target runs, importing their modules, and the worker's start (``WorkerStart``) pulls
 in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with the start pickled to bytes
-(unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap
-and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
+(unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap,
+how host memory is page-locked and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
 ``worker_main``.
 
 A *standby* worker (``start_pickle`` None) does all of that with the GPU visible and initializes llama.cpp's backends,
@@ -53,6 +53,7 @@ def boot(
     pinned_pool_model: str | None,
     op_offload_min_batch: int | None = None,
     abort_flag: Any = None,
+    host_pinning: str | None = None,
 ) -> None:
     """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
 
@@ -67,6 +68,8 @@ def boot(
             environment's.
         abort_flag: the abort flag shared with the daemon (a ``RawValue`` of a C int; the module docstring); None: the
             steps always run to their end.
+        host_pinning: how the process page-locks host memory (``WorkerConfig.host_pinning``); None: the environment's,
+            else the engine's default.
     """
     enable_faulthandler()
     llama_cpp_preloaded = "llama_cpp" in sys.modules  # imported by the spawn's main module: too late to hide the GPU
@@ -74,6 +77,10 @@ def boot(
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if op_offload_min_batch is not None:
         os.environ[OP_OFFLOAD_ENV] = str(op_offload_min_batch)
+    if host_pinning is not None:
+        from igi_sdk.engine.host_pinning import set_host_pinning
+
+        set_host_pinning("registered" if host_pinning == "registered" else "allocated")
     if pinned_pool_model is not None:
         from pathlib import Path
 

@@ -318,6 +318,9 @@ class WorkerConfig:
     nice: int = 0
     cpu_prefill_chunk_tokens: int = 160
     pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
+    host_pinning: Literal["registered", "allocated"] = (
+        "registered"  # how host memory is page-locked, set by boot (engine.host_pinning)
+    )
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH  # set by boot (engine.op_offload_min_batch)
     weight_cache_device: str | None = None  # weights as a cache of the host copy (engine.weight_cache_device)
     weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # that host copy (engine.weight_cache_host)

@@ -69,6 +69,7 @@ def worker_config_for(
         max_prompt_tokens=max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
         cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
         pinned_pool=settings.engine.pinned_pool,
+        host_pinning=settings.engine.host_pinning,
         op_offload_min_batch=settings.engine.op_offload_min_batch,
         weight_cache_device=settings.engine.weight_cache_device,
         weight_cache_host=settings.engine.weight_cache_host,
@@ -292,6 +293,7 @@ class WorkerSupervisor:
             pool_model,
             config.op_offload_min_batch,
             abort_flag,
+            config.host_pinning,
         )
         process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
         process.start()

@@ -15,7 +15,8 @@
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
 #   allocated:MODEL the cache mode with the host copy pinned by cudaMallocHost (`--host-pinning allocated`: the A/B of
 #                the default's registered host memory, patch 0008)
-#   pinning      tests/gpu/test_gpu_host_pinning.py (registered host memory against cudaMallocHost's: patch 0008)
+#   pinning      tests/gpu/test_gpu_host_pinning.py (registered host memory against cudaMallocHost's, host weights
+#                read on 8 threads against one: patches 0008, 0009)
 #   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)

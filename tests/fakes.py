@@ -89,7 +89,10 @@ class FakeWorker:
         self.standby: wp.WorkerConfig | None = None  # the standby waiting (``start`` with the GPU visible takes it)
         self.standby_starts = 0  # starts that took the standby
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
-        self.kills: list[int | None] = []  # pids of the processes killed (``stop(None)``, ``drop_incoming``)
+        self.kills: list[
+            int | None
+        ] = []  # pids of the processes killed (``stop(None)``, ``drop_incoming``, ``retire``)
+        self.retired: list[int | None] = []  # pids of the processes retired (killed, their exit not awaited)
         self.hold_incoming = False  # a worker loading beside stays loading until ``finish_incoming``
         self.incoming: wp.WorkerStart | None = None  # the start of the worker loading beside
         self.incoming_pid: int | None = None
@@ -185,6 +188,21 @@ class FakeWorker:
         if self.incoming is not None:
             self.kills.append(self.incoming_pid)
         self.incoming, self.incoming_pid, self._incoming_events = None, None, []
+
+    def retire(self) -> None:
+        self.kills.append(self.pid)
+        self.retired.append(self.pid)
+        self._alive, self._dead, self._queue, self._events, self.stopping, self.ready = (
+            False,
+            True,
+            [],
+            [],
+            False,
+            False,
+        )
+
+    def reap_retired(self) -> None:
+        pass  # a simulated process leaves nothing to reap
 
     def finish_incoming(self) -> None:
         """The worker loading beside (``hold_incoming``) has loaded: its ``ready`` (nothing from one that died or

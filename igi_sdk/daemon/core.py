@@ -63,8 +63,10 @@ class WorkerPort(Protocol):
     def start_beside(self, start: wp.WorkerStart) -> None: ...  # spawn it; OSError: refused
     def read_incoming_events(self) -> list[wp.Event]: ...  # what it wrote so far (its ``ready`` or ``fatal``)
     def incoming_dead(self) -> bool: ...  # it died before serving
-    def promote_incoming(self) -> wp.Ready: ...  # it becomes the worker (the one serving stopped and reaped)
+    def promote_incoming(self) -> wp.Ready: ...  # it becomes the worker (the one serving stopped, or retired)
     def drop_incoming(self) -> None: ...  # kill it (a newer change, a shutdown)
+    def retire(self) -> None: ...  # kill the one serving and forget it: its exit is not awaited (nor reported)
+    def reap_retired(self) -> None: ...  # reap the retired ones that have exited (every loop iteration)
 
 
 class RequestError(Exception):

@@ -33,6 +33,7 @@ from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.host_pinning import apply_default as apply_host_pinning_default
+from igi_sdk.engine.load_reads import apply_default as apply_read_threads_default
 from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
@@ -87,6 +88,7 @@ def _backend_init() -> None:
                     stacklevel=3,
                 )
             apply_host_pinning_default()
+            apply_read_threads_default()
             llama_cpp.llama_backend_init()
             _backend_ready = True
 

@@ -28,6 +28,7 @@ _KV_LAYER_RE = re.compile(r"^llama_kv_cache: layer\s+(\d+): dev = (\S+)")
 _KV_SIZE_RE = re.compile(r"^llama_kv_cache: size =\s+([\d.]+) MiB \(\s*\d+ cells,\s*(\d+) layers")
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # patched scheduler (patches/llama.cpp/0001), once a context's staging slots are allocated
+_HOST_READ_RE = re.compile(r"^\S+: read ([\d.]+) MiB of host weights on (\d+) threads in ([\d.]+) s")
 _PREFETCH_RE = re.compile(r"^\S+:\s+(\S+) weight prefetch =\s+(\d+) slots x\s+([\d.]+) MiB")
 
 HOST_DEVICE = "CPU"
@@ -84,6 +85,8 @@ class LoadReport(MemoryReport):
     weight_prefetch_abi: int = 0  # the build's pipelined weight prefetch (0: stock llama.cpp, serial copies)
     weight_prefetch_slots: dict[str, int] = {}  # device -> staging slots allocated (only where splits stream)
     weight_prefetch_slot_mib: dict[str, float] = {}  # device -> MiB of one slot (part of its compute buffer)
+    host_read_threads: int | None = None  # threads that read the host weights (patch 0009; None: one after another)
+    host_read_s: float | None = None  # their read's wall time
     log_lines: tuple[str, ...] = ()
 
 
@@ -99,6 +102,7 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
     offloaded = None
     prefetch_slots: dict[str, int] = {}
     prefetch_mib: dict[str, float] = {}
+    host_read: tuple[int, float] | None = None
     kept = []
     for line in lines:
         kept.append(line)
@@ -121,6 +125,8 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
         elif m := _PREFETCH_RE.match(line):
             prefetch_slots[m.group(1)] = int(m.group(2))
             prefetch_mib[m.group(1)] = float(m.group(3))
+        elif m := _HOST_READ_RE.match(line):
+            host_read = (int(m.group(2)), float(m.group(3)))
     counts: dict[str, int] = {}
     for target in overrides.values():
         counts[target] = counts.get(target, 0) + 1
@@ -136,6 +142,8 @@ def parse_load_log(lines: Iterable[str]) -> LoadReport:
         n_layers_offloaded=offloaded,
         weight_prefetch_slots=prefetch_slots,
         weight_prefetch_slot_mib=prefetch_mib,
+        host_read_threads=None if host_read is None else host_read[0],
+        host_read_s=None if host_read is None else host_read[1],
         log_lines=tuple(kept),
     )
 

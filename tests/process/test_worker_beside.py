@@ -1,10 +1,12 @@
 """A worker beside (``WorkerSupervisor.start_beside``): a real worker process loads while the one serving goes on
-answering; its ``ready`` is read apart from the serving worker's events, and once the serving one has been stopped it
-is promoted and serves in its place. One dropped before it is ready is killed and reaped. On a CPU build the GPU is
-not there to be visible; what is checked is the two processes' lives, which are the same."""
+answering; its ``ready`` is read apart from the serving worker's events, and once the serving one has been retired
+(killed, its exit reaped later) it is promoted and serves in its place. One dropped before it is ready is killed and
+reaped. On a CPU build the GPU is not there to be visible; what is checked is the two processes' lives, which are the
+same."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,12 +48,16 @@ def test_a_worker_beside_loads_while_the_one_serving_answers_then_takes_its_plac
         ready = [event for event in worker.read_incoming_events() if isinstance(event, wp.Ready)]
         time.sleep(0.02)
     assert ready[0].pid == incoming and worker.pid == serving, "its events are read apart"
-    worker.send(wp.Shutdown(exit_at_once=True))
-    worker.stop(timeout_s=5.0)  # reaped, as the lifecycle's swap does once it has exited
+    old = worker._process
+    assert old is not None
+    worker.retire()  # as the lifecycle does: killed, its exit not awaited
     promoted = worker.promote_incoming()
     assert promoted.pid == incoming == worker.pid and worker.ready and worker.incoming_pid is None
+    assert len(worker.fds()) == 2, "the retired worker's pipe is not polled"
     after = greedy_reply(worker, "b")
     assert after.text == before.text, "the same greedy reply from the worker that took over"
+    worker.reap_retired(timeout_s=10.0)
+    assert old.exitcode == -signal.SIGKILL and worker._retired == [], "killed, then reaped"
 
 
 def test_a_worker_beside_dropped_before_it_is_ready_is_killed(

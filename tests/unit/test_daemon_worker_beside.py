@@ -69,9 +69,9 @@ def test_the_worker_serving_streams_while_the_gpu_worker_loads_and_its_replies_c
     assert [pid for pid, _ in worker.sent("generate")] == [hidden, hidden], "served by the worker serving"
     assert _answers(daemon, grow) == []
     worker.finish_incoming()
-    daemon.pump()  # ready: the hidden worker exits at once, the GPU worker takes over the generations
+    daemon.pump()  # ready: the hidden worker is retired, the GPU worker takes over the generations at once
     assert worker.pid != hidden and not worker.gpu_hidden and _state(daemon) is WorkerState.READY
-    assert [c.exit_at_once for c in worker.shutdowns] == [True]
+    assert worker.retired == [hidden] and worker.shutdowns == [], "killed, its exit not awaited"
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert ack.measured_vram_mib == GPU_MIB

@@ -113,8 +113,8 @@ def test_a_gpu_budget_afterwards_replaces_it_again_with_the_gpu_visible() -> Non
     assert _answers(daemon, grow) == [], "a GPU placement is applied when the new worker has loaded it"
     assert daemon.budget.reloading
     worker.finish_incoming()
-    daemon.pump()  # ready: the hidden worker exits, the new one serves
-    assert worker.pid != hidden_pid and [c.exit_at_once for c in worker.shutdowns] == [True, True]
+    daemon.pump()  # ready: the hidden worker is retired, the new one serves
+    assert worker.pid != hidden_pid and len(worker.shutdowns) == 1 and worker.retired == [hidden_pid]
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert ack.measured_vram_mib == GPU_MIB

@@ -35,6 +35,7 @@ from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
+from igi_sdk.engine.host_pinning import host_pinning
 from igi_sdk.errors import EngineLostError, MoveUndone
 from igi_sdk.processes import process_age_s
 
@@ -127,6 +128,8 @@ def worker_main(
         device_weight_mib=round(stages.device_weight_mib, 1),
         weight_cache_device=cache_device,
         weight_cache_host=config.weight_cache_host if cache_device is not None else None,
+        host_read_threads=engine.llama_engine.load_report.host_read_threads,
+        host_pinning=host_pinning(),
     )
     emit(
         wp.Ready(

@@ -287,7 +287,7 @@ class WorkerLifecycle:
     def replace(self, placement: Placement, vision: EncoderPlan | None) -> None:
         """Replace the worker with one that runs ``placement``. Out of the CPU-only placement, into a GPU one, while the
         worker serves: the new worker loads beside it, and it serves on until the new one is ready (``check_beside``)
-        and exits then. Otherwise: ``Shutdown`` now (a worker still starting is killed: it would read it only once
+        and is retired then. Otherwise: ``Shutdown`` now (a worker still starting is killed: it would read it only once
         loaded); its exit starts the new one (``_swap``). The budget control hears ``replacement_done`` (or
         ``replacement_failed`` and ``on_worker_death``; ``growth_failed`` for a worker beside that did not load)."""
         now = self._core.clock()
@@ -326,9 +326,9 @@ class WorkerLifecycle:
         self._core.worker.send(wp.Shutdown(exit_at_once=True))
 
     def check_beside(self) -> None:
-        """Read the worker loading beside (every loop iteration): its ``Ready`` tells the worker serving to exit (its
-        exit promotes the new one: ``_swap``); its ``Fatal`` or death ends the growth, and the worker serving goes on
-        with the placement in force (the budget control's ``growth_failed``)."""
+        """Read the worker loading beside (every loop iteration): on its ``Ready`` the worker serving is retired
+        (killed, its exit not awaited) and the new one promoted (``_swap``); its ``Fatal`` or death ends the growth,
+        and the worker serving goes on with the placement in force (the budget control's ``growth_failed``)."""
         worker = self._core.worker
         for event in worker.read_incoming_events():
             if self._state is not WorkerState.REPLACING_BESIDE:
@@ -341,7 +341,11 @@ class WorkerLifecycle:
                 self._core.log(
                     logging.INFO, "worker_beside_ready", pid=event.pid, load_s=self._core.clock() - replacement.since_s
                 )
-                self._stop_replaced(replacement)
+                # the worker serving runs with CUDA hidden: no device memory waits on its exit, nor does anything
+                # else (the daemon carries its generations over), so it is killed and the new one serves at once
+                replacement.stopping_since_s, replacement.killed = self._core.clock(), True
+                worker.retire()
+                self._swap(replacement)
             elif isinstance(event, wp.Fatal):
                 self._beside_failed(f"{event.code}: {event.message}")
         if self._state is WorkerState.REPLACING_BESIDE and worker.incoming_dead():
@@ -404,8 +408,9 @@ class WorkerLifecycle:
         self._stop_replaced(replacement)
 
     def tick(self) -> None:
-        """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown`` (every loop
-        iteration)."""
+        """Kill a worker being replaced that has not exited ``REPLACE_STOP_GRACE_S`` after ``Shutdown``, and reap
+        retired ones (every loop iteration)."""
+        self._core.worker.reap_retired()
         replacement = self._replacement
         if (
             replacement is not None
@@ -419,7 +424,7 @@ class WorkerLifecycle:
             self._core.worker.stop(timeout_s=None)
 
     def _swap(self, replacement: Replacement) -> None:
-        """The worker being replaced has exited: carry its generations over and start the new worker on the
+        """The worker being replaced has exited (or was retired): carry its generations over and start the new worker on the
         replacement's placement, or promote the one that loaded it beside. A CPU-only one is done now (the memory is
         released); a GPU one when the new worker is ready (``serve``: at once for one loaded beside)."""
         core, worker = self._core, self._core.worker

@@ -122,8 +122,9 @@ def test_a_reclaim_replaces_the_worker_and_the_stream_goes_on_unchanged(daemon: 
     ]
     kinds = ["replaced" if "event=worker_replaced" in text[i] else "ready" for i in order]
     assert kinds == ["ready", "replaced", "ready", "replaced", "ready"], kinds
-    # the growth loaded the GPU worker beside the CPU-only one, which was told to exit only once it was ready
+    # the growth loaded the GPU worker beside the CPU-only one, which was retired only once it was ready
     [beside] = [i for i, line in enumerate(text) if "event=worker_started" in line and "beside=True" in line]
     [beside_ready] = [i for i, line in enumerate(text) if "event=worker_beside_ready" in line]
+    retired = [i for i, line in enumerate(text) if "event=worker_retired" in line]
     stopped = [i for i, line in enumerate(text) if "event=worker_stopped" in line and i > beside]
-    assert beside < beside_ready < stopped[0], text[beside:]
+    assert len(retired) == 1 and beside < beside_ready < retired[0] and stopped == [], text[beside:]

@@ -9,10 +9,12 @@ in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with t
 how host memory is page-locked and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
 ``worker_main``.
 
-A *standby* worker (``start_pickle`` None) does all of that with the GPU visible and initializes llama.cpp's backends,
-then waits for its start on the pipe (the pickled ``WorkerStart``, sent by the supervisor that adopts it): the
-interpreter's start, the imports and the library loads are done before a growth needs a GPU worker, and no CUDA
-context is made until its start loads a model. The daemon going away before that (EOF) ends it.
+A *standby* worker (``start_pickle`` None) does all of that with the GPU visible, imports the worker's own modules and
+initializes llama.cpp's backends, then waits for its start on the pipe (the pickled ``WorkerStart``, sent by the
+supervisor that adopts it): the interpreter's start, the imports and the library loads are done before a growth needs
+a GPU worker, and no CUDA context is made until its start loads a model. The daemon going away before that (EOF) ends
+it. A start onto the GPU, a standby's or not, makes the CUDA context on a thread of its own as the worker begins
+(``engine.devices.warm_gpu_context``), so that it overlaps the load's first steps.
 
 The abort flag is a C ``int`` in memory shared with the daemon (``multiprocessing.RawValue``, made by the supervisor
 for each worker). The supervisor sets it before it sends an urgent ``Reload`` (a shrink); llama.cpp reads it between
@@ -88,6 +90,7 @@ def boot(
 
         keep_pinned_memory(Path(pinned_pool_model))
     import igi_sdk.engine.llama_engine  # noqa: F401  (imports llama_cpp before anything else it needs)
+    from igi_sdk.daemon.engine_process.main import worker_main  # and then what the worker runs (numpy, the ipc layer)
 
     standby_wait_s = None
     if start_pickle is None:  # a standby: ready for a model, then waiting for one
@@ -99,8 +102,12 @@ def boot(
             return
         standby_wait_s = time.monotonic() - t_wait
     start = pickle.loads(start_pickle)
-    from igi_sdk.daemon.engine_process.main import worker_main
+    from igi_sdk.daemon.budget.planner import placement_uses_gpu
 
+    if not start.hide_gpu and placement_uses_gpu(start.placement):
+        from igi_sdk.engine.devices import warm_gpu_context
+
+        warm_gpu_context()  # the CUDA context made while the load opens the file (``warm_gpu_context``)
     worker_main(
         conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flag=abort_flag, standby_wait_s=standby_wait_s
     )

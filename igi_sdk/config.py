@@ -187,8 +187,8 @@ class EngineSettings(_Section):
     )
     host_pinning: Literal["registered", "allocated"] = Field(
         default="registered",
-        description="how the worker page-locks the host memory of streamed weights and of the weight cache's pinned host "
-        "copy (patches/llama.cpp 0008, Linux): registered (anonymous memory on transparent huge pages, registered "
+        description="how the worker page-locks the host memory of streamed weights and of the weight cache's pinned "
+        "host copy (patches/llama.cpp 0008, Linux): registered (anonymous memory on transparent huge pages, registered "
         "with cudaHostRegister: a start pins, and an exit unpins, several times faster) or allocated (cudaMallocHost, "
         "llama.cpp's own way)",
     )

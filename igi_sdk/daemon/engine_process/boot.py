@@ -6,8 +6,8 @@ loaded another C++ library first: numpy's, and pyzmq's (docs/engine.md, "Load or
 target and arguments before the target runs, importing their modules, and the worker's start (``WorkerStart``) pulls
 in the ipc layer and with it pyzmq. So the supervisor spawns :func:`boot` with the start pickled to bytes
 (unpickling bytes imports nothing): it turns on faulthandler, hides the GPU when asked and sets the pinned pool's cap,
-how host memory is page-locked and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then unpickles the start and runs
-``worker_main``.
+how host memory is page-locked and the op_offload threshold (read by the CUDA backend), loads llama.cpp, and only then
+unpickles the start and runs ``worker_main``.
 
 A *standby* worker (``start_pickle`` None) does all of that with the GPU visible, imports the worker's own modules and
 initializes llama.cpp's backends, then waits for its start on the pipe (the pickled ``WorkerStart``, sent by the

@@ -424,9 +424,9 @@ class WorkerLifecycle:
             self._core.worker.stop(timeout_s=None)
 
     def _swap(self, replacement: Replacement) -> None:
-        """The worker being replaced has exited (or was retired): carry its generations over and start the new worker on the
-        replacement's placement, or promote the one that loaded it beside. A CPU-only one is done now (the memory is
-        released); a GPU one when the new worker is ready (``serve``: at once for one loaded beside)."""
+        """The worker being replaced has exited (or was retired): carry its generations over and start the new worker
+        on the replacement's placement, or promote the one that loaded it beside. A CPU-only one is done now (the
+        memory is released); a GPU one when the new worker is ready (``serve``: at once for one loaded beside)."""
         core, worker = self._core, self._core.worker
         assert replacement.stopping_since_s is not None  # every way into REPLACING_STOPPING tells the old one to exit
         released_s = core.clock() - replacement.stopping_since_s

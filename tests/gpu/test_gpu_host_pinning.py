@@ -98,8 +98,8 @@ def test_registered_memory_and_threaded_reads_compute_the_same_and_are_timed() -
     from igi_sdk.model_store import cache_dir
 
     model = str(resolve_model("llama_8b", cache_dir() / "bench-models", print)[0])
-    _run(model, "allocated")  # the page cache warm for all
-    triples = [(_run(model, "allocated"), _run(model, "registered"), _run(model, "registered", "1")) for _ in range(3)]
+    # the model file is in the page cache (written there, or read by an earlier step): every arm reads from memory
+    triples = [(_run(model, "allocated"), _run(model, "registered"), _run(model, "registered", "1")) for _ in range(2)]
     for allocated, registered, serial in triples:
         assert allocated["how"] == "allocated" and registered["how"] == serial["how"] == "registered"
         assert (allocated["read_threads"], registered["read_threads"], serial["read_threads"]) == (8, 8, None)

@@ -97,6 +97,12 @@ class Placement(BaseModel):
         the daemon's CPU-only placement (a worker that runs it may hide the GPU and hold no device memory)."""
         return self.with_(n_gpu_layers=0, rules=(), offload_kqv=False, op_offload=False)
 
+    def uses_gpu(self) -> bool:
+        """Whether anything goes on a GPU: layers (``n_gpu_layers``), tensors (override rules to a device other than
+        the CPU) or prompt processing (``op_offload`` streams host weights through the GPU). A placement that does not
+        can run in a process with CUDA hidden, which then holds no CUDA context (no device memory at all)."""
+        return self.n_gpu_layers != 0 or self.op_offload or any(rule.device.upper() != "CPU" for rule in self.rules)
+
     def state_compatible_with(self, other: Placement) -> bool:
         """Whether sequence state saved under ``self`` restores under ``other`` (llama.cpp checks these)."""
         keys = ("flash_attn", "type_k", "type_v", "n_seq_max")

@@ -73,11 +73,9 @@ class PlanOutcome:
 
 
 def placement_uses_gpu(placement: Placement) -> bool:
-    """Whether a placement puts anything on a GPU: layers (``n_gpu_layers``), tensors (override rules to a device
-    other than the CPU) or prompt processing (``op_offload`` streams host weights through the GPU). A placement that
-    does not can run in a worker with CUDA hidden, which then holds no CUDA context (no device memory at all)."""
-    p = placement
-    return p.n_gpu_layers != 0 or p.op_offload or any(rule.device.upper() != "CPU" for rule in p.rules)
+    """Whether a placement puts anything on a GPU (``Placement.uses_gpu``): one that does not can run in a worker with
+    CUDA hidden, which then holds no CUDA context (no device memory at all)."""
+    return placement.uses_gpu()
 
 
 DRY_RUN_MARGIN_MIB = 256

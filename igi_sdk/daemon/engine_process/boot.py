@@ -102,9 +102,7 @@ def boot(
             return
         standby_wait_s = time.monotonic() - t_wait
     start = pickle.loads(start_pickle)
-    from igi_sdk.daemon.budget.planner import placement_uses_gpu
-
-    if not start.hide_gpu and placement_uses_gpu(start.placement):
+    if not start.hide_gpu and start.placement.uses_gpu():
         from igi_sdk.engine.devices import warm_gpu_context
 
         warm_gpu_context()  # the CUDA context made while the load opens the file (``warm_gpu_context``)

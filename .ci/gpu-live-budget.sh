@@ -28,13 +28,12 @@
 # Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
 # The script builds by itself (run it alone, not after `.gpu/build_on_gpu.sh`: LIMIT counts from its start, and a
 # call must end before the device tool's limit for its results to come back).
-# Env: LIMIT (s from the call's start, default 540), STEPS (default: cache:llama_8b nostandby:llama_8b
-# cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon: the 8B's cache mode (its growth out of 0 MiB loading beside the
-# serving CPU-only worker, in the standby; the NPCs' stalls; each worker start's stages in the daemon's log:
-# worker_loaded), then without the standby, the MoE's cache mode and reloads, then the daemon's start after
-# `igi prepare`).
+# Env: LIMIT (s from the call's start, default 540), STEPS (default: pinning cache:llama_8b cache:qwen3_30b_a3b
+# allocated:llama_8b: registered host memory and threaded reads against cudaMallocHost and serial reads in the engine,
+# then both models' cache mode (the growth out of 0 MiB loading beside the serving CPU-only worker, in the standby;
+# the NPCs' stalls; each worker start's stages in the daemon's log: worker_loaded), then the 8B with cudaMallocHost).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
-STEPS=${STEPS:-"cache:llama_8b nostandby:llama_8b cache:qwen3_30b_a3b live:qwen3_30b_a3b daemon"}
+STEPS=${STEPS:-"pinning cache:llama_8b cache:qwen3_30b_a3b allocated:llama_8b"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)
 if [ ! -f $W/started ]; then
   touch $W/started

@@ -7,9 +7,9 @@ the 30B-A3B's 15.8 GiB on the H200. With ``LLAMA_LOAD_READ_THREADS=N`` (N > 1; r
 cuts those weights into chunks of at most 64 MiB and reads them with ``pread`` on N threads, once the device weights
 (staged and uploaded first) are done. A mapped load, a file opened for direct I/O and a stock build read as before.
 
-``apply_default`` (at the backends' initialization) sets ``DEFAULT_READ_THREADS`` unless the variable is set: the
-page cache's copy scales to about 8 threads, and the worker's priority already puts it below the game's threads.
-docs/engine.md, "Page-locked host memory".
+``apply_default`` (at the backends' initialization) sets ``default_read_threads()`` unless the variable is set: the
+CPUs the process may run on, at most 8 (the worker runs below the game's priority, so its readers yield to the game's
+threads). docs/engine.md, "Page-locked host memory".
 """
 
 from __future__ import annotations

@@ -21,12 +21,16 @@ apply() {  # apply [--check] [-R] PATCH
     (cd "$(mktemp -d)" && git "${args[@]}" "$1")
   fi
 }
+# the patches applied to this tree, by name: a later patch may change lines of an earlier one, which then no longer
+# reverses cleanly, so the reverse check alone cannot tell that it is in
+stamp="$dst/.igi-llama-cpp-patches"
 for p in "$here"/patches/llama.cpp/*.patch; do
   name=$(basename "$p")
-  if apply -R "$p" 2> /dev/null; then
+  if grep -qxF "$name" "$stamp" 2> /dev/null || apply -R "$p" 2> /dev/null; then
     echo "patch_llama_cpp: $name already applied"
   elif apply --check "$p"; then
     apply "$p"
+    echo "$name" >> "$stamp"
     echo "patch_llama_cpp: applied $name"
   else
     echo "patch_llama_cpp: $name does not apply to $dst (see patches/llama.cpp/README.md, 'Rebasing')" >&2

@@ -75,10 +75,10 @@ class Move(enum.Enum):
     RELOADED = "reloaded"  # the worker answered it (applied or not)
     REPLACE = "replace"  # a budget change between GPU and CPU-only: the old worker told to exit
     LOAD_BESIDE = "load_beside"  # a change out of the CPU-only placement: the new worker loads beside the old one
-    BESIDE_READY = "beside_ready"  # it is ready: the old worker told to exit
+    BESIDE_READY = "beside_ready"  # it is ready: the old worker retired, the swap follows at once
     BESIDE_ENDED = "beside_ended"  # it failed, or a change back to the old one's placement ended it: the old serves
     SWAPPED_TO_CPU = "swapped_to_cpu"  # it exited; the CPU-only worker started: the change is done
-    SWAPPED_TO_GPU = "swapped_to_gpu"  # it exited; the new worker loads the GPU placement
+    SWAPPED_TO_GPU = "swapped_to_gpu"  # it exited (or was retired); the new worker loads the GPU placement, or serves
     OVERTAKEN = "overtaken"  # a newer budget: the new worker loading the superseded placement is killed
     DIED = "died"  # the worker died: restarted on the placement in force
     GIVEN_UP = "given_up"  # a Fatal, or more than max_worker_restarts deaths in a row

@@ -194,9 +194,10 @@ class EngineSettings(_Section):
     )
     standby_worker: bool = Field(
         default=True,
-        description="on a GPU machine, while the worker runs with CUDA hidden (a budget below any GPU placement, a "
-        "reclaim to 0), keep a second worker process ready with the GPU visible: llama.cpp loaded and its backends "
-        "initialized, no model and no CUDA context; a growth then starts the GPU worker in it instead of a new process",
+        description="on a GPU machine, keep a second worker process ready behind the one serving, of the other kind: "
+        "llama.cpp loaded and its backends initialized, no model and no CUDA context; behind a worker with CUDA hidden "
+        "(a budget below any GPU placement, a reclaim to 0) one with the GPU visible, in which a growth starts the GPU "
+        "worker, and behind a GPU worker one with CUDA hidden, in which a reclaim to 0 starts the CPU-only worker",
     )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,

@@ -85,8 +85,8 @@ class FakeWorker:
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
-        self.standbys: list[wp.WorkerConfig] = []  # every ``prepare_standby``
-        self.standby: wp.WorkerConfig | None = None  # the standby waiting (``start`` with the GPU visible takes it)
+        self.standbys: list[tuple[wp.WorkerConfig, bool]] = []  # every ``prepare_standby``: (config, hide_gpu)
+        self.standby: tuple[wp.WorkerConfig, bool] | None = None  # the standby waiting (a start of its kind takes it)
         self.standby_starts = 0  # starts that took the standby
         self.ignored: list[wp.Command] = []  # commands that reached a worker on its way out (``after_read``)
         self.kills: list[
@@ -117,8 +117,8 @@ class FakeWorker:
         if self.refuse_next_start:
             self.refuse_next_start = False
             raise OSError(24, "Too many open files")
-        if not start.hide_gpu and self.standby is not None:
-            self.standby_starts += self.standby == start.config
+        if self.standby is not None and self.standby[1] == start.hide_gpu:
+            self.standby_starts += self.standby[0] == start.config
             self.standby = None
         self.starts.append((start.placement, start.hide_gpu))
         return 1000 + len(self.starts) - 1
@@ -222,9 +222,10 @@ class FakeWorker:
         """The worker loading beside dies before it is ready (a crash in its load)."""
         self._incoming_alive, self._incoming_events = False, []
 
-    def prepare_standby(self, config: wp.WorkerConfig) -> None:
-        self.standbys.append(config)
-        self.standby = config
+    def prepare_standby(self, config: wp.WorkerConfig, hide_gpu: bool = False) -> None:
+        if self.standby != (config, hide_gpu):  # one prepared so already is kept
+            self.standbys.append((config, hide_gpu))
+        self.standby = (config, hide_gpu)
 
     def drop_standby(self) -> None:
         self.standby = None

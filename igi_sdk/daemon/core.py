@@ -55,7 +55,9 @@ class WorkerPort(Protocol):
     def read_events(self) -> list[wp.Event]: ...  # what it wrote so far, without blocking
     def is_dead(self) -> bool: ...  # it exited and everything it wrote has been read
     def stop(self, timeout_s: float | None = 5.0) -> None: ...  # reap it (None: kill it now, its exit read later)
-    def prepare_standby(self, config: wp.WorkerConfig) -> None: ...  # a GPU worker ready for its start, model-less
+    def prepare_standby(
+        self, config: wp.WorkerConfig, hide_gpu: bool = False
+    ) -> None: ...  # a worker ready for its start, model-less (CUDA hidden or not)
     def drop_standby(self) -> None: ...  # end it (daemon stop)
     # a worker loading beside the one serving (a growth out of the CPU-only placement), then serving in its place
     @property

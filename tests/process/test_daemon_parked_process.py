@@ -70,9 +70,10 @@ def test_parking_and_back_are_moves_in_the_worker_and_the_stream_goes_on_unchang
     assert ready and "weight_cache_device=CPU" in ready[0], ready[0]
 
 
-def test_with_a_standby_the_way_back_from_0_starts_the_gpu_worker_in_it() -> None:
-    """``--standby-worker``: the reclaim to 0 starts the CUDA-hidden worker and a standby behind it; the budget for the
-    GPU runs the GPU worker in the standby's process, and the session goes on."""
+def test_with_a_standby_each_way_starts_its_worker_in_one() -> None:
+    """``--standby-worker``: the GPU worker, once ready, has a CUDA-hidden standby behind it, in which the reclaim to 0
+    starts the CPU-only worker; that one has a standby with the GPU visible behind it, in which the budget for the GPU
+    runs the GPU worker; and the session goes on."""
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
@@ -83,20 +84,21 @@ def test_with_a_standby_the_way_back_from_0_starts_the_gpu_worker_in_it() -> Non
         with Client.connect(daemon.connection_file, timeout_s=60) as client:
             sid = client.create_session("Bard", "You tell stories.", sampling=GREEDY)
             assert client.generate(sid, PROMPT, max_tokens=8).result().token_ids
-            assert not log_events(daemon.log_file, "worker_standby_started")  # a GPU worker serves
             ack = client.reclaim(0, deadline_s=30.0)
             assert ack.applied and ack.plan.strategy == "cpu_only"
+            assert client.generate(sid, "And then?", max_tokens=4).result().token_ids  # the CPU-only worker serves
             back = client.set_budget(GPU_MIB, "menu")
             assert back.applied and back.plan.strategy == "full_gpu"
             assert client.generate(sid, "Tell me more.", max_tokens=8).result().token_ids
     finally:
         daemon.stop()
-    [prepared] = log_events(daemon.log_file, "worker_standby_started")
-    [taken] = log_events(daemon.log_file, "worker_standby_taken")
-    standby_pid = prepared.split("pid=")[1].split()[0]
-    assert f"pid={standby_pid}" in taken
+    prepared = log_events(daemon.log_file, "worker_standby_started")
+    assert [("gpu_hidden=True" in line) for line in prepared] == [True, False, True], prepared
+    taken = log_events(daemon.log_file, "worker_standby_taken")
+    pids = [line.split("pid=")[1].split()[0] for line in prepared]
+    assert len(taken) == 2 and all(f"pid={pid}" in line for pid, line in zip(pids, taken, strict=False))
     started = log_events(daemon.log_file, "worker_started")
     assert [("gpu_hidden=True" in line) for line in started] == [False, True, False], started
-    assert f"pid={standby_pid}" in started[-1]  # the GPU worker is the standby's process
-    [loaded] = [line for line in log_events(daemon.log_file, "worker_loaded") if "standby_wait_s=None" not in line]
-    assert "standby_wait_s=" in loaded
+    assert f"pid={pids[0]}" in started[1] and f"pid={pids[1]}" in started[2]  # each in its standby's process
+    from_standbys = [line for line in log_events(daemon.log_file, "worker_loaded") if "standby_wait_s=None" not in line]
+    assert len(from_standbys) == 2 and all("standby_wait_s=" in line for line in from_standbys)

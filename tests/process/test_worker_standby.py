@@ -1,7 +1,7 @@
 """The standby worker (``WorkerSupervisor.prepare_standby``, ``engine.standby_worker``): a real worker process that has
-loaded llama.cpp and waits, model-less, for its start; the next start with the GPU visible and the same configuration
-runs in it (the same process: no interpreter start, no imports), one with another configuration drops it and spawns,
-and dropping it ends the process. On a CPU build the GPU is not there to be visible; what is checked is the process's
+loaded llama.cpp and waits, model-less, for its start; the next start with its GPU visibility and the same
+configuration runs in it (the same process: no interpreter start, no imports), one with another configuration drops it
+and spawns, one with the other visibility spawns beside it, and dropping it ends the process. On a CPU build the GPU is not there to be visible; what is checked is the process's
 life, which is the same."""
 
 from __future__ import annotations
@@ -72,6 +72,34 @@ def test_a_standby_for_another_model_or_a_hidden_gpu_is_not_taken(
     replaced.process.join(5.0)
     assert replaced.process.exitcode is not None
     wait_ready(worker)
+
+
+def test_a_start_with_cuda_hidden_runs_in_a_standby_made_so(
+    supervisor: tuple[WorkerSupervisor, wp.WorkerConfig],
+) -> None:
+    """The standby behind a GPU worker: made with CUDA hidden, it serves the CPU-only worker's start (a reclaim to 0),
+    and not a start with the GPU visible."""
+    worker, config = supervisor
+    worker.prepare_standby(config, hide_gpu=True)
+    hidden = worker._standby
+    assert hidden is not None and hidden.hide_gpu
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=False))  # the GPU worker: one of its own
+    assert worker.pid != hidden.process.pid and worker._standby is hidden
+    wait_ready(worker)
+    worker.stop(timeout_s=5.0)
+    worker.start(wp.WorkerStart(config, SMALL_PLACEMENT, None, hide_gpu=True))
+    assert worker.pid == hidden.process.pid and worker._standby is None
+    wait_ready(worker)
+    ready = worker.last_ready
+    assert ready is not None and ready.pid == hidden.process.pid
+    assert ready.gpu_hidden and ready.cuda_visible_devices == "", "CUDA hidden before llama.cpp was loaded"
+    assert greedy_reply(worker).finish_reason in ("stop", "length")
+    worker.prepare_standby(config, hide_gpu=False)  # behind the CUDA-hidden worker: the other kind
+    visible = worker._standby
+    assert visible is not None and not visible.hide_gpu
+    worker.prepare_standby(config, hide_gpu=True)  # the other visibility: that one goes
+    visible.process.join(5.0)
+    assert visible.process.exitcode is not None and worker._standby is not None and worker._standby.hide_gpu
 
 
 def test_dropping_the_standby_ends_its_process(supervisor: tuple[WorkerSupervisor, wp.WorkerConfig]) -> None:

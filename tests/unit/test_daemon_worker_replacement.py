@@ -585,22 +585,28 @@ def test_each_gpu_workers_ready_tells_the_planner_whether_it_caches_weights() ->
     assert planner.weight_cache_reports == [False, True, False]  # the first worker, the grown one, the restarted one
 
 
-def test_with_the_standby_setting_a_cuda_hidden_worker_has_a_gpu_worker_waiting_behind_it() -> None:
-    """``engine.standby_worker``: each start of a worker with CUDA hidden prepares a standby (model-less, GPU visible)
-    for the configuration served, and the growth out of it starts the GPU worker there; without the setting none is
-    prepared."""
+def test_with_the_standby_setting_each_worker_has_one_of_the_other_kind_waiting_behind_it() -> None:
+    """``engine.standby_worker``: a GPU worker, once ready, has a standby with CUDA hidden behind it, which the reclaim
+    to 0 starts the CPU-only worker in; each start of a worker with CUDA hidden prepares a standby with the GPU visible,
+    which the growth out of it starts the GPU worker in; without the setting none is prepared."""
     for enabled in (True, False):
-        daemon = _daemon(4096)
+        daemon = _daemon(4096)  # its GPU worker started and ready with the setting's default, on
         worker = _worker(daemon)
+        config = worker.config
+        assert worker.standbys == [(config, True)]  # behind the GPU worker, once ready
         engine = daemon.core.settings.engine.model_copy(update={"standby_worker": enabled})
         daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
-        assert worker.standbys == []  # a GPU worker serves: nothing to prepare
+        if not enabled:  # from here on without the setting
+            worker.drop_standby()
+            worker.standbys.clear()
         reclaim = _reclaim(daemon, 0)
         _steps(daemon, 3)
         assert _answers(daemon, reclaim) and worker.starts[-1][1] is True
-        assert worker.standbys == ([worker.config] if enabled else [])
+        assert worker.standby_starts == (1 if enabled else 0), "the CPU-only worker started in the standby"
+        assert worker.standbys == ([(config, True), (config, False)] if enabled else [])
         grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
         _steps(daemon, 3)
         [ack] = _answers(daemon, grow)
         assert isinstance(ack, BudgetAck) and ack.applied and worker.starts[-1][1] is False
-        assert worker.standby_starts == (1 if enabled else 0) and worker.standby is None
+        assert worker.standby_starts == (2 if enabled else 0)
+        assert worker.standby == ((config, True) if enabled else None), "a CUDA-hidden one again, behind the GPU worker"

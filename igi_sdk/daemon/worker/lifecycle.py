@@ -274,7 +274,7 @@ class WorkerLifecycle:
         worker.start(wp.WorkerStart(worker.config if config is None else config, placement, vision, hide_gpu))
         self._gpu_hidden = hide_gpu
         if hide_gpu and self._core.settings.engine.standby_worker:  # the growth out of it will need a GPU worker
-            worker.prepare_standby(worker.config)
+            worker.prepare_standby(worker.config, hide_gpu=False)
 
     # --- worker replacement (a budget change between a GPU and a CPU-only placement) -------------------------------
     @property
@@ -584,6 +584,10 @@ class WorkerLifecycle:
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
             core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
         self.forward_waiting_jobs()
+        if not event.gpu_hidden and self._gpu and core.settings.engine.standby_worker:
+            # a shrink to the CPU-only placement (a reclaim to 0) will need a worker with CUDA hidden: prepared once
+            # this one has loaded, so that it does not compete with its load
+            core.worker.prepare_standby(core.worker.config, hide_gpu=True)
         if replaced is not None:
             self._budget_side().replacement_done(core.clock() - replaced.since_s)
         self._budget_side().on_worker_ready(event)

@@ -138,6 +138,7 @@ class _Standby:
     conn: Connection
     abort_flag: Any
     config: wp.WorkerConfig
+    hide_gpu: bool  # made with CUDA hidden: only a start with CUDA hidden can take it
     since_s: float
 
     def age_s(self) -> float:
@@ -341,19 +342,23 @@ class WorkerSupervisor:
         return process, parent_conn, abort_flag
 
     # --- the standby --------------------------------------------------------------------------------------------
-    def prepare_standby(self, config: wp.WorkerConfig) -> None:
-        """Spawn a worker with the GPU visible that loads llama.cpp, initializes its backends and waits for its start
-        (``engine_process.boot``): the next :meth:`start` with the GPU visible and ``config`` takes it instead of
-        spawning, with the interpreter's start, the imports and the library loads done. It makes no CUDA context
-        before its start loads a model. One at a time: a standby already prepared for ``config`` is kept, one for
-        another (a model switch) dropped."""
+    def prepare_standby(self, config: wp.WorkerConfig, hide_gpu: bool = False) -> None:
+        """Spawn a worker that loads llama.cpp (with CUDA hidden when ``hide_gpu``), imports the worker's modules,
+        initializes llama.cpp's backends and waits for its start (``engine_process.boot``): the next :meth:`start` with
+        the same GPU visibility and ``config`` takes it instead of spawning, with the interpreter's start, the imports
+        and the library loads done. It makes no CUDA context before its start loads a model onto the GPU. One at a
+        time: a standby already prepared so is kept, another (a model switch, the other visibility) dropped."""
         standby = self._standby
-        if standby is not None and standby.process.exitcode is None and standby.config == config:
+        if (
+            standby is not None
+            and standby.process.exitcode is None
+            and (standby.config, standby.hide_gpu) == (config, hide_gpu)
+        ):
             return
         self.drop_standby()
-        process, parent_conn, abort_flag = self._spawn(config, None, hide_gpu=False)
-        self._standby = _Standby(process, parent_conn, abort_flag, config, time.monotonic())
-        log_event(_log, logging.INFO, "worker_standby_started", pid=process.pid)
+        process, parent_conn, abort_flag = self._spawn(config, None, hide_gpu=hide_gpu)
+        self._standby = _Standby(process, parent_conn, abort_flag, config, hide_gpu, time.monotonic())
+        log_event(_log, logging.INFO, "worker_standby_started", pid=process.pid, gpu_hidden=hide_gpu)
 
     def drop_standby(self) -> None:
         """End the standby, if one waits: killed at once (it holds nothing to close, and one still loading llama.cpp
@@ -371,10 +376,10 @@ class WorkerSupervisor:
         log_event(_log, logging.INFO, "worker_standby_dropped", pid=standby.process.pid)
 
     def _take_standby(self, start: wp.WorkerStart) -> _Standby | None:
-        """The standby, for a start with the GPU visible and the standby's configuration; dropped when it cannot serve
-        this start's model or settings (a model switch) or has died."""
+        """The standby, for a start with its GPU visibility and configuration; dropped when it cannot serve this
+        start's model or settings (a model switch) or has died, kept for a start of the other visibility."""
         standby = self._standby
-        if standby is None or start.hide_gpu:
+        if standby is None or standby.hide_gpu != start.hide_gpu:
             return None
         if standby.process.exitcode is not None or standby.config != start.config:
             self.drop_standby()

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner, PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner, PlanOutcome
 from igi_sdk.daemon.core import WorkerPort
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerGone
@@ -131,7 +131,7 @@ class FakeWorker:
             self._events.append(wp.Fatal(code="model_invalid", message="llama.cpp refused it"))
             self._alive = False
             return
-        if self.fail_gpu_loads and placement_uses_gpu(start.placement):
+        if self.fail_gpu_loads and start.placement.uses_gpu():
             self._events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
             self._alive = False
             return
@@ -163,7 +163,7 @@ class FakeWorker:
         self.incoming = start
         self.beside_starts += 1
         self._incoming_alive, self._incoming_events, self._incoming_ready = True, [], False
-        if self.fail_gpu_loads and placement_uses_gpu(start.placement):
+        if self.fail_gpu_loads and start.placement.uses_gpu():
             self._incoming_events.append(wp.Fatal(code="model_invalid", message="cudaMalloc failed"))
             self._incoming_alive = False
         elif not self.hold_incoming:
@@ -341,7 +341,7 @@ class FakeWorker:
             return 0.0
         if self.stopping and self.stop_mode == "closing":
             return CONTEXT_MIB  # its engine closed on ``shutdown``: the CUDA context goes with the process
-        return GPU_MIB if placement_uses_gpu(self.loaded) and not is_parked(self.loaded) else CONTEXT_MIB
+        return GPU_MIB if self.loaded.uses_gpu() and not is_parked(self.loaded) else CONTEXT_MIB
 
     # --- internals -----------------------------------------------------------------------------------------------
     def _shutdown(self) -> None:
@@ -358,7 +358,7 @@ class FakeWorker:
             return
         # the old placement's memory goes first, as in the worker (BatchScheduler.reload), whether the load then works
         # or not
-        released_mib = GPU_MIB - CONTEXT_MIB if placement_uses_gpu(self.loaded) else 0.0
+        released_mib = GPU_MIB - CONTEXT_MIB if self.loaded.uses_gpu() else 0.0
         self._events.append(wp.Released(req_id=command.req_id, stage="weights", released_mib=released_mib))
         self._events.append(wp.Released(req_id=command.req_id, stage="all"))
         if self.undo_growths and not command.shrink:

@@ -234,7 +234,7 @@ def test_where_no_gpu_placement_fits_a_worker_that_caches_weights_is_parked(
 
     outcome = cached.plan(need, dry_run_slots=0)
     assert outcome.plan.strategy == "parked" and outcome.plan.gpu_mib == need and outcome.cpu_fallback
-    assert is_parked(outcome.placement) and placement_plan.placement_uses_gpu(outcome.placement)
+    assert is_parked(outcome.placement) and outcome.placement.uses_gpu()
     assert {k: getattr(outcome.placement, k) for k in ("n_ctx", "n_seq_max", "n_threads")} == {
         "n_ctx": 1024,
         "n_seq_max": 2,

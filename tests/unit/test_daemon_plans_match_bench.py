@@ -19,7 +19,7 @@ from igi_sdk.bench.records import RunRecord, SuiteMeta
 from igi_sdk.bench.runner import SuiteConfig, group_planning
 from igi_sdk.config import load_settings
 from igi_sdk.daemon.budget import planner as placement_plan
-from igi_sdk.daemon.budget.planner import PlanOutcome, daemon_planner, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import PlanOutcome, daemon_planner
 from igi_sdk.planner import PlanResult, Workload, reference_profile, table_from_shape
 from igi_sdk.planner.workload import daemon_planning
 from igi_sdk.profiler import planning
@@ -90,7 +90,7 @@ def test_the_daemon_chooses_the_bench_planners_placement_at_every_budget(
             # hidden (its own copy sets offload_kqv off, which does nothing without a GPU)
             assert planner_method.placement is None and result.cpu_fallback is not None
             assert outcome.cpu_fallback and outcome.plan.strategy == "cpu_only"
-            assert not placement_uses_gpu(outcome.placement)
+            assert not outcome.placement.uses_gpu()
             assert outcome.placement == result.cpu_fallback.placement.with_(offload_kqv=False), budget
             strategies.add("cpu_only")
             continue

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import PendingReload, Waiter, budget_ack, same_plan
-from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome
 from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
@@ -240,7 +240,7 @@ class BudgetControl:
             op is not None
             and op.replacing
             and bool(op.waiters)
-            and not placement_uses_gpu(op.outcome.placement)
+            and not op.outcome.placement.uses_gpu()
             and self._lifecycle.state is WorkerState.REPLACING_STOPPING
         )
 
@@ -562,7 +562,7 @@ class BudgetControl:
         if len(tiers) < 2 or n_generating == 0:
             return outcome
         tiered = self._planner.tier_plans(outcome.budget_mib).get(needed_tier(n_generating, tiers))
-        if tiered is None or placement_uses_gpu(tiered.placement) != placement_uses_gpu(outcome.placement):
+        if tiered is None or tiered.placement.uses_gpu() != outcome.placement.uses_gpu():
             return outcome
         return tiered
 
@@ -628,7 +628,7 @@ class BudgetControl:
     def _gpu_replacement_pending(self) -> bool:
         """A worker replacement towards a GPU placement whose new worker has not served yet."""
         op = self._inflight
-        return op is not None and op.replacing and placement_uses_gpu(op.outcome.placement)
+        return op is not None and op.replacing and op.outcome.placement.uses_gpu()
 
     def _overtake(self, op: PendingReload) -> bool:
         """A newer change overtakes a replacement towards a GPU placement that has not served yet (its waiters move

@@ -72,12 +72,6 @@ class PlanOutcome:
         return dict(self.tier_decode_tps).get(tier)
 
 
-def placement_uses_gpu(placement: Placement) -> bool:
-    """Whether a placement puts anything on a GPU (``Placement.uses_gpu``): one that does not can run in a worker with
-    CUDA hidden, which then holds no CUDA context (no device memory at all)."""
-    return placement.uses_gpu()
-
-
 DRY_RUN_MARGIN_MIB = 256
 """Headroom kept free beside dry-run children (NVML rounding, the allocator's slack)."""
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, run_in_background, same_plan
-from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.policy.budget_ladder import ladder_budgets, plan_order
@@ -105,14 +105,14 @@ class BudgetPlanning:
         runs of the exact one). None otherwise: a growth through reloads waits for its plan rather than reload
         twice."""
         core = self._core
-        uses_gpu = placement_uses_gpu(current.placement)
+        uses_gpu = current.placement.uses_gpu()
         moves = core.weight_cache_device is not None and uses_gpu
         configured = core.settings.engine.weight_cache_device is not None
         starts_caching = not uses_gpu and configured and core.gpu_worker_caches is not False
         if not (moves or starts_caching):
             return None
         interim = planner.released_to(target_mib)
-        if not placement_uses_gpu(interim.placement) or interim.plan.gpu_mib <= current.plan.gpu_mib:
+        if not interim.placement.uses_gpu() or interim.plan.gpu_mib <= current.plan.gpu_mib:
             return None
         return None if same_plan(interim, current) else interim
 
@@ -182,7 +182,7 @@ class BudgetPlanning:
                 f"no VRAM headroom ({target_mib - used:.0f} MiB) for the dry run that sizes a placement for "
                 f"{target_mib} MiB; "
             )
-            if used > target_mib or (current.cpu_fallback and not placement_uses_gpu(current.placement)):
+            if used > target_mib or (current.cpu_fallback and not current.placement.uses_gpu()):
                 outcome = planner.cpu_only(target_mib, warning=warning + "CPU-only placement")
             else:  # the placement in force fits: keep it rather than stop on the CPU to plan
                 self._core.log(logging.INFO, "budget_plan_deferred", target_mib=target_mib, reason=str(exc))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
-from igi_sdk.daemon.budget.planner import PlanOutcome, placement_uses_gpu
+from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
@@ -291,7 +291,7 @@ class WorkerLifecycle:
         loaded); its exit starts the new one (``_swap``). The budget control hears ``replacement_done`` (or
         ``replacement_failed`` and ``on_worker_death``; ``growth_failed`` for a worker beside that did not load)."""
         now = self._core.clock()
-        if self._state is WorkerState.READY and self._gpu_hidden and placement_uses_gpu(placement):
+        if self._state is WorkerState.READY and self._gpu_hidden and placement.uses_gpu():
             replacement = Replacement(placement, vision, now)
             if self._start_beside(replacement):
                 self._move(Move.LOAD_BESIDE)
@@ -389,7 +389,7 @@ class WorkerLifecycle:
             replacement.placement, replacement.vision = placement, vision
             return
         worker.drop_incoming()
-        if placement_uses_gpu(placement):
+        if placement.uses_gpu():
             replacement.placement, replacement.vision = placement, vision
             replacement.since_s = self._core.clock()  # the newer change's time counts from here
             self._move(Move.OVERTAKEN)
@@ -448,7 +448,7 @@ class WorkerLifecycle:
             carried_jobs=sum(j.resumed and not j.forwarded for j in core.jobs.values()),
             **({"beside": True} if ready is not None else {}),
         )
-        if placement_uses_gpu(replacement.placement):
+        if replacement.placement.uses_gpu():
             self._move(Move.SWAPPED_TO_GPU)  # replacing until the new worker is ready
             if ready is not None:
                 self.serve(ready)

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget.planner import placement_uses_gpu
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
@@ -82,7 +81,7 @@ def worker_config_for(
 def hides_gpu_for(gpu: bool, placement: Placement) -> bool:
     """Whether a worker started for ``placement`` gets ``CUDA_VISIBLE_DEVICES=""``: on a GPU machine (``gpu``:
     :func:`cuda_gpu_usable`), when the placement puts nothing on the GPU."""
-    return gpu and not placement_uses_gpu(placement)
+    return gpu and not placement.uses_gpu()
 
 
 def cuda_gpu_usable() -> bool:

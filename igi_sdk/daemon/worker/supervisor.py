@@ -103,6 +103,13 @@ def _read_pipe(conn: Connection, process: multiprocessing.process.BaseProcess | 
     return events, exited
 
 
+def _close_pipe(conn: Connection | None, writer: PipeWriter | None) -> None:
+    """Close an exited worker's pipe once its writer thread has ended: a descriptor closed under a blocked write would
+    be written to when the number is reused."""
+    if conn is not None and (writer is None or writer.close()):
+        conn.close()
+
+
 class WorkerGone(RuntimeError):
     """The worker process is dead or not started."""
 
@@ -298,9 +305,7 @@ class WorkerSupervisor:
             retired.process.join(timeout_s)
             if retired.process.exitcode is None:
                 continue
-            # the process is gone: a write still blocked on its pipe has failed, so the writer ends at once
-            if retired.conn is not None and (retired.writer is None or retired.writer.close()):
-                retired.conn.close()
+            _close_pipe(retired.conn, retired.writer)  # the process is gone: a blocked write has failed
             self._retired.remove(retired)
 
     def drop_incoming(self) -> None:
@@ -498,10 +503,7 @@ class WorkerSupervisor:
         if process.is_alive():
             process.kill()
             process.join(2.0)
-        # the pipe is closed only once its writer thread has ended: a descriptor closed under a blocked write would
-        # be written to when the number is reused
-        if conn is not None and (writer is None or writer.close()):
-            conn.close()
+        _close_pipe(conn, writer)
         self._process, self._conn, self._writer, self._dead, self.ready = None, None, None, True, False
         self._stopping = False
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from igi_sdk.engine import LlamaEngine, list_devices, resolve_buffer_type
+from igi_sdk.engine.devices import warm_gpu_context
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.model_store import default_model_path
 from igi_sdk.planner.placement import OverrideRule, Placement
@@ -26,6 +27,16 @@ def test_cpu_device_is_listed() -> None:
     cpu = [d for d in devices if d.name == "CPU"]
     assert cpu and cpu[0].type == "cpu" and cpu[0].total_mib > 0
     assert resolve_buffer_type("CPU") != 0
+
+
+def test_the_gpu_context_is_warmed_only_where_a_gpu_is_listed() -> None:
+    """``warm_gpu_context``: a thread that makes the first GPU's context, none where ggml lists no GPU device."""
+    thread = warm_gpu_context()
+    has_gpu = any(d.type == "gpu" for d in list_devices())
+    assert (thread is not None) == has_gpu
+    if thread is not None:
+        thread.join(60)
+        assert not thread.is_alive()
 
 
 def test_rule_to_cpu_is_applied_by_llama_cpp() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 
 import pytest
 
@@ -33,6 +34,9 @@ def test_large_messages_cross_both_ways_at_once() -> None:
     thread.join(30)
     assert not thread.is_alive()
     assert received == [b"c" * LARGE, b"small"]  # in order, each message whole
+    deadline = time.monotonic() + 10  # the reader may see the last bytes before the writing thread notes them done
+    while not writer.idle() and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert writer.idle() and writer.pending_bytes == 0
     assert writer.close()
     daemon_end.close()

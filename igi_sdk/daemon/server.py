@@ -147,6 +147,7 @@ class DaemonServer:
         finally:
             self.connection_file.unlink(missing_ok=True)
             worker.stop(timeout_s=5.0)
+            worker.reap_retired(timeout_s=2.0)
             worker.drop_standby()
             worker.drop_incoming()
             if guard is not None:

@@ -49,7 +49,7 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
 from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.engine_process.boot import boot
 from igi_sdk.daemon.worker import protocol as wp
-from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, hides_gpu_for
+from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, _Retired, hides_gpu_for
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import (
     BudgetAck,
@@ -131,7 +131,7 @@ def test_a_gpu_budget_while_the_cpu_only_worker_still_loads_does_not_wait_for_it
     loading_pid = worker.pid
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     assert worker.kills == [loading_pid], "the load of a placement nobody wants any more is stopped at once"
-    daemon.pump()  # its exit starts the GPU worker (a Ready it wrote first is ignored)
+    assert worker.retired == [loading_pid], "CUDA hidden, no job in it: its exit is not waited for"
     assert worker.starts[-1] == (GPU_PLACEMENT, False) and _answers(daemon, grow) == []
     daemon.pump()
     [ack] = _answers(daemon, grow)
@@ -259,6 +259,23 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
     flag.value = 0  # the worker took the reload up
     supervisor.send(wp.Shutdown())  # an exiting worker's step is not waited for either
     assert flag.value == 1
+
+
+def test_stopping_after_a_retire_does_not_wait_for_the_retired_worker_to_exit() -> None:
+    joins: list[float | None] = []
+
+    class Exiting:  # a killed worker the kernel is still tearing down
+        pid, exitcode = 4343, None
+
+        def join(self, timeout: float | None = None) -> None:
+            joins.append(timeout)
+
+    supervisor = WorkerSupervisor(worker_config("m.gguf"))
+    supervisor._retired.append(_Retired(Exiting(), None, None))  # type: ignore[arg-type]
+    supervisor.stop(timeout_s=1.0)  # as the lifecycle's swap does before promoting the worker loaded beside
+    assert joins == [0.0] and len(supervisor._retired) == 1, "looked at, not waited for"
+    supervisor.reap_retired(timeout_s=2.0)  # the daemon's shutdown waits
+    assert joins == [0.0, 2.0]
 
 
 # --- generations and sessions survive the replacement --------------------------------------------------------------

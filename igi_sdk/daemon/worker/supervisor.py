@@ -480,17 +480,18 @@ class WorkerSupervisor:
 
     def stop(self, timeout_s: float | None = 5.0) -> None:
         """End the worker. With ``timeout_s``: ask it to exit, wait that long (reading what it writes meanwhile), then
-        terminate, then kill, and reap it (and the retired workers). With None: kill it at once (``Process.kill``:
-        SIGKILL, TerminateProcess on Windows) without reaping it; the I/O loop reads what it wrote, then its death (a
-        worker being replaced that did not exit on ``Shutdown`` in time, or one loading a placement a newer budget has
-        already superseded)."""
+        terminate, then kill, and reap it, and the retired workers that have exited (the others are not waited for:
+        the lifecycle stops a worker it has just retired, whose exit must not delay the one promoted; ``reap_retired``
+        waits for them). With None: kill it at once (``Process.kill``: SIGKILL, TerminateProcess on Windows) without
+        reaping it; the I/O loop reads what it wrote, then its death (a worker being replaced that did not exit on
+        ``Shutdown`` in time, or one loading a placement a newer budget has already superseded)."""
         if timeout_s is None:
             self.send(wp.Shutdown())
             process = self._process
             if process is not None and process.exitcode is None:
                 process.kill()  # a worker that exited meanwhile: nothing to do (multiprocessing ignores it)
             return
-        self.reap_retired(timeout_s)
+        self.reap_retired()
         process, conn, writer = self._process, self._conn, self._writer
         if process is None:
             return

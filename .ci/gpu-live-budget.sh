@@ -15,8 +15,6 @@
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
 #   allocated:MODEL the cache mode with the host copy pinned by cudaMallocHost (`--host-pinning allocated`: the A/B of
 #                the default's registered host memory, patch 0008)
-#   busyload:MODEL the cache mode with the CPU-only worker decoding on all its threads while a growth's GPU worker
-#                loads beside it (`--beside-load-threads 0`: the A/B of the default's fewer threads)
 #   pinning      tests/gpu/test_gpu_host_pinning.py (registered host memory against cudaMallocHost's, host weights
 #                read on 8 threads against one: patches 0008, 0009)
 #   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
@@ -62,8 +60,6 @@ if [ ! -f $W/started ]; then
           --standby-worker false ;;
         allocated:*) live \${step#allocated:} \${step#allocated:}-allocated --weight-cache-device CUDA0 \
           --host-pinning allocated ;;
-        busyload:*) live \${step#busyload:} \${step#busyload:}-busyload --weight-cache-device CUDA0 \
-          --beside-load-threads 0 ;;
         pinning)
           OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_host_pinning.py -q -s > $L/pinning.log 2>&1
           echo \"host pinning rc=\$?\" >> $W/results/done.txt ;;
@@ -111,7 +107,6 @@ while :; do
         standby:*) tail -n 40 $L/live-${step#standby:}-standby.log | grep -v "^llama\|^load\|^print_info" ;;
         nostandby:*) tail -n 40 $L/live-${step#nostandby:}-nostandby.log | grep -v "^llama\|^load\|^print_info" ;;
         allocated:*) tail -n 40 $L/live-${step#allocated:}-allocated.log | grep -v "^llama\|^load\|^print_info" ;;
-        busyload:*) tail -n 40 $L/live-${step#busyload:}-busyload.log | grep -v "^llama\|^load\|^print_info" ;;
         pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;

@@ -199,14 +199,6 @@ class EngineSettings(_Section):
         "(a budget below any GPU placement, a reclaim to 0) one with the GPU visible, in which a growth starts the GPU "
         "worker, and behind a GPU worker one with CUDA hidden, in which a reclaim to 0 starts the CPU-only worker",
     )
-    beside_load_threads: int | None = Field(
-        default=None,
-        ge=0,
-        le=1024,
-        description="threads the CPU-only worker computes with while the GPU worker of a growth loads beside it, so "
-        "that the load (its vocabulary, pinning and reads) is not slowed by the NPCs' CPU decode: unset, the CPUs "
-        "less the load's read threads (at least 1); 0: unchanged",
-    )
     op_offload_min_batch: int = Field(
         default=OP_OFFLOAD_MIN_BATCH,
         ge=1,

@@ -200,7 +200,6 @@ class LlamaEngine:
         self._trace_load = trace_load
         self._freed: tuple[float | None, float | None] = (None, None)
         self._abort_flag: int | None = None
-        self._threads: int | None = None  # set_threads
         self._table = read_tensor_table(self._model_path)
         self._stack: ExitStack | None = None
         self._load(placement)
@@ -280,7 +279,6 @@ class LlamaEngine:
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._placement = placement
-        self._apply_threads()
         report = parse_load_log(cap.text_lines())
         self._load_report = report.model_copy(update={"weight_prefetch_abi": prefetch_abi()})
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -331,7 +329,6 @@ class LlamaEngine:
         self._ctx = ctx
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._set_abort_callback()
-        self._apply_threads()
         self._seqs = BatchDecoder(
             ctx,
             int(llama_cpp.llama_n_batch(ctx)),
@@ -396,34 +393,6 @@ class LlamaEngine:
             llama_cpp.llama_set_abort_callback(self._ctx, llama_cpp.ggml_abort_callback(0), None)
         else:
             llama_cpp.llama_set_abort_callback(self._ctx, _abort_on_flag, ctypes.c_void_p(self._abort_flag))
-
-    def set_threads(self, n_threads: int | None) -> None:
-        """Compute with ``n_threads`` CPU threads (prompt and decode) from the next decode, and in every context made
-        later (a reload, a restored context); None: the placement's threads again. A worker serving on the CPU while
-        another process loads the model gives that load the other CPUs this way.
-
-        Raises:
-            ValueError: ``n_threads`` below 1.
-        """
-        if n_threads is not None and n_threads < 1:
-            raise ValueError(f"n_threads must be at least 1, not {n_threads}")
-        self._threads = n_threads
-        self._apply_threads()
-
-    @property
-    def n_threads(self) -> int | None:
-        """The threads the context computes with (decode, batch), or None without a context."""
-        if self._ctx is None:
-            return None
-        return int(llama_cpp.llama_n_threads(self._ctx))
-
-    def _apply_threads(self) -> None:
-        if self._ctx is None:
-            return
-        cparams = context_params(self._placement)
-        n_threads = cparams.n_threads if self._threads is None else self._threads
-        n_threads_batch = cparams.n_threads_batch if self._threads is None else self._threads
-        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads_batch)
 
     def moves_in_place(self, placement: Placement) -> bool:
         """Whether ``move_to(placement)`` can realize ``placement`` on the loaded model (``weight_cache_device``

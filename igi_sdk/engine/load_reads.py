@@ -20,18 +20,13 @@ READ_THREADS_ENV = "LLAMA_LOAD_READ_THREADS"
 MAX_DEFAULT_READ_THREADS = 8
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS tells it)."""
+def default_read_threads() -> int:
+    """Threads that read a load's host weights unless told otherwise: the CPUs this process may run on, at most 8."""
     try:
-        return len(os.sched_getaffinity(0))
+        n_cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-def default_read_threads(n_cpus: int | None = None) -> int:
-    """Threads that read a load's host weights unless told otherwise: the CPUs (``n_cpus``; None: those this process
-    may run on), at most 8."""
-    return max(1, min(MAX_DEFAULT_READ_THREADS, n_cpus if n_cpus is not None else usable_cpus()))
+        n_cpus = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_READ_THREADS, n_cpus))
 
 
 def apply_default() -> None:

@@ -39,7 +39,6 @@ def test_a_worker_beside_loads_while_the_one_serving_answers_then_takes_its_plac
     incoming = worker.incoming_pid
     assert incoming is not None and incoming != serving and worker.pid == serving and worker.ready
     assert len(worker.fds()) == 4  # both pipes and both sentinels are polled
-    worker.send(wp.Threads(n_threads=1))  # as the lifecycle does: it leaves the other CPUs to the load
     before = greedy_reply(worker, "a")  # the worker serving answers while the other loads
     assert before.finish_reason in ("stop", "length")
     ready: list[wp.Event] = []

@@ -22,7 +22,6 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
 )
 
 from igi_sdk.daemon.budget.planner import PlanOutcome
-from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.messages import BudgetAck, ErrorReply, GenerateReply, GenerateRequest, SetBudgetRequest, TokenEvent
@@ -39,8 +38,6 @@ def _cpu_only(now: list[float] | None = None) -> tuple[Daemon, FakeWorker]:
     daemon = _daemon(1024)
     if now is not None:
         daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
-    engine = daemon.core.settings.engine.model_copy(update={"beside_load_threads": 1})
-    daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
     worker = _worker(daemon)
     assert worker.gpu_hidden and worker.ready
     worker.hold_incoming = True
@@ -64,7 +61,6 @@ def test_the_worker_serving_streams_while_the_gpu_worker_loads_and_its_replies_c
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     assert _state(daemon) is WorkerState.REPLACING_BESIDE and worker.starts[-1] == (GPU_PLACEMENT, False)
     assert not daemon.budget.reload_running, "the worker serving still generates: the governor keeps pacing"
-    assert worker.sent("threads") == [(hidden, wp.Threads(n_threads=1))], "it leaves the other CPUs to the load"
     _steps(daemon, 3)  # the GPU worker loads; the CUDA-hidden one goes on
     assert _tokens(daemon, gen) == 5 and worker.pid == hidden and worker.shutdowns == []
     sid2 = _session(daemon)
@@ -76,7 +72,6 @@ def test_the_worker_serving_streams_while_the_gpu_worker_loads_and_its_replies_c
     daemon.pump()  # ready: the hidden worker is retired, the GPU worker takes over the generations at once
     assert worker.pid != hidden and not worker.gpu_hidden and _state(daemon) is WorkerState.READY
     assert worker.retired == [hidden] and worker.shutdowns == [], "killed, its exit not awaited"
-    assert len(worker.sent("threads")) == 1, "the new worker computes with its own threads"
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert ack.measured_vram_mib == GPU_MIB
@@ -109,7 +104,6 @@ def test_a_gpu_worker_that_dies_loading_is_a_failed_growth_retried_later() -> No
     )
     assert _state(daemon) is WorkerState.READY and worker.pid == hidden and worker.shutdowns == []
     assert daemon.budget.state.grow_not_before_s == 100.0 + GROWTH_RETRY_S
-    assert worker.sent("threads") == [(hidden, wp.Threads(n_threads=1)), (hidden, wp.Threads(n_threads=None))]
     _steps(daemon, 6)
     [final] = _answers(daemon, gen)
     assert isinstance(final, GenerateReply) and final.text == _text(8) and final.reloads_during == 0
@@ -129,7 +123,6 @@ def test_a_reclaim_while_the_gpu_worker_loads_kills_it_and_is_done_at_once() -> 
     reclaim = _reclaim(daemon, 0)
     assert worker.kills == [incoming] and worker.incoming is None
     assert _state(daemon) is WorkerState.READY and worker.pid == hidden and worker.shutdowns == []
-    assert [c.n_threads for _, c in worker.sent("threads")] == [1, None], "its threads back"
     [grow_ack], [reclaim_ack] = _answers(daemon, grow), _answers(daemon, reclaim)
     assert isinstance(grow_ack, BudgetAck) and isinstance(reclaim_ack, BudgetAck)
     assert reclaim_ack.applied and reclaim_ack.plan.strategy == "cpu_only" and reclaim_ack.measured_vram_mib == 0.0

@@ -288,8 +288,6 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
             raise SystemExit(5) from None  # the daemon answers the generations and restarts the worker
     elif isinstance(command, wp.Throttle):
         scheduler.sleep_s_between_tokens = max(0.0, float(command.sleep_ms) / 1000.0)
-    elif isinstance(command, wp.Threads):
-        scheduler.set_threads(command.n_threads)
     elif isinstance(command, wp.Cancel):
         scheduler.cancel(command.job_id)
     elif isinstance(command, wp.Forget):

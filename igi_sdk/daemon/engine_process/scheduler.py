@@ -123,10 +123,6 @@ class WorkerScheduler:
     def scheduler(self) -> BatchScheduler:
         return self._sched
 
-    def set_threads(self, n_threads: int | None) -> None:
-        """``Threads``: the engine computes with ``n_threads`` CPU threads from the next step (None: its placement's)."""
-        self._engine.set_threads(n_threads)
-
     def submit(self, job: wp.Generate) -> None:
         """Queue a daemon job: its images encoded (``Encoded``), its prompt rendered. ``Failed`` with ``too_large`` if
         it cannot run, ``invalid_image`` if an image does not decode, ``engine_failure`` if the encoder fails,

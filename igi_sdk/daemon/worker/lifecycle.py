@@ -31,7 +31,6 @@ from igi_sdk.daemon.budget.planner import PlanOutcome
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
-from igi_sdk.daemon.worker.priority import threads_beside_a_load
 from igi_sdk.daemon.worker.supervisor import hides_gpu_for
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.planner.placement import Placement
@@ -209,8 +208,6 @@ class WorkerLifecycle:
         #: Set when a worker start failed (the OS refused a pipe or a process): it is tried again at this time.
         self.start_due_s: float | None = None
         self._replacement: Replacement | None = None
-        #: The worker serving computes with fewer threads while a worker loads beside it (``_start_beside``).
-        self._serving_threads_lent = False
 
     def attach(self, budget: BudgetSide, switch: SwitchSide) -> None:
         """The budget control and the model switch that events are routed to."""
@@ -292,8 +289,9 @@ class WorkerLifecycle:
         worker serves: the new worker loads beside it, and it serves on until the new one is ready (``check_beside``)
         and is retired then. Otherwise: ``Shutdown`` now (a worker still starting is killed: it would read it only once
         loaded); its exit starts the new one (``_swap``), at once for a worker still starting with CUDA hidden, retired
-        like one replaced beside (its exit, the kernel unmapping the model, would only delay the new one). The budget control hears ``replacement_done`` (or
-        ``replacement_failed`` and ``on_worker_death``; ``growth_failed`` for a worker beside that did not load)."""
+        like one replaced beside (its exit, the kernel unmapping the model, would only delay the new one). The budget
+        control hears ``replacement_done`` (or ``replacement_failed`` and ``on_worker_death``; ``growth_failed`` for a
+        worker beside that did not load)."""
         now = self._core.clock()
         if self._state is WorkerState.READY and self._gpu_hidden and placement.uses_gpu():
             replacement = Replacement(placement, vision, now)
@@ -325,16 +323,7 @@ class WorkerLifecycle:
             self._core.counters["worker_start_failed"] += 1
             self._core.log(logging.ERROR, "worker_start_failed", error=repr(exc), beside=True)
             return False
-        threads = threads_beside_a_load(self._core.settings.engine.beside_load_threads, worker.config.n_threads)
-        if threads is not None and not self._serving_threads_lent:  # the serving worker leaves CPUs to the load
-            self._serving_threads_lent = self._core.send_to_worker(wp.Threads(n_threads=threads))
         return True
-
-    def _serving_threads_back(self) -> None:
-        """The load beside ended without taking over: the worker serving computes with its own threads again."""
-        if self._serving_threads_lent:
-            self._serving_threads_lent = False
-            self._core.send_to_worker(wp.Threads(n_threads=None))
 
     def _stop_replaced(self, replacement: Replacement) -> None:
         """Tell the worker being replaced to exit now (its exit starts or promotes the new one: ``_swap``)."""
@@ -371,7 +360,6 @@ class WorkerLifecycle:
         self._move(Move.BESIDE_ENDED)
         self._replacement = None
         self._core.worker.drop_incoming()
-        self._serving_threads_back()
         self._core.log(logging.ERROR, "worker_beside_failed", error=message)
         self._budget_side().growth_failed(message)
 
@@ -417,7 +405,6 @@ class WorkerLifecycle:
         if placement == self._budget_side().current.placement:  # the worker serving runs it: nothing to load
             self._move(Move.BESIDE_ENDED)
             self._replacement = None
-            self._serving_threads_back()
             self._budget_side().replacement_done(self._core.clock() - replacement.since_s)
             return
         replacement.placement, replacement.vision = placement, vision
@@ -589,7 +576,6 @@ class WorkerLifecycle:
         if not event.gpu_hidden:  # a worker with CUDA hidden says nothing about the mode
             core.gpu_worker_caches = event.weight_cache_device is not None
         self.failures_in_row = 0
-        self._serving_threads_lent = False  # a worker starts with its own threads
         core.log(
             logging.INFO,
             "worker_ready",

@@ -8,17 +8,11 @@ runs, time that ran at the game's priority before (a slow frame on the H200 mach
 replaced the worker). Niceness is absolute and only ever lowers the priority (a daemon already running at niceness 5
 starts workers at 5 when ``worker_nice`` is lower). Where the OS has no niceness (Windows) the worker runs at the
 daemon's priority.
-
-While a growth's GPU worker loads beside the CPU-only worker serving (``lifecycle``), both are the daemon's: the one
-serving computes with ``threads_beside_a_load`` threads until the new one takes over, so that the load's vocabulary,
-pinning and reads get the other CPUs instead of competing with the NPCs' decode for them.
 """
 
 from __future__ import annotations
 
 import os
-
-from igi_sdk.engine.load_reads import default_read_threads, usable_cpus
 
 
 def lower_priority(nice: int, pid: int = 0) -> None:
@@ -34,16 +28,3 @@ def lower_priority(nice: int, pid: int = 0) -> None:
             os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
     except OSError:  # ProcessLookupError (the worker died at once) or PermissionError: niceness alone, or nothing
         pass
-
-
-def threads_beside_a_load(setting: int | None, n_threads: int | None, n_cpus: int | None = None) -> int | None:
-    """The threads the CPU-only worker computes with while a worker loads beside it (``engine.beside_load_threads``:
-    ``setting``), or None to leave them as they are (``setting`` 0, or nothing to give: the worker already computes
-    with no more than that). Unset: the CPUs (``n_cpus``; this process's by default) less the load's read threads
-    (``engine.load_reads``), at least 1. ``n_threads`` is the worker's (None: the CPUs, as the engine's default)."""
-    cpus = n_cpus if n_cpus is not None else usable_cpus()
-    serving = n_threads if n_threads is not None else cpus
-    if setting == 0:
-        return None
-    threads = setting if setting is not None else max(1, cpus - default_read_threads(cpus))
-    return threads if threads < serving else None

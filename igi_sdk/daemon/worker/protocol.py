@@ -15,7 +15,6 @@ Commands (daemon -> worker):
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |
-| ``Threads`` | n_threads | computes with that many CPU threads from its next step, on every context it makes (None: its placement's again): a CPU-only worker while a growth's GPU worker loads beside it |
 | ``Shutdown`` | exit_at_once | exits (the supervisor has set its abort flag: the step in flight stops and is undone); ``exit_at_once``: without closing the engine (a replacement) |
 
 Events (worker -> daemon):
@@ -179,12 +178,6 @@ class Throttle:
 
 
 @dataclass(frozen=True)
-class Threads:
-    KIND: ClassVar[str] = "threads"
-    n_threads: int | None
-
-
-@dataclass(frozen=True)
 class Shutdown:
     KIND: ClassVar[str] = "shutdown"
     #: exit without closing the engine (a replacement: nothing the process holds is needed any more, and the driver's
@@ -192,7 +185,7 @@ class Shutdown:
     exit_at_once: bool = False
 
 
-Command = Generate | Cancel | Reload | Export | Forget | Throttle | Threads | Shutdown
+Command = Generate | Cancel | Reload | Export | Forget | Throttle | Shutdown
 
 
 # --- events (worker -> daemon) -------------------------------------------------------------------------------------
@@ -304,7 +297,7 @@ class Encoded:
 Event = Ready | Fatal | Started | Token | Done | Failed | Released | Reloaded | Exported | Encoded
 Message = Command | Event
 
-_COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Threads, Shutdown)
+_COMMAND_TYPES = (Generate, Cancel, Reload, Export, Forget, Throttle, Shutdown)
 COMMANDS: dict[str, type[Any]] = {cls.KIND: cls for cls in _COMMAND_TYPES}
 EVENTS: dict[str, type[Any]] = {
     cls.KIND: cls for cls in (Ready, Fatal, Started, Token, Done, Failed, Released, Reloaded, Exported, Encoded)

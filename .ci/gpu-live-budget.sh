@@ -25,7 +25,8 @@
 #   daemon       `igi prepare` with the daemon flags of tests/gpu/test_gpu_daemon.py (timed), then that test (the
 #                daemon's start timed to its connection file; budgets IGI_GPU_BUDGETS_MIB)
 #   stages       the reload stages of the 8B with the pinned host pool off, then on (`--pinned-pool`: patch 0003)
-# Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs); each step's summary is printed as it ends.
+# Results come back as $OUT/lb.tgz (logs, JSON, the daemons' logs; a live step run again in the same job writes
+# live-TAG-2.json and so on beside the first); each step's summary is printed as it ends.
 # The script builds by itself (run it alone, not after `.gpu/build_on_gpu.sh`: LIMIT counts from its start, and a
 # call must end before the device tool's limit for its results to come back).
 # Env: LIMIT (s from the call's start, default 540), STEPS (default: pinning cache:llama_8b cache:qwen3_30b_a3b
@@ -43,6 +44,8 @@ if [ ! -f $W/started ]; then
   setsid nohup bash -c "cd $SRC; 
     live() {  # live MODEL TAG [daemon flags]: prepare MODEL with the game's levels, then the acceptance sequence
       LM=\$(python3 -c \"$GPU_WRITE_PY\" \$1 2>/dev/null | tail -1); tag=\$2; shift 2
+      n=1; while [ -e $W/results/live-\$tag\$([ \$n -gt 1 ] && echo -\$n).json ]; do n=\$((n + 1)); done
+      [ \$n -gt 1 ] && tag=\$tag-\$n  # a step run again in the same job keeps the results before it
       LFLAGS=\"--model \$LM --vram-budget-mib 4096 --n-threads 16 --grow-stable-s 0 --min-grow-interval-s 0\"
       python3 -m igi_sdk.cli prepare \$LFLAGS \$@ --levels-mib 6144 2048 0 > $L/live-prepare-\$tag.log 2>&1
       python3 -m igi_sdk.bench.live_budget --model \$LM --vram-budget-mib 4096 --top-mib 6144 --changes 24 --npcs 3 \
@@ -101,12 +104,10 @@ while :; do
       step=$(echo $STEPS | cut -d" " -f$i); echo "===== $step"
       awk -v i=$i '/^step /{k++; if (k == i) {print prev; exit}} {prev = $0}' $W/results/done.txt
       case $step in
-        live:*) tail -n 40 $L/live-${step#live:}.log | grep -v "^llama\|^load\|^print_info" ;;
-        cache:*) tail -n 40 $L/live-${step#cache:}-cache.log | grep -v "^llama\|^load\|^print_info" ;;
-        mapped:*) tail -n 40 $L/live-${step#mapped:}-mapped.log | grep -v "^llama\|^load\|^print_info" ;;
-        standby:*) tail -n 40 $L/live-${step#standby:}-standby.log | grep -v "^llama\|^load\|^print_info" ;;
-        nostandby:*) tail -n 40 $L/live-${step#nostandby:}-nostandby.log | grep -v "^llama\|^load\|^print_info" ;;
-        allocated:*) tail -n 40 $L/live-${step#allocated:}-allocated.log | grep -v "^llama\|^load\|^print_info" ;;
+        live:*|cache:*|mapped:*|standby:*|nostandby:*|allocated:*)  # the newest log of the step's tag
+          kind=${step%%:*}; tag=${step#*:}$([ $kind = live ] || echo -$kind)
+          tail -n 40 $(ls -t $L/live-$tag.log $L/live-$tag-[0-9]*.log 2>/dev/null | head -1) \
+            | grep -v "^llama\|^load\|^print_info" ;;
         pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;

@@ -71,9 +71,9 @@ def warm_gpu_context() -> threading.Thread | None:
     and return that thread; None where no GPU device is visible.
 
     llama.cpp makes the context in the midst of a model load (where it reads the devices' free memory, after the
-    file's index; on the H200 a GPU worker's vocabulary stage took 0.14 s longer than a CUDA-hidden one's) and the load
-    waits for it; started first, it overlaps what comes before that (a worker's imports, the file's open and index). The context holds device memory (about 0.5
-    GiB) from then on: only for a load onto the GPU."""
+    file's index) and the load waits for it; started first, it overlaps what comes before that (a worker's imports,
+    the file's open and index). The context holds device memory (about 0.5 GiB) from then on: only for a load onto
+    the GPU."""
     for index in range(_ggml.ggml_backend_dev_count()):
         dev = _device(index)
         if _ggml.DEV_TYPE_NAMES.get(_ggml.ggml_backend_dev_type(dev)) == "gpu":

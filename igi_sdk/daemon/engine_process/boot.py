@@ -32,7 +32,10 @@ import pickle
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the module itself is imported in boot, before llama.cpp (it only sets a variable)
+    from igi_sdk.engine.host_pinning import HostPinning
 
 
 def enable_faulthandler() -> None:
@@ -55,7 +58,7 @@ def boot(
     pinned_pool_model: str | None,
     op_offload_min_batch: int | None = None,
     abort_flag: Any = None,
-    host_pinning: str | None = None,
+    host_pinning: HostPinning | None = None,
 ) -> None:
     """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
 
@@ -82,7 +85,7 @@ def boot(
     if host_pinning is not None:
         from igi_sdk.engine.host_pinning import set_host_pinning
 
-        set_host_pinning("registered" if host_pinning == "registered" else "allocated")
+        set_host_pinning(host_pinning)
     if pinned_pool_model is not None:
         from pathlib import Path
 

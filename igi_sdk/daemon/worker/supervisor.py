@@ -285,9 +285,9 @@ class WorkerSupervisor:
     def retire(self) -> None:
         """End the worker serving without waiting for its exit: killed now (``Process.kill``), its pipe left unread,
         and forgotten: no event or death of it is reported, and the process is reaped later (:meth:`reap_retired`).
-        For a worker that holds no device memory and whose generations the daemon carries over (the CUDA-hidden
-        worker a worker beside replaces): its exit, the kernel unmapping its model (0.3 s for an 8B on the H200),
-        then overlaps the new worker's service instead of delaying it."""
+        For a worker that holds no device memory and whose generations the daemon carries over (a CUDA-hidden worker
+        replaced): its exit, the kernel unmapping its model, then overlaps the new worker's service instead of
+        delaying it."""
         process = self._process
         if process is None:
             return

@@ -2,8 +2,8 @@
 
 Weights a placement keeps on the host and streams through the GPU, and the weight cache's host copy, load into
 ``CUDA_Host`` buffers: page-locked memory, so that uploads run at the PCIe bound. Stock ggml-cuda allocates them with
-``cudaMallocHost``, which pins 4 KiB pages one by one in the driver (about 0.3-0.4 s per GiB on the H100 and the
-H200), and the process's exit unpins them again in the driver's teardown. With ``GGML_CUDA_HOST_REGISTER_ANON=1`` on
+``cudaMallocHost``, which pins 4 KiB pages one by one in the driver, and the process's exit unpins them again in the
+driver's teardown (docs/benchmarks.md has both side by side). With ``GGML_CUDA_HOST_REGISTER_ANON=1`` on
 Linux the patched backend maps anonymous memory on transparent huge pages instead, faults it in on several threads
 and page-locks it with ``cudaHostRegister``; a block the kernel or the driver refuses falls back to
 ``cudaMallocHost``. The variable is read at every allocation.

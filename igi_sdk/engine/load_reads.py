@@ -1,9 +1,8 @@
 """Engine layer: how many threads read a load's host weights from the file (patches/llama.cpp 0009).
 
 A load without mmap (``load_mode == "pinned"``: weights a placement streams from the host, the weight cache's pinned
-host copy) reads every weight of a host buffer from the file into it. Stock llama.cpp reads them one after another, and
-from the page cache one thread copies about 5 GB/s: 0.8 s of a worker start for the 8B's 4.2 GiB host copy, 3.0 s for
-the 30B-A3B's 15.8 GiB on the H200. With ``LLAMA_LOAD_READ_THREADS=N`` (N > 1; read at every load) the patched loader
+host copy) reads every weight of a host buffer from the file into it. Stock llama.cpp reads them one after another,
+and one thread copying from the page cache bounds a worker start that fills a large host copy. With ``LLAMA_LOAD_READ_THREADS=N`` (N > 1; read at every load) the patched loader
 cuts those weights into chunks of at most 64 MiB and reads them with ``pread`` on N threads, once the device weights
 (staged and uploaded first) are done. A mapped load, a file opened for direct I/O and a stock build read as before.
 

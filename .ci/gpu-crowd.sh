@@ -18,9 +18,10 @@
 # the 30B-A3B at 8 GiB with B = 64 and at 4 GiB; about 8 minutes after the build (each paper job 1-1.5 min, each game
 # job about 1 min, a B = 64 about 1.5 min more): re-call while it prints STILL RUNNING.
 # Env: LIMIT (s from the call's start, default 540), N_THREADS (default 16), JOBS (";"-separated "MODEL BUDGET_MIB
-#   WORKLOAD [B,B,..] [off=N] [proc]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs
+#   WORKLOAD [B,B,..] [off=N] [proc] [kv=TYPE]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs
 #   the job with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8";
-#   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007),
+#   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007;
+#   kv=q8_0 plans and runs with that KV cache type, --kv-type),
 #   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"llama_8b 4096 game;qwen3_30b_a3b 4096 game;llama_8b 8192 paper 1,4,16,64;\
@@ -35,7 +36,9 @@ echo "$(git rev-parse --short HEAD 2>/dev/null) + $(git status --porcelain 2>/de
 names=(); IFS=';' read -ra jobs <<< "$JOBS"
 job_name() {  # MODEL-BUDGET-WORKLOAD[-Bs][-offN]
   local n="$1-$2-$3" t; shift 3
-  for t in "$@"; do case $t in off=*) n="$n-off${t#off=}";; proc) n="$n-proc";; *) n="$n-${t//,/_}";; esac; done
+  for t in "$@"; do
+    case $t in off=*) n="$n-off${t#off=}";; kv=*) n="$n-kv${t#kv=}";; proc) n="$n-proc";; *) n="$n-${t//,/_}";; esac
+  done
   echo "$n"
 }
 for j in "${jobs[@]}"; do names+=("$(job_name $j)"); done
@@ -45,12 +48,13 @@ if [ ! -f $W/started ]; then  # one detached runner for every job, started by th
   export -f job_name
   gpu_snapshot
   setsid nohup bash -c "cd $SRC; while read -r model budget workload rest; do
-      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''; thr=''
+      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''; thr=''; kv=''
       for t in \$rest; do
-        case \$t in off=*) off=\${t#off=};; proc) thr='--offload-threshold process';; *) batch=\"--batch \$t\";; esac
+        case \$t in off=*) off=\${t#off=};; kv=*) kv=\"--kv-type \${t#kv=}\";; proc) thr='--offload-threshold process';;
+          *) batch=\"--batch \$t\";; esac
       done
       env \${off:+GGML_OP_OFFLOAD_MIN_BATCH=\$off} python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model \
-        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch \$thr ${ARGS:-} \
+        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch \$thr \$kv ${ARGS:-} \
         --json $W/results/\$name.json > $L/\$name.log 2>&1
       echo \"\$name rc=\$?\" >> $W/results/done.txt
     done < $W/jobs.txt" < /dev/null > /dev/null 2>&1 &

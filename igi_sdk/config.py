@@ -148,6 +148,13 @@ class EngineSettings(_Section):
         le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
+    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field(
+        default="f16",
+        description="element type of the KV cache, keys and values: q8_0 holds a token's cache in 53 % of f16's bytes "
+        "(q4_0: 28 %), so a crowd's sessions leave the budget more room for weights (docs/batching.md, \"The KV "
+        "cache's type\"); attention then reads quantized keys and values, and greedy replies may differ from f16's. "
+        "Fixed for the daemon's life: a saved session restores only under the type it was saved with",
+    )
     cpu_prefill_chunk_tokens: int = Field(
         default=160,
         ge=16,
@@ -215,10 +222,15 @@ class EngineSettings(_Section):
     )
 
     def base_placement(self) -> Placement:
-        """The placement fields the daemon never changes with the budget (context, sequences, threads): the base every
+        """The placement fields the daemon never changes with the budget (context, sequences, threads, KV cache type): the base every
         plan of its model starts from (``daemon.budget.planner.daemon_planner``, ``igi bench --daemon-workload``)."""
         return Placement(
-            n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_threads=self.n_threads, n_threads_batch=self.n_threads
+            n_ctx=self.n_ctx,
+            n_seq_max=self.n_seq_max,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            type_k=self.kv_cache_type,
+            type_v=self.kv_cache_type,
         )
 
 

@@ -75,7 +75,14 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
     from igi_sdk.planner.placement import Placement
 
     ctx = args.ctx_per_session
-    base = Placement(n_ctx=ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads)
+    base = Placement(
+        n_ctx=ctx,
+        n_batch=args.n_batch,
+        n_ubatch=args.n_ubatch,
+        n_threads=args.n_threads,
+        type_k=args.kv_type,
+        type_v=args.kv_type,
+    )
     if args.vram_budget_mib is None:
         return sessions_placement(base.with_(op_offload=False, offload_kqv=False), n_sessions, ctx), "cpu"
     from igi_sdk.bench.setup import with_build_abi
@@ -93,7 +100,10 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
     from igi_sdk.planner import PlannerOptions
 
     options = PlannerOptions(  # what the engines here run with
-        op_offload_min_batch=op_offload_min_batch(), dense_offload_threshold=args.offload_threshold == "planner"
+        op_offload_min_batch=op_offload_min_batch(),
+        dense_offload_threshold=args.offload_threshold == "planner",
+        type_k=args.kv_type,
+        type_v=args.kv_type,
     )
     result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile, options)
     if result.placement is None:
@@ -354,6 +364,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "model": args.model,
                 "budget_mib": args.vram_budget_mib,
                 "placement": source,
+                "kv_type": placement.type_k,
                 "n_ubatch": placement.n_ubatch,
                 "n_batch": placement.n_batch,
                 "load_s": load_s,
@@ -453,6 +464,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-batch", type=int, default=2048)
     p.add_argument("--n-ubatch", type=int, default=512)
     p.add_argument("--n-threads", type=int, default=None)
+    p.add_argument(
+        "--kv-type",
+        choices=("f16", "q8_0", "q4_0"),
+        default="f16",
+        help="the KV cache's element type, keys and values (the daemon's engine.kv_cache_type): planned and run with",
+    )
     p.add_argument(
         "--offload-threshold",
         choices=("planner", "process"),

@@ -146,3 +146,14 @@ def test_the_governor_law_is_a_settings_section(tmp_path: Path, monkeypatch: pyt
     # every flag's help renders (a literal % in a description broke --help)
     help_text = build_parser().format_help()
     assert "--relax-hold-s" in help_text and "14 % after 0.5 s" in help_text
+
+
+def test_the_kv_cache_type_reaches_the_base_placement_every_plan_starts_from() -> None:
+    """``engine.kv_cache_type`` sets the keys' and values' type of the base placement, and only the types llama.cpp's
+    flash attention serves on every backend are accepted."""
+    default = load_settings({}).engine.base_placement()
+    assert (default.type_k, default.type_v) == ("f16", "f16")
+    base = load_settings({"kv_cache_type": "q8_0"}).engine.base_placement()
+    assert (base.type_k, base.type_v, base.flash_attn) == ("q8_0", "q8_0", True)
+    with pytest.raises(ValidationError, match="kv_cache_type"):
+        load_settings({"kv_cache_type": "q5_1"})

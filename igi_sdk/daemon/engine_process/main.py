@@ -130,6 +130,7 @@ def worker_main(
         weight_cache_host=config.weight_cache_host if cache_device is not None else None,
         host_read_threads=engine.llama_engine.load_report.host_read_threads,
         host_pinning=host_pinning(),
+        kv_cache_type=placement.type_k,
     )
     emit(
         wp.Ready(

@@ -153,7 +153,8 @@ class EngineSettings(_Section):
         description="element type of the KV cache, keys and values: q8_0 holds a token's cache in 53 % of f16's bytes "
         "(q4_0: 28 %), so a crowd's sessions leave the budget more room for weights (docs/batching.md, \"The KV "
         "cache's type\"); attention then reads quantized keys and values, and greedy replies may differ from f16's. "
-        "Fixed for the daemon's life: a saved session restores only under the type it was saved with",
+        "Fixed for the daemon's life (every plan keeps it, so a budget change keeps every conversation); a session "
+        "file saved under another type has its history evaluated again",
     )
     cpu_prefill_chunk_tokens: int = Field(
         default=160,

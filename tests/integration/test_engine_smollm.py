@@ -137,6 +137,9 @@ def test_state_survives_reload_with_another_placement() -> None:
         _, tokens_b, last = _run(eng, history, max_tokens=16, sched=sched)
         assert last.cached_tokens == len(history) - 1
         assert tokens_a + tokens_b == reference
+        eng.reload(BASE.with_(type_k="q8_0", type_v="q8_0"))  # engine.kv_cache_type: another cell layout
+        with pytest.raises(EngineError, match="type_k"):
+            eng.restore_seq_state(0, blob)
         eng.reload(BASE.with_(flash_attn=False))
         with pytest.raises(EngineError, match="flash_attn"):
             eng.restore_seq_state(0, blob)

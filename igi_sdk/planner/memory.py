@@ -299,6 +299,24 @@ def estimate_compute_bytes(
     return total, host
 
 
+def class_figure_key(key: ComputeKey) -> ComputeKey:
+    """The key of the class figure that sizes a placement of ``key`` without an exact dry run of its layout.
+
+    Class figures are measured with stock settings: no prefetch slots (``memory_of`` adds the placement's own) and
+    the process's op_offload thresholds. Experts kept on the CPU by a higher MUL_MAT_ID threshold only shrink the
+    staged copies, so the figure stays an upper bound; a context's own lower threshold may stage a host weight where
+    the stock one did not, which ``memory_of`` adds. A correction from an exact dry run (``profiler.planning``)
+    raises this entry, the one the search reads."""
+    return key.model_copy(
+        update={
+            "prefetch_slots": 0,
+            "prefetch_slot_max_mib": 0,
+            "op_offload_min_batch_mul_mat_id": 0,
+            "op_offload_min_batch": 0,
+        }
+    )
+
+
 def memory_of(
     summary: ModelSummary,
     layout: Layout,
@@ -319,19 +337,7 @@ def memory_of(
     # counted: an over-estimate by one weight); an exact dry run of the placement measured them itself
     slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0
     exact = compute.lookup(key, layout_signature(layout)) if compute.has_exact else None
-    # a class figure measured with stock settings: experts kept on the CPU by a higher MUL_MAT_ID threshold only
-    # shrink the staged copies, so it stays an upper bound; a context's own lower threshold may stage a host weight
-    # where the stock one did not, which ``staged`` adds below
-    entry = compute.lookup(
-        key.model_copy(
-            update={
-                "prefetch_slots": 0,
-                "prefetch_slot_max_mib": 0,
-                "op_offload_min_batch_mul_mat_id": 0,
-                "op_offload_min_batch": 0,
-            }
-        )
-    )
+    entry = compute.lookup(class_figure_key(key))
     if exact is not None:
         gpu_c, host_c, source = exact.gpu_bytes, exact.host_bytes, "dry_run_exact"
     elif entry is not None:

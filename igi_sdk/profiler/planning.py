@@ -30,7 +30,7 @@ from igi_sdk.planner import (
     evaluate_placement,
     plan_placement,
 )
-from igi_sdk.planner.memory import MIB, ComputeEntry
+from igi_sdk.planner.memory import MIB, ComputeEntry, class_figure_key
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.summary import ModelSummary, summarize
 
@@ -71,13 +71,15 @@ def correct_with_exact(
     compute: ComputeBufferTable, exact: ExactFn, planned: PlannedPlacement
 ) -> tuple[ComputeBufferTable, ComputeEntry]:
     """``compute`` plus the exact entry of ``planned``'s placement; when that exceeds the class figure the
-    plan was judged by, the class figure is raised by the difference (so the search under-counts no layout
-    it has seen). Raises ``IgiError`` when the dry run fails."""
+    plan was judged by, that class figure (``class_figure_key``: the stock one the search reads, also for a
+    placement with prefetch slots or its own op_offload threshold) is raised by the difference, so the search
+    under-counts no layout it has seen. Raises ``IgiError`` when the dry run fails."""
     entry = exact(planned.placement)
     out = compute.with_entry(entry)
     used = int(planned.memory.gpu_compute_mib * MIB)
     if planned.memory.compute_source != "dry_run_exact" and entry.gpu_bytes > used:
-        cls = compute.lookup(entry.key)
+        class_key = class_figure_key(entry.key)
+        cls = compute.lookup(class_key)
         if cls is not None:
             raised = cls.model_copy(
                 update={
@@ -86,7 +88,7 @@ def correct_with_exact(
                 }
             )
         else:
-            raised = entry.model_copy(update={"layout_sig": None})
+            raised = entry.model_copy(update={"key": class_key, "layout_sig": None})
         out = out.with_entry(raised)
     return out, entry
 

@@ -21,7 +21,7 @@ from igi_sdk.planner import (
     table_from_shape,
 )
 from igi_sdk.planner.layout import resolve_layout
-from igi_sdk.planner.memory import MIB, ComputeKey, compute_key
+from igi_sdk.planner.memory import MIB, ComputeKey, class_figure_key, compute_key
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
 from igi_sdk.planner.summary import summarize
@@ -99,6 +99,28 @@ def test_class_figure_is_raised_so_the_search_stops_repeating_the_mistake() -> N
         and e.key.n_ubatch == result.chosen.placement.n_ubatch
     ]
     assert raised and raised[0].gpu_bytes > CLASS_GPU_MIB["partial"] * result.chosen.placement.n_ubatch / 512 * MIB
+
+
+def test_with_prefetch_slots_the_class_figure_the_search_reads_is_raised() -> None:
+    """On the patched build (prefetch ABI 2) a placement carries staging slots and its own op_offload threshold,
+    which its compute key names, while the search sizes it by the stock class figure plus its slots: the
+    correction must raise that figure, else the search repeats the mistake every round (with a q8_0 KV cache on the
+    H100 it ran out of rounds and fell back to a much slower runner-up)."""
+    patched = H200.model_copy(update={"gpu": H200.gpu.model_copy(update={"weight_prefetch_abi": 2})})
+    for budget in (2048, 2400, 3600):
+        plain = plan_placement(DENSE, budget, W, patched, class_table(), OPTIONS)
+        assert plain.chosen is not None and plain.chosen.placement.prefetch_slots > 0
+        result, table, _ = verify_plan(
+            MODEL_PATH, DENSE, budget, W, patched, class_table(), OPTIONS, exact=llama_like_exact
+        )
+        assert result.chosen is not None and result.chosen.strategy == plain.chosen.strategy
+        assert result.chosen.memory.compute_source == "dry_run_exact" and result.chosen.memory.vram_total_mib <= budget
+        classes = [e for e in table.entries if e.layout_sig is None]
+        assert all(e.key == class_figure_key(e.key) for e in classes)  # only stock class figures
+        ub = result.chosen.placement.n_ubatch
+        [partial] = [e for e in classes if e.key.placement_class == "partial" and e.key.n_ubatch == ub]
+        assert partial.gpu_bytes > CLASS_GPU_MIB["partial"] * ub / 512 * MIB
+        assert any("(1 correction round)" in n or "(2 correction rounds)" in n for n in result.notes), result.notes
 
 
 def test_nothing_verifies_gives_the_cpu_fallback() -> None:

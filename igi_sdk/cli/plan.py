@@ -33,6 +33,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--reply-tokens", type=int, default=128)
     p.add_argument("--parallel", type=int, default=1, help="concurrent sessions (n_seq_max)")
+    p.add_argument(
+        "--generating",
+        type=int,
+        default=None,
+        help="sessions decoding together, the batch tier (default: all --parallel ones)",
+    )
+    p.add_argument(
+        "--kv-cache-type",
+        choices=("f16", "q8_0", "q4_0"),
+        default="f16",
+        help="the KV cache's keys and values (the daemon's engine.kv_cache_type)",
+    )
     p.add_argument("--reloads-per-request", type=float, default=0.0, help="expected budget-change reloads per request")
     p.add_argument("--objective", choices=("e2e", "ttft", "tps"), default="e2e")
     p.add_argument("--threads", type=int, default=None, help="CPU threads the game leaves us")
@@ -189,6 +201,11 @@ def render(result: PlanResult, console: Console) -> None:
         f"predicted: TTFT {p.ttft_s:.3f} s  decode {p.decode_tps:.1f} tok/s  e2e {p.e2e_s:.3f} s  "
         f"reload {p.reload_s:.2f} s"
     )
+    if result.workload.decode_batch > 1:
+        console.print(
+            f"predicted for {result.workload.decode_batch} sessions decoding together: {p.aggregate_tps:.1f} tok/s "
+            f"in all, KV cache {chosen.placement.type_k}"
+        )
     if result.runner_ups:
         ru = Table(title="runner-ups")
         ru.add_column("strategy")
@@ -218,10 +235,13 @@ def run(argv: list[str]) -> int:
         prompt_tokens=args.prompt_tokens,
         reply_tokens=args.reply_tokens,
         parallel=args.parallel,
+        generating=args.generating,
         n_ctx=args.ctx,
         reloads_per_request=args.reloads_per_request,
     )
-    options = PlannerOptions(objective=args.objective, n_threads=args.threads)
+    options = PlannerOptions(
+        objective=args.objective, n_threads=args.threads, type_k=args.kv_cache_type, type_v=args.kv_cache_type
+    )
     if path is not None:
         from igi_sdk.profiler.planning import plan_file
 

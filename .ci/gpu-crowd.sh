@@ -21,7 +21,7 @@
 #   WORKLOAD [B,B,..] [off=N] [proc] [kv=TYPE]"; the ratios over B = 1 are within one job: keep 1 in a job's list; off=N runs
 #   the job with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8";
 #   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007;
-#   kv=q8_0 plans and runs with that KV cache type, --kv-type),
+#   kv=q8_0 plans and runs with that KV cache type, --kv-type; a job listed again runs again, its results named -2, ...),
 #   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"llama_8b 4096 game;qwen3_30b_a3b 4096 game;llama_8b 8192 paper 1,4,16,64;\
@@ -41,14 +41,16 @@ job_name() {  # MODEL-BUDGET-WORKLOAD[-Bs][-offN]
   done
   echo "$n"
 }
-for j in "${jobs[@]}"; do names+=("$(job_name $j)"); done
+for j in "${jobs[@]}"; do  # a job listed again (an interleaved A/B) gets -2, -3, ...: its results are kept apart
+  n=$(job_name $j); k=1; while [[ " ${names[*]} " == *" $n "* ]]; do k=$((k + 1)); n="$(job_name $j)-$k"; done
+  names+=("$n")
+done
 if [ ! -f $W/started ]; then  # one detached runner for every job, started by the first call
   touch $W/started
-  printf '%s\n' "${jobs[@]}" > $W/jobs.txt
-  export -f job_name
+  for i in "${!jobs[@]}"; do echo "${names[$i]} ${jobs[$i]}"; done > $W/jobs.txt
   gpu_snapshot
-  setsid nohup bash -c "cd $SRC; while read -r model budget workload rest; do
-      name=\$(job_name \$model \$budget \$workload \$rest); batch=''; off=''; thr=''; kv=''
+  setsid nohup bash -c "cd $SRC; while read -r name model budget workload rest; do
+      batch=''; off=''; thr=''; kv=''
       for t in \$rest; do
         case \$t in off=*) off=\${t#off=};; kv=*) kv=\"--kv-type \${t#kv=}\";; proc) thr='--offload-threshold process';;
           *) batch=\"--batch \$t\";; esac

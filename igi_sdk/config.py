@@ -223,8 +223,9 @@ class EngineSettings(_Section):
     )
 
     def base_placement(self) -> Placement:
-        """The placement fields the daemon never changes with the budget (context, sequences, threads, KV cache type): the base every
-        plan of its model starts from (``daemon.budget.planner.daemon_planner``, ``igi bench --daemon-workload``)."""
+        """The placement fields the daemon never changes with the budget (context, sequences, threads, KV cache
+        type): the base every plan of its model starts from (``daemon.budget.planner.daemon_planner``, ``igi bench
+        --daemon-workload``)."""
         return Placement(
             n_ctx=self.n_ctx,
             n_seq_max=self.n_seq_max,

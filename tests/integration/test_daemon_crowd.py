@@ -3,7 +3,8 @@
 Sixteen sessions ask at once, one of them the NPC the player talks to (player-facing priority), with a slot for
 each: every NPC is answered exactly once (the composition rule's fairness is pinned in
 tests/unit/test_batch_fairness.py, its timing measured by ``python -m igi_sdk.bench.crowd game``). The daemon runs
-with the KV cache a crowd is served with under a tight budget, q8_0 (``engine.kv_cache_type``), which its worker's ``worker_loaded`` log line names.
+with the KV cache a crowd is served with under a tight budget, q8_0 (``engine.kv_cache_type``), which its worker's
+``worker_loaded`` log line names.
 """
 
 from __future__ import annotations

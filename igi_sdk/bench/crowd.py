@@ -68,9 +68,12 @@ def tokens_of_length(engine: Any, npc: int, n: int) -> list[int]:
 # ---- placement and VRAM ------------------------------------------------------------------------------------------
 
 
-def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argparse.Namespace) -> tuple[Any, str]:
+def placement_for(
+    model: Path, n_sessions: int, prompt_tokens: int, args: argparse.Namespace
+) -> tuple[Any, str, list[str]]:
     """The placement for ``n_sessions`` sessions: all on the CPU without a budget, else the planner's (verified by a
-    dry run) for that many sessions under the budget."""
+    dry run) for that many sessions under the budget; and the plan's notes and warnings (how it was verified, or that
+    the search's choice did not verify and a runner-up was taken)."""
     from igi_sdk.engine.batch_sizing import sessions_placement
     from igi_sdk.planner.placement import Placement
 
@@ -84,7 +87,7 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
         type_v=args.kv_type,
     )
     if args.vram_budget_mib is None:
-        return sessions_placement(base.with_(op_offload=False, offload_kqv=False), n_sessions, ctx), "cpu"
+        return sessions_placement(base.with_(op_offload=False, offload_kqv=False), n_sessions, ctx), "cpu", []
     from igi_sdk.bench.setup import with_build_abi
     from igi_sdk.planner import Workload, reference_profile
     from igi_sdk.profiler.planning import plan_file
@@ -105,12 +108,12 @@ def placement_for(model: Path, n_sessions: int, prompt_tokens: int, args: argpar
         type_k=args.kv_type,
         type_v=args.kv_type,
     )
-    result, _warnings = plan_file(model, args.vram_budget_mib, workload, profile, options)
+    result, warnings = plan_file(model, args.vram_budget_mib, workload, profile, options)
     if result.placement is None:
         raise SystemExit(f"no placement for {n_sessions} sessions under {args.vram_budget_mib} MiB")
     planned = result.placement.with_(n_threads=args.n_threads, n_threads_batch=args.n_threads)
     planned = planned.with_(n_batch=max(planned.n_batch, args.n_batch))
-    return sessions_placement(planned, n_sessions, ctx), f"planner:{result.strategy}"
+    return sessions_placement(planned, n_sessions, ctx), f"planner:{result.strategy}", [*result.notes, *warnings]
 
 
 class Vram:
@@ -342,7 +345,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     sizes = args.batch if args.workload == "paper" else [args.npcs]
     prompt = args.prompt_tokens if args.workload == "paper" else args.prompt_max
     for b in sizes:
-        placement, source = placement_for(model, b, prompt, args)
+        placement, source, plan_notes = placement_for(model, b, prompt, args)
         vram.start()
         t_load = time.perf_counter()
         engine = LlamaEngine(model, placement)
@@ -364,6 +367,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "model": args.model,
                 "budget_mib": args.vram_budget_mib,
                 "placement": source,
+                "plan_notes": plan_notes,
                 "kv_type": placement.type_k,
                 "n_ubatch": placement.n_ubatch,
                 "n_batch": placement.n_batch,
@@ -374,6 +378,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         rows.append(row)
         print(summary_line(row), file=sys.stderr, flush=True)
+        for note in plan_notes:  # how the plan was verified, or that a runner-up was taken
+            print(f"  plan: {note}", file=sys.stderr, flush=True)
     base = next((r for r in rows if r.get("b") == 1), None)
     for r in rows:
         if "b" in r and base is not None and base["decode_tok_s"]:

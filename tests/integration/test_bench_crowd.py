@@ -29,7 +29,10 @@ def test_paper_shape_reports_decode_ratio_ttft_and_where_steps_go(tmp_path: Path
     assert [r["b"] for r in rows] == [1, 2]
     assert [r["completion_tokens"] for r in rows] == [6, 12]
     assert rows[0]["decode_ratio_vs_b1"] == 1.0 and rows[1]["decode_ratio_vs_b1"] > 0
-    assert [r["kv_type"] for r in rows] == ["f16", "f16"]
+    assert [r["kv_type"] for r in rows] == ["f16", "f16"] and [r["plan_notes"] for r in rows] == [
+        [],
+        [],
+    ]  # CPU: no plan
     assert all(r["ttft_p50_s"] > 0 and r["vram_peak_mib"] is None and not r["over_budget"] for r in rows)
     steps = rows[1]["steps"]["decode_only"]
     assert steps["decode_tokens"] == 2 * 5  # the first token of each comes from its prompt's step

@@ -55,16 +55,20 @@ class ManualClock(Clock):
         return sorted(due for due, _seq, future in self._timers if not future.done())
 
     async def sleep(self, delay_s: float) -> None:
-        if delay_s <= 0:
+        await self._until(self._now_s + delay_s)
+
+    async def _until(self, due_s: float) -> None:
+        if due_s <= self._now_s:
             await asyncio.sleep(0)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._timers, (self._now_s + delay_s, next(self._seq), future))
+        heapq.heappush(self._timers, (due_s, next(self._seq), future))
         await future  # a cancelled sleep cancels the future; advance() skips it
 
     async def wait_for(self, awaitable: Awaitable[T], timeout_s: float) -> T:
         task = asyncio.ensure_future(awaitable)
-        timer = asyncio.ensure_future(self.sleep(timeout_s))
+        # the deadline is taken now: the timer task starts on a later loop iteration, when the clock may have moved
+        timer = asyncio.ensure_future(self._until(self._now_s + timeout_s))
         try:
             await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the caller was cancelled: so is what it waited for

@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from igi_sdk.files import read_regular_file
-from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH, Placement
+from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH, KvCacheType, Placement
 from igi_sdk.policy.governor_params import GovernorParams
 
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
@@ -148,7 +148,7 @@ class EngineSettings(_Section):
         le=64,
         description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
     )
-    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = Field(
+    kv_cache_type: KvCacheType = Field(
         default="f16",
         description="element type of the KV cache, keys and values: q8_0 holds a token's cache in 53 % of f16's bytes "
         "(q4_0: 28 %), so a crowd's sessions leave the budget more room for weights (docs/batching.md, \"The KV "

@@ -450,6 +450,8 @@ def _ints(text: str) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
+    from igi_sdk.planner.placement import KV_CACHE_TYPES
+
     p = argparse.ArgumentParser(prog="python -m igi_sdk.bench.crowd", description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=("paper", "game"))
     p.add_argument("--model", default="default", help="default | synthetic:PRESET | path to a GGUF")
@@ -472,7 +474,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-threads", type=int, default=None)
     p.add_argument(
         "--kv-type",
-        choices=("f16", "q8_0", "q4_0"),
+        choices=KV_CACHE_TYPES,
         default="f16",
         help="the KV cache's element type, keys and values (the daemon's engine.kv_cache_type): planned and run with",
     )

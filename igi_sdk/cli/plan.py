@@ -20,6 +20,7 @@ from igi_sdk.planner import (
     reference_profile,
     table_from_shape,
 )
+from igi_sdk.planner.placement import KV_CACHE_TYPES
 from igi_sdk.planner.vision import MIB, EncoderPlan, LlmMemory, VisionShape, plan_encoder
 
 
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kv-cache-type",
-        choices=("f16", "q8_0", "q4_0"),
+        choices=KV_CACHE_TYPES,
         default="f16",
         help="the KV cache's keys and values (the daemon's engine.kv_cache_type)",
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ of its own (``Placement.op_offload_min_batch``; patches/llama.cpp 0007)."""
 
 #: Largest context accepted anywhere (tokens): beyond it llama.cpp spends minutes allocating before it fails.
 MAX_N_CTX = 1 << 20
+KvCacheType = Literal["f16", "q8_0", "q4_0"]
+"""The KV cache types a daemon is set to (``engine.kv_cache_type``), keys and values alike."""
+KV_CACHE_TYPES: tuple[str, ...] = get_args(KvCacheType)
 
 
 class OverrideRule(BaseModel):

@@ -18,6 +18,8 @@
 #   pinning      tests/gpu/test_gpu_host_pinning.py (registered host memory against cudaMallocHost's, host weights
 #                read on 8 threads against one: patches 0008, 0009)
 #   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
+#   release:MODEL `igi_sdk.bench.device_release`: the engine in the cache mode moved attention-first -> parked ->
+#                detached (its CUDA devices given back, patch 0010) -> attention-first, 3 cycles (NVML, seconds, tokens)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
@@ -63,6 +65,11 @@ if [ ! -f $W/started ]; then
           --standby-worker false ;;
         allocated:*) live \${step#allocated:} \${step#allocated:}-allocated --weight-cache-device CUDA0 \
           --host-pinning allocated ;;
+        release:*)
+          python3 -m igi_sdk.bench.device_release --model \$(python3 -c \"$GPU_WRITE_PY\" \${step#release:} 2>/dev/null | tail -1) \
+            --n-threads 16 --cycles 3 --json $W/results/device_release-\${step#release:}.json \
+            > $L/device-release-\${step#release:}.log 2>&1
+          echo \"device release rc=\$?\" >> $W/results/done.txt ;;
         pinning)
           OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_host_pinning.py -q -s > $L/pinning.log 2>&1
           echo \"host pinning rc=\$?\" >> $W/results/done.txt ;;
@@ -109,6 +116,7 @@ while :; do
           tail -n 40 $(ls -t $L/live-$tag.log $L/live-$tag-[0-9]*.log 2>/dev/null | head -1) \
             | grep -v "^llama\|^load\|^print_info" ;;
         pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
+        release:*) grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^alloc" $L/device-release-${step#release:}.log | tail -n 12 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;
         mapped_plans) grep -v "^llama\|^load\|^print_info" $L/weight-cache-mapped.log | tail -n 60 ;;

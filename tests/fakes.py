@@ -21,7 +21,7 @@ from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner, PlanOutcome
 from igi_sdk.daemon.core import WorkerPort
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.supervisor import WorkerGone
-from igi_sdk.engine.cache_base import is_parked
+from igi_sdk.engine.cache_base import is_detached, is_parked
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
@@ -341,6 +341,8 @@ class FakeWorker:
             return 0.0
         if self.stopping and self.stop_mode == "closing":
             return CONTEXT_MIB  # its engine closed on ``shutdown``: the CUDA context goes with the process
+        if is_detached(self.loaded):
+            return 0.0  # its CUDA context given back in place (patch 0010)
         return GPU_MIB if self.loaded.uses_gpu() and not is_parked(self.loaded) else CONTEXT_MIB
 
     # --- internals -----------------------------------------------------------------------------------------------
@@ -478,9 +480,11 @@ class FakePlanner:
         self._plans: dict[int, PlanOutcome] = {}
         self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}
         self.weight_cache_reports: list[bool] = []  # each ``use_weight_cache`` (a GPU worker's ready)
+        self.detachable_reports: list[bool] = []  # and its ``detachable``
 
-    def use_weight_cache(self, active: bool) -> None:
+    def use_weight_cache(self, active: bool, detachable: bool = False) -> None:
         self.weight_cache_reports.append(active)
+        self.detachable_reports.append(detachable)
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         self.calls.append((budget_mib, dry_run_slots))

@@ -8,7 +8,8 @@ reads: layers, rules, load mode, all set by ``cache_base``), so a placement that
 model, a context,
 and the weights it puts on the GPU cached from the host copy in sets of one layer's group (``weight_sets``). Its KV
 cache is all on the GPU (``offload_kqv``) or all on the host; a placement with nothing cached and everything on the
-host (``parked``) computes on the CPU while the process keeps its CUDA context. Moving between two such placements is
+host (``parked``) computes on the CPU while the process keeps its CUDA context, and ``detached`` does so with
+that context given back (patch 0010). Moving between two such placements is
 a difference of sets (``LlamaEngine.move_to``), plus a new context where a context field differs
 (``context_changes``: the KV cache changing device, prompt streaming turned on or off), with no load.
 """
@@ -48,6 +49,7 @@ CONTEXT_FIELDS = (
     "offload_kqv",
     "type_k",
     "type_v",
+    "gpu_context",
 )
 """The placement fields of the context's parameters (``engine.params.context_params``): two placements that differ in
 one need a context of their own. The scheduler's fields (prefetch, op_offload thresholds) are read again on every move."""
@@ -79,12 +81,31 @@ def parked(placement: Placement, host: WeightCacheHost = "pinned") -> Placement:
     """``placement``'s context with every weight and the KV cache on the host and no prompt streamed through the GPU:
     what a worker that caches weights computes with on the CPU while it keeps its CUDA context, so that the next
     growth is a move, not a process start (docs/engine.md, "Parked on the host")."""
-    return cache_base(placement, host).with_(offload_kqv=False, op_offload=False)
+    return cache_base(placement, host).with_(offload_kqv=False, op_offload=False, gpu_context=True)
 
 
 def is_parked(placement: Placement) -> bool:
     """Whether ``placement`` is a ``parked`` one (of either host copy)."""
     return placement in (parked(placement, "pinned"), parked(placement, "mapped"))
+
+
+def detached(placement: Placement, host: WeightCacheHost = "pinned") -> Placement:
+    """``placement``'s parked placement with the process's CUDA devices released: the same computation on the CPU,
+    its context made on the CPU backend alone (``Placement.gpu_context`` False), while the process holds no CUDA
+    context, so no device memory at all; the host copy stays, unregistered, for the growth out of it (docs/engine.md,
+    "Detached from the GPU"). A pinned host copy survives the release where it is registered memory
+    (``engine.host_pinning = registered``), a mapped one always."""
+    return parked(placement, host).with_(gpu_context=False)
+
+
+def is_detached(placement: Placement) -> bool:
+    """Whether ``placement`` is a ``detached`` one (of either host copy)."""
+    return placement in (detached(placement, "pinned"), detached(placement, "mapped"))
+
+
+def on_host(placement: Placement) -> bool:
+    """Whether ``placement`` is a cache base computing on the CPU: ``parked`` or ``detached``."""
+    return is_parked(placement) or is_detached(placement)
 
 
 def realizable(table: ModelTable, placement: Placement) -> bool:

@@ -82,6 +82,8 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
 
     st = model_path.stat()
     memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
+    if placement.gpu_context:  # the default: the keys of the placements made before the field stay what they were
+        del memory_fields["gpu_context"]
     ident = {
         "v": _CACHE_VERSION,
         "path": str(model_path.resolve()),

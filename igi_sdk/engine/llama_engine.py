@@ -27,7 +27,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from igi_sdk.engine import _ggml, _log
+from igi_sdk.engine import _ggml, _log, device_release
 from igi_sdk.engine import cache_base as cache_base_mod
 from igi_sdk.engine.chat import render_chat_segments, render_chat_template
 from igi_sdk.engine.gguf_table import read_tensor_table
@@ -154,6 +154,17 @@ def release_weights_supported() -> bool:
     return _release_weights is not None
 
 
+_NO_HOST_ONLY = (
+    "this llama.cpp build cannot make a context on the CPU backend alone (a placement without a GPU context needs "
+    "the project's patch 0010)"
+)
+
+
+def _host_only_logged(lines: Sequence[str]) -> bool:
+    """Whether llama.cpp logged that the context it made is on the host only (patch 0010 read LLAMA_CONTEXT_HOST_ONLY)."""
+    return any("host only: the CPU backend alone" in line for line in lines)
+
+
 def _errors_of(lines: Sequence[tuple[str, str]]) -> str:
     errors = [text for level, text in lines if level == "error"]
     return "; ".join(errors[-3:]) or "no error logged"
@@ -217,6 +228,12 @@ class LlamaEngine:
             except BaseException:
                 self.close()
                 raise
+        if not placement.gpu_context:  # its context computes on the CPU alone: the load's CUDA context goes
+            try:
+                device_release.release()
+            except BaseException:
+                self.close()
+                raise
 
     def _cache_base_for(self, placement: Placement) -> Placement | None:
         if self._weight_cache_device is None or not cache_base_mod.realizable(self._table, placement):
@@ -253,6 +270,8 @@ class LlamaEngine:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
                 self._ctx = ctx
                 stack.callback(self._free_context)
+                if not placement.gpu_context and not _host_only_logged(cap.text_lines()):
+                    raise EngineError(_NO_HOST_ONLY)
         except BaseException:
             stack.close()
             raise
@@ -317,6 +336,20 @@ class LlamaEngine:
             return
         self._create_context(self._placement)
 
+    def _replace_context(self, placement: Placement, on_context_freed: Callable[[], None] | None = None) -> None:
+        """Free the context and make ``placement``'s, on the loaded model; ``on_context_freed`` in between. A placement
+        without a GPU context (``cache_base.detached``) has the process's CUDA devices released once the old context
+        is freed (nothing of ggml's is left on them then), before ``on_context_freed``, so that the call means the
+        device memory is gone; any other takes them again, where they were released, after it."""
+        self.release_context()
+        if not placement.gpu_context:
+            device_release.release()
+        if on_context_freed is not None:
+            on_context_freed()
+        if placement.gpu_context and device_release.released():
+            device_release.reacquire()
+        self._create_context(placement, close_on_failure=False)
+
     def _create_context(self, placement: Placement, close_on_failure: bool = True) -> None:
         """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it,
         unless not ``close_on_failure``: it then has no context)."""
@@ -326,6 +359,11 @@ class LlamaEngine:
             if close_on_failure:
                 self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
+        if not placement.gpu_context and not _host_only_logged(cap.text_lines()):
+            llama_cpp.llama_free(ctx)
+            if close_on_failure:
+                self.close()
+            raise EngineError(_NO_HOST_ONLY)
         self._ctx = ctx
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._set_abort_callback()
@@ -463,8 +501,7 @@ class LlamaEngine:
                 if kept.get(key) != names:
                     self._uncache(key)
             if context_made:
-                self.release_context()
-                self._create_context(old)
+                self._replace_context(old)
             self._weights_moved(old)
         except BaseException:
             self.close()
@@ -487,10 +524,7 @@ class LlamaEngine:
         if on_freed is not None:
             on_freed(freed)
         if new_context:
-            self.release_context()
-            if on_context_freed is not None:
-                on_context_freed()
-            self._create_context(placement, close_on_failure=False)
+            self._replace_context(placement, on_context_freed)
         for key, names in wanted.items():
             if key not in self._cached:
                 self._cache(key, names, self._weight_cache_device)

@@ -90,6 +90,14 @@ class Placement(BaseModel):
             "of op_offload's own threshold); 0 = the common threshold"
         ),
     )
+    gpu_context: bool = Field(
+        default=True,
+        description=(
+            "False: the context computes on the CPU backend alone, every buffer in host memory, while the process "
+            "holds no CUDA context (patch 0010 releases the devices; engine.cache_base.detached); True: as llama.cpp "
+            "decides from the fields above"
+        ),
+    )
 
     def with_(self, **changes: object) -> Placement:
         """A copy with ``changes`` applied (validated)."""
@@ -104,6 +112,8 @@ class Placement(BaseModel):
         """Whether anything goes on a GPU: layers (``n_gpu_layers``), tensors (override rules to a device other than
         the CPU) or prompt processing (``op_offload`` streams host weights through the GPU). A placement that does not
         can run in a process with CUDA hidden, which then holds no CUDA context (no device memory at all)."""
+        if not self.gpu_context:
+            return False
         return self.n_gpu_layers != 0 or self.op_offload or any(rule.device.upper() != "CPU" for rule in self.rules)
 
     def state_compatible_with(self, other: Placement) -> bool:

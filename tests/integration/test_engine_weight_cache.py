@@ -253,3 +253,57 @@ def test_a_mapped_host_copy_moves_like_a_pinned_one() -> None:
             assert eng.placement == target and eng._model == model  # moved, never loaded
         sched.run_until_idle()
         assert list(handle.tokens) == reference
+
+
+def test_a_move_to_the_detached_placement_computes_on_the_host_alone_and_comes_back() -> None:
+    """The detached placement (the parked one whose context is made on the CPU backend alone, patch 0010) and back,
+    mid-reply: the model stays, the states go through host memory, and the reply goes on token for token. On a CPU
+    build there is no CUDA device to give back (``device_release.release`` does nothing); what is checked is the
+    host-only context, which the engine refuses to take on trust (llama.cpp must log it)."""
+    from igi_sdk.engine import device_release
+
+    full = BASE.with_(n_gpu_layers=-1)
+    detached = cache_base_mod.detached(full)
+    assert detached.gpu_context is False and not detached.uses_gpu() and cache_base_mod.is_detached(detached)
+    assert cache_base_mod.on_host(detached) and not cache_base_mod.is_parked(detached)
+    assert cache_base_mod.detached(full, "mapped").load_mode == "mmap"
+    assert not device_release.supported() and device_release.release() is False and not device_release.released()
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
+        sched, handle = _greedy(eng, 24, 6)
+        assert eng.moves_in_place(detached) and eng.context_changes(detached)
+        model = eng._model
+        seen: list[str] = []
+        sched.reload(detached, lambda stage, freed: seen.append(f"{stage}:{eng._ctx is None}"))
+        assert seen == ["weights:False", "all:True"]
+        assert eng.placement == detached and eng.cached_weights == {} and eng._model == model
+        while len(handle.tokens) < 12:
+            sched.step()
+        sched.reload(full, lambda stage, freed: None)
+        assert eng.placement == full and eng.cached_weights and eng._model == model
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+
+
+def test_an_engine_loaded_at_the_detached_placement_replies_as_the_parked_one() -> None:
+    full = BASE.with_(n_gpu_layers=-1)
+    with LlamaEngine(default_model_path(), cache_base_mod.parked(full), weight_cache_device="CPU") as eng:
+        parked_reply = _reply(eng)
+    with LlamaEngine(default_model_path(), cache_base_mod.detached(full), weight_cache_device="CPU") as eng:
+        assert _reply(eng) == parked_reply
+
+
+def test_a_context_without_the_gpu_is_refused_where_llama_cpp_does_not_say_it_made_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A build without patch 0010 ignores LLAMA_CONTEXT_HOST_ONLY and would make a context on the devices: the engine
+    reads llama.cpp's log line instead of trusting the variable (here the line is filtered out of what it reads)."""
+    from igi_sdk.engine import llama_engine
+
+    monkeypatch.setattr(llama_engine, "_host_only_logged", lambda lines: False)
+    full = BASE.with_(n_gpu_layers=-1)
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
+        with pytest.raises(EngineError, match="patch 0010"):
+            eng.move_to(cache_base_mod.detached(full))
+        assert eng.closed  # a move that freed the context and could not make one closes the engine

@@ -253,6 +253,41 @@ def test_where_no_gpu_placement_fits_a_worker_that_caches_weights_is_parked(
     assert no_gpu.parked(4 * need) is None
 
 
+def test_below_the_parked_placement_a_worker_that_can_detach_is_planned_the_detached_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where the serving worker said it can give its CUDA devices back (``Ready.devices_releasable``), every budget
+    below the parked placement, a reclaim to 0 included, gets the detached placement (0 MiB planned, the cache base
+    computing on the CPU) instead of the CPU-only one, released to alike; a worker that cannot, or the cache mode off,
+    the CPU-only one. Planning it needs no profile and no search."""
+    from igi_sdk.engine.cache_base import detached, is_detached, parked_vram_mib
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)
+    base = Placement(n_ctx=1024, n_seq_max=2, n_threads=4)
+    planner = PlacementPlanner(model, base, kv_on_gpu_only=True, weight_cache_host="mapped")
+    planner._profile_cache = reference_profile("h200")
+    monkeypatch.setattr(planner, "_planned", lambda budget, generating=None: planner._on_cpu(budget, "none"))
+    reserve = planner._profile_cache.vram_reserve_mib
+    assert reserve is not None
+    need = parked_vram_mib(reserve)
+    assert planner.plan(0).plan.strategy == "cpu_only"  # the worker has not said it can detach
+    planner.use_weight_cache(True, detachable=True)
+    for budget in (0, reserve - 1, need - 1):
+        outcome = planner.plan(budget, dry_run_slots=0)
+        assert outcome.plan.strategy == "detached" and outcome.plan.gpu_mib == 0.0 and outcome.cpu_fallback
+        assert is_detached(outcome.placement) and not outcome.placement.uses_gpu()
+        assert outcome.placement == detached(base, "mapped")
+    assert planner.plan(0).warning is None
+    assert planner.plan(need, dry_run_slots=0).plan.strategy == "parked"
+    assert planner.released_to(need - 1).plan.strategy == "detached"
+    planner.use_weight_cache(True, detachable=False)  # a worker that cannot: plans made for the other are forgotten
+    assert planner.plan(0).plan.strategy == "cpu_only" and planner.detached(0) is None
+    planner.use_weight_cache(False, detachable=True)  # no cache mode, no detached placement
+    assert planner.detached(0) is None
+
+
 def test_a_mapped_host_copy_plans_mapped_placements_and_a_mapped_parked_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -547,6 +547,49 @@ def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_
     assert [hidden for _, hidden in worker.starts] == [False, True]
 
 
+def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_of_it_in_place() -> None:
+    """Below the parked placement a worker that can give its CUDA devices back (patch 0010) is planned the detached
+    placement: the reclaim to 0 is a reload in place, answered when NVML shows the worker at 0 MiB, and the growth
+    after it another one; the worker is never replaced, so nothing is carried over to a new process."""
+    from igi_sdk.engine.cache_base import detached
+
+    def detached_outcome(budget_mib: int, warning: str | None) -> PlanOutcome:
+        plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0)
+        return PlanOutcome(budget_mib, detached(GPU_PLACEMENT), plan, 0.0, 0.0, True, warning)
+
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    planner = FakePlanner(
+        lambda b: detached_outcome(b, None) if b < 2048 else two_placements()(b),
+        cpu_placement=CPU_PLACEMENT,
+        parked=lambda b, w: detached_outcome(b, w),
+    )
+    daemon.budget._planner = planner
+    daemon.core.weight_cache_device = "CUDA0"
+    gen = daemon.request(GenerateRequest(text="hi", max_tokens=12), _session(daemon))
+    _steps(daemon, 2)
+    reclaim = _reclaim(daemon)
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "detached"
+    assert ack.measured_vram_mib == 0.0 and ack.granted_mib == 0
+    assert [hidden for _, hidden in worker.starts] == [False], "detached in place, not replaced"
+    assert daemon.core.counters["worker_replacements"] == 0
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
+    assert [hidden for _, hidden in worker.starts] == [False] and len(worker.sent("reload")) == 2
+    (_, to_detached), (_, out_of_detached) = worker.sent("reload")
+    assert (to_detached.urgent, to_detached.shrink) == (True, True)
+    assert (out_of_detached.urgent, out_of_detached.shrink) == (True, False)  # a step on the CPU is stopped
+    _steps(daemon, 12)
+    check_exactly_one_terminal_reply(daemon)
+    [reply] = [m for m in _answers(daemon, gen) if isinstance(m, GenerateReply)]
+    assert reply.text == _text(12)
+    assert not [c for _, c in worker.sent("generate") if c.continue_tokens], "nothing carried over to a new process"
+
+
 def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_the_exact_plan() -> None:
     """With the weight cache mode configured, a growth from the CPU-only placement to a budget whose plan needs dry
     runs replaces the worker at once with the nearest planned GPU placement (interim), and plans the exact one after."""

@@ -47,7 +47,7 @@ from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
-from igi_sdk.engine.cache_base import is_parked
+from igi_sdk.engine.cache_base import on_host
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy import batch_tier
@@ -185,7 +185,7 @@ class BudgetControl:
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
         if not event.gpu_hidden:
-            self._planner.use_weight_cache(event.weight_cache_device is not None)
+            self._planner.use_weight_cache(event.weight_cache_device is not None, event.devices_releasable)
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)
@@ -459,10 +459,10 @@ class BudgetControl:
             self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
         # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now; so does a growth out of the
-        # parked placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large model)
+        # parked (or detached) placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large model)
         # where the step after the move runs on the GPU; any other growth waits for the step
         shrink = op.outcome.budget_mib < self._current.budget_mib
-        out_of_parked = is_parked(self._current.placement) and not is_parked(op.outcome.placement)
+        out_of_parked = on_host(self._current.placement) and not on_host(op.outcome.placement)
         reload = wp.Reload(
             req_id=op.req_id,
             placement=op.outcome.placement,

@@ -26,7 +26,14 @@ from typing import Any, Protocol
 from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
-from igi_sdk.engine.cache_base import WeightCacheHost, host_load_mode, parked, parked_fits, parked_vram_mib
+from igi_sdk.engine.cache_base import (
+    WeightCacheHost,
+    detached,
+    host_load_mode,
+    parked,
+    parked_fits,
+    parked_vram_mib,
+)
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
@@ -100,7 +107,8 @@ class Planner(Protocol):
     def batch_tiers(self) -> tuple[int, ...]: ...  # the tiers ``plan_tier`` plans (``tiers_for(n_seq_max)``; (): none)
     def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
-    def use_weight_cache(self, active: bool) -> None: ...  # the serving worker caches weights, or not (its Ready)
+    # the serving worker caches weights, or not, and can detach from the GPU, or not (its Ready)
+    def use_weight_cache(self, active: bool, detachable: bool = False) -> None: ...
 
 
 class PlacementPlanner:
@@ -139,6 +147,7 @@ class PlacementPlanner:
         self._op_offload_min_batch = op_offload_min_batch
         self._kv_on_gpu_only_configured = kv_on_gpu_only
         self._kv_on_gpu_only = kv_on_gpu_only
+        self._detachable = False  # the serving worker can move to the detached placement (``use_weight_cache``)
         self._mode_changes = 0  # ``use_weight_cache`` changes: a plan made across one is not kept
         self._base = base
         self.vision = vision
@@ -156,15 +165,18 @@ class PlacementPlanner:
         """The placement fields that never change with the budget."""
         return self._base
 
-    def use_weight_cache(self, active: bool) -> None:
+    def use_weight_cache(self, active: bool, detachable: bool = False) -> None:
         """The serving worker's word on the weight cache mode (its ``Ready``, where the GPU is not hidden): the plans
         are made for the mode (``kv_on_gpu_only``, the parked placement) only where it is configured and the worker
         uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
-        host memory) is planned the placements it loads best. A change forgets the plans made so far, which were made
-        for the other (their dry runs stay in the disk cache)."""
+        host memory) is planned the placements it loads best; below the parked placement, the detached one where the
+        worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``). A change forgets the
+        plans made so far, which were made for the other (their dry runs stay in the disk cache)."""
         wanted = self._kv_on_gpu_only_configured and active
-        if wanted != self._kv_on_gpu_only:
+        detach = wanted and detachable
+        if wanted != self._kv_on_gpu_only or detach != self._detachable:
             self._kv_on_gpu_only = wanted
+            self._detachable = detach
             self._mode_changes += 1  # a plan being made in the background for the old mode is then not kept
             self._plans.clear()
             self._tier_plans.clear()
@@ -184,15 +196,15 @@ class PlacementPlanner:
         is not to be used: the worker does not cache weights (``kv_on_gpu_only`` off), no GPU, or the budget is below
         ``engine.cache_base.parked_vram_mib``. It stands in for the CPU-only placement wherever the budget
         holds it, so that a growth from it is a move in the worker, not a process start (docs/daemon.md, "Parked on
-        the host")."""
+        the host"). Below it, the detached placement stands in where the worker can detach (``detached``)."""
         if not (self._kv_on_gpu_only and self._gpu):
             return None
         try:
             reserve = self._profile().vram_reserve_mib
-        except Exception:  # noqa: BLE001  (no profile: the CPU-only placement, which needs none)
-            return None
+        except Exception:  # noqa: BLE001  (no profile: the detached placement or the CPU-only one, which need none)
+            reserve = None
         if reserve is None or not parked_fits(budget_mib, reserve):
-            return None
+            return self.detached(budget_mib, warning)
         placement = parked(self._base, self._weight_cache_host)
         gpu_mib = float(parked_vram_mib(reserve))
         encoder = self._encoder(LlmMemory(fixed_mib=gpu_mib, weights_mib=0, context_mib=0), budget_mib, gpu=False)
@@ -200,6 +212,22 @@ class PlacementPlanner:
             "" if encoder is None else f"; {encoder.summary()}"
         )
         plan = Plan(strategy="parked", gpu_mib=gpu_mib, cpu_mib=self.model_file_mib(), summary=summary)
+        return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
+
+    def detached(self, budget_mib: int, warning: str | None = None) -> PlanOutcome | None:
+        """The detached placement (``engine.cache_base.detached``: the parked placement computed on the CPU backend
+        alone while the worker holds no CUDA context, so no device memory; its host copy kept) where the serving
+        worker caches weights and can give its devices back (``use_weight_cache``), else None. A shrink to it is a
+        move in the worker, not a process replacement, and so is the growth out of it (docs/daemon.md, "Detached
+        from the GPU")."""
+        if not (self._kv_on_gpu_only and self._detachable and self._gpu):
+            return None
+        placement = detached(self._base, self._weight_cache_host)
+        encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
+        summary = "all weights and KV on the CPU, the worker's CUDA context given back, its host copy kept" + (
+            "" if encoder is None else f"; {encoder.summary()}"
+        )
+        plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=self.model_file_mib(), summary=summary)
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
 
     def _on_cpu(self, budget_mib: int, reason: str | None = None) -> PlanOutcome:
@@ -245,12 +273,11 @@ class PlacementPlanner:
             if reserve is not None and budget_mib < reserve:
                 # no GPU placement fits below the CUDA context every one of them needs: no search (a reclaim to 0 waited
                 # 0.9 s for it on the H200 before freeing anything), no dry run
-                return self.cpu_only(
-                    budget_mib,
-                    warning=None
-                    if budget_mib == 0
-                    else f"{budget_mib} MiB is below the {reserve} MiB a CUDA context takes; CPU-only placement",
-                )
+                below = None if budget_mib == 0 else f"{budget_mib} MiB is below the {reserve} MiB a CUDA context takes"
+                detached_outcome = self.detached(budget_mib, None if below is None else f"{below}; detached")
+                if detached_outcome is not None:
+                    return detached_outcome
+                return self.cpu_only(budget_mib, warning=None if below is None else f"{below}; CPU-only placement")
             with limit_dry_runs(dry_run_slots):
                 outcome = self._planned(budget_mib)
             if mode == self._mode_changes:

@@ -39,6 +39,7 @@ from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import Planning, Waiter, plan_in_background, run_in_background, same_plan
 from igi_sdk.daemon.budget.planner import Planner, PlanOutcome, dry_run_slots_for
 from igi_sdk.daemon.core import DaemonCore
+from igi_sdk.engine.cache_base import is_detached
 from igi_sdk.engine.dry_run import DryRunDeferred
 from igi_sdk.policy.budget_ladder import ladder_budgets, plan_order
 
@@ -106,7 +107,7 @@ class BudgetPlanning:
         twice."""
         core = self._core
         uses_gpu = current.placement.uses_gpu()
-        moves = core.weight_cache_device is not None and uses_gpu
+        moves = core.weight_cache_device is not None and (uses_gpu or is_detached(current.placement))
         configured = core.settings.engine.weight_cache_device is not None
         starts_caching = not uses_gpu and configured and core.gpu_worker_caches is not False
         if not (moves or starts_caching):
@@ -183,7 +184,9 @@ class BudgetPlanning:
                 f"{target_mib} MiB; "
             )
             if used > target_mib or (current.cpu_fallback and not current.placement.uses_gpu()):
-                outcome = planner.cpu_only(target_mib, warning=warning + "CPU-only placement")
+                outcome = planner.parked(target_mib, warning=warning + "parked on the CPU") or planner.cpu_only(
+                    target_mib, warning=warning + "CPU-only placement"
+                )
             else:  # the placement in force fits: keep it rather than stop on the CPU to plan
                 self._core.log(logging.INFO, "budget_plan_deferred", target_mib=target_mib, reason=str(exc))
                 outcome = dataclasses.replace(

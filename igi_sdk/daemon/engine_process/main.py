@@ -145,6 +145,7 @@ def worker_main(
             imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,
             weight_cache_device=cache_device,
+            devices_releasable=devices_releasable(cache_device, config.weight_cache_host),
         )
     )
     if abort_flag is not None:
@@ -210,6 +211,18 @@ def weight_cache_device(
         return requested
     log_event(log, logging.WARNING, "weight_cache_unavailable", device=requested, reason=reason)
     return None
+
+
+def devices_releasable(cache_device: str | None, host: Literal["pinned", "mapped"]) -> bool:
+    """Whether this worker can move to the detached placement (``engine.cache_base.detached``): it caches weights
+    (``cache_device``), its build can give the CUDA devices back (patch 0010: ``engine.device_release``) and its host
+    copy outlives the CUDA context: mapped from the file, or pinned by registering memory (``engine.host_pinning``
+    ``registered``; a ``cudaMallocHost`` block goes with its context)."""
+    from igi_sdk.engine import device_release
+
+    if cache_device is None or not device_release.supported():
+        return False
+    return host == "mapped" or host_pinning() == "registered"
 
 
 def _stage_seconds(stages: Any) -> dict[str, float | None]:

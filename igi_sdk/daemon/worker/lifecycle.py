@@ -32,6 +32,7 @@ from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.events import fail_job, handle_worker_event
 from igi_sdk.daemon.worker.supervisor import hides_gpu_for
+from igi_sdk.engine.cache_base import is_detached
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.vision import EncoderPlan
@@ -255,7 +256,10 @@ class WorkerLifecycle:
     def needs_new_process(self, placement: Placement) -> bool:
         """Whether the running worker cannot reload to ``placement`` in place: it holds a CUDA context the placement
         does not use (only a process exit frees it), or it has CUDA hidden and the placement needs the GPU. Always
-        False without a GPU."""
+        False without a GPU, and for the detached placement on a worker that sees the GPU: the planner plans that one
+        only for a worker that gives its CUDA context back in place (``Ready.devices_releasable``)."""
+        if self._gpu and not self._gpu_hidden and is_detached(placement):
+            return False
         return self._gpu and hides_gpu_for(self._gpu, placement) != self._gpu_hidden
 
     def _start_worker(self, restart: bool = False, config: wp.WorkerConfig | None = None) -> None:

@@ -203,6 +203,9 @@ class Ready:
     imported_before_llama_cpp: tuple[str, ...] = ()  # native libraries loaded before llama.cpp's (engine.llama_engine)
     tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
     weight_cache_device: str | None = None  # where weights are cached (engine.weight_cache_device); None: not cached
+    #: whether it can move to the detached placement (engine.cache_base.detached): it caches weights, its build can
+    #: give its CUDA devices back (patch 0010) and its host copy survives that (registered or mapped)
+    devices_releasable: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""Engine layer: releasing this process's CUDA devices while the model's host copy stays (patches/llama.cpp 0010).
+
+A process that has used CUDA holds a context on the device (hundreds of MiB: the runtime, cuBLAS, kernels) until it
+exits or gives the context back. Patch 0010 lets ggml-cuda give it back once nothing of ggml's lives on the device any
+more (no device buffer, backend or event): every page-locked block that ggml-cuda made by registering anonymous memory
+(patch 0008, ``engine.host_pinning = registered``) is unregistered but kept as plain memory, and each device's primary
+context is reset. A model whose weights all sit in such blocks (a weight cache base with nothing cached) then computes
+on the CPU in a context made with ``Placement.gpu_context`` False (the CPU backend alone), and the process holds no
+device memory at all. ``reacquire`` registers the blocks again; the first CUDA call after it makes a context again.
+
+The functions are reached through ggml's backend registry (``ggml_backend_reg_get_proc_address`` of the "CUDA"
+registry), so a CPU build, or a CUDA build without the patch, has none of them: ``supported()`` is False there and
+``release``/``reacquire`` do nothing (a process without a CUDA backend holds no device memory to give back).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from igi_sdk.engine import _ggml
+from igi_sdk.errors import EngineError
+
+# ggml_backend_reg_t ggml_backend_reg_by_name(const char * name);  (NULL where no such backend is registered)
+_reg_by_name = _ggml.bind_optional("ggml_backend_reg_by_name", ctypes.c_void_p, [ctypes.c_char_p])
+# void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);  (NULL: unknown name)
+_get_proc_address = _ggml.bind_optional(
+    "ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+)
+
+_REFUSALS = {
+    1: "a CUDA device buffer, backend or event is still alive (a context, cached weights or a vision encoder on the GPU)",
+    2: "a page-locked block made by cudaMallocHost is alive (engine.host_pinning = allocated): it cannot outlive its context",
+    3: "a CUDA call failed",
+}
+
+
+def _proc(name: str, restype: Any) -> Any:
+    """The CUDA registry's function ``name`` (patch 0010), or None (no CUDA backend, or no patch)."""
+    if _reg_by_name is None or _get_proc_address is None:
+        return None
+    reg = _reg_by_name(b"CUDA")
+    if not reg:
+        return None
+    address = _get_proc_address(reg, name.encode())
+    return ctypes.CFUNCTYPE(restype)(address) if address else None
+
+
+def supported() -> bool:
+    """Whether this build can release its CUDA devices and take them again (a CUDA build with patch 0010)."""
+    return _proc("ggml_backend_release_devices", ctypes.c_int) is not None
+
+
+def released() -> bool:
+    """Whether the devices are released now (False where ``supported()`` is)."""
+    fn = _proc("ggml_backend_devices_released", ctypes.c_bool)
+    return bool(fn()) if fn is not None else False
+
+
+def release() -> bool:
+    """Give up the process's CUDA contexts, keeping the registered host blocks as plain memory.
+
+    Returns:
+        True once released (or released already), False where there is nothing to release (no CUDA backend, or a
+        build without patch 0010).
+
+    Raises:
+        EngineError: refused or failed, with the reason (nothing of ggml's may live on a device; the blocks must be
+            registered ones); calling again after the cause is gone retries.
+    """
+    fn = _proc("ggml_backend_release_devices", ctypes.c_int)
+    if fn is None:
+        return False
+    code = int(fn())
+    if code != 0:
+        raise EngineError(f"the CUDA devices cannot be released: {_REFUSALS.get(code, f'error {code}')}")
+    return True
+
+
+def reacquire() -> None:
+    """Register the host blocks again after ``release`` (nothing happens where the devices are not released).
+
+    Raises:
+        EngineError: a registration failed (the blocks registered so far stay so; calling again retries the rest).
+    """
+    fn = _proc("ggml_backend_reacquire_devices", ctypes.c_int)
+    if fn is None:
+        return
+    code = int(fn())
+    if code != 0:
+        raise EngineError(f"the CUDA devices cannot be taken again: {_REFUSALS.get(code, f'error {code}')}")

@@ -85,6 +85,7 @@ class FakeWorker:
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
+        self.ready_detachable = False  # its ``ready``'s ``devices_releasable`` (False with CUDA hidden, as a real one)
         self.standbys: list[tuple[wp.WorkerConfig, bool]] = []  # every ``prepare_standby``: (config, hide_gpu)
         self.standby: tuple[wp.WorkerConfig, bool] | None = None  # the standby waiting (a start of its kind takes it)
         self.standby_starts = 0  # starts that took the standby
@@ -154,6 +155,7 @@ class FakeWorker:
             tool_format=self.tool_format,
             gpu_hidden=start.hide_gpu,
             weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
+            devices_releasable=self.ready_detachable and not start.hide_gpu,
         )
 
     # --- a worker beside ----------------------------------------------------------------------------------------

@@ -26,6 +26,11 @@ pays after a few tokens. The daemon plans the tiers ahead as on a GPU machine (6
 budgets of ``GPU_MIB`` and more get every layer "on the GPU" (a cache base with every set cached), budgets from
 ``PARKED_MIB`` the parked placement (``engine.cache_base.parked``: the worker stays, docs/daemon.md "Parked on the
 host"), smaller ones the CPU-only placement (the worker replaced with CUDA hidden).
+
+``LAUNCH_DETACHED`` is ``LAUNCH_PARKED`` whose budgets below ``PARKED_MIB`` get the detached placement
+(``engine.cache_base.detached``: the worker stays and gives its CUDA devices back, docs/daemon.md "Detached from the
+GPU") instead of the CPU-only one, as the real planner plans for a worker whose ``Ready`` says it can; on a CPU build
+there is no device to give back, and the worker's context is made on the CPU backend alone.
 """
 
 from __future__ import annotations
@@ -148,6 +153,34 @@ def planner(settings, model_path, vision=None):
     def outcome(budget_mib):
         if budget_mib < {GPU_MIB}:
             return parked(budget_mib) or real.cpu_only(budget_mib)
+        placement = real.base.with_(n_gpu_layers=-1)
+        plan = Plan(strategy="full_gpu", gpu_mib=200.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
+        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
+
+    return FakePlanner(outcome, cpu=real.cpu_only, base=real.base, parked=parked)
+""")
+
+LAUNCH_DETACHED = _launch(f"""
+from igi_sdk.engine.cache_base import detached as detached_placement, parked as parked_placement
+
+
+def planner(settings, model_path, vision=None):
+    real = placement_plan.daemon_planner(settings, model_path, vision)
+
+    def parked(budget_mib, warning=None):
+        if budget_mib < {PARKED_MIB}:
+            plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0, summary="detached from the GPU")
+            return placement_plan.PlanOutcome(
+                budget_mib, detached_placement(real.base), plan, 0.0, 0.0, True, warning
+            )
+        plan = Plan(strategy="parked", gpu_mib=100.0, cpu_mib=1.0, summary="parked on the host")
+        return placement_plan.PlanOutcome(
+            budget_mib, parked_placement(real.base), plan, 0.0, 0.0, True, warning
+        )
+
+    def outcome(budget_mib):
+        if budget_mib < {GPU_MIB}:
+            return parked(budget_mib)
         placement = real.base.with_(n_gpu_layers=-1)
         plan = Plan(strategy="full_gpu", gpu_mib=200.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
         return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)

@@ -11,12 +11,14 @@ host, the rest cached on the GPU), then, ``--cycles`` times, greedy on one promp
 3. a move to its detached placement (``engine.cache_base.detached``: the devices given back, the context made on the
    CPU backend alone): the seconds, and NVML's reading of this process (absent: no context) and of the device over
    its reading before the load, until the device reads within 4 MiB of it;
-4. the reply there, which must equal the parked placement's token for token (the same CPU kernels);
+4. the reply there: the same in every cycle; beside the parked placement's (which runs each layer's norms on the GPU,
+   where llama.cpp assigns the layer, so its tokens may differ where the logits are nearly tied);
 5. the move back to the attention-first placement (the blocks registered again, a context made by the first CUDA
    call, the sets uploaded from the host copy): its seconds, and the reply, which must equal step 1's.
 
-It exits non-zero where a reply differs or the device did not come back to its idle reading. Without a GPU (or a
-build without patch 0010) the release does nothing and only the host-only context is exercised.
+It exits non-zero where a detached or attention-first reply differs from its first, or the device did not come back
+to its idle reading. Without a GPU (or a build without patch 0010) the release does nothing and only the host-only
+context is exercised.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int) -> dict[str, 
                 "attn_first_again": again["decode_tok_s"],
             }
             row["detached_equals_parked"] = detached_reply["tokens"] == parked_reply["tokens"]
+            row["detached_tokens"] = detached_reply["tokens"]
             row["attn_first_again_equal"] = again["tokens"] == gpu_reply["tokens"]
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -136,11 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     out = run(resolve_model(args.model), args.n_threads, args.cycles, args.max_tokens)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    ok = all(r["detached_equals_parked"] and r["attn_first_again_equal"] for r in out["cycles"])
+    cycles = out["cycles"]
+    ok = all(r["attn_first_again_equal"] and r["detached_tokens"] == cycles[0]["detached_tokens"] for r in cycles)
     if out["release_supported"]:
-        ok = ok and all(
-            r["device_idle_after_s"] is not None and r["detached_process_mib"] == 0.0 for r in out["cycles"]
-        )
+        ok = ok and all(r["device_idle_after_s"] is not None and r["detached_process_mib"] == 0.0 for r in cycles)
     print(json.dumps({k: v for k, v in out.items() if k != "cycles"} | {"ok": ok}))
     return 0 if ok else 1
 

@@ -273,7 +273,10 @@ def test_below_the_parked_placement_a_worker_that_can_detach_is_planned_the_deta
     assert reserve is not None
     need = parked_vram_mib(reserve)
     assert planner.plan(0).plan.strategy == "cpu_only"  # the worker has not said it can detach
+    kept = planner.plan(need + 64, dry_run_slots=0)
+    assert kept.plan.strategy == "parked"
     planner.use_weight_cache(True, detachable=True)
+    assert planner.planned() == {need + 64: kept}  # only the plans below the parked placement were forgotten
     for budget in (0, reserve - 1, need - 1):
         outcome = planner.plan(budget, dry_run_slots=0)
         assert outcome.plan.strategy == "detached" and outcome.plan.gpu_mib == 0.0 and outcome.cpu_fallback

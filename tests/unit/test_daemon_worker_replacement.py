@@ -590,6 +590,43 @@ def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_o
     assert not [c for _, c in worker.sent("generate") if c.continue_tokens], "nothing carried over to a new process"
 
 
+def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget_with_cuda_hidden() -> None:
+    """The worker's move to the detached placement fails (ggml still held something on the device): it exits, which
+    frees its memory (the reclaim is answered at 0 MiB once NVML no longer lists it), the worker restarts on the
+    CPU-only placement of that budget with CUDA hidden, and no later worker is planned the detached placement again."""
+    from igi_sdk.engine.cache_base import detached
+
+    def detached_outcome(budget_mib: int, warning: str | None) -> PlanOutcome:
+        plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0)
+        return PlanOutcome(budget_mib, detached(GPU_PLACEMENT), plan, 0.0, 0.0, True, warning)
+
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    planner = FakePlanner(
+        lambda b: detached_outcome(b, None) if b < 2048 else two_placements()(b),
+        cpu_placement=CPU_PLACEMENT,
+        parked=lambda b, w: detached_outcome(b, w),
+    )
+    daemon.budget._planner = planner
+    daemon.core.weight_cache_device = "CUDA0"
+    worker.fail_reloads = True
+    reclaim = _reclaim(daemon)
+    _steps(daemon, 3)
+    [reply] = _answers(daemon, reclaim)
+    assert isinstance(reply, BudgetAck) and reply.measured_vram_mib == 0.0
+    worker.fail_reloads = False
+    _steps(daemon, 3)
+    assert daemon.budget.current.plan.strategy == "cpu_only" and daemon.budget.current.budget_mib == 0
+    assert [hidden for _, hidden in worker.starts] == [False, True]
+    assert planner.detachable_reports[-1:] == [False]
+    worker.ready_detachable = True  # a later GPU worker says it can: the daemon no longer believes it
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 4)
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
+    assert planner.detachable_reports[-1] is False
+
+
 def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_the_exact_plan() -> None:
     """With the weight cache mode configured, a growth from the CPU-only placement to a budget whose plan needs dry
     runs replaces the worker at once with the nearest planned GPU placement (interim), and plans the exact one after."""

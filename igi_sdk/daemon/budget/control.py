@@ -47,7 +47,7 @@ from igi_sdk.daemon.budget.planning import Apply, BudgetPlanning
 from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
-from igi_sdk.engine.cache_base import on_host
+from igi_sdk.engine.cache_base import is_detached, on_host
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy import batch_tier
@@ -100,6 +100,7 @@ class BudgetControl:
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._replaced_polled_s = -float("inf")  # when NVML was last read for a worker being replaced
+        self._detach_failed = False  # a worker could not detach from the GPU: none is planned to again
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(
@@ -185,7 +186,8 @@ class BudgetControl:
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
         if not event.gpu_hidden:
-            self._planner.use_weight_cache(event.weight_cache_device is not None, event.devices_releasable)
+            detachable = event.devices_releasable and not self._detach_failed
+            self._planner.use_weight_cache(event.weight_cache_device is not None, detachable)
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)
@@ -688,7 +690,14 @@ class BudgetControl:
         pending, so that the same request again reloads instead of being answered ``applied`` on the old placement.
         A newer target queued or being planned stays pending: it is applied once the restarted worker is ready.
         When the lost reload had already answered a shrink (its memory released, ``on_released``), the old placement
-        no longer fits what the game was told: the worker restarts on the CPU-only placement of that budget."""
+        no longer fits what the game was told: the worker restarts on the CPU-only placement of that budget. So does
+        one that could not detach from the GPU (patch 0010 refused to release its devices: something of ggml's was
+        still on them), and no detached placement is planned again for this daemon's workers."""
+        if lost is not None and is_detached(lost.outcome.placement):
+            self._detach_failed = True
+            self._planner.use_weight_cache(self._core.weight_cache_device is not None, False)
+            self._put_in_force(self._planner.cpu_only(lost.outcome.budget_mib))
+            return
         if lost is not None and lost.acked_on_release_mib is not None:
             self._put_in_force(self._planner.cpu_only(lost.acked_on_release_mib))
             return

@@ -170,11 +170,22 @@ class PlacementPlanner:
         are made for the mode (``kv_on_gpu_only``, the parked placement) only where it is configured and the worker
         uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
         host memory) is planned the placements it loads best; below the parked placement, the detached one where the
-        worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``). A change forgets the
-        plans made so far, which were made for the other (their dry runs stay in the disk cache)."""
+        worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``). A change of the mode
+        forgets the plans made so far, which were made for the other (their dry runs stay in the disk cache); one of
+        ``detachable`` alone only the CPU-only and detached plans, the only ones it changes."""
         wanted = self._kv_on_gpu_only_configured and active
         detach = wanted and detachable
-        if wanted != self._kv_on_gpu_only or detach != self._detachable:
+        if wanted == self._kv_on_gpu_only and detach != self._detachable:
+            # only the budgets below the parked placement change: their CPU-only or detached plans go
+            self._detachable = detach
+            on_cpu = ("cpu_only", "detached")
+            self._plans = {b: o for b, o in self._plans.items() if o.plan.strategy not in on_cpu}
+            self._tier_plans = {
+                b: {t: o for t, o in tiers.items() if o.plan.strategy not in on_cpu}
+                for b, tiers in self._tier_plans.items()
+            }
+            return
+        if wanted != self._kv_on_gpu_only:
             self._kv_on_gpu_only = wanted
             self._detachable = detach
             self._mode_changes += 1  # a plan being made in the background for the old mode is then not kept

@@ -484,7 +484,7 @@ class FakePlanner:
         self.weight_cache_reports: list[bool] = []  # each ``use_weight_cache`` (a GPU worker's ready)
         self.detachable_reports: list[bool] = []  # and its ``detachable``
 
-    def use_weight_cache(self, active: bool, detachable: bool = False) -> None:
+    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
         self.weight_cache_reports.append(active)
         self.detachable_reports.append(detachable)
 

@@ -18,7 +18,8 @@ there) and every weight in host memory (pinned with a GPU, else read into plain 
    reached with ``move_to``), and each loaded as it is, one after the other: TTFT and decode of each (the second of two
    replies, so the first warms up), their ratios (cache mode over loaded) and whether the tokens are the same;
 7. against the reload path's plans (``--plan-budgets-mib``): at each budget the daemon's plan with the cache mode on
-   (``engine.weight_cache_device`` set: every layer's KV cache on the GPU, pinned) realized the daemon's way (one
+   (``engine.weight_cache_device`` set: pinned; every layer's KV cache on the GPU where the build lacks patch 0011)
+   realized the daemon's way (one
    engine, moved from budget to budget where it can be), and its plan without the mode loaded as it is: their
    strategies, TTFT and decode, and ratios (issue 35: "no worse than today's reload-based placement"). Planned with
    the daemon's base placement and workload (``planner.workload.daemon_planning``) and this machine's profile (the
@@ -207,7 +208,10 @@ def daemon_plan(
     ``engine``), with the weight cache mode's restriction or without, as (strategy, placement); ``n_threads`` for the
     engine that runs it. A budget no GPU placement fits is CPU-only, as the daemon's planner has it, or in the cache
     mode parked where it holds the parked placement (``engine.cache_base.parked``); ``host``: the cache mode's host
-    copy, whose load mode its placements are planned with."""
+    copy, whose load mode its placements are planned with. In the cache mode the KV cache of every layer is kept on
+    the GPU only where this build cannot keep the first layers' on the host (patch 0011), as the daemon's worker
+    says in its ``Ready``."""
+    from igi_sdk.engine.llama_engine import kv_host_layers_supported
     from igi_sdk.planner.workload import daemon_planning
     from igi_sdk.profiler.planning import plan_file
 
@@ -218,6 +222,7 @@ def daemon_plan(
         op_offload_min_batch=engine.op_offload_min_batch,
         kv_on_gpu_only=kv_on_gpu_only,
         cache_load_mode=host_load_mode(host),
+        partial_kv=kv_on_gpu_only and kv_host_layers_supported(),
     )
     result, _warnings = plan_file(model, budget_mib, workload, profile, options)
     if result.placement is None or result.strategy == "cpu_only":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from igi_sdk.planner.layout import effective_gpu_layers, gpu_tensor_names
+from igi_sdk.planner.layout import effective_gpu_layers, gpu_layer_range, gpu_tensor_names
 from igi_sdk.planner.placement import CPU_DEVICE, OverrideRule, Placement
 from igi_sdk.planner.tensors import ModelTable
 
@@ -50,6 +50,7 @@ CONTEXT_FIELDS = (
     "type_k",
     "type_v",
     "gpu_context",
+    "kv_host_layers",
 )
 """The placement fields of the context's parameters (``engine.params.context_params``): two placements that differ in
 one need a context of their own. The scheduler's fields (prefetch, op_offload thresholds) are read again on every move."""
@@ -81,7 +82,7 @@ def parked(placement: Placement, host: WeightCacheHost = "pinned") -> Placement:
     """``placement``'s context with every weight and the KV cache on the host and no prompt streamed through the GPU:
     what a worker that caches weights computes with on the CPU while it keeps its CUDA context, so that the next
     growth is a move, not a process start (docs/engine.md, "Parked on the host")."""
-    return cache_base(placement, host).with_(offload_kqv=False, op_offload=False, gpu_context=True)
+    return cache_base(placement, host).with_(offload_kqv=False, op_offload=False, gpu_context=True, kv_host_layers=0)
 
 
 def is_parked(placement: Placement) -> bool:
@@ -108,14 +109,35 @@ def on_host(placement: Placement) -> bool:
     return is_parked(placement) or is_detached(placement)
 
 
-def realizable(table: ModelTable, placement: Placement) -> bool:
+def realizable(table: ModelTable, placement: Placement, partial_kv: bool = False) -> bool:
     """Whether a cache base and cached weights can realize ``placement``: it assigns every layer to the GPU, as a cache
-    base does (its KV cache then all on the GPU, or all on the host without ``offload_kqv``)."""
-    return effective_gpu_layers(placement, table.n_layer) >= table.n_layer
+    base does (its KV cache then all on the GPU, or all on the host without ``offload_kqv``); or, where the build keeps
+    the first layers' KV cache on the host (``partial_kv``: patch 0011), it offloads its KV cache and uses the GPU,
+    the layers it keeps off the GPU then realized with their weights and KV cache on the host (``context_form``)."""
+    if effective_gpu_layers(placement, table.n_layer) >= table.n_layer:
+        return True
+    return partial_kv and placement.offload_kqv and placement.uses_gpu()
+
+
+def kv_host_layers(table: ModelTable, placement: Placement) -> int:
+    """How many of the first layers ``placement`` keeps off the GPU where it offloads the KV cache (their KV cache then
+    on the host, as loaded); 0 without ``offload_kqv`` (every layer's KV cache is on the host anyway)."""
+    if not placement.offload_kqv:
+        return 0
+    first, _ = gpu_layer_range(effective_gpu_layers(placement, table.n_layer), table.n_layer)
+    return first
+
+
+def context_form(table: ModelTable, placement: Placement) -> Placement:
+    """``placement`` as a cache base makes its context: every layer is assigned to the GPU there, so the layers the
+    placement keeps off the GPU keep their KV cache on the host and compute their attention on the CPU
+    (``Placement.kv_host_layers``, patch 0011), as they do loaded; their weights are simply not cached."""
+    return placement.with_(kv_host_layers=kv_host_layers(table, placement))
 
 
 def context_changes(old: Placement, new: Placement) -> bool:
-    """Whether going from ``old`` to ``new`` needs a new context (a ``CONTEXT_FIELDS`` field differs)."""
+    """Whether going from ``old`` to ``new`` needs a new context (a ``CONTEXT_FIELDS`` field differs; compare their
+    ``context_form``s)."""
     return any(getattr(old, name) != getattr(new, name) for name in CONTEXT_FIELDS)
 
 

@@ -82,8 +82,9 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
 
     st = model_path.stat()
     memory_fields = placement.model_dump(exclude={"n_threads", "n_threads_batch"}, mode="json")
-    if placement.gpu_context:  # the default: the keys of the placements made before the field stay what they were
-        del memory_fields["gpu_context"]
+    for name, default in (("gpu_context", True), ("kv_host_layers", 0)):
+        if memory_fields[name] == default:  # the keys of the placements made before these fields stay what they were
+            del memory_fields[name]
     ident = {
         "v": _CACHE_VERSION,
         "path": str(model_path.resolve()),

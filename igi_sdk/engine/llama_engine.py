@@ -120,6 +120,14 @@ _uncache_weights = _ggml.bind_optional(
 )
 # void llama_context_weights_moved(llama_context *)
 _context_weights_moved = _ggml.bind_optional("llama_context_weights_moved", None, [ctypes.c_void_p])
+# uint32_t llama_kv_host_layers(const struct llama_context * ctx);  (patch 0011)
+_kv_host_layers = _ggml.bind_optional("llama_kv_host_layers", ctypes.c_uint32, [ctypes.c_void_p])
+
+
+def kv_host_layers_supported() -> bool:
+    """Whether this llama.cpp build keeps the first layers' KV cache on the host whatever their device (patch 0011),
+    so that the weight cache mode realizes placements that keep layers off the GPU too."""
+    return _kv_host_layers is not None
 
 
 _NO_WEIGHT_CACHE = "this llama.cpp build cannot cache weights (patches/llama.cpp 0006)"
@@ -163,6 +171,19 @@ _NO_HOST_ONLY = (
 def _host_only_logged(lines: Sequence[str]) -> bool:
     """Whether llama.cpp logged that the context it made is on the host only (patch 0010 read LLAMA_CONTEXT_HOST_ONLY)."""
     return any("host only: the CPU backend alone" in line for line in lines)
+
+
+def _context_refused(ctx: Any, placement: Placement, lines: Sequence[str]) -> str | None:
+    """Why the context llama.cpp made for ``placement`` is not the one asked for (None: it is): a build without the
+    patches that read ``Placement.gpu_context`` (0010) and ``Placement.kv_host_layers`` (0011) ignores them."""
+    if not placement.gpu_context and not _host_only_logged(lines):
+        return _NO_HOST_ONLY
+    if placement.kv_host_layers and (_kv_host_layers is None or int(_kv_host_layers(ctx)) != placement.kv_host_layers):
+        return (
+            f"this llama.cpp build cannot keep the KV cache of the first {placement.kv_host_layers} layers on the host "
+            "(the project's patch 0011)"
+        )
+    return None
 
 
 def _errors_of(lines: Sequence[tuple[str, str]]) -> str:
@@ -236,9 +257,16 @@ class LlamaEngine:
                 raise
 
     def _cache_base_for(self, placement: Placement) -> Placement | None:
-        if self._weight_cache_device is None or not cache_base_mod.realizable(self._table, placement):
+        if self._weight_cache_device is None or not cache_base_mod.realizable(
+            self._table, placement, kv_host_layers_supported()
+        ):
             return None
-        return cache_base_mod.cache_base(placement, self._weight_cache_host)
+        return cache_base_mod.cache_base(cache_base_mod.context_form(self._table, placement), self._weight_cache_host)
+
+    def _context_form(self, placement: Placement) -> Placement:
+        """The placement a context is made with: ``placement``'s ``context_form`` on a cache base (the layers it keeps
+        off the GPU with their KV cache on the host), ``placement`` itself otherwise."""
+        return cache_base_mod.context_form(self._table, placement) if self._base is not None else placement
 
     def _load_placement(self, placement: Placement) -> None:
         _backend_init()
@@ -270,8 +298,9 @@ class LlamaEngine:
                     raise EngineError(f"llama.cpp could not create a context: {_errors_of(cap.lines)}")
                 self._ctx = ctx
                 stack.callback(self._free_context)
-                if not placement.gpu_context and not _host_only_logged(cap.text_lines()):
-                    raise EngineError(_NO_HOST_ONLY)
+                refused = _context_refused(ctx, placement, cap.text_lines())
+                if refused is not None:
+                    raise EngineError(refused)
         except BaseException:
             stack.close()
             raise
@@ -353,17 +382,19 @@ class LlamaEngine:
     def _create_context(self, placement: Placement, close_on_failure: bool = True) -> None:
         """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it,
         unless not ``close_on_failure``: it then has no context)."""
-        with _log.capture_log(echo=self._verbose) as cap, scheduler_env(placement):
-            ctx = llama_cpp.llama_init_from_model(self._model, context_params(placement))
+        form = self._context_form(placement)
+        with _log.capture_log(echo=self._verbose) as cap, scheduler_env(form):
+            ctx = llama_cpp.llama_init_from_model(self._model, context_params(form))
         if not ctx:
             if close_on_failure:
                 self.close()
             raise EngineError(f"llama.cpp could not create the context again: {_errors_of(cap.lines)}")
-        if not placement.gpu_context and not _host_only_logged(cap.text_lines()):
+        refused = _context_refused(ctx, form, cap.text_lines())
+        if refused is not None:
             llama_cpp.llama_free(ctx)
             if close_on_failure:
                 self.close()
-            raise EngineError(_NO_HOST_ONLY)
+            raise EngineError(refused)
         self._ctx = ctx
         self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._set_abort_callback()
@@ -439,7 +470,7 @@ class LlamaEngine:
         sets its layers, rules and load mode), so a realizable placement needs no other load."""
         if self._base is None or self._stack is None or self._ctx is None:
             return False
-        return cache_base_mod.realizable(self._table, placement) and all(
+        return cache_base_mod.realizable(self._table, placement, kv_host_layers_supported()) and all(
             getattr(placement, k) == getattr(self._placement, k) for k in STATE_KEYS
         )
 
@@ -447,7 +478,9 @@ class LlamaEngine:
         """Whether ``move_to(placement)`` creates the context again (``engine.cache_base.context_changes``: its KV cache
         on another device, prompt streaming on or off, other batch sizes or threads), every sequence's KV cells
         lost with the old one."""
-        return self.moves_in_place(placement) and cache_base_mod.context_changes(self._placement, placement)
+        return self.moves_in_place(placement) and cache_base_mod.context_changes(
+            self._context_form(self._placement), self._context_form(placement)
+        )
 
     def move_to(
         self,

@@ -35,6 +35,8 @@ MIN_BATCH_MUL_MAT_ID_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH_MUL_MAT_ID"
 MIN_BATCH_ENV = "GGML_SCHED_OFFLOAD_MIN_BATCH"
 HOST_ONLY_ENV = "LLAMA_CONTEXT_HOST_ONLY"
 """Patch 0010: a context of the CPU backend alone (``Placement.gpu_context`` False; ``engine.device_release``)."""
+KV_HOST_LAYERS_ENV = "LLAMA_KV_HOST_LAYERS"
+"""Patch 0011: the first layers' KV cache on the host, their attention on the CPU (``Placement.kv_host_layers``)."""
 
 
 # int ggml_backend_sched_prefetch_abi(void);            (patched builds only)
@@ -56,14 +58,16 @@ def weight_upload_bytes() -> int | None:
 
 @contextmanager
 def scheduler_env(placement: Placement) -> Iterator[None]:
-    """Set the patched scheduler's variables of ``placement`` (and patch 0010's host-only context) for the contexts
-    created inside the block, then restore them (0 / unset: stock behaviour)."""
+    """Set the patched scheduler's variables of ``placement`` (and the context's of patches 0010 and 0011: on the host
+    only, the first layers' KV cache on the host) for the contexts created inside the block, then restore them (0 /
+    unset: stock behaviour)."""
     changes = {
         SLOTS_ENV: placement.prefetch_slots,
         SLOT_MAX_MIB_ENV: placement.prefetch_slot_max_mib,
         MIN_BATCH_MUL_MAT_ID_ENV: placement.op_offload_min_batch_mul_mat_id,
         MIN_BATCH_ENV: placement.op_offload_min_batch,
         HOST_ONLY_ENV: 0 if placement.gpu_context else 1,
+        KV_HOST_LAYERS_ENV: placement.kv_host_layers,
     }
     saved = {k: os.environ.get(k) for k in changes}
     try:

@@ -90,6 +90,15 @@ class Placement(BaseModel):
             "of op_offload's own threshold); 0 = the common threshold"
         ),
     )
+    kv_host_layers: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "patched llama.cpp (0011): with offload_kqv, the KV cache of the first this many layers stays on the host "
+            "and their attention runs on the CPU, whatever device the layers are assigned to (how a weight cache base "
+            "realizes a placement that keeps those layers off the GPU; engine.cache_base.context_form); 0 = stock"
+        ),
+    )
     gpu_context: bool = Field(
         default=True,
         description=(

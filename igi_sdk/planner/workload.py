@@ -124,6 +124,7 @@ def daemon_planning(
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     kv_on_gpu_only: bool = False,
     cache_load_mode: Literal["mmap", "pinned"] = "pinned",
+    partial_kv: bool = False,
 ) -> tuple[Workload, PlannerOptions]:
     """The workload and options the daemon plans a model under, from its base placement (the fields that never change
     with the budget: ``n_ctx``, ``n_seq_max``, threads, KV types, flash attention) and its objective.
@@ -132,7 +133,9 @@ def daemon_planning(
     prompt is the hint capped at that share, a decode step batches one token per session, and reloads count;
     ``op_offload_min_batch`` is the worker's (``engine.op_offload_min_batch``), ``kv_on_gpu_only`` whether it caches
     weights (``engine.weight_cache_device``: ``PlannerOptions.kv_on_gpu_only``, and every placement planned with
-    ``cache_load_mode``, the load mode of the cache mode's host copy: ``pinned``, or ``mmap`` for a mapped one). The
+    ``cache_load_mode``, the load mode of the cache mode's host copy: ``pinned``, or ``mmap`` for a mapped one;
+    ``partial_kv``: the worker's build realizes placements that keep layers off the GPU in that mode too, their KV
+    cache on the host (patches/llama.cpp 0011), so only the load mode is restricted, not the KV cache). The
     daemon (``daemon.budget.planner.PlacementPlanner``) and ``igi bench --daemon-workload`` both plan with this, so
     the bench plans what the daemon plans.
     """
@@ -151,7 +154,7 @@ def daemon_planning(
         type_v=base.type_v,
         flash_attn=base.flash_attn,
         op_offload_min_batch=op_offload_min_batch,
-        kv_on_gpu_only=kv_on_gpu_only,
+        kv_on_gpu_only=kv_on_gpu_only and not partial_kv,
         # the weight cache mode keeps every weight's host copy, pinned or mapped: its placements are planned so
         **({"load_modes": (cache_load_mode,)} if kv_on_gpu_only else {}),
     )

@@ -100,11 +100,11 @@ FFN_ON_HOST = OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|gate)\.weight$", de
 
 def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> None:
     """The engine's cache mode: a placement whose KV cache is all on the "GPU" (here the CPU device) is a cache base
-    plus cached sets; a reload to another such placement moves sets, the sessions' KV cells staying in place; one
-    whose KV cache is on the host loads as before."""
+    plus cached sets; a reload to another such placement moves sets, the sessions' KV cells staying in place; the
+    CPU-only one (nothing on the GPU: a worker with CUDA hidden) loads as before."""
     attn_first = BASE.with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
     full = BASE.with_(n_gpu_layers=-1)
-    on_host = BASE.with_(n_gpu_layers=0)
+    on_host = BASE.cpu_only()
     with LlamaEngine(default_model_path(), attn_first, weight_cache_device="CPU") as unmoved:
         reference = _reply(unmoved, 24)
     with LlamaEngine(default_model_path(), on_host) as plain:
@@ -125,7 +125,7 @@ def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> No
         sched.run_until_idle()
         assert list(handle.tokens) == reference
         del eng.save_seq_state
-        sched.reload(on_host)  # its KV cache on the host: loaded as it is
+        sched.reload(on_host)  # nothing on the GPU: loaded as it is
         assert eng.cached_weights == {} and eng.placement == on_host
         assert _reply(eng, 24) == reference_on_host
 
@@ -307,3 +307,37 @@ def test_a_context_without_the_gpu_is_refused_where_llama_cpp_does_not_say_it_ma
         with pytest.raises(EngineError, match="patch 0010"):
             eng.move_to(cache_base_mod.detached(full))
         assert eng.closed  # a move that freed the context and could not make one closes the engine
+
+
+def test_a_placement_that_keeps_layers_off_the_gpu_is_reached_with_their_kv_cache_on_the_host() -> None:
+    """Patch 0011: a placement that keeps its first layers off the GPU (attention first, partially) is a cache base
+    whose context keeps those layers' KV cache on the host (``cache_base.context_form``), reached by a move mid-reply
+    and left again, token for token, and loaded so directly as well; llama.cpp's own count of such layers is read
+    back."""
+    from igi_sdk.engine.llama_engine import _kv_host_layers, kv_host_layers_supported
+
+    assert kv_host_layers_supported() and _kv_host_layers is not None
+    full = BASE.with_(n_gpu_layers=-1)
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+        n_layer = unmoved.model_table.n_layer
+    partial = BASE.with_(n_gpu_layers=n_layer // 2)
+    host_layers = cache_base_mod.kv_host_layers(unmoved.model_table, partial)
+    assert 0 < host_layers < n_layer
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
+        model = eng._model
+        sched, handle = _greedy(eng, 24, 6)
+        assert eng.moves_in_place(partial) and eng.context_changes(partial)
+        sched.reload(partial, lambda stage, freed: None)
+        assert eng.placement == partial and eng._model == model  # no load
+        assert int(_kv_host_layers(eng._ctx)) == host_layers
+        assert set(eng.cached_weights) == set(cache_base_mod.weight_sets(eng.model_table, partial))
+        while len(handle.tokens) < 12:
+            sched.step()
+        sched.reload(full, lambda stage, freed: None)
+        assert int(_kv_host_layers(eng._ctx)) == 0
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference
+    with LlamaEngine(default_model_path(), partial, weight_cache_device="CPU") as eng:
+        assert eng.moves_in_place(full) and int(_kv_host_layers(eng._ctx)) == host_layers
+        assert _reply(eng, 24) == reference

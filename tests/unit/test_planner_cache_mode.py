@@ -54,3 +54,44 @@ def test_the_daemons_cache_mode_plans_pinned_and_still_reaches_the_whole_model_o
     table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
     result = plan_placement(table, 8192, WORKLOAD, reference_profile("h200"), ComputeBufferTable(), options)
     assert result.chosen is not None and result.chosen.strategy == "full_gpu"
+
+
+@pytest.mark.parametrize("shape", ["llama_8b", "qwen3_30b_a3b"])
+def test_with_partial_kv_every_gpu_plan_is_the_reload_paths_and_the_cache_mode_reaches_it(shape: str) -> None:
+    """Where the worker's build keeps the first layers' KV cache on the host (patch 0011: ``partial_kv``), the cache
+    mode plans what the reload path plans (pinned), a placement that keeps layers off the GPU included, and reaches
+    each: its context form keeps the KV cache of exactly those layers on the host."""
+    from igi_sdk.engine.cache_base import context_form, kv_host_layers
+    from igi_sdk.planner.layout import gpu_layer_range
+    from igi_sdk.planner.placement import Placement
+    from igi_sdk.planner.workload import daemon_planning
+
+    table = table_from_shape(REFERENCE_SHAPES[shape])
+    _, options = daemon_planning(Placement(n_ctx=4096, n_seq_max=4), kv_on_gpu_only=True, partial_kv=True)
+    assert options.load_modes == ("pinned",) and not options.kv_on_gpu_only
+    partial_seen = False
+    for budget in BUDGETS_MIB:
+        result = plan_placement(table, budget, WORKLOAD, reference_profile("h200"), ComputeBufferTable(), options)
+        reload_path = plan_placement(
+            table,
+            budget,
+            WORKLOAD,
+            reference_profile("h200"),
+            ComputeBufferTable(),
+            PlannerOptions(load_modes=("pinned",)),
+        )
+        assert result.chosen is not None and reload_path.chosen is not None
+        assert result.chosen.placement == reload_path.chosen.placement
+        placement = result.chosen.placement
+        if result.chosen.strategy == "cpu_only":
+            continue
+        assert realizable(table, placement, partial_kv=True)
+        first, _ = gpu_layer_range(
+            table.n_layer + 1 if placement.n_gpu_layers < 0 else placement.n_gpu_layers, table.n_layer
+        )
+        assert kv_host_layers(table, placement) == first == context_form(table, placement).kv_host_layers
+        partial_seen = partial_seen or first > 0
+    assert partial_seen or shape == "qwen3_30b_a3b"
+    assert not realizable(table, Placement(n_gpu_layers=4), partial_kv=False)
+    assert not realizable(table, Placement(n_gpu_layers=4, offload_kqv=False), partial_kv=True)
+    assert not realizable(table, Placement().cpu_only(), partial_kv=True)  # no GPU at all: a CUDA-hidden worker

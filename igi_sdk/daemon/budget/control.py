@@ -187,7 +187,7 @@ class BudgetControl:
         force)."""
         if not event.gpu_hidden:
             detachable = event.devices_releasable and not self._detach_failed
-            self._planner.use_weight_cache(event.weight_cache_device is not None, detachable)
+            self._planner.use_weight_cache(event.weight_cache_device is not None, detachable, event.partial_kv)
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)

@@ -107,8 +107,9 @@ class Planner(Protocol):
     def batch_tiers(self) -> tuple[int, ...]: ...  # the tiers ``plan_tier`` plans (``tiers_for(n_seq_max)``; (): none)
     def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
-    # the serving worker caches weights, or not, and can detach from the GPU, or not (its Ready)
-    def use_weight_cache(self, active: bool, detachable: bool = False) -> None: ...
+    # the serving worker caches weights, or not; can detach from the GPU, or not; keeps layers off the GPU in that
+    # mode, or not (its Ready)
+    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None: ...
 
 
 class PlacementPlanner:
@@ -148,6 +149,7 @@ class PlacementPlanner:
         self._kv_on_gpu_only_configured = kv_on_gpu_only
         self._kv_on_gpu_only = kv_on_gpu_only
         self._detachable = False  # the serving worker can move to the detached placement (``use_weight_cache``)
+        self._partial_kv = False  # its cache mode keeps layers off the GPU too (``use_weight_cache``)
         self._mode_changes = 0  # ``use_weight_cache`` changes: a plan made across one is not kept
         self._base = base
         self.vision = vision
@@ -165,17 +167,20 @@ class PlacementPlanner:
         """The placement fields that never change with the budget."""
         return self._base
 
-    def use_weight_cache(self, active: bool, detachable: bool = False) -> None:
+    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
         """The serving worker's word on the weight cache mode (its ``Ready``, where the GPU is not hidden): the plans
         are made for the mode (``kv_on_gpu_only``, the parked placement) only where it is configured and the worker
         uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
         host memory) is planned the placements it loads best; below the parked placement, the detached one where the
-        worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``). A change of the mode
-        forgets the plans made so far, which were made for the other (their dry runs stay in the disk cache); one of
-        ``detachable`` alone only the CPU-only and detached plans, the only ones it changes."""
+        worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``); and with every layer's KV
+        cache on the GPU only where the worker's mode cannot keep layers off it (``partial_kv``: ``Ready.partial_kv``,
+        patch 0011). A change of the mode or of ``partial_kv`` forgets the plans made so far, which were made for the
+        other (their dry runs stay in the disk cache); one of ``detachable`` alone only the CPU-only and detached
+        plans, the only ones it changes."""
         wanted = self._kv_on_gpu_only_configured and active
         detach = wanted and detachable
-        if wanted == self._kv_on_gpu_only and detach != self._detachable:
+        partial = wanted and partial_kv
+        if wanted == self._kv_on_gpu_only and partial == self._partial_kv and detach != self._detachable:
             # only the budgets below the parked placement change: their CPU-only or detached plans go
             self._detachable = detach
             on_cpu = ("cpu_only", "detached")
@@ -185,9 +190,10 @@ class PlacementPlanner:
                 for b, tiers in self._tier_plans.items()
             }
             return
-        if wanted != self._kv_on_gpu_only:
+        if wanted != self._kv_on_gpu_only or partial != self._partial_kv:
             self._kv_on_gpu_only = wanted
             self._detachable = detach
+            self._partial_kv = partial
             self._mode_changes += 1  # a plan being made in the background for the old mode is then not kept
             self._plans.clear()
             self._tier_plans.clear()
@@ -438,6 +444,7 @@ class PlacementPlanner:
             op_offload_min_batch=self._op_offload_min_batch,
             kv_on_gpu_only=self._kv_on_gpu_only,
             cache_load_mode=host_load_mode(self._weight_cache_host),
+            partial_kv=self._partial_kv,
         )
         return workload.model_copy(update={"generating": generating}), options
 

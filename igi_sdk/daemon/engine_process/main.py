@@ -84,7 +84,7 @@ def worker_main(
         log_event(log, logging.WARNING, "worker_gpu_hidden_late", reason="llama_cpp was imported before boot")
     cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     from igi_sdk.daemon.engine_process.engine_adapter import EngineAdapter
-    from igi_sdk.engine.llama_engine import imported_before_llama_cpp
+    from igi_sdk.engine.llama_engine import imported_before_llama_cpp, kv_host_layers_supported
 
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
@@ -146,6 +146,7 @@ def worker_main(
             tool_format=engine.tool_format,
             weight_cache_device=cache_device,
             devices_releasable=devices_releasable(cache_device, config.weight_cache_host),
+            partial_kv=cache_device is not None and kv_host_layers_supported(),
         )
     )
     if abort_flag is not None:

@@ -206,6 +206,9 @@ class Ready:
     #: whether it can move to the detached placement (engine.cache_base.detached): it caches weights, its build can
     #: give its CUDA devices back (patch 0010) and its host copy survives that (registered or mapped)
     devices_releasable: bool = False
+    #: whether its cache mode also realizes placements that keep layers off the GPU, their KV cache on the host
+    #: (patches/llama.cpp 0011: ``engine.llama_engine.kv_host_layers_supported``)
+    partial_kv: bool = False
 
 
 @dataclass(frozen=True)

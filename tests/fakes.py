@@ -483,10 +483,12 @@ class FakePlanner:
         self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}
         self.weight_cache_reports: list[bool] = []  # each ``use_weight_cache`` (a GPU worker's ready)
         self.detachable_reports: list[bool] = []  # and its ``detachable``
+        self.partial_kv_reports: list[bool] = []  # and its ``partial_kv``
 
     def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
         self.weight_cache_reports.append(active)
         self.detachable_reports.append(detachable)
+        self.partial_kv_reports.append(partial_kv)
 
     def plan(self, budget_mib: int, *, dry_run_slots: int | None = None) -> PlanOutcome:
         self.calls.append((budget_mib, dry_run_slots))

@@ -117,11 +117,28 @@ def run(argv: list[str]) -> int:
     load_or_create_profile(quick=True)
     profile_s = time.perf_counter() - t0
     planner = daemon_planner(settings, model_path, vision)
+    if settings.engine.weight_cache_device is not None:
+        planner.use_weight_cache(True, *weight_cache_capabilities(settings.engine))
     budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
     print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
     prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
     print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0))
     return 0
+
+
+def weight_cache_capabilities(engine: Any) -> tuple[bool, bool]:
+    """What the daemon's worker will say in its ``Ready`` about the weight cache mode on this machine's build, as
+    (detachable, partial_kv): whether it can give its CUDA devices back (patch 0010, with a host copy that outlives the
+    context: ``engine.host_pinning`` registered, or mapped) and whether it keeps layers off the GPU in the mode (patch
+    0011). The plans made here are then the ones the daemon makes once its worker is ready, and their dry runs the
+    ones it finds on disk."""
+    from igi_sdk.engine import device_release
+    from igi_sdk.engine.llama_engine import kv_host_layers_supported
+
+    detachable = device_release.supported() and (
+        engine.weight_cache_host == "mapped" or engine.host_pinning == "registered"
+    )
+    return detachable, kv_host_layers_supported()
 
 
 def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float, total_s: float) -> str:

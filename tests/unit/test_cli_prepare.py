@@ -31,3 +31,28 @@ def test_the_command_plans_the_embedded_model(capsys: pytest.CaptureFixture[str]
     assert "3/3" in err and "1536" in out and "2048" in out
     with pytest.raises(ValueError, match="levels-mib"):
         run(["--levels-mib", "-1"])
+
+
+def test_in_the_cache_mode_it_plans_for_what_this_build_lets_the_worker_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plans ``igi prepare`` leaves are the daemon's once its worker is ready: in the cache mode they are made for
+    what the worker's ``Ready`` will say, which this build decides (a CPU build: no CUDA device to give back; patch
+    0011 keeps layers off the GPU)."""
+    from igi_sdk.cli.prepare import weight_cache_capabilities
+    from igi_sdk.config import load_settings
+
+    engine = load_settings({"weight_cache_device": "CUDA0"}).engine
+    assert weight_cache_capabilities(engine) == (False, True)
+    from igi_sdk.daemon.budget import planner as placement_plan
+
+    made: list[FakePlanner] = []
+
+    def fake_planner(settings, model_path, vision=None):  # type: ignore[no-untyped-def]
+        made.append(FakePlanner(partial_outcome, file_mib=4311.0))
+        return made[-1]
+
+    monkeypatch.setattr(placement_plan, "daemon_planner", fake_planner)
+    assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CUDA0"]) == 0
+    assert made[0].weight_cache_reports == [True] and made[0].detachable_reports == [False]
+    assert made[0].partial_kv_reports == [True]
+    assert run(["--levels-mib", "1536", "--n-threads", "1"]) == 0
+    assert made[1].weight_cache_reports == []  # the mode off: nothing to plan for

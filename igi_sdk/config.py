@@ -183,9 +183,10 @@ class EngineSettings(_Section):
         min_length=1,
         max_length=32,
         description="keep every weight's host copy (weight_cache_host) for the worker's life and move weights between it and "
-        "this device (e.g. CUDA0) on a budget change whose placements keep the KV cache on the GPU, instead of loading "
-        "the model again (patches/llama.cpp 0006); unset, or a device the worker lacks or a pinned copy over half the "
-        "host memory available (logged as weight_cache_unavailable): every change loads the placement",
+        "this device (e.g. CUDA0) on a budget change, instead of loading the model again (patches/llama.cpp 0006; "
+        "0010 and 0011: a reclaim to 0 detaches the worker from the GPU in place, layers off the GPU keep their KV "
+        "cache on the host); unset, or a device the worker lacks or a pinned copy over half the host memory available "
+        "(logged as weight_cache_unavailable): every change loads the placement",
     )
     weight_cache_host: Literal["pinned", "mapped"] = Field(
         default="pinned",

@@ -122,8 +122,10 @@ class PlacementPlanner:
         vision: the shape of the vision projector served beside the model (None: none).
         profile: the machine profile to plan with (None: this machine's, loaded or measured on first use).
         op_offload_min_batch: the worker's ``GGML_OP_OFFLOAD_MIN_BATCH`` (``engine.op_offload_min_batch``).
-        kv_on_gpu_only: plan only placements the worker's weight cache mode reaches without a load
-            (``engine.weight_cache_device`` set: ``PlannerOptions.kv_on_gpu_only``).
+        kv_on_gpu_only: plan for the worker's weight cache mode (``engine.weight_cache_device`` set): only the
+            placements it reaches without a load (``PlannerOptions.kv_on_gpu_only``, unless the worker's build keeps
+            layers off the GPU in the mode: ``use_weight_cache``), with its host copy's load mode, the parked and
+            detached placements below the GPU ones.
         weight_cache_host: that mode's host copy (``engine.weight_cache_host``): its placements, the parked one
             included, are planned with its load mode.
     """
@@ -146,8 +148,8 @@ class PlacementPlanner:
         self._model_path = model_path
         self._weight_cache_host: WeightCacheHost = weight_cache_host
         self._op_offload_min_batch = op_offload_min_batch
-        self._kv_on_gpu_only_configured = kv_on_gpu_only
-        self._kv_on_gpu_only = kv_on_gpu_only
+        self._cache_mode_configured = kv_on_gpu_only
+        self._cache_mode = kv_on_gpu_only
         self._detachable = False  # the serving worker can move to the detached placement (``use_weight_cache``)
         self._partial_kv = False  # its cache mode keeps layers off the GPU too (``use_weight_cache``)
         self._mode_changes = 0  # ``use_weight_cache`` changes: a plan made across one is not kept
@@ -169,7 +171,7 @@ class PlacementPlanner:
 
     def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
         """The serving worker's word on the weight cache mode (its ``Ready``, where the GPU is not hidden): the plans
-        are made for the mode (``kv_on_gpu_only``, the parked placement) only where it is configured and the worker
+        are made for the mode (its placements, the parked one) only where it is configured and the worker
         uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
         host memory) is planned the placements it loads best; below the parked placement, the detached one where the
         worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``); and with every layer's KV
@@ -177,10 +179,10 @@ class PlacementPlanner:
         patch 0011). A change of the mode or of ``partial_kv`` forgets the plans made so far, which were made for the
         other (their dry runs stay in the disk cache); one of ``detachable`` alone only the CPU-only and detached
         plans, the only ones it changes."""
-        wanted = self._kv_on_gpu_only_configured and active
+        wanted = self._cache_mode_configured and active
         detach = wanted and detachable
         partial = wanted and partial_kv
-        if wanted == self._kv_on_gpu_only and partial == self._partial_kv and detach != self._detachable:
+        if wanted == self._cache_mode and partial == self._partial_kv and detach != self._detachable:
             # only the budgets below the parked placement change: their CPU-only or detached plans go
             self._detachable = detach
             on_cpu = ("cpu_only", "detached")
@@ -190,8 +192,8 @@ class PlacementPlanner:
                 for b, tiers in self._tier_plans.items()
             }
             return
-        if wanted != self._kv_on_gpu_only or partial != self._partial_kv:
-            self._kv_on_gpu_only = wanted
+        if wanted != self._cache_mode or partial != self._partial_kv:
+            self._cache_mode = wanted
             self._detachable = detach
             self._partial_kv = partial
             self._mode_changes += 1  # a plan being made in the background for the old mode is then not kept
@@ -210,11 +212,11 @@ class PlacementPlanner:
     def parked(self, budget_mib: int, warning: str | None = None) -> PlanOutcome | None:
         """The parked placement under ``budget_mib`` (``engine.cache_base.parked``: every weight and the KV cache on
         the host, computed on the CPU, while the worker keeps its CUDA context and its weight cache), or None where it
-        is not to be used: the worker does not cache weights (``kv_on_gpu_only`` off), no GPU, or the budget is below
+        is not to be used: the worker does not cache weights (the mode off), no GPU, or the budget is below
         ``engine.cache_base.parked_vram_mib``. It stands in for the CPU-only placement wherever the budget
         holds it, so that a growth from it is a move in the worker, not a process start (docs/daemon.md, "Parked on
         the host"). Below it, the detached placement stands in where the worker can detach (``detached``)."""
-        if not (self._kv_on_gpu_only and self._gpu):
+        if not (self._cache_mode and self._gpu):
             return None
         try:
             reserve = self._profile().vram_reserve_mib
@@ -237,7 +239,7 @@ class PlacementPlanner:
         worker caches weights and can give its devices back (``use_weight_cache``), else None. A shrink to it is a
         move in the worker, not a process replacement, and so is the growth out of it (docs/daemon.md, "Detached
         from the GPU")."""
-        if not (self._kv_on_gpu_only and self._detachable and self._gpu):
+        if not (self._cache_mode and self._detachable and self._gpu):
             return None
         placement = detached(self._base, self._weight_cache_host)
         encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
@@ -248,8 +250,8 @@ class PlacementPlanner:
         return PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, True, warning, encoder)
 
     def _on_cpu(self, budget_mib: int, reason: str | None = None) -> PlanOutcome:
-        """Where no GPU placement fits or pays: the parked placement where the budget holds it, else CPU-only; the
-        warning is ``reason`` and which of the two."""
+        """Where no GPU placement fits or pays: the parked placement where the budget holds it, else the detached one
+        where the worker can detach, else CPU-only; the warning is ``reason`` and which of them."""
         if (parked := self.parked(budget_mib, None if reason is None else f"{reason}; parked on the CPU")) is not None:
             return parked
         return self.cpu_only(budget_mib, None if reason is None else f"{reason}; CPU-only placement")
@@ -442,7 +444,7 @@ class PlacementPlanner:
             reply_tokens_hint=self._reply_tokens_hint,
             reloads_per_request=self._reloads_per_request,
             op_offload_min_batch=self._op_offload_min_batch,
-            kv_on_gpu_only=self._kv_on_gpu_only,
+            kv_on_gpu_only=self._cache_mode,
             cache_load_mode=host_load_mode(self._weight_cache_host),
             partial_kv=self._partial_kv,
         )

@@ -609,6 +609,7 @@ def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget
     )
     daemon.budget._planner = planner
     daemon.core.weight_cache_device = "CUDA0"
+    daemon.budget._partial_kv = True  # as the worker's Ready said (patch 0011): kept when the detach fails
     worker.fail_reloads = True
     reclaim = _reclaim(daemon)
     _steps(daemon, 3)
@@ -618,7 +619,7 @@ def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget
     _steps(daemon, 3)
     assert daemon.budget.current.plan.strategy == "cpu_only" and daemon.budget.current.budget_mib == 0
     assert [hidden for _, hidden in worker.starts] == [False, True]
-    assert planner.detachable_reports[-1:] == [False]
+    assert planner.detachable_reports[-1:] == [False] and planner.partial_kv_reports[-1:] == [True]
     worker.ready_detachable = True  # a later GPU worker says it can: the daemon no longer believes it
     grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
     _steps(daemon, 4)

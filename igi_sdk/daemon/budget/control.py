@@ -101,6 +101,7 @@ class BudgetControl:
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._replaced_polled_s = -float("inf")  # when NVML was last read for a worker being replaced
         self._detach_failed = False  # a worker could not detach from the GPU: none is planned to again
+        self._partial_kv = False  # the last GPU worker's ``Ready.partial_kv``
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(
@@ -187,6 +188,7 @@ class BudgetControl:
         force)."""
         if not event.gpu_hidden:
             detachable = event.devices_releasable and not self._detach_failed
+            self._partial_kv = event.partial_kv
             self._planner.use_weight_cache(event.weight_cache_device is not None, detachable, event.partial_kv)
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
@@ -461,8 +463,8 @@ class BudgetControl:
             self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
         # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now; so does a growth out of the
-        # parked (or detached) placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large model)
-        # where the step after the move runs on the GPU; any other growth waits for the step
+        # parked (or detached) placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large
+        # model) where the step after the move runs on the GPU; any other growth waits for the step
         shrink = op.outcome.budget_mib < self._current.budget_mib
         out_of_parked = on_host(self._current.placement) and not on_host(op.outcome.placement)
         reload = wp.Reload(
@@ -695,7 +697,7 @@ class BudgetControl:
         still on them), and no detached placement is planned again for this daemon's workers."""
         if lost is not None and is_detached(lost.outcome.placement):
             self._detach_failed = True
-            self._planner.use_weight_cache(self._core.weight_cache_device is not None, False)
+            self._planner.use_weight_cache(self._core.weight_cache_device is not None, False, self._partial_kv)
             self._put_in_force(self._planner.cpu_only(lost.outcome.budget_mib))
             return
         if lost is not None and lost.acked_on_release_mib is not None:

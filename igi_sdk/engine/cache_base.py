@@ -5,12 +5,12 @@ A *cache base* is what the engine loads once when it keeps every weight's host c
 context and load settings, every layer assigned to the GPU and every weight in host memory, pinned or mapped from the
 model file (``WeightCacheHost``). The model part of every base is the same (the fields ``engine.params.model_params``
 reads: layers, rules, load mode, all set by ``cache_base``), so a placement that assigns every layer to the GPU is that
-model, a context,
-and the weights it puts on the GPU cached from the host copy in sets of one layer's group (``weight_sets``). Its KV
-cache is all on the GPU (``offload_kqv``) or all on the host; a placement with nothing cached and everything on the
-host (``parked``) computes on the CPU while the process keeps its CUDA context, and ``detached`` does so with
-that context given back (patch 0010). Moving between two such placements is
-a difference of sets (``LlamaEngine.move_to``), plus a new context where a context field differs
+model, a context, and the weights it puts on the GPU cached from the host copy in sets of one layer's group
+(``weight_sets``). Its KV cache is all on the GPU (``offload_kqv``) or all on the host; with patch 0011, a placement
+that keeps its first layers off the GPU is realized too, those layers' KV cache on the host (``context_form``). A
+placement with nothing cached and everything on the host (``parked``) computes on the CPU while the process keeps its
+CUDA context, and ``detached`` does so with that context given back (patch 0010). Moving between two such placements
+is a difference of sets (``LlamaEngine.move_to``), plus a new context where a context field differs
 (``context_changes``: the KV cache changing device, prompt streaming turned on or off), with no load.
 """
 

@@ -683,6 +683,24 @@ def test_each_gpu_workers_ready_tells_the_planner_whether_it_caches_weights() ->
     assert planner.weight_cache_reports == [False, True, False]  # the first worker, the grown one, the restarted one
 
 
+def test_a_worker_that_can_detach_has_no_standby_behind_it() -> None:
+    """A GPU worker whose ``Ready`` says it can detach from the GPU goes to the detached placement in place for a
+    reclaim to 0: no worker with CUDA hidden is prepared behind it."""
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    assert worker.standbys == [(worker.config, True)]
+    worker.drop_standby()
+    worker.standbys.clear()
+    worker.ready_detachable = True
+    worker.weight_cache_device = "CUDA0"
+    daemon.request(SetBudgetRequest(vram_budget_mib=1024))  # a CPU-only worker, then a GPU one that can detach
+    _steps(daemon, 3)
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    _steps(daemon, 3)
+    assert _answers(daemon, grow) and worker.starts[-1][1] is False
+    assert (worker.config, True) not in worker.standbys
+
+
 def test_with_the_standby_setting_each_worker_has_one_of_the_other_kind_waiting_behind_it() -> None:
     """``engine.standby_worker``: a GPU worker, once ready, has a standby with CUDA hidden behind it, which the reclaim
     to 0 starts the CPU-only worker in; each start of a worker with CUDA hidden prepares a standby with the GPU visible,

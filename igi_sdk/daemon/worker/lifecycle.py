@@ -587,15 +587,18 @@ class WorkerLifecycle:
             model=core.model_info.path,
             tool_format=event.tool_format,
             weight_cache_device=event.weight_cache_device,
+            devices_releasable=event.devices_releasable,
+            partial_kv=event.partial_kv,
         )
         if event.imported_before_llama_cpp:  # a load order that has crashed model loads on CUDA builds
             core.log(logging.WARNING, "worker_load_order", pid=event.pid, before=list(event.imported_before_llama_cpp))
         if core.sleep_ms_between_tokens > 0:  # a fresh worker starts unthrottled: keep the governor's pacing
             core.send_to_worker(wp.Throttle(sleep_ms=core.sleep_ms_between_tokens))
         self.forward_waiting_jobs()
-        if not event.gpu_hidden and self._gpu and core.settings.engine.standby_worker:
+        if not event.gpu_hidden and not event.devices_releasable and self._gpu and core.settings.engine.standby_worker:
             # a shrink to the CPU-only placement (a reclaim to 0) will need a worker with CUDA hidden: prepared once
-            # this one has loaded, so that it does not compete with its load
+            # this one has loaded, so that it does not compete with its load (a worker that detaches from the GPU in
+            # place needs none)
             core.worker.prepare_standby(core.worker.config, hide_gpu=True)
         if replaced is not None:
             self._budget_side().replacement_done(core.clock() - replaced.since_s)

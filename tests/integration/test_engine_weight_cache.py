@@ -341,3 +341,41 @@ def test_a_placement_that_keeps_layers_off_the_gpu_is_reached_with_their_kv_cach
     with LlamaEngine(default_model_path(), partial, weight_cache_device="CPU") as eng:
         assert eng.moves_in_place(full) and int(_kv_host_layers(eng._ctx)) == host_layers
         assert _reply(eng, 24) == reference
+
+
+def test_a_release_refused_closes_the_engine_and_a_reacquire_refused_undoes_the_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seam is ``engine.device_release`` (on a CPU build there is nothing to release): a release that ggml-cuda
+    refuses fails the shrink to the detached placement, whose context is already gone, so the engine closes (the
+    worker then exits and its memory goes with it); a reacquire that fails undoes the growth out of the detached
+    placement, which computes on as before, token for token."""
+    from igi_sdk.engine import device_release
+
+    full = BASE.with_(n_gpu_layers=-1)
+    detached = cache_base_mod.detached(full)
+
+    def refused() -> bool:
+        raise EngineError("the CUDA devices cannot be released: a CUDA device buffer, backend or event is still alive")
+
+    with LlamaEngine(default_model_path(), full, weight_cache_device="CPU") as eng:
+        monkeypatch.setattr(device_release, "release", refused)
+        with pytest.raises(EngineError, match="cannot be released"):
+            eng.move_to(detached)
+        assert eng.closed
+    monkeypatch.undo()
+
+    def reacquire_failed() -> None:
+        raise EngineError("the CUDA devices cannot be taken again: a CUDA call failed")
+
+    with LlamaEngine(default_model_path(), detached, weight_cache_device="CPU") as unmoved:
+        reference = _reply(unmoved, 24)
+    with LlamaEngine(default_model_path(), detached, weight_cache_device="CPU") as eng:
+        sched, handle = _greedy(eng, 24, 6)
+        monkeypatch.setattr(device_release, "released", lambda: True)  # as after a real release
+        monkeypatch.setattr(device_release, "reacquire", reacquire_failed)
+        with pytest.raises(MoveUndone):
+            sched.reload(full, lambda stage, freed: None)
+        assert not eng.closed and eng.placement == detached and eng.cached_weights == {}
+        sched.run_until_idle()
+        assert list(handle.tokens) == reference

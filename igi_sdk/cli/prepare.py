@@ -135,10 +135,7 @@ def weight_cache_capabilities(engine: Any) -> tuple[bool, bool]:
     from igi_sdk.engine import device_release
     from igi_sdk.engine.llama_engine import kv_host_layers_supported
 
-    detachable = device_release.supported() and (
-        engine.weight_cache_host == "mapped" or engine.host_pinning == "registered"
-    )
-    return detachable, kv_host_layers_supported()
+    return device_release.releasable(engine.weight_cache_host, engine.host_pinning), kv_host_layers_supported()
 
 
 def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float, total_s: float) -> str:

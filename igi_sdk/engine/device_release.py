@@ -51,6 +51,13 @@ def supported() -> bool:
     return _proc("ggml_backend_release_devices", ctypes.c_int) is not None
 
 
+def releasable(weight_cache_host: str, host_pinning: str) -> bool:
+    """Whether a worker that caches weights with this host copy (``engine.weight_cache_host``, pinned by
+    ``engine.host_pinning``) can give its CUDA devices back: this build can (``supported``) and the copy outlives the
+    context, mapped from the file or pinned by registering memory (a ``cudaMallocHost`` block goes with its context)."""
+    return supported() and (weight_cache_host == "mapped" or host_pinning == "registered")
+
+
 def released() -> bool:
     """Whether the devices are released now (False where ``supported()`` is)."""
     fn = _proc("ggml_backend_devices_released", ctypes.c_bool)

@@ -216,14 +216,10 @@ def weight_cache_device(
 
 def devices_releasable(cache_device: str | None, host: Literal["pinned", "mapped"]) -> bool:
     """Whether this worker can move to the detached placement (``engine.cache_base.detached``): it caches weights
-    (``cache_device``), its build can give the CUDA devices back (patch 0010: ``engine.device_release``) and its host
-    copy outlives the CUDA context: mapped from the file, or pinned by registering memory (``engine.host_pinning``
-    ``registered``; a ``cudaMallocHost`` block goes with its context)."""
+    (``cache_device``) and can give its CUDA devices back with its host copy (``engine.device_release.releasable``)."""
     from igi_sdk.engine import device_release
 
-    if cache_device is None or not device_release.supported():
-        return False
-    return host == "mapped" or host_pinning() == "registered"
+    return cache_device is not None and device_release.releasable(host, host_pinning())
 
 
 def _stage_seconds(stages: Any) -> dict[str, float | None]:

@@ -135,8 +135,11 @@ def planner(settings, model_path, vision=None):
 
 PARKED_MIB = 1024
 
-LAUNCH_PARKED = _launch(f"""
-from igi_sdk.engine.cache_base import parked as parked_placement
+
+def _parked_launch(detached: bool) -> str:
+    """The machine of ``LAUNCH_PARKED`` (``detached``: of ``LAUNCH_DETACHED``)."""
+    return _launch(f"""
+from igi_sdk.engine.cache_base import detached as detached_placement, parked as parked_placement
 
 
 def planner(settings, model_path, vision=None):
@@ -144,7 +147,12 @@ def planner(settings, model_path, vision=None):
 
     def parked(budget_mib, warning=None):
         if budget_mib < {PARKED_MIB}:
-            return None
+            if not {detached}:
+                return None
+            plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0, summary="detached from the GPU")
+            return placement_plan.PlanOutcome(
+                budget_mib, detached_placement(real.base), plan, 0.0, 0.0, True, warning
+            )
         plan = Plan(strategy="parked", gpu_mib=100.0, cpu_mib=1.0, summary="parked on the host")
         return placement_plan.PlanOutcome(
             budget_mib, parked_placement(real.base), plan, 0.0, 0.0, True, warning
@@ -160,30 +168,6 @@ def planner(settings, model_path, vision=None):
     return FakePlanner(outcome, cpu=real.cpu_only, base=real.base, parked=parked)
 """)
 
-LAUNCH_DETACHED = _launch(f"""
-from igi_sdk.engine.cache_base import detached as detached_placement, parked as parked_placement
 
-
-def planner(settings, model_path, vision=None):
-    real = placement_plan.daemon_planner(settings, model_path, vision)
-
-    def parked(budget_mib, warning=None):
-        if budget_mib < {PARKED_MIB}:
-            plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0, summary="detached from the GPU")
-            return placement_plan.PlanOutcome(
-                budget_mib, detached_placement(real.base), plan, 0.0, 0.0, True, warning
-            )
-        plan = Plan(strategy="parked", gpu_mib=100.0, cpu_mib=1.0, summary="parked on the host")
-        return placement_plan.PlanOutcome(
-            budget_mib, parked_placement(real.base), plan, 0.0, 0.0, True, warning
-        )
-
-    def outcome(budget_mib):
-        if budget_mib < {GPU_MIB}:
-            return parked(budget_mib)
-        placement = real.base.with_(n_gpu_layers=-1)
-        plan = Plan(strategy="full_gpu", gpu_mib=200.0, cpu_mib=1.0, n_gpu_layers=None, summary="all layers offloaded")
-        return placement_plan.PlanOutcome(budget_mib, placement, plan, 0.0, 0.0, False)
-
-    return FakePlanner(outcome, cpu=real.cpu_only, base=real.base, parked=parked)
-""")
+LAUNCH_PARKED = _parked_launch(detached=False)
+LAUNCH_DETACHED = _parked_launch(detached=True)

@@ -547,10 +547,9 @@ def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_
     assert [hidden for _, hidden in worker.starts] == [False, True]
 
 
-def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_of_it_in_place() -> None:
-    """Below the parked placement a worker that can give its CUDA devices back (patch 0010) is planned the detached
-    placement: the reclaim to 0 is a reload in place, answered when NVML shows the worker at 0 MiB, and the growth
-    after it another one; the worker is never replaced, so nothing is carried over to a new process."""
+def _detaching_daemon() -> tuple[Daemon, FakeWorker, FakePlanner]:
+    """A daemon serving the GPU placement on a worker that caches weights, planned the detached placement below 2048
+    MiB (as the real planner plans it for a worker whose ``Ready`` says it can detach)."""
     from igi_sdk.engine.cache_base import detached
 
     def detached_outcome(budget_mib: int, warning: str | None) -> PlanOutcome:
@@ -558,7 +557,6 @@ def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_o
         return PlanOutcome(budget_mib, detached(GPU_PLACEMENT), plan, 0.0, 0.0, True, warning)
 
     daemon = _daemon(4096)
-    worker = _worker(daemon)
     planner = FakePlanner(
         lambda b: detached_outcome(b, None) if b < 2048 else two_placements()(b),
         cpu_placement=CPU_PLACEMENT,
@@ -566,6 +564,14 @@ def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_o
     )
     daemon.budget._planner = planner
     daemon.core.weight_cache_device = "CUDA0"
+    return daemon, _worker(daemon), planner
+
+
+def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_of_it_in_place() -> None:
+    """Below the parked placement a worker that can give its CUDA devices back (patch 0010) is planned the detached
+    placement: the reclaim to 0 is a reload in place, answered when NVML shows the worker at 0 MiB, and the growth
+    after it another one; the worker is never replaced, so nothing is carried over to a new process."""
+    daemon, worker, planner = _detaching_daemon()
     gen = daemon.request(GenerateRequest(text="hi", max_tokens=12), _session(daemon))
     _steps(daemon, 2)
     reclaim = _reclaim(daemon)
@@ -594,21 +600,7 @@ def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget
     """The worker's move to the detached placement fails (ggml still held something on the device): it exits, which
     frees its memory (the reclaim is answered at 0 MiB once NVML no longer lists it), the worker restarts on the
     CPU-only placement of that budget with CUDA hidden, and no later worker is planned the detached placement again."""
-    from igi_sdk.engine.cache_base import detached
-
-    def detached_outcome(budget_mib: int, warning: str | None) -> PlanOutcome:
-        plan = Plan(strategy="detached", gpu_mib=0.0, cpu_mib=1.0)
-        return PlanOutcome(budget_mib, detached(GPU_PLACEMENT), plan, 0.0, 0.0, True, warning)
-
-    daemon = _daemon(4096)
-    worker = _worker(daemon)
-    planner = FakePlanner(
-        lambda b: detached_outcome(b, None) if b < 2048 else two_placements()(b),
-        cpu_placement=CPU_PLACEMENT,
-        parked=lambda b, w: detached_outcome(b, w),
-    )
-    daemon.budget._planner = planner
-    daemon.core.weight_cache_device = "CUDA0"
+    daemon, worker, planner = _detaching_daemon()
     daemon.budget._partial_kv = True  # as the worker's Ready said (patch 0011): kept when the detach fails
     worker.fail_reloads = True
     reclaim = _reclaim(daemon)

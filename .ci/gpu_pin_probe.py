@@ -8,7 +8,13 @@ copies it to as much device memory (``h2d_gb_s``), then exits; the parent sample
 - ``register4k`` / ``registerthp``: anonymous memory, touched, then ``cudaHostRegister`` (``unpin_s`` / ``repin_s``:
   unregistered and registered again), on 4 KiB pages or with transparent huge pages (``MADV_HUGEPAGE``);
 - ``hostalloc_freefirst`` / ``_reset`` / ``_freehost``: ``hostalloc``, and before the exit the device buffer freed /
-  ``cudaDeviceReset`` / the device buffer and then the host buffer freed.
+  ``cudaDeviceReset`` / the device buffer and then the host buffer freed;
+- ``rel_one`` / ``rel_one4k`` / ``rel_resetonly`` / ``rel_chunks_seq`` / ``rel_chunks_par``: what releasing the devices
+  with a registered host copy costs (patches/llama.cpp 0010), the process staying alive: the device buffer freed, the
+  copy unregistered (one block on huge pages / on 4 KiB pages / not at all, left to ``cudaDeviceReset`` / in chunks of
+  ``CHUNK_GIB`` one after another / on ``THREADS`` threads; the chunks registered the same way), then
+  ``cudaDeviceReset``; ``unregister_s``, ``reset_s``, and after the parent's NVML reading the registration again
+  (``reacquire_ctx_s``: the new context, ``reacquire_s``).
 Printed per KIND (one JSON line; ``$OUT/pin_probe.json`` all of them): ``ctx_s``, ``pin_s``, ``touch_s``, ``h2d_s``,
 the memory held, and from the exit's start: ``exit_to_half_s`` (NVML shows half of it gone), ``exit_to_within_s``
 (within 4 MiB of the reading before the process), ``exit_to_reaped_s``.
@@ -62,6 +68,35 @@ def anon(size, huge):
     return m, addr, time.perf_counter() - t
 
 
+CHUNK = int(float(os.environ.get("CHUNK_GIB", "1")) * GIB)
+THREADS = int(os.environ.get("THREADS", "8"))
+
+
+def each(threads, items, fn):
+    """fn on every item, on ``threads`` threads (ctypes calls run without the GIL)."""
+    import concurrent.futures
+
+    if threads <= 1:
+        for it in items:
+            fn(it)
+        return
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, items))
+
+
+def register_blocks(rt, addr, kind):
+    """The host copy registered as one block, or in chunks (``rel_chunks_*``); the blocks as (address, bytes)."""
+    if kind.startswith("rel_chunks"):
+        blocks = [(addr + o, min(CHUNK, SIZE - o)) for o in range(0, SIZE, CHUNK)]
+    else:
+        blocks = [(addr, SIZE)]
+    threads = THREADS if kind == "rel_chunks_par" else 1
+    each(
+        threads, blocks, lambda b: ck(rt.cudaHostRegister(ctypes.c_void_p(b[0]), ctypes.c_size_t(b[1]), 0), "register")
+    )
+    return blocks
+
+
 def child(kind, q, go):
     r = {"kind": kind}
     rt = cudart()
@@ -84,6 +119,13 @@ def child(kind, q, go):
         t = time.perf_counter()
         ck(rt.cudaHostRegister(ctypes.c_void_p(addr), ctypes.c_size_t(SIZE), 0), "register")
         r["pin_s"] = time.perf_counter() - t
+    elif kind.startswith("rel_"):
+        keep, addr, r["touch_s"] = anon(SIZE, kind != "rel_one4k")
+        host.value = addr
+        t = time.perf_counter()
+        blocks = register_blocks(rt, addr, kind)
+        r["pin_s"] = time.perf_counter() - t
+        r["blocks"] = len(blocks)
     elif kind == "pageable":
         keep, addr, r["touch_s"] = anon(SIZE, False)
         host.value = addr
@@ -112,6 +154,26 @@ def child(kind, q, go):
     elif kind == "hostalloc_reset":
         ck(rt.cudaDeviceReset(), "reset")
         q.put({"reset_s": time.perf_counter() - t0})
+    elif kind.startswith("rel_"):
+        ck(rt.cudaFree(dev), "free dev")
+        t1 = time.perf_counter()
+        if kind != "rel_resetonly":
+            threads = THREADS if kind == "rel_chunks_par" else 1
+            each(threads, blocks, lambda b: ck(rt.cudaHostUnregister(ctypes.c_void_p(b[0])), "unregister"))
+        t2 = time.perf_counter()
+        ck(rt.cudaDeviceReset(), "reset")
+        t3 = time.perf_counter()
+        rel = {"free_dev_s": t1 - t0, "unregister_s": t2 - t1, "reset_s": t3 - t2}
+        q.put(rel)
+        time.sleep(2.0)  # the parent reads NVML meanwhile; the process holds no context now
+        t = time.perf_counter()
+        try:
+            ck(rt.cudaFree(ctypes.c_void_p(0)), "ctx again")
+            t1 = time.perf_counter()
+            register_blocks(rt, addr, kind)
+            q.put({"reacquire_ctx_s": t1 - t, "reacquire_s": time.perf_counter() - t1})
+        except RuntimeError as exc:
+            q.put({"reacquire_error": str(exc)})
     elif kind == "hostalloc_freehost":
         ck(rt.cudaFree(dev), "free dev")
         t1 = time.perf_counter()
@@ -174,11 +236,13 @@ def main():
                 within = now
             if exited is None and p.exitcode is not None:
                 exited = now
-            if within is not None and exited is not None:
+            if within is not None and (exited is not None or kind.startswith("rel_")):
                 break
             time.sleep(0.002)
+        r.update(q.get(timeout=30))
+        if kind.startswith("rel_"):
+            r.update(q.get(timeout=60))
         p.join()
-        r.update(q.get(timeout=5))
         r["exit_to_within_s"] = within
         r["exit_to_reaped_s"] = exited
         # first sample at which device memory had dropped by half

@@ -9,7 +9,8 @@
 # is given back after 30 s idle):
 #   live:MODEL   `igi prepare` with the game's levels (6144 2048 0), then the acceptance run of issue 35
 #                (`igi_sdk.bench.live_budget`: 24 budget changes while 3 NPCs stream, NVML and the NPCs' longest
-#                stall per change)
+#                stall per change), through the reload path (`--weight-cache-device off`)
+#   default:MODEL the same with the daemon's defaults (the cache mode on the worker's first GPU: `auto`)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
 #   nostandby:MODEL the cache mode without the standby worker (`--standby-worker false`: the A/B of the default's)
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
@@ -57,7 +58,8 @@ if [ ! -f $W/started ]; then
     }
     for step in $STEPS; do
       case \$step in
-        live:*) live \${step#live:} \${step#live:} ;;
+        live:*) live \${step#live:} \${step#live:} --weight-cache-device off ;;
+        default:*) live \${step#default:} \${step#default:}-default ;;
         cache:*) live \${step#cache:} \${step#cache:}-cache --weight-cache-device CUDA0 ;;
         mapped:*) live \${step#mapped:} \${step#mapped:}-mapped --weight-cache-device CUDA0 --weight-cache-host mapped ;;
         standby:*) live \${step#standby:} \${step#standby:}-standby --weight-cache-device CUDA0 --standby-worker ;;
@@ -111,7 +113,7 @@ while :; do
       step=$(echo $STEPS | cut -d" " -f$i); echo "===== $step"
       awk -v i=$i '/^step /{k++; if (k == i) {print prev; exit}} {prev = $0}' $W/results/done.txt
       case $step in
-        live:*|cache:*|mapped:*|standby:*|nostandby:*|allocated:*)  # the newest log of the step's tag
+        live:*|default:*|cache:*|mapped:*|standby:*|nostandby:*|allocated:*)  # the newest log of the step's tag
           kind=${step%%:*}; tag=${step#*:}$([ $kind = live ] || echo -$kind)
           tail -n 40 $(ls -t $L/live-$tag.log $L/live-$tag-[0-9]*.log 2>/dev/null | head -1) \
             | grep -v "^llama\|^load\|^print_info" ;;

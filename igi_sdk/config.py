@@ -31,6 +31,9 @@ from igi_sdk.files import read_regular_file
 from igi_sdk.planner.placement import MAX_N_CTX, OP_OFFLOAD_MIN_BATCH, KvCacheType, Placement
 from igi_sdk.policy.governor_params import GovernorParams
 
+WEIGHT_CACHE_AUTO = "auto"
+"""``engine.weight_cache_device``: the worker's first GPU device, where it has one."""
+
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
 
 
@@ -179,15 +182,22 @@ class EngineSettings(_Section):
         "a budget change does not pin them again, at the cost of holding up to the model file's size pinned",
     )
     weight_cache_device: str | None = Field(
-        default=None,
+        default=WEIGHT_CACHE_AUTO,
         min_length=1,
         max_length=32,
         description="keep every weight's host copy (weight_cache_host) for the worker's life and move weights between it and "
-        "this device (e.g. CUDA0) on a budget change, instead of loading the model again (patches/llama.cpp 0006; "
-        "0010 and 0011: a reclaim to 0 detaches the worker from the GPU in place, layers off the GPU keep their KV "
-        "cache on the host); unset, or a device the worker lacks or a pinned copy over half the host memory available "
-        "(logged as weight_cache_unavailable): every change loads the placement",
+        "this device on a budget change, instead of loading the model again (patches/llama.cpp 0006; 0010 and 0011: a "
+        "reclaim to 0 detaches the worker from the GPU in place, layers off the GPU keep their KV cache on the host): "
+        "auto (the worker's first GPU; none: a CPU build, or CUDA hidden), a device (e.g. CUDA0) or off; off, or a "
+        "device the worker lacks or a pinned copy over half the host memory available (logged as "
+        "weight_cache_unavailable): every change loads the placement",
     )
+
+    @field_validator("weight_cache_device")
+    @classmethod
+    def _off_is_none(cls, value: str | None) -> str | None:
+        return None if value is not None and value.lower() == "off" else value
+
     weight_cache_host: Literal["pinned", "mapped"] = Field(
         default="pinned",
         description="the host copy of the weight cache mode (weight_cache_device): pinned (page-locked for the "

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from igi_sdk.bench import methods as m
 from igi_sdk.bench.confirm import CONFIRM, ROLES, close_calls, e2e_of
@@ -69,6 +69,9 @@ class SuiteConfig:
     base placement by ``planner.workload.daemon_planning`` (the daemon's planner calls it too); ``contexts``,
     ``sessions``, ``reloads_per_request``, ``objective``, ``n_threads`` and ``prefetch_slots`` then hold what it
     built, for the records."""
+    daemon_weight_cache: Literal["mmap", "pinned"] | None = None
+    """With ``daemon_base``: the daemon's weight cache mode (``engine.weight_cache_device`` on), as the load mode of its
+    host copy (``cache_base.host_load_mode``), which the daemon plans every placement with; None: the mode off."""
     oracle_max: int = 4
     oracle_pinned: str = "auto"
     oracle_prune_ratio: float = 0.0
@@ -295,7 +298,16 @@ def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") ->
     n_ctx, prompt, reply = ctx
     min_batch = op_offload_min_batch()
     if cfg.daemon_base is not None:
-        workload, options = daemon_planning(cfg.daemon_base, cfg.objective, op_offload_min_batch=min_batch)
+        from igi_sdk.engine.llama_engine import kv_host_layers_supported
+
+        workload, options = daemon_planning(
+            cfg.daemon_base,
+            cfg.objective,
+            op_offload_min_batch=min_batch,
+            kv_on_gpu_only=cfg.daemon_weight_cache is not None,
+            cache_load_mode=cfg.daemon_weight_cache or "pinned",
+            partial_kv=cfg.daemon_weight_cache is not None and kv_host_layers_supported(),
+        )
         if (workload.n_ctx, workload.prompt_tokens, workload.reply_tokens) != ctx:
             raise ValueError(f"context {ctx} is not the daemon's workload {workload} (the records would not say it)")
         return workload, options
@@ -775,6 +787,7 @@ def machine_meta(
         sessions=cfg.sessions,
         reloads_per_request=cfg.reloads_per_request,
         daemon_workload=cfg.daemon_base is not None,
+        daemon_weight_cache=cfg.daemon_weight_cache,
         timing="TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
         f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
         "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",

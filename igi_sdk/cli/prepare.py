@@ -16,6 +16,7 @@ Prints one progress line per budget (to stderr) and a summary table; exit 0 once
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -117,13 +118,28 @@ def run(argv: list[str]) -> int:
     load_or_create_profile(quick=True)
     profile_s = time.perf_counter() - t0
     planner = daemon_planner(settings, model_path, vision)
-    if settings.engine.weight_cache_device is not None:
+    if worker_caches(settings.engine, model_path):
         planner.use_weight_cache(True, *weight_cache_capabilities(settings.engine))
     budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
     print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
     prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
     print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0))
     return 0
+
+
+def worker_caches(engine: Any, model_path: Path) -> bool:
+    """Whether the daemon's worker on this machine will run the weight cache mode (the worker's own choice,
+    ``engine_process.main.weight_cache_device``: ``engine.weight_cache_device``, auto by default, where the build, a
+    GPU and the host memory allow it), so that the plans made here are made for the mode only where it runs."""
+    from igi_sdk.daemon.budget import host_memory
+    from igi_sdk.daemon.engine_process.main import weight_cache_device
+
+    log = logging.getLogger("igi.prepare")
+    size = model_path.stat().st_size
+    chosen = weight_cache_device(
+        engine.weight_cache_device, False, size, host_memory.available_bytes(), log, engine.weight_cache_host
+    )
+    return chosen is not None
 
 
 def weight_cache_capabilities(engine: Any) -> tuple[bool, bool]:

@@ -36,7 +36,8 @@ def test_the_command_plans_the_embedded_model(capsys: pytest.CaptureFixture[str]
 def test_in_the_cache_mode_it_plans_for_what_this_build_lets_the_worker_do(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plans ``igi prepare`` leaves are the daemon's once its worker is ready: in the cache mode they are made for
     what the worker's ``Ready`` will say, which this build decides (a CPU build: no CUDA device to give back; patch
-    0011 keeps layers off the GPU)."""
+    0011 keeps layers off the GPU), and only where the worker will run the mode (``CPU`` is a device to cache on here;
+    ``auto``, the default, finds no GPU on a CPU build, and a device the build lacks turns the mode off)."""
     from igi_sdk.cli.prepare import weight_cache_capabilities
     from igi_sdk.config import load_settings
 
@@ -51,8 +52,9 @@ def test_in_the_cache_mode_it_plans_for_what_this_build_lets_the_worker_do(monke
         return made[-1]
 
     monkeypatch.setattr(placement_plan, "daemon_planner", fake_planner)
-    assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CUDA0"]) == 0
+    assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CPU"]) == 0
     assert made[0].weight_cache_reports == [True] and made[0].detachable_reports == [False]
     assert made[0].partial_kv_reports == [True]
-    assert run(["--levels-mib", "1536", "--n-threads", "1"]) == 0
-    assert made[1].weight_cache_reports == []  # the mode off: nothing to plan for
+    for flags in ([], ["--weight-cache-device", "off"], ["--weight-cache-device", "CUDA7"]):
+        assert run(["--levels-mib", "1536", "--n-threads", "1", *flags]) == 0
+        assert made[-1].weight_cache_reports == []  # the worker will not cache: nothing to plan for

@@ -30,10 +30,15 @@ MODELS = ("llama_8b", "qwen3_30b_a3b")
 BUDGETS_MIB = tuple(range(0, 8193, 512))
 """0 to 8192 MiB in steps of 512: below the CUDA context, the CPU-only and streamed placements, partial and whole."""
 SETTINGS = {
-    "defaults": "",  # 4096 tokens shared by 4 sessions, objective e2e, llama.cpp's threads
+    "defaults": "",  # 4096 tokens shared by 4 sessions, objective e2e, llama.cpp's threads, the weight cache mode
+    "reload_path": "[engine]\nweight_cache_device = 'off'\n",
     "ttft_8_sessions_16k": "[engine]\nn_ctx = 16384\nn_seq_max = 8\nplan_objective = 'ttft'\nn_threads = 8\n",
     "offload_from_8_rows": "[engine]\nn_seq_max = 16\nn_ctx = 16384\nop_offload_min_batch = 8\n",
 }
+HOST_ONLY = ("parked", "detached")
+"""The weight cache mode's placements without GPU weights, where the reload path serves CPU-only in a worker with
+CUDA hidden: the cached worker keeps its CUDA context (parked) or gives it back (detached, below the parked one's VRAM),
+and stays."""
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +70,11 @@ def _daemon_outcomes(
     monkeypatch.setattr(planning, "plan_file", functools.partial(planning.plan_file, dry_run=False, table=table))
     model = tmp_path / f"{name}.gguf"
     model.write_bytes(b"GGUF")
-    planner = daemon_planner(load_settings({}, toml_file=config), model, profile=H200)
+    settings = load_settings({}, toml_file=config)
+    planner = daemon_planner(settings, model, profile=H200)
+    if settings.engine.weight_cache_device is not None:
+        # what a worker of the patched CUDA build says in its Ready: it caches, can detach, keeps layers off the GPU
+        planner.use_weight_cache(True, True, True)
     return {budget: planner.plan(budget) for budget in BUDGETS_MIB}
 
 
@@ -78,12 +87,18 @@ def test_the_daemon_chooses_the_bench_planners_placement_at_every_budget(
     config.write_text(SETTINGS[settings])
     groups = _bench_groups(name, config, tmp_path / "out")
     daemon = _daemon_outcomes(name, config, tmp_path, monkeypatch)
+    caching = settings != "reload_path"
     assert [budget for _ctx, budget, _gp in groups] == list(BUDGETS_MIB)
     strategies = set()
     for _ctx, budget, gp in groups:
         result, outcome = gp.plan, daemon[budget]
         assert isinstance(result, PlanResult)
         planner_method = next(c for c in gp.core if c.method == "planner")
+        if caching and (result.chosen is None or result.chosen.strategy == "cpu_only"):
+            # the bench runs CPU-only; the caching worker stays, with its weights all on the host
+            assert outcome.plan.strategy in HOST_ONLY and outcome.plan.gpu_mib <= budget, budget
+            strategies.add(outcome.plan.strategy)
+            continue
         if result.chosen is None:
             # no GPU placement fits (below the CUDA context and the safety margin, 874 MiB here): the bench's planner
             # method has nothing to run, the daemon serves the planner's CPU-only fallback in a worker with CUDA
@@ -95,7 +110,10 @@ def test_the_daemon_chooses_the_bench_planners_placement_at_every_budget(
             strategies.add("cpu_only")
             continue
         assert (budget, outcome.plan.strategy) == (budget, result.chosen.strategy)
-        assert outcome.placement == planner_method.placement, budget
+        placement = planner_method.placement
+        if caching:  # every placement of the mode is realized from its pinned host copy, an all-GPU one too
+            placement = placement.with_(load_mode="pinned")
+        assert outcome.placement == placement, budget
         assert outcome.plan.gpu_mib == result.gpu_mib
         assert (outcome.predicted_ttft_s, outcome.predicted_tps) == (result.predicted_ttft_s, result.predicted_tps)
         strategies.add(result.chosen.strategy)

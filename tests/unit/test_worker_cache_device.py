@@ -49,3 +49,34 @@ def test_a_mapped_host_copy_is_not_held_to_the_hosts_memory(caplog: pytest.LogCa
     available = 10 * GIB
     assert weight_cache_device("CPU", False, available, available, LOG, "mapped") == "CPU"
     assert weight_cache_device("CPU", False, available, available, LOG, "pinned") is None
+
+
+def test_auto_is_the_first_gpu_and_none_without_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``auto`` (the default) caches on the process's first GPU device, held to the same checks as a named device; a
+    process without one (this CPU build, or CUDA hidden) runs without the mode and logs nothing."""
+    from igi_sdk.config import WEIGHT_CACHE_AUTO, load_settings
+    from igi_sdk.engine import devices
+
+    caplog.set_level(logging.WARNING)
+    assert load_settings({}).engine.weight_cache_device == WEIGHT_CACHE_AUTO
+    assert load_settings({"weight_cache_device": "off"}).engine.weight_cache_device is None
+    assert weight_cache_device(WEIGHT_CACHE_AUTO, False, GIB, 16 * GIB, LOG) is None
+    assert _reasons(caplog) == []
+
+    def gpu(name: str) -> devices.DeviceInfo:
+        return devices.DeviceInfo(
+            index=1, name=name, description="gpu", type="gpu", free_mib=1, total_mib=1, memory_source="ggml"
+        )
+
+    # the seam: the device list a GPU build would give (a "CPU"-named one, which this build can cache on)
+    monkeypatch.setattr(devices, "gpu_devices", lambda: [gpu("CPU"), gpu("CUDA1")])
+    assert weight_cache_device(WEIGHT_CACHE_AUTO, False, GIB, 16 * GIB, LOG) == "CPU"
+    assert weight_cache_device(WEIGHT_CACHE_AUTO, True, GIB, 16 * GIB, LOG) is None  # GPU hidden
+    assert weight_cache_device(WEIGHT_CACHE_AUTO, False, 9 * GIB, 16 * GIB, LOG) is None  # over half the host's
+    (reason,) = _reasons(caplog)
+    assert "host memory available" in reason
+    monkeypatch.setattr(devices, "gpu_devices", lambda: [gpu("CUDA7")])
+    assert weight_cache_device(WEIGHT_CACHE_AUTO, False, GIB, 16 * GIB, LOG) is None
+    assert "'CUDA7'" in _reasons(caplog)[-1]

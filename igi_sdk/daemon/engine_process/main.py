@@ -31,6 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Literal
 
+from igi_sdk.config import WEIGHT_CACHE_AUTO
 from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
@@ -191,16 +192,23 @@ def weight_cache_device(
     host: Literal["pinned", "mapped"] = "pinned",
 ) -> str | None:
     """The device this worker caches weights on: ``engine.weight_cache_device`` when this process can, else None, so
-    that every budget change loads its placement instead. A worker with the GPU hidden has none to cache on; any other
-    reason is logged as ``weight_cache_unavailable`` (a misspelt device must not stop the NPCs): the build or the
-    device (``weight_cache_unavailable``), or host memory: a pinned host copy (``host``) stays page-locked for the
-    worker's life, so it may take at most ``WEIGHT_CACHE_HOST_SHARE`` of the host memory available (``available_bytes``,
-    None: not known) when the worker starts; the rest stays the game's. A mapped one is the file's pages in the page
-    cache, which the kernel may evict as it does any file's."""
+    that every budget change loads its placement instead. ``auto`` (the default) is the process's first GPU device,
+    and None without one (a CPU build, CUDA hidden or no GPU: nothing to cache on, nothing logged). A worker with the
+    GPU hidden has none to cache on; any other reason is logged as ``weight_cache_unavailable`` (a misspelt device
+    must not stop the NPCs): the build or the device (``weight_cache_unavailable``), or host memory: a pinned host copy
+    (``host``) stays page-locked for the worker's life, so it may take at most ``WEIGHT_CACHE_HOST_SHARE`` of the host
+    memory available (``available_bytes``, None: not known) when the worker starts; the rest stays the game's. A mapped
+    one is the file's pages in the page cache, which the kernel may evict as it does any file's."""
+    from igi_sdk.engine.devices import gpu_devices
     from igi_sdk.engine.llama_engine import weight_cache_unavailable
 
     if requested is None or hide_gpu:
         return None
+    if requested == WEIGHT_CACHE_AUTO:
+        gpus = gpu_devices()
+        if not gpus:
+            return None
+        requested = gpus[0].name
     reason = None
     if host == "pinned" and available_bytes is not None and model_bytes > WEIGHT_CACHE_HOST_SHARE * available_bytes:
         reason = (
@@ -326,6 +334,10 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
         try:
             scheduler.reload(command.placement, command.vision, released)
             ok, message = True, ""
+            move = scheduler.last_move
+            if move is not None:  # weights moved between the host copy and the GPU, no load
+                stages = {k: None if v is None else round(v, 4) for k, v in move.model_dump().items()}
+                log_event(log, logging.INFO, "worker_moved", req_id=command.req_id, **stages)
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             # a growth undone serves on; a shrink must not keep the larger placement it was undone to

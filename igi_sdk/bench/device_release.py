@@ -14,7 +14,11 @@ host, the rest cached on the GPU), then, ``--cycles`` times, greedy on one promp
 4. the reply there: the same in every cycle; beside the parked placement's (which runs each layer's norms on the GPU,
    where llama.cpp assigns the layer, so its tokens may differ where the logits are nearly tied);
 5. the move back to the attention-first placement (the blocks registered again, a context made by the first CUDA
-   call, the sets uploaded from the host copy): its seconds, and the reply, which must equal step 1's.
+   call, the sets uploaded from the host copy): its seconds, and the reply, which must equal step 1's;
+6. a move straight from there to the detached placement (a reclaim to 0 as the daemon makes it) and back.
+
+Each move's stages (``LlamaEngine.last_move``: the sets freed, the context freed, the release of the devices split
+into the host blocks' unregistration and the contexts' reset, the new context, the sets cached) are in ``stages_s``.
 
 It exits non-zero where a detached or attention-first reply differs from its first, or the device did not come back
 to its idle reading. Without a GPU (or a build without patch 0010) the release does nothing and only the host-only
@@ -86,11 +90,13 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int) -> dict[str, 
             t = time.perf_counter()
             engine.move_to(parked(attn_first))
             row["park_s"] = round(time.perf_counter() - t, 4)
+            stages = {"park": engine.last_move}
             row["parked_mib"] = process_mib()
             parked_reply = reply(engine, max_tokens)
             t = time.perf_counter()
             engine.move_to(detached(attn_first))
             row["release_s"] = round(time.perf_counter() - t, 4)
+            stages["release"] = engine.last_move
             idle_s, over_mib = wait_idle()
             row["device_idle_after_s"] = None if idle_s is None else round(idle_s, 4)
             row["device_over_idle_mib"] = over_mib
@@ -101,8 +107,23 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int) -> dict[str, 
             t = time.perf_counter()
             engine.move_to(attn_first)
             row["grow_s"] = round(time.perf_counter() - t, 4)
+            stages["grow"] = engine.last_move
             row["grown_mib"] = process_mib()
             again = reply(engine, max_tokens)
+            # a reclaim to 0 as the daemon makes it: straight from the GPU placement to the detached one, and back
+            t = time.perf_counter()
+            engine.move_to(detached(attn_first))
+            row["direct_release_s"] = round(time.perf_counter() - t, 4)
+            stages["direct_release"] = engine.last_move
+            row["direct_device_idle_after_s"] = wait_idle()[0]
+            engine.move_to(attn_first)
+            stages["direct_grow"] = engine.last_move
+            row["stages_s"] = {
+                name: None
+                if move is None
+                else {k: v if v is None else round(v, 4) for k, v in move.model_dump().items()}
+                for name, move in stages.items()
+            }
             row["decode_tok_s"] = {
                 "attn_first": gpu_reply["decode_tok_s"],
                 "parked": parked_reply["decode_tok_s"],

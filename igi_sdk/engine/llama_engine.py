@@ -34,7 +34,7 @@ from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.host_pinning import apply_default as apply_host_pinning_default
 from igi_sdk.engine.load_reads import apply_default as apply_read_threads_default
-from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, load_stages
+from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, MoveStages, load_stages, release_split
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
@@ -228,6 +228,7 @@ class LlamaEngine:
         self._weight_cache_host: cache_base_mod.WeightCacheHost = weight_cache_host
         self._base: Placement | None = None
         self._cached: dict[str, tuple[int, tuple[str, ...]]] = {}  # cache_weights: key -> (bytes, names)
+        self._last_move: MoveStages | None = None
         self._verbose = verbose
         self._trace_load = trace_load
         self._freed: tuple[float | None, float | None] = (None, None)
@@ -365,19 +366,40 @@ class LlamaEngine:
             return
         self._create_context(self._placement)
 
-    def _replace_context(self, placement: Placement, on_context_freed: Callable[[], None] | None = None) -> None:
+    def _replace_context(
+        self,
+        placement: Placement,
+        on_context_freed: Callable[[], None] | None = None,
+        stages: dict[str, float | None] | None = None,
+    ) -> None:
         """Free the context and make ``placement``'s, on the loaded model; ``on_context_freed`` in between. A placement
         without a GPU context (``cache_base.detached``) has the process's CUDA devices released once the old context
         is freed (nothing of ggml's is left on them then), before ``on_context_freed``, so that the call means the
-        device memory is gone; any other takes them again, where they were released, after it."""
+        device memory is gone; any other takes them again, where they were released, after it. ``stages`` gets each
+        step's seconds (``load_timing.MoveStages``' fields)."""
+        times: dict[str, float | None] = {} if stages is None else stages
+        t = time.perf_counter()
         self.release_context()
+        times["context_free_s"] = time.perf_counter() - t
         if not placement.gpu_context:
-            device_release.release()
+            t = time.perf_counter()
+            with _log.capture_log(echo=self._verbose) as cap:
+                device_release.release()
+            times["release_s"] = time.perf_counter() - t
+            split = release_split(cap.text_lines())
+            if split is not None:
+                times["unregister_s"], times["reset_s"] = split
         if on_context_freed is not None:
+            t = time.perf_counter()
             on_context_freed()
+            times["on_context_freed_s"] = time.perf_counter() - t
         if placement.gpu_context and device_release.released():
+            t = time.perf_counter()
             device_release.reacquire()
+            times["reacquire_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         self._create_context(placement, close_on_failure=False)
+        times["context_s"] = time.perf_counter() - t
 
     def _create_context(self, placement: Placement, close_on_failure: bool = True) -> None:
         """A new context for ``placement`` on the loaded model (the engine is closed if llama.cpp cannot make it,
@@ -436,6 +458,7 @@ class LlamaEngine:
         time of both frees too. ``on_freed`` is called between the frees and the load (all of the old placement's
         memory is released then)."""
         self._freed = (None, None)
+        self._last_move = None
         self._close_handles()
         if on_freed is not None:
             on_freed()
@@ -512,8 +535,12 @@ class LlamaEngine:
         new_context = self.context_changes(placement)
         wanted = cache_base_mod.weight_sets(self._table, placement)
         growth = all(wanted.get(key) == names for key, (_, names) in self._cached.items())
+        stages: dict[str, float | None] = {}
+        self._last_move = None
         try:
-            self._move_sets(placement, on_freed, new_context=new_context, on_context_freed=on_context_freed)
+            self._move_sets(
+                placement, on_freed, new_context=new_context, on_context_freed=on_context_freed, stages=stages
+            )
         except EngineError as exc:
             if not growth or self._stack is None:
                 self.close()
@@ -523,6 +550,12 @@ class LlamaEngine:
             self.close()
             raise
         self._placement = placement
+        self._last_move = MoveStages.model_validate(stages)
+
+    @property
+    def last_move(self) -> MoveStages | None:
+        """The stages of the last ``move_to``, where it succeeded (None after a load or a failed or undone move)."""
+        return self._last_move
 
     def _undo_growth(self, old: Placement, context_made: bool, cause: EngineError) -> None:
         """Back to ``old`` after a growth failed in ``_move_sets``: its new sets uncached, ``old``'s context made again
@@ -548,20 +581,31 @@ class LlamaEngine:
         *,
         new_context: bool = False,
         on_context_freed: Callable[[], None] | None = None,
+        stages: dict[str, float | None] | None = None,
     ) -> None:
         """Uncache the sets ``placement`` does not have (``on_freed`` with their bytes), make the context again
-        (``new_context``; ``on_context_freed`` in between), cache the sets it has, reserve the graphs once."""
+        (``new_context``; ``on_context_freed`` in between), cache the sets it has, reserve the graphs once; each step's
+        seconds into ``stages``."""
         assert self._weight_cache_device is not None
+        times: dict[str, float | None] = {} if stages is None else stages
         wanted = cache_base_mod.weight_sets(self._table, placement)
+        t = time.perf_counter()
         freed = sum(self._uncache(key) for key, (_, names) in list(self._cached.items()) if wanted.get(key) != names)
+        times["uncache_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         if on_freed is not None:
             on_freed(freed)
+        times["on_freed_s"] = time.perf_counter() - t
         if new_context:
-            self._replace_context(placement, on_context_freed)
+            self._replace_context(placement, on_context_freed, times)
+        t = time.perf_counter()
         for key, names in wanted.items():
             if key not in self._cached:
                 self._cache(key, names, self._weight_cache_device)
+        times["cache_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         self._weights_moved(placement)
+        times["reserve_s"] = time.perf_counter() - t
 
     def cache_weights(self, key: str, names: Sequence[str], device: str) -> int:
         """Copy the weights ``names`` (in host buffers) into one new buffer of ``device`` ("CUDA0"; "CPU" makes a

@@ -149,3 +149,45 @@ def load_stages(timeline: LoadTimeline, weights_mib: Mapping[str, float]) -> Loa
         host_weight_mib=round(host_mib, 2),
         mmap=tl.mmap,
     )
+
+
+_RELEASE_RE = re.compile(
+    r"unregistered ([0-9.]+) MiB of host blocks in ([0-9.]+) s, reset (\d+) CUDA contexts in ([0-9.]+) s"
+)
+
+
+def release_split(lines: Sequence[str]) -> tuple[float, float] | None:
+    """(unregister_s, reset_s) from ggml-cuda's line of a release of the CUDA devices (patches/llama.cpp 0010:
+    ``ggml_backend_cuda_release_devices: unregistered X MiB of host blocks in A s, reset N CUDA contexts in B s``), or
+    None where it logged none (nothing to release, or a build that does not log it)."""
+    for line in lines:
+        match = _RELEASE_RE.search(line)
+        if match is not None:
+            return float(match.group(2)), float(match.group(4))
+    return None
+
+
+class MoveStages(BaseModel):
+    """One move between placements of a cache base (``LlamaEngine.move_to``) by stage, seconds, in order. ``None``:
+    the stage was not part of this move (the context kept, the CUDA devices neither given back nor taken again, or the
+    build's ggml-cuda did not log the release's split)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    uncache_s: float  # the sets the new placement does not have freed from the device
+    on_freed_s: float  # the caller's callback (the scheduler exports every session there when the context goes)
+    context_free_s: float | None = None  # the old context freed (its KV cache, compute buffers)
+    release_s: float | None = None  # the CUDA devices given back (the detached placement)
+    unregister_s: float | None = None  # of release_s: the host blocks unregistered
+    reset_s: float | None = None  # of release_s: the primary contexts reset
+    on_context_freed_s: float | None = None  # the caller's callback once the old context is freed
+    reacquire_s: float | None = None  # the host blocks registered again, out of the detached placement
+    context_s: float | None = None  # the new context made
+    cache_s: float = 0.0  # the new sets cached (allocated and uploaded from the host copy)
+    reserve_s: float = 0.0  # the scheduler made again once (graphs reserved)
+
+    @property
+    def total_s(self) -> float:
+        parts = (self.uncache_s, self.on_freed_s, self.context_free_s, self.release_s, self.on_context_freed_s)
+        rest = (self.reacquire_s, self.context_s, self.cache_s, self.reserve_s)
+        return sum(p for p in (*parts, *rest) if p is not None)

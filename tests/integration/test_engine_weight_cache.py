@@ -120,13 +120,15 @@ def test_a_cache_base_moves_between_placements_without_loading_or_saving() -> No
         sched.reload(full, lambda stage, freed: seen.append(stage))
         assert seen == ["weights", "all"]  # nothing saved: the KV cells stayed
         assert eng.placement == full and any(key.endswith(".ffn") for key in eng.cached_weights)
+        move = eng.last_move  # its stages: no context made, the FFN's sets cached
+        assert move is not None and move.context_free_s is None and move.context_s is None and move.cache_s > 0
         sched.reload(attn_first, lambda stage, freed: seen.append(f"{stage}:{freed > 0}"))
         assert seen[2:] == ["weights:True", "all:False"]  # the FFN copies freed first
         sched.run_until_idle()
         assert list(handle.tokens) == reference
         del eng.save_seq_state
         sched.reload(on_host)  # nothing on the GPU: loaded as it is
-        assert eng.cached_weights == {} and eng.placement == on_host
+        assert eng.cached_weights == {} and eng.placement == on_host and eng.last_move is None
         assert _reply(eng, 24) == reference_on_host
 
 
@@ -278,6 +280,10 @@ def test_a_move_to_the_detached_placement_computes_on_the_host_alone_and_comes_b
         sched.reload(detached, lambda stage, freed: seen.append(f"{stage}:{eng._ctx is None}"))
         assert seen == ["weights:False", "all:True"]
         assert eng.placement == detached and eng.cached_weights == {} and eng._model == model
+        move = eng.last_move  # the context freed and made again; nothing released here, so no split of it logged
+        assert move is not None and move.context_free_s is not None and move.context_s is not None
+        assert move.release_s is not None and move.unregister_s is None and move.reacquire_s is None
+        assert move.total_s >= move.on_freed_s + move.context_s
         while len(handle.tokens) < 12:
             sched.step()
         sched.reload(full, lambda stage, freed: None)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from igi_sdk.daemon.engine_process.vision import JobImages, WorkerVision
     from igi_sdk.engine.llama_engine import LlamaEngine
+    from igi_sdk.engine.load_timing import MoveStages
     from igi_sdk.engine.vision import EncodedImage
     from igi_sdk.planner.placement import Placement
     from igi_sdk.planner.vision import EncoderPlan
@@ -374,6 +375,11 @@ class WorkerScheduler:
         """Tokens and sequence state of a session (for save_session), or ``(None, None)``."""
         exported = self._sched.export_session(session_id)
         return (None, None) if exported is None else exported
+
+    @property
+    def last_move(self) -> MoveStages | None:
+        """The stages of the last reload where it moved weights instead of loading (``LlamaEngine.last_move``)."""
+        return self._engine.last_move
 
     def reload(
         self, placement: Placement, vision: EncoderPlan | None = None, on_release: OnRelease | None = None

@@ -20,7 +20,8 @@
 #                read on 8 threads against one: patches 0008, 0009)
 #   standby:MODEL the cache mode with the standby worker named (`--standby-worker`, the default)
 #   release:MODEL `igi_sdk.bench.device_release`: the engine in the cache mode moved attention-first -> parked ->
-#                detached (its CUDA devices given back, patch 0010) -> attention-first, 3 cycles (NVML, seconds, tokens)
+#                detached (its CUDA devices given back, patch 0010) -> attention-first, then straight to detached and
+#                back, RELEASE_CYCLES cycles (3; RELEASE_ARGS: more flags, e.g. `--unregister-first ab`)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
@@ -69,7 +70,7 @@ if [ ! -f $W/started ]; then
           --host-pinning allocated ;;
         release:*)
           python3 -m igi_sdk.bench.device_release --model \$(python3 -c \"$GPU_WRITE_PY\" \${step#release:} 2>/dev/null | tail -1) \
-            --n-threads 16 --cycles 3 --json $W/results/device_release-\${step#release:}.json \
+            --n-threads 16 --cycles \${RELEASE_CYCLES:-3} \${RELEASE_ARGS:-} --json $W/results/device_release-\${step#release:}.json \
             > $L/device-release-\${step#release:}.log 2>&1
           echo \"device release rc=\$?\" >> $W/results/done.txt ;;
         pinning)

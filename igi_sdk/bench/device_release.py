@@ -51,7 +51,12 @@ few MiB of its own for a while: 3.25 MiB on the H100)."""
 IDLE_WAIT_S = 2.0
 
 
-def run(model: Path, n_threads: int, cycles: int, max_tokens: int) -> dict[str, Any]:
+UNREGISTER_ENV = "GGML_CUDA_RELEASE_UNREGISTER"
+"""Read by patch 0010 at each release: ``0`` leaves the host blocks registered for the contexts' reset to unregister
+(unset: each block is unregistered first)."""
+
+
+def run(model: Path, n_threads: int, cycles: int, max_tokens: int, unregister_first: str = "1") -> dict[str, Any]:
     gpus = gpu_devices()
     device = gpus[0].name if gpus else "CPU"
     nvml = open_nvml() if gpus else None
@@ -84,7 +89,9 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int) -> dict[str, 
         load_s = time.perf_counter() - t0
         reply(engine, max_tokens)  # warms up
         for cycle in range(cycles):
-            row: dict[str, Any] = {"cycle": cycle}
+            first = unregister_first == "1" or (unregister_first == "ab" and cycle % 2 == 0)
+            os.environ[UNREGISTER_ENV] = "1" if first else "0"
+            row: dict[str, Any] = {"cycle": cycle, "unregister_first": first}
             gpu_reply = reply(engine, max_tokens)
             row["attn_first_mib"] = process_mib()
             t = time.perf_counter()
@@ -151,13 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-threads", type=int, default=2)
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument(
+        "--unregister-first",
+        choices=("1", "0", "ab"),
+        default="1",
+        help="the release unregisters the host blocks before the reset (1, as the engine does), leaves them to the "
+        "reset (0), or alternates cycle by cycle, starting with 1 (ab)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cycles < 1 or args.max_tokens < 1:
         parser.error("--cycles and --max-tokens must be >= 1")
     from igi_sdk.bench.npc_batch import resolve_model
 
-    out = run(resolve_model(args.model), args.n_threads, args.cycles, args.max_tokens)
+    out = run(resolve_model(args.model), args.n_threads, args.cycles, args.max_tokens, args.unregister_first)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     cycles = out["cycles"]

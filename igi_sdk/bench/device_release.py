@@ -31,10 +31,13 @@ from __future__ import annotations
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,34 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int, unregister_fi
                 return None, round(over, 2)
             time.sleep(0.002)
 
+    @contextlib.contextmanager
+    def idle_watch() -> Iterator[Callable[[], float | None]]:
+        """NVML read on a thread of its own while the block runs (llama.cpp's calls leave the GIL): the seconds from the
+        block's start until the device first read within IDLE_SLACK_MIB of its idle reading (None: not by
+        IDLE_WAIT_S after the block's end), whether the call in the block had returned or not."""
+        found: list[float] = []
+        done = threading.Event()
+        t0 = time.perf_counter()
+
+        def watch() -> None:
+            assert nvml is not None and idle_mib is not None
+            while not found:
+                if nvml.device_used_bytes() / MIB - idle_mib <= IDLE_SLACK_MIB:
+                    found.append(time.perf_counter() - t0)
+                elif done.is_set() and time.perf_counter() - t0 > IDLE_WAIT_S:
+                    return
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=watch, daemon=True) if nvml is not None else None
+        if thread is not None:
+            thread.start()
+        try:
+            yield lambda: round(found[0], 4) if found else None
+        finally:
+            done.set()
+            if thread is not None:
+                thread.join()
+
     attn_first = cache_base(n_threads, bool(gpus)).with_(n_gpu_layers=-1, rules=[FFN_ON_HOST])
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -119,8 +150,10 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int, unregister_fi
             again = reply(engine, max_tokens)
             # a reclaim to 0 as the daemon makes it: straight from the GPU placement to the detached one, and back
             t = time.perf_counter()
-            engine.move_to(detached(attn_first))
+            with idle_watch() as idle_from_start:
+                engine.move_to(detached(attn_first))
             row["direct_release_s"] = round(time.perf_counter() - t, 4)
+            row["direct_idle_from_start_s"] = idle_from_start()
             stages["direct_release"] = engine.last_move
             row["direct_device_idle_after_s"] = wait_idle()[0]
             engine.move_to(attn_first)

@@ -95,6 +95,11 @@ class FakeWorker:
         ] = []  # pids of the processes killed (``stop(None)``, ``drop_incoming``, ``retire``)
         self.retired: list[int | None] = []  # pids of the processes retired (killed, their exit not awaited)
         self.hold_incoming = False  # a worker loading beside stays loading until ``finish_incoming``
+        # a reload in place stops after its weights' release until ``finish_release`` (its context, and CUDA context
+        # where it detaches, still being freed), NVML reading ``releasing_mib`` for it meanwhile (None: as loaded)
+        self.hold_release = False
+        self.releasing_mib: float | None = None
+        self._held_reload: wp.Reload | None = None
         self.incoming: wp.WorkerStart | None = None  # the start of the worker loading beside
         self.incoming_pid: int | None = None
         self.beside_starts = 0  # starts beside the worker serving (``start_beside``)
@@ -341,6 +346,8 @@ class FakeWorker:
         """NVML's reading for ``pid`` on a GPU machine: only the current process holds device memory."""
         if pid is None or pid != self.pid or not self._alive or self.gpu_hidden:
             return 0.0
+        if self._held_reload is not None and self.releasing_mib is not None:
+            return self.releasing_mib
         if self.stopping and self.stop_mode == "closing":
             return CONTEXT_MIB  # its engine closed on ``shutdown``: the CUDA context goes with the process
         if is_detached(self.loaded):
@@ -364,6 +371,18 @@ class FakeWorker:
         # or not
         released_mib = GPU_MIB - CONTEXT_MIB if self.loaded.uses_gpu() else 0.0
         self._events.append(wp.Released(req_id=command.req_id, stage="weights", released_mib=released_mib))
+        if self.hold_release:
+            self._held_reload = command
+            return
+        self._rest_of_reload(command)
+
+    def finish_release(self) -> None:
+        """The reload held after its weights' release (``hold_release``) goes on: the rest released, then loaded."""
+        command, self._held_reload = self._held_reload, None
+        assert command is not None, "no reload is held"
+        self._rest_of_reload(command)
+
+    def _rest_of_reload(self, command: wp.Reload) -> None:
         self._events.append(wp.Released(req_id=command.req_id, stage="all"))
         if self.undo_growths and not command.shrink:
             message = "MoveUndone: the growth was undone: could not allocate CUDA0 memory"

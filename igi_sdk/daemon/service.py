@@ -104,9 +104,9 @@ class DaemonService:
 
     @property
     def poll_tick_ms(self) -> int:
-        """How long the loop may wait for a message or a worker event before its next tick: short while a worker being
-        replaced is watched for its memory (``BudgetControl.watching_replaced_worker``), else ``POLL_TICK_MS``."""
-        return WATCH_TICK_MS if self.budget.watching_replaced_worker else POLL_TICK_MS
+        """How long the loop may wait for a message or a worker event before its next tick: short while memory on its way
+        out of a worker is watched (``BudgetControl.watching_release``), else ``POLL_TICK_MS``."""
+        return WATCH_TICK_MS if self.budget.watching_release else POLL_TICK_MS
 
     def _guarded(self, step: str, run: Callable[[], object]) -> object:
         """One step of the loop; an exception in it (a daemon bug, or an OS refusal such as EMFILE) is logged and

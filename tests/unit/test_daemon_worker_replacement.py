@@ -159,7 +159,7 @@ def test_a_cpu_budget_while_the_cpu_only_worker_still_loads_waits_and_reloads_in
 def test_a_shrink_to_cpu_only_is_answered_once_the_old_worker_has_freed_its_memory() -> None:
     daemon, worker, now = _clocked("closing")  # its engine closes on shutdown; the process (and its context) lives on
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))  # CPU-only: the worker is replaced
-    assert daemon.budget.watching_replaced_worker and daemon.service.poll_tick_ms < 50
+    assert daemon.budget.watching_release and daemon.service.poll_tick_ms < 50
     daemon.pump()
     [ack] = _answers(daemon, shrink)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "cpu_only"
@@ -168,7 +168,7 @@ def test_a_shrink_to_cpu_only_is_answered_once_the_old_worker_has_freed_its_memo
     now[0] += 1.1  # past the grace: killed, and its exit starts the CPU-only worker
     daemon.pump()
     daemon.pump()
-    assert worker.starts[-1] == (CPU_PLACEMENT, True) and not daemon.budget.watching_replaced_worker
+    assert worker.starts[-1] == (CPU_PLACEMENT, True) and not daemon.budget.watching_release
     assert _answers(daemon, shrink) == [ack]
     check_exactly_one_terminal_reply(daemon)
 
@@ -594,6 +594,32 @@ def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_o
     [reply] = [m for m in _answers(daemon, gen) if isinstance(m, GenerateReply)]
     assert reply.text == _text(12)
     assert not [c for _, c in worker.sent("generate") if c.continue_tokens], "nothing carried over to a new process"
+
+
+def test_a_detach_is_answered_when_nvml_shows_the_device_memory_gone_before_the_worker_says_so() -> None:
+    """Between a reload's two releases (the device weights, then the rest: the context, and where the worker detaches,
+    its CUDA context) the daemon watches NVML: the reclaim to 0 is answered as soon as the worker reads 0 MiB there,
+    while its release call still runs, and nothing more when the worker then says so."""
+    daemon, worker, _planner = _detaching_daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker.hold_release, worker.releasing_mib = True, CONTEXT_MIB
+    reclaim = _reclaim(daemon)
+    _steps(daemon, 2)
+    assert _answers(daemon, reclaim) == [], "its CUDA context still reads on NVML"
+    assert daemon.budget.watching_release and daemon.service.poll_tick_ms < 50
+    worker.releasing_mib = 0.0  # the context's reset gave the device memory back before the call returned
+    now[0] += 0.01  # NVML is read again after REPLACED_POLL_S
+    _steps(daemon, 1)
+    [ack] = _answers(daemon, reclaim)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "detached"
+    assert ack.measured_vram_mib == 0.0 and ack.granted_mib == 0
+    assert not daemon.budget.watching_release, "answered: nothing left to watch for"
+    worker.finish_release()
+    _steps(daemon, 3)
+    assert _answers(daemon, reclaim) == [ack] and daemon.budget.current.plan.strategy == "detached"
+    assert [hidden for _, hidden in worker.starts] == [False]
+    check_exactly_one_terminal_reply(daemon)
 
 
 def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget_with_cuda_hidden() -> None:

@@ -63,7 +63,7 @@ from igi_sdk.policy.budget import (
     settle,
 )
 
-#: How often NVML is read for a worker being replaced by a CPU-only one (``BudgetControl._answer_while_replaced``), s.
+#: How often NVML is read for memory on its way out of a worker (``BudgetControl._answer_while_releasing``), s.
 REPLACED_POLL_S = 0.005
 
 __all__ = ["BudgetControl"]
@@ -131,7 +131,7 @@ class BudgetControl:
         generating are worth it; answer a shrink once a worker being replaced has freed its memory (every loop
         iteration)."""
         self._do(self._plans.finished(self._planner, self._current))
-        self._answer_while_replaced()
+        self._answer_while_releasing()
         if self.state.deferred_mib is not None:
             decision = poll(self.state, self._core.clock(), self._config)
             if decision.action == "apply":
@@ -203,6 +203,7 @@ class BudgetControl:
         op = self._inflight
         if op is None or op.replacing or event.req_id != op.req_id:
             return
+        op.releasing = event.stage == "weights"
         measured = self._worker_vram_mib()
         held = self._held(op, measured)
         self._core.log(
@@ -236,25 +237,26 @@ class BudgetControl:
             op.acked_on_release_mib = min(answered)
 
     @property
-    def watching_replaced_worker(self) -> bool:
-        """Whether a shrink waits for a worker being replaced by a CPU-only one to free its memory
-        (``_answer_while_replaced``): the I/O loop ticks more often meanwhile."""
+    def watching_release(self) -> bool:
+        """Whether a shrink waits for memory on its way out (``_answer_while_releasing``): a worker being replaced by a
+        CPU-only one, or one between its two releases of a reload in place (the context, and where it detaches its CUDA
+        context, going after the device weights); the I/O loop ticks more often meanwhile."""
         op = self._inflight
-        return (
-            op is not None
-            and op.replacing
-            and bool(op.waiters)
-            and not op.outcome.placement.uses_gpu()
-            and self._lifecycle.state is WorkerState.REPLACING_STOPPING
-        )
+        if op is None or not op.waiters:
+            return False
+        if op.replacing:
+            return not op.outcome.placement.uses_gpu() and self._lifecycle.state is WorkerState.REPLACING_STOPPING
+        return op.releasing
 
-    def _answer_while_replaced(self) -> None:
+    def _answer_while_releasing(self) -> None:
         """A worker being replaced by a CPU-only one closes its engine before its process exits: its device memory goes
-        first, its CUDA context with the process. A shrink's requests are answered as soon as NVML shows it within
-        their budget, as a reload's are on its release (``on_released``); the rest once the replacement is done (a
-        budget below the CUDA context: at the exit). NVML is read at most every ``REPLACED_POLL_S``."""
+        first, its CUDA context with the process. A worker reloading in place frees its device weights first (its
+        ``weights`` release), then its context, and where it detaches from the GPU, its CUDA context, before it says
+        so (its ``all`` release). A shrink's requests are answered as soon as NVML shows the worker within their
+        budget, as on a release (``on_released``); the rest once the change is done. NVML is read at most every
+        ``REPLACED_POLL_S``."""
         op = self._inflight
-        if op is None or not self.watching_replaced_worker:
+        if op is None or not self.watching_release:
             return
         now = self._core.clock()
         if now - self._replaced_polled_s < REPLACED_POLL_S:
@@ -263,7 +265,8 @@ class BudgetControl:
         measured = self._worker_vram_mib()
         held = self._held(op, measured)
         if held:
-            self._core.log(logging.INFO, "vram_released", stage="closing", vram_mib=measured, answered=len(held))
+            stage = "closing" if op.replacing else "releasing"
+            self._core.log(logging.INFO, "vram_released", stage=stage, vram_mib=measured, answered=len(held))
             self._answer_released(op, held, measured)
 
     def on_reloaded(self, event: wp.Reloaded) -> None:

@@ -499,10 +499,9 @@ def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
 
 
 # --- parked on the host: the worker stays -------------------------------------------------------------------------
-def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_a_new_process() -> None:
-    """A worker that caches weights is parked where no GPU placement fits but its CUDA context does: the shrink and
-    the growth after it are reloads in place (moves in the worker), not process starts; below the parked placement's
-    VRAM the worker is replaced with CUDA hidden as before."""
+def _parking_daemon() -> tuple[Daemon, FakeWorker]:
+    """A daemon serving the GPU placement on a worker that caches weights, planned the parked placement (700 MiB)
+    from there down to 700 MiB and CPU-only below."""
     from igi_sdk.engine.cache_base import parked
 
     parked_mib = 700.0
@@ -515,13 +514,20 @@ def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_
 
     daemon = _daemon(4096)
     worker = _worker(daemon)
-    planner = FakePlanner(
+    daemon.budget._planner = FakePlanner(
         lambda b: parked_outcome(b, None) or cpu_outcome(b, CPU_PLACEMENT) if b < 2048 else two_placements()(b),
         cpu_placement=CPU_PLACEMENT,
         parked=parked_outcome,
     )
-    daemon.budget._planner = planner
     daemon.core.weight_cache_device = "CUDA0"
+    return daemon, worker
+
+
+def test_a_budget_that_holds_a_parked_worker_moves_it_in_place_and_back_without_a_new_process() -> None:
+    """A worker that caches weights is parked where no GPU placement fits but its CUDA context does: the shrink and
+    the growth after it are reloads in place (moves in the worker), not process starts; below the parked placement's
+    VRAM the worker is replaced with CUDA hidden as before."""
+    daemon, worker = _parking_daemon()
     shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))
     _steps(daemon, 3)
     [ack] = _answers(daemon, shrink)
@@ -596,29 +602,50 @@ def test_a_worker_that_can_detach_gives_its_device_back_in_place_and_grows_out_o
     assert not [c for _, c in worker.sent("generate") if c.continue_tokens], "nothing carried over to a new process"
 
 
-def test_a_detach_is_answered_when_nvml_shows_the_device_memory_gone_before_the_worker_says_so() -> None:
-    """Between a reload's two releases (the device weights, then the rest: the context, and where the worker detaches,
-    its CUDA context) the daemon watches NVML: the reclaim to 0 is answered as soon as the worker reads 0 MiB there,
-    while its release call still runs, and nothing more when the worker then says so."""
+def test_a_shrink_in_place_is_answered_on_nvml_between_the_workers_two_releases() -> None:
+    """Between a reload's two releases (the device weights, then the context and the rest) the daemon reads NVML: a
+    move to the parked placement is answered as soon as the worker reads within the budget there, before the worker
+    says its old context is gone, and nothing more when it then does."""
+    daemon, worker = _parking_daemon()
+    now = [100.0]
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    worker.hold_release, worker.releasing_mib = True, GPU_MIB
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1024))
+    _steps(daemon, 2)
+    assert _answers(daemon, shrink) == [], "its old context still reads on NVML"
+    assert daemon.budget.watching_release and daemon.service.poll_tick_ms < 50
+    worker.releasing_mib = CONTEXT_MIB  # the old context freed; the parked one not made yet
+    now[0] += 0.01  # NVML is read again after REPLACED_POLL_S
+    _steps(daemon, 1)
+    [ack] = _answers(daemon, shrink)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "parked"
+    assert ack.measured_vram_mib == CONTEXT_MIB and not daemon.budget.watching_release
+    worker.finish_release()
+    _steps(daemon, 3)
+    assert _answers(daemon, shrink) == [ack] and daemon.budget.current.plan.strategy == "parked"
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_detach_is_answered_on_the_workers_word_not_on_nvmls_process_list() -> None:
+    """A worker giving its CUDA context back leaves NVML's list of processes while the driver is still tearing the
+    context down (the device's memory comes back after it): a reclaim to 0 onto the detached placement is answered
+    when the worker says its release is done, not when NVML stops listing it."""
     daemon, worker, _planner = _detaching_daemon()
     now = [100.0]
     daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
     worker.hold_release, worker.releasing_mib = True, CONTEXT_MIB
     reclaim = _reclaim(daemon)
     _steps(daemon, 2)
-    assert _answers(daemon, reclaim) == [], "its CUDA context still reads on NVML"
-    assert daemon.budget.watching_release and daemon.service.poll_tick_ms < 50
-    worker.releasing_mib = 0.0  # the context's reset gave the device memory back before the call returned
-    now[0] += 0.01  # NVML is read again after REPLACED_POLL_S
-    _steps(daemon, 1)
+    worker.releasing_mib = 0.0  # delisted by NVML mid-teardown
+    for _ in range(3):
+        now[0] += 0.01
+        _steps(daemon, 1)
+    assert _answers(daemon, reclaim) == [] and not daemon.budget.watching_release
+    worker.finish_release()
+    _steps(daemon, 3)
     [ack] = _answers(daemon, reclaim)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "detached"
     assert ack.measured_vram_mib == 0.0 and ack.granted_mib == 0
-    assert not daemon.budget.watching_release, "answered: nothing left to watch for"
-    worker.finish_release()
-    _steps(daemon, 3)
-    assert _answers(daemon, reclaim) == [ack] and daemon.budget.current.plan.strategy == "detached"
-    assert [hidden for _, hidden in worker.starts] == [False]
     check_exactly_one_terminal_reply(daemon)
 
 

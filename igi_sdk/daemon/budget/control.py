@@ -203,7 +203,9 @@ class BudgetControl:
         op = self._inflight
         if op is None or op.replacing or event.req_id != op.req_id:
             return
-        op.releasing = event.stage == "weights"
+        # between the two releases NVML is watched, except for a detach: its process leaves NVML's list while the
+        # driver still tears its CUDA context down, before the device's memory comes back
+        op.releasing = event.stage == "weights" and op.outcome.placement.gpu_context
         measured = self._worker_vram_mib()
         held = self._held(op, measured)
         self._core.log(
@@ -239,8 +241,8 @@ class BudgetControl:
     @property
     def watching_release(self) -> bool:
         """Whether a shrink waits for memory on its way out (``_answer_while_releasing``): a worker being replaced by a
-        CPU-only one, or one between its two releases of a reload in place (the context, and where it detaches its CUDA
-        context, going after the device weights); the I/O loop ticks more often meanwhile."""
+        CPU-only one, or one between its two releases of a reload in place that keeps its CUDA context (the context
+        going after the device weights); the I/O loop ticks more often meanwhile."""
         op = self._inflight
         if op is None or not op.waiters:
             return False
@@ -251,8 +253,9 @@ class BudgetControl:
     def _answer_while_releasing(self) -> None:
         """A worker being replaced by a CPU-only one closes its engine before its process exits: its device memory goes
         first, its CUDA context with the process. A worker reloading in place frees its device weights first (its
-        ``weights`` release), then its context, and where it detaches from the GPU, its CUDA context, before it says
-        so (its ``all`` release). A shrink's requests are answered as soon as NVML shows the worker within their
+        ``weights`` release), then its context, before it says so (its ``all`` release); one that detaches from the GPU
+        is not watched (its process leaves NVML's list during the CUDA context's teardown, before the device's memory
+        is back): it is answered on its ``all`` release. A shrink's requests are answered as soon as NVML shows the worker within their
         budget, as on a release (``on_released``); the rest once the change is done. NVML is read at most every
         ``REPLACED_POLL_S``."""
         op = self._inflight

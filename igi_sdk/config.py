@@ -198,11 +198,13 @@ class EngineSettings(_Section):
     def _off_is_none(cls, value: str | None) -> str | None:
         return None if value is not None and value.lower() == "off" else value
 
-    weight_cache_host: Literal["pinned", "mapped"] = Field(
-        default="pinned",
+    weight_cache_host: Literal["auto", "pinned", "mapped"] = Field(
+        default="auto",
         description="the host copy of the weight cache mode (weight_cache_device): pinned (page-locked for the "
-        "worker's life: the fastest uploads and prompt streaming) or mapped (the model file's pages, nothing "
-        "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model)",
+        "worker's life: the fastest uploads and prompt streaming), mapped (the model file's pages, nothing "
+        "page-locked: a worker starts, and a reclaim to 0 frees the device, without pinning or unpinning the model) "
+        "or auto (pinned where the model takes at most half the host memory available when the worker starts, else "
+        "mapped)",
     )
     host_pinning: Literal["registered", "allocated"] = Field(
         default="registered",

@@ -85,6 +85,7 @@ class FakeWorker:
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
+        self.weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # and the host copy it says it caches from
         self.ready_detachable = False  # its ``ready``'s ``devices_releasable`` (False with CUDA hidden, as a real one)
         self.standbys: list[tuple[wp.WorkerConfig, bool]] = []  # every ``prepare_standby``: (config, hide_gpu)
         self.standby: tuple[wp.WorkerConfig, bool] | None = None  # the standby waiting (a start of its kind takes it)
@@ -160,6 +161,7 @@ class FakeWorker:
             tool_format=self.tool_format,
             gpu_hidden=start.hide_gpu,
             weight_cache_device=None if start.hide_gpu else self.weight_cache_device,
+            weight_cache_host=self.weight_cache_host,
             devices_releasable=self.ready_detachable and not start.hide_gpu,
         )
 
@@ -501,10 +503,14 @@ class FakePlanner:
         self._plans: dict[int, PlanOutcome] = {}
         self._tier_plans: dict[int, dict[int, PlanOutcome]] = {}
         self.weight_cache_reports: list[bool] = []  # each ``use_weight_cache`` (a GPU worker's ready)
+        self.host_reports: list[str | None] = []  # the host copy each ``use_weight_cache`` named
         self.detachable_reports: list[bool] = []  # and its ``detachable``
         self.partial_kv_reports: list[bool] = []  # and its ``partial_kv``
 
-    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
+    def use_weight_cache(
+        self, active: bool, detachable: bool = False, partial_kv: bool = False, host: str | None = None
+    ) -> None:
+        self.host_reports.append(host)
         self.weight_cache_reports.append(active)
         self.detachable_reports.append(detachable)
         self.partial_kv_reports.append(partial_kv)

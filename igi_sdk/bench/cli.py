@@ -196,7 +196,9 @@ def apply_daemon_workload(args: argparse.Namespace) -> Placement:
     os.environ[OP_OFFLOAD_ENV] = str(engine.op_offload_min_batch)
     workload, options = daemon_planning(base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch)
     # the weight cache mode (on by default): every placement planned with its host copy's load mode, as the daemon does
-    args.daemon_weight_cache = None if engine.weight_cache_device is None else host_load_mode(engine.weight_cache_host)
+    # (auto: the pinned copy, which the worker keeps where the model takes at most half the host memory available)
+    host = "pinned" if engine.weight_cache_host == "auto" else engine.weight_cache_host
+    args.daemon_weight_cache = None if engine.weight_cache_device is None else host_load_mode(host)
     args.ctx = [workload.n_ctx]
     args.prompt_tokens, args.reply_tokens = [workload.prompt_tokens], [workload.reply_tokens]
     args.sessions, args.reloads_per_request = workload.parallel, workload.reloads_per_request

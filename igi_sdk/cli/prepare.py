@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.engine.cache_base import WeightCacheHost
 from igi_sdk.policy.budget_ladder import MAX_DECLARED_LEVELS, ladder_budgets
 
 BAR_WIDTH = 24
@@ -118,8 +119,9 @@ def run(argv: list[str]) -> int:
     load_or_create_profile(quick=True)
     profile_s = time.perf_counter() - t0
     planner = daemon_planner(settings, model_path, vision)
-    if worker_caches(settings.engine, model_path):
-        planner.use_weight_cache(True, *weight_cache_capabilities(settings.engine))
+    host = worker_cache_host(settings.engine, model_path)
+    if host is not None:
+        planner.use_weight_cache(True, *weight_cache_capabilities(settings.engine, host), host=host)
     budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
     print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
     prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
@@ -127,22 +129,23 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-def worker_caches(engine: Any, model_path: Path) -> bool:
-    """Whether the daemon's worker on this machine will run the weight cache mode (the worker's own choice,
-    ``engine_process.main.weight_cache_device``: ``engine.weight_cache_device``, auto by default, where the build, a
-    GPU and the host memory allow it), so that the plans made here are made for the mode only where it runs."""
+def worker_cache_host(engine: Any, model_path: Path) -> WeightCacheHost | None:
+    """The host copy the daemon's worker on this machine will cache weights from, or None where it will not run the
+    weight cache mode (the worker's own choice, ``engine_process.main``: ``engine.weight_cache_device``, auto by
+    default, where the build, a GPU and the host memory allow it; ``engine.weight_cache_host``, auto by default,
+    pinned where the host memory allows it), so that the plans made here are made for the mode only where it runs,
+    with its host copy."""
     from igi_sdk.daemon.budget import host_memory
     from igi_sdk.daemon.engine_process.main import weight_cache_device
 
     log = logging.getLogger("igi.prepare")
-    size = model_path.stat().st_size
-    chosen = weight_cache_device(
-        engine.weight_cache_device, False, size, host_memory.available_bytes(), log, engine.weight_cache_host
-    )
-    return chosen is not None
+    size, available = model_path.stat().st_size, host_memory.available_bytes()
+    host = host_memory.weight_cache_host(engine.weight_cache_host, size, available)
+    chosen = weight_cache_device(engine.weight_cache_device, False, size, available, log, host)
+    return None if chosen is None else host
 
 
-def weight_cache_capabilities(engine: Any) -> tuple[bool, bool]:
+def weight_cache_capabilities(engine: Any, host: WeightCacheHost = "pinned") -> tuple[bool, bool]:
     """What the daemon's worker will say in its ``Ready`` about the weight cache mode on this machine's build, as
     (detachable, partial_kv): whether it can give its CUDA devices back (patch 0010, with a host copy that outlives the
     context: ``engine.host_pinning`` registered, or mapped) and whether it keeps layers off the GPU in the mode (patch
@@ -151,7 +154,7 @@ def weight_cache_capabilities(engine: Any) -> tuple[bool, bool]:
     from igi_sdk.engine import device_release
     from igi_sdk.engine.llama_engine import kv_host_layers_supported
 
-    return device_release.releasable(engine.weight_cache_host, engine.host_pinning), kv_host_layers_supported()
+    return device_release.releasable(host, engine.host_pinning), kv_host_layers_supported()
 
 
 def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float, total_s: float) -> str:

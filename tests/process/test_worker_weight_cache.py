@@ -107,7 +107,10 @@ def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor) 
 
 
 def test_the_ready_worker_names_its_cache_device(worker: WorkerSupervisor) -> None:
-    assert worker.last_ready is not None and worker.last_ready.weight_cache_device == "CPU"
+    """The device and the host copy (``engine.weight_cache_host`` auto: pinned, the model being far smaller than half
+    the host memory available) the worker caches with, which the daemon plans for."""
+    ready = worker.last_ready
+    assert ready is not None and ready.weight_cache_device == "CPU" and ready.weight_cache_host == "pinned"
 
 
 def test_a_device_this_process_lacks_leaves_the_cache_off_and_reloads_still_work() -> None:

@@ -54,7 +54,7 @@ def test_in_the_cache_mode_it_plans_for_what_this_build_lets_the_worker_do(monke
     monkeypatch.setattr(placement_plan, "daemon_planner", fake_planner)
     assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CPU"]) == 0
     assert made[0].weight_cache_reports == [True] and made[0].detachable_reports == [False]
-    assert made[0].partial_kv_reports == [True]
+    assert made[0].partial_kv_reports == [True] and made[0].host_reports == ["pinned"]  # the model fits the host
     for flags in ([], ["--weight-cache-device", "off"], ["--weight-cache-device", "CUDA7"]):
         assert run(["--levels-mib", "1536", "--n-threads", "1", *flags]) == 0
         assert made[-1].weight_cache_reports == []  # the worker will not cache: nothing to plan for

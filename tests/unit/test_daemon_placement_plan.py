@@ -325,6 +325,41 @@ def test_a_mapped_host_copy_plans_mapped_placements_and_a_mapped_parked_one(
         assert seen[-1] == (load_mode,)
 
 
+def test_the_host_copy_is_planned_as_auto_resolves_it_and_as_the_worker_then_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``engine.weight_cache_host = "auto"`` (the default): the daemon plans the host copy the worker will keep (pinned
+    where the model takes at most half the host memory available, else mapped from the file), and once the worker's
+    ``Ready`` names the one it keeps, that one: the plans made for the other are forgotten."""
+    from igi_sdk.config import load_settings
+    from igi_sdk.daemon.budget import host_memory
+    from igi_sdk.daemon.budget.planner import daemon_planner
+    from igi_sdk.engine.cache_base import parked_vram_mib
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)  # 1 KiB
+    settings = load_settings({"weight_cache_device": "CUDA0"})
+    assert settings.engine.weight_cache_host == "auto"
+    for available, load_mode in ((None, "pinned"), (4096, "pinned"), (2048, "pinned"), (2047, "mmap")):
+        monkeypatch.setattr(placement_plan, "available_bytes", lambda available=available: available)
+        planner = daemon_planner(settings, model, profile=reference_profile("h200"))
+        on_cpu = planner._on_cpu
+        monkeypatch.setattr(planner, "_planned", lambda budget, generating=None, on_cpu=on_cpu: on_cpu(budget, "none"))
+        reserve = planner._profile().vram_reserve_mib
+        assert reserve is not None
+        budget = parked_vram_mib(reserve)
+        parked = planner.plan(budget, dry_run_slots=0)
+        assert parked.plan.strategy == "parked" and parked.placement.load_mode == load_mode, available
+    planner.use_weight_cache(True, host="pinned")  # the worker found more memory than the daemon: pinned
+    assert planner.planned() == {}
+    assert planner.plan(budget, dry_run_slots=0).placement.load_mode == "pinned"
+    planner.use_weight_cache(True, host="pinned")  # the same word again: the plans stay
+    assert budget in planner.planned()
+    assert host_memory.weight_cache_host("mapped", 1, None) == "mapped"
+    assert host_memory.weight_cache_host("pinned", 10, 1) == "pinned"  # named: not held to the memory here
+
+
 def test_a_worker_that_does_not_cache_weights_is_planned_without_the_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

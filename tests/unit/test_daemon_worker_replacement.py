@@ -771,3 +771,16 @@ def test_with_the_standby_setting_each_worker_has_one_of_the_other_kind_waiting_
         assert isinstance(ack, BudgetAck) and ack.applied and worker.starts[-1][1] is False
         assert worker.standby_starts == (2 if enabled else 0)
         assert worker.standby == ((config, True) if enabled else None), "a CUDA-hidden one again, behind the GPU worker"
+
+
+def test_the_planner_hears_which_host_copy_a_new_worker_caches_from() -> None:
+    """A worker's ``Ready`` names the host copy it keeps (``engine.weight_cache_host`` auto resolved at its start,
+    pinned or mapped by the host memory then): the daemon's planner plans for that one."""
+    daemon = _daemon(4096)
+    worker = _worker(daemon)
+    planner = daemon.budget._planner
+    assert isinstance(planner, FakePlanner)
+    worker.weight_cache_device, worker.weight_cache_host = "CUDA0", "mapped"
+    worker.kill()  # a crash: the restarted worker found less host memory and maps its copy
+    _steps(daemon, 3)
+    assert worker.ready and planner.weight_cache_reports[-1] is True and planner.host_reports[-1] == "mapped"

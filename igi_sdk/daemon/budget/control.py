@@ -189,7 +189,9 @@ class BudgetControl:
         if not event.gpu_hidden:
             detachable = event.devices_releasable and not self._detach_failed
             self._partial_kv = event.partial_kv
-            self._planner.use_weight_cache(event.weight_cache_device is not None, detachable, event.partial_kv)
+            self._planner.use_weight_cache(
+                event.weight_cache_device is not None, detachable, event.partial_kv, event.weight_cache_host
+            )
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)

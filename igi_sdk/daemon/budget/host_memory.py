@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 _MEMINFO = Path("/proc/meminfo")
+
+WEIGHT_CACHE_HOST_SHARE = 0.5
+"""The share of the host memory available at a worker's start that a pinned host copy of the model may take
+(``engine.weight_cache_device``): it stays page-locked for the worker's life, and the rest stays the game's."""
+
+
+def weight_cache_host(
+    requested: Literal["auto", "pinned", "mapped"], model_bytes: int, available: int | None
+) -> Literal["pinned", "mapped"]:
+    """The host copy a caching worker keeps (``engine.weight_cache_host``): ``auto`` is pinned where the model takes
+    at most ``WEIGHT_CACHE_HOST_SHARE`` of the host memory ``available`` (None: not known, pinned), else mapped from
+    the file (the page cache's, nothing page-locked); a named one is that one."""
+    if requested != "auto":
+        return requested
+    return "pinned" if available is None or model_bytes <= WEIGHT_CACHE_HOST_SHARE * available else "mapped"
 
 
 def available_bytes(meminfo: Path = _MEMINFO) -> int | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
+from igi_sdk.daemon.budget.host_memory import available_bytes, weight_cache_host
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.engine.cache_base import (
@@ -109,7 +110,9 @@ class Planner(Protocol):
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
     # the serving worker caches weights, or not; can detach from the GPU, or not; keeps layers off the GPU in that
     # mode, or not (its Ready)
-    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None: ...
+    def use_weight_cache(
+        self, active: bool, detachable: bool = False, partial_kv: bool = False, host: WeightCacheHost | None = None
+    ) -> None: ...
 
 
 class PlacementPlanner:
@@ -169,16 +172,24 @@ class PlacementPlanner:
         """The placement fields that never change with the budget."""
         return self._base
 
-    def use_weight_cache(self, active: bool, detachable: bool = False, partial_kv: bool = False) -> None:
+    def use_weight_cache(
+        self, active: bool, detachable: bool = False, partial_kv: bool = False, host: WeightCacheHost | None = None
+    ) -> None:
         """The serving worker's word on the weight cache mode (its ``Ready``, where the GPU is not hidden): the plans
         are made for the mode (its placements, the parked one) only where it is configured and the worker
         uses it, so that a worker that found it unusable (``weight_cache_unavailable``: the build, the device, the
         host memory) is planned the placements it loads best; below the parked placement, the detached one where the
         worker can give its CUDA devices back (``detachable``: ``Ready.devices_releasable``); and with every layer's KV
         cache on the GPU only where the worker's mode cannot keep layers off it (``partial_kv``: ``Ready.partial_kv``,
-        patch 0011). A change of the mode or of ``partial_kv`` forgets the plans made so far, which were made for the
-        other (their dry runs stay in the disk cache); one of ``detachable`` alone only the CPU-only and detached
-        plans, the only ones it changes."""
+        patch 0011); with the worker's host copy (``host``: ``Ready.weight_cache_host``, None: as planned so far), whose
+        load mode its placements are planned with. A change of the mode, of ``partial_kv`` or of the host copy forgets
+        the plans made so far, which were made for the other (their dry runs stay in the disk cache); one of
+        ``detachable`` alone only the CPU-only and detached plans, the only ones it changes."""
+        if host is not None and host != self._weight_cache_host:
+            self._weight_cache_host = host
+            self._mode_changes += 1
+            self._plans.clear()
+            self._tier_plans.clear()
         wanted = self._cache_mode_configured and active
         detach = wanted and detachable
         partial = wanted and partial_kv
@@ -511,5 +522,13 @@ def daemon_planner(
         profile=profile,
         op_offload_min_batch=engine.op_offload_min_batch,
         kv_on_gpu_only=engine.weight_cache_device is not None,
-        weight_cache_host=engine.weight_cache_host,
+        # the host copy the worker will choose (its Ready says which it did: ``use_weight_cache``)
+        weight_cache_host=weight_cache_host(engine.weight_cache_host, _file_bytes(model_path), available_bytes()),
     )
+
+
+def _file_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the worker's load reports the missing file

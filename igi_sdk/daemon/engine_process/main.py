@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from igi_sdk.config import WEIGHT_CACHE_AUTO
 from igi_sdk.daemon.budget import host_memory
+from igi_sdk.daemon.budget.host_memory import WEIGHT_CACHE_HOST_SHARE
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
@@ -45,9 +46,6 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
     from igi_sdk.engine.batch_types import ReleaseStage
 
 MIB = 1024 * 1024
-WEIGHT_CACHE_HOST_SHARE = 0.5
-"""The largest share of the host memory available at the worker's start that the weight cache's page-locked host copy
-of the model may take (``weight_cache_device``)."""
 ABORT_WAIT_S = 0.05
 """After a step while the abort flag is set, the longest wait for the urgent ``Reload`` that set it (the supervisor sets
 the flag just before it queues the command): steps that would only be stopped again are not started meanwhile."""
@@ -90,14 +88,9 @@ def worker_main(
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
     vision = None
-    cache_device = weight_cache_device(
-        config.weight_cache_device,
-        hide_gpu,
-        _file_bytes(config.model_path),
-        host_memory.available_bytes(),
-        log,
-        config.weight_cache_host,
-    )
+    model_bytes, available = _file_bytes(config.model_path), host_memory.available_bytes()
+    cache_host = host_memory.weight_cache_host(config.weight_cache_host, model_bytes, available)
+    cache_device = weight_cache_device(config.weight_cache_device, hide_gpu, model_bytes, available, log, cache_host)
     try:
         engine = EngineAdapter(
             config.model_path,
@@ -105,7 +98,7 @@ def worker_main(
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
             weight_cache_device=cache_device,
-            weight_cache_host=config.weight_cache_host,
+            weight_cache_host=cache_host,
         )
         if config.mmproj_path:
             from igi_sdk.daemon.engine_process.vision import WorkerVision
@@ -128,7 +121,7 @@ def worker_main(
         host_weight_mib=round(stages.host_weight_mib, 1),
         device_weight_mib=round(stages.device_weight_mib, 1),
         weight_cache_device=cache_device,
-        weight_cache_host=config.weight_cache_host if cache_device is not None else None,
+        weight_cache_host=cache_host if cache_device is not None else None,
         host_read_threads=engine.llama_engine.load_report.host_read_threads,
         host_pinning=host_pinning(),
         kv_cache_type=placement.type_k,
@@ -146,7 +139,8 @@ def worker_main(
             imported_before_llama_cpp=tuple(imported_before_llama_cpp()),
             tool_format=engine.tool_format,
             weight_cache_device=cache_device,
-            devices_releasable=devices_releasable(cache_device, config.weight_cache_host),
+            weight_cache_host=cache_host,
+            devices_releasable=devices_releasable(cache_device, cache_host),
             partial_kv=cache_device is not None and kv_host_layers_supported(),
         )
     )

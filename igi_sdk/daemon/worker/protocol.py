@@ -203,6 +203,8 @@ class Ready:
     imported_before_llama_cpp: tuple[str, ...] = ()  # native libraries loaded before llama.cpp's (engine.llama_engine)
     tool_format: str | None = None  # the chat template's native tool format (structured.tool_formats); None: fallback
     weight_cache_device: str | None = None  # where weights are cached (engine.weight_cache_device); None: not cached
+    #: the host copy it caches them from (engine.weight_cache_host, auto resolved at its start)
+    weight_cache_host: Literal["pinned", "mapped"] = "pinned"
     #: whether it can move to the detached placement (engine.cache_base.detached): it caches weights, its build can
     #: give its CUDA devices back (patch 0010) and its host copy survives that (registered or mapped)
     devices_releasable: bool = False
@@ -329,7 +331,7 @@ class WorkerConfig:
     )
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH  # set by boot (engine.op_offload_min_batch)
     weight_cache_device: str | None = None  # weights as a cache of the host copy (engine.weight_cache_device)
-    weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # that host copy (engine.weight_cache_host)
+    weight_cache_host: Literal["auto", "pinned", "mapped"] = "auto"  # that host copy (engine.weight_cache_host)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "kv"] = "json"
     log_file: Path | None = None

@@ -1,4 +1,5 @@
-"""Engine layer, pure part: where one model load (or reload) spent its wall time, from llama.cpp's own log.
+"""Engine layer, pure part: where one model load (or reload) spent its wall time, from llama.cpp's own log; and
+where one move between placements of a weight cache base did (``MoveStages``).
 
 ``LlamaEngine`` timestamps every llama.cpp log line it captures (``_log.LogCapture.times``), the calls it makes
 (``llama_model_load_from_file``, ``llama_init_from_model``, the frees of a reload) and, when asked

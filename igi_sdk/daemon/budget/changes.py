@@ -38,8 +38,9 @@ class PendingReload:
     #: The smallest budget answered while the reload was still loading (``BudgetControl.on_released``: its memory was
     #: released): should the reload fail, the worker must restart within it.
     acked_on_release_mib: int | None = None
-    #: A reload in place between the worker's two releases (its ``weights`` and ``all`` events): the rest of the old
-    #: placement's memory is being freed, and NVML is watched for it meanwhile (``BudgetControl.watching_release``).
+    #: A reload in place that keeps the worker's CUDA context, between its two releases (its ``weights`` and ``all``
+    #: events): the rest of the old placement's memory is being freed, and NVML is watched for it meanwhile
+    #: (``BudgetControl.watching_release``; not for a detach, answered on its ``all``).
     releasing: bool = False
 
 

@@ -257,9 +257,9 @@ class BudgetControl:
         first, its CUDA context with the process. A worker reloading in place frees its device weights first (its
         ``weights`` release), then its context, before it says so (its ``all`` release); one that detaches from the GPU
         is not watched (its process leaves NVML's list during the CUDA context's teardown, before the device's memory
-        is back): it is answered on its ``all`` release. A shrink's requests are answered as soon as NVML shows the worker within their
-        budget, as on a release (``on_released``); the rest once the change is done. NVML is read at most every
-        ``REPLACED_POLL_S``."""
+        is back): it is answered on its ``all`` release. A shrink's requests are answered as soon as NVML shows the
+        worker within their budget, as on a release (``on_released``); the rest once the change is done. NVML is read
+        at most every ``REPLACED_POLL_S``."""
         op = self._inflight
         if op is None or not self.watching_release:
             return

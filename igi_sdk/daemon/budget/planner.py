@@ -109,7 +109,7 @@ class Planner(Protocol):
     def plan_tier(self, budget_mib: int, tier: int, *, dry_run_slots: int | None = None) -> PlanOutcome: ...
     def tier_plans(self, budget_mib: int) -> dict[int, PlanOutcome]: ...  # the tiers planned at a budget (a copy)
     # the serving worker caches weights, or not; can detach from the GPU, or not; keeps layers off the GPU in that
-    # mode, or not (its Ready)
+    # mode, or not; from which host copy (its Ready)
     def use_weight_cache(
         self, active: bool, detachable: bool = False, partial_kv: bool = False, host: WeightCacheHost | None = None
     ) -> None: ...

@@ -1,12 +1,16 @@
 """On an NVIDIA GPU with a CUDA build: a reclaim to 0 MiB really frees the GPU, and the conversation goes on.
 
-A worker reloaded in place to ``cpu_only`` keeps 586 MiB (the CUDA context and cuBLAS workspaces of llama.cpp's
-CUDA backend live as long as the process), so the daemon replaces the worker by one with CUDA hidden (docs/daemon.md, "Worker replacement"). The real daemon
+A worker reloaded in place to ``cpu_only`` would keep 586 MiB (the CUDA context and cuBLAS workspaces of llama.cpp's
+CUDA backend live as long as the process, unless given back), so with the daemon's defaults (the weight cache mode) the
+worker detaches from the GPU in place (strategy ``detached``, no new process: docs/daemon.md, "Detached from the GPU"),
+and through the reload path (``--weight-cache-device off``) the daemon replaces the worker by one with CUDA hidden
+(docs/daemon.md, "Worker replacement"); both are run. The real daemon
 (``python -m igi_sdk.daemon``, default model) starts at 2048 MiB; a greedy generation runs; a reclaim to 0 arrives
 while a second generation streams: the ack says ``measured_vram_mib == 0`` and NVML's per-process reading of every
 process of the daemon is 0, the stream ends normally with ``reloads_during >= 1``, and the session answers again;
 then ``set_budget 2048`` brings the model back onto the GPU. Timings (ack latency against the 1 s deadline) are
-printed and, when OUT is set, written to ``$OUT/gpu_reclaim.json`` (the daemon's log to ``$OUT/gpu_reclaim-daemon.log``).
+printed and, when OUT is set, written to ``$OUT/gpu_reclaim-MODE.json`` (the daemon's log to
+``$OUT/gpu_reclaim-MODE-daemon.log``; MODE ``defaults`` or ``reload_path``).
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_reclaim.py -x -s``. Skipped without NVML or
 without a GPU backend.
@@ -85,15 +89,25 @@ def reader() -> NvmlReader:
     return nvml
 
 
-@pytest.fixture(scope="module")
-def scenario(reader: NvmlReader) -> dict[str, Any]:
+@pytest.fixture(scope="module", params=["defaults", "reload_path"])
+def scenario(request: pytest.FixtureRequest, reader: NvmlReader) -> dict[str, Any]:
     from igi_sdk.model_store import default_model_path
 
     default_model_path()
-    daemon = DaemonProcess(
-        ["--vram-budget-mib", str(BUDGET_MIB), "--n-threads", "8", "--grow-stable-s", "0", "--min-grow-interval-s", "0"]
-    )
-    row: dict[str, Any] = {}
+    flags = [
+        "--vram-budget-mib",
+        str(BUDGET_MIB),
+        "--n-threads",
+        "8",
+        "--grow-stable-s",
+        "0",
+        "--min-grow-interval-s",
+        "0",
+    ]
+    if request.param == "reload_path":
+        flags += ["--weight-cache-device", "off"]
+    daemon = DaemonProcess(flags)
+    row: dict[str, Any] = {"mode": request.param}
     try:
         daemon.start(timeout_s=600)
         with Client.connect(daemon.connection_file, timeout_s=600) as client:
@@ -168,24 +182,26 @@ def scenario(reader: NvmlReader) -> dict[str, Any]:
     finally:
         daemon.stop()
         if os.environ.get("OUT") and daemon.log_file.is_file():
-            Path(os.environ["OUT"], "gpu_reclaim-daemon.log").write_bytes(daemon.log_file.read_bytes())
+            Path(os.environ["OUT"], f"gpu_reclaim-{request.param}-daemon.log").write_bytes(daemon.log_file.read_bytes())
     print("\n" + json.dumps(row, indent=1))
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu_reclaim.json").write_text(json.dumps(row, indent=1))
+        Path(os.environ["OUT"], f"gpu_reclaim-{request.param}.json").write_text(json.dumps(row, indent=1))
     return row
 
 
 def test_the_model_starts_on_the_gpu(scenario: dict[str, Any]) -> None:
-    assert scenario["start_strategy"] != "cpu_only" and scenario["start_vram_mib"] > 0
+    assert scenario["start_strategy"] not in ("cpu_only", "detached") and scenario["start_vram_mib"] > 0
     assert scenario["first_text"].strip()
 
 
 def test_a_reclaim_to_zero_leaves_no_device_memory(scenario: dict[str, Any]) -> None:
-    assert scenario["ack_applied"] and scenario["ack_granted_mib"] == 0 and scenario["ack_strategy"] == "cpu_only"
+    in_place = scenario["mode"] == "defaults"  # detached in place; else replaced with CUDA hidden
+    assert scenario["ack_applied"] and scenario["ack_granted_mib"] == 0
+    assert scenario["ack_strategy"] == ("detached" if in_place else "cpu_only")
     assert scenario["ack_measured_vram_mib"] == 0
     assert scenario["after_reclaim_vram_mib"] == 0, "the worker still holds device memory (CUDA context)"
     assert scenario["cpu_status_vram_mib"] == 0 and scenario["cpu_status_budget_mib"] == 0
-    assert scenario["replacements"] == 1
+    assert scenario["replacements"] == (0 if in_place else 1)
     assert scenario["cpu_serving_vram_mib"] == 0, "the CPU worker created a CUDA context while generating"
 
 
@@ -198,7 +214,7 @@ def test_the_stream_in_flight_and_the_session_go_on(scenario: dict[str, Any]) ->
 
 
 def test_set_budget_brings_the_model_back_onto_the_gpu(scenario: dict[str, Any]) -> None:
-    assert scenario["grow_applied"] and scenario["grow_strategy"] != "cpu_only"
+    assert scenario["grow_applied"] and scenario["grow_strategy"] not in ("cpu_only", "detached")
     assert scenario["grow_measured_vram_mib"] and scenario["grow_measured_vram_mib"] > 0
-    assert scenario["back_strategy"] != "cpu_only" and scenario["back_vram_mib"] > 0
+    assert scenario["back_strategy"] not in ("cpu_only", "detached") and scenario["back_vram_mib"] > 0
     assert scenario["back_text"].strip() and scenario["n_sessions"] == 1

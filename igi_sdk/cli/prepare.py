@@ -125,7 +125,7 @@ def run(argv: list[str]) -> int:
     budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
     print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
     prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
-    print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0))
+    print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0, host))
     return 0
 
 
@@ -157,9 +157,16 @@ def weight_cache_capabilities(engine: Any, host: WeightCacheHost = "pinned") -> 
     return device_release.releasable(host, engine.host_pinning), kv_host_layers_supported()
 
 
-def _summary(model_path: Path, prepared: list[PreparedBudget], profile_s: float, total_s: float) -> str:
+def _summary(
+    model_path: Path,
+    prepared: list[PreparedBudget],
+    profile_s: float,
+    total_s: float,
+    host: WeightCacheHost | None = None,
+) -> str:
+    mode = "each change loads its placement" if host is None else f"the weight cache mode, a {host} host copy"
     lines = [
-        f"{model_path.name}: profile {profile_s:.1f} s, {len(prepared)} budgets planned in {total_s:.1f} s",
+        f"{model_path.name}: profile {profile_s:.1f} s, {len(prepared)} budgets planned in {total_s:.1f} s ({mode})",
         "budget MiB  strategy              GPU MiB  plan s  warning",
     ]
     for done in prepared:

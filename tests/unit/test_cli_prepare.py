@@ -29,6 +29,9 @@ def test_the_command_plans_the_embedded_model(capsys: pytest.CaptureFixture[str]
     assert run(["--levels-mib", "1536", "--n-threads", "1"]) == 0
     out, err = capsys.readouterr()
     assert "3/3" in err and "1536" in out and "2048" in out
+    assert "(each change loads its placement)" in out  # auto finds no GPU on this build: no cache mode to plan for
+    assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CPU"]) == 0
+    assert "(the weight cache mode, a pinned host copy)" in capsys.readouterr().out
     with pytest.raises(ValueError, match="levels-mib"):
         run(["--levels-mib", "-1"])
 

@@ -14,7 +14,9 @@ copies it to as much device memory (``h2d_gb_s``), then exits; the parent sample
   copy unregistered (one block on huge pages / on 4 KiB pages / not at all, left to ``cudaDeviceReset`` / in chunks of
   ``CHUNK_GIB`` one after another / on ``THREADS`` threads; the chunks registered the same way), then
   ``cudaDeviceReset``; ``unregister_s``, ``reset_s``, and after the parent's NVML reading the registration again
-  (``reacquire_ctx_s``: the new context, ``reacquire_s``).
+  (``reacquire_ctx_s``: the new context, ``reacquire_s``). A copy may not cross two registrations (``cudaMemcpy``
+  refuses it), so the chunked kinds copy chunk by chunk: whether the driver unpins chunks side by side is what
+  ``rel_chunks_par`` against ``rel_chunks_seq`` tells.
 Printed per KIND (one JSON line; ``$OUT/pin_probe.json`` all of them): ``ctx_s``, ``pin_s``, ``touch_s``, ``h2d_s``,
 the memory held, and from the exit's start: ``exit_to_half_s`` (NVML shows half of it gone), ``exit_to_within_s``
 (within 4 MiB of the reading before the process), ``exit_to_reaped_s``.
@@ -132,7 +134,12 @@ def child(kind, q, go):
     if kind != "none":
         ck(rt.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(SIZE)), "malloc")
         t = time.perf_counter()
-        ck(rt.cudaMemcpy(dev, host, ctypes.c_size_t(SIZE), 1), "h2d")
+        if kind.startswith("rel_chunks"):  # a copy may not cross two registrations (cudaErrorInvalidValue): one each
+            for addr_c, size_c in blocks:
+                dst = ctypes.c_void_p(dev.value + (addr_c - host.value))
+                ck(rt.cudaMemcpy(dst, ctypes.c_void_p(addr_c), ctypes.c_size_t(size_c), 1), "h2d")
+        else:
+            ck(rt.cudaMemcpy(dev, host, ctypes.c_size_t(SIZE), 1), "h2d")
         ck(rt.cudaDeviceSynchronize(), "sync")
         r["h2d_s"] = time.perf_counter() - t
         r["h2d_gb_s"] = SIZE / r["h2d_s"] / 1e9

@@ -500,8 +500,8 @@ def test_a_worker_that_does_not_exit_in_time_is_killed() -> None:
 
 # --- parked on the host: the worker stays -------------------------------------------------------------------------
 def _parking_daemon() -> tuple[Daemon, FakeWorker]:
-    """A daemon serving the GPU placement on a worker that caches weights, planned the parked placement (700 MiB)
-    from there down to 700 MiB and CPU-only below."""
+    """A daemon serving the GPU placement on a worker that caches weights, planned the parked placement (700 MiB) at
+    budgets from 700 MiB to below 2048 MiB and the CPU-only one below 700 MiB."""
     from igi_sdk.engine.cache_base import parked
 
     parked_mib = 700.0

@@ -15,7 +15,8 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply (aft
   growth, when the exact plan's placement was in force;
 - on an NVIDIA GPU (NVML): ``within_s``, until the device memory (minus the idle reading taken before the daemon
   started) went within the new budget (``WITHIN_SLACK_MIB`` above it: the driver's residue) and stayed there for the
-  rest of the change, and ``peak_mib``, the peak
+  rest of the change (``first_within_s``: when it first read within, whether it stayed or not: a reading that dipped
+  during a teardown and went up again), and ``peak_mib``, the peak
   during the change, a violation when above the larger of the old and new budget;
 - ``stall_s``: the longest an NPC waited for its next token (or, for a question just sent, its first) across the change
   (a wait that overlaps the time from the request until the change settled): what a game's player sees of the change
@@ -271,6 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 settled_s = settle(game, before, settled_before, ack, t0)
                 window = close_window(sampler, change.budget_mib, t0)
                 within_s = window.within_after_s(change.budget_mib + WITHIN_SLACK_MIB, t0)
+                first_within_s = window.first_within_after_s(change.budget_mib + WITHIN_SLACK_MIB, t0)
                 limit_mib = max(previous, change.budget_mib)
                 peak = window.device_peak_mib
                 changes_out.append(
@@ -287,6 +289,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "ack_s": round(ack_s, 4),
                         "settled_s": round(settled_s, 4),
                         "within_s": None if within_s is None else round(within_s, 4),
+                        "first_within_s": None if first_within_s is None else round(first_within_s, 4),
                         "peak_mib": peak,
                         "end_mib": window.timeline[-1][1] if window.timeline else None,
                         "violation": peak is not None and peak > limit_mib,

@@ -103,6 +103,11 @@ class VramPeak:
         the window (0.0: it never was above after ``t0_s``; None: it still was at the window's end, or no samples)."""
         return within_after_s(self.timeline, limit_mib, t0_s)
 
+    def first_within_after_s(self, limit_mib: float, t0_s: float) -> float | None:
+        """Seconds from ``t0_s`` until the device memory first read ``limit_mib`` or less, whether it stayed there or
+        not (None: never, or no samples): against ``within_after_s``, a reading that dipped and went up again."""
+        return next((t - t0_s for t, mib in self.timeline if t >= t0_s and mib <= limit_mib), None)
+
 
 def within_after_s(timeline: Sequence[tuple[float, float]], limit_mib: float, t0_s: float) -> float | None:
     """``VramPeak.within_after_s`` of the samples ``timeline``."""

@@ -151,6 +151,10 @@ def test_within_after_s_is_when_memory_went_under_the_limit_for_good() -> None:
     assert peak.within_after_s(4096, t0_s=10.0) == 0.0
     assert peak.within_after_s(1700, t0_s=10.0) is None  # still above at the end
     assert VramPeak(None, None, None, None, 0).within_after_s(2048, t0_s=0.0) is None
+    # the first reading within, whether it stayed: 10.2 dipped under 2048 before 10.3 went above again
+    assert peak.first_within_after_s(2048, t0_s=10.0) == pytest.approx(0.2)
+    assert peak.first_within_after_s(4096, t0_s=10.0) == 0.0
+    assert peak.first_within_after_s(1700, t0_s=10.0) is None
 
 
 def test_the_live_budget_window_stays_open_until_the_memory_is_within() -> None:

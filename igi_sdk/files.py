@@ -16,6 +16,14 @@ class InputFileError(IgiError):
     """A file named by the user exists but is not a regular file, or is larger than its limit."""
 
 
+def file_bytes(path: str | Path) -> int:
+    """The size of ``path`` in bytes, 0 where it cannot be read (the load that opens it reports why)."""
+    try:
+        return Path(path).stat().st_size
+    except (OSError, ValueError):
+        return 0
+
+
 def read_regular_file(path: Path, *, what: str = "file", max_bytes: int = MAX_INPUT_FILE_BYTES) -> bytes:
     """The bytes of ``path``.
 

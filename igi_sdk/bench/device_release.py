@@ -158,12 +158,7 @@ def run(model: Path, n_threads: int, cycles: int, max_tokens: int, unregister_fi
             row["direct_device_idle_after_s"] = wait_idle()[0]
             engine.move_to(attn_first)
             stages["direct_grow"] = engine.last_move
-            row["stages_s"] = {
-                name: None
-                if move is None
-                else {k: v if v is None else round(v, 4) for k, v in move.model_dump().items()}
-                for name, move in stages.items()
-            }
+            row["stages_s"] = {name: None if move is None else move.rounded() for name, move in stages.items()}
             row["decode_tok_s"] = {
                 "attn_first": gpu_reply["decode_tok_s"],
                 "parked": parked_reply["decode_tok_s"],

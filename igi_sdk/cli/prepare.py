@@ -136,13 +136,19 @@ def worker_cache_host(engine: Any, model_path: Path) -> WeightCacheHost | None:
     pinned where the host memory allows it), so that the plans made here are made for the mode only where it runs,
     with its host copy."""
     from igi_sdk.daemon.budget import host_memory
-    from igi_sdk.daemon.engine_process.main import weight_cache_device
+    from igi_sdk.daemon.engine_process.main import weight_cache_choice
+    from igi_sdk.files import file_bytes
 
     log = logging.getLogger("igi.prepare")
-    size, available = model_path.stat().st_size, host_memory.available_bytes()
-    host = host_memory.weight_cache_host(engine.weight_cache_host, size, available)
-    chosen = weight_cache_device(engine.weight_cache_device, False, size, available, log, host)
-    return None if chosen is None else host
+    device, host = weight_cache_choice(
+        engine.weight_cache_device,
+        engine.weight_cache_host,
+        False,
+        file_bytes(model_path),
+        host_memory.available_bytes(),
+        log,
+    )
+    return None if device is None else host
 
 
 def weight_cache_capabilities(engine: Any, host: WeightCacheHost = "pinned") -> tuple[bool, bool]:

@@ -187,6 +187,11 @@ class MoveStages(BaseModel):
     cache_s: float = 0.0  # the new sets cached (allocated and uploaded from the host copy)
     reserve_s: float = 0.0  # the scheduler made again once (graphs reserved)
 
+    def rounded(self, ndigits: int = 4) -> dict[str, float | None]:
+        """Every stage's seconds, rounded (None where the stage was not part of the move): for a log line or a
+        record."""
+        return {k: None if v is None else round(v, ndigits) for k, v in self.model_dump().items()}
+
     @property
     def total_s(self) -> float:
         parts = (self.uncache_s, self.on_freed_s, self.context_free_s, self.release_s, self.on_context_freed_s)

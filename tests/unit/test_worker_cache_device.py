@@ -80,3 +80,17 @@ def test_auto_is_the_first_gpu_and_none_without_one(
     monkeypatch.setattr(devices, "gpu_devices", lambda: [gpu("CUDA7")])
     assert weight_cache_device(WEIGHT_CACHE_AUTO, False, GIB, 16 * GIB, LOG) is None
     assert "'CUDA7'" in _reasons(caplog)[-1]
+
+
+def test_the_model_files_size_is_what_the_choice_weighs_and_0_where_it_cannot_be_read(tmp_path: object) -> None:
+    """``files.file_bytes``, which the worker, ``igi prepare`` and the daemon's planner weigh the host copy by: a
+    missing file (the load reports it) or an impossible name counts 0 rather than raising."""
+    from pathlib import Path
+
+    from igi_sdk.files import file_bytes
+
+    assert isinstance(tmp_path, Path)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 3)
+    assert file_bytes(model) == 12 and file_bytes(str(model)) == 12
+    assert file_bytes(tmp_path / "missing.gguf") == 0 and file_bytes("bad\0name") == 0

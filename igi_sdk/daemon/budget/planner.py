@@ -35,6 +35,7 @@ from igi_sdk.engine.cache_base import (
     parked_fits,
     parked_vram_mib,
 )
+from igi_sdk.files import file_bytes
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
@@ -523,12 +524,5 @@ def daemon_planner(
         op_offload_min_batch=engine.op_offload_min_batch,
         kv_on_gpu_only=engine.weight_cache_device is not None,
         # the host copy the worker will choose (its Ready says which it did: ``use_weight_cache``)
-        weight_cache_host=weight_cache_host(engine.weight_cache_host, _file_bytes(model_path), available_bytes()),
+        weight_cache_host=weight_cache_host(engine.weight_cache_host, file_bytes(model_path), available_bytes()),
     )
-
-
-def _file_bytes(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0  # the worker's load reports the missing file

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Literal
 
+from igi_sdk import files
 from igi_sdk.config import WEIGHT_CACHE_AUTO
 from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.budget.host_memory import WEIGHT_CACHE_HOST_SHARE
@@ -88,9 +89,14 @@ def worker_main(
     emit: Emit = lambda event: wp.send(conn, event)  # noqa: E731
     placement = start.placement
     vision = None
-    model_bytes, available = _file_bytes(config.model_path), host_memory.available_bytes()
-    cache_host = host_memory.weight_cache_host(config.weight_cache_host, model_bytes, available)
-    cache_device = weight_cache_device(config.weight_cache_device, hide_gpu, model_bytes, available, log, cache_host)
+    cache_device, cache_host = weight_cache_choice(
+        config.weight_cache_device,
+        config.weight_cache_host,
+        hide_gpu,
+        files.file_bytes(config.model_path),
+        host_memory.available_bytes(),
+        log,
+    )
     try:
         engine = EngineAdapter(
             config.model_path,
@@ -177,6 +183,21 @@ def worker_main(
         log_event(log, logging.INFO, "worker_closed", close_s=round(time.perf_counter() - t_close, 4))
 
 
+def weight_cache_choice(
+    requested_device: str | None,
+    requested_host: Literal["auto", "pinned", "mapped"],
+    hide_gpu: bool,
+    model_bytes: int,
+    available_bytes: int | None,
+    log: logging.Logger,
+) -> tuple[str | None, Literal["pinned", "mapped"]]:
+    """What this worker caches weights with: the host copy it keeps (``host_memory.weight_cache_host``: ``auto``
+    pinned where it fits, else mapped) and the device it caches on (``weight_cache_device``, None: the mode off).
+    ``igi prepare`` asks the same, to plan for what the worker will run."""
+    host = host_memory.weight_cache_host(requested_host, model_bytes, available_bytes)
+    return weight_cache_device(requested_device, hide_gpu, model_bytes, available_bytes, log, host), host
+
+
 def weight_cache_device(
     requested: str | None,
     hide_gpu: bool,
@@ -228,13 +249,6 @@ def _stage_seconds(stages: Any) -> dict[str, float | None]:
     """The stages of the worker's model load worth a log line (``engine.load_timing.LoadStages``)."""
     names = ("model_s", "open_s", "vocab_s", "alloc_s", "data_s", "context_s")
     return {name: getattr(stages, name) for name in names}
-
-
-def _file_bytes(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0  # the load reports the missing file
 
 
 def _serve(
@@ -330,8 +344,7 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
             ok, message = True, ""
             move = scheduler.last_move
             if move is not None:  # weights moved between the host copy and the GPU, no load
-                stages = {k: None if v is None else round(v, 4) for k, v in move.model_dump().items()}
-                log_event(log, logging.INFO, "worker_moved", req_id=command.req_id, **stages)
+                log_event(log, logging.INFO, "worker_moved", req_id=command.req_id, **move.rounded())
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             # a growth undone serves on; a shrink must not keep the larger placement it was undone to

@@ -369,6 +369,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "placement": source,
                 "plan_notes": plan_notes,
                 "kv_type": placement.type_k,
+                "kv_host_layers": placement.kv_host_layers,
+                "prefetch_slots": placement.prefetch_slots,
+                "op_offload_min_batch": placement.op_offload_min_batch,
                 "n_ubatch": placement.n_ubatch,
                 "n_batch": placement.n_batch,
                 "load_s": load_s,
@@ -398,9 +401,16 @@ def _warmup_request(engine: Any) -> Any:
 def summary_line(r: dict[str, Any]) -> str:
     peak = "-" if r["vram_peak_mib"] is None else f"{r['vram_peak_mib']:.0f} MiB"
     if r["workload"] == "paper":
+        dec = r["steps"]["decode_only"]
+        streamed = (
+            f", {dec['upload_mib_per_step']:.0f} MiB of host weights uploaded per decode step at "
+            f"{dec['upload_gb_s']:.1f} GB/s of llama_decode"
+            if dec.get("upload_mib_per_step")
+            else ""
+        )
         return (
             f"B={r['b']}: decode {r['decode_tok_s']:.1f} tok/s, aggregate {r['aggregate_tok_s']:.1f} tok/s, "
-            f"TTFT p50/p99 {r['ttft_p50_s']:.3f}/{r['ttft_p99_s']:.3f} s, peak {peak}, {r['placement']}"
+            f"TTFT p50/p99 {r['ttft_p50_s']:.3f}/{r['ttft_p99_s']:.3f} s, peak {peak}, {r['placement']}{streamed}"
         )
     return (
         f"{r['npcs']} NPCs: aggregate {r['aggregate_tok_s']:.1f} tok/s, crowd TTFT p50/p99 "
@@ -419,8 +429,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     if rows and rows[0]["workload"] == "paper":
         lines += [
             "| B | decode tok/s | x B=1 | decode tok per CPU-s (x B=1) | aggregate tok/s | TTFT p50 / p99 s "
-            "| VRAM peak MiB | placement |",
-            "|---|---|---|---|---|---|---|---|",
+            "| VRAM peak MiB | placement | host weights uploaded per decode step MiB (GB/s) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             peak = "-" if r["vram_peak_mib"] is None else f"{r['vram_peak_mib']:.0f}"
@@ -428,7 +438,8 @@ def render(rows: list[dict[str, Any]]) -> str:
                 f"| {r['b']} | {r['decode_tok_s']:.1f} | {r.get('decode_ratio_vs_b1', 0.0):.2f} | "
                 f"{r['decode_tok_per_cpu_s']:.1f} ({r.get('decode_cpu_ratio_vs_b1', 0.0):.2f}) | "
                 f"{r['aggregate_tok_s']:.1f} | {r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | {peak} | "
-                f"{r['placement']} |"
+                f"{r['placement']} | {r['steps']['decode_only']['upload_mib_per_step']:.0f} "
+                f"({r['steps']['decode_only']['upload_gb_s']:.1f}) |"
             )
     else:
         lines += [summary_line(r) for r in rows]

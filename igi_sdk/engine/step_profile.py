@@ -4,9 +4,9 @@
 llama.cpp and into its per-sequence Python: ``llama_decode`` itself, the rest of ``LlamaEngine.decode`` (the
 ``llama_batch`` filled from Python, the logits rows copied out), the ``Sampler``'s draw, the grammar's checks, the
 token's bytes. Every step's wall time goes to those buckets and the rest, the scheduler's own Python (composing
-the step, bookkeeping, events), to ``scheduler``. The wrappers are installed on the classes and the engine
-instance and removed at exit, so the hot paths carry no timing code; a benchmark process profiles one engine at a
-time.
+the step, bookkeeping, events), to ``scheduler``; beside them, the bytes of host weights the step uploaded to the
+GPU (op_offload's streaming). The wrappers are installed on the classes and the engine instance and removed at
+exit, so the hot paths carry no timing code; a benchmark process profiles one engine at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import llama_cpp
 
 from igi_sdk.engine import sequences
 from igi_sdk.engine.grammar import GrammarConstraint
+from igi_sdk.engine.prefetch import weight_upload_bytes
 from igi_sdk.engine.sampler import Sampler
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class StepTimes:
     """CPU seconds of this process (every thread) over those steps: on a machine shared with other jobs the wall
     time mostly measures them; with one llama.cpp thread the CPU time is the work."""
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    upload_bytes: int = 0
+    """Bytes of host weights the patched scheduler uploaded to the GPU during those steps (op_offload's streaming,
+    ``prefetch.weight_upload_bytes``; 0 on a stock build)."""
 
     def per_step_ms(self) -> dict[str, float]:
         """Milliseconds per step of each bucket."""
@@ -55,7 +59,15 @@ class StepTimes:
             "wall_s": self.wall_s,
             "cpu_s": self.cpu_s,
             "per_step_ms": self.per_step_ms(),
+            "upload_mib_per_step": self.upload_bytes / max(self.steps, 1) / (1 << 20),
+            "upload_gb_s": self.upload_gb_s(),
         }
+
+    def upload_gb_s(self) -> float:
+        """The uploads' rate over the time inside ``llama_decode`` (GB/s; 0 without uploads): against the PCIe
+        copy rate, how far a step that streams its host weights is from being bound by the copies."""
+        decode_s = self.seconds["llama_decode"]
+        return self.upload_bytes / decode_s / 1e9 if decode_s > 0 else 0.0
 
 
 class StepProfile:
@@ -137,6 +149,7 @@ class StepProfile:
     def step(self, sched: BatchScheduler) -> list[Any]:
         """One ``sched.step()``, its time added to the buckets of its kind."""
         before = sched.counters
+        uploaded = weight_upload_bytes() or 0
         for k in self._acc:
             self._acc[k] = 0.0
         t0, c0 = time.perf_counter(), time.process_time()
@@ -153,6 +166,7 @@ class StepProfile:
         times.prefill_tokens += n_prefill
         times.wall_s += wall
         times.cpu_s += cpu
+        times.upload_bytes += (weight_upload_bytes() or 0) - uploaded
         timed = 0.0
         for k, v in self._acc.items():
             times.seconds[k] += v

@@ -37,6 +37,8 @@ def test_paper_shape_reports_decode_ratio_ttft_and_where_steps_go(tmp_path: Path
     steps = rows[1]["steps"]["decode_only"]
     assert steps["decode_tokens"] == 2 * 5  # the first token of each comes from its prompt's step
     assert steps["per_step_ms"]["llama_decode"] > 0 and steps["per_step_ms"]["scheduler"] > 0
+    assert steps["upload_mib_per_step"] == 0 and steps["upload_gb_s"] == 0  # the CPU streams nothing
+    assert rows[1]["kv_host_layers"] == 0 and rows[1]["op_offload_min_batch"] == 0
     assert Sampler.sample.__name__ == "sample" and GrammarConstraint.allows.__name__ == "allows"  # unwrapped
 
 
@@ -53,3 +55,40 @@ def test_game_answers_every_turn_and_compares_the_speaker_with_itself_alone(tmp_
     assert row["turns_answered"] == row["turns"] >= 3 + 2
     assert row["speaker_same_tokens_as_alone"]  # greedy, every ubatch under 64 tokens: identical on the CPU
     assert row["speaker_ttft_p50_s"] > 0 and row["speaker_alone_ttft_p50_s"] > 0
+
+
+def test_step_profile_counts_the_uploads_of_each_kind_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bytes the patched scheduler's counter moved during a step go to that step's kind, with their rate over
+    the step's time in llama_decode (the counter is the seam: the CPU uploads nothing)."""
+    from igi_sdk.engine import step_profile
+    from igi_sdk.engine.batch_types import BatchCounters
+
+    uploaded = [0]
+    monkeypatch.setattr(step_profile, "weight_upload_bytes", lambda: uploaded[0])
+
+    class Sched:
+        """Steps of (prompt tokens, decode tokens, bytes uploaded), one per ``step()``."""
+
+        def __init__(self, steps: list[tuple[int, int, int]]) -> None:
+            self.counters, self.steps = BatchCounters(), steps
+
+        def step(self) -> list[object]:
+            prefill, decode, upload = self.steps.pop(0)
+            self.counters = self.counters.model_copy(
+                update={
+                    "prefill_tokens_evaluated": self.counters.prefill_tokens_evaluated + prefill,
+                    "decode_tokens": self.counters.decode_tokens + decode,
+                }
+            )
+            uploaded[0] += upload
+            return []
+
+    sched = Sched([(8, 0, 3 << 20), (0, 4, 1 << 20), (0, 4, 3 << 20), (0, 0, 5 << 20)])
+    profile = step_profile.StepProfile()
+    while sched.steps:
+        profile.step(sched)  # type: ignore[arg-type]
+    assert profile.mixed.upload_bytes == 3 << 20
+    assert profile.decode_only.upload_bytes == 4 << 20  # the empty step counts nowhere
+    profile.decode_only.seconds["llama_decode"] = 0.002
+    assert profile.decode_only.as_dict()["upload_mib_per_step"] == 2.0
+    assert profile.decode_only.upload_gb_s() == pytest.approx((4 << 20) / 0.002 / 1e9)

@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         default="f16",
         help="the KV cache's keys and values (the daemon's engine.kv_cache_type)",
     )
+    p.add_argument(
+        "--compare-kv-types",
+        action="store_true",
+        help="also plan with every KV cache type and print what each predicts (a crowd under a tight budget: "
+        "whether a quantized cache keeps more of the model in VRAM)",
+    )
     p.add_argument("--reloads-per-request", type=float, default=0.0, help="expected budget-change reloads per request")
     p.add_argument("--objective", choices=("e2e", "ttft", "tps"), default="e2e")
     p.add_argument("--threads", type=int, default=None, help="CPU threads the game leaves us")
@@ -216,6 +222,45 @@ def render(result: PlanResult, console: Console) -> None:
         console.print(ru)
 
 
+def kv_type_row(kv_type: str, result: PlanResult) -> dict[str, object]:
+    """What one KV cache type's plan predicts: the strategy, the cache's MiB (VRAM, host) and the timings."""
+    chosen = result.chosen or result.cpu_fallback
+    if chosen is None:
+        return {"kv_cache_type": kv_type, "strategy": None}
+    m, p = chosen.memory, chosen.prediction
+    return {
+        "kv_cache_type": kv_type,
+        "strategy": chosen.strategy if result.chosen is not None else f"{chosen.strategy} (fallback)",
+        "kv_vram_mib": round(m.gpu_kv_mib, 1),
+        "kv_host_mib": round(m.host_kv_mib, 1),
+        "vram_mib": round(m.vram_total_mib, 1),
+        "ttft_s": round(p.ttft_s, 3),
+        "decode_tok_s": round(p.decode_tps, 1),
+        "aggregate_tok_s": round(p.aggregate_tps, 1),
+    }
+
+
+def render_kv_types(rows: list[dict[str, object]], decode_batch: int, console: Console) -> None:
+    """The table of ``--compare-kv-types``."""
+    t = Table(title=f"KV cache types ({decode_batch} sessions decoding together)")
+    columns = {
+        "kv_cache_type": "KV cache",
+        "strategy": "plan",
+        "kv_vram_mib": "KV in VRAM MiB",
+        "kv_host_mib": "KV on host MiB",
+        "vram_mib": "VRAM MiB",
+        "ttft_s": "TTFT s",
+        "decode_tok_s": "tok/s each",
+        "aggregate_tok_s": "tok/s in all",
+    }
+    for key, heading in columns.items():
+        t.add_column(heading, justify="left" if key in ("kv_cache_type", "strategy") else "right")
+    for row in rows:
+        t.add_row(*(str(row.get(key, "-")) for key in columns))
+    console.print(t)
+    console.print("greedy replies may differ between types: attention reads the quantized keys and values")
+
+
 def run(argv: list[str]) -> int:
     """Entry point of ``igi plan``."""
     args = _parser().parse_args(argv)
@@ -240,37 +285,43 @@ def run(argv: list[str]) -> int:
         n_ctx=args.ctx,
         reloads_per_request=args.reloads_per_request,
     )
-    options = PlannerOptions(
-        objective=args.objective, n_threads=args.threads, type_k=args.kv_cache_type, type_v=args.kv_cache_type
-    )
-    if path is not None:
+
+    def plan(kv_type: str) -> PlanResult:
+        options = PlannerOptions(objective=args.objective, n_threads=args.threads, type_k=kv_type, type_v=kv_type)
+        if path is None:
+            return plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
         from igi_sdk.profiler.planning import plan_file
 
-        result, warnings = plan_file(
+        planned, warnings = plan_file(
             path, args.vram_budget_mib, workload, profile, options, dry_run=not args.no_dry_run, table=table
         )
         for w in warnings:
-            console.print(f"warning: {w}")
-    else:
-        result = plan_placement(table, args.vram_budget_mib, workload, profile, ComputeBufferTable(), options)
+            console.print(f"warning ({kv_type}): {w}" if kv_type != args.kv_cache_type else f"warning: {w}")
+        return planned
+
+    result = plan(args.kv_cache_type)
+    kv_rows = (
+        [kv_type_row(kv, result if kv == args.kv_cache_type else plan(kv)) for kv in KV_CACHE_TYPES]
+        if args.compare_kv_types
+        else None
+    )
     vision = plan_vision(result, vision_shape, args.max_image_tokens) if vision_shape is not None else None
     if args.json:
-        if vision_shape is None:
+        if vision_shape is None and kv_rows is None:
             print(result.model_dump_json(indent=2))
         else:
             import json
 
-            print(
-                json.dumps(
-                    {
-                        "plan": result.model_dump(mode="json"),
-                        "vision_encoder": vision.model_dump(mode="json") if vision else None,
-                    },
-                    indent=2,
-                )
-            )
+            out: dict[str, object] = {"plan": result.model_dump(mode="json")}
+            if vision_shape is not None:
+                out["vision_encoder"] = vision.model_dump(mode="json") if vision else None
+            if kv_rows is not None:
+                out["kv_cache_types"] = kv_rows
+            print(json.dumps(out, indent=2))
     else:
         render(result, console)
         if vision is not None and vision_shape is not None:
             render_vision(vision, vision_shape, console)
+        if kv_rows is not None:
+            render_kv_types(kv_rows, result.workload.decode_batch, console)
     return 0

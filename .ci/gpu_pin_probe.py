@@ -16,7 +16,11 @@ copies it to as much device memory (``h2d_gb_s``), then exits; the parent sample
   ``cudaDeviceReset``; ``unregister_s``, ``reset_s``, and after the parent's NVML reading the registration again
   (``reacquire_ctx_s``: the new context, ``reacquire_s``). A copy may not cross two registrations (``cudaMemcpy``
   refuses it), so the chunked kinds copy chunk by chunk: whether the driver unpins chunks side by side is what
-  ``rel_chunks_par`` against ``rel_chunks_seq`` tells.
+  ``rel_chunks_par`` against ``rel_chunks_seq`` tells;
+- ``rel_overlap``: the host copy registered as one block, then whether its unregistration runs beside a copy of
+  ``EXPORT_MIB`` MiB of device memory into pageable memory in ``EXPORT_PIECES`` copies (a detach's export of the
+  sessions' KV cache): ``export_alone_s``, ``overlap_wall_s`` (with its ``overlap_export_s`` and
+  ``overlap_unregister_s``), ``unregister_alone_s``.
 Printed per KIND (one JSON line; ``$OUT/pin_probe.json`` all of them): ``ctx_s``, ``pin_s``, ``touch_s``, ``h2d_s``,
 the memory held, and from the exit's start: ``exit_to_half_s`` (NVML shows half of it gone), ``exit_to_within_s``
 (within 4 MiB of the reading before the process), ``exit_to_reaped_s``.
@@ -99,6 +103,57 @@ def register_blocks(rt, addr, kind):
     return blocks
 
 
+EXPORT = int(float(os.environ.get("EXPORT_MIB", "192")) * (1 << 20))
+EXPORT_PIECES = int(os.environ.get("EXPORT_PIECES", "64"))
+
+
+def overlap(rt, blocks):
+    """``rel_overlap``: can the driver unpin the host copy while the context still copies device memory out (a
+    detach's export of the sessions' KV cache, one copy per layer and K / V into pageable memory)? The export alone,
+    then the export and the unregistration on two threads at once, then (registered again) the unregistration alone."""
+    import threading
+
+    kv = ctypes.c_void_p()
+    ck(rt.cudaMalloc(ctypes.byref(kv), ctypes.c_size_t(EXPORT)), "malloc kv")
+    ck(rt.cudaMemset(kv, 1, ctypes.c_size_t(EXPORT)), "memset kv")
+    ck(rt.cudaDeviceSynchronize(), "sync")
+    _keep, dst, _ = anon(EXPORT, False)
+    piece = EXPORT // EXPORT_PIECES
+
+    def export():
+        t = time.perf_counter()
+        for i in range(EXPORT_PIECES):
+            src = ctypes.c_void_p(kv.value + i * piece)
+            ck(rt.cudaMemcpy(ctypes.c_void_p(dst + i * piece), src, ctypes.c_size_t(piece), 2), "d2h")
+        return time.perf_counter() - t
+
+    def unregister():
+        t = time.perf_counter()
+        for b in blocks:
+            ck(rt.cudaHostUnregister(ctypes.c_void_p(b[0])), "unregister")
+        return time.perf_counter() - t
+
+    r = {"export_mib": EXPORT >> 20, "export_pieces": EXPORT_PIECES, "export_alone_s": export()}
+    times = {}
+    t = time.perf_counter()
+    th = threading.Thread(target=lambda: times.update(unregister_s=unregister()))
+    th.start()
+    times["export_s"] = export()
+    th.join()
+    r.update(
+        {
+            "overlap_wall_s": time.perf_counter() - t,
+            "overlap_export_s": times["export_s"],
+            "overlap_unregister_s": times["unregister_s"],
+        }
+    )
+    for b in blocks:
+        ck(rt.cudaHostRegister(ctypes.c_void_p(b[0]), ctypes.c_size_t(b[1]), 0), "register again")
+    r["unregister_alone_s"] = unregister()
+    r["export_after_s"] = export()
+    return r
+
+
 def child(kind, q, go):
     r = {"kind": kind}
     rt = cudart()
@@ -161,6 +216,12 @@ def child(kind, q, go):
     elif kind == "hostalloc_reset":
         ck(rt.cudaDeviceReset(), "reset")
         q.put({"reset_s": time.perf_counter() - t0})
+    elif kind == "rel_overlap":
+        ck(rt.cudaFree(dev), "free dev")
+        q.put(overlap(rt, blocks))
+        t1 = time.perf_counter()
+        ck(rt.cudaDeviceReset(), "reset")
+        q.put({"reset_s": time.perf_counter() - t1})
     elif kind.startswith("rel_"):
         ck(rt.cudaFree(dev), "free dev")
         t1 = time.perf_counter()

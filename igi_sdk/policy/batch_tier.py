@@ -17,6 +17,13 @@ Rules (:func:`decide`, called on every loop tick with the tokens each NPC genera
 - **only to a tier with a plan** (``candidates``: the tiers planned at the budget in force, with the predictions the
   saving needs); no plan, no switch.
 
+What a switch costs (``TierCandidate.reload_s``, :func:`switch_cost_s`): once the worker has made reloads in place
+between placements on the GPU, the slowest of the last ``RECENT_RELOADS`` of them as the worker measured them (pause,
+sessions saved, the reload or the weights' move, sessions restored); before that, the cost model's reload time of the
+tier's plan. The measured figure follows what the worker does: in the weight cache mode a switch moves weights from the
+host copy in a few tenths of a second where the cost model prices a load of the model (seconds), and it counts the
+sessions' export and import, which the cost model leaves out.
+
 So the target of a step up is never a tier below what the NPCs generating need, no switch is made that the predictions
 say does not pay, and two switches of which the second is a step down are at least ``tier_down_stable_s`` apart (no
 flapping). ``tests/property/test_batch_tier_properties.py`` checks these invariants over random sequences of ticks.
@@ -61,7 +68,7 @@ class TierCandidate(BaseModel):
     tier: int = Field(ge=1)
     current_decode_tps: float = Field(gt=0, description="the placement in force, evaluated at this tier, tokens/s")
     target_decode_tps: float = Field(gt=0, description="this tier's own plan at this tier, tokens/s")
-    reload_s: float = Field(ge=0, description="the predicted reload time of this tier's plan, seconds")
+    reload_s: float = Field(ge=0, description="what switching to this tier's plan costs, seconds (switch_cost_s)")
 
 
 class TierState(BaseModel):
@@ -99,6 +106,25 @@ def steps_ahead(tokens_left: Sequence[int], beyond: int) -> int:
         raise ValueError("beyond must be >= 0")
     ordered = sorted((max(0, t) for t in tokens_left), reverse=True)
     return ordered[beyond] if len(ordered) > beyond else 0
+
+
+RECENT_RELOADS = 5
+"""How many of the worker's last reloads in place weigh a switch (:func:`switch_cost_s`)."""
+
+
+def switch_cost_s(predicted_reload_s: float, recent_reloads_s: Sequence[float]) -> float:
+    """What a tier switch is weighed by: the slowest of the last ``RECENT_RELOADS`` reloads in place the worker
+    measured (``recent_reloads_s``, oldest first), else, with none measured yet, the cost model's reload time of the
+    tier's plan (``predicted_reload_s``).
+
+    Example:
+        >>> switch_cost_s(2.7, ()), switch_cost_s(2.7, (0.2, 0.31, 0.18))
+        (2.7, 0.31)
+    """
+    if predicted_reload_s < 0 or any(t < 0 for t in recent_reloads_s):
+        raise ValueError("reload times must be >= 0")
+    recent = list(recent_reloads_s)[-RECENT_RELOADS:]
+    return max(recent) if recent else predicted_reload_s
 
 
 def needed_tier(n_generating: int, tiers: Sequence[int]) -> int:

@@ -3,7 +3,17 @@
 
 from __future__ import annotations
 
-from igi_sdk.policy.batch_tier import TierCandidate, TierPolicyConfig, TierState, decide, needed_tier
+import pytest
+
+from igi_sdk.policy.batch_tier import (
+    RECENT_RELOADS,
+    TierCandidate,
+    TierPolicyConfig,
+    TierState,
+    decide,
+    needed_tier,
+    switch_cost_s,
+)
 
 TIERS = (1, 4, 16)
 CONFIG = TierPolicyConfig(tier_down_stable_s=5.0)
@@ -65,3 +75,12 @@ def test_an_idle_daemon_does_not_step_down_nothing_repays_the_reload() -> None:
 
 def test_more_npcs_than_slots_need_the_largest_tier() -> None:
     assert needed_tier(0, TIERS) == 1 and needed_tier(5, TIERS) == 16 and needed_tier(20, TIERS) == 16
+
+
+def test_a_switch_costs_the_slowest_recent_reload_in_place_else_the_prediction() -> None:
+    assert switch_cost_s(2.7, ()) == 2.7
+    assert switch_cost_s(2.7, (0.2, 0.31, 0.18)) == 0.31
+    assert switch_cost_s(2.7, (9.0, 0.2, 0.2, 0.2, 0.2, 0.2)) == 0.2  # only the last RECENT_RELOADS
+    assert RECENT_RELOADS == 5
+    with pytest.raises(ValueError):
+        switch_cost_s(1.0, (-0.1,))

@@ -17,7 +17,7 @@ from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.messages import BudgetAck
-from igi_sdk.ipc.values import Plan
+from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
 
 KEY = bytes(range(32))
@@ -86,9 +86,11 @@ class Rig:
     def reloads(self) -> list[wp.Reload]:
         return [c for c in self.worker.commands if isinstance(c, wp.Reload)]
 
-    def finish_reload(self) -> None:
+    def finish_reload(self, apply_time_s: float = 0.0) -> None:
         reload = self.reloads()[-1]
-        self.budget.on_reloaded(wp.Reloaded(req_id=reload.req_id, ok=True, placement=reload.placement))
+        self.budget.on_reloaded(
+            wp.Reloaded(req_id=reload.req_id, ok=True, placement=reload.placement, apply_time_s=apply_time_s)
+        )
 
     def acks(self) -> list[BudgetAck]:
         return [m for _, m in (unpack_message(KEY, f) for f in self.sent) if isinstance(m, BudgetAck)]
@@ -154,6 +156,43 @@ def test_no_switch_that_does_not_pay(monkeypatch: pytest.MonkeyPatch) -> None:
     rig.npcs(21)  # 1.05 s: it pays
     rig.tick(0.1)
     assert len(rig.reloads()) == 1
+
+
+def _down_to_tier_1(rig: Rig, apply_time_s: float) -> None:
+    """One NPC with a long reply: the switch down to tier 1's plan after the hysteresis, measured by the worker."""
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    rig.finish_reload(apply_time_s)
+    assert rig.budget.current.tier == 1
+
+
+def test_a_switch_is_weighed_by_the_reloads_the_worker_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four NPCs with 5 tokens left save 0.1 s a step on the crowd's plan: 0.5 s, less than the 1 s reload the cost
+    model predicts, more than the 0.2 s the worker took for its last reload in place."""
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    _down_to_tier_1(rig, apply_time_s=1.5)
+    rig.npcs(5, 5, 5, 5)
+    rig.tick(0.1)
+    assert len(rig.reloads()) == 1  # measured slower than predicted: 0.5 s does not repay 1.5 s
+
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    _down_to_tier_1(rig, apply_time_s=0.2)
+    rig.npcs(5, 5, 5, 5)
+    rig.tick(0.1)
+    assert len(rig.reloads()) == 2 and rig.reloads()[-1].placement.n_gpu_layers == _layers(4096, 4)
+
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    _down_to_tier_1(rig, apply_time_s=0.2)
+    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=8, n_params=None, file_mib=1.0, n_ctx=2048)
+    ready = wp.Ready(pid=2, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
+    rig.budget.on_worker_ready(ready)  # a new worker: its reloads are measured anew
+    rig.npcs(5, 5, 5, 5)
+    rig.tick(0.1)
+    assert len(rig.reloads()) == 1  # the prediction again
 
 
 def test_no_switch_while_a_budget_change_is_under_way(monkeypatch: pytest.MonkeyPatch) -> None:

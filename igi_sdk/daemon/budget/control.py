@@ -38,6 +38,7 @@ planned, else the budget's default plan. Every tier's plan is under the same bud
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 
 from igi_sdk.daemon.budget import vram
@@ -51,7 +52,14 @@ from igi_sdk.engine.cache_base import is_detached, on_host
 from igi_sdk.ipc.envelope import Header, new_msg_id
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.policy import batch_tier
-from igi_sdk.policy.batch_tier import TierCandidate, TierPolicyConfig, TierState, needed_tier
+from igi_sdk.policy.batch_tier import (
+    RECENT_RELOADS,
+    TierCandidate,
+    TierPolicyConfig,
+    TierState,
+    needed_tier,
+    switch_cost_s,
+)
 from igi_sdk.policy.budget import (
     BudgetDecision,
     BudgetPolicyConfig,
@@ -99,6 +107,9 @@ class BudgetControl:
         self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
+        #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
+        #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
+        self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
         self._replaced_polled_s = -float("inf")  # when NVML was last read for a worker being replaced
         self._detach_failed = False  # a worker could not detach from the GPU: none is planned to again
         self._partial_kv = False  # the last GPU worker's ``Ready.partial_kv``
@@ -186,6 +197,7 @@ class BudgetControl:
         worker with the GPU hidden says nothing about it), then a reload that waited for it starts, or is answered at
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
+        self._reloads_in_place_s.clear()  # a new worker's reloads are measured anew
         if not event.gpu_hidden:
             detachable = event.devices_releasable and not self._detach_failed
             self._partial_kv = event.partial_kv
@@ -281,6 +293,8 @@ class BudgetControl:
             return
         self._inflight = None
         self._lifecycle.reload_done()
+        if event.ok and self._current.placement.gpu_context and op.outcome.placement.gpu_context:
+            self._reloads_in_place_s.append(event.apply_time_s)
         if event.ok:
             for job in self._core.jobs.values():  # its count of reloads goes if the worker is replaced later
                 if job.forwarded:
@@ -537,6 +551,7 @@ class BudgetControl:
             direction=decision.action,
             generating=len(tokens_left),
             saving_s=None if decision.saving_s is None else round(decision.saving_s, 3),
+            switch_cost_s=round(candidates[decision.target_tier].reload_s, 3),
             budget_mib=target.budget_mib,
             strategy=target.plan.strategy,
         )
@@ -545,8 +560,10 @@ class BudgetControl:
     def _tier_candidates(self, plans: dict[int, PlanOutcome], current: PlanOutcome) -> dict[int, TierCandidate]:
         """The tier plans a switch may go to, with the predictions the rule weighs: the placement in force's decode
         rate at each tier (kept with it, or with the tier plan that has the same placement: the default plan is the top
-        tier's) and each plan's own. Left out: plans without predictions, plans of the placement in force, and plans a
-        worker could not reload to in place (a replacement costs a process start the predictions do not hold)."""
+        tier's) and each plan's own, and what the switch costs (``batch_tier.switch_cost_s``: the worker's last reloads
+        in place, else the plan's predicted reload). Left out: plans without predictions, plans of the placement in
+        force, and plans a worker could not reload to in place (a replacement costs a process start the predictions
+        do not hold)."""
         rates = current.tier_decode_tps
         if not rates:
             rates = next((p.tier_decode_tps for p in plans.values() if same_plan(p, current)), ())
@@ -559,7 +576,10 @@ class BudgetControl:
             if same_plan(plan, current) or self._lifecycle.needs_new_process(plan.placement):
                 continue
             candidates[tier] = TierCandidate(
-                tier=tier, current_decode_tps=now_tps, target_decode_tps=target_tps, reload_s=plan.reload_s
+                tier=tier,
+                current_decode_tps=now_tps,
+                target_decode_tps=target_tps,
+                reload_s=switch_cost_s(plan.reload_s, self._reloads_in_place_s),
             )
         return candidates
 
@@ -745,6 +765,7 @@ class BudgetControl:
         """
         self._requeue_lost_reload()
         self._planner = planner
+        self._reloads_in_place_s.clear()  # another model moves at another speed
         if vram_budget_mib is not None:
             self.state = BudgetState.initial(vram_budget_mib)
         target = headroom = self.state.target_mib  # the old worker has exited (model_switch, "stopping")

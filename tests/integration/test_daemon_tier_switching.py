@@ -7,6 +7,7 @@ One NPC streams a long greedy reply: after the hysteresis the daemon switches do
 at once: it switches up to tier 4 at once; they finish and the first goes on: it switches down again after the
 hysteresis. Every switch is a reload at a token boundary (``batch_tier_switch`` in the log), every NPC gets exactly one
 terminal reply, and each reply's greedy tokens are those of its uninterrupted run (on a daemon that never switches).
+The first switch is weighed by the plan's predicted reload, the later ones by the worker's measured reloads in place.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CROWD = (
 )
 WAIT_S = 120.0
 SWITCH = re.compile(r"event=batch_tier_switch from_tier=(\d+) to_tier=(\d+)")
+COST = re.compile(r"event=batch_tier_switch .*?switch_cost_s=([0-9.]+)")
 
 
 def _switches(daemon: DaemonProcess) -> list[tuple[int, int]]:
@@ -89,6 +91,7 @@ def test_npcs_joining_switch_up_and_leaving_switch_down_keeping_every_reply() ->
             _wait_switches(daemon, [(4, 1), (1, 4), (4, 1)])  # the miller alone again: down after the hysteresis
             replies[LONG[0]] = miller.result()
             status = client.status()
+        log = daemon.log_file.read_text(errors="replace")
         counters = status.counters
     finally:
         daemon.stop()
@@ -97,6 +100,10 @@ def test_npcs_joining_switch_up_and_leaving_switch_down_keeping_every_reply() ->
         assert reply.token_ids == expected[name], name
     assert replies[LONG[0]].reloads_during == 3  # every switch was a reload during the miller's reply
     assert counters.get("generate_requests") == 4 and counters.get("batch_tier_switches") == 3
+    # the first switch is weighed by the plan's predicted reload (0.05 s), the later ones by the worker's measured
+    # reloads in place (a real reload of the model: longer)
+    costs = [float(c) for c in COST.findall(log)]
+    assert costs[0] == 0.05 and all(c > 0.05 for c in costs[1:]) and len(costs) == 3
     terminal = sum(n for key, n in counters.items() if key.startswith("generations_"))
     assert terminal == 4  # exactly one terminal reply each
     assert status.plan is not None and status.plan.strategy == "tier 1" and status.vram_budget_mib == 4096

@@ -369,6 +369,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "placement": source,
                 "plan_notes": plan_notes,
                 "kv_type": placement.type_k,
+                "n_gpu_layers": placement.n_gpu_layers,
                 "kv_host_layers": placement.kv_host_layers,
                 "prefetch_slots": placement.prefetch_slots,
                 "op_offload_min_batch": placement.op_offload_min_batch,

@@ -215,7 +215,7 @@ class PlacementPlanner:
     def cpu_only(self, budget_mib: int, warning: str | None = None) -> PlanOutcome:
         """The CPU-only placement (always feasible as far as VRAM goes)."""
         placement = self._base.cpu_only()
-        file_mib = self._model_path.stat().st_size / (1024 * 1024)
+        file_mib = self.model_file_mib()
         encoder = self._encoder(LlmMemory(fixed_mib=0, weights_mib=0, context_mib=0), budget_mib, gpu=False)
         summary = "all weights and KV on the CPU" + ("" if encoder is None else f"; {encoder.summary()}")
         plan = Plan(strategy="cpu_only", gpu_mib=0.0, cpu_mib=file_mib, n_gpu_layers=0, summary=summary)

@@ -185,7 +185,6 @@ def apply_daemon_workload(args: argparse.Namespace) -> Placement:
     """
     from igi_sdk.bench.offload_env import OP_OFFLOAD_ENV
     from igi_sdk.config import load_settings
-    from igi_sdk.engine.cache_base import host_load_mode
 
     given = [f"--{name.replace('_', '-')}" for name in DAEMON_EXCLUDES if getattr(args, name) not in (None, False)]
     if given:
@@ -195,10 +194,9 @@ def apply_daemon_workload(args: argparse.Namespace) -> Placement:
     # the bench's workers inherit it and its plans read it (``offload_env``), as the daemon's worker and planner do
     os.environ[OP_OFFLOAD_ENV] = str(engine.op_offload_min_batch)
     workload, options = daemon_planning(base, engine.plan_objective, op_offload_min_batch=engine.op_offload_min_batch)
-    # the weight cache mode (on by default): every placement planned with its host copy's load mode, as the daemon does
-    # (auto: the pinned copy, which the worker keeps where the model takes at most half the host memory available)
-    host = "pinned" if engine.weight_cache_host == "auto" else engine.weight_cache_host
-    args.daemon_weight_cache = None if engine.weight_cache_device is None else host_load_mode(host)
+    # the weight cache mode (on by default): every placement planned with its host copy's load mode, as the daemon does;
+    # ``auto`` is resolved per model (``runner.daemon_weight_cache``), against the model's size as the worker does
+    args.daemon_weight_cache_host = None if engine.weight_cache_device is None else engine.weight_cache_host
     args.ctx = [workload.n_ctx]
     args.prompt_tokens, args.reply_tokens = [workload.prompt_tokens], [workload.reply_tokens]
     args.sessions, args.reloads_per_request = workload.parallel, workload.reloads_per_request
@@ -278,7 +276,7 @@ def suite_config(args: argparse.Namespace, daemon_base: Placement | None = None)
         sessions=args.sessions or 1,
         reloads_per_request=args.reloads_per_request or 0.0,
         daemon_base=daemon_base,
-        daemon_weight_cache=getattr(args, "daemon_weight_cache", None) if daemon_base is not None else None,
+        daemon_weight_cache_host=getattr(args, "daemon_weight_cache_host", None) if daemon_base is not None else None,
         oracle_max=args.oracle_max,
         oracle_pinned=args.oracle_pinned,
         use_dry_run=not args.no_dry_run,

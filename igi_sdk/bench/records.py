@@ -60,12 +60,13 @@ class SuiteMeta(BaseModel):
     """Budget changes per request the planner weighed in (``--reloads-per-request``); 0 in files written before."""
     daemon_workload: bool = False
     """Planned with the daemon's workload and options under its settings (``--daemon-workload``)."""
-    daemon_weight_cache: Literal["mmap", "pinned"] | None = None
-    """Under ``--daemon-workload``: the load mode of the host copy of the daemon's weight cache mode the placements were
-    planned for (``engine.weight_cache_device`` on: every placement realized from that copy); None: the daemon's
-    worker loads each placement (the mode off), or not planned with the daemon's workload."""
     timing: str | None = None
     # the model's own (per-model files)
+    daemon_weight_cache: Literal["mmap", "pinned"] | None = None
+    """Under ``--daemon-workload``: the load mode of the host copy of the daemon's weight cache mode the model's
+    placements were planned for (``engine.weight_cache_device`` on: every placement realized from that copy; its
+    ``engine.weight_cache_host`` resolved against the model's size, as the daemon's worker does); None: the daemon's
+    worker loads each placement (the mode off), or not planned with the daemon's workload."""
     model: str | None = None
     model_path: str | None = None
     model_file_gib: float | None = None

@@ -28,6 +28,8 @@ from igi_sdk.bench.setup import Say, compute_table, known_shapes, model_label, r
 from igi_sdk.bench.summary import best_in_budget, summarize_groups
 from igi_sdk.bench.vram import VramSampler
 from igi_sdk.bench.worker import RunSpec, Worker, WorkerCrashed, WorkerHello
+from igi_sdk.engine.cache_base import host_load_mode
+from igi_sdk.engine.host_memory import available_bytes, weight_cache_host
 from igi_sdk.files import InputFileError, read_regular_file
 from igi_sdk.planner import ComputeBufferTable, ModelTable, PlannerOptions, Profile, Workload, table_from_shape
 from igi_sdk.planner.placement import Placement
@@ -69,9 +71,10 @@ class SuiteConfig:
     base placement by ``planner.workload.daemon_planning`` (the daemon's planner calls it too); ``contexts``,
     ``sessions``, ``reloads_per_request``, ``objective``, ``n_threads`` and ``prefetch_slots`` then hold what it
     built, for the records."""
-    daemon_weight_cache: Literal["mmap", "pinned"] | None = None
-    """With ``daemon_base``: the daemon's weight cache mode (``engine.weight_cache_device`` on), as the load mode of its
-    host copy (``cache_base.host_load_mode``), which the daemon plans every placement with; None: the mode off."""
+    daemon_weight_cache_host: Literal["auto", "pinned", "mapped"] | None = None
+    """With ``daemon_base``: the host copy of the daemon's weight cache mode (``engine.weight_cache_host``, the mode on:
+    ``engine.weight_cache_device``), which the daemon plans every placement with (``daemon_weight_cache`` resolves it
+    per model); None: the mode off."""
     oracle_max: int = 4
     oracle_pinned: str = "auto"
     oracle_prune_ratio: float = 0.0
@@ -292,9 +295,25 @@ def resolve_model_table(spec: str, cfg: SuiteConfig, say: Say) -> ModelUnderTest
     return ModelUnderTest(label, path, table, summarize(table))
 
 
-def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") -> tuple[Workload, PlannerOptions]:
+def daemon_weight_cache(cfg: SuiteConfig, model_bytes: int) -> Literal["mmap", "pinned"] | None:
+    """Under ``--daemon-workload``, the load mode of the host copy the daemon's worker would keep for a model of
+    ``model_bytes`` on this machine (``host_memory.weight_cache_host``: ``auto`` is pinned where the model takes at
+    most half the host memory available, else mapped), which its placements are planned with; None: the mode off."""
+    if cfg.daemon_base is None or cfg.daemon_weight_cache_host is None:
+        return None
+    host = weight_cache_host(cfg.daemon_weight_cache_host, model_bytes, available_bytes())
+    return host_load_mode(host)
+
+
+def group_planning(
+    cfg: SuiteConfig,
+    ctx: Context,
+    gpu_device: str = "CUDA0",
+    weight_cache: Literal["mmap", "pinned"] | None = None,
+) -> tuple[Workload, PlannerOptions]:
     """The workload and planner options of one context's groups: the daemon's (``planner.workload.daemon_planning``
-    from ``cfg.daemon_base``) under ``--daemon-workload``, else the suite's flags on ``gpu_device``."""
+    from ``cfg.daemon_base``, with the weight cache mode's host copy loaded ``weight_cache``: ``daemon_weight_cache``)
+    under ``--daemon-workload``, else the suite's flags on ``gpu_device``."""
     n_ctx, prompt, reply = ctx
     min_batch = op_offload_min_batch()
     if cfg.daemon_base is not None:
@@ -304,9 +323,9 @@ def group_planning(cfg: SuiteConfig, ctx: Context, gpu_device: str = "CUDA0") ->
             cfg.daemon_base,
             cfg.objective,
             op_offload_min_batch=min_batch,
-            kv_on_gpu_only=cfg.daemon_weight_cache is not None,
-            cache_load_mode=cfg.daemon_weight_cache or "pinned",
-            partial_kv=cfg.daemon_weight_cache is not None and kv_host_layers_supported(),
+            kv_on_gpu_only=weight_cache is not None,
+            cache_load_mode=weight_cache or "pinned",
+            partial_kv=weight_cache is not None and kv_host_layers_supported(),
         )
         if (workload.n_ctx, workload.prompt_tokens, workload.reply_tokens) != ctx:
             raise ValueError(f"context {ctx} is not the daemon's workload {workload} (the records would not say it)")
@@ -352,9 +371,10 @@ def plan_groups(
     (estimates instead of dry runs, planning failures)."""
     groups: list[Group] = []
     notes: list[str] = []
+    weight_cache = daemon_weight_cache(cfg, model.table.file_bytes)
     for ctx in cfg.contexts:
         n_ctx = ctx[0]
-        workload, options = group_planning(cfg, ctx, gpu_device)
+        workload, options = group_planning(cfg, ctx, gpu_device, weight_cache)
         say(f"  {model.label}: {describe_workload(workload, options)}")
         compute = _compute_buffers(model, cfg, options, workload, has_gpu, notes, say)
         budgets = cfg.budgets_mib or auto_budgets(model.table, model.summary, workload, profile, compute, options)
@@ -468,6 +488,7 @@ class ModelRun:
                 "model_file_gib": round(model.table.file_bytes / 2**30, 3),
                 "n_layer": model.table.n_layer,
                 "is_moe": model.table.is_moe,
+                "daemon_weight_cache": daemon_weight_cache(cfg, model.table.file_bytes),
                 "synthetic_generator": GENERATOR_VERSION if model.label in known_shapes() else None,
             }
         )
@@ -787,7 +808,6 @@ def machine_meta(
         sessions=cfg.sessions,
         reloads_per_request=cfg.reloads_per_request,
         daemon_workload=cfg.daemon_base is not None,
-        daemon_weight_cache=cfg.daemon_weight_cache,
         timing="TTFT = prefill of prompt_tokens token ids + first argmax (after a 32-token warm-up batch and one decode, KV cleared); "
         f"with repeats {cfg.repeats}: medians of that many prefill + decode rounds on one load (KV cleared between); "
         "TPS = reply_tokens single-token decodes / their time; e2e = TTFT + decode time",

@@ -135,8 +135,8 @@ def worker_cache_host(engine: Any, model_path: Path) -> WeightCacheHost | None:
     default, where the build, a GPU and the host memory allow it; ``engine.weight_cache_host``, auto by default,
     pinned where the host memory allows it), so that the plans made here are made for the mode only where it runs,
     with its host copy."""
-    from igi_sdk.daemon.budget import host_memory
     from igi_sdk.daemon.engine_process.main import weight_cache_choice
+    from igi_sdk.engine import host_memory
     from igi_sdk.files import file_bytes
 
     log = logging.getLogger("igi.prepare")

@@ -99,7 +99,6 @@ ENGINE_PROCESS_MAY_IMPORT = frozenset(
         "igi_sdk.daemon.worker.priority",
         "igi_sdk.daemon.sessions.file_format",
         "igi_sdk.daemon.logs",
-        "igi_sdk.daemon.budget.host_memory",
     }
 )
 _LEAF_PACKAGES = frozenset(name.rsplit(".", 1)[0] for name in ENGINE_PROCESS_MAY_IMPORT)

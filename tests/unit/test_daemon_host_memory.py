@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.core import RequestError
 from igi_sdk.daemon.worker import model_switch
+from igi_sdk.engine import host_memory
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.synthetic import write_synthetic_gguf

@@ -332,8 +332,8 @@ def test_the_host_copy_is_planned_as_auto_resolves_it_and_as_the_worker_then_say
     where the model takes at most half the host memory available, else mapped from the file), and once the worker's
     ``Ready`` names the one it keeps, that one: the plans made for the other are forgotten."""
     from igi_sdk.config import load_settings
-    from igi_sdk.daemon.budget import host_memory
     from igi_sdk.daemon.budget.planner import daemon_planner
+    from igi_sdk.engine import host_memory
     from igi_sdk.engine.cache_base import parked_vram_mib
 
     monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)

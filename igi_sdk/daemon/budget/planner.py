@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget.host_memory import available_bytes, weight_cache_host
 from igi_sdk.daemon.budget.vram import gpu_present
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.engine.cache_base import (
@@ -35,6 +34,7 @@ from igi_sdk.engine.cache_base import (
     parked_fits,
     parked_vram_mib,
 )
+from igi_sdk.engine.host_memory import available_bytes, weight_cache_host
 from igi_sdk.files import file_bytes
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from igi_sdk import files
 from igi_sdk.config import WEIGHT_CACHE_AUTO
-from igi_sdk.daemon.budget import host_memory
-from igi_sdk.daemon.budget.host_memory import WEIGHT_CACHE_HOST_SHARE
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
+from igi_sdk.engine import host_memory
+from igi_sdk.engine.host_memory import WEIGHT_CACHE_HOST_SHARE
 from igi_sdk.engine.host_pinning import host_pinning
 from igi_sdk.errors import EngineLostError, MoveUndone
 from igi_sdk.processes import process_age_s

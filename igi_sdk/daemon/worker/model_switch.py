@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from igi_sdk.daemon.budget import host_memory
 from igi_sdk.daemon.budget.changes import PlanResult, run_in_background
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner
@@ -46,6 +45,7 @@ from igi_sdk.daemon.core import DaemonCore, RequestError
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import SWITCHING, WorkerLifecycle, WorkerState
 from igi_sdk.daemon.worker.projector import projector_shape
+from igi_sdk.engine import host_memory
 from igi_sdk.errors import ModelError, ModelNotFoundError
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode

@@ -1,4 +1,5 @@
-"""Daemon layer: how much host memory a new allocation may take (Linux ``/proc``; None where the OS does not say)."""
+"""Engine layer: host memory, what a new allocation may take and what a process holds (Linux ``/proc``; None or 0
+where the OS does not say), and which host copy a caching engine keeps within it."""
 
 from __future__ import annotations
 

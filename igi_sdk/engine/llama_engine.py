@@ -1023,8 +1023,9 @@ class LlamaEngine:
 
     # ---- state -----------------------------------------------------------------------------------
 
-    def save_seq_state(self, seq_id: int) -> bytes:
-        """Serialize one sequence (its KV cells and the tokens they hold) for ``restore_seq_state``.
+    def save_seq_state(self, seq_id: int, prefault: bool = True) -> bytes:
+        """Serialize one sequence (its KV cells and the tokens they hold) for ``restore_seq_state``, into memory
+        faulted in beforehand (``engine.prefault``; ``prefault`` False: as the copy writes it, for the benchmark's A/B).
 
         Raises:
             EngineError: llama.cpp refused (returned 0).
@@ -1039,7 +1040,7 @@ class LlamaEngine:
             }
         ).encode()
         prefix = _STATE_MAGIC + struct.pack("<II", _STATE_VERSION, len(header)) + header
-        return self._seqs.state_get(seq_id, prefix)  # written in place after the header: no copy of the KV
+        return self._seqs.state_get(seq_id, prefix, prefault)  # written in place after the header: no copy of the KV
 
     def restore_seq_state(self, seq_id: int, data: bytes) -> int:
         """Load a ``save_seq_state`` blob into ``seq_id`` (replacing what it held).

@@ -132,9 +132,9 @@ def test_reload_releases_the_old_placement_before_saving_and_before_loading(refe
         seen: list[tuple[str, int, str]] = []
         save = eng.save_seq_state
 
-        def saving(seq_id: int) -> bytes:
+        def saving(seq_id: int, prefault: bool = True) -> bytes:
             seen.append(("save", seq_id, ""))
-            return save(seq_id)
+            return save(seq_id, prefault)
 
         eng.save_seq_state = saving  # type: ignore[method-assign]
         sched.reload(

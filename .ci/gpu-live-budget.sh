@@ -22,6 +22,8 @@
 #   release:MODEL `igi_sdk.bench.device_release`: the engine in the cache mode moved attention-first -> parked ->
 #                detached (its CUDA devices given back, patch 0010) -> attention-first, then straight to detached and
 #                back, RELEASE_CYCLES cycles (3; RELEASE_ARGS: more flags, e.g. `--unregister-first ab`)
+#   export:MODEL `igi_sdk.bench.state_export --gpu`: 4 sessions of 900 tokens on the GPU exported into memory faulted
+#                in first and as the copy faults it in, 7 rounds interleaved (engine.prefault)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
 #   cache_test   tests/gpu/test_gpu_weight_cache.py (patches/llama.cpp 0006)
 #   mapped_plans `igi_sdk.bench.weight_cache` with the mapped host copy: step 7 (each budget's plan in the cache mode
@@ -73,6 +75,11 @@ if [ ! -f $W/started ]; then
             --n-threads 16 --cycles \${RELEASE_CYCLES:-3} \${RELEASE_ARGS:-} --json $W/results/device_release-\${step#release:}.json \
             > $L/device-release-\${step#release:}.log 2>&1
           echo \"device release rc=\$?\" >> $W/results/done.txt ;;
+        export:*)
+          python3 -m igi_sdk.bench.state_export --gpu --model \$(python3 -c \"$GPU_WRITE_PY\" \${step#export:} 2>/dev/null | tail -1) \
+            --threads 16 --sessions 4 --prompt-tokens 900 --rounds 7 --json $W/results/state_export-\${step#export:}.json \
+            > $L/state-export-\${step#export:}.log 2>&1
+          echo \"state export rc=\$?\" >> $W/results/done.txt ;;
         pinning)
           OUT=$W/results python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_host_pinning.py -q -s > $L/pinning.log 2>&1
           echo \"host pinning rc=\$?\" >> $W/results/done.txt ;;
@@ -119,6 +126,7 @@ while :; do
           tail -n 40 $(ls -t $L/live-$tag.log $L/live-$tag-[0-9]*.log 2>/dev/null | head -1) \
             | grep -v "^llama\|^load\|^print_info" ;;
         pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
+        export:*) tail -n 5 $L/state-export-${step#export:}.log ;;
         release:*) grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^alloc" $L/device-release-${step#release:}.log | tail -n 12 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;

@@ -654,6 +654,9 @@ def run_model(
     """Measure one model (all contexts and budgets) in stages: resolve the model, plan its groups, measure the
     core methods, sweep the oracle, confirm the close calls. Returns its JSON file (none with ``--plan-only``)."""
     model = resolve_model_table(spec, cfg, say)
+    if cfg.daemon_weight_cache_host == "auto":  # read the host memory once: the plans and the file's meta agree
+        host = weight_cache_host("auto", model.table.file_bytes, available_bytes())
+        cfg = replace(cfg, daemon_weight_cache_host=host)
     has_gpu = machine_has_gpu and profile.gpu is not None
     groups, notes = plan_groups(model, cfg, meta.gpu_device or "CUDA0", profile, extra_profile, has_gpu, say)
     suite = ModelRun(model, cfg, meta, notes, worker, sampler, state, say)

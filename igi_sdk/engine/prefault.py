@@ -53,10 +53,14 @@ def threads_for(n_bytes: int, cpu_count: int | None = None) -> int:
     ``CHUNK_MIN_BYTES``, at most ``MAX_THREADS`` and the CPUs this process may run on."""
     if n_bytes < PREFAULT_MIN_BYTES:
         return 0
-    cpus = (
-        cpu_count if cpu_count is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    )
+    cpus = cpu_count if cpu_count is not None else _usable_cpus()
     return max(1, min(MAX_THREADS, cpus, n_bytes // CHUNK_MIN_BYTES))
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def chunks(address: int, n_bytes: int, n_threads: int) -> list[tuple[int, int]]:
@@ -80,11 +84,12 @@ def prefault(address: int, n_bytes: int) -> int:
     contents are not kept where the kernel refuses ``MADV_POPULATE_WRITE``), on ``threads_for(n_bytes)`` threads.
 
     Returns:
-        The threads used (0: the range was left as it is).
+        The threads used (0: the range was left as it is: under ``PREFAULT_MIN_BYTES``, or one thread without
+        ``madvise``).
     """
     n_threads = threads_for(n_bytes)
-    if n_threads == 0:
-        return 0
+    if n_threads == 0 or (n_threads == 1 and _MADVISE is None):
+        return 0  # writing the pages on this one thread first would cost what the copy's faults cost, and more
     ranges = chunks(address, n_bytes, n_threads)
     if len(ranges) == 1:
         _fault(*ranges[0])

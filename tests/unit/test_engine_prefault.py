@@ -72,3 +72,11 @@ def test_prefault_leaves_the_memory_writable_with_or_without_the_kernels_help(
 def test_a_small_range_is_left_to_fault_on_the_copy() -> None:
     buffer = ctypes.create_string_buffer(1 << 20)
     assert prefault.prefault(ctypes.addressof(buffer), 1 << 20) == 0
+
+
+def test_one_thread_without_madvise_leaves_the_range_to_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing every page first on the exporting thread itself would only add a pass over the memory."""
+    monkeypatch.setattr(prefault, "_MADVISE", None)
+    monkeypatch.setattr(prefault, "threads_for", lambda n, cpu_count=None: 1)
+    buffer = ctypes.create_string_buffer(32 << 20)
+    assert prefault.prefault(ctypes.addressof(buffer), 32 << 20) == 0

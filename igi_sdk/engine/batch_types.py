@@ -142,6 +142,9 @@ class BatchCounters(BaseModel):
     continued_tokens: int = Field(
         default=0, description="tokens of continued replies fed back one per step in place of a draw"
     )
+    states_exported_bytes: int = Field(
+        default=0, description="bytes of sequence states exported from the context (saves, reloads, context moves)"
+    )
 
     @property
     def prefill_tokens_saved(self) -> int:

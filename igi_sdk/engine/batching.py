@@ -412,7 +412,7 @@ class BatchScheduler:
     def _evict(self, slot: Slot) -> None:
         held = self._engine.seq_tokens(slot.seq_id)
         if slot.session_id is not None and held:
-            self._slots.park(slot.session_id, self._engine.save_seq_state(slot.seq_id), held)
+            self._slots.park(slot.session_id, self._save(slot.seq_id), held)
         self._engine.seq_clear(slot.seq_id)
         self._slots.unbind(slot)
 
@@ -457,7 +457,7 @@ class BatchScheduler:
             prefix = run.prompt[:boundary]
             if prefix not in self._prefix:
                 assert run.slot is not None
-                self._prefix.put(prefix, self._engine.save_seq_state(run.slot.seq_id))
+                self._prefix.put(prefix, self._save(run.slot.seq_id))
 
     # ---- internals: sampling and finishing ---------------------------------------------------------
 
@@ -581,8 +581,13 @@ class BatchScheduler:
         if the scheduler holds nothing for it. This is what the daemon's save_session stores."""
         slot = self._slots.of_session(session_id)
         if slot is not None and self._engine.seq_tokens(slot.seq_id):
-            return self._engine.save_seq_state(slot.seq_id)
+            return self._save(slot.seq_id)
         return self._slots.parked.get(session_id)
+
+    def _save(self, seq_id: int) -> bytes:
+        state = self._engine.save_seq_state(seq_id)
+        self._c["states_exported_bytes"] += len(state)
+        return state
 
     def export_session(self, session_id: str) -> tuple[list[int], bytes] | None:
         """``export_state`` plus the tokens the state holds (empty if it was imported and never used)."""
@@ -598,7 +603,7 @@ class BatchScheduler:
         states = dict(self._slots.parked)
         for slot in self._slots:
             if slot.session_id is not None and self._engine.seq_tokens(slot.seq_id):
-                states[slot.session_id] = self._engine.save_seq_state(slot.seq_id)
+                states[slot.session_id] = self._save(slot.seq_id)
         return states
 
     def import_states(self, states: Mapping[str, bytes]) -> None:

@@ -198,3 +198,17 @@ def test_submit_rejects_a_busy_session_and_a_prompt_too_long(engine: LlamaEngine
         sched.submit(BatchRequest("long", [1] * engine.n_ctx_seq, max_tokens=1))
     assert sched.cancel(handle.request_id) and handle.finish_reason == "cancelled"
     assert handle.stats is not None and handle.stats.ttft_s is None and not sched.has_work()
+
+
+def test_the_counters_count_the_bytes_of_every_state_exported(engine: LlamaEngine) -> None:
+    """``states_exported_bytes``: what a reload's export wrote (the worker logs a move's share of it)."""
+    _clear(engine)
+    sched = BatchScheduler(engine)
+    handles = _submit_all(sched, engine)
+    while len(handles[0].tokens) < 2:
+        sched.step()
+    before = sched.counters.states_exported_bytes
+    states = sched.export_states()
+    assert states and sched.counters.states_exported_bytes - before == sum(len(s) for s in states.values())
+    for handle in handles:
+        sched.cancel(handle.request_id)

@@ -339,12 +339,21 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
             )
 
         kept = False
+        exported_before = scheduler.scheduler.counters.states_exported_bytes
         try:
             scheduler.reload(command.placement, command.vision, released)
             ok, message = True, ""
             move = scheduler.last_move
             if move is not None:  # weights moved between the host copy and the GPU, no load
-                log_event(log, logging.INFO, "worker_moved", req_id=command.req_id, **move.rounded())
+                exported_mib = (scheduler.scheduler.counters.states_exported_bytes - exported_before) / MIB
+                log_event(
+                    log,
+                    logging.INFO,
+                    "worker_moved",
+                    req_id=command.req_id,
+                    exported_mib=round(exported_mib, 1),
+                    **move.rounded(),
+                )
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
             # a growth undone serves on; a shrink must not keep the larger placement it was undone to

@@ -373,6 +373,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "kv_host_layers": placement.kv_host_layers,
                 "prefetch_slots": placement.prefetch_slots,
                 "op_offload_min_batch": placement.op_offload_min_batch,
+                "op_offload_min_batch_mul_mat_id": placement.op_offload_min_batch_mul_mat_id,
                 "n_ubatch": placement.n_ubatch,
                 "n_batch": placement.n_batch,
                 "load_s": load_s,

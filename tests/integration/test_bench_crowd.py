@@ -39,6 +39,7 @@ def test_paper_shape_reports_decode_ratio_ttft_and_where_steps_go(tmp_path: Path
     assert steps["per_step_ms"]["llama_decode"] > 0 and steps["per_step_ms"]["scheduler"] > 0
     assert steps["upload_mib_per_step"] == 0 and steps["upload_gb_s"] == 0  # the CPU streams nothing
     assert rows[1]["kv_host_layers"] == 0 and rows[1]["op_offload_min_batch"] == 0 and rows[1]["n_gpu_layers"] == 0
+    assert rows[1]["op_offload_min_batch_mul_mat_id"] == 0
     assert Sampler.sample.__name__ == "sample" and GrammarConstraint.allows.__name__ == "allows"  # unwrapped
 
 

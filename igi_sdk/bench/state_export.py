@@ -27,7 +27,7 @@ from pathlib import Path
 
 from igi_sdk.bench.host import host_fields
 from igi_sdk.bench.npc_batch import resolve_model
-from igi_sdk.engine.prefault import threads_for
+from igi_sdk.engine.prefault import threads_used
 from igi_sdk.planner.placement import Placement
 
 WAYS = ("prefault", "fault_on_copy")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_tokens": args.prompt_tokens,
         "rounds": args.rounds,
         "exported_mib": round(sum(sizes) / 2**20, 1),
-        "prefault_threads_per_state": [threads_for(n) for n in sizes],
+        "prefault_threads_per_state": [threads_used(n) for n in sizes],
         **{f"{way}_s": [round(s, 5) for s in seconds[way]] for way in WAYS},
         "ratio_median": round(medians["prefault"] / medians["fault_on_copy"], 3),
     }

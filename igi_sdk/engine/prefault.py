@@ -57,6 +57,13 @@ def threads_for(n_bytes: int, cpu_count: int | None = None) -> int:
     return max(1, min(MAX_THREADS, cpus, n_bytes // CHUNK_MIN_BYTES))
 
 
+def threads_used(n_bytes: int) -> int:
+    """The threads ``prefault`` faults ``n_bytes`` in on: ``threads_for``'s, or 0 where one thread would have to
+    write the pages itself (no ``madvise``): that costs what the copy's faults cost, and a pass over the memory more."""
+    n_threads = threads_for(n_bytes)
+    return 0 if n_threads == 1 and _MADVISE is None else n_threads
+
+
 def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -84,12 +91,11 @@ def prefault(address: int, n_bytes: int) -> int:
     contents are not kept where the kernel refuses ``MADV_POPULATE_WRITE``), on ``threads_for(n_bytes)`` threads.
 
     Returns:
-        The threads used (0: the range was left as it is: under ``PREFAULT_MIN_BYTES``, or one thread without
-        ``madvise``).
+        The threads used (``threads_used``; 0: the range was left as it is).
     """
-    n_threads = threads_for(n_bytes)
-    if n_threads == 0 or (n_threads == 1 and _MADVISE is None):
-        return 0  # writing the pages on this one thread first would cost what the copy's faults cost, and more
+    n_threads = threads_used(n_bytes)
+    if n_threads == 0:
+        return 0
     ranges = chunks(address, n_bytes, n_threads)
     if len(ranges) == 1:
         _fault(*ranges[0])

@@ -79,4 +79,4 @@ def test_one_thread_without_madvise_leaves_the_range_to_the_copy(monkeypatch: py
     monkeypatch.setattr(prefault, "_MADVISE", None)
     monkeypatch.setattr(prefault, "threads_for", lambda n, cpu_count=None: 1)
     buffer = ctypes.create_string_buffer(32 << 20)
-    assert prefault.prefault(ctypes.addressof(buffer), 32 << 20) == 0
+    assert prefault.threads_used(32 << 20) == 0 and prefault.prefault(ctypes.addressof(buffer), 32 << 20) == 0

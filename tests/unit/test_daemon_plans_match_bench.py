@@ -20,6 +20,7 @@ from igi_sdk.bench.runner import SuiteConfig, group_planning
 from igi_sdk.config import load_settings
 from igi_sdk.daemon.budget import planner as placement_plan
 from igi_sdk.daemon.budget.planner import PlanOutcome, daemon_planner
+from igi_sdk.engine.cache_base import WeightCacheHost
 from igi_sdk.planner import PlanResult, Workload, reference_profile, table_from_shape
 from igi_sdk.planner.workload import daemon_planning
 from igi_sdk.profiler import planning
@@ -65,7 +66,7 @@ def _bench_groups(name: str, config: Path, out: Path) -> list[runner.Group]:
 
 
 def _daemon_outcomes(
-    name: str, config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str = "pinned"
+    name: str, config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: WeightCacheHost = "pinned"
 ) -> dict[int, PlanOutcome]:
     """The daemon's planner under the same settings on a GPU machine, each budget planned from the model's table with
     estimated compute buffers (the seam ``plan_file``: the same call without the file and its dry runs)."""
@@ -78,7 +79,7 @@ def _daemon_outcomes(
     planner = daemon_planner(settings, model, profile=H200)
     if settings.engine.weight_cache_device is not None:
         # what a worker of the patched CUDA build says in its Ready: it caches, can detach, keeps layers off the GPU
-        planner.use_weight_cache(True, True, True, host=host)  # type: ignore[arg-type]
+        planner.use_weight_cache(True, True, True, host=host)
     return {budget: planner.plan(budget) for budget in BUDGETS_MIB}
 
 
@@ -93,7 +94,7 @@ def test_the_daemon_chooses_the_bench_planners_placement_at_every_budget(
     monkeypatch.setattr(runner, "available_bytes", lambda: HOST_MEMORY[memory])
     groups = _bench_groups(name, config, tmp_path / "out")
     caching = settings != "reload_path"
-    host = "pinned" if HOST_MEMORY[memory] is None else "mapped"
+    host: WeightCacheHost = "pinned" if HOST_MEMORY[memory] is None else "mapped"
     # what the worker's Ready says on such a host; the daemon's planner reads the same memory for its first plans
     monkeypatch.setattr(placement_plan, "available_bytes", lambda: HOST_MEMORY[memory])
     daemon = _daemon_outcomes(name, config, tmp_path, monkeypatch, host)

@@ -29,9 +29,15 @@ ATTN_FIRST = BASE.with_(rules=[OverrideRule(pattern=r"^blk\.\d+\.ffn_(up|down|ga
 
 
 @pytest.fixture(scope="module")
-def worker() -> Iterator[WorkerSupervisor]:
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("worker") / "worker.log"
+
+
+@pytest.fixture(scope="module")
+def worker(worker_log: Path) -> Iterator[WorkerSupervisor]:
     engine = EngineSettings(n_ctx=1024, n_threads=2, n_seq_max=2, worker_nice=0, weight_cache_device="CPU")
-    config = worker_config_for(DaemonSettings(engine=engine), default_model_path(), 1024)
+    settings = DaemonSettings(engine=engine, log=LogSettings(log_file=worker_log, log_format="kv"))
+    config = worker_config_for(settings, default_model_path(), 1024)
     supervisor = ready_worker(wp.WorkerStart(config, ATTN_FIRST, None, hide_gpu=False))
     yield supervisor
     supervisor.stop(timeout_s=5.0)
@@ -59,7 +65,9 @@ def _run(worker: WorkerSupervisor, job_id: str, reloads: dict[int, wp.Reload]) -
     raise AssertionError(f"{job_id} did not finish")
 
 
-def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker: WorkerSupervisor) -> None:
+def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(
+    worker: WorkerSupervisor, worker_log: Path
+) -> None:
     reference, _ = _run(worker, "alone", {})
     reloads = {
         5: wp.Reload(req_id="grow", placement=BASE),  # the FFN cached too
@@ -67,6 +75,8 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
     }
     tokens, events = _run(worker, "moved", reloads)
     assert tokens == reference
+    moved = {fields["req_id"]: fields for fields in map(log_fields, log_events(worker_log, "worker_moved"))}
+    assert moved["grow"]["exported_mib"] == moved["shrink"]["exported_mib"] == "0.0"  # the context kept: nothing
     stages = [(e.req_id, e.stage, e.released_mib > 0) for e in events if isinstance(e, wp.Released)]
     assert stages == [
         ("grow", "weights", False),
@@ -78,10 +88,11 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(worker
     assert worker._abort_flag.value == 0  # cleared when the worker took the urgent reload up
 
 
-def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor) -> None:
+def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor, worker_log: Path) -> None:
     """To the parked placement (an urgent shrink: every cached set freed, the context made again with the KV cache on
     the host) and back to a cache placement (urgent too, as the daemon sends a growth out of the parked placement: the
-    CPU step in flight is stopped), mid-reply: both in place, the reply token for token."""
+    CPU step in flight is stopped), mid-reply: both in place, the reply token for token. Each move's log line says
+    what it exported: the reply's state, where the context was made again."""
     reference, _ = _run(worker, "alone-parked", {})
     reloads = {
         4: wp.Reload(req_id="park", placement=parked(ATTN_FIRST), urgent=True, shrink=True),
@@ -97,6 +108,8 @@ def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor) 
         ("unpark", "all", False),
     ]
     assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("park", True), ("unpark", True)]
+    moved = {fields["req_id"]: fields for fields in map(log_fields, log_events(worker_log, "worker_moved"))}
+    assert float(moved["park"]["exported_mib"]) > 0 and float(moved["unpark"]["exported_mib"]) > 0
     back, _ = _run(worker, "after", {})  # the worker serves on in the placement it moved to
     assert back == reference
     worker.send(wp.Reload(req_id="restore", placement=ATTN_FIRST))  # the module's worker as the other tests found it

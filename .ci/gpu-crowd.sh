@@ -22,13 +22,23 @@
 #   the job with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048 paper 1,4,16 off=8";
 #   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007;
 #   kv=q8_0 plans and runs with that KV cache type, --kv-type; a job listed again runs again, its results named -2, ...),
-#   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job).
+#   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job),
+#   PROFILE (the profile every job plans with: reference:h200, the default, or `measured`: `igi profile` run on this
+#   machine once after the build, about 12 s, its profile stored and read by each job's `--profile auto`).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; N_THREADS=${N_THREADS:-16}
 JOBS=${JOBS:-"qwen3_30b_a3b 2048 paper 1,4,16 kv=q4_0;qwen3_30b_a3b 8192 paper 1,4,16,64 kv=q4_0;\
 qwen3_30b_a3b 4096 paper 1,4,16 kv=q4_0;llama_8b 8192 paper 1,4,16,64 kv=q4_0"}
 GPU_WRITE_PY="import sys; from igi_sdk.bench.npc_batch import resolve_model; print(resolve_model('synthetic:' + sys.argv[1]))"
 source .ci/gpu-job.sh; gpu_job crowd crowd.tgz; gpu_build ${WRITE:-llama_8b qwen3_30b_a3b}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > $L/nvidia-smi.txt 2>&1
+PROFILE=${PROFILE:-reference:h200}
+if [ "$PROFILE" = measured ]; then  # this machine's own profile, measured once (kept while the machine stays warm)
+  if [ ! -f $W/profiled ]; then
+    python3 -m igi_sdk.cli profile --json > $W/results/profile.json 2> $L/profile.log; rc=$?
+    echo "profile rc=$rc at $(el) s"; [ $rc = 0 ] && touch $W/profiled
+  fi
+  PROFILE=auto
+fi
 # the machine's copy of .git may be older than the working tree sent with it: say how many files differ from HEAD
 echo "$(git rev-parse --short HEAD 2>/dev/null) + $(git status --porcelain 2>/dev/null | wc -l) changed files" \
   > $W/results/commit.txt
@@ -56,7 +66,7 @@ if [ ! -f $W/started ]; then  # one detached runner for every job, started by th
           *) batch=\"--batch \$t\";; esac
       done
       env \${off:+GGML_OP_OFFLOAD_MIN_BATCH=\$off} python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model \
-        --vram-budget-mib \$budget --profile reference:h200 --n-threads $N_THREADS \$batch \$thr \$kv ${ARGS:-} \
+        --vram-budget-mib \$budget --profile $PROFILE --n-threads $N_THREADS \$batch \$thr \$kv ${ARGS:-} \
         --json $W/results/\$name.json > $L/\$name.log 2>&1
       echo \"\$name rc=\$?\" >> $W/results/done.txt
     done < $W/jobs.txt" < /dev/null > /dev/null 2>&1 &

@@ -30,6 +30,7 @@ PAGE_BYTES = 4096
 _MADV_POPULATE_WRITE = 23
 
 _pool: ThreadPoolExecutor | None = None
+_pool_pid = 0  # the process that made ``_pool``: a forked child has none of its threads and makes its own
 _pool_lock = threading.Lock()
 
 
@@ -106,8 +107,9 @@ def prefault(address: int, n_bytes: int) -> int:
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool
+    global _pool, _pool_pid
     with _pool_lock:
-        if _pool is None:
+        if _pool is None or _pool_pid != os.getpid():
             _pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="igi-prefault")
+            _pool_pid = os.getpid()
         return _pool

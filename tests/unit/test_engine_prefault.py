@@ -80,3 +80,30 @@ def test_one_thread_without_madvise_leaves_the_range_to_the_copy(monkeypatch: py
     monkeypatch.setattr(prefault, "threads_for", lambda n, cpu_count=None: 1)
     buffer = ctypes.create_string_buffer(32 << 20)
     assert prefault.threads_used(32 << 20) == 0 and prefault.prefault(ctypes.addressof(buffer), 32 << 20) == 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_faults_on_threads_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's pool threads do not exist in a forked child, while the pool counts them idle: a task queued to it
+    might wait for ever. The child makes a pool of its own, and its prefault finishes."""
+    import os
+    import time
+
+    monkeypatch.setattr(prefault, "threads_for", lambda n, cpu_count=None: 2)
+    buffer = ctypes.create_string_buffer(40 << 20)
+    assert prefault.prefault(ctypes.addressof(buffer), 40 << 20) == 2
+    parents = prefault._executor()
+    pid = os.fork()
+    if pid == 0:  # the child: 0 once its prefault ran on a pool of its own
+        own = prefault._executor() is not parents
+        os._exit(0 if own and prefault.prefault(ctypes.addressof(buffer), 40 << 20) == 2 else 1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child's prefault did not finish within 10 s")

@@ -21,6 +21,8 @@ from igi_sdk.planner.placement import Placement
 class Scheduler:
     """``reload`` reports the old placement's weights freed, then raises ``error``."""
 
+    states_exported_bytes = 0
+
     def __init__(self, error: Exception) -> None:
         self.error = error
 

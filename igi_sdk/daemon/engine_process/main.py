@@ -339,13 +339,13 @@ def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: lo
             )
 
         kept = False
-        exported_before = scheduler.scheduler.counters.states_exported_bytes
+        exported_before = scheduler.states_exported_bytes
         try:
             scheduler.reload(command.placement, command.vision, released)
             ok, message = True, ""
             move = scheduler.last_move
             if move is not None:  # weights moved between the host copy and the GPU, no load
-                exported_mib = (scheduler.scheduler.counters.states_exported_bytes - exported_before) / MIB
+                exported_mib = (scheduler.states_exported_bytes - exported_before) / MIB
                 log_event(
                     log,
                     logging.INFO,

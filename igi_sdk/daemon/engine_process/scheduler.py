@@ -377,6 +377,12 @@ class WorkerScheduler:
         return (None, None) if exported is None else exported
 
     @property
+    def states_exported_bytes(self) -> int:
+        """Bytes of session states exported so far (``BatchCounters.states_exported_bytes``): a move's share is the
+        difference across it."""
+        return self._sched.counters.states_exported_bytes
+
+    @property
     def last_move(self) -> MoveStages | None:
         """The stages of the last reload where it moved weights instead of loading (``LlamaEngine.last_move``)."""
         return self._engine.last_move

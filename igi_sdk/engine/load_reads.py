@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import os
 
+from igi_sdk.engine.cpus import usable_cpus
+
 READ_THREADS_ENV = "LLAMA_LOAD_READ_THREADS"
 MAX_DEFAULT_READ_THREADS = 8
 
 
 def default_read_threads() -> int:
     """Threads that read a load's host weights unless told otherwise: the CPUs this process may run on, at most 8."""
-    try:
-        n_cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        n_cpus = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_READ_THREADS, n_cpus))
+    return max(1, min(MAX_DEFAULT_READ_THREADS, usable_cpus()))
 
 
 def apply_default() -> None:

@@ -8,7 +8,6 @@ until the load returns.
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -16,6 +15,7 @@ from functools import cache
 import llama_cpp
 
 from igi_sdk.engine import _ggml
+from igi_sdk.engine.cpus import usable_cpus
 from igi_sdk.engine.devices import resolve_buffer_type
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.planner.placement import Placement
@@ -98,11 +98,7 @@ def model_params(placement: Placement, *, no_alloc: bool = False) -> ModelParams
 
 def default_n_threads() -> int:
     """llama.cpp's default thread count (4), capped at the cores this process may use."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(llama_cpp.llama_context_default_params().n_threads, cores))
+    return max(1, min(llama_cpp.llama_context_default_params().n_threads, usable_cpus()))
 
 
 def context_params(placement: Placement) -> llama_cpp.llama_context_params:

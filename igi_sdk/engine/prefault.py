@@ -20,6 +20,8 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from igi_sdk.engine.cpus import usable_cpus
+
 PREFAULT_MIN_BYTES = 16 << 20
 """Below this a range is left to fault on first write (a few ms at most: not worth the threads' hand-off)."""
 CHUNK_MIN_BYTES = 8 << 20
@@ -54,7 +56,7 @@ def threads_for(n_bytes: int, cpu_count: int | None = None) -> int:
     ``CHUNK_MIN_BYTES``, at most ``MAX_THREADS`` and the CPUs this process may run on."""
     if n_bytes < PREFAULT_MIN_BYTES:
         return 0
-    cpus = cpu_count if cpu_count is not None else _usable_cpus()
+    cpus = cpu_count if cpu_count is not None else usable_cpus()
     return max(1, min(MAX_THREADS, cpus, n_bytes // CHUNK_MIN_BYTES))
 
 
@@ -63,12 +65,6 @@ def threads_used(n_bytes: int) -> int:
     write the pages itself (no ``madvise``): that costs what the copy's faults cost, and a pass over the memory more."""
     n_threads = threads_for(n_bytes)
     return 0 if n_threads == 1 and _MADVISE is None else n_threads
-
-
-def _usable_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def chunks(address: int, n_bytes: int, n_threads: int) -> list[tuple[int, int]]:

@@ -21,7 +21,9 @@ there) and every weight in host memory (pinned with a GPU, else read into plain 
    (``engine.weight_cache_device`` set: pinned; every layer's KV cache on the GPU where the build lacks patch 0011)
    realized the daemon's way (one
    engine, moved from budget to budget where it can be), and its plan without the mode loaded as it is: their
-   strategies, TTFT and decode, and ratios (issue 35: "no worse than today's reload-based placement"). Planned with
+   strategies, TTFT and decode, and ratios (issue 35: "no worse than today's reload-based placement"; with
+   ``--rounds N``, N more replies of each side interleaved, first one side then the other, the ratio their median
+   and ``*_ratio_range`` their spread). Planned with
    the daemon's base placement and workload (``planner.workload.daemon_planning``) and this machine's profile (the
    reference H200 one, with this build's ABI, where none was measured yet); a CPU-only plan is loaded in both modes,
    and where the cache mode's budget holds the parked placement (``engine.cache_base.parked``) that one is moved to
@@ -39,6 +41,7 @@ from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -96,6 +99,7 @@ def run(
     plan_budgets_mib: list[int] | None = None,
     profile_spec: str = "auto",
     cache_host: WeightCacheHost = "pinned",
+    rounds: int = 0,
 ) -> dict[str, Any]:
     gpu = bool(gpu_devices())
     device = gpu_devices()[0].name if gpu else "CPU"
@@ -153,7 +157,7 @@ def run(
         "sets": cached,
         "against_loading": against_loading(model, n_threads, max_tokens, device, gpu),
         "against_reload_plans": against_reload_plans(
-            model, plan_budgets_mib or [], n_threads, max_tokens, device, profile_spec, cache_host
+            model, plan_budgets_mib or [], n_threads, max_tokens, device, profile_spec, cache_host, rounds
         ),
     }
 
@@ -256,9 +260,11 @@ def against_reload_plans(
     device: str,
     profile_spec: str = "auto",
     host: WeightCacheHost = "pinned",
+    rounds: int = 0,
 ) -> dict[str, Any]:
     """Step 7: at each budget the daemon's plan in the cache mode with the host copy ``host`` (moved to, as the
-    daemon's worker does) and its plan without the mode loaded as it is, side by side."""
+    daemon's worker does) and its plan without the mode loaded as it is, side by side; with ``rounds``, that many more
+    replies of each, interleaved, whose per-round ratios' median is the row's ratio."""
     from igi_sdk.config import load_settings
 
     profile, profile_name = planning_profile(profile_spec)
@@ -288,6 +294,8 @@ def against_reload_plans(
             used = nvml.process_used_bytes(os.getpid()) if nvml is not None else None
             with LlamaEngine(model, reload_plan) as loaded_engine:
                 loaded = _measured(loaded_engine, max_tokens)
+                mode_engine = engine if in_cache_mode else None
+                pairs = _interleaved(mode_engine, loaded_engine, model, cache_plan, rounds, max_tokens)
             rows.append(
                 {
                     "budget_mib": budget,
@@ -306,8 +314,13 @@ def against_reload_plans(
                     ),
                     "cache_mode": mode,
                     "reloaded": loaded,
-                    "ttft_ratio": _ratio(mode["ttft_s"], loaded["ttft_s"]),
-                    "decode_ratio": _ratio(mode["decode_tok_s"], loaded["decode_tok_s"]),
+                    "rounds": pairs,
+                    "ttft_ratio": _median_ratio(pairs, "ttft_s") or _ratio(mode["ttft_s"], loaded["ttft_s"]),
+                    "decode_ratio": (
+                        _median_ratio(pairs, "decode_tok_s") or _ratio(mode["decode_tok_s"], loaded["decode_tok_s"])
+                    ),
+                    "ttft_ratio_range": _ratio_range(pairs, "ttft_s"),
+                    "decode_ratio_range": _ratio_range(pairs, "decode_tok_s"),
                     "tokens_identical": mode["tokens"] == loaded["tokens"],
                 }
             )
@@ -319,6 +332,55 @@ def against_reload_plans(
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
+
+
+def _interleaved(
+    mode_engine: LlamaEngine | None,
+    loaded_engine: LlamaEngine,
+    model: Path,
+    cache_plan: Placement,
+    rounds: int,
+    max_tokens: int,
+) -> list[dict[str, Any]]:
+    """``rounds`` more replies from each side of a budget's pair, alternating which goes first (ABBA), as
+    ``{"cache_mode": {ttft_s, decode_tok_s}, "reloaded": {...}}`` per round. A CPU-only plan (``mode_engine`` None) is
+    loaded again for its side, as the first reply's was."""
+    if rounds <= 0:
+        return []
+    alone = LlamaEngine(model, cache_plan) if mode_engine is None else None
+    mode = mode_engine if mode_engine is not None else alone
+    assert mode is not None
+    out: list[dict[str, Any]] = []
+    try:
+        reply(mode, max_tokens)  # the warm-up after the other side's replies and this side's load or move
+        for r in range(rounds):
+            sides = [("cache_mode", mode), ("reloaded", loaded_engine)]
+            pair: dict[str, Any] = {}
+            for name, engine in sides if r % 2 == 0 else sides[::-1]:
+                got = reply(engine, max_tokens)
+                pair[name] = {"ttft_s": got["ttft_s"], "decode_tok_s": got["decode_tok_s"]}
+            out.append(pair)
+    finally:
+        if alone is not None:
+            alone.close()
+    return out
+
+
+def _pair_ratios(pairs: list[dict[str, Any]], key: str) -> list[float]:
+    ratios = [_ratio(p["cache_mode"][key], p["reloaded"][key]) for p in pairs]
+    return sorted(r for r in ratios if r is not None)
+
+
+def _median_ratio(pairs: list[dict[str, Any]], key: str) -> float | None:
+    """The median over the rounds of the cache mode's figure over the reload path's (None without rounds)."""
+    ratios = _pair_ratios(pairs, key)
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
+def _ratio_range(pairs: list[dict[str, Any]], key: str) -> list[float] | None:
+    """[min, max] of the rounds' ratios (None without rounds)."""
+    ratios = _pair_ratios(pairs, key)
+    return [ratios[0], ratios[-1]] if ratios else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         help="step 7's host copy in the cache mode (engine.weight_cache_host)",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="step 7: this many more replies of each side per budget, interleaved; the ratios are their median",
+    )
+    parser.add_argument(
         "--profile",
         default="auto",
         help="step 7's planning profile: auto (this machine's, else reference:h200) or reference:NAME",
@@ -350,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if any(b < 0 for b in args.plan_budgets_mib):
         parser.error(f"--plan-budgets-mib must be >= 0, got {args.plan_budgets_mib}")
+    if args.rounds < 0:
+        parser.error(f"--rounds must be >= 0, got {args.rounds}")
     if args.profile != "auto" and not args.profile.startswith("reference:"):
         parser.error(f"--profile must be auto or reference:NAME, got {args.profile}")
     out = run(
@@ -359,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         args.plan_budgets_mib,
         args.profile,
         args.weight_cache_host,
+        args.rounds,
     )
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
@@ -376,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["against_reload_plans"] = {
         "profile": plans["profile"],
         "budgets": [
-            {k: v for k, v in row.items() if k not in ("cache_mode", "reloaded")}
+            {k: v for k, v in row.items() if k not in ("cache_mode", "reloaded", "rounds")}
             | {
                 "ttft_s": [row["cache_mode"]["ttft_s"], row["reloaded"]["ttft_s"]],
                 "decode_tok_s": [row["cache_mode"]["decode_tok_s"], row["reloaded"]["decode_tok_s"]],

@@ -2,8 +2,8 @@
 device memory, come back out of it, and the host copy computes the same reply afterwards (``igi_sdk.bench.weight_cache``
 on the synthetic 8B, in a child process: llama.cpp loads there before numpy), and that the cache mode computes the
 replies of the same placements loaded as they are, and times the daemon's plan in the cache mode against its plan
-through reloads at the live run's budgets. Its figures (upload rate, decode from the
-host copy and from the cached copies) go to the results page; with ``OUT`` set the JSON goes to
+through reloads at the live run's budgets (6 rounds of interleaved replies each). Its figures (upload rate, decode from
+the host copy and from the cached copies) go to the results page; with ``OUT`` set the JSON goes to
 ``$OUT/weight_cache-<preset>.json``.
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_weight_cache.py -s``.
@@ -47,6 +47,8 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
         "16",
         "--plan-budgets-mib",
         *PLAN_BUDGETS_MIB,
+        "--rounds",
+        "6",
         "--json",
         str(out),
     ]
@@ -69,7 +71,7 @@ def test_cached_weights_go_to_the_device_and_back(preset: str, tmp_path: Path) -
     rows = figures["against_reload_plans"]["budgets"]
     assert [row["budget_mib"] for row in rows] == [int(b) for b in PLAN_BUDGETS_MIB]
     for row in rows:
-        assert row["ttft_ratio"] and row["decode_ratio"], row
+        assert row["ttft_ratio"] and row["decode_ratio"] and len(row["rounds"]) == 6, row
         assert row["tokens_identical"] or not row["same_placement"], row
     parked = rows[-1]
     assert parked["cache_strategy"] == "parked" and parked["reload_strategy"] == "cpu_only", parked

@@ -6,7 +6,11 @@ Two workloads over ``BatchScheduler`` (the daemon's generation loop), greedy, ea
   ignored), for each B in ``--batch`` (1,4,16,64): the shape of the paper's ``llama-batched-bench -npp 889 -ntg 128
   -npl 1,4,16,64``. Each B loads its own engine with ``n_seq_max = B`` (the planner's placement for B sessions
   under the budget). ``decode_tok_s`` is the aggregate of the steps without prompt tokens (the batched decode,
-  the paper's S_TG); ``ratio_vs_b1`` divides it by B = 1's of the same run.
+  the paper's S_TG); ``ratio_vs_b1`` divides it by B = 1's of the same run. ``--prompts distinct`` (the default)
+  gives each NPC a prompt of its own; ``--prompts same`` gives all of them one prompt, as ``llama-batched-bench``
+  does (every sequence is token 0 at every position, prompt and generation alike), so B greedy NPCs compute the same
+  rows and a MoE's tokens route to the same experts (docs/batching.md, "What bounds a crowd's decode").
+  ``distinct_replies`` counts the different replies among the B.
 - ``game``: ``--npcs`` NPCs in one context (``n_seq_max`` = NPCs): a crowd of NPCs - 1 arriving one every
   ``--arrive-every`` steps, each with a prompt between ``--prompt-min`` and ``--prompt-max`` tokens, replies of
   32-64 tokens, ``--crowd-turns`` turns each (a turn's prompt is the last one, its reply and a new line); once the
@@ -243,12 +247,15 @@ def _steps(profile: Any) -> dict[str, Any]:
     return {"decode_only": profile.decode_only.as_dict(), "mixed": profile.mixed.as_dict()}
 
 
-def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int) -> dict[str, Any]:
-    """B NPCs at once, ``prompt_tokens`` each, ``gen_tokens`` generated."""
+def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int, same_prompt: bool = False) -> dict[str, Any]:
+    """B NPCs at once, ``prompt_tokens`` each (``same_prompt``: NPC 0's for all of them), ``gen_tokens`` generated."""
     from igi_sdk.engine.step_profile import StepProfile
 
     sched = _fresh_scheduler(engine)
-    npcs = [Npc(f"npc{i}", [Turn(tokens_of_length(engine, i, prompt_tokens), gen_tokens)]) for i in range(b)]
+    npcs = [
+        Npc(f"npc{i}", [Turn(tokens_of_length(engine, 0 if same_prompt else i, prompt_tokens), gen_tokens)])
+        for i in range(b)
+    ]
     profile = StepProfile()
     with profile.installed(engine):
         wall = drive(sched, npcs, profile, _greedy)
@@ -259,6 +266,7 @@ def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int) -> dict[
         "b": b,
         "wall_s": wall,
         "completion_tokens": _tokens(turns),
+        "distinct_replies": len({tuple(t.handle.tokens) for t in turns if t.handle is not None}),
         "aggregate_tok_s": _tokens(turns) / wall,
         "decode_tok_s": dec.decode_tokens / dec.wall_s if dec.wall_s else 0.0,
         "decode_tok_per_cpu_s": dec.decode_tokens / dec.cpu_s if dec.cpu_s else 0.0,
@@ -355,7 +363,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             warm.submit(_warmup_request(engine))
             warm.run_until_idle()
             if args.workload == "paper":
-                row = paper_run(engine, b, args.prompt_tokens, args.gen_tokens)
+                row = paper_run(engine, b, args.prompt_tokens, args.gen_tokens, args.prompts == "same")
+                row["prompts"] = args.prompts
             else:
                 row = game_run(engine, args)
         finally:
@@ -412,7 +421,8 @@ def summary_line(r: dict[str, Any]) -> str:
         )
         return (
             f"B={r['b']}: decode {r['decode_tok_s']:.1f} tok/s, aggregate {r['aggregate_tok_s']:.1f} tok/s, "
-            f"TTFT p50/p99 {r['ttft_p50_s']:.3f}/{r['ttft_p99_s']:.3f} s, peak {peak}, {r['placement']}{streamed}"
+            f"TTFT p50/p99 {r['ttft_p50_s']:.3f}/{r['ttft_p99_s']:.3f} s, peak {peak}, {r['placement']}{streamed}, "
+            f"{r['prompts']} prompts, {r['distinct_replies']} distinct replies"
         )
     return (
         f"{r['npcs']} NPCs: aggregate {r['aggregate_tok_s']:.1f} tok/s, crowd TTFT p50/p99 "
@@ -473,6 +483,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_ints, default=[1, 4, 16, 64], help="paper: the B values")
     p.add_argument("--prompt-tokens", type=int, default=889, help="paper: prompt tokens per NPC")
     p.add_argument("--gen-tokens", type=int, default=128, help="paper: tokens generated per NPC")
+    p.add_argument(
+        "--prompts",
+        choices=("distinct", "same"),
+        default="distinct",
+        help="paper: a prompt of its own per NPC, or one for all of them (llama-batched-bench's identical sequences)",
+    )
     p.add_argument("--npcs", type=int, default=16, help="game: NPCs, the speaker included")
     p.add_argument("--prompt-min", type=int, default=96, help="game: the crowd's shortest first prompt")
     p.add_argument("--prompt-max", type=int, default=640, help="game: the crowd's longest first prompt")

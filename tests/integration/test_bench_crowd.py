@@ -1,5 +1,5 @@
-"""``python -m igi_sdk.bench.crowd`` on the embedded model, tiny: the paper's shape at B = 1 and 2, a game of four
-NPCs; and the step profile leaves no wrapper behind."""
+"""``python -m igi_sdk.bench.crowd`` on the embedded model, tiny: the paper's shape at B = 1 and 2 (and with one
+prompt for all), a game of four NPCs; and the step profile leaves no wrapper behind."""
 
 from __future__ import annotations
 
@@ -40,7 +40,17 @@ def test_paper_shape_reports_decode_ratio_ttft_and_where_steps_go(tmp_path: Path
     assert steps["upload_mib_per_step"] == 0 and steps["upload_gb_s"] == 0  # the CPU streams nothing
     assert rows[1]["kv_host_layers"] == 0 and rows[1]["op_offload_min_batch"] == 0 and rows[1]["n_gpu_layers"] == 0
     assert rows[1]["op_offload_min_batch_mul_mat_id"] == 0
+    assert [r["prompts"] for r in rows] == ["distinct", "distinct"] and rows[1]["distinct_replies"] == 2
     assert Sampler.sample.__name__ == "sample" and GrammarConstraint.allows.__name__ == "allows"  # unwrapped
+
+
+def test_paper_shape_with_one_prompt_for_all_gives_every_npc_the_same_reply(tmp_path: Path) -> None:
+    out = tmp_path / "same.json"
+    args = "paper --prompts same --prompt-tokens 24 --gen-tokens 6 --batch 3 --ctx-per-session 64 --n-threads 2 --json"
+    assert crowd.main([*args.split(), str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["prompts"] == "same" and row["completion_tokens"] == 18
+    assert row["distinct_replies"] == 1  # the same rows, greedy: llama-batched-bench's identical sequences
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "q8_0"])

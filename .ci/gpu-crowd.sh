@@ -18,12 +18,13 @@
 # (B = 64 at 8 GiB), whose cache of 16 sessions leaves its experts more VRAM, and the 8B's B = 64 at 8 GiB with q4_0;
 # about 8 minutes after the build and the 30B-A3B's write: re-call while it prints STILL RUNNING.
 # Env: LIMIT (s from the call's start, default 540), N_THREADS (default 16), JOBS (";"-separated "MODEL BUDGET_MIB
-#   WORKLOAD [B,B,..] [off=N] [proc] [kv=TYPE] [same]"; the ratios over B = 1 are within one job: keep 1 in a job's
+#   WORKLOAD [B,B,..] [off=N] [proc] [kv=TYPE] [same|bb]"; the ratios over B = 1 are within one job: keep 1 in a job's
 #   list; off=N runs the job with GGML_OP_OFFLOAD_MIN_BATCH=N, which the bench plans with too, e.g. "llama_8b 2048
 #   paper 1,4,16 off=8";
 #   proc plans without the placements' own op_offload thresholds (--offload-threshold process), the A/B of patch 0007;
-#   kv=q8_0 plans and runs with that KV cache type, --kv-type; same gives every NPC one prompt, --prompts same, as
-#   llama-batched-bench's identical sequences; a job listed again runs again, its results named -2, ...),
+#   kv=q8_0 plans and runs with that KV cache type, --kv-type; same gives every NPC one prompt (--prompts same), bb
+#   llama-batched-bench's sequences, token 0 throughout (--prompts batched-bench); a job listed again runs again, its
+#   results named -2, ...),
 #   WRITE (models written during the build, default "llama_8b qwen3_30b_a3b"), ARGS (more bench flags for every job),
 #   PROFILE (the profile every job plans with: reference:h200, the default, or `measured`: `igi profile` run on this
 #   machine once after the build, about 12 s, its profile stored and read by each job's `--profile auto`).
@@ -50,7 +51,7 @@ job_name() {  # MODEL-BUDGET-WORKLOAD[-Bs][-offN]
   local n="$1-$2-$3" t; shift 3
   for t in "$@"; do
     case $t in off=*) n="$n-off${t#off=}";; kv=*) n="$n-kv${t#kv=}";; proc) n="$n-proc";; same) n="$n-same";;
-      *) n="$n-${t//,/_}";; esac
+      bb) n="$n-bb";; *) n="$n-${t//,/_}";; esac
   done
   echo "$n"
 }
@@ -66,7 +67,7 @@ if [ ! -f $W/started ]; then  # one detached runner for every job, started by th
       batch=''; off=''; thr=''; kv=''; prompts=''
       for t in \$rest; do
         case \$t in off=*) off=\${t#off=};; kv=*) kv=\"--kv-type \${t#kv=}\";; proc) thr='--offload-threshold process';;
-          same) prompts='--prompts same';; *) batch=\"--batch \$t\";; esac
+          same) prompts='--prompts same';; bb) prompts='--prompts batched-bench';; *) batch=\"--batch \$t\";; esac
       done
       env \${off:+GGML_OP_OFFLOAD_MIN_BATCH=\$off} python3 -m igi_sdk.bench.crowd \$workload --model synthetic:\$model \
         --vram-budget-mib \$budget --profile $PROFILE --n-threads $N_THREADS \$batch \$thr \$kv \$prompts ${ARGS:-} \

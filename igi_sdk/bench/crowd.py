@@ -7,9 +7,10 @@ Two workloads over ``BatchScheduler`` (the daemon's generation loop), greedy, ea
   -npl 1,4,16,64``. Each B loads its own engine with ``n_seq_max = B`` (the planner's placement for B sessions
   under the budget). ``decode_tok_s`` is the aggregate of the steps without prompt tokens (the batched decode,
   the paper's S_TG); ``ratio_vs_b1`` divides it by B = 1's of the same run. ``--prompts distinct`` (the default)
-  gives each NPC a prompt of its own; ``--prompts same`` gives all of them one prompt, as ``llama-batched-bench``
-  does (every sequence is token 0 at every position, prompt and generation alike), so B greedy NPCs compute the same
-  rows and a MoE's tokens route to the same experts (docs/batching.md, "What bounds a crowd's decode").
+  gives each NPC a prompt of its own; ``--prompts same`` gives all of them one prompt, greedy (where the kernels
+  compute every row alike, B NPCs say the same); ``--prompts batched-bench`` runs ``llama-batched-bench``'s
+  sequences: token 0 at every position, prompt and generation alike, whatever the logits (``bench.fed_token``), so a
+  MoE routes every token of a step to the same experts (docs/batching.md, "What bounds a crowd's decode").
   ``distinct_replies`` counts the different replies among the B.
 - ``game``: ``--npcs`` NPCs in one context (``n_seq_max`` = NPCs): a crowd of NPCs - 1 arriving one every
   ``--arrive-every`` steps, each with a prompt between ``--prompt-min`` and ``--prompt-max`` tokens, replies of
@@ -247,18 +248,22 @@ def _steps(profile: Any) -> dict[str, Any]:
     return {"decode_only": profile.decode_only.as_dict(), "mixed": profile.mixed.as_dict()}
 
 
-def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int, same_prompt: bool = False) -> dict[str, Any]:
-    """B NPCs at once, ``prompt_tokens`` each (``same_prompt``: NPC 0's for all of them), ``gen_tokens`` generated."""
+def paper_run(engine: Any, b: int, prompt_tokens: int, gen_tokens: int, prompts: str = "distinct") -> dict[str, Any]:
+    """B NPCs at once, ``prompt_tokens`` each, ``gen_tokens`` generated; ``prompts``: ``distinct`` (a prompt each,
+    greedy), ``same`` (NPC 0's for all of them, greedy) or ``batched-bench`` (token 0 throughout)."""
+    from igi_sdk.bench.fed_token import FedToken
     from igi_sdk.engine.step_profile import StepProfile
 
+    def prompt(i: int) -> list[int]:
+        if prompts == "batched-bench":
+            return [0] * prompt_tokens
+        return tokens_of_length(engine, 0 if prompts == "same" else i, prompt_tokens)
+
     sched = _fresh_scheduler(engine)
-    npcs = [
-        Npc(f"npc{i}", [Turn(tokens_of_length(engine, 0 if same_prompt else i, prompt_tokens), gen_tokens)])
-        for i in range(b)
-    ]
+    npcs = [Npc(f"npc{i}", [Turn(prompt(i), gen_tokens)]) for i in range(b)]
     profile = StepProfile()
     with profile.installed(engine):
-        wall = drive(sched, npcs, profile, _greedy)
+        wall = drive(sched, npcs, profile, FedToken if prompts == "batched-bench" else _greedy)
     turns = [n.turns[0] for n in npcs]
     ttft = _ttfts(turns)
     dec = profile.decode_only
@@ -363,7 +368,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             warm.submit(_warmup_request(engine))
             warm.run_until_idle()
             if args.workload == "paper":
-                row = paper_run(engine, b, args.prompt_tokens, args.gen_tokens, args.prompts == "same")
+                row = paper_run(engine, b, args.prompt_tokens, args.gen_tokens, args.prompts)
                 row["prompts"] = args.prompts
             else:
                 row = game_run(engine, args)
@@ -485,9 +490,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gen-tokens", type=int, default=128, help="paper: tokens generated per NPC")
     p.add_argument(
         "--prompts",
-        choices=("distinct", "same"),
+        choices=("distinct", "same", "batched-bench"),
         default="distinct",
-        help="paper: a prompt of its own per NPC, or one for all of them (llama-batched-bench's identical sequences)",
+        help="paper: a prompt of its own per NPC, one for all of them, or llama-batched-bench's token 0 throughout",
     )
     p.add_argument("--npcs", type=int, default=16, help="game: NPCs, the speaker included")
     p.add_argument("--prompt-min", type=int, default=96, help="game: the crowd's shortest first prompt")

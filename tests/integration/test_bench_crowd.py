@@ -50,7 +50,28 @@ def test_paper_shape_with_one_prompt_for_all_gives_every_npc_the_same_reply(tmp_
     assert crowd.main([*args.split(), str(out)]) == 0
     (row,) = json.loads(out.read_text())
     assert row["prompts"] == "same" and row["completion_tokens"] == 18
-    assert row["distinct_replies"] == 1  # the same rows, greedy: llama-batched-bench's identical sequences
+    assert row["distinct_replies"] == 1  # the same rows, greedy: on the CPU every row computes alike
+
+
+def test_paper_shape_as_batched_bench_feeds_token_zero_throughout(tmp_path: Path) -> None:
+    out = tmp_path / "bb.json"
+    args = "paper --prompts batched-bench --prompt-tokens 24 --gen-tokens 6 --batch 1,3 --ctx-per-session 64 --json"
+    assert crowd.main([*args.split(), str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["prompts"], r["completion_tokens"], r["distinct_replies"]) for r in rows] == [
+        ("batched-bench", 6, 1),
+        ("batched-bench", 18, 1),
+    ]
+
+
+def test_fed_token_draws_nothing() -> None:
+    import numpy as np
+
+    from igi_sdk.bench.fed_token import FedToken
+
+    sampler = FedToken()
+    assert sampler.greedy and not sampler.uses_history
+    assert sampler.sample(np.array([0.0, 9.0, 1.0])) == 0 and FedToken(5).sample(np.zeros(8)) == 5
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "q8_0"])

@@ -44,6 +44,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +271,10 @@ def against_reload_plans(
     profile, profile_name = planning_profile(profile_spec)
     settings = load_settings({}).engine  # the daemon's defaults, read once for every budget
     nvml = open_nvml()
+
+    def process_used() -> int | None:
+        return nvml.process_used_bytes(os.getpid()) if nvml is not None else None
+
     rows: list[dict[str, Any]] = []
     engine: LlamaEngine | None = None
     try:
@@ -278,9 +283,11 @@ def against_reload_plans(
             reload_strategy, reload_plan = daemon_plan(model, budget, False, n_threads, profile, settings)
             in_cache_mode = cache_strategy != "cpu_only"  # a CPU-only plan is a worker of its own, loaded
             moved_s = None
+            budget_engines = ExitStack()  # what lives for this budget's rows alone: a CPU-only plan's engine
+            used: int | None = None
             if not in_cache_mode:
-                with LlamaEngine(model, cache_plan) as alone:
-                    mode = _measured(alone, max_tokens)
+                used = process_used()  # this process without the CPU-only worker, a process of its own in the daemon
+                mode_engine = budget_engines.enter_context(LlamaEngine(model, cache_plan))
             else:
                 if engine is not None and engine.moves_in_place(cache_plan):
                     t = time.perf_counter()
@@ -290,12 +297,14 @@ def against_reload_plans(
                     if engine is not None:
                         engine.close()
                     engine = LlamaEngine(model, cache_plan, weight_cache_device=device, weight_cache_host=host)
-                mode = _measured(engine, max_tokens)
-            used = nvml.process_used_bytes(os.getpid()) if nvml is not None else None
-            with LlamaEngine(model, reload_plan) as loaded_engine:
-                loaded = _measured(loaded_engine, max_tokens)
-                mode_engine = engine if in_cache_mode else None
-                pairs = _interleaved(mode_engine, loaded_engine, model, cache_plan, rounds, max_tokens)
+                mode_engine = engine
+            with budget_engines:
+                mode = _measured(mode_engine, max_tokens)
+                if in_cache_mode:
+                    used = process_used()
+                with LlamaEngine(model, reload_plan) as loaded_engine:
+                    loaded = _measured(loaded_engine, max_tokens)
+                    pairs = _interleaved(mode_engine, loaded_engine, rounds, max_tokens)
             rows.append(
                 {
                     "budget_mib": budget,
@@ -335,34 +344,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _interleaved(
-    mode_engine: LlamaEngine | None,
-    loaded_engine: LlamaEngine,
-    model: Path,
-    cache_plan: Placement,
-    rounds: int,
-    max_tokens: int,
+    mode_engine: LlamaEngine, loaded_engine: LlamaEngine, rounds: int, max_tokens: int
 ) -> list[dict[str, Any]]:
     """``rounds`` more replies from each side of a budget's pair, alternating which goes first (ABBA), as
-    ``{"cache_mode": {ttft_s, decode_tok_s}, "reloaded": {...}}`` per round. A CPU-only plan (``mode_engine`` None) is
-    loaded again for its side, as the first reply's was."""
+    ``{"cache_mode": {ttft_s, decode_tok_s}, "reloaded": {...}}`` per round."""
     if rounds <= 0:
         return []
-    alone = LlamaEngine(model, cache_plan) if mode_engine is None else None
-    mode = mode_engine if mode_engine is not None else alone
-    assert mode is not None
+    reply(mode_engine, max_tokens)  # the warm-up after the other side's replies
     out: list[dict[str, Any]] = []
-    try:
-        reply(mode, max_tokens)  # the warm-up after the other side's replies and this side's load or move
-        for r in range(rounds):
-            sides = [("cache_mode", mode), ("reloaded", loaded_engine)]
-            pair: dict[str, Any] = {}
-            for name, engine in sides if r % 2 == 0 else sides[::-1]:
-                got = reply(engine, max_tokens)
-                pair[name] = {"ttft_s": got["ttft_s"], "decode_tok_s": got["decode_tok_s"]}
-            out.append(pair)
-    finally:
-        if alone is not None:
-            alone.close()
+    for r in range(rounds):
+        sides = [("cache_mode", mode_engine), ("reloaded", loaded_engine)]
+        pair: dict[str, Any] = {}
+        for name, engine in sides if r % 2 == 0 else sides[::-1]:
+            got = reply(engine, max_tokens)
+            pair[name] = {"ttft_s": got["ttft_s"], "decode_tok_s": got["decode_tok_s"]}
+        out.append(pair)
     return out
 
 

@@ -12,7 +12,8 @@
 #                stall per change), through the reload path (`--weight-cache-device off`)
 #   default:MODEL the same with the daemon's defaults (the cache mode on the worker's first GPU: `auto`)
 #   cache:MODEL  the same with the weights as a cache of their host copy (`--weight-cache-device CUDA0`: patch 0006)
-#   nostandby:MODEL the cache mode without the standby worker (`--standby-worker false`: the A/B of the default's)
+#   nostandby:MODEL the cache mode without the standby worker (`--standby-worker false`; a worker that detaches in place
+#                has none behind it either way)
 #   mapped:MODEL the same with that host copy mapped from the model file (`--weight-cache-host mapped`)
 #   allocated:MODEL the cache mode with the host copy pinned by cudaMallocHost (`--host-pinning allocated`: the A/B of
 #                the default's registered host memory, patch 0008)
@@ -37,8 +38,9 @@
 # call must end before the device tool's limit for its results to come back).
 # Env: LIMIT (s from the call's start, default 540), STEPS (default: pinning cache:llama_8b cache:qwen3_30b_a3b
 # allocated:llama_8b: registered host memory and threaded reads against cudaMallocHost and serial reads in the engine,
-# then both models' cache mode (the growth out of 0 MiB loading beside the serving CPU-only worker, in the standby;
-# the NPCs' stalls; each worker start's stages in the daemon's log: worker_loaded), then the 8B with cudaMallocHost).
+# then both models' cache mode (a reclaim to 0 detaching the worker in place and the growth out of 0 MiB moving it
+# back; the NPCs' stalls; the moves' stages in the daemon's log: worker_moved), then the 8B with cudaMallocHost, whose
+# worker cannot detach and is replaced).
 T0=$(date +%s); LIMIT=${LIMIT:-540}; MODEL=llama_8b
 STEPS=${STEPS:-"pinning cache:llama_8b cache:qwen3_30b_a3b allocated:llama_8b"}
 source .ci/gpu-job.sh; gpu_job lb lb.tgz; gpu_build $( (echo $MODEL; printf '%s\n' $STEPS | sed -n 's/^[a-z]*://p') | sort -u)

@@ -1,14 +1,17 @@
 """``python -m igi_sdk.bench.crowd`` on the embedded model, tiny: the paper's shape at B = 1 and 2 (and with one
-prompt for all), a game of four NPCs; and the step profile leaves no wrapper behind."""
+prompt for all, and with llama-batched-bench's token 0 throughout), a game of four NPCs; and the step profile leaves
+no wrapper behind."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from igi_sdk.bench import crowd
+from igi_sdk.bench.fed_token import FedToken
 from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.sampler import Sampler
 
@@ -65,10 +68,6 @@ def test_paper_shape_as_batched_bench_feeds_token_zero_throughout(tmp_path: Path
 
 
 def test_fed_token_draws_nothing() -> None:
-    import numpy as np
-
-    from igi_sdk.bench.fed_token import FedToken
-
     sampler = FedToken()
     assert sampler.greedy and not sampler.uses_history
     assert sampler.sample(np.array([0.0, 9.0, 1.0])) == 0 and FedToken(5).sample(np.zeros(8)) == 5

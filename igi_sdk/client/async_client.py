@@ -679,8 +679,14 @@ class AsyncClient:
             protocol_version=PROTOCOL_VERSION,
             capabilities=("token_stream",),
         )
-        await socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
         wait_s = max(0.05, min(2.0, deadline_s - self.clock.now_s()))
+        try:
+            # never wait on it: a daemon that refused this socket's credential at the ZeroMQ handshake has already
+            # dropped its only pipe, and a blocking send would then wait forever instead of until the deadline
+            await socket.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello), flags=zmq.DONTWAIT)
+        except zmq.Again:
+            await self.clock.sleep(wait_s)
+            return None
         try:
             await self.clock.wait_for(socket.poll(), wait_s)
         except TimeoutError:

@@ -196,7 +196,10 @@ class DealerTransport:
         )
 
     def send(self, frames: Sequence[bytes]) -> None:
-        """Queue a multipart message for sending (blocks only when the send HWM is reached)."""
+        """Queue a multipart message for sending.
+
+        Blocks while the send HWM is reached, or while no connection can take it: a daemon that refused this
+        socket's credential at the ZeroMQ handshake leaves it none."""
         self._socket.send_multipart(list(frames), copy=True)
 
     def recv(self, timeout_s: float | None) -> list[bytes] | None:

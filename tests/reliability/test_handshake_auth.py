@@ -37,7 +37,10 @@ def _hello_answered(info: ConnectionInfo, plain_password: bytes | None, wait_s: 
     dealer.connect(info.endpoint)
     try:
         hello = HelloRequest(client_name="probe", client_version="0", protocol_version="1.1")
-        dealer.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello))
+        try:  # a peer refused at the handshake has no pipe left: a blocking send would never return
+            dealer.send_multipart(pack_message(info.key_bytes, new_header(hello.type), hello), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
         if not dealer.poll(int(wait_s * 1000)):
             return False
         _header, reply = unpack_message(info.key_bytes, dealer.recv_multipart())

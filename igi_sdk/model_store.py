@@ -36,6 +36,14 @@ DEFAULT_MODEL_SPEC = "default"
 #: the prefix of a model argument that names a synthetic preset (``igi_sdk.synthetic``)
 SYNTHETIC_PREFIX = "synthetic:"
 
+#: cached default-model files whose sha256 this process checked, by (device, inode, size, mtime_ns): a daemon asked
+#: for the default model again hashes nothing, and a file replaced since is checked again
+_verified_files: set[tuple[int, int, int, int]] = set()
+
+
+def _file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 def cache_dir() -> Path:
     """``$IGI_CACHE_DIR``, else ``$XDG_CACHE_HOME/igi-sdk``, else ``~/.cache/igi-sdk``."""
@@ -78,8 +86,12 @@ def default_model_path(*, fetch: bool = True, timeout_s: float = 600.0) -> Path:
     if bundled is not None:
         return bundled
     target = cache_dir() / DEFAULT_MODEL_FILE
-    if target.is_file() and target.stat().st_size == DEFAULT_MODEL_BYTES and sha256_of(target) == DEFAULT_MODEL_SHA256:
-        return target
+    if target.is_file() and (st := target.stat()).st_size == DEFAULT_MODEL_BYTES:
+        if _file_identity(st) in _verified_files:
+            return target
+        if sha256_of(target) == DEFAULT_MODEL_SHA256:
+            _verified_files.add(_file_identity(st))
+            return target
     if getattr(sys, "frozen", False):  # no pip in a frozen bundle
         raise ModelNotFoundError(
             f"this daemon bundle has no default model (models/{DEFAULT_MODEL_FILE} beside {Path(sys.executable).name}) "

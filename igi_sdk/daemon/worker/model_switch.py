@@ -94,7 +94,7 @@ class ModelSwitch:
         base: the placement fields that do not depend on the budget (threads, flash_attn, ...).
         config_for: builds the worker config of a model.
         planner_for: builds the planner of a model (default: :class:`PlacementPlanner`).
-        default_model: resolves the embedded default model (downloads it once; may raise).
+        default_model: resolves the embedded default model (as cached or bundled, never fetched; may raise).
     """
 
     def __init__(
@@ -307,15 +307,15 @@ class ModelSwitch:
         """The file a request names (nil: the embedded default model).
 
         Raises:
-            RequestError: ``model_not_found`` (the default model cannot be fetched, or the path cannot be resolved: a
+            RequestError: ``model_not_found`` (the default model is not cached, or the path cannot be resolved: a
                 symlink loop, an unknown ``~user``), ``invalid_request`` (a NUL).
         """
         if model_path is None:
             try:
                 return self._default_model()
-            except Exception as exc:  # download / verification failure of the embedded model
+            except Exception as exc:  # not cached, or the cached file fails its verification
                 raise RequestError(
-                    ErrorCode.MODEL_NOT_FOUND, f"the embedded default model cannot be fetched: {exc}"
+                    ErrorCode.MODEL_NOT_FOUND, f"the embedded default model is not available: {exc}"
                 ) from None
         if "\0" in model_path:  # Path.resolve would raise ValueError: a typed answer instead of `internal`
             raise RequestError(ErrorCode.INVALID_REQUEST, "model_path contains a NUL character")
@@ -386,6 +386,8 @@ def _validate_projector(mmproj: Path, model: Path) -> VisionShape:
 
 
 def _embedded_default_model() -> Path:
+    """The default model as cached (or bundled). Never fetched here: a download (pip, up to minutes) would hold the
+    daemon's I/O loop, and with it every other client's heartbeats; `igi fetch-model` or a daemon start fetches it."""
     from igi_sdk.model_store import default_model_path
 
-    return Path(default_model_path())
+    return Path(default_model_path(fetch=False))

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from igi_sdk.daemon.net.socket_dir import (
     IPC_SOCKET_NAME,
     OWNER_FILE_NAME,
+    PROBE_TIMEOUT_S,
     private_socket_dir,
     remove_stale_socket_dirs,
 )
@@ -106,3 +108,40 @@ def test_a_directory_without_owner_file_goes_only_when_nobody_listens_on_its_soc
         assert listened.is_dir()
     finally:
         server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_listener_that_stopped_accepting_holds_the_start_for_at_most_the_probe_timeout(parent: Path) -> None:
+    """A frozen daemon with a full backlog: the probe's connect would wait for room forever; it waits
+    ``PROBE_TIMEOUT_S`` and counts the socket as listened (the directory stays)."""
+    frozen = _crafted(parent, "igi-frozen01", None, with_socket=False)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    waiting: list[socket.socket] = []
+    try:
+        server.bind(str(frozen / IPC_SOCKET_NAME))
+        server.listen(0)
+        while True:  # fill the backlog: the next blocking connect would sleep until an accept makes room
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.setblocking(False)
+            waiting.append(client)
+            try:
+                client.connect(str(frozen / IPC_SOCKET_NAME))
+            except BlockingIOError:
+                break
+            assert len(waiting) < 1000
+        started_s = time.monotonic()
+        assert remove_stale_socket_dirs([parent]) == []
+        assert time.monotonic() - started_s < PROBE_TIMEOUT_S + 5
+        assert frozen.is_dir()
+    finally:
+        for client in waiting:
+            client.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_in_place_of_the_owner_file_is_not_opened_for_good(parent: Path) -> None:
+    odd = _crafted(parent, "igi-fifo0001", None)
+    os.mkfifo(odd / OWNER_FILE_NAME)
+    assert remove_stale_socket_dirs([parent]) == []
+    assert odd.is_dir()

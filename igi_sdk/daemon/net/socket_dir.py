@@ -23,6 +23,8 @@ from igi_sdk.processes import process_running, process_start_ticks
 
 #: The socket's name in the private directory.
 IPC_SOCKET_NAME = "daemon.sock"
+#: How long the probe of a directory without owner file waits for its socket's listener to take the connection.
+PROBE_TIMEOUT_S = 1.0
 #: The owner file in the private directory: ``"PID START\n"`` (START ``-`` where the platform has no ``/proc``).
 OWNER_FILE_NAME = "daemon.pid"
 #: ``mkdtemp(prefix="igi-")``'s names: 8 characters of its alphabet.
@@ -80,9 +82,11 @@ def _socket_listened(dir_fd: int, path: Path) -> bool:
     if not stat.S_ISSOCK(st.st_mode) or not hasattr(socket, "AF_UNIX"):
         return True
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # a listener that stopped accepting, its backlog full, would hold a blocking connect (and this daemon's start)
+    probe.settimeout(PROBE_TIMEOUT_S)
     try:
         probe.connect(str(path / IPC_SOCKET_NAME))
-    except OSError as exc:
+    except OSError as exc:  # a timeout included: somebody listens
         return exc.errno != errno.ECONNREFUSED
     finally:
         probe.close()
@@ -92,7 +96,9 @@ def _socket_listened(dir_fd: int, path: Path) -> bool:
 def _is_stale(dir_fd: int, path: Path, entries: set[str]) -> bool:
     if OWNER_FILE_NAME in entries:
         try:
-            fd = os.open(OWNER_FILE_NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO in its place would block the open before the S_ISREG check below
+            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+            fd = os.open(OWNER_FILE_NAME, flags, dir_fd=dir_fd)
         except OSError:
             return False
         with os.fdopen(fd, "rb") as f:

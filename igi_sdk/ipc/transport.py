@@ -176,7 +176,8 @@ class DealerTransport:
     Example:
         >>> router, where = bind_router(zmq.Context.instance(), "tcp://127.0.0.1:0")
         >>> client = DealerTransport(where)
-        >>> client.send([b"IGI1", b"s", b"h", b"c"])
+        >>> client.send([b"IGI1", b"s", b"h", b"c"], timeout_s=5)
+        True
         >>> identity, *frames = router.recv_multipart()
         >>> frames
         [b'IGI1', b's', b'h', b'c']
@@ -195,12 +196,22 @@ class DealerTransport:
             context or zmq.Context.instance(), endpoint, options, plain_password=plain_password
         )
 
-    def send(self, frames: Sequence[bytes]) -> None:
-        """Queue a multipart message for sending.
+    def send(self, frames: Sequence[bytes], timeout_s: float | None = None) -> bool:
+        """Queue a multipart message for sending; False when it could not be queued within ``timeout_s`` seconds
+        (None = wait as long as it takes).
 
-        Blocks while the send HWM is reached, or while no connection can take it: a daemon that refused this
-        socket's credential at the ZeroMQ handshake leaves it none."""
-        self._socket.send_multipart(list(frames), copy=True)
+        A send waits while the send HWM is reached, or while no connection can take it: a daemon that refused this
+        socket's credential at the ZeroMQ handshake leaves it none, for good."""
+        if timeout_s is None:
+            self._socket.send_multipart(list(frames), copy=True)
+            return True
+        if not self._socket.poll(max(0, int(timeout_s * 1000)), zmq.POLLOUT):
+            return False
+        try:
+            self._socket.send_multipart(list(frames), flags=zmq.DONTWAIT, copy=True)
+        except zmq.Again:
+            return False
+        return True
 
     def recv(self, timeout_s: float | None) -> list[bytes] | None:
         """Receive one multipart message, or None after ``timeout_s`` seconds (None = wait forever)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -166,30 +167,43 @@ def test_a_guarded_router_lets_in_only_the_credential_derived_from_its_key(conte
     """PROTOCOL.md 1.5: the ZAP handler accepts the PLAIN password derived from the key and refuses every other
     peer at the handshake, so its frames never reach the socket; without the handler bound, nobody gets in."""
     zap = ZapAuthenticator(context, KEY).start()
+    router, where = bind_router(context, "tcp://127.0.0.1:0", before_bind=ZapAuthenticator.guard)
+    peers = {
+        "right": connect_dealer(context, where, plain_password=plain_password(KEY)),
+        "wrong": connect_dealer(context, where, plain_password=plain_password(bytes(32))),
+        "none": connect_dealer(context, where),
+    }
+    refused = DealerTransport(where, context=context, plain_password=plain_password(bytes(32)))
     try:
-        router, where = bind_router(context, "tcp://127.0.0.1:0", before_bind=ZapAuthenticator.guard)
-        peers = {
-            "right": connect_dealer(context, where, plain_password=plain_password(KEY)),
-            "wrong": connect_dealer(context, where, plain_password=plain_password(bytes(32))),
-            "none": connect_dealer(context, where),
-        }
         for name, dealer in peers.items():
             with contextlib.suppress(zmq.Again):  # a peer refused already has no pipe left: its frame stays out
                 dealer.send(name.encode(), flags=zmq.NOBLOCK)
         received = []
-        while router.poll(500):
+        wait_ms = int(RECV_TIMEOUT_S * 1000)  # the first one: a handshake and the ZAP thread's answer
+        while router.poll(wait_ms):
             received.append(router.recv_multipart()[1])
+            wait_ms = 500
         assert received == [b"right"]
+        # once refused, the transport has no connection to queue on: a send with a timeout says so instead of
+        # waiting for good
+        deadline_s = time.monotonic() + RECV_TIMEOUT_S
+        while refused.send([b"refused"], timeout_s=0.1) and time.monotonic() < deadline_s:
+            time.sleep(0.01)
+        assert not refused.send([b"refused"], timeout_s=0.1)
+        assert not router.poll(300)
         counts = zap.counters()  # "none" never reaches the handler; "wrong" may have retried
-        assert counts["zap_accepted"] == 1 and counts["zap_refused"] >= 1
+        assert counts["zap_accepted"] == 1 and counts["zap_refused"] >= 2
+    finally:
+        refused.close()
         for dealer in peers.values():
             dealer.close(linger=0)
         router.close(linger=0)
-    finally:
         zap.stop()
     unguarded, where = bind_router(context, "tcp://127.0.0.1:0", before_bind=ZapAuthenticator.guard)
     dealer = connect_dealer(context, where, plain_password=plain_password(KEY))
-    dealer.send(b"x", flags=zmq.NOBLOCK)
-    assert not unguarded.poll(300)  # no handler: refused, not let through (ZMQ_ZAP_ENFORCE_DOMAIN)
-    dealer.close(linger=0)
-    unguarded.close(linger=0)
+    try:
+        dealer.send(b"x", flags=zmq.NOBLOCK)
+        assert not unguarded.poll(300)  # no handler: refused, not let through (ZMQ_ZAP_ENFORCE_DOMAIN)
+    finally:
+        dealer.close(linger=0)
+        unguarded.close(linger=0)

@@ -12,6 +12,11 @@
 #include "igi/connection_file.hpp"
 #include "igi/errors.hpp"
 
+// SendNow's later frames are sent without dontwait: libzmq 4.3.2 and later drop the rest of a message whose peer was
+// lost after its first frame (a handshake refused, a frame over ZMQ_MAXMSGSIZE received), where 4.3.1 and earlier
+// rolled it back and a blocking send then waited for good.
+static_assert(ZMQ_VERSION >= ZMQ_MAKE_VERSION(4, 3, 2), "IgiClientCore needs libzmq 4.3.2 or later");
+
 namespace igi {
 
 struct DealerTransport::Impl {
@@ -47,7 +52,8 @@ struct DealerTransport::Impl {
 
   // Sends one multipart message; false (nothing sent) when the DEALER cannot take it now (EAGAIN: no peer, or at
   // the high-water mark). Only the first frame can meet that: the later frames of a message that libzmq accepted
-  // are never refused (the high-water mark counts whole messages, and a peer lost mid-message drops the rest).
+  // are never refused (the high-water mark counts whole messages, and from libzmq 4.3.2 on, checked above, a peer
+  // lost mid-message drops the rest).
   bool SendNow(const Multipart& frames) {
     for (std::size_t i = 0; i < frames.size(); ++i) {
       auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;

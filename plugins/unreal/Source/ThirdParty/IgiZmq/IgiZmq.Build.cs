@@ -1,4 +1,4 @@
-// IgiZmq: prebuilt libzmq (4.3.x) and the header-only cppzmq, one folder per platform.
+// IgiZmq: prebuilt libzmq (4.3.2 or later) and the header-only cppzmq, one folder per platform.
 //
 //   include/zmq.h, include/zmq.hpp                  from libzmq and cppzmq (cppzmq >= 4.8)
 //   lib/Win64/libzmq-v143-mt-4_3_5.lib + .dll        official Windows release (MSVC v143)

@@ -89,6 +89,13 @@ class IpcSettings(_Section):
         ge=0,
         description="sessions of a gone client are kept this long for reconnection, seconds (0 = close at once)",
     )
+    exit_with_pid: int | None = Field(
+        default=None,
+        gt=0,
+        description="shut down in order (as on SIGTERM) once this process exits: the game that launched the daemon, "
+        "so that a game that crashes or is killed does not leave it running (the plugins' launchers pass their own "
+        "pid); a pid not running at start is an error",
+    )
 
     @field_validator("ip")
     @classmethod

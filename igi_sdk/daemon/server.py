@@ -33,6 +33,7 @@ from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router
 from igi_sdk.model_store import resolve_model_path
+from igi_sdk.processes import ProcessWatch
 
 _log = get_logger("server")
 #: Messages read in one poll tick at most.
@@ -66,6 +67,8 @@ class DaemonServer:
         self.settings = settings
         self._stop = False
         self.connection_file = settings.ipc.connection_file or default_connection_file()
+        #: the process this daemon exits with (``ipc.exit_with_pid``), taken hold of in ``run``
+        self._owner: ProcessWatch | None = None
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
         """Ask the loop to exit at its next tick (signal handler)."""
@@ -73,6 +76,29 @@ class DaemonServer:
 
     def run(self) -> int:
         """Start everything, serve, clean up. Returns the process exit code."""
+        pid = self.settings.ipc.exit_with_pid
+        if pid is not None:
+            try:
+                self._owner = ProcessWatch.open(pid)
+            except (ProcessLookupError, PermissionError) as exc:
+                log_event(_log, logging.ERROR, "exit_with_pid_not_running", pid=pid, error=str(exc))
+                return 2
+        try:
+            return self._run()
+        finally:
+            if self._owner is not None:
+                self._owner.close()
+
+    def _owner_exited(self) -> bool:
+        """Whether the process of ``ipc.exit_with_pid`` has exited; the first time, the loop is asked to stop."""
+        if self._owner is None or not self._owner.exited():
+            return False
+        if not self._stop:
+            log_event(_log, logging.INFO, "exit_with_pid_exited", pid=self._owner.pid)
+            self._stop = True
+        return True
+
+    def _run(self) -> int:
         settings = self.settings
         self._remove_stale_connection_files()
         limit = raise_open_file_limit()
@@ -199,6 +225,7 @@ class DaemonServer:
     def _wait_ready(self, service: DaemonService, worker: WorkerSupervisor) -> None:
         deadline = time.monotonic() + self.settings.engine.worker_start_timeout_s
         while not worker.ready:
+            self._owner_exited()
             if self._stop:
                 raise DaemonStartError("stopped before the engine worker was ready")
             if time.monotonic() > deadline:
@@ -248,6 +275,8 @@ class DaemonServer:
                     poller.register(fd, zmq.POLLIN)
                 registered = fds
             ready = dict(poller.poll(service.poll_tick_ms))
+            if self._owner_exited():
+                break  # as on SIGTERM: what is in flight is stopped with the worker
             if guard is not None:
                 guard.on_events()  # first: connections are counted before their messages are read
             if ready.get(socket):

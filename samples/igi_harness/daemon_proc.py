@@ -51,6 +51,8 @@ class DaemonProcess:
             str(vram_budget_mib),
             "--log-file",
             str(log_file),
+            "--exit-with-pid",  # as a game's launcher does: a harness killed mid-run takes its daemon with it
+            str(os.getpid()),
         ]
         if n_threads is not None:
             self.args += ["--n-threads", str(n_threads)]

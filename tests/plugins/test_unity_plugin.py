@@ -36,6 +36,8 @@ NUNIT_TESTS = {
     "nunit:DaemonLauncherUnitTests.Log_levels_are_read_from_json_and_kv_records",
     "nunit:DaemonLauncherUnitTests.Bad_options_are_refused_with_the_field_named",
     "nunit:DaemonLauncherUnitTests.A_missing_executable_is_retried_with_backoff_then_given_up",
+    "nunit:DaemonLauncherUnitTests.The_daemon_is_started_with_exit_with_pid_of_the_game_process_by_default",
+    "nunit:DaemonLauncherUnitTests.ExitWithGame_false_leaves_exit_with_pid_out",
     "nunit:BundleTests.Bundle_is_started_killed_restarted_with_its_saved_session_and_stopped",
 }
 

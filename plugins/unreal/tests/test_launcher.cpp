@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -133,6 +135,77 @@ TEST(launcher_missing_executable_is_retried_with_backoff_then_given_up) {
   CHECK(named);
   launcher.Stop();
   CHECK(launcher.state() == igi::DaemonState::kStopped);
+}
+
+namespace {
+
+/// The arguments the launcher hands its spawner for the first start. The spawner records them and throws
+/// LaunchError (nothing is started), so the launcher gives up after one restart.
+std::vector<std::string> ArgumentsSpawnedWith(std::optional<bool> exit_with_game, const std::string& connection_file,
+                                              const std::vector<std::string>& executable_arguments = {}) {
+  igi::DaemonLauncherOptions o;
+  o.executable = "/nonexistent/igi-daemon";
+  o.executable_arguments = executable_arguments;
+  o.connection_file = connection_file;
+  o.arguments = {"--log-format", "kv"};
+  if (exit_with_game) o.exit_with_game = *exit_with_game;
+  o.restart_delay_s = 0.01;
+  o.max_restart_delay_s = 0.01;
+  o.max_consecutive_failures = 1;
+  std::mutex mu;
+  std::vector<std::vector<std::string>> spawned;
+  o.spawner = [&](const std::string&, const std::vector<std::string>& arguments,
+                  const std::string&) -> std::unique_ptr<igi::ChildProcess> {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      spawned.push_back(arguments);
+    }
+    throw igi::LaunchError("the test's spawner starts nothing");
+  };
+  igi::DaemonLauncher launcher(o);
+  bool failed = false;
+  launcher.SetOnFailed([&](const std::string&) { failed = true; });
+  launcher.Start();
+  const bool gave_up = PumpUntil(launcher, nullptr, [&] { return failed; }, 20);
+  launcher.Stop();
+  if (!gave_up) throw std::runtime_error("the launcher did not give up on a spawner that always throws");
+  std::lock_guard<std::mutex> lock(mu);
+  if (spawned.empty()) throw std::runtime_error("the spawner was never called");
+  return spawned.front();
+}
+
+std::string Joined(const std::vector<std::string>& args) {
+  std::string out;
+  for (const auto& a : args) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
+}  // namespace
+
+TEST(launcher_passes_exit_with_pid_of_the_game_process_by_default) {
+  CHECK(igi::DaemonLauncherOptions{}.exit_with_game);
+  const std::string file = TempDir() + "/c.json";
+  const std::vector<std::string> args = ArgumentsSpawnedWith(std::nullopt, file);
+  const std::vector<std::string> want{"--connection-file", file, "--port", "0",
+                                      "--exit-with-pid", std::to_string(::getpid()), "--log-format", "kv"};
+  CHECK_MSG(args == want, "\n    spawned: " << Joined(args) << "\n    want:    " << Joined(want));
+}
+
+TEST(launcher_exit_with_game_false_leaves_exit_with_pid_out) {
+  const std::string file = TempDir() + "/c.json";
+  const std::vector<std::string> args = ArgumentsSpawnedWith(false, file);
+  const std::vector<std::string> want{"--connection-file", file, "--port", "0", "--log-format", "kv"};
+  CHECK_MSG(args == want, "\n    spawned: " << Joined(args) << "\n    want:    " << Joined(want));
+}
+
+TEST(launcher_puts_the_executable_arguments_before_the_daemon_flags) {
+  // A Python interpreter as the executable: `python -m igi_sdk.daemon --connection-file F ...`, never
+  // `python --connection-file F ... -m igi_sdk.daemon` (which the interpreter refuses).
+  const std::string file = TempDir() + "/c.json";
+  const std::vector<std::string> args = ArgumentsSpawnedWith(false, file, {"-m", "igi_sdk.daemon"});
+  const std::vector<std::string> want{"-m", "igi_sdk.daemon", "--connection-file", file, "--port", "0",
+                                      "--log-format", "kv"};
+  CHECK_MSG(args == want, "\n    spawned: " << Joined(args) << "\n    want:    " << Joined(want));
 }
 
 TEST(bundle_is_started_killed_restarted_with_its_saved_session_and_stopped) {

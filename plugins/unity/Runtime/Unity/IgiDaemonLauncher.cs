@@ -35,6 +35,9 @@ namespace Igi.Unity
         [Tooltip("More daemon flags, one argument per entry (e.g. --vram-budget-mib, 2048)")]
         public string[] extraArguments = new string[0];
 
+        [Tooltip("Pass --exit-with-pid with the game's process id: the daemon shuts down when the game crashes or is killed")]
+        public bool exitWithGame = true;
+
         [Tooltip("Start the daemon in Awake (otherwise call Launch).")]
         public bool launchOnAwake = true;
 
@@ -113,7 +116,7 @@ namespace Igi.Unity
             var options = new DaemonLauncherOptions
             {
                 ExecutablePath = ResolveExecutable(), ConnectionFile = ResolveConnectionFile(),
-                Arguments = new List<string>(extraArguments ?? new string[0]),
+                Arguments = new List<string>(extraArguments ?? new string[0]), ExitWithGame = exitWithGame,
                 RestartDelayS = restartDelayS, MaxRestartDelayS = Math.Max(restartDelayS, maxRestartDelayS),
                 MaxConsecutiveFailures = Math.Max(1, maxConsecutiveFailures), StartTimeoutS = Math.Max(1f, startTimeoutS),
             };

@@ -88,6 +88,70 @@ namespace Igi.Tests
             launcher.Stop();
             Assert.AreEqual(DaemonState.Stopped, launcher.State);
         }
+
+        [DllImport("libc", EntryPoint = "getpid")]
+        private static extern int sys_getpid();
+
+        [DllImport("libc", EntryPoint = "chmod", SetLastError = true)]
+        private static extern int sys_chmod(string path, int mode);
+
+        /// <summary>POSIX: the arguments the launcher starts the daemon with, as the started process receives them. A
+        /// shell script stands in for the daemon: it writes its arguments to args.txt, one a line, and exits without a
+        /// connection file, so the launcher gives up after one restart. <paramref name="exitWithGame"/> null keeps the
+        /// option's default.</summary>
+        private static List<string> ArgumentsReceived(bool? exitWithGame, out string connectionFile)
+        {
+            if (!PosixFileMode.IsPosix) Assert.Ignore("the stand-in daemon is a shell script (POSIX only)");
+            string dir = BundleTests.TempDir();
+            string script = Path.Combine(dir, "fake-daemon");
+            File.WriteAllText(script, "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args.txt\"\n");
+            Assert.AreEqual(0, sys_chmod(script, Convert.ToInt32("755", 8)), "chmod 755 " + script);
+            connectionFile = Path.Combine(dir, "c.json");
+            var options = new DaemonLauncherOptions
+            {
+                ExecutablePath = script, ConnectionFile = connectionFile, Arguments = new List<string> { "--log-format", "kv" },
+                RestartDelayS = 0.01, MaxRestartDelayS = 0.01, MaxConsecutiveFailures = 1,
+            };
+            if (exitWithGame.HasValue) options.ExitWithGame = exitWithGame.Value;
+            var launcher = new DaemonLauncher(options);
+            string failed = null;
+            launcher.Failed += m => failed = m;
+            try
+            {
+                launcher.Start();
+                var sw = Stopwatch.StartNew();
+                while (failed == null && sw.Elapsed.TotalSeconds < 20) { launcher.Pump(); Thread.Sleep(10); }
+                Assert.IsNotNull(failed, "the launcher gave up on the stand-in (no connection file)");
+            }
+            finally
+            {
+                launcher.Stop();
+            }
+            string record = Path.Combine(dir, "args.txt");
+            Assert.IsTrue(File.Exists(record), "the stand-in ran and wrote " + record);
+            return new List<string>(File.ReadAllLines(record));
+        }
+
+        [Test]
+        public void The_daemon_is_started_with_exit_with_pid_of_the_game_process_by_default()
+        {
+            string connectionFile;
+            List<string> received = ArgumentsReceived(null, out connectionFile);
+            string pid = sys_getpid().ToString(System.Globalization.CultureInfo.InvariantCulture);
+            CollectionAssert.AreEqual(
+                new[] { "--connection-file", connectionFile, "--port", "0", "--exit-with-pid", pid, "--log-format", "kv" },
+                received, "received: " + string.Join(" ", received.ToArray()));
+        }
+
+        [Test]
+        public void ExitWithGame_false_leaves_exit_with_pid_out()
+        {
+            string connectionFile;
+            List<string> received = ArgumentsReceived(false, out connectionFile);
+            CollectionAssert.DoesNotContain(received, "--exit-with-pid");
+            CollectionAssert.AreEqual(new[] { "--connection-file", connectionFile, "--port", "0", "--log-format", "kv" },
+                received, "received: " + string.Join(" ", received.ToArray()));
+        }
     }
 
     /// <summary>Against the real bundle: start, talk, kill -9, restart with a saved session restored, stop.</summary>

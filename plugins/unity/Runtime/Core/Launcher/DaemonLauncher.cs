@@ -14,8 +14,9 @@ using Igi.Protocol;
 namespace Igi.Launcher
 {
     /// <summary>
-    /// Supervises one daemon process at a time. A background thread starts it (<c>--connection-file F --port 0</c>
-    /// plus <see cref="DaemonLauncherOptions.Arguments"/>), deletes a stale connection file first, and waits until the
+    /// Supervises one daemon process at a time. A background thread starts it (<c>--connection-file F --port 0</c>,
+    /// <c>--exit-with-pid</c> of this process unless <see cref="DaemonLauncherOptions.ExitWithGame"/> is false, then
+    /// <see cref="DaemonLauncherOptions.Arguments"/>), deletes a stale connection file first, and waits until the
     /// file names the new process's pid; it then watches the process and, when it dies without being asked to, starts
     /// it again after <see cref="RestartBackoff"/>'s delay. Events (<see cref="Ready"/>, <see cref="Exited"/>,
     /// <see cref="Failed"/>, <see cref="Log"/>) are queued and run only inside <see cref="Pump"/>, on the thread that
@@ -24,6 +25,7 @@ namespace Igi.Launcher
     public sealed class DaemonLauncher : IDisposable
     {
         private const int PollMs = 20;
+        private static readonly int OwnPid = CurrentProcessId();
         private readonly DaemonLauncherOptions _options;
         private readonly CallbackQueue _events = new CallbackQueue();
         private readonly ManualResetEvent _wake = new ManualResetEvent(false);
@@ -146,10 +148,12 @@ namespace Igi.Launcher
                 {
                     try
                     {
-                        client.SendAsync(new ShutdownRequest(), null, Math.Max(1.0, _options.StopTimeoutS)).Wait(TimeSpan.FromSeconds(Math.Max(1.0, _options.StopTimeoutS)));
-                        asked = true;
+                        // answered in time: the daemon is exiting, and the wait below gives it StopTimeoutS; unanswered, it
+                        // is signalled (or, without a signal, killed) at once rather than after a second StopTimeoutS
+                        asked = client.SendAsync(new ShutdownRequest(), null, Math.Max(1.0, _options.StopTimeoutS)).Wait(TimeSpan.FromSeconds(Math.Max(1.0, _options.StopTimeoutS)));
                     }
                     catch (AggregateException) { }  // the daemon may exit before its reply arrives: the wait below decides
+                    catch (IgiException) { }  // refused unsent (the client closed or declared the daemon gone meanwhile)
                 }
                 bool signalled = asked || Terminate(process);
                 if (!signalled || !process.WaitForExit((int)(_options.StopTimeoutS * 1000)))
@@ -324,10 +328,16 @@ namespace Igi.Launcher
             return process;
         }
 
+        private static int CurrentProcessId()
+        {
+            using (Process self = Process.GetCurrentProcess()) return self.Id;
+        }
+
         private string BuildArguments()
         {
             var sb = new StringBuilder();
             sb.Append("--connection-file ").Append(QuoteArgument(_options.ConnectionFile)).Append(" --port 0");
+            if (_options.ExitWithGame) sb.Append(" --exit-with-pid ").Append(OwnPid.ToString(System.Globalization.CultureInfo.InvariantCulture));
             foreach (string a in _options.Arguments) sb.Append(' ').Append(QuoteArgument(a));
             return sb.ToString();
         }

@@ -18,6 +18,11 @@ namespace Igi.Launcher
         /// <summary>More daemon flags, one argument each (e.g. <c>"--vram-budget-mib", "2048"</c>); quoted for you.</summary>
         public List<string> Arguments = new List<string>();
 
+        /// <summary>Pass <c>--exit-with-pid</c> with this process's id (after <c>--port 0</c>, before
+        /// <see cref="Arguments"/>): the daemon shuts down in order when the game's process is gone, so a game that
+        /// crashes or is killed does not leave it running. False leaves the flag out.</summary>
+        public bool ExitWithGame = true;
+
         /// <summary>Environment variables set for the daemon (a null value removes one).</summary>
         public Dictionary<string, string> Environment = new Dictionary<string, string>();
 

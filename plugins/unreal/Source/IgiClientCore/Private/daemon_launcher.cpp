@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "igi/client.hpp"
+#include "igi/process_liveness.hpp"
 
 namespace igi {
 namespace {
@@ -184,7 +185,9 @@ void DaemonLauncher::Supervise() {
     std::shared_ptr<ChildProcess> process;
     try {
       std::remove(options_.connection_file.c_str());  // a killed daemon's stale file
-      std::vector<std::string> args{"--connection-file", options_.connection_file, "--port", "0"};
+      std::vector<std::string> args = options_.executable_arguments;
+      args.insert(args.end(), {"--connection-file", options_.connection_file, "--port", "0"});
+      if (options_.exit_with_game) args.insert(args.end(), {"--exit-with-pid", std::to_string(CurrentProcessId())});
       args.insert(args.end(), options_.arguments.begin(), options_.arguments.end());
       process = options_.spawner(options_.executable, args, options_.working_directory);
       {

@@ -1,4 +1,5 @@
-// process_liveness.cpp - IgiClientCore, shared leaf: pid and start time of the daemon a connection file names.
+// process_liveness.cpp - IgiClientCore, shared leaf: pid and start time of the daemon a connection file names, and
+// this process's own id.
 #include "igi/process_liveness.hpp"
 
 #include <fstream>
@@ -7,8 +8,11 @@
 
 #ifndef _WIN32
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
+#else
+#include <process.h>  // _getpid: the CRT's process id (GetCurrentProcessId's), without <windows.h> and its macros
 #endif
 
 namespace igi {
@@ -52,6 +56,14 @@ std::optional<bool> ProcessRunning(std::int64_t pid, std::optional<std::int64_t>
   if (!start_ticks) return true;
   const std::optional<std::int64_t> now = ProcessStartTicks(pid);
   return !now || *now == *start_ticks;
+#endif
+}
+
+std::int64_t CurrentProcessId() {
+#ifdef _WIN32
+  return static_cast<std::int64_t>(::_getpid());
+#else
+  return static_cast<std::int64_t>(::getpid());
 #endif
 }
 

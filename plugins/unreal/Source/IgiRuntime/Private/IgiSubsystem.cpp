@@ -82,7 +82,7 @@ bool UIgiSubsystem::LaunchDaemon(const FString& Executable, const FString& Conne
 	igi::DaemonLauncherOptions Options;
 	Options.executable = TCHAR_TO_UTF8(*Exe);
 	Options.connection_file = TCHAR_TO_UTF8(*File);
-	if (FPaths::GetCleanFilename(Exe).StartsWith(TEXT("python"))) Options.arguments = {"-m", "igi_sdk.daemon"};
+	if (FPaths::GetCleanFilename(Exe).StartsWith(TEXT("python"))) Options.executable_arguments = {"-m", "igi_sdk.daemon"};
 	if (VramBudgetMiB >= 0) Options.arguments.insert(Options.arguments.end(), {"--vram-budget-mib", std::to_string(VramBudgetMiB)});
 	Options.spawner = SpawnIgiDaemonProcess;
 	Launcher = std::make_unique<igi::DaemonLauncher>(Options);

@@ -38,11 +38,12 @@ public:
 	virtual bool IsTickable() const override { return !IsTemplate(); }
 	virtual ETickableTickType GetTickableTickType() const override { return ETickableTickType::Conditional; }
 
-	/** Starts the daemon and supervises it: `Executable --connection-file File --port 0 [--vram-budget-mib N]`
-	 *  (N < 0: daemon default). An empty Executable is the bundle staged with the plugin
-	 *  (DefaultDaemonExecutable); a Python interpreter (file name starting with "python") gets `-m igi_sdk.daemon`
-	 *  first. Connects when the connection file appears, restarts the daemon with backoff when it dies (then
-	 *  reconnects and reopens the sessions saved with SaveSession), and stops it in Deinitialize. */
+	/** Starts the daemon and supervises it: `Executable --connection-file File --port 0 --exit-with-pid <game pid>
+	 *  [--vram-budget-mib N]` (N < 0: daemon default; the daemon exits when the game's process is gone). An empty
+	 *  Executable is the bundle staged with the plugin (DefaultDaemonExecutable); a Python interpreter (file name
+	 *  starting with "python") gets `-m igi_sdk.daemon` first. Connects when the connection file appears, restarts
+	 *  the daemon with backoff when it dies (then reconnects and reopens the sessions saved with SaveSession), and
+	 *  stops it in Deinitialize. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	bool LaunchDaemon(const FString& Executable, const FString& ConnectionFile, int32 VramBudgetMiB = -1);
 

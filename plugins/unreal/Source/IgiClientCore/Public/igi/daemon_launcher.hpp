@@ -60,8 +60,12 @@ std::unique_ptr<ChildProcess> SpawnNativeProcess(const std::string& executable, 
 
 struct DaemonLauncherOptions {
   std::string executable;               ///< the bundle's igi-daemon (BundleExecutable finds it in a folder)
+  std::vector<std::string> executable_arguments;  ///< before the daemon's own, for an executable that is not the
+                                                 ///< daemon (a Python interpreter: {"-m", "igi_sdk.daemon"})
   std::string connection_file;          ///< passed as --connection-file
   std::vector<std::string> arguments;   ///< more daemon flags, e.g. {"--vram-budget-mib", "2048"}
+  bool exit_with_game = true;           ///< pass --exit-with-pid <this process's id> (after --port 0, before
+                                        ///< arguments): the daemon shuts down when the game crashes or is killed
   std::string working_directory;        ///< "" = the executable's folder
   double start_timeout_s = 120.0;       ///< longest wait for the connection file; then killed, a failed start
   double restart_delay_s = 0.25;        ///< delay before the first restart; doubles per consecutive failure
@@ -110,9 +114,10 @@ struct DaemonLogLine {
 };
 
 /// Supervises one daemon process at a time (see docs/unreal.md, "Shipping the daemon"). A background thread starts
-/// it with `--connection-file F --port 0` plus the options' arguments, deletes a stale connection file first, waits
-/// until the file names the new pid, watches it and restarts it after RestartDelayS when it dies without being asked
-/// to. Callbacks run only inside Pump(), on the thread that calls it (the game thread).
+/// it with the executable's arguments, `--connection-file F --port 0`, `--exit-with-pid` of this process (unless
+/// exit_with_game is false) and the options' arguments, deletes a stale connection file first, waits until the file names the new pid, watches it and
+/// restarts it after RestartDelayS when it dies without being asked to. Callbacks run only inside Pump(), on the
+/// thread that calls it (the game thread).
 class DaemonLauncher {
  public:
   explicit DaemonLauncher(DaemonLauncherOptions options);  ///< throws std::invalid_argument for bad options

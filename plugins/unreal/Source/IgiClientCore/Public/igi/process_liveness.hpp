@@ -18,4 +18,7 @@ std::optional<std::int64_t> ProcessStartTicks(std::int64_t pid);
 /// pid is not a process id.
 std::optional<bool> ProcessRunning(std::int64_t pid, std::optional<std::int64_t> start_ticks);
 
+/// The id of this process (getpid, GetCurrentProcessId): what the launcher passes to the daemon as --exit-with-pid.
+std::int64_t CurrentProcessId();
+
 }  // namespace igi

@@ -85,6 +85,10 @@ class ProcessWatch:
         self._pidfd = pidfd
         self._handle = handle
         self._start_ticks = start_ticks
+        self._poll: select.poll | None = None  # poll, not select: a descriptor may be above FD_SETSIZE
+        if pidfd is not None:
+            self._poll = select.poll()
+            self._poll.register(pidfd, select.POLLIN)
 
     @classmethod
     def open(cls, pid: int) -> ProcessWatch:
@@ -112,9 +116,8 @@ class ProcessWatch:
 
     def exited(self) -> bool:
         """Whether the process has exited (never blocks)."""
-        if self._pidfd is not None:
-            readable, _w, _x = select.select([self._pidfd], [], [], 0)
-            return bool(readable)
+        if self._poll is not None:
+            return bool(self._poll.poll(0))
         if self._handle is not None:
             return _handle_signalled(self._handle)
         return process_running(self.pid, self._start_ticks) is False
@@ -123,7 +126,7 @@ class ProcessWatch:
         """Let go of the process (its pidfd or handle)."""
         if self._pidfd is not None:
             os.close(self._pidfd)
-            self._pidfd = None
+            self._pidfd, self._poll = None, None
         if self._handle is not None:
             _close_handle(self._handle)
             self._handle = None
@@ -132,7 +135,6 @@ class ProcessWatch:
 # Windows: kernel32 through ctypes (stdlib). SYNCHRONIZE lets WaitForSingleObject wait on the process.
 _SYNCHRONIZE = 0x00100000
 _WAIT_OBJECT_0 = 0
-_ERROR_INVALID_PARAMETER = 87  # OpenProcess of a pid no process has
 _ERROR_ACCESS_DENIED = 5
 
 

@@ -168,6 +168,8 @@ class DaemonServer:
             self._loop(socket, service, worker, guard)
             return 0
         except DaemonStartError as exc:
+            if self._owner_exited():
+                return 0  # the game went while the worker loaded: nobody is left to serve
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
             return 3
         finally:

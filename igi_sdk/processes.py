@@ -2,8 +2,8 @@
 
 A daemon records its pid and, where ``/proc`` has it, its start time in clock ticks since boot (the owner file of its
 private ipc directory, its connection file's ``pid_start_ticks``). A process that has the pid now but started at
-another time is another process: the kernel gave the dead daemon's pid to it. Stdlib only: the daemon and the
-client both ask.
+another time is another process: the kernel gave the dead daemon's pid to it. :class:`ProcessWatch` holds on to a
+running process instead (the game a daemon exits with). Stdlib only: the daemon and the client both ask.
 """
 
 from __future__ import annotations

@@ -224,3 +224,15 @@ def test_cpu_only_machine_has_no_vram_terms() -> None:
     lay = resolve_layout(s, p, has_gpu=False)
     mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=None, safety_margin_mib=256)
     assert mem.vram_total_mib == 0 and mem.placement_class == "cpu_only" and mem.host_weights_mib > 0
+
+
+def test_kv_of_several_sessions_matches_llama_cpp_dry_run() -> None:
+    # llama.cpp's no_alloc dry run of SmolLM2-135M (CPU): 11.25 MiB of f16 KV per 512-token session, one stream each
+    smol = summarize(
+        table_from_shape(ModelShape(n_layer=30, n_embd=576, n_ff=1536, n_head=9, n_head_kv=3, n_vocab=49152))
+    )
+    for n in (1, 4, 8, 16):
+        assert smol.table.n_layer * kv_layer_bytes(smol, Placement(n_ctx=512 * n, n_seq_max=n)) == 11.25 * n * MIB
+    # each stream padded to 256 cells: 2 sessions of 300 tokens hold 2 x 512 cells; q8_0 rows of 192 values: 204 bytes
+    q8 = Placement(n_ctx=600, n_seq_max=2, type_k="q8_0", type_v="q8_0")
+    assert kv_layer_bytes(smol, q8) == 2 * 204 * 2 * 512

@@ -385,6 +385,13 @@ class FakeWorker:
         self._rest_of_reload(command)
 
     def _rest_of_reload(self, command: wp.Reload) -> None:
+        if self.fail_reloads and is_detached(command.placement):  # the devices' release refused: no ``all`` release
+            message = "RuntimeError: ggml_backend_cuda_release_devices: a buffer is still allocated on CUDA0"
+            self._events.append(
+                wp.Reloaded(req_id=command.req_id, ok=False, message=message, placement=command.placement)
+            )
+            self._alive = False
+            return
         self._events.append(wp.Released(req_id=command.req_id, stage="all"))
         if self.undo_growths and not command.shrink:
             message = "MoveUndone: the growth was undone: could not allocate CUDA0 memory"

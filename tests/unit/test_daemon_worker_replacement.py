@@ -651,17 +651,22 @@ def test_a_detach_is_answered_on_the_workers_word_not_on_nvmls_process_list() ->
 
 def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget_with_cuda_hidden() -> None:
     """The worker's move to the detached placement fails (ggml still held something on the device): it exits, which
-    frees its memory (the reclaim is answered at 0 MiB once NVML no longer lists it), the worker restarts on the
-    CPU-only placement of that budget with CUDA hidden, and no later worker is planned the detached placement again."""
+    frees its memory, the worker restarts on the CPU-only placement of that budget with CUDA hidden, the reclaim is
+    answered ``applied`` once that worker is ready, and no later worker is planned the detached placement again."""
     daemon, worker, planner = _detaching_daemon()
     daemon.budget._partial_kv = True  # as the worker's Ready said (patch 0011): kept when the detach fails
     worker.fail_reloads = True
+    worker.hold_release, worker.releasing_mib = True, CONTEXT_MIB  # its CUDA context still held after the weights
     reclaim = _reclaim(daemon)
-    _steps(daemon, 3)
-    [reply] = _answers(daemon, reclaim)
-    assert isinstance(reply, BudgetAck) and reply.measured_vram_mib == 0.0
+    _steps(daemon, 2)
+    assert _answers(daemon, reclaim) == []
+    worker.finish_release()  # the devices' release refused: no ``all`` release, the move fails, the worker exits
     worker.fail_reloads = False
     _steps(daemon, 3)
+    [reply] = _answers(daemon, reclaim)
+    assert isinstance(reply, BudgetAck) and reply.applied and reply.plan.strategy == "cpu_only"
+    assert reply.measured_vram_mib == 0.0 and reply.granted_mib == 0
+    check_exactly_one_terminal_reply(daemon)
     assert daemon.budget.current.plan.strategy == "cpu_only" and daemon.budget.current.budget_mib == 0
     assert [hidden for _, hidden in worker.starts] == [False, True]
     assert planner.detachable_reports[-1:] == [False] and planner.partial_kv_reports[-1:] == [True]
@@ -671,6 +676,24 @@ def test_a_worker_that_fails_to_detach_exits_and_its_successor_serves_the_budget
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.plan.strategy == "full_gpu"
     assert planner.detachable_reports[-1] is False
+
+
+def test_a_shutdown_before_the_failed_detachs_successor_is_ready_answers_the_reclaim() -> None:
+    """The reclaim of a failed detach waits for the restarted worker; a shutdown meanwhile answers it
+    ``shutting_down``, exactly once."""
+    daemon, worker, _planner = _detaching_daemon()
+    worker.fail_reloads = True
+    worker.hold_release, worker.releasing_mib = True, CONTEXT_MIB
+    reclaim = _reclaim(daemon)
+    _steps(daemon, 2)
+    worker.finish_release()
+    worker.fail_reloads = False
+    daemon.pump()  # the failure read, the worker restarting; its Ready not read yet
+    assert _answers(daemon, reclaim) == []
+    daemon.request(ShutdownRequest())
+    [refused] = _answers(daemon, reclaim)
+    assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.SHUTTING_DOWN
+    check_exactly_one_terminal_reply(daemon)
 
 
 def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_the_exact_plan() -> None:

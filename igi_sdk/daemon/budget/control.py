@@ -112,6 +112,9 @@ class BudgetControl:
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
         self._replaced_polled_s = -float("inf")  # when NVML was last read for a worker being replaced
         self._detach_failed = False  # a worker could not detach from the GPU: none is planned to again
+        #: the requests of a detach the worker failed: its process goes, with its memory, and the worker restarts on
+        #: the CPU-only placement of their budget; answered once that worker is ready (``on_worker_ready``)
+        self._restart_waiters: list[Waiter] = []
         self._partial_kv = False  # the last GPU worker's ``Ready.partial_kv``
 
     # --- requests --------------------------------------------------------------------------------
@@ -198,6 +201,11 @@ class BudgetControl:
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
         self._reloads_in_place_s.clear()  # a new worker's reloads are measured anew
+        if self._restart_waiters:  # the failed detach's worker is gone: its successor serves their budget on the CPU
+            waiters, self._restart_waiters = self._restart_waiters, []
+            measured = self._worker_vram_mib()
+            for waiter in waiters:
+                self._ack(waiter, self._current, applied=True, measured=measured)
         if not event.gpu_hidden:
             detachable = event.devices_releasable and not self._detach_failed
             self._partial_kv = event.partial_kv
@@ -305,10 +313,7 @@ class BudgetControl:
         elif event.kept:
             self._growth_undone(op, event.message)
         else:
-            error = RequestError(ErrorCode.ENGINE_FAILURE, f"reload failed: {event.message}")
-            for waiter in op.waiters:
-                self._core.send_error(waiter.identity, waiter.header, error)
-            self._keep_state_with_running_placement(op)  # the worker exits and restarts on self.current
+            self._lost(op, f"reload failed: {event.message}")  # the worker exits and restarts on self.current
         if self._queued is not None and self._core.worker.ready:
             self._start(self._queued)
 
@@ -692,17 +697,25 @@ class BudgetControl:
         return True
 
     def on_worker_death(self) -> None:
-        """The worker died: a reload in flight failed; its waiters get ``engine_failure``. The new worker of a
-        replacement to a GPU placement dying while it loads: the same, and the worker restarts on the placement in
-        force (CPU-only)."""
+        """The worker died: a reload in flight failed; its waiters get ``engine_failure`` (a detach's are answered once
+        the restarted worker is ready: ``_lost``). The new worker of a replacement to a GPU placement dying while it
+        loads: the same, and the worker restarts on the placement in force (CPU-only)."""
         op, self._inflight = self._inflight, None
         if op is None:
             return
-        error = RequestError(
-            ErrorCode.ENGINE_FAILURE, "engine worker died during a reload; restarted with the last good placement"
-        )
-        for waiter in op.waiters:
-            self._core.send_error(waiter.identity, waiter.header, error)
+        self._lost(op, "engine worker died during a reload; restarted with the last good placement")
+
+    def _lost(self, op: PendingReload, message: str) -> None:
+        """``op``'s reload failed and its worker exits (or died): its requests get ``engine_failure`` with
+        ``message``, and the worker restarts on the last good placement (``_keep_state_with_running_placement``).
+        A detach's requests are shrinks the exit itself holds (the process's memory goes with it) and the worker
+        restarts on the CPU-only placement of their budget: they are answered ``applied`` once it is ready."""
+        if is_detached(op.outcome.placement):
+            self._restart_waiters += op.waiters
+        else:
+            error = RequestError(ErrorCode.ENGINE_FAILURE, message)
+            for waiter in op.waiters:
+                self._core.send_error(waiter.identity, waiter.header, error)
         self._keep_state_with_running_placement(op)
 
     def abort(self, error: RequestError) -> None:
@@ -713,6 +726,9 @@ class BudgetControl:
                 for waiter in holder.waiters:
                     self._core.send_error(waiter.identity, waiter.header, error)
                 holder.waiters = []
+        for waiter in self._restart_waiters:
+            self._core.send_error(waiter.identity, waiter.header, error)
+        self._restart_waiters = []
 
     def _keep_state_with_running_placement(self, lost: PendingReload | None = None) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker

@@ -696,6 +696,22 @@ def test_a_shutdown_before_the_failed_detachs_successor_is_ready_answers_the_rec
     check_exactly_one_terminal_reply(daemon)
 
 
+def test_a_worker_that_dies_while_it_detaches_has_the_reclaim_answered_by_its_successor() -> None:
+    """A worker that crashes mid-detach frees its memory with its process, as one that fails the move: the worker
+    restarts on the CPU-only placement of the reclaimed budget, which answers the reclaim ``applied``."""
+    daemon, worker, _planner = _detaching_daemon()
+    worker.hold_release, worker.releasing_mib = True, CONTEXT_MIB
+    reclaim = _reclaim(daemon)
+    _steps(daemon, 2)
+    assert _answers(daemon, reclaim) == []
+    worker.kill()
+    _steps(daemon, 3)
+    [reply] = _answers(daemon, reclaim)
+    assert isinstance(reply, BudgetAck) and reply.applied and reply.plan.strategy == "cpu_only"
+    assert reply.granted_mib == 0 and [hidden for _, hidden in worker.starts] == [False, True]
+    check_exactly_one_terminal_reply(daemon)
+
+
 def test_a_growth_from_cpu_only_in_the_cache_mode_starts_the_gpu_worker_before_the_exact_plan() -> None:
     """With the weight cache mode configured, a growth from the CPU-only placement to a budget whose plan needs dry
     runs replaces the worker at once with the nearest planned GPU placement (interim), and plans the exact one after."""

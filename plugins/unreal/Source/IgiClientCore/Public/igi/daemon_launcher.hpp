@@ -115,9 +115,9 @@ struct DaemonLogLine {
 
 /// Supervises one daemon process at a time (see docs/unreal.md, "Shipping the daemon"). A background thread starts
 /// it with the executable's arguments, `--connection-file F --port 0`, `--exit-with-pid` of this process (unless
-/// exit_with_game is false) and the options' arguments, deletes a stale connection file first, waits until the file names the new pid, watches it and
-/// restarts it after RestartDelayS when it dies without being asked to. Callbacks run only inside Pump(), on the
-/// thread that calls it (the game thread).
+/// exit_with_game is false) and the options' arguments, deletes a stale connection file first, waits until the file
+/// names the new pid, watches it and restarts it after RestartDelayS when it dies without being asked to. Callbacks
+/// run only inside Pump(), on the thread that calls it (the game thread).
 class DaemonLauncher {
  public:
   explicit DaemonLauncher(DaemonLauncherOptions options);  ///< throws std::invalid_argument for bad options

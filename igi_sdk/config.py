@@ -15,6 +15,7 @@ No other module reads ``os.environ`` for configuration.
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -320,6 +321,21 @@ class DaemonSettings(BaseSettings):
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _no_unknown_sections_in_the_environment(self) -> DaemonSettings:
+        # pydantic-settings reads IGI_<SECTION>__<NAME> and refuses an unknown NAME, but skips a variable whose
+        # SECTION matches none: a misspelt section would silently do nothing
+        for key in os.environ:
+            upper = key.upper()
+            if not upper.startswith("IGI_") or "__" not in upper:
+                continue
+            section = upper[len("IGI_") :].split("__", 1)[0].lower()
+            if section not in SECTIONS:
+                raise ValueError(
+                    f"environment variable {key}: no settings section {section!r} (sections: {', '.join(SECTIONS)})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _prompt_fits_context(self) -> DaemonSettings:

@@ -20,7 +20,7 @@ from types import FrameType
 import zmq
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget.planner import daemon_planner
+from igi_sdk.daemon.budget.planner import daemon_planner, switch_planner
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
@@ -139,6 +139,7 @@ class DaemonServer:
             initial,
             planner.base,
             lambda path, n_ctx: worker_config_for(settings, path, n_ctx),
+            planner_for=switch_planner(settings),
             gpu=cuda_gpu_usable(),
         )
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -52,6 +52,19 @@ def test_unknown_toml_key_is_refused(tmp_path: Path) -> None:
         load_settings(toml_file=_toml(tmp_path, "[ipc]\nprot = 1\n"))
 
 
+@pytest.mark.parametrize("name", ["IGI_BUDGE__VRAM_BUDGET_MIB", "IGI_FOO__BAR", "igi_engin__model"])
+def test_an_environment_variable_of_no_section_is_refused(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "2048")
+    with pytest.raises(ValidationError, match=name):
+        load_settings()
+
+
+def test_an_environment_variable_of_an_unknown_field_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IGI_BUDGET__VRAM_BUDGT_MIB", "2048")
+    with pytest.raises(ValidationError):
+        load_settings()
+
+
 def test_prompt_limit_must_fit_context() -> None:
     with pytest.raises(ValidationError, match="n_ctx"):
         DaemonSettings(engine={"n_ctx": 512}, limits={"max_prompt_tokens": 1024})

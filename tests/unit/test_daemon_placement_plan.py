@@ -395,3 +395,41 @@ def test_a_worker_that_does_not_cache_weights_is_planned_without_the_mode(
     plain._profile_cache = reference_profile("h200")
     plain.use_weight_cache(True)
     assert plain.parked(need) is None and not plain._planning()[1].kv_on_gpu_only
+
+
+def test_a_model_switched_to_is_planned_with_the_daemons_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ``load_model_request``'s model is planned as the daemon's own (``switch_planner``, the daemon's
+    ``planner_for``): with the settings' objective, op_offload threshold and weight cache mode (the parked placement
+    where no GPU placement fits), and with the load's context."""
+    from igi_sdk import profiler
+    from igi_sdk.config import load_settings
+    from igi_sdk.daemon.budget.planner import switch_planner
+    from igi_sdk.engine.cache_base import is_parked, parked_vram_mib
+
+    seen: list[Any] = []
+
+    def plan_file(path: Path, budget_mib: int, workload: Workload, profile: Any, options: Any) -> Any:
+        seen.append((workload.n_ctx, options.objective, options.op_offload_min_batch, options.kv_on_gpu_only))
+        raise RuntimeError("planned")
+
+    monkeypatch.setattr(placement_plan, "gpu_present", lambda: True)
+    monkeypatch.setattr(planning, "plan_file", plan_file)
+    monkeypatch.setattr(profiler, "load_or_create_profile", lambda quick: reference_profile("h200"))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 256)
+    settings = load_settings(
+        {"weight_cache_device": "CUDA0", "plan_objective": "ttft", "op_offload_min_batch": 8, "n_ctx": 8192}
+    )
+    base = settings.engine.base_placement().with_(n_ctx=2048)
+    planner = switch_planner(settings)(model, base)
+    assert planner.base == base
+    planner.plan(4096, dry_run_slots=0)  # the search failed: CPU-only, after the settings' search was made
+    assert seen == [(2048, "ttft", 8, True)]
+    on_cpu = planner._on_cpu  # no GPU placement fits the parked placement's budget
+    monkeypatch.setattr(planner, "_planned", lambda budget, generating=None: on_cpu(budget, "none"))
+    reserve = planner._profile().vram_reserve_mib
+    assert reserve is not None
+    parked = planner.plan(parked_vram_mib(reserve), dry_run_slots=0)
+    assert parked.plan.strategy == "parked" and is_parked(parked.placement)

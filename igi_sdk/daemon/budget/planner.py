@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -526,3 +527,15 @@ def daemon_planner(
         # the host copy the worker will choose (its Ready says which it did: ``use_weight_cache``)
         weight_cache_host=weight_cache_host(engine.weight_cache_host, file_bytes(model_path), available_bytes()),
     )
+
+
+def switch_planner(settings: DaemonSettings) -> Callable[[Path, Placement], PlacementPlanner]:
+    """The planner of a model a ``load_model_request`` switches to (``ModelSwitch``'s ``planner_for``): the daemon's
+    planner of that model under ``settings`` (``daemon_planner``: its objective, op_offload threshold, weight cache
+    mode and host copy), with the load's context (``base.n_ctx``, the one field a load changes)."""
+
+    def planner_for(model_path: Path, base: Placement) -> PlacementPlanner:
+        engine = settings.engine.model_copy(update={"n_ctx": base.n_ctx})
+        return daemon_planner(settings.model_copy(update={"engine": engine}), model_path)
+
+    return planner_for

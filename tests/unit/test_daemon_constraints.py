@@ -97,6 +97,23 @@ def test_a_json_reply_cut_short_is_invalid_output_and_the_turn_is_not_kept() -> 
     assert isinstance(_answer(daemon, again), GenerateReply)
 
 
+def test_a_json_reply_nested_too_deeply_to_read_is_invalid_output() -> None:
+    """A schema that allows any nesting, and a reply nested deeper than Python's JSON parser recurses: the request still
+    gets its one terminal reply, a typed error, and the session keeps working."""
+    daemon, worker = _daemon()
+    sid = _session(daemon, json_schema=json.dumps({"type": "array"}))
+    msg_id = daemon.request(GenerateRequest(text="Hi"), sid)
+    daemon.pump()
+    worker.reply("[" * 5000 + "]" * 5000)
+    error = _answer(daemon, msg_id)
+    assert isinstance(error, ErrorReply) and error.code == ErrorCode.INVALID_OUTPUT, error
+    assert daemon.core.sessions.get(sid).turns == []  # type: ignore[union-attr]
+    again = daemon.request(GenerateRequest(text="Hi"), sid)
+    daemon.pump()
+    worker.reply("[[1]]")
+    assert isinstance(_answer(daemon, again), GenerateReply)
+
+
 def test_a_tool_call_ends_the_reply_and_its_result_continues_the_turn() -> None:
     daemon, worker = _daemon()
     sid = _session(daemon, tools=(GIVE,))

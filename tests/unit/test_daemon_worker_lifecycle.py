@@ -160,3 +160,55 @@ def test_a_start_refused_during_a_replacement_is_retried_as_that_replacement() -
     assert _state(daemon) is WorkerState.READY and worker.ready
     assert worker.starts[-1] == (CPU_PLACEMENT, True)
     assert daemon.core.counters["worker_replacements"] == 1 and "worker_replace_kill" not in daemon.core.counters
+
+
+def test_a_crash_after_a_model_switch_that_followed_a_refused_restart_is_handled_as_a_crash() -> None:
+    """A restart the OS refused waits for its retry; a model switch then starts the next worker. That worker runs, so
+    no retry waits any more: its crash later is a crash (its generations failed, a worker restarted), not the retry
+    of a start that was refused long before."""
+    now = [100.0]
+    daemon = Daemon()
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    daemon.worker.kill()
+    daemon.worker.refuse_next_start = True
+    daemon.pump()  # the death handled; its restart refused
+    assert daemon.service.lifecycle.start_due_s is not None
+    daemon.request(LoadModelRequest(model_path=MODELS["tiny"]))
+    for _ in range(8):
+        daemon.pump()
+    assert _state(daemon) is WorkerState.READY and daemon.service.lifecycle.start_due_s is None
+    now[0] += 60.0
+    sid = _session(daemon)
+    daemon.worker.hold_generates = True
+    generate = daemon.request(GenerateRequest(text="hi"), session_id=sid)
+    daemon.pump()
+    crashes = daemon.core.counters["worker_crashes"]
+    daemon.worker.kill()
+    for _ in range(5):
+        now[0] += 1.0
+        daemon.pump()
+    [reply] = _answers(daemon, generate)
+    assert isinstance(reply, ErrorReply) and daemon.core.counters["worker_crashes"] == crashes + 1
+    assert not daemon.core.jobs and _state(daemon) is WorkerState.READY
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_start_refused_while_a_starting_worker_is_replaced_answers_the_change_once() -> None:
+    """A growth out of the CPU-only placement replaces the CPU-only worker still starting at once (retired: no job,
+    no device memory); the OS refuses the new worker's start. The refusal is retried like any refused start, and the
+    growth is answered once, by the retry's worker, never with an internal error first."""
+    now = [100.0]
+    daemon = _daemon(4096)
+    daemon.core.clock = lambda: now[0]  # type: ignore[method-assign]
+    reclaim = _reclaim(daemon, 0)
+    daemon.pump()  # the old worker exited: the CPU-only worker starts (CUDA hidden)
+    assert isinstance(_answers(daemon, reclaim)[0], BudgetAck) and _state(daemon) is WorkerState.STARTING
+    daemon.worker.refuse_next_start = True
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    assert daemon.core.counters["worker_start_failed"] == 1 and _answers(daemon, grow) == []
+    for _ in range(4):
+        now[0] += WORKER_START_RETRY_S
+        daemon.pump()
+    [ack] = _answers(daemon, grow)
+    assert isinstance(ack, BudgetAck) and _state(daemon) is WorkerState.READY
+    check_exactly_one_terminal_reply(daemon)

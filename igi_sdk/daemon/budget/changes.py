@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.daemon.budget.planner import Planner, PlanOutcome
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.messages import BudgetAck
 
@@ -88,6 +88,10 @@ class Planning:
     ahead: bool = False
     #: The batch tier planned ahead at ``target_mib`` (``Planner.plan_tier``; None: the budget's default plan).
     tier: int | None = None
+    #: The planner it is made with (a model switch meanwhile makes it another model's plan) and whether it is a
+    #: reclaim's.
+    planner: Planner | None = None
+    reclaiming: bool = False
 
     @property
     def for_change(self) -> bool:

@@ -151,7 +151,9 @@ class BudgetControl:
             if decision.action == "apply":
                 self._core.log(logging.INFO, "budget_growth_applied", target_mib=decision.target_mib)
                 self._act(decision, None)
-        if not self.under_way and self._lifecycle.state is WorkerState.READY:
+        lifecycle = self._lifecycle
+        if not self.under_way and lifecycle.state is WorkerState.READY and not lifecycle.holds_jobs:
+            # (a model switch that drains waits for a plan being made: none of the old model's is started for it)
             self._plans.plan_ahead(self._planner, self._current, self.state.in_force_mib)
         self._switch_tier()
 

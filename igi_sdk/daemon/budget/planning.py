@@ -177,7 +177,8 @@ class BudgetPlanning:
             slots = dry_run_slots_for(target_mib - used, child_mib)
             if slots:
                 self._core.log(logging.INFO, "budget_planning", target_mib=target_mib, dry_run_slots=slots)
-                self.pending = Planning(target_mib, waiters, plan_in_background(planner.plan, target_mib, slots))
+                result = plan_in_background(planner.plan, target_mib, slots)
+                self.pending = Planning(target_mib, waiters, result, planner=planner, reclaiming=reclaiming)
                 return None
             warning = (
                 f"no VRAM headroom ({target_mib - used:.0f} MiB) for the dry run that sizes a placement for "
@@ -196,11 +197,19 @@ class BudgetPlanning:
 
     def finished(self, planner: Planner, current: PlanOutcome) -> Apply | None:
         """The background plan, once it is done (None before, while the newer target that superseded it is planned
-        in its turn, or for a ladder budget planned ahead); a plan that failed answers the CPU-only placement."""
+        in its turn, or for a ladder budget planned ahead); a plan that failed answers the CPU-only placement. A plan
+        made with another planner than ``planner`` (a model switch put a new one in force meanwhile) is another
+        model's: it is dropped, and a change that waited for it is planned again with ``planner``."""
         planning = self.pending
         if planning is None or not planning.result.done.is_set():
             return None
         self.pending = None
+        if planning.planner is not None and planning.planner is not planner:
+            self._core.log(logging.INFO, "budget_plan_dropped", target_mib=planning.target_mib, reason="model_switched")
+            if not planning.for_change:
+                return None
+            target, reclaiming = planning.newer or (planning.target_mib, planning.reclaiming)
+            return self.begin(planner, target, reclaiming, planning.waiters, current)
         if planning.newer is not None:
             target, reclaiming = planning.newer
             return self.begin(planner, target, reclaiming, planning.waiters, current)
@@ -250,7 +259,7 @@ class BudgetPlanning:
             result = plan_in_background(planner.plan, budget, slots)
         else:
             result = run_in_background(lambda: planner.plan_tier(budget, tier, dry_run_slots=slots), "igi-budget-plan")
-        self.pending = Planning(budget, [], result, ahead=True, tier=tier)
+        self.pending = Planning(budget, [], result, ahead=True, tier=tier, planner=planner)
 
     @staticmethod
     def _done_ahead(planner: Planner, budget_mib: int, tier: int | None) -> bool:

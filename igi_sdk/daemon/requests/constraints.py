@@ -265,7 +265,8 @@ def finish_reply(constraint: ReplyConstraint, reply: GenerateReply) -> GenerateR
 
     Raises:
         RequestError: ``invalid_output`` / ``invalid_tool_arguments`` when a reply that ended with ``stop`` or
-            ``length`` does not parse or validate (``cancelled`` and ``error`` replies pass unchanged).
+            ``length`` does not parse or validate, or is nested too deeply to read (``cancelled`` and ``error``
+            replies pass unchanged).
     """
     if constraint.mode == "grammar" or reply.finish_reason not in ("stop", "length"):
         return reply
@@ -289,6 +290,8 @@ def finish_reply(constraint: ReplyConstraint, reply: GenerateReply) -> GenerateR
             tool = exc.tool or constraint.forced_tool
             raise RequestError(ErrorCode.INVALID_TOOL_ARGUMENTS, str(exc), {**detail, "tool": tool}) from None
         raise RequestError(ErrorCode.INVALID_OUTPUT, str(exc), detail) from None
+    except RecursionError:  # JSON nested deeper than Python's parser and the validator recurse
+        raise RequestError(ErrorCode.INVALID_OUTPUT, "the reply is nested too deeply to read", detail) from None
     if isinstance(outcome, ReplyOutcome):  # a native line of speech that max_tokens cut stays "length"
         native_text = constraint.tool_format is not None and constraint.schema is None
         finish = reply.finish_reason if native_text else "stop"

@@ -276,6 +276,7 @@ class WorkerLifecycle:
             worker.stop(timeout_s=1.0)
         hide_gpu = hides_gpu_for(self._gpu, placement)
         worker.start(wp.WorkerStart(worker.config if config is None else config, placement, vision, hide_gpu))
+        self.start_due_s = None  # a worker runs: no refused start waits for its retry any more
         self._gpu_hidden = hide_gpu
         if hide_gpu and self._core.settings.engine.standby_worker:  # the growth out of it will need a GPU worker
             worker.prepare_standby(worker.config, hide_gpu=False)
@@ -310,7 +311,10 @@ class WorkerLifecycle:
         self._core.counters["worker_replacements"] += 1
         if starting and self._gpu_hidden:  # no device memory and no job in it: nothing waits on its exit
             self._core.worker.retire()
-            self._swap(self._replacement)
+            try:
+                self._swap(self._replacement)
+            except OSError as exc:  # the new worker's start was refused: retried from ``check_exit``, never raised
+                self._start_failed(exc)
         elif starting:
             self._core.worker.stop(timeout_s=None)
         else:  # its generations carry over from what the daemon streamed: the process need not close anything

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -420,6 +421,31 @@ TEST(client_async_requests_time_out_and_forget_drops_their_callbacks) {
   CHECK_THROWS_AS(client.Status(), igi::DaemonUnavailableError);
 }
 
+TEST(client_cancels_a_generation_it_gave_up_on_in_the_daemon) {
+  // The stream went silent past generate_idle_timeout_s: the game hears a TimeoutError, and the daemon, which may
+  // still be generating into the request, is told to cancel it (else the NPC's next Say finds its session busy).
+  FakeDaemon daemon;  // answers hello and heartbeats only
+  igi::ClientOptions options;
+  options.generate_idle_timeout_s = 0.2;
+  igi::Client client(daemon.info(), options);
+  client.Connect();
+  std::string error;
+  igi::GenerateCallbacks callbacks;
+  callbacks.on_error = [&](const igi::IgiError& e) { error = e.kind(); };
+  igi::GenerateRequest request;
+  request.text = "go";
+  client.Generate("npc-1", request, callbacks);
+  REQUIRE(PumpUntil(client, [&] { return !error.empty(); }));
+  CHECK_EQ(error, std::string("timeout"));
+  bool cancelled = false;
+  for (int i = 0; i < 200 && !cancelled; ++i) {
+    const std::vector<std::string> received = daemon.Received();
+    cancelled = std::find(received.begin(), received.end(), "cancel_request") != received.end();
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(cancelled);
+}
+
 TEST(client_drops_duplicate_msg_id_error_reply_and_the_request_goes_on) {
   // Spec 6.6: an error_reply flagged duplicate_msg_id names (by parent_id) a request that goes on; it must not end it.
   FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
@@ -791,4 +817,47 @@ TEST(frame_budget_pump_budget_caps_callbacks_only_when_advised) {
   CHECK_EQ(client.Pump(budget.PumpBudget()), 0u);
   CHECK_EQ(tokens, 10);
   CHECK_EQ(finished, 2);
+}
+
+TEST(frame_budget_driver_sends_the_budget_and_levels_again_to_a_restarted_daemon) {
+  // A restarted daemon knows nothing of the game: a driver made for the new client sends it the budget override and
+  // the declared levels again, though neither changed since the first daemon had them.
+  std::mutex mutex;
+  std::vector<igi::SetBudgetRequest> first, second;
+  auto recorder = [&](std::vector<igi::SetBudgetRequest>& into) {
+    return [&mutex, &into](const igi::Envelope& request) -> std::vector<FakeReply> {
+      if (request.header.type != igi::SetBudgetRequest::kType) return {};
+      std::lock_guard<std::mutex> lock(mutex);
+      into.push_back(igi::StructFromValue<igi::SetBudgetRequest>(request.content));
+      return {};
+    };
+  };
+  auto sent = [&](const std::vector<igi::SetBudgetRequest>& requests) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return requests;
+  };
+  igi::FrameBudget budget;
+  budget.SetBudgetOverride(2048);
+  budget.DeclareBudgetLevels({6144, 2048, 0});
+  {
+    FakeDaemon daemon(recorder(first));
+    igi::Client client(daemon.info());
+    client.Connect();
+    igi::FrameBudgetDriver driver(client, budget);
+    driver.Tick(16.0, 1.0);
+    for (int i = 0; i < 200 && sent(first).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }  // the first daemon goes (unanswered: the driver forgets its request)
+  FakeDaemon restarted(recorder(second));
+  igi::Client client(restarted.info());
+  client.Connect();
+  igi::FrameBudgetDriver driver(client, budget);
+  driver.Tick(16.0, 2.0);
+  for (int i = 0; i < 200 && sent(second).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::vector<std::int64_t> levels{6144, 2048, 0};
+  REQUIRE(sent(first).size() == 1u);
+  CHECK_EQ(sent(first)[0].vram_budget_mib, 2048);
+  CHECK(sent(first)[0].levels_mib == std::optional<std::vector<std::int64_t>>(levels));
+  REQUIRE(sent(second).size() == 1u);
+  CHECK_EQ(sent(second)[0].vram_budget_mib, 2048);
+  CHECK(sent(second)[0].levels_mib == std::optional<std::vector<std::int64_t>>(levels));
 }

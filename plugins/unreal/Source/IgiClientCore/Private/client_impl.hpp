@@ -218,7 +218,10 @@ struct Client::Impl {
     }
   }
 
-  void CheckDeadlinesLocked(double now) {
+  // Fails every request past its deadline; returns the generations among them (the streams, idle too long), which
+  // the daemon may still be running: the caller cancels them once the mutex is released.
+  std::vector<std::string> CheckDeadlinesLocked(double now) {
+    std::vector<std::string> streams;
     for (auto it = pending.begin(); it != pending.end();) {
       if (now < it->second.deadline) {
         ++it;
@@ -227,7 +230,24 @@ struct Client::Impl {
       Pending p = std::move(it->second);
       std::string id = it->first;
       it = pending.erase(it);
+      if (p.idle_timeout_s > 0.0 && !p.internal) streams.push_back(id);
       FailLocked(id, p, std::make_exception_ptr(TimeoutError("no reply to " + p.type + " " + id + " within deadline")));
+    }
+    return streams;
+  }
+
+  // A generation the client gave up on (idle too long) would go on in the daemon and keep its session busy:
+  // cancel it there, as the Python and C# clients do. Its reply is dropped (internal).
+  void CancelAbandoned(const std::vector<std::string>& generate_ids) {
+    for (const std::string& id : generate_ids) {
+      Pending cancel;
+      cancel.internal = true;
+      try {
+        Send(CancelRequest::kType, std::nullopt, StructToValue(CancelRequest{id}), std::move(cancel),
+             options.request_timeout_s);
+      } catch (const std::exception&) {
+        return;  // closed or declared gone meanwhile: the daemon ends its generations itself
+      }
     }
   }
 
@@ -298,10 +318,12 @@ struct Client::Impl {
       }
       double now = SteadyNow();
       for (const Multipart& frames : received) HandleIncoming(frames, now);
+      std::vector<std::string> abandoned;
       {
         std::lock_guard<std::mutex> lock(mutex);
-        CheckDeadlinesLocked(now);
+        abandoned = CheckDeadlinesLocked(now);
       }
+      CancelAbandoned(abandoned);
       Heartbeat(now);
     }
   }

@@ -43,7 +43,10 @@ std::optional<std::int64_t> FrameBudget::TakeBudgetChange() {
   return wanted;
 }
 
-void FrameBudget::DeclareBudgetLevels(std::vector<std::int64_t> levels_mib) { pending_levels_ = std::move(levels_mib); }
+void FrameBudget::DeclareBudgetLevels(std::vector<std::int64_t> levels_mib) {
+  declared_levels_ = levels_mib;
+  pending_levels_ = std::move(levels_mib);
+}
 
 std::optional<std::vector<std::int64_t>> FrameBudget::TakeBudgetLevels() {
   std::optional<std::vector<std::int64_t>> levels = std::move(pending_levels_);
@@ -52,6 +55,15 @@ std::optional<std::vector<std::int64_t>> FrameBudget::TakeBudgetLevels() {
 }
 
 void FrameBudget::OnBudgetAck(const BudgetAck& ack) { granted_budget_mib_ = ack.granted_mib; }
+
+void FrameBudget::OnNewConnection() {
+  requested_mib_.reset();
+  granted_budget_mib_.reset();
+  proposed_budget_mib_.reset();
+  throttle_ = Throttle{};
+  last_report_s_.reset();
+  if (declared_levels_ && !declared_levels_->empty()) pending_levels_ = declared_levels_;
+}
 
 std::size_t FrameBudget::TokensPerFrame() const {
   return throttle_.tokens_per_frame ? static_cast<std::size_t>(*throttle_.tokens_per_frame) : 0;
@@ -70,6 +82,14 @@ FrameBudgetDriver::~FrameBudgetDriver() {
 void FrameBudgetDriver::Tick(double frame_time_ms, double now_s) {
   budget_.AddFrame(frame_time_ms);
   if (!client_.connected()) return;
+  try {
+    Send(now_s);
+  } catch (const IgiError& e) {  // refused unsent (the daemon declared gone meanwhile): reported, never thrown
+    if (on_error_) on_error_(e);
+  }
+}
+
+void FrameBudgetDriver::Send(double now_s) {
   if (report_in_flight_.empty()) {
     if (std::optional<FrameStatsRequest> report = budget_.PollReport(now_s)) {
       report_in_flight_ = client_.FrameStatsAsync(

@@ -62,6 +62,10 @@ class FrameBudget {
   std::optional<std::int64_t> requested_budget_mib() const { return requested_mib_; }
   /// Records the daemon's answer to a budget request.
   void OnBudgetAck(const BudgetAck& ack);
+  /// A connection to another daemon (a restart) begins: it knows nothing of this game, so the budget in force
+  /// (the override, else the last proposal it makes) and the declared levels are sent to it again, and the old
+  /// daemon's advice and grant are forgotten. FrameBudgetDriver calls it when it is made for a client.
+  void OnNewConnection();
 
   /// The raw throttle.tokens_per_frame advice, with 0 meaning "no cap". Do not pass it to Client::Pump()
   /// (Pump(0) runs nothing); use PumpBudget().
@@ -85,23 +89,30 @@ class FrameBudget {
   std::optional<std::int64_t> requested_mib_;
   std::optional<std::int64_t> granted_budget_mib_;
   std::optional<std::vector<std::int64_t>> pending_levels_;
+  std::optional<std::vector<std::int64_t>> declared_levels_;  ///< the levels declared last, for a new daemon
 };
 
 /// Connects a FrameBudget to a Client: sends frame_stats and budget changes asynchronously.
 class FrameBudgetDriver {
  public:
-  FrameBudgetDriver(Client& client, FrameBudget& budget) : client_(client), budget_(budget) {}
+  /// A driver per connection: the budget is told a new one begins (FrameBudget::OnNewConnection).
+  FrameBudgetDriver(Client& client, FrameBudget& budget) : client_(client), budget_(budget) {
+    budget_.OnNewConnection();
+  }
   /// Forgets its in-flight requests, so no callback can reach a destroyed driver.
   ~FrameBudgetDriver();
   FrameBudgetDriver(const FrameBudgetDriver&) = delete;
   FrameBudgetDriver& operator=(const FrameBudgetDriver&) = delete;
   /// Once per frame on the game thread: records the frame, sends a due report or budget change.
-  /// Errors go to `on_error` (inside Client::Pump()).
+  /// Errors go to `on_error` (inside Client::Pump(), or from Tick itself for a request refused unsent: the
+  /// daemon declared gone between the connected() check and the send, levels out of range); Tick never throws.
   void Tick(double frame_time_ms, double now_s);
   void SetOnError(ErrorCallback on_error) { on_error_ = std::move(on_error); }
   void SetOnBudgetAck(std::function<void(const BudgetAck&)> on_ack) { on_ack_ = std::move(on_ack); }
 
  private:
+  void Send(double now_s);
+
   Client& client_;
   FrameBudget& budget_;
   std::string report_in_flight_;  ///< msg_id of the outstanding frame_stats_request, "" = none

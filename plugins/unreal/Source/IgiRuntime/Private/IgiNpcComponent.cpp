@@ -86,20 +86,37 @@ bool UIgiNpcComponent::StartSay(const FString& Text)
 		Request.tools.push_back(std::move(Wire));
 	}
 	TWeakObjectPtr<UIgiNpcComponent> WeakThis(this);
+	TWeakObjectPtr<UIgiSubsystem> WeakIgi(Igi);
 	bSessionPending = true;
 	try
 	{
 		SessionRequestId = Client->CreateSessionAsync(
 			Request,
-			[WeakThis](const igi::CreateSessionReply& Reply) {
-				if (!WeakThis.IsValid()) return;
+			[WeakThis, WeakIgi](const igi::CreateSessionReply& Reply) {
+				if (!WeakThis.IsValid() || WeakThis->bEndedPlay)
+				{
+					// The NPC went away while its session was being made: close it, or it holds a max_sessions slot
+					// for as long as this client stays connected.
+					igi::Client* Owner = WeakIgi.IsValid() ? WeakIgi->GetClient() : nullptr;
+					if (Owner)
+					{
+						try
+						{
+							Owner->CloseSessionAsync(Reply.session_id);
+						}
+						catch (const igi::IgiError&)
+						{
+						}
+					}
+					return;
+				}
 				WeakThis->bSessionPending = false;
 				WeakThis->SessionRequestId.clear();
 				WeakThis->SessionId = Reply.session_id;
 				WeakThis->StartGenerate();
 			},
 			[WeakThis](const igi::IgiError& E) {
-				if (WeakThis.IsValid()) WeakThis->Fail(Utf8(E.kind()), Utf8(E.what()));
+				if (WeakThis.IsValid() && !WeakThis->bEndedPlay) WeakThis->Fail(Utf8(E.kind()), Utf8(E.what()));
 			});
 	}
 	catch (const igi::IgiError& E)
@@ -205,6 +222,12 @@ void UIgiNpcComponent::SetVramBudgetMiB(int32 VramBudgetMiB)
 	if (UIgiSubsystem* Igi = GetIgi()) Igi->SetVramBudgetMiB(VramBudgetMiB);
 }
 
+void UIgiNpcComponent::BeginPlay()
+{
+	Super::BeginPlay();
+	bEndedPlay = false;
+}
+
 void UIgiNpcComponent::EndPlay(const EEndPlayReason::Type EndPlayReason)
 {
 	UIgiSubsystem* Igi = GetIgi();
@@ -217,7 +240,7 @@ void UIgiNpcComponent::EndPlay(const EEndPlayReason::Type EndPlayReason)
 				Client->Forget(GenerateId);
 				Client->Cancel(GenerateId);
 			}
-			if (!SessionRequestId.empty()) Client->Forget(SessionRequestId);
+			// a session still being made is closed by its reply's callback (bEndedPlay), not forgotten with it
 			if (!SessionId.empty()) Client->CloseSessionAsync(SessionId);  // fire and forget
 		}
 		catch (const igi::IgiError&)
@@ -225,6 +248,7 @@ void UIgiNpcComponent::EndPlay(const EEndPlayReason::Type EndPlayReason)
 			// The client is closing; the daemon frees the session when it declares us gone.
 		}
 	}
+	bEndedPlay = true;
 	GenerateId.clear();
 	SessionId.clear();
 	Super::EndPlay(EndPlayReason);

@@ -3,6 +3,7 @@
 
 #include "IgiDaemonProcess.h"
 #include "Interfaces/IPluginManager.h"
+#include "HAL/FileManager.h"
 #include "HAL/PlatformMisc.h"
 #include "HAL/PlatformTime.h"
 #include "Misc/CommandLine.h"
@@ -105,11 +106,14 @@ bool UIgiSubsystem::LaunchDaemon(const FString& Executable, const FString& Conne
 
 void UIgiSubsystem::OnDaemonReady(const igi::DaemonReady& Ready)
 {
-	// A restarted daemon has a new endpoint and key: drop the old client and connect to the new file now.
+	// A restarted daemon has a new endpoint and key: drop the old client and connect to the new file now. Close fails
+	// what was outstanding with the old daemon; the pump delivers those errors, so the NPCs waiting on them are
+	// free to speak again (destroying the client with them queued would leave the NPCs busy for good).
 	Driver.reset();
 	if (Client)
 	{
 		Client->Close();
+		Client->Pump();
 		Client.reset();
 	}
 	bRestorePending = Ready.restart > 0;
@@ -154,6 +158,7 @@ void UIgiSubsystem::ConnectWhenReady(const FString& ConnectionFile, float Timeou
 {
 	PendingConnectionFile = ConnectionFile.IsEmpty() ? DefaultConnectionFile() : ConnectionFile;
 	ConnectDeadlineSeconds = FPlatformTime::Seconds() + TimeoutSeconds;
+	FailedConnectionFileStamp = FDateTime::MinValue();
 }
 
 bool UIgiSubsystem::IsConnected() const { return Client && Client->connected(); }
@@ -200,6 +205,14 @@ void UIgiSubsystem::TryConnect()
 		}
 		return;
 	}
+	// A file a connect failed on (stale: its daemon is gone) is tried again only once rewritten: a daemon that starts
+	// writes a new one, and trying the old one every frame would stall each of them.
+	const FDateTime Stamp = IFileManager::Get().GetTimeStamp(*PendingConnectionFile);
+	if (Stamp == FailedConnectionFileStamp)
+	{
+		if (FPlatformTime::Seconds() > ConnectDeadlineSeconds) PendingConnectionFile.Reset();  // reported already
+		return;
+	}
 	const FString File = PendingConnectionFile;
 	PendingConnectionFile.Reset();
 	try
@@ -212,6 +225,11 @@ void UIgiSubsystem::TryConnect()
 	{
 		Client.reset();
 		ReportError(Utf8(E.kind()), Utf8(E.what()));
+		if (FPlatformTime::Seconds() <= ConnectDeadlineSeconds)
+		{
+			PendingConnectionFile = File;  // still waiting: the next version of the file is tried
+			FailedConnectionFileStamp = Stamp;
+		}
 		return;
 	}
 	if (!Budget) Budget = std::make_unique<igi::FrameBudget>(BudgetOptions);

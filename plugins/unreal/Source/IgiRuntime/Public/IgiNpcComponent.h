@@ -131,6 +131,7 @@ public:
 	virtual void TickComponent(float DeltaTime, ELevelTick TickType, FActorComponentTickFunction* ThisTickFunction) override;
 
 protected:
+	virtual void BeginPlay() override;
 	virtual void EndPlay(const EEndPlayReason::Type EndPlayReason) override;
 
 private:
@@ -143,6 +144,7 @@ private:
 	std::string GenerateId;  // msg_id of the generate_request in progress
 	std::string SessionRequestId;
 	bool bSessionPending = false;
+	bool bEndedPlay = false;  // a session created after EndPlay is closed, not used
 	FString PendingText;
 	std::optional<igi::Image> PendingImage;
 	bool bPendingToolResult = false;

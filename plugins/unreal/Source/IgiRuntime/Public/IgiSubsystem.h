@@ -55,7 +55,8 @@ public:
 	/** The daemon bundle staged with the plugin: <Plugin>/Binaries/IgiDaemon/<Platform>/igi-daemon/igi-daemon[.exe]. */
 	static FString DefaultDaemonExecutable();
 
-	/** Waits (without blocking frames) for the connection file, then connects; empty = default path. */
+	/** Waits (without blocking frames) for the connection file, then connects; empty = default path. A file a connect
+	 *  failed on (a daemon that has gone) is tried again once rewritten, until TimeoutSeconds. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void ConnectWhenReady(const FString& ConnectionFile, float TimeoutSeconds = 120.f);
 
@@ -115,6 +116,7 @@ private:
 	igi::FrameBudgetOptions BudgetOptions;
 	FString PendingConnectionFile;
 	double ConnectDeadlineSeconds = 0.0;
+	FDateTime FailedConnectionFileStamp;  // the file a connect failed on: tried again once it is rewritten
 	uint64 LastPumpedFrame = MAX_uint64;
 	std::unique_ptr<igi::DaemonLauncher> Launcher;  // the daemon this subsystem started, if any
 	igi::SessionSaveBook SaveBook;

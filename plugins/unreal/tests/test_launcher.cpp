@@ -182,6 +182,48 @@ std::string Joined(const std::vector<std::string>& args) {
 
 }  // namespace
 
+TEST(launcher_stop_during_a_start_leaves_no_daemon_running) {
+  // Stop() while the supervisor is inside the spawner: the process it then gets is stopped too, not left running
+  // (with --exit-with-pid naming the game, it would live as long as the editor).
+  const std::string dir = TempDir();
+  igi::DaemonLauncherOptions o;
+  o.executable = "/bin/sleep";
+  o.connection_file = dir + "/c.json";
+  std::mutex mutex;
+  bool spawning = false;
+  long pid = 0;
+  o.spawner = [&](const std::string& executable, const std::vector<std::string>&, const std::string& working_directory) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      spawning = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Stop() runs meanwhile
+    std::unique_ptr<igi::ChildProcess> child = igi::SpawnNativeProcess(executable, {"60"}, working_directory);
+    std::lock_guard<std::mutex> lock(mutex);
+    pid = child->pid();
+    return child;
+  };
+  igi::DaemonLauncher launcher(o);
+  launcher.Start();
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (spawning) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  launcher.Stop();
+  long spawned = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    spawned = pid;
+  }
+  REQUIRE(spawned > 0);
+  const bool gone = ::kill(static_cast<pid_t>(spawned), 0) != 0;  // killed and reaped by Stop(): no such process
+  if (!gone) ::kill(static_cast<pid_t>(spawned), SIGKILL);
+  CHECK(gone);
+}
+
 TEST(launcher_passes_exit_with_pid_of_the_game_process_by_default) {
   CHECK(igi::DaemonLauncherOptions{}.exit_with_game);
   const std::string file = TempDir() + "/c.json";

@@ -1,6 +1,7 @@
 // Layer: Unity adapter. Feeds Time.unscaledDeltaTime into the frame budget helper and exposes budget controls.
 #if UNITY_5_3_OR_NEWER
 using Igi.Budget;
+using Igi.Client;
 using Igi.Protocol;
 using UnityEngine;
 
@@ -42,11 +43,17 @@ namespace Igi.Unity
 
         private IgiConnection Connection { get { return connection != null ? connection : IgiConnection.Instance; } }
 
+        private IgiClient _helperClient;  // the client the helper sends through
+        private int _budgetMib = -1;  // the budget the game set last (SetBudget), sent again to a new client
+        private string _budgetReason;
+        private int[] _budgetLevelsMib;
+
         private void Update()
         {
             IgiConnection conn = Connection;
             if (conn == null || !conn.IsConnected) return;
-            if (Helper == null) CreateHelper(conn);
+            // a new client (the connection reconnected to a restarted daemon): a helper of its own, and the budget again
+            if (Helper == null || _helperClient != conn.Client) CreateHelper(conn);
             Helper.TargetFrameTimeMs = 1000.0 / Mathf.Max(1f, targetFrameRate);
             Helper.AutoAcceptProposals = autoAcceptProposals;
             Helper.MinBudgetMib = minBudgetMib;
@@ -57,10 +64,12 @@ namespace Igi.Unity
 
         private void CreateHelper(IgiConnection conn)
         {
+            _helperClient = conn.Client;
             Helper = new FrameBudgetHelper(conn.Client, 1000.0 / Mathf.Max(1f, targetFrameRate), Mathf.Max(0.05f, reportIntervalS));
             Helper.Failed += e => Debug.LogWarning("[IGI] budget: " + e.Message, this);
             Helper.ThrottleChanged += t => Debug.Log("[IGI] throttle: tokens_per_frame=" + (t.TokensPerFrame.HasValue ? t.TokensPerFrame.Value.ToString() : "unlimited"), this);
-            if (initialBudgetMib >= 0) SetBudget(initialBudgetMib, "initial budget", budgetLevelsMib);
+            if (_budgetMib >= 0) SetBudget(_budgetMib, _budgetReason, _budgetLevelsMib);
+            else if (initialBudgetMib >= 0) SetBudget(initialBudgetMib, "initial budget", budgetLevelsMib);
         }
 
         /// <summary>Sets the VRAM budget the game allows the daemon, MiB (0 = CPU only).</summary>
@@ -75,6 +84,9 @@ namespace Igi.Unity
         public void SetBudget(int vramBudgetMib, string reason, int[] levelsMib)
         {
             if (Helper == null) { Debug.LogWarning("[IGI] SetBudget before the connection is up", this); return; }
+            _budgetMib = vramBudgetMib;
+            _budgetReason = reason;
+            if (levelsMib != null && levelsMib.Length > 0) _budgetLevelsMib = levelsMib;  // null or empty: kept
             System.Collections.Generic.List<long> levels = null;
             if (levelsMib != null && levelsMib.Length > 0)
             {

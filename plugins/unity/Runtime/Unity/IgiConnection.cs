@@ -83,7 +83,11 @@ namespace Igi.Unity
         /// <summary>Disposes the client and connects again (a restarted daemon has a new connection file and key).</summary>
         public Task<IgiClient> ReconnectAsync()
         {
-            if (Client != null) Client.Dispose();
+            if (Client != null)
+            {
+                Client.Dispose();
+                Client.Pump();  // delivers the errors Dispose gave the requests in flight: no NPC waits on them for good
+            }
             Client = null;
             _connecting = null;
             return ConnectAsync();

@@ -67,12 +67,25 @@ namespace Igi.Unity
                 if (IsSpeaking)
                 {
                     if (!interruptOnSay) { onError.Invoke("already speaking"); return; }
-                    Cancel();
+                    // The daemon frees the session once the cancelled reply is sent: a generate_request before that
+                    // would be refused busy.
+                    GenerateHandle interrupted = _current;
+                    Observe(interrupted.Cancel());
+                    try { await interrupted.Completion; }
+                    catch (IgiException) { }  // it ended with an error: the session is free either way
+                    if (this == null) return;  // destroyed meanwhile
                 }
                 IgiConnection conn = Connection;
                 if (conn == null) { onError.Invoke("no IgiConnection in the scene"); return; }
                 IgiClient client = await conn.ConnectAsync();
+                if (this == null) return;
                 string session = await EnsureSessionAsync(client);
+                if (this == null)
+                {
+                    // destroyed while its session was being created: OnDestroy had no session to close
+                    Observe(client.CloseSessionAsync(session));
+                    return;
+                }
                 SessionId = session;
                 _current = client.Generate(session, text,
                     token => onToken.Invoke(token.Text),
@@ -109,6 +122,12 @@ namespace Igi.Unity
                 _session = client.CreateSessionAsync(persona, systemPrompt, sampling, priority);
             }
             return _session;
+        }
+
+        /// <summary>Lets a request run on unwaited, its failure observed (nothing waits for the answer).</summary>
+        private static void Observe(Task task)
+        {
+            task.ContinueWith(t => { var ignored = t.Exception; });
         }
 
         private void OnDestroy()

@@ -323,7 +323,18 @@ namespace Igi.Launcher
             if (!process.Start()) throw new InvalidOperationException("Process.Start returned false");
             process.BeginOutputReadLine();
             process.BeginErrorReadLine();
-            lock (_lock) _process = process;
+            bool stopped;
+            lock (_lock)
+            {
+                _process = process;
+                stopped = _stopping;
+            }
+            if (stopped)
+            {
+                // Stop() ran while this process was being started and took no note of it: it has served nothing yet
+                try { process.Kill(); } catch (InvalidOperationException) { } catch (System.ComponentModel.Win32Exception) { }
+                process.WaitForExit(5000);
+            }
             Say("info", "started " + psi.FileName + " " + psi.Arguments + " (pid " + process.Id + ")");
             return process;
         }

@@ -293,6 +293,20 @@ void DaemonLauncher::Stop(Client* client) {
     }
   }
   if (supervisor_.joinable() && supervisor_.get_id() != std::this_thread::get_id()) supervisor_.join();
+  // A (re)start the supervisor was spawning while Stop ran: it saw stopping_ only once the process existed, and
+  // leaves it. It has served nothing yet: killed, not asked.
+  std::shared_ptr<ChildProcess> late;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    late = process_;
+  }
+  if (late && late != process) {
+    if (!late->Exited(&exit_code)) {
+      late->Kill();
+      for (int i = 0; i < 250 && !late->Exited(&exit_code); ++i) std::this_thread::sleep_for(kPoll);
+    }
+    process = late;
+  }
   if (process) {
     try {
       if (ReadConnectionFile(options_.connection_file).pid == process->pid()) std::remove(options_.connection_file.c_str());

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "igi/client.hpp"
+#include "igi/connect_task.hpp"
 #include "igi/connection_file.hpp"
 #include "igi/envelope.hpp"
 #include "igi/frame_budget.hpp"
@@ -144,6 +145,8 @@ class FakeDaemon {
     return out;
   }
   std::size_t sent() const { return sent_; }
+  /// Answers each hello this much later (a daemon busy starting; its serving thread waits meanwhile).
+  void DelayHello(double seconds) { hello_delay_s_ = seconds; }
   /// (type, ROUTER identity of the connection it came on) of every request received so far, heartbeats included.
   std::vector<std::pair<std::string, std::string>> ReceivedWithIdentity() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -205,6 +208,8 @@ class FakeDaemon {
   std::vector<FakeReply> Answer(const igi::Envelope& request) {
     const std::string& type = request.header.type;
     if (type == igi::HelloRequest::kType) {
+      const double delay_s = hello_delay_s_.load();
+      if (delay_s > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
       igi::HelloReply hello;
       hello.daemon_version = "fake";
       hello.protocol_version = igi::kProtocolVersion;
@@ -246,6 +251,7 @@ class FakeDaemon {
   std::atomic<int> zap_refused_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::size_t> sent_{0};
+  std::atomic<double> hello_delay_s_{0.0};
   mutable std::mutex mutex_;
   std::vector<std::string> received_;
   std::vector<std::pair<std::string, std::string>> received_with_identity_;
@@ -860,4 +866,106 @@ TEST(frame_budget_driver_sends_the_budget_and_levels_again_to_a_restarted_daemon
   REQUIRE(sent(second).size() == 1u);
   CHECK_EQ(sent(second)[0].vram_budget_mib, 2048);
   CHECK(sent(second)[0].levels_mib == std::optional<std::vector<std::int64_t>>(levels));
+}
+
+namespace {
+
+/// Polls `task` on this thread as a game would once per frame, until it hands its outcome over (the longest single
+/// Poll is recorded in `longest_poll_s`).
+std::optional<igi::ConnectOutcome> PollUntilDone(igi::ConnectTask& task, double timeout_s, double& longest_poll_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  longest_poll_s = 0.0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto began = std::chrono::steady_clock::now();
+    std::optional<igi::ConnectOutcome> outcome = task.Poll();
+    const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (took_s > longest_poll_s) longest_poll_s = took_s;
+    if (outcome) return outcome;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return std::nullopt;
+}
+
+/// A connection file naming this process, as a daemon that is running would.
+std::string LiveConnectionFile(const igi::ConnectionInfo& info) {
+  const std::int64_t me = ::getpid();
+  return WriteConnectionFile(info, me, igi::ProcessStartTicks(me).value_or(0));
+}
+
+std::string ErrorKind(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const igi::IgiError& e) {
+    return e.kind();
+  }
+}
+
+}  // namespace
+
+TEST(connect_task_connects_off_the_polling_thread) {
+  // The daemon answers its hello 0.5 s late: every Poll returns at once meanwhile, then hands over a connected client.
+  FakeDaemon daemon;
+  daemon.DelayHello(0.5);
+  const std::string path = LiveConnectionFile(daemon.info());
+  igi::ConnectTask task(path);
+  double longest_poll_s = 0.0;
+  std::optional<igi::ConnectOutcome> outcome = PollUntilDone(task, 10.0, longest_poll_s);
+  REQUIRE(outcome.has_value());
+  CHECK(!outcome->error);
+  REQUIRE(outcome->client != nullptr);
+  CHECK(outcome->client->connected());
+  CHECK(longest_poll_s < 0.05);
+  CHECK(!task.Poll().has_value());  // handed over once
+  std::remove(path.c_str());
+}
+
+TEST(connect_task_abort_ends_a_handshake_at_once) {
+  FakeDaemon daemon;
+  daemon.DelayHello(3.0);
+  const std::string path = LiveConnectionFile(daemon.info());
+  igi::ConnectTask task(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the handshake is under way
+  const auto began = std::chrono::steady_clock::now();
+  task.Abort();
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  CHECK(took_s < 1.0);
+  CHECK(!task.Poll().has_value());
+  std::remove(path.c_str());
+}
+
+TEST(connect_task_reports_a_stale_connection_file) {
+  FakeDaemon daemon;  // listening, but the file names a process that is gone: the short handshake is tried
+  daemon.DelayHello(5.0);
+  const std::string path = WriteConnectionFile(daemon.info(), NoSuchPid(), 1);
+  igi::ClientOptions options;
+  options.stale_connect_timeout_s = 0.3;
+  igi::ConnectTask task(path, options);
+  double longest_poll_s = 0.0;
+  std::optional<igi::ConnectOutcome> outcome = PollUntilDone(task, 10.0, longest_poll_s);
+  REQUIRE(outcome.has_value());
+  CHECK(outcome->client == nullptr);
+  REQUIRE(static_cast<bool>(outcome->error));
+  CHECK_EQ(ErrorKind(outcome->error), std::string("stale_connection_file"));
+  CHECK(longest_poll_s < 0.05);
+  std::remove(path.c_str());
+}
+
+TEST(connect_task_reopens_the_saved_sessions_before_handing_the_client_over) {
+  FakeDaemon daemon([](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type != igi::LoadSessionRequest::kType) return {};
+    igi::LoadSessionReply reply;
+    reply.session_id = "restored-1";
+    return {Reply(reply)};
+  });
+  const std::string path = LiveConnectionFile(daemon.info());
+  igi::SessionSaveBook book;
+  book.Record("blacksmith", "/saves/blacksmith.igisession");
+  igi::ConnectTask task(path, {}, &book);
+  double longest_poll_s = 0.0;
+  std::optional<igi::ConnectOutcome> outcome = PollUntilDone(task, 10.0, longest_poll_s);
+  REQUIRE(outcome.has_value() && outcome->client != nullptr);
+  REQUIRE(outcome->restored.restored.count("blacksmith") == 1u);
+  CHECK_EQ(outcome->restored.restored.at("blacksmith").session_id, std::string("restored-1"));
+  CHECK(outcome->restored.failed.empty());
+  std::remove(path.c_str());
 }

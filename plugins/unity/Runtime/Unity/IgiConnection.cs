@@ -45,7 +45,13 @@ namespace Igi.Unity
         /// <summary>Most callbacks pumped per frame (the budget governor sets it from the daemon's throttle).</summary>
         public int CallbacksPerFrame { get; set; } = int.MaxValue;
 
+        [Tooltip("Connect a new client when the daemon stopped answering heartbeats (a debugger pause, a suspend, a stall): to the same daemon once it answers again, else to the one the launcher restarts.")]
+        public bool reconnectWhenGone = true;
+
         private Task<IgiClient> _connecting;
+        private int _generation;  // each ReconnectAsync starts a new one: a connect of an older one hands its client back
+        private float _nextReconnectS;  // realtime of the next automatic reconnection try
+        private bool _reconnecting;  // automatic reconnection under way until a connect succeeds
 
         private void OnEnable()
         {
@@ -90,6 +96,7 @@ namespace Igi.Unity
             }
             Client = null;
             _connecting = null;
+            _generation++;
             return ConnectAsync();
         }
 
@@ -97,15 +104,26 @@ namespace Igi.Unity
         {
             var options = new IgiClientOptions { ClientName = "unity-plugin " + Application.productName };
             if (verboseLog) options.Log = line => Debug.Log("[IGI] " + line);
+            int generation = _generation;
             try
             {
-                Client = await IgiClient.ConnectAsync(ResolveConnectionFile(), options);
+                IgiClient client = await IgiClient.ConnectAsync(ResolveConnectionFile(), options);
+                if (generation != _generation || this == null)
+                {
+                    // a newer connect took over meanwhile (ReconnectAsync), or this component is gone
+                    client.Dispose();
+                    if (this == null) throw new IgiClientClosedException("the IgiConnection was destroyed while it connected");
+                    return await ConnectAsync();
+                }
+                Client = client;
+                _reconnecting = false;
                 Client.CallbackFailed += e => Debug.LogException(e, this);
                 onConnected.Invoke();
                 return Client;
             }
             catch (IgiException e)
             {
+                if (generation != _generation) throw;  // a newer connect reports its own failure
                 _connecting = null;
                 Debug.LogWarning("[IGI] cannot connect to the daemon: " + e.Message, this);
                 onConnectionFailed.Invoke(e.Message);
@@ -116,6 +134,22 @@ namespace Igi.Unity
         private void Update()
         {
             if (Client != null) Client.Pump(CallbacksPerFrame);
+            // A client that declared its daemon gone refuses every request from now on: connect a new one (every 2 s
+            // at most while the daemon does not answer). The budget governor rebinds to it and sends the budget again.
+            bool gone = Client != null && !Client.IsDaemonAlive && _connecting != null && _connecting.IsCompleted;
+            bool retry = _reconnecting && Client == null && _connecting == null;  // the last try failed
+            if (reconnectWhenGone && (gone || retry) && Time.realtimeSinceStartup >= _nextReconnectS)
+            {
+                _reconnecting = true;
+                _nextReconnectS = Time.realtimeSinceStartup + 2f;
+                ReconnectInBackground();
+            }
+        }
+
+        private async void ReconnectInBackground()
+        {
+            try { await ReconnectAsync(); }
+            catch (IgiException) { /* reported through onConnectionFailed; tried again from Update */ }
         }
 
         private void OnDestroy()

@@ -62,7 +62,11 @@ namespace UnityEngine
         public static void LogException(Exception exception, Object context) { }
     }
 
-    public static class Time { public static float unscaledDeltaTime { get { return 0f; } } }
+    public static class Time
+    {
+        public static float unscaledDeltaTime { get { return 0f; } }
+        public static float realtimeSinceStartup { get { return 0f; } }
+    }
 
     public static class Application
     {

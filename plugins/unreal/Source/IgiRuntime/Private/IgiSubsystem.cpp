@@ -10,6 +10,8 @@
 #include "Misc/Parse.h"
 #include "Misc/Paths.h"
 
+#include <utility>
+
 namespace
 {
 FString Utf8(const std::string& S) { return FString(UTF8_TO_TCHAR(S.c_str())); }
@@ -28,6 +30,7 @@ void UIgiSubsystem::Initialize(FSubsystemCollectionBase& Collection)
 
 void UIgiSubsystem::Deinitialize()
 {
+	Connecting.reset();  // ends a handshake under way at once
 	Driver.reset();  // forgets its in-flight requests before the client goes
 	Budget.reset();
 	if (Launcher)
@@ -106,9 +109,18 @@ bool UIgiSubsystem::LaunchDaemon(const FString& Executable, const FString& Conne
 
 void UIgiSubsystem::OnDaemonReady(const igi::DaemonReady& Ready)
 {
-	// A restarted daemon has a new endpoint and key: drop the old client and connect to the new file now. Close fails
-	// what was outstanding with the old daemon; the pump delivers those errors, so the NPCs waiting on them are
-	// free to speak again (destroying the client with them queued would leave the NPCs busy for good).
+	// A restarted daemon has a new endpoint and key: drop the old client and connect to the new file now.
+	Connecting.reset();
+	DropClient();
+	bRestorePending = Ready.restart > 0;
+	ConnectWhenReady(Utf8(Launcher ? Launcher->options().connection_file : std::string()), 10.f);
+	TryConnect();
+}
+
+void UIgiSubsystem::DropClient()
+{
+	// Close fails what was outstanding with the old daemon; the pump delivers those errors, so the NPCs waiting on
+	// them are free to speak again (destroying the client with them queued would leave the NPCs busy for good).
 	Driver.reset();
 	if (Client)
 	{
@@ -116,18 +128,6 @@ void UIgiSubsystem::OnDaemonReady(const igi::DaemonReady& Ready)
 		Client->Pump();
 		Client.reset();
 	}
-	bRestorePending = Ready.restart > 0;
-	ConnectWhenReady(Utf8(Launcher ? Launcher->options().connection_file : std::string()), 10.f);
-	TryConnect();
-}
-
-void UIgiSubsystem::RestoreSavedSessions()
-{
-	bRestorePending = false;
-	if (!Client) return;
-	const igi::SessionSaveBook::Restored Result = SaveBook.RestoreAll(*Client);
-	for (const auto& Entry : Result.restored) OnSessionRestored.Broadcast(Utf8(Entry.first), Utf8(Entry.second.session_id));
-	for (const auto& Entry : Result.failed) ReportError(TEXT("restore_failed"), Utf8(Entry.first + ": " + Entry.second));
 }
 
 FString UIgiSubsystem::SaveSession(const FString& SaveKey, const FString& SessionId, const FString& Path)
@@ -156,9 +156,11 @@ FString UIgiSubsystem::SaveSession(const FString& SaveKey, const FString& Sessio
 
 void UIgiSubsystem::ConnectWhenReady(const FString& ConnectionFile, float TimeoutSeconds)
 {
+	Connecting.reset();  // a connect under way gives way to this one
 	PendingConnectionFile = ConnectionFile.IsEmpty() ? DefaultConnectionFile() : ConnectionFile;
 	ConnectDeadlineSeconds = FPlatformTime::Seconds() + TimeoutSeconds;
 	FailedConnectionFileStamp = FDateTime::MinValue();
+	NextConnectSeconds = 0.0;
 }
 
 bool UIgiSubsystem::IsConnected() const { return Client && Client->connected(); }
@@ -196,6 +198,7 @@ void UIgiSubsystem::ReportError(const FString& Code, const FString& Message)
 
 void UIgiSubsystem::TryConnect()
 {
+	if (Connecting || FPlatformTime::Seconds() < NextConnectSeconds) return;
 	if (!FPaths::FileExists(PendingConnectionFile))
 	{
 		if (FPlatformTime::Seconds() > ConnectDeadlineSeconds)
@@ -205,33 +208,56 @@ void UIgiSubsystem::TryConnect()
 		}
 		return;
 	}
-	// A file a connect failed on (stale: its daemon is gone) is tried again only once rewritten: a daemon that starts
-	// writes a new one, and trying the old one every frame would stall each of them.
+	// A file a connect found stale (its daemon is gone) is tried again only once rewritten, by a daemon that starts.
 	const FDateTime Stamp = IFileManager::Get().GetTimeStamp(*PendingConnectionFile);
 	if (Stamp == FailedConnectionFileStamp)
 	{
 		if (FPlatformTime::Seconds() > ConnectDeadlineSeconds) PendingConnectionFile.Reset();  // reported already
 		return;
 	}
-	const FString File = PendingConnectionFile;
+	// The handshake (a hello: up to 1 s on a stale file, up to connect_timeout_s otherwise) and the restores (one
+	// load_session per save) run off the game thread; PollConnect installs what they give.
+	ConnectingFile = PendingConnectionFile;
+	ConnectingStamp = Stamp;
 	PendingConnectionFile.Reset();
-	try
+	Connecting = std::make_unique<igi::ConnectTask>(std::string(TCHAR_TO_UTF8(*ConnectingFile)), igi::ClientOptions{},
+	                                                bRestorePending ? &SaveBook : nullptr);
+}
+
+void UIgiSubsystem::PollConnect()
+{
+	if (!Connecting) return;
+	std::optional<igi::ConnectOutcome> Outcome = Connecting->Poll();
+	if (!Outcome) return;
+	Connecting.reset();
+	if (Outcome->error)
 	{
-		// The daemon writes the file once it serves, so this hello round trip is short.
-		Client = igi::Client::FromConnectionFile(std::string(TCHAR_TO_UTF8(*File)));
-		Client->Connect();
-	}
-	catch (const igi::IgiError& E)
-	{
-		Client.reset();
-		ReportError(Utf8(E.kind()), Utf8(E.what()));
+		FString Kind = TEXT("error");
+		try
+		{
+			std::rethrow_exception(Outcome->error);
+		}
+		catch (const igi::IgiError& E)
+		{
+			Kind = Utf8(E.kind());
+			ReportError(Kind, Utf8(E.what()));
+		}
 		if (FPlatformTime::Seconds() <= ConnectDeadlineSeconds)
 		{
-			PendingConnectionFile = File;  // still waiting: the next version of the file is tried
-			FailedConnectionFileStamp = Stamp;
+			PendingConnectionFile = ConnectingFile;  // still waiting
+			if (Kind == TEXT("stale_connection_file")) FailedConnectionFileStamp = ConnectingStamp;  // for a new file
+			else NextConnectSeconds = FPlatformTime::Seconds() + 2.0;  // the same daemon, once more
 		}
 		return;
 	}
+	Install(std::move(*Outcome));
+}
+
+void UIgiSubsystem::Install(igi::ConnectOutcome Outcome)
+{
+	DropClient();  // a client connected before (ConnectWhenReady called again): its driver goes with it, first
+	Client = std::move(Outcome.client);
+	ConnectedFile = ConnectingFile;
 	if (!Budget) Budget = std::make_unique<igi::FrameBudget>(BudgetOptions);
 	Driver = std::make_unique<igi::FrameBudgetDriver>(*Client, *Budget);
 	TWeakObjectPtr<UIgiSubsystem> WeakThis(this);
@@ -244,7 +270,12 @@ void UIgiSubsystem::TryConnect()
 	Client->SetOnDisconnected([WeakThis](const igi::IgiError& E) {
 		if (WeakThis.IsValid()) WeakThis->ReportError(Utf8(E.kind()), Utf8(E.what()));
 	});
-	if (bRestorePending) RestoreSavedSessions();
+	bRestorePending = false;
+	for (const auto& Entry : Outcome.restored.restored)
+	{
+		OnSessionRestored.Broadcast(Utf8(Entry.first), Utf8(Entry.second.session_id));
+	}
+	for (const auto& Entry : Outcome.restored.failed) ReportError(TEXT("restore_failed"), Utf8(Entry.first + ": " + Entry.second));
 	OnConnected.Broadcast();
 }
 
@@ -256,9 +287,19 @@ void UIgiSubsystem::PumpOncePerFrame(float DeltaSeconds)
 	LastPumpedFrame = GFrameCounter;
 	if (Launcher) Launcher->Pump();  // OnDaemonReady (connects), the daemon's log
 	if (!PendingConnectionFile.IsEmpty()) TryConnect();
+	PollConnect();
 	if (!Client) return;
 	if (Driver) Driver->Tick(DeltaSeconds * 1000.0, FPlatformTime::Seconds());
 	// Throttle advice: the client applies tokens_per_frame (at most that many callbacks this frame, SIZE_MAX
 	// without a cap); the daemon applies sleep_ms_between_tokens itself.
 	Client->Pump(Budget ? Budget->PumpBudget() : SIZE_MAX);
+	if (!Client->connected() && !Connecting && PendingConnectionFile.IsEmpty())
+	{
+		// The client declared the daemon gone (silent past client_timeout_s: a debugger pause, a suspend, a stall)
+		// and refuses every request from now on. Connect a new client: to the same daemon once it answers again,
+		// else to the one the launcher restarts (its OnDaemonReady takes over then).
+		const FString File = ConnectedFile;
+		DropClient();
+		if (!File.IsEmpty()) ConnectWhenReady(File, 120.f);
+	}
 }

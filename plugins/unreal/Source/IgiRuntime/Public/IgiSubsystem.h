@@ -13,6 +13,7 @@
 #include "Subsystems/GameInstanceSubsystem.h"
 #include "Tickable.h"
 #include "igi/client.hpp"
+#include "igi/connect_task.hpp"
 #include "igi/daemon_launcher.hpp"
 #include "igi/frame_budget.hpp"
 
@@ -106,9 +107,11 @@ public:
 
 private:
 	void TryConnect();
+	void PollConnect();
+	void Install(igi::ConnectOutcome Outcome);
+	void DropClient();
 	void ReportError(const FString& Code, const FString& Message);
 	void OnDaemonReady(const igi::DaemonReady& Ready);
-	void RestoreSavedSessions();
 
 	std::unique_ptr<igi::Client> Client;
 	std::unique_ptr<igi::FrameBudget> Budget;
@@ -116,7 +119,12 @@ private:
 	igi::FrameBudgetOptions BudgetOptions;
 	FString PendingConnectionFile;
 	double ConnectDeadlineSeconds = 0.0;
-	FDateTime FailedConnectionFileStamp;  // the file a connect failed on: tried again once it is rewritten
+	FDateTime FailedConnectionFileStamp;  // the file a connect found stale: tried again once it is rewritten
+	double NextConnectSeconds = 0.0;      // after another failure (a daemon too slow to answer): the next try
+	std::unique_ptr<igi::ConnectTask> Connecting;  // the handshake (and restores) under way, off the game thread
+	FString ConnectingFile;
+	FDateTime ConnectingStamp;
+	FString ConnectedFile;  // the file of the client in use: reconnected to after the daemon was declared gone
 	uint64 LastPumpedFrame = MAX_uint64;
 	std::unique_ptr<igi::DaemonLauncher> Launcher;  // the daemon this subsystem started, if any
 	igi::SessionSaveBook SaveBook;

@@ -35,6 +35,9 @@ mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Ig
 mapfile -t sample_sources < <(find "$here/Samples~" -name '*.cs' | sort)
 mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
   "${unity_sources[@]}" "${sample_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
+# ... and as the editor compiles them (UNITY_EDITOR: the script-reload handling, against a UnityEditor shim).
+mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -define:UNITY_EDITOR -out:"$out/Igi.Unity.EditorShimCheck.dll" \
+  -r:"$out/Igi.Core.dll" "${unity_sources[@]}" "${sample_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
 # Tests/Runtime holds Unity Test Framework (NUnit) tests; here they compile against Debian's NUnit (libnunit-cil-dev,
 # brought by mono-devel) and the console runner runs them (NUnitAdapter).
 nunit="${IGI_NUNIT_DLL:-/usr/lib/cli/nunit.framework-2.6.3/nunit.framework.dll}"

@@ -53,15 +53,44 @@ namespace Igi.Unity
         private float _nextReconnectS;  // realtime of the next automatic reconnection try
         private bool _reconnecting;  // automatic reconnection under way until a connect succeeds
 
+#pragma warning disable 0169, 0414  // read in the editor only (UNITY_EDITOR); serialized in every build alike
+        [SerializeField, HideInInspector] private bool _reconnectAfterReload;  // serialized: survives a script reload
+#pragma warning restore 0169, 0414
+
         private void OnEnable()
         {
             if (Instance == null) Instance = this;
+#if UNITY_EDITOR
+            UnityEditor.AssemblyReloadEvents.beforeAssemblyReload += BeforeAssemblyReload;
+            if (_reconnectAfterReload)
+            {
+                _reconnectAfterReload = false;
+                ReconnectInBackground();  // the scripts are back: a new client
+            }
+#endif
         }
 
         private void OnDisable()
         {
             if (Instance == this) Instance = null;
+#if UNITY_EDITOR
+            UnityEditor.AssemblyReloadEvents.beforeAssemblyReload -= BeforeAssemblyReload;
+#endif
         }
+
+#if UNITY_EDITOR
+        // A script reload in play mode drops the client (not serialized) without OnDestroy, its I/O thread and socket
+        // still running and sending heartbeats. Close it first; connect again after, unless a launcher does (its new
+        // daemon's Ready reconnects).
+        private void BeforeAssemblyReload()
+        {
+            if (Client == null) return;
+            Client.Dispose();
+            Client = null;
+            _connecting = null;
+            _reconnectAfterReload = connectOnStart;
+        }
+#endif
 
         private async void Start()
         {

@@ -182,6 +182,34 @@ namespace Igi.Unity
 
         private void OnApplicationQuit() { Shutdown(); }
 
+#pragma warning disable 0169, 0414  // read in the editor only (UNITY_EDITOR); serialized in every build alike
+        [SerializeField, HideInInspector] private bool _relaunchAfterReload;  // serialized: survives a script reload
+#pragma warning restore 0169, 0414
+
+#if UNITY_EDITOR
+        private void OnEnable()
+        {
+            UnityEditor.AssemblyReloadEvents.beforeAssemblyReload += BeforeAssemblyReload;
+            if (!_relaunchAfterReload) return;
+            _relaunchAfterReload = false;
+            Launch();  // the scripts are back: a new daemon (its Ready reconnects the IgiConnection)
+        }
+
+        private void OnDisable()
+        {
+            UnityEditor.AssemblyReloadEvents.beforeAssemblyReload -= BeforeAssemblyReload;
+        }
+
+        // A script reload in play mode drops this component's launcher (not serialized) without OnDestroy: the daemon
+        // would run on unsupervised, for as long as the editor (its --exit-with-pid). Stop it first, launch again after.
+        private void BeforeAssemblyReload()
+        {
+            if (Launcher == null) return;
+            Shutdown();
+            _relaunchAfterReload = true;
+        }
+#endif
+
         private void OnDestroy()
         {
             Shutdown();

@@ -83,6 +83,8 @@ namespace UnityEngine
     [AttributeUsage(AttributeTargets.Field)] public sealed class TooltipAttribute : Attribute { public TooltipAttribute(string tooltip) { } }
     [AttributeUsage(AttributeTargets.Field)] public sealed class TextAreaAttribute : Attribute { public TextAreaAttribute(int minLines, int maxLines) { } }
     [AttributeUsage(AttributeTargets.Field)] public sealed class RangeAttribute : Attribute { public RangeAttribute(float min, float max) { } }
+    [AttributeUsage(AttributeTargets.Field)] public sealed class SerializeField : Attribute { }
+    [AttributeUsage(AttributeTargets.Field)] public sealed class HideInInspector : Attribute { }
     [AttributeUsage(AttributeTargets.Class)] public sealed class DisallowMultipleComponent : Attribute { }
     [AttributeUsage(AttributeTargets.Class)] public sealed class RequireComponent : Attribute { public RequireComponent(Type a, Type b) { } }
     [AttributeUsage(AttributeTargets.Class)] public sealed class DefaultExecutionOrder : Attribute { public DefaultExecutionOrder(int order) { } }
@@ -94,3 +96,14 @@ namespace UnityEngine.Events
     public class UnityEvent<T0> { public void Invoke(T0 arg0) { } public void AddListener(Action<T0> call) { } }
     public class UnityEvent<T0, T1> { public void Invoke(T0 arg0, T1 arg1) { } public void AddListener(Action<T0, T1> call) { } }
 }
+
+#if UNITY_EDITOR
+namespace UnityEditor
+{
+    public static class AssemblyReloadEvents
+    {
+        public delegate void AssemblyReloadCallback();
+        public static event AssemblyReloadCallback beforeAssemblyReload { add { } remove { } }
+    }
+}
+#endif

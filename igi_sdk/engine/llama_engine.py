@@ -46,6 +46,10 @@ from igi_sdk.planner.tiers import STATE_KEYS
 
 _STATE_MAGIC = b"IGIS"
 _STATE_VERSION = 1
+#: The most a state's JSON header may take: its placement keys and sizes, and one token id (at most 7 digits and a
+#: sign, a comma and a space) per position of the context.
+_STATE_HEADER_FIXED_BYTES = 4096
+_STATE_HEADER_BYTES_PER_TOKEN = 16
 _STATE_KEYS = ("flash_attn", "type_k", "type_v", "n_seq_max")
 #: positions of an image chunk hold a pseudo token id in -2 .. -1 - PSEUDO_TOKEN_SPAN (``vision.pseudo_token``), and a
 #: position whose token is not known holds -1; a saved sequence state may carry both
@@ -1058,6 +1062,11 @@ class LlamaEngine:
         version, header_len = struct.unpack("<II", data[4:12])
         if version != _STATE_VERSION:
             raise EngineError(f"sequence state version {version} is not supported (expected {_STATE_VERSION})")
+        header_limit = _STATE_HEADER_FIXED_BYTES + _STATE_HEADER_BYTES_PER_TOKEN * self._placement.n_ctx
+        if header_len > header_limit:  # refused before parsing: a huge header would hold the worker for seconds
+            raise EngineError(
+                f"sequence state header of {header_len} bytes is more than a state of this context holds ({header_limit})"
+            )
         try:  # a state is input too (a session file's): any damage to its header is a refusal, never a crash
             header = json.loads(data[12 : 12 + header_len])
             placement, tokens = header["placement"], header["tokens"]
@@ -1070,7 +1079,7 @@ class LlamaEngine:
                 raise ValueError("tokens are not token ids of this vocabulary")
             saved = Placement.model_validate({**self._placement.model_dump(), **placement})
             same_model = header["n_vocab"] == self._n_vocab and header["n_layer"] == self._table.n_layer
-        except (ValueError, KeyError, TypeError) as exc:  # JSON, UTF-8 and pydantic errors are ValueErrors
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # JSON, UTF-8, pydantic: ValueErrors
             raise EngineError(f"sequence state header is malformed: {type(exc).__name__}: {exc}") from None
         if not saved.state_compatible_with(self._placement):
             now = {k: getattr(self._placement, k) for k in _STATE_KEYS}

@@ -3,6 +3,7 @@ through the batch scheduler with the engine's sequence 0 as its first slot)."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 import numpy as np
@@ -145,6 +146,17 @@ def test_state_survives_reload_with_another_placement() -> None:
             eng.restore_seq_state(0, blob)
         with pytest.raises(EngineError):
             eng.restore_seq_state(0, b"not a state")
+        # a session file's state whose header nests deeper than the JSON parser recurses, or declares more header than
+        # a state of this context holds: refused, the worker goes on (it used to die of RecursionError)
+        nested = b"[" * 10_000
+        deep = b"IGIS" + struct.pack("<II", 1, len(nested)) + nested
+        with pytest.raises(EngineError, match="malformed"):
+            eng.restore_seq_state(0, deep)
+        huge = b"IGIS" + struct.pack("<II", 1, 1 << 30) + b"[0" + b",0" * 1000
+        with pytest.raises(EngineError, match="more than a state of this context holds"):
+            eng.restore_seq_state(0, huge)
+        eng.reload(BASE)
+        assert eng.restore_seq_state(0, blob) == len(history) - 1  # and the engine still restores a good one
     assert eng.closed
     with pytest.raises(EngineError, match="closed"):
         eng.tokenize("x")

@@ -180,3 +180,46 @@ def test_a_file_over_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
     with pytest.raises(SessionFileTooLarge):
         read_session_file(path, max_bytes=path.stat().st_size - 1)
     assert read_session_file(path, max_bytes=path.stat().st_size).persona == "Mira"
+
+
+def test_two_saves_to_one_path_at_once_leave_the_later_one_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An autosave and a manual save of one NPC to its default path, at once: both saves have opened their temp file
+    when the first renames its file into place, and only then does the second write its (shorter) body. The file
+    that stays is the second save's, whole; the first save, reported written, never reads back damaged."""
+    from igi_sdk.daemon.sessions import file_format
+
+    path = tmp_path / "npc.igisession"
+    long = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "x" * 4000),), "m.gguf", 1)
+    short = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1)
+    opened = threading.Barrier(2)
+    original = file_format._write_body
+
+    def write_body(out: object, snap: SessionSnapshot) -> int | None:
+        opened.wait(timeout=5)
+        if snap.turns == short.turns:  # the second save writes once the first is in place
+            for _ in range(500):
+                if path.exists():
+                    break
+                threading.Event().wait(0.01)
+        return original(out, snap)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_format, "_write_body", write_body)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def save(name: str, snap: SessionSnapshot) -> None:
+        try:
+            write_session_file(path, snap)
+            outcomes[name] = None
+        except BaseException as exc:  # noqa: BLE001  (recorded for the assertions)
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=save, args=args) for args in (("long", long), ("short", short))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert outcomes == {"long": None, "short": None}
+    assert read_session_file(path).turns == short.turns  # the later save, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["npc.igisession"]  # no temp file left behind

@@ -164,6 +164,14 @@ class WorkerScheduler:
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
             )
             return
+        except ValueError as exc:  # the model's chat template refused the conversation (roles out of its order, ...)
+            self._jobs.pop(job.job_id, None)
+            self._emit(
+                wp.Failed(
+                    job_id=job.job_id, code="invalid_request", message=str(exc), detail={"reason": "chat_template"}
+                )
+            )
+            return
         if job.kv_file is not None and self._sched.export_state(job.session_id) is None:
             saved = read_kv_state(job.kv_file)  # None: the file no longer holds it; the history is re-prefilled
             if saved is not None:
@@ -208,10 +216,12 @@ class WorkerScheduler:
     def _render_system(self, system: list[tuple[str, str]], tools: str | None) -> list[int]:
         """The system message alone, rendered as the job's prompt renders it (its tools too): the persona prefix. A
         template that refuses a conversation of the system message alone has none."""
-        if tools is None:
-            return self._adapter.render_prompt(system)
         try:
-            return self._adapter.render_prompt(system, tools=tools)
+            return (
+                self._adapter.render_prompt(system)
+                if tools is None
+                else self._adapter.render_prompt(system, tools=tools)
+            )
         except ValueError:
             return []
 

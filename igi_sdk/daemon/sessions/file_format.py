@@ -25,6 +25,7 @@ import hashlib
 import os
 import stat
 import struct
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -127,11 +128,14 @@ def write_session_file(path: Path, snap: SessionSnapshot, max_bytes: int = MAX_F
         SessionFileTooLarge: even without the KV state the file would pass ``max_bytes``.
         SessionFileError: the file cannot be written.
     """
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # O_NONBLOCK: a FIFO squatting on the temp name fails at once instead of blocking the daemon
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o600)
+        # a temp file of its own (O_EXCL, mode 0600): two saves to one path at once never write into one file (the
+        # second's truncation and writes used to land in the file the first had renamed into place), and a name
+        # something else holds (a FIFO squatting on it) is passed over, never opened
+        fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
         with os.fdopen(fd, "w+b") as out:
             size = _write_body(out, snap)
             kv_bytes = _kv_length(snap.kv_state)
@@ -144,8 +148,9 @@ def write_session_file(path: Path, snap: SessionSnapshot, max_bytes: int = MAX_F
         os.replace(tmp, path)
         return kv_bytes
     except (OSError, ValueError, SessionFileTooLarge) as exc:  # ValueError: a path the OS refuses (a NUL character)
-        with contextlib.suppress(OSError, ValueError):
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError, ValueError):
+                tmp.unlink(missing_ok=True)
         if isinstance(exc, SessionFileTooLarge):
             raise
         raise SessionFileError(f"cannot write session file {path}: {exc}") from exc

@@ -205,6 +205,8 @@ class AsyncClient:
 
         Raises:
             StaleConnectionFileError: the file names a daemon that is gone.
+            ConnectionFileError: the file exists but cannot be used (its mode lets others read it, it is not JSON,
+                a field is missing or invalid): at once, not after ``timeout_s``.
             DaemonUnavailableError: no daemon answered within ``timeout_s``.
             UnsupportedVersionError: the daemon speaks another major protocol version.
         """
@@ -624,6 +626,10 @@ class AsyncClient:
             try:
                 info = read_connection_file(self.connection_file)
             except ConnectionFileError:
+                # a daemon writes its file whole (a rename): one that exists and cannot be read will not become
+                # readable by waiting, so a first connect says why at once; a reconnect waits for a daemon to rewrite it
+                if fail_if_stale and os.path.lexists(self.connection_file):
+                    raise
                 await self.clock.sleep(RECONNECT_POLL_S)
                 continue
             stale = process_running(info.pid, info.pid_start_ticks) is False
@@ -737,7 +743,8 @@ class AsyncClient:
         while not self._closed:
             hello = self.hello
             interval = hello.heartbeat_interval_s if hello else 1.0
-            timeout = hello.client_timeout_s if hello else 10.0
+            # 0 is a legal announcement the C# and C++ clients read as their default; so does this one
+            timeout = hello.client_timeout_s if hello and hello.client_timeout_s > 0 else 10.0
             await self.clock.sleep(max(MIN_HEARTBEAT_INTERVAL_S, min(interval, timeout / 4)))
             if not self._connected.is_set():
                 continue

@@ -67,6 +67,10 @@ class GenerationResult:
         return None if self.tool_call is None else json.loads(self.tool_call.arguments)
 
 
+#: Put on a stream's queue by ``aclose()``: wakes a reader waiting for the next event in another task.
+_CLOSED = object()
+
+
 class GenerationStream:
     """Async iterator of :class:`TokenEvent`; ``await stream.result()`` gives the :class:`GenerationResult`.
 
@@ -125,6 +129,7 @@ class GenerationStream:
         if not self._ended:
             self._ended = True
             self._error = StreamClosedError("the stream was closed (aclose) before its terminal reply")
+            self._queue.put_nowait(_CLOSED)  # a reader waiting in another task ends now, not at its timeout
             self._client._abandon(self.msg_id, self._send)
 
     def __del__(self) -> None:
@@ -144,8 +149,13 @@ class GenerationStream:
         try:
             item = await self._next_item(self._deadline_s)
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._ended and self._send.cancelled() and (task is None or task.cancelling() == 0):
+                raise StopAsyncIteration from None  # aclose() in another task withdrew the request before its send
             raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
         except TimeoutError:
+            if self._ended:
+                raise StopAsyncIteration from None  # closed (aclose) while this poll waited
             raise self._fail(
                 ClientTimeoutError(f"no token event or reply within {self._timeout_s} s"), abandon=True
             ) from None
@@ -153,6 +163,8 @@ class GenerationStream:
             self._fail(exc)
             raise
         self._deadline_s = None
+        if self._ended:  # aclose() in another task: its _CLOSED woke this wait, or a reply came just before it
+            raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise self._fail(item)
         _header, message = item
@@ -223,8 +235,15 @@ class GenerationStream:
         return self._result
 
     async def cancel(self) -> bool:
-        """Cancel this generation (the stream then ends with ``finish_reason == "cancelled"``)."""
-        await asyncio.shield(self._send)
+        """Cancel this generation (the stream then ends with ``finish_reason == "cancelled"``). False when the daemon
+        had nothing to cancel: the generation had finished, or the stream was closed before its request was sent."""
+        try:
+            await asyncio.shield(self._send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._send.cancelled() and (task is None or task.cancelling() == 0):
+                return False  # withdrawn before its send (aclose): never reached the daemon
+            raise
         # the entry in _pending goes with the terminal reply (the reader drops it), which precedes a "not
         # cancelled" answer on the same connection
         return await self._client.cancel(self.msg_id)

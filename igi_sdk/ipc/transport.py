@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from igi_sdk.ipc.codec import DEFAULT_MAX_FRAME_BYTES
 from igi_sdk.ipc.errors import EndpointError
 from igi_sdk.ipc.handshake import apply_plain_credential
+from igi_sdk.ipc.wire_types import INT64_MAX
 
 _TCP = re.compile(r"^tcp://(?P<host>\[[^\]]+\]|[^:/\[\]]+):(?P<port>\*|[0-9]{1,5})$")
 _BIND_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -47,7 +48,9 @@ class SocketOptions(BaseModel):
             >>> SocketOptions.for_max_frame_bytes(4096, linger_ms=0).max_msg_bytes
             8192
         """
-        return cls(max_msg_bytes=2 * max_frame_bytes, **overrides)
+        doubled = 2 * max_frame_bytes
+        # a limit ZMQ_MAXMSGSIZE (int64) cannot hold twice: no cap, as the C# and C++ clients do (-1)
+        return cls(max_msg_bytes=doubled if doubled <= INT64_MAX else -1, **overrides)
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -131,6 +134,9 @@ def bind_router(
     except zmq.ZMQError as exc:
         socket.close(linger=0)
         raise EndpointError(f"cannot bind {checked}: {exc}") from exc
+    except BaseException:  # an option the socket refused otherwise: never left open (it would hang context.term())
+        socket.close(linger=0)
+        raise
     return socket, bound
 
 
@@ -167,6 +173,9 @@ def connect_dealer(
     except zmq.ZMQError as exc:
         socket.close(linger=0)
         raise EndpointError(f"cannot connect {checked}: {exc}") from exc
+    except BaseException:
+        socket.close(linger=0)
+        raise
     return socket
 
 

@@ -239,6 +239,38 @@ def test_result_after_aclose_or_an_error_raises_the_typed_error(fake_daemon) -> 
     asyncio.run(main())
 
 
+def test_aclose_from_another_task_ends_the_reader_at_once(fake_daemon) -> None:
+    """One task reads the stream, another closes it (the player skipped the line): the reader's loop ends at once,
+    not at its per-event timeout, and ``result()`` raises ``StreamClosedError``; a stream closed before its request
+    was sent has nothing to cancel."""
+    daemon = fake_daemon(SlowGenerator(n=3, period=60.0))  # t1 comes long after the test
+    clock = ManualClock()
+
+    async def main() -> None:
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=30)
+            seen: list[str] = []
+
+            async def read() -> None:
+                async for event in stream:
+                    seen.append(event.text)
+
+            reader = asyncio.ensure_future(read())
+            await eventually(lambda: len(seen) == 1, what="t0")
+            await stream.aclose()
+            await asyncio.wait_for(reader, 5)  # no clock advance: ended by the close, not by the 30 s timeout
+            with pytest.raises(StreamClosedError):
+                await stream.result()
+            await eventually(lambda: "cancel_request" in daemon.received, what="the cancel")
+            unsent = client.generate("npc_1", "hi", timeout_s=30)
+            await unsent.aclose()  # before its send ran: withdrawn
+            assert await unsent.cancel() is False
+
+    asyncio.run(main())
+
+
 def test_a_never_iterated_stream_whose_send_fails_logs_nothing(fake_daemon, caplog) -> None:
     daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.5)
     clock = ManualClock()
@@ -326,5 +358,47 @@ def test_first_stream_event_timeout_counts_from_generate(fake_daemon) -> None:
             stream = client.generate("npc_1", "hi", timeout_s=3)
             poll = asyncio.ensure_future(stream.__anext__())
             await _times_out_3_s_after_issue(poll, "generate_request", t0_s, client, daemon, clock)
+
+    asyncio.run(main())
+
+
+def test_a_connection_file_that_exists_but_cannot_be_used_is_refused_at_once(tmp_path) -> None:
+    """A daemon writes its file whole (a rename): one that is there and unusable (mode 644, not JSON) is the error
+    to report now, not a daemon still starting to wait ``timeout_s`` for; a missing file is still waited for."""
+    from igi_sdk.ipc.errors import ConnectionFileError
+
+    open_to_all = tmp_path / "open.json"
+    open_to_all.write_text("{}")
+    open_to_all.chmod(0o644)
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("not json")
+    garbage.chmod(0o600)
+
+    async def main() -> None:
+        for path, reason in ((open_to_all, "mode"), (garbage, "JSON")):
+            began = time.monotonic()
+            with pytest.raises(ConnectionFileError, match=reason):
+                await AsyncClient.connect(path, timeout_s=10, reconnect=False)
+            assert time.monotonic() - began < 2.0
+        with pytest.raises(DaemonUnavailableError):  # missing: waited for, then no daemon
+            await AsyncClient.connect(tmp_path / "missing.json", timeout_s=0.5, reconnect=False)
+
+    asyncio.run(main())
+
+
+def test_a_client_timeout_of_0_announced_is_read_as_the_default(fake_daemon) -> None:
+    """``hello_reply.client_timeout_s`` 0 is legal on the wire; the C# and C++ clients read it as their 10 s default.
+    Read as 0, every heartbeat tick found the daemon silent too long and declared it gone."""
+    daemon = fake_daemon(SlowGenerator(), client_timeout_s=0.0, heartbeat_interval_s=1.0)
+    clock = ManualClock()
+
+    async def main() -> None:
+        async with await AsyncClient.connect(
+            daemon.connection_file, timeout_s=10, reconnect=False, clock=clock
+        ) as client:
+            for _ in range(6):
+                await clock.advance(0.5)
+                await settle()
+            assert client.connected
 
     asyncio.run(main())

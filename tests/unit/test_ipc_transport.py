@@ -207,3 +207,21 @@ def test_a_guarded_router_lets_in_only_the_credential_derived_from_its_key(conte
     finally:
         dealer.close(linger=0)
         unguarded.close(linger=0)
+
+
+def test_a_max_frame_bytes_the_socket_cap_cannot_hold_twice_leaves_no_cap() -> None:
+    """``max_frame_bytes`` is an int64 on the wire: from 2**62 on, twice it does not fit ZMQ_MAXMSGSIZE, which raised
+    a raw OverflowError out of connect() and left the socket open (a daemon's context.term() then hung). Such a
+    limit means no cap, as the C# and C++ clients read it."""
+    assert SocketOptions.for_max_frame_bytes(2**62 - 1).max_msg_bytes == 2**63 - 2
+    assert SocketOptions.for_max_frame_bytes(2**62).max_msg_bytes == -1
+    assert SocketOptions.for_max_frame_bytes(2**63 - 1).max_msg_bytes == -1
+    context = zmq.Context()
+    try:
+        socket, _bound = bind_router(
+            context, "tcp://127.0.0.1:0", SocketOptions.for_max_frame_bytes(2**62, linger_ms=0)
+        )
+        assert socket.getsockopt(zmq.MAXMSGSIZE) == -1
+        socket.close(linger=0)
+    finally:
+        context.term()  # returns: no socket left open

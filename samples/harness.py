@@ -105,6 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return args
     if not 1 <= args.npcs <= 4:
         p.error("--npcs must be 1..4")
+    if args.max_tokens < 1 or args.budget_mib < 0 or args.reclaim_to_mib < 0:
+        p.error("need --max-tokens >= 1, --budget-mib >= 0, --reclaim-to-mib >= 0")
     if args.duration_s < 5 or args.fps <= 0 or not 0.0 < args.render_load <= 1.5:
         p.error("need --duration-s >= 5, --fps > 0, 0 < --render-load <= 1.5")
     return args
@@ -115,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
     if args.replot is not None:
-        phases = json.loads(args.replot.read_text())["phases"]
+        try:
+            phases = json.loads(args.replot.read_text())["phases"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            console.print(f"[red]--replot {args.replot}: not a harness report.json ({type(exc).__name__}: {exc})[/]")
+            return 2
         path = args.replot.parent / "timeline.png"
         if not write_plot(phases, path, console):
             return 1

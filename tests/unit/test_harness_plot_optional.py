@@ -47,3 +47,19 @@ def test_replot_reads_the_phases_of_a_report(tmp_path: Path, monkeypatch: pytest
     report.write_text(json.dumps({"phases": [{"name": "governor_on"}]}))
     assert harness.main(["--replot", str(report)]) == 0
     assert seen == {"phases": [{"name": "governor_on"}], "path": report.parent / "timeline.png"}
+
+
+def test_replot_of_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    harness = load_harness()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"something": 1}))
+    for path in (tmp_path / "missing.json", other):
+        assert harness.main(["--replot", str(path)]) == 2
+
+
+def test_bad_run_values_are_refused_before_a_daemon_starts() -> None:
+    harness = load_harness()
+    for flags in (["--max-tokens", "0"], ["--budget-mib", "-1"]):
+        with pytest.raises(SystemExit) as refused:
+            harness.parse_args(flags)
+        assert refused.value.code == 2

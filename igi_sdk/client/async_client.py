@@ -167,6 +167,8 @@ class AsyncClient:
         self._context = zmq.asyncio.Context()
         self._socket: zmq.asyncio.Socket | None = None
         self._pending: dict[str, asyncio.Queue[Any]] = {}
+        #: how many times every pending request was failed at once (the daemon declared gone, close())
+        self._pending_failed = 0
         self._connected = asyncio.Event()
         #: one request send at a time, first come first served: a send the DEALER cannot take now is retried, and
         #: a later request must not overtake it (the daemon keeps each client's order, PROTOCOL.md)
@@ -349,7 +351,9 @@ class AsyncClient:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending[header.msg_id] = queue
         deadline_s = self.clock.now_s() + timeout  # the first event's wait starts now, the send included
-        send = asyncio.ensure_future(self._send_when_connected(header, request, deadline_s))
+        send = asyncio.ensure_future(
+            self._send_when_connected(header, request, deadline_s, failed_before=self._pending_failed)
+        )
         # a stream never iterated never awaits its send; retrieve a failure here so asyncio does not log it
         send.add_done_callback(_retrieve_exception)
         return GenerationStream(self, header.msg_id, queue, timeout, send, deadline_s, clock=self.clock)
@@ -551,9 +555,16 @@ class AsyncClient:
         if not self._connected.is_set():
             raise DaemonUnavailableError("no daemon connected in time")
 
-    async def _send_when_connected(self, header: Any, message: Message, deadline_s: float) -> None:
-        """Send one request once connected; every wait counts against ``deadline_s`` (``self.clock``)."""
+    async def _send_when_connected(
+        self, header: Any, message: Message, deadline_s: float, *, failed_before: int | None = None
+    ) -> None:
+        """Send one request once connected; every wait counts against ``deadline_s`` (``self.clock``).
+        ``failed_before``: ``_pending_failed`` when the request was registered; the pending requests failed since
+        (the daemon declared gone before this send began) include it, and it must not go out on a later connection:
+        the daemon would run a generation whose stream was told it failed."""
         await self._wait_connected(deadline_s)
+        if failed_before is not None and self._pending_failed != failed_before:
+            raise DaemonUnavailableError(f"the daemon was declared gone before {message.type} was sent; not sent")
         assert self._socket is not None and self.info is not None
         # A DEALER with no peer blocks a send (e.g. after libzmq dropped the connection for a frame over
         # ZMQ_MAXMSGSIZE, which it does not re-establish), and a send waiting on a socket is not woken when the
@@ -582,6 +593,7 @@ class AsyncClient:
             self._send_lock.release()
 
     def _fail_pending(self, error: BaseException) -> None:
+        self._pending_failed += 1
         for queue in self._pending.values():
             queue.put_nowait(error)
 

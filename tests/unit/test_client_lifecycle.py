@@ -402,3 +402,21 @@ def test_a_client_timeout_of_0_announced_is_read_as_the_default(fake_daemon) -> 
             assert client.connected
 
     asyncio.run(main())
+
+
+def test_a_generation_failed_before_its_send_ran_is_never_sent(fake_daemon) -> None:
+    """``generate()`` registers its stream, and its send runs a loop step later. The daemon declared gone in between
+    fails the stream (DaemonUnavailableError); the send must not go out then, on this or a later connection, or the
+    daemon would run a generation whose stream was told it failed, and the session would answer its next line busy."""
+    daemon = fake_daemon(SlowGenerator(n=3, period=0.05))
+
+    async def main() -> None:
+        async with await AsyncClient.connect(daemon.connection_file, timeout_s=10, reconnect=False) as client:
+            stream = client.generate("npc_1", "hi", timeout_s=5)
+            client._fail_pending(DaemonUnavailableError("the daemon is gone: test"))  # before the send's first step
+            with pytest.raises(DaemonUnavailableError):
+                await stream.result()
+            await client.status()  # a later request goes out, and its answer comes after any generate would have
+            assert "generate_request" not in daemon.received
+
+    asyncio.run(main())

@@ -189,6 +189,7 @@ namespace Igi.Unity
 #if UNITY_EDITOR
         private void OnEnable()
         {
+            if (Instance == null) Instance = this;  // statics are reset by a script reload; Awake does not run again
             UnityEditor.AssemblyReloadEvents.beforeAssemblyReload += BeforeAssemblyReload;
             if (!_relaunchAfterReload) return;
             _relaunchAfterReload = false;

@@ -6,6 +6,7 @@
 // per frame and installs the client it hands over. Engine-independent; UIgiSubsystem is its Unreal user.
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>

@@ -140,6 +140,8 @@ def daemon_planning(
     the bench plans what the daemon plans.
     """
     n_ctx_seq = base.n_ctx // base.n_seq_max  # one sequence's share: a prompt never exceeds it
+    if n_ctx_seq < 1:
+        raise ValueError(f"n_ctx {base.n_ctx} gives each of the {base.n_seq_max} sequences no position")
     workload = Workload(
         prompt_tokens=min(prompt_tokens_hint, n_ctx_seq),
         reply_tokens=reply_tokens_hint,

@@ -18,6 +18,7 @@ after), while a finer step would multiply those dry runs for less than one step'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 LADDER_STEP_MIB = 1024
@@ -43,6 +44,8 @@ def ladder_budgets(
     if step_mib <= 0:
         raise ValueError(f"step_mib must be positive, got {step_mib}")
     top = model_file_mib + context_allowance_mib
+    if not math.isfinite(top):  # the loop below would never reach it
+        raise ValueError(f"the model's all-GPU size must be finite, got {top} MiB")
     automatic: list[int] = []
     budget = step_mib
     while True:

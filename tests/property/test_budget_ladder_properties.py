@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,3 +52,9 @@ def test_the_interim_fits_the_target_and_is_the_largest_that_does(
         assert fitting == []
     else:
         assert chosen in fitting and chosen == max(fitting)
+
+
+def test_a_model_size_that_is_not_finite_is_refused_not_looped_on() -> None:
+    for size in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite"):
+            ladder_budgets(size)

@@ -190,3 +190,10 @@ def test_records_name_the_sessions_and_reloads_they_were_planned_for() -> None:
     assert (SuiteMeta().sessions, SuiteMeta().reloads_per_request, SuiteMeta().daemon_workload) == (1, 0.0, False)
     new = old.model_copy(update={"sessions": 4, "reloads_per_request": 0.05})
     assert RunRecord.model_validate_json(new.model_dump_json()) == new
+
+
+def test_a_context_that_gives_a_sequence_no_position_is_refused_by_name() -> None:
+    from igi_sdk.planner.placement import Placement
+
+    with pytest.raises(ValueError, match="no position"):
+        daemon_planning(Placement(n_ctx=16, n_seq_max=32))

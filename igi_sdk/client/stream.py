@@ -149,8 +149,7 @@ class GenerationStream:
         try:
             item = await self._next_item(self._deadline_s)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._ended and self._send.cancelled() and (task is None or task.cancelling() == 0):
+            if self._ended and self._withdrawn():
                 raise StopAsyncIteration from None  # aclose() in another task withdrew the request before its send
             raise  # the caller's own cancellation (a poll's wait_for timing out): the stream goes on
         except TimeoutError:
@@ -207,6 +206,12 @@ class GenerationStream:
             return self._queue.get_nowait()  # wait_for with no time left would not even look
         return await self._clock.wait_for(self._queue.get(), max(0.0, deadline_s - self._clock.now_s()))
 
+    def _withdrawn(self) -> bool:
+        """Whether a CancelledError just caught is the send's, withdrawn before it ran (``aclose``), and not a
+        cancellation of the calling task."""
+        task = asyncio.current_task()
+        return self._send.cancelled() and (task is None or task.cancelling() == 0)
+
     def _fail(self, error: BaseException, *, abandon: bool = False) -> BaseException:
         """End the stream with ``error`` (what ``result()`` raises again); returns it, for the caller to raise."""
         self._end(abandon=abandon)
@@ -240,8 +245,7 @@ class GenerationStream:
         try:
             await asyncio.shield(self._send)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._send.cancelled() and (task is None or task.cancelling() == 0):
+            if self._withdrawn():
                 return False  # withdrawn before its send (aclose): never reached the daemon
             raise
         # the entry in _pending goes with the terminal reply (the reader drops it), which precedes a "not

@@ -34,14 +34,13 @@ void ConnectTask::Run(std::string connection_file, ClientOptions options, Sessio
   connecting_ = nullptr;
   if (aborted_) return;  // the client (if any) is destroyed here, on this thread
   outcome_ = std::move(outcome);
-  done_ = true;
 }
 
 std::optional<ConnectOutcome> ConnectTask::Poll() {
   std::optional<ConnectOutcome> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_ || !outcome_) return std::nullopt;
+    if (!outcome_) return std::nullopt;  // still running, or handed over already
     out = std::move(outcome_);
     outcome_.reset();
   }

@@ -46,9 +46,8 @@ class ConnectTask {
 
   std::mutex mu_;
   bool aborted_ = false;
-  bool done_ = false;
   Client* connecting_ = nullptr;  ///< the client the thread is connecting through (closed by Abort)
-  std::optional<ConnectOutcome> outcome_;
+  std::optional<ConnectOutcome> outcome_;  ///< set by the thread when it ends (not when aborted), until Poll takes it
   std::thread thread_;
 };
 

@@ -218,6 +218,20 @@ class VisionEncoder:
                 raise ImageError("mtmd refused the pixel buffer")
         return bitmap, int(mtmd.mtmd_bitmap_get_nx(bitmap)), int(mtmd.mtmd_bitmap_get_ny(bitmap))
 
+    def _check_cap(self, width: int, height: int, image_max_tokens: int) -> None:
+        """Refuse an image that mtmd would encode into more tokens than the plan's cap, beyond the encoder memory
+        and the context share the cap was planned for: Qwen2.5-VL keeps at least one merged patch across the
+        narrow side (a 1x4096 image takes 146 tokens at a cap of 64), and rounds the sides of an image it scales
+        up to its minimum of 8 up (a 64x64 image takes 9)."""
+        if self.shape.projector_type != "qwen2.5vl_merger":
+            return  # idefics3 makes whole tiles of the image resized to its longest edge, whatever the cap
+        tokens = self.shape.image_tokens(width, height, image_max_tokens)
+        if tokens > image_max_tokens:
+            raise ImageError(
+                f"a {width}x{height} image takes {tokens} image tokens, more than the {image_max_tokens} the plan "
+                "allows an image (a side too narrow for its length at this cap: crop or pad the image)"
+            )
+
     def close_resident(self) -> None:
         """Free an encoder kept by ``encode(keep_open=True)``."""
         ctx, self._resident = getattr(self, "_resident", None), None
@@ -270,6 +284,7 @@ class VisionEncoder:
             bitmap = chunks = None
             try:
                 bitmap, width, height = self._bitmap(ctx, image)
+                self._check_cap(width, height, image_max_tokens)
                 chunks = mtmd.mtmd_input_chunks_init()
                 text = mtmd.mtmd_input_text()
                 text.text = mtmd.mtmd_default_marker()

@@ -26,6 +26,7 @@ numbers (``encoder_measured_mib``) replace the estimate where the caller has the
 from __future__ import annotations
 
 import math
+import struct
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +40,8 @@ EncoderDevice = Literal["gpu", "cpu"]
 LlmRelease = Literal["none", "context", "model"]
 
 _WEIGHT_BYTES = {"f32": 4, "f16": 2}
+QWEN_MIN_IMAGE_TOKENS = 8
+"""mtmd's least number of merged patches for a Qwen2.5-VL image (``set_limit_image_tokens(8, 4096)``)."""
 
 
 class VisionShape(BaseModel):
@@ -84,15 +87,43 @@ class VisionShape(BaseModel):
             grid = math.ceil(edge / tile) * math.ceil(short_resized / tile)
             per_tile = (tile // self.patch_size // self.n_merge) ** 2
             return (grid + 1) * per_tile  # tiles + the overview
+        w, h = self.resized_px(width_px, height_px, max_tokens)
         side = self.patch_size * self.n_merge
-        cap = max_tokens or 4096
-        w = max(side, round(width_px / side) * side)
-        h = max(side, round(height_px / side) * side)
-        tokens = (w // side) * (h // side)
-        if tokens > cap:  # scaled down keeping the aspect ratio
-            scale = math.sqrt(cap / tokens)
-            tokens = max(1, math.floor(w * scale / side)) * max(1, math.floor(h * scale / side))
-        return tokens
+        return (w // side) * (h // side)
+
+    @property
+    def min_image_tokens(self) -> int:
+        """The fewest output embeddings mtmd gives an image: Qwen2.5-VL scales a small image up to 8 merged
+        patches, and refuses to load with a cap below that; idefics3 always makes whole tiles."""
+        return QWEN_MIN_IMAGE_TOKENS if self.projector_type == "qwen2.5vl_merger" else 1
+
+    def resized_px(self, width_px: int, height_px: int, max_tokens: int | None = None) -> tuple[int, int]:
+        """Qwen2.5-VL: the (width, height) mtmd resizes an image to before its encode, as mtmd computes it in
+        ``calc_size_preserved_ratio`` (single-precision arithmetic included): each side rounded to a multiple
+        of the merged patch, then scaled down under ``max_tokens`` (None: 4096) merged patches or up to
+        ``min_image_tokens``, keeping the aspect ratio."""
+        if width_px < 1 or height_px < 1:
+            raise ValueError(f"an image of {width_px}x{height_px} px has no pixels")
+        side = self.patch_size * self.n_merge
+        max_px = (max_tokens or 4096) * side * side
+        min_px = self.min_image_tokens * side * side
+
+        def by_factor(x: float, rounding: str) -> int:
+            q = _f32(x / side)
+            n = math.floor(q + 0.5) if rounding == "round" else math.ceil(q) if rounding == "ceil" else math.floor(q)
+            return int(n) * side
+
+        w = max(side, by_factor(width_px, "round"))
+        h = max(side, by_factor(height_px, "round"))
+        if w * h > max_px:
+            beta = _f32(math.sqrt(_f32(_f32(float(height_px) * width_px) / max_px)))
+            h = max(side, by_factor(_f32(height_px / beta), "floor"))
+            w = max(side, by_factor(_f32(width_px / beta), "floor"))
+        elif w * h < min_px:
+            beta = _f32(math.sqrt(_f32(min_px / _f32(float(height_px) * width_px))))
+            h = by_factor(_f32(height_px * beta), "ceil")
+            w = by_factor(_f32(width_px * beta), "ceil")
+        return w, h
 
     def encode_patches(self, n_tokens: int) -> int:
         """Encoder positions (patches) of the largest single graph for ``n_tokens`` output tokens."""
@@ -244,6 +275,19 @@ VISION_SHAPES: dict[str, VisionShape] = {
         longest_edge=512,
         weight_type="f32",
     ),
+    "qwen25vl_tiny": VisionShape(
+        projector_type="qwen2.5vl_merger",
+        n_layer=2,
+        n_embd=64,
+        n_ff=128,
+        n_head=4,
+        patch_size=14,
+        image_size=56,
+        n_merge=2,
+        projection_dim=576,
+        n_wa_pattern=2,
+        weight_type="f32",
+    ),
     "qwen25vl_7b": VisionShape(
         projector_type="qwen2.5vl_merger",
         n_layer=32,
@@ -261,9 +305,16 @@ VISION_SHAPES: dict[str, VisionShape] = {
 one linear layer) at toy size, whose output width is SmolLM2-135M's n_embd (576), so it loads beside the
 embedded default model; 20 image tokens for a 16:9 image. ``smolvlm_small``: the same pair with an encoder of
 8 layers of 256 over 256 px tiles (about 18 GFLOP for a 16:9 image, 80 image tokens): an encode that lasts many decode
-steps of SmolLM2-135M on a CPU, for tests of what runs beside an encode. ``qwen25vl_7b``: Qwen2.5-VL-7B's vision tower
+steps of SmolLM2-135M on a CPU, for tests of what runs beside an encode. ``qwen25vl_tiny``: Qwen2.5-VL's projector
+type at toy size, 576 wide, for tests of its preprocessing beside SmolLM2-135M on a CPU. ``qwen25vl_7b``: Qwen2.5-VL-7B's vision tower
 (32 layers of 1280, window attention with a global layer every 8, 2x2 merge into 3584, the text model's width;
 f16), for GPU timing beside the ``qwen25_7b`` text shape."""
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to single precision (mtmd's ``float``); one operation computed in double and rounded once
+    gives the single-precision result."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
 
 
 def image_turn_peak_mib(llm: LlmMemory, encoder_gpu_mib: float, release: LlmRelease) -> tuple[float, float]:
@@ -313,8 +364,11 @@ def plan_encoder(
         whenever the LLM alone does.
     """
     own_max = shape.image_tokens(1 << 14, 1 << 14) if shape.projector_type == "idefics3" else 4096
-    ceiling = max(1, min(max_image_tokens or own_max, own_max, n_ctx_seq // 2))
-    floor = max(1, min(ceiling, math.ceil(ceiling * min_gpu_share)))
+    # never below the projector's own minimum, which mtmd refuses a cap under (such an image then does not fit
+    # the sequence, and is refused there as a context too small for it)
+    least = shape.min_image_tokens
+    ceiling = max(least, min(max_image_tokens or own_max, own_max, n_ctx_seq // 2))
+    floor = max(least, min(ceiling, math.ceil(ceiling * min_gpu_share)))
     flash_attn = True
     if gpu_available:
         for release, why in (

@@ -140,3 +140,17 @@ def test_igi_plan_shows_the_encoder_placement_and_memory(capsys: pytest.CaptureF
     assert run(args[:-1] + ["--vram-budget-mib", "8192"]) == 0
     text = capsys.readouterr().out
     assert "vision encoder" in text and "image-turn peak" in text
+
+
+def test_qwen_images_follow_mtmds_resize() -> None:
+    tiny = VISION_SHAPES["qwen25vl_tiny"]
+    assert tiny.resized_px(64, 64) == (84, 84)  # scaled up to 8 merged patches of 28 px: 3 x 3
+    assert tiny.image_tokens(1, 1) == 9 and tiny.image_tokens(1, 4096) == 146
+    assert tiny.image_tokens(640, 480, 8) == 6  # scaled down under the cap, sides floored
+    with pytest.raises(ValueError, match="no pixels"):
+        tiny.resized_px(0, 10)
+
+
+def test_the_cap_never_falls_below_what_mtmd_accepts() -> None:
+    plan = plan_encoder(QWEN, llm(700, 0, 300), vram_budget_mib=65536, gpu_available=True, n_ctx_seq=10)
+    assert plan.image_max_tokens == QWEN.min_image_tokens == 8

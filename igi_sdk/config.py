@@ -35,6 +35,10 @@ from igi_sdk.policy.governor_params import GovernorParams
 WEIGHT_CACHE_AUTO = "auto"
 """``engine.weight_cache_device``: the worker's first GPU device, where it has one."""
 
+MIN_N_CTX_PER_SEQ = 64
+"""Tokens each sequence's share of the context (``n_ctx / n_seq_max``) holds at least: below it no prompt beside a
+reply would fit."""
+
 _TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("igi_toml_file", default=None)
 
 
@@ -157,7 +161,7 @@ class EngineSettings(_Section):
         default=4,
         ge=1,
         le=64,
-        description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens",
+        description="sequences decoded together in one context (NPCs served in one batch); each gets n_ctx / n_seq_max tokens (at least 64)",
     )
     kv_cache_type: KvCacheType = Field(
         default="f16",
@@ -242,6 +246,16 @@ class EngineSettings(_Section):
     session_dir: Path | None = Field(
         default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"
     )
+
+    @model_validator(mode="after")
+    def _every_sequence_holds_a_prompt(self) -> EngineSettings:
+        if self.n_ctx // self.n_seq_max < MIN_N_CTX_PER_SEQ:
+            raise ValueError(
+                f"engine.n_ctx={self.n_ctx} gives each of engine.n_seq_max={self.n_seq_max} sequences "
+                f"{self.n_ctx // self.n_seq_max} tokens: at least {MIN_N_CTX_PER_SEQ} each "
+                f"(n_ctx >= {MIN_N_CTX_PER_SEQ * self.n_seq_max})"
+            )
+        return self
 
     def base_placement(self) -> Placement:
         """The placement fields the daemon never changes with the budget (context, sequences, threads, KV cache

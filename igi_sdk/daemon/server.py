@@ -26,6 +26,7 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
 from igi_sdk.daemon.net.connection_guard import ConnectionGuard, max_ipc_connections, open_descriptors
 from igi_sdk.daemon.net.socket_dir import IPC_SOCKET_NAME, private_socket_dir, remove_stale_socket_dirs
+from igi_sdk.daemon.requests.sessions import remove_abandoned_saves
 from igi_sdk.daemon.service import POLL_TICK_MS, DaemonService
 from igi_sdk.daemon.worker.projector import projector_shape
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, cuda_gpu_usable, worker_config_for
@@ -144,6 +145,9 @@ class DaemonServer:
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
+        abandoned = remove_abandoned_saves(settings)
+        if abandoned:
+            log_event(_log, logging.INFO, "abandoned_saves_removed", files=abandoned)
         try:
             service.lifecycle.start()
             self._wait_ready(service, worker)

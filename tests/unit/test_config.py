@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from igi_sdk.config import DaemonSettings, field_sections, load_settings, nest_flat, settings_reference_markdown
+from igi_sdk.config import (
+    DaemonSettings,
+    EngineSettings,
+    field_sections,
+    load_settings,
+    nest_flat,
+    settings_reference_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -170,3 +177,10 @@ def test_the_kv_cache_type_reaches_the_base_placement_every_plan_starts_from() -
     assert (base.type_k, base.type_v, base.flash_attn) == ("q8_0", "q8_0", True)
     with pytest.raises(ValidationError, match="kv_cache_type"):
         load_settings({"kv_cache_type": "q5_1"})
+
+
+def test_a_context_too_small_for_its_sequences_is_refused() -> None:
+    """256 tokens for 16 sequences gave each a prompt limit of 1 token: every generate was too_large."""
+    with pytest.raises(ValueError, match="16 tokens: at least 64 each"):
+        DaemonSettings(engine=EngineSettings(n_ctx=256, n_seq_max=16))
+    assert DaemonSettings(engine=EngineSettings(n_ctx=1024, n_seq_max=16)).engine.n_seq_max == 16

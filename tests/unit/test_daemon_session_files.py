@@ -7,7 +7,9 @@ The real daemon above a simulated worker (``daemon_sim``); the files are real fi
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +260,18 @@ def test_a_shutdown_finishes_a_save_and_answers_a_load_it_cannot_wait_for(monkey
     assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.SHUTTING_DOWN
     assert _answers(daemon, stop)
     check_exactly_one_terminal_reply(daemon)
+
+
+def test_the_daemons_start_sweeps_the_session_directory_of_abandoned_saves(tmp_path: Path) -> None:
+    from igi_sdk.config import DaemonSettings, EngineSettings
+    from igi_sdk.daemon.requests.sessions import remove_abandoned_saves
+
+    abandoned = tmp_path / "s1.igisession.q1w2e3.tmp"
+    abandoned.write_bytes(b"partial")
+    saved = tmp_path / "s1.igisession"
+    saved.write_bytes(b"whole")
+    hour_ago = time.time() - 3600
+    for f in (abandoned, saved):
+        os.utime(f, (hour_ago, hour_ago))
+    assert remove_abandoned_saves(DaemonSettings(engine=EngineSettings(session_dir=tmp_path))) == 1
+    assert not abandoned.exists() and saved.read_bytes() == b"whole"

@@ -15,6 +15,7 @@ from daemon_sim import Daemon, check_exactly_one_terminal_reply
 from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 from igi_sdk.daemon.sessions.table import MAX_CHARS_PER_TOKEN
 from igi_sdk.daemon.worker import protocol as wp
+from igi_sdk.errors import EngineError, ModelUnsupportedError
 from igi_sdk.ipc.messages import CreateSessionReply, CreateSessionRequest, GenerateRequest
 
 LIMIT = 400  # max_prompt_tokens
@@ -143,6 +144,75 @@ def test_odd_histories_are_cut_in_pairs_and_always_keep_the_new_line(roles: tupl
     assert started.dropped_messages % 2 == 0 and started.prompt_tokens <= LIMIT
 
 
+class _SmallEngine(_Engine):
+    n_ctx_seq = LIMIT + 16  # the daemon's limit: 16 tokens less than a sequence's context
+
+
+def _max_tokens(job: wp.Generate, max_tokens: int) -> wp.Generate:
+    return wp.Generate(**{**job.__dict__, "max_tokens": max_tokens})
+
+
+def test_the_window_leaves_the_reply_its_max_tokens() -> None:
+    """A history near the limit left a reply of 512 tokens 16 of them: a JSON reply was cut and refused, the turn not
+    kept, so the history never grew past the limit to be trimmed, and every retry failed the same way."""
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(CountingTemplate(), _SmallEngine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(_max_tokens(_job("r", _history(9)), 200))  # about 390 tokens of prompt
+    [run] = worker.scheduler._queue
+    assert len(run.prompt) <= _SmallEngine.n_ctx_seq - 200 and run.max_tokens == 200
+    worker.scheduler._on_admit("r")  # type: ignore[misc]
+    assert _started(events).dropped_messages > 0
+
+
+def test_a_reply_longer_than_the_room_beside_the_new_line_gets_what_is_left() -> None:
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(CountingTemplate(), _SmallEngine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(_max_tokens(_job("l", _history(2), line="x" * 300), 400))  # the line alone needs 330 of 416
+    assert not [e for e in events if isinstance(e, wp.Failed)], events
+    [run] = worker.scheduler._queue
+    assert len(run.prompt) <= LIMIT and run.max_tokens == _SmallEngine.n_ctx_seq - len(run.prompt)
+
+
+def test_a_window_never_starts_with_a_tool_result_whose_call_it_left_out() -> None:
+    history: list[tuple[str, str]] = []
+    for i in range(40):
+        history += [
+            ("user", f"{i:03d} hello"),
+            ("assistant", '{"tool": "look"}'),
+            ("tool", "r" * 20),
+            ("assistant", "ok"),
+        ]
+    for cut in range(4):  # every offset of the tool turns against the limit
+        events = _prepare(CountingTemplate(), _job(f"t{cut}", history[: len(history) - 2 * cut]))
+        started = _started(events)
+        kept = history[started.dropped_messages : len(history) - 2 * cut]
+        assert started.dropped_messages > 0 and kept[0][0] == "user", kept[:2]
+
+
+class _NoTemplate(CountingTemplate):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def render_prompt(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (ModelUnsupportedError("the model has no tokenizer.chat_template"), "no_chat_template"),
+        (EngineError("the chat template dropped message 3, which holds an image"), "chat_template"),
+    ],
+)
+def test_a_template_that_cannot_render_fails_the_job_not_the_worker(exc: Exception, reason: str) -> None:
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(_NoTemplate(exc), _Engine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(_job("n", _history(2)))
+    [failed] = events
+    assert isinstance(failed, wp.Failed) and failed.code == "invalid_request" and failed.detail == {"reason": reason}
+
+
 # --- the daemon forgets what the worker left out, and bounds what it keeps ----------------------------------------
 def _session(daemon: Daemon) -> str:
     daemon.request(CreateSessionRequest(persona="Mira", system_prompt="You sell."))
@@ -197,3 +267,14 @@ def test_a_loaded_history_of_huge_turns_is_bounded_by_what_a_prompt_can_hold() -
     session.trim_history(limit)
     assert sum(len(text) for _role, text in session.turns) <= limit * MAX_CHARS_PER_TOKEN
     assert len(session.turns) % 2 == 0 and (not session.turns or session.turns[0][0] == "user")
+
+
+def test_a_trimmed_history_never_starts_with_a_tool_result() -> None:
+    daemon = Daemon()
+    sid = _session(daemon)
+    session = daemon.core.sessions.get(sid)
+    assert session is not None
+    for keep in range(8, 16):  # every offset of the tool turns against the bound
+        session.turns = [("user", "u"), ("assistant", "call"), ("tool", "result"), ("assistant", "ok")] * 8
+        session.trim_history(keep)
+        assert session.turns[0][0] == "user" and len(session.turns) <= keep

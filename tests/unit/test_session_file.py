@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from pathlib import Path
 
 import msgpack
@@ -19,6 +20,7 @@ from igi_sdk.daemon.sessions.file_format import (
     SessionSnapshot,
     read_kv_state,
     read_session_file,
+    remove_stale_temps,
     write_session_file,
 )
 from igi_sdk.ipc.values import Sampling
@@ -223,3 +225,36 @@ def test_two_saves_to_one_path_at_once_leave_the_later_one_whole(
     assert outcomes == {"long": None, "short": None}
     assert read_session_file(path).turns == short.turns  # the later save, whole
     assert [p.name for p in tmp_path.iterdir()] == ["npc.igisession"]  # no temp file left behind
+
+
+def test_a_save_removes_the_temps_a_killed_save_of_its_path_left(tmp_path: Path) -> None:
+    """A daemon killed mid-save left NAME.igisession.XXXX.tmp behind for good (one of 505 MB was seen)."""
+    path = tmp_path / "npc.igisession"
+    old = tmp_path / "npc.igisession.abcd1234.tmp"
+    young = tmp_path / "npc.igisession.efgh5678.tmp"  # a save of another process, in progress
+    other = tmp_path / "other.igisession.ijkl9012.tmp"
+    for f in (old, young, other):
+        f.write_bytes(b"x" * 10)
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    os.utime(other, (hour_ago, hour_ago))
+    write_session_file(path, SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1))
+    assert not old.exists() and young.exists() and other.exists()  # only this path's, and only the abandoned
+    assert read_session_file(path).persona == "Mira"
+
+
+def test_the_sweep_leaves_what_is_not_an_abandoned_temp(tmp_path: Path) -> None:
+    target = tmp_path / "real.igisession"
+    target.write_bytes(b"keep")
+    link = tmp_path / "x.igisession.link.tmp"
+    link.symlink_to(target)
+    folder = tmp_path / "d.igisession.dir.tmp"
+    folder.mkdir()
+    stale = tmp_path / "y.igisession.zz.tmp"
+    stale.write_bytes(b"")
+    hour_ago = time.time() - 3600
+    for f in (link, folder, stale):
+        os.utime(f, (hour_ago, hour_ago), follow_symlinks=False)
+    assert remove_stale_temps(tmp_path, "*.igisession.*.tmp") == 1
+    assert link.is_symlink() and folder.is_dir() and not stale.exists() and target.read_bytes() == b"keep"
+    assert remove_stale_temps(tmp_path / "missing", "*.tmp") == 0

@@ -13,7 +13,7 @@ cost of O(turns that fit), whatever the length of the history:
   by one turn per reply and is prefilled anew each time (as llama.cpp's context shift drops half the context).
 
 Turns are left out in user/assistant pairs from the oldest (the new user line always stays), so the window starts
-where the history started, at an even offset. ``fit`` returns how many history messages it left out: the worker
+where the history started, at an even offset, and never at a tool result (its call would be left out). ``fit`` returns how many history messages it left out: the worker
 reports it in ``Started.dropped_messages`` and the daemon forgets them, so the history it sends for the next turn is
 this window and the turns since.
 """
@@ -33,6 +33,12 @@ FIT_CHECK_FACTOR = 1.25
 TEXT_CACHE_ENTRIES = 8192
 #: Template tokens per message assumed when the two probe renders fail (a template that rejects them).
 FALLBACK_MESSAGE_TOKENS = 8
+
+
+def _opens_window(turns: Sequence[Message], index: int) -> bool:
+    """Whether a window may start at history message ``index``: at a pair's first message, and not at a tool result,
+    which would be left without the call it answers."""
+    return index % 2 == 0 and turns[index][0] != "tool"
 
 
 class PromptTooLarge(ValueError):
@@ -68,6 +74,7 @@ class PromptWindow:
         whole_first: bool = False,
         render: Callable[[Sequence[Message]], list[int]] | None = None,
         extra_tokens: Mapping[int, int] | None = None,
+        max_prompt_tokens: int | None = None,
     ) -> tuple[list[int], int]:
         """The prompt tokens of ``messages`` (an optional system message, the history, the new user line last) within
         the limit, and how many history messages were left out.
@@ -78,11 +85,12 @@ class PromptWindow:
             render: renders a window (the system message and a suffix of the history) instead of the window's own
                 ``render`` (an image turn: the images go with their messages).
             extra_tokens: positions a message takes beside its text (an image's), by index after the system message.
+            max_prompt_tokens: this prompt's limit, when lower than the window's own (room kept for the reply).
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
         """
-        limit = self.max_prompt_tokens
+        limit = self.max_prompt_tokens if max_prompt_tokens is None else min(self.max_prompt_tokens, max_prompt_tokens)
         system = list(messages[:1]) if messages and messages[0][0] == "system" else []
         turns = list(messages[len(system) :])
         if not turns:
@@ -120,7 +128,7 @@ class PromptWindow:
             index = len(turns) - 1 - i
             if total > target:
                 break
-            if index % 2 == 0:
+            if _opens_window(turns, index):
                 start = index
         while True:
             tokens = render(system + turns[start:])
@@ -128,7 +136,10 @@ class PromptWindow:
                 return tokens, start
             if start >= len(turns) - 1:
                 raise PromptTooLarge(f"prompt of {len(tokens)} tokens exceeds max_prompt_tokens={limit}")
-            start = start + 2 if start + 2 < len(turns) - 1 else len(turns) - 1
+            start += 2
+            while start < len(turns) - 1 and not _opens_window(turns, start):
+                start += 2
+            start = min(start, len(turns) - 1)
 
     def _estimates_back_to(
         self, system: list[Message], turns: list[Message], bound: float, extra: Mapping[int, int]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from igi_sdk.daemon.engine_process.prompt_window import PromptTooLarge, PromptWindow
@@ -32,7 +33,7 @@ from igi_sdk.engine.batch_types import BatchRequest, OnRelease, RequestHandle, S
 from igi_sdk.engine.batching import BatchScheduler
 from igi_sdk.engine.grammar import GrammarInitError, GrammarRejectedToken
 from igi_sdk.engine.prefix_cache import PrefixCache
-from igi_sdk.errors import EngineError, ImageError
+from igi_sdk.errors import EngineError, ImageError, ModelUnsupportedError
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -157,19 +158,22 @@ class WorkerScheduler:
         continued = list(job.continue_tokens)
         try:
             # a reply continued after a worker replacement goes on after the tokens already streamed
-            prompt, dropped, kept = self._render_fitting(list(job.messages), continued, images, job.tools)
+            prompt, dropped, kept = self._render_fitting(
+                list(job.messages), continued, images, job.tools, reply_tokens=int(job.max_tokens)
+            )
         except PromptTooLarge as exc:
             self._jobs.pop(job.job_id, None)
             self._emit(
                 wp.Failed(job_id=job.job_id, code="too_large", message=str(exc), detail={"limit": "max_prompt_tokens"})
             )
             return
-        except ValueError as exc:  # the model's chat template refused the conversation (roles out of its order, ...)
+        except (ValueError, ModelUnsupportedError, EngineError) as exc:
+            # the model's chat template refused the conversation (roles out of its order, ...), the model has none,
+            # or it dropped an image's marker (an image beside a tool result a template writes as JSON)
             self._jobs.pop(job.job_id, None)
+            reason = "no_chat_template" if isinstance(exc, ModelUnsupportedError) else "chat_template"
             self._emit(
-                wp.Failed(
-                    job_id=job.job_id, code="invalid_request", message=str(exc), detail={"reason": "chat_template"}
-                )
+                wp.Failed(job_id=job.job_id, code="invalid_request", message=str(exc), detail={"reason": reason})
             )
             return
         if job.kv_file is not None and self._sched.export_state(job.session_id) is None:
@@ -459,6 +463,8 @@ class WorkerScheduler:
         continued: list[int] | None = None,
         images: Mapping[int, EncodedImage] | None = None,
         tools: str | None = None,
+        *,
+        reply_tokens: int = 0,
     ) -> tuple[list[int], int, list[EncodedImage]]:
         """The prompt within ``max_prompt_tokens`` (``PromptWindow``: the newest turns that fit, chosen at a cost bounded
         by the context), the history messages left out and the images the prompt holds, followed by ``continued`` (a
@@ -466,7 +472,9 @@ class WorkerScheduler:
         conversation must be the one it was cut from: the daemon sends the window the first worker chose, rendered here
         as a whole). ``images`` are by index into ``messages``: each goes in front of its message's text, and its
         positions count towards the limit (a turn left out takes its image with it). ``tools`` are rendered with the
-        template's own tool support (``Generate.tools``).
+        template's own tool support (``Generate.tools``). A new reply of ``reply_tokens`` (its ``max_tokens``) gets
+        that room in the sequence: the history is trimmed to ``n_ctx_seq - reply_tokens`` where the system message
+        and the new user line fit in it, else to ``max_prompt_tokens`` (the reply then gets what is left).
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
@@ -485,7 +493,14 @@ class WorkerScheduler:
             return self._adapter.render_prompt(subset, at) if at else self._adapter.render_prompt(subset)
 
         extra = {i - n_system: image.n_positions for i, image in images.items() if i >= n_system}
-        tokens, dropped = self._window.fit(messages, whole_first=bool(continued), render=render, extra_tokens=extra)
+        fit = partial(self._window.fit, messages, whole_first=bool(continued), render=render, extra_tokens=extra)
+        room = self._sched.engine.n_ctx_seq - reply_tokens
+        try:
+            tokens, dropped = fit(max_prompt_tokens=room) if not continued and room >= 1 else fit()
+        except PromptTooLarge:
+            if continued or room >= self._window.max_prompt_tokens:
+                raise
+            tokens, dropped = fit()
         kept = list(shown(messages[:n_system] + messages[n_system + dropped :]).values())
         return tokens + list(continued or ()), dropped, kept
 

@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+from igi_sdk.config import DaemonSettings
 from igi_sdk.daemon.core import DaemonCore, GenerateBuild, Job, RequestError
 from igi_sdk.daemon.requests.constraints import (
     SessionConstraints,
@@ -20,6 +21,7 @@ from igi_sdk.daemon.sessions.file_format import (
     SessionFileTooLarge,
     SessionSnapshot,
     read_session_file,
+    remove_stale_temps,
     write_session_file,
 )
 from igi_sdk.daemon.sessions.file_io import MAX_IN_FLIGHT, FileTask
@@ -287,7 +289,7 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
     if msg.path and "\0" in msg.path:  # the OS refuses it (ValueError, not OSError): say so before asking the worker
         raise RequestError(ErrorCode.INVALID_REQUEST, "the path contains a NUL character")
     _file_slots_left(core)
-    path = Path(msg.path) if msg.path else _session_dir(core) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
+    path = Path(msg.path) if msg.path else session_dir(core.settings) / f"{session.session_id}{SESSION_FILE_SUFFIX}"
     max_bytes = core.settings.limits.max_session_file_bytes
 
     def write(tokens: list[int] | None, state: bytes | None) -> None:
@@ -406,8 +408,15 @@ def _add(core: DaemonCore, session: Session) -> None:
         raise RequestError(ErrorCode.BUSY, str(exc), {"limit": "max_sessions"}) from None
 
 
-def _session_dir(core: DaemonCore) -> Path:
-    configured = core.settings.engine.session_dir
+def session_dir(settings: DaemonSettings) -> Path:
+    """Where ``save_session`` writes a session file given no path."""
+    configured = settings.engine.session_dir
     if configured is not None:
         return configured
     return Path.home() / ".cache" / "igi-sdk" / "sessions"
+
+
+def remove_abandoned_saves(settings: DaemonSettings) -> int:
+    """Remove the temp files of saves a killed daemon left in the session directory (at the daemon's start; a save
+    to a path of its own cleans that path's at its next save)."""
+    return remove_stale_temps(session_dir(settings), f"*{SESSION_FILE_SUFFIX}.*.tmp")

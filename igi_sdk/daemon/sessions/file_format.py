@@ -21,6 +21,7 @@ background thread (``daemon.session_io``).
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import stat
@@ -114,6 +115,34 @@ class SessionSnapshot:
     tools: tuple[Tool, ...] = ()
 
 
+STALE_TEMP_AGE_S = 600.0
+"""A save's temp file older than this is one a killed process left (a save writes at most ``MAX_FILE_BYTES``)."""
+
+
+def remove_stale_temps(folder: Path, pattern: str, older_than_s: float = STALE_TEMP_AGE_S) -> int:
+    """Remove the temp files matching ``pattern`` in ``folder`` that a save killed mid-write left: regular files of
+    this user, unchanged for ``older_than_s`` (a save in progress, of this process or another, is younger). Best
+    effort: a file that cannot be read or removed is left. Returns how many were removed."""
+    removed = 0
+    now = time.time()
+    try:
+        candidates = list(folder.glob(pattern))
+    except OSError:
+        return 0
+    for candidate in candidates:
+        try:
+            st = candidate.lstat()
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < older_than_s:
+                continue
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                continue
+            candidate.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def write_session_file(path: Path, snap: SessionSnapshot, max_bytes: int = MAX_FILE_BYTES) -> int:
     """Write ``snap`` atomically (temp file + rename), mode 0600. The KV state is written as it is (from the
     worker's export, or copied from the file it was loaded from), never re-encoded: the body is streamed through the
@@ -131,6 +160,7 @@ def write_session_file(path: Path, snap: SessionSnapshot, max_bytes: int = MAX_F
     tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path.parent, f"{glob.escape(path.name)}.*.tmp")  # left by a save of this path killed before
         # a temp file of its own (O_EXCL, mode 0600): two saves to one path at once never write into one file (the
         # second's truncation and writes used to land in the file the first had renamed into place), and a name
         # something else holds (a FIFO squatting on it) is passed over, never opened

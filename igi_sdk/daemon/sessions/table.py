@@ -86,8 +86,8 @@ class Session:
         return head + turns
 
     def trim_history(self, max_prompt_tokens: int) -> int:
-        """Forget the oldest turns no prompt of ``max_prompt_tokens`` can reach, in user/assistant pairs; returns how
-        many messages went.
+        """Forget the oldest turns no prompt of ``max_prompt_tokens`` can reach, in user/assistant pairs (a tool result
+        with the call it answers); returns how many messages went.
 
         A message costs at least one token of the prompt, and a token stands for at most ``MAX_CHARS_PER_TOKEN``
         characters of text: no window reaches past the newest ``max_prompt_tokens`` messages, nor past the newest
@@ -103,6 +103,8 @@ class Session:
         if excess <= 0:
             return 0
         excess += excess % 2
+        while excess < len(self.turns) and self.turns[excess][0] == "tool":  # a result goes with its call
+            excess += 2
         self.forget_oldest(excess)
         return excess
 

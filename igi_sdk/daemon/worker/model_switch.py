@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.config import MIN_N_CTX_PER_SEQ
 from igi_sdk.daemon.budget.changes import PlanResult, run_in_background
 from igi_sdk.daemon.budget.control import BudgetControl
 from igi_sdk.daemon.budget.planner import PlacementPlanner, Planner
@@ -53,8 +54,6 @@ from igi_sdk.ipc.messages import LoadModelReply, LoadModelRequest
 from igi_sdk.planner.placement import MAX_N_CTX, Placement
 from igi_sdk.planner.vision import VisionShape
 
-#: Tokens each sequence's share of the context must hold at least (``load_model_request.n_ctx``).
-MIN_N_CTX_PER_SEQ = 64
 #: Time the old worker gets to exit after ``shutdown`` before it is terminated, seconds.
 STOP_TIMEOUT_S = 10.0
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from igi_sdk.planner.layout import HEAD_KEY, Layout
-from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, SCHED_THRESHOLD_ABI, Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement, op_offload_min_batch_in_force
 from igi_sdk.planner.profile import CpuRate, Profile
 from igi_sdk.planner.summary import EMPTY, GroupStats, ModelSummary
 from igi_sdk.planner.tensors import TensorGroup as G
@@ -340,13 +340,11 @@ class CostModel:
         return cpu, gpu, copy, trans
 
     def dense_min_batch(self, placement: Placement) -> int:
-        """The op_offload threshold of an op with host weights under ``placement``: the placement's own
-        (``op_offload_min_batch``) where the profile's engine has the patched scheduler's (ABI
-        ``SCHED_THRESHOLD_ABI``), else the process's (``GGML_OP_OFFLOAD_MIN_BATCH``)."""
+        """The op_offload threshold of an op with host weights under ``placement`` on this profile's engine
+        (``op_offload_min_batch_in_force``, the rule the memory model counts staged copies with)."""
         gpu = self.profile.gpu
-        if placement.op_offload_min_batch > 0 and gpu is not None and gpu.weight_prefetch_abi >= SCHED_THRESHOLD_ABI:
-            return placement.op_offload_min_batch
-        return self.min_batch
+        abi = gpu.weight_prefetch_abi if gpu is not None else 0
+        return op_offload_min_batch_in_force(placement, process_min_batch=self.min_batch, prefetch_abi=abi)
 
     def expert_min_batch(self, placement: Placement) -> int:
         """The op_offload threshold of MUL_MAT_ID under ``placement`` (the patched scheduler's extra one counts only

@@ -248,15 +248,18 @@ def moe_pool_bytes(summary: ModelSummary, placement: Placement, *, uses_gpu: boo
     return int(math.ceil(rows * per_row * MOE_POOL_SLACK))
 
 
-def largest_host_weight_bytes(summary: ModelSummary, layout: Layout, *, n_outputs_max: int = 1) -> int:
+def largest_host_weight_bytes(
+    summary: ModelSummary, layout: Layout, *, n_outputs_max: int = 1, min_batch: int = OP_OFFLOAD_MIN_BATCH
+) -> int:
     """Largest single weight tensor on the host that op_offload may stage in VRAM (token_embd excluded:
     get_rows is never offloaded).
 
     The output head multiplies only the rows that produce logits; the engine reserves graphs for
     ``n_outputs_max`` = n_seq_max of them (``engine.params``), so a host head is staged only when that many rows
-    reach op_offload's batch threshold.
+    reach op_offload's batch threshold ``min_batch``: the one in force for the placement
+    (``placement.op_offload_min_batch_in_force``), llama.cpp's default unless given.
     """
-    head_staged = n_outputs_max >= OP_OFFLOAD_MIN_BATCH
+    head_staged = n_outputs_max >= min_batch
     best = 0
     if summary.tied_output and HEAD_KEY in layout.host and head_staged:
         best = summary.output_stats.n_bytes
@@ -325,14 +328,20 @@ def memory_of(
     *,
     reserve_mib: float | None,
     safety_margin_mib: float,
+    op_offload_min_batch: int,
 ) -> MemoryBreakdown:
     """Every memory term of ``placement`` (already resolved to ``layout``).
 
     ``reserve_mib`` is the profile's GPU reserve, None on a machine without a GPU (then VRAM terms are 0).
+    ``op_offload_min_batch`` is the op_offload threshold in force for ``placement``
+    (``placement.op_offload_min_batch_in_force``, as the cost model prices copies): a host weight that a pass of
+    that many rows multiplies is staged in VRAM.
     """
     has_gpu = reserve_mib is not None
     key = compute_key(layout, placement, has_gpu=has_gpu)
-    staged = largest_host_weight_bytes(summary, layout, n_outputs_max=placement.n_seq_max)
+    staged = largest_host_weight_bytes(
+        summary, layout, n_outputs_max=placement.n_seq_max, min_batch=op_offload_min_batch
+    )
     # the prefetch's slots on top of a class figure measured with serial copies (whose own staged copy stays
     # counted: an over-estimate by one weight); an exact dry run of the placement measured them itself
     slots = prefetch_staging_bytes(summary, layout, placement) if has_gpu else 0

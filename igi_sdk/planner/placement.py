@@ -129,3 +129,13 @@ class Placement(BaseModel):
         """Whether sequence state saved under ``self`` restores under ``other`` (llama.cpp checks these)."""
         keys = ("flash_attn", "type_k", "type_v", "n_seq_max")
         return all(getattr(self, k) == getattr(other, k) for k in keys)
+
+
+def op_offload_min_batch_in_force(placement: Placement, *, process_min_batch: int, prefetch_abi: int) -> int:
+    """The op_offload threshold (rows) of an op with host weights under ``placement``: the placement's own
+    (``op_offload_min_batch``) where the engine has the patched scheduler's (``prefetch_abi`` >=
+    ``SCHED_THRESHOLD_ABI``), else the process's (``process_min_batch``: ``GGML_OP_OFFLOAD_MIN_BATCH``). The cost
+    model prices a host weight's copy and the memory model counts its staged copy from this many rows."""
+    if placement.op_offload_min_batch > 0 and prefetch_abi >= SCHED_THRESHOLD_ABI:
+        return placement.op_offload_min_batch
+    return process_min_batch

@@ -221,13 +221,15 @@ class _Search:
     def memory(self, spec: Spec, layout: Layout | None = None) -> tuple[Layout, MemoryBreakdown, bool]:
         layout = layout or self.layout(spec)
         reserve = self.profile.vram_reserve_mib
+        placement = self._mem_placement(spec)
         mem = memory_of(
             self.summary,
             layout,
-            self._mem_placement(spec),
+            placement,
             self.compute,
             reserve_mib=reserve,
             safety_margin_mib=self.options.safety_margin_mib,
+            op_offload_min_batch=self.cost.dense_min_batch(placement),
         )
         fits = mem.vram_total_mib <= self.budget
         limit = self.options.host_pinned_limit_mib
@@ -433,6 +435,7 @@ def evaluate_placement(
         search.compute,
         reserve_mib=profile.vram_reserve_mib,
         safety_margin_mib=options.safety_margin_mib,
+        op_offload_min_batch=search.cost.dense_min_batch(placement),
     )
     limit = options.host_pinned_limit_mib
     fits = mem.vram_total_mib <= vram_budget_mib and (limit is None or mem.host_pinned_mib <= limit)

@@ -18,7 +18,7 @@ from igi_sdk.planner.memory import (
     largest_host_weight_bytes,
     memory_of,
 )
-from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, OverrideRule, Placement
 from igi_sdk.planner.shapes import REFERENCE_SHAPES, ModelShape, table_from_shape
 from igi_sdk.planner.strategies import (
     attn_first_chain,
@@ -139,7 +139,15 @@ def test_memory_terms_exact_weights_and_kv() -> None:
     s = summarize(t)
     p = Placement(n_gpu_layers=10, n_ctx=4096)
     lay = resolve_layout(s, p, has_gpu=True)
-    mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=256)
+    mem = memory_of(
+        s,
+        lay,
+        p,
+        ComputeBufferTable(),
+        reserve_mib=500,
+        safety_margin_mib=256,
+        op_offload_min_batch=OP_OFFLOAD_MIN_BATCH,
+    )
     # n_gpu_layers=10: the head and layers 23-31
     head_bytes = sum(x.n_bytes for x in t.tensors if x.name.startswith("output"))
     layer_bytes = sum(x.n_bytes for x in t.tensors if x.layer is not None and x.layer >= 23) + head_bytes
@@ -158,9 +166,11 @@ def test_dry_run_entry_replaces_estimate_and_covers_larger_staging() -> None:
     lay = resolve_layout(s, p, has_gpu=True)
     key = compute_key(lay, p, has_gpu=True)
     assert key.placement_class == "all_gpu"
-    est = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=0)
+    est = memory_of(
+        s, lay, p, ComputeBufferTable(), reserve_mib=500, safety_margin_mib=0, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH
+    )
     table = ComputeBufferTable().with_entry(ComputeEntry(key=key, gpu_bytes=112 * MIB, host_bytes=9 * MIB))
-    dry = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
+    dry = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH)
     assert dry.compute_source == "dry_run" and dry.gpu_compute_mib == 112 and dry.host_compute_mib == 9
     assert est.gpu_compute_mib >= dry.gpu_compute_mib  # the estimate errs on the safe side (8B, ub 512: 112 MiB)
     # a partial placement staging a bigger tensor than the measured one is charged the difference
@@ -169,7 +179,7 @@ def test_dry_run_entry_replaces_estimate_and_covers_larger_staging() -> None:
     lay_p = resolve_layout(s, pp, has_gpu=True)
     kp = compute_key(lay_p, pp, has_gpu=True)
     table = table.with_entry(ComputeEntry(key=kp, gpu_bytes=300 * MIB, host_bytes=0, staged_tensor_bytes=0))
-    m = memory_of(s, lay_p, pp, table, reserve_mib=500, safety_margin_mib=0)
+    m = memory_of(s, lay_p, pp, table, reserve_mib=500, safety_margin_mib=0, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH)
     largest_layer0 = max(t.n_bytes for t in s.table.tensors if t.layer == 0)
     assert m.gpu_compute_mib * MIB == 300 * MIB + largest_layer0
 
@@ -184,6 +194,9 @@ def test_a_host_head_is_staged_only_when_the_outputs_reach_the_offload_threshold
     assert largest_host_weight_bytes(s, lay, n_outputs_max=1) == 0
     assert largest_host_weight_bytes(s, lay, n_outputs_max=31) == 0
     assert largest_host_weight_bytes(s, lay, n_outputs_max=32) == s.output_stats.n_bytes
+    # a lower threshold in force stages it from that many rows
+    assert largest_host_weight_bytes(s, lay, n_outputs_max=4, min_batch=4) == s.output_stats.n_bytes
+    assert largest_host_weight_bytes(s, lay, n_outputs_max=3, min_batch=4) == 0
     # nor is a ubatch-sized logits tensor estimated (n_vocab x 512 rows of f32 alone would be 250 MiB)
     assert estimate_compute_bytes(s, p, "head_host", 0)[0] < s.table.n_vocab * 512 * 4
 
@@ -211,7 +224,7 @@ def test_kv_only_in_vram_is_sized_with_a_class_that_keeps_kv_in_vram() -> None:
                 staged_tensor_bytes=largest_host_weight_bytes(s, lay),
             )
         )
-    mem = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0)
+    mem = memory_of(s, lay, p, table, reserve_mib=500, safety_margin_mib=0, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH)
     assert mem.placement_class == "partial" and mem.compute_source == "dry_run" and mem.gpu_compute_mib == 400
     # without op_offload the GPU still holds the KV and runs attention: not the GPU-idle class
     no_offload = p.with_(op_offload=False)
@@ -222,7 +235,15 @@ def test_cpu_only_machine_has_no_vram_terms() -> None:
     s = summarize(table_from_shape(TINY_MOE))
     p = Placement(n_gpu_layers=99)
     lay = resolve_layout(s, p, has_gpu=False)
-    mem = memory_of(s, lay, p, ComputeBufferTable(), reserve_mib=None, safety_margin_mib=256)
+    mem = memory_of(
+        s,
+        lay,
+        p,
+        ComputeBufferTable(),
+        reserve_mib=None,
+        safety_margin_mib=256,
+        op_offload_min_batch=OP_OFFLOAD_MIN_BATCH,
+    )
     assert mem.vram_total_mib == 0 and mem.placement_class == "cpu_only" and mem.host_weights_mib > 0
 
 
@@ -236,3 +257,40 @@ def test_kv_of_several_sessions_matches_llama_cpp_dry_run() -> None:
     # each stream padded to 256 cells: 2 sessions of 300 tokens hold 2 x 512 cells; q8_0 rows of 192 values: 204 bytes
     q8 = Placement(n_ctx=600, n_seq_max=2, type_k="q8_0", type_v="q8_0")
     assert kv_layer_bytes(smol, q8) == 2 * 204 * 2 * 512
+
+
+@pytest.mark.parametrize(
+    ("abi", "low", "stock"),
+    [(0, (4, 0), (OP_OFFLOAD_MIN_BATCH, 0)), (2, (OP_OFFLOAD_MIN_BATCH, 4), (OP_OFFLOAD_MIN_BATCH, 0))],
+    ids=["process_threshold", "placement_threshold"],
+)
+def test_a_host_head_is_counted_where_the_threshold_in_force_copies_it(
+    abi: int, low: tuple[int, int], stock: tuple[int, int]
+) -> None:
+    """Four sessions' decode step multiplies the head with 4 rows: where the threshold in force is 4 (the process's,
+    or the placement's own under the patched scheduler) the cost model prices the head's copy into VRAM, and the
+    memory model counts that copy in the compute buffer (it assumed llama.cpp's default of 32 rows)."""
+    from igi_sdk.planner.planner import evaluate_placement
+    from igi_sdk.planner.profile import reference_profile
+    from igi_sdk.planner.workload import PlannerOptions, Workload
+
+    table = table_from_shape(DENSE_8B)
+    s = summarize(table)
+    base = reference_profile("h200")
+    assert base.gpu is not None
+    profile = base.model_copy(update={"gpu": base.gpu.model_copy(update={"weight_prefetch_abi": abi})})
+    head_host = OverrideRule(pattern=r"^(?:output\.weight|output_norm\.weight)$", device="CPU")
+    p = Placement(n_gpu_layers=33, n_ctx=4096, n_seq_max=4, load_mode="pinned", rules=(head_host,))
+    workload = Workload(prompt_tokens=512, parallel=4, n_ctx=4096)
+
+    def evaluate(thresholds: tuple[int, int]) -> tuple[float, float]:
+        process_min_batch, own_min_batch = thresholds
+        options = PlannerOptions(op_offload_min_batch=process_min_batch)
+        placement = p.with_(op_offload_min_batch=own_min_batch)
+        e = evaluate_placement(table, placement, 10**6, workload, profile, options=options)
+        return e.memory.gpu_compute_mib, e.prediction.decode_transition_s
+
+    stock_mib, stock_copy_s = evaluate(stock)
+    low_mib, low_copy_s = evaluate(low)
+    assert low_copy_s > stock_copy_s + 1e-3  # the cost model copies the head at every decode step
+    assert (low_mib - stock_mib) * MIB >= s.output_stats.n_bytes  # and the memory model its staged copy

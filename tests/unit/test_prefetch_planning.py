@@ -16,7 +16,7 @@ from igi_sdk.planner.memory import (
     prefetch_slot_max_mib,
     prefetch_staging_bytes,
 )
-from igi_sdk.planner.placement import OverrideRule, Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, OverrideRule, Placement
 from igi_sdk.planner.profile import Profile, reference_profile
 from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
 from igi_sdk.planner.summary import summarize
@@ -100,8 +100,12 @@ def test_staging_slots_are_in_the_memory_equation() -> None:
     ffn = max(t.n_bytes for t in s.table.tensors if "ffn_" in t.name)
     assert slots >= 3 * ffn and slots < 3 * ffn + 3 * MIB
     compute = ComputeBufferTable()
-    serial_mem = memory_of(s, layout, STREAMED, compute, reserve_mib=600, safety_margin_mib=256)
-    on_mem = memory_of(s, layout, on, compute, reserve_mib=600, safety_margin_mib=256)
+    serial_mem = memory_of(
+        s, layout, STREAMED, compute, reserve_mib=600, safety_margin_mib=256, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH
+    )
+    on_mem = memory_of(
+        s, layout, on, compute, reserve_mib=600, safety_margin_mib=256, op_offload_min_batch=OP_OFFLOAD_MIN_BATCH
+    )
     assert on_mem.gpu_compute_mib == pytest.approx(serial_mem.gpu_compute_mib + slots / MIB)
     assert prefetch_staging_bytes(s, layout, on.with_(op_offload=False)) == 0
     assert prefetch_staging_bytes(s, layout, STREAMED) == 0

@@ -92,7 +92,16 @@ _MOE_LAYER = (
     _Seg((G.FFN_NORM, G.MOE_ROUTER), OPS_MOE_ROUTE),
     _Seg((G.MOE_EXPERTS,), OPS_MOE_EXPERTS),
     _Seg((G.MOE_SHARED,), OPS_MOE_SHARED),
+    _Seg((G.FFN,), OPS_FFN),  # a dense FFN beside the experts (zero bytes in most MoE layers: skipped)
 )
+"""A MoE layer. A MoE model's layers without router or experts (DeepSeek's and GLM-4.5's leading dense layers) are
+timed as ``_DENSE_LAYER``s (``layer_template``)."""
+
+
+def layer_template(summary: ModelSummary, il: int) -> tuple[_Seg, ...]:
+    """The graph segments of layer ``il``: a MoE layer's where it has a router or experts, else a dense layer's."""
+    moe = summary.stats(il, G.MOE_ROUTER).n_bytes or summary.stats(il, G.MOE_EXPERTS).n_bytes
+    return _MOE_LAYER if moe else _DENSE_LAYER
 
 
 class CostModel:
@@ -112,25 +121,25 @@ class CostModel:
         self.min_batch = op_offload_min_batch
         t = summary.table
         self.expert_share = (t.n_expert_used / t.n_expert) if t.is_moe and t.n_expert_used else 1.0
-        self.layer_segs = _MOE_LAYER if t.is_moe else _DENSE_LAYER
+        self.layer_segs = [layer_template(summary, il) for il in range(t.n_layer)]
         self._layer_stats: list[tuple[GroupStats, ...]] = []
         self._layer_types: list[dict[G, str]] = []
-        for il in range(t.n_layer):
+        for il, segs in enumerate(self.layer_segs):
             per_seg = []
-            for seg in self.layer_segs:
+            for seg in segs:
                 stats = EMPTY
                 for grp in seg.groups:
                     stats = stats + summary.stats(il, grp)
                 per_seg.append(stats)
             self._layer_stats.append(tuple(per_seg))
             self._layer_types.append(
-                {g: summary.dominant_type.get((il, g), "default") for seg in self.layer_segs for g in seg.groups}
+                {g: summary.dominant_type.get((il, g), "default") for seg in segs for g in seg.groups}
             )
         self._layer_cache: dict[tuple[object, ...], tuple[float, float, float, bool, bool, int, float, int]] = {}
         sig_ids: dict[tuple[object, ...], int] = {}
         self._layer_sig = [
-            sig_ids.setdefault((st, tuple(sorted(ty.items()))), len(sig_ids))
-            for st, ty in zip(self._layer_stats, self._layer_types)
+            sig_ids.setdefault((segs, st, tuple(sorted(ty.items()))), len(sig_ids))
+            for segs, st, ty in zip(self.layer_segs, self._layer_stats, self._layer_types)
         ]
         self._pass_cache: dict[tuple[object, ...], tuple[float, float, float, int, int, float, int]] = {}
 
@@ -245,7 +254,7 @@ class CostModel:
         first: bool | None = None
         prev: bool | None = None
         switches = 0
-        for seg, stats, on_gpu in zip(self.layer_segs, self._layer_stats[il], devs):
+        for seg, stats, on_gpu in zip(self.layer_segs[il], self._layer_stats[il], devs):
             if seg.groups:
                 if not stats.n_bytes:
                     continue
@@ -308,7 +317,7 @@ class CostModel:
         for il in range(s.n_layer):
             kv = layout.kv_on_gpu[il]
             n_kv_gpu += kv
-            devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs)
+            devs = tuple(kv if not seg.groups else (il, seg.groups[-1]) in keys for seg in self.layer_segs[il])
             c, g, x, first, last, inner, xe, nx = self._layer(
                 il, devs, n_tokens, pinned, offload, min_batch, expert_min_batch
             )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from math import prod
+
 import pytest
 
 from igi_sdk.planner.cost import CostModel, Prediction
+from igi_sdk.planner.ggml_types import row_bytes
 from igi_sdk.planner.layout import resolve_layout
 from igi_sdk.planner.placement import OverrideRule, Placement
 from igi_sdk.planner.profile import Profile, reference_profile
-from igi_sdk.planner.shapes import REFERENCE_SHAPES, table_from_shape
+from igi_sdk.planner.shapes import REFERENCE_SHAPES, shape_tensor_specs, table_from_shape
 from igi_sdk.planner.summary import summarize
+from igi_sdk.planner.tensors import ModelTable, TensorInfo, classify
 from igi_sdk.planner.workload import Workload
 
 EXPERTS_CPU = OverrideRule(pattern=r"^blk\.\d+\.ffn_(?:up|gate|down)_exps\.weight$", device="CPU")
@@ -160,3 +164,43 @@ def test_gpu_moe_prefill_efficiency_slows_expert_compute_only() -> None:
         assert eff.decode_tps == pytest.approx(base.decode_tps, rel=0.02)  # decode is bandwidth-bound
     dense = Placement(n_ctx=16384, n_ubatch=2048, n_batch=2048, n_gpu_layers=99)
     assert predict("llama_8b", dense, LONG, slow).ttft_s == predict("llama_8b", dense, LONG, ref).ttft_s
+
+
+def _moe_with_a_leading_dense_layer() -> ModelTable:
+    """qwen3_30b_a3b whose layer 0 has a dense FFN (6144 wide) in place of router and experts, as DeepSeek's and
+    GLM-4.5's leading dense layers."""
+    shape = REFERENCE_SHAPES["qwen3_30b_a3b"]
+    base = table_from_shape(shape, name="moe_dense0")
+    e = shape.n_embd
+    specs: list[tuple[str, tuple[int, ...], str]] = []
+    for name, ne, ty in shape_tensor_specs(shape):
+        if name.startswith("blk.0.") and ("_exps" in name or "gate_inp" in name):
+            continue
+        specs.append((name, ne, ty))
+        if name == "blk.0.ffn_norm.weight":
+            specs += [(f"blk.0.ffn_{m}.weight", (e, 6144), "q4_0") for m in ("gate", "up")]
+            specs.append(("blk.0.ffn_down.weight", (6144, e), "q4_0"))
+    tensors = []
+    for name, ne, ty in specs:
+        layer, group = classify(name)
+        n_bytes = row_bytes(ty, ne[0]) * (prod(ne) // ne[0])
+        tensors.append(
+            TensorInfo(name=name, layer=layer, group=group, ggml_type=ty, shape=ne, n_bytes=n_bytes, file_offset=0)
+        )
+    return base.model_copy(update={"tensors": tuple(tensors)})
+
+
+def test_a_moe_models_dense_ffn_layer_is_timed() -> None:
+    """A dense FFN layer of a MoE model costs decode time where it runs: moving its FFN to the CPU slows decode and
+    prefill (the MoE layer template had no dense FFN segment, so that FFN cost nothing anywhere), and with every weight
+    in VRAM nothing of that layer runs on the CPU."""
+    table = _moe_with_a_leading_dense_layer()
+    s = summarize(table)
+    profile = reference_profile("h200")
+    cm = CostModel(s, profile)
+    all_gpu = Placement(n_gpu_layers=-1, n_ctx=4096)
+    dense_host = all_gpu.with_(rules=(OverrideRule(pattern=r"^blk\.0\.ffn_(?:gate|up|down)\.weight$", device="CPU"),))
+    gpu = cm.predict(resolve_layout(s, all_gpu, has_gpu=True), all_gpu, SHORT)
+    host = cm.predict(resolve_layout(s, dense_host, has_gpu=True), dense_host, SHORT)
+    assert gpu.decode_cpu_s == 0.0
+    assert host.decode_cpu_s > 0.0 and host.decode_tps < gpu.decode_tps and host.ttft_s > gpu.ttft_s

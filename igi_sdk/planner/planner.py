@@ -301,8 +301,17 @@ class _Search:
             return 1e-3, 1.0
         return 1.0, float(max(w.reply_tokens, 1))
 
+    def admits(self, spec: Spec) -> bool:
+        """Whether the search may choose ``spec``: with ``kv_on_gpu_only`` on a GPU machine only placements that keep
+        every layer's KV cache on the GPU, and CPU-only."""
+        if not (self.options.kv_on_gpu_only and self.has_gpu) or spec.strategy == "cpu_only":
+            return True
+        return all(self.layout(spec).kv_on_gpu)
+
     def candidates(self) -> tuple[list[_Eval], dict[str, float]]:
-        """The best fitting spec of every strategy x n_ubatch x load_mode, plus each strategy's smallest VRAM."""
+        """The best fitting spec of every strategy x n_ubatch x load_mode, plus each strategy's smallest VRAM; only
+        the specs the search admits (``admits``), so that a strategy the options exclude neither wins, nor sets
+        ``min_feasible_budget_mib``, nor shows as a runner-up that does not fit."""
         s = self.summary
         ubs = sorted({min(u, max(self.workload.n_ctx, 32)) for u in self.options.n_ubatch_choices})
         modes = self.options.load_modes if self.has_gpu else ("mmap",)
@@ -311,6 +320,7 @@ class _Search:
         families = [attn_partial_specs(s), whole_layer_specs(s), whole_layer_kv_gpu_specs(s)]
         if s.table.is_moe:
             families.append(n_cpu_moe_specs(s))
+        families = [[spec for spec in specs if self.admits(spec)] for specs in families]
 
         def note(spec: Spec) -> None:
             vram = self.memory(spec)[1].vram_total_mib
@@ -324,6 +334,8 @@ class _Search:
 
                 for spec in fixed_specs(s, self.has_gpu):
                     spec = fix(spec)
+                    if not self.admits(spec):
+                        continue
                     if mode == "pinned" and "mmap" in modes and spec.strategy in ("full_gpu", "full_gpu_no_output"):
                         continue  # nothing stays on the host to pin: the mmap variant is the same placement
                     note(spec)
@@ -331,7 +343,8 @@ class _Search:
                         out.append(self.evaluate(spec))
                 if not self.has_gpu:
                     continue
-                sized = [attn_first_chain(s, self.unit_order(ub, mode))] + families
+                chain = [spec for spec in attn_first_chain(s, self.unit_order(ub, mode)) if self.admits(spec)]
+                sized = [chain] + families
                 for specs in sized:
                     if not specs:
                         continue
@@ -476,11 +489,7 @@ def plan_placement(
     search = _Search(model, vram_budget_mib, workload, profile, compute or ComputeBufferTable(), options)
     evals, smallest = search.candidates()
     notes = []
-    excluded: set[str] = set()
     if options.kv_on_gpu_only and search.has_gpu:
-        kept = [ev for ev in evals if ev.spec.strategy == "cpu_only" or all(ev.layout.kv_on_gpu)]
-        excluded = {ev.spec.strategy for ev in evals} - {ev.spec.strategy for ev in kept}
-        evals = kept
         notes.append("only placements with every layer's KV cache on the GPU, or CPU-only (the weight cache mode)")
     evals.sort(key=search.sort_key)
     if not search.has_gpu:
@@ -529,7 +538,7 @@ def plan_placement(
         )
     fitted = {ev.spec.strategy for ev in evals}
     for strategy in STRATEGY_ORDER:
-        if strategy in smallest and strategy not in fitted and strategy not in excluded:
+        if strategy in smallest and strategy not in fitted:
             seen.add(strategy)
             runner_ups.append(
                 RunnerUp(

@@ -95,3 +95,23 @@ def test_with_partial_kv_every_gpu_plan_is_the_reload_paths_and_the_cache_mode_r
     assert not realizable(table, Placement(n_gpu_layers=4), partial_kv=False)
     assert not realizable(table, Placement(n_gpu_layers=4, offload_kqv=False), partial_kv=True)
     assert not realizable(table, Placement().cpu_only(), partial_kv=True)  # no GPU at all: a CUDA-hidden worker
+
+
+def test_the_cache_modes_minimum_budget_and_runner_ups_come_from_the_placements_it_admits() -> None:
+    """An infeasible plan's ``min_feasible_budget_mib`` is a budget at which the cache mode gets a GPU placement, and
+    no runner-up is a strategy the mode excludes (they came from every strategy: 1125 MiB for the 8B, where only
+    ``cpu_only`` fits in the mode, and "does not fit" rows of ``whole_layers`` and ``attn_first_partial``)."""
+    table = table_from_shape(REFERENCE_SHAPES["llama_8b"])
+    options = PlannerOptions(kv_on_gpu_only=True, load_modes=("pinned",), max_runner_ups=20)
+    profile = reference_profile("h200")
+    workload = Workload()
+    infeasible = plan_placement(table, 500, workload, profile, ComputeBufferTable(), options)
+    need = infeasible.min_feasible_budget_mib
+    assert infeasible.status == "infeasible" and need is not None
+    at_need = plan_placement(table, need, workload, profile, ComputeBufferTable(), options)
+    assert at_need.chosen is not None and at_need.chosen.strategy != "cpu_only"
+    assert realizable(table, at_need.chosen.placement)
+    below = plan_placement(table, need - 1, workload, profile, ComputeBufferTable(), options)
+    assert below.chosen is None or below.chosen.strategy == "cpu_only"
+    shown = {r.strategy for r in (*infeasible.runner_ups, *at_need.runner_ups, *below.runner_ups)}
+    assert not shown & {"attn_first_partial", "whole_layers", "cpu_offload"}, shown

@@ -1,7 +1,7 @@
 """Pure planner layer: stock placement rules the planner is benchmarked against.
 
 * ``nvigi_linear``   NVIGI's rule ``n_gpu_layers = floor(min(1, budget / model_mib) * n_layers)``
-* ``max_ngl``        the largest ``n_gpu_layers`` that fits the budget (the "aggressive baseline")
+* ``max_ngl``        the largest ``n_gpu_layers`` (0, 1..n_layer, -1) that fits the budget (the "aggressive baseline")
 * ``n_cpu_moe``      MoE: the smallest ``--n-cpu-moe N`` (experts of the first N layers on the CPU) that fits
 * ``all_cpu``        ``n_gpu_layers = 0`` (op_offload on, llama.cpp's default)
 * ``all_gpu``        ``n_gpu_layers = -1`` (whether or not it fits)
@@ -14,7 +14,7 @@ import math
 from igi_sdk.planner.memory import MIB, ComputeBufferTable
 from igi_sdk.planner.planner import PlannedPlacement, _Search
 from igi_sdk.planner.profile import Profile
-from igi_sdk.planner.strategies import Spec, n_cpu_moe_specs, whole_layer_specs
+from igi_sdk.planner.strategies import Spec, n_cpu_moe_specs, stock_ngl_label, stock_ngl_specs
 from igi_sdk.planner.tensors import ModelTable
 from igi_sdk.planner.workload import PlannerOptions, Workload
 
@@ -47,15 +47,15 @@ def baseline_placements(
     model_mib = model.file_bytes / MIB
     ngl = math.floor(min(1.0, vram_budget_mib / model_mib) * n) if model_mib else n
     out["nvigi_linear"] = make(
-        Spec("nvigi_linear", ngl, label=f"NVIGI linear rule: n_gpu_layers={ngl}", stock_ngl=True)
+        Spec("nvigi_linear", ngl, label=f"NVIGI linear rule: {stock_ngl_label(ngl, n)}", stock_ngl=True)
     )
     if search.has_gpu:
         best = search.largest_fitting(
             [
                 s.with_(n_ubatch=n_ubatch)
-                for s in [Spec("cpu_offload", 0, label="n_gpu_layers=0")]
-                + [s.with_(stock_ngl=True) for s in whole_layer_specs(search.summary)]
-                + [Spec("full_gpu", n + 1, label="n_gpu_layers=-1")]
+                for s in [Spec("cpu_offload", 0, label=stock_ngl_label(0, n))]
+                + stock_ngl_specs(search.summary)
+                + [Spec("full_gpu", n + 1, label=stock_ngl_label(n + 1, n))]
             ]
         )
         out["max_ngl"] = make(best) if best is not None else None
@@ -65,7 +65,12 @@ def baseline_placements(
         else:
             out["n_cpu_moe"] = None
     out["all_cpu"] = make(
-        Spec("cpu_offload" if search.has_gpu else "cpu_only", 0, op_offload=search.has_gpu, label="n_gpu_layers=0")
+        Spec(
+            "cpu_offload" if search.has_gpu else "cpu_only",
+            0,
+            op_offload=search.has_gpu,
+            label=stock_ngl_label(0, n),
+        )
     )
-    out["all_gpu"] = make(Spec("full_gpu", n + 1, label="n_gpu_layers=-1")) if search.has_gpu else None
+    out["all_gpu"] = make(Spec("full_gpu", n + 1, label=stock_ngl_label(n + 1, n))) if search.has_gpu else None
     return out

@@ -214,11 +214,35 @@ def attn_partial_specs(summary: ModelSummary) -> list[Spec]:
 
 
 def whole_layer_specs(summary: ModelSummary) -> list[Spec]:
-    """``n_gpu_layers = m`` for m = 1..n-1 (ascending)."""
+    """The last m whole layers in VRAM and the head on the host, m = 1..n-1 (ascending): llama.cpp's
+    ``n_gpu_layers = m + 1`` with the head overridden to the CPU (``spec_placement``)."""
     return [
-        Spec("whole_layers", m, label=f"n_gpu_layers={m}: last {m} whole layers in VRAM")
+        Spec(
+            "whole_layers",
+            m,
+            label=f"last {m} whole layers in VRAM, head on host (n_gpu_layers={m + 1}, the head overridden to the CPU)",
+        )
         for m in range(1, summary.n_layer)
     ]
+
+
+def stock_ngl_label(ngl: int, n_layer: int) -> str:
+    """What llama.cpp's ``-ngl ngl`` puts in VRAM: the head counts as the last layer, so ``ngl`` = m keeps the head
+    and the last m - 1 repeating layers there (``layout.gpu_layer_range``)."""
+    if ngl < 0 or ngl > n_layer:
+        return f"n_gpu_layers={ngl}: all {n_layer} layers and the output head in VRAM"
+    if ngl == 0:
+        return "n_gpu_layers=0: every layer and the head on the host"
+    if ngl == 1:
+        return "n_gpu_layers=1: the output head in VRAM, every layer on the host"
+    return f"n_gpu_layers={ngl}: the output head and the last {ngl - 1} layers in VRAM"
+
+
+def stock_ngl_specs(summary: ModelSummary) -> list[Spec]:
+    """Stock ``-ngl m`` as a user would type it, m = 1..n (ascending; m = n leaves only the first layer on the host,
+    n + 1 is everything: ``full_gpu``)."""
+    n = summary.n_layer
+    return [Spec("whole_layers", m, label=stock_ngl_label(m, n), stock_ngl=True) for m in range(1, n + 1)]
 
 
 def whole_layer_kv_gpu_specs(summary: ModelSummary) -> list[Spec]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from igi_sdk.planner import (
     ModelTable,
@@ -15,8 +16,10 @@ from igi_sdk.planner import (
 )
 from igi_sdk.planner.layout import HEAD_KEY, resolve_layout
 from igi_sdk.planner.memory import MIB
+from igi_sdk.planner.placement import Placement
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
 from igi_sdk.planner.summary import summarize
+from igi_sdk.planner.tensors import TensorGroup
 
 H200 = reference_profile("h200")
 W = Workload(prompt_tokens=1024, reply_tokens=128, n_ctx=4096)
@@ -202,3 +205,60 @@ def test_a_quantized_v_cache_without_flash_attention_is_refused() -> None:
     for type_v in ("q8_0", "Q4_0"):
         with pytest.raises(ValidationError, match="flash attention"):
             PlannerOptions(flash_attn=False, type_v=type_v)
+
+
+def test_max_ngl_tries_stock_ngl_of_every_layer_count() -> None:
+    """``-ngl n_layer`` (the head and every layer but the first in VRAM) is a stock setting too: at a budget it fits
+    and the whole model does not, the baseline is that, not ``-ngl n_layer - 1``."""
+    from igi_sdk.planner import ComputeBufferTable
+    from igi_sdk.planner.planner import _Search
+    from igi_sdk.planner.strategies import Spec
+
+    # the baseline's own settings: stock scheduler, llama.cpp's n_ubatch
+    stock = PlannerOptions(prefetch_slots=0, moe_offload_threshold=False, dense_offload_threshold=False)
+    search = _Search(DENSE, 10**6, W, H200, ComputeBufferTable(), stock)
+    n = DENSE.n_layer
+
+    def vram_mib(ngl: int) -> float:
+        return search.memory(Spec("whole_layers", ngl, stock_ngl=True, n_ubatch=512))[1].vram_total_mib
+
+    budget = math.ceil(vram_mib(n))
+    assert vram_mib(n + 1) > budget
+    best = baseline_placements(DENSE, budget, W, H200)["max_ngl"]
+    assert best is not None and best.fits and best.placement.n_gpu_layers == n
+
+
+def _assert_label_says_the_placement(description: str, placement: Placement, n_layer: int) -> None:
+    """The n_gpu_layers a label names is the placement's, and the repeating layers and head it puts in VRAM are the
+    resolved layout's."""
+    lay = resolve_layout(summarize(DENSE), placement, has_gpu=True)
+    gpu_layers = sum(lay.on_gpu(il, TensorGroup.ATTN) for il in range(n_layer))
+    ngl = re.search(r"n_gpu_layers=(-?\d+)", description)
+    if ngl:
+        assert int(ngl.group(1)) == placement.n_gpu_layers, description
+    last = re.search(r"last (\d+) (?:whole )?layers", description)
+    if last:
+        assert int(last.group(1)) == gpu_layers, description
+    if "every layer" in description:
+        assert gpu_layers == 0, description
+    if re.search(r"all \d+ layers", description):
+        assert gpu_layers == n_layer, description
+    if "head on host" in description or "head on the host" in description:
+        assert not lay.on_gpu(*HEAD_KEY), description
+    elif re.search(r"head (?:and [^,]* )?in VRAM", description) or "output head in VRAM" in description:
+        assert lay.on_gpu(*HEAD_KEY), description
+
+
+def test_labels_say_what_the_placement_is() -> None:
+    """``whole_layers`` said n_gpu_layers=m where its placement has m + 1 (the head overridden to the CPU), and the
+    stock baseline's label said the last m whole layers where ``-ngl m`` keeps the head and m - 1 layers."""
+    from igi_sdk.planner.strategies import spec_placement, stock_ngl_specs, whole_layer_specs
+
+    s = summarize(DENSE)
+    n = DENSE.n_layer
+    for spec in whole_layer_specs(s) + stock_ngl_specs(s):
+        _assert_label_says_the_placement(spec.label, spec_placement(s, spec, Placement(n_ctx=4096)), n)
+    for budget in (1200, 3000, 5000, 5560, 12000):
+        for planned in baseline_placements(DENSE, budget, W, H200).values():
+            if planned is not None:
+                _assert_label_says_the_placement(planned.description, planned.placement, n)

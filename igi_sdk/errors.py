@@ -6,6 +6,7 @@ IgiError
  |    +-- ModelCorruptError         not a GGUF, truncated, or llama.cpp refused to load it
  |    +-- ModelUnsupportedError     valid GGUF of an architecture/feature the engine cannot run
  +-- PlacementRejectedError         a Placement names a device the machine does not have, or is invalid
+ +-- PredictionError                the planner's cost model cannot price a placement (non-finite or zero time)
  +-- EngineError                    llama.cpp failed at run time (decode error, state restore refused, ...)
  +-- ImageError                     an image does not decode or does not fit the vision path's limits
  +-- (client side, mapped from wire error codes in igi_sdk.client.errors)
@@ -36,6 +37,10 @@ class ModelUnsupportedError(ModelError):
 
 class PlacementRejectedError(IgiError):
     """A placement that cannot be served on this machine (unknown device, invalid rule)."""
+
+
+class PredictionError(IgiError):
+    """The cost model's prediction of a placement is not a finite positive time (a profile's rates out of range)."""
 
 
 class EngineError(IgiError):

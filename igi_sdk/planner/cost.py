@@ -28,10 +28,12 @@ moe_decode_efficiency`` (MUL_MAT_ID is slower per byte than dense GEMV; measured
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from igi_sdk.errors import PredictionError
 from igi_sdk.planner.layout import HEAD_KEY, Layout
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement, op_offload_min_batch_in_force
 from igi_sdk.planner.profile import CpuRate, Profile
@@ -530,7 +532,12 @@ class CostModel:
 
     # -- a whole request --------------------------------------------------------------------------------
     def predict(self, layout: Layout, placement: Placement, workload: Workload) -> Prediction:
-        """TTFT of ``prompt_tokens``, decode TPS at the mean reply context, e2e latency, reload time."""
+        """TTFT of ``prompt_tokens``, decode TPS at the mean reply context, e2e latency, reload time.
+
+        Raises:
+            PredictionError: a time is not finite, or a decode step takes no time (rates out of range: a validated
+                profile's bounds prevent it, a profile built with ``model_copy`` does not).
+        """
         ub = max(1, min(placement.n_ubatch, placement.n_batch))
         ttft = copy_total = hidden_total = 0.0
         done, remaining = 0, workload.prompt_tokens
@@ -550,8 +557,13 @@ class CostModel:
         ctx = workload.prompt_tokens + workload.reply_tokens / 2.0
         dc, dg, dx, dtr = self.pass_time(layout, placement, n_seq, ctx, n_seq, with_head=True)
         step = dc + dg + dx + dtr
-        tps = 1.0 / step
         reload_s = self.reload_time(layout, placement)
+        if not (math.isfinite(ttft) and math.isfinite(step) and step > 0.0 and math.isfinite(reload_s)):
+            raise PredictionError(
+                f"the cost model predicts TTFT {ttft:g} s, a decode step of {step:g} s and a reload of {reload_s:g} s "
+                f"for this placement: the profile's rates ({self.profile.source}) are out of range"
+            )
+        tps = 1.0 / step
         e2e = ttft + workload.reply_tokens / tps + workload.reloads_per_request * reload_s
         return Prediction(
             ttft_s=ttft,

@@ -6,6 +6,7 @@ from math import prod
 
 import pytest
 
+from igi_sdk.errors import PredictionError
 from igi_sdk.planner.cost import CostModel, Prediction
 from igi_sdk.planner.ggml_types import row_bytes
 from igi_sdk.planner.layout import resolve_layout
@@ -204,3 +205,25 @@ def test_a_moe_models_dense_ffn_layer_is_timed() -> None:
     host = cm.predict(resolve_layout(s, dense_host, has_gpu=True), dense_host, SHORT)
     assert gpu.decode_cpu_s == 0.0
     assert host.decode_cpu_s > 0.0 and host.decode_tps < gpu.decode_tps and host.ttft_s > gpu.ttft_s
+
+
+def _unvalidated(profile: Profile, case: str) -> Profile:
+    """``profile`` with one extreme term, set with ``model_copy`` (which skips the profile's repair bounds)."""
+    assert profile.gpu is not None
+    if case == "attn_head_bytes":
+        return profile.model_copy(
+            update={"cpu": tuple(r.model_copy(update={"attn_head_bytes": 1e308}) for r in profile.cpu)}
+        )
+    gpu = profile.gpu.model_copy(update={"weight_prefetch_abi": 1, "h2d_prefetch_gbps": 1e-320})
+    return profile.model_copy(update={"gpu": gpu})
+
+
+@pytest.mark.parametrize("case", ["attn_head_bytes", "h2d_prefetch_gbps"])
+def test_an_unpriceable_placement_is_a_typed_error(case: str) -> None:
+    """A profile that skipped validation with an extreme term makes CPU attention (a decode step: TPS 0, then a
+    ZeroDivisionError in the e2e sum) or the prefetched copy (TTFT) infinite: the prediction is refused with
+    ``PredictionError``."""
+    profile = _unvalidated(reference_profile("h200"), case)
+    streamed = Placement(n_ctx=4096, n_gpu_layers=0, load_mode="pinned", prefetch_slots=3)
+    with pytest.raises(PredictionError, match="out of range"):
+        predict("llama_8b", streamed, SHORT, profile)

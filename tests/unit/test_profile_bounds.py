@@ -169,3 +169,29 @@ def test_cached_profiles_are_checked_on_load(tmp_path: Path, monkeypatch: pytest
     p = load_profile(key)
     assert p is not None and p.gpu is not None and p.gpu.h2d_pinned_gbps == H200.h2d_pinned_gbps
     assert "gpu.bandwidth_gbps" in p.missing
+
+
+@pytest.mark.parametrize("head_bytes", [1e308, 0.0, float("inf")])
+def test_an_extreme_attention_head_size_is_repaired(head_bytes: float) -> None:
+    """``attn_head_bytes`` of 1e308 made CPU attention infinite and ``igi plan`` divide by a zero TPS."""
+    data = reference_profile("h200").model_dump()
+    data["cpu"][1]["attn_head_bytes"] = head_bytes
+    if head_bytes == 0.0:
+        with pytest.raises(ValueError):  # the field itself refuses it
+            Profile.model_validate(data)
+        return
+    p = Profile.model_validate(data)
+    assert p.cpu[1].attn_head_bytes == conservative_cpu(16)["attn_head_bytes"]
+    assert "cpu[16].attn_head_bytes" in p.missing
+
+
+def test_an_extreme_prefetch_upload_rate_is_repaired() -> None:
+    """``h2d_prefetch_gbps`` of 1e-320 made the overlapped copy infinite; it falls back to the serial rates (None)."""
+    data = reference_profile("h200").model_dump()
+    data["gpu"]["weight_prefetch_abi"] = 1
+    data["gpu"]["h2d_prefetch_gbps"] = 1e-320
+    p = Profile.model_validate(data)
+    assert p.gpu is not None and p.gpu.h2d_prefetch_gbps is None and "gpu.h2d_prefetch_gbps" in p.missing
+    data["gpu"]["h2d_prefetch_gbps"] = 40.0
+    kept = Profile.model_validate(data)
+    assert kept.gpu is not None and kept.gpu.h2d_prefetch_gbps == 40.0 and kept.missing == {}

@@ -32,6 +32,7 @@ class Workload(BaseModel):
     reloads_per_request: float = Field(
         default=0.0,
         ge=0,
+        allow_inf_nan=False,
         description="expected model reloads (budget changes) per request; weighs load time into the objective",
     )
 

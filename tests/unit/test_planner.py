@@ -191,6 +191,18 @@ def test_a_prompt_longer_than_one_sequence_context_is_refused() -> None:
             Workload(**bad)
 
 
+def test_a_non_finite_reload_rate_is_refused() -> None:
+    """``reloads_per_request`` weighs the reload time into e2e: infinity made every prediction's e2e infinite (or NaN
+    for a placement that reloads in no time), so no plan could be told apart from another."""
+    import pytest
+    from pydantic import ValidationError
+
+    assert Workload(reloads_per_request=1e6).reloads_per_request == 1e6
+    for bad in (math.inf, math.nan, -1.0):
+        with pytest.raises(ValidationError, match="reloads_per_request"):
+            Workload(reloads_per_request=bad)
+
+
 def test_a_quantized_v_cache_without_flash_attention_is_refused() -> None:
     """llama.cpp refuses to load a quantized V cache without flash attention (a quantized K cache it accepts)."""
     import pytest

@@ -157,7 +157,8 @@ def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> Govern
     A budget equal to the pending proposal, or to the budget in force while that is below the ceiling (a
     proposal accepted earlier, sent again), *accepts* the proposal: it becomes the budget in force and the
     ceiling stays. Any other value overrides: it becomes the budget in force and the ceiling. Either way the
-    proposal is settled and the budget stretches start afresh. The throttle is left alone.
+    proposal is settled and the stretches (headroom, over-at-floor) start afresh: the frames before the change
+    were made under another placement and are no evidence for this one. The allowance is left alone.
 
     Example:
         >>> s = GovernorState.initial(2048).model_copy(update={"proposed_mib": 1536})
@@ -176,6 +177,7 @@ def on_budget_set(state: GovernorState, budget_mib: int, now_s: float) -> Govern
             "ceiling_mib": ceiling if accepted else budget,
             "proposed_mib": None,
             "last_budget_change_s": now_s,
+            "headroom_since_s": None,
             "over_at_floor_since_s": None,
         }
     )
@@ -240,9 +242,11 @@ def budget_stage(
     budget, now = state.budget_mib, r.now_s
     if budget is None or _since(now, state.last_budget_change_s) < params.budget_shrink_after_s:
         return "none", None, ""
-    used = float(budget) if sample.daemon_gpu_mib is None else min(float(budget), sample.daemon_gpu_mib)
+    gpu = sample.daemon_gpu_mib
+    used = float(budget) if gpu is None else min(float(budget), gpu)
     shrinks: list[tuple[int, str]] = []
-    free = sample.free_vram_mib
+    # A placement above the budget is a shrink still pending: the game's free VRAM gains what it releases.
+    free = None if sample.free_vram_mib is None else sample.free_vram_mib + max(0.0, (gpu or 0.0) - budget)
     if free is not None and free < params.vram_reserve_mib:
         shrinks.append(
             (

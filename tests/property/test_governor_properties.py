@@ -211,3 +211,43 @@ def test_closed_loop_settles_within_the_settling_condition(base_frac: float, imp
             direction, prev, last_change_s = d, state.allowance, t
     assert reversals <= 1
     assert last_change_s < 60.0
+
+
+@SETTINGS
+@given(
+    budget=st.integers(min_value=64, max_value=16_384),
+    above=st.floats(min_value=0.0, max_value=4096.0),
+    free=st.floats(min_value=0.0, max_value=1024.0),
+    target=target_ms,
+)
+def test_an_accepted_shrink_is_not_proposed_again_while_pending(
+    budget: int, above: float, free: float, target: float
+) -> None:
+    """The game accepts every proposal while the placement in force and its free VRAM stay as they were (the daemon
+    has not applied the change yet): no proposal follows the first shrink; a pending shrink is never compounded."""
+    state, gpu, shrinks = GovernorState.initial(budget), budget + above, []
+    for i in range(30 * FPS):
+        t = i / FPS
+        sample = FrameSample(
+            now_s=t, frame_time_ms=target, target_frame_time_ms=target, free_vram_mib=free, daemon_gpu_mib=gpu
+        )
+        step = observe(state, sample, P)
+        state = step.state
+        if step.decision.proposed_budget_mib is not None:
+            shrinks.append(step.decision.proposed_budget_mib)
+            state = on_budget_set(state, step.decision.proposed_budget_mib, t)
+    assert len(shrinks) <= 1
+
+
+@SETTINGS
+@given(samples=sample_runs(), budget=st.integers(min_value=0, max_value=8192), data=st.data())
+def test_a_budget_from_the_game_starts_the_stretches_afresh(
+    samples: list[FrameSample], budget: int, data: st.DataObject
+) -> None:
+    """From any reachable state, a budget (accepted or overriding) settles the proposal and ends both stretches,
+    leaving the allowance alone."""
+    state = run(GovernorState.initial(4096), samples)
+    value = data.draw(st.sampled_from([budget] + [v for v in (state.proposed_mib, state.budget_mib) if v is not None]))
+    after = on_budget_set(state, value, samples[-1].now_s)
+    assert (after.headroom_since_s, after.over_at_floor_since_s, after.proposed_mib) == (None, None, None)
+    assert after.allowance == state.allowance and after.budget_mib == value

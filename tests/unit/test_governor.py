@@ -160,6 +160,26 @@ def test_free_vram_below_reserve_shrinks_by_the_deficit_without_throttling() -> 
     assert proposals(ds)[0][1] == 832  # 1205 - 312 -> 832
 
 
+def test_an_accepted_vram_shrink_is_not_proposed_again_before_it_lands() -> None:
+    """The game accepts 1728 MiB; the placement in force (2048 MiB) and the free VRAM stay where they were while the
+    daemon reloads: the shrink still to come counts as free VRAM, so nothing is proposed until it lands."""
+    state, ds = feed(
+        GovernorState.initial(2048), TARGET_MS, 0.0, 30.0, accept=True, free_vram_mib=200.0, daemon_gpu_mib=2048.0
+    )
+    assert [mib for _, mib in proposals(ds)] == [1728] and state.budget_mib == 1728
+    _, ds = feed(state, TARGET_MS, 30.0, 60.0, accept=True, free_vram_mib=520.0, daemon_gpu_mib=1728.0)
+    assert not proposals(ds)  # landed: 200 + 320 MiB free, over the reserve
+
+
+def test_a_budget_from_the_game_starts_both_stretches_afresh() -> None:
+    state, _ = feed(GovernorState.initial(2048).model_copy(update={"allowance": 0.5}), 8.0, 0.0, 0.9)
+    assert state.headroom_since_s is not None
+    state = on_budget_set(state, 1024, now_s=0.9)
+    assert (state.headroom_since_s, state.over_at_floor_since_s, state.allowance) == (None, None, 0.5)
+    state, ds = feed(state, 8.0, 0.9, 1.5)  # headroom under the new budget for 0.6 s only: no relax yet
+    assert state.allowance == 0.5 and all(d.throttle_action != "relax" for d in ds)
+
+
 def test_budget_grows_back_capped_by_the_ceiling_and_free_vram() -> None:
     state = GovernorState.initial(2048).model_copy(update={"budget_mib": 1024})  # as after accepted shrinks
     state, ds = feed(state, 8.0, 0.0, 60.0, accept=True)

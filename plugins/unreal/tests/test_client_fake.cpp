@@ -868,6 +868,66 @@ TEST(frame_budget_driver_sends_the_budget_and_levels_again_to_a_restarted_daemon
   CHECK(sent(second)[0].levels_mib == std::optional<std::vector<std::int64_t>>(levels));
 }
 
+TEST(frame_budget_driver_sends_a_failed_budget_request_again) {
+  // The daemon refuses the first set_budget_request and acknowledges the next: the driver sends the budget (with its
+  // levels) again after report_interval_s, and once it is acknowledged, no more.
+  std::mutex mutex;
+  std::vector<igi::SetBudgetRequest> sent;
+  FakeDaemon daemon([&](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type != igi::SetBudgetRequest::kType) return {};
+    std::lock_guard<std::mutex> lock(mutex);
+    sent.push_back(igi::StructFromValue<igi::SetBudgetRequest>(request.content));
+    if (sent.size() == 1) {
+      igi::ErrorReply error;
+      error.code = igi::ErrorCode::kInternal;
+      error.message = "not now";
+      return {Reply(error)};
+    }
+    igi::BudgetAck ack;
+    ack.requested_mib = ack.granted_mib = sent.back().vram_budget_mib;
+    return {Reply(ack)};
+  });
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return sent.size();
+  };
+  igi::Client client(daemon.info());
+  client.Connect();
+  igi::FrameBudget budget;
+  budget.DeclareBudgetLevels({2048, 0});
+  budget.SetBudgetOverride(2048);
+  igi::FrameBudgetDriver driver(client, budget);
+  int errors = 0, acks = 0;
+  driver.SetOnError([&](const igi::IgiError&) { ++errors; });
+  driver.SetOnBudgetAck([&](const igi::BudgetAck&) { ++acks; });
+  auto tick_until = [&](double now_s, const std::function<bool()>& done) {
+    for (int i = 0; i < 400 && !done(); ++i) {
+      driver.Tick(16.0, now_s);
+      client.Pump();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  tick_until(1.0, [&] { return errors == 1; });
+  REQUIRE(errors == 1);
+  tick_until(1.2, [&] { return count() > 1; });  // within report_interval_s of the failure: not yet
+  CHECK_EQ(count(), 1u);
+  tick_until(1.6, [&] { return acks == 1; });
+  REQUIRE(count() == 2u);
+  CHECK_EQ(sent[1].vram_budget_mib, 2048);
+  CHECK(sent[1].levels_mib == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{2048, 0}));
+  tick_until(3.0, [&] { return count() > 2; });
+  CHECK_EQ(count(), 2u);
+  // Levels refused unsent (more than 16): reported, and the budget goes at the next tick without them.
+  budget.DeclareBudgetLevels(std::vector<std::int64_t>(igi::kMaxBudgetLevels + 1, 0));
+  budget.SetBudgetOverride(1024);
+  driver.Tick(16.0, 4.0);
+  CHECK_EQ(errors, 2);
+  tick_until(4.0, [&] { return acks == 2; });
+  REQUIRE(count() == 3u);
+  CHECK_EQ(sent[2].vram_budget_mib, 1024);
+  CHECK(!sent[2].levels_mib.has_value());
+}
+
 namespace {
 
 /// Polls `task` on this thread as a game would once per frame, until it hands its outcome over (the longest single

@@ -1,6 +1,8 @@
 // test_helpers.cpp - IgiClientCore tests: connection file, typed messages, errors and the frame budget helper
 // (no daemon needed).
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
@@ -365,15 +367,18 @@ TEST(envelope_reads_the_major_version_as_a_number) {
 TEST(frame_budget_reports_at_its_rate_and_applies_advice) {
   igi::FrameBudgetOptions options;
   options.report_interval_s = 0.5;
-  options.window_frames = 4;
   igi::FrameBudget budget(options);
   CHECK(!budget.PollReport(0.0).has_value());  // no frames yet
-  for (double ms : {10.0, 20.0, 30.0, 40.0, 50.0}) budget.AddFrame(ms);
+  for (int ms = 20; ms >= 1; --ms) budget.AddFrame(ms);
   std::optional<igi::FrameStatsRequest> report = budget.PollReport(1.0);
   REQUIRE(report.has_value());
-  CHECK_EQ(report->frame_time_ms, 35.0);  // mean of the last 4
+  CHECK_EQ(report->frame_time_ms, 19.0);  // nearest-rank p95 of 20 frames: the 19th shortest, as the Unity helper
+  budget.AddFrame(5.0);
   CHECK(!budget.PollReport(1.2).has_value());
-  CHECK(budget.PollReport(1.5).has_value());
+  report = budget.PollReport(1.5);
+  REQUIRE(report.has_value());
+  CHECK_EQ(report->frame_time_ms, 5.0);  // only the frames since the last report
+  CHECK(!budget.PollReport(2.5).has_value());  // none since
   // Advice: throttle and a proposed budget, followed when no override is set.
   igi::FrameStatsReply reply;
   reply.throttle.tokens_per_frame = 2;
@@ -386,6 +391,55 @@ TEST(frame_budget_reports_at_its_rate_and_applies_advice) {
   CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(256));
   budget.SetBudgetOverride(std::nullopt);
   CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(768));
+}
+
+TEST(frame_budget_p95_clamps_and_keeps_a_bounded_window) {
+  igi::FrameBudgetOptions options;
+  options.window_frames = 8;
+  igi::FrameBudget budget(options);
+  budget.AddFrame(1e306);
+  budget.AddFrame(std::numeric_limits<double>::infinity());
+  budget.AddFrame(-1.0);
+  budget.AddFrame(std::nan(""));
+  CHECK_EQ(budget.P95FrameTimeMs(), igi::kMaxFrameTimeMs);  // cut to the longest the governor reads
+  for (int i = 0; i < 100; ++i) budget.AddFrame(0.0);
+  CHECK_EQ(budget.P95FrameTimeMs(), 0.0);  // the window kept the last 8 frames only
+  CHECK_EQ(budget.MeanFrameTimeMs(), 0.0);
+  // Busy time: the longest engine thread time, else the interval.
+  CHECK_EQ(igi::BusyFrameTimeMs(6.0, 9.0, 7.5, 16.7), 9.0);
+  CHECK_EQ(igi::BusyFrameTimeMs(0.0, 0.0, 0.0, 16.7), 16.7);
+  CHECK_EQ(igi::BusyFrameTimeMs(std::nan(""), -1.0, 4.0, 16.7), 4.0);
+}
+
+TEST(frame_budget_target_frame_time_changes_the_live_budget) {
+  igi::FrameBudget budget;
+  budget.SetTargetFrameTimeMs(33.3);
+  budget.AddFrame(10.0);
+  std::optional<igi::FrameStatsRequest> report = budget.PollReport(0.0);
+  REQUIRE(report.has_value());
+  CHECK_EQ(report->target_frame_time_ms, 33.3);
+  budget.SetTargetFrameTimeMs(-1.0);  // refused: kept
+  budget.SetTargetFrameTimeMs(std::nan(""));
+  CHECK_EQ(budget.options().target_frame_time_ms, 33.3);
+}
+
+TEST(frame_budget_a_failed_budget_request_is_requested_again) {
+  igi::FrameBudget budget;
+  budget.DeclareBudgetLevels({2048, 0});
+  budget.SetBudgetOverride(2048);
+  REQUIRE(budget.TakeBudgetChange() == std::optional<std::int64_t>(2048));
+  std::optional<std::vector<std::int64_t>> levels = budget.TakeBudgetLevels();
+  CHECK(!budget.TakeBudgetChange().has_value());
+  budget.OnBudgetFailed(2048, levels);
+  CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(2048));  // again
+  CHECK(budget.TakeBudgetLevels() == levels);
+  budget.OnBudgetFailed(2048, std::nullopt);  // refused for its levels: the budget again, without them
+  CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(2048));
+  CHECK(!budget.HasPendingBudgetLevels());
+  budget.SetBudgetOverride(1024);
+  CHECK(budget.TakeBudgetChange() == std::optional<std::int64_t>(1024));
+  budget.OnBudgetFailed(2048, std::vector<std::int64_t>{0});  // an older request's failure: 1024 stays requested
+  CHECK(!budget.TakeBudgetChange().has_value());
 }
 
 TEST(budget_levels_and_interim_of_protocol_1_3) {

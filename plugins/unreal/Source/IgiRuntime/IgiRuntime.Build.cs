@@ -11,6 +11,8 @@ public class IgiRuntime : ModuleRules
 		bEnableExceptions = true;   // catches igi::IgiError thrown by blocking core calls
 		PublicDependencyModuleNames.AddRange(new string[] { "Core", "CoreUObject", "Engine", "Json", "IgiClientCore" });
 		PrivateDependencyModuleNames.Add("Projects");  // IPluginManager: where the staged daemon bundle is
+		// GGameThreadTime, GRenderThreadTime, RHIGetGPUFrameCycles: the frame's busy time for the budget helper.
+		PrivateDependencyModuleNames.AddRange(new string[] { "RenderCore", "RHI" });
 		// PNG/JPEG encoding of captures (IgiImageCapture).
 		PrivateDependencyModuleNames.AddRange(new string[] { "ImageWrapper" });
 		// IgiClientCore links libzmq (IgiZmq) and the engine's OpenSSL; nothing else is needed here.

@@ -1,16 +1,26 @@
 // frame_budget.cpp - IgiClientCore, client layer: frame-rate budget helper and its Client driver.
 #include "igi/frame_budget.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace igi {
 
 FrameBudget::FrameBudget(FrameBudgetOptions options) : options_(options) {}
 
+double BusyFrameTimeMs(double game_thread_ms, double render_thread_ms, double gpu_ms, double interval_ms) {
+  double busy = 0.0;
+  for (double ms : {game_thread_ms, render_thread_ms, gpu_ms}) {
+    if (ms > busy && std::isfinite(ms)) busy = ms;
+  }
+  return busy > 0.0 ? busy : interval_ms;
+}
+
 void FrameBudget::AddFrame(double frame_time_ms) {
   if (!(frame_time_ms >= 0.0)) return;  // negative or NaN: ignore
-  frames_ms_.push_back(frame_time_ms);
-  while (frames_ms_.size() > options_.window_frames) frames_ms_.pop_front();
+  frames_ms_.push_back(std::min(frame_time_ms, kMaxFrameTimeMs));
+  while (frames_ms_.size() > std::max<std::size_t>(1, options_.window_frames)) frames_ms_.pop_front();
 }
 
 double FrameBudget::MeanFrameTimeMs() const {
@@ -18,14 +28,30 @@ double FrameBudget::MeanFrameTimeMs() const {
   return std::accumulate(frames_ms_.begin(), frames_ms_.end(), 0.0) / static_cast<double>(frames_ms_.size());
 }
 
+double FrameBudget::P95FrameTimeMs() const {
+  if (frames_ms_.empty()) return 0.0;
+  std::vector<double> sorted(frames_ms_.begin(), frames_ms_.end());
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  const auto rank = static_cast<std::size_t>(std::ceil(0.95 * static_cast<double>(n)));  // nearest rank, 1-based
+  return sorted[std::min(n, std::max<std::size_t>(1, rank)) - 1];
+}
+
 std::optional<FrameStatsRequest> FrameBudget::PollReport(double now_s) {
   if (frames_ms_.empty()) return std::nullopt;
   if (last_report_s_ && now_s - *last_report_s_ < options_.report_interval_s) return std::nullopt;
   last_report_s_ = now_s;
   FrameStatsRequest request;
-  request.frame_time_ms = MeanFrameTimeMs();
+  request.frame_time_ms = P95FrameTimeMs();
   request.target_frame_time_ms = options_.target_frame_time_ms;
+  frames_ms_.clear();
   return request;
+}
+
+void FrameBudget::SetTargetFrameTimeMs(double target_frame_time_ms) {
+  if (target_frame_time_ms >= 0.0 && std::isfinite(target_frame_time_ms)) {
+    options_.target_frame_time_ms = target_frame_time_ms;
+  }
 }
 
 void FrameBudget::ApplyAdvice(const FrameStatsReply& reply) {
@@ -41,6 +67,11 @@ std::optional<std::int64_t> FrameBudget::TakeBudgetChange() {
   if (!wanted || wanted == requested_mib_) return std::nullopt;
   requested_mib_ = wanted;
   return wanted;
+}
+
+void FrameBudget::OnBudgetFailed(std::int64_t vram_budget_mib, std::optional<std::vector<std::int64_t>> levels_mib) {
+  if (requested_mib_ == vram_budget_mib) requested_mib_.reset();  // the daemon may not have it: request it again
+  if (levels_mib && !pending_levels_) pending_levels_ = std::move(levels_mib);
 }
 
 void FrameBudget::DeclareBudgetLevels(std::vector<std::int64_t> levels_mib) {
@@ -104,24 +135,35 @@ void FrameBudgetDriver::Send(double now_s) {
           });
     }
   }
-  if (budget_in_flight_.empty()) {
+  last_tick_s_ = now_s;
+  if (budget_in_flight_.empty() && (budget_retry_s_ <= 0.0 || now_s >= budget_retry_at_s_)) {
     std::optional<std::int64_t> mib = budget_.TakeBudgetChange();
+    const bool change = mib.has_value();
     if (!mib && budget_.HasPendingBudgetLevels()) mib = budget_.requested_budget_mib();  // levels with the budget in force
     if (mib) {
+      SetBudgetRequest request{*mib, "frame budget helper", budget_.TakeBudgetLevels()};
       try {
         budget_in_flight_ = client_.SetBudgetAsync(
-            SetBudgetRequest{*mib, "frame budget helper", budget_.TakeBudgetLevels()},
+            request,
             [this](const BudgetAck& ack) {
               budget_in_flight_.clear();
+              budget_retry_s_ = 0.0;
               budget_.OnBudgetAck(ack);
               if (on_ack_) on_ack_(ack);
             },
-            [this](const IgiError& e) {
+            [this, request](const IgiError& e) {  // sent again later: the daemon may not have it
               budget_in_flight_.clear();
+              budget_retry_s_ = std::min(kMaxBudgetRetryS, std::max(budget_.options().report_interval_s, 2 * budget_retry_s_));
+              budget_retry_at_s_ = last_tick_s_ + budget_retry_s_;  // Pump runs after the frame's Tick
+              budget_.OnBudgetFailed(request.vram_budget_mib, request.levels_mib);
               if (on_error_) on_error_(e);
             });
       } catch (const InvalidRequestError& e) {  // levels refused unsent (out of range, too many): reported, dropped
+        if (change) budget_.OnBudgetFailed(request.vram_budget_mib, std::nullopt);  // the budget goes next tick
         if (on_error_) on_error_(e);
+      } catch (const IgiError&) {  // refused unsent otherwise (the daemon declared gone): the next daemon gets it
+        if (change) budget_.OnBudgetFailed(request.vram_budget_mib, request.levels_mib);
+        throw;
       }
     }
   }

@@ -9,6 +9,8 @@
 #include "Misc/CommandLine.h"
 #include "Misc/Parse.h"
 #include "Misc/Paths.h"
+#include "RenderCore.h"  // GGameThreadTime, GRenderThreadTime
+#include "RHI.h"         // RHIGetGPUFrameCycles
 
 #include <utility>
 
@@ -188,7 +190,10 @@ void UIgiSubsystem::ClearVramBudgetOverride()
 void UIgiSubsystem::SetTargetFrameTimeMs(float TargetFrameTimeMs)
 {
 	BudgetOptions.target_frame_time_ms = TargetFrameTimeMs;
+	if (Budget) Budget->SetTargetFrameTimeMs(TargetFrameTimeMs);  // the live helper's copy too
 }
+
+void UIgiSubsystem::SetBusyFrameTimeMs(float InBusyFrameTimeMs) { GameBusyFrameTimeMs = InBusyFrameTimeMs; }
 
 void UIgiSubsystem::ReportError(const FString& Code, const FString& Message)
 {
@@ -285,11 +290,18 @@ void UIgiSubsystem::PumpOncePerFrame(float DeltaSeconds)
 {
 	if (LastPumpedFrame == GFrameCounter) return;
 	LastPumpedFrame = GFrameCounter;
+	// The frame's busy time, not the vsync-locked interval (at the target rate that sits inside the governor's band, so
+	// a throttle never relaxes): the game's own, else stat unit's Game, Draw and GPU times (of the frame before).
+	const double FrameMs = GameBusyFrameTimeMs >= 0.f
+		? GameBusyFrameTimeMs
+		: igi::BusyFrameTimeMs(FPlatformTime::ToMilliseconds(GGameThreadTime), FPlatformTime::ToMilliseconds(GRenderThreadTime),
+		                       FPlatformTime::ToMilliseconds(RHIGetGPUFrameCycles()), DeltaSeconds * 1000.0);
+	GameBusyFrameTimeMs = -1.f;
 	if (Launcher) Launcher->Pump();  // OnDaemonReady (connects), the daemon's log
 	if (!PendingConnectionFile.IsEmpty()) TryConnect();
 	PollConnect();
 	if (!Client) return;
-	if (Driver) Driver->Tick(DeltaSeconds * 1000.0, FPlatformTime::Seconds());
+	if (Driver) Driver->Tick(FrameMs, FPlatformTime::Seconds());
 	// Throttle advice: the client applies tokens_per_frame (at most that many callbacks this frame, SIZE_MAX
 	// without a cap); the daemon applies sleep_ms_between_tokens itself.
 	Client->Pump(Budget ? Budget->PumpBudget() : SIZE_MAX);

@@ -78,9 +78,15 @@ public:
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void ClearVramBudgetOverride();
 
-	/** Frame time the game aims for, reported in frame_stats (default 16.67 ms). */
+	/** Frame time the game aims for, reported in frame_stats (default 16.67 ms); applies from the next report. */
 	UFUNCTION(BlueprintCallable, Category = "IGI")
 	void SetTargetFrameTimeMs(float TargetFrameTimeMs);
+
+	/** This frame's busy time (ms) as the game measures it, reported instead of the engine's thread times (by default
+	 *  the longest of stat unit's Game, Draw and GPU; the frame interval when the engine gives none). Call it each
+	 *  frame before the subsystem ticks; it holds for one frame. */
+	UFUNCTION(BlueprintCallable, Category = "IGI")
+	void SetBusyFrameTimeMs(float BusyFrameTimeMs);
 
 	UPROPERTY(BlueprintAssignable, Category = "IGI")
 	FIgiOnConnected OnConnected;
@@ -95,8 +101,9 @@ public:
 	UPROPERTY(BlueprintAssignable, Category = "IGI")
 	FIgiOnSessionRestored OnSessionRestored;
 
-	/** Feeds the frame time to the budget helper and runs queued client callbacks; only the first
-	 *  call of a frame does work (components call it from TickComponent, the subsystem from Tick). */
+	/** Feeds the frame's busy time to the budget helper (DeltaSeconds, the interval, only when no busy time is
+	 *  known) and runs queued client callbacks; only the first call of a frame does work (components call it from
+	 *  TickComponent, the subsystem from Tick). */
 	void PumpOncePerFrame(float DeltaSeconds);
 
 	/** The connected client, or nullptr. Game thread only. */
@@ -117,6 +124,7 @@ private:
 	std::unique_ptr<igi::FrameBudget> Budget;
 	std::unique_ptr<igi::FrameBudgetDriver> Driver;
 	igi::FrameBudgetOptions BudgetOptions;
+	float GameBusyFrameTimeMs = -1.f;  // SetBusyFrameTimeMs for this frame; negative: none
 	FString PendingConnectionFile;
 	double ConnectDeadlineSeconds = 0.0;
 	FDateTime FailedConnectionFileStamp;  // the file a connect found stale: tried again once it is rewritten

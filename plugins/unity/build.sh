@@ -33,10 +33,10 @@ mcs "${flags[@]}" -target:library -doc:"$out/Igi.Core.xml" -out:"$out/Igi.Core.d
 mcs "${flags[@]}" -target:library -out:"$out/Igi.Unity.NoEngine.dll" -r:"$out/Igi.Core.dll" "${unity_sources[@]}"
 # Type-check the MonoBehaviours and the samples against a compile-only UnityEngine shim (never run, never shipped).
 mapfile -t sample_sources < <(find "$here/Samples~" -name '*.cs' | sort)
-mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
+mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -define:UNITY_2022_1_OR_NEWER -out:"$out/Igi.Unity.ShimCheck.dll" -r:"$out/Igi.Core.dll" \
   "${unity_sources[@]}" "${sample_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
 # ... and as the editor compiles them (UNITY_EDITOR: the script-reload handling, against a UnityEditor shim).
-mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -define:UNITY_EDITOR -out:"$out/Igi.Unity.EditorShimCheck.dll" \
+mcs "${flags[@]}" -target:library -define:UNITY_5_3_OR_NEWER -define:UNITY_2022_1_OR_NEWER -define:UNITY_EDITOR -out:"$out/Igi.Unity.EditorShimCheck.dll" \
   -r:"$out/Igi.Core.dll" "${unity_sources[@]}" "${sample_sources[@]}" "$here/Tests/UnityShim~/UnityEngineShim.cs"
 # Tests/Runtime holds Unity Test Framework (NUnit) tests; here they compile against Debian's NUnit (libnunit-cil-dev,
 # brought by mono-devel) and the console runner runs them (NUnitAdapter).

@@ -328,6 +328,81 @@ namespace Igi.Tests
                     }
                 }
             });
+            t.Add("budget:frame_time_window_is_bounded_and_finite", () =>
+            {
+                var window = new FrameTimeWindow(0.5);
+                int full = -1;
+                for (int i = 0; i < 5000 && full < 0; i++) if (window.AddFrame(0.0)) full = i + 1;
+                Check.Equal(FrameTimeWindow.MaxFrames, full, "zero-length frames fill the window at MaxFrames");
+                window.TakeSummary();
+                window.AddFrame(1e306);
+                FrameTimeSummary huge = window.TakeSummary();
+                Check.Equal(FrameTimeWindow.MaxFrameTimeMs, huge.P95Ms, "a 1e306 s frame is cut to the longest the governor reads");
+                Check.True(!double.IsInfinity(huge.MeanMs), "the mean stays finite");
+                // The interval fills the window; the statistics are of the busy time (NaN: the interval).
+                Check.True(!window.AddFrame(0.2, 0.004), "0.2 s of 0.5 s");
+                Check.True(!window.AddFrame(0.2, double.NaN), "0.4 s of 0.5 s");
+                Check.True(window.AddFrame(0.2, 0.006), "full at 0.6 s of intervals");
+                FrameTimeSummary busy = window.TakeSummary();
+                Check.Equal(3, busy.FrameCount, "three frames");
+                Check.Equal(200.0, busy.MaxMs, "the frame without a busy time reports its interval");
+                Check.True(Math.Abs(busy.MeanMs - (4.0 + 200.0 + 6.0) / 3) < 1e-9, "busy times, not intervals: " + busy.MeanMs);
+            });
+            t.Add("client:frame_budget_helper_clamps_keeps_frames_and_drops_stale_proposals", () =>
+            {
+                var signer = Signer.FromHex(KeyHex);
+                using (var router = new TestRouter())
+                {
+                    Task<IgiClient> connecting = IgiClient.ConnectAsync(InfoFor(router));
+                    byte[] identity;
+                    Envelope hello = ReceiveRequest(router, signer, out identity);
+                    router.Send(identity, Reply(hello, GoodHello(), signer));
+                    using (IgiClient client = IgiClient.Wait(connecting))
+                    {
+                        var helper = new FrameBudgetHelper(client, 1000.0 / 60.0, 0.1) { AutoAcceptProposals = true };
+                        IgiException failure = null;
+                        helper.Failed += e => failure = e;
+                        Check.Throws<ArgumentOutOfRangeException>(() => helper.SetProposalRange(4096, 1024), "minimum above maximum");
+                        Check.Throws<ArgumentOutOfRangeException>(() => helper.MinBudgetMib = -1, "negative minimum");
+                        helper.SetProposalRange(1024, 4096);
+                        Check.Throws<ArgumentOutOfRangeException>(() => helper.MaxBudgetMib = 512, "maximum below the minimum");
+
+                        int sent = 0;
+                        for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020, 0.010) ? 1 : 0;
+                        Check.Equal(1, sent, "one report per 0.1 s window");
+                        Envelope stats = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(10.0, ((FrameStatsRequest)stats.Message).FrameTimeMs, "the busy time's p95 is sent");
+                        // While the report is in flight, the frames go into the next window: a spike is not lost.
+                        sent = 0;
+                        for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020, frame == 2 ? 0.5 : 0.010) ? 1 : 0;
+                        Check.Equal(0, sent, "no report while one is in flight");
+                        router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 512 }, signer));
+                        PumpUntil(client, () => helper.RepliesReceived == 1, "first frame_stats_reply");
+                        Envelope accepted = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(SetBudgetRequest.TypeName, accepted.Message.Type, "the proposal is applied");
+                        Check.Equal(1024L, ((SetBudgetRequest)accepted.Message).VramBudgetMib, "512 MiB clamped to the minimum, 1024");
+                        router.Send(identity, Reply(accepted, new BudgetAck { RequestedMib = 1024, GrantedMib = 1024, Applied = true }, signer));
+
+                        Check.True(helper.AddFrame(0.020, 0.010), "the kept window is full: reported at the next frame");
+                        stats = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(500.0, ((FrameStatsRequest)stats.Message).FrameTimeMs, "the spike from while the last report was in flight");
+                        // The game sets its own budget before the reply comes: the proposal in it is for the budget before.
+                        helper.SetBudget(2048, "explicit");
+                        Envelope own = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(2048L, ((SetBudgetRequest)own.Message).VramBudgetMib, "the game's budget");
+                        router.Send(identity, Reply(own, new BudgetAck { RequestedMib = 2048, GrantedMib = 2048, Applied = true }, signer));
+                        router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 1536 }, signer));
+                        PumpUntil(client, () => helper.RepliesReceived == 2, "second frame_stats_reply");
+                        Check.Equal((long?)null, helper.ProposedBudgetMib, "a proposal made before the game's budget is dropped");
+                        sent = 0;
+                        for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020) ? 1 : 0;
+                        Check.Equal(1, sent, "the next report");
+                        Envelope next = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(FrameStatsRequest.TypeName, next.Message.Type, "no set_budget_request for the stale proposal");
+                        Check.True(failure == null, "no failure: " + (failure == null ? "" : failure.Message));
+                    }
+                }
+            });
             t.Add("client:liveness_failure_fails_every_expired_request_once", () =>
             {
                 // The daemon falls silent with a heartbeat and several short-deadline requests outstanding. The I/O thread

@@ -78,6 +78,13 @@ namespace UnityEngine
     public enum KeyCode { K, S, T }
     public static class Input { public static bool GetKeyDown(KeyCode key) { return false; } }
 
+    public struct FrameTiming { public double cpuMainThreadFrameTime, cpuRenderThreadFrameTime, gpuFrameTime; }
+    public static class FrameTimingManager
+    {
+        public static bool IsFeatureEnabled() { return false; }
+        public static void CaptureFrameTimings() { }
+        public static uint GetLatestTimings(uint numFrames, FrameTiming[] timings) { return 0; }
+    }
     public static class Mathf { public static float Max(float a, float b) { return a > b ? a : b; } }
 
     [AttributeUsage(AttributeTargets.Field)] public sealed class TooltipAttribute : Attribute { public TooltipAttribute(string tooltip) { } }

@@ -8,19 +8,26 @@ using Igi.Protocol;
 namespace Igi.Budget
 {
     /// <summary>
-    /// Frame-rate budget helper. Call <see cref="AddFrame"/> once per frame on the main thread (Unity:
-    /// Time.unscaledDeltaTime). Every <see cref="FrameTimeWindow.WindowS"/> seconds it sends frame_stats_request
-    /// with the window's p95 frame time (one request in flight at most), and applies the frame_stats_reply on the
-    /// main thread: <see cref="Throttle"/> bounds how many token callbacks <see cref="PumpBudget"/> lets through per
-    /// frame, and a proposed budget is either reported (<see cref="BudgetProposed"/>) or, with
-    /// <see cref="AutoAcceptProposals"/>, applied within [<see cref="MinBudgetMib"/>, <see cref="MaxBudgetMib"/>].
-    /// The game sets explicit budgets with <see cref="SetBudget"/>.
+    /// Frame-rate budget helper. Call <see cref="AddFrame(double, double)"/> once per frame on the main thread with the
+    /// frame's interval (Unity: Time.unscaledDeltaTime) and its busy time (without the wait for vsync: a vsync-locked
+    /// interval at the target rate sits inside the governor's band, so a throttle would never relax). Every
+    /// <see cref="FrameTimeWindow.WindowS"/> seconds it sends frame_stats_request with the nearest-rank p95 of the
+    /// frames since the last report (one request in flight at most; the frames meanwhile go into the next), and applies
+    /// the frame_stats_reply on the main thread: <see cref="Throttle"/> bounds how many token callbacks
+    /// <see cref="PumpBudget"/> lets through per frame, and a proposed budget is reported (<see cref="BudgetProposed"/>)
+    /// and, with <see cref="AutoAcceptProposals"/>, applied clamped to [<see cref="MinBudgetMib"/>,
+    /// <see cref="MaxBudgetMib"/>]. The game sets explicit budgets with <see cref="SetBudget"/>; a proposal in a reply
+    /// to a report sent before the game's last explicit budget is dropped (it was made for the budget before).
     /// </summary>
     public sealed class FrameBudgetHelper
     {
         private readonly IgiClient _client;
         private readonly FrameTimeWindow _window;
         private bool _inFlight;
+        private long _minBudgetMib;
+        private long _maxBudgetMib = long.MaxValue;
+        private int _explicitBudgets;  // explicit budgets the game set: a reply to a report sent before one is stale
+        private long? _lastBudgetMib;  // the budget the helper sent last (explicit or accepted)
 
         /// <summary>Creates the helper.</summary>
         /// <param name="client">A connected client.</param>
@@ -60,11 +67,31 @@ namespace Igi.Budget
         /// <summary>Apply daemon budget proposals automatically (within the min/max below).</summary>
         public bool AutoAcceptProposals { get; set; }
 
-        /// <summary>Smallest budget an automatic proposal may set, MiB.</summary>
-        public long MinBudgetMib { get; set; }
+        /// <summary>Smallest budget an automatic proposal may set, MiB (0 or more, at most <see cref="MaxBudgetMib"/>;
+        /// set both at once with <see cref="SetProposalRange"/>).</summary>
+        public long MinBudgetMib
+        {
+            get { return _minBudgetMib; }
+            set { SetProposalRange(value, _maxBudgetMib); }
+        }
 
-        /// <summary>Largest budget an automatic proposal may set, MiB.</summary>
-        public long MaxBudgetMib { get; set; } = long.MaxValue;
+        /// <summary>Largest budget an automatic proposal may set, MiB (at least <see cref="MinBudgetMib"/>).</summary>
+        public long MaxBudgetMib
+        {
+            get { return _maxBudgetMib; }
+            set { SetProposalRange(_minBudgetMib, value); }
+        }
+
+        /// <summary>Sets the range automatic proposals are clamped to, MiB.</summary>
+        /// <exception cref="ArgumentOutOfRangeException">A negative minimum, or a minimum above the maximum.</exception>
+        public void SetProposalRange(long minBudgetMib, long maxBudgetMib)
+        {
+            if (minBudgetMib < 0) throw new ArgumentOutOfRangeException("minBudgetMib", "the minimum budget is negative");
+            if (minBudgetMib > maxBudgetMib)
+                throw new ArgumentOutOfRangeException("minBudgetMib", "the minimum budget " + minBudgetMib + " MiB is above the maximum " + maxBudgetMib + " MiB");
+            _minBudgetMib = minBudgetMib;
+            _maxBudgetMib = maxBudgetMib;
+        }
 
         /// <summary>Raised on the main thread when the throttle changes.</summary>
         public event Action<Throttle> ThrottleChanged;
@@ -75,17 +102,31 @@ namespace Igi.Budget
         /// <summary>Raised on the main thread when a report, a budget change or an auto-accept fails.</summary>
         public event Action<IgiException> Failed;
 
-        /// <summary>Adds one frame and sends a report when the window is full. Main thread.</summary>
+        /// <summary>Adds one frame whose busy time is its interval (a vsync-locked interval shows no headroom: prefer
+        /// <see cref="AddFrame(double, double)"/>) and sends a report when the window is full. Main thread.</summary>
         /// <param name="frameTimeS">The frame's unscaled duration, s.</param>
         /// <returns>True when a frame_stats_request was sent for this frame.</returns>
         public bool AddFrame(double frameTimeS)
         {
-            if (!_window.AddFrame(frameTimeS)) return false;
+            return AddFrame(frameTimeS, frameTimeS);
+        }
+
+        /// <summary>Adds one frame and sends a report when the window is full. Main thread.</summary>
+        /// <param name="intervalS">The frame's unscaled duration, s (Time.unscaledDeltaTime): fills the window.</param>
+        /// <param name="busyTimeS">The time the frame took to produce, s, without the wait for vsync or a frame limiter
+        /// (FrameTimingManager's main thread, render thread and GPU times); NaN = unknown: the interval instead.</param>
+        /// <returns>True when a frame_stats_request was sent for this frame.</returns>
+        public bool AddFrame(double intervalS, double busyTimeS)
+        {
+            if (!_window.AddFrame(intervalS, busyTimeS)) return false;
+            if (_inFlight) return false;  // never queue reports behind a slow one: its frames go into the next
             FrameTimeSummary summary = _window.TakeSummary();
-            if (_inFlight || !_client.IsDaemonAlive) return false;  // never queue reports behind a slow one
+            if (!_client.IsDaemonAlive) return false;
             LastReport = summary;
             _inFlight = true;
-            Observe(_client.SendFrameStatsAsync(summary.P95Ms, TargetFrameTimeMs, FreeVramMib, GpuBusyPct), OnReply);
+            int explicitBudgets = _explicitBudgets;
+            Observe(_client.SendFrameStatsAsync(summary.P95Ms, TargetFrameTimeMs, FreeVramMib, GpuBusyPct),
+                    reply => OnReply(reply, explicitBudgets));
             return true;
         }
 
@@ -108,26 +149,46 @@ namespace Igi.Budget
         /// daemon (see <see cref="IgiClient.SetBudgetAsync"/>); null = keep those declared before.</summary>
         public void SetBudget(long vramBudgetMib, string reason, Action<BudgetAck> onAck = null, IList<long> levelsMib = null)
         {
-            Observe(_client.SetBudgetAsync(vramBudgetMib, reason, levelsMib), ack => { if (onAck != null) onAck(ack); });
+            BudgetSetElsewhere();
+            Send(vramBudgetMib, reason, onAck, levelsMib);
         }
 
-        private void OnReply(FrameStatsReply reply)
+        /// <summary>Tells the helper the game set a budget without it (a reclaim_request, <see cref="IgiClient.SetBudgetAsync"/>):
+        /// a proposal in a reply to a report sent before is dropped, not applied over the game's budget.</summary>
+        public void BudgetSetElsewhere()
+        {
+            _explicitBudgets++;
+            _lastBudgetMib = null;
+        }
+
+        private void Send(long vramBudgetMib, string reason, Action<BudgetAck> onAck, IList<long> levelsMib)
+        {
+            _lastBudgetMib = vramBudgetMib;
+            Observe(_client.SetBudgetAsync(vramBudgetMib, reason, levelsMib), ack => { if (onAck != null) onAck(ack); },
+                    () => { if (_lastBudgetMib == vramBudgetMib) _lastBudgetMib = null; });  // the daemon may not have it
+        }
+
+        private void OnReply(FrameStatsReply reply, int explicitBudgetsAtReport)
         {
             RepliesReceived++;
             bool changed = reply.Throttle.TokensPerFrame != Throttle.TokensPerFrame ||
                            reply.Throttle.SleepMsBetweenTokens != Throttle.SleepMsBetweenTokens;
             Throttle = reply.Throttle;
             if (changed && ThrottleChanged != null) ThrottleChanged(Throttle);
-            ProposedBudgetMib = reply.ProposedBudgetMib;
-            if (!reply.ProposedBudgetMib.HasValue) return;
-            long proposed = reply.ProposedBudgetMib.Value;
+            // A proposal made before the game's last explicit budget is for the budget before it: dropped.
+            bool stale = explicitBudgetsAtReport != _explicitBudgets;
+            ProposedBudgetMib = stale ? null : reply.ProposedBudgetMib;
+            if (!ProposedBudgetMib.HasValue) return;
+            long proposed = ProposedBudgetMib.Value;
             if (BudgetProposed != null) BudgetProposed(proposed);
-            if (AutoAcceptProposals && proposed >= MinBudgetMib && proposed <= MaxBudgetMib)
-                SetBudget(proposed, "accepted daemon proposal");
+            if (!AutoAcceptProposals) return;
+            // Clamped into the game's range (a clamped value is an explicit budget to the daemon: its new ceiling).
+            long budget = Math.Min(_maxBudgetMib, Math.Max(_minBudgetMib, proposed));
+            if (budget != _lastBudgetMib) Send(budget, budget == proposed ? "accepted daemon proposal" : "daemon proposal, clamped", null, null);
         }
 
         // Runs the continuation (or Failed) on the main thread through the client's callback queue.
-        private void Observe<T>(Task<T> task, Action<T> onResult)
+        private void Observe<T>(Task<T> task, Action<T> onResult, Action onFailure = null)
         {
             bool isReport = typeof(T) == typeof(FrameStatsReply);
             task.ContinueWith(t => _client.Post(() =>
@@ -135,6 +196,7 @@ namespace Igi.Budget
                 if (isReport) _inFlight = false;
                 if (t.Status == TaskStatus.RanToCompletion) { onResult(t.Result); return; }
                 Exception e = t.Exception != null ? t.Exception.GetBaseException() : null;
+                if (onFailure != null) onFailure();
                 var failure = e as IgiException ?? new IgiException("request failed: " + (e != null ? e.Message : "cancelled"), e);
                 if (Failed != null) Failed(failure);
             }), TaskScheduler.Default);

@@ -67,6 +67,7 @@ class GameSide:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="igi-game-io", daemon=True)
         self._stats_in_flight = False
+        self._explicit_budgets = 0  # budgets the game set itself: a reply to frame_stats sent before one is stale
         self._npc_tasks: list[asyncio.Task[None]] = []
         self._streams: set[Any] = set()
         self._talk_end_s = 0.0
@@ -149,6 +150,7 @@ class GameSide:
 
     async def _frame_stats(self, work_ms: float, target_ms: float) -> None:
         assert self.client is not None
+        explicit_budgets = self._explicit_budgets
         try:
             reply = await self.client.frame_stats(work_ms, target_ms, timeout_s=5.0)
         except IgiError as exc:
@@ -171,6 +173,8 @@ class GameSide:
                     "tokens_per_frame": self.tokens_per_frame,
                 }
             )
+        if explicit_budgets != self._explicit_budgets:  # the proposal is for the budget before the game's own: dropped
+            return
         if reply.proposed_budget_mib is not None and reply.proposed_budget_mib != self.budget_mib:
             self.rec.event(t, "budget_proposal", proposed_mib=reply.proposed_budget_mib, from_mib=self.budget_mib)
             await self._set_budget(reply.proposed_budget_mib, "governor proposal", "budget_accepted")
@@ -181,6 +185,7 @@ class GameSide:
 
         async def go() -> None:
             assert self.client is not None
+            self._explicit_budgets += 1
             t = self.now()
             try:
                 ack = await self.client.reclaim(budget_mib, deadline_s=1.0, timeout_s=self.timeout_s)
@@ -194,7 +199,12 @@ class GameSide:
 
     def restore(self, budget_mib: int) -> None:
         """Level loaded: give the VRAM back (set_budget_request)."""
-        self._post(self._set_budget(budget_mib, "level loaded: restore", "restore"))
+
+        async def go() -> None:
+            self._explicit_budgets += 1
+            await self._set_budget(budget_mib, "level loaded: restore", "restore")
+
+        self._post(go())
 
     async def _set_budget(self, budget_mib: int, reason: str, kind: str) -> None:
         assert self.client is not None

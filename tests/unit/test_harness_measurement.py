@@ -295,6 +295,57 @@ def test_frame_stats_says_whether_it_sent() -> None:
     no_client._loop.close()
 
 
+def test_a_proposal_made_before_the_games_own_budget_is_dropped() -> None:
+    """frame_stats goes out, the game restores its budget, then the reply's proposal arrives: it was made for the
+    budget before, so it is not sent back (the daemon would take it for an override and lower its ceiling)."""
+    gate = threading.Event()
+    budgets: list[tuple[int, str]] = []
+
+    class Client:
+        async def frame_stats(self, work_ms: float, target_ms: float, *, timeout_s: float) -> Any:
+            while not gate.is_set():
+                await asyncio.sleep(0.005)
+            return SimpleNamespace(
+                throttle=SimpleNamespace(sleep_ms_between_tokens=0.0, tokens_per_frame=None), proposed_budget_mib=768
+            )
+
+        async def set_budget(self, budget_mib: int, reason: str, *, timeout_s: float) -> Any:
+            budgets.append((budget_mib, reason))
+            return SimpleNamespace(
+                granted_mib=budget_mib,
+                applied=True,
+                apply_time_s=0.0,
+                interim=None,
+                measured_vram_mib=None,
+                warning=None,
+            )
+
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    side = _side(rec, Client())
+    side._thread.start()
+
+    def settle(done: Any) -> None:
+        deadline = time.monotonic() + 5.0
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    try:
+        assert side.frame_stats(40.0, 16.667) is True
+        side.restore(2048)
+        settle(lambda: budgets)
+        gate.set()
+        settle(lambda: not side._stats_in_flight)
+        time.sleep(0.05)
+        assert budgets == [(2048, "level loaded: restore")] and side.budget_mib == 2048
+        assert side.frame_stats(40.0, 16.667) is True  # a report sent after it: its proposal is applied
+        settle(lambda: len(budgets) > 1)
+        assert budgets[1] == (768, "governor proposal")
+    finally:
+        side._loop.call_soon_threadsafe(side._loop.stop)
+        side._thread.join(5.0)
+        side._loop.close()
+
+
 class _Stream:
     """A fake GenerationStream: ``tokens`` token events 20 ms apart, then either the final result or (``hang``)
     nothing more, like a reply still running when the phase ends."""

@@ -103,6 +103,21 @@ def test_a_tool_result_turn_reads_back_as_a_tool_turn(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "turns",
+    [
+        [["assistant", "yo"], ["user", "hi"]],  # a window would start at a reply
+        [["user", "hi"], ["user", "again"]],
+        [["user", "hi"], ["assistant", "yo"], ["user", "unanswered"]],
+        [["user", "hi"], ["tool", "{}"]],
+    ],
+)
+def test_turns_out_of_their_order_are_a_bad_file(tmp_path: Path, turns: list[list[str]]) -> None:
+    """Such a history made pair trimming start windows at replies; a daemon never writes it."""
+    with pytest.raises(SessionFileError, match="turn"):
+        read_session_file(_file_with_body(tmp_path / "order.igisession", _body(turns=turns)))
+
+
+@pytest.mark.parametrize(
     "session",
     [
         {"priority": 1e300},
@@ -162,7 +177,7 @@ def test_a_symlink_loop_and_an_overlong_name_are_typed_errors(tmp_path: Path) ->
 def test_a_written_kv_state_is_located_not_read_and_verified_when_read(tmp_path: Path) -> None:
     state = os.urandom(3 << 20)
     path = tmp_path / "kv.igisession"
-    snap = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1, (4, 5), state)
+    snap = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"), ("assistant", "yo")), "m.gguf", 1, (4, 5), state)
     assert write_session_file(path, snap) == len(state)
     back = read_session_file(path)
     assert isinstance(back.kv_state, KvRef) and back.kv_tokens == (4, 5)
@@ -170,7 +185,7 @@ def test_a_written_kv_state_is_located_not_read_and_verified_when_read(tmp_path:
     data = path.read_bytes()
     assert hashlib.sha256(data[40:]).digest() == data[8:40]  # the checksum written in place at the end
     raw = msgpack.unpackb(data[40:], raw=False)  # still format 1, readable by any msgpack decoder
-    assert raw["kv"]["state"] == state and raw["session"]["turns"] == [["user", "hi"]]
+    assert raw["kv"]["state"] == state and raw["session"]["turns"] == [["user", "hi"], ["assistant", "yo"]]
     path.write_bytes(data[:-5] + b"XXXXX")
     assert read_kv_state(back.kv_state) is None  # a changed file: nothing restored
     with pytest.raises(SessionFileError, match="checksum"):
@@ -193,8 +208,8 @@ def test_two_saves_to_one_path_at_once_leave_the_later_one_whole(
     from igi_sdk.daemon.sessions import file_format
 
     path = tmp_path / "npc.igisession"
-    long = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "x" * 4000),), "m.gguf", 1)
-    short = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1)
+    long = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "x" * 4000), ("assistant", "yo")), "m.gguf", 1)
+    short = SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"), ("assistant", "yo")), "m.gguf", 1)
     opened = threading.Barrier(2)
     original = file_format._write_body
 
@@ -238,7 +253,9 @@ def test_a_save_removes_the_temps_a_killed_save_of_its_path_left(tmp_path: Path)
     hour_ago = time.time() - 3600
     os.utime(old, (hour_ago, hour_ago))
     os.utime(other, (hour_ago, hour_ago))
-    write_session_file(path, SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"),), "m.gguf", 1))
+    write_session_file(
+        path, SessionSnapshot("Mira", "", Sampling(), 1, (("user", "hi"), ("assistant", "yo")), "m.gguf", 1)
+    )
     assert not old.exists() and young.exists() and other.exists()  # only this path's, and only the abandoned
     assert read_session_file(path).persona == "Mira"
 

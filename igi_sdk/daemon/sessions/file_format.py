@@ -545,6 +545,13 @@ def _snapshot(raw: Any, ref: Callable[[_Blob], KvRef]) -> SessionSnapshot:
     body = _Body.model_validate(raw, strict=True)
     session, kv = body.session, body.kv
     turns = tuple((turn.role, turn.text) for turn in (_Turn(role=role, text=text) for role, text in session.turns))
+    for index, (role, _text) in enumerate(turns):  # what a daemon writes: user (or tool) / assistant pairs
+        if (role == "assistant") != (index % 2 == 1):
+            raise SessionFileError(
+                f"turn {index} is {role!r}: turns are user or tool lines, each answered by assistant"
+            )
+    if len(turns) % 2:
+        raise SessionFileError(f"the last of {len(turns)} turns is not answered by an assistant turn")
     return SessionSnapshot(
         persona=session.persona,
         system_prompt=session.system_prompt,

@@ -411,7 +411,7 @@ TEST(frame_budget_p95_clamps_and_keeps_a_bounded_window) {
   CHECK_EQ(igi::BusyFrameTimeMs(std::nan(""), -1.0, 4.0, 16.7), 4.0);
 }
 
-TEST(frame_budget_target_frame_time_changes_the_live_budget) {
+TEST(frame_budget_target_frame_time_reaches_the_running_helper) {
   igi::FrameBudget budget;
   budget.SetTargetFrameTimeMs(33.3);
   budget.AddFrame(10.0);

@@ -244,7 +244,8 @@ class EngineSettings(_Section):
         default=5, ge=0, description="restarts after a worker crash before the daemon gives up"
     )
     session_dir: Path | None = Field(
-        default=None, description="where save_session writes session files (default: user cache dir/igi-sdk/sessions)"
+        default=None,
+        description="where save_session writes session files (default: the cache directory, IGI_CACHE_DIR or XDG_CACHE_HOME/igi-sdk, then sessions)",
     )
 
     @model_validator(mode="after")

@@ -68,6 +68,8 @@ class DaemonServer:
         self.settings = settings
         self._stop = False
         self.connection_file = settings.ipc.connection_file or default_connection_file()
+        #: (st_dev, st_ino) of the connection file this daemon wrote: the one it removes when it stops
+        self._written: tuple[int, int] | None = None
         #: the process this daemon exits with (``ipc.exit_with_pid``), taken hold of in ``run``
         self._owner: ProcessWatch | None = None
 
@@ -178,7 +180,7 @@ class DaemonServer:
             log_event(_log, logging.ERROR, "daemon_start_failed", error=str(exc))
             return 3
         finally:
-            self.connection_file.unlink(missing_ok=True)
+            self._remove_own_connection_file()
             worker.stop(timeout_s=5.0)
             worker.reap_retired(timeout_s=2.0)
             worker.drop_standby()
@@ -246,6 +248,18 @@ class DaemonServer:
             if worker.is_dead() and not worker.ready:
                 raise DaemonStartError("the engine worker died while loading the model")
 
+    def _remove_own_connection_file(self) -> None:
+        """Remove the connection file this daemon wrote, if it is still the one at its path: a daemon that failed to
+        start, or whose file another daemon has since replaced, leaves the other's in place."""
+        if self._written is None:
+            return
+        try:
+            st = self.connection_file.lstat()
+            if (st.st_dev, st.st_ino) == self._written:
+                self.connection_file.unlink()
+        except OSError:
+            pass  # gone already, or not ours to remove
+
     def _write_connection_file(self, bound: str, key: str) -> None:
         mechanism = self.settings.ipc.zmq_mechanism
         if bound.startswith("ipc://"):
@@ -258,6 +272,8 @@ class DaemonServer:
             write_connection_file(
                 self.connection_file, port=int(port), ip=host.strip("[]"), key=key, zmq_mechanism=mechanism
             )
+        st = self.connection_file.lstat()
+        self._written = (st.st_dev, st.st_ino)
 
     def _loop(
         self,

@@ -275,3 +275,12 @@ def test_the_daemons_start_sweeps_the_session_directory_of_abandoned_saves(tmp_p
         os.utime(f, (hour_ago, hour_ago))
     assert remove_abandoned_saves(DaemonSettings(engine=EngineSettings(session_dir=tmp_path))) == 1
     assert not abandoned.exists() and saved.read_bytes() == b"whole"
+
+
+def test_session_files_go_under_the_cache_directory_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from igi_sdk.config import DaemonSettings, EngineSettings
+    from igi_sdk.daemon.requests.sessions import session_dir
+
+    monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "cache"))
+    assert session_dir(DaemonSettings()) == tmp_path / "cache" / "sessions"
+    assert session_dir(DaemonSettings(engine=EngineSettings(session_dir=tmp_path / "own"))) == tmp_path / "own"

@@ -44,6 +44,7 @@ from igi_sdk.ipc.messages import (
     SaveSessionReply,
     SaveSessionRequest,
 )
+from igi_sdk.model_store import cache_dir
 
 SESSION_FILE_SUFFIX = ".igisession"
 
@@ -409,11 +410,12 @@ def _add(core: DaemonCore, session: Session) -> None:
 
 
 def session_dir(settings: DaemonSettings) -> Path:
-    """Where ``save_session`` writes a session file given no path."""
+    """Where ``save_session`` writes a session file given no path: ``engine.session_dir``, else the cache
+    directory's ``sessions`` (``model_store.cache_dir``: ``$IGI_CACHE_DIR``, ``$XDG_CACHE_HOME/igi-sdk``, ...)."""
     configured = settings.engine.session_dir
     if configured is not None:
         return configured
-    return Path.home() / ".cache" / "igi-sdk" / "sessions"
+    return cache_dir() / "sessions"
 
 
 def remove_abandoned_saves(settings: DaemonSettings) -> int:

@@ -211,6 +211,9 @@ class DaemonCore:
         #: fallback, or no model known yet): how a session's tools are shown and its replies read
         self.tool_format: str | None = None
         self.model_file_bytes = 0
+        #: The model file's content fingerprint (``worker_protocol.Ready.model_fingerprint``; "": unknown): a session
+        #: file's KV state is restored only into the model it was saved from
+        self.model_fingerprint = ""
         #: The device the serving worker caches weights on (``worker_protocol.Ready.weight_cache_device``; None: the
         #: mode is off there, or no worker is ready yet): its moves between GPU placements cost no load
         self.weight_cache_device: str | None = None

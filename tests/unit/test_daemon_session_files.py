@@ -284,3 +284,37 @@ def test_session_files_go_under_the_cache_directory_by_default(tmp_path: Path, m
     monkeypatch.setenv("IGI_CACHE_DIR", str(tmp_path / "cache"))
     assert session_dir(DaemonSettings()) == tmp_path / "cache" / "sessions"
     assert session_dir(DaemonSettings(engine=EngineSettings(session_dir=tmp_path / "own"))) == tmp_path / "own"
+
+
+@pytest.mark.parametrize(("saved", "running", "restored"), [("a" * 64, "b" * 64, False), ("a" * 64, "a" * 64, True)])
+def test_a_kv_state_goes_only_into_the_model_of_its_fingerprint(
+    tmp_path: Path, saved: str, running: str, restored: bool
+) -> None:
+    """A model shipped again under the same path and size with other weights got the old model's KV state: its
+    replies went wrong without an error."""
+    daemon = Daemon()
+    daemon.core.model_fingerprint = running
+    path = tmp_path / "fp.igisession"
+    write_session_file(path, _snapshot(state=b"\x07" * 64, model_fingerprint=saved))
+    load = daemon.request(LoadSessionRequest(path=str(path)))
+    daemon.pump()
+    [loaded] = _answers(daemon, load)
+    assert isinstance(loaded, LoadSessionReply)
+    session = daemon.core.sessions.get(loaded.session_id)
+    assert session is not None and (session.kv_state is not None) is restored
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_save_records_the_running_models_fingerprint(tmp_path: Path) -> None:
+    from igi_sdk.daemon.sessions.file_format import read_session_file
+
+    daemon = Daemon()
+    daemon.core.model_fingerprint = "c" * 64
+    sid = _session(daemon)
+    save = daemon.request(SaveSessionRequest(path=str(tmp_path / "r.igisession")), sid)
+    [export] = [c for c in daemon.core.waiting_exports]
+    daemon.worker._events.append(wp.Exported(req_id=export, session_id=sid, tokens=(1,), state=b"\x01" * 8))
+    daemon.pump()
+    [saved] = _answers(daemon, save)
+    assert isinstance(saved, SaveSessionReply)
+    assert read_session_file(Path(saved.path)).model_fingerprint == "c" * 64

@@ -275,3 +275,23 @@ def test_the_sweep_leaves_what_is_not_an_abandoned_temp(tmp_path: Path) -> None:
     assert remove_stale_temps(tmp_path, "*.igisession.*.tmp") == 1
     assert link.is_symlink() and folder.is_dir() and not stale.exists() and target.read_bytes() == b"keep"
     assert remove_stale_temps(tmp_path / "missing", "*.tmp") == 0
+
+
+def test_a_file_without_a_fingerprint_reads_as_none(tmp_path: Path) -> None:
+    snap = read_session_file(_file_with_body(tmp_path / "old.igisession", _body()))
+    assert snap.model_fingerprint is None
+
+
+def test_the_content_fingerprint_tells_apart_files_of_one_size(tmp_path: Path) -> None:
+    from igi_sdk.files import content_fingerprint
+
+    a, b, c, tiny = tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "tiny"
+    data = bytes(range(256)) * (3 << 14)  # 12 MiB
+    a.write_bytes(data)
+    b.write_bytes(data)
+    tuned = bytearray(data)
+    tuned[1 << 20 :: 4096] = b"\xff" * len(tuned[1 << 20 :: 4096])  # other weights past the header, as a fine-tune has
+    c.write_bytes(bytes(tuned))
+    tiny.write_bytes(b"GGUF")
+    assert content_fingerprint(a) == content_fingerprint(b) != content_fingerprint(c)
+    assert len(content_fingerprint(tiny)) == 64

@@ -115,6 +115,10 @@ def worker_main(
         emit(wp.Fatal(code="model_invalid", message=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(3) from None
     model, file_bytes = engine.model_info()
+    try:
+        fingerprint = files.content_fingerprint(config.model_path)
+    except OSError:  # the file went after its load: sessions saved now restore no KV state into another file
+        fingerprint = ""
     stages = engine.llama_engine.load_stages
     log_event(
         log,
@@ -137,6 +141,7 @@ def worker_main(
             pid=os.getpid(),
             model=model,
             file_bytes=file_bytes,
+            model_fingerprint=fingerprint,
             placement=placement,
             gpu_hidden=hide_gpu,
             cuda_visible_devices=cuda_visible_devices,

@@ -311,6 +311,7 @@ def save_session(core: DaemonCore, identity: bytes, header: Header, msg: SaveSes
             grammar=defaults.grammar,
             json_schema=defaults.schema_text,
             tools=defaults.wire_tools,
+            model_fingerprint=core.model_fingerprint or None,
         )
         core.session_io.submit(
             FileTask(identity, header, lambda: write_session_file(path, snap, max_bytes=max_bytes), written)
@@ -362,10 +363,13 @@ def load_session(core: DaemonCore, identity: bytes, header: Header, msg: LoadSes
 
 def _open_loaded(core: DaemonCore, identity: bytes, header: Header, path: Path, snap: SessionSnapshot) -> None:
     """The session of a file read and verified: its saved defaults checked, its history bounded, then answered."""
-    same_model = (
+    same_model = (  # the fingerprint, where the file and the worker both have one: a name and a size are not enough
         core.model_info is not None
         and snap.model_name == core.model_info.path
         and snap.model_file_bytes == core.model_file_bytes
+        and (
+            not snap.model_fingerprint or not core.model_fingerprint or snap.model_fingerprint == core.model_fingerprint
+        )
     )
     try:  # the saved defaults are checked as a create_session_request's would be
         constraints = session_constraints(

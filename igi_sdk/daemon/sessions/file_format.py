@@ -2,14 +2,14 @@
 
 Layout: ``b"IGISESS1"`` (8 bytes) | SHA-256 of the body (32 bytes) | body (msgpack map)::
 
-    {"format_version": 1, "saved_at": float, "model": {"name": str, "file_bytes": int},
+    {"format_version": 1, "saved_at": float, "model": {"name": str, "file_bytes": int, "fingerprint": str (optional)},
      "session": {"persona", "system_prompt", "sampling": {...}, "priority", "turns": [[role, text], ...] (role "user" or "tool" / "assistant"),
                  "grammar": str | nil, "json_schema": str | nil, "tools": [{"name", "description", "parameters"}]},
      "kv": {"tokens": [int], "state": bin} | nil}
 
 The three constrained-output keys of ``session`` are optional (a file without them has none). The KV state is
-optional: it is only restored into the same model (same file name and size); otherwise the conversation is rebuilt by
-re-prefilling the history. A wrong magic, checksum, version or shape raises :class:`SessionFileError`, a file over the
+optional: it is only restored into the same model (same file name and size, and the same content fingerprint where
+the file has one, ``files.content_fingerprint``); otherwise the conversation is rebuilt by re-prefilling the history. A wrong magic, checksum, version or shape raises :class:`SessionFileError`, a file over the
 size limit :class:`SessionFileTooLarge`.
 
 Reading streams the file once (:func:`read_session_file`): the KV state is hashed and located (:class:`KvRef`), never
@@ -113,6 +113,7 @@ class SessionSnapshot:
     grammar: str | None = None
     json_schema: str | None = None
     tools: tuple[Tool, ...] = ()
+    model_fingerprint: str | None = None  # files.content_fingerprint of the model (absent in older files)
 
 
 STALE_TEMP_AGE_S = 600.0
@@ -206,7 +207,11 @@ def _write_body(out: BinaryIO, snap: SessionSnapshot) -> int | None:
     head = {
         "format_version": FORMAT_VERSION,
         "saved_at": time.time(),
-        "model": {"name": snap.model_name, "file_bytes": snap.model_file_bytes},
+        "model": {
+            "name": snap.model_name,
+            "file_bytes": snap.model_file_bytes,
+            **({"fingerprint": snap.model_fingerprint} if snap.model_fingerprint else {}),
+        },
         "session": {
             "persona": snap.persona,
             "system_prompt": snap.system_prompt,
@@ -515,6 +520,7 @@ class _SessionPart(WireModel):
 class _ModelPart(WireModel):
     name: str = Field(max_length=4096)
     file_bytes: int = Field(ge=0, le=INT64_MAX)
+    fingerprint: str | None = Field(default=None, max_length=128)
 
 
 class _KvPart(WireModel):
@@ -565,4 +571,5 @@ def _snapshot(raw: Any, ref: Callable[[_Blob], KvRef]) -> SessionSnapshot:
         grammar=session.grammar,
         json_schema=session.json_schema,
         tools=session.tools,
+        model_fingerprint=body.model.fingerprint,
     )

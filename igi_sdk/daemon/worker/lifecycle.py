@@ -580,6 +580,7 @@ class WorkerLifecycle:
         core.model_info = event.model
         core.tool_format = event.tool_format
         core.model_file_bytes = event.file_bytes
+        core.model_fingerprint = event.model_fingerprint
         core.weight_cache_device = event.weight_cache_device
         if not event.gpu_hidden:  # a worker with CUDA hidden says nothing about the mode
             core.gpu_worker_caches = event.weight_cache_device is not None

@@ -21,7 +21,7 @@ Events (worker -> daemon):
 
 | event | fields | when |
 |---|---|---|
-| ``Ready`` | pid, model, file_bytes, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded, tool_format | the model is loaded |
+| ``Ready`` | pid, model, file_bytes, model_fingerprint, placement, gpu_hidden, cuda_visible_devices, llama_cpp_preloaded, tool_format | the model is loaded |
 | ``Fatal`` | code, message | the model could not be loaded; the worker exits |
 | ``Started`` | job_id, prompt_tokens, dropped_messages | a job got its sequence slot (and left that many of the oldest history messages out of its prompt) |
 | ``Token`` | job_id, index, text, token_id | one sampled token (indexes from 0 in this worker) |
@@ -211,6 +211,8 @@ class Ready:
     #: whether its cache mode also realizes placements that keep layers off the GPU, their KV cache on the host
     #: (patches/llama.cpp 0011: ``engine.llama_engine.kv_host_layers_supported``)
     partial_kv: bool = False
+    #: the model file's ``files.content_fingerprint`` ("": not read): what a session file's KV state is restored into
+    model_fingerprint: str = ""
 
 
 @dataclass(frozen=True)

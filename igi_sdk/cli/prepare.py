@@ -125,6 +125,13 @@ def run(argv: list[str]) -> int:
     budgets = prepare_budgets(settings.budget.vram_budget_mib, levels, planner.model_file_mib())
     print(f"igi prepare: {model_path.name}: {len(budgets)} budgets to plan", file=sys.stderr)
     prepared = prepare(planner, budgets, lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
+    start_mib = settings.budget.vram_budget_mib
+    if host is not None and start_mib > 0:
+        # the daemon plans its start budget before its worker is ready to say it caches weights: without the mode,
+        # with dry runs of their own, which are then on disk too (its ladder is made again once the worker is ready)
+        print("igi prepare: the start budget as the daemon plans it before its worker is ready", file=sys.stderr)
+        start = daemon_planner(settings, model_path, vision)
+        prepare(start, (start_mib,), lambda i, n, done: print(progress_line(i, n, done), file=sys.stderr))
     print(_summary(model_path, prepared, profile_s, time.perf_counter() - t0, host))
     return 0
 

@@ -55,9 +55,16 @@ def test_in_the_cache_mode_it_plans_for_what_this_build_lets_the_worker_do(monke
         return made[-1]
 
     monkeypatch.setattr(placement_plan, "daemon_planner", fake_planner)
-    assert run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CPU"]) == 0
+    assert (
+        run(["--levels-mib", "1536", "--n-threads", "1", "--weight-cache-device", "CPU", "--vram-budget-mib", "4096"])
+        == 0
+    )
     assert made[0].weight_cache_reports == [True] and made[0].detachable_reports == [False]
     assert made[0].partial_kv_reports == [True] and made[0].host_reports == ["pinned"]  # the model fits the host
+    # the daemon's start plan, made before its worker is ready (no cache mode yet): its dry runs are left too
+    assert len(made) == 2 and made[1].weight_cache_reports == [] and made[1].calls == [(4096, None)]
     for flags in ([], ["--weight-cache-device", "off"], ["--weight-cache-device", "CUDA7"]):
-        assert run(["--levels-mib", "1536", "--n-threads", "1", *flags]) == 0
+        before = len(made)
+        assert run(["--levels-mib", "1536", "--n-threads", "1", "--vram-budget-mib", "4096", *flags]) == 0
+        assert len(made) == before + 1  # no cache mode: the start plan is the ladder planner's own first plan
         assert made[-1].weight_cache_reports == []  # the worker will not cache: nothing to plan for

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from igi_sdk.files import temp_beside
 from igi_sdk.planner.shapes import REFERENCE_SHAPES
 
 ARCH = "llama"
@@ -218,7 +219,7 @@ def write_synthetic_gguf(
     quants with one small fixed fp16 scale per tensor.
 
     Args:
-        path: output file (overwritten; written to ``path + ".part"`` first, then renamed).
+        path: output file (overwritten; written to a ``.part`` temp of this process and thread first, then renamed).
         shape: a ``SyntheticShape`` or a preset name (see ``PRESETS``).
         ggml_type: quantization of the matrices, "Q4_0" or "Q8_0".
         seed: same seed, shape and type give identical bytes.
@@ -237,7 +238,7 @@ def write_synthetic_gguf(
     if ggml_type not in _BLOCK_BYTES:
         raise ValueError(f"ggml_type must be one of {sorted(_BLOCK_BYTES)}, got {ggml_type!r}")
     out = Path(path)
-    part = out.with_name(out.name + ".part")
+    part = temp_beside(out, ".part")
     specs = _tensor_specs(shape, ggml_type)
 
     writer = gguf.GGUFWriter(str(part), ARCH)

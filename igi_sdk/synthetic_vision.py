@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from igi_sdk.files import temp_beside
 from igi_sdk.planner.vision import VISION_SHAPES, VisionShape, projector_tensor_specs
 
 ARCH = "clip"
@@ -67,7 +68,7 @@ def write_synthetic_mmproj(path: str | os.PathLike[str], shape: VisionShape | st
     """Write a deterministic synthetic projector (mmproj) GGUF that mtmd loads.
 
     Args:
-        path: output file (written to ``path + ".part"`` first, then renamed).
+        path: output file (written to a ``.part`` temp of this process and thread first, then renamed).
         shape: a ``VisionShape`` or a preset name (``VISION_SHAPES``).
         seed: same seed and shape give identical bytes.
 
@@ -79,7 +80,7 @@ def write_synthetic_mmproj(path: str | os.PathLike[str], shape: VisionShape | st
     if isinstance(shape, str):
         shape = vision_preset(shape)
     out = Path(path)
-    part = out.with_name(out.name + ".part")
+    part = temp_beside(out, ".part")
     specs = projector_tensor_specs(shape)
     writer = gguf.GGUFWriter(str(part), ARCH)
     writer.add_string("general.name", f"synthetic-mmproj-{shape.projector_type}")

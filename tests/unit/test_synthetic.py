@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,17 @@ def test_invalid_shapes_are_rejected() -> None:
         preset("nope")
     with pytest.raises(ValueError):
         write_synthetic_gguf("/tmp/never.gguf", "tiny_dense", ggml_type="F16")  # type: ignore[arg-type]
+
+
+def test_a_writer_leaves_another_writers_temp_alone(tmp_path: Path) -> None:
+    """Two processes writing the same synthetic model (the profiler's cached ones) each write a temp of their own."""
+    out = tmp_path / "small.gguf"
+    others = [tmp_path / "small.gguf.part", tmp_path / f"small.gguf.{os.getpid() + 1}.1.part"]
+    for other in others:  # another writer's file, part-written: the old fixed name and a name of another process
+        other.write_bytes(b"GGUF half written")
+    write_synthetic_gguf(out, "tiny_dense")
+    assert [p.read_bytes() for p in others] == [b"GGUF half written"] * 2
+    assert _digest(out) == _digest(write_synthetic_gguf(tmp_path / "reference.gguf", "tiny_dense"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["small.gguf", "reference.gguf", *(p.name for p in others)]
+    )

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from igi_sdk.files import read_regular_file
+from igi_sdk.files import read_cache_entry, read_regular_file, temp_beside
 from igi_sdk.model_store import cache_dir
 from igi_sdk.planner.profile import PROFILE_VERSION, MachineKey, Profile
 from igi_sdk.profiler.machine import machine_key
@@ -19,30 +19,34 @@ def profile_path(key: MachineKey) -> Path:
 
 
 def save_profile(profile: Profile) -> Path:
-    """Write ``profile`` atomically to its cache path; returns the path."""
+    """Write ``profile`` atomically to its cache path (through a temp of this writer's own); returns the path."""
     path = profile_path(profile.machine)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(profile.model_dump_json(indent=2))
-    os.replace(tmp, path)
+    tmp = temp_beside(path)
+    try:
+        tmp.write_text(profile.model_dump_json(indent=2))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def load_profile(key: MachineKey | None = None) -> Profile | None:
-    """The cached profile of this machine (or ``key``), None if absent, unreadable or of another version
-    (a version-1 profile's GPU terms came from the faulty measurements, so it is measured again).
+    """The cached profile of this machine (or ``key``), None if absent, unreadable (not a regular file, too large,
+    another user's), not a JSON object or of another version (a version-1 profile's GPU terms came from the faulty
+    measurements, so it is measured again).
 
     Validation re-checks every term against ``Profile``'s plausibility bounds: an implausible cached figure
     is replaced (and listed in ``missing``) on every load."""
-    path = profile_path(key or machine_key())
-    if not path.is_file():
+    raw = read_cache_entry(profile_path(key or machine_key()), what="cached profile")
+    if raw is None:
         return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("version") != PROFILE_VERSION:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("version") != PROFILE_VERSION:
             return None
         return Profile.model_validate(data)
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 

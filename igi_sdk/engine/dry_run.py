@@ -11,7 +11,9 @@ process), creates the context, and logs what it would allocate. In 0.3.36 the lo
 
 A misstep inside llama.cpp can abort the process, so the work runs in a child process
 (``python -m igi_sdk.engine.dry_run --json``, request on stdin) with a timeout. Results are cached on disk
-by (model file identity, placement, llama-cpp-python version, ``CUDA_VISIBLE_DEVICES`` as CUDA reads it).
+by (model file identity, placement, the llama.cpp build, the GPU and driver, ``CUDA_VISIBLE_DEVICES`` as CUDA reads
+it): see ``_cache_key``. The cache only ever saves work: an entry that cannot be read is a miss, one that cannot be
+written a warning.
 
 On a CUDA build each child holds a CUDA context while it runs (618 MiB of device memory on the H200, measured
 by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_run_slots``.
@@ -19,12 +21,16 @@ by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -32,16 +38,25 @@ from typing import Any
 
 from igi_sdk.engine.reports import MemoryReport
 from igi_sdk.errors import EngineError
+from igi_sdk.files import file_identity, read_cache_entry, temp_beside
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_TIMEOUT_S = 120.0
 _limit: int | None = None  # dry-run children allowed at once (None: no limit); set by ``dry_run_slots``
 _running = threading.BoundedSemaphore(1)  # replaced by ``dry_run_slots``
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
-_CACHE_VERSION = 3
-"""Bumped whenever the engine's context settings change what a dry run reports: 3, graphs reserved for
-n_outputs_max = n_seq_max; 2, the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it (a report made with the GPU
+_CACHE_VERSION = 4
+"""Bumped whenever the engine's context settings change what a dry run reports: 4, the key holds the model file's
+inode, device and ctime, the llama.cpp build (GPU offload, its libraries) and the GPU and driver; 3, graphs reserved
+for n_outputs_max = n_seq_max; 2, the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it (a report made with the GPU
 hidden has no device buffers)."""
+STALE_TEMP_S = 600.0
+"""A ``*.tmp`` file in the cache folder older than this is a writer's leftover (a write takes milliseconds)."""
+_log = logging.getLogger("igi_sdk.engine.dry_run")
+
+
+_swept_dirs: set[Path] = set()
+_swept_lock = threading.Lock()
 
 
 class DryRunDeferred(Exception):  # noqa: N818  (not an error: the caller frees VRAM and asks again)
@@ -72,12 +87,17 @@ def dry_run_slots(n: int | None) -> Iterator[None]:
 
 
 def _cache_key(model_path: Path, placement: Placement) -> str:
-    """Model file identity, memory fields of the placement, llama-cpp-python version (and whether the build has
-    the weight prefetch, whose staging slots are part of the compute buffer) and the GPUs CUDA lets the child
-    see: a report made with the GPU hidden has no device buffers and is never reused with it visible."""
-    import llama_cpp
+    """What a report depends on, hashed:
 
-    from igi_sdk.engine.prefetch import prefetch_abi
+    - the model file: resolved path and ``files.file_identity`` (device, inode, size, mtime, ctime: a replacement
+      keeping size and mtime is a new file);
+    - the memory fields of the placement (not the thread counts);
+    - the llama.cpp build (``_build_identity``): llama-cpp-python's version, whether it offloads to a GPU at all
+      (a CPU build's report has every buffer on the CPU), its shared libraries (a rebuild with other patches or
+      backends) and whether it has the weight prefetch (its staging slots are part of the compute buffer);
+    - the GPU behind CUDA device 0 and its driver (NVML), and the GPUs CUDA lets the child see: a report made with
+      the GPU hidden has no device buffers and is never reused with it visible.
+    """
     from igi_sdk.gpu_visibility import visibility_key
 
     st = model_path.stat()
@@ -85,17 +105,63 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
     for name, default in (("gpu_context", True), ("kv_host_layers", 0)):
         if memory_fields[name] == default:  # the keys of the placements made before these fields stay what they were
             del memory_fields[name]
+    visible = visibility_key()
     ident = {
         "v": _CACHE_VERSION,
         "path": str(model_path.resolve()),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
+        "file": file_identity(st)._asdict(),
         "placement": memory_fields,
-        "llama_cpp": llama_cpp.__version__,
-        "prefetch_abi": prefetch_abi(),
-        "cuda_visible": visibility_key(),
+        "build": _build_identity(),
+        "gpu": _gpu_identity(visible),
+        "cuda_visible": visible,
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _build_identity() -> dict[str, Any]:
+    """The llama.cpp build a child would load: version, GPU offload, the weight prefetch ABI and the libraries."""
+    import llama_cpp
+
+    from igi_sdk.engine.prefetch import prefetch_abi
+
+    return {
+        "llama_cpp": llama_cpp.__version__,
+        "gpu_offload": _gpu_offload(),
+        "prefetch_abi": prefetch_abi(),
+        "libraries": library_identity(Path(llama_cpp.llama_cpp._lib._name).parent),
+    }
+
+
+@functools.cache
+def _gpu_offload() -> bool:
+    """``llama_supports_gpu_offload()`` of the loaded build (fixed for the process: asked once). It enumerates the
+    backends' devices (their properties only, no CUDA context), as resolving a GPU rule's buffer type does."""
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def library_identity(lib_dir: Path) -> list[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of every shared library in ``lib_dir`` (llama-cpp-python's ``lib``): the build the
+    child loads. ``dev.sh`` rebuilding with other patches, or a CUDA build in place of a CPU one (``libggml-cuda``),
+    changes it."""
+    out = []
+    for entry in sorted(lib_dir.iterdir()):
+        if entry.suffix in (".so", ".dylib", ".dll") or ".so." in entry.name:
+            info = entry.stat()
+            out.append((entry.name, info.st_size, info.st_mtime_ns))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _gpu_identity(visible: str) -> tuple[str, str] | None:
+    """(name, driver version) of the GPU behind CUDA device 0 under ``CUDA_VISIBLE_DEVICES`` = ``visible`` (its
+    ``visibility_key``), as the profiler's machine key reads it; None without NVML or a visible GPU. Kept per
+    process: NVML takes milliseconds to open, and a driver is not replaced under a running process."""
+    from igi_sdk.gpu_identity import nvidia_gpu
+
+    gpu = nvidia_gpu()
+    return None if gpu is None else (gpu[0], gpu[1])
 
 
 def _cache_file(key: str) -> Path:
@@ -133,11 +199,11 @@ def dry_run(
     for rule in placement.rules:
         resolve_buffer_type(rule.device)
     cache_file = _cache_file(_cache_key(path, placement))
-    if use_cache and cache_file.is_file():
-        try:
-            return MemoryReport.model_validate_json(cache_file.read_text())
-        except ValueError:
-            cache_file.unlink(missing_ok=True)
+    if use_cache:
+        _sweep_stale_temps(cache_file.parent)
+        cached = _read_entry(cache_file)
+        if cached is not None:
+            return cached
     limit = _limit
     if limit == 0:
         raise DryRunDeferred(f"dry run of {path.name} needed; no dry-run child may start now")
@@ -157,11 +223,67 @@ def dry_run(
         raise _rebuild_error(payload["error"], payload["message"])
     report = MemoryReport.model_validate(payload["report"])
     if use_cache:
+        _write_entry(cache_file, report)
+    return report
+
+
+def _read_entry(cache_file: Path) -> MemoryReport | None:
+    """The cached report, or None (a miss): missing, unreadable, not this user's regular file, or not a report (then
+    removed, if it can be)."""
+    raw = read_cache_entry(cache_file, what="dry-run cache entry")
+    if raw is None:
+        return None
+    try:
+        return MemoryReport.model_validate_json(raw)
+    except ValueError:
+        try:
+            cache_file.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return None
+
+
+def _write_entry(cache_file: Path, report: MemoryReport) -> None:
+    """Write ``report`` as ``cache_file`` through a temp of this writer's own; a failure (a full disk, a folder in the
+    entry's place) is logged as a warning and leaves no temp: the report is good, only the cache misses it."""
+    tmp = temp_beside(cache_file)
+    try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(report.model_dump_json())
         os.replace(tmp, cache_file)
-    return report
+    except OSError as exc:
+        _log.warning("dry-run cache entry %s not written: %s", cache_file, exc)
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _sweep_stale_temps(folder: Path) -> None:
+    """Remove the ``*.tmp`` files older than ``STALE_TEMP_S`` that killed writers left in ``folder`` (this user's
+    regular files only), once per folder and process."""
+    with _swept_lock:
+        if folder in _swept_dirs:
+            return
+        _swept_dirs.add(folder)
+    now_s = time.time()
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        leftovers = list(folder.glob("*.tmp"))
+    except OSError:
+        return
+    for tmp in leftovers:
+        try:
+            info = tmp.lstat()
+            if (
+                stat.S_ISREG(info.st_mode)
+                and (uid is None or info.st_uid == uid)
+                and now_s - info.st_mtime > STALE_TEMP_S
+            ):
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def _rebuild_error(kind: str, message: str) -> Exception:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from igi_sdk.engine import _ggml
 from igi_sdk.errors import ModelCorruptError, ModelNotFoundError, ModelUnsupportedError
+from igi_sdk.files import FileIdentity, file_identity
 from igi_sdk.planner.tensors import ModelTable, TensorInfo, classify
 from igi_sdk.planner.vision import VisionShape
 
@@ -168,7 +169,7 @@ SUPPORTED_ARCHITECTURES = frozenset(
 
 _TABLE_CACHE_MAX = 8
 """Tables kept in memory (least recently used dropped first): a daemon serves one model, a benchmark a few."""
-_table_cache: OrderedDict[tuple[str, int, int, int, int], ModelTable] = OrderedDict()
+_table_cache: OrderedDict[tuple[str, FileIdentity], ModelTable] = OrderedDict()
 _table_lock = threading.Lock()  # the planner sizes placements from a thread pool
 
 
@@ -328,7 +329,7 @@ def read_tensor_table(path: str | os.PathLike[str]) -> ModelTable:
     """
     p = check_gguf_file(path)
     st = p.stat()
-    key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(p), file_identity(st))
     with _table_lock:
         table = _table_cache.get(key)
         if table is not None:

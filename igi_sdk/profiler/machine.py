@@ -1,5 +1,6 @@
 """Edge: identify this machine (CPU model, thread count, NVIDIA GPU and driver) for profile caching.
 
+The GPU's name and driver come from ``igi_sdk.gpu_identity.nvidia_gpu`` (the dry-run cache key reads them too).
 "The GPU" is the one CUDA numbers 0 under ``CUDA_VISIBLE_DEVICES`` (``igi_sdk.gpu_visibility``): with the GPU
 hidden from CUDA there is none, so the profile, and every plan, is CPU-only."""
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from igi_sdk.gpu_identity import nvidia_gpu
 from igi_sdk.gpu_visibility import nvml_handle
 from igi_sdk.planner.profile import MachineKey
 
@@ -23,32 +25,6 @@ def cpu_model() -> str:
             if line.lower().startswith(("model name", "hardware", "cpu model")):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown-cpu"
-
-
-def nvidia_gpu() -> tuple[str, str, int] | None:
-    """(name, driver version, total MiB) of the NVIDIA GPU behind CUDA device 0 through NVML, or None (no NVML,
-    or no GPU visible to CUDA: ``CUDA_VISIBLE_DEVICES`` is honoured, see ``igi_sdk.gpu_visibility``)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        handle = nvml_handle(pynvml, 0)
-        if handle is None:
-            return None
-        name = pynvml.nvmlDeviceGetName(handle)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-        as_str = lambda v: v.decode() if isinstance(v, bytes) else str(v)
-        return as_str(name), as_str(driver), int(total)
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _read_cuda0(read: Callable[[Any, Any], float | None]) -> float | None:

@@ -171,11 +171,13 @@ def prefetch_dry_runs(
     path: Path, summary: ModelSummary, base: Placement, ubs: list[int], *, has_gpu: bool, n_parallel: int | None = None
 ) -> int:
     """Run the dry runs ``fill_compute_table`` will ask for, several child processes at a time, so it then
-    reads them from the on-disk cache. Failures are left for ``fill_compute_table`` to report.
+    reads them from the on-disk cache. Failures are left for ``fill_compute_table`` to report. Each runs in a copy
+    of the caller's context (its ``dry_run_slots`` limit holds for them).
 
     Returns:
         How many dry runs succeeded.
     """
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
     from igi_sdk.engine.dry_run import dry_run
@@ -192,4 +194,5 @@ def prefetch_dry_runs(
 
     workers = n_parallel or max(1, min(8, (os.cpu_count() or 2) // 2))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return sum(pool.map(one, sorted(placements)))
+        futures = [pool.submit(contextvars.copy_context().run, one, raw) for raw in sorted(placements)]
+        return sum(f.result() for f in futures)

@@ -21,6 +21,7 @@ by the daemon's GPU test): a process under a VRAM budget limits them with ``dry_
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import json
@@ -33,6 +34,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,6 @@ from igi_sdk.files import file_identity, read_cache_entry, temp_beside
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_TIMEOUT_S = 120.0
-_limit: int | None = None  # dry-run children allowed at once (None: no limit); set by ``dry_run_slots``
-_running = threading.BoundedSemaphore(1)  # replaced by ``dry_run_slots``
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
 _CACHE_VERSION = 4
 """Bumped whenever the engine's context settings change what a dry run reports: 4, the key holds the model file's
@@ -55,6 +55,15 @@ STALE_TEMP_S = 600.0
 _log = logging.getLogger("igi_sdk.engine.dry_run")
 
 
+@dataclass(frozen=True)
+class _Slots:
+    """A ``dry_run_slots`` limit: ``n`` children at once, counted by ``running``."""
+
+    n: int
+    running: threading.BoundedSemaphore
+
+
+_slots: contextvars.ContextVar[_Slots | None] = contextvars.ContextVar("igi_dry_run_slots", default=None)
 _swept_dirs: set[Path] = set()
 _swept_lock = threading.Lock()
 
@@ -69,21 +78,22 @@ class DryRunDeferred(Exception):  # noqa: N818  (not an error: the caller frees 
 
 @contextmanager
 def dry_run_slots(n: int | None) -> Iterator[None]:
-    """Limit the dry-run child processes of this process while the block runs.
+    """Limit the dry-run child processes of this planning call while the block runs.
 
     On a CUDA build every child creates its own CUDA context (about ``Profile.gpu.reserve_mib``, 618 MiB on
     the H200) for as long as it runs, VRAM a caller under a budget has to count. ``n`` children at most run
     at once; with ``n == 0`` a dry run that is not in the disk cache raises ``DryRunDeferred`` instead of
-    starting a child; ``None`` lifts the limit. Not re-entrant across threads: set it around one planning call.
+    starting a child; ``None`` lifts the limit.
+
+    The limit is a context variable: it holds for the calling thread (and the tasks it starts in a copy of its
+    context, as ``profiler.compute_table.prefetch_exact`` does), never for another thread planning at the same
+    time, and leaving the block restores what this thread had before.
     """
-    global _limit, _running
-    saved = _limit, _running
-    _limit = n
-    _running = threading.BoundedSemaphore(max(1, n or 1))
+    token = _slots.set(None if n is None else _Slots(n, threading.BoundedSemaphore(max(1, n))))
     try:
         yield
     finally:
-        _limit, _running = saved
+        _slots.reset(token)
 
 
 def _cache_key(model_path: Path, placement: Placement) -> str:
@@ -189,7 +199,7 @@ def dry_run(
         ModelNotFoundError, ModelCorruptError, ModelUnsupportedError: the file cannot be used.
         PlacementRejectedError: a rule targets a device this machine cannot serve.
         EngineError: the child failed, crashed or timed out.
-        DryRunDeferred: not cached, and ``dry_run_slots(0)`` is in force.
+        DryRunDeferred: not cached, and ``dry_run_slots(0)`` is in force in this context.
     """
     from igi_sdk.engine.devices import resolve_buffer_type
     from igi_sdk.engine.gguf_table import read_tensor_table
@@ -204,13 +214,13 @@ def dry_run(
         cached = _read_entry(cache_file)
         if cached is not None:
             return cached
-    limit = _limit
-    if limit == 0:
+    slots = _slots.get()
+    if slots is not None and slots.n == 0:
         raise DryRunDeferred(f"dry run of {path.name} needed; no dry-run child may start now")
     request = json.dumps({"model_path": str(path), "placement": placement.model_dump(mode="json")})
     cmd = [sys.executable, "-m", "igi_sdk.engine.dry_run", "--json"]
     try:
-        with _running if limit is not None else nullcontext():
+        with slots.running if slots is not None else nullcontext():
             proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise EngineError(f"dry run of {path} timed out after {timeout_s:.0f} s") from exc

@@ -185,7 +185,10 @@ def fill_compute_table(
 
 def prefetch_exact(model_path: Path, placements: Iterable[Placement], *, n_parallel: int = 4) -> int:
     """Dry-run several placements at once (child processes) so ``exact_entry`` then reads the disk cache.
-    Failures are left for ``exact_entry`` to report. Returns how many succeeded."""
+    Failures are left for ``exact_entry`` to report. Returns how many succeeded.
+
+    Each runs in a copy of the caller's context, so the caller's ``dry_run_slots`` limit holds for them too."""
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
     from igi_sdk.engine.dry_run import dry_run
@@ -200,4 +203,5 @@ def prefetch_exact(model_path: Path, placements: Iterable[Placement], *, n_paral
             return False
 
     with ThreadPoolExecutor(max_workers=max(1, n_parallel)) as pool:
-        return sum(pool.map(one, list(unique.values())))
+        futures = [pool.submit(contextvars.copy_context().run, one, p) for p in unique.values()]
+        return sum(f.result() for f in futures)

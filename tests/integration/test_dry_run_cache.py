@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 
 from igi_sdk import gpu_identity
 from igi_sdk.engine import dry_run as dr
-from igi_sdk.engine.dry_run import dry_run
+from igi_sdk.engine.dry_run import DryRunDeferred, dry_run, dry_run_slots
 from igi_sdk.engine.gguf_table import read_tensor_table
 from igi_sdk.planner.placement import Placement
 from igi_sdk.synthetic import SyntheticShape, write_synthetic_gguf
@@ -167,3 +169,60 @@ def test_temps_left_by_killed_writers_are_removed_once_stale(cache: Path, model:
     os.utime(stale, (old_s, old_s))
     dry_run(model, PLACEMENT)
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_limit_holds_for_its_own_thread_only(cache: Path, model: Path) -> None:
+    """The daemon's I/O loop plans with ``dry_run_slots(0)`` while a background plan holds ``dry_run_slots(3)``."""
+    in_background, loop_blocked, background_done = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def background_plan() -> None:
+        with dry_run_slots(3):
+            in_background.set()
+            loop_blocked.wait()
+            try:  # the loop's slots(0) is open now: not this thread's limit
+                seen["background"] = dry_run(model, PLACEMENT.with_(n_ctx=512))
+            except DryRunDeferred as exc:
+                seen["background"] = exc
+        background_done.set()
+
+    thread = threading.Thread(target=background_plan)
+    thread.start()
+    in_background.wait()
+    with dry_run_slots(0):
+        loop_blocked.set()
+        background_done.wait()  # the background plan left its block while the loop's is open
+        thread.join()
+        with pytest.raises(DryRunDeferred):
+            dry_run(model, PLACEMENT.with_(n_ctx=768))
+    assert not isinstance(seen["background"], DryRunDeferred)
+    dry_run(model, PLACEMENT.with_(n_ctx=768))  # no limit left behind
+
+
+def test_prefetch_exact_runs_under_the_callers_limit(cache: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from igi_sdk.profiler.compute_table import prefetch_exact
+
+    running, peak, lock = 0, 0, threading.Lock()
+    real_run = dr.subprocess.run
+
+    def counting_run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        try:
+            time.sleep(0.2)
+            return real_run(*args, **kwargs)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(dr.subprocess, "run", counting_run)
+    placements = [PLACEMENT.with_(n_ctx=128 * (i + 1)) for i in range(4)]
+    with dry_run_slots(1):
+        assert prefetch_exact(model, placements, n_parallel=4) == 4
+    assert peak == 1
+    shutil.rmtree(cache)
+    with dry_run_slots(0):
+        assert prefetch_exact(model, placements, n_parallel=4) == 0  # every one deferred, none started
+    assert peak == 1 and not cache.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from pathlib import Path
@@ -90,8 +91,8 @@ def test_dry_run_slots_caps_concurrent_children(isolated_cache: Path, monkeypatc
     monkeypatch.setattr(dry_run_module.subprocess, "run", counting_run)
     path = default_model_path()
     placements = [Placement(n_ctx=256 * (i + 1), n_batch=128, n_ubatch=128) for i in range(4)]
-    with dry_run_slots(2):
-        threads = [threading.Thread(target=dry_run, args=(path, p)) for p in placements]
+    with dry_run_slots(2):  # the limit is the context's: each thread runs in a copy of it
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(dry_run, path, p)) for p in placements]
         for t in threads:
             t.start()
         for t in threads:

@@ -9,6 +9,7 @@ import hashlib
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -93,6 +94,34 @@ def read_cache_entry(path: Path, *, what: str = "cache entry", max_bytes: int = 
         return read_regular_file(path, what=what, max_bytes=max_bytes, own_only=True)
     except (OSError, InputFileError):
         return None
+
+
+STALE_TEMP_AGE_S = 600.0
+"""A temp file older than this is one a killed writer left (a session save or a cache entry takes far less)."""
+
+
+def remove_stale_temps(folder: Path, pattern: str, older_than_s: float = STALE_TEMP_AGE_S) -> int:
+    """Remove the temp files matching ``pattern`` in ``folder`` that a writer killed mid-write left (a session save,
+    a cache entry): regular files of this user, unchanged for ``older_than_s`` (a write in progress, of this process
+    or another, is younger). Best effort: a file that cannot be read or removed is left. Returns how many went."""
+    removed = 0
+    now = time.time()
+    try:
+        candidates = list(folder.glob(pattern))
+    except OSError:
+        return 0
+    for candidate in candidates:
+        try:
+            st = candidate.lstat()
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < older_than_s:
+                continue
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                continue
+            candidate.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 #: Bytes the fingerprint reads from a file's start (a GGUF's header and metadata) and from each sampled block.

@@ -27,11 +27,9 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -40,7 +38,7 @@ from typing import Any
 
 from igi_sdk.engine.reports import MemoryReport
 from igi_sdk.errors import EngineError
-from igi_sdk.files import file_identity, read_cache_entry, temp_beside
+from igi_sdk.files import file_identity, read_cache_entry, remove_stale_temps, temp_beside
 from igi_sdk.planner.placement import Placement
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -50,8 +48,6 @@ _CACHE_VERSION = 4
 inode, device and ctime, the llama.cpp build (GPU offload, its libraries) and the GPU and driver; 3, graphs reserved
 for n_outputs_max = n_seq_max; 2, the key holds ``CUDA_VISIBLE_DEVICES`` as CUDA reads it (a report made with the GPU
 hidden has no device buffers)."""
-STALE_TEMP_S = 600.0
-"""A ``*.tmp`` file in the cache folder older than this is a writer's leftover (a write takes milliseconds)."""
 _log = logging.getLogger("igi_sdk.engine.dry_run")
 
 
@@ -271,29 +267,13 @@ def _write_entry(cache_file: Path, report: MemoryReport) -> None:
 
 
 def _sweep_stale_temps(folder: Path) -> None:
-    """Remove the ``*.tmp`` files older than ``STALE_TEMP_S`` that killed writers left in ``folder`` (this user's
-    regular files only), once per folder and process."""
+    """Remove the ``*.tmp`` files that killed writers left in ``folder`` (``files.remove_stale_temps``), once per
+    folder and process."""
     with _swept_lock:
         if folder in _swept_dirs:
             return
         _swept_dirs.add(folder)
-    now_s = time.time()
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    try:
-        leftovers = list(folder.glob("*.tmp"))
-    except OSError:
-        return
-    for tmp in leftovers:
-        try:
-            info = tmp.lstat()
-            if (
-                stat.S_ISREG(info.st_mode)
-                and (uid is None or info.st_uid == uid)
-                and now_s - info.st_mtime > STALE_TEMP_S
-            ):
-                tmp.unlink()
-        except OSError:
-            pass
+    remove_stale_temps(folder, "*.tmp")
 
 
 def _rebuild_error(kind: str, message: str) -> Exception:

@@ -18,6 +18,7 @@ from igi_sdk import gpu_identity
 from igi_sdk.engine import dry_run as dr
 from igi_sdk.engine.dry_run import DryRunDeferred, dry_run, dry_run_slots
 from igi_sdk.engine.gguf_table import read_tensor_table
+from igi_sdk.files import STALE_TEMP_AGE_S
 from igi_sdk.planner.placement import Placement
 from igi_sdk.synthetic import SyntheticShape, write_synthetic_gguf
 
@@ -165,7 +166,7 @@ def test_temps_left_by_killed_writers_are_removed_once_stale(cache: Path, model:
     stale, fresh = cache / "a.json.1.2.tmp", cache / "b.json.3.4.tmp"
     for tmp in (stale, fresh):
         tmp.write_text("{")
-    old_s = time.time() - dr.STALE_TEMP_S - 60
+    old_s = time.time() - STALE_TEMP_AGE_S - 60
     os.utime(stale, (old_s, old_s))
     dry_run(model, PLACEMENT)
     assert not stale.exists() and fresh.exists()

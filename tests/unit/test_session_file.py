@@ -20,9 +20,9 @@ from igi_sdk.daemon.sessions.file_format import (
     SessionSnapshot,
     read_kv_state,
     read_session_file,
-    remove_stale_temps,
     write_session_file,
 )
+from igi_sdk.files import remove_stale_temps
 from igi_sdk.ipc.values import Sampling
 
 

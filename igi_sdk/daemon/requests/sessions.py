@@ -21,7 +21,6 @@ from igi_sdk.daemon.sessions.file_format import (
     SessionFileTooLarge,
     SessionSnapshot,
     read_session_file,
-    remove_stale_temps,
     write_session_file,
 )
 from igi_sdk.daemon.sessions.file_io import MAX_IN_FLIGHT, FileTask
@@ -29,6 +28,7 @@ from igi_sdk.daemon.sessions.images import SessionImage, shown_images
 from igi_sdk.daemon.sessions.table import ROLE_TOOL, ROLE_USER, Session, SessionLimitReached
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle, WorkerState
+from igi_sdk.files import remove_stale_temps
 from igi_sdk.ipc.envelope import Header
 from igi_sdk.ipc.error_codes import ErrorCode
 from igi_sdk.ipc.images import Image, ImageRejected, check_image

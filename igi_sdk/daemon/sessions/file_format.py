@@ -37,6 +37,7 @@ import msgpack
 from pydantic import Field, ValidationError
 
 from igi_sdk.errors import IgiError
+from igi_sdk.files import remove_stale_temps
 from igi_sdk.ipc.codec import validation_summary
 from igi_sdk.ipc.messages import (
     MAX_GRAMMAR_CHARS,
@@ -114,34 +115,6 @@ class SessionSnapshot:
     json_schema: str | None = None
     tools: tuple[Tool, ...] = ()
     model_fingerprint: str | None = None  # files.content_fingerprint of the model (absent in older files)
-
-
-STALE_TEMP_AGE_S = 600.0
-"""A save's temp file older than this is one a killed process left (a save writes at most ``MAX_FILE_BYTES``)."""
-
-
-def remove_stale_temps(folder: Path, pattern: str, older_than_s: float = STALE_TEMP_AGE_S) -> int:
-    """Remove the temp files matching ``pattern`` in ``folder`` that a save killed mid-write left: regular files of
-    this user, unchanged for ``older_than_s`` (a save in progress, of this process or another, is younger). Best
-    effort: a file that cannot be read or removed is left. Returns how many were removed."""
-    removed = 0
-    now = time.time()
-    try:
-        candidates = list(folder.glob(pattern))
-    except OSError:
-        return 0
-    for candidate in candidates:
-        try:
-            st = candidate.lstat()
-            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < older_than_s:
-                continue
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                continue
-            candidate.unlink()
-            removed += 1
-        except OSError:
-            continue
-    return removed
 
 
 def write_session_file(path: Path, snap: SessionSnapshot, max_bytes: int = MAX_FILE_BYTES) -> int:

@@ -7,6 +7,7 @@ like a game plugin's I/O thread; the game loop thread only posts work to it and 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -45,7 +46,8 @@ class GameSide:
     Attributes:
         sleep_ms: the daemon's current ``sleep_ms_between_tokens`` (from the last frame_stats reply).
         tokens_per_frame: the daemon's current tokens-per-frame cap.
-        budget_mib: the budget the game last gave the daemon.
+        budget_mib: the budget the game last gave the daemon (set when the request is sent, in the order the requests
+            go out, so an acknowledgement arriving late cannot put an older budget back).
         last_text: the tail of the most recent NPC line (for the live view).
     """
 
@@ -69,6 +71,7 @@ class GameSide:
         self._stats_in_flight = False
         self._explicit_budgets = 0  # budgets the game set itself: a reply to frame_stats sent before one is stale
         self._npc_tasks: list[asyncio.Task[None]] = []
+        self._requests: dict[Future[Any], str] = {}  # frame_stats / budget requests posted by the game loop, unanswered
         self._streams: set[Any] = set()
         self._talk_end_s = 0.0
         self.world = NpcWorld()
@@ -79,6 +82,18 @@ class GameSide:
 
     def _post(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _post_request(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Post a request of the game loop without waiting for it; :meth:`stop` waits for those still unanswered."""
+        future = self._post(coro)
+        self._requests[future] = name
+        future.add_done_callback(self._request_done)
+
+    def _request_done(self, future: Future[Any]) -> None:
+        name = self._requests.pop(future, "request")
+        # an IgiError is recorded by the request itself; anything else would otherwise be lost with the future
+        if not future.cancelled() and (exc := future.exception()) is not None:
+            self.rec.errors.append(f"{name}: {type(exc).__name__}: {exc}")
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def connect(self, timeout_s: float = 60.0) -> None:
@@ -114,8 +129,17 @@ class GameSide:
 
         self._post(start()).result(self.timeout_s)
 
-    def stop(self, *, shutdown_daemon: bool = True) -> None:
-        """Cancel the conversations and in-flight generations, close the client, stop the I/O thread."""
+    def stop(self, *, shutdown_daemon: bool = True, requests_timeout_s: float = 10.0) -> None:
+        """Wait for the game loop's requests still unanswered (``requests_timeout_s`` at most; one still unanswered
+        then is cancelled and recorded as an error), cancel the conversations and in-flight generations, close the
+        client, stop the I/O thread."""
+        pending = list(self._requests.items())
+        if pending:
+            _, late = concurrent.futures.wait([f for f, _ in pending], timeout=requests_timeout_s)
+            for future, name in pending:
+                if future in late:
+                    future.cancel()
+                    self.rec.errors.append(f"{name}: unanswered {requests_timeout_s:g} s after the phase ended")
 
         async def stop() -> None:
             for task in self._npc_tasks:
@@ -145,7 +169,7 @@ class GameSide:
         if self._stats_in_flight or self.client is None:
             return False
         self._stats_in_flight = True
-        self._post(self._frame_stats(work_ms, target_ms))
+        self._post_request(self._frame_stats(work_ms, target_ms), "frame_stats")
         return True
 
     async def _frame_stats(self, work_ms: float, target_ms: float) -> None:
@@ -186,16 +210,16 @@ class GameSide:
         async def go() -> None:
             assert self.client is not None
             self._explicit_budgets += 1
+            self.budget_mib = budget_mib  # as it goes out: a later ack of an earlier request must not undo it
             t = self.now()
             try:
                 ack = await self.client.reclaim(budget_mib, deadline_s=1.0, timeout_s=self.timeout_s)
             except IgiError as exc:
                 self.rec.errors.append(f"reclaim: {type(exc).__name__}: {exc}")
                 return
-            self.budget_mib = budget_mib
             self._record_ack("reclaim", t, budget_mib, ack)
 
-        self._post(go())
+        self._post_request(go(), "reclaim")
 
     def restore(self, budget_mib: int) -> None:
         """Level loaded: give the VRAM back (set_budget_request)."""
@@ -204,17 +228,17 @@ class GameSide:
             self._explicit_budgets += 1
             await self._set_budget(budget_mib, "level loaded: restore", "restore")
 
-        self._post(go())
+        self._post_request(go(), "restore")
 
     async def _set_budget(self, budget_mib: int, reason: str, kind: str) -> None:
         assert self.client is not None
+        self.budget_mib = budget_mib  # as it goes out: a later ack of an earlier request must not undo it
         t = self.now()
         try:
             ack = await self.client.set_budget(budget_mib, reason, timeout_s=self.timeout_s)
         except IgiError as exc:
             self.rec.errors.append(f"set_budget: {type(exc).__name__}: {exc}")
             return
-        self.budget_mib = budget_mib
         self._record_ack(kind, t, budget_mib, ack)
 
     def _record_ack(self, kind: str, t: float, budget_mib: int, ack: BudgetAck) -> None:

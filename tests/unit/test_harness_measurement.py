@@ -346,6 +346,88 @@ def test_a_proposal_made_before_the_games_own_budget_is_dropped() -> None:
         side._loop.close()
 
 
+def _ack(budget_mib: int) -> Any:
+    return SimpleNamespace(
+        granted_mib=budget_mib, applied=True, apply_time_s=0.0, interim=None, measured_vram_mib=None, warning=None
+    )
+
+
+def test_the_games_budget_is_the_last_one_sent_whatever_order_the_acks_arrive_in() -> None:
+    """A governor proposal goes out, then the level load's reclaim; the reclaim is acknowledged first. The game's
+    budget is the reclaim's, not the proposal's that was acknowledged last."""
+    proposal_gate = threading.Event()
+
+    class Client:
+        async def frame_stats(self, work_ms: float, target_ms: float, *, timeout_s: float) -> Any:
+            return SimpleNamespace(
+                throttle=SimpleNamespace(sleep_ms_between_tokens=0.0, tokens_per_frame=None), proposed_budget_mib=768
+            )
+
+        async def set_budget(self, budget_mib: int, reason: str, *, timeout_s: float) -> Any:
+            while not proposal_gate.is_set():
+                await asyncio.sleep(0.005)
+            return _ack(budget_mib)
+
+        async def reclaim(self, budget_mib: int, *, deadline_s: float, timeout_s: float) -> Any:
+            return _ack(budget_mib)
+
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    side = _side(rec, Client())
+    side._thread.start()
+
+    def settle(done: Any) -> None:
+        deadline = time.monotonic() + 5.0
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    try:
+        assert side.frame_stats(40.0, 16.667) is True
+        settle(lambda: any(e["kind"] == "budget_proposal" for e in rec.events))
+        side.reclaim(0)
+        settle(lambda: any(e["kind"] == "reclaim" for e in rec.events))
+        proposal_gate.set()
+        settle(lambda: any(e["kind"] == "budget_accepted" for e in rec.events))
+        assert [e["kind"] for e in rec.events] == ["budget_proposal", "reclaim", "budget_accepted"]
+        assert side.budget_mib == 0
+    finally:
+        side._loop.call_soon_threadsafe(side._loop.stop)
+        side._thread.join(5.0)
+        side._loop.close()
+
+
+def test_stop_waits_for_the_budget_requests_still_in_flight() -> None:
+    """The phase ends right after a reclaim went out: its ack is still recorded; a request never answered is
+    cancelled and recorded as an error, not left pending on a stopped loop."""
+
+    class Client:
+        def __init__(self, delay_s: float) -> None:
+            self.delay_s = delay_s
+
+        async def reclaim(self, budget_mib: int, *, deadline_s: float, timeout_s: float) -> Any:
+            await asyncio.sleep(self.delay_s)
+            return _ack(budget_mib)
+
+        async def close(self) -> None: ...
+
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    side = _side(rec, Client(0.2))
+    side._thread.start()
+    side.reclaim(0)
+    side.stop(shutdown_daemon=False)
+    side._loop.close()
+    assert [e["kind"] for e in rec.events] == ["reclaim"] and rec.errors == []
+
+    rec2 = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    hung = _side(rec2, Client(3600.0))
+    hung._thread.start()
+    hung.reclaim(0)
+    t0 = time.monotonic()
+    hung.stop(shutdown_daemon=False, requests_timeout_s=0.2)
+    hung._loop.close()
+    assert time.monotonic() - t0 < 5.0 and rec2.events == []
+    assert len(rec2.errors) == 1 and rec2.errors[0].startswith("reclaim: unanswered"), rec2.errors
+
+
 class _Stream:
     """A fake GenerationStream: ``tokens`` token events 20 ms apart, then either the final result or (``hang``)
     nothing more, like a reply still running when the phase ends."""

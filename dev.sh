@@ -8,6 +8,7 @@
 # patches, ~4 min on 2 cores),
 # the default model in the user cache, and for `test` the Debian packages the plugins build with.
 set -euo pipefail
+CALLER_DIR=$PWD  # where the user typed the command: relative paths of `demo`'s arguments are read from here
 cd "$(dirname "$0")"
 VENV=${IGI_VENV:-.venv}
 PY=${PYTHON:-python3}
@@ -90,13 +91,39 @@ lint() {
   "$VENV/bin/python" -m mypy
 }
 
+# `demo`'s path arguments made absolute against CALLER_DIR (dev.sh runs from the repository, the user may not):
+# --out, --replot, and --model / --mmproj where they name a file (not `default` or `synthetic:NAME`). Sets HARNESS_ARGS.
+abs_path() {  # FLAG VALUE
+  case "$1:$2" in
+    *:/* | *:~* | *: | --model:default | --model:synthetic:* | --mmproj:synthetic:*) printf '%s' "$2" ;;
+    *) printf '%s/%s' "$CALLER_DIR" "$2" ;;
+  esac
+}
+harness_path_args() {
+  local prev="" a
+  HARNESS_ARGS=()
+  for a in "$@"; do
+    case "$prev" in
+      --out | --replot | --model | --mmproj) a=$(abs_path "$prev" "$a") ;;
+      *)
+        case "$a" in
+          --out=* | --replot=* | --model=* | --mmproj=*) a="${a%%=*}=$(abs_path "${a%%=*}" "${a#*=}")" ;;
+        esac
+        ;;
+    esac
+    HARNESS_ARGS+=("$a")
+    prev=$a
+  done
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
   demo)
     ensure_venv
     ensure_model
-    exec "$VENV/bin/python" samples/harness.py "$@"
+    harness_path_args "$@"
+    exec "$VENV/bin/python" samples/harness.py ${HARNESS_ARGS[@]+"${HARNESS_ARGS[@]}"}
     ;;
   bundle)
     ensure_venv

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from igi_harness.repeats import ORDERS, harness_args, off_first_for_run, summarize  # noqa: E402
+from igi_harness.repeats import ORDERS, harness_args, off_first_for_run, report_problems, summarize  # noqa: E402
 
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 
@@ -64,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"[red]harness run {k} failed (exit {proc.returncode})[/]\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
             )
             return 1
-        reports.append(json.loads((out / "report.json").read_text()))
+        report = json.loads((out / "report.json").read_text())
+        problems = report_problems(report)
+        if problems:  # frames measured against a failed daemon are no sample of the verdict
+            console.print(f"[red]harness run {k} is not valid[/]")
+            console.print("; ".join(problems), markup=False, highlight=False)
+            return 1
+        reports.append(report)
     summary = summarize(reports)
     summary["order"] = args.order
     summary["command"] = [sys.executable, str(HARNESS), "--no-live", *extra]

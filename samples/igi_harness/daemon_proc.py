@@ -13,7 +13,29 @@ from igi_sdk.errors import IgiError
 
 
 class HarnessDaemonError(IgiError):
-    """The daemon did not start (or died while the harness waited for it)."""
+    """The daemon did not start, or exited while the harness used it."""
+
+
+def last_line(path: Path, *, errors_only: bool = False, max_bytes: int = 65536) -> str | None:
+    """The line of a daemon's log or stderr that says most about its end (read from its last ``max_bytes``): the last
+    error of a JSON log (as ``event: error``), else (unless ``errors_only``) the last non-empty line; None where
+    there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("level") in ("error", "critical"):
+            detail = " ".join(str(record.get("error") or record.get("message") or "").split())  # one line
+            return f"{record.get('event')}: {detail}" if detail else str(record.get("event"))
+    return lines[-1] if lines and not errors_only else None
 
 
 class DaemonProcess:
@@ -61,19 +83,42 @@ class DaemonProcess:
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def stderr_file(self) -> Path:
+        """Where the daemon's stderr goes (beside its log: ``<phase>.daemon.stderr``)."""
+        return self.log_file.with_suffix(".stderr")
+
+    def last_words(self) -> str:
+        """For a one-line error: the last error of the daemon's log, else the last line of its stderr, else of its
+        log (empty where none has one)."""
+        for path, errors_only in ((self.log_file, True), (self.stderr_file, False), (self.log_file, False)):
+            line = last_line(path, errors_only=errors_only)
+            if line:
+                return f"; {path.name}: {line}"
+        return ""
+
+    def check_alive(self) -> None:
+        """Raise :class:`HarnessDaemonError` if the daemon process has exited (whatever its exit code: the harness
+        still uses it)."""
+        if self.proc is not None and (code := self.proc.poll()) is not None:
+            raise HarnessDaemonError(
+                f"daemon exited with {code} while the phase was running; see {self.log_file}{self.last_words()}"
+            )
+
     def start(self) -> DaemonProcess:
         """Launch and wait for the connection file (raises :class:`HarnessDaemonError` on failure)."""
         self.connection_file.unlink(missing_ok=True)
         self.connection_file.parent.mkdir(parents=True, exist_ok=True)
-        stderr = open(self.log_file.with_suffix(".stderr"), "wb")  # noqa: SIM115 - owned by the child
+        stderr = open(self.stderr_file, "wb")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ))
         stderr.close()
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.connection_file.unlink(missing_ok=True)
                 raise HarnessDaemonError(
                     f"daemon exited with {self.proc.returncode} before it was ready; "
-                    f"see {self.log_file} and {self.log_file.with_suffix('.stderr')}"
+                    f"see {self.log_file} and {self.stderr_file}{self.last_words()}"
                 )
             try:
                 info = json.loads(self.connection_file.read_text())
@@ -83,10 +128,17 @@ class DaemonProcess:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise HarnessDaemonError(f"daemon not ready within {self.start_timeout_s} s; see {self.log_file}")
+        raise HarnessDaemonError(
+            f"daemon not ready within {self.start_timeout_s} s; see {self.log_file}{self.last_words()}"
+        )
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """Terminate (after a client's shutdown_request, it is usually gone already), then kill."""
+        """Terminate (after a client's shutdown_request, it is usually gone already), then kill.
+
+        Returns the daemon's exit code: 0 after a shutdown_request or SIGTERM, negative for a signal that killed it
+        (``-9``: SIGKILL), None where it never started. The connection file a killed daemon leaves behind is
+        removed: no client should find a dead daemon's endpoint in OUT.
+        """
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -96,6 +148,7 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout_s)
+        self.connection_file.unlink(missing_ok=True)
         return self.proc.returncode
 
     def __enter__(self) -> DaemonProcess:

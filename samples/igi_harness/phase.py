@@ -36,6 +36,7 @@ class PhaseConfig:
 
 PHASE_NAMES = {True: "governor_on", False: "governor_off"}
 STEAL_EVERY_N_FRAMES = 6  # read the host's CPU steal every 6 frames (100 ms at 60 fps; cpu_steal.py)
+DAEMON_CHECK_EVERY_N_FRAMES = 6  # is the daemon process still there? every 6 frames (one poll(), no syscall wait)
 
 
 def phase_plan(*, off_first: bool = False, with_off_phase: bool = True) -> list[tuple[str, bool]]:
@@ -77,6 +78,9 @@ def run_phase(
 ) -> PhaseRecorder:
     """Start a daemon, play the scene at ``cfg.fps`` for ``cfg.duration_s``, stop the daemon.
 
+    The daemon's exit code is kept in ``rec.daemon_exit_code``. A daemon that exits mid-phase stops the phase
+    with :class:`HarnessDaemonError` (frames without a daemon behind them measure nothing).
+
     With ``governor`` the game reports frame_stats every ``stats_every_n_frames`` frames and applies the
     daemon's budget proposals; without it the game never sends frame_stats (no closed loop), as a game
     that does not integrate the governor would.
@@ -111,12 +115,14 @@ def run_phase(
         # the scene clock starts with the first frame; the NPCs' start times are read against it
         # (GameSide._sleep_until re-reads the clock, so the set-up time above does not make them early)
         side.t0 = time.perf_counter()
-        _game_loop(rec, side, workload, cfg, times, target_ms, on_frame)
+        _game_loop(rec, side, workload, cfg, times, target_ms, on_frame, check_daemon=daemon.check_alive)
     finally:
         if side is not None:
-            side.stop(shutdown_daemon=True)
+            # a daemon that is gone answers nothing: do not wait for its replies
+            alive = daemon.proc is not None and daemon.proc.poll() is None
+            side.stop(shutdown_daemon=alive, requests_timeout_s=10.0 if alive else 0.0)
             rec.world = side.world.summary()
-        daemon.stop()
+        rec.daemon_exit_code = daemon.stop()
     return rec
 
 
@@ -137,10 +143,13 @@ def _game_loop(
     on_frame: Callable[[PhaseRecorder, GameSide, float], None] | None,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    check_daemon: Callable[[], None] | None = None,
 ) -> None:
     """Fixed-rate loop: report the last frame, render, wait for the next frame slot (no catch-up).
 
     ``clock`` (seconds, the one ``side.t0`` was read from) and ``sleep`` are the real ones; a test passes its own.
+    ``check_daemon`` is called every ``DAEMON_CHECK_EVERY_N_FRAMES`` frames and raises (``HarnessDaemonError``)
+    once the daemon has exited, which ends the loop.
 
     The frame time the game reports is the last frame's *busy* time: its interval minus the idle time it
     asked for (the sleep to the next frame slot), i.e. render work plus every delay the game did not choose
@@ -171,6 +180,8 @@ def _game_loop(
                 window.frame_ended(frame_no, busy_ms, send)
         if frame_no % STEAL_EVERY_N_FRAMES == 0 or t >= times.duration_s:
             rec.steal.sample(t)
+        if check_daemon is not None and frame_no % DAEMON_CHECK_EVERY_N_FRAMES == 0:
+            check_daemon()
         if t >= times.duration_s:
             break
         if not reclaimed and t >= times.spike_s:

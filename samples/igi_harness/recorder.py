@@ -42,6 +42,7 @@ class PhaseRecorder:
     errors: list[str] = field(default_factory=list)
     world: dict[str, Any] = field(default_factory=dict)  # what the NPCs' structured replies did (NpcWorld.summary)
     generating: int = 0  # NPC generations in flight right now (written by the client loop only)
+    daemon_exit_code: int | None = None  # the daemon's, once the phase stopped it (0: a clean shutdown)
     spike_window_s: tuple[float, float] = (0.0, 0.0)
     talk_window_s: tuple[float, float] = (0.0, 0.0)
     quiet_window_s: tuple[float, float] = (0.0, 0.0)
@@ -245,5 +246,16 @@ class PhaseRecorder:
                 "steal_pct": [round(iv[2], 2) for iv in self.steal.intervals],
             },
             "errors": self.errors,
+            "daemon_exit_code": self.daemon_exit_code,
             "npc_world": self.world,
         }
+
+
+def phase_problems(phase: dict[str, Any]) -> list[str]:
+    """Why a phase summary (:meth:`PhaseRecorder.summary`) cannot be trusted: client errors, or a daemon that did not
+    exit cleanly (a non-zero exit code; a summary without the key, from an older harness, is taken as clean)."""
+    errors = phase.get("errors") or []
+    out = [f"{phase.get('name')}: {len(errors)} client error(s), the first: {errors[0]}"] if errors else []
+    if phase.get("daemon_exit_code") not in (0, None):
+        out.append(f"{phase.get('name')}: the daemon exited with {phase['daemon_exit_code']}")
+    return out

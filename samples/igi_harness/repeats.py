@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from igi_harness.recorder import ISSUE_TOLERANCE, PRIMARY_FRAME_SET
+from igi_harness.recorder import ISSUE_TOLERANCE, PRIMARY_FRAME_SET, phase_problems
 
 ORDERS = ("alternate", "on-first", "off-first")
 V1_FRAME_SET = "while_npcs_talk_excluding_spike"  # what report_version 1 judged on (generation in flight)
@@ -39,6 +39,14 @@ def harness_args(run: int, order: str, out: Path, extra: list[str]) -> list[str]
     """``samples/harness.py`` arguments of run ``run``: no live view, its own output directory, its phase
     order, then the user's arguments."""
     return ["--no-live", "--out", str(out), *(["--off-first"] if off_first_for_run(run, order) else []), *extra]
+
+
+def report_problems(report: dict[str, Any]) -> list[str]:
+    """Why a run's report is no sample of the verdict: it stopped early, a phase had client errors or its daemon
+    exited abnormally (the harness then exits non-zero; the report is checked too, so a report from an older harness
+    that exited 0 anyway is refused as well). Empty for a valid run."""
+    out = [] if report.get("complete", True) else [f"incomplete: {report.get('incomplete_reason')}"]
+    return out + [problem for phase in report.get("phases", []) for problem in phase_problems(phase)]
 
 
 def _phase(report: dict[str, Any], governor: bool) -> dict[str, Any] | None:

@@ -20,8 +20,9 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 sys.path.insert(0, str(SAMPLES))
 
 from igi_harness.cpu_steal import StealMeter, parse_cpu_line  # noqa: E402
+from igi_harness.daemon_proc import HarnessDaemonError  # noqa: E402
 from igi_harness.game_side import GameSide  # noqa: E402
-from igi_harness.phase import PhaseConfig, WorstFrameWindow, _game_loop  # noqa: E402
+from igi_harness.phase import DAEMON_CHECK_EVERY_N_FRAMES, PhaseConfig, WorstFrameWindow, _game_loop  # noqa: E402
 from igi_harness.recorder import PRIMARY_FRAME_SET, PhaseRecorder  # noqa: E402
 from igi_harness.script import PERSONAS, NpcPlan, SceneTimes  # noqa: E402
 from igi_harness.workload import RenderWorkload  # noqa: E402
@@ -177,7 +178,12 @@ class _FakeWorkload:
 
 
 def _run_loop(
-    rec: PhaseRecorder, side: _FakeSide, workload: _FakeWorkload, clock: _LoopClock, duration_s: float = 0.5
+    rec: PhaseRecorder,
+    side: _FakeSide,
+    workload: _FakeWorkload,
+    clock: _LoopClock,
+    duration_s: float = 0.5,
+    check_daemon: Any = None,
 ) -> None:
     cfg = PhaseConfig(
         duration_s=duration_s,
@@ -197,7 +203,18 @@ def _run_loop(
         talk_start_s=0.1, talk_end_s=0.4, spike_s=99.0, spike_end_s=99.5, restore_s=99.9, duration_s=duration_s
     )
     side.t0 = clock()
-    _game_loop(rec, side, workload, cfg, times, 1000.0 / 60.0, None, clock, clock.sleep)  # type: ignore[arg-type]
+    _game_loop(
+        rec,
+        side,  # type: ignore[arg-type]
+        workload,  # type: ignore[arg-type]
+        cfg,
+        times,
+        1000.0 / 60.0,
+        None,
+        clock,
+        clock.sleep,
+        check_daemon=check_daemon,
+    )
 
 
 def test_worst_frame_window_keeps_the_worst_until_it_is_sent() -> None:
@@ -248,6 +265,23 @@ def test_game_loop_samples_generating_when_the_frame_starts() -> None:
 
     _run_loop(rec, _FakeSide([]), _FakeWorkload(hook), _LoopClock(), duration_s=0.2)
     assert [f[3] for f in rec.frames[:4]] == [0, 0, 0, 1]
+
+
+def test_game_loop_stops_when_the_daemon_exits() -> None:
+    """A daemon killed mid-phase: the loop notices within a few frames instead of timing frames with nothing behind
+    them (and a verdict taken from those)."""
+    rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
+    checks: list[int] = []
+
+    def check_daemon() -> None:
+        checks.append(len(rec.frames))
+        if len(rec.frames) >= 10:  # killed after frame 10
+            raise HarnessDaemonError("daemon exited with -9 while the phase was running")
+
+    with pytest.raises(HarnessDaemonError):
+        _run_loop(rec, _FakeSide([]), _FakeWorkload(lambda i: None), _LoopClock(), 2.0, check_daemon)
+    assert 10 <= len(rec.frames) <= 10 + DAEMON_CHECK_EVERY_N_FRAMES, len(rec.frames)
+    assert len(checks) >= 2
 
 
 # --- GameSide: frame_stats, NPC clock, reply rows ------------------------------------------------------------

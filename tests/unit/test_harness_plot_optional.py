@@ -15,6 +15,8 @@ from rich.console import Console
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 sys.path.insert(0, str(SAMPLES))
 
+from igi_harness.recorder import PhaseRecorder  # noqa: E402
+
 
 def load_harness():
     spec = importlib.util.spec_from_file_location("igi_harness_main", SAMPLES / "harness.py")
@@ -44,9 +46,10 @@ def test_replot_reads_the_phases_of_a_report(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(harness, "write_plot", fake_write_plot)
     report = tmp_path / "run" / "report.json"
     report.parent.mkdir()
-    report.write_text(json.dumps({"phases": [{"name": "governor_on"}]}))
+    phases = [PhaseRecorder(name="governor_on", governor=True, target_frame_ms=16.667).summary()]
+    report.write_text(json.dumps({"phases": phases}))
     assert harness.main(["--replot", str(report)]) == 0
-    assert seen == {"phases": [{"name": "governor_on"}], "path": report.parent / "timeline.png"}
+    assert seen == {"phases": json.loads(json.dumps(phases)), "path": report.parent / "timeline.png"}
 
 
 def test_replot_of_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -242,6 +242,36 @@ def test_harness_repeats_driver_alternates_runs(tmp_path: Path, monkeypatch: pyt
         module.main(["--runs", "2", "--out", str(tmp_path / "x"), "--", "--off-first"])
 
 
+@pytest.mark.parametrize(
+    ("returncode", "phase_extra", "report_extra"),
+    [
+        (0, {"errors": ["status: IgiTimeoutError: no reply"]}, {}),  # a harness that still exited 0 on errors
+        (0, {"daemon_exit_code": -9}, {}),
+        (0, {}, {"complete": False, "incomplete_reason": "interrupted"}),
+        (1, {}, {}),  # the harness's own "no verdict" exit
+    ],
+    ids=["client_errors", "daemon_killed", "incomplete", "exit_1"],
+)
+def test_harness_repeats_does_not_count_an_invalid_run(
+    returncode: int, phase_extra: dict, report_extra: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = _load_harness_repeats()
+
+    def fake_run(cmd: list[str], **_kw: Any) -> SimpleNamespace:
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        rep = report_v2(18.0, 20.0, off_first=False)
+        if "run2" in str(out):
+            rep["phases"][0].update(phase_extra)
+            rep.update(report_extra)
+        (out / "report.json").write_text(json.dumps(rep))
+        return SimpleNamespace(returncode=returncode if "run2" in str(out) else 0, stdout="", stderr="")
+
+    monkeypatch.setattr(module.subprocess, "run", fake_run)
+    assert module.main(["--runs", "3", "--out", str(tmp_path)]) == 1
+    assert not (tmp_path / "summary.json").exists()
+
+
 def test_harness_cli_has_off_first() -> None:
     spec = importlib.util.spec_from_file_location("harness_cli", SAMPLES / "harness.py")
     assert spec is not None and spec.loader is not None

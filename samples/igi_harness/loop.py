@@ -1,8 +1,8 @@
 """Does the governor's loop work end to end? Figures of one harness report, not a frame-time verdict.
 
 The loop works when (1) the governor reacts: with NPCs talking (tokens delivered) and frames slipping, the
-daemon's throttle changes (tightens, and relaxes again) in the governor-on phase, and the governor-off phase is
-never throttled;
+daemon's throttle tightens at least once in the governor-on phase (its relaxations are counted, ``relaxes``, but
+not required), and the governor-off phase is never throttled;
 (2) the game's budget changes are applied: after every budget the game sent (the scripted reclaim and restore,
 and each governor proposal it accepted) the daemon's budget in force (its ``status_reply``, polled every
 0.5 s) reaches that value. These hold on a noisy 2-core machine too, where a p99 verdict is at the mercy of

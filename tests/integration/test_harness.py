@@ -20,7 +20,15 @@ DURATION_S = 8.0
 FPS = 60.0
 BUDGET_MIB = 1024
 TALK_START_S, TALK_END_S = 0.1 * DURATION_S, 0.9 * DURATION_S  # the scripted talk window (script.SceneTimes)
-FINISH_REASONS = {"stop", "length", "cancelled", "error", "unfinished", "cut"}  # cut: max_tokens ended the JSON
+FINISH_REASONS = {
+    "stop",
+    "length",
+    "cancelled",
+    "error",
+    "unfinished",
+    "cut",
+    "tool_call",
+}  # cut: max_tokens ended the JSON
 
 
 def by_governor(report: dict[str, Any], governor: bool) -> dict[str, Any]:

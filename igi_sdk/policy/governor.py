@@ -62,6 +62,13 @@ class FrameSample(BaseModel):
         "unknown. Shrinks start from it when it is below the budget; 0 = no shrink for "
         "frames (nothing on the GPU to move off it)",
     )
+    daemon_releasing_mib: float = Field(
+        0.0,
+        ge=0.0,
+        description="VRAM the daemon's placement in force gives back for a budget change under way, MiB (its "
+        "gpu_mib above the budget asked for, while the change runs; 0 = none): free VRAM the game will have once "
+        "the change lands",
+    )
 
 
 class GovernorDecision(BaseModel):
@@ -245,8 +252,8 @@ def budget_stage(
     gpu = sample.daemon_gpu_mib
     used = float(budget) if gpu is None else min(float(budget), gpu)
     shrinks: list[tuple[int, str]] = []
-    # A placement above the budget is a shrink still pending: the game's free VRAM gains what it releases.
-    free = None if sample.free_vram_mib is None else sample.free_vram_mib + max(0.0, (gpu or 0.0) - budget)
+    # A shrink still under way gives its VRAM back soon: the game's free VRAM once it lands, so it is not asked again.
+    free = None if sample.free_vram_mib is None else sample.free_vram_mib + sample.daemon_releasing_mib
     if free is not None and free < params.vram_reserve_mib:
         shrinks.append(
             (

@@ -228,8 +228,13 @@ def test_an_accepted_shrink_is_not_proposed_again_while_pending(
     state, gpu, shrinks = GovernorState.initial(budget), budget + above, []
     for i in range(30 * FPS):
         t = i / FPS
-        sample = FrameSample(
-            now_s=t, frame_time_ms=target, target_frame_time_ms=target, free_vram_mib=free, daemon_gpu_mib=gpu
+        sample = FrameSample(  # the daemon reports what a change under way gives back: all of it, still pending
+            now_s=t,
+            frame_time_ms=target,
+            target_frame_time_ms=target,
+            free_vram_mib=free,
+            daemon_gpu_mib=gpu,
+            daemon_releasing_mib=max(0.0, gpu - (state.budget_mib or 0)),
         )
         step = observe(state, sample, P)
         state = step.state

@@ -36,15 +36,32 @@ class FakeCore(SimpleNamespace):
 
 
 def run_slow_frames(
-    core: FakeCore, gpu_mib: float, seconds: float = 10.0, frame_ms: float = 40.0, reload_running: bool = False
+    core: FakeCore,
+    gpu_mib: float,
+    seconds: float = 10.0,
+    frame_ms: float = 40.0,
+    reload_running: bool = False,
+    under_way: bool = False,
+    free_vram_mib: float | None = None,
 ) -> list[int]:
     budget = SimpleNamespace(
-        current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)), reload_running=reload_running
+        current=SimpleNamespace(plan=SimpleNamespace(gpu_mib=gpu_mib)),
+        reload_running=reload_running,
+        under_way=under_way,
+        state=SimpleNamespace(requested_mib=2048),
     )
     for i in range(int(seconds * 10)):  # 10 Hz, as the harness reports
         core.now = i / 10
-        hd.frame_stats(core, budget, b"id", None, FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7))  # type: ignore[arg-type]
+        request = FrameStatsRequest(frame_time_ms=frame_ms, target_frame_time_ms=16.7, free_vram_mib=free_vram_mib)
+        hd.frame_stats(core, budget, b"id", None, request)  # type: ignore[arg-type]
     return [m.proposed_budget_mib for m in core.sent if m.proposed_budget_mib is not None]
+
+
+def test_a_change_under_way_counts_what_it_gives_back_as_free_vram() -> None:
+    """A plan 352 MiB above the budget asked for while the change runs gives them back: 200 MiB free now is 552 once
+    it lands, over the reserve. With no change under way the same plan is the budget's own (its safety margin)."""
+    assert run_slow_frames(FakeCore(), 2400.0, seconds=1.0, frame_ms=16.7, under_way=True, free_vram_mib=200.0) == []
+    assert run_slow_frames(FakeCore(), 2400.0, seconds=1.0, frame_ms=16.7, free_vram_mib=200.0) == [1728]
 
 
 def test_the_plan_in_force_sizes_the_shrink() -> None:

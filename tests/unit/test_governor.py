@@ -162,13 +162,22 @@ def test_free_vram_below_reserve_shrinks_by_the_deficit_without_throttling() -> 
 
 def test_an_accepted_vram_shrink_is_not_proposed_again_before_it_lands() -> None:
     """The game accepts 1728 MiB; the placement in force (2048 MiB) and the free VRAM stay where they were while the
-    daemon reloads: the shrink still to come counts as free VRAM, so nothing is proposed until it lands."""
-    state, ds = feed(
-        GovernorState.initial(2048), TARGET_MS, 0.0, 30.0, accept=True, free_vram_mib=200.0, daemon_gpu_mib=2048.0
-    )
-    assert [mib for _, mib in proposals(ds)] == [1728] and state.budget_mib == 1728
-    _, ds = feed(state, TARGET_MS, 30.0, 60.0, accept=True, free_vram_mib=520.0, daemon_gpu_mib=1728.0)
-    assert not proposals(ds)  # landed: 200 + 320 MiB free, over the reserve
+    daemon reloads: the 320 MiB the change under way gives back count as free VRAM, so nothing is proposed until it
+    lands."""
+    state, ds = feed(GovernorState.initial(2048), TARGET_MS, 0.0, 1.0, free_vram_mib=200.0, daemon_gpu_mib=2048.0)
+    assert [mib for _, mib in proposals(ds)] == [1728]
+    state = on_budget_set(state, 1728, now_s=1.0)
+    _, ds = feed(state, TARGET_MS, 1.0, 30.0, free_vram_mib=200.0, daemon_gpu_mib=2048.0, daemon_releasing_mib=320.0)
+    assert not proposals(ds)  # pending: 200 + 320 MiB once it lands, over the reserve
+    _, ds = feed(state, TARGET_MS, 30.0, 60.0, free_vram_mib=520.0, daemon_gpu_mib=1728.0)
+    assert not proposals(ds)  # landed
+
+
+def test_a_plan_a_little_above_its_budget_with_no_change_under_way_hides_no_shortage() -> None:
+    """A plan in force may stay above the budget by its safety margin with nothing under way: that VRAM is not coming
+    back, so the game's low free VRAM still asks for a shrink."""
+    _, ds = feed(GovernorState.initial(2048), TARGET_MS, 0.0, 1.0, free_vram_mib=200.0, daemon_gpu_mib=2300.0)
+    assert [mib for _, mib in proposals(ds)] == [1728]
 
 
 def test_a_budget_from_the_game_starts_both_stretches_afresh() -> None:

@@ -157,6 +157,10 @@ def frame_stats(
             # a reload generates nothing: its slow frames are not pacing's to fix (nor a reason to shrink again)
             generating=generating(core) and not budget.reload_running,
             daemon_gpu_mib=budget.current.plan.gpu_mib if core.model_info is not None else None,
+            # only while a change runs: a plan in force a little above its budget (its safety margin) releases nothing
+            daemon_releasing_mib=max(0.0, budget.current.plan.gpu_mib - budget.state.requested_mib)
+            if core.model_info is not None and budget.under_way
+            else 0.0,
         )
     )
     if decision.throttle_action in ("tighten", "relax") or decision.proposed_budget_mib is not None:

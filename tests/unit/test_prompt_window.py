@@ -189,6 +189,25 @@ def test_a_window_never_starts_with_a_tool_result_whose_call_it_left_out() -> No
         assert started.dropped_messages > 0 and kept[0][0] == "user", kept[:2]
 
 
+def test_a_tool_result_as_the_new_line_keeps_the_call_it_answers() -> None:
+    """A result over half the limit made the window the result alone, its call left out and forgotten."""
+    history = _history(4) + [("user", "look around"), ("assistant", '{"tool": "look"}')]
+    messages = (("system", "You are Mira, a merchant."), *history, ("tool", "r" * 250))
+    events = _prepare(CountingTemplate(), wp.Generate(job_id="tr", session_id="tr", messages=messages, max_tokens=8))
+    started = _started(events)
+    assert started.dropped_messages == len(history) - 2 and started.prompt_tokens <= LIMIT
+    assert messages[1 + started.dropped_messages] == ("user", "look around")
+
+
+def test_a_large_max_tokens_never_empties_the_history() -> None:
+    """The reply's room made the limit a few tokens, and the window left out (and the daemon forgot) every turn."""
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(CountingTemplate(), _SmallEngine(), events.append, max_prompt_tokens=LIMIT)  # type: ignore[arg-type]
+    worker.submit(_max_tokens(_job("big", _history(4)), 340))  # 76 tokens of room beside a prompt of about 195
+    worker.scheduler._on_admit("big")  # type: ignore[misc]
+    assert _started(events).dropped_messages == 0
+
+
 class _NoTemplate(CountingTemplate):
     def __init__(self, exc: Exception) -> None:
         super().__init__()

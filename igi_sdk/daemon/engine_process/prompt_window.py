@@ -130,6 +130,12 @@ class PromptWindow:
                 break
             if _opens_window(turns, index):
                 start = index
+        last = len(turns) - 1
+        if start == last and turns[last][0] == "tool" and last >= 2 and _opens_window(turns, last - 2):
+            # a new line that is a tool result keeps the pair whose call it answers wherever the limit holds it
+            tokens = render(system + turns[last - 2 :])
+            if len(tokens) <= limit:
+                return tokens, last - 2
         while True:
             tokens = render(system + turns[start:])
             if len(tokens) <= limit:

@@ -473,8 +473,9 @@ class WorkerScheduler:
         as a whole). ``images`` are by index into ``messages``: each goes in front of its message's text, and its
         positions count towards the limit (a turn left out takes its image with it). ``tools`` are rendered with the
         template's own tool support (``Generate.tools``). A new reply of ``reply_tokens`` (its ``max_tokens``) gets
-        that room in the sequence: the history is trimmed to ``n_ctx_seq - reply_tokens`` where the system message
-        and the new user line fit in it, else to ``max_prompt_tokens`` (the reply then gets what is left).
+        that room in the sequence: the history is trimmed to ``n_ctx_seq - reply_tokens``, but to no less than half of
+        ``max_prompt_tokens``, where the system message and the new user line fit in it, else to ``max_prompt_tokens``
+        (the reply then gets what is left).
 
         Raises:
             PromptTooLarge: the system message and the new user line alone do not fit.
@@ -494,7 +495,9 @@ class WorkerScheduler:
 
         extra = {i - n_system: image.n_positions for i, image in images.items() if i >= n_system}
         fit = partial(self._window.fit, messages, whole_first=bool(continued), render=render, extra_tokens=extra)
-        room = self._sched.engine.n_ctx_seq - reply_tokens
+        # the reply's room, but never more than half the prompt's limit: the turns a window leaves out are forgotten,
+        # so one request of a large max_tokens must not take a session's whole history with it
+        room = max(self._sched.engine.n_ctx_seq - reply_tokens, self._window.max_prompt_tokens // 2)
         try:
             tokens, dropped = fit(max_prompt_tokens=room) if not continued and room >= 1 else fit()
         except PromptTooLarge:

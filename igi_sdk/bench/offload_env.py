@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 
-from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH
-
-OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+from igi_sdk.planner.placement import OP_OFFLOAD_ENV, OP_OFFLOAD_MIN_BATCH
 
 
 def op_offload_min_batch() -> int:

@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 def run(argv: list[str]) -> int:
     from igi_sdk.config import load_settings
     from igi_sdk.daemon.__main__ import _cli_values
-    from igi_sdk.daemon.budget.planner import daemon_planner
+    from igi_sdk.daemon.budget.planner import daemon_planner, dry_runs_like_the_worker
     from igi_sdk.daemon.worker.projector import projector_shape
     from igi_sdk.model_store import resolve_model_path
     from igi_sdk.profiler import load_or_create_profile
@@ -114,6 +114,7 @@ def run(argv: list[str]) -> int:
     mmproj = settings.engine.mmproj
     vision = None if mmproj is None else projector_shape(mmproj.expanduser().resolve(), model_path)
 
+    dry_runs_like_the_worker(settings)
     t0 = time.perf_counter()
     print("igi prepare: this machine's profile (measured once, then loaded)", file=sys.stderr)
     load_or_create_profile(quick=True)

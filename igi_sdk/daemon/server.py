@@ -20,7 +20,7 @@ from types import FrameType
 import zmq
 
 from igi_sdk.config import DaemonSettings
-from igi_sdk.daemon.budget.planner import daemon_planner, switch_planner
+from igi_sdk.daemon.budget.planner import daemon_planner, dry_runs_like_the_worker, switch_planner
 from igi_sdk.daemon.core import DaemonCore
 from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.net.connection_files import default_connection_file, remove_stale_connection_files
@@ -126,6 +126,7 @@ class DaemonServer:
             _remove_private_dir(private_dir)
             raise
         guard: ConnectionGuard | None = None
+        dry_runs_like_the_worker(settings)
         planner = daemon_planner(settings, model_path, vision)
         initial = planner.plan_within(settings.budget.vram_budget_mib, settings.budget.vram_budget_mib)
         worker = WorkerSupervisor(worker_config_for(settings, model_path, settings.engine.n_ctx, mmproj))

@@ -39,7 +39,7 @@ from typing import Any
 from igi_sdk.engine.reports import MemoryReport
 from igi_sdk.errors import EngineError
 from igi_sdk.files import file_identity, read_cache_entry, remove_stale_temps, temp_beside
-from igi_sdk.planner.placement import Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_ENV, Placement
 
 DEFAULT_TIMEOUT_S = 120.0
 _RESULT_MARKER = "IGI_DRY_RUN_RESULT "
@@ -102,7 +102,8 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
       (a CPU build's report has every buffer on the CPU), its shared libraries (a rebuild with other patches or
       backends) and whether it has the weight prefetch (its staging slots are part of the compute buffer);
     - the GPU behind CUDA device 0 and its driver (NVML), and the GPUs CUDA lets the child see: a report made with
-      the GPU hidden has no device buffers and is never reused with it visible.
+      the GPU hidden has no device buffers and is never reused with it visible;
+    - ``GGML_OP_OFFLOAD_MIN_BATCH`` as the child inherits it (the threshold of a placement with none of its own).
     """
     from igi_sdk.gpu_visibility import visibility_key
 
@@ -120,6 +121,9 @@ def _cache_key(model_path: Path, placement: Placement) -> str:
         "build": _build_identity(),
         "gpu": _gpu_identity(visible),
         "cuda_visible": visible,
+        # the op_offload threshold a child inherits (a placement without one of its own runs with it): a host weight
+        # staged for a batch of that many rows is part of the compute buffer
+        "op_offload_min_batch": os.environ.get(OP_OFFLOAD_ENV),
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
 

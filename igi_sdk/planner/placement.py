@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 CPU_DEVICE = "CPU"
 OP_OFFLOAD_MIN_BATCH = 32
 """ggml-cuda's default ``GGML_OP_OFFLOAD_MIN_BATCH``: an op with host weights runs on the GPU from this many rows."""
+OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+"""The process variable of that threshold: ggml-cuda reads it once; a worker, a dry-run child, a bench process sets it."""
 SCHED_THRESHOLD_ABI = 2
 """The patched scheduler's ABI (``ggml_backend_sched_prefetch_abi``) from which a context has an op_offload threshold
 of its own (``Placement.op_offload_min_batch``; patches/llama.cpp 0007)."""

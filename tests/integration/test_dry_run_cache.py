@@ -227,3 +227,18 @@ def test_prefetch_exact_runs_under_the_callers_limit(cache: Path, model: Path, m
     with dry_run_slots(0):
         assert prefetch_exact(model, placements, n_parallel=4) == 0  # every one deferred, none started
     assert peak == 1 and not cache.exists()
+
+
+def test_the_key_holds_the_threshold_the_child_inherits_and_the_daemon_sets_the_workers(
+    cache: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A placement with no op_offload threshold of its own was dry-run at the planning process's (llama.cpp's 32)
+    while the worker ran it at engine.op_offload_min_batch, and the report was reused across the two."""
+    from igi_sdk.config import load_settings
+    from igi_sdk.daemon.budget.planner import dry_runs_like_the_worker
+
+    monkeypatch.delenv("GGML_OP_OFFLOAD_MIN_BATCH", raising=False)
+    unset = dr._cache_key(model, PLACEMENT)
+    dry_runs_like_the_worker(load_settings({"op_offload_min_batch": 4}))
+    assert os.environ["GGML_OP_OFFLOAD_MIN_BATCH"] == "4"
+    assert dr._cache_key(model, PLACEMENT) != unset

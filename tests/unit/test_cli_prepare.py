@@ -9,6 +9,12 @@ from fakes import FakePlanner, partial_outcome
 from igi_sdk.cli.prepare import PreparedBudget, prepare, prepare_budgets, progress_line, run
 
 
+@pytest.fixture(autouse=True)
+def _offload_env_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run`` sets the process's op_offload threshold for its dry runs (the worker's): undone after each test."""
+    monkeypatch.delenv("GGML_OP_OFFLOAD_MIN_BATCH", raising=False)
+
+
 def test_the_start_budget_the_levels_then_the_ladder_each_once() -> None:
     budgets = prepare_budgets(4096, [6144, 1536, 0], 4311.0)
     assert budgets == (4096, 1536, 6144, 1024, 2048, 3072, 5120)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from igi_sdk.engine.cache_base import (
 from igi_sdk.engine.host_memory import available_bytes, weight_cache_host
 from igi_sdk.files import file_bytes
 from igi_sdk.ipc.values import Plan
-from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
+from igi_sdk.planner.placement import OP_OFFLOAD_ENV, OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.profile import Profile
 from igi_sdk.planner.vision import EncoderPlan, LlmMemory, VisionShape, plan_encoder
 from igi_sdk.planner.workload import (
@@ -527,6 +528,14 @@ def daemon_planner(
         # the host copy the worker will choose (its Ready says which it did: ``use_weight_cache``)
         weight_cache_host=weight_cache_host(engine.weight_cache_host, file_bytes(model_path), available_bytes()),
     )
+
+
+def dry_runs_like_the_worker(settings: DaemonSettings) -> None:
+    """Set this process's ``GGML_OP_OFFLOAD_MIN_BATCH`` to the worker's (``engine.op_offload_min_batch``), once, where
+    the process starts (the daemon, ``igi prepare``): the dry-run children that size its plans inherit it, so a
+    placement with no threshold of its own is measured with the one the worker runs it with (the dry-run cache keys
+    it)."""
+    os.environ[OP_OFFLOAD_ENV] = str(settings.engine.op_offload_min_batch)
 
 
 def switch_planner(settings: DaemonSettings) -> Callable[[Path, Placement], PlacementPlanner]:

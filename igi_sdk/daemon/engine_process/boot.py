@@ -47,7 +47,7 @@ def enable_faulthandler() -> None:
         pass
 
 
-OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"  # planner.placement.OP_OFFLOAD_ENV: boot imports nothing heavy
 """Read once, when ggml-cuda registers its devices: the worker sets it before llama.cpp is loaded."""
 
 

@@ -30,6 +30,7 @@ from igi_sdk.daemon.requests.sessions import remove_abandoned_saves
 from igi_sdk.daemon.service import POLL_TICK_MS, DaemonService
 from igi_sdk.daemon.worker.projector import projector_shape
 from igi_sdk.daemon.worker.supervisor import WorkerSupervisor, cuda_gpu_usable, worker_config_for
+from igi_sdk.files import FileIdentity, file_identity
 from igi_sdk.ipc.connection import new_key, write_connection_file
 from igi_sdk.ipc.handshake import ZapAuthenticator
 from igi_sdk.ipc.transport import SocketOptions, bind_router
@@ -68,8 +69,9 @@ class DaemonServer:
         self.settings = settings
         self._stop = False
         self.connection_file = settings.ipc.connection_file or default_connection_file()
-        #: (st_dev, st_ino) of the connection file this daemon wrote: the one it removes when it stops
-        self._written: tuple[int, int] | None = None
+        #: ``files.file_identity`` of the connection file this daemon wrote: the one it removes when it stops (an inode
+        #: alone may be reused by a file another daemon wrote since)
+        self._written: FileIdentity | None = None
         #: the process this daemon exits with (``ipc.exit_with_pid``), taken hold of in ``run``
         self._owner: ProcessWatch | None = None
 
@@ -255,8 +257,7 @@ class DaemonServer:
         if self._written is None:
             return
         try:
-            st = self.connection_file.lstat()
-            if (st.st_dev, st.st_ino) == self._written:
+            if file_identity(self.connection_file.lstat()) == self._written:
                 self.connection_file.unlink()
         except OSError:
             pass  # gone already, or not ours to remove
@@ -273,8 +274,7 @@ class DaemonServer:
             write_connection_file(
                 self.connection_file, port=int(port), ip=host.strip("[]"), key=key, zmq_mechanism=mechanism
             )
-        st = self.connection_file.lstat()
-        self._written = (st.st_dev, st.st_ino)
+        self._written = file_identity(self.connection_file.lstat())
 
     def _loop(
         self,

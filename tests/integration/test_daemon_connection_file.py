@@ -27,3 +27,26 @@ def test_a_daemon_that_fails_to_start_leaves_another_daemons_connection_file(tmp
     assert proc.returncode != 0, proc.stderr[-2000:]
     assert path.read_bytes() == before
     assert json.loads(before)["port"] == 5555
+
+
+def test_a_daemon_removes_its_file_only_while_it_is_the_file_it_wrote(tmp_path: Path) -> None:
+    """The identity is more than the inode: a freed inode is reused by the next file written in the folder, which
+    another daemon may have written there since."""
+    import os
+    import time
+
+    from igi_sdk.config import DaemonSettings
+    from igi_sdk.daemon.server import DaemonServer
+
+    path = tmp_path / "connection.json"
+    server = DaemonServer(DaemonSettings(ipc={"connection_file": path}))
+    server._write_connection_file("tcp://127.0.0.1:5555", "ab" * 32)
+    time.sleep(0.01)
+    with path.open("r+b") as f:  # the same inode, written again
+        f.write(b" ")
+        os.fsync(f.fileno())
+    server._remove_own_connection_file()
+    assert path.exists()
+    server._write_connection_file("tcp://127.0.0.1:5555", "ab" * 32)
+    server._remove_own_connection_file()
+    assert not path.exists()

@@ -348,7 +348,7 @@ namespace Igi.Tests
                 Check.Equal(200.0, busy.MaxMs, "the frame without a busy time reports its interval");
                 Check.True(Math.Abs(busy.MeanMs - (4.0 + 200.0 + 6.0) / 3) < 1e-9, "busy times, not intervals: " + busy.MeanMs);
             });
-            t.Add("client:frame_budget_helper_clamps_keeps_frames_and_drops_stale_proposals", () =>
+            t.Add("client:frame_budget_helper_keeps_its_range_and_frames_and_drops_stale_proposals", () =>
             {
                 var signer = Signer.FromHex(KeyHex);
                 using (var router = new TestRouter())
@@ -378,21 +378,29 @@ namespace Igi.Tests
                         Check.Equal(0, sent, "no report while one is in flight");
                         router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 512 }, signer));
                         PumpUntil(client, () => helper.RepliesReceived == 1, "first frame_stats_reply");
-                        Envelope accepted = ReceiveRequest(router, signer, out identity);
-                        Check.Equal(SetBudgetRequest.TypeName, accepted.Message.Type, "the proposal is applied");
-                        Check.Equal(1024L, ((SetBudgetRequest)accepted.Message).VramBudgetMib, "512 MiB clamped to the minimum, 1024");
-                        router.Send(identity, Reply(accepted, new BudgetAck { RequestedMib = 1024, GrantedMib = 1024, Applied = true }, signer));
+                        Check.Equal((long?)512L, helper.ProposedBudgetMib, "a proposal under the minimum is reported");
 
                         Check.True(helper.AddFrame(0.020, 0.010), "the kept window is full: reported at the next frame");
                         stats = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(FrameStatsRequest.TypeName, stats.Message.Type, "not applied: no set_budget_request");
                         Check.Equal(500.0, ((FrameStatsRequest)stats.Message).FrameTimeMs, "the spike from while the last report was in flight");
+                        router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 1536 }, signer));
+                        PumpUntil(client, () => helper.RepliesReceived == 2, "second frame_stats_reply");
+                        Envelope accepted = ReceiveRequest(router, signer, out identity);
+                        Check.Equal(1536L, ((SetBudgetRequest)accepted.Message).VramBudgetMib, "a proposal in the range is applied");
+                        router.Send(identity, Reply(accepted, new BudgetAck { RequestedMib = 1536, GrantedMib = 1536, Applied = true }, signer));
+
+                        sent = 0;
+                        for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020) ? 1 : 0;
+                        Check.Equal(1, sent, "the third report");
+                        stats = ReceiveRequest(router, signer, out identity);
                         // The game sets its own budget before the reply comes: the proposal in it is for the budget before.
                         helper.SetBudget(2048, "explicit");
                         Envelope own = ReceiveRequest(router, signer, out identity);
                         Check.Equal(2048L, ((SetBudgetRequest)own.Message).VramBudgetMib, "the game's budget");
                         router.Send(identity, Reply(own, new BudgetAck { RequestedMib = 2048, GrantedMib = 2048, Applied = true }, signer));
-                        router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 1536 }, signer));
-                        PumpUntil(client, () => helper.RepliesReceived == 2, "second frame_stats_reply");
+                        router.Send(identity, Reply(stats, new FrameStatsReply { Throttle = new Throttle(), ProposedBudgetMib = 1280 }, signer));
+                        PumpUntil(client, () => helper.RepliesReceived == 3, "third frame_stats_reply");
                         Check.Equal((long?)null, helper.ProposedBudgetMib, "a proposal made before the game's budget is dropped");
                         sent = 0;
                         for (int frame = 0; frame < 6; frame++) sent += helper.AddFrame(0.020) ? 1 : 0;

@@ -928,6 +928,52 @@ TEST(frame_budget_driver_sends_a_failed_budget_request_again) {
   CHECK(!sent[2].levels_mib.has_value());
 }
 
+TEST(frame_budget_driver_sends_a_newer_budget_during_the_wait_after_a_failure) {
+  // The wait after a failed request holds back only the budget that failed: a reclaim to 0 the game asks for
+  // meanwhile goes at once.
+  std::mutex mutex;
+  std::vector<std::int64_t> sent;
+  FakeDaemon daemon([&](const igi::Envelope& request) -> std::vector<FakeReply> {
+    if (request.header.type != igi::SetBudgetRequest::kType) return {};
+    std::lock_guard<std::mutex> lock(mutex);
+    sent.push_back(igi::StructFromValue<igi::SetBudgetRequest>(request.content).vram_budget_mib);
+    if (sent.size() == 1) {
+      igi::ErrorReply error;
+      error.code = igi::ErrorCode::kInternal;
+      error.message = "not now";
+      return {Reply(error)};
+    }
+    igi::BudgetAck ack;
+    ack.requested_mib = ack.granted_mib = sent.back();
+    return {Reply(ack)};
+  });
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return sent.size();
+  };
+  igi::Client client(daemon.info());
+  client.Connect();
+  igi::FrameBudget budget;
+  budget.SetBudgetOverride(2048);
+  igi::FrameBudgetDriver driver(client, budget);
+  int errors = 0, acks = 0;
+  driver.SetOnError([&](const igi::IgiError&) { ++errors; });
+  driver.SetOnBudgetAck([&](const igi::BudgetAck&) { ++acks; });
+  auto tick_until = [&](double now_s, const std::function<bool()>& done) {
+    for (int i = 0; i < 400 && !done(); ++i) {
+      driver.Tick(16.0, now_s);
+      client.Pump();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  tick_until(1.0, [&] { return errors == 1; });
+  REQUIRE(errors == 1);
+  budget.SetBudgetOverride(0);
+  tick_until(1.1, [&] { return acks == 1; });  // within report_interval_s of the failure
+  REQUIRE(count() == 2u);
+  CHECK_EQ(sent[1], 0);
+}
+
 namespace {
 
 /// Polls `task` on this thread as a game would once per frame, until it hands its outcome over (the longest single

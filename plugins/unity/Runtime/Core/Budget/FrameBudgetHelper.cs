@@ -15,7 +15,7 @@ namespace Igi.Budget
     /// frames since the last report (one request in flight at most; the frames meanwhile go into the next), and applies
     /// the frame_stats_reply on the main thread: <see cref="Throttle"/> bounds how many token callbacks
     /// <see cref="PumpBudget"/> lets through per frame, and a proposed budget is reported (<see cref="BudgetProposed"/>)
-    /// and, with <see cref="AutoAcceptProposals"/>, applied clamped to [<see cref="MinBudgetMib"/>,
+    /// and, with <see cref="AutoAcceptProposals"/>, applied when it lies in [<see cref="MinBudgetMib"/>,
     /// <see cref="MaxBudgetMib"/>]. The game sets explicit budgets with <see cref="SetBudget"/>; a proposal in a reply
     /// to a report sent before the game's last explicit budget is dropped (it was made for the budget before).
     /// </summary>
@@ -82,7 +82,7 @@ namespace Igi.Budget
             set { SetProposalRange(_minBudgetMib, value); }
         }
 
-        /// <summary>Sets the range automatic proposals are clamped to, MiB.</summary>
+        /// <summary>Sets the range of the proposals applied automatically, MiB (one outside it is only reported).</summary>
         /// <exception cref="ArgumentOutOfRangeException">A negative minimum, or a minimum above the maximum.</exception>
         public void SetProposalRange(long minBudgetMib, long maxBudgetMib)
         {
@@ -182,9 +182,10 @@ namespace Igi.Budget
             long proposed = ProposedBudgetMib.Value;
             if (BudgetProposed != null) BudgetProposed(proposed);
             if (!AutoAcceptProposals) return;
-            // Clamped into the game's range (a clamped value is an explicit budget to the daemon: its new ceiling).
-            long budget = Math.Min(_maxBudgetMib, Math.Max(_minBudgetMib, proposed));
-            if (budget != _lastBudgetMib) Send(budget, budget == proposed ? "accepted daemon proposal" : "daemon proposal, clamped", null, null);
+            // Applied only inside the game's range: a value clamped into it would reach the daemon as an explicit budget,
+            // its new ceiling, and a shrink clamped to the minimum would then keep the budget there for good.
+            if (proposed < _minBudgetMib || proposed > _maxBudgetMib || proposed == _lastBudgetMib) return;
+            Send(proposed, "accepted daemon proposal", null, null);
         }
 
         // Runs the continuation (or Failed) on the main thread through the client's callback queue.

@@ -61,9 +61,13 @@ void FrameBudget::ApplyAdvice(const FrameStatsReply& reply) {
 
 void FrameBudget::SetBudgetOverride(std::optional<std::int64_t> vram_budget_mib) { override_mib_ = vram_budget_mib; }
 
+std::optional<std::int64_t> FrameBudget::WantedBudgetMib() const {
+  if (override_mib_) return override_mib_;
+  return options_.accept_proposals ? proposed_budget_mib_ : std::nullopt;
+}
+
 std::optional<std::int64_t> FrameBudget::TakeBudgetChange() {
-  std::optional<std::int64_t> wanted = override_mib_;
-  if (!wanted && options_.accept_proposals) wanted = proposed_budget_mib_;
+  std::optional<std::int64_t> wanted = WantedBudgetMib();
   if (!wanted || wanted == requested_mib_) return std::nullopt;
   requested_mib_ = wanted;
   return wanted;
@@ -136,7 +140,9 @@ void FrameBudgetDriver::Send(double now_s) {
     }
   }
   last_tick_s_ = now_s;
-  if (budget_in_flight_.empty() && (budget_retry_s_ <= 0.0 || now_s >= budget_retry_at_s_)) {
+  // the wait after a failure holds back only the budget that failed: a newer one (a reclaim to 0, say) goes at once
+  const bool backing_off = budget_retry_s_ > 0.0 && now_s < budget_retry_at_s_ && budget_.WantedBudgetMib() == budget_failed_mib_;
+  if (budget_in_flight_.empty() && !backing_off) {
     std::optional<std::int64_t> mib = budget_.TakeBudgetChange();
     const bool change = mib.has_value();
     if (!mib && budget_.HasPendingBudgetLevels()) mib = budget_.requested_budget_mib();  // levels with the budget in force
@@ -148,6 +154,7 @@ void FrameBudgetDriver::Send(double now_s) {
             [this](const BudgetAck& ack) {
               budget_in_flight_.clear();
               budget_retry_s_ = 0.0;
+              budget_failed_mib_.reset();
               budget_.OnBudgetAck(ack);
               if (on_ack_) on_ack_(ack);
             },
@@ -155,6 +162,7 @@ void FrameBudgetDriver::Send(double now_s) {
               budget_in_flight_.clear();
               budget_retry_s_ = std::min(kMaxBudgetRetryS, std::max(budget_.options().report_interval_s, 2 * budget_retry_s_));
               budget_retry_at_s_ = last_tick_s_ + budget_retry_s_;  // Pump runs after the frame's Tick
+              budget_failed_mib_ = request.vram_budget_mib;
               budget_.OnBudgetFailed(request.vram_budget_mib, request.levels_mib);
               if (on_error_) on_error_(e);
             });

@@ -62,6 +62,8 @@ class FrameBudget {
   void SetBudgetOverride(std::optional<std::int64_t> vram_budget_mib);
   /// The budget to request now, when it differs from the last one requested; else nullopt.
   std::optional<std::int64_t> TakeBudgetChange();
+  /// The budget the helper would ask for now (the override, else an accepted proposal), without taking it.
+  std::optional<std::int64_t> WantedBudgetMib() const;
   /// A budget request (`vram_budget_mib`, sent with `levels_mib`) failed or was refused unsent: the budget counts as
   /// not requested, so TakeBudgetChange gives it again, and the levels wait to be sent again (unless newer ones were
   /// declared meanwhile). Pass nullopt as `levels_mib` to drop levels the client refused.
@@ -141,7 +143,8 @@ class FrameBudgetDriver {
   std::string report_in_flight_;  ///< msg_id of the outstanding frame_stats_request, "" = none
   std::string budget_in_flight_;  ///< msg_id of the outstanding set_budget_request, "" = none
   double budget_retry_s_ = 0.0;     ///< the wait after the last failed budget request, s (0 after a success)
-  double budget_retry_at_s_ = 0.0;  ///< no budget request before this, s (Tick's clock)
+  double budget_retry_at_s_ = 0.0;  ///< no budget request of budget_failed_mib_ before this, s (Tick's clock)
+  std::optional<std::int64_t> budget_failed_mib_;  ///< the budget whose request failed last (nullopt after a success)
   double last_tick_s_ = 0.0;        ///< Tick's `now_s` last time
   ErrorCallback on_error_;
   std::function<void(const BudgetAck&)> on_ack_;

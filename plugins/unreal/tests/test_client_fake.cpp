@@ -868,12 +868,13 @@ TEST(frame_budget_driver_sends_the_budget_and_levels_again_to_a_restarted_daemon
   CHECK(sent(second)[0].levels_mib == std::optional<std::vector<std::int64_t>>(levels));
 }
 
-TEST(frame_budget_driver_sends_a_failed_budget_request_again) {
-  // The daemon refuses the first set_budget_request and acknowledges the next: the driver sends the budget (with its
-  // levels) again after report_interval_s, and once it is acknowledged, no more.
+namespace {
+
+/// A daemon that refuses the first set_budget_request and acknowledges the rest, with a driver ticked against it.
+struct FailFirstBudget {
   std::mutex mutex;
   std::vector<igi::SetBudgetRequest> sent;
-  FakeDaemon daemon([&](const igi::Envelope& request) -> std::vector<FakeReply> {
+  FakeDaemon daemon{[this](const igi::Envelope& request) -> std::vector<FakeReply> {
     if (request.header.type != igi::SetBudgetRequest::kType) return {};
     std::lock_guard<std::mutex> lock(mutex);
     sent.push_back(igi::StructFromValue<igi::SetBudgetRequest>(request.content));
@@ -886,92 +887,75 @@ TEST(frame_budget_driver_sends_a_failed_budget_request_again) {
     igi::BudgetAck ack;
     ack.requested_mib = ack.granted_mib = sent.back().vram_budget_mib;
     return {Reply(ack)};
-  });
-  auto count = [&] {
+  }};
+  igi::Client client{daemon.info()};
+  igi::FrameBudget budget;
+  std::optional<igi::FrameBudgetDriver> driver;
+  int errors = 0, acks = 0;
+
+  /// Connects and makes the driver (set the budget's override and levels before).
+  void Start() {
+    client.Connect();
+    driver.emplace(client, budget);
+    driver->SetOnError([this](const igi::IgiError&) { ++errors; });
+    driver->SetOnBudgetAck([this](const igi::BudgetAck&) { ++acks; });
+  }
+  std::size_t count() {
     std::lock_guard<std::mutex> lock(mutex);
     return sent.size();
-  };
-  igi::Client client(daemon.info());
-  client.Connect();
-  igi::FrameBudget budget;
-  budget.DeclareBudgetLevels({2048, 0});
-  budget.SetBudgetOverride(2048);
-  igi::FrameBudgetDriver driver(client, budget);
-  int errors = 0, acks = 0;
-  driver.SetOnError([&](const igi::IgiError&) { ++errors; });
-  driver.SetOnBudgetAck([&](const igi::BudgetAck&) { ++acks; });
-  auto tick_until = [&](double now_s, const std::function<bool()>& done) {
+  }
+  /// Ticks at `now_s` (a frame of 16 ms), pumping the client, until `done` or 400 ticks.
+  void TickUntil(double now_s, const std::function<bool()>& done) {
     for (int i = 0; i < 400 && !done(); ++i) {
-      driver.Tick(16.0, now_s);
+      driver->Tick(16.0, now_s);
       client.Pump();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-  };
-  tick_until(1.0, [&] { return errors == 1; });
-  REQUIRE(errors == 1);
-  tick_until(1.2, [&] { return count() > 1; });  // within report_interval_s of the failure: not yet
-  CHECK_EQ(count(), 1u);
-  tick_until(1.6, [&] { return acks == 1; });
-  REQUIRE(count() == 2u);
-  CHECK_EQ(sent[1].vram_budget_mib, 2048);
-  CHECK(sent[1].levels_mib == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{2048, 0}));
-  tick_until(3.0, [&] { return count() > 2; });
-  CHECK_EQ(count(), 2u);
+  }
+};
+
+}  // namespace
+
+TEST(frame_budget_driver_sends_a_failed_budget_request_again) {
+  // The daemon refuses the first set_budget_request and acknowledges the next: the driver sends the budget (with its
+  // levels) again after report_interval_s, and once it is acknowledged, no more.
+  FailFirstBudget f;
+  f.budget.DeclareBudgetLevels({2048, 0});
+  f.budget.SetBudgetOverride(2048);
+  f.Start();
+  f.TickUntil(1.0, [&] { return f.errors == 1; });
+  REQUIRE(f.errors == 1);
+  f.TickUntil(1.2, [&] { return f.count() > 1; });  // within report_interval_s of the failure: not yet
+  CHECK_EQ(f.count(), 1u);
+  f.TickUntil(1.6, [&] { return f.acks == 1; });
+  REQUIRE(f.count() == 2u);
+  CHECK_EQ(f.sent[1].vram_budget_mib, 2048);
+  CHECK(f.sent[1].levels_mib == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{2048, 0}));
+  f.TickUntil(3.0, [&] { return f.count() > 2; });
+  CHECK_EQ(f.count(), 2u);
   // Levels refused unsent (more than 16): reported, and the budget goes at the next tick without them.
-  budget.DeclareBudgetLevels(std::vector<std::int64_t>(igi::kMaxBudgetLevels + 1, 0));
-  budget.SetBudgetOverride(1024);
-  driver.Tick(16.0, 4.0);
-  CHECK_EQ(errors, 2);
-  tick_until(4.0, [&] { return acks == 2; });
-  REQUIRE(count() == 3u);
-  CHECK_EQ(sent[2].vram_budget_mib, 1024);
-  CHECK(!sent[2].levels_mib.has_value());
+  f.budget.DeclareBudgetLevels(std::vector<std::int64_t>(igi::kMaxBudgetLevels + 1, 0));
+  f.budget.SetBudgetOverride(1024);
+  f.driver->Tick(16.0, 4.0);
+  CHECK_EQ(f.errors, 2);
+  f.TickUntil(4.0, [&] { return f.acks == 2; });
+  REQUIRE(f.count() == 3u);
+  CHECK_EQ(f.sent[2].vram_budget_mib, 1024);
+  CHECK(!f.sent[2].levels_mib.has_value());
 }
 
 TEST(frame_budget_driver_sends_a_newer_budget_during_the_wait_after_a_failure) {
   // The wait after a failed request holds back only the budget that failed: a reclaim to 0 the game asks for
   // meanwhile goes at once.
-  std::mutex mutex;
-  std::vector<std::int64_t> sent;
-  FakeDaemon daemon([&](const igi::Envelope& request) -> std::vector<FakeReply> {
-    if (request.header.type != igi::SetBudgetRequest::kType) return {};
-    std::lock_guard<std::mutex> lock(mutex);
-    sent.push_back(igi::StructFromValue<igi::SetBudgetRequest>(request.content).vram_budget_mib);
-    if (sent.size() == 1) {
-      igi::ErrorReply error;
-      error.code = igi::ErrorCode::kInternal;
-      error.message = "not now";
-      return {Reply(error)};
-    }
-    igi::BudgetAck ack;
-    ack.requested_mib = ack.granted_mib = sent.back();
-    return {Reply(ack)};
-  });
-  auto count = [&] {
-    std::lock_guard<std::mutex> lock(mutex);
-    return sent.size();
-  };
-  igi::Client client(daemon.info());
-  client.Connect();
-  igi::FrameBudget budget;
-  budget.SetBudgetOverride(2048);
-  igi::FrameBudgetDriver driver(client, budget);
-  int errors = 0, acks = 0;
-  driver.SetOnError([&](const igi::IgiError&) { ++errors; });
-  driver.SetOnBudgetAck([&](const igi::BudgetAck&) { ++acks; });
-  auto tick_until = [&](double now_s, const std::function<bool()>& done) {
-    for (int i = 0; i < 400 && !done(); ++i) {
-      driver.Tick(16.0, now_s);
-      client.Pump();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
-  tick_until(1.0, [&] { return errors == 1; });
-  REQUIRE(errors == 1);
-  budget.SetBudgetOverride(0);
-  tick_until(1.1, [&] { return acks == 1; });  // within report_interval_s of the failure
-  REQUIRE(count() == 2u);
-  CHECK_EQ(sent[1], 0);
+  FailFirstBudget f;
+  f.budget.SetBudgetOverride(2048);
+  f.Start();
+  f.TickUntil(1.0, [&] { return f.errors == 1; });
+  REQUIRE(f.errors == 1);
+  f.budget.SetBudgetOverride(0);
+  f.TickUntil(1.1, [&] { return f.acks == 1; });  // within report_interval_s of the failure
+  REQUIRE(f.count() == 2u);
+  CHECK_EQ(f.sent[1].vram_budget_mib, 0);
 }
 
 namespace {

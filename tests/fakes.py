@@ -6,6 +6,8 @@
 - :class:`FakePlanner` is the daemon's ``Planner`` (``daemon/budget/planner.py``): outcomes from a rule, plans that
   need a dry run (``cached``) and wait for a gate, batch tiers with outcomes of their own (``tiers``, ``tier_outcome``),
   and the real release-first and headroom rules of ``PlacementPlanner``.
+- :class:`DryRunChildren` counts the dry-run children (``engine.dry_run``'s ``subprocess.run``) running at once, each
+  held a little longer, the children themselves real.
 
 The daemon's side of the seam is always the real code; ``daemon_sim.py`` drives it the way the server loop does.
 """
@@ -584,3 +586,31 @@ class FakePlanner:
 
 def _typed(worker: FakeWorker, planner: FakePlanner) -> tuple[WorkerPort, Planner]:
     return worker, planner  # mypy checks that the fakes implement the Protocols
+
+
+class DryRunChildren:
+    """Wraps ``engine.dry_run``'s ``subprocess.run`` (through ``monkeypatch``): every dry-run child still runs, held
+    ``hold_s`` longer, and ``peak`` is the most that ran at once."""
+
+    def __init__(self, monkeypatch: Any, hold_s: float = 0.2) -> None:
+        import time
+
+        from igi_sdk.engine import dry_run as dry_run_module
+
+        self.peak = 0
+        running, lock = 0, threading.Lock()
+        real_run = dry_run_module.subprocess.run
+
+        def counting_run(*args: Any, **kwargs: Any) -> Any:
+            nonlocal running
+            with lock:
+                running += 1
+                self.peak = max(self.peak, running)
+            try:
+                time.sleep(hold_s)
+                return real_run(*args, **kwargs)
+            finally:
+                with lock:
+                    running -= 1
+
+        monkeypatch.setattr(dry_run_module.subprocess, "run", counting_run)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes import DryRunChildren
 
 from igi_sdk import gpu_identity
 from igi_sdk.engine import dry_run as dr
@@ -203,30 +204,15 @@ def test_a_limit_holds_for_its_own_thread_only(cache: Path, model: Path) -> None
 def test_prefetch_exact_runs_under_the_callers_limit(cache: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from igi_sdk.profiler.compute_table import prefetch_exact
 
-    running, peak, lock = 0, 0, threading.Lock()
-    real_run = dr.subprocess.run
-
-    def counting_run(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-        try:
-            time.sleep(0.2)
-            return real_run(*args, **kwargs)
-        finally:
-            with lock:
-                running -= 1
-
-    monkeypatch.setattr(dr.subprocess, "run", counting_run)
+    children = DryRunChildren(monkeypatch)
     placements = [PLACEMENT.with_(n_ctx=128 * (i + 1)) for i in range(4)]
     with dry_run_slots(1):
         assert prefetch_exact(model, placements, n_parallel=4) == 4
-    assert peak == 1
+    assert children.peak == 1
     shutil.rmtree(cache)
     with dry_run_slots(0):
         assert prefetch_exact(model, placements, n_parallel=4) == 0  # every one deferred, none started
-    assert peak == 1 and not cache.exists()
+    assert children.peak == 1 and not cache.exists()
 
 
 def test_the_key_holds_the_threshold_the_child_inherits_and_the_daemon_sets_the_workers(

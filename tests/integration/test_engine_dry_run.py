@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from fakes import DryRunChildren
 
 from igi_sdk.engine import LlamaEngine
-from igi_sdk.engine import dry_run as dry_run_module
 from igi_sdk.engine.dry_run import DryRunDeferred, dry_run, dry_run_slots
 from igi_sdk.errors import PlacementRejectedError
 from igi_sdk.model_store import default_model_path
@@ -73,22 +72,7 @@ def test_dry_run_slots_zero_serves_the_cache_and_defers_the_rest(isolated_cache:
 
 
 def test_dry_run_slots_caps_concurrent_children(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    running, peak, lock = 0, 0, threading.Lock()
-    real_run = dry_run_module.subprocess.run
-
-    def counting_run(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-        try:
-            time.sleep(0.2)
-            return real_run(*args, **kwargs)
-        finally:
-            with lock:
-                running -= 1
-
-    monkeypatch.setattr(dry_run_module.subprocess, "run", counting_run)
+    children = DryRunChildren(monkeypatch)
     path = default_model_path()
     placements = [Placement(n_ctx=256 * (i + 1), n_batch=128, n_ubatch=128) for i in range(4)]
     with dry_run_slots(2):  # the limit is the context's: each thread runs in a copy of it
@@ -97,5 +81,5 @@ def test_dry_run_slots_caps_concurrent_children(isolated_cache: Path, monkeypatc
             t.start()
         for t in threads:
             t.join()
-    assert peak == 2
+    assert children.peak == 2
     assert len(list((isolated_cache / "dry_run").glob("*.json"))) == 4

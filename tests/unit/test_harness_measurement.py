@@ -10,6 +10,7 @@ import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -292,6 +293,31 @@ def _side(rec: PhaseRecorder, client: Any) -> GameSide:
     return side
 
 
+@contextlib.contextmanager
+def _running(side: GameSide) -> Iterator[GameSide]:
+    """``side`` with its I/O thread running for the block, then stopped and its loop closed."""
+    side._thread.start()
+    try:
+        yield side
+    finally:
+        side._loop.call_soon_threadsafe(side._loop.stop)
+        side._thread.join(5.0)
+        side._loop.close()
+
+
+def _settle(done: Callable[[], Any], timeout_s: float = 5.0) -> None:
+    """Wait until ``done()`` holds (the I/O thread answered), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _ack(budget_mib: int) -> Any:
+    return SimpleNamespace(
+        granted_mib=budget_mib, applied=True, apply_time_s=0.0, interim=None, measured_vram_mib=None, warning=None
+    )
+
+
 def test_frame_stats_says_whether_it_sent() -> None:
     gate = threading.Event()
 
@@ -304,26 +330,14 @@ def test_frame_stats_says_whether_it_sent() -> None:
             )
 
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
-    side = _side(rec, Client())
-    side._thread.start()
-    try:
+    with _running(_side(rec, Client())) as side:
         assert side.frame_stats(20.0, 16.667) is True
         assert side.frame_stats(30.0, 16.667) is False  # the previous request is still in flight
         gate.set()
-
-        def settle() -> None:
-            deadline = time.monotonic() + 5.0
-            while side._stats_in_flight and time.monotonic() < deadline:
-                time.sleep(0.01)
-
-        settle()
+        _settle(lambda: not side._stats_in_flight)
         assert side.frame_stats(10.0, 16.667) is True  # answered: the next one goes out
-        settle()
+        _settle(lambda: not side._stats_in_flight)
         assert rec.throttle and rec.throttle[0]["sleep_ms_between_tokens"] == 5.0
-    finally:
-        side._loop.call_soon_threadsafe(side._loop.stop)
-        side._thread.join(5.0)
-        side._loop.close()
     no_client = _side(rec, None)
     assert no_client.frame_stats(10.0, 16.667) is False
     no_client._loop.close()
@@ -345,45 +359,20 @@ def test_a_proposal_made_before_the_games_own_budget_is_dropped() -> None:
 
         async def set_budget(self, budget_mib: int, reason: str, *, timeout_s: float) -> Any:
             budgets.append((budget_mib, reason))
-            return SimpleNamespace(
-                granted_mib=budget_mib,
-                applied=True,
-                apply_time_s=0.0,
-                interim=None,
-                measured_vram_mib=None,
-                warning=None,
-            )
+            return _ack(budget_mib)
 
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
-    side = _side(rec, Client())
-    side._thread.start()
-
-    def settle(done: Any) -> None:
-        deadline = time.monotonic() + 5.0
-        while not done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    try:
+    with _running(_side(rec, Client())) as side:
         assert side.frame_stats(40.0, 16.667) is True
         side.restore(2048)
-        settle(lambda: budgets)
+        _settle(lambda: budgets)
         gate.set()
-        settle(lambda: not side._stats_in_flight)
+        _settle(lambda: not side._stats_in_flight)
         time.sleep(0.05)
         assert budgets == [(2048, "level loaded: restore")] and side.budget_mib == 2048
         assert side.frame_stats(40.0, 16.667) is True  # a report sent after it: its proposal is applied
-        settle(lambda: len(budgets) > 1)
+        _settle(lambda: len(budgets) > 1)
         assert budgets[1] == (768, "governor proposal")
-    finally:
-        side._loop.call_soon_threadsafe(side._loop.stop)
-        side._thread.join(5.0)
-        side._loop.close()
-
-
-def _ack(budget_mib: int) -> Any:
-    return SimpleNamespace(
-        granted_mib=budget_mib, applied=True, apply_time_s=0.0, interim=None, measured_vram_mib=None, warning=None
-    )
 
 
 def test_the_games_budget_is_the_last_one_sent_whatever_order_the_acks_arrive_in() -> None:
@@ -406,27 +395,15 @@ def test_the_games_budget_is_the_last_one_sent_whatever_order_the_acks_arrive_in
             return _ack(budget_mib)
 
     rec = PhaseRecorder(name="p", governor=True, target_frame_ms=16.667)
-    side = _side(rec, Client())
-    side._thread.start()
-
-    def settle(done: Any) -> None:
-        deadline = time.monotonic() + 5.0
-        while not done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    try:
+    with _running(_side(rec, Client())) as side:
         assert side.frame_stats(40.0, 16.667) is True
-        settle(lambda: any(e["kind"] == "budget_proposal" for e in rec.events))
+        _settle(lambda: any(e["kind"] == "budget_proposal" for e in rec.events))
         side.reclaim(0)
-        settle(lambda: any(e["kind"] == "reclaim" for e in rec.events))
+        _settle(lambda: any(e["kind"] == "reclaim" for e in rec.events))
         proposal_gate.set()
-        settle(lambda: any(e["kind"] == "budget_accepted" for e in rec.events))
+        _settle(lambda: any(e["kind"] == "budget_accepted" for e in rec.events))
         assert [e["kind"] for e in rec.events] == ["budget_proposal", "reclaim", "budget_accepted"]
         assert side.budget_mib == 0
-    finally:
-        side._loop.call_soon_threadsafe(side._loop.stop)
-        side._thread.join(5.0)
-        side._loop.close()
 
 
 def test_stop_waits_for_the_budget_requests_still_in_flight() -> None:

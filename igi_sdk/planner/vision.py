@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,21 +109,19 @@ class VisionShape(BaseModel):
         max_px = (max_tokens or 4096) * side * side
         min_px = self.min_image_tokens * side * side
 
-        def by_factor(x: float, rounding: str) -> int:
-            q = _f32(x / side)
-            n = math.floor(q + 0.5) if rounding == "round" else math.ceil(q) if rounding == "ceil" else math.floor(q)
-            return int(n) * side
+        def by_factor(x: float, rounding: Callable[[float], int]) -> int:
+            return rounding(_f32(x / side)) * side
 
-        w = max(side, by_factor(width_px, "round"))
-        h = max(side, by_factor(height_px, "round"))
+        w = max(side, by_factor(width_px, _round_half_up))
+        h = max(side, by_factor(height_px, _round_half_up))
         if w * h > max_px:
             beta = _f32(math.sqrt(_f32(_f32(float(height_px) * width_px) / max_px)))
-            h = max(side, by_factor(_f32(height_px / beta), "floor"))
-            w = max(side, by_factor(_f32(width_px / beta), "floor"))
+            h = max(side, by_factor(_f32(height_px / beta), math.floor))
+            w = max(side, by_factor(_f32(width_px / beta), math.floor))
         elif w * h < min_px:
             beta = _f32(math.sqrt(_f32(min_px / _f32(float(height_px) * width_px))))
-            h = by_factor(_f32(height_px * beta), "ceil")
-            w = by_factor(_f32(width_px * beta), "ceil")
+            h = by_factor(_f32(height_px * beta), math.ceil)
+            w = by_factor(_f32(width_px * beta), math.ceil)
         return w, h
 
     def encode_patches(self, n_tokens: int) -> int:
@@ -309,6 +308,11 @@ steps of SmolLM2-135M on a CPU, for tests of what runs beside an encode. ``qwen2
 type at toy size, 576 wide, for tests of its preprocessing beside SmolLM2-135M on a CPU. ``qwen25vl_7b``: Qwen2.5-VL-7B's vision tower
 (32 layers of 1280, window attention with a global layer every 8, 2x2 merge into 3584, the text model's width;
 f16), for GPU timing beside the ``qwen25_7b`` text shape."""
+
+
+def _round_half_up(x: float) -> int:
+    """``std::round`` of a non-negative float (halves away from zero; Python's ``round`` takes them to even)."""
+    return math.floor(x + 0.5)
 
 
 def _f32(x: float) -> float:

@@ -23,6 +23,8 @@
 #   release:MODEL `igi_sdk.bench.device_release`: the engine in the cache mode moved attention-first -> parked ->
 #                detached (its CUDA devices given back, patch 0010) -> attention-first, then straight to detached and
 #                back, RELEASE_CYCLES cycles (3; RELEASE_ARGS: more flags, e.g. `--unregister-first ab`)
+#   bounce:MODEL `igi_sdk.bench.pageable_uploads`: a mapped host copy's prompt streaming and growth through patch 0012's
+#                bounce slots against the driver's path, BOUNCE_ROUNDS interleaved pairs (3)
 #   export:MODEL `igi_sdk.bench.state_export --gpu`: 4 sessions of 900 tokens on the GPU exported into memory faulted
 #                in first and as the copy faults it in, 7 rounds interleaved (engine.prefault)
 #   threshold    tests/gpu/test_gpu_offload_threshold.py (a context's own op_offload threshold: patch 0007)
@@ -77,6 +79,11 @@ if [ ! -f $W/started ]; then
             --n-threads 16 --cycles \${RELEASE_CYCLES:-3} \${RELEASE_ARGS:-} --json $W/results/device_release-\${step#release:}.json \
             > $L/device-release-\${step#release:}.log 2>&1
           echo \"device release rc=\$?\" >> $W/results/done.txt ;;
+        bounce:*)
+          python3 -m igi_sdk.bench.pageable_uploads --model \$(python3 -c \"$GPU_WRITE_PY\" \${step#bounce:} 2>/dev/null | tail -1) \
+            --n-threads 16 --rounds \${BOUNCE_ROUNDS:-3} --json $W/results/pageable_uploads-\${step#bounce:}.json \
+            > $L/pageable-uploads-\${step#bounce:}.log 2>&1
+          echo \"pageable uploads rc=\$?\" >> $W/results/done.txt ;;
         export:*)
           python3 -m igi_sdk.bench.state_export --gpu --model \$(python3 -c \"$GPU_WRITE_PY\" \${step#export:} 2>/dev/null | tail -1) \
             --threads 16 --sessions 4 --prompt-tokens 900 --rounds 7 --json $W/results/state_export-\${step#export:}.json \
@@ -129,6 +136,7 @@ while :; do
             | grep -v "^llama\|^load\|^print_info" ;;
         pinning) grep -v "^llama\|^load\|^print_info" $L/pinning.log | tail -n 15 ;;
         export:*) tail -n 5 $L/state-export-${step#export:}.log ;;
+        bounce:*) grep -v "^llama\|^load\|^print_info" $L/pageable-uploads-${step#bounce:}.log | tail -n 8 ;;
         release:*) grep -v "^llama\|^load\|^print_info\|^graph\|^sched\|^init\|^\.\|^alloc" $L/device-release-${step#release:}.log | tail -n 12 ;;
         threshold) grep -v "^llama\\|^load\\|^print_info" $L/threshold.log | tail -n 15 ;;
         cache_test) grep -v "^llama\|^load\|^print_info" $L/weight-cache.log | tail -n 30 ;;

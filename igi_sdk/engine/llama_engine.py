@@ -35,6 +35,7 @@ from igi_sdk.engine.grammar import GrammarConstraint
 from igi_sdk.engine.host_pinning import apply_default as apply_host_pinning_default
 from igi_sdk.engine.load_reads import apply_default as apply_read_threads_default
 from igi_sdk.engine.load_timing import LoadStages, LoadTimeline, MoveStages, load_stages, release_split
+from igi_sdk.engine.pageable_uploads import apply_default as apply_bounce_threads_default
 from igi_sdk.engine.params import LOAD_MODE_NONE, context_params, model_params
 from igi_sdk.engine.prefetch import prefetch_abi, scheduler_env
 from igi_sdk.engine.reports import LoadReport, parse_load_log
@@ -93,6 +94,7 @@ def _backend_init() -> None:
                 )
             apply_host_pinning_default()
             apply_read_threads_default()
+            apply_bounce_threads_default()
             llama_cpp.llama_backend_init()
             _backend_ready = True
 

@@ -17,8 +17,9 @@ in the file's pages), then, greedy:
 
 The parent prints each child's figures and the medians of the ratios (bounce slots over the driver's path) of the TTFT,
 the sets' upload seconds and the move. Both paths upload the same bytes to the same kernels, so each reply must be the
-same token for token: it exits non-zero otherwise, or where a child with bounce threads did not log the slots (a
-build without the patch). The first child also warms the page cache; on a machine without a GPU nothing is uploaded.
+same token for token: it exits non-zero otherwise, or where on a GPU the bytes through the slots
+(``pageable_uploads.bounced_bytes``) are not 0 on the driver's path and at least the growth's with the slots (a build
+without the patch has no counter). The first child also warms the page cache; without a GPU nothing is uploaded.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BOUNCE_LOG = "uploads from pageable memory to device"
-"""What patch 0012 logs when it page-locks a device's bounce slots (at the first upload that takes them)."""
 CHILD_TIMEOUT_S = 900.0
 MIB = 1024 * 1024
 PROMPT_LINE = "The harbour at dawn: ships, gulls, nets drying on the quay and the fishmongers calling out their catch. "
@@ -59,6 +58,7 @@ def child(model: Path, n_threads: int, prompt_tokens: int, max_tokens: int) -> d
     from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
     from igi_sdk.bench.weight_cache import FFN_ON_HOST, cache_base
     from igi_sdk.engine.devices import gpu_devices
+    from igi_sdk.engine.pageable_uploads import bounced_bytes
 
     gpus = gpu_devices()
     device = gpus[0].name if gpus else "CPU"
@@ -75,6 +75,7 @@ def child(model: Path, n_threads: int, prompt_tokens: int, max_tokens: int) -> d
         assert move is not None
         uploaded = sum(engine.cached_weights.values()) - before  # the FFN sets, from the file's pages
         on_gpu = _reply(engine, prompt, max_tokens)
+    bounced = bounced_bytes()
     return {
         "bounce_threads": int(os.environ.get("GGML_CUDA_BOUNCE_THREADS", "0") or 0),
         "device": device,
@@ -84,6 +85,7 @@ def child(model: Path, n_threads: int, prompt_tokens: int, max_tokens: int) -> d
         "cache_s": round(move.cache_s, 4),
         "uploaded_mib": round(uploaded / MIB, 1),
         "upload_gb_s": round(uploaded / move.cache_s / 1e9, 2) if move.cache_s > 0 else None,
+        "bounced_mib": None if bounced is None else round(bounced / MIB, 1),
         "on_gpu": on_gpu,
     }
 
@@ -97,7 +99,6 @@ def _run_child(model: Path, args: argparse.Namespace, bounce_threads: int) -> di
     if done.returncode != 0:
         raise RuntimeError(f"child (bounce threads {bounce_threads}) failed: {done.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    out["bounce_logged"] = BOUNCE_LOG in done.stderr
     return out
 
 
@@ -147,7 +148,17 @@ def run(model: Path, args: argparse.Namespace) -> dict[str, Any]:
             "bounce": [r["bounce"]["streamed"]["ttft_s"] for r in rounds],
         },
         "tokens_identical": all(r["tokens_identical"] for r in rounds),
-        "bounce_logged": all(r["bounce"]["bounce_logged"] for r in rounds) if gpu else None,
+        "bounced_mib": {
+            "driver": [r["driver"]["bounced_mib"] for r in rounds],
+            "bounce": [r["bounce"]["bounced_mib"] for r in rounds],
+        },
+        # on a GPU: nothing through the slots on the driver's path, at least the growth's uploads with them
+        "slots_used": all(
+            r["driver"]["bounced_mib"] == 0 and (r["bounce"]["bounced_mib"] or 0) >= r["bounce"]["uploaded_mib"]
+            for r in rounds
+        )
+        if gpu
+        else None,
         "rounds": rounds,
     }
 
@@ -176,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     out = run(model, args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    ok = out["tokens_identical"] and out["bounce_logged"] is not False
+    ok = out["tokens_identical"] and out["slots_used"] is not False
     print(json.dumps({k: v for k, v in out.items() if k != "rounds"} | {"ok": ok}))
     return 0 if ok else 1
 

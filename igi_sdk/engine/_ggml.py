@@ -66,6 +66,26 @@ def bind_optional(name: str, restype: Any, argtypes: list[Any]) -> Callable[...,
     return None
 
 
+# ggml_backend_reg_t ggml_backend_reg_by_name(const char * name);  (NULL where no such backend is registered)
+_reg_by_name = bind_optional("ggml_backend_reg_by_name", ctypes.c_void_p, [ctypes.c_char_p])
+# void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);  (NULL: unknown name)
+_get_proc_address = bind_optional(
+    "ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+)
+
+
+def cuda_proc(name: str, restype: Any) -> Callable[[], Any] | None:
+    """The CUDA registry's function ``name`` of no arguments (the project's patches add some), or None (no CUDA
+    backend, or a build without the patch that adds it)."""
+    if _reg_by_name is None or _get_proc_address is None:
+        return None
+    reg = _reg_by_name(b"CUDA")
+    if not reg:
+        return None
+    address = _get_proc_address(reg, name.encode())
+    return ctypes.CFUNCTYPE(restype)(address) if address else None
+
+
 def _bind(name: str, restype: Any, argtypes: list[Any]) -> Callable[..., Any]:
     fn = bind_optional(name, restype, argtypes)
     if fn is None:

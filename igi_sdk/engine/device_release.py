@@ -16,17 +16,9 @@ registry), so a CPU build, or a CUDA build without the patch, has none of them: 
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 from igi_sdk.engine import _ggml
 from igi_sdk.errors import EngineError
-
-# ggml_backend_reg_t ggml_backend_reg_by_name(const char * name);  (NULL where no such backend is registered)
-_reg_by_name = _ggml.bind_optional("ggml_backend_reg_by_name", ctypes.c_void_p, [ctypes.c_char_p])
-# void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);  (NULL: unknown name)
-_get_proc_address = _ggml.bind_optional(
-    "ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
-)
 
 _REFUSALS = {
     1: "a CUDA device buffer, backend or event is still alive (a context, cached weights or a vision encoder on the GPU)",
@@ -35,20 +27,9 @@ _REFUSALS = {
 }
 
 
-def _proc(name: str, restype: Any) -> Any:
-    """The CUDA registry's function ``name`` (patch 0010), or None (no CUDA backend, or no patch)."""
-    if _reg_by_name is None or _get_proc_address is None:
-        return None
-    reg = _reg_by_name(b"CUDA")
-    if not reg:
-        return None
-    address = _get_proc_address(reg, name.encode())
-    return ctypes.CFUNCTYPE(restype)(address) if address else None
-
-
 def supported() -> bool:
     """Whether this build can release its CUDA devices and take them again (a CUDA build with patch 0010)."""
-    return _proc("ggml_backend_release_devices", ctypes.c_int) is not None
+    return _ggml.cuda_proc("ggml_backend_release_devices", ctypes.c_int) is not None
 
 
 def releasable(weight_cache_host: str, host_pinning: str) -> bool:
@@ -60,7 +41,7 @@ def releasable(weight_cache_host: str, host_pinning: str) -> bool:
 
 def released() -> bool:
     """Whether the devices are released now (False where ``supported()`` is)."""
-    fn = _proc("ggml_backend_devices_released", ctypes.c_bool)
+    fn = _ggml.cuda_proc("ggml_backend_devices_released", ctypes.c_bool)
     return bool(fn()) if fn is not None else False
 
 
@@ -75,7 +56,7 @@ def release() -> bool:
         EngineError: refused or failed, with the reason (nothing of ggml's may live on a device; the blocks must be
             registered ones); calling again after the cause is gone retries.
     """
-    fn = _proc("ggml_backend_release_devices", ctypes.c_int)
+    fn = _ggml.cuda_proc("ggml_backend_release_devices", ctypes.c_int)
     if fn is None:
         return False
     code = int(fn())
@@ -90,7 +71,7 @@ def reacquire() -> None:
     Raises:
         EngineError: a registration failed (the blocks registered so far stay so; calling again retries the rest).
     """
-    fn = _proc("ggml_backend_reacquire_devices", ctypes.c_int)
+    fn = _ggml.cuda_proc("ggml_backend_reacquire_devices", ctypes.c_int)
     if fn is None:
         return
     code = int(fn())

@@ -9,14 +9,17 @@ once its copy is done. It serves a growth's uploads of a mapped copy and the pro
 A copy under 4 MiB, one from page-locked memory (the pinned host copy) and a stock build go the driver's way.
 
 ``apply_default`` (at the backends' initialization) sets ``default_bounce_threads()`` unless the variable is set: the
-CPUs the process may run on, at most 8, as for a load's readers; ``0`` keeps the driver's path. docs/engine.md, "The
-host copy: pinned or mapped".
+CPUs the process may run on, at most 8, as for a load's readers; ``0`` keeps the driver's path. ``bounced_bytes()``
+reads what went through the slots so far (the patch's counter, through the CUDA registry). docs/engine.md, "The host
+copy: pinned or mapped".
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
+from igi_sdk.engine import _ggml
 from igi_sdk.engine.cpus import usable_cpus
 
 BOUNCE_THREADS_ENV = "GGML_CUDA_BOUNCE_THREADS"
@@ -32,3 +35,10 @@ def apply_default() -> None:
     """``default_bounce_threads()``, unless the environment chose already."""
     if BOUNCE_THREADS_ENV not in os.environ:
         os.environ[BOUNCE_THREADS_ENV] = str(default_bounce_threads())
+
+
+def bounced_bytes() -> int | None:
+    """The bytes this process has uploaded through the bounce slots so far; None where the build cannot (no CUDA
+    backend, or no patch 0012)."""
+    fn = _ggml.cuda_proc("ggml_backend_cuda_bounced_bytes", ctypes.c_uint64)
+    return int(fn()) if fn is not None else None

@@ -1,9 +1,9 @@
 """On an NVIDIA GPU with the patched CUDA build: a mapped host copy's uploads through the bounce slots (patches/llama.cpp
 0012) give the same replies as the driver's path, token for token, both where the prompt streams the FFN weights from
 the file's pages and after a growth uploaded them (``igi_sdk.bench.pageable_uploads`` on the synthetic 8B: children
-with ``GGML_CUDA_BOUNCE_THREADS`` 0 and 8, two interleaved pairs); the slots were used (the patch's log line). The
-ratios (TTFT, the growth's uploads) are printed for the results page; with ``OUT`` set the JSON goes to
-``$OUT/pageable_uploads-<preset>.json``.
+with ``GGML_CUDA_BOUNCE_THREADS`` 0 and 8, two interleaved pairs), and the slots carried the growth's uploads (the
+patch's counter). The ratios (TTFT, the growth's uploads) are printed for the results page; with ``OUT`` set the JSON
+goes to ``$OUT/pageable_uploads-<preset>.json``.
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_pageable_uploads.py -s``.
 """
@@ -38,7 +38,7 @@ def test_bounced_uploads_compute_what_the_drivers_do(preset: str, tmp_path: Path
     print(done.stdout[-3000:], done.stderr[-2000:])
     figures = json.loads(out.read_text())
     assert figures["device"].startswith("CUDA")
-    assert figures["bounce_logged"], "no bounce slots logged: a build without patch 0012?"
+    assert figures["slots_used"], figures["bounced_mib"]  # a build without patch 0012 has no counter
     assert figures["tokens_identical"]
     assert figures["uploaded_mib"] > 0
     assert done.returncode == 0

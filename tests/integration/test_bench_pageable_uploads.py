@@ -22,6 +22,7 @@ def test_both_paths_reply_alike_and_the_move_is_measured(tmp_path: Path) -> None
     figures = json.loads(out.read_text())
     assert rc == 0 and figures["tokens_identical"]
     assert figures["prompt_tokens"] == 96 and figures["uploaded_mib"] > 0
+    assert figures["slots_used"] is None  # no GPU: nothing to bounce
     (row,) = figures["rounds"]
     assert row["first"] == "driver"
     assert (row["driver"]["bounce_threads"], row["bounce"]["bounce_threads"]) == (0, 2)

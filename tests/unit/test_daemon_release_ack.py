@@ -24,7 +24,6 @@ from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.messages import BudgetAck, ErrorReply
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
-from igi_sdk.policy.budget import BudgetPolicyConfig
 
 KEY = bytes(range(32))
 
@@ -151,19 +150,3 @@ def test_a_release_of_another_reload_is_ignored(monkeypatch: pytest.MonkeyPatch)
     rig.used_mib = 500.0
     rig.budget.on_released(wp.Released(req_id="another", stage="all"))
     assert rig.replies() == []
-
-
-def test_a_growth_stops_the_step_in_flight_and_is_answered_once_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    rig = Rig(monkeypatch, cached={4096, 6144}, used_mib=3700.0)
-    rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)  # at once
-    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 6144)
-    reload = rig.reload()
-    assert reload.placement.n_gpu_layers == 6144 // 256
-    # the step in flight (a prompt chunk streaming host weights can take seconds) is stopped and done again after the
-    # move, so that the larger placement is in force at once; a growth is no shrink: a failed move is undone
-    assert reload.urgent and not reload.shrink
-    rig.released("weights", used_mib=3700.0)
-    assert rig.replies() == []  # a growth is answered once its placement is in force
-    rig.reloaded(used_mib=5500.0)
-    (ack,) = rig.replies()
-    assert isinstance(ack, BudgetAck) and ack.applied and ack.granted_mib == 6144

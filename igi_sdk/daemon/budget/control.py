@@ -491,19 +491,16 @@ class BudgetControl:
             self._inflight = op
             self._lifecycle.replace(op.outcome.placement, op.outcome.encoder)
             return
-        # a budget change stops the step in flight (the worker's abort flag): a shrink's VRAM must go now, and a
-        # growth's placement is due within a second, where a prompt chunk that streams host weights through the GPU
-        # takes longer (1-2 s for the 30B-A3B's from a mapped copy) and one of the parked (or detached) placement
-        # computes on the CPU; the stopped step is done again after the move. A change at the same budget (a batch
-        # tier, the exact plan after an interim one) waits for the step, unless it leaves the parked placement
+        # a shrink stops the step in flight (the worker's abort flag): the VRAM must go now; so does a growth out of the
+        # parked (or detached) placement, whose step in flight computes on the CPU (seconds for a prompt chunk of a large
+        # model) where the step after the move runs on the GPU; any other growth waits for the step
         shrink = op.outcome.budget_mib < self._current.budget_mib
-        growth = op.outcome.budget_mib > self._current.budget_mib
         out_of_parked = on_host(self._current.placement) and not on_host(op.outcome.placement)
         reload = wp.Reload(
             req_id=op.req_id,
             placement=op.outcome.placement,
             vision=op.outcome.encoder,
-            urgent=shrink or growth or out_of_parked,
+            urgent=shrink or out_of_parked,
             shrink=shrink,
         )
         if not self._core.send_to_worker(reload):

@@ -11,7 +11,7 @@ Commands (daemon -> worker):
 |---|---|---|
 | ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
-| ``Reload`` | req_id, placement, vision, urgent, shrink | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement; ``urgent`` (a budget change, or a move out of the parked placement): the step in flight is stopped and undone first (the abort flag); ``shrink``: a move that fails is not undone to the old placement |
+| ``Reload`` | req_id, placement, vision, urgent, shrink | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement; ``urgent`` (a shrink, or a growth out of the parked placement): the step in flight is stopped and undone first (the abort flag); ``shrink``: a move that fails is not undone to the old placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
 | ``Forget`` | session_id | drops a closed session's KV |
 | ``Throttle`` | sleep_ms | pauses that long per NPC token between steps (the frame governor) |

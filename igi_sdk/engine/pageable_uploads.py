@@ -3,10 +3,11 @@
 A mapped host copy (``weight_cache_host="mapped"``) and every mmap load keep weights in the model file's pages, which
 are pageable: stock ggml-cuda hands such a copy to ``cudaMemcpyAsync``, and the driver stages it through its own
 page-locked buffer on the calling thread at a fraction of the bus's rate. With ``GGML_CUDA_BOUNCE_THREADS=N`` (N >= 1;
-read at every upload, the threads started at the first) the patched backend has N threads copy the source into a
-ring of page-locked slots (32 of 2 MiB per device) while the calling thread sends the filled ones, each slot reused
-once its copy is done. It serves a growth's uploads of a mapped copy and the prompt streaming of weights left in it.
-A copy under 4 MiB, one from page-locked memory (the pinned host copy) and a stock build go the driver's way.
+read once, at the first upload it could serve, which starts the threads) the patched backend has N threads copy the
+source into a ring of page-locked slots (32 of 2 MiB per device) while the calling thread sends the filled ones, each
+slot reused once its copy is done. It serves a growth's uploads of a mapped copy and the prompt streaming of weights
+left in it. A copy under 4 MiB, one from page-locked memory (the pinned host copy) and a stock build go the driver's
+way.
 
 ``apply_default`` (at the backends' initialization) sets ``default_bounce_threads()`` unless the variable is set: the
 CPUs the process may run on, at most 8, as for a load's readers; ``0`` keeps the driver's path. ``bounced_bytes()``

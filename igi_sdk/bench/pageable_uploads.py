@@ -18,8 +18,9 @@ in the file's pages), then, greedy:
 The parent prints each child's figures and the medians of the ratios (bounce slots over the driver's path) of the TTFT,
 the sets' upload seconds and the move. Both paths upload the same bytes to the same kernels, so each reply must be the
 same token for token: it exits non-zero otherwise, or where on a GPU the bytes through the slots
-(``pageable_uploads.bounced_bytes``) are not 0 on the driver's path and at least the growth's with the slots (a build
-without the patch has no counter). The first child also warms the page cache; without a GPU nothing is uploaded.
+(``pageable_uploads.bounced_bytes``) are not 0 on the driver's path and at least the growth's with the slots (a GPU
+build without the patch has no counter, so the check fails there). The first child also warms the page cache; without
+a GPU nothing is uploaded and nothing is checked.
 """
 
 from __future__ import annotations

@@ -266,3 +266,76 @@ def test_a_tier_switch_the_gpu_cannot_hold_is_undone_and_not_tried_again_before_
     assert len(rig.reloads()) == n  # the crowd still needs tier 4, but not before the retry wait
     rig.tick(0.3)
     assert len(rig.reloads()) == n + 1 and rig.reloads()[-1].placement.n_gpu_layers == _layers(4096, 4)
+
+
+def _ready(rig: Rig) -> wp.Ready:
+    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=8, n_params=None, file_mib=1.0, n_ctx=2048)
+    return wp.Ready(pid=3, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
+
+
+def test_a_tier_switch_that_takes_the_worker_down_is_not_tried_again_at_that_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The crowd's plan failed to load and the worker exits (``Reloaded`` not kept: every generation in flight fails
+    with it). Nobody asked for the switch, so it is not tried again at this budget (each try would fail the crowd
+    again); at another budget with tier plans, switching goes on."""
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    rig.finish_reload()
+    assert rig.budget.current.tier == 1
+    rig.npcs(90, 100, 100, 100)
+    rig.tick(0.1)
+    up = rig.reloads()[-1]
+    rig.budget.on_reloaded(wp.Reloaded(req_id=up.req_id, ok=False, placement=up.placement, kept=False))
+    rig.budget.on_worker_death()  # it exits; the lifecycle restarts it on the placement in force
+    rig.budget.on_worker_ready(_ready(rig))
+    n = len(rig.reloads())
+    for _ in range(5):
+        rig.npcs(90, 100, 100, 100)  # the crowd is back
+        rig.tick(30.0)
+    assert len(rig.reloads()) == n and rig.budget.current.tier == 1
+    rig.plan_tiers(2048)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    rig.finish_reload()
+    assert rig.budget.current.budget_mib == 2048 and rig.budget.current.tier == 4  # the crowd's plan there
+
+
+def test_a_shrink_queued_behind_a_failed_tier_switch_waits_for_the_restarted_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reclaim arrives while a tier switch is in flight and is queued; the switch fails and the worker exits. The
+    reclaim is not sent to the exiting worker (it would be lost with it and answered ``engine_failure``): it starts
+    once the restarted worker is ready, and is answered then."""
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    switch = rig.reloads()[-1]
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=0.25)
+    assert rig.reloads() == [switch]  # queued behind the switch
+    rig.budget.on_reloaded(wp.Reloaded(req_id=switch.req_id, ok=False, placement=switch.placement, kept=False))
+    assert rig.reloads() == [switch]  # not sent to the worker that exits
+    rig.budget.on_worker_death()
+    rig.budget.on_worker_ready(_ready(rig))
+    shrink = rig.reloads()[-1]
+    assert shrink is not switch and shrink.urgent and shrink.placement.n_gpu_layers == _layers(2048, None)
+    rig.finish_reload()
+    (ack,) = rig.acks()
+    assert ack.applied and ack.granted_mib == 2048
+    assert not [m for _, m in (unpack_message(KEY, f) for f in rig.sent) if m.type == "error_reply"]
+
+
+def test_no_switch_while_a_model_switch_holds_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model switch drains the old model: the generations it holds are the new model's, and a tier switch of the old
+    worker would only delay the switch (it waits for no reload running)."""
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    monkeypatch.setattr(WorkerLifecycle, "holds_jobs", property(lambda self: True))
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S + 1.0)
+    assert rig.reloads() == []

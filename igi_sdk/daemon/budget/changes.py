@@ -42,6 +42,8 @@ class PendingReload:
     #: events): the rest of the old placement's memory is being freed, and NVML is watched for it meanwhile
     #: (``BudgetControl.watching_release``; not for a detach, answered on its ``all``).
     releasing: bool = False
+    #: A batch-tier switch at the budget in force (``BudgetControl._switch_tier``): nobody waits for it.
+    tier_switch: bool = False
 
 
 @dataclass

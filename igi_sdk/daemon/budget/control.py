@@ -107,6 +107,7 @@ class BudgetControl:
         self._plans = BudgetPlanning(core)  # plans, and the one being made in the background
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
+        self._tiers_blocked_mib: int | None = None  # a tier switch at this budget failed and took the worker with it
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
@@ -315,7 +316,10 @@ class BudgetControl:
         elif event.kept:
             self._growth_undone(op, event.message)
         else:
-            self._lost(op, f"reload failed: {event.message}")  # the worker exits and restarts on self.current
+            # the worker exits (it may not have yet, and still read as ready) and restarts on self.current: a change
+            # queued behind the failed one is started by on_worker_ready, never sent to the exiting worker
+            self._lost(op, f"reload failed: {event.message}")
+            return
         if self._queued is not None and self._core.worker.ready:
             self._start(self._queued)
 
@@ -447,9 +451,12 @@ class BudgetControl:
             return
         self._begin(decision.target_mib, reclaiming, waiters)
 
-    def _apply(self, outcome: PlanOutcome, waiters: list[Waiter], replan_mib: int | None = None) -> None:
+    def _apply(
+        self, outcome: PlanOutcome, waiters: list[Waiter], replan_mib: int | None = None, tier_switch: bool = False
+    ) -> None:
         """Reload to ``outcome`` (now, or after the reload in flight), or ack at once when nothing changes. A budget's
-        default plan gives way to its plan for the NPCs generating, when that tier was planned (``_for_generating``)."""
+        default plan gives way to its plan for the NPCs generating, when that tier was planned (``_for_generating``).
+        ``tier_switch``: a batch-tier switch at the budget in force, which nobody waits for."""
         if replan_mib is None:
             outcome = self._for_generating(outcome)
         same = same_plan(outcome, self.current) and not self._core.settings.engine.always_reload
@@ -459,7 +466,9 @@ class BudgetControl:
             for waiter in waiters:
                 self._ack(waiter, outcome, applied=True, measured=measured)
             return
-        op = PendingReload(req_id=new_msg_id(), outcome=outcome, waiters=waiters, replan_mib=replan_mib)
+        op = PendingReload(
+            req_id=new_msg_id(), outcome=outcome, waiters=waiters, replan_mib=replan_mib, tier_switch=tier_switch
+        )
         if self._queued is not None:  # a newer target supersedes the queued one; its waiters move along
             op.waiters = self._queued.waiters + op.waiters
         if self._overtake(op):
@@ -533,6 +542,10 @@ class BudgetControl:
         if len(tiers) < 2 or (not_before_s is not None and self._core.clock() < not_before_s):
             return
         current = self._current
+        # none while a model switch drains the old model (the jobs it holds are the new model's), nor at a budget where
+        # a switch failed and took the worker with it
+        if self._lifecycle.holds_jobs or current.budget_mib == self._tiers_blocked_mib:
+            return
         plans = self._planner.tier_plans(current.budget_mib)
         if not plans:
             return
@@ -562,7 +575,7 @@ class BudgetControl:
             budget_mib=target.budget_mib,
             strategy=target.plan.strategy,
         )
-        self._apply(target, [])
+        self._apply(target, [], tier_switch=True)
 
     def _tier_candidates(self, plans: dict[int, PlanOutcome], current: PlanOutcome) -> dict[int, TierCandidate]:
         """The tier plans a switch may go to, with the predictions the rule weighs: the placement in force's decode
@@ -718,6 +731,9 @@ class BudgetControl:
             error = RequestError(ErrorCode.ENGINE_FAILURE, message)
             for waiter in op.waiters:
                 self._core.send_error(waiter.identity, waiter.header, error)
+        if op.tier_switch:  # nobody asked for it, and it cost every generation in flight: not again at this budget
+            self._tiers_blocked_mib = op.outcome.budget_mib
+            self._core.log(logging.WARNING, "batch_tiers_blocked", budget_mib=op.outcome.budget_mib, error=message)
         self._keep_state_with_running_placement(op)
 
     def abort(self, error: RequestError) -> None:
@@ -784,6 +800,7 @@ class BudgetControl:
         self._requeue_lost_reload()
         self._planner = planner
         self._reloads_in_place_s.clear()  # another model moves at another speed
+        self._tiers_blocked_mib = None  # another model's tier plans
         if vram_budget_mib is not None:
             self.state = BudgetState.initial(vram_budget_mib)
         target = headroom = self.state.target_mib  # the old worker has exited (model_switch, "stopping")

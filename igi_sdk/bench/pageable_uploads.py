@@ -18,9 +18,9 @@ in the file's pages), then, greedy:
 The parent prints each child's figures and the medians of the ratios (bounce slots over the driver's path) of the TTFT,
 the sets' upload seconds and the move. Both paths upload the same bytes to the same kernels, so each reply must be the
 same token for token: it exits non-zero otherwise, or where on a GPU the bytes through the slots
-(``pageable_uploads.bounced_bytes``) are not 0 on the driver's path and at least the growth's with the slots (a GPU
-build without the patch has no counter, so the check fails there). The first child also warms the page cache; without
-a GPU nothing is uploaded and nothing is checked.
+(``pageable_uploads.bounced_bytes``) are not 0 on the driver's path or are 0 with the slots (a GPU build without the
+patch has no counter, so the check fails there). The first child also warms the page cache; without a GPU nothing is
+uploaded and nothing is checked.
 """
 
 from __future__ import annotations
@@ -153,11 +153,9 @@ def run(model: Path, args: argparse.Namespace) -> dict[str, Any]:
             "driver": [r["driver"]["bounced_mib"] for r in rounds],
             "bounce": [r["bounce"]["bounced_mib"] for r in rounds],
         },
-        # on a GPU: nothing through the slots on the driver's path, at least the growth's uploads with them
-        "slots_used": all(
-            r["driver"]["bounced_mib"] == 0 and (r["bounce"]["bounced_mib"] or 0) >= r["bounce"]["uploaded_mib"]
-            for r in rounds
-        )
+        # on a GPU: nothing through the slots on the driver's path, some of the uploads with them (a tensor under 4 MiB
+        # goes the driver's way either way)
+        "slots_used": all(r["driver"]["bounced_mib"] == 0 and (r["bounce"]["bounced_mib"] or 0) > 0 for r in rounds)
         if gpu
         else None,
         "rounds": rounds,

@@ -1,9 +1,9 @@
 """On an NVIDIA GPU with the patched CUDA build: a mapped host copy's uploads through the bounce slots (patches/llama.cpp
 0012) give the same replies as the driver's path, token for token, both where the prompt streams the FFN weights from
 the file's pages and after a growth uploaded them (``igi_sdk.bench.pageable_uploads`` on the synthetic 8B: children
-with ``GGML_CUDA_BOUNCE_THREADS`` 0 and 8, two interleaved pairs), and the slots carried the growth's uploads (the
-patch's counter). The ratios (TTFT, the growth's uploads) are printed for the results page; with ``OUT`` set the JSON
-goes to ``$OUT/pageable_uploads-<preset>.json``.
+with ``GGML_CUDA_BOUNCE_THREADS`` 0 and 8, two interleaved pairs), and uploads went through the slots only with them
+(the patch's counter). The ratios (TTFT, the growth's uploads) are printed for the results page; with ``OUT`` set the
+JSON goes to ``$OUT/pageable_uploads-<preset>.json``.
 
 Run: ``python3 -m pytest -o addopts='' -m gpu tests/gpu/test_gpu_pageable_uploads.py -s``.
 """

@@ -85,6 +85,8 @@ class FakeWorker:
         self.gpu_hidden = False
         self.starts: list[tuple[Placement, bool]] = []
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
+        self.stop_requested = False  # its abort flag (``stop_step``), cleared when it takes a Reload up
+        self.steps_stopped = 0  # ``stop_step`` calls
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
         self.weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # and the host copy it says it caches from
@@ -265,9 +267,17 @@ class FakeWorker:
                 self._queue.remove(job)
                 self._done(job, "cancelled")
         elif isinstance(command, wp.Reload):
+            self.stop_requested = False  # taken up: the worker clears its abort flag
             self._reload(command)
         elif isinstance(command, wp.Export):
             self._events.append(wp.Exported(req_id=command.req_id, session_id=command.session_id))
+
+    def stop_step(self) -> None:
+        self.stop_requested = True
+        self.steps_stopped += 1
+
+    def clear_stop(self) -> None:
+        self.stop_requested = False
 
     def read_events(self) -> list[wp.Event]:
         events, self._events = self._events, []

@@ -339,3 +339,55 @@ def test_no_switch_while_a_model_switch_holds_jobs(monkeypatch: pytest.MonkeyPat
     rig.tick()
     rig.tick(STABLE_S + 1.0)
     assert rig.reloads() == []
+
+
+def test_a_reclaim_behind_a_tier_switch_stops_the_step_the_switch_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tier switch waits for the worker's step in flight (it is not urgent), and a reclaim arriving meanwhile is
+    queued behind it: the step is stopped now (the worker's abort flag), so that the switch and then the reclaim start
+    at once; the reclaim goes out urgent and the flag is the worker's again."""
+    rig = Rig(monkeypatch)
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    switch = rig.reloads()[-1]
+    assert not switch.urgent and not rig.worker.stop_requested
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=0.25)
+    assert rig.reloads() == [switch] and rig.worker.stop_requested and rig.worker.steps_stopped == 1
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1024, deadline_s=0.25)
+    assert rig.worker.steps_stopped == 1  # asked once
+    rig.finish_reload()
+    shrink = rig.reloads()[-1]
+    assert shrink is not switch and shrink.urgent and shrink.placement.n_gpu_layers == _layers(1024, None)
+    assert not rig.worker.stop_requested  # taken up with the shrink
+    rig.finish_reload()
+    assert [a.granted_mib for a in rig.acks()] == [1024, 1024]
+
+
+def test_a_budget_growth_behind_a_tier_switch_stops_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch)
+    rig.budget._config = rig.budget._config.model_copy(update={"grow_stable_s": 0.0, "min_grow_interval_s": 0.0})
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 6144)
+    rig.tick()
+    assert rig.worker.steps_stopped == 0
+
+
+def test_a_stop_asked_for_a_shrink_that_no_longer_goes_out_is_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shrink queued behind the switch is superseded by a change that goes out without stopping a step (the game
+    asks for its budget back): the worker's abort flag is cleared, or it would stop every step."""
+    rig = Rig(monkeypatch)
+    rig.budget._config = rig.budget._config.model_copy(update={"grow_stable_s": 0.0, "min_grow_interval_s": 0.0})
+    rig.plan_tiers()
+    rig.npcs(100)
+    rig.tick()
+    rig.tick(STABLE_S)
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=0.25)
+    assert rig.worker.stop_requested
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 4096)  # back to the budget in force
+    rig.worker.unread_kinds = (wp.Reload,)  # whatever goes out next waits unread
+    rig.finish_reload()
+    assert not rig.worker.stop_requested

@@ -257,7 +257,13 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
     supervisor.send(wp.Reload(req_id="r2", placement=CPU_PLACEMENT, urgent=True))
     assert flag.value == 1
     flag.value = 0  # the worker took the reload up
+    supervisor.stop_step()  # for a shrink queued behind a reload that waits for the step
+    assert flag.value == 1
+    supervisor.clear_stop()  # taken back: no urgent reload followed
+    assert flag.value == 0
     supervisor.send(wp.Shutdown())  # an exiting worker's step is not waited for either
+    assert flag.value == 1
+    supervisor.clear_stop()  # never for an exiting worker
     assert flag.value == 1
 
 

@@ -44,6 +44,8 @@ class PendingReload:
     releasing: bool = False
     #: A batch-tier switch at the budget in force (``BudgetControl._switch_tier``): nobody waits for it.
     tier_switch: bool = False
+    #: Sent ``urgent``: the worker's step in flight was stopped for it (``BudgetControl._start``).
+    urgent: bool = False
 
 
 @dataclass

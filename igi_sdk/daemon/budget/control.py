@@ -108,6 +108,7 @@ class BudgetControl:
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._tiers_blocked_mib: int | None = None  # a tier switch at this budget failed and took the worker with it
+        self._step_stopped = False  # stop_step was asked of the worker for a shrink queued behind the reload in flight
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
@@ -204,6 +205,7 @@ class BudgetControl:
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
         self._reloads_in_place_s.clear()  # a new worker's reloads are measured anew
+        self._step_stopped = False  # its abort flag is its own
         if self._restart_waiters:  # the failed detach's worker is gone: its successor serves their budget on the CPU
             waiters, self._restart_waiters = self._restart_waiters, []
             measured = self._worker_vram_mib()
@@ -302,6 +304,14 @@ class BudgetControl:
         op = self._inflight
         if op is None or op.replacing or event.req_id != op.req_id:
             return
+        self._reloaded(op, event)
+        if self._step_stopped:  # the shrink it was asked for has gone out urgent, or no longer needs the step stopped
+            self._step_stopped = False
+            after = self._inflight
+            if after is None or not (after.urgent or after.replacing):
+                self._core.worker.clear_stop()
+
+    def _reloaded(self, op: PendingReload, event: wp.Reloaded) -> None:
         self._inflight = None
         self._lifecycle.reload_done()
         if event.ok and self._current.placement.gpu_context and op.outcome.placement.gpu_context:
@@ -478,6 +488,26 @@ class BudgetControl:
             self._start(op)
         else:
             self._queued = op
+            self._stop_step_for(op)
+
+    def _stop_step_for(self, queued: PendingReload) -> None:
+        """A shrink queued behind a reload in flight that waits for the worker's step in flight (a growth, a batch-tier
+        switch: not urgent) stops that step now, so that the reload in flight, then the shrink, start at once (the
+        worker undoes the step and does it again after them). The worker clears its flag when it takes a ``Reload``
+        up; ``on_reloaded`` takes the request back where no urgent one follows."""
+        inflight = self._inflight
+        if inflight is None or inflight.replacing or inflight.urgent or self._step_stopped:
+            return
+        if queued.outcome.budget_mib >= inflight.outcome.budget_mib or not self._core.worker.ready:
+            return
+        self._core.worker.stop_step()
+        self._step_stopped = True
+        self._core.log(
+            logging.INFO,
+            "reload_step_stopped",
+            budget_mib=queued.outcome.budget_mib,
+            behind=inflight.outcome.budget_mib,
+        )
 
     def _replaces_starting_worker(self, op: PendingReload) -> bool:
         """Whether ``op`` replaces a worker still loading the placement in force (it could not reload to ``op``'s in
@@ -505,12 +535,9 @@ class BudgetControl:
         # model) where the step after the move runs on the GPU; any other growth waits for the step
         shrink = op.outcome.budget_mib < self._current.budget_mib
         out_of_parked = on_host(self._current.placement) and not on_host(op.outcome.placement)
+        op.urgent = shrink or out_of_parked
         reload = wp.Reload(
-            req_id=op.req_id,
-            placement=op.outcome.placement,
-            vision=op.outcome.encoder,
-            urgent=shrink or out_of_parked,
-            shrink=shrink,
+            req_id=op.req_id, placement=op.outcome.placement, vision=op.outcome.encoder, urgent=op.urgent, shrink=shrink
         )
         if not self._core.send_to_worker(reload):
             # the worker has died (not handled yet) or is exiting: nothing will answer this req_id, so the reload
@@ -716,6 +743,7 @@ class BudgetControl:
         the restarted worker is ready: ``_lost``). The new worker of a replacement to a GPU placement dying while it
         loads: the same, and the worker restarts on the placement in force (CPU-only)."""
         op, self._inflight = self._inflight, None
+        self._step_stopped = False
         if op is None:
             return
         self._lost(op, "engine worker died during a reload; restarted with the last good placement")

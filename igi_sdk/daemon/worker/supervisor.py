@@ -459,6 +459,18 @@ class WorkerSupervisor:
             self._mark_dead()
             raise WorkerGone(str(exc)) from exc
 
+    def stop_step(self) -> None:
+        """Stop the worker's step in flight now (the abort flag), for a reload already sent that waits for it: the
+        worker undoes the step and clears the flag when it takes a ``Reload`` up; :meth:`clear_stop` takes the request
+        back where no ``Reload`` is left to clear it (a stale flag would stop every step)."""
+        if not self._dead and not self._stopping:
+            self._abort_step()
+
+    def clear_stop(self) -> None:
+        """Take a :meth:`stop_step` back (not while the worker is exiting: its ``Shutdown`` stopped the step)."""
+        if self._abort_flag is not None and not self._stopping:
+            self._abort_flag.value = 0
+
     def _abort_step(self) -> None:
         """Set the worker's abort flag: llama.cpp stops the step in flight at its next check, and the worker undoes
         it (``engine_process.boot``)."""

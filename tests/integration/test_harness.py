@@ -252,7 +252,8 @@ def test_with_a_projector_the_first_npc_is_shown_the_rendered_frame(tmp_path: Pa
     (meaningless text: random projector weights) and the daemon encoded the image once. Without ``--mmproj`` (the
     other tests) no image is sent."""
     out = tmp_path / "look"
-    cmd = [sys.executable, str(ROOT / "samples" / "harness.py"), "--duration-s", "14", "--npcs", "1"]
+    # 20 s: the image turn (its encode and 12 tokens on the CPU) ends within the phase on a loaded 2-core machine
+    cmd = [sys.executable, str(ROOT / "samples" / "harness.py"), "--duration-s", "20", "--npcs", "1"]
     cmd += ["--max-tokens", "12", "--no-governor-phase", "--no-live", "--out", str(out)]
     cmd += ["--mmproj", "synthetic:smolvlm_tiny", "--look-at-s", "0"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)

@@ -158,6 +158,12 @@ def test_no_switch_that_does_not_pay(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(rig.reloads()) == 1
 
 
+def _ready(rig: Rig) -> wp.Ready:
+    """A (re)started worker's ``Ready`` on the placement in force."""
+    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=8, n_params=None, file_mib=1.0, n_ctx=2048)
+    return wp.Ready(pid=3, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
+
+
 def _down_to_tier_1(rig: Rig, apply_time_s: float) -> None:
     """One NPC with a long reply: the switch down to tier 1's plan after the hysteresis, measured by the worker."""
     rig.npcs(100)
@@ -187,9 +193,7 @@ def test_a_switch_is_weighed_by_the_reloads_the_worker_measured(monkeypatch: pyt
     rig = Rig(monkeypatch)
     rig.plan_tiers()
     _down_to_tier_1(rig, apply_time_s=0.2)
-    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=8, n_params=None, file_mib=1.0, n_ctx=2048)
-    ready = wp.Ready(pid=2, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
-    rig.budget.on_worker_ready(ready)  # a new worker: its reloads are measured anew
+    rig.budget.on_worker_ready(_ready(rig))  # a new worker: its reloads are measured anew
     rig.npcs(5, 5, 5, 5)
     rig.tick(0.1)
     assert len(rig.reloads()) == 1  # the prediction again
@@ -249,11 +253,7 @@ def test_a_tier_switch_the_gpu_cannot_hold_is_undone_and_not_tried_again_before_
 
     rig = Rig(monkeypatch)
     rig.plan_tiers()
-    rig.npcs(100)
-    rig.tick()
-    rig.tick(STABLE_S)
-    rig.finish_reload()
-    assert rig.budget.current.tier == 1
+    _down_to_tier_1(rig, apply_time_s=0.0)
     rig.npcs(90, 100, 100, 100)
     rig.tick(0.1)
     up = rig.reloads()[-1]
@@ -268,11 +268,6 @@ def test_a_tier_switch_the_gpu_cannot_hold_is_undone_and_not_tried_again_before_
     assert len(rig.reloads()) == n + 1 and rig.reloads()[-1].placement.n_gpu_layers == _layers(4096, 4)
 
 
-def _ready(rig: Rig) -> wp.Ready:
-    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=8, n_params=None, file_mib=1.0, n_ctx=2048)
-    return wp.Ready(pid=3, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
-
-
 def test_a_tier_switch_that_takes_the_worker_down_is_not_tried_again_at_that_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -281,11 +276,7 @@ def test_a_tier_switch_that_takes_the_worker_down_is_not_tried_again_at_that_bud
     again); at another budget with tier plans, switching goes on."""
     rig = Rig(monkeypatch)
     rig.plan_tiers()
-    rig.npcs(100)
-    rig.tick()
-    rig.tick(STABLE_S)
-    rig.finish_reload()
-    assert rig.budget.current.tier == 1
+    _down_to_tier_1(rig, apply_time_s=0.0)
     rig.npcs(90, 100, 100, 100)
     rig.tick(0.1)
     up = rig.reloads()[-1]

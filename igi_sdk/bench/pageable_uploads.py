@@ -39,25 +39,11 @@ MIB = 1024 * 1024
 PROMPT_LINE = "The harbour at dawn: ships, gulls, nets drying on the quay and the fishmongers calling out their catch. "
 
 
-def _reply(engine: Any, prompt: list[int], max_tokens: int) -> dict[str, Any]:
-    from igi_sdk.engine.batch_types import BatchRequest
-    from igi_sdk.engine.batching import BatchScheduler
-    from igi_sdk.engine.sampler import Sampler
-
-    sched = BatchScheduler(engine)
-    handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
-    sched.run_until_idle()
-    engine.seq_clear(0)
-    stats = handle.stats
-    assert stats is not None
-    return {"tokens": list(handle.tokens), "ttft_s": stats.ttft_s, "decode_tok_s": stats.decode_tok_s}
-
-
 def child(model: Path, n_threads: int, prompt_tokens: int, max_tokens: int) -> dict[str, Any]:
     """Steps 1-3 in this process (its ``GGML_CUDA_BOUNCE_THREADS`` set by the parent)."""
     # llama.cpp is loaded before numpy (docs/engine.md, "Load order")
     from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
-    from igi_sdk.bench.weight_cache import FFN_ON_HOST, cache_base
+    from igi_sdk.bench.weight_cache import FFN_ON_HOST, cache_base, reply_to
     from igi_sdk.engine.devices import gpu_devices
     from igi_sdk.engine.pageable_uploads import bounced_bytes
 
@@ -68,14 +54,14 @@ def child(model: Path, n_threads: int, prompt_tokens: int, max_tokens: int) -> d
     with LlamaEngine(model, attn_first, weight_cache_device=device, weight_cache_host="mapped") as engine:
         text = PROMPT_LINE * (1 + prompt_tokens // max(1, len(engine.tokenize(PROMPT_LINE))))
         prompt = engine.tokenize(text)[:prompt_tokens]
-        _reply(engine, prompt[:64], 4)  # the first decode after a load warms up
-        streamed = _reply(engine, prompt, max_tokens)
+        reply_to(engine, prompt[:64], 4)  # the first decode after a load warms up
+        streamed = reply_to(engine, prompt, max_tokens)
         before = sum(engine.cached_weights.values())
         engine.move_to(full)
         move = engine.last_move
         assert move is not None
         uploaded = sum(engine.cached_weights.values()) - before  # the FFN sets, from the file's pages
-        on_gpu = _reply(engine, prompt, max_tokens)
+        on_gpu = reply_to(engine, prompt, max_tokens)
     bounced = bounced_bytes()
     return {
         "bounce_threads": int(os.environ.get("GGML_CUDA_BOUNCE_THREADS", "0") or 0),

@@ -83,7 +83,13 @@ def cache_base(n_threads: int, gpu: bool) -> Placement:
 
 
 def reply(engine: LlamaEngine, max_tokens: int) -> dict[str, Any]:
+    """Greedy, to ``QUESTION`` in the model's chat template."""
     prompt = engine.tokenize(engine.apply_chat_template([{"role": "user", "content": QUESTION}]))
+    return reply_to(engine, prompt, max_tokens)
+
+
+def reply_to(engine: LlamaEngine, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    """Greedy, to ``prompt`` on sequence 0 (cleared after): its tokens, TTFT and decode rate."""
     sched = BatchScheduler(engine)
     handle = sched.submit(BatchRequest("s", prompt, max_tokens=max_tokens, sampler=Sampler(temperature=0)))
     sched.run_until_idle()

@@ -25,7 +25,10 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply (aft
 
 Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
 placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
-is reported, not required. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
+is reported, not required. After the daemon has exited, every reply is scored teacher-forced in an engine of the
+bench's own (``bench.greedy_check``, unless ``--no-greedy-check``): each of its tokens must be the greedy choice up to
+the kernels' rounding, measured in the same engine; a reply that is not, or a reference that is not (the prompts
+rendered differently from the daemon's), fails the run. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
 ``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed); ``--json``
 writes all of it.
 """
@@ -66,6 +69,22 @@ QUESTIONS = (
     "What do the villagers say about the king?",
     "Which road leads to the mountain pass?",
 )
+
+
+SYSTEM_PROMPT = "You live in a small harbour town. Answer in two sentences."
+
+
+def persona(i: int) -> str:
+    return f"NPC {i}"
+
+
+def messages(i: int) -> list[dict[str, str]]:
+    """NPC ``i``'s prompt as the daemon renders a session's first turn (``Session.messages_for``): the persona
+    line and the system prompt, then the question."""
+    return [
+        {"role": "system", "content": f"You are {persona(i)}.\n{SYSTEM_PROMPT}"},
+        {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]},
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,9 +145,7 @@ class Npcs:
     def ask(self, client: Client, i: int) -> tuple[Any, list[tuple[float, float]]]:
         """NPC ``i``'s question on a fresh session, streamed: the result and every wait (monotonic start, seconds)
         from the question's send to the first token and from each token to the next."""
-        sid = client.create_session(
-            f"NPC {i}", "You live in a small harbour town. Answer in two sentences.", sampling=GREEDY
-        )
+        sid = client.create_session(persona(i), SYSTEM_PROMPT, sampling=GREEDY)
         try:
             t_last = time.monotonic()
             stream = client.generate(sid, QUESTIONS[i % len(QUESTIONS)], max_tokens=self.max_tokens)
@@ -178,6 +195,7 @@ class Npcs:
                             "npc": i,
                             "t_s": round(t0, 3),
                             "identical": list(result.token_ids) == self.reference[i],
+                            "token_ids": list(result.token_ids),
                             "n_tokens": len(result.token_ids),
                             "reloads_during": result.reloads_during,
                             "finish_reason": result.finish_reason,
@@ -309,7 +327,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-    return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
+    out = _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
+    if args.greedy_check:  # the daemon is gone: its device memory is free for the scoring engine
+        out["greedy_check"] = greedy_check(model, args.n_threads, npcs)
+        out["summary"]["greedy"] = out["greedy_check"]["summary"]
+    return out
+
+
+def greedy_check(model: Path, n_threads: int, npcs: Npcs) -> dict[str, Any]:
+    """Every NPC's replies scored against the kernels' rounding (``bench.greedy_check``)."""
+    from igi_sdk.bench import greedy_check as check
+
+    conversations = [
+        check.Conversation(
+            messages=messages(i),
+            reference=npcs.reference[i],
+            replies=[r["token_ids"] for r in npcs.replies if r["npc"] == i],
+        )
+        for i in range(npcs.n)
+    ]
+    return check.check(model, n_threads, conversations)
 
 
 def _round(value: float | None) -> float | None:
@@ -407,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--always-reload", action="store_true", help="reload on every change (CPU-only machines)")
     parser.add_argument("--daemon-arg", action="append", default=[], help="one more daemon argument (repeatable)")
     parser.add_argument("--log-file", type=Path, default=None, help="the daemon's log (default: a temporary folder)")
+    parser.add_argument(
+        "--no-greedy-check",
+        dest="greedy_check",
+        action="store_false",
+        help="skip scoring the replies against the kernels' rounding after the run (bench.greedy_check)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     out = run(args)
@@ -414,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(out, indent=1))
     _print(out)
     summary = out["summary"]
-    return 1 if summary["replies_failed"] or summary["violations"] else 0
+    greedy = summary.get("greedy")
+    off_greedy = greedy is not None and (greedy["replies_beyond_tolerance"] or not greedy["references_within"])
+    return 1 if summary["replies_failed"] or summary["violations"] or off_greedy else 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ logit fell below the step's largest (its *deficit*; 0 for the argmax).
 On the CPU the daemon and this engine run the same kernels and the tolerance is 0: every reply must be the greedy
 choice exactly. The references themselves are scored too: their deficits within the tolerance show that the prompts
 here are the daemon's (a prompt rendered differently would be far from greedy).
+
+``python -m igi_sdk.bench.greedy_check --model SPEC --conversations IN.json [--n-threads N] [--json OUT]``: ``IN.json``
+a list of ``{"messages": [...], "reference": [ids], "replies": [[ids], ...]}`` (what ``bench.live_budget`` writes
+after its run); exit 1 where a reply or a reference is beyond the tolerance.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from __future__ import annotations
 # llama.cpp is loaded before numpy (docs/engine.md, "Load order")
 from igi_sdk.engine.llama_engine import LlamaEngine  # isort: skip
 
+import argparse
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +160,26 @@ def summarize(rounding: float, references: list[dict[str, Any]], replies: list[d
         "replies_beyond_tolerance": sum(r["count"] for r in replies if r["max_deficit"] > tolerance),
         "parted_gap_max_logit": max(parted, default=None),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from igi_sdk.model_store import resolve_model_path
+
+    parser = argparse.ArgumentParser(prog="python -m igi_sdk.bench.greedy_check", description=__doc__)
+    parser.add_argument("--model", default="default", help='GGUF path, "default" (the embedded model) or a preset')
+    parser.add_argument("--conversations", type=Path, required=True)
+    parser.add_argument("--n-threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    given = json.loads(args.conversations.read_text())
+    conversations = [Conversation(c["messages"], c["reference"], c["replies"]) for c in given]
+    out = check(resolve_model_path(args.model), args.n_threads, conversations)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    summary = out["summary"]
+    print(json.dumps(summary, indent=1))
+    return 1 if summary["replies_beyond_tolerance"] or not summary["references_within"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

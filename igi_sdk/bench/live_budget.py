@@ -23,14 +23,14 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply (aft
   as a pause in an NPC's speech. ``baseline_stall_s`` in the summary is the same wait over the replies outside every
   change, the pace of the NPCs' speech alone.
 
-Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every
-placement computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones
-is reported, not required. After the daemon has exited, every reply is scored teacher-forced in an engine of the
-bench's own (``bench.greedy_check``, unless ``--no-greedy-check``): each of its tokens must be the greedy choice up to
-the kernels' rounding, measured in the same engine; a reply that is not, or a reference that is not (the prompts
-rendered differently from the daemon's), fails the run. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
-``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed); ``--json``
-writes all of it.
+Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every placement
+computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones is reported,
+not required. After the daemon has exited, a process of its own scores every reply teacher-forced
+(``bench.greedy_check``, unless ``--no-greedy-check``): each of its tokens must be the greedy choice up to the kernels'
+rounding, measured in the same engine; a reply that is not, or a reference that is not (the prompts rendered differently
+from the daemon's), fails the run. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
+``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed, the greedy
+check's); ``--json`` writes all of it.
 """
 
 from __future__ import annotations
@@ -327,26 +327,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-    out = _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
-    if args.greedy_check:  # the daemon is gone: its device memory is free for the scoring engine
-        out["greedy_check"] = greedy_check(model, args.n_threads, npcs)
-        out["summary"]["greedy"] = out["greedy_check"]["summary"]
-    return out
+    return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
 
 
-def greedy_check(model: Path, n_threads: int, npcs: Npcs) -> dict[str, Any]:
-    """Every NPC's replies scored against the kernels' rounding (``bench.greedy_check``)."""
-    from igi_sdk.bench import greedy_check as check
-
+def greedy_check(out: dict[str, Any], n_threads: int, workdir: Path) -> dict[str, Any]:
+    """Every NPC's replies of the run ``out`` scored against the kernels' rounding (``bench.greedy_check``), in a
+    process of its own: a load of the model in this one, which has imported ZeroMQ already, could crash it (docs/
+    engine.md, "Load order"), and a crash there must not take the run's figures with it. On failure: ``error``."""
     conversations = [
-        check.Conversation(
-            messages=messages(i),
-            reference=npcs.reference[i],
-            replies=[r["token_ids"] for r in npcs.replies if r["npc"] == i],
-        )
-        for i in range(npcs.n)
+        {
+            "messages": messages(i),
+            "reference": reference,
+            "replies": [r["token_ids"] for r in out["replies"] if r["npc"] == i],
+        }
+        for i, reference in enumerate(out["references"])
     ]
-    return check.check(model, n_threads, conversations)
+    given, result = workdir / "conversations.json", workdir / "greedy_check.json"
+    given.write_text(json.dumps(conversations))
+    cmd = [sys.executable, "-m", "igi_sdk.bench.greedy_check", "--model", out["model"], "--n-threads", str(n_threads)]
+    done = subprocess.run(
+        [*cmd, "--conversations", str(given), "--json", str(result)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0 or not result.exists():
+        return {"error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
+    return dict(json.loads(result.read_text()))
 
 
 def _round(value: float | None) -> float | None:
@@ -387,6 +391,7 @@ def _report(
         "start_mib": args.vram_budget_mib,
         "daemon_start_s": round(start_s, 3),
         "changes": changes,
+        "references": npcs.reference,
         "replies": replies,
         "errors": npcs.errors,
         "summary": {
@@ -455,10 +460,15 @@ def main(argv: list[str] | None = None) -> int:
     out = run(args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    _print(out)
     summary = out["summary"]
-    greedy = summary.get("greedy")
-    off_greedy = greedy is not None and (greedy["replies_beyond_tolerance"] or not greedy["references_within"])
+    off_greedy = False
+    if args.greedy_check:  # the daemon is gone: its device memory is free for the scoring engine
+        out["greedy_check"] = greedy_check(out, args.n_threads, Path(tempfile.mkdtemp(prefix="igi-greedy-")))
+        greedy = summary["greedy"] = out["greedy_check"].get("summary")
+        off_greedy = greedy is None or bool(greedy["replies_beyond_tolerance"]) or not greedy["references_within"]
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1))
+    _print(out)
     return 1 if summary["replies_failed"] or summary["violations"] or off_greedy else 0
 
 

@@ -113,6 +113,7 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation]) ->
                     "tokens": len(conversation.reference),
                     "max_deficit": max(deficits(cached, conversation.reference), default=0.0),
                     "top_gaps": [float(top[1] - top[0]) for top in sorted_top],
+                    "median_deficits": [float(row.max() - np.median(row)) for row in cached],
                 }
             )
         host.clear()
@@ -142,17 +143,20 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation]) ->
 
 def summarize(rounding: float, references: list[dict[str, Any]], replies: list[dict[str, Any]]) -> dict[str, Any]:
     """``rounding_logit`` and ``tolerance_logit`` (step 2), the references' and the replies' largest deficits, the
-    replies beyond the tolerance (counted with their repeats), the parting gaps' largest, and the median gap between
-    the two largest logits along the references (how nearly tied this model's choices are)."""
+    replies beyond the tolerance (counted with their repeats), the parting gaps' largest; along the references, the
+    median gap between the two largest logits (how nearly tied this model's choices are) and the median token's
+    deficit (where a token chosen without regard to the context would lie: what the tolerance is small against)."""
     tolerance = 2.0 * rounding
     gaps = sorted(g for r in references for g in r["top_gaps"])
+    typical = sorted(d for r in references for d in r["median_deficits"])
     for r in references:
-        r.pop("top_gaps")
+        r.pop("top_gaps"), r.pop("median_deficits")
     parted = [abs(r["parted_gap"]) for r in replies if r["parted_gap"] is not None]
     return {
         "rounding_logit": rounding,
         "tolerance_logit": tolerance,
         "top_gap_median_logit": gaps[len(gaps) // 2] if gaps else None,
+        "median_token_deficit_logit": typical[len(typical) // 2] if typical else None,
         "references_max_deficit": max((r["max_deficit"] for r in references), default=0.0),
         "references_within": all(r["max_deficit"] <= tolerance for r in references),
         "distinct_replies": len(replies),

@@ -52,6 +52,7 @@ from igi_sdk.client import Client
 from igi_sdk.ipc.values import Sampling
 
 RECLAIM_DEADLINE_S = 0.25
+GREEDY_CHECK_TIMEOUT_S = 1800.0
 LADDER_STEP_MIB = 1024
 SETTLE_POLL_S = 0.05
 SETTLE_TIMEOUT_S = 120.0
@@ -79,12 +80,12 @@ def persona(i: int) -> str:
 
 
 def messages(i: int) -> list[dict[str, str]]:
-    """NPC ``i``'s prompt as the daemon renders a session's first turn (``Session.messages_for``): the persona
-    line and the system prompt, then the question."""
-    return [
-        {"role": "system", "content": f"You are {persona(i)}.\n{SYSTEM_PROMPT}"},
-        {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]},
-    ]
+    """NPC ``i``'s prompt, the chat messages of its session's first turn as the daemon makes them
+    (``Session.messages_for``)."""
+    from igi_sdk.daemon.sessions.table import Session
+
+    session = Session(f"npc-{i}", persona(i), SYSTEM_PROMPT, GREEDY, priority=0, owner=None)
+    return [{"role": role, "content": text} for role, text in session.messages_for(QUESTIONS[i % len(QUESTIONS)])]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class Npcs:
     def __init__(self, connection_file: Path, n: int, max_tokens: int) -> None:
         self.connection_file, self.n, self.max_tokens = connection_file, n, max_tokens
         self.reference: list[list[int]] = []
+        self.reference_finish: list[str] = []
         self.replies: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.waits: list[tuple[float, float]] = []  # (monotonic start, s) of every wait for a token
@@ -159,7 +161,9 @@ class Npcs:
             client.close_session(sid)
 
     def take_reference(self, client: Client) -> None:
-        self.reference = [list(self.ask(client, i)[0].token_ids) for i in range(self.n)]
+        results = [self.ask(client, i)[0] for i in range(self.n)]
+        self.reference = [list(r.token_ids) for r in results]
+        self.reference_finish = [r.finish_reason for r in results]
 
     def longest_wait_s(self, t0: float, t1: float) -> float | None:
         """The longest wait for a token that overlaps [t0, t1] (None: no NPC waited then)."""
@@ -330,27 +334,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return _report(args, str(model), start_s, sampler.gpu_name, changes_out, npcs, baseline_stall_s)
 
 
-def greedy_check(out: dict[str, Any], n_threads: int, workdir: Path) -> dict[str, Any]:
+def greedy_check(out: dict[str, Any], n_threads: int, max_tokens: int, workdir: Path) -> dict[str, Any]:
     """Every NPC's replies of the run ``out`` scored against the kernels' rounding (``bench.greedy_check``), in a
     process of its own: a load of the model in this one, which has imported ZeroMQ already, could crash it (docs/
-    engine.md, "Load order"), and a crash there must not take the run's figures with it. On failure: ``error``."""
+    engine.md, "Load order"), and a crash there must not take the run's figures with it. The check's records whether
+    it passed or not; ``error`` where it gave none."""
     conversations = [
         {
             "messages": messages(i),
             "reference": reference,
-            "replies": [r["token_ids"] for r in out["replies"] if r["npc"] == i],
+            "replies": [
+                {"tokens": r["token_ids"], "finish_reason": r["finish_reason"]} for r in out["replies"] if r["npc"] == i
+            ],
         }
         for i, reference in enumerate(out["references"])
     ]
+    workdir.mkdir(parents=True, exist_ok=True)
     given, result = workdir / "conversations.json", workdir / "greedy_check.json"
     given.write_text(json.dumps(conversations))
     cmd = [sys.executable, "-m", "igi_sdk.bench.greedy_check", "--model", out["model"], "--n-threads", str(n_threads)]
-    done = subprocess.run(
-        [*cmd, "--conversations", str(given), "--json", str(result)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0 or not result.exists():
-        return {"error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
-    return dict(json.loads(result.read_text()))
+    cmd += ["--max-tokens", str(max_tokens), "--conversations", str(given), "--json", str(result)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=GREEDY_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {GREEDY_CHECK_TIMEOUT_S} s"}
+    try:
+        if done.returncode in (0, 1):  # 1: it ran and found a reply beyond the tolerance
+            return dict(json.loads(result.read_text()))
+    except (OSError, ValueError):
+        pass
+    return {"error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
 
 
 def _round(value: float | None) -> float | None:
@@ -391,7 +404,10 @@ def _report(
         "start_mib": args.vram_budget_mib,
         "daemon_start_s": round(start_s, 3),
         "changes": changes,
-        "references": npcs.reference,
+        "references": [
+            {"tokens": tokens, "finish_reason": finish}
+            for tokens, finish in zip(npcs.reference, npcs.reference_finish, strict=True)
+        ],
         "replies": replies,
         "errors": npcs.errors,
         "summary": {
@@ -463,9 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = out["summary"]
     off_greedy = False
     if args.greedy_check:  # the daemon is gone: its device memory is free for the scoring engine
-        out["greedy_check"] = greedy_check(out, args.n_threads, Path(tempfile.mkdtemp(prefix="igi-greedy-")))
+        workdir = Path(tempfile.mkdtemp(prefix="igi-greedy-"))
+        out["greedy_check"] = greedy_check(out, args.n_threads, args.max_tokens, workdir)
         greedy = summary["greedy"] = out["greedy_check"].get("summary")
-        off_greedy = greedy is None or bool(greedy["replies_beyond_tolerance"]) or not greedy["references_within"]
+        off_greedy = greedy is None or not greedy["passed"]
         if args.json:
             args.json.write_text(json.dumps(out, indent=1))
     _print(out)

@@ -451,3 +451,41 @@ def test_the_batch_tiers_are_planned_ahead_after_the_ladder(monkeypatch: pytest.
     # planned once: later ticks plan nothing more
     rig.budget.tick()
     assert len(rig.planner.tier_calls) == 4 and rig.budget._plans.pending is None
+
+
+def test_a_second_shrink_behind_an_interim_does_not_wait_for_the_plan_being_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048, 1024}, used_mib=3700.0)
+    rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+    monkeypatch.setattr(rig.budget._plans, "plan_ahead", lambda *_args, **_kw: None)
+    rig.planner.gate.clear()  # the dry runs take their time
+    try:
+        rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 5000)  # a growth planned in the background
+        assert rig.budget._plans.pending is not None and rig.budget._plans.pending.target_mib == 5000
+        rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 3000, deadline_s=0.25)  # interim, released first
+        rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1500, deadline_s=0.25)  # queued behind it
+        rig.finish_reload(used_after_mib=1900.0)
+        assert len(rig.reloads()) == 2, "the reclaim to 1500 MiB went out once the first interim was done"
+        assert rig.budget._plans.pending is not None, "while the plan was still being made"
+    finally:
+        rig.planner.gate.set()
+
+
+def test_a_plan_done_during_the_interim_does_not_reload_its_placement_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048, 1024}, used_mib=3700.0)
+    rig.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+    monkeypatch.setattr(rig.budget._plans, "plan_ahead", lambda *_args, **_kw: None)
+    rig.planner.gate.clear()
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 5000)
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 3000, deadline_s=0.25)
+    rig.planner.gate.set()
+    rig.settle()  # the plan (superseded by 3000) ends while the interim reload runs
+    rig.finish_reload(used_after_mib=1900.0)
+    reloads = rig.reloads()
+    assert len(reloads) == 1 or reloads[1].placement != reloads[0].placement, "a second reload to the same placement"
+    rig.settle()  # the exact plan for 3000 MiB is made after the interim, not dropped with it
+    if len(rig.reloads()) > len(reloads):
+        rig.finish_reload(used_after_mib=2900.0)
+    assert rig.budget.current.budget_mib == 3000 and rig.budget.current.placement == partial_outcome(3000).placement
+    assert rig.budget.state.pending_mib is None

@@ -150,3 +150,29 @@ def test_a_release_of_another_reload_is_ignored(monkeypatch: pytest.MonkeyPatch)
     rig.used_mib = 500.0
     rig.budget.on_released(wp.Released(req_id="another", stage="all"))
     assert rig.replies() == []
+
+
+def test_the_same_budget_again_during_its_change_is_answered_with_that_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    rig.reload()
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)  # the policy keeps it: nothing new to do
+    assert rig.replies() == [], "not answered applied while the worker still holds 3700 MiB"
+    rig.released("weights", used_mib=1200.0)
+    acks = rig.replies()
+    assert len(acks) == 2 and all(isinstance(a, BudgetAck) and a.applied and a.granted_mib == 2048 for a in acks)
+    assert all(a.measured_vram_mib == 1200.0 for a in acks if isinstance(a, BudgetAck))
+
+
+def test_a_reclaim_of_the_budget_being_reloaded_to_does_not_reload_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 2048)
+    first = rig.reload()
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=0.25)
+    rig.released("weights", used_mib=1200.0)
+    rig.released("all", used_mib=600.0)
+    rig.reloaded(used_mib=1900.0)
+    reloads = [c for c in rig.worker.commands if isinstance(c, wp.Reload)]
+    assert reloads == [first], "no second reload to the placement just loaded"
+    acks = rig.replies()
+    assert len(acks) == 2 and all(isinstance(a, BudgetAck) and a.applied and a.granted_mib == 2048 for a in acks)

@@ -8,9 +8,11 @@ worker loading until ``finish_incoming``)."""
 
 from __future__ import annotations
 
+import pytest
 from daemon_sim import Daemon, check_exactly_one_terminal_reply
-from fakes import CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, FakePlanner, FakeWorker
+from fakes import CPU_PLACEMENT, GPU_MIB, GPU_PLACEMENT, FakePlanner, FakeWorker, cpu_outcome, partial_outcome
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
+    _LIVE,
     _answers,
     _daemon,
     _nvml,
@@ -22,12 +24,21 @@ from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
 )
 
 from igi_sdk.daemon.budget.planner import PlanOutcome
+from igi_sdk.daemon.budget.planning import BudgetPlanning
 from igi_sdk.daemon.worker.lifecycle import WorkerState
 from igi_sdk.ipc.error_codes import ErrorCode
-from igi_sdk.ipc.messages import BudgetAck, ErrorReply, GenerateReply, GenerateRequest, SetBudgetRequest, TokenEvent
+from igi_sdk.ipc.messages import (
+    BudgetAck,
+    ErrorReply,
+    GenerateReply,
+    GenerateRequest,
+    ReclaimRequest,
+    SetBudgetRequest,
+    TokenEvent,
+)
 from igi_sdk.ipc.values import Plan
 from igi_sdk.planner.placement import Placement
-from igi_sdk.policy.budget import GROWTH_RETRY_S
+from igi_sdk.policy.budget import GROWTH_RETRY_S, BudgetPolicyConfig, BudgetState
 
 WIDE = Placement(n_gpu_layers=-1, n_batch=1024)  # another GPU placement, for budgets of 6144 MiB and more
 
@@ -191,4 +202,87 @@ def test_a_start_beside_the_os_refuses_stops_the_old_worker_first() -> None:
     [ack] = _answers(daemon, grow)
     assert isinstance(ack, BudgetAck) and ack.applied and ack.plan.strategy == "full_gpu"
     assert worker.pid != hidden and worker.beside_starts == 0
+    check_exactly_one_terminal_reply(daemon)
+
+
+def _grows_first(monkeypatch: pytest.MonkeyPatch) -> tuple[Daemon, FakeWorker, FakePlanner]:
+    """A daemon on a GPU machine serving the CPU-only placement (1024 MiB) whose workers cache weights on the GPU: a
+    growth to a budget not planned before starts a GPU worker beside on the nearest planned placement (4096 MiB's) at
+    once, the exact plan to follow (``BudgetPlanning.grow_first``). Nothing is planned ahead."""
+    monkeypatch.setattr(BudgetPlanning, "plan_ahead", lambda *_args, **_kw: None)
+    worker = FakeWorker(stop_mode="after_step")
+    _LIVE.append(worker)
+
+    def outcome(budget_mib: int) -> PlanOutcome:
+        return cpu_outcome(budget_mib, CPU_PLACEMENT) if budget_mib < 2048 else partial_outcome(budget_mib)
+
+    planner = FakePlanner(outcome, cpu_placement=CPU_PLACEMENT, cached={1024, 4096}, child_mib=600)
+    daemon = Daemon(worker=worker, planner=planner, budget_mib=1024, gpu=True, planner_for=lambda _p, _b: planner)
+    daemon.budget.state = BudgetState.initial(1024)
+    daemon.budget._config = BudgetPolicyConfig(grow_stable_s=0.0, grow_min_mib=0, min_grow_interval_s=0.0)
+    engine = daemon.core.settings.engine.model_copy(update={"always_reload": False, "weight_cache_device": "CUDA0"})
+    daemon.core.settings = daemon.core.settings.model_copy(update={"engine": engine})
+    assert worker.ready and worker.gpu_hidden
+    worker.hold_incoming = True
+    return daemon, worker, planner
+
+
+def _run_out(daemon: Daemon, worker: FakeWorker) -> None:
+    worker.finish_incoming()
+    for _ in range(200):
+        daemon.pump()
+        worker.step()
+
+
+@pytest.mark.parametrize("kind", ["set_budget", "reclaim"])
+def test_a_newer_budget_of_the_loading_placement_is_not_grown_past_to_the_older_target(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    daemon, worker, _planner = _grows_first(monkeypatch)
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=5000))  # not planned: 4096's placement first, 5000 after
+    assert _state(daemon) is WorkerState.REPLACING_BESIDE
+    loading = worker.incoming_pid
+    newer = (
+        SetBudgetRequest(vram_budget_mib=4096)
+        if kind == "set_budget"
+        else ReclaimRequest(vram_budget_mib=4096, deadline_s=1.0)
+    )
+    back = daemon.request(newer)  # planned: the placement loading beside, and the game's newest budget
+    _run_out(daemon, worker)
+    [ack] = _answers(daemon, back)
+    assert isinstance(ack, BudgetAck) and ack.applied and ack.granted_mib == 4096 and not ack.interim
+    assert all(isinstance(a, BudgetAck) for a in _answers(daemon, grow))
+    current = daemon.budget.current
+    assert current.budget_mib == 4096 and current.plan.gpu_mib <= 4096 and daemon.budget.state.in_force_mib == 4096
+    assert worker.beside_starts == 1 and loading not in worker.kills and worker.pid == loading
+
+
+def test_a_newer_interim_of_the_loading_placement_joins_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon, worker, _planner = _grows_first(monkeypatch)
+    daemon.request(SetBudgetRequest(vram_budget_mib=5000))
+    assert _state(daemon) is WorkerState.REPLACING_BESIDE
+    loading = worker.incoming_pid
+    newer = daemon.request(SetBudgetRequest(vram_budget_mib=4500))  # its interim: the same placement
+    assert worker.beside_starts == 1 and loading not in worker.kills, "the load of the same placement went on"
+    _run_out(daemon, worker)
+    assert any(isinstance(a, BudgetAck) and a.interim for a in _answers(daemon, newer))
+    assert daemon.budget.current.budget_mib == 4500, "the newer change's exact plan followed, not the older's"
+
+
+def test_a_set_budget_below_the_loading_placement_overtakes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon, worker, planner = _grows_first(monkeypatch)
+    daemon.core.gpu_worker_caches = False  # no grow first: the planned 4096 MiB placement loads beside
+    grow = daemon.request(SetBudgetRequest(vram_budget_mib=4096))
+    assert _state(daemon) is WorkerState.REPLACING_BESIDE
+    loading = worker.incoming_pid
+    planner.gate.clear()  # the dry runs of the budget below take their time
+    shrink = daemon.request(SetBudgetRequest(vram_budget_mib=1500))
+    assert worker.kills == [loading], "the placement loading beside does not fit 1500 MiB: its start is overtaken"
+    assert daemon.budget.current.plan.gpu_mib == 0 and _state(daemon) is WorkerState.READY
+    slots = [s for budget, s in planner.calls if budget == 1500 and s]
+    assert slots and max(slots) * 600 <= 1500, "dry runs only as many as fit beside nothing"
+    for msg_id in (grow, shrink):
+        [ack] = _answers(daemon, msg_id)
+        assert isinstance(ack, BudgetAck) and ack.applied and ack.granted_mib == 1500 and ack.interim
+    planner.gate.set()
     check_exactly_one_terminal_reply(daemon)

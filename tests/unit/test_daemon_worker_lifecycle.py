@@ -5,6 +5,7 @@ checks that each move it made is a row of the table (``daemon_sim.check_worker_s
 from __future__ import annotations
 
 from daemon_sim import MODELS, Daemon, check_exactly_one_terminal_reply
+from fakes import FakePlanner, FakeWorker, partial_outcome
 from replacement_sim import (  # noqa: F401  (_nvml: the autouse fixture)
     CPU_PLACEMENT,
     _answers,
@@ -80,6 +81,34 @@ def test_given_up_is_failed_and_a_load_brings_a_model_back() -> None:
     assert _state(daemon) is WorkerState.READY
     assert [type(m) for h, m in daemon.replies() if h.parent_id == load] == [LoadModelReply]
     assert isinstance([m for h, m in daemon.replies() if h.parent_id == held][-1], GenerateReply)
+    check_exactly_one_terminal_reply(daemon)
+
+
+def test_a_change_failed_with_the_given_up_worker_is_not_applied_after_a_newer_budget() -> None:
+    worker = FakeWorker()
+    planner = FakePlanner(partial_outcome)
+    daemon = Daemon(
+        max_worker_restarts=1, worker=worker, planner=planner, budget_mib=4096, planner_for=lambda *_: planner
+    )
+    worker.kill()
+    daemon.pump()
+    assert _state(daemon) is WorkerState.STARTING
+    waited = daemon.request(SetBudgetRequest(vram_budget_mib=2048))  # waits for a ready worker
+    worker.kill()
+    daemon.pump()
+    assert _state(daemon) is WorkerState.FAILED
+    [failed] = _answers(daemon, waited)
+    assert isinstance(failed, ErrorReply) and failed.code == ErrorCode.NO_MODEL
+    zero = daemon.request(SetBudgetRequest(vram_budget_mib=0))  # no engine: in force for the next load
+    assert daemon.budget.state.pending_mib is None and daemon.budget.current.budget_mib == 0
+    daemon.request(LoadModelRequest(model_path=MODELS["tiny"], n_ctx=2048))
+    for _ in range(10):
+        worker.step()
+        daemon.pump()
+    assert _state(daemon) is WorkerState.READY
+    assert daemon.budget.current.budget_mib == 0 and daemon.budget.current.plan.gpu_mib == 0
+    assert worker.sent("reload") == [], "the failed change to 2048 MiB is not applied after the game's 0"
+    assert isinstance(_answers(daemon, zero)[0], BudgetAck)
     check_exactly_one_terminal_reply(daemon)
 
 

@@ -330,7 +330,11 @@ class BudgetControl:
             # queued behind the failed one is started by on_worker_ready, never sent to the exiting worker
             self._lost(op, f"reload failed: {event.message}")
             return
-        if self._queued is not None and self._core.worker.ready:
+        self._start_queued()
+
+    def _start_queued(self) -> None:
+        """Start the queued change on a ready worker, or answer it at once when the worker already runs its plan."""
+        if self._queued is not None and self._core.worker.ready and not self._settle_queued():
             self._start(self._queued)
 
     # --- internals -------------------------------------------------------------------------------
@@ -394,23 +398,30 @@ class BudgetControl:
         )
 
     def _settle_queued(self) -> bool:
-        """Answer the queued change at once when the worker already runs its placement; True when it was."""
+        """Answer the queued change at once when the worker already runs its placement; True when it was. An interim
+        one is answered as interim, and its exact plan follows (``_replan``) as after its reload."""
         op = self._queued
         if op is None or not same_plan(op.outcome, self.current) or self._core.settings.engine.always_reload:
             return False
         self._queued = None
-        self._put_in_force(op.outcome)
+        interim = op.replan_mib is not None
+        self._put_in_force(op.outcome, still_pending=interim)
         measured = self._worker_vram_mib()
         for waiter in op.waiters:
-            self._ack(waiter, op.outcome, applied=True, measured=measured)
+            self._ack(waiter, op.outcome, applied=True, measured=measured, interim=interim)
+        if interim:
+            op.waiters = []
+            self._replan(op, measured)
         return True
 
     def _act(self, decision: BudgetDecision, waiter: Waiter | None, reclaiming: bool = False) -> None:
         """The central decision: put the policy's ``decision`` (its new budget state) into effect for ``waiter``.
 
-        Without an engine (FAILED) the target is in force at once, for the next load. A decision that changes nothing
-        (keep, defer, reject) is acknowledged at once. A reclaim below the GPU placement a replacement's new worker is
-        starting for frees the VRAM first (an interim CPU-only placement that overtakes it). While a plan is made in
+        Without an engine (FAILED) the target is in force at once, for the next load (superseding any change left). A
+        decision that changes nothing (keep, defer, reject) is acknowledged at once, except a keep of the budget a
+        change under way is for, which is answered with it (``_join_change``). A shrink below the GPU placement a
+        replacement's new worker is starting for frees the VRAM first (an interim CPU-only placement that overtakes
+        it); dry runs for a shrink that fits it are planned beside that placement's VRAM. While a plan is made in
         the background, the target supersedes it (a shrink releases the VRAM first, ``BudgetPlanning.release_first``).
         Otherwise the target is planned and applied: a reload now, queued behind the one in flight, or a worker
         replacement.
@@ -429,19 +440,23 @@ class BudgetControl:
             outcome = self._planner.cpu_only(
                 decision.target_mib, warning="no model is loaded: the budget applies to the next load_model_request"
             )
+            for holder in (self._queued, self._plans.pending):  # superseded by this budget
+                for superseded in holder.waiters if holder is not None else []:
+                    self._ack(superseded, outcome, applied=True, measured=None)
+            self._queued = self._plans.pending = None
             self._put_in_force(outcome)
             if waiter is not None:
                 self._ack(waiter, outcome, applied=True, measured=None)
             return
         if decision.action != "apply":
-            if waiter is not None:
+            if waiter is not None and not (decision.action == "keep" and self._join_change(waiter)):
                 self._ack(waiter, self.current, applied=decision.action == "keep", measured=self._worker_vram_mib())
             return
         waiters = [] if waiter is None else [waiter]
         pending = self._inflight if self._gpu_replacement_pending() else None
-        if reclaiming and pending is not None and pending.outcome.plan.gpu_mib > decision.target_mib:
-            # a worker is being started for a GPU placement that does not fit the reclaimed budget: free the VRAM
-            # first (that start is overtaken), the placement for the reclaimed budget follows
+        if pending is not None and pending.outcome.plan.gpu_mib > decision.target_mib:
+            # a worker is being started for a GPU placement that does not fit the new budget: free the VRAM first
+            # (that start is overtaken), the placement for the new budget follows
             self._apply(self._planner.cpu_only(decision.target_mib), waiters, replan_mib=decision.target_mib)
             return
         planning = self._plans.pending
@@ -459,7 +474,25 @@ class BudgetControl:
                 return
             planning.waiters += waiters
             return
-        self._begin(decision.target_mib, reclaiming, waiters)
+        # beside a GPU worker still loading, its placement is what the device will hold: the dry runs fit beside it
+        used_mib = None if pending is None else float(pending.outcome.plan.gpu_mib)
+        self._begin(decision.target_mib, reclaiming, waiters, used_mib)
+
+    def _join_change(self, waiter: Waiter) -> bool:
+        """A request for the budget a change under way is for (the policy keeps it: nothing new to do) is answered with
+        that change, not at once with the placement it replaces; False when no change is under way for it."""
+        budget_mib = waiter.requested_mib
+        for op in (self._queued, self._inflight):
+            if op is not None and not op.tier_switch and budget_mib in (op.outcome.budget_mib, op.replan_mib):
+                op.waiters.append(waiter)
+                return True
+        planning = self._plans.pending
+        if planning is not None and planning.for_change:  # its requests go to the newest target it plans for
+            target_mib = planning.target_mib if planning.newer is None else planning.newer[0]
+            if target_mib == budget_mib:
+                planning.waiters.append(waiter)
+                return True
+        return False
 
     def _apply(
         self, outcome: PlanOutcome, waiters: list[Waiter], replan_mib: int | None = None, tier_switch: bool = False
@@ -665,11 +698,11 @@ class BudgetControl:
             planning.waiters = op.waiters + planning.waiters
             if planning.newer is None and planning.ahead:
                 planning.newer = (target, False)
+            self._start_queued()  # a shrink queued meanwhile does not wait for that plan
             return
         if self._queued is not None:  # a newer target is waiting to reload: it supersedes this one
             self._queued.waiters = op.waiters + self._queued.waiters
-            if self._core.worker.ready:
-                self._start(self._queued)
+            self._start_queued()
             return
         self._begin(target, False, op.waiters, used_mib=measured)  # None: _used_mib (current = op's)
 
@@ -716,9 +749,11 @@ class BudgetControl:
         current = self._inflight
         if current is None or not self._gpu_replacement_pending():
             return False
-        if op.outcome.placement == current.outcome.placement and op.replan_mib is None:
-            current.waiters += op.waiters  # the same placement: answered when that worker is ready
+        if op.outcome.placement == current.outcome.placement:
+            # the same placement: answered when that worker is ready, the newer change's exact plan (if any) after it
+            current.waiters += op.waiters
             current.outcome = op.outcome
+            current.replan_mib = op.replan_mib
             self._queued = None
             self._lifecycle.overtake(op.outcome.placement, op.outcome.encoder, restart=False)
             return True
@@ -775,6 +810,9 @@ class BudgetControl:
         for waiter in self._restart_waiters:
             self._core.send_error(waiter.identity, waiter.header, error)
         self._restart_waiters = []
+        # answered: none of them is applied later (a worker brought back by a load_model_request plans the budget
+        # in force, not a change the game was told had failed)
+        self._inflight = self._queued = self._plans.pending = None
 
     def _keep_state_with_running_placement(self, lost: PendingReload | None = None) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker

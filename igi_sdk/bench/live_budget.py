@@ -26,11 +26,11 @@ greedy. Before each change it waits a little so that the NPCs are mid-reply (aft
 Every reply is compared with its reference: a greedy reply is the same token for token on the CPU, where every placement
 computes alike; on a GPU the placements' kernels round differently, so there the count of identical ones is reported,
 not required. After the daemon has exited, a process of its own scores every reply teacher-forced
-(``bench.greedy_check``, unless ``--no-greedy-check``): each of its tokens must be the greedy choice up to the kernels'
-rounding, measured in the same engine; a reply that is not, or a reference that is not (the prompts rendered differently
-from the daemon's), fails the run. Printed: a row per change and the summary (p50 / p95 of the shrinks' ``within_s`` and
-``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or differed, the greedy
-check's); ``--json`` writes all of it.
+(``bench.greedy_check``, unless ``--no-greedy-check``): each of its tokens, and where it stopped, must be the greedy
+choice up to the kernels' rounding (measured along the references); a reply that is not, or a reference that is not (the
+prompts made differently from the daemon's), fails the run. Printed: a row per change and the summary (p50 / p95 of the
+shrinks' ``within_s`` and ``ack_s``, of the growths' ``ack_s`` and ``settled_s``, violations, replies that failed or
+differed, the greedy check's); ``--json`` writes all of it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Pure sizing helpers for serving several NPC sessions in one context.
 
-Stdlib + pure planner modules only (no llama_cpp, no I/O). The memory several sessions take (KV per sequence
-stream, one logits row each) and what a batched step costs are the planner's (``planner.memory``,
+Stdlib, pure planner modules and ``engine.cache_base`` only (no llama_cpp, no I/O). The memory several sessions take
+(KV per sequence stream, one logits row each) and what a batched step costs are the planner's (``planner.memory``,
 ``planner.cost``); here: the placement resized for n sessions, and how many prompt tokens one step evaluates.
 """
 
 from __future__ import annotations
 
+from igi_sdk.engine.cache_base import on_host
 from igi_sdk.planner.placement import Placement
 
 
@@ -24,8 +25,9 @@ a whole long prompt. Much smaller chunks cost CPU prefill throughput (docs/bench
 def prefill_chunk_tokens(placement: Placement, *, gpu: bool, cpu_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS) -> int:
     """Prompt tokens one step evaluates, all prompts together (``compose_step``'s ``prefill_chunk_tokens``).
 
-    ``cpu_chunk_tokens`` where the CPU computes the prompt (no GPU, or a CPU-only placement: no layer, rule or
-    op_offload sends work to the GPU) and sequences share the context; ``n_batch`` where the GPU does (a step is
+    ``cpu_chunk_tokens`` where the CPU computes the prompt (no GPU; a CPU-only placement: no layer, rule or op_offload
+    sends work to the GPU; a weight cache's parked or detached placement: every weight and the KV cache on the host,
+    nothing streamed) and sequences share the context; ``n_batch`` where the GPU does (a step is
     short there, and where weights stream every ubatch pays the copy, so smaller chunks would only add copies) and
     with one sequence (no other NPC can run beside it).
 
@@ -37,8 +39,7 @@ def prefill_chunk_tokens(placement: Placement, *, gpu: bool, cpu_chunk_tokens: i
     """
     if cpu_chunk_tokens < 1:
         raise ValueError("cpu_chunk_tokens must be >= 1")
-    rules_on_gpu = any(r.device != "CPU" for r in placement.rules)
-    on_gpu = gpu and (placement.n_gpu_layers != 0 or placement.op_offload or rules_on_gpu)
+    on_gpu = gpu and placement.uses_gpu() and not on_host(placement)
     if on_gpu or placement.n_seq_max == 1:
         return placement.n_batch
     return min(cpu_chunk_tokens, placement.n_batch)

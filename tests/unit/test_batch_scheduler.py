@@ -9,6 +9,7 @@ from igi_sdk.engine.batch_compose import HoldingTextStream, Running, admission_o
 from igi_sdk.engine.batch_sizing import CPU_PREFILL_CHUNK_TOKENS, prefill_chunk_tokens, sessions_placement
 from igi_sdk.engine.batch_slots import SlotTable, common_prefix
 from igi_sdk.engine.batch_types import BatchRequest, RequestHandle
+from igi_sdk.engine.cache_base import cache_base, detached, parked
 from igi_sdk.engine.prefix_cache import PrefixCache
 from igi_sdk.planner.placement import Placement
 
@@ -192,6 +193,12 @@ def test_prefill_chunks_are_short_only_where_the_cpu_evaluates_prompts() -> None
     assert prefill_chunk_tokens(streamed, gpu=True) == 1024  # op_offload streams the weights per ubatch
     assert prefill_chunk_tokens(cpu_only.with_(n_seq_max=1), gpu=False) == 512  # nobody to wait beside it
     assert prefill_chunk_tokens(cpu_only, gpu=False, cpu_chunk_tokens=64) == 64
+    # a weight cache's parked and detached placements: every layer assigned to the GPU, every weight and the KV cache
+    # on the host, nothing streamed: the CPU computes their prompts
+    gpu_base = Placement(n_gpu_layers=-1, n_seq_max=4, n_batch=512)
+    assert prefill_chunk_tokens(parked(gpu_base), gpu=True) == CPU_PREFILL_CHUNK_TOKENS
+    assert prefill_chunk_tokens(detached(gpu_base), gpu=True) == CPU_PREFILL_CHUNK_TOKENS
+    assert prefill_chunk_tokens(cache_base(gpu_base), gpu=True) == 512  # the cache base streams its prompts
     with pytest.raises(ValueError):
         prefill_chunk_tokens(cpu_only, gpu=False, cpu_chunk_tokens=0)
 

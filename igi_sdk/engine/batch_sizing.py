@@ -27,9 +27,10 @@ def prefill_chunk_tokens(placement: Placement, *, gpu: bool, cpu_chunk_tokens: i
 
     ``cpu_chunk_tokens`` where the CPU computes the prompt (no GPU; a CPU-only placement: no layer, rule or op_offload
     sends work to the GPU; a weight cache's parked or detached placement: every weight and the KV cache on the host,
-    nothing streamed) and sequences share the context; ``n_batch`` where the GPU does (a step is
-    short there, and where weights stream every ubatch pays the copy, so smaller chunks would only add copies) and
-    with one sequence (no other NPC can run beside it).
+    nothing streamed), with one sequence or several: another NPC's turn waits for one such chunk instead of a whole
+    long prompt, and a prompt is cut the same way whatever the context's slots, so its greedy reply is the same at
+    ``n_seq_max`` 1 as in a batch (a ubatch's row count picks the CPU's kernels); ``n_batch`` where the GPU does (a step
+    is short there, and where weights stream every ubatch pays the copy, so smaller chunks would only add copies).
 
     Example:
         >>> prefill_chunk_tokens(Placement(n_gpu_layers=0, op_offload=False, n_seq_max=4), gpu=True)
@@ -40,6 +41,6 @@ def prefill_chunk_tokens(placement: Placement, *, gpu: bool, cpu_chunk_tokens: i
     if cpu_chunk_tokens < 1:
         raise ValueError("cpu_chunk_tokens must be >= 1")
     on_gpu = gpu and placement.uses_gpu() and not on_host(placement)
-    if on_gpu or placement.n_seq_max == 1:
+    if on_gpu:
         return placement.n_batch
     return min(cpu_chunk_tokens, placement.n_batch)

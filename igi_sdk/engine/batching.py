@@ -396,13 +396,19 @@ class BatchScheduler:
     # ---- internals: admission and batch composition -----------------------------------------------
 
     def _admit(self, events: list[TokenEvent]) -> None:
+        """Bind queued requests to slots in admission order (priority, then FIFO). A request without a slot takes a
+        free one, else the least recently used idle slot of a session with nothing queued, else the idle slot of a
+        session whose queued request ranks below it (that session's state is parked, its request waits): a session
+        that holds an idle slot goes again only while no request ranked above it waits for one."""
         waiting = {r.req.session_id for r in self._queue}
+        ahead: set[str] = set()  # sessions whose requests rank above this one's and wait for a slot
         for run in list(self._queue):
             slot = self._slots.of_session(run.req.session_id)
             if slot is None:
-                slot = self._slots.claimable(protected=waiting)
+                slot = self._slots.claimable(protected=waiting) or self._slots.claimable(protected=ahead)
                 if slot is None:
-                    continue  # no slot now; a session already holding an idle slot may still go
+                    ahead.add(run.req.session_id)
+                    continue  # no slot now; a session holding an idle slot may still go, unless this one ranks above
                 self._evict(slot)
             self._queue.remove(run)
             self._bind(run, slot)
@@ -452,8 +458,12 @@ class BatchScheduler:
             return False
 
     def _maybe_cache_prefix(self, run: Running) -> None:
+        """Keep the persona prefix's state once the prompt reaches its boundary, where this admission evaluated it from
+        position 0: cells the slot kept from an earlier turn were computed in chunks cut for that turn's prompt, and
+        another NPC restoring them would not get the tokens it gets alone."""
         boundary = run.req.prefix_tokens
-        if 0 < boundary < len(run.prompt) and run.prefill_pos == boundary and self._prefix.max_bytes > 0:
+        evaluated = run.cached == 0
+        if 0 < boundary < len(run.prompt) and run.prefill_pos == boundary and self._prefix.max_bytes > 0 and evaluated:
             prefix = run.prompt[:boundary]
             if prefix not in self._prefix:
                 assert run.slot is not None

@@ -163,6 +163,54 @@ def test_high_priority_request_gets_first_token_first() -> None:
             assert sorted(order) == ["npc0", "npc1", "npc2", "npc3"]
 
 
+def test_a_chattering_crowd_holding_every_slot_does_not_keep_the_players_npc_out() -> None:
+    # every slot held by a crowd NPC whose next line arrives as soon as its reply ends: the player's NPC, queued
+    # meanwhile, takes the idle slot of a crowd NPC whose request ranks below its own (that one's state is parked)
+    for n_seq_max in (1, 2):
+        with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=n_seq_max)) as eng:
+            sched = BatchScheduler(eng)
+            crowd = {i: sched.submit(_request(eng, i, max_tokens=3)) for i in range(n_seq_max)}
+            player: RequestHandle | None = None
+            turns = 0
+            for _ in range(60):
+                sched.step()
+                for i, handle in list(crowd.items()):
+                    if handle.done:
+                        turns += 1
+                        crowd[i] = sched.submit(_request(eng, i, max_tokens=3))
+                        if player is None:
+                            player = sched.submit(_request(eng, 3, priority=10, max_tokens=3))
+                if player is not None and player.done:
+                    break
+            assert player is not None and player.done and player.finish_reason in ("stop", "length"), (
+                n_seq_max,
+                turns,
+            )
+            sched.run_until_idle()
+            assert all(h.done for h in crowd.values())
+
+
+def test_a_long_prompt_gives_the_same_reply_with_one_slot_or_four_at_the_daemons_ubatch() -> None:
+    # a ubatch's row count picks the CPU's kernels (flash attention from 64 rows): a prompt must be cut the same way
+    # whatever the context's slots
+    persona = PERSONA + " You are gruff but kind, you love iron and fire, and you distrust the tax collectors." * 8
+    wide = Placement(n_batch=512, n_ubatch=512, n_threads=2)
+    replies: dict[int, list[list[int]]] = {}
+    for n_seq_max in (1, 4):  # each sequence's context 1024 tokens, as the daemon's default gives it
+        with LlamaEngine(default_model_path(), wide.with_(n_seq_max=n_seq_max, n_ctx=1024 * n_seq_max)) as eng:
+            replies[n_seq_max] = []
+            for question in QUESTIONS[:3]:
+                messages = [{"role": "system", "content": persona}, {"role": "user", "content": question}]
+                prompt = eng.tokenize(eng.apply_chat_template(messages))
+                assert len(prompt) > 170  # past one CPU chunk
+                sched = BatchScheduler(eng)
+                handle = sched.submit(BatchRequest("npc", prompt, max_tokens=MAX_TOKENS, sampler=_sampler(0)))
+                sched.run_until_idle()
+                replies[n_seq_max].append(handle.tokens)
+                _clear(eng)
+    assert replies[1] == replies[4]
+
+
 def test_a_short_turn_beside_a_long_prompt_waits_for_one_chunk_not_the_prompt() -> None:
     """Chunked prefill where the CPU evaluates prompts: a long prompt goes in ``cpu_prefill_chunk_tokens`` chunks, a
     short turn that arrives meanwhile gets its first token from the very next step (without a chunk of the long

@@ -126,3 +126,35 @@ def test_evicted_session_is_parked_and_restored(engine: LlamaEngine) -> None:
     assert after.prefill_tokens_reused_parked - before.prefill_tokens_reused_parked >= held_a
     assert after.prefill_tokens_evaluated - before.prefill_tokens_evaluated <= len(prompt2) - held_a
     assert reply2 == _from_scratch(engine, prompt2)
+
+
+LONG_PERSONA = (
+    "You are Brom, the village blacksmith in a fantasy game. You are gruff but kind, you love iron and fire, you "
+    "distrust the king's tax collectors, and you have a daughter named Ilsa who works at the inn. "
+) * 3
+WIDE = Placement(n_ctx=4096, n_batch=512, n_ubatch=512, n_seq_max=4, n_threads=2)  # the daemon's ubatch
+
+
+def _persona_request(engine: LlamaEngine, session: str, persona: str, question: str) -> BatchRequest:
+    prompt = _chat(engine, ("system", persona), ("user", question))
+    system = _chat(engine, ("system", persona), generation_prompt=False)
+    boundary = next((i for i, (a, b) in enumerate(zip(system, prompt, strict=False)) if a != b), len(system))
+    return BatchRequest(session, prompt, max_tokens=12, prefix_tokens=boundary)
+
+
+def test_a_prefix_kept_from_another_persona_is_not_shared_at_the_daemons_ubatch() -> None:
+    # NPC A's second persona shares most of its first: A's slot keeps those cells, computed in chunks cut for the first
+    # prompt, and evaluates the rest. NPC B, with A's second persona, must get the reply it gets alone.
+    tired, cheerful = LONG_PERSONA + "Today you are tired.", LONG_PERSONA + "Today you are cheerful."
+    with LlamaEngine(default_model_path(), WIDE) as eng:
+        sched = BatchScheduler(eng)
+        alone = sched.submit(_persona_request(eng, "B", cheerful, "Can you fix my sword?"))
+        sched.run_until_idle()
+    with LlamaEngine(default_model_path(), WIDE) as eng:
+        sched = BatchScheduler(eng)
+        for persona, line in ((tired, "Hello."), (cheerful, "Hello again.")):
+            sched.submit(_persona_request(eng, "A", persona, line))
+            sched.run_until_idle()
+        after = sched.submit(_persona_request(eng, "B", cheerful, "Can you fix my sword?"))
+        sched.run_until_idle()
+    assert after.tokens == alone.tokens

@@ -203,8 +203,8 @@ def compose_step(
         urgent = [r for r in prefilling if r.req.priority > top]
         if urgent:  # the crowd's decode tokens wait for this step
             decoding, prefilling = [], urgent
-    if len(decoding) > budget:
-        shift = step_no % len(decoding)
+    if len(decoding) > budget:  # n_batch decodes at a time, the next n_batch in the next step
+        shift = (step_no * budget) % len(decoding)
         decoding = decoding[shift:] + decoding[:shift]
     for run in decoding[:budget]:
         assert run.slot is not None and run.pending is not None

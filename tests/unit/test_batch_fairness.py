@@ -150,3 +150,18 @@ def test_a_starving_prompt_goes_first_among_its_priority_only() -> None:
     long.prefill_waits = PREFILL_MAX_WAITS
     chunks = crowd.step()
     assert [c.run for c in chunks if not c.decode][0] is speaker  # a higher priority still goes first
+
+
+def test_more_decodes_than_a_step_holds_take_turns_n_batch_at_a_time() -> None:
+    crowd = Crowd(10, n_batch=4, chunk=None)
+    runs = [crowd.add(3, decoding=True) for _ in range(10)]
+    waited = {id(r): 0 for r in runs}
+    longest = 0
+    for step_no in range(1, 41):
+        chunks = compose_step(crowd.running, 4, step_no, NEVER_CACHED)
+        served = {id(c.run) for c in chunks}
+        assert len(served) == 4
+        for r in runs:
+            waited[id(r)] = 0 if id(r) in served else waited[id(r)] + 1
+            longest = max(longest, waited[id(r)])
+    assert longest == 2  # ceil(10 / 4) - 1

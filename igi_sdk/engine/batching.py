@@ -647,8 +647,8 @@ class BatchScheduler:
                 raise SchedulerError(f"session {slot.session_id!r} is running but its state did not restore")
             self._engine.seq_clear(slot.seq_id)
         for session_id, state in states.items():
-            if self._slots.of_session(session_id) is None:
-                self._slots.park(session_id, state)
+            if self._slots.of_session(session_id) is None:  # the tokens it held, where this scheduler parked it
+                self._slots.park(session_id, state, self._slots.parked_tokens.get(session_id))
 
     def park_state(self, session_id: str, state: bytes) -> None:
         """Keep a saved state (a session file's) for a session that holds no slot: it is parked and restored into a

@@ -123,6 +123,19 @@ def test_pause_export_reload_import_resume_keeps_every_session(reference: list[l
         assert all(h.tokens[: len(b)] == b for h, b in zip(handles, before, strict=True))
 
 
+def test_a_parked_session_keeps_its_tokens_across_a_reload() -> None:
+    with LlamaEngine(default_model_path(), SINGLE) as eng:
+        sched = BatchScheduler(eng)
+        for i in (0, 1):  # one slot: npc0 is evicted for npc1, its state parked with the tokens it holds
+            sched.submit(_request(eng, i, max_tokens=2))
+            sched.run_until_idle()
+        before = sched.export_session("npc0")
+        assert before is not None and before[0]
+        sched.reload(SINGLE.with_(n_ubatch=16))
+        after = sched.export_session("npc0")
+        assert after is not None and after[0] == before[0], "what a saved session file records as its KV tokens"
+
+
 def test_reload_releases_the_old_placement_before_saving_and_before_loading(reference: list[list[int]]) -> None:
     with LlamaEngine(default_model_path(), BATCHED) as eng:
         sched = BatchScheduler(eng)

@@ -132,8 +132,8 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation], ma
     gpu = bool(gpu_devices())
     device = gpu_devices()[0].name if gpu else "CPU"
     passes: list[list[np.ndarray]] = []
-    if gpu:  # everything on the CPU: the daemon's CPU-only and detached placements
-        with LlamaEngine(model, cache_base(n_threads, gpu=False)) as engine:
+    if gpu:  # everything on the CPU, no prompt streamed: the daemon's CPU-only and detached placements
+        with LlamaEngine(model, cache_base(n_threads, gpu=False).with_(op_offload=False)) as engine:
             passes.append(_along_references(engine, conversations))
     with LlamaEngine(model, cache_base(n_threads, gpu)) as engine:
         prompts = [engine.tokenize_chat(c.messages) for c in conversations]

@@ -226,3 +226,34 @@ def test_an_exiting_worker_drops_the_encodes_not_started() -> None:
     worker._encode_pool.shutdown(wait=True)  # type: ignore[attr-defined,union-attr]
     assert len(vision.calls) <= 1  # the running one ended; the one not started never will
     assert events == []
+
+
+def test_a_gpu_encode_asked_while_the_thread_encodes_waits_for_it_not_blocking_the_loop() -> None:
+    vision = Vision(_plan(64).model_copy(update={"device": "cpu"}))
+    worker, events = _worker(vision)
+    worker.submit(_job("look", "mira", image=True))  # on the encode thread, which holds the encoder
+    vision.plan = _plan(64).model_copy(update={"device": "gpu"})  # a growth's reload moved the encoder
+    worker.submit(_job("again", "tom", image=True))  # returns at once: its GPU encode waits for the thread's
+    worker.submit(_job("talk", "ann", image=False))
+    assert _queued(worker) == ["talk"] and events == []
+    assert [thread.startswith("igi-encode") for thread, _plan_used in vision.calls] in ([], [True])
+    _end_encode(worker, vision)  # the thread's encode ends: its job goes in, then the waiting one encodes here
+    assert [e.job_id for e in events if isinstance(e, wp.Encoded)] == ["look", "again"]
+    assert _queued(worker) == ["talk", "look", "again"]
+    threads = [thread for thread, _plan_used in vision.calls]
+    assert threads[0].startswith("igi-encode") and threads[1] == threading.main_thread().name
+    assert [plan_used.device for _thread, plan_used in vision.calls if plan_used is not None] == ["cpu", "gpu"]
+    assert worker.encode_wakeup is None
+
+
+def test_a_job_waiting_for_the_thread_is_cancelled_once() -> None:
+    vision = Vision(_plan(64).model_copy(update={"device": "cpu"}))
+    worker, events = _worker(vision)
+    worker.submit(_job("look", "mira", image=True))
+    vision.plan = _plan(64).model_copy(update={"device": "gpu"})
+    worker.submit(_job("again", "tom", image=True))
+    worker.cancel("again")
+    _end_encode(worker, vision)
+    done = [e for e in events if isinstance(e, wp.Done)]
+    assert [(d.job_id, d.finish_reason) for d in done] == [("again", "cancelled")]
+    assert _queued(worker) == ["look"] and len(vision.calls) == 1

@@ -132,7 +132,9 @@ class WorkerScheduler:
 
         An image to encode on the CPU is encoded on the encode thread while the batch goes on: the job is queued when
         its encode has ended (``admit_encoded``, on this thread: every event is sent from it). A GPU encode, which
-        releases the LLM's context or model, is done here and now, between two steps.
+        releases the LLM's context or model, is done here and now, between two steps; while the encode thread still
+        encodes (the plan moved to the GPU meanwhile), it waits for that encode to end instead (``admit_encoded``):
+        the encoder is one, and the loop would otherwise block on it, every NPC's stream and every command with it.
 
         Raises:
             EngineLostError: the LLM did not come back after a GPU encode: the worker has no model and must exit (the
@@ -145,6 +147,10 @@ class WorkerScheduler:
                 plan = self._vision.plan
                 if self._vision.off_loop(plan):
                     self._encode_later(job, images, plan)
+                    return
+                if self._encoding:  # the encode thread holds the encoder: after it, not blocking the loop on it
+                    self._jobs[job.job_id] = _JobState(job.job_id)
+                    self._encoding[job.job_id] = _Encoding(job, images, plan)
                     return
                 self._encode_now(job, images, plan)
         except _JobRefused as refused:
@@ -285,7 +291,7 @@ class WorkerScheduler:
 
             self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
             self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="igi-encode")
-        self._jobs[job.job_id] = _JobState(job.job_id)  # counts the reloads it waits through
+        self._jobs.setdefault(job.job_id, _JobState(job.job_id))  # counts the reloads it waits through
         pending = self._encoding[job.job_id] = _Encoding(job, images, plan)
         pending.future = self._encode_pool.submit(self._encode_on_thread, pending)
         wake = self._wake_w
@@ -335,6 +341,31 @@ class WorkerScheduler:
                 self._emit(wp.Encoded(job_id=job_id, message=message, encoding=_to_wire(image)))
                 images[message] = image
             self._queue(pending.job, images, self._jobs.get(job_id))
+        self._encode_deferred()
+
+    def _encode_deferred(self) -> None:
+        """The jobs whose encode waited for the encode thread (``submit``), in order, once no encode runs there: each
+        encoded with the plan in force now (on this thread for the GPU, else on the encode thread again, after which
+        the rest wait once more)."""
+        assert self._vision is not None or not self._encoding
+        for job_id, pending in list(self._encoding.items()):
+            if any(p.future is not None for p in self._encoding.values()):
+                return  # an encode runs on the thread (one started here included): the rest wait for it
+            del self._encoding[job_id]
+            if pending.cancelled:
+                continue
+            assert self._vision is not None
+            plan = self._vision.plan
+            try:
+                if self._vision.off_loop(plan):
+                    self._encode_later(pending.job, pending.images, plan)
+                    continue
+                self._encode_now(pending.job, pending.images, plan)
+            except _JobRefused as refused:
+                self._jobs.pop(job_id, None)
+                self._emit(refused.failed)
+                continue
+            self._queue(pending.job, pending.images.at_hand, self._jobs.get(job_id))
 
     def close(self) -> None:
         """The worker is exiting: encodes not started are dropped (their jobs are carried over or answered by the

@@ -246,6 +246,8 @@ class LlamaEngine:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def _load(self, placement: Placement) -> None:
+        if placement.gpu_context and device_release.released():  # loaded again after a detach: the devices first
+            device_release.reacquire()
         base = self._cache_base_for(placement)
         self._load_placement(placement if base is None else base)
         self._base = base

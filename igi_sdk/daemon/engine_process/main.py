@@ -291,7 +291,11 @@ def _serve(
                     abort_flag.value = 0  # taken up: the steps after it run to their end again
                 _handle(command, scheduler, emit, log)
             else:  # an encode on the encode thread has ended: its job joins the batch (handled like a command)
-                scheduler.admit_encoded()
+                try:
+                    scheduler.admit_encoded()  # a GPU encode that waited for it runs then
+                except EngineLostError as exc:  # as for a Generate's GPU encode (_handle)
+                    log_event(log, logging.ERROR, "worker_llm_lost", job_id=None, error=str(exc))
+                    raise SystemExit(5) from None
             if paused_from is None or not scheduler.has_work():
                 paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():

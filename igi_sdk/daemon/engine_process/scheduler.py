@@ -319,6 +319,7 @@ class WorkerScheduler:
         cancelled during its encode was answered then, and its encoded images stay in the worker's cache.
 
         Raises:
+            EngineLostError: the LLM did not come back after the GPU encode of a job that waited (the worker exits).
             Exception: what the encode raised if it is not an image's or the encoder's failure (the worker exits).
         """
         wake = self._wake_r

@@ -80,12 +80,13 @@ def persona(i: int) -> str:
 
 
 def messages(i: int) -> list[dict[str, str]]:
-    """NPC ``i``'s prompt, the chat messages of its session's first turn as the daemon makes them
-    (``Session.messages_for``)."""
-    from igi_sdk.daemon.sessions.table import Session
-
-    session = Session(f"npc-{i}", persona(i), SYSTEM_PROMPT, GREEDY, priority=0, owner=None)
-    return [{"role": role, "content": text} for role, text in session.messages_for(QUESTIONS[i % len(QUESTIONS)])]
+    """NPC ``i``'s prompt, the chat messages of its session's first turn as the daemon makes them (its
+    ``Session.messages_for``: the persona line and the system prompt, then the question; a test holds the two
+    together, since the benchmarks talk to the daemon only as a client)."""
+    return [
+        {"role": "system", "content": f"You are {persona(i)}.\n{SYSTEM_PROMPT}"},
+        {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]},
+    ]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from igi_sdk.bench import live_budget
 from igi_sdk.bench.greedy_check import MIN_ROUNDING_ROWS, Conversation, Reply, check, parting, summarize
-from igi_sdk.bench.live_budget import messages
+from igi_sdk.bench.live_budget import GREEDY, messages
 from igi_sdk.bench.weight_cache import cache_base, reply_to
+from igi_sdk.daemon.sessions.table import Session
 from igi_sdk.model_store import resolve_model_path
 
 MAX_TOKENS = 16
@@ -92,6 +93,13 @@ def test_the_tolerance_is_twice_the_rounding_and_needs_enough_rows_on_a_gpu() ->
     assert not summarize(0.1, MIN_ROUNDING_ROWS - 1, True, refs(), within)["passed"]  # too few rows on a GPU
     assert summarize(0.0, 0, False, [_record(0.0, top_gaps=[], median_deficits=[])], [])["passed"]  # the CPU: exact
     assert not summarize(0.0, 5, False, refs(), [])["passed"]  # a reference off greedy: prompts not the daemon's
+
+
+def test_the_benchs_prompts_are_the_daemons_first_turn() -> None:
+    for i in range(8):
+        session = Session(f"s{i}", live_budget.persona(i), live_budget.SYSTEM_PROMPT, GREEDY, priority=0, owner=None)
+        question = live_budget.QUESTIONS[i % len(live_budget.QUESTIONS)]
+        assert messages(i) == [{"role": role, "content": text} for role, text in session.messages_for(question)]
 
 
 def test_parting_is_the_first_differing_position_not_a_length() -> None:

@@ -16,6 +16,7 @@ is a difference of sets (``LlamaEngine.move_to``), plus a new context where a co
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from igi_sdk.planner.layout import effective_gpu_layers, gpu_layer_range, gpu_tensor_names
@@ -104,8 +105,10 @@ def is_detached(placement: Placement) -> bool:
     return placement in (detached(placement, "pinned"), detached(placement, "mapped"))
 
 
+@lru_cache(maxsize=64)
 def on_host(placement: Placement) -> bool:
-    """Whether ``placement`` is a cache base computing on the CPU: ``parked`` or ``detached``."""
+    """Whether ``placement`` is a cache base computing on the CPU: ``parked`` or ``detached``. Kept per placement (a
+    frozen, hashable value): the batch scheduler asks every step, and each answer builds several placements."""
     return is_parked(placement) or is_detached(placement)
 
 

@@ -132,13 +132,15 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation], ma
     gpu = bool(gpu_devices())
     device = gpu_devices()[0].name if gpu else "CPU"
     passes: list[list[np.ndarray]] = []
+    prompts: list[list[int]] = []
     if gpu:  # everything on the CPU, no prompt streamed: the daemon's CPU-only and detached placements
         with LlamaEngine(model, cache_base(n_threads, gpu=False).with_(op_offload=False)) as engine:
-            passes.append(_along_references(engine, conversations))
+            prompts = [engine.tokenize_chat(c.messages) for c in conversations]
+            passes.append(_along_references(engine, prompts, conversations))
     with LlamaEngine(model, cache_base(n_threads, gpu)) as engine:
-        prompts = [engine.tokenize_chat(c.messages) for c in conversations]
+        prompts = prompts or [engine.tokenize_chat(c.messages) for c in conversations]
         eog = np.array(engine.eos_token_ids, dtype=np.int64)
-        passes.append(_along_references(engine, conversations))
+        passes.append(_along_references(engine, prompts, conversations))
         skipped = []
         for key, names in weight_sets(engine.model_table, engine.placement.with_(n_gpu_layers=-1, rules=[])).items():
             try:
@@ -147,7 +149,7 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation], ma
                 if gpu:  # a set left on the host would hide the GPU's rounding: no bound to trust
                     raise
                 skipped.append(f"{key}: {exc}")  # a second host copy the CPU cannot give (a repack buffer)
-        passes.append(_along_references(engine, conversations))
+        passes.append(_along_references(engine, prompts, conversations))
         rounding = rounding_between(passes)
         rows_measured = len(passes[0])
         passes.clear()
@@ -187,11 +189,13 @@ def check(model: Path, n_threads: int, conversations: Sequence[Conversation], ma
     return out | {"summary": summarize(rounding, rows_measured, gpu, references, replies)}
 
 
-def _along_references(engine: LlamaEngine, conversations: Sequence[Conversation]) -> list[np.ndarray]:
-    """The logits before each token of every reference, one list over all of them."""
+def _along_references(
+    engine: LlamaEngine, prompts: Sequence[Sequence[int]], conversations: Sequence[Conversation]
+) -> list[np.ndarray]:
+    """The logits before each token of every reference (after its prompt), one list over all of them."""
     rows: list[np.ndarray] = []
-    for c in conversations:
-        rows += logits_along(engine, engine.tokenize_chat(c.messages), c.reference.tokens)
+    for prompt, c in zip(prompts, conversations, strict=True):
+        rows += logits_along(engine, prompt, c.reference.tokens)
     return rows
 
 

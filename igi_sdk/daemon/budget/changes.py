@@ -46,6 +46,10 @@ class PendingReload:
     tier_switch: bool = False
     #: Sent ``urgent``: the worker's step in flight was stopped for it (``BudgetControl._start``).
     urgent: bool = False
+    #: When its ``Reload`` went to the worker (the daemon's clock), and whether the worker has taken it up (its first
+    #: ``Released``): a growth that waits for the step in flight longer than ``GROWTH_STEP_WAIT_S`` stops it.
+    sent_s: float | None = None
+    taken_up: bool = False
 
 
 @dataclass

@@ -73,6 +73,11 @@ from igi_sdk.policy.budget import (
 
 #: How often NVML is read for memory on its way out of a worker (``BudgetControl._answer_while_releasing``), s.
 REPLACED_POLL_S = 0.005
+#: The longest a growth's ``Reload`` waits for the worker's step in flight before that step is stopped (the abort
+#: flag; the worker undoes it and does it again on the new placement), s. A decode step or a prompt chunk on the GPU
+#: ends well within it; a prompt chunk computed from a host copy that is not pinned (``engine.host_pinning = mapped``)
+#: can take seconds, which the grow target (the placement in force within 1 s) cannot wait for.
+GROWTH_STEP_WAIT_S = 0.25
 
 __all__ = ["BudgetControl"]
 
@@ -108,7 +113,10 @@ class BudgetControl:
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._tiers_blocked_mib: int | None = None  # a tier switch at this budget failed and took the worker with it
-        self._step_stopped = False  # stop_step was asked of the worker for a shrink queued behind the reload in flight
+        self._step_stopped = (
+            False  # stop_step was asked of the worker: for a shrink queued behind the reload in flight,
+        )
+        # or for a growth that waited too long for the step in flight
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
@@ -148,6 +156,7 @@ class BudgetControl:
         iteration)."""
         self._do(self._plans.finished(self._planner, self._current))
         self._answer_while_releasing()
+        self._stop_step_growth_waits_for()
         if self.state.deferred_mib is not None:
             decision = poll(self.state, self._core.clock(), self._config)
             if decision.action == "apply":
@@ -230,6 +239,7 @@ class BudgetControl:
         op = self._inflight
         if op is None or op.replacing or event.req_id != op.req_id:
             return
+        op.taken_up = True
         # between the two releases NVML is watched, except for a detach: its process leaves NVML's list while the
         # driver still tears its CUDA context down, before the device's memory comes back
         op.releasing = event.stage == "weights" and op.outcome.placement.gpu_context
@@ -305,7 +315,9 @@ class BudgetControl:
         if op is None or op.replacing or event.req_id != op.req_id:
             return
         self._reloaded(op, event)
-        if self._step_stopped:  # the shrink it was asked for has gone out urgent, or no longer needs the step stopped
+        if (
+            self._step_stopped
+        ):  # the growth it was asked for is done; the shrink has gone out urgent, or needs it no more
             self._step_stopped = False
             after = self._inflight
             if after is None or not (after.urgent or after.replacing):
@@ -542,6 +554,23 @@ class BudgetControl:
             behind=inflight.outcome.budget_mib,
         )
 
+    def _stop_step_growth_waits_for(self) -> None:
+        """A growth sent to the worker (not urgent: it waits for the step in flight) that the worker has not taken up
+        within ``GROWTH_STEP_WAIT_S`` stops that step, once: the worker undoes it and does it again on the larger
+        placement, so a long step (a prompt chunk read from a host copy that is not pinned) does not hold the growth.
+        Not for a batch-tier switch (nobody waits for it); ``on_reloaded`` takes the request back as for a shrink's."""
+        op = self._inflight
+        if op is None or op.sent_s is None or op.replacing or op.urgent or op.tier_switch or op.taken_up:
+            return
+        waited_s = self._core.clock() - op.sent_s
+        if self._step_stopped or waited_s < GROWTH_STEP_WAIT_S or not self._core.worker.ready:
+            return
+        self._core.worker.stop_step()
+        self._step_stopped = True
+        self._core.log(
+            logging.INFO, "reload_step_stopped", budget_mib=op.outcome.budget_mib, waited_s=round(waited_s, 3)
+        )
+
     def _replaces_starting_worker(self, op: PendingReload) -> bool:
         """Whether ``op`` replaces a worker still loading the placement in force (it could not reload to ``op``'s in
         place anyway): started now, it does not wait for that load (a growth right after a change to CPU-only)."""
@@ -578,6 +607,7 @@ class BudgetControl:
             self._queued = op
             return
         self._inflight = op
+        op.sent_s = self._core.clock()
         self._lifecycle.reload_sent()
 
     def _ack(

@@ -174,6 +174,15 @@ _NO_HOST_ONLY = (
 )
 
 
+def _take_devices_for(placement: Placement) -> bool:
+    """Take the CUDA devices back (patch 0010) where ``placement`` uses them and a detach gave them away; whether it
+    did."""
+    if placement.gpu_context and device_release.released():
+        device_release.reacquire()
+        return True
+    return False
+
+
 def _host_only_logged(lines: Sequence[str]) -> bool:
     """Whether llama.cpp logged that the context it made is on the host only (patch 0010 read LLAMA_CONTEXT_HOST_ONLY)."""
     return any("host only: the CPU backend alone" in line for line in lines)
@@ -246,8 +255,7 @@ class LlamaEngine:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def _load(self, placement: Placement) -> None:
-        if placement.gpu_context and device_release.released():  # loaded again after a detach: the devices first
-            device_release.reacquire()
+        _take_devices_for(placement)  # loaded again after a detach: the devices first
         base = self._cache_base_for(placement)
         self._load_placement(placement if base is None else base)
         self._base = base
@@ -401,9 +409,8 @@ class LlamaEngine:
             t = time.perf_counter()
             on_context_freed()
             times["on_context_freed_s"] = time.perf_counter() - t
-        if placement.gpu_context and device_release.released():
-            t = time.perf_counter()
-            device_release.reacquire()
+        t = time.perf_counter()
+        if _take_devices_for(placement):
             times["reacquire_s"] = time.perf_counter() - t
         t = time.perf_counter()
         self._create_context(placement, close_on_failure=False)

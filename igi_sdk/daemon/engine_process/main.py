@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from igi_sdk import files
 from igi_sdk.config import WEIGHT_CACHE_AUTO
@@ -294,8 +294,7 @@ def _serve(
                 try:
                     scheduler.admit_encoded()  # a GPU encode that waited for it runs then
                 except EngineLostError as exc:  # as for a Generate's GPU encode (_handle)
-                    log_event(log, logging.ERROR, "worker_llm_lost", job_id=None, error=str(exc))
-                    raise SystemExit(5) from None
+                    _llm_lost(log, None, exc)
             if paused_from is None or not scheduler.has_work():
                 paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():
@@ -315,13 +314,19 @@ def _wait(conn: Connection, wakeup: Connection | None, timeout: float) -> Connec
     return wakeup if wakeup in ready else conn
 
 
+def _llm_lost(log: logging.Logger, job_id: str | None, exc: EngineLostError) -> NoReturn:
+    """Released for a GPU image encode, the LLM did not come back: no usable model. The worker exits with code 5; the
+    daemon answers the generations and restarts it."""
+    log_event(log, logging.ERROR, "worker_llm_lost", job_id=job_id, error=str(exc))
+    raise SystemExit(5) from None
+
+
 def _handle(command: wp.Message, scheduler: WorkerScheduler, emit: Emit, log: logging.Logger) -> None:
     if isinstance(command, wp.Generate):
         try:
             scheduler.submit(command)
-        except EngineLostError as exc:  # released for a GPU encode, the LLM did not come back: no usable model
-            log_event(log, logging.ERROR, "worker_llm_lost", job_id=command.job_id, error=str(exc))
-            raise SystemExit(5) from None  # the daemon answers the generations and restarts the worker
+        except EngineLostError as exc:
+            _llm_lost(log, command.job_id, exc)
     elif isinstance(command, wp.Throttle):
         scheduler.sleep_s_between_tokens = max(0.0, float(command.sleep_ms) / 1000.0)
     elif isinstance(command, wp.Cancel):

@@ -87,6 +87,7 @@ class FakeWorker:
         self.received: list[tuple[int | None, wp.Command]] = []  # (pid, command) of every command it took
         self.stop_requested = False  # its abort flag (``stop_step``), cleared when it takes a Reload up
         self.steps_stopped = 0  # ``stop_step`` calls
+        self.stops_sparing_redone = 0  # those that spare a step done again after a stop (a growth's)
         self.shutdowns: list[wp.Shutdown] = []  # every ``shutdown`` it was sent
         self.weight_cache_device: str | None = None  # what its ``ready`` reports (None with CUDA hidden, as a real one)
         self.weight_cache_host: Literal["pinned", "mapped"] = "pinned"  # and the host copy it says it caches from
@@ -272,9 +273,10 @@ class FakeWorker:
         elif isinstance(command, wp.Export):
             self._events.append(wp.Exported(req_id=command.req_id, session_id=command.session_id))
 
-    def stop_step(self) -> None:
+    def stop_step(self, spare_redone_step: bool = False) -> None:
         self.stop_requested = True
         self.steps_stopped += 1
+        self.stops_sparing_redone += spare_redone_step
 
     def clear_stop(self) -> None:
         self.stop_requested = False

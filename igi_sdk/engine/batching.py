@@ -131,6 +131,11 @@ class BatchScheduler:
         return BatchCounters(**self._c)
 
     @property
+    def steps_aborted(self) -> int:
+        """Steps the abort flag stopped and this scheduler undid (``counters.steps_aborted``, read every step)."""
+        return self._c["steps_aborted"]
+
+    @property
     def paused(self) -> bool:
         return self._paused
 

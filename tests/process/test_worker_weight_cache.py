@@ -85,7 +85,7 @@ def test_moves_between_cache_placements_and_urgent_reloads_keep_the_reply(
         ("shrink", "all", False),
     ]
     assert [(e.req_id, e.ok) for e in events if isinstance(e, wp.Reloaded)] == [("grow", True), ("shrink", True)]
-    assert worker._abort_flag.value == 0  # cleared when the worker took the urgent reload up
+    assert list(worker._abort_flags) == [0, 0]  # cleared when the worker took the urgent reload up
 
 
 def test_parking_on_the_host_and_back_keeps_the_reply(worker: WorkerSupervisor, worker_log: Path) -> None:

@@ -1,8 +1,8 @@
 """A growth waits for the worker's step in flight only so long (engine seam faked): a growth's ``Reload`` is not urgent,
 so the worker takes it up at the next token boundary; when that has not happened within ``GROWTH_STEP_WAIT_S`` (a
 prompt chunk computed from a host copy that is not pinned can take seconds), the step is stopped once through the
-worker's abort flag, and the flag is taken back when the growth is done. A shrink stops the step at once; a growth the
-worker has taken up, or a batch-tier switch, stops nothing."""
+worker's abort flags, sparing a step done again after a stop, and the flags are taken back when the growth is done. A
+shrink stops any step at once; a growth the worker has taken up, or a batch-tier switch, stops nothing."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def test_a_growth_that_waits_too_long_for_the_step_in_flight_stops_it_once(monke
     assert rig.worker.steps_stopped == 0  # a step on the GPU ends within the wait
     rig.tick(GROWTH_STEP_WAIT_S * 0.4)
     assert rig.worker.stop_requested and rig.worker.steps_stopped == 1
+    assert rig.worker.stops_sparing_redone == 1  # a step done again after a stop runs to its end
     rig.tick(GROWTH_STEP_WAIT_S * 4)
     assert rig.worker.steps_stopped == 1  # once
     rig.released()
@@ -93,7 +94,7 @@ def test_a_growth_the_worker_has_taken_up_stops_nothing(monkeypatch: pytest.Monk
     assert [a.granted_mib for a in rig.acks()] == [4096]
 
 
-def test_a_shrink_behind_a_stopped_growth_goes_out_urgent_and_stops_nothing_more(
+def test_a_shrink_behind_a_stopped_growth_stops_any_step_and_goes_out_urgent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rig = Rig(monkeypatch)
@@ -101,12 +102,15 @@ def test_a_shrink_behind_a_stopped_growth_goes_out_urgent_and_stops_nothing_more
     rig.tick(GROWTH_STEP_WAIT_S * 1.2)
     assert rig.worker.steps_stopped == 1
     rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 1024, deadline_s=0.25)
-    assert rig.worker.steps_stopped == 1  # already stopped: asked once
+    # the growth's stop spared a step done again after a stop; the shrink's VRAM cannot wait for one: any step stops
+    assert rig.worker.steps_stopped == 2 and rig.worker.stops_sparing_redone == 1
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 512, deadline_s=0.25)
+    assert rig.worker.steps_stopped == 2  # asked once
     rig.released()
     rig.reloaded()
     shrink = rig.reload()
-    assert shrink.urgent and shrink.placement.n_gpu_layers == 1024 // 256
+    assert shrink.urgent and shrink.placement.n_gpu_layers == 512 // 256
     assert rig.worker.stop_requested  # kept for the shrink: the worker clears it when it takes the reload up
     rig.released()
     rig.reloaded()
-    assert [a.granted_mib for a in rig.acks()] == [4096, 1024]
+    assert [a.granted_mib for a in rig.acks()] == [4096, 512, 512]

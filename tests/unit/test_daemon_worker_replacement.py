@@ -234,7 +234,7 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
             assert target is boot
             start = pickle.loads(args[1])  # the start goes pickled, unpickled after boot has loaded llama.cpp
             assert args[2:5] == (start.hide_gpu, None, start.config.op_offload_min_batch)
-            assert args[5].value == 0  # the abort flag, shared with the worker
+            assert list(args[5]) == [0, 0]  # the abort flags, shared with the worker
             started.append(start)
             self.pid, self.exitcode, self.sentinel = 4242, None, 0
 
@@ -244,27 +244,30 @@ def test_the_supervisor_starts_the_worker_with_its_start_configuration(monkeypat
     config = worker_config("m.gguf")
     supervisor = WorkerSupervisor(config)
     ctx = multiprocessing.get_context("spawn")
-    monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process, RawValue=ctx.RawValue))
+    monkeypatch.setattr(supervisor, "_ctx", mock.Mock(Pipe=ctx.Pipe, Process=Process, RawArray=ctx.RawArray))
     supervisor.start(wp.WorkerStart(config, CPU_PLACEMENT, None, hide_gpu=True))
     supervisor.start(wp.WorkerStart(config, GPU_PLACEMENT, None, hide_gpu=False))
     assert [c.hide_gpu for c in started] == [True, False]
     assert started[0].config.model_path == "m.gguf" and started[0].placement == CPU_PLACEMENT
     assert supervisor.pid == 4242 and supervisor.config == config
-    # an urgent reload (a shrink) sets the worker's abort flag before the command goes; a growth's does not
-    flag = supervisor._abort_flag
+    # an urgent reload (a shrink) sets both of the worker's abort flags before the command goes; a growth's none
+    flags = supervisor._abort_flags
     supervisor.send(wp.Reload(req_id="r1", placement=GPU_PLACEMENT))
-    assert flag.value == 0
+    assert list(flags) == [0, 0]
     supervisor.send(wp.Reload(req_id="r2", placement=CPU_PLACEMENT, urgent=True))
-    assert flag.value == 1
-    flag.value = 0  # the worker took the reload up
+    assert list(flags) == [1, 1]
+    flags[wp.STOP_ANY_STEP] = flags[wp.STOP_REDONE_STEP] = 0  # the worker took the reload up
     supervisor.stop_step()  # for a shrink queued behind a reload that waits for the step
-    assert flag.value == 1
+    assert list(flags) == [1, 1]
     supervisor.clear_stop()  # taken back: no urgent reload followed
-    assert flag.value == 0
+    assert list(flags) == [0, 0]
+    supervisor.stop_step(spare_redone_step=True)  # a growth's: a step done again after a stop runs to its end
+    assert flags[wp.STOP_ANY_STEP] == 1 and flags[wp.STOP_REDONE_STEP] == 0
+    supervisor.clear_stop()
     supervisor.send(wp.Shutdown())  # an exiting worker's step is not waited for either
-    assert flag.value == 1
+    assert list(flags) == [1, 1]
     supervisor.clear_stop()  # never for an exiting worker
-    assert flag.value == 1
+    assert list(flags) == [1, 1]
 
 
 def test_stopping_after_a_retire_does_not_wait_for_the_retired_worker_to_exit() -> None:

@@ -116,7 +116,9 @@ class BudgetControl:
         self._step_stopped = (
             False  # stop_step was asked of the worker: for a shrink queued behind the reload in flight,
         )
-        # or for a growth that waited too long for the step in flight
+        # or for a growth that waited too long for the step in flight (``_stop_spares``: one that spares a step done
+        # again after a stop, so that growths cannot keep every step from ending)
+        self._stop_spares = False
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
@@ -541,12 +543,12 @@ class BudgetControl:
         worker undoes the step and does it again after them). The worker clears its flag when it takes a ``Reload``
         up; ``on_reloaded`` takes the request back where no urgent one follows."""
         inflight = self._inflight
-        if inflight is None or inflight.replacing or inflight.urgent or self._step_stopped:
+        if inflight is None or inflight.replacing or inflight.urgent or (self._step_stopped and not self._stop_spares):
             return
         if queued.outcome.budget_mib >= inflight.outcome.budget_mib or not self._core.worker.ready:
             return
-        self._core.worker.stop_step()
-        self._step_stopped = True
+        self._core.worker.stop_step()  # a growth's stop spared a step done again after it: this one stops any step
+        self._step_stopped, self._stop_spares = True, False
         self._core.log(
             logging.INFO,
             "reload_step_stopped",
@@ -558,15 +560,17 @@ class BudgetControl:
         """A growth sent to the worker (not urgent: it waits for the step in flight) that the worker has not taken up
         within ``GROWTH_STEP_WAIT_S`` stops that step, once: the worker undoes it and does it again on the larger
         placement, so a long step (a prompt chunk read from a host copy that is not pinned) does not hold the growth.
-        Not for a batch-tier switch (nobody waits for it); ``on_reloaded`` takes the request back as for a shrink's."""
+        The stop spares a step the worker does again after a stop (``WorkerPort.stop_step``): between two steps a
+        growth stops, one ends, while changes come faster than a step takes. Not for a batch-tier switch (nobody waits
+        for it); ``on_reloaded`` takes the request back as for a shrink's."""
         op = self._inflight
         if op is None or op.sent_s is None or op.replacing or op.urgent or op.tier_switch or op.taken_up:
             return
         waited_s = self._core.clock() - op.sent_s
         if self._step_stopped or waited_s < GROWTH_STEP_WAIT_S or not self._core.worker.ready:
             return
-        self._core.worker.stop_step()
-        self._step_stopped = True
+        self._core.worker.stop_step(spare_redone_step=True)
+        self._step_stopped, self._stop_spares = True, True
         self._core.log(
             logging.INFO, "reload_step_stopped", budget_mib=op.outcome.budget_mib, waited_s=round(waited_s, 3)
         )

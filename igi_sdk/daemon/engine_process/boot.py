@@ -16,10 +16,13 @@ a GPU worker, and no CUDA context is made until its start loads a model. The dae
 it. A start onto the GPU, a standby's or not, makes the CUDA context on a thread of its own as the worker begins
 (``engine.devices.warm_gpu_context``), so that it overlaps the load's first steps.
 
-The abort flag is a C ``int`` in memory shared with the daemon (``multiprocessing.RawValue``, made by the supervisor
-for each worker). The supervisor sets it before it sends an urgent ``Reload`` (a shrink); llama.cpp reads it between
-graph nodes and scheduler splits (``LlamaEngine.abort_on_flag``, patches/llama.cpp 0005), so the step in flight stops
-there and is undone, and the worker clears it when it takes the reload up.
+The abort flags are two C ``int``s in memory shared with the daemon (``multiprocessing.RawArray``, made by the supervisor
+for each worker; indexes ``worker.protocol.STOP_ANY_STEP`` and ``STOP_REDONE_STEP``). The supervisor sets the first
+before it sends an urgent ``Reload`` (a shrink) or when a reload waits too long for the step in flight, and the second
+too unless that stop may spare a step done again after a stop (a growth's); llama.cpp reads the first during a step,
+the second during a step done again after a stopped one (``LlamaEngine.abort_on_flag``, patches/llama.cpp 0005), so
+the step in flight stops between graph nodes or scheduler splits and is undone, and the worker clears both when it
+takes the reload up.
 
 This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
 """
@@ -57,7 +60,7 @@ def boot(
     hide_gpu: bool,
     pinned_pool_model: str | None,
     op_offload_min_batch: int | None = None,
-    abort_flag: Any = None,
+    abort_flags: Any = None,
     host_pinning: HostPinning | None = None,
 ) -> None:
     """The worker process's target: llama.cpp first, then ``worker_main`` with the unpickled start.
@@ -71,7 +74,7 @@ def boot(
             None: the pool stays as the environment sets it.
         op_offload_min_batch: ``GGML_OP_OFFLOAD_MIN_BATCH`` (``WorkerConfig.op_offload_min_batch``); None: the
             environment's.
-        abort_flag: the abort flag shared with the daemon (a ``RawValue`` of a C int; the module docstring); None: the
+        abort_flags: the abort flags shared with the daemon (a ``RawArray`` of two C ints; the module docstring); None: the
             steps always run to their end.
         host_pinning: how the process page-locks host memory (``WorkerConfig.host_pinning``); None: the environment's,
             else the engine's default.
@@ -110,5 +113,5 @@ def boot(
 
         warm_gpu_context()  # the CUDA context made while the load opens the file (``warm_gpu_context``)
     worker_main(
-        conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flag=abort_flag, standby_wait_s=standby_wait_s
+        conn, start, llama_cpp_preloaded=llama_cpp_preloaded, abort_flags=abort_flags, standby_wait_s=standby_wait_s
     )

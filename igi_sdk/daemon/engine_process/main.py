@@ -21,7 +21,6 @@ Commands and events are the typed messages of ``daemon.worker_protocol`` (its ta
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import os
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from igi_sdk import files
 from igi_sdk.config import WEIGHT_CACHE_AUTO
+from igi_sdk.daemon.engine_process.stop_flags import StopFlags
 from igi_sdk.daemon.logs import configure_logging, get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.priority import lower_priority
@@ -48,8 +48,9 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
 
 MIB = 1024 * 1024
 ABORT_WAIT_S = 0.05
-"""After a step while the abort flag is set, the longest wait for the urgent ``Reload`` that set it (the supervisor sets
-the flag just before it queues the command): steps that would only be stopped again are not started meanwhile."""
+"""After a step while the abort flag is set, the longest wait for the ``Reload`` that set it (the supervisor sets the flag
+just before it queues an urgent one; a growth's is queued already): steps that would only be stopped again are not
+started meanwhile."""
 
 Emit = Callable[[wp.Event], None]
 
@@ -58,7 +59,7 @@ def worker_main(
     conn: Connection,
     start: wp.WorkerStart,
     llama_cpp_preloaded: bool,
-    abort_flag: Any = None,
+    abort_flags: Any = None,
     standby_wait_s: float | None = None,
 ) -> None:
     """Run the worker until ``Shutdown`` or until the daemon goes away. Called by ``boot.boot``, which has hidden the
@@ -69,7 +70,7 @@ def worker_main(
         start: the model and settings (``start.config``), the placement to load, the vision encoder's plan and
             ``hide_gpu`` (CUDA hidden, see the module docstring).
         llama_cpp_preloaded: whether llama.cpp was imported before boot could hide the GPU.
-        abort_flag: the abort flag shared with the daemon (``boot``'s docstring); None: steps run to their end.
+        abort_flags: the abort flags shared with the daemon (``boot``'s docstring); None: steps run to their end.
         standby_wait_s: how long this process waited as a standby for its start (None: it was started for it).
     """
     started_s = process_age_s(os.getpid())  # the interpreter's start and the imports up to here (boot)
@@ -155,8 +156,7 @@ def worker_main(
             partial_kv=cache_device is not None and kv_host_layers_supported(),
         )
     )
-    if abort_flag is not None:
-        engine.llama_engine.abort_on_flag(ctypes.addressof(abort_flag))
+    stop = None if abort_flags is None else StopFlags(abort_flags, engine.llama_engine.abort_on_flag)
     from igi_sdk.daemon.engine_process.scheduler import WorkerScheduler
 
     scheduler = WorkerScheduler(
@@ -168,7 +168,7 @@ def worker_main(
         cpu_prefill_chunk_tokens=config.cpu_prefill_chunk_tokens,
     )
     try:
-        shutdown = _serve(conn, scheduler, emit, log, abort_flag)
+        shutdown = _serve(conn, scheduler, emit, log, stop)
         if shutdown is not None and shutdown.exit_at_once:
             # a replacement: every event is written (``emit`` is synchronous); closing the engine first would free the
             # pinned host copy and the device buffers one by one before the driver tears the context down anyway
@@ -261,7 +261,7 @@ def _serve(
     scheduler: WorkerScheduler,
     emit: Emit,
     log: logging.Logger,
-    abort_flag: Any = None,
+    stop: StopFlags | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> wp.Shutdown | None:
     """Serve commands and steps until ``Shutdown`` (returned) or until the daemon goes away (EOFError, OSError)."""
@@ -287,8 +287,8 @@ def _serve(
                 command = wp.recv(conn)
                 if isinstance(command, wp.Shutdown):
                     return command
-                if isinstance(command, wp.Reload) and abort_flag is not None:
-                    abort_flag.value = 0  # taken up: the steps after it run to their end again
+                if isinstance(command, wp.Reload) and stop is not None:
+                    stop.taken_up()
                 _handle(command, scheduler, emit, log)
             else:  # an encode on the encode thread has ended: its job joins the batch (handled like a command)
                 try:
@@ -298,9 +298,11 @@ def _serve(
             if paused_from is None or not scheduler.has_work():
                 paused_from = -math.inf  # idle wait ended, or nothing left to pace: drain the pipe, then go on
         if scheduler.has_work():
-            scheduler.step()
-            if abort_flag is not None and abort_flag.value:  # stopped (or about to be) for an urgent reload on its way
-                conn.poll(ABORT_WAIT_S)
+            stopped = scheduler.step()
+            if stop is not None:
+                stop.after_step(stopped)
+                if stop.set:  # stopped (or about to be) for a reload on its way
+                    conn.poll(ABORT_WAIT_S)
 
 
 def _wait(conn: Connection, wakeup: Connection | None, timeout: float) -> Connection | None:

@@ -406,9 +406,12 @@ class WorkerScheduler:
         """Sessions advanced by one step (the governor's pause is per token of each, see ``main._serve``)."""
         return self._sched.n_running
 
-    def step(self) -> None:
-        """One continuous-batching step (every running session advanced by a token or a prompt chunk)."""
+    def step(self) -> bool:
+        """One continuous-batching step (every running session advanced by a token or a prompt chunk); whether the
+        abort flag stopped it (it was undone: ``BatchScheduler.step``)."""
+        aborted = self._sched.steps_aborted
         self._sched.step()
+        return self._sched.steps_aborted != aborted
 
     def forget(self, session_id: str) -> None:
         """Drop a closed session's KV (its job cancelled, one being encoded included)."""

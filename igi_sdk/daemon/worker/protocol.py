@@ -48,6 +48,12 @@ them).
 The start configuration (``WorkerStart``: a ``WorkerConfig``, the placement, the vision encoder's plan and whether CUDA
 is hidden) is the one value handed to the process when it is spawned (``worker_main``'s argument; pickled by
 ``multiprocessing`` once, never sent over the pipe).
+
+Beside the pipe, two C ints in shared memory stop the worker's step in flight (``engine_process.boot``): the daemon sets
+``STOP_ANY_STEP`` for every stop, and ``STOP_REDONE_STEP`` too for a stop that must not wait for any step (a shrink, a
+shutdown); llama.cpp reads the first during a step, the second during the step the worker does again after a stopped
+one, so a growth's stop (the first only) stops at most one step in a row. The worker clears both when it takes a
+``Reload`` up.
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ from igi_sdk.daemon.sessions.file_format import KvRef
 from igi_sdk.ipc.values import ModelInfo
 from igi_sdk.planner.placement import OP_OFFLOAD_MIN_BATCH, Placement
 from igi_sdk.planner.vision import EncoderPlan
+
+#: The shared abort flags' indexes (the module docstring).
+STOP_ANY_STEP = 0
+STOP_REDONE_STEP = 1
 
 
 class WorkerProtocolError(RuntimeError):

@@ -36,6 +36,7 @@ from igi_sdk.daemon.logs import get_logger, log_event
 from igi_sdk.daemon.worker import protocol as wp
 from igi_sdk.daemon.worker.pipe import PipeClosed, PipeWriter
 from igi_sdk.daemon.worker.priority import lower_priority
+from igi_sdk.daemon.worker.protocol import STOP_ANY_STEP, STOP_REDONE_STEP
 from igi_sdk.planner.placement import Placement
 
 _log = get_logger("supervisor")
@@ -120,7 +121,7 @@ class _Incoming:
 
     process: multiprocessing.process.BaseProcess
     conn: Connection
-    abort_flag: Any
+    abort_flags: Any
     start: wp.WorkerStart
     since_s: float
     ready: wp.Ready | None = None
@@ -142,7 +143,7 @@ class _Standby:
 
     process: multiprocessing.process.BaseProcess
     conn: Connection
-    abort_flag: Any
+    abort_flags: Any
     config: wp.WorkerConfig
     hide_gpu: bool  # made with CUDA hidden: only a start with CUDA hidden can take it
     since_s: float
@@ -167,7 +168,7 @@ class WorkerSupervisor:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._writer: PipeWriter | None = None
-        self._abort_flag: Any = None  # the current worker's (a RawValue of a C int; engine_process.boot)
+        self._abort_flags: Any = None  # the current worker's (two C ints: wp.STOP_ANY_STEP, wp.STOP_REDONE_STEP)
         self._dead = True
         self.ready = False
         self.started_at_s = 0.0
@@ -190,22 +191,22 @@ class WorkerSupervisor:
     def start(self, start: wp.WorkerStart) -> None:
         """Start a worker (it sends ``ready`` once the model is loaded): the standby when it was prepared for this
         start (``prepare_standby``), else a new process. The previous one must be stopped."""
-        process, parent_conn, abort_flag = self._launch(start)
-        self._serve(process, parent_conn, abort_flag, start.config, time.monotonic())
+        process, parent_conn, abort_flags = self._launch(start)
+        self._serve(process, parent_conn, abort_flags, start.config, time.monotonic())
         log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu)
 
     def _serve(
         self,
         process: multiprocessing.process.BaseProcess,
         conn: Connection,
-        abort_flag: Any,
+        abort_flags: Any,
         config: wp.WorkerConfig,
         since_s: float,
         ready: wp.Ready | None = None,
     ) -> None:
         """``process``, on ``conn``, is the worker from now on, for ``config`` (``ready``: its ``Ready``, read)."""
         self._config, self._stopping = config, False
-        self._process, self._conn, self._abort_flag = process, conn, abort_flag
+        self._process, self._conn, self._abort_flags = process, conn, abort_flags
         self._writer = PipeWriter(conn)
         self._dead, self.ready, self.started_at_s = False, ready is not None, since_s
         if ready is not None:
@@ -222,7 +223,7 @@ class WorkerSupervisor:
                 standby = None
         if standby is not None:
             log_event(_log, logging.INFO, "worker_standby_taken", pid=standby.process.pid, waited_s=standby.age_s())
-            return standby.process, standby.conn, standby.abort_flag
+            return standby.process, standby.conn, standby.abort_flags
         return self._spawn(start.config, start, start.hide_gpu)
 
     # --- a worker beside ----------------------------------------------------------------------------------------
@@ -235,8 +236,8 @@ class WorkerSupervisor:
             OSError: the OS refused the pipe or the process.
         """
         assert self._incoming is None, "a worker is already loading beside"
-        process, conn, abort_flag = self._launch(start)
-        self._incoming = _Incoming(process, conn, abort_flag, start, time.monotonic())
+        process, conn, abort_flags = self._launch(start)
+        self._incoming = _Incoming(process, conn, abort_flags, start, time.monotonic())
         log_event(_log, logging.INFO, "worker_started", pid=process.pid, gpu_hidden=start.hide_gpu, beside=True)
 
     @property
@@ -275,7 +276,7 @@ class WorkerSupervisor:
         self._serve(
             incoming.process,
             incoming.conn,
-            incoming.abort_flag,
+            incoming.abort_flags,
             incoming.start.config,
             incoming.since_s,
             incoming.ready,
@@ -328,14 +329,14 @@ class WorkerSupervisor:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         # the start goes pickled: the child unpickles it only once boot has loaded llama.cpp (boot's docstring)
         pool_model = str(config.model_path) if config.pinned_pool else None
-        abort_flag = self._ctx.RawValue(ctypes.c_int, 0)  # shared with the worker (boot's docstring)
+        abort_flags = self._ctx.RawArray(ctypes.c_int, 2)  # shared with the worker (boot's docstring)
         args = (
             child_conn,
             None if start is None else pickle.dumps(start),
             hide_gpu,
             pool_model,
             config.op_offload_min_batch,
-            abort_flag,
+            abort_flags,
             config.host_pinning,
         )
         process = self._ctx.Process(target=boot, args=args, name="igi-engine-worker", daemon=True)
@@ -343,7 +344,7 @@ class WorkerSupervisor:
         if process.pid is not None:  # before the child's Python start-up and imports run at the game's priority
             lower_priority(config.nice, process.pid)
         child_conn.close()
-        return process, parent_conn, abort_flag
+        return process, parent_conn, abort_flags
 
     # --- the standby --------------------------------------------------------------------------------------------
     def prepare_standby(self, config: wp.WorkerConfig, hide_gpu: bool = False) -> None:
@@ -360,8 +361,8 @@ class WorkerSupervisor:
         ):
             return
         self.drop_standby()
-        process, parent_conn, abort_flag = self._spawn(config, None, hide_gpu=hide_gpu)
-        self._standby = _Standby(process, parent_conn, abort_flag, config, hide_gpu, time.monotonic())
+        process, parent_conn, abort_flags = self._spawn(config, None, hide_gpu=hide_gpu)
+        self._standby = _Standby(process, parent_conn, abort_flags, config, hide_gpu, time.monotonic())
         log_event(_log, logging.INFO, "worker_standby_started", pid=process.pid, gpu_hidden=hide_gpu)
 
     def drop_standby(self) -> None:
@@ -459,23 +460,28 @@ class WorkerSupervisor:
             self._mark_dead()
             raise WorkerGone(str(exc)) from exc
 
-    def stop_step(self) -> None:
-        """Stop the worker's step in flight now (the abort flag), for a reload already sent that waits for it: the
-        worker undoes the step and clears the flag when it takes a ``Reload`` up; :meth:`clear_stop` takes the request
-        back where no ``Reload`` is left to clear it (a stale flag would stop every step)."""
+    def stop_step(self, spare_redone_step: bool = False) -> None:
+        """Stop the worker's step in flight now (the abort flags), for a reload already sent that waits for it: the
+        worker undoes the step and clears the flags when it takes a ``Reload`` up; :meth:`clear_stop` takes the request
+        back where no ``Reload`` is left to clear it (a stale flag would stop every step). ``spare_redone_step`` (a
+        growth's stop): a step the worker does again after a stop runs to its end, so that stops for growths cannot
+        keep every step from ending."""
         if not self._dead and not self._stopping:
-            self._abort_step()
+            self._abort_step(spare_redone_step)
 
     def clear_stop(self) -> None:
         """Take a :meth:`stop_step` back (not while the worker is exiting: its ``Shutdown`` stopped the step)."""
-        if self._abort_flag is not None and not self._stopping:
-            self._abort_flag.value = 0
+        if self._abort_flags is not None and not self._stopping:
+            self._abort_flags[STOP_ANY_STEP] = 0
+            self._abort_flags[STOP_REDONE_STEP] = 0
 
-    def _abort_step(self) -> None:
-        """Set the worker's abort flag: llama.cpp stops the step in flight at its next check, and the worker undoes
-        it (``engine_process.boot``)."""
-        if self._abort_flag is not None:
-            self._abort_flag.value = 1
+    def _abort_step(self, spare_redone_step: bool = False) -> None:
+        """Set the worker's abort flags: llama.cpp stops the step in flight at its next check, and the worker undoes
+        it (``engine_process.boot``); a step redone after a stop only where ``spare_redone_step`` is false."""
+        if self._abort_flags is not None:
+            if not spare_redone_step:
+                self._abort_flags[STOP_REDONE_STEP] = 1
+            self._abort_flags[STOP_ANY_STEP] = 1
 
     @property
     def pending_bytes(self) -> int:

@@ -22,7 +22,7 @@ from igi_sdk.daemon.worker.lifecycle import WorkerLifecycle
 from igi_sdk.ipc.envelope import new_header
 from igi_sdk.ipc.frames import unpack_message
 from igi_sdk.ipc.messages import BudgetAck, ErrorReply
-from igi_sdk.ipc.values import Plan
+from igi_sdk.ipc.values import ModelInfo, Plan
 from igi_sdk.planner.placement import Placement
 
 KEY = bytes(range(32))
@@ -132,6 +132,45 @@ def test_a_reload_lost_after_its_answer_restarts_the_worker_within_the_answered_
     assert rig.budget.current.cpu_fallback and rig.budget.current.budget_mib == 2048
     assert rig.budget.state.in_force_mib == 2048
     assert len(rig.replies()) == 1  # nothing more to answer
+
+
+def _ready(rig: Rig) -> wp.Ready:
+    """The restarted worker's ``Ready`` on the placement in force."""
+    info = ModelInfo(path="/m.gguf", architecture="llama", n_layer=16, n_params=None, file_mib=1.0, n_ctx=2048)
+    return wp.Ready(pid=3, model=info, file_bytes=1, placement=rig.budget.current.placement, gpu_hidden=True)
+
+
+def test_the_exact_plan_follows_the_restart_after_a_lost_reload_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker restarted CPU-only within an answered budget gets that budget's plan once it is ready, as the answer
+    promised; should that reload be lost too, the worker stays CPU-only there (no fail-restart loop)."""
+    rig = Rig(monkeypatch, cached={4096, 2048}, used_mib=3700.0)
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=1.0)
+    rig.released("all", used_mib=586.0)
+    lost = rig.reload()
+    rig.reloaded(used_mib=586.0, ok=False)
+    assert rig.budget.current.cpu_fallback and rig.budget.state.in_force_mib == 2048
+    rig.budget.on_worker_ready(_ready(rig))
+    exact = rig.reload()
+    assert exact is not lost and exact.placement.n_gpu_layers == 2048 // 256  # the plan of 2048, like a growth
+    rig.reloaded(used_mib=586.0, ok=False)  # lost again (nobody waits for it: no answer)
+    assert rig.budget.current.cpu_fallback and rig.budget.state.in_force_mib == 2048
+    rig.budget.on_worker_ready(_ready(rig))
+    assert rig.reload() is exact  # not again
+    assert len(rig.replies()) == 1
+
+
+def test_a_newer_change_during_the_restart_supersedes_the_exact_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(monkeypatch, cached={4096, 2048, 1024}, used_mib=3700.0)
+    rig.budget.on_reclaim(b"c", new_header("reclaim_request"), 2048, deadline_s=1.0)
+    rig.released("all", used_mib=586.0)
+    rig.reloaded(used_mib=586.0, ok=False)
+    rig.worker.ready = False  # restarting
+    rig.budget.on_set_budget(b"c", new_header("set_budget_request"), 1024)
+    rig.worker.ready = True
+    rig.budget.on_worker_ready(_ready(rig))
+    assert rig.reload().placement.n_gpu_layers == 1024 // 256
+    rig.reloaded(used_mib=900.0)
+    assert [r.granted_mib for r in rig.replies() if isinstance(r, BudgetAck)] == [2048, 1024]
 
 
 def test_a_reload_lost_before_any_answer_restarts_on_the_last_good_placement(monkeypatch: pytest.MonkeyPatch) -> None:

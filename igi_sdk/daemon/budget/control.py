@@ -128,6 +128,9 @@ class BudgetControl:
         #: the CPU-only placement of their budget; answered once that worker is ready (``on_worker_ready``)
         self._restart_waiters: list[Waiter] = []
         self._partial_kv = False  # the last GPU worker's ``Ready.partial_kv``
+        #: a reload lost after its answer left the worker restarting CPU-only at this budget: its exact plan is made
+        #: and applied once that worker is ready (``on_worker_ready``)
+        self._exact_after_restart_mib: int | None = None
 
     # --- requests --------------------------------------------------------------------------------
     def on_set_budget(
@@ -228,9 +231,24 @@ class BudgetControl:
             self._planner.use_weight_cache(
                 event.weight_cache_device is not None, detachable, event.partial_kv, event.weight_cache_host
             )
+        if self._exact_after_restart():
+            return
         if self._inflight is not None or self._queued is None or self._settle_queued():
             return
         self._start(self._queued)
+
+    def _exact_after_restart(self) -> bool:
+        """The worker restarted CPU-only within a budget answered before its reload was lost
+        (``_keep_state_with_running_placement``): plan that budget and apply it like a growth, as its interim answer
+        promised, unless a newer change is under way. Once: that reload answers nobody, so should it be lost too, the
+        worker restarts on the CPU-only placement in force and stays there until the game changes the budget (a
+        placement that fails to load is not retried for good). Whether it began."""
+        target, self._exact_after_restart_mib = self._exact_after_restart_mib, None
+        if target is None or self.under_way or target != self.state.in_force_mib:
+            return False
+        self._core.log(logging.INFO, "budget_exact_plan_after_restart", budget_mib=target)
+        self._begin(target, False, [])
+        return True
 
     def on_released(self, event: wp.Released) -> None:
         """Part-way through a reload the worker released the old placement's memory (its device weights, then the
@@ -864,6 +882,7 @@ class BudgetControl:
             return
         if lost is not None and lost.acked_on_release_mib is not None:
             self._put_in_force(self._planner.cpu_only(lost.acked_on_release_mib))
+            self._exact_after_restart_mib = lost.acked_on_release_mib
             return
         self._put_in_force(self._current)
 

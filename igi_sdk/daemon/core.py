@@ -52,9 +52,9 @@ class WorkerPort(Protocol):
     def send(
         self, command: wp.Command
     ) -> None: ...  # WorkerGone when dead; ``Shutdown``: asks it to exit, never raises
-    def stop_step(
-        self, spare_redone_step: bool = False
-    ) -> None: ...  # the abort flags: its step in flight stops (cleared when it takes a Reload up)
+    # the abort flags: its step in flight stops (cleared when it takes a Reload up); ``spare_redone_step``: not a step
+    # done again after a stop (a growth's)
+    def stop_step(self, spare_redone_step: bool = False) -> None: ...
     def clear_stop(self) -> None: ...  # a stop_step taken back where no Reload is left to clear it
     def read_events(self) -> list[wp.Event]: ...  # what it wrote so far, without blocking
     def is_dead(self) -> bool: ...  # it exited and everything it wrote has been read

@@ -113,11 +113,10 @@ class BudgetControl:
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._tiers_blocked_mib: int | None = None  # a tier switch at this budget failed and took the worker with it
-        self._step_stopped = (
-            False  # stop_step was asked of the worker: for a shrink queued behind the reload in flight,
-        )
-        # or for a growth that waited too long for the step in flight (``_stop_spares``: one that spares a step done
-        # again after a stop, so that growths cannot keep every step from ending)
+        # stop_step was asked of the worker: for a shrink queued behind the reload in flight, or for a growth that
+        # waited too long for the step in flight (``_stop_spares``: a stop that spares a step done again after a stop,
+        # so that growths cannot keep every step from ending)
+        self._step_stopped = False
         self._stop_spares = False
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
@@ -335,9 +334,8 @@ class BudgetControl:
         if op is None or op.replacing or event.req_id != op.req_id:
             return
         self._reloaded(op, event)
-        if (
-            self._step_stopped
-        ):  # the growth it was asked for is done; the shrink has gone out urgent, or needs it no more
+        # the growth the stop was asked for is done; a shrink's has gone out urgent, or needs the stop no more
+        if self._step_stopped:
             self._step_stopped = False
             after = self._inflight
             if after is None or not (after.urgent or after.replacing):

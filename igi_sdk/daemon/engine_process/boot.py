@@ -16,13 +16,13 @@ a GPU worker, and no CUDA context is made until its start loads a model. The dae
 it. A start onto the GPU, a standby's or not, makes the CUDA context on a thread of its own as the worker begins
 (``engine.devices.warm_gpu_context``), so that it overlaps the load's first steps.
 
-The abort flags are two C ``int``s in memory shared with the daemon (``multiprocessing.RawArray``, made by the supervisor
-for each worker; indexes ``worker.protocol.STOP_ANY_STEP`` and ``STOP_REDONE_STEP``). The supervisor sets the first
-before it sends an urgent ``Reload`` (a shrink) or when a reload waits too long for the step in flight, and the second
-too unless that stop may spare a step done again after a stop (a growth's); llama.cpp reads the first during a step,
-the second during a step done again after a stopped one (``LlamaEngine.abort_on_flag``, patches/llama.cpp 0005), so
-the step in flight stops between graph nodes or scheduler splits and is undone, and the worker clears both when it
-takes the reload up.
+The abort flags are two C ``int``s in memory shared with the daemon (``multiprocessing.RawArray``, made by the
+supervisor for each worker; indexes ``worker.protocol.STOP_ANY_STEP`` and ``STOP_REDONE_STEP``). The supervisor sets
+the first before it sends an urgent ``Reload`` (a shrink) or when a reload waits too long for the step in flight, and
+the second too unless that stop may spare a step done again after a stop (a growth's); llama.cpp reads the first
+during a step, the second during a step done again after a stopped one (``LlamaEngine.abort_on_flag``,
+patches/llama.cpp 0005), so the step in flight stops between graph nodes or scheduler splits and is undone, and the
+worker clears both when it takes the reload up (``engine_process.stop_flags``).
 
 This module imports only the standard library; ``tests/process/test_load_order.py`` checks the chain.
 """
@@ -74,8 +74,8 @@ def boot(
             None: the pool stays as the environment sets it.
         op_offload_min_batch: ``GGML_OP_OFFLOAD_MIN_BATCH`` (``WorkerConfig.op_offload_min_batch``); None: the
             environment's.
-        abort_flags: the abort flags shared with the daemon (a ``RawArray`` of two C ints; the module docstring); None: the
-            steps always run to their end.
+        abort_flags: the abort flags shared with the daemon (a ``RawArray`` of two C ints; the module docstring);
+            None: the steps always run to their end.
         host_pinning: how the process page-locks host memory (``WorkerConfig.host_pinning``); None: the environment's,
             else the engine's default.
     """

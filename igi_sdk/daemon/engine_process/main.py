@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # imported in worker_main, after the GPU is hidden and llama.
 
 MIB = 1024 * 1024
 ABORT_WAIT_S = 0.05
-"""After a step while the abort flag is set, the longest wait for the ``Reload`` that set it (the supervisor sets the flag
-just before it queues an urgent one; a growth's is queued already): steps that would only be stopped again are not
-started meanwhile."""
+"""After a step while the abort flag is set, the longest wait for the ``Reload`` that set it (the supervisor sets the
+flag just before it queues an urgent one; a growth's is queued already): steps that would only be stopped again are
+not started meanwhile."""
 
 Emit = Callable[[wp.Event], None]
 

@@ -212,6 +212,12 @@ def _settled(status: Any) -> int:
     return int(status.counters.get("budget_changes_settled", 0))
 
 
+def _growth_stops(status: Any) -> int:
+    """Growths that waited ``GROWTH_STEP_WAIT_S`` for the worker's step in flight and asked it to stop (a step the worker
+    was doing again after a stop runs on: docs/daemon.md, "When the VRAM goes")."""
+    return int(status.counters.get("growth_steps_stopped", 0))
+
+
 def _moves(status: Any) -> int:
     return int(status.counters.get("reloads", 0)) + int(status.counters.get("worker_replacements", 0))
 
@@ -293,6 +299,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     ack = game.set_budget(change.budget_mib, "live budget bench")
                 ack_s = time.monotonic() - t0
                 settled_s = settle(game, before, settled_before, ack, t0)
+                steps_stopped = _growth_stops(game.status()) - _growth_stops(status)
                 window = close_window(sampler, change.budget_mib, t0)
                 within_s = window.within_after_s(change.budget_mib + WITHIN_SLACK_MIB, t0)
                 first_within_s = window.first_within_after_s(change.budget_mib + WITHIN_SLACK_MIB, t0)
@@ -311,6 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "ack_vram_mib": ack.measured_vram_mib,
                         "ack_s": round(ack_s, 4),
                         "settled_s": round(settled_s, 4),
+                        "growth_steps_stopped": steps_stopped,
                         "within_s": None if within_s is None else round(within_s, 4),
                         "first_within_s": None if first_within_s is None else round(first_within_s, 4),
                         "peak_mib": peak,
@@ -422,6 +430,8 @@ def _report(
             # placement replaces with a new process (docs/daemon.md, "Worker replacement")
             "grow_ack_s_in_worker": spread([c["ack_s"] for c in in_worker]),
             "grow_settled_s_in_worker": spread([c["settled_s"] for c in in_worker]),
+            # changes during which a growth waited GROWTH_STEP_WAIT_S for the step in flight and asked it to stop
+            "changes_with_growth_steps_stopped": sum(1 for c in changes if c["growth_steps_stopped"]),
             "violations": sum(1 for c in changes if c["violation"]),
             "shrink_stall_s": spread([c["stall_s"] for c in shrinks if c["stall_s"] is not None]),
             "grow_stall_s": spread([c["stall_s"] for c in grows if c["stall_s"] is not None]),

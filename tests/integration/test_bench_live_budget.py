@@ -50,3 +50,8 @@ def test_twenty_changes_while_npcs_stream_lose_nothing(tmp_path: Path) -> None:
     assert len(stalls) >= len(figures["changes"]) // 2 and all(s > 0 for s in stalls)  # NPCs talk through most
     assert summary["shrink_stall_s"]["n"] + summary["grow_stall_s"]["n"] == len(stalls)
     assert 0 < summary["baseline_stall_s"]["p50"] <= summary["baseline_stall_s"]["max"]
+    # the daemon's count of growths that asked the step in flight to stop, read per change: only where a growth (or an
+    # interim shrink's exact plan, applied like one) went to the worker
+    stopped = [c for c in figures["changes"] if c["growth_steps_stopped"]]
+    assert summary["changes_with_growth_steps_stopped"] == len(stopped)
+    assert all(not c["shrink"] or c["interim"] for c in stopped)

@@ -73,6 +73,7 @@ def test_a_growth_that_waits_too_long_for_the_step_in_flight_stops_it_once(monke
     rig.tick(GROWTH_STEP_WAIT_S * 0.4)
     assert rig.worker.stop_requested and rig.worker.steps_stopped == 1
     assert rig.worker.stops_sparing_redone == 1  # a step done again after a stop runs to its end
+    assert rig.core.counters["growth_steps_stopped"] == 1  # status_reply.counters (bench.live_budget reads it)
     rig.tick(GROWTH_STEP_WAIT_S * 4)
     assert rig.worker.steps_stopped == 1  # once
     rig.released()

@@ -587,6 +587,7 @@ class BudgetControl:
             return
         self._core.worker.stop_step(spare_redone_step=True)
         self._step_stopped, self._stop_spares = True, True
+        self._core.counters["growth_steps_stopped"] += 1
         self._core.log(
             logging.INFO, "reload_step_stopped", budget_mib=op.outcome.budget_mib, waited_s=round(waited_s, 3)
         )

@@ -30,9 +30,9 @@ def _replies(stops: bool) -> list[list[int]]:
             handles.append(sched.submit(BatchRequest(f"npc{i}", prompt, max_tokens=12, sampler=Sampler(temperature=0))))
 
         def step() -> bool:
-            before = sched.counters.steps_aborted
+            before = sched.steps_aborted
             sched.step()
-            stopped = sched.counters.steps_aborted != before
+            stopped = sched.steps_aborted != before
             stop.after_step(stopped)
             return stopped
 

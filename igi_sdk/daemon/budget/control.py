@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
+from typing import Literal
 
 from igi_sdk.daemon.budget import vram
 from igi_sdk.daemon.budget.changes import PendingReload, Waiter, budget_ack, same_plan
@@ -113,11 +114,10 @@ class BudgetControl:
         self._tier_config = TierPolicyConfig(tier_down_stable_s=budget.tier_down_stable_s)
         self._tier_state = TierState()  # the batch-tier rule's memory (``policy.batch_tier``)
         self._tiers_blocked_mib: int | None = None  # a tier switch at this budget failed and took the worker with it
-        # stop_step was asked of the worker: for a shrink queued behind the reload in flight, or for a growth that
-        # waited too long for the step in flight (``_stop_spares``: a stop that spares a step done again after a stop,
-        # so that growths cannot keep every step from ending)
-        self._step_stopped = False
-        self._stop_spares = False
+        # what stop_step was asked of the worker for: "shrink", a shrink queued behind the reload in flight (any step
+        # stops); "growth", a growth that waited too long for the step in flight (a step done again after a stop is
+        # spared, so that growths cannot keep every step from ending); None: no stop asked
+        self._stop_asked: Literal["shrink", "growth"] | None = None
         #: the serving worker's last reloads in place between placements on the GPU, as it measured them (seconds,
         #: ``Reloaded.apply_time_s``): what a tier switch is weighed by (``batch_tier.switch_cost_s``)
         self._reloads_in_place_s: deque[float] = deque(maxlen=RECENT_RELOADS)
@@ -218,7 +218,7 @@ class BudgetControl:
         once when the worker already runs its placement (a model switch starts the new worker on the budget in
         force)."""
         self._reloads_in_place_s.clear()  # a new worker's reloads are measured anew
-        self._step_stopped = False  # its abort flag is its own
+        self._stop_asked = None  # its abort flags are its own
         if self._restart_waiters:  # the failed detach's worker is gone: its successor serves their budget on the CPU
             waiters, self._restart_waiters = self._restart_waiters, []
             measured = self._worker_vram_mib()
@@ -335,8 +335,8 @@ class BudgetControl:
             return
         self._reloaded(op, event)
         # the growth the stop was asked for is done; a shrink's has gone out urgent, or needs the stop no more
-        if self._step_stopped:
-            self._step_stopped = False
+        if self._stop_asked is not None:
+            self._stop_asked = None
             after = self._inflight
             if after is None or not (after.urgent or after.replacing):
                 self._core.worker.clear_stop()
@@ -559,12 +559,12 @@ class BudgetControl:
         worker undoes the step and does it again after them). The worker clears its flag when it takes a ``Reload``
         up; ``on_reloaded`` takes the request back where no urgent one follows."""
         inflight = self._inflight
-        if inflight is None or inflight.replacing or inflight.urgent or (self._step_stopped and not self._stop_spares):
+        if inflight is None or inflight.replacing or inflight.urgent or self._stop_asked == "shrink":
             return
         if queued.outcome.budget_mib >= inflight.outcome.budget_mib or not self._core.worker.ready:
             return
         self._core.worker.stop_step()  # a growth's stop spared a step done again after it: this one stops any step
-        self._step_stopped, self._stop_spares = True, False
+        self._stop_asked = "shrink"
         self._core.log(
             logging.INFO,
             "reload_step_stopped",
@@ -583,10 +583,10 @@ class BudgetControl:
         if op is None or op.sent_s is None or op.replacing or op.urgent or op.tier_switch or op.taken_up:
             return
         waited_s = self._core.clock() - op.sent_s
-        if self._step_stopped or waited_s < GROWTH_STEP_WAIT_S or not self._core.worker.ready:
+        if self._stop_asked is not None or waited_s < GROWTH_STEP_WAIT_S or not self._core.worker.ready:
             return
         self._core.worker.stop_step(spare_redone_step=True)
-        self._step_stopped, self._stop_spares = True, True
+        self._stop_asked = "growth"
         self._core.counters["growth_steps_stopped"] += 1
         self._core.log(
             logging.INFO, "reload_step_stopped", budget_mib=op.outcome.budget_mib, waited_s=round(waited_s, 3)
@@ -829,7 +829,7 @@ class BudgetControl:
         the restarted worker is ready: ``_lost``). The new worker of a replacement to a GPU placement dying while it
         loads: the same, and the worker restarts on the placement in force (CPU-only)."""
         op, self._inflight = self._inflight, None
-        self._step_stopped = False
+        self._stop_asked = None
         if op is None:
             return
         self._lost(op, "engine worker died during a reload; restarted with the last good placement")

@@ -8,7 +8,7 @@ from typing import Any
 
 from daemon_actions import ACTIONS, CROWD
 from daemon_sim import check_exactly_one_terminal_reply, run_actions
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 
@@ -22,6 +22,7 @@ def test_every_request_gets_exactly_one_terminal_reply(actions: list[tuple[Any, 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ACTIONS, max_size=30))
+@example([("kill",), ("reclaim", 0), ("kill",)])  # a reclaim waiting for the restart, then given up: nothing pending
 def test_every_request_gets_exactly_one_terminal_reply_when_the_worker_is_given_up(
     actions: list[tuple[Any, ...]],
 ) -> None:

@@ -862,8 +862,9 @@ class BudgetControl:
             self._core.send_error(waiter.identity, waiter.header, error)
         self._restart_waiters = []
         # answered: none of them is applied later (a worker brought back by a load_model_request plans the budget
-        # in force, not a change the game was told had failed)
+        # in force, not a change the game was told had failed), so nothing is pending any more either
         self._inflight = self._queued = self._plans.pending = None
+        self.state = settle(self.state, self._current.budget_mib, under_way=False)
 
     def _keep_state_with_running_placement(self, lost: PendingReload | None = None) -> None:
         """A reload was lost (the worker died, or failed the reload and exits): the supervisor restarts the worker

@@ -130,6 +130,12 @@ class LimitSettings(_Section):
     max_new_tokens: int = Field(
         default=512, ge=1, description="upper bound on max_tokens of one generate request, tokens"
     )
+    priority_ageing_per_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1000.0,
+        description="priority points a queued generate request gains per second it waits, so none waits for ever behind higher priorities (0 = strict priority)",
+    )
     max_session_file_bytes: int = Field(
         default=1 << 30,
         ge=1 << 16,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from igi_sdk.bench.npc_batch import PERSONAS, resolve_model
+from igi_sdk.config import LimitSettings
 
 SPEAKER = "speaker"
 USER_LINE = "Player: And what about the stranger who came in from the north road last night? "
@@ -222,12 +223,12 @@ def drive(sched: Any, npcs: list[Npc], profile: Any, sampler: Callable[[], Any])
     return time.perf_counter() - t0
 
 
-def _fresh_scheduler(engine: Any) -> Any:
+def _fresh_scheduler(engine: Any, priority_ageing_per_s: float = 0.0) -> Any:
     from igi_sdk.engine.batching import BatchScheduler
 
     for seq in range(engine.placement.n_seq_max):
         engine.seq_clear(seq)
-    return BatchScheduler(engine)
+    return BatchScheduler(engine, priority_ageing_per_s=priority_ageing_per_s)
 
 
 def _greedy() -> Any:
@@ -316,16 +317,17 @@ def game_run(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     crowd, speaker = game_npcs(engine, args)
     profile = StepProfile()
     with profile.installed(engine):
-        wall = drive(_fresh_scheduler(engine), [*crowd, speaker], profile, _greedy)
+        wall = drive(_fresh_scheduler(engine, args.priority_ageing_per_s), [*crowd, speaker], profile, _greedy)
     crowd_turns = [t for n in crowd for t in n.turns]
     alone = speaker_npc(engine, args, arrive=0)
     alone_profile = StepProfile()
-    drive(_fresh_scheduler(engine), [alone], alone_profile, _greedy)
+    drive(_fresh_scheduler(engine, args.priority_ageing_per_s), [alone], alone_profile, _greedy)
     with_crowd, by_itself = _ttfts(speaker.turns), _ttfts(alone.turns)
     crowd_ttft = _ttfts(crowd_turns)
     all_tokens = _tokens(crowd_turns) + _tokens(speaker.turns)
     return {
         "npcs": args.npcs,
+        "priority_ageing_per_s": args.priority_ageing_per_s,
         "wall_s": wall,
         "completion_tokens": all_tokens,
         "aggregate_tok_s": all_tokens / wall,
@@ -502,6 +504,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--crowd-turns", type=int, default=2)
     p.add_argument("--speaker-turns", type=int, default=4)
     p.add_argument("--speaker-tokens", type=int, default=32, help="game: the speaker's reply tokens")
+    p.add_argument(
+        "--priority-ageing-per-s",
+        type=float,
+        default=LimitSettings().priority_ageing_per_s,
+        help="game: priority points a queued turn gains per second it waits (the daemon's limits.priority_ageing_per_s)",
+    )
     p.add_argument("--ctx-per-session", type=int, default=1024)
     p.add_argument("--n-batch", type=int, default=2048)
     p.add_argument("--n-ubatch", type=int, default=512)

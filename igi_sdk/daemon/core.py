@@ -134,6 +134,8 @@ class Job:
     #: how to build it for another (a session with tools: the form depends on the model's chat template)
     tool_format: str | None = None
     rebuild: Callable[[str | None], GenerateBuild] | None = None
+    #: Daemon clock when the request was accepted: the worker ranks it from then (priority ageing)
+    accepted_s: float = 0.0
 
     def build_for(self, tool_format: str | None) -> None:
         """Build the command for a model whose template has ``tool_format``, if it was built for another (a job
@@ -144,12 +146,14 @@ class Job:
         self.command, self.constraint, self.images = built.command, built.constraint, built.images
         self.tool_format = tool_format
 
-    def command_for(self, worker_pid: int | None, store: EncodingStore) -> wp.Generate:
-        """The command as the worker ``worker_pid`` gets it: each image with the encoding another worker made."""
+    def command_for(self, worker_pid: int | None, store: EncodingStore, now_s: float) -> wp.Generate:
+        """The command as the worker ``worker_pid`` gets it at ``now_s`` (daemon clock): each image with the encoding
+        another worker made, and the time the request has waited since it was accepted."""
+        waited_s = max(0.0, now_s - self.accepted_s)
         if not self.images:
-            return self.command
+            return dataclasses.replace(self.command, waited_s=waited_s)
         images = tuple(image.job_image(message, worker_pid, store) for message, image in self.images)
-        return dataclasses.replace(self.command, images=images)
+        return dataclasses.replace(self.command, images=images, waited_s=waited_s)
 
     def partial_reply(self, finish_reason: str) -> GenerateReply:
         """The terminal reply the daemon writes itself (cancel before the worker answers, shutdown, failure after

@@ -20,12 +20,18 @@
    llama_batch of their own, at most one image per step, so the other sequences keep talking while one NPC looks at
    an image.
 
+A prompt left out while prompts of a higher priority fill the steps does not wait forever: with ageing
+(``Running.ageing_per_s`` > 0) a prompt whose rank (its priority plus the points its wait gave it, ``Running.rank``) has
+reached the highest priority among the prompts is overdue, and overdue prompts go before the others, the one that
+ranks highest first.
+
 A prompt of a higher priority than every sequence decoding (the NPC the player talks to, beside a chattering crowd)
 goes alone: its step holds prompt chunks of that priority only, and the crowd's decode tokens wait for it, so its first
 token waits for the step in flight and its own prompt, not for the crowd's decode too. The decode tokens wait at most
 ``PRIORITY_STEPS_MAX`` steps in a row (``decodes_held``), so a stream of urgent prompts does not starve the crowd.
 
-``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO.
+``admission_order`` is the order queued requests are offered a sequence slot: priority, then FIFO; with ageing, the
+rank (a request ranks as if it had arrived ``priority / ageing_per_s`` seconds before it did), then FIFO.
 """
 
 from __future__ import annotations
@@ -79,6 +85,9 @@ class Running:
     replayed: list[int] = field(default_factory=list)
     #: Steps in a row this prompt could have gone on and got no chunk (``note_prefill_waits``).
     prefill_waits: int = 0
+    #: Priority points the request gains per second it waits (``BatchScheduler``'s ``priority_ageing_per_s``; 0:
+    #: strict priority).
+    ageing_per_s: float = 0.0
 
     @property
     def prefilling(self) -> bool:
@@ -103,8 +112,21 @@ class Running:
         return len(self.prompt) + len(self.replayed) + len(self.handle.tokens) - 1
 
     @property
-    def order(self) -> tuple[int, int]:
-        """Sort key: higher priority first, then earlier submit."""
+    def t_queued(self) -> float:
+        """When the request was first queued: its submit, less what it waited before (``BatchRequest.waited_s``)."""
+        return self.t_submit - self.req.waited_s
+
+    def rank(self, now_s: float) -> float:
+        """The request's priority plus ``ageing_per_s`` points per second it has waited by ``now_s``."""
+        return self.req.priority + self.ageing_per_s * (now_s - self.t_queued)
+
+    @property
+    def order(self) -> tuple[float, int]:
+        """Sort key: higher rank first, then earlier submit. Every rank grows at the same rate, so two waiting
+        requests never change places: with ageing the key is the time the request ranks as having arrived
+        (``priority / ageing_per_s`` seconds before it was queued), without it the priority."""
+        if self.ageing_per_s > 0:
+            return (self.t_queued - self.req.priority / self.ageing_per_s, self.seq_no)
         return (-self.req.priority, self.seq_no)
 
     @property
@@ -165,8 +187,22 @@ def next_image(prompt: Sequence[int], pos: int) -> int:
 
 
 def admission_order(queue: Sequence[Running]) -> list[Running]:
-    """Queued requests in the order they are offered a slot (priority, then FIFO)."""
+    """Queued requests in the order they are offered a slot (rank, then FIFO: ``Running.order``)."""
     return sorted(queue, key=lambda r: r.order)
+
+
+def prefill_order(prefilling: Sequence[Running], now_s: float) -> list[Running]:
+    """Prompts in the order a step takes their chunks: overdue prompts first (a priority below the highest among
+    them, and a rank at ``now_s`` that has reached it), by rank; then the others by ``Running.prefill_order``."""
+    if not prefilling:
+        return []
+    top = max(r.req.priority for r in prefilling)
+
+    def key(run: Running) -> tuple[bool, tuple[float, int] | tuple[int, bool, int, int]]:
+        overdue = run.ageing_per_s > 0 and run.req.priority < top and run.rank(now_s) >= top
+        return (not overdue, run.order if overdue else run.prefill_order)
+
+    return sorted(prefilling, key=key)
 
 
 def compose_step(
@@ -176,6 +212,7 @@ def compose_step(
     prefix_cached: Callable[[list[int]], bool],
     prefill_chunk_tokens: int | None = None,
     decodes_held: int = 0,
+    now_s: float = 0.0,
 ) -> list[Chunk]:
     """The chunks of one step's llama_batch, at most ``n_batch`` tokens in all.
 
@@ -187,6 +224,7 @@ def compose_step(
         prefill_chunk_tokens: most prompt tokens of one step, all prompts together, and below ``n_batch`` the
             grid prompts are cut on (None: ``n_batch``, no grid).
         decodes_held: steps in a row before this one whose decode tokens waited for a prompt of higher priority.
+        now_s: the scheduler's clock, which prompts' ranks are read at (``prefill_order``).
     """
     if n_batch < 1:
         raise ValueError("n_batch must be >= 1")
@@ -212,7 +250,7 @@ def compose_step(
     budget = min(budget - len(chunks), chunk_tokens)
     whole_chunks = budget == chunk_tokens  # a step that has room for one whole chunk of the grid
     image_taken = finishing = False
-    for run in sorted(prefilling, key=lambda r: r.prefill_order):
+    for run in prefill_order(prefilling, now_s):
         assert run.slot is not None
         pos = run.prefill_pos
         if run.prompt[pos] <= -2:  # an image run: its own batch, whole (from where the KV stops)

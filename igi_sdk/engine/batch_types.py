@@ -63,6 +63,8 @@ class BatchRequest:
         embeddings: image chunks of the prompt: pseudo token (negative, ``igi_sdk.engine.vision``) -> float32
             (n, n_embd) embeddings. The prompt holds each chunk as a run of its pseudo token; a run the
             session's sequence already holds is not evaluated again and needs no entry here.
+        waited_s: seconds the request already waited before this submit (queued in the daemon, or in a worker
+            replaced since): with priority ageing it ranks from when it was first queued.
     """
 
     session_id: str
@@ -78,6 +80,7 @@ class BatchRequest:
     grammar: str | None = None
     continued: Sequence[int] = ()
     embeddings: Mapping[int, Any] = field(default_factory=dict)
+    waited_s: float = 0.0
 
 
 class RequestStats(BaseModel):

@@ -4,7 +4,8 @@ Each ``step`` evaluates at most ``n_batch`` tokens: one decode token for every r
 in one llama_batch, then prompt tokens of requests still prefilling, highest priority first (the fewest tokens left
 first within a priority), in chunks of ``batch_sizing.prefill_chunk_tokens`` (short where the CPU evaluates prompts,
 so a long prompt does not hold up another NPC's turn), each chunk in a llama_batch of its own. New requests join
-between steps: admission to a sequence slot goes by priority, then FIFO.
+between steps: admission to a sequence slot goes by priority, then FIFO. With ``priority_ageing_per_s`` a request's
+rank grows with its wait, for its slot and its prompt's turn alike (``batch_compose``), so none waits for ever.
 
 Determinism: llama.cpp's result for a token depends on how its sequence's tokens are cut into batches, so each
 sequence is cut the same way whatever shares its steps (prompt chunks on a grid, never cut by another sequence in
@@ -75,6 +76,8 @@ class BatchScheduler:
         on_admit: called with the request id when a request gets its slot (leaves the queue).
         cpu_prefill_chunk_tokens: prompt tokens of one step where the CPU evaluates prompts
             (``batch_sizing.prefill_chunk_tokens``; the GPU takes ``n_batch``).
+        priority_ageing_per_s: priority points a request gains per second it waits, for a slot and for its
+            prompt's turn (``batch_compose``): no request waits forever behind higher priorities (0: strict priority).
 
     Example:
         >>> sched = BatchScheduler(engine)
@@ -91,9 +94,13 @@ class BatchScheduler:
         clock: Callable[[], float] = time.perf_counter,
         on_admit: Callable[[str], None] | None = None,
         cpu_prefill_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS,
+        priority_ageing_per_s: float = 0.0,
     ) -> None:
         if cpu_prefill_chunk_tokens < 1:
             raise ValueError("cpu_prefill_chunk_tokens must be >= 1")
+        if not priority_ageing_per_s >= 0 or priority_ageing_per_s == float("inf"):
+            raise ValueError("priority_ageing_per_s must be a finite number >= 0")
+        self._ageing_per_s = float(priority_ageing_per_s)
         self._engine = engine
         self._cpu_chunk = cpu_prefill_chunk_tokens
         from igi_sdk.engine.devices import has_gpu_backend  # ggml's device list (loads the library)
@@ -166,6 +173,8 @@ class BatchScheduler:
             raise SchedulerError("prompt_tokens is empty")
         if req.max_tokens < 0:
             raise SchedulerError("max_tokens must be >= 0")
+        if not 0 <= req.waited_s < float("inf"):
+            raise SchedulerError("waited_s must be a finite number >= 0")
         if any(r.req.session_id == req.session_id for r in self._queue + self._running):
             raise SchedulerError(f"session {req.session_id!r} already has a request in flight")
         n_ctx_seq = self._engine.n_ctx_seq
@@ -196,6 +205,7 @@ class BatchScheduler:
             stream=HoldingTextStream(stops),
             grammar=grammar,
             replay=continued,
+            ageing_per_s=self._ageing_per_s,
         )
         run.max_tokens = min(req.max_tokens, n_ctx_seq - len(prompt))
         self._queue = admission_order([*self._queue, run])
@@ -314,6 +324,7 @@ class BatchScheduler:
             lambda prefix: prefix in self._prefix,
             prefill_chunk_tokens(placement, gpu=self._gpu, cpu_chunk_tokens=self._cpu_chunk),
             self._decodes_held,
+            now_s=self._clock(),
         )
         held = any(r.pending is not None and r.slot is not None for r in self._running)
         self._decodes_held = self._decodes_held + 1 if held and not any(c.decode for c in chunks) else 0

@@ -50,6 +50,11 @@ class Limits(WireModel):
     max_prompt_tokens: PosInt = Field(default=4096, description="prompt tokens per generation incl. history")
     max_sessions: PosInt = Field(default=64, description="open NPC sessions across all clients")
     max_queue_depth: PosInt = Field(default=16, description="queued generate_requests before busy")
+    priority_ageing_per_s: NonNegF64 = Field(
+        default=0.0,
+        description="1.4: priority points a queued generate_request gains per second it waits (section 6.5); "
+        "0 = strict priority (a daemon older than 1.4)",
+    )
 
 
 class ModelInfo(WireModel):

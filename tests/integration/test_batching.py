@@ -203,6 +203,43 @@ def test_a_chattering_crowd_holding_every_slot_does_not_keep_the_players_npc_out
             assert all(h.done for h in crowd.values())
 
 
+def test_with_priority_ageing_a_low_request_gets_the_slot_a_stream_of_higher_ones_keeps() -> None:
+    # one slot, two player-facing NPCs whose next line arrives as soon as their reply ends, and a crowd NPC queued
+    # behind them: strict priority keeps it out for as long as the stream lasts, ageing lets it in once its rank
+    # (0 + 2 points a second) reaches theirs (10): within 5 s of the scheduler's clock, a tenth of a second a step
+    for ageing_per_s in (0.0, 2.0):
+        with LlamaEngine(default_model_path(), BATCHED.with_(n_seq_max=1)) as eng:
+            now = [0.0]
+            sched = BatchScheduler(eng, clock=lambda: now[0], priority_ageing_per_s=ageing_per_s)  # noqa: B023
+            stream = {i: sched.submit(_request(eng, i, priority=10, max_tokens=2)) for i in (0, 1)}
+            low = sched.submit(_request(eng, 2, priority=0, max_tokens=2))
+            started_s = None
+            for _ in range(300):
+                sched.step()
+                now[0] += 0.1
+                if started_s is None and low.tokens:
+                    started_s = now[0]
+                for i, handle in list(stream.items()):
+                    if handle.done:
+                        stream[i] = sched.submit(_request(eng, i, priority=10, max_tokens=2))
+            if ageing_per_s == 0.0:
+                assert started_s is None and not low.done
+            else:
+                assert started_s is not None and started_s <= 5.0 + 2.0, started_s  # its wait, then its own steps
+                assert low.done and low.finish_reason in ("stop", "length")
+
+
+def test_the_scheduler_refuses_a_bad_ageing_rate_or_wait() -> None:
+    with LlamaEngine(default_model_path(), SINGLE) as eng:
+        for bad in (-1.0, float("inf"), float("nan")):
+            with pytest.raises(ValueError):
+                BatchScheduler(eng, priority_ageing_per_s=bad)
+        sched = BatchScheduler(eng, priority_ageing_per_s=1.0)
+        for bad in (-0.5, float("inf"), float("nan")):
+            with pytest.raises(SchedulerError):
+                sched.submit(_request(eng, 0, waited_s=bad))
+
+
 def test_a_long_prompt_gives_the_same_reply_with_one_slot_or_four_at_the_daemons_ubatch() -> None:
     # a ubatch's row count picks the CPU's kernels (flash attention from 64 rows): a prompt must be cut the same way
     # whatever the context's slots

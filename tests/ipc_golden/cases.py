@@ -320,6 +320,20 @@ VALID_CASES: list[Case] = [
         ),
         parent=51,
     ),
+    # 1.4: priority ageing announced
+    Case(
+        "hello_reply_priority_ageing",
+        m.HelloReply(
+            daemon_version="0.1.0",
+            protocol_version="1.4",
+            capabilities=("token_stream", "reclaim"),
+            heartbeat_interval_s=1.0,
+            client_timeout_s=5.0,
+            limits=Limits(max_prompt_tokens=1008, max_queue_depth=8, priority_ageing_per_s=2.5),
+            model=MODEL,
+        ),
+        parent=3,
+    ),
 ]
 
 
@@ -352,6 +366,8 @@ _H7 = {"protocol_version": "01.0"} | _raw_header(1007, "status_request", protoco
 # 1.2 senders: no 1.3 field
 _H10 = _raw_header(1010, "set_budget_request", protocol_version="1.2")
 _H11 = _raw_header(1011, "budget_ack", protocol_version="1.2", parent_id=f"{1010:032x}")
+# a 1.3 daemon: no priority ageing announced
+_H12 = _raw_header(1012, "hello_reply", protocol_version="1.3", parent_id=f"{1003:032x}")
 
 #: (name, raw header map, raw content map, expected Header, expected Message).
 LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message]] = [
@@ -444,6 +460,29 @@ LENIENT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], Header, m.Message
             measured_vram_mib=2001.0,
         ),
     ),
+    (
+        "v1_3_hello_reply_without_priority_ageing",
+        _H12,
+        {
+            "daemon_version": "0.1.0",
+            "protocol_version": "1.3",
+            "capabilities": ["token_stream"],
+            "heartbeat_interval_s": 1.0,
+            "client_timeout_s": 5.0,
+            "limits": {"max_frame_bytes": 1048576, "max_prompt_tokens": 1008, "max_sessions": 64, "max_queue_depth": 8},
+            "model": None,
+        },
+        _h(_H12),
+        m.HelloReply(
+            daemon_version="0.1.0",
+            protocol_version="1.3",
+            capabilities=("token_stream",),
+            heartbeat_interval_s=1.0,
+            client_timeout_s=5.0,
+            limits=Limits(max_prompt_tokens=1008, max_queue_depth=8),
+            model=None,
+        ),
+    ),
 ]
 
 
@@ -466,6 +505,20 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
     flipped = good[1][:-1] + (b"0" if good[1][-1:] != b"0" else b"1")
     tampered_h = packb(_raw_header(2002, "set_budget_request"))
     sess = _raw_header(2003, "generate_request")
+    hello_h = _raw_header(2018, "hello_reply", protocol_version="1.4", parent_id=f"{2001:032x}")
+
+    def hello_c(ageing: Any) -> dict[str, Any]:
+        reply = m.HelloReply(
+            daemon_version="0.1.0",
+            protocol_version="1.4",
+            heartbeat_interval_s=1.0,
+            client_timeout_s=5.0,
+            limits=Limits(),
+            model=None,
+        )
+        content = to_wire(reply)
+        return content | {"limits": content["limits"] | {"priority_ageing_per_s": ageing}}
+
     return [
         ("bad_hmac_flipped_digit", [good[0], flipped, good[2], good[3]], "bad_signature"),
         ("bad_hmac_wrong_key", _signed(bytes(32), good_h, good_c), "bad_signature"),
@@ -749,6 +802,8 @@ def _invalid(key: bytes) -> list[tuple[str, list[bytes], str]]:
             ),
             "invalid_request",
         ),
+        ("priority_ageing_negative", _signed(key, hello_h, hello_c(-0.5)), "invalid_request"),
+        ("priority_ageing_as_str", _signed(key, hello_h, hello_c("1.0")), "invalid_request"),
         ("header_major_version_2", _signed(key, good_h | {"protocol_version": "2.0"}, good_c), "unsupported_version"),
         ("unknown_type", _signed(key, _raw_header(2006, "teleport_request"), {"where": "moon"}), "unknown_type"),
     ]

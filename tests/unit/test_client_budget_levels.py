@@ -26,7 +26,7 @@ class _Budgets:
         self.requests: list[m.SetBudgetRequest] = []
 
     def __call__(self, header: Header, message: m.Message) -> list[tuple[float, m.Message]]:
-        assert isinstance(message, m.SetBudgetRequest) and header.protocol_version == "1.3"
+        assert isinstance(message, m.SetBudgetRequest) and header.protocol_version == "1.4"
         self.requests.append(message)
         ack = m.BudgetAck(
             requested_mib=message.vram_budget_mib,

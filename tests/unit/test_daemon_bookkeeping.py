@@ -280,7 +280,7 @@ def test_hello_of_another_major_version_is_unsupported_with_the_supported_list()
     hello = daemon.request(HelloRequest(client_name="t", client_version="1", protocol_version="2.0"))
     [reply] = _answers(daemon, hello)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
-    assert reply.detail is not None and list(reply.detail["supported"]) == ["1.0", "1.1", "1.2", "1.3"]
+    assert reply.detail is not None and list(reply.detail["supported"]) == ["1.0", "1.1", "1.2", "1.3", "1.4"]
 
 
 # --- races and holes found in review: each test fails without its fix -------------------------------------------------------

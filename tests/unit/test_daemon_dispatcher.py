@@ -142,13 +142,34 @@ def test_hello_announces_the_prompt_limit_the_worker_enforces() -> None:
     assert isinstance(reply, HelloReply) and reply.limits.max_prompt_tokens == 1008
 
 
+def test_hello_announces_the_priority_ageing_the_worker_ranks_requests_with() -> None:
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(HelloRequest(client_name="t", client_version="1", protocol_version="1.4"))])
+    ((_h, reply),) = replies_of(sent)
+    assert isinstance(reply, HelloReply)
+    assert reply.limits.priority_ageing_per_s == core.settings.limits.priority_ageing_per_s == 1.0
+
+
+def test_a_job_tells_the_worker_how_long_it_has_waited_since_it_was_accepted() -> None:
+    dispatcher, core, sent = new_dispatcher()
+    dispatcher.on_batch([signed_frames(CreateSessionRequest(persona="a", system_prompt="s"))])
+    sid = replies_of(sent)[-1][1].session_id  # type: ignore[attr-defined]
+    dispatcher.on_batch([signed_frames(GenerateRequest(text="hi"), session_id=sid)])
+    ((job_id, job),) = core.jobs.items()
+    generates = [c for c in core.worker.commands if isinstance(c, wp.Generate)]  # type: ignore[attr-defined]
+    assert job.accepted_s == 100.0 and [g.waited_s for g in generates] == [0.0]
+    # sent again (a replaced worker) 30 s later: it ranks from when the daemon accepted it
+    assert job.command_for(None, core.encodings, 130.0).waited_s == 30.0
+    assert job.command_for(None, core.encodings, 130.0).job_id == job_id
+
+
 def test_other_major_version_is_unsupported() -> None:
     dispatcher, core, sent = new_dispatcher()
     header = new_header("status_request").model_copy(update={"protocol_version": "2.0"})
     dispatcher.on_batch([[IDENTITY, *pack_message(KEY, header, StatusRequest())]])
     ((_h, reply),) = replies_of(sent)
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.UNSUPPORTED_VERSION
-    assert reply.detail == {"supported": ("1.0", "1.1", "1.2", "1.3")}
+    assert reply.detail == {"supported": ("1.0", "1.1", "1.2", "1.3", "1.4")}
 
 
 def test_frame_stats_without_a_governor_reports_the_pacing_in_force() -> None:

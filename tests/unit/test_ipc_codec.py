@@ -280,7 +280,7 @@ def test_other_major_is_unsupported_version_before_type_lookup() -> None:
     with pytest.raises(ProtocolError) as info:
         decode(packb(header), packb({"anything": 1}))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
-    assert info.value.detail == {"supported": ["1.0", "1.1", "1.2", "1.3"]} and info.value.header is not None
+    assert info.value.detail == {"supported": ["1.0", "1.1", "1.2", "1.3", "1.4"]} and info.value.header is not None
     newer_minor = to_wire(_header(m.StatusRequest())) | {"protocol_version": "1.7"}
     assert decode(packb(newer_minor), packb({}))[0].protocol_version == "1.7"
 
@@ -351,8 +351,8 @@ def test_budget_ack_interim_absent_is_none_and_true_round_trips() -> None:
     assert info.value.code is ErrorCode.INVALID_REQUEST and "interim" in info.value.message
 
 
-def test_this_package_speaks_1_3_and_every_earlier_minor() -> None:
+def test_this_package_speaks_1_4_and_every_earlier_minor() -> None:
     from igi_sdk._version import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
-    assert PROTOCOL_VERSION == "1.3" and SUPPORTED_PROTOCOL_VERSIONS == ("1.0", "1.1", "1.2", "1.3")
-    assert new_header("status_request").protocol_version == "1.3"
+    assert PROTOCOL_VERSION == "1.4" and SUPPORTED_PROTOCOL_VERSIONS == ("1.0", "1.1", "1.2", "1.3", "1.4")
+    assert new_header("status_request").protocol_version == "1.4"

@@ -166,6 +166,7 @@ def worker_main(
         max_prompt_tokens=config.max_prompt_tokens,
         vision=vision,
         cpu_prefill_chunk_tokens=config.cpu_prefill_chunk_tokens,
+        priority_ageing_per_s=config.priority_ageing_per_s,
     )
     try:
         shutdown = _serve(conn, scheduler, emit, log, stop)

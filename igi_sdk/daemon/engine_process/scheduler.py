@@ -88,6 +88,7 @@ class WorkerScheduler:
         prefix_cache: the persona prefix cache (a new one when None).
         vision: the projector beside the model and its plan (None: images are answered ``no_vision``).
         cpu_prefill_chunk_tokens: prompt tokens of one step where the CPU evaluates prompts (``BatchScheduler``).
+        priority_ageing_per_s: priority points a job gains per second it waits (``BatchScheduler``; 0: strict).
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class WorkerScheduler:
         prefix_cache: PrefixCache | None = None,
         vision: WorkerVision | None = None,
         cpu_prefill_chunk_tokens: int = CPU_PREFILL_CHUNK_TOKENS,
+        priority_ageing_per_s: float = 0.0,
     ) -> None:
         self._adapter = adapter
         self._engine = engine
@@ -112,6 +114,7 @@ class WorkerScheduler:
             prefix_cache=prefix_cache,
             on_admit=self._on_admit,
             cpu_prefill_chunk_tokens=cpu_prefill_chunk_tokens,
+            priority_ageing_per_s=priority_ageing_per_s,
         )
         self._jobs: dict[str, _JobState] = {}
         self._encoding: dict[str, _Encoding] = {}  # jobs whose images the encode thread encodes, in submit order
@@ -206,6 +209,7 @@ class WorkerScheduler:
                     request_id=job.job_id,
                     grammar=job.grammar,
                     continued=continued,
+                    waited_s=job.waited_s,
                     embeddings={t: e for image in kept for t, e in image.embeddings().items()},
                 )
             )

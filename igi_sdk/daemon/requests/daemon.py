@@ -55,6 +55,7 @@ def limits_of(core: DaemonCore) -> Limits:
         max_prompt_tokens=core.prompt_limit(),
         max_sessions=limits.max_sessions,
         max_queue_depth=limits.max_queue_depth,
+        priority_ageing_per_s=limits.priority_ageing_per_s,
     )
 
 

@@ -186,6 +186,7 @@ def generate(
         user_role=role,
         tool_format=first_format,
         rebuild=build if defaults.tools else None,
+        accepted_s=core.clock(),
     )
     core.jobs[job.job_id] = job
     session.job_id = job.job_id

@@ -525,7 +525,7 @@ class WorkerLifecycle:
             if not job.forwarded and (job.resumed or not hold):
                 try:
                     job.build_for(core.tool_format)  # a session's tools take the form the model's template has
-                    sent = core.send_to_worker(job.command_for(core.worker.pid, core.encodings))
+                    sent = core.send_to_worker(job.command_for(core.worker.pid, core.encodings, core.clock()))
                 except Exception as exc:  # a command the pipe cannot carry (a daemon bug): this job alone ends
                     core.drop_unsendable_job(job, exc)
                     continue

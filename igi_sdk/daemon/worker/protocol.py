@@ -9,7 +9,7 @@ Commands (daemon -> worker):
 
 | command | fields | the worker |
 |---|---|---|
-| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, continue_tokens, grammar, images, tools | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
+| ``Generate`` | job_id, session_id, messages, max_tokens, sampling, priority, kv_file, continue_tokens, grammar, images, tools, waited_s | encodes its images (``Encoded``; on the CPU on its encode thread, the job queued when that ends), renders and queues the job (reading a session file's KV state itself); ``Started`` when it gets a slot, ``Token``s, ``Done`` or ``Failed`` |
 | ``Cancel`` | job_id | ends the job: ``Done(finish_reason="cancelled")`` |
 | ``Reload`` | req_id, placement, vision, urgent, shrink | at the next token boundary saves every sequence, reloads, restores: ``Reloaded``; ``vision`` is the encoder's plan beside that placement; ``urgent`` (a shrink, or a growth out of the parked placement): the step in flight is stopped and undone first (the abort flag); ``shrink``: a move that fails is not undone to the old placement |
 | ``Export`` | req_id, session_id | ``Exported`` with the session's tokens and KV state (for save_session) |
@@ -145,6 +145,7 @@ class Generate:
     grammar: str | None = None  # GBNF constraining the reply (checked by the daemon; llama.cpp parses it again)
     images: tuple[JobImage, ...] = ()  # the conversation's images, each at its message
     tools: str | None = None  # JSON of the tools for the template's own tool support (Ready.tool_format); None: none
+    waited_s: float = 0.0  # how long the request has waited since the daemon accepted it (priority ageing)
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,7 @@ class WorkerConfig:
     n_threads: int | None = None
     nice: int = 0
     cpu_prefill_chunk_tokens: int = 160
+    priority_ageing_per_s: float = 0.0  # priority points a queued job gains per second (limits.priority_ageing_per_s)
     pinned_pool: bool = False  # keep pinned host blocks across reloads (engine.pinned_pool)
     host_pinning: Literal["registered", "allocated"] = (
         "registered"  # how host memory is page-locked, set by boot (engine.host_pinning)

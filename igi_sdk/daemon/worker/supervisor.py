@@ -68,6 +68,7 @@ def worker_config_for(
         nice=settings.engine.worker_nice,
         max_prompt_tokens=max(1, min(settings.limits.max_prompt_tokens, n_ctx_seq - PROMPT_HEADROOM_TOKENS)),
         cpu_prefill_chunk_tokens=settings.engine.cpu_prefill_chunk_tokens,
+        priority_ageing_per_s=settings.limits.priority_ageing_per_s,
         pinned_pool=settings.engine.pinned_pool,
         host_pinning=settings.engine.host_pinning,
         op_offload_min_batch=settings.engine.op_offload_min_batch,

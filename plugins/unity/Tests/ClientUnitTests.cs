@@ -535,7 +535,7 @@ namespace Igi.Tests
                 // 4096 gets a second hello on a fresh socket capped at 8192.
                 var signer = Signer.FromHex(KeyHex);
                 var small = GoodHello();
-                small.Limits = new Limits { MaxFrameBytes = 4096 };
+                small.Limits = new Limits { MaxFrameBytes = 4096, PriorityAgeingPerS = 2.5 };
                 small.HeartbeatIntervalS = 0.05;
                 small.ClientTimeoutS = 1.0;
                 using (var router = new TestRouter())
@@ -552,6 +552,7 @@ namespace Igi.Tests
                     using (IgiClient client = IgiClient.Wait(connecting))
                     {
                         Check.Equal(4096L, client.Hello.Limits.MaxFrameBytes, "announced limit");
+                        Check.Equal(2.5, client.Hello.Limits.PriorityAgeingPerS, "announced priority ageing (1.4)");
                         Check.Equal((long?)8192, client.MaxMessageBytes, "socket cap = 2 x max_frame_bytes");
                         Task<StatusReply> status = client.StatusAsync();
                         byte[] identity;

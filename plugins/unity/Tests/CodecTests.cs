@@ -421,6 +421,55 @@ namespace Igi.Tests
                     () => WireCodec.Decode(new[] { ackFrames[0], signer.Sign(ackFrames[2], badInterim), ackFrames[2], badInterim }, signer), "interim 1");
                 Check.Equal("invalid_request", ei.Classification, "interim 1 classification");
             });
+            t.Add("protocol:priority_ageing_1_4", () =>
+            {
+                Check.Equal("1.4", IgiVersion.Protocol, "the plugin speaks 1.4");
+                Check.Equal(0.0, new Limits().PriorityAgeingPerS, "default: strict priority");
+                var signer = new Signer(new byte[32]);
+                var reply = new HelloReply
+                {
+                    DaemonVersion = "0.1.0", ProtocolVersion = "1.4", HeartbeatIntervalS = 1.0, ClientTimeoutS = 5.0,
+                    Limits = new Limits { MaxQueueDepth = 8, PriorityAgeingPerS = 2.5 },
+                };
+                byte[][] good = WireCodec.Encode(Header.New(HelloReply.TypeName, null, new string('a', 32)), reply, signer);
+                Check.Equal(2.5, ((HelloReply)WireCodec.Decode(good, signer).Message).Limits.PriorityAgeingPerS, "2.5 round trip");
+                var content = (MsgPackMap)MsgPackReader.Decode(good[3]);
+                var limits = (MsgPackMap)content["limits"];
+                Check.Equal("priority_ageing_per_s", limits.Entries[limits.Count - 1].Key, "written last, after max_queue_depth");
+                Check.Equal("max_queue_depth", limits.Entries[limits.Count - 2].Key, "max_queue_depth before it");
+                // The same hello_reply with limits.priority_ageing_per_s absent (present = false) or set to value.
+                Func<object, bool, byte[][]> ageing = (value, present) =>
+                {
+                    var l = new MsgPackMap();
+                    foreach (var kv in limits.Entries)
+                        if (kv.Key != "priority_ageing_per_s") l.Add(kv.Key, kv.Value);
+                    if (present) l.Add("priority_ageing_per_s", value);
+                    var c = new MsgPackMap();
+                    foreach (var kv in content.Entries) c.Add(kv.Key, kv.Key == "limits" ? l : kv.Value);
+                    byte[] bytes = MsgPackWriter.Encode(c);
+                    return new[] { good[0], signer.Sign(good[2], bytes), good[2], bytes };
+                };
+                Func<byte[][], double> read = f => ((HelloReply)WireCodec.Decode(f, signer).Message).Limits.PriorityAgeingPerS;
+                Check.Equal(0.0, read(ageing(null, false)), "absent (a daemon older than 1.4) reads as 0: strict priority");
+                Check.Equal(0.0, read(ageing(0.0, true)), "0.0");
+                Check.Equal(3.0, read(ageing(3L, true)), "an int is read as a float");
+                Check.Equal(1e6, read(ageing(1e6, true)), "no upper bound on the wire");
+                var bad = new List<KeyValuePair<string, object>>
+                {
+                    new KeyValuePair<string, object>("a negative rate", -0.5),
+                    new KeyValuePair<string, object>("a str", "1.0"),
+                    new KeyValuePair<string, object>("nil", null),
+                    new KeyValuePair<string, object>("a bool", true),
+                    new KeyValuePair<string, object>("NaN", double.NaN),
+                    new KeyValuePair<string, object>("infinity", double.PositiveInfinity),
+                };
+                foreach (var kv in bad)
+                {
+                    var f = ageing(kv.Value, true);
+                    var e = Check.Throws<IgiProtocolException>(() => WireCodec.Decode(f, signer), kv.Key);
+                    Check.Equal("invalid_request", e.Classification, kv.Key + " classification (" + e.Message + ")");
+                }
+            });
             t.Add("protocol:error_code_table_complete", () =>
             {
                 // PROTOCOL.md section 8, as wire strings (not the C# constants), each with the exact class the client raises.
@@ -494,7 +543,8 @@ namespace Igi.Tests
                 {
                     DaemonVersion = "0.9.1", ProtocolVersion = "1.2", Capabilities = new List<string> { "frame_stats", "session_files" },
                     HeartbeatIntervalS = 2.5, ClientTimeoutS = 15.0,
-                    Limits = new Limits { MaxFrameBytes = 2048, MaxPromptTokens = 512, MaxSessions = 3, MaxQueueDepth = 7 }, Model = model,
+                    Limits = new Limits { MaxFrameBytes = 2048, MaxPromptTokens = 512, MaxSessions = 3, MaxQueueDepth = 7, PriorityAgeingPerS = 1.5 },
+                    Model = model,
                 }),
                 Pair(null, new LoadModelRequest { ModelPath = "/models/b.gguf", NCtx = 8192, VramBudgetMib = 1024 }),
                 Pair(null, new LoadModelReply { Model = model, Plan = plan }),

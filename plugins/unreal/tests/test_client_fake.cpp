@@ -216,6 +216,7 @@ class FakeDaemon {
       hello.heartbeat_interval_s = heartbeat_interval_s_;
       hello.client_timeout_s = client_timeout_s_;
       hello.limits.max_frame_bytes = max_frame_bytes_;
+      hello.limits.priority_ageing_per_s = 2.5;  // protocol 1.4
       return {Reply(hello)};
     }
     if (type == igi::HeartbeatRequest::kType) return {Reply(igi::HeartbeatReply{})};
@@ -613,6 +614,8 @@ TEST(client_handshakes_again_on_a_socket_capped_at_twice_the_announced_max_frame
   CHECK_EQ(client.max_msg_bytes(), 2 * 1048576);  // before the handshake: 2 x the default limit
   igi::HelloReply hello = client.Connect();
   CHECK_EQ(hello.limits.max_frame_bytes, 4096);
+  CHECK_EQ(hello.limits.priority_ageing_per_s, 2.5);
+  CHECK_EQ(client.hello().limits.priority_ageing_per_s, 2.5);
   CHECK_EQ(client.max_msg_bytes(), 8192);
   std::vector<std::pair<std::string, std::string>> hellos;
   for (const auto& entry : daemon.ReceivedWithIdentity()) {

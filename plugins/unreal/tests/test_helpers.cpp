@@ -494,6 +494,38 @@ TEST(budget_levels_and_interim_of_protocol_1_3) {
   CHECK(budget.TakeBudgetLevels() == std::optional<std::vector<std::int64_t>>(std::vector<std::int64_t>{}));
 }
 
+TEST(priority_ageing_of_protocol_1_4) {
+  CHECK_EQ(std::string(igi::kProtocolVersion), std::string("1.4"));
+  CHECK_EQ(igi::Limits{}.priority_ageing_per_s, 0.0);  // strict priority
+  // Written last, after max_queue_depth; read back as written.
+  igi::Limits limits;
+  limits.max_queue_depth = 8;
+  limits.priority_ageing_per_s = 2.5;
+  igi::Value wire = igi::StructToValue(limits);
+  const igi::ValueMap& map = wire.as_map();
+  REQUIRE(map.size() == 5u);
+  CHECK_EQ(map[3].first, std::string("max_queue_depth"));
+  CHECK_EQ(map[4].first, std::string("priority_ageing_per_s"));
+  CHECK_EQ(igi::StructFromValue<igi::Limits>(wire).priority_ageing_per_s, 2.5);
+  // Absent (a daemon older than 1.4) is 0.0; an int is read as a float; a negative or non-number rate is refused.
+  igi::ValueMap old_limits(map.begin(), map.end() - 1);
+  CHECK_EQ(igi::StructFromValue<igi::Limits>(igi::Value(old_limits)).priority_ageing_per_s, 0.0);
+  auto with_rate = [&](igi::Value rate) {
+    igi::ValueMap m = old_limits;
+    m.emplace_back("priority_ageing_per_s", std::move(rate));
+    return igi::Value(std::move(m));
+  };
+  CHECK_EQ(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(0.0))).priority_ageing_per_s, 0.0);
+  CHECK_EQ(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(3))).priority_ageing_per_s, 3.0);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(-0.5))), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value("1.0"))), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value())), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(true))), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(std::nan("")))), igi::DecodeError);
+  CHECK_THROWS_AS(igi::StructFromValue<igi::Limits>(with_rate(igi::Value(std::numeric_limits<double>::infinity()))),
+                  igi::DecodeError);
+}
+
 TEST(client_without_daemon_times_out_and_refuses_requests) {
   igi::ConnectionInfo info;
   info.transport = "tcp";

@@ -174,7 +174,7 @@ namespace Igi.Protocol
         /// <summary>The plugin version (package.json "version").</summary>
         public const string Plugin = "0.1.0";
         /// <summary>The protocol version, "major.minor".</summary>
-        public const string Protocol = "1.3";
+        public const string Protocol = "1.4";
         /// <summary>What a header without protocol_version is read as (PROTOCOL.md section 3): always the first
         /// version, whatever minor this plugin speaks. Senders always write <see cref="Protocol"/>.</summary>
         public const string AbsentHeaderProtocol = "1.0";

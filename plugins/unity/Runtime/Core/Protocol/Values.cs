@@ -61,12 +61,17 @@ namespace Igi.Protocol
         public long MaxSessions = 64;
         /// <summary>Queued generate_requests before busy.</summary>
         public long MaxQueueDepth = 16;
+        /// <summary>1.4: priority points a queued generate_request gains per second it waits (>= 0), so no NPC waits
+        /// for ever behind higher priorities: the daemon ranks a request as if it had arrived priority /
+        /// PriorityAgeingPerS seconds earlier. 0 (absent: a daemon older than 1.4) = strict priority.</summary>
+        public double PriorityAgeingPerS;
 
         /// <inheritdoc/>
         public void Write(MsgPackWriter w)
         {
-            new FieldWriter(w, 4).Int("max_frame_bytes", MaxFrameBytes).Int("max_prompt_tokens", MaxPromptTokens)
-                .Int("max_sessions", MaxSessions).Int("max_queue_depth", MaxQueueDepth);
+            new FieldWriter(w, 5).Int("max_frame_bytes", MaxFrameBytes).Int("max_prompt_tokens", MaxPromptTokens)
+                .Int("max_sessions", MaxSessions).Int("max_queue_depth", MaxQueueDepth)
+                .F64("priority_ageing_per_s", PriorityAgeingPerS);
         }
 
         /// <summary>Reads the object.</summary>
@@ -78,6 +83,7 @@ namespace Igi.Protocol
                 MaxPromptTokens = r.Int("max_prompt_tokens", false, dflt: 4096, min: 1).Value,
                 MaxSessions = r.Int("max_sessions", false, dflt: 64, min: 1).Value,
                 MaxQueueDepth = r.Int("max_queue_depth", false, dflt: 16, min: 1).Value,
+                PriorityAgeingPerS = r.F64("priority_ageing_per_s", false, dflt: 0.0, min: 0.0).Value,
             };
         }
     }

@@ -17,7 +17,7 @@
 
 namespace igi {
 
-inline constexpr const char* kProtocolVersion = "1.3";
+inline constexpr const char* kProtocolVersion = "1.4";
 /// What a header without protocol_version is read as (PROTOCOL.md section 3): always the first version, whatever
 /// minor this client speaks. Senders always write kProtocolVersion (NewHeader).
 inline constexpr const char* kAbsentHeaderProtocolVersion = "1.0";

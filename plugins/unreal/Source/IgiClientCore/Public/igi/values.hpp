@@ -40,6 +40,10 @@ struct Limits {
   std::int64_t max_prompt_tokens = 4096;
   std::int64_t max_sessions = 64;
   std::int64_t max_queue_depth = 16;
+  /// 1.4: priority points a queued generate_request gains per second it waits (>= 0), so no NPC waits for ever
+  /// behind higher priorities: the daemon ranks a request as if it had arrived priority / priority_ageing_per_s
+  /// seconds earlier. 0 (absent: a daemon older than 1.4) = strict priority.
+  double priority_ageing_per_s = 0.0;
 
   template <class V>
   void Visit(V& v) {
@@ -47,6 +51,7 @@ struct Limits {
     v.Def("max_prompt_tokens", max_prompt_tokens, rules::kPositive);
     v.Def("max_sessions", max_sessions, rules::kPositive);
     v.Def("max_queue_depth", max_queue_depth, rules::kPositive);
+    v.Def("priority_ageing_per_s", priority_ageing_per_s, rules::kNonNeg);
   }
 };
 

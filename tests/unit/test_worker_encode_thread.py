@@ -5,6 +5,7 @@ vision stand-in whose encode ends when the test says; the worker scheduler and t
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
@@ -257,3 +258,26 @@ def test_a_job_waiting_for_the_thread_is_cancelled_once() -> None:
     done = [e for e in events if isinstance(e, wp.Done)]
     assert [(d.job_id, d.finish_reason) for d in done] == [("again", "cancelled")]
     assert _queued(worker) == ["look"] and len(vision.calls) == 1
+
+
+def test_a_job_ranks_from_its_arrival_not_from_the_end_of_its_encode() -> None:
+    # priority ageing: the seconds its images took to encode count as waiting, like those in the daemon (waited_s)
+    now = [100.0]
+    vision = Vision()
+    events: list[wp.Event] = []
+    worker = WorkerScheduler(
+        Template(),  # type: ignore[arg-type]
+        Engine(),  # type: ignore[arg-type]
+        events.append,
+        max_prompt_tokens=400,
+        vision=vision,  # type: ignore[arg-type]
+        clock=lambda: now[0],
+        priority_ageing_per_s=1.0,
+    )
+    worker.submit(dataclasses.replace(_job("look", "mira", image=True), waited_s=2.0))
+    now[0] = 107.0  # the encode took 7 s
+    _end_encode(worker, vision)
+    [run] = worker.scheduler._queue  # type: ignore[attr-defined]
+    assert run.req.waited_s == 9.0 and run.t_queued == 98.0
+    worker.submit(dataclasses.replace(_job("talk", "tom", image=False), waited_s=0.5))
+    assert worker.scheduler._queue[-1].req.waited_s == 0.5  # type: ignore[attr-defined]

@@ -73,6 +73,7 @@ class _JobState:
     handle: RequestHandle | None = None
     held: list[TokenEvent] = field(default_factory=list)
     reloads: int = 0
+    arrived_s: float | None = None  # the worker's clock when a job whose images are encoded first arrived
 
 
 class WorkerScheduler:
@@ -105,6 +106,7 @@ class WorkerScheduler:
     ) -> None:
         self._adapter = adapter
         self._engine = engine
+        self._clock = clock
         self._vision = vision
         self._emit = emit
         self._window = PromptWindow(adapter.render_prompt, adapter.text_tokens, max_prompt_tokens)
@@ -152,7 +154,7 @@ class WorkerScheduler:
                     self._encode_later(job, images, plan)
                     return
                 if self._encoding:  # the encode thread holds the encoder: after it, not blocking the loop on it
-                    self._jobs[job.job_id] = _JobState(job.job_id)
+                    self._jobs[job.job_id] = _JobState(job.job_id, arrived_s=self._clock())
                     self._encoding[job.job_id] = _Encoding(job, images, plan)
                     return
                 self._encode_now(job, images, plan)
@@ -209,7 +211,7 @@ class WorkerScheduler:
                     request_id=job.job_id,
                     grammar=job.grammar,
                     continued=continued,
-                    waited_s=job.waited_s,
+                    waited_s=job.waited_s + (0.0 if state.arrived_s is None else self._clock() - state.arrived_s),
                     embeddings={t: e for image in kept for t, e in image.embeddings().items()},
                 )
             )
@@ -295,7 +297,8 @@ class WorkerScheduler:
 
             self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
             self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="igi-encode")
-        self._jobs.setdefault(job.job_id, _JobState(job.job_id))  # counts the reloads it waits through
+        # counts the reloads it waits through, and the time its encode takes (it ranks from its arrival)
+        self._jobs.setdefault(job.job_id, _JobState(job.job_id, arrived_s=self._clock()))
         pending = self._encoding[job.job_id] = _Encoding(job, images, plan)
         pending.future = self._encode_pool.submit(self._encode_on_thread, pending)
         wake = self._wake_w

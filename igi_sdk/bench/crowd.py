@@ -17,7 +17,8 @@ Two workloads over ``BatchScheduler`` (the daemon's generation loop), greedy, ea
   32-64 tokens, ``--crowd-turns`` turns each (a turn's prompt is the last one, its reply and a new line); once the
   whole crowd has arrived, the NPC the player talks to (priority ``PRIORITY_PLAYER_FACING``) speaks
   ``--speaker-turns`` turns. Then the speaker's turns again alone in the same engine: its TTFT with the crowd
-  over its TTFT alone is the fairness figure, and its greedy tokens with and without the crowd are compared.
+  over its TTFT alone is the fairness figure, and its greedy tokens with and without the crowd are compared. Priorities
+  age at ``--priority-ageing-per-s`` (the daemon's default rate; 0: strict priority).
 
 Reported: aggregate tok/s, per-NPC TTFT p50/p99 (seconds from a turn's submit), the speaker's TTFT, where the steps
 spend their time (``engine.step_profile``: llama_decode, batch I/O, sampling, grammar, token text, the scheduler's

@@ -115,7 +115,7 @@ def _job(job_id: str, session_id: str, image: bool) -> wp.Generate:
     return wp.Generate(job_id=job_id, session_id=session_id, messages=messages, max_tokens=4, images=images)
 
 
-def _worker(vision: Vision) -> tuple[WorkerScheduler, list[wp.Event]]:
+def _worker(vision: Vision, **kw: Any) -> tuple[WorkerScheduler, list[wp.Event]]:
     events: list[wp.Event] = []
     worker = WorkerScheduler(
         Template(),  # type: ignore[arg-type]
@@ -123,6 +123,7 @@ def _worker(vision: Vision) -> tuple[WorkerScheduler, list[wp.Event]]:
         events.append,
         max_prompt_tokens=400,
         vision=vision,  # type: ignore[arg-type]
+        **kw,
     )
     return worker, events
 
@@ -264,16 +265,7 @@ def test_a_job_ranks_from_its_arrival_not_from_the_end_of_its_encode() -> None:
     # priority ageing: the seconds its images took to encode count as waiting, like those in the daemon (waited_s)
     now = [100.0]
     vision = Vision()
-    events: list[wp.Event] = []
-    worker = WorkerScheduler(
-        Template(),  # type: ignore[arg-type]
-        Engine(),  # type: ignore[arg-type]
-        events.append,
-        max_prompt_tokens=400,
-        vision=vision,  # type: ignore[arg-type]
-        clock=lambda: now[0],
-        priority_ageing_per_s=1.0,
-    )
+    worker, _events = _worker(vision, clock=lambda: now[0], priority_ageing_per_s=1.0)
     worker.submit(dataclasses.replace(_job("look", "mira", image=True), waited_s=2.0))
     now[0] = 107.0  # the encode took 7 s
     _end_encode(worker, vision)

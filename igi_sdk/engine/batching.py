@@ -98,7 +98,7 @@ class BatchScheduler:
     ) -> None:
         if cpu_prefill_chunk_tokens < 1:
             raise ValueError("cpu_prefill_chunk_tokens must be >= 1")
-        if not priority_ageing_per_s >= 0 or priority_ageing_per_s == float("inf"):
+        if not 0 <= priority_ageing_per_s < float("inf"):
             raise ValueError("priority_ageing_per_s must be a finite number >= 0")
         self._ageing_per_s = float(priority_ageing_per_s)
         self._engine = engine
